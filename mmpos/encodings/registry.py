@@ -1,0 +1,50 @@
+"""Registry of named encodings: ``create_pe(name, **options)`` and ``list_pes()``, timm-style."""
+from __future__ import annotations
+
+import inspect
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register_pe(name: str):
+    """Class decorator: make ``cls`` reachable as ``create_pe(name, ...)``."""
+
+    def wrap(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"encoding {name!r} is already registered by {_REGISTRY[name].__name__}")
+        _REGISTRY[name] = cls
+        cls.pe_name = name
+        return cls
+
+    return wrap
+
+
+def list_pes(kind: str | None = None) -> list[str]:
+    """Sorted names of registered encodings; ``kind`` filters by ``"rotary"`` or ``"absolute"``."""
+    return sorted(n for n, c in _REGISTRY.items() if kind is None or c.kind == kind)
+
+
+def pe_class(name: str) -> type:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown encoding {name!r}; registered: {list_pes()}")
+    return _REGISTRY[name]
+
+
+def pe_options(name: str) -> dict:
+    """Option name -> default (``inspect.Parameter.empty`` when required)."""
+    params = inspect.signature(pe_class(name).__init__).parameters
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return {k: p.default for k, p in params.items() if k != "self" and p.kind in named}
+
+
+def create_pe(name: str, **options):
+    """Build the encoding ``name``; an unknown or missing option is an error that names it."""
+    cls = pe_class(name)
+    valid = pe_options(name)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise TypeError(f"create_pe({name!r}): unknown option(s) {unknown}; valid options are {sorted(valid)}")
+    missing = sorted(k for k, d in valid.items() if d is inspect.Parameter.empty and k not in options)
+    if missing:
+        raise TypeError(f"create_pe({name!r}): missing required option(s) {missing}")
+    return cls(**options)

@@ -1,0 +1,69 @@
+"""Base class of rotary encodings: coordinates -> cached table -> rotation of q and k."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .._validation import check_choice
+from ..ops.rotation import LAYOUTS, compute_dtype, rotate
+from ..ops.tables import RotaryTable, check_coords
+
+
+class RotaryPE(nn.Module):
+    """``q, k = pe(q, k, coords)``.
+
+    q, k: ``[B, H, L, D]`` (``seq_dim=-2``) or ``[B, L, H, D]`` (``seq_dim=-3``); coords: ``[L', A]`` or
+    ``[B, L', A]`` float with ``L' = L - num_prefix_tokens``. Subclasses implement :meth:`build_table`.
+    Tables are built once per coordinates/dtype/device and shared by every layer and step.
+    """
+
+    kind = "rotary"
+
+    def __init__(self, head_dim: int, num_axes: int, layout: str, num_prefix_tokens: int, seq_dim: int):
+        super().__init__()
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+            raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+        check_choice("layout", layout, LAYOUTS)
+        check_choice("seq_dim", seq_dim, (-2, -3))
+        if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
+            raise ValueError(f"num_prefix_tokens must be a non-negative integer, got {num_prefix_tokens!r}")
+        self.head_dim, self.num_axes, self.layout = head_dim, num_axes, layout
+        self.num_prefix_tokens, self.seq_dim = num_prefix_tokens, seq_dim
+
+    def build_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> RotaryTable:
+        raise NotImplementedError
+
+    def table(self, coords: torch.Tensor, dtype: torch.dtype = torch.float32, device=None) -> RotaryTable:
+        """The rotation table for activations of ``dtype`` on ``device`` (cached where the encoding allows)."""
+        coords = check_coords(coords, self.num_axes)
+        device = torch.device(device) if device is not None else coords.device
+        coords = coords.to(device)
+        real = compute_dtype(dtype, device)
+        return self.build_table(coords, torch.complex128 if real == torch.float64 else torch.complex64)
+
+    def rotate(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
+        """Rotate one tensor (q or k) by a table from :meth:`table`."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
+        return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.num_prefix_tokens)
+
+    def default_coords(self, length: int, device) -> torch.Tensor:
+        raise ValueError(f"{type(self).__name__} needs coords of shape [L, {self.num_axes}] or [B, L, {self.num_axes}]")
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
+        if q.shape[-1] != k.shape[-1] or q.shape[self.seq_dim] != k.shape[self.seq_dim]:
+            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share head dim and sequence length")
+        if q.dtype != k.dtype:
+            raise TypeError(f"q ({q.dtype}) and k ({k.dtype}) must have the same dtype")
+        if coords is None:
+            coords = self.default_coords(q.shape[self.seq_dim] - self.num_prefix_tokens, q.device)
+        table = self.table(coords, q.dtype, q.device)
+        return self.rotate(q, table), self.rotate(k, table)
+
+    def frequency_matrix(self) -> torch.Tensor:
+        """``[A, P]`` (or ``[H, A, P]`` for per-head spectra) radians per coordinate unit, for plots."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return (f"head_dim={self.head_dim}, num_axes={self.num_axes}, layout={self.layout!r}, "
+                f"num_prefix_tokens={self.num_prefix_tokens}")

@@ -1,0 +1,7 @@
+"""Operators applied to q and k: rotation tables and the rotary operator."""
+from .rotation import LAYOUTS, compute_dtype, rotate
+from .tables import (RotaryTable, TableCache, axial_phases, check_coords, device_has_fp64, phases_fp32_reduced,
+                     table_from_phases)
+
+__all__ = ["LAYOUTS", "compute_dtype", "rotate", "RotaryTable", "TableCache", "axial_phases", "check_coords",
+           "device_has_fp64", "phases_fp32_reduced", "table_from_phases"]

@@ -1,0 +1,147 @@
+"""Phases and rotation tables: computed once per (coordinates, spectrum, dtype, device), then cached.
+
+A table is complex ``cis = magnitude * exp(i * phase)`` of shape ``[..., L, P]``. Phases are computed in
+fp64 (exact to ~1e-10 rad at position 1e6) with autocast off; on devices without fp64 (MPS) a range-reduced
+fp32 formulation gives the same accuracy (see :func:`phases_fp32_reduced`).
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from .._validation import check_finite, check_float_coords
+
+
+@dataclass(eq=False)
+class RotaryTable:
+    """``cis``: complex64 or complex128 ``[..., L, P]``; leading dims broadcast against ``[B, H]``."""
+
+    cis: torch.Tensor
+
+    @property
+    def num_pairs(self) -> int:
+        return self.cis.shape[-1]
+
+    @property
+    def length(self) -> int:
+        return self.cis.shape[-2]
+
+    def conj(self) -> "RotaryTable":
+        """The inverse rotation (for unit magnitude)."""
+        return RotaryTable(self.cis.conj().resolve_conj())
+
+    def to(self, dtype: torch.dtype) -> "RotaryTable":
+        return RotaryTable(self.cis.to(dtype))
+
+    @property
+    def cos(self) -> torch.Tensor:
+        return self.cis.real
+
+    @property
+    def sin(self) -> torch.Tensor:
+        return self.cis.imag
+
+
+def device_has_fp64(device: torch.device) -> bool:
+    return torch.device(device).type not in ("mps", "npu", "xla")
+
+
+def check_coords(coords: torch.Tensor, num_axes: int, name: str = "coords") -> torch.Tensor:
+    """Validate ``[L, A]`` or ``[B, L, A]`` coordinates (``[L]`` allowed when ``A == 1``)."""
+    check_float_coords(name, coords)
+    if coords.dim() == 1 and num_axes == 1:
+        coords = coords[:, None]
+    if coords.dim() not in (2, 3) or coords.shape[-1] != num_axes:
+        raise ValueError(f"{name} has shape {tuple(coords.shape)}; expected [L, {num_axes}] or [B, L, {num_axes}]")
+    check_finite(name, coords)
+    return coords
+
+
+def axial_phases(coords: torch.Tensor, axis_of_pair: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """``phase[..., l, p] = coords[..., l, axis_of_pair[p]] * inv_freq[p]`` in fp64, ``[..., L, P]``."""
+    with torch.autocast(coords.device.type, enabled=False):
+        c = coords.to(torch.float64)
+        return c[..., axis_of_pair.to(c.device)] * inv_freq.to(c.device, torch.float64)
+
+
+def phases_fp32_reduced(coords: torch.Tensor, freq_matrix: torch.Tensor) -> torch.Tensor:
+    """Phases in fp32 without fp64, exact to a few fp32 ulps of pi, for any coordinate size.
+
+    Works in turns: each product ``c * w / 2pi`` is split exactly into ``s + e`` (Dekker's two-product),
+    the integer part of ``s`` is dropped exactly, and only the small remainders are added.
+    Args: coords ``[..., L, A]``; freq_matrix ``[A, P]`` (radians per unit, fp64 on the CPU).
+    Returns: ``[..., L, P]`` fp32 phases in ``[-pi, pi]``.
+    """
+    turns64 = freq_matrix.to(torch.float64) / (2 * math.pi)
+    hi = turns64.to(torch.float32)
+    lo = (turns64 - hi.to(torch.float64)).to(torch.float32)
+    hi, lo = hi.to(coords.device), lo.to(coords.device)
+    with torch.autocast(coords.device.type, enabled=False):
+        c = coords.to(torch.float32).unsqueeze(-1)  # [..., L, A, 1]
+        s, e = _two_product(c, hi)  # [..., L, A, P]
+        frac = (s - torch.round(s)) + (e + c * lo)
+        frac = frac.sum(dim=-2)
+        frac = frac - torch.round(frac)
+        return frac * (2 * math.pi)
+
+
+def _two_product(a: torch.Tensor, b: torch.Tensor):
+    """Error-free product: ``a * b == s + e`` exactly (fp32, no FMA needed)."""
+    s = a * b
+    a_hi, a_lo = _split(a)
+    b_hi, b_lo = _split(b)
+    e = ((a_hi * b_hi - s) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    return s, e
+
+
+def _split(x: torch.Tensor):
+    big = x * 4097.0  # 2**12 + 1
+    hi = big - (big - x)
+    return hi, x - hi
+
+
+def table_from_phases(phase: torch.Tensor, magnitude: torch.Tensor | None, complex_dtype: torch.dtype) -> RotaryTable:
+    """``magnitude * (cos + i sin)`` of ``phase`` (computed at the phase's precision), as ``complex_dtype``."""
+    real_dtype = torch.float64 if complex_dtype == torch.complex128 else torch.float32
+    with torch.autocast(phase.device.type, enabled=False):
+        cos, sin = phase.cos(), phase.sin()
+        if magnitude is not None:
+            magnitude = magnitude.to(phase.device, phase.dtype)
+            cos, sin = cos * magnitude, sin * magnitude
+        return RotaryTable(torch.complex(cos.to(real_dtype), sin.to(real_dtype)))
+
+
+class TableCache:
+    """Small LRU cache of tables keyed by the coordinates' values (plus a caller key).
+
+    A hit is found by identity (same tensor object, same version) without touching the data, or else by
+    comparing values with the stored copy, so equal coordinates rebuilt every step still hit.
+    """
+
+    def __init__(self, max_entries: int = 16):
+        self.max_entries = max_entries
+        self._entries: OrderedDict = OrderedDict()
+        self.builds = 0
+
+    def get(self, key: tuple, coords: torch.Tensor, build):
+        full_key = key + (tuple(coords.shape), coords.dtype, coords.device)
+        for entry_key, (ref, version, saved, table) in reversed(self._entries.items()):
+            if entry_key[0] != full_key:
+                continue
+            same_object = ref() is coords and coords._version == version
+            if same_object or torch.equal(saved, coords):
+                self._entries.move_to_end(entry_key)
+                return table
+        table = build()
+        self.builds += 1
+        self._entries[(full_key, id(table))] = (weakref.ref(coords), coords._version, coords.detach().clone(), table)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return table
+
+    def clear(self):
+        self._entries.clear()
