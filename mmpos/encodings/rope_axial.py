@@ -67,6 +67,8 @@ class AxialRoPE(RotaryPE):
             phase = axial_phases(coords, spectrum.axis_of_pair, spectrum.inv_freq)
         else:
             phase = phases_fp32_reduced(coords, spectrum.frequency_matrix())
+        if coords.dim() == 3:
+            phase = phase.unsqueeze(-3)  # [B, 1, L, P]: shared by the heads
         magnitude = None if bool((spectrum.magnitude == 1).all()) else spectrum.magnitude
         return table_from_phases(phase, magnitude, complex_dtype)
 

@@ -62,7 +62,10 @@ def check_coords(coords: torch.Tensor, num_axes: int, name: str = "coords") -> t
 
 
 def axial_phases(coords: torch.Tensor, axis_of_pair: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """``phase[..., l, p] = coords[..., l, axis_of_pair[p]] * inv_freq[p]`` in fp64, ``[..., L, P]``."""
+    """``phase[..., l, p] = coords[..., l, axis_of_pair[p]] * inv_freq[p]`` in fp64, ``[..., L, P]``.
+
+    Batched coords ``[B, L, A]`` give ``[B, L, P]``; insert the head dim before rotating ``[B, H, L, D]``.
+    """
     with torch.autocast(coords.device.type, enabled=False):
         c = coords.to(torch.float64)
         return c[..., axis_of_pair.to(c.device)] * inv_freq.to(c.device, torch.float64)
