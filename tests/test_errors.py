@@ -86,3 +86,10 @@ def test_coordinate_builders_validate():
         image_grid(0, 2)
     with pytest.raises(TypeError, match="dtype must be torch.float32 or torch.float64"):
         image_grid(2, 2, dtype=torch.bfloat16)
+
+
+def test_per_head_table_refuses_fewer_heads_than_it_has():
+    pe = mmpos.create_pe("rope_mixed", head_dim=32, num_heads=4)
+    q = torch.randn(1, 1, 6, 32)
+    with pytest.raises(ValueError, match=r"table leading dims \(4,\)"):
+        pe(q, q, image_grid(2, 3))

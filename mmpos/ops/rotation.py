@@ -65,15 +65,15 @@ def _check_and_move(x, table, seq_dim, num_prefix_tokens):
             f"{num_prefix_tokens} prefix token(s), i.e. {length} to rotate"
         )
     xv = x.movedim(seq_dim, -2)
-    lead_table = table.cis.shape[:-2]
-    try:
-        torch.broadcast_shapes(lead_table, xv.shape[:-2])
-    except RuntimeError:
+    lead_table, lead_x = tuple(table.cis.shape[:-2]), tuple(xv.shape[:-2])
+    aligned = lead_table[len(lead_table) - len(lead_x):] if len(lead_table) > len(lead_x) else lead_table
+    fits = len(lead_table) <= len(lead_x) and all(
+        t in (1, x) for t, x in zip(reversed(aligned), reversed(lead_x)))
+    if not fits:
         raise ValueError(
-            f"table leading dims {tuple(lead_table)} do not broadcast against x's {tuple(xv.shape[:-2])}"
-        ) from None
-    if len(lead_table) > len(xv.shape[:-2]):
-        raise ValueError(f"table has more leading dims {tuple(lead_table)} than x {tuple(xv.shape[:-2])}")
+            f"table leading dims {lead_table} (batch/heads) must broadcast to x's {lead_x} without expanding x; "
+            "e.g. a per-head table needs x with the same number of heads"
+        )
     return xv
 
 

@@ -1,0 +1,32 @@
+# Set-up and entry points. `make demo` and `make test` work on a fresh clone with only Python 3.10+.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is pinned here (a local wheel on the project's machines); the package itself asks for a range.
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: demo test bench install clean
+
+$(VENV)/.base: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet $(TORCH_PINS)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.base
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.base
+
+demo: $(VENV)/.base
+	$(VENV)/bin/mmpos demo --out outputs/demo
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.test
+	$(PY) scripts/bench_rotary.py --out outputs/bench_rotary.json
+
+clean:
+	rm -rf $(VENV) outputs

@@ -1,0 +1,1 @@
+"""Benchmarks (scripts, not tests): ratios against peers measured in the same run."""

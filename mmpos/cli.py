@@ -1,0 +1,71 @@
+"""The ``mmpos`` command: ``mmpos demo``, ``mmpos list``, ``mmpos bench``."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+
+    written = run_demo(args.out, args.size)
+    print(f"wrote {len(written)} figures to {Path(args.out).resolve()}:")
+    for path in written:
+        print(f"  {path}")
+    return 0
+
+
+def _list(args) -> int:
+    from .encodings import list_pes, pe_class, pe_options
+
+    for name in list_pes():
+        cls = pe_class(name)
+        print(f"{name:12s} [{cls.kind}] {cls.__doc__.strip().splitlines()[0] if cls.__doc__ else ''}")
+        if args.verbose:
+            for option, default in pe_options(name).items():
+                shown = "(required)" if default is inspect.Parameter.empty else f"= {default!r}"
+                print(f"    {option} {shown}")
+    return 0
+
+
+def _bench(args) -> int:
+    from .bench.rotary import main as bench_main
+
+    return bench_main(args.bench_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mmpos", description="Positional encodings for vision and multimodal "
+                                     "transformers and diffusion models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,list,bench}")
+
+    demo = sub.add_parser("demo", help="figures of every registered encoding (spectrum, logit vs offset)",
+                          description="Write a figure per registered encoding: its spectrum (frequency per "
+                          "channel pair and axis) and its content-free attention logit against 2D offset.")
+    demo.add_argument("--out", default="outputs/demo", help="output folder (default: outputs/demo)")
+    demo.add_argument("--size", type=int, default=31, help="side of the 2D grid of offsets (default: 31)")
+    demo.set_defaults(func=_demo)
+
+    lister = sub.add_parser("list", help="list registered encodings", description="List registered encodings.")
+    lister.add_argument("-v", "--verbose", action="store_true", help="also list each encoding's options")
+    lister.set_defaults(func=_list)
+
+    bench = sub.add_parser("bench", help="rotary apply benchmark against peers (see `mmpos bench -- --help`)",
+                           description="Run scripts/bench_rotary.py; arguments after `--` go to it "
+                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`).")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "bench_args", None) and args.bench_args[0] == "--":
+        args.bench_args = args.bench_args[1:]
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
