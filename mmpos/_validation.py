@@ -18,6 +18,12 @@ def check_positive_int(name: str, value) -> int:
     return value
 
 
+def check_non_negative_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
 def check_even(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value % 2:
         raise ValueError(f"{name} must be a non-negative even integer (channels rotate in pairs), got {value!r}")

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_choice
+from .._validation import check_choice, check_non_negative_int, check_positive_int
 from ..ops.tables import check_coords
 from .registry import register_pe
 
@@ -21,10 +21,8 @@ class AbsolutePE(nn.Module):
 
     def __init__(self, embed_dim: int, num_axes: int, num_prefix_tokens: int):
         super().__init__()
-        if isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim <= 0:
-            raise ValueError(f"embed_dim must be a positive integer, got {embed_dim!r}")
-        if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
-            raise ValueError(f"num_prefix_tokens must be a non-negative integer, got {num_prefix_tokens!r}")
+        check_positive_int("embed_dim", embed_dim)
+        check_non_negative_int("num_prefix_tokens", num_prefix_tokens)
         self.embed_dim, self.num_axes, self.num_prefix_tokens = embed_dim, num_axes, num_prefix_tokens
 
     def embed(self, coords: torch.Tensor) -> torch.Tensor:

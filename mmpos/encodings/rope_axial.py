@@ -5,7 +5,7 @@ from typing import Sequence
 
 import torch
 
-from .._validation import check_choice, check_even
+from .._validation import check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
 from ..ops.tables import TableCache, axial_phases, device_has_fp64, phases_fp32_reduced, table_from_phases
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
@@ -100,8 +100,7 @@ class RoPE1D(AxialRoPE):
 
 
 def _resolve_dims(head_dim, axes_dims, num_axes, rotary_dim):
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+    check_positive_int("head_dim", head_dim)
     if axes_dims is not None:
         axes_dims = tuple(int(d) for d in axes_dims)
         for i, d in enumerate(axes_dims):

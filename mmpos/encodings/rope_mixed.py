@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from .._validation import check_even
+from .._validation import check_even, check_positive_int
 from ..ops.tables import TableCache, table_from_phases
 from .registry import register_pe
 from .rotary_base import RotaryPE
@@ -36,8 +36,7 @@ class MixedRoPE(RotaryPE):
         check_even("head_dim", head_dim)
         if num_axes == 2 and head_dim % 4:
             raise ValueError(f"head_dim must be a multiple of 4 for 2-axis RoPE-Mixed, got {head_dim}")
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+        check_positive_int("num_heads", num_heads)
         self.num_heads = num_heads
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.freqs = nn.Parameter(init_mixed_freqs(head_dim, num_heads, num_axes, theta, rotate, generator))

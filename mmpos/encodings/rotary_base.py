@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._validation import check_choice
+from .._validation import check_choice, check_non_negative_int, check_positive_int
 from ..ops.rotation import LAYOUTS, compute_dtype, rotate
 from ..ops.tables import RotaryTable, check_coords
 
@@ -21,12 +21,10 @@ class RotaryPE(nn.Module):
 
     def __init__(self, head_dim: int, num_axes: int, layout: str, num_prefix_tokens: int, seq_dim: int):
         super().__init__()
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-            raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+        check_positive_int("head_dim", head_dim)
         check_choice("layout", layout, LAYOUTS)
         check_choice("seq_dim", seq_dim, (-2, -3))
-        if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
-            raise ValueError(f"num_prefix_tokens must be a non-negative integer, got {num_prefix_tokens!r}")
+        check_non_negative_int("num_prefix_tokens", num_prefix_tokens)
         self.head_dim, self.num_axes, self.layout = head_dim, num_axes, layout
         self.num_prefix_tokens, self.seq_dim = num_prefix_tokens, seq_dim
 
