@@ -139,6 +139,18 @@ def test_16bit_chunked_path_equals_unchunked(monkeypatch):
     assert torch.equal(whole, pe(q, q, coords)[0])
 
 
+def test_batch_split_chunks_equal_unchunked(monkeypatch):
+    """Short sequences split along the batch dim, with shared and with per-sample (batched) tables."""
+    from mmpos.ops import rotation
+
+    pe = mmpos.create_pe("rope_axial", head_dim=32, num_prefix_tokens=1)
+    q = torch.randn(6, 2, 10, 32).bfloat16()
+    shared, batched = image_grid(3, 3), torch.randn(6, 9, 2) * 5
+    whole = [pe(q, q, c)[0] for c in (shared, batched)]
+    monkeypatch.setattr(rotation, "CHUNK_ELEMENTS", 2 * 2 * 9 * 16 * 2 * 2)  # 4 batch items per chunk
+    assert all(torch.equal(w, pe(q, q, c)[0]) for w, c in zip(whole, (shared, batched)))
+
+
 def test_autograd_through_rotation_and_learned_frequencies():
     pe = mmpos.create_pe("rope_mixed", head_dim=8, num_heads=2, num_prefix_tokens=1).double()
     coords = image_grid(2, 2, dtype=torch.float64)
