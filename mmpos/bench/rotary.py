@@ -52,13 +52,23 @@ def make_methods(pe, coords, shape, dtype):
         pad = lambda t, v: torch.cat([torch.full_like(t[:n], v), t])  # identity rotation on the prefix
         cos, sin, angles = pad(cos, 1.0), pad(sin, 0.0), pad(angles, 0.0)
     timm_emb = torch.cat([sin, cos], dim=-1)
-    return {
+    methods = {
         "copy (floor)": lambda x: x.clone(),
         "mmpos": lambda x: pe.rotate(x, table),
         "diffusers apply_rotary_emb": lambda x: diffusers_apply(x, (cos, sin)),
         "timm apply_rot_embed_cat": lambda x: apply_rot_embed_cat(x, timm_emb),
         "rotary-embedding-torch": lambda x: ret_apply(angles, x),
     }
+    if coords.device.type == "cuda":
+        methods["mmpos without Triton"] = lambda x: _without_triton(pe.rotate, x, table)
+    return methods
+
+
+def _without_triton(fn, *args):
+    from ..ops.rotary_triton import triton_disabled
+
+    with triton_disabled():
+        return fn(*args)
 
 
 def reference(pe, x, coords) -> torch.Tensor:

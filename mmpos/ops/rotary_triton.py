@@ -7,6 +7,7 @@ environment sets ``MMPOS_DISABLE_TRITON=1``. ``TRITON_INTERPRET=1`` runs it on C
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -47,6 +48,20 @@ def _kernel():
     return rotate_pairs
 
 
+_ENABLED = True
+
+
+@contextlib.contextmanager
+def triton_disabled():
+    """Within this block rotate() takes the PyTorch path (for benchmarks and comparisons)."""
+    global _ENABLED
+    previous, _ENABLED = _ENABLED, False
+    try:
+        yield
+    finally:
+        _ENABLED = previous
+
+
 @functools.lru_cache(maxsize=None)
 def triton_available() -> bool:
     if os.environ.get("MMPOS_DISABLE_TRITON", "") not in ("", "0"):
@@ -62,7 +77,7 @@ def can_fuse(src: torch.Tensor, cis: torch.Tensor) -> bool:
     """Whether the kernel takes this ``[..., L, R]`` view (CUDA, or CPU under TRITON_INTERPRET) and table."""
     interpreted = os.environ.get("TRITON_INTERPRET", "") == "1"
     on_device = src.device.type == "cuda" or (interpreted and src.device.type == "cpu")
-    return (on_device and triton_available() and src.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    return (on_device and _ENABLED and triton_available() and src.dtype in (torch.float32, torch.bfloat16, torch.float16)
             and cis.dtype == torch.complex64 and 2 <= src.dim() <= 4 and cis.dim() <= 4)
 
 
