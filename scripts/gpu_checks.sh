@@ -1,47 +1,68 @@
 #!/usr/bin/env bash
-# One GPU session: CUDA correctness (bf16, SDPA and xformers) and GPU benchmarks of every part of mmpos.
+# One GPU session: CUDA correctness (bf16, SDPA and xformers), GPU benchmarks, and the mini-world training.
 #   OUT=outputs/gpu bash scripts/gpu_checks.sh
-# Carried wheels in .whl/ (diffusers, xformers, ...) are installed first when present. Each part runs
-# under its own time limit and a failure is reported without stopping the others. Everything lands in
-# $OUT: gpu_checks.log and results.tar (JSON of each part), plus what the training part packs.
+# Carried wheels in .whl/ (diffusers, xformers, ...) are installed first when present. Phase A runs the
+# correctness checks while the mini-world models train in the background; phase B runs the benchmarks
+# after training, so that their timings have the GPU to themselves. Each part has its own time limit and a
+# failure is reported without stopping the others. $OUT receives gpu_checks.log, results.tar (JSON and logs
+# of every part, re-packed after each part) and the world-*.tar checkpoints.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-outputs/gpu}
-mkdir -p "$OUT/results"
-LOG="$OUT/gpu_checks.log"
-exec > >(tee "$LOG") 2>&1
+export OUT
+RESULTS=$(mktemp -d)/results
+mkdir -p "$OUT" "$RESULTS"
+exec > >(tee "$OUT/gpu_checks.log") 2>&1
+T0=$SECONDS
 
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . || export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 \
+    || export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, diffusers; print('torch', torch.__version__, 'diffusers', diffusers.__version__)"
 
-part() {  # part NAME SECONDS COMMAND...
+part() {  # part NAME SECONDS COMMAND... (skipped when the command's script is not in this checkout)
     local name=$1 limit=$2; shift 2
-    echo "=== $name (limit ${limit}s)"
+    for arg in "$@"; do
+        case $arg in scripts/*) [ -f "$arg" ] || { echo "=== $name: $arg missing, skipped"; return; } ;; esac
+    done
+    echo "=== $name (limit ${limit}s, t=$((SECONDS - T0))s)"
     local start=$SECONDS
-    timeout "$limit" "$@"; local rc=$?
-    echo "=== $name: exit $rc after $((SECONDS - start)) s"
+    timeout -k 5 "$limit" "$@" 2>&1 | grep -v "Model config"
+    echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"
+    tar -cf "$OUT/results.tar" -C "$(dirname "$RESULTS")" results
 }
 
-# Background training first (it has its own wall-clock limit), then the checks alongside it.
 if [ -f scripts/gpu_train_world.sh ]; then
-    bash scripts/gpu_train_world.sh "$OUT" > "$OUT/results/train_world.log" 2>&1 &
+    WORLD_TIMEOUT_VAE=${WORLD_TIMEOUT_VAE:-100} WORLD_TIMEOUT_MODEL=${WORLD_TIMEOUT_MODEL:-200} \
+        bash scripts/gpu_train_world.sh > "$RESULTS/train_world.log" 2>&1 &
     TRAIN_PID=$!
 fi
 
-part check_cuda 120 python3 scripts/check_cuda.py --out "$OUT/results/check_cuda.json"
-part bench_rotary 150 python3 scripts/bench_rotary.py --device cuda --repeats 20 --out "$OUT/results/bench_rotary_cuda.json"
-for extra in scripts/gpu_parts/*.sh; do
-    [ -f "$extra" ] && part "$(basename "$extra" .sh)" 120 bash "$extra" "$OUT/results"
-done
+echo "##### phase A: correctness (mini-world training runs alongside)"
+part check_cuda 100 python3 scripts/check_cuda.py --out "$RESULTS/check_cuda.json"
+part backbones_check 60 python3 scripts/gpu_check_backbones.py --device cuda
+part diffusers_check 90 python3 scripts/gpu_check_diffusers.py --device cuda
+part multimodal_check 120 python3 scripts/gpu_check_multimodal_rope.py --device cuda
 
 if [ -n "${TRAIN_PID:-}" ]; then
-    echo "=== waiting for training"; wait "$TRAIN_PID"; echo "=== training exit $?"
-    tail -n 30 "$OUT/results/train_world.log"
+    echo "=== waiting for training (t=$((SECONDS - T0))s)"; wait "$TRAIN_PID"; echo "=== training exit $?"
+    tail -n 40 "$RESULTS/train_world.log"
 fi
-tar -cf "$OUT/results.tar" -C "$OUT" results && rm -rf "$OUT/results"
-ls -la "$OUT"
+
+echo "##### phase B: benchmarks (GPU to themselves)"
+part bench_rotary 75 python3 scripts/bench_rotary.py --device cuda --repeats 20 --out "$RESULTS/bench_rotary_cuda.json"
+part bench_variants 60 python3 scripts/bench_variants.py --device cuda --out "$RESULTS/bench_variants_cuda.json"
+part bench_vit 50 python3 scripts/bench_backbones.py --parts vit --device cuda --dtype bf16 --repeats 10 \
+    --out "$RESULTS/bench_backbones_vit_cuda.json"
+part bench_flux 50 python3 scripts/bench_backbones.py --part flux --device cuda --rounds 2 --repeats 5
+part edit_check 70 python3 scripts/gpu_check_edit.py --device cuda --bench-size flux1024
+for extra in scripts/gpu_parts/*.sh; do  # further parts (each takes the results folder)
+    [ -f "$extra" ] && part "$(basename "$extra" .sh)" 100 bash "$extra" "$RESULTS"
+done
+cp outputs/*cuda*.json "$RESULTS/" 2>/dev/null
+tar -cf "$OUT/results.tar" -C "$(dirname "$RESULTS")" results
+echo "total $((SECONDS - T0)) s"; ls -la "$OUT"
