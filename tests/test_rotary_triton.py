@@ -4,7 +4,7 @@ import torch
 
 import mmpos
 from mmpos.coords.grids import grid_coords
-from mmpos.ops import rotary_triton
+from mmpos.ops import rotary_triton, rotation
 
 from conftest import bf16_ulp
 
@@ -22,14 +22,17 @@ def interpreter(monkeypatch):
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("seq_dim", [-2, -3])
-def test_kernel_matches_fp64_rotation(interpreter, layout, seq_dim):
+def test_kernel_matches_fp64_rotation(interpreter, monkeypatch, layout, seq_dim):
     """fp32 in, fp32 out through rotate(): the kernel is taken and agrees with the fp64 rotation."""
     pe = mmpos.create_pe("rope_axial", head_dim=40, axes_dims=(8, 8), layout=layout, seq_dim=seq_dim,
                          num_prefix_tokens=1)  # partial rotary: channels 16.. pass through
     coords = grid_coords((3, 5))
     q = torch.randn((2, 4, 16, 40) if seq_dim == -2 else (2, 16, 4, 40))
-    assert rotary_triton.can_fuse(q[..., :16], pe.table(coords).cis)
+    calls = []
+    fused = rotary_triton.rotate_fused
+    monkeypatch.setattr(rotation, "rotate_fused", lambda *args: calls.append(1) or fused(*args))
     out = pe.rotate(q, pe.table(coords))
+    assert calls == [1], "rotate() did not take the fused kernel"
     exact = pe.rotate(q.double(), pe.table(coords, torch.float64))
     torch.testing.assert_close(out.double(), exact, rtol=0, atol=2e-6)
     prefix = q.select(seq_dim, 0)

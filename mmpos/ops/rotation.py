@@ -99,7 +99,7 @@ def _rotate_into(out, x, xv, cis, layout, seq_dim, num_prefix_tokens):
     dst = _pairs(ov[..., n:, :rotary_dim], layout)
     real = compute_dtype(x.dtype, x.device)
     cis = cis.to(x.device, torch.complex128 if real == torch.float64 else torch.complex64)
-    if real == torch.float32 and can_fuse(src, cis):
+    if real == torch.float32 and can_fuse(xv[..., n:, :rotary_dim], cis):
         rotate_fused(xv[..., n:, :rotary_dim], cis, ov[..., n:, :rotary_dim], layout == "interleaved")
         return out
     if x.dtype == real and layout == "interleaved" and src.stride(-1) == 1 and dst.stride(-1) == 1:
