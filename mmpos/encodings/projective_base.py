@@ -89,7 +89,7 @@ class ProjectiveRoPE(nn.Module):
         return self.rope.table(coords, dtype, device)
 
     # --- operator ---------------------------------------------------------------------------------------------
-    def _apply(self, x: torch.Tensor, matrices: torch.Tensor, table: RotaryTable, transpose: bool, inverse: bool):
+    def _transform(self, x: torch.Tensor, matrices: torch.Tensor, table: RotaryTable, transpose: bool, inverse: bool):
         self._check_x(x, table)
         n = self.projective_dim
         head = transform_blocks(x[..., :n], matrices, n, transpose=transpose)
@@ -106,18 +106,18 @@ class ProjectiveRoPE(nn.Module):
                              "(cameras x patches, camera-major)")
 
     def apply_q(self, q: torch.Tensor, geo: CameraTransforms) -> torch.Tensor:
-        return self._apply(q, geo.matrices, geo.rope, transpose=True, inverse=False)
+        return self._transform(q, geo.matrices, geo.rope, transpose=True, inverse=False)
 
     def apply_kv(self, k: torch.Tensor, v: torch.Tensor | None, geo: CameraTransforms):
-        k = self._apply(k, geo.inverse, geo.rope, transpose=False, inverse=False)
+        k = self._transform(k, geo.inverse, geo.rope, transpose=False, inverse=False)
         if v is not None and self.apply_vo:
-            v = self._apply(v, geo.inverse, geo.rope, transpose=False, inverse=False)
+            v = self._transform(v, geo.inverse, geo.rope, transpose=False, inverse=False)
         return k, v
 
     def apply_output(self, out: torch.Tensor, geo: CameraTransforms) -> torch.Tensor:
         if not self.apply_vo:
             return out
-        return self._apply(out, geo.matrices, geo.rope, transpose=False, inverse=True)
+        return self._transform(out, geo.matrices, geo.rope, transpose=False, inverse=True)
 
     def attention(self, q, k, v, query: CameraTransforms, key: CameraTransforms | None = None, attn_mask=None,
                   scale: float | None = None) -> torch.Tensor:

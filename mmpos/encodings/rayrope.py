@@ -182,7 +182,8 @@ class RayRoPE(nn.Module):
         """``[B, L, D_c]`` coordinates of each token in its own camera: ``(0, 0, 0, own dirs, depth)``."""
         batch = side.w2c.shape[0]
         dirs = side.own_dirs.flatten(-2).to(depth).expand(batch, side.num_cameras, -1, -1).flatten(1, 2)
-        return torch.cat([torch.zeros_like(dirs[..., :3]), dirs, depth.clamp(max=DEPTH_CLAMP)], -1)
+        origin = torch.zeros(*dirs.shape[:-1], 3, dtype=dirs.dtype, device=dirs.device)
+        return torch.cat([origin, dirs, depth.clamp(max=DEPTH_CLAMP)], -1)
 
     def key_coordinates(self, frame: RaySide, camera: int, side: RaySide, depth: torch.Tensor) -> torch.Tensor:
         """``[B, L, D_c]`` coordinates of ``side``'s tokens (at ``depth [B, L, R]``) in camera ``camera`` of
