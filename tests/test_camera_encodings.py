@@ -407,3 +407,14 @@ def test_bad_camera_inputs_raise():
     side = RayRoPE(24, num_rays=1).prepare(w2c, intrinsics(1, 2), IMAGE, GRID)
     with pytest.raises(ValueError, match=r"q must be \[B, H, 24, 24\]"):
         RayRoPE(24, num_rays=1).attention(q[..., :8], q[..., :24, :8], q[..., :24, :8], side)
+
+
+def test_bf16_error_of_each_encoding_is_that_of_bf16_attention():
+    from mmpos.bench.camera import check_accuracy
+
+    rows = check_accuracy("cpu")
+    assert [r["encoding"] for r in rows] == ["plucker", "prope", "ucpe", "rayrope"]
+    assert all(r["finite"] for r in rows)
+    assert rows[0]["rel_max_error"] < 1e-6  # plucker: fp32 geometry
+    for row in rows[1:]:  # bf16 q, k, v, fp32 geometry vs all-fp64: within 3x of plain bf16 SDPA's own error
+        assert row["rel_max_error"] < 3 * row["sdpa_bf16_rel_max_error"]
