@@ -62,22 +62,35 @@ def test_prope_logits_and_output_are_se3_invariant(with_intrinsics):
 
 
 def test_prope_with_one_camera_is_2d_rope():
+    """One camera: P_q P_k^-1 = I, so the logits are a plain dot product on the projective channels plus 2D RoPE
+    (base 100) on the rest: a block for the column index, then one for the row, each rotate-half."""
     pe = PRoPE(head_dim=16, apply_vo=False)
-    rope = mmpos.create_pe("rope_axial", head_dim=8, axes_dims=(4, 4), theta=100.0, layout="half").double()
+    rope = mmpos.create_pe("rope_1d", head_dim=4, theta=100.0, layout="half").double()
     q, k, v = qkv(1, tokens(1), 16)
     geo = pe.prepare(invert_pose(rigid(3, (1, 1))), GRID, intrinsics(1, 1), IMAGE)
-    cols_rows = torch.stack(torch.meshgrid(torch.arange(GRID[0]), torch.arange(GRID[1]), indexing="ij"), -1)
-    coords = cols_rows.reshape(-1, 2).flip(-1).to(F64)  # (column, row)
-    q_rope, k_rope = rope(q[..., 8:], k[..., 8:], coords)
-    expected = logits(q[..., :8], k[..., :8]) + logits(q_rope, k_rope)
+    row, col = torch.meshgrid(torch.arange(GRID[0], dtype=F64), torch.arange(GRID[1], dtype=F64), indexing="ij")
+    q_x, k_x = rope(q[..., 8:12], k[..., 8:12], col.reshape(-1))
+    q_y, k_y = rope(q[..., 12:], k[..., 12:], row.reshape(-1))
+    expected = logits(q[..., :8], k[..., :8]) + logits(q_x, k_x) + logits(q_y, k_y)
     assert (prope_logits(pe, q, k, geo) - expected).abs().max() < 1e-12
-    reference = F.scaled_dot_product_attention(torch.cat([q[..., :8], q_rope], -1), torch.cat([k[..., :8], k_rope], -1), v)
+    reference = F.scaled_dot_product_attention(torch.cat([q[..., :8], q_x, q_y], -1),
+                                               torch.cat([k[..., :8], k_x, k_y], -1), v)
     assert (pe.attention(q, k, v, geo) - reference).abs().max() < 1e-12
     two = pe.prepare(invert_pose(rigid(3, (1, 2))), GRID, intrinsics(1, 2), IMAGE)
     q2, k2, _ = qkv(1, tokens(2), 16)
-    block = prope_logits(pe, q2, k2, two)[..., : tokens(1), tokens(1):]  # across two cameras: not plain RoPE
-    assert (block - logits(q2[..., : tokens(1), :8], k2[..., tokens(1):, :8]) -
-            logits(*rope(q2[..., : tokens(1), 8:], k2[..., tokens(1):, 8:], coords))).abs().max() > 1e-3
+    across = prope_logits(pe, q2, k2, two)[..., : tokens(1), tokens(1):]  # two cameras: not plain RoPE any more
+    same_camera = prope_logits(pe, q2[..., : tokens(1), :], k2[..., tokens(1):, :], geo)
+    assert (across - same_camera).abs().max() > 1e-3
+
+
+def test_projective_value_path_is_relative():
+    """With values and outputs transformed, a token attending only to itself gets its own value back."""
+    pe = PRoPE(head_dim=16)
+    geo = pe.prepare(invert_pose(rigid(4, (1, 2))), GRID, intrinsics(1, 2), IMAGE)
+    q, _, v = qkv(1, tokens(2), 16)
+    eye = torch.eye(tokens(2), dtype=torch.bool)
+    out = pe.apply_output(F.scaled_dot_product_attention(pe.apply_q(q, geo), *pe.apply_kv(q, v, geo), attn_mask=eye), geo)
+    assert (out - v).abs().max() < 1e-12
 
 
 # --- UCPE -------------------------------------------------------------------------------------------------------
@@ -175,7 +188,9 @@ def test_zero_init_adapter_leaves_the_host_bit_identical():
     x = torch.randn(2, tokens(2), 32, dtype=F64)
     rays, valid = fisheye_rays()
     geo = block.adapter.prepare(rigid(6, (2, 2)), rays, GRID, valid)
-    orientation = torch.randn(2, tokens(2), 3, dtype=F64)
+    orientation = block.adapter.orientation_map(UnifiedCamera.from_fov(IMAGE[1], IMAGE[0], 200, xi=2.3),
+                                                rigid(6, (2, 2)), GRID, offset=(0.0, 0.0))
+    assert orientation.shape == (2, tokens(2), 3) and orientation.abs().sum() > 0
     with torch.no_grad():
         host_only = block.host(x)
         combined = block(x, camera=geo, orientation=orientation)
@@ -312,6 +327,15 @@ def test_rayrope_depth_head_initialisation():
     assert torch.allclose(near, torch.full_like(near, math.exp(-3))) and torch.allclose(far, torch.full_like(far, math.exp(3)))
 
 
+def test_rayrope_depth_head_receives_gradients():
+    pe, _, side, _ = ray_setup(batch=1)
+    head = RayDepthHead(8).double()
+    x = torch.randn(1, tokens(3), 8, dtype=F64)
+    q, k, v = qkv(1, tokens(3), 48)
+    pe.attention(q, k, v, side, depth_q=head(x)).square().sum().backward()
+    assert head.weight.grad.abs().sum() > 0 and head.bias.grad.abs().sum() > 0
+
+
 def test_rayrope_cross_attention_with_different_camera_counts():
     pe = RayRoPE(48)
     w2c = invert_pose(rigid(3, (2, 4)))
@@ -418,3 +442,17 @@ def test_bf16_error_of_each_encoding_is_that_of_bf16_attention():
     assert rows[0]["rel_max_error"] < 1e-6  # plucker: fp32 geometry
     for row in rows[1:]:  # bf16 q, k, v, fp32 geometry vs all-fp64: within 3x of plain bf16 SDPA's own error
         assert row["rel_max_error"] < 3 * row["sdpa_bf16_rel_max_error"]
+
+
+def test_sample_ray_depths_reads_the_pixel_under_each_ray_point():
+    from mmpos.encodings import sample_ray_depths
+
+    height, width = 6, 8
+    index = torch.arange(height * width, dtype=F64).reshape(1, 1, height, width)  # value = row * W + col
+    depths = sample_ray_depths(torch.cat([index, index + 100], 1), (3, 4), num_rays=3)  # 2x2-pixel patches
+    assert depths.shape == (1, 2 * 12, 3)
+    # patch (row 1, col 2): corners (0, 0) -> pixel (2, 4); (1, 0) -> pixel (2, 6); (0, 1) -> pixel (4, 4)
+    assert depths[0, 6].tolist() == [2 * 8 + 4, 2 * 8 + 6, 4 * 8 + 4]
+    assert depths[0, 12 + 11].tolist() == [100 + 4 * 8 + 6, 100 + 4 * 8 + 7, 100 + 5 * 8 + 6]  # clamped at the border
+    centre = sample_ray_depths(index, (3, 4), num_rays=1)
+    assert centre[0, 0].tolist() == [1 * 8 + 1]

@@ -2,7 +2,8 @@
 
 Each head's channels are split in two: the first ``projective_dim`` channels are 4-vectors multiplied by a
 4x4 matrix ``P`` per token (a camera's projective frame, or a ray's local frame), the rest carry 2D RoPE over
-the token's (column, row) in its image (base 100, x then y, ``half`` pair layout by default).
+the token's (column, row) in its image (base 100): a block of channels for x, then one for y, each with its
+own pair layout (``half`` by default: the channel order of the PRoPE and UCPE reference code).
 
 =========  ======================  ===========================
 tensor     projective channels     RoPE channels
@@ -34,7 +35,7 @@ from torch import nn
 from .._validation import as_int_tuple, check_choice, check_positive_int
 from ..coords.grids import image_grid
 from ..ops.projective import transform_blocks
-from ..ops.rotation import LAYOUTS
+from ..ops.rotation import LAYOUTS, rotate
 from ..ops.tables import RotaryTable
 from .rope_axial import AxialRoPE
 
@@ -95,8 +96,11 @@ class ProjectiveRoPE(nn.Module):
         head = transform_blocks(x[..., :n], matrices, n, transpose=transpose)
         if self.rope is None:
             return head
-        tail = self.rope.rotate(x[..., n:], table.conj() if inverse else table)
-        return torch.cat([head, tail], dim=-1)
+        cis = table.cis.conj() if inverse else table.cis
+        half, pairs = self.rope_dim // 2, self.rope_dim // 4  # x block, then y block, each its own pair layout
+        x_block = rotate(x[..., n : n + half], RotaryTable(cis[..., :pairs]), self.layout)
+        y_block = rotate(x[..., n + half :], RotaryTable(cis[..., pairs:]), self.layout)
+        return torch.cat([head, x_block, y_block], dim=-1)
 
     def _check_x(self, x, table):
         if x.dim() != 4 or x.shape[-1] != self.head_dim:

@@ -18,7 +18,7 @@ from torch import nn
 
 from .._validation import as_int_tuple, check_positive_int
 from ..camera.poses import check_pose, invert_pose
-from ..camera.ray_frames import ray_frames
+from ..camera.ray_frames import latitude_up_map, ray_frames
 from .projective_base import CameraTransforms, ProjectiveRoPE
 from .registry import register_pe
 
@@ -92,6 +92,14 @@ class UCPEAdapter(nn.Module):
 
     def prepare(self, c2w, rays_cam, grid_size, valid=None) -> CameraTransforms:
         return self.encoding.prepare(c2w, rays_cam, grid_size, valid)
+
+    @staticmethod
+    def orientation_map(camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5),
+                        world_up=(0.0, -1.0, 0.0)):
+        """``[B, C * P, 3]`` latitude/up map of ``c2w [B, C, 4, 4]`` seen through ``camera`` (any model); the
+        ``orientation`` input of :meth:`forward` (0 where undefined); ``offset`` as the rays' (patch centre)."""
+        values, _ = latitude_up_map(camera, check_pose("c2w", c2w), grid_size, offset, world_up)
+        return values.flatten(1, 2)
 
     def forward(self, x: torch.Tensor, geo: CameraTransforms, orientation: torch.Tensor | None = None):
         if x.dim() != 3 or x.shape[-1] != self.dim:
