@@ -154,3 +154,13 @@ def test_axis_angle_matches_matrix_exponential():
     skew[:, 0, 1], skew[:, 0, 2], skew[:, 1, 2] = -v[:, 2], v[:, 1], -v[:, 0]
     skew = skew - skew.transpose(-1, -2)
     assert torch.allclose(axis_angle_to_matrix(v), torch.linalg.matrix_exp(skew), atol=1e-14)
+
+
+def test_sample_assets_are_the_documented_preset():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "assets" / "cameras"
+    expected = preset_trajectory("arc", 25, degrees=60)
+    for name in ("arc_re10k.txt", "arc.json"):
+        traj = load_trajectory(root / name)
+        assert torch.allclose(traj.c2w, expected.c2w, atol=1e-14) and torch.equal(traj.intrinsics, expected.intrinsics)
