@@ -172,9 +172,10 @@ class OpenCVCamera(_Intrinsics):
         return 1 + r2 * (self.k1 + r2 * (self.k2 + r2 * self.k3))
 
     def _check_distortion(self):
-        radii = [i * 1e-3 for i in range(1, 20001)]  # normalised radius up to 20 (beyond 174 degrees of FoV)
-        fold = next((r for r in radii if 1 + 3 * self.k1 * r**2 + 5 * self.k2 * r**4 + 7 * self.k3 * r**6 <= 0),
-                    math.inf)
+        radii = torch.linspace(1e-3, 20.0, 20000, dtype=torch.float64)  # normalised radius up to 20 (174 degrees)
+        slope = 1 + 3 * self.k1 * radii**2 + 5 * self.k2 * radii**4 + 7 * self.k3 * radii**6  # d r_d / d r
+        folds = radii[slope <= 0]
+        fold = folds[0].item() if len(folds) else math.inf
         object.__setattr__(self, "_fold_radius", fold)
         reach = fold * self._radial(fold**2) if math.isfinite(fold) else math.inf
         if reach < self._max_image_radius():
@@ -260,8 +261,8 @@ class KannalaBrandt(_Intrinsics):
         if self.max_angle >= math.pi:
             raise ValueError(f"max_angle must be below pi (a ray straight backwards has no image), "
                              f"got {self.max_angle}")
-        samples = [self.max_angle * i / 2000 for i in range(2001)]
-        if any(self._theta_d_slope(t) <= 0 for t in samples):
+        samples = torch.linspace(0, self.max_angle, 2001, dtype=torch.float64)
+        if bool((self._theta_d_slope(samples) <= 0).any()):
             raise ValueError(f"fisheye coefficients (k1={self.k1}, k2={self.k2}, k3={self.k3}, k4={self.k4}) are "
                              f"outside the valid range: r(theta) must increase on [0, max_angle={self.max_angle:.4f}]")
         object.__setattr__(self, "_max_radius", self._theta_d(self.max_angle))

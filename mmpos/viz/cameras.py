@@ -74,7 +74,7 @@ def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "cam
 
 def _equal_axes(ax, points: torch.Tensor) -> None:
     low, high = points.amin(0), points.amax(0)
-    centre, half = (low + high) / 2, float((high - low).max()) / 2 + 1e-3
+    centre, half = ((low + high) / 2).tolist(), float((high - low).max()) / 2 + 1e-3
     ax.set_xlim(centre[0] - half, centre[0] + half)
     ax.set_ylim(centre[2] - half, centre[2] + half)
     ax.set_zlim(-centre[1] - half, -centre[1] + half)
