@@ -6,6 +6,7 @@ yielding NaN or an arbitrary frame.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -82,7 +83,7 @@ def latitude_up_map(camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=
         latitude = torch.atan2(sine, cosine)
         flat = cosine > DEGENERATE_EPS
         tangent = toward_up / cosine.clamp_min(DEGENERATE_EPS)[..., None]
-        turned = d * torch.cos(torch.tensor(step, dtype=d.dtype)) + tangent * torch.sin(torch.tensor(step, dtype=d.dtype))
+        turned = d * math.cos(step) + tangent * math.sin(step)
         turned_cam = (rotation.transpose(-1, -2) @ turned[..., None])[..., 0]
         moved, moved_ok = camera.project(turned_cam)
         start, start_ok = camera.project(rays.expand_as(turned_cam))
