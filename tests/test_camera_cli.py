@@ -43,3 +43,12 @@ def test_encoding_logit_maps_peak_at_the_query_token(name):
     same, other = encoding_logit_maps(name, grid_size=(5, 7), image_size=(50, 70))
     assert same[2, 3] == pytest.approx(1.0, abs=1e-9) and same.max() <= 1 + 1e-9
     assert torch.isfinite(other).all() and not torch.allclose(other, same)
+
+
+def test_viz_help(capsys):
+    for argv in (["viz", "--help"], ["viz", "cameras", "--help"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: mmpos viz cameras" in out and "preset:NAME" in out
