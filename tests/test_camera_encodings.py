@@ -237,6 +237,15 @@ def test_rayrope_is_not_scale_invariant():
     assert (pe.logits(q, k, side, depth_q=raw) - pe.logits(q, k, other, depth_q=raw)).abs().max() > 1e-2
 
 
+def test_rayrope_attention_agrees_with_its_logits():
+    pe, _, side, raw = ray_setup()
+    q, k, v = qkv(2, tokens(3), 48)
+    plain = RayRoPE(48, apply_vo=False)
+    weights = torch.softmax(plain.logits(q, k, side, depth_q=raw) / math.sqrt(48), dim=-1)
+    assert (plain.attention(q, k, v, side, depth_q=raw) - weights @ v).abs().max() < 1e-12
+    assert (pe.attention(q, k, v, side, depth_q=raw) - weights @ v).abs().max() > 1e-3  # values are encoded too
+
+
 def test_rayrope_own_frame_identities():
     pe, _, side, raw = ray_setup()
     near, far = pe.depths(raw, side)
