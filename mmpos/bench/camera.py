@@ -41,7 +41,6 @@ def make_rig(cameras: int, batch: int, dtype=torch.float64, seed: int = 0):
 
 def build(name: str, head_dim: int, cameras: int, batch: int, grid, image, dtype, device):
     """(encoding, run(q, k, v) -> output) with geometry in ``dtype`` on ``device``."""
-    from ..camera.models import Pinhole
     from ..camera.poses import invert_pose
     from ..camera.rays import ray_grid
     from ..encodings import create_pe
@@ -52,9 +51,8 @@ def build(name: str, head_dim: int, cameras: int, batch: int, grid, image, dtype
     c2w, k_pixels = c2w.to(device, dtype), k_pixels.to(device, dtype)
     w2c = invert_pose(c2w)
     tokens = cameras * grid[0] * grid[1]
+    rays, valid = ray_grid(trajectory.camera(0, width, height), grid, dtype=dtype, device=device)
     if name == "plucker":
-        rays, _ = ray_grid(Pinhole(*k_pixels[0, 0, [0, 1, 0, 1], [0, 1, 2, 2]].tolist(), width, height), grid,
-                           dtype=dtype, device=device)
         pe = create_pe("plucker", embed_dim=head_dim)
         return pe, lambda q, k, v: pe.embed(c2w, rays)
     pe = create_pe(name, head_dim=head_dim).to(device)
@@ -62,8 +60,6 @@ def build(name: str, head_dim: int, cameras: int, batch: int, grid, image, dtype
         geo = pe.prepare(w2c, grid, k_pixels, image)
         return pe, lambda q, k, v: pe.attention(q, k, v, geo)
     if name == "ucpe":
-        rays, valid = ray_grid(Pinhole(*k_pixels[0, 0, [0, 1, 0, 1], [0, 1, 2, 2]].tolist(), width, height), grid,
-                               dtype=dtype, device=device)
         geo = pe.prepare(c2w, rays, grid, valid)
         return pe, lambda q, k, v: pe.attention(q, k, v, geo)
     side = pe.prepare(w2c, k_pixels, image, grid)
