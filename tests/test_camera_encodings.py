@@ -83,6 +83,21 @@ def test_prope_with_one_camera_is_2d_rope():
     assert (across - same_camera).abs().max() > 1e-3
 
 
+def test_prope_cross_attention_between_different_rigs():
+    pe = PRoPE(head_dim=16)
+    w2c = invert_pose(rigid(7, (2, 5)))
+    q, _, _ = qkv(2, tokens(3), 16)
+    _, k, v = qkv(2, tokens(2, (2, 2)), 16, seed=4)
+
+    def run(world):
+        query = pe.prepare(w2c[:, :3] @ world, GRID, intrinsics(2, 3), IMAGE)
+        key = pe.prepare(w2c[:, 3:] @ world, (2, 2), intrinsics(2, 2), (64, 64))
+        return pe.attention(q, k, v, query, key)
+
+    out = run(torch.eye(4, dtype=F64))
+    assert out.shape == q.shape and (run(invert_pose(rigid(8))) - out).abs().max() < 1e-10
+
+
 def test_projective_value_path_is_relative():
     """With values and outputs transformed, a token attending only to itself gets its own value back."""
     pe = PRoPE(head_dim=16)

@@ -3,7 +3,7 @@
 Each head's channels are split in two: the first ``projective_dim`` channels are 4-vectors multiplied by a
 4x4 matrix ``P`` per token (a camera's projective frame, or a ray's local frame), the rest carry 2D RoPE over
 the token's (column, row) in its image (base 100): a block of channels for x, then one for y, each with its
-own pair layout (``half`` by default: the channel order of the PRoPE and UCPE reference code).
+own pair layout (``half`` by default, the split layout the PRoPE and UCPE notes describe).
 
 =========  ======================  ===========================
 tensor     projective channels     RoPE channels
