@@ -164,3 +164,31 @@ def test_sample_assets_are_the_documented_preset():
     for name in ("arc_re10k.txt", "arc.json"):
         traj = load_trajectory(root / name)
         assert torch.allclose(traj.c2w, expected.c2w, atol=1e-14) and torch.equal(traj.intrinsics, expected.intrinsics)
+
+
+def test_matrix_to_axis_angle_inverts_rodrigues_including_pi_and_zero():
+    from mmpos.camera import matrix_to_axis_angle
+
+    g = torch.Generator().manual_seed(0)
+    axes = torch.nn.functional.normalize(torch.randn(6, 3, generator=g, dtype=F64), dim=-1)
+    angles = torch.tensor([0.0, 1e-9, 0.3, 2.0, math.pi - 1e-9, math.pi], dtype=F64)
+    vectors = axes * angles[:, None]
+    recovered = matrix_to_axis_angle(axis_angle_to_matrix(vectors))
+    assert torch.allclose(axis_angle_to_matrix(recovered), axis_angle_to_matrix(vectors), atol=1e-12)
+    assert torch.allclose(recovered[:4], vectors[:4], atol=1e-12)
+    assert torch.allclose(recovered.norm(dim=-1), angles, atol=1e-7)
+
+
+def test_resample_keeps_frames_and_interpolates_on_the_geodesic():
+    from mmpos.camera import resample
+
+    pan = preset_trajectory("pan", 5, degrees=40)
+    same = resample(pan, 5)
+    assert torch.allclose(same.c2w, pan.c2w, atol=1e-14) and torch.allclose(same.intrinsics, pan.intrinsics)
+    dense = resample(pan, 9)  # every other frame is an original one, the others lie halfway on the rotation
+    assert torch.allclose(dense.c2w[::2], pan.c2w, atol=1e-14)
+    yaw = torch.atan2(dense.c2w[:, 0, 2], dense.c2w[:, 2, 2])
+    original = torch.atan2(pan.c2w[:, 0, 2], pan.c2w[:, 2, 2])
+    assert torch.allclose(yaw[1::2], (original[:-1] + original[1:]) / 2, atol=1e-14)
+    check_pose("c2w", resample(preset_trajectory("orbit", 7), 50).c2w, tol=1e-12)
+    assert torch.allclose(resample(pan, 3).timestamps, torch.tensor([0.0, 2.0, 4.0], dtype=F64))

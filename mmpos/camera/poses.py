@@ -112,6 +112,27 @@ def axis_angle_to_matrix(axis_angle: torch.Tensor) -> torch.Tensor:
     return eye + sin * cross + (1 - cos) * (cross @ cross)
 
 
+def matrix_to_axis_angle(rotation: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`axis_angle_to_matrix`: ``[..., 3, 3]`` -> ``[..., 3]`` with angles in ``[0, pi]``
+    (stable near 0 and at pi, where the axis comes from ``(R + I) / 2 = a a^T``)."""
+    trace = rotation[..., 0, 0] + rotation[..., 1, 1] + rotation[..., 2, 2]
+    angle = torch.acos(((trace - 1) / 2).clamp(-1, 1))
+    vee = torch.stack([rotation[..., 2, 1] - rotation[..., 1, 2], rotation[..., 0, 2] - rotation[..., 2, 0],
+                       rotation[..., 1, 0] - rotation[..., 0, 1]], -1)  # 2 sin(angle) axis
+    sine = vee.norm(dim=-1) / 2
+    regular = sine > 1e-6
+    factor = torch.where(regular, angle / (2 * sine.clamp_min(1e-6)), 0.5 + angle**2 / 12)
+    result = vee * factor[..., None]
+    near_pi = ~regular & (trace < 0)
+    if bool(near_pi.any()):
+        outer = (rotation + torch.eye(3, dtype=rotation.dtype, device=rotation.device)) / 2  # a a^T at angle pi
+        column = outer.diagonal(dim1=-2, dim2=-1).argmax(-1)
+        axis = torch.gather(outer, -1, column[..., None, None].expand(*column.shape, 3, 1))[..., 0]
+        axis = axis / axis.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        result = torch.where(near_pi[..., None], axis * angle[..., None], result)
+    return result
+
+
 def look_at(eye: torch.Tensor, target: torch.Tensor, down=(0.0, 1.0, 0.0)) -> torch.Tensor:
     """OpenCV camera-to-world ``[..., 4, 4]`` at ``eye`` looking at ``target``, with the camera's y axis as
     close as possible to the world ``down`` direction (default +y: the y-down world of RealEstate10K)."""

@@ -75,6 +75,34 @@ class Trajectory:
         return Trajectory(self.c2w.to(dtype), self.intrinsics.to(dtype), self.timestamps, self.url)
 
 
+def resample(trajectory: Trajectory, num_frames: int) -> Trajectory:
+    """The trajectory at ``num_frames`` evenly spaced times from its first to its last frame.
+
+    Between two frames the rotation follows the geodesic (constant angular speed about one axis), the camera
+    centre, intrinsics and timestamps move linearly. Resampling to the same count returns the same poses.
+    """
+    from .._validation import check_positive_int
+    from .poses import axis_angle_to_matrix, matrix_to_axis_angle, pose_from_rotation_translation
+
+    check_positive_int("num_frames", num_frames)
+    n = len(trajectory)
+    c2w = trajectory.c2w
+    t = torch.linspace(0, n - 1, num_frames, dtype=torch.float64) if num_frames > 1 else torch.zeros(1, dtype=torch.float64)
+    left = t.floor().long().clamp(max=max(n - 2, 0))
+    right = (left + 1).clamp(max=n - 1)
+    frac = (t - left).to(c2w.dtype)
+    r_left, r_right = c2w[left, :3, :3], c2w[right, :3, :3]
+    step = matrix_to_axis_angle(r_left.transpose(-1, -2) @ r_right)
+    rotation = r_left @ axis_angle_to_matrix(step * frac[:, None])
+    centre = torch.lerp(c2w[left, :3, 3], c2w[right, :3, 3], frac[:, None])
+
+    def blend(values):
+        return torch.lerp(values[left], values[right], frac.to(values.dtype).reshape(-1, *[1] * (values.dim() - 1)))
+
+    return Trajectory(pose_from_rotation_translation(rotation, centre), blend(trajectory.intrinsics),
+                      blend(trajectory.timestamps), trajectory.url)
+
+
 def read_re10k(path, dtype=torch.float64) -> Trajectory:
     """Read a RealEstate10K pose file (see the module docstring)."""
     lines = Path(path).read_text().splitlines()
