@@ -32,7 +32,7 @@ def test_viz_cameras_errors(tmp_path):
 
 
 def test_frustum_of_the_identity_camera():
-    lines = frustum_lines(torch.eye(4, dtype=torch.float64), torch.tensor([1.0, 1.0, 0.5, 0.5]), 2.0, 1.0)
+    lines = frustum_lines(torch.eye(4, dtype=torch.float64), torch.tensor([1.0, 1.0, 0.5, 0.5], dtype=torch.float64), 2.0)
     far = lines[:4, 1]
     assert torch.allclose(far[:, 2], torch.full((4,), 2.0, dtype=torch.float64))
     assert torch.allclose(far[:, :2].abs(), torch.ones(4, 2, dtype=torch.float64))  # half-width 0.5/1 at depth 2

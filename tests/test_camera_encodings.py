@@ -212,6 +212,9 @@ def test_zero_init_adapter_leaves_the_host_bit_identical():
         assert torch.equal(combined, host_only)
         torch.nn.init.normal_(block.adapter.out_proj.weight)
         trained = block(x, camera=geo, orientation=orientation)
+        assert torch.equal(block(x), host_only)  # no camera: the host alone
+        block.set_camera(geo, orientation)  # how a stock block that calls attn(x) gets the camera
+        assert torch.equal(block(x), trained)
     change = (trained - host_only).abs().amax(-1)
     assert (change[:, valid.repeat(2)] > 1e-3).all()
     assert (change[:, ~valid.repeat(2)] == 0).all()  # tokens without a ray get no residual

@@ -122,18 +122,26 @@ class UCPEAdapter(nn.Module):
 class ParallelAdapter(nn.Module):
     """``host(x, ...) + adapter(x, geo, orientation)``: UCPE's "parallel" placement around a frozen attention.
 
-    ``camera=None`` runs the host alone. With a zero-initialised adapter the sum equals the host's output
-    bit for bit (adding exact zeros).
+    The camera comes from the call (``camera=``, ``orientation=``) or, so that a stock block that calls
+    ``attn(x, ...)`` needs no change, from :meth:`set_camera` (set once per step; every layer can share the
+    same geometry). Without a camera the host runs alone. With a zero-initialised adapter the sum equals the
+    host's output bit for bit (adding exact zeros).
     """
 
     def __init__(self, host: nn.Module, adapter: UCPEAdapter):
         super().__init__()
         self.host, self.adapter = host, adapter
+        self.camera: CameraTransforms | None = None
+        self.orientation: torch.Tensor | None = None
+
+    def set_camera(self, camera: CameraTransforms | None, orientation: torch.Tensor | None = None) -> None:
+        self.camera, self.orientation = camera, orientation
 
     def forward(self, hidden_states: torch.Tensor, *args, camera: CameraTransforms | None = None,
                 orientation: torch.Tensor | None = None, **kwargs):
         out = self.host(hidden_states, *args, **kwargs)
         if camera is None:
+            camera, orientation = self.camera, self.orientation if orientation is None else orientation
+        if camera is None:
             return out
         return out + self.adapter(hidden_states, camera, orientation)
-

@@ -33,8 +33,9 @@ def resolve_trajectory(spec: str, num_frames: int = 49) -> Trajectory:
     return load_trajectory(spec)
 
 
-def frustum_lines(c2w: torch.Tensor, intrinsics: torch.Tensor, depth: float, aspect: float) -> torch.Tensor:
-    """``[8, 2, 3]`` world segments of a camera's frustum (4 edges from the centre, 4 around the far plane)."""
+def frustum_lines(c2w: torch.Tensor, intrinsics: torch.Tensor, depth: float) -> torch.Tensor:
+    """``[8, 2, 3]`` world segments of a camera's frustum (4 edges from the centre, 4 around the image plane at
+    z-depth ``depth``); ``intrinsics``: normalised ``(fx/W, fy/H, cx/W, cy/H)``."""
     fx, fy, cx, cy = intrinsics.tolist()
     corners = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]], dtype=c2w.dtype)
     x = (corners[:, 0] - cx) / fx * depth
@@ -60,7 +61,7 @@ def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "cam
     colours = cm.viridis(torch.linspace(0, 1, n).numpy())
     ax.plot(centres[:, 0].numpy(), centres[:, 2].numpy(), -centres[:, 1].numpy(), color="0.6", lw=1)
     for i in picks:
-        for segment in frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth, 1.0):
+        for segment in frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth):
             ax.plot(segment[:, 0].numpy(), segment[:, 2].numpy(), -segment[:, 1].numpy(), color=colours[i], lw=1)
     ax.set_xlabel("x")
     ax.set_ylabel("z (forward)")
