@@ -275,9 +275,8 @@ class KannalaBrandt(_Intrinsics):
         theta = target.clamp(max=self.max_angle)
         for _ in range(NEWTON_STEPS):
             theta = (theta - (self._theta_d(theta) - target) / self._theta_d_slope(theta)).clamp(0, self.max_angle)
-        small = radius < 1e-12
-        scale = torch.where(small, torch.ones_like(radius), theta.sin() / torch.where(small, torch.ones_like(radius),
-                                                                                       radius))
+        small = radius < 1e-12  # sin(theta) / r -> 1 on the optical axis
+        scale = torch.where(small, torch.ones_like(radius), theta.sin() / radius.clamp_min(1e-12))
         rays = torch.cat([xy * scale[..., None], theta.cos()[..., None]], -1)
         rays = torch.where(valid[..., None], rays, _optical_axis(rays))
         return rays, valid
@@ -287,8 +286,8 @@ class KannalaBrandt(_Intrinsics):
         theta = torch.atan2(rho, points[..., 2])
         valid = (theta <= self.max_angle) & (points.norm(dim=-1) > 0)
         theta = torch.where(valid, theta, torch.zeros_like(theta))
-        small = rho < 1e-12 * points.norm(dim=-1).clamp_min(1e-300)
-        scale = torch.where(small, torch.zeros_like(rho), self._theta_d(theta) / torch.where(small, torch.ones_like(rho), rho))
+        small = rho < 1e-12 * points.norm(dim=-1).clamp_min(1e-300)  # on the optical axis: the principal point
+        scale = torch.where(small, torch.zeros_like(rho), self._theta_d(theta) / rho.clamp_min(1e-300))
         return self._to_pixels(points[..., :2] * scale[..., None]), valid
 
 

@@ -1,7 +1,8 @@
 """Preset camera trajectories of N frames, eased in and out (zero velocity at both ends).
 
 Every preset starts at (or, for ``arc``, is centred on) the identity camera: at the origin, looking down
-+z with y down (OpenCV axes). Positive angles turn right (pan), up (tilt), and the camera's x axis towards its y axis (roll).
++z with y down (OpenCV axes). Positive angles turn right (pan), up (tilt), and the camera's x axis
+towards its y axis (roll).
 """
 from __future__ import annotations
 

@@ -43,7 +43,8 @@ class Trajectory:
         n = self.c2w.shape[0]
         check_float_coords("intrinsics", self.intrinsics)
         if self.intrinsics.shape != (n, 4):
-            raise ValueError(f"intrinsics must be [N={n}, 4] (fx/W, fy/H, cx/W, cy/H), got {tuple(self.intrinsics.shape)}")
+            raise ValueError(f"intrinsics must be [N={n}, 4] (fx/W, fy/H, cx/W, cy/H), "
+                             f"got {tuple(self.intrinsics.shape)}")
         check_finite("intrinsics", self.intrinsics)
         if not bool((self.intrinsics[:, :2] > 0).all()):
             raise ValueError("intrinsics: focal lengths (columns 0 and 1) must be positive")
@@ -87,7 +88,7 @@ def resample(trajectory: Trajectory, num_frames: int) -> Trajectory:
     check_positive_int("num_frames", num_frames)
     n = len(trajectory)
     c2w = trajectory.c2w
-    t = torch.linspace(0, n - 1, num_frames, dtype=torch.float64) if num_frames > 1 else torch.zeros(1, dtype=torch.float64)
+    t = torch.linspace(0, n - 1, num_frames, dtype=torch.float64)  # one frame: t = 0
     left = t.floor().long().clamp(max=max(n - 2, 0))
     right = (left + 1).clamp(max=n - 1)
     frac = (t - left).to(c2w.dtype)

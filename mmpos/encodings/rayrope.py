@@ -252,7 +252,8 @@ class RayRoPE(nn.Module):
         for camera in range(query.num_cameras):
             rows = slice(camera * query.patches, (camera + 1) * query.patches)
             q_c = rotate(q[..., rows, :], RotaryTable(q_table.cis[..., rows, :]), self.layout)
-            blocks.append(q_c @ rotate(k, self._key_table(query, camera, key, key_depths), self.layout).transpose(-1, -2))
+            k_c = rotate(k, self._key_table(query, camera, key, key_depths), self.layout)
+            blocks.append(q_c @ k_c.transpose(-1, -2))
         return torch.cat(blocks, dim=-2)
 
     def _plan(self, q, k, v, query, key, depth_q, depth_k, known_depth_q, known_depth_k):
