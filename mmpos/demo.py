@@ -9,12 +9,14 @@ from tqdm import tqdm
 from .encodings import create_pe, list_pes, pe_class, pe_options
 
 DEMO_OPTIONS = {"head_dim": 64, "embed_dim": 64, "num_heads": 4, "grid_size": (16, 16), "seed": 0}
+DEMO_OVERRIDES = {"rayrope": {"head_dim": 48}}  # head_dim must be a multiple of 24 (12 coordinates x 2)
 
 
 def demo_encoding(name: str):
     """The encoding ``name`` with the demo's small settings (only the options it takes)."""
     valid = pe_options(name)
-    return create_pe(name, **{k: v for k, v in DEMO_OPTIONS.items() if k in valid})
+    options = {**DEMO_OPTIONS, **DEMO_OVERRIDES.get(name, {})}
+    return create_pe(name, **{k: v for k, v in options.items() if k in valid})
 
 
 def run_demo(out_dir: Path, size: int = 31) -> list[Path]:

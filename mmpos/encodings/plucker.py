@@ -23,6 +23,7 @@ class PluckerRays(nn.Module):
     """Plücker ray embedding added to tokens ``x [B, L, embed_dim]``, ``L = C * P`` camera-major."""
 
     kind = "camera"
+    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
 
     def __init__(self, embed_dim: int, zero_init: bool = True):
         super().__init__()

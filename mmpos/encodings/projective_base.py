@@ -63,6 +63,7 @@ class ProjectiveRoPE(nn.Module):
     """Common operator; subclasses build :class:`CameraTransforms` in ``prepare``."""
 
     kind = "camera"
+    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
 
     def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
                  layout: str = "half", apply_vo: bool = True):

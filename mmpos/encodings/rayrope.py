@@ -102,6 +102,7 @@ class RayRoPE(nn.Module):
     """
 
     kind = "camera"
+    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
 
     def __init__(self, head_dim: int, num_rays: int = 3, freq_base: float = 3.0, apply_vo: bool = True,
                  layout: str = "half"):
