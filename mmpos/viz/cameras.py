@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..camera.models import Pinhole, UnifiedCamera
+from ..camera.models import UnifiedCamera
 from ..camera.presets import PRESETS, preset_trajectory
 from ..camera.ray_frames import latitude_up_map
 from ..camera.rays import ray_grid, world_rays
