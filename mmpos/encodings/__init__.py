@@ -4,6 +4,10 @@ from .registry import create_pe, list_pes, pe_class, pe_options, register_pe
 from .rope_axial import AxialRoPE, RoPE1D
 from .rope_mixed import MixedRoPE, init_mixed_freqs
 from .rotary_base import RotaryPE
+from .camera_encodings import (CameraTransforms, ParallelAdapter, PluckerRays, PRoPE, ProjectiveRoPE, RayDepthHead,
+                               RayRoPE, RaySide, UCPE, UCPEAdapter, sample_ray_depths)
 
 __all__ = ["AbsolutePE", "LearnedAPE", "NoPE", "SinCosAPE", "create_pe", "list_pes", "pe_class", "pe_options",
            "register_pe", "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "RotaryPE"]
+__all__ += ["CameraTransforms", "ParallelAdapter", "PluckerRays", "PRoPE", "ProjectiveRoPE", "RayDepthHead",
+            "RayRoPE", "RaySide", "UCPE", "UCPEAdapter", "sample_ray_depths"]

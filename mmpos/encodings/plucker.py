@@ -1,0 +1,60 @@
+"""``plucker``: per-token 6D Plücker rays ``(d, o x d)``, the camera input of CameraCtrl-style methods.
+
+An absolute, token-level encoding: ``embed`` gives the raw 6 channels per token (the input of a conv or
+linear camera adapter); ``forward`` adds ``proj(plucker)`` to the tokens, where ``proj = Linear(6, embed_dim)``
+starts at zero (so attaching it to a pretrained model is a no-op until trained; ``zero_init=False`` for a
+default-initialised projection). Not invariant to the world frame (it is absolute by design).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .._validation import as_int_tuple, check_positive_int
+from ..camera.poses import check_pose
+from ..camera.rays import plucker_rays
+from .registry import register_pe
+
+
+@register_pe("plucker")
+class PluckerRays(nn.Module):
+    """Plücker ray embedding added to tokens ``x [B, L, embed_dim]``, ``L = C * P`` camera-major."""
+
+    kind = "camera"
+    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
+
+    def __init__(self, embed_dim: int, zero_init: bool = True):
+        super().__init__()
+        check_positive_int("embed_dim", embed_dim)
+        self.embed_dim = embed_dim
+        self.proj = nn.Linear(6, embed_dim)
+        if zero_init:
+            nn.init.zeros_(self.proj.weight)
+            nn.init.zeros_(self.proj.bias)
+
+    @staticmethod
+    def embed(c2w: torch.Tensor, rays_cam: torch.Tensor) -> torch.Tensor:
+        """``c2w [B, C, 4, 4]``, ``rays_cam [P, 3] | [C, P, 3] | [B, C, P, 3]`` -> ``[B, C * P, 6]`` (fp32/64)."""
+        c2w = check_pose("c2w", c2w)
+        if c2w.dim() != 4:
+            raise ValueError(f"c2w must be [B, C, 4, 4], got {tuple(c2w.shape)}")
+        if rays_cam.shape[-1] != 3 or rays_cam.dim() > 4:
+            raise ValueError(f"rays_cam must be [P, 3], [C, P, 3] or [B, C, P, 3], got {tuple(rays_cam.shape)}")
+        return plucker_rays(c2w, rays_cam).flatten(1, 2)
+
+    @staticmethod
+    def maps(c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int]) -> torch.Tensor:
+        """``[B, C, 6, rows, cols]`` Plücker images (the input of conv camera encoders)."""
+        rows, cols = as_int_tuple("grid_size", grid_size)
+        rays = PluckerRays.embed(c2w, rays_cam)
+        return rays.unflatten(1, (c2w.shape[1], rows, cols)).permute(0, 1, 4, 2, 3)
+
+    def forward(self, x: torch.Tensor, c2w: torch.Tensor, rays_cam: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
+            raise ValueError(f"x must be [B, L, {self.embed_dim}], got {tuple(x.shape)}")
+        rays = self.embed(c2w, rays_cam)
+        if rays.shape[1] != x.shape[1]:
+            raise ValueError(f"x has {x.shape[1]} tokens; the cameras give {rays.shape[1]} (C * P)")
+        return x + self.proj(rays.to(x.dtype))

@@ -1,0 +1,44 @@
+"""``mmpos viz ...`` subcommands (``mmpos viz cameras TRAJECTORY``)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _cameras(args) -> int:
+    from .cameras import camera_figures, resolve_trajectory
+
+    trajectory = resolve_trajectory(args.trajectory, args.frames)
+    stem = args.trajectory.split(":", 1)[1] if args.trajectory.startswith("preset:") else Path(args.trajectory).stem
+    written = camera_figures(trajectory, args.out, stem, args.frame, tuple(args.image_size), tuple(args.grid),
+                             args.model, args.fov, args.xi)
+    for path in written:
+        print(path)
+    return 0
+
+
+def add_viz_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``viz`` and its subcommands on the top-level ``mmpos`` parser."""
+    viz = subparsers.add_parser("viz", help="figures of inputs to encodings (cameras)",
+                                description="Figures of the inputs encodings see.")
+    kinds = viz.add_subparsers(dest="viz_command", required=True, metavar="{cameras}")
+    cameras = kinds.add_parser(
+        "cameras", help="camera rig and ray maps of a trajectory",
+        description="Draw the camera rig of TRAJECTORY (frusta along the path, coloured by time) to "
+        "OUT/STEM_rig.png and, for one frame, the world ray directions, latitude and image up-vectors to "
+        "OUT/STEM_rays.png.")
+    cameras.add_argument("trajectory", help="RealEstate10K pose .txt, mmpos .json, or preset:NAME "
+                         "(orbit, arc, pan, tilt, roll, dolly_in, dolly_out, zoom_in, zoom_out)")
+    cameras.add_argument("--frame", type=int, default=0, help="frame of the ray maps (negative counts from the end)")
+    cameras.add_argument("--out", default="outputs/viz", help="output folder (default: outputs/viz)")
+    cameras.add_argument("--frames", type=int, default=49, help="frames of a preset (default: 49)")
+    cameras.add_argument("--image-size", type=int, nargs=2, default=(180, 320), metavar=("H", "W"),
+                         help="image size in pixels for the ray maps (default: 180 320)")
+    cameras.add_argument("--grid", type=int, nargs=2, default=(18, 32), metavar=("ROWS", "COLS"),
+                         help="patch grid of the ray maps (default: 18 32)")
+    cameras.add_argument("--model", choices=("pinhole", "unified"), default="pinhole",
+                         help="camera model of the ray maps: the trajectory's pinhole or a unified camera")
+    cameras.add_argument("--fov", type=float, default=None, help="horizontal FoV (degrees) for --model unified")
+    cameras.add_argument("--xi", type=float, default=0.0, help="xi for --model unified (0 = pinhole)")
+    cameras.set_defaults(func=_cameras)
+    return viz
