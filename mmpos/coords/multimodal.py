@@ -112,10 +112,16 @@ def multimodal_position_ids(
     return position_ids, rope_deltas
 
 
-def decode_position_ids(rope_deltas: torch.Tensor, past_length: int, num_new: int = 1, num_axes: int = 3):
-    """Ids ``(A, B, num_new)`` of generated text tokens after ``past_length`` cached ones."""
-    steps = torch.arange(past_length, past_length + check_positive_int("num_new", num_new), device=rope_deltas.device)
-    return (steps.unsqueeze(0) + rope_deltas.reshape(-1, 1)).unsqueeze(0).expand(num_axes, -1, -1)
+def decode_position_ids(rope_deltas: torch.Tensor, past_length, num_new: int = 1, num_axes: int = 3):
+    """Ids ``(A, B, num_new)`` of the next generated text tokens: ``past + step + rope_deltas``.
+
+    ``past_length``: tokens already seen per sample, not counting padding (an int, or ``(B,)``, e.g.
+    ``attention_mask.sum(-1)``), so every sample continues at its own ``max id + 1``.
+    """
+    check_positive_int("num_new", num_new)
+    past = torch.as_tensor(past_length, device=rope_deltas.device).reshape(-1, 1)
+    steps = past + torch.arange(num_new, device=rope_deltas.device)
+    return (steps + rope_deltas.reshape(-1, 1)).unsqueeze(0).expand(num_axes, -1, -1)
 
 
 def segment_token_types(segments: Iterable[Sequence], device=None):
