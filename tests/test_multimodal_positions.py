@@ -39,18 +39,8 @@ def test_qwen35_golden_without_vision_start_tokens():
 
 
 def _host_rope_index(kind, ids, types, attention_mask=None, **grids):
-    model = _models()[kind]
     with torch.no_grad():
-        return model.model.get_rope_index(ids, types, attention_mask=attention_mask, **grids)
-
-
-_MODEL_CACHE = {}
-
-
-def _models():
-    if not _MODEL_CACHE:
-        _MODEL_CACHE.update({kind: tiny_qwen_vl.build(kind) for kind in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")})
-    return _MODEL_CACHE
+        return tiny_qwen_vl.build(kind).model.get_rope_index(ids, types, attention_mask=attention_mask, **grids)
 
 
 def _padded_batch(kind):

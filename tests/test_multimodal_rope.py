@@ -112,7 +112,7 @@ def test_partial_rotary_qwen35():
 def test_tables_do_not_modify_coordinates():
     coords = sequence_coords(SEGMENTS)
     before = coords.clone()
-    for name, options in (("mrope", {}), ("mrope_interleave", {}), ("mhrope", dict(num_kv_heads=3))):
+    for name, options in (("mrope", {}), ("mrope_interleave", {}), ("mhrope", dict(num_heads=3))):
         mmpos.create_pe(name, head_dim=32, **options).table(coords)
     assert torch.equal(coords, before)
 

@@ -1,4 +1,6 @@
 """Tiny Qwen2-VL / Qwen2.5-VL / Qwen3-VL models built in code (no weights) and a mixed text-image-video input."""
+import functools
+
 import torch
 
 IMAGE_TOKEN, VIDEO_TOKEN, VISION_START, VISION_END = 60, 61, 62, 63
@@ -18,8 +20,12 @@ _SPECIAL = dict(image_token_id=IMAGE_TOKEN, video_token_id=VIDEO_TOKEN, vision_s
 _PATCHES = dict(patch_size=2, temporal_patch_size=2, spatial_merge_size=2, in_channels=3)
 
 
+@functools.lru_cache(maxsize=None)
 def build(kind: str, seed: int = 0):
-    """``kind`` in ``qwen2_vl`` (chunked [2, 3, 3]), ``qwen2_5_vl``, ``qwen3_vl`` (interleaved [4, 2, 2])."""
+    """``kind`` in ``qwen2_vl`` (chunked [2, 3, 3]), ``qwen2_5_vl``, ``qwen3_vl`` (interleaved [4, 2, 2]).
+
+    Cached and shared by the test modules; tests that patch a model restore it.
+    """
     import transformers as tf
 
     torch.manual_seed(seed)
@@ -57,9 +63,11 @@ def mixed_inputs(kind: str, video_grid=(4, 4, 6)):
     ids = torch.tensor([[1, 2, 3] + image + [4, 5] + video + [6, 7]])
     types = (ids == IMAGE_TOKEN).int() + 2 * (ids == VIDEO_TOKEN).int()
     patch_dim = 3 * 2 * 2 * 2
+    pixels = torch.Generator().manual_seed(0)  # the same inputs on every call
     inputs = dict(input_ids=ids, mm_token_type_ids=types, image_grid_thw=torch.tensor([[1, 4, 4]]),
-                  pixel_values=torch.randn(16, patch_dim), video_grid_thw=torch.tensor([[t_llm, height, width]]),
-                  pixel_values_videos=torch.randn(t_llm * height * width, patch_dim))
+                  pixel_values=torch.randn(16, patch_dim, generator=pixels),
+                  video_grid_thw=torch.tensor([[t_llm, height, width]]),
+                  pixel_values_videos=torch.randn(t_llm * height * width, patch_dim, generator=pixels))
     if kind == "qwen2_5_vl":
         inputs["second_per_grid_ts"] = torch.tensor([1.5])
     return inputs

@@ -237,7 +237,8 @@ def _check_grid(name, grid) -> torch.Tensor:
 
 def _check_tokens(token_types, attention_mask):
     if not isinstance(token_types, torch.Tensor) or token_types.dim() != 2 or token_types.is_floating_point():
-        raise ValueError(f"token_types must be an integer tensor (B, L), got {tuple(getattr(token_types, 'shape', ()))}")
+        shape = tuple(getattr(token_types, "shape", ()))
+        raise ValueError(f"token_types must be an integer tensor (B, L), got shape {shape}")
     if ((token_types < TEXT) | (token_types > VIDEO)).any():
         raise ValueError("token_types must hold 0 (text), 1 (image) or 2 (video)")
     if attention_mask is None:

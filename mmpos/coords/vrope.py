@@ -106,7 +106,8 @@ def compact_ids(ids: torch.Tensor) -> torch.Tensor:
 def expand_ids(compact: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`compact_ids`: ``[..., 3] -> [..., 4]`` with ``v3 = v1 + v2 - v0`` (exact for integers)."""
     if compact.shape[-1] != 3:
-        raise ValueError(f"compact VRoPE ids must have 3 entries (v0, v1, v2) in the last dim, got {tuple(compact.shape)}")
+        raise ValueError(f"compact VRoPE ids must have 3 entries (v0, v1, v2) in the last dim, got "
+                         f"{tuple(compact.shape)}")
     fourth = compact[..., 1] + compact[..., 2] - compact[..., 0]
     return torch.cat([compact, fourth.unsqueeze(-1)], dim=-1)
 

@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 
 from .._validation import check_choice, check_positive_int
+from ..coords.vrope import video_block_ids
 from ..ops.tables import RotaryTable, TableCache, axial_phases, table_from_phases
 from ..spectrum.multimodal import (NOPE_HEAD, check_mrope_section, cyclic_axis_of_pair, default_head_section,
                                    default_mrope_section, head_axis_map, ladder_spectrum, query_head_map,
@@ -107,6 +108,10 @@ class VRoPE(LadderRoPE):
         super().__init__(head_dim, cyclic_axis_of_pair(num_pairs, 4), 4, theta, layout, num_prefix_tokens,
                          seq_dim, table_precision, "cyclic")
 
+    def image_coords(self, height: int, width: int) -> torch.Tensor:
+        """Variant ids ``[height * width, 4]`` (fp64) of one image (a one-frame video), e.g. for figures."""
+        return video_block_ids(1, height, width).double()
+
 
 @register_pe("mhrope")
 class MHRoPE(RotaryPE):
@@ -114,9 +119,9 @@ class MHRoPE(RotaryPE):
 
     Args:
         head_dim: channels per head.
-        num_kv_heads: key/value heads (the table has one row per KV head).
         num_heads: query heads, a multiple of ``num_kv_heads``; query head g uses KV head
-            ``g // (num_heads // num_kv_heads)`` (GQA). Default ``num_kv_heads``.
+            ``g // (num_heads // num_kv_heads)`` (GQA).
+        num_kv_heads: key/value heads (the table has one row per KV head); default ``num_heads``.
         head_section: KV heads per axis ``(n_t, n_h, n_w)``, sum at most ``num_kv_heads`` (the paper's
             ``(2, 3, 3)`` of 8); default ``(H - 2 (3H // 8), 3H // 8, 3H // 8)``.
         theta, partial_rotary_factor, layout, num_prefix_tokens, seq_dim: as :class:`MRoPE`.
@@ -124,13 +129,13 @@ class MHRoPE(RotaryPE):
     tensors with ``num_kv_heads`` (keys) or ``num_heads`` (queries) heads.
     """
 
-    def __init__(self, head_dim: int, num_kv_heads: int, num_heads: int | None = None,
+    def __init__(self, head_dim: int, num_heads: int = 8, num_kv_heads: int | None = None,
                  head_section: Sequence[int] | None = None, theta: float = 10000.0,
                  partial_rotary_factor: float = 1.0, layout: str = "half", num_prefix_tokens: int = 0,
                  seq_dim: int = -2):
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         head_section = default_head_section(num_kv_heads) if head_section is None else head_section
         super().__init__(head_dim, len(head_section), layout, num_prefix_tokens, seq_dim)
-        num_heads = num_kv_heads if num_heads is None else num_heads
         self.kv_head_of_query = query_head_map(num_heads, num_kv_heads)
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_section = tuple(head_section)
