@@ -97,6 +97,9 @@ def test_mhrope_head_mapping_nope_heads_and_gqa():
         alone = rotate(q[:, g : g + 1], RotaryTable(table[g // 2 : g // 2 + 1]), "half")
         assert torch.equal(rotated[:, g : g + 1], alone)
     assert torch.equal(rotated[:, 6:], q[:, 6:])  # query heads 6, 7 share the NoPE KV head 3
+    pe_bl = mmpos.create_pe("mhrope", head_dim=16, num_kv_heads=4, num_heads=8, head_section=(1, 2, 0), seq_dim=-3)
+    rotated_bl = pe_bl.rotate(q.transpose(1, 2), pe_bl.table(coords, torch.float64))  # [B, L, H, D] activations
+    assert torch.equal(rotated_bl.transpose(1, 2), rotated)
 
 
 def test_partial_rotary_qwen35():

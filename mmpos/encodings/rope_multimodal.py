@@ -158,12 +158,15 @@ class MHRoPE(RotaryPE):
 
     def rotate(self, x, table):
         heads = x.shape[-3] if self.seq_dim == -2 else x.shape[-2]
-        if heads == self.num_heads and heads != self.num_kv_heads:
-            table = RotaryTable(table.cis.index_select(-3, self.kv_head_of_query.to(table.cis.device)))
-        elif heads != self.num_kv_heads:
+        if heads == self.num_kv_heads:
+            return super().rotate(x, table)
+        if heads != self.num_heads:
             raise ValueError(f"x has {heads} heads; this MHRoPE was built for num_kv_heads={self.num_kv_heads} "
                              f"(keys) or num_heads={self.num_heads} (queries)")
-        return super().rotate(x, table)
+        if self.seq_dim == -2:  # [B, H, L, D] -> [B, H_kv, group, L, D]: the table broadcasts, no copy
+            grouped = x.unflatten(-3, (self.num_kv_heads, heads // self.num_kv_heads))
+            return super().rotate(grouped, RotaryTable(table.cis.unsqueeze(-3))).flatten(-4, -3)
+        return super().rotate(x, RotaryTable(table.cis.index_select(-3, self.kv_head_of_query.to(table.cis.device))))
 
     def frequency_matrix(self):
         """``[H_kv, A, P]``: each head's frequency on its own axis, zero elsewhere (NoPE heads all zero)."""
