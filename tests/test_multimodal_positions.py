@@ -172,6 +172,8 @@ def test_qwen3_split_frames():
                                      video_time_interval=[1.0, 2.0]), "one per video"),
     (lambda: multimodal_position_ids(torch.tensor([[0, 0]]), design="vrope", spatial_reset=True), "spatial_reset"),
     (lambda: multimodal_position_ids(torch.tensor([[0, 0]]), vision_advance="min"), "vision_advance"),
+    (lambda: multimodal_position_ids(torch.tensor([[0, 0]]), design="vrope", video_time_interval=2.0),
+     "VRoPE lays frames out consecutively"),
     (lambda: segment_token_types([("text", 2), ("audio", 3)]), r"segments\[1\]"),
     (lambda: multimodal_position_ids(torch.zeros(4)), r"token_types must be an integer tensor \(B, L\)"),
 ])

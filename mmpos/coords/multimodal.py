@@ -59,8 +59,9 @@ def multimodal_position_ids(
         spatial_merge_size: ``m``; ``H`` and ``W`` must be multiples of it.
         design: ``"mrope"`` (A = 3 axes t, h, w) or ``"vrope"`` (A = 4 diagonal variants).
         spatial_reset: MRoPE only: vision h and w restart at 0 in every block.
-        video_time_interval: temporal id step per frame, one value or one per video (Qwen2.5-VL:
+        video_time_interval: MRoPE temporal id step per frame, one value or one per video (Qwen2.5-VL:
             ``tokens_per_second * second_per_grid_t``); ids are ``floor(t * interval)`` as in Qwen2.5-VL.
+            VRoPE lays frames out consecutively and takes none.
         split_video_frames: Qwen3-VL: each video frame is its own block.
         vision_advance: ``"max"`` or ``"spatial"`` (see module docstring).
     """
@@ -69,6 +70,8 @@ def multimodal_position_ids(
     check_positive_int("spatial_merge_size", spatial_merge_size)
     if design == "vrope" and spatial_reset:
         raise ValueError("spatial_reset applies to design='mrope' only; VRoPE has its own diagonal layout")
+    if design == "vrope" and not (torch.as_tensor(video_time_interval) == 1).all():
+        raise ValueError("video_time_interval applies to design='mrope' only; VRoPE lays frames out consecutively")
     token_types, valid = _check_tokens(token_types, attention_mask)
     device = token_types.device
     batch, length = token_types.shape

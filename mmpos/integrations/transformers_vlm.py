@@ -118,10 +118,13 @@ def use_multimodal_rope(model: nn.Module, encoding: str, *, mrope_section=None, 
             fits the allocation, else :func:`~mmpos.spectrum.multimodal.default_mrope_section`.
         head_section: MHRoPE KV heads per axis (default ``(H - 2 (3H // 8), 3H // 8, 3H // 8)``).
         spatial_reset: MRoPE family: vision h, w ids restart at 0 per block.
-        vision_advance: ``"max"`` or ``"spatial"`` (see :mod:`mmpos.coords.multimodal`); default: the installed
-            transformers' own rule (``"spatial"`` from 5.0), so ``"mrope"`` on Qwen2-VL reproduces the host.
+        vision_advance: ``"max"`` or ``"spatial"`` (see :mod:`mmpos.coords.multimodal`); default ``"spatial"``,
+            transformers 5.x's own rule, so ``"mrope"`` on Qwen2-VL reproduces the host exactly.
+    Needs transformers >= 5 (its ``get_rope_index(input_ids, mm_token_type_ids, ...)`` signature).
     """
     check_choice("encoding", encoding, ENCODINGS)
+    if _transformers_major() < 5:
+        raise RuntimeError("use_multimodal_rope needs transformers >= 5 (mm_token_type_ids-based get_rope_index)")
     vlm = _find_vlm(model)
     if _PATCH_ATTR in vlm.__dict__:
         raise RuntimeError("this model's RoPE is already switched by mmpos; call .restore() on that patch first")
@@ -133,7 +136,7 @@ def use_multimodal_rope(model: nn.Module, encoding: str, *, mrope_section=None, 
         raise ValueError(f"rope_type={rope_type!r} updates inv_freq on the fly; only static ladders are supported")
     num_pairs = host_rotary.inv_freq.numel()
     split_frames, timed = HOSTS[vlm.config.model_type]
-    advance = vision_advance or ("spatial" if _transformers_major() >= 5 else "max")
+    advance = vision_advance or "spatial"
 
     head_axis = axis_of_pair = None
     if encoding in ("mrope", "mrope_interleave"):
@@ -180,7 +183,7 @@ def _rope_index_function(vlm, design, spatial_reset, split_frames, timed, advanc
             token_types = token_types.masked_fill(input_ids == config.image_token_id, IMAGE)
             token_types = token_types.masked_fill(input_ids == config.video_token_id, VIDEO)
         interval = 1.0
-        if tokens_per_second is not None:
+        if tokens_per_second is not None and design == "mrope":  # VRoPE lays frames out consecutively
             seconds = 1.0 if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts, dtype=torch.float64)
             interval = tokens_per_second * seconds
         ids, deltas = multimodal_position_ids(
