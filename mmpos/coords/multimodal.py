@@ -82,22 +82,10 @@ def multimodal_position_ids(
     grids, intervals = _run_grids(runs, image_grid_thw, video_grid_thw, video_time_interval, split_video_frames,
                                   spatial_merge_size, device)
 
-    local = torch.arange(types.numel(), device=device) - runs.start[runs.of_token]
-    frames, height, width = grids.unbind(-1)  # [R]; text runs: (len, 1, 1)
-    h_tok, w_tok = height[runs.of_token], width[runs.of_token]
-    t_idx, i_idx, j_idx = local // (h_tok * w_tok), (local // w_tok) % h_tok, local % w_tok
+    local = torch.arange(types.numel(), device=device) - runs.start[runs.of_token]  # index inside its run
+    layout = _mrope_layout if design == "mrope" else _vrope_layout
+    local_ids, span = layout(runs, grids, intervals, local, vision_advance)  # [N, A], [R]
     is_text = (runs.kind == TEXT)[runs.of_token]
-
-    if design == "mrope":
-        t_ids = torch.floor(t_idx * intervals[runs.of_token]).to(torch.int64)
-        local_ids = torch.stack([t_ids, i_idx, j_idx], dim=-1)
-        last_t = torch.floor((frames - 1) * intervals).to(torch.int64)
-        span = {"max": torch.maximum(last_t, torch.maximum(height, width) - 1) + 1,
-                "spatial": torch.maximum(height, width)}[vision_advance]
-    else:
-        block_span = height + width - 1
-        local_ids = diagonal_variants(i_idx, j_idx, h_tok, w_tok) + (t_idx * block_span[runs.of_token]).unsqueeze(-1)
-        span = frames * block_span
     num_axes = local_ids.shape[-1]
     local_ids = torch.where(is_text.unsqueeze(-1), local.unsqueeze(-1).expand(-1, num_axes), local_ids)
     advance = torch.where(runs.kind == TEXT, runs.length, span)
@@ -113,6 +101,34 @@ def multimodal_position_ids(
     top = torch.full((batch,), -1, dtype=torch.int64, device=device).scatter_reduce(0, sample, ids.amax(-1), "amax")
     rope_deltas = (top + 1 - valid.sum(-1)).unsqueeze(-1)
     return position_ids, rope_deltas
+
+
+def _frame_indices(runs, grids, local):
+    """(frame, row, col) of every token inside its block (frame-major, row-major)."""
+    height, width = grids[runs.of_token, 1], grids[runs.of_token, 2]
+    return local // (height * width), (local // width) % height, local % width
+
+
+def _mrope_layout(runs, grids, intervals, local, vision_advance):
+    """Local ``(floor(t * interval), row, col)`` ids ``[N, 3]`` and each block's advance ``[R]``."""
+    frame, row, col = _frame_indices(runs, grids, local)
+    t_ids = torch.floor(frame * intervals[runs.of_token]).to(torch.int64)
+    frames, height, width = grids.unbind(-1)
+    if vision_advance == "max":
+        last_t = torch.floor((frames - 1) * intervals).to(torch.int64)
+        span = torch.maximum(last_t, torch.maximum(height, width) - 1) + 1
+    else:
+        span = torch.maximum(height, width)
+    return torch.stack([t_ids, row, col], dim=-1), span
+
+
+def _vrope_layout(runs, grids, intervals, local, vision_advance):
+    """Local VRoPE variant ids ``t K + v`` ``[N, 4]`` (``K = H + W - 1``) and each block's advance ``T K``."""
+    frame, row, col = _frame_indices(runs, grids, local)
+    frames, height, width = grids.unbind(-1)
+    span = height + width - 1
+    variants = diagonal_variants(row, col, height[runs.of_token], width[runs.of_token])
+    return variants + (frame * span[runs.of_token]).unsqueeze(-1), frames * span
 
 
 def decode_position_ids(rope_deltas: torch.Tensor, past_length, num_new: int = 1, num_axes: int = 3):
