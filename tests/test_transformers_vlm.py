@@ -142,3 +142,10 @@ def test_bad_use(models):
     with use_multimodal_rope(model, "mrope"), pytest.raises(ValueError, match=r"video_grid_thw\[0\] covers 12"):
         model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"],
                                    torch.tensor([[2, 4, 6]]))
+
+
+def test_state_dict_keys_are_unchanged_by_the_patch(models):
+    model = models["qwen2_vl"]
+    keys = set(model.state_dict())
+    with use_multimodal_rope(model, "mhrope"):
+        assert set(model.state_dict()) == keys

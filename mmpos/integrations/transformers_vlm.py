@@ -52,14 +52,10 @@ class MultimodalRotaryEmbedding(nn.Module):
         super().__init__()
         if (axis_of_pair is None) == (head_axis is None):
             raise ValueError("pass exactly one of axis_of_pair (per-pair allocation) or head_axis (MHRoPE)")
-        self._host = (host,)  # not a submodule: the host stays owned by its model
+        self.host = host  # a submodule, so model.to(device) moves it; its buffers are not persistent
         self.vrope = vrope
         self.register_buffer("axis_of_pair", axis_of_pair, persistent=False)
         self.register_buffer("head_axis", head_axis, persistent=False)
-
-    @property
-    def host(self) -> nn.Module:
-        return self._host[0]
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
         if position_ids.dim() != 3 or position_ids.shape[0] not in (1, 3):
