@@ -84,10 +84,13 @@ class MRoPE(LadderRoPE):
 
 @register_pe("mrope_interleave")
 class MRoPEInterleave(MRoPE):
-    """MRoPE-I (Qwen3-VL, Qwen3.5): pair f reads h if ``f % 3 == 1, f < 3 s_h``, w if ``f % 3 == 2,
-    f < 3 s_w``, t otherwise, so every axis spans the whole spectrum. Arguments as :class:`MRoPE`
-    (Qwen3-VL ``mrope_section=(24, 20, 20)``, theta 5e6; Qwen3.5 ``(11, 11, 10)``, theta 1e7,
-    ``partial_rotary_factor=0.25``)."""
+    """MRoPE-I (Qwen3-VL, Qwen3.5): t, h, w interleaved over one frequency ladder (each spans all of it).
+
+    Pair f reads h if ``f % 3 == 1 and f < 3 s_h``, w if ``f % 3 == 2 and f < 3 s_w``, t otherwise.
+    Arguments as :class:`MRoPE` (Qwen3-VL ``mrope_section=(24, 20, 20)``, theta 5e6; Qwen3.5
+    ``(11, 11, 10)``, theta 1e7, ``partial_rotary_factor=0.25``; a Wan-like DiT ``(22, 21, 21)`` with
+    ``layout="interleaved"``).
+    """
 
     allocation_name = "interleaved"
 
