@@ -52,13 +52,23 @@ def make_methods(pe, coords, shape, dtype):
         pad = lambda t, v: torch.cat([torch.full_like(t[:n], v), t])  # identity rotation on the prefix
         cos, sin, angles = pad(cos, 1.0), pad(sin, 0.0), pad(angles, 0.0)
     timm_emb = torch.cat([sin, cos], dim=-1)
-    return {
+    methods = {
         "copy (floor)": lambda x: x.clone(),
         "mmpos": lambda x: pe.rotate(x, table),
         "diffusers apply_rotary_emb": lambda x: diffusers_apply(x, (cos, sin)),
         "timm apply_rot_embed_cat": lambda x: apply_rot_embed_cat(x, timm_emb),
         "rotary-embedding-torch": lambda x: ret_apply(angles, x),
     }
+    if coords.device.type == "cuda":
+        methods["mmpos without Triton"] = lambda x: _without_triton(pe.rotate, x, table)
+    return methods
+
+
+def _without_triton(fn, *args):
+    from ..ops.rotary_triton import triton_disabled
+
+    with triton_disabled():
+        return fn(*args)
 
 
 def reference(pe, x, coords) -> torch.Tensor:
@@ -77,17 +87,24 @@ def pair_norm(x: torch.Tensor) -> torch.Tensor:
     return pairs.norm(dim=-1, keepdim=True).expand_as(pairs).flatten(-2)
 
 
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def time_call(fn, q, k, repeats: int) -> float:
     fn(q), fn(k)
+    synchronize(q.device)
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn(q), fn(k)
+        synchronize(q.device)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
 
-def bench_shape(name: str, dtype_name: str, repeats: int, log=print) -> list[dict]:
+def bench_shape(name: str, dtype_name: str, repeats: int, log=print, device: str = "cpu") -> list[dict]:
     import mmpos
 
     (b, h, length, d), axes_dims = SHAPES[name]
@@ -96,8 +113,9 @@ def bench_shape(name: str, dtype_name: str, repeats: int, log=print) -> list[dic
     prefix = length - coords.shape[0]
     pe = mmpos.create_pe("rope_axial", head_dim=d, axes_dims=axes_dims, num_prefix_tokens=prefix)
     gen = torch.Generator().manual_seed(0)
-    q = torch.randn(b, h, length, d, generator=gen).to(dtype)
-    k = torch.randn(b, h, length, d, generator=gen).to(dtype)
+    q = torch.randn(b, h, length, d, generator=gen).to(device, dtype)
+    k = torch.randn(b, h, length, d, generator=gen).to(device, dtype)
+    coords = coords.to(device)
     exact = reference(pe, q, coords)
     spacing = ulp(exact, dtype)
     norm_spacing = ulp(pair_norm(q.double()), dtype)
@@ -109,7 +127,8 @@ def bench_shape(name: str, dtype_name: str, repeats: int, log=print) -> list[dic
             abs_err = (fn(q).double() - exact).abs()
             err = (abs_err / spacing).max().item()
             norm_err = (abs_err / norm_spacing).max().item()
-        rows.append(dict(shape=name, dims=[b, h, length, d], dtype=dtype_name, method=method, ms=seconds * 1e3,
+        rows.append(dict(shape=name, dims=[b, h, length, d], dtype=dtype_name, device=device, method=method,
+                         ms=seconds * 1e3,
                          gb_per_s=2 * 2 * q.numel() * q.element_size() / seconds / 1e9, max_err_ulp=err,
                          max_err_norm_ulp=norm_err))
         log(f"  {name:8s} {dtype_name:5s} {method:28s} {seconds * 1e3:9.2f} ms"
@@ -138,6 +157,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per method (median reported)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (timed with a synchronize per repeat)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_rotary.json"), help="JSON results file")
     args = parser.parse_args(argv)
@@ -147,10 +167,11 @@ def main(argv=None) -> int:
     rows = []
     for name in args.shapes:
         for dtype_name in args.dtypes:
-            rows += bench_shape(name, dtype_name, args.repeats)
+            rows += bench_shape(name, dtype_name, args.repeats, device=args.device)
     print(summary(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(torch=torch.__version__, threads=torch.get_num_threads(), machine=platform.machine())
+    meta = dict(torch=torch.__version__, threads=torch.get_num_threads(), machine=platform.machine(),
+                device=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu")
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0

@@ -6,13 +6,15 @@ Two pair layouts: ``interleaved`` (pairs are adjacent channels ``(2i, 2i+1)``: F
 Speed and exactness on the CPU: 16-bit inputs are rotated in cache-sized chunks, each upcast to fp64,
 multiplied by the fp64 table as complex numbers and rounded once, so a bf16 result is correctly rounded
 (within 0.5 ulp of the exact rotation) at roughly the cost of two copies of the tensor. fp32/fp64 inputs
-take one complex multiply. On GPUs, 16-bit inputs compute in fp32 in one pass.
+take one complex multiply. On CUDA a fused Triton kernel (``ops.rotary_triton``) reads each pair once and
+computes in fp32; without Triton, 16-bit inputs compute in fp32 through a buffer.
 """
 from __future__ import annotations
 
 import torch
 
 from .._validation import check_choice
+from .rotary_triton import can_fuse, rotate_fused
 from .tables import RotaryTable
 
 LAYOUTS = ("interleaved", "half")
@@ -97,6 +99,9 @@ def _rotate_into(out, x, xv, cis, layout, seq_dim, num_prefix_tokens):
     dst = _pairs(ov[..., n:, :rotary_dim], layout)
     real = compute_dtype(x.dtype, x.device)
     cis = cis.to(x.device, torch.complex128 if real == torch.float64 else torch.complex64)
+    if real == torch.float32 and can_fuse(src, cis):
+        rotate_fused(xv[..., n:, :rotary_dim], cis, ov[..., n:, :rotary_dim], layout == "interleaved")
+        return out
     if x.dtype == real and layout == "interleaved" and src.stride(-1) == 1 and dst.stride(-1) == 1:
         torch.mul(torch.view_as_complex(src), cis, out=torch.view_as_complex(dst))
         return out

@@ -1,0 +1,60 @@
+"""The fused CUDA kernel, run on the CPU by Triton's interpreter (TRITON_INTERPRET=1)."""
+import pytest
+import torch
+
+import mmpos
+from mmpos.coords.grids import grid_coords
+from mmpos.ops import rotary_triton
+
+from conftest import bf16_ulp
+
+pytest.importorskip("triton")
+
+
+@pytest.fixture
+def interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("MMPOS_DISABLE_TRITON", raising=False)
+    rotary_triton.triton_available.cache_clear()
+    yield
+    rotary_triton.triton_available.cache_clear()
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("seq_dim", [-2, -3])
+def test_kernel_matches_fp64_rotation(interpreter, layout, seq_dim):
+    """fp32 in, fp32 out through rotate(): the kernel is taken and agrees with the fp64 rotation."""
+    pe = mmpos.create_pe("rope_axial", head_dim=40, axes_dims=(8, 8), layout=layout, seq_dim=seq_dim,
+                         num_prefix_tokens=1)  # partial rotary: channels 16.. pass through
+    coords = grid_coords((3, 5))
+    q = torch.randn((2, 4, 16, 40) if seq_dim == -2 else (2, 16, 4, 40))
+    assert rotary_triton.can_fuse(q[..., :16], pe.table(coords).cis)
+    out = pe.rotate(q, pe.table(coords))
+    exact = pe.rotate(q.double(), pe.table(coords, torch.float64))
+    torch.testing.assert_close(out.double(), exact, rtol=0, atol=2e-6)
+    prefix = q.select(seq_dim, 0)
+    assert torch.equal(out.select(seq_dim, 0), prefix)
+    assert torch.equal(out[..., 16:], q[..., 16:])
+
+
+def test_kernel_bf16_within_one_ulp_and_broadcast_tables(interpreter):
+    """bf16 in and out, a per-batch table broadcast over heads; fp32 arithmetic rounds once per output.
+
+    (The interpreter converts to bf16 by truncation, hence one ulp here; CUDA rounds to nearest.)"""
+    pe = mmpos.create_pe("rope_axial", head_dim=32, axes_dims=(16, 16))
+    coords = torch.stack([grid_coords((4, 4)), grid_coords((4, 4)) * 0.5 + 3])  # [B=2, L, 2]
+    table = pe.table(coords)  # cis [2, 1, L, P]
+    x = torch.randn(2, 3, 16, 32).bfloat16()
+    out = torch.empty_like(x)
+    rotary_triton.rotate_fused(x, table.cis, out, interleaved=True)
+    exact = pe.rotate(x.double(), pe.table(coords, torch.float64))
+    assert ((out.double() - exact).abs() / bf16_ulp(exact)).max() <= 1.0 + 1e-6
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setenv("MMPOS_DISABLE_TRITON", "1")
+    rotary_triton.triton_available.cache_clear()
+    try:
+        assert not rotary_triton.triton_available()
+    finally:
+        rotary_triton.triton_available.cache_clear()
