@@ -208,3 +208,22 @@ def test_bad_heads_and_coords():
         pe.rotate(torch.randn(1, 5, 3, 16), table)
     with pytest.raises(ValueError, match=r"\[L, 3\]"):
         mmpos.create_pe("mrope", head_dim=16).table(torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("batch,batched_table", [(1, False), (2, False), (2, True)])
+def test_mhrope_query_heads_fold_to_4d_when_that_is_a_view(monkeypatch, batch, batched_table):
+    """GQA query rotation equals rotating each query head by its KV head's table; for batch 1 or batched
+    tables the groups reach the rotation as a 4-D view (what CUDA's fused kernel takes), else as 5-D."""
+    import mmpos.encodings.rotary_base as rotary_base
+
+    dims = []
+    original = rotary_base.rotate
+    monkeypatch.setattr(rotary_base, "rotate", lambda x, *a, **kw: dims.append(x.dim()) or original(x, *a, **kw))
+    pe = mmpos.create_pe("mhrope", head_dim=16, num_heads=6, num_kv_heads=3, head_section=(1, 1, 1))
+    coords = sequence_coords(SEGMENTS)
+    coords = coords.expand(batch, -1, -1) + torch.arange(batch)[:, None, None] if batched_table else coords
+    q = torch.randn(batch, 6, coords.shape[-2], 16, dtype=torch.float64)
+    out = pe.rotate(q, pe.table(coords, torch.float64))
+    per_head = pe.table(coords, torch.float64).cis.index_select(-3, torch.arange(6) // 2)
+    assert torch.equal(out, rotate(q, RotaryTable(per_head), "half"))
+    assert dims == [4 if batch == 1 or batched_table else 5]

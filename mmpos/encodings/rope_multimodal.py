@@ -166,10 +166,21 @@ class MHRoPE(RotaryPE):
         if heads != self.num_heads:
             raise ValueError(f"x has {heads} heads; this MHRoPE was built for num_kv_heads={self.num_kv_heads} "
                              f"(keys) or num_heads={self.num_heads} (queries)")
-        if self.seq_dim == -2:  # [B, H, L, D] -> [B, H_kv, group, L, D]: the table broadcasts, no copy
-            grouped = x.unflatten(-3, (self.num_kv_heads, heads // self.num_kv_heads))
-            return super().rotate(grouped, RotaryTable(table.cis.unsqueeze(-3))).flatten(-4, -3)
+        if self.seq_dim == -2:
+            return self._rotate_grouped(x, table)
         return super().rotate(x, RotaryTable(table.cis.index_select(-3, self.kv_head_of_query.to(table.cis.device))))
+
+    def _rotate_grouped(self, x, table):
+        """Query heads ``[..., H, L, D]`` as ``[..., H_kv, group, L, D]``: the KV table broadcasts over each group
+        (no copy). ``[B, H_kv, ...]`` is folded to ``[B * H_kv, ...]`` when that is a view (batch 1 or a
+        batched table), so CUDA's fused 4-D kernel takes it."""
+        grouped = x.unflatten(-3, (self.num_kv_heads, x.shape[-3] // self.num_kv_heads))
+        cis = table.cis.unsqueeze(-3)  # [(B,) H_kv, 1, L, P]
+        if grouped.dim() == 5 and (grouped.shape[0] == 1 or cis.dim() == 5):
+            cis = cis if cis.dim() == 5 else cis.unsqueeze(0)
+            folded = super().rotate(grouped.flatten(0, 1), RotaryTable(cis.flatten(0, 1)))
+            return folded.unflatten(0, grouped.shape[:2]).flatten(-4, -3)
+        return super().rotate(grouped, RotaryTable(cis)).flatten(-4, -3)
 
     def frequency_matrix(self):
         """``[H_kv, A, P]``: each head's frequency on its own axis, zero elsewhere (NoPE heads all zero)."""
