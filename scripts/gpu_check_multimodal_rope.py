@@ -10,6 +10,7 @@
     python3 scripts/gpu_check_multimodal_rope.py --device cuda
 """
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -99,13 +100,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--skip-bench", action="store_true")
+    parser.add_argument("--out-dir", type=Path, default=Path("outputs"), help="where the JSON files go")
     args = parser.parse_args()
     worst = check_rotation(args.device)
     ids_ok = check_ids(args.device)
     models_ok = check_models(args.device)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
     if not args.skip_bench:
-        bench_main(["--device", args.device, "--dtypes", "bf16", "--repeats", "10"])
+        bench_main(["--device", args.device, "--dtypes", "bf16", "--repeats", "10",
+                    "--out", str(args.out_dir / f"bench_multimodal_rope_{args.device}.json")])
     passed = worst <= 1.0 and ids_ok and models_ok
+    summary = dict(device=args.device, worst_bf16_err_ulp_of_pair_norm=worst, ids_identical=ids_ok,
+                   models_text_bit_identical_and_finite=models_ok, passed=passed)
+    (args.out_dir / f"check_multimodal_rope_{args.device}.json").write_text(json.dumps(summary, indent=1))
     print(f"GPU check {'PASSED' if passed else 'FAILED'} (worst bf16 error {worst:.3g} ulp of pair norm; target <= 1)")
     return 0 if passed else 1
 

@@ -170,7 +170,7 @@ def bench_position_ids(device: str, repeats: int, batch: int = 8, log=print) -> 
     row = dict(batch=batch, tokens=types.shape[1], device=device, transformers_ms=t_theirs * 1e3,
                mmpos_ms=t_ours * 1e3, speedup=t_theirs / t_ours, identical=same)
     log(f"  ids batch {batch} x {types.shape[1]} tokens: transformers {t_theirs * 1e3:.1f} ms, mmpos "
-        f"{t_ours * 1e3:.2f} ms ({t_theirs / t_ours:.1f}x faster), identical ids: {same}")
+        f"{t_ours * 1e3:.2f} ms (speed-up {t_theirs / t_ours:.1f}x), identical ids: {same}")
     return row
 
 
