@@ -3,6 +3,7 @@ from .absolute import AbsolutePE, LearnedAPE, NoPE, SinCosAPE
 from .registry import create_pe, list_pes, pe_class, pe_options, register_pe
 from .rope_axial import AxialRoPE, RoPE1D
 from .rope_mixed import MixedRoPE, init_mixed_freqs
+from .rope_multimodal import MHRoPE, MRoPE, MRoPEInterleave, VRoPE
 from .rotary_base import RotaryPE
 from .camera_encodings import (CameraTransforms, ParallelAdapter, PluckerRays, PRoPE, ProjectiveRoPE, RayDepthHead,
                                RayRoPE, RaySide, UCPE, UCPEAdapter, sample_ray_depths)
@@ -11,3 +12,5 @@ __all__ = ["AbsolutePE", "LearnedAPE", "NoPE", "SinCosAPE", "create_pe", "list_p
            "register_pe", "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "RotaryPE"]
 __all__ += ["CameraTransforms", "ParallelAdapter", "PluckerRays", "PRoPE", "ProjectiveRoPE", "RayDepthHead",
             "RayRoPE", "RaySide", "UCPE", "UCPEAdapter", "sample_ray_depths"]
+           "register_pe", "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "RotaryPE",
+           "MHRoPE", "MRoPE", "MRoPEInterleave", "VRoPE"]

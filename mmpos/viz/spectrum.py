@@ -29,6 +29,8 @@ def frequency_matrix(pe) -> torch.Tensor | None:
 
 def grid_coords_for(pe, height: int, width: int) -> torch.Tensor:
     """2D grid coordinates in the encoding's own axes: raster index (1 axis), (row, col), or (0, row, col)."""
+    if hasattr(pe, "image_coords"):  # encodings with their own image layout (VRoPE's diagonal ids)
+        return pe.image_coords(height, width)
     grid = image_grid(height, width, dtype=torch.float64)
     num_axes = getattr(pe, "num_axes", 2)
     if num_axes == 1:
