@@ -46,7 +46,6 @@ echo "##### phase A: correctness (mini-world training runs alongside)"
 part check_cuda 100 python3 scripts/check_cuda.py --out "$RESULTS/check_cuda.json"
 part backbones_check 60 python3 scripts/gpu_check_backbones.py --device cuda
 part diffusers_check 90 python3 scripts/gpu_check_diffusers.py --device cuda
-part multimodal_check 120 python3 scripts/gpu_check_multimodal_rope.py --device cuda
 
 if [ -n "${TRAIN_PID:-}" ]; then
     echo "=== waiting for training (t=$((SECONDS - T0))s)"; wait "$TRAIN_PID"; echo "=== training exit $?"
