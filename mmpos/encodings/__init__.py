@@ -7,3 +7,6 @@ from .rotary_base import RotaryPE
 
 __all__ = ["AbsolutePE", "LearnedAPE", "NoPE", "SinCosAPE", "create_pe", "list_pes", "pe_class", "pe_options",
            "register_pe", "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "RotaryPE"]
+from .comrope import ComRoPE, ComRoPEAP, ComRoPELD
+from .liere import LieRE
+from .harope import HARoPE
