@@ -102,7 +102,7 @@ class BlockRotaryPE(RotaryPE):
         if length != expected:
             raise ValueError(f"{length} tokens after {self.num_prefix_tokens} prefix token(s) do not match "
                              f"grid_size={self.grid_size} ({expected} cells)")
-        return grid_coords(self.grid_size, "normalized", device=device)
+        return grid_coords(self.grid_size, "normalized", dtype=torch.float64, device=device)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
         if self.training and (self.perturbation or self.offset_std):
