@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from .._validation import check_positive_int
 from ..ops.skew import num_upper, skew_from_upper, upper_of
-from .registry import create_pe, pe_options, register_pe
+from .registry import create_pe, pe_class, pe_options, register_pe
 from .rotary_base import RotaryPE
 
 
@@ -154,13 +154,12 @@ def _build_base(base, head_dim, num_heads, base_options) -> RotaryPE:
         return base
     if not isinstance(base, str):
         raise TypeError(f"base must be a registered rotary encoding name or a RotaryPE, got {type(base).__name__}")
+    if pe_class(base).kind != "rotary":
+        raise ValueError(f"base={base!r} is not a rotary encoding; HARoPE wraps rotary encodings only")
     options = dict(base_options or {})
     for fixed in ("head_dim",):
         if fixed in options:
             raise ValueError(f"base_options must not set {fixed!r}; it is HARoPE's own option")
     if "num_heads" in pe_options(base):
         options.setdefault("num_heads", num_heads)
-    built = create_pe(base, head_dim=head_dim, **options)
-    if not isinstance(built, RotaryPE):
-        raise ValueError(f"base={base!r} is not a rotary encoding; HARoPE wraps rotary encodings only")
-    return built
+    return create_pe(base, head_dim=head_dim, **options)
