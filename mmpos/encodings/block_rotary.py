@@ -56,7 +56,7 @@ class BlockRotaryPE(RotaryPE):
     def fresh_table(self, coords: torch.Tensor, real_dtype: torch.dtype, work_dtype: torch.dtype):
         """A :class:`RotaryTable` (``b = 2``) or :class:`BlockRotationTable` for ``[..., L, A]`` coords.
 
-        ``work_dtype`` is the precision of angles (fp64 where the device has it); ``real_dtype`` the table's.
+        ``work_dtype`` is the precision of the angles (the parameters'); ``real_dtype`` the table's.
         """
         raise NotImplementedError
 
@@ -66,7 +66,8 @@ class BlockRotaryPE(RotaryPE):
         real = torch.float64 if complex_dtype == torch.complex128 else torch.float32
 
         def build():
-            work = torch.float64 if device_has_fp64(coords.device) else torch.float32
+            # Angles at the parameters' precision: an fp64 product of fp32 parameters adds nothing they hold.
+            work = torch.float64 if self.P.dtype == torch.float64 and device_has_fp64(coords.device) else torch.float32
             with torch.autocast(coords.device.type, enabled=False):
                 return self.fresh_table(coords.to(work), real, work)
 
