@@ -33,4 +33,5 @@ def test_tiny_run_writes_ratios(tmp_path, monkeypatch):
     methods = {(r["shape"], r["method"]) for r in results}
     assert ("flux", "comrope_ld b=4 dense d x d") in methods and ("vit-b", "harope, forward (no grad)") in methods
     ap4 = next(r for r in results if r["shape"] == "flux" and r["method"] == "comrope_ap b=4")
+    assert ("vit-b", "comrope_ld b=2, no grad") in methods
     assert ap4["dense_memory_over_this"] > 1 and ap4["time_vs_plain_axial"] > 0

@@ -2,7 +2,8 @@
 HARoPE vs the plain rotary encoding it wraps.
 
 ComRoPE rows: one training step of the encoding (table from the learned parameters, rotation of q and k,
-backward to q, k and the parameters), median over repeats. The dense row is the formulation of the
+backward to q, k and the parameters), median over repeats; "no grad" rows: the forward without gradients
+(tables cached, as in evaluation). The dense row is the formulation of the
 reference code, written here: block exponentials scattered into a zero ``[B, L, H, d, d]`` matrix per token
 and applied by a batched matrix product. HARoPE rows: the attention forward (encoding + SDPA) without
 gradients (sampling) and a training step (encoding + SDPA, forward and backward).
@@ -132,19 +133,27 @@ def comrope_rows(shape_name, shape_spec, device, repeats, log) -> list[dict]:
     coords = grid_coords(grid, "normalized", device=device)
     rows = []
 
-    def add(method, pe, encode):
-        params = [p for p in pe.parameters()] if pe is not None else []
-        result = measure(training_step(encode, q, k, params), device, repeats, exclude=[q, k, *params])
+    def add(method, pe, encode, inference=False):
+        params = list(pe.parameters())
+        if inference:  # no gradients: tables are cached, as in evaluation or sampling
+            def step():
+                with torch.no_grad():
+                    encode(q, k)
+        else:
+            step = training_step(encode, q, k, params)
+        result = measure(step, device, repeats, exclude=[q, k, *params])
         rows.append(dict(section="comrope", shape=shape_name, dims=[b, h, length, d], method=method, **result))
         log(f"  {shape_name:6s} {method:26s} {result['ms']:9.2f} ms  saved {result['saved_mb']:9.2f} MB"
             + ("" if result["peak_mb"] is None else f"  peak {result['peak_mb']:9.2f} MB"))
 
     axial = mmpos.create_pe("rope_axial", head_dim=d, num_prefix_tokens=prefix, allocation="interleaved").to(device)
     add("rope_axial (plain)", axial, lambda q, k: axial(q, k, coords))
+    add("rope_axial (plain), no grad", axial, lambda q, k: axial(q, k, coords), inference=True)
     for name, size in COMROPE:
         pe = mmpos.create_pe(name, head_dim=d, num_heads=h, block_size=size, num_prefix_tokens=prefix,
                              seed=0).to(device)
         add(f"{name} b={size}", pe, lambda q, k, pe=pe: pe(q, k, coords))
+        add(f"{name} b={size}, no grad", pe, lambda q, k, pe=pe: pe(q, k, coords), inference=True)
         if size == 4:
             add(f"{name} b={size} dense d x d", pe, lambda q, k, pe=pe: dense_comrope(pe, q, k, coords))
     return rows
@@ -195,10 +204,11 @@ def add_ratios(rows: list[dict]) -> None:
     by = {(r["section"], r["shape"], r["method"]): r for r in rows}
     for r in rows:
         if r["section"] == "comrope":
-            plain = by[("comrope", r["shape"], "rope_axial (plain)")]
+            no_grad = r["method"].endswith(", no grad")
+            plain = by[("comrope", r["shape"], "rope_axial (plain)" + (", no grad" if no_grad else ""))]
             r["time_vs_plain_axial"] = r["ms"] / plain["ms"]
             dense = by.get(("comrope", r["shape"], r["method"].split(" b=")[0] + " b=4 dense d x d"))
-            if dense is not None and "dense" not in r["method"]:
+            if dense is not None and "dense" not in r["method"] and not no_grad:
                 r["dense_time_over_this"] = dense["ms"] / r["ms"]
                 mem = "peak_mb" if r["peak_mb"] is not None else "saved_mb"
                 r["dense_memory_over_this"] = dense[mem] / max(r[mem], 1e-9)

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..ops.block_rotation import BlockRotationTable
 from ..ops.skew import exp_scaled_skew, skew_part
-from ..ops.tables import table_from_phases
+from ..ops.phasors import unit_phasor_table
 from .block_rotary import BlockRotaryPE
 from .registry import register_pe
 
@@ -79,7 +79,7 @@ class ComRoPE(BlockRotaryPE):
         t = self.block_phases(coords).unsqueeze(-3)  # [..., 1, L, m]: shared by the heads
         skew = skew_part(self.P.to(work_dtype))[:, None]  # [H, 1, m, b, b]
         if self.block_size == 2:
-            return table_from_phases(t * skew[..., 1, 0], None, _complex(real_dtype))
+            return unit_phasor_table(t * skew[..., 1, 0], _complex(real_dtype))
         return BlockRotationTable(exp_scaled_skew(t, skew, real_dtype))
 
     def frequency_matrix(self) -> torch.Tensor:
