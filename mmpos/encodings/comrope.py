@@ -104,17 +104,10 @@ class ComRoPEAP(ComRoPE):
     Options as :class:`ComRoPE`; ``head_dim / num_axes`` must be a multiple of ``block_size``.
     """
 
-    def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, block_size: int = 2,
-                 init_std: float = 1.0, layout: str = "interleaved", num_prefix_tokens: int = 0,
-                 prefix_at_centre: bool = False, grid_size: Sequence[int] | None = None, perturbation: float = 0.0,
-                 offset_std: float = 0.0, seq_dim: int = -2, seed: int | None = None):
-        super().__init__(head_dim, num_heads, num_axes, block_size, init_std, layout, num_prefix_tokens,
-                         prefix_at_centre, grid_size, perturbation, offset_std, seq_dim, seed)
-        if head_dim % num_axes or (head_dim // num_axes) % block_size:
-            raise ValueError(f"comrope_ap needs head_dim / num_axes to be a multiple of block_size: head_dim="
-                             f"{head_dim}, num_axes={num_axes}, block_size={block_size}")
-
     def init_axis_coefficients(self, generator):
+        if self.head_dim % (self.num_axes * self.block_size):
+            raise ValueError(f"comrope_ap needs head_dim / num_axes to be a multiple of block_size: head_dim="
+                             f"{self.head_dim}, num_axes={self.num_axes}, block_size={self.block_size}")
         axis_of_block = torch.arange(self.num_blocks) % self.num_axes
         mask = (axis_of_block[None, :] == torch.arange(self.num_axes)[:, None]).to(torch.float32)
         self.register_buffer("axis_of_block", axis_of_block, persistent=False)
@@ -131,13 +124,6 @@ class ComRoPEAP(ComRoPE):
 class ComRoPELD(ComRoPE):
     """ComRoPE-LD: block ``j`` rotates by ``exp((sum_i theta[i, j] x_i) S_j)``, ``theta`` learned (per axis and
     block, shared by the heads; initialised ``N(0, 1)`` as in the reference). Options as :class:`ComRoPE`."""
-
-    def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, block_size: int = 2,
-                 init_std: float = 1.0, layout: str = "interleaved", num_prefix_tokens: int = 0,
-                 prefix_at_centre: bool = False, grid_size: Sequence[int] | None = None, perturbation: float = 0.0,
-                 offset_std: float = 0.0, seq_dim: int = -2, seed: int | None = None):
-        super().__init__(head_dim, num_heads, num_axes, block_size, init_std, layout, num_prefix_tokens,
-                         prefix_at_centre, grid_size, perturbation, offset_std, seq_dim, seed)
 
     def init_axis_coefficients(self, generator):
         self.theta = nn.Parameter(torch.randn(self.num_axes, self.num_blocks, generator=generator))

@@ -66,8 +66,8 @@ class HARoPE(RotaryPE):
         """``(U, s, V)``: ``U, V`` ``[H, d, d]`` rotations, ``s`` ``[H, d]``, computed in ``dtype`` (fp32 or
         fp64) with autocast off and TF32 irrelevant (``matrix_exp`` of a fp32/fp64 matrix)."""
         with torch.autocast(self.sigma.device.type, enabled=False):
-            u = torch.linalg.matrix_exp(skew_from_upper(self.u_skew.to(dtype), self.head_dim))
-            v = torch.linalg.matrix_exp(skew_from_upper(self.v_skew.to(dtype), self.head_dim))
+            generators = skew_from_upper(torch.stack([self.u_skew, self.v_skew]).to(dtype), self.head_dim)
+            u, v = torch.linalg.matrix_exp(generators)  # one batched call for both factors
             return u, self.singular_values().to(dtype), v
 
     def matrices(self, dtype: torch.dtype = torch.float32):
