@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from torch import nn
 
 from .._validation import check_positive_int
 from ..coords.grids import grid_coords
 from ..coords.perturb import perturb_grid_coords
-from ..ops.block_rotation import BlockRotationTable, apply_block_rotation
+from ..ops.block_rotation import apply_block_rotation
 from ..ops.rotation import rotate
 from ..ops.tables import RotaryTable, TableCache, device_has_fp64
 from .rotary_base import RotaryPE
@@ -51,6 +52,14 @@ class BlockRotaryPE(RotaryPE):
         self.grid_size, self.prefix_at_centre = grid_size, bool(prefix_at_centre)
         self.perturbation, self.offset_std = float(perturbation), float(offset_std)
         self.cache = TableCache(max_entries=4)
+
+    def init_skew_parameter(self, shape: tuple, init_std: float, seed: int | None):
+        """Create ``P ~ N(0, init_std^2)`` of ``shape`` (only ``P - P^T`` is used); returns the generator."""
+        if not init_std >= 0:
+            raise ValueError(f"init_std must be >= 0, got {init_std}")
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        self.P = nn.Parameter(torch.randn(shape, generator=generator) * init_std)
+        return generator
 
     # ----- tables -----------------------------------------------------------------------------------------
     def fresh_table(self, coords: torch.Tensor, real_dtype: torch.dtype, work_dtype: torch.dtype):

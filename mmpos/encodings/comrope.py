@@ -52,12 +52,8 @@ class ComRoPE(BlockRotaryPE):
                  offset_std: float = 0.0, seq_dim: int = -2, seed: int | None = None):
         super().__init__(head_dim, num_heads, num_axes, block_size, layout, num_prefix_tokens, seq_dim, grid_size,
                          prefix_at_centre, perturbation, offset_std)
-        if not init_std >= 0:
-            raise ValueError(f"init_std must be >= 0, got {init_std}")
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
         shape = (num_heads, self.num_blocks, block_size, block_size)
-        self.P = nn.Parameter(torch.randn(shape, generator=generator) * init_std)
-        self.init_axis_coefficients(generator)
+        self.init_axis_coefficients(self.init_skew_parameter(shape, init_std, seed))
 
     def init_axis_coefficients(self, generator) -> None:
         """Create the buffer or parameter behind :meth:`axis_coefficients`."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from torch import nn
 
 from ..ops.block_rotation import BlockRotationTable
 from ..ops.skew import exp_skew, skew_part
@@ -37,11 +36,7 @@ class LieRE(BlockRotaryPE):
                  offset_std: float = 0.0, seq_dim: int = -2, seed: int | None = None):
         super().__init__(head_dim, num_heads, num_axes, block_size, layout, num_prefix_tokens, seq_dim, grid_size,
                          prefix_at_centre, perturbation, offset_std)
-        if not init_std >= 0:
-            raise ValueError(f"init_std must be >= 0, got {init_std}")
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        shape = (num_axes, num_heads, self.num_blocks, block_size, block_size)
-        self.P = nn.Parameter(torch.randn(shape, generator=generator) * init_std)
+        self.init_skew_parameter((num_axes, num_heads, self.num_blocks, block_size, block_size), init_std, seed)
 
     def generators(self) -> torch.Tensor:
         """``A`` ``[num_heads, num_axes, num_blocks, b, b]`` (same layout as ComRoPE's)."""
