@@ -16,3 +16,8 @@ __all__ = [
     "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "MHRoPE", "MRoPE", "MRoPEInterleave", "VRoPE",
     "RotaryPE",
 ]
+__all__ = ["AbsolutePE", "LearnedAPE", "NoPE", "SinCosAPE", "create_pe", "list_pes", "pe_class", "pe_options",
+           "register_pe", "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "RotaryPE"]
+from .comrope import ComRoPE, ComRoPEAP, ComRoPELD
+from .liere import LieRE
+from .harope import HARoPE

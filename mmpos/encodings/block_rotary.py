@@ -1,0 +1,135 @@
+"""Base of learned block-rotation encodings (ComRoPE, LieRE): ``q -> R(x) q`` with ``R(x)`` block-diagonal.
+
+Channels split into ``m = head_dim / b`` contiguous blocks of ``b``; each head and block has its own learned
+rotation per token. Blocks of 2 are planar rotations and use the RoPE table and kernel
+(:func:`~mmpos.ops.rotation.rotate`); larger blocks use :class:`~mmpos.ops.block_rotation.BlockRotationTable`.
+
+Coordinates follow ComRoPE: with ``grid_size`` set, the default coordinates are the normalised cell centres
+``(i + 0.5) / n`` (any resolution maps into ``(0, 1)``), ``prefix_at_centre`` rotates the prefix tokens (cls)
+at the centre of the grid instead of leaving them unrotated, and ``perturbation`` / ``offset_std`` jitter
+the default coordinates in training mode (:func:`~mmpos.coords.perturb.perturb_grid_coords`).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .._validation import check_positive_int
+from ..coords.grids import grid_coords
+from ..coords.perturb import perturb_grid_coords
+from ..ops.block_rotation import apply_block_rotation
+from ..ops.rotation import rotate
+from ..ops.tables import RotaryTable, TableCache, device_has_fp64
+from .rotary_base import RotaryPE
+
+
+class BlockRotaryPE(RotaryPE):
+    """Shared options and plumbing; subclasses implement :meth:`fresh_table` and :meth:`frequency_matrix`."""
+
+    def __init__(self, head_dim: int, num_heads: int, num_axes: int, block_size: int, layout: str,
+                 num_prefix_tokens: int, seq_dim: int, grid_size: Sequence[int] | None, prefix_at_centre: bool,
+                 perturbation: float, offset_std: float):
+        super().__init__(head_dim, num_axes, layout, num_prefix_tokens, seq_dim)
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("num_axes", num_axes)
+        check_positive_int("block_size", block_size)
+        if block_size < 2 or head_dim % block_size:
+            raise ValueError(f"block_size={block_size} must be >= 2 and divide head_dim={head_dim}")
+        if block_size > 2 and layout != "interleaved":
+            raise ValueError(f"layout={layout!r} pairs channels (i, i + D/2), which only exists for block_size=2; "
+                             f"blocks of {block_size} are contiguous channels: use layout='interleaved'")
+        if grid_size is not None:
+            grid_size = tuple(check_positive_int(f"grid_size[{i}]", n) for i, n in enumerate(grid_size))
+            if len(grid_size) != num_axes:
+                raise ValueError(f"grid_size={grid_size} has {len(grid_size)} axes; expected num_axes={num_axes}")
+        if not perturbation >= 0 or not offset_std >= 0:
+            raise ValueError(f"perturbation ({perturbation}) and offset_std ({offset_std}) must be >= 0")
+        if (perturbation or offset_std) and grid_size is None:
+            raise ValueError("perturbation and offset_std jitter the encoding's own grid: set grid_size")
+        self.num_heads, self.block_size, self.num_blocks = num_heads, block_size, head_dim // block_size
+        self.grid_size, self.prefix_at_centre = grid_size, bool(prefix_at_centre)
+        self.perturbation, self.offset_std = float(perturbation), float(offset_std)
+        self.cache = TableCache(max_entries=4)
+
+    def init_skew_parameter(self, shape: tuple, init_std: float, seed: int | None):
+        """Create ``P ~ N(0, init_std^2)`` of ``shape`` (only ``P - P^T`` is used); returns the generator."""
+        if not init_std >= 0:
+            raise ValueError(f"init_std must be >= 0, got {init_std}")
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        self.P = nn.Parameter(torch.randn(shape, generator=generator) * init_std)
+        return generator
+
+    # ----- tables -----------------------------------------------------------------------------------------
+    def fresh_table(self, coords: torch.Tensor, real_dtype: torch.dtype, work_dtype: torch.dtype):
+        """A :class:`RotaryTable` (``b = 2``) or :class:`BlockRotationTable` for ``[..., L, A]`` coords.
+
+        ``work_dtype`` is the precision of the angles (the parameters'); ``real_dtype`` the table's.
+        """
+        raise NotImplementedError
+
+    def build_table(self, coords, complex_dtype):
+        if self.prefix_at_centre and self.num_prefix_tokens:
+            coords = _prepend_centre(coords, self.num_prefix_tokens)
+        real = torch.float64 if complex_dtype == torch.complex128 else torch.float32
+
+        def build():
+            # Angles at the parameters' precision: an fp64 product of fp32 parameters adds nothing they hold.
+            work = torch.float64 if self.P.dtype == torch.float64 and device_has_fp64(coords.device) else torch.float32
+            with torch.autocast(coords.device.type, enabled=False):
+                return self.fresh_table(coords.to(work), real, work)
+
+        params = list(self.parameters())
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return build()
+        key = tuple((id(p), p._version, p.data_ptr()) for p in params) + (complex_dtype,)
+        return self.cache.get(key, coords, build)
+
+    @property
+    def rotated_prefix(self) -> int:
+        """Leading tokens left unrotated."""
+        return 0 if self.prefix_at_centre else self.num_prefix_tokens
+
+    def rotate(self, x: torch.Tensor, table) -> torch.Tensor:
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
+        heads = x.shape[-2] if self.seq_dim == -3 else x.shape[-3]
+        if heads != self.num_heads:
+            raise ValueError(f"x has {heads} heads; this encoding has per-head parameters for num_heads="
+                             f"{self.num_heads}")
+        if isinstance(table, RotaryTable):
+            return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
+        return apply_block_rotation(x, table, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
+
+    # ----- coordinates ------------------------------------------------------------------------------------
+    def default_coords(self, length: int, device) -> torch.Tensor:
+        if self.grid_size is None:
+            return super().default_coords(length, device)
+        expected = 1
+        for n in self.grid_size:
+            expected *= n
+        if length != expected:
+            raise ValueError(f"{length} tokens after {self.num_prefix_tokens} prefix token(s) do not match "
+                             f"grid_size={self.grid_size} ({expected} cells)")
+        return grid_coords(self.grid_size, "normalized", dtype=torch.float64, device=device)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
+        if self.training and (self.perturbation or self.offset_std):
+            if coords is not None:
+                raise ValueError("training-time perturbation jitters the encoding's own grid; call with coords=None "
+                                 "or perturb your coordinates with mmpos.coords.perturb_grid_coords")
+            grid = self.default_coords(q.shape[self.seq_dim] - self.num_prefix_tokens, q.device)
+            fixed = (0,) if self.num_axes == 3 else ()  # the reference never jitters the frame axis
+            coords = perturb_grid_coords(grid, self.grid_size, q.shape[0], self.perturbation, self.offset_std, fixed)
+        return super().forward(q, k, coords)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", num_heads={self.num_heads}, block_size={self.block_size}"
+
+
+def _prepend_centre(coords: torch.Tensor, count: int) -> torch.Tensor:
+    """Put ``count`` tokens at the centre ``(min + max) / 2`` of the grid (per sample), before the grid."""
+    centre = (coords.amin(dim=-2, keepdim=True) + coords.amax(dim=-2, keepdim=True)) / 2
+    return torch.cat([centre.expand(*coords.shape[:-2], count, coords.shape[-1]), coords], dim=-2)
+

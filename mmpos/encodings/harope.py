@@ -1,0 +1,165 @@
+"""HARoPE (Head-wise Adaptive RoPE, CVPR 2026, arXiv 2510.10489): a learned linear map before any rotary map.
+
+Per head ``h``, ``M_h = U_h diag(s_h) V_h^T`` with ``U, V = exp(skew)`` (rotations) and ``s > 0``. Queries
+become ``R(p) M q`` and keys ``R(p) M^-T k``, so a logit is ``q^T M^T R(p_k - p_q) M^-T k``: relative for any
+``M`` (``R`` is the wrapped encoding's rotation) and ``q^T k`` at zero offset. ``M^-T = U diag(1/s) V^T`` is
+built analytically, never by inversion.
+
+Differences from the reference parameterisation (each keeps its function class):
+- only the ``d (d - 1) / 2`` free entries of each skew generator are stored (the reference stores full
+  ``d x d`` matrices whose symmetric half is unused); :meth:`HARoPE.load_reference_parameters` converts;
+- ``s = max(softplus(sigma) / log 2, eps)`` with ``sigma = 0`` at init, so ``M = I`` exactly and the
+  encoding equals the wrapped one bit for bit at initialisation (the reference's ``softplus + 1e-6``
+  starts at ``(1 + 1e-6) I``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .._validation import check_positive_int
+from ..ops.skew import num_upper, skew_from_upper, upper_of
+from .registry import create_pe, pe_class, pe_options, register_pe
+from .rotary_base import RotaryPE
+
+
+@register_pe("harope")
+class HARoPE(RotaryPE):
+    """Args:
+        head_dim: channels per head (``M`` is ``head_dim x head_dim``).
+        num_heads: heads; each has its own ``M``.
+        base: the rotary encoding applied after ``M``: a registered name (default ``"rope_axial"``, 2D axial
+            RoPE as in the reference DiT) or a :class:`RotaryPE` instance (e.g. Flux's 3-axis layout).
+        base_options: options for ``create_pe(base, head_dim=head_dim, ...)`` (``num_heads`` is passed on
+            when the base takes it), e.g. ``{"axes_dims": (16, 56, 56)}``.
+        eps: floor of the singular values ``s``.
+    Parameters: ``u_skew``, ``v_skew`` ``[num_heads, head_dim * (head_dim - 1) / 2]`` (zeros), ``sigma``
+    ``[num_heads, head_dim]`` (zeros). ``M`` and ``M^-T`` are cached while no gradient is needed.
+    """
+
+    def __init__(self, head_dim: int, num_heads: int, base="rope_axial", base_options: dict | None = None,
+                 eps: float = 1e-6):
+        base = _build_base(base, head_dim, num_heads, base_options)
+        super().__init__(head_dim, base.num_axes, base.layout, base.num_prefix_tokens, base.seq_dim)
+        check_positive_int("num_heads", num_heads)
+        if base.head_dim != head_dim:
+            raise ValueError(f"base encoding has head_dim={base.head_dim}; expected head_dim={head_dim}")
+        if getattr(base, "num_heads", num_heads) != num_heads:
+            raise ValueError(f"base encoding has num_heads={base.num_heads}; expected num_heads={num_heads}")
+        if not eps > 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        self.base, self.num_heads, self.eps = base, num_heads, float(eps)
+        self.u_skew = nn.Parameter(torch.zeros(num_heads, num_upper(head_dim)))
+        self.v_skew = nn.Parameter(torch.zeros(num_heads, num_upper(head_dim)))
+        self.sigma = nn.Parameter(torch.zeros(num_heads, head_dim))
+        self._cached: tuple | None = None
+
+    # ----- the head-wise matrices ---------------------------------------------------------------------------
+    def singular_values(self) -> torch.Tensor:
+        """``s`` ``[H, d]``: ``softplus(sigma) / log 2`` (1 at ``sigma = 0``), floored at ``eps``."""
+        return (F.softplus(self.sigma) / math.log(2.0)).clamp_min(self.eps)
+
+    def factors(self, dtype: torch.dtype = torch.float32):
+        """``(U, s, V)``: ``U, V`` ``[H, d, d]`` rotations, ``s`` ``[H, d]``, computed in ``dtype`` (fp32 or
+        fp64) with autocast off and TF32 irrelevant (``matrix_exp`` of a fp32/fp64 matrix)."""
+        with torch.autocast(self.sigma.device.type, enabled=False):
+            generators = skew_from_upper(torch.stack([self.u_skew, self.v_skew]).to(dtype), self.head_dim)
+            u, v = torch.linalg.matrix_exp(generators)  # one batched call for both factors
+            return u, self.singular_values().to(dtype), v
+
+    def matrices(self, dtype: torch.dtype = torch.float32):
+        """``(M, M^-T)``, each ``[H, d, d]``: ``U diag(s) V^T`` and ``U diag(1/s) V^T``."""
+        u, s, v = self.factors(dtype)
+        vt = v.transpose(-1, -2)
+        return (u * s[:, None, :]) @ vt, (u / s[:, None, :]) @ vt
+
+    def _matrices_for(self, dtype: torch.dtype):
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        if torch.is_grad_enabled() and any(p.requires_grad for p in (self.u_skew, self.v_skew, self.sigma)):
+            return self.matrices(work)
+        key = tuple((p._version, p.data_ptr()) for p in (self.u_skew, self.v_skew, self.sigma)) + (work,)
+        if self._cached is None or self._cached[0] != key:
+            with torch.no_grad():
+                self._cached = (key, self.matrices(work))
+        return self._cached[1]
+
+    # ----- application -------------------------------------------------------------------------------------
+    def transform(self, q: torch.Tensor, k: torch.Tensor):
+        """``(M q, M^-T k)`` per head, in the activations' dtype (no rotation)."""
+        head_dim = -2 if self.seq_dim == -3 else -3
+        for name, x in (("q", q), ("k", k)):
+            if x.dim() < 3 or x.shape[head_dim] != self.num_heads or x.shape[-1] != self.head_dim:
+                raise ValueError(f"{name} has shape {tuple(x.shape)}; expected {self.num_heads} heads of "
+                                 f"{self.head_dim} channels ({'[B, L, H, D]' if self.seq_dim == -3 else '[B, H, L, D]'})"
+                                 "; grouped keys (GQA) are not supported: M^-T of head h must meet M of head h")
+        m, m_inv_t = self._matrices_for(q.dtype)
+        return _per_head_matmul(q, m, head_dim), _per_head_matmul(k, m_inv_t, head_dim)
+
+    def build_table(self, coords, complex_dtype):
+        return self.base.build_table(coords, complex_dtype)
+
+    def table(self, coords, dtype=torch.float32, device=None):
+        return self.base.table(coords, dtype, device)
+
+    def rotate(self, x, table):
+        """The wrapped encoding's rotation only; :meth:`forward` applies ``M`` / ``M^-T`` first."""
+        return self.base.rotate(x, table)
+
+    def default_coords(self, length, device):
+        return self.base.default_coords(length, device)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
+        """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding)."""
+        q, k = self.transform(q, k)
+        return self.base(q, k, coords)
+
+    def frequency_matrix(self):
+        return self.base.frequency_matrix()
+
+    @torch.no_grad()
+    def load_reference_parameters(self, a_u: torch.Tensor, a_v: torch.Tensor, sigma: torch.Tensor,
+                                  reference_eps: float = 1e-6) -> None:
+        """Load the reference's parameters: full ``A_u, A_v`` ``[H, d, d]`` (``U = exp((A - A^T) / 2)``) and
+        ``sigma`` ``[H, d]`` with ``s = softplus(sigma) + reference_eps``."""
+        shape = (self.num_heads, self.head_dim, self.head_dim)
+        for name, a in (("a_u", a_u), ("a_v", a_v)):
+            if tuple(a.shape) != shape:
+                raise ValueError(f"{name} has shape {tuple(a.shape)}; expected {shape}")
+        if tuple(sigma.shape) != (self.num_heads, self.head_dim):
+            raise ValueError(f"sigma has shape {tuple(sigma.shape)}; expected {(self.num_heads, self.head_dim)}")
+        self.u_skew.copy_(upper_of((a_u - a_u.transpose(-1, -2)) / 2))
+        self.v_skew.copy_(upper_of((a_v - a_v.transpose(-1, -2)) / 2))
+        s = (F.softplus(sigma.double()) + reference_eps) * math.log(2.0)  # our s * log 2 = softplus(our sigma)
+        self.sigma.copy_(s + torch.log(-torch.expm1(-s)))  # inverse softplus
+
+    def extra_repr(self):
+        return f"head_dim={self.head_dim}, num_heads={self.num_heads}, eps={self.eps}"
+
+
+def _per_head_matmul(x: torch.Tensor, matrix: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """``x @ matrix[h]^T`` for each head ``h`` (``x`` ``[B, H, L, D]`` or ``[B, L, H, D]``)."""
+    matrix = matrix.to(x.device, x.dtype)
+    if head_dim == -3:
+        return torch.matmul(x, matrix.transpose(-1, -2))
+    return torch.einsum("...hd,hed->...he", x, matrix)
+
+
+def _build_base(base, head_dim, num_heads, base_options) -> RotaryPE:
+    if isinstance(base, RotaryPE):
+        if base_options:
+            raise ValueError("base_options only apply when base is a registered name, not an instance")
+        return base
+    if not isinstance(base, str):
+        raise TypeError(f"base must be a registered rotary encoding name or a RotaryPE, got {type(base).__name__}")
+    if pe_class(base).kind != "rotary":
+        raise ValueError(f"base={base!r} is not a rotary encoding; HARoPE wraps rotary encodings only")
+    options = dict(base_options or {})
+    for fixed in ("head_dim",):
+        if fixed in options:
+            raise ValueError(f"base_options must not set {fixed!r}; it is HARoPE's own option")
+    if "num_heads" in pe_options(base):
+        options.setdefault("num_heads", num_heads)
+    return create_pe(base, head_dim=head_dim, **options)

@@ -1,0 +1,56 @@
+"""LieRE (Ostmeier et al. 2024, arXiv 2406.10322): ``R(x) = exp(sum_i x_i A_i)`` with independent learned skew
+generators per axis and head. The generators do not commute, so ``R(x)^T R(y)`` is not a function of
+``y - x``: the baseline ComRoPE improves on, and the negative control of the relative-property tests.
+
+``block_size = head_dim`` is LieRE's dense form (one ``head_dim x head_dim`` ``matrix_exp`` per token and
+head, ~5 ms each at d = 64 on a CPU). The default ``4`` is the block structure of the LieRE baseline in
+ComRoPE's code (closed-form exponential, still non-commuting). With ``block_size = 2`` the blocks commute
+and LieRE becomes RoPE-Mixed.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..ops.block_rotation import BlockRotationTable
+from ..ops.skew import exp_skew, skew_part
+from .block_rotary import BlockRotaryPE
+from .registry import register_pe
+
+
+@register_pe("liere")
+class LieRE(BlockRotaryPE):
+    """Args:
+        head_dim, num_heads, num_axes: as ComRoPE.
+        block_size: channels per rotation block (``head_dim``: dense; default 4).
+        init_std: entries of the generators' parameters ``P ~ N(0, init_std^2)`` (``A = P - P^T``).
+        layout, num_prefix_tokens, prefix_at_centre, grid_size, perturbation, offset_std, seq_dim, seed:
+            as :class:`~mmpos.encodings.comrope.ComRoPE`.
+    Parameter ``P``: ``[num_axes, num_heads, head_dim // b, b, b]``.
+    """
+
+    def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, block_size: int = 4,
+                 init_std: float = 1.0, layout: str = "interleaved", num_prefix_tokens: int = 0,
+                 prefix_at_centre: bool = False, grid_size: Sequence[int] | None = None, perturbation: float = 0.0,
+                 offset_std: float = 0.0, seq_dim: int = -2, seed: int | None = None):
+        super().__init__(head_dim, num_heads, num_axes, block_size, layout, num_prefix_tokens, seq_dim, grid_size,
+                         prefix_at_centre, perturbation, offset_std)
+        self.init_skew_parameter((num_axes, num_heads, self.num_blocks, block_size, block_size), init_std, seed)
+
+    def generators(self) -> torch.Tensor:
+        """``A`` ``[num_heads, num_axes, num_blocks, b, b]`` (same layout as ComRoPE's)."""
+        return skew_part(self.P).transpose(0, 1)
+
+    def fresh_table(self, coords, real_dtype, work_dtype):
+        skew = skew_part(self.P.to(work_dtype))
+        generator = torch.einsum("...la,ahmij->...hlmij", coords, skew)  # [..., H, L, m, b, b]
+        return BlockRotationTable(exp_skew(generator).to(real_dtype))
+
+    def frequency_matrix(self) -> torch.Tensor:
+        """``[H, A, head_dim // 2]``: each axis' generator's own rotation rates (the joint rotation of several
+        axes does not factor into them, since the generators do not commute)."""
+        with torch.no_grad():
+            rates = torch.linalg.eigvals(skew_part(self.P.detach().double())).imag
+            rates = rates.sort(dim=-1, descending=True).values[..., : self.block_size // 2]
+            return rates.flatten(-2).transpose(0, 1)
