@@ -1,0 +1,201 @@
+"""``convert(model, pe=NAME, **options)``: switch a timm ViT to an mmpos positional encoding, in place.
+
+Supported models: ``VisionTransformer`` (ViT, DeiT, DeiT-III, CLIP/SigLIP towers), ``Eva`` (EVA-02,
+rope-vit ports, Perception Encoder, DINOv3) and ``NaFlexVit``. What changes:
+
+* rotary encodings (``kind == "rotary"``): every block's attention gets the encoding (see
+  :mod:`.attention`); timm's own rope (Eva, NaFlexVit) is removed;
+* absolute encodings (``ape_sincos``, ``ape_learned``): added to the patch tokens right before
+  ``norm_pre`` (where timm adds its own), from the tokens' coordinates;
+* ``nope``: positions are removed;
+* timm's learned ``pos_embed`` is removed (``abs_pos="remove"``, default) or kept (``abs_pos="keep"``).
+  ``ape_learned`` takes its values over, so the converted model computes the same function.
+
+Every other weight is kept with its name, so APE-pretrained checkpoints load before or after conversion.
+Coordinates follow ``dynamic_img_size``, NaFlex ``patch_coord`` and PatchDropout's kept tokens.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+from timm.layers import Format
+from timm.models.eva import Eva
+from timm.models.naflexvit import NaFlexVit
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from ..._validation import check_choice
+from ...encodings.absolute import LearnedAPE
+from ...encodings.blockwise import check_fits, create_block_pes, no_weight_decay_names
+from ...encodings.registry import pe_class
+from .attention import make_positional
+from .positions import RecordingPatchDropout, TokenPositions, naflex_embeds_hook, patch_embed_grid_hook
+
+SUPPORTED_MODELS = (VisionTransformer, Eva, NaFlexVit)
+ABS_POS = ("remove", "keep")
+
+
+def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove", share_pe: bool | None = None,
+            dynamic_img_size: bool | None = None, grid_mode: str = "index", grid_scale: float = 1.0,
+            **options) -> nn.Module:
+    """Switch ``model`` to the encoding ``pe`` in place and return it.
+
+    Args:
+        model: a timm ``VisionTransformer``, ``Eva`` or ``NaFlexVit`` (pretrained or not).
+        pe: registered encoding name (``mmpos.list_pes()``).
+        abs_pos: ``"remove"`` or ``"keep"`` timm's learned absolute ``pos_embed``.
+        share_pe: rotary encodings only: one instance for all blocks (``True``), one per block (``False``);
+            default: per block for encodings with parameters (RoPE-Mixed, ...), shared otherwise.
+        dynamic_img_size: ``True`` lets the model take any image size (timm's ``dynamic_img_size``), ``None``
+            leaves the setting as built.
+        grid_mode, grid_scale: patch coordinates, see :class:`~.positions.TokenPositions`.
+        **options: the encoding's options (``theta``, ``layout``, ``extrapolation``, ``seed``, ...). The model
+            supplies ``head_dim``, ``num_heads``, ``num_prefix_tokens``, ``num_axes=2`` (and ``embed_dim``,
+            ``grid_size`` for absolute encodings).
+    Returns:
+        ``model``, with ``model.mmpos_positions`` and an extended ``no_weight_decay()``.
+    """
+    _check_model(model)
+    check_choice("abs_pos", abs_pos, ABS_POS)
+    kind = pe_class(pe).kind
+    positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale)
+    if dynamic_img_size:
+        _enable_dynamic_img_size(model)
+    grid = _patch_grid(model)
+    if kind == "rotary":
+        _install_rotary(model, pe, positions, share_pe, options)
+    elif kind == "absolute":
+        _install_absolute(model, pe, positions, grid, abs_pos, options)
+    elif options:
+        raise TypeError(f"encoding {pe!r} takes no options, got {sorted(options)}")
+    _remove_timm_rope(model)
+    if abs_pos == "remove":
+        _remove_learned_pos_embed(model)
+    _install_position_hooks(model, positions)
+    model.mmpos_positions = positions
+    model.mmpos_pe = pe
+    model.no_weight_decay = types.MethodType(_no_weight_decay, model)
+    return model
+
+
+def _check_model(model):
+    if not isinstance(model, SUPPORTED_MODELS):
+        names = ", ".join(c.__name__ for c in SUPPORTED_MODELS)
+        raise TypeError(f"cannot convert a {type(model).__module__}.{type(model).__name__}; "
+                        f"mmpos.integrations.timm.convert supports timm {names}")
+    if hasattr(model, "mmpos_positions"):
+        raise ValueError(f"this model is already converted to {model.mmpos_pe!r}; convert a fresh model")
+
+
+def _patch_grid(model) -> tuple[int, int] | None:
+    embed = model.embeds if isinstance(model, NaFlexVit) else model.patch_embed
+    grid = getattr(embed, "grid_size", None) or getattr(embed, "pos_embed_grid_size", None)
+    return None if grid is None else tuple(int(g) for g in grid)
+
+
+def _install_rotary(model, pe, positions, share_pe, options):
+    blocks = list(model.blocks)
+    first = blocks[0].attn
+    facts = dict(head_dim=first.head_dim, num_heads=first.num_heads, num_prefix_tokens=model.num_prefix_tokens,
+                 num_axes=2, seq_dim=-2)
+    where = f"{type(model).__name__} attention (head_dim={first.head_dim}, num_heads={first.num_heads})"
+    pes = create_block_pes(pe, len(blocks), facts, options, share=share_pe, where=where)
+    for index, (block, block_pe) in enumerate(zip(blocks, pes)):
+        check_fits(block_pe, block.attn.head_dim, 2, f"block {index}'s attention")
+        if getattr(block_pe, "num_prefix_tokens", model.num_prefix_tokens) != model.num_prefix_tokens:
+            raise ValueError(f"encoding num_prefix_tokens={block_pe.num_prefix_tokens} but the model has "
+                             f"{model.num_prefix_tokens} prefix token(s) (cls + registers)")
+        make_positional(block.attn, block_pe, positions, f"blocks[{index}].attn")
+
+
+def _install_absolute(model, pe, positions, grid, abs_pos, options):
+    facts = dict(embed_dim=model.embed_dim, num_axes=2, num_prefix_tokens=model.num_prefix_tokens, grid_size=grid)
+    where = f"{type(model).__name__} tokens (embed_dim={model.embed_dim}, grid={grid})"
+    (ape,) = create_block_pes(pe, 1, facts, options, share=True, where=where)
+    if isinstance(ape, LearnedAPE) and abs_pos == "remove":
+        _take_over_learned_pos_embed(model, ape)
+    model.mmpos_ape = ape
+    model.norm_pre.register_forward_pre_hook(_add_absolute_hook(ape, positions))
+
+
+def _add_absolute_hook(ape, positions):
+    def hook(module, args):
+        x = args[0]
+        coords = positions.coords(x.shape[1], x.device)
+        n = ape.num_prefix_tokens
+        return (torch.cat([x[:, :n], x[:, n:] + _absolute_embedding(ape, positions, coords).to(x.dtype)], dim=1),)
+
+    return hook
+
+
+def _absolute_embedding(ape, positions, coords):
+    """Embedding of the patch tokens; a learned table is resampled to a grid other than its own."""
+    if not isinstance(ape, LearnedAPE) or positions.grid is None or positions.grid == ape.grid_size:
+        return ape.embed(coords)
+    if positions.grid_mode != "index" or positions.grid_scale != 1.0:
+        raise ValueError("ape_learned on another grid resamples its table; use grid_mode='index', grid_scale=1")
+    table = ape.resample(positions.grid)  # [H * W, C]
+    if positions.keep_indices is None:
+        return table
+    return table[positions.keep_indices.to(table.device)]
+
+
+def _take_over_learned_pos_embed(model, ape):
+    """Move timm's learned ``pos_embed`` into ``ape`` (and its prefix rows into cls/register tokens)."""
+    pos_embed = getattr(model, "pos_embed", None)
+    if pos_embed is None or isinstance(model, NaFlexVit):
+        return
+    with torch.no_grad():
+        n_prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
+        patch_rows = pos_embed[0, n_prefix:]
+        if patch_rows.shape[0] != ape.weight[..., 0].numel():
+            return
+        ape.weight.copy_(patch_rows.reshape(ape.weight.shape))
+        prefix = [t for t in (getattr(model, "cls_token", None), getattr(model, "reg_token", None)) if t is not None]
+        offset = 0
+        for token in prefix:
+            if n_prefix:
+                token.add_(pos_embed[:, offset : offset + token.shape[1]])
+            offset += token.shape[1]
+
+
+def _remove_timm_rope(model):
+    if getattr(model, "rope", None) is not None:
+        model.rope = None
+    for flag in ("rope_mixed", "rope_is_mixed"):
+        if hasattr(model, flag):
+            setattr(model, flag, False)
+
+
+def _remove_learned_pos_embed(model):
+    if isinstance(model, NaFlexVit):
+        embeds = model.embeds
+        embeds.pos_embed = embeds.pos_embed_y = embeds.pos_embed_x = None
+        embeds.pos_embed_type = "none"
+    else:
+        model.pos_embed = None
+
+
+def _enable_dynamic_img_size(model):
+    if isinstance(model, NaFlexVit):
+        return  # NaFlexVit takes any size already
+    model.dynamic_img_size = True
+    embed = model.patch_embed
+    embed.strict_img_size = False
+    embed.flatten = False
+    embed.output_fmt = Format.NHWC
+
+
+def _install_position_hooks(model, positions):
+    if isinstance(model, NaFlexVit):
+        model.embeds.register_forward_hook(naflex_embeds_hook(positions), with_kwargs=True)
+    else:
+        model.patch_embed.register_forward_hook(patch_embed_grid_hook(positions))
+    if isinstance(getattr(model, "patch_drop", None), nn.Module) and not isinstance(model.patch_drop, nn.Identity):
+        model.patch_drop = RecordingPatchDropout(model.patch_drop, positions)
+
+
+def _no_weight_decay(self) -> set[str]:
+    """timm's names plus the mmpos encodings' (e.g. ``blocks.0.attn.pe.freqs``)."""
+    return type(self).no_weight_decay(self) | no_weight_decay_names(self)
