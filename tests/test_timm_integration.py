@@ -167,7 +167,7 @@ def test_conversion_keeps_every_other_weight(pe):
 
 
 def test_pretrained_checkpoint_through_registered_name(tmp_path):
-    kw = dict(img_size=IMG, patch_size=PATCH, depth=2, num_classes=5)
+    kw = dict(img_size=IMG, patch_size=PATCH, depth=2)  # 1000 classes, as the checkpoint cfg says
     source = timm.create_model("vit_tiny_patch16_224", **kw)
     path = tmp_path / "vit_tiny.pth"
     torch.save(source.state_dict(), path)
