@@ -76,12 +76,15 @@ def is_encoding(module: nn.Module) -> bool:
 
 
 def no_weight_decay_names(model: nn.Module) -> set[str]:
-    """Full names of encoding parameters that should not be weight-decayed (each encoding's
-    ``no_weight_decay()``), as ``model.named_parameters()`` spells them."""
+    """Full names of encoding parameters that should not be weight-decayed, as ``model.named_parameters()``
+    spells them: each encoding's ``no_weight_decay()``, or all its parameters if it does not say (positional
+    tables and frequencies are conventionally not decayed, like timm's ``pos_embed``)."""
     names = set()
     for prefix, module in model.named_modules():
-        if is_encoding(module) and hasattr(module, "no_weight_decay"):
-            names |= {f"{prefix}.{p}" if prefix else p for p in module.no_weight_decay()}
+        if is_encoding(module):
+            own = module.no_weight_decay() if hasattr(module, "no_weight_decay") else (
+                n for n, _ in module.named_parameters())
+            names |= {f"{prefix}.{p}" if prefix else p for p in own}
     return names
 
 
