@@ -273,3 +273,16 @@ def test_converting_twice_is_an_error():
     model = mt.convert(tiny_vit(), pe="rope_axial")
     with pytest.raises(ValueError, match="already converted to 'rope_axial'"):
         mt.convert(model, pe="rope_mixed")
+
+
+@pytest.mark.parametrize("pe", ["rope_mixed", "ape_sincos"])
+def test_deep_copies_track_their_own_positions(pe):
+    """EMA copies (copy.deepcopy) must record and read their own token positions."""
+    model = mt.convert(tiny_vit(dynamic_img_size=True), pe=pe).eval()
+    ema = copy.deepcopy(model)
+    assert ema.mmpos_positions is not model.mmpos_positions
+    assert ema.blocks[1].attn.positions is ema.mmpos_positions if pe == "rope_mixed" else True
+    model(torch.randn(1, 3, IMG, IMG))
+    out = ema(torch.randn(1, 3, 48, 40))
+    assert out.shape == (1, 5)
+    assert ema.mmpos_positions.grid == (6, 5) and model.mmpos_positions.grid == (4, 4)

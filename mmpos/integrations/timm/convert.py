@@ -30,7 +30,7 @@ from ...encodings.absolute import LearnedAPE
 from ...encodings.blockwise import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.registry import pe_class
 from .attention import make_positional
-from .positions import RecordingPatchDropout, TokenPositions, naflex_embeds_hook, patch_embed_grid_hook
+from .positions import NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
 
 SUPPORTED_MODELS = (VisionTransformer, Eva, NaFlexVit)
 ABS_POS = ("remove", "keep")
@@ -116,17 +116,22 @@ def _install_absolute(model, pe, positions, grid, abs_pos, options):
     if isinstance(ape, LearnedAPE) and abs_pos == "remove":
         _take_over_learned_pos_embed(model, ape)
     model.mmpos_ape = ape
-    model.norm_pre.register_forward_pre_hook(_add_absolute_hook(ape, positions))
+    model.norm_pre.register_forward_pre_hook(AddAbsoluteHook(ape, positions))
 
 
-def _add_absolute_hook(ape, positions):
-    def hook(module, args):
+class AddAbsoluteHook:
+    """Forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens (an object, not a
+    closure, so that ``copy.deepcopy(model)`` rewires it to the copy's encoding and positions)."""
+
+    def __init__(self, ape, positions):
+        self.ape, self.positions = ape, positions
+
+    def __call__(self, module, args):
         x = args[0]
-        coords = positions.coords(x.shape[1], x.device)
-        n = ape.num_prefix_tokens
-        return (torch.cat([x[:, :n], x[:, n:] + _absolute_embedding(ape, positions, coords).to(x.dtype)], dim=1),)
-
-    return hook
+        coords = self.positions.coords(x.shape[1], x.device)
+        n = self.ape.num_prefix_tokens
+        embedding = _absolute_embedding(self.ape, self.positions, coords).to(x.dtype)
+        return (torch.cat([x[:, :n], x[:, n:] + embedding], dim=1),)
 
 
 def _absolute_embedding(ape, positions, coords):
@@ -189,9 +194,9 @@ def _enable_dynamic_img_size(model):
 
 def _install_position_hooks(model, positions):
     if isinstance(model, NaFlexVit):
-        model.embeds.register_forward_hook(naflex_embeds_hook(positions), with_kwargs=True)
+        model.embeds.register_forward_hook(NaFlexEmbedsHook(positions), with_kwargs=True)
     else:
-        model.patch_embed.register_forward_hook(patch_embed_grid_hook(positions))
+        model.patch_embed.register_forward_hook(PatchGridHook(positions))
     if isinstance(getattr(model, "patch_drop", None), nn.Module) and not isinstance(model.patch_drop, nn.Identity):
         model.patch_drop = RecordingPatchDropout(model.patch_drop, positions)
 

@@ -76,32 +76,35 @@ class TokenPositions:
         return coords
 
 
-def patch_embed_grid_hook(positions: TokenPositions):
-    """Forward hook for a timm ``PatchEmbed``: record the grid of the image it just embedded."""
+class PatchGridHook:
+    """Forward hook for a timm ``PatchEmbed``: record the grid of the image it just embedded.
 
-    def hook(module, args, output):
+    Hooks are small objects, not closures, so ``copy.deepcopy(model)`` (EMA) rewires them to the copy's
+    ``TokenPositions``.
+    """
+
+    def __init__(self, positions: TokenPositions):
+        self.positions = positions
+
+    def __call__(self, module, args, output):
         if output.dim() == 4:  # NHWC: dynamic_img_size
             grid = output.shape[1:3]
         elif hasattr(module, "dynamic_feat_size"):
             grid = module.dynamic_feat_size(tuple(args[0].shape[-2:]))
         else:
             grid = module.grid_size
-        positions.start(grid=grid)
-
-    return hook
+        self.positions.start(grid=grid)
 
 
-def naflex_embeds_hook(positions: TokenPositions):
+class NaFlexEmbedsHook(PatchGridHook):
     """Forward hook (with kwargs) for NaFlexVit's ``embeds``: the grid, or per-token ``patch_coord``."""
 
-    def hook(module, args, kwargs, output):
+    def __call__(self, module, args, kwargs, output):
         patch_coord = kwargs.get("patch_coord", args[1] if len(args) > 1 else None)
         if patch_coord is not None:
-            positions.start(patch_coord=patch_coord)
+            self.positions.start(patch_coord=patch_coord)
         else:
-            positions.start(grid=output[1])
-
-    return hook
+            self.positions.start(grid=output[1])
 
 
 class RecordingPatchDropout(nn.Module):
