@@ -286,3 +286,13 @@ def test_deep_copies_track_their_own_positions(pe):
     out = ema(torch.randn(1, 3, 48, 40))
     assert out.shape == (1, 5)
     assert ema.mmpos_positions.grid == (6, 5) and model.mmpos_positions.grid == (4, 4)
+
+
+@pytest.mark.parametrize("pe", ["rope_axial", "ape_learned"])
+def test_static_model_follows_set_input_size(pe):
+    model = mt.convert(tiny_vit(), pe=pe).eval()
+    model.set_input_size(img_size=(48, 40))
+    assert model(torch.randn(1, 3, 48, 40)).shape == (1, 5)
+    assert model.mmpos_positions.grid == (6, 5)
+    coords = model.mmpos_positions.coords(1 + 30, torch.device("cpu"))
+    assert coords[-1].tolist() == [5.0, 4.0]

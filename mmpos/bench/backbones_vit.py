@@ -40,6 +40,9 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds over the encodings")
     parser.add_argument("--repeats", type=int, default=1, help="timed steps per encoding and round")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (cpu)")
+    parser.add_argument("--clock", choices=("wall", "process"), default="wall",
+                        help="'process' counts this process's CPU time (with --threads 1 on a shared, loaded "
+                        "machine it is far less noisy than wall time); cuda always uses wall time")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_backbones_vit.json"))
     args = parser.parse_args(argv)
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
     print(summary(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(torch=torch.__version__, device=args.device, dtype=args.dtype, threads=torch.get_num_threads(),
-                machine=platform.machine(), rounds=args.rounds, repeats=args.repeats)
+                machine=platform.machine(), rounds=args.rounds, repeats=args.repeats, clock=args.clock)
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0
@@ -104,6 +107,7 @@ def run(args, log=print) -> list[dict]:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    clock = time.process_time if args.clock == "process" and device.type == "cpu" else time.perf_counter
     times = {name: [] for name in models}
     for _ in range(2):  # warm-up: allocator, tables, kernels
         for model, _kind in models.values():
@@ -111,9 +115,9 @@ def run(args, log=print) -> list[dict]:
     for _ in range(args.rounds):
         for name, (model, _kind) in models.items():
             for _ in range(args.repeats):
-                start = time.perf_counter()
+                start = clock()
                 step(model)
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
     base = statistics.median(times[BASELINE])
     rows = []
     for name, (_model, kind) in models.items():
