@@ -296,3 +296,34 @@ def test_static_model_follows_set_input_size(pe):
     assert model.mmpos_positions.grid == (6, 5)
     coords = model.mmpos_positions.coords(1 + 30, torch.device("cpu"))
     assert coords[-1].tolist() == [5.0, 4.0]
+
+
+@pytest.fixture
+def new_learned_encoding():
+    """A rotary encoding with parameters registered after import (as ComRoPE/HARoPE will be)."""
+    from mmpos.encodings import MixedRoPE
+    from mmpos.encodings import registry
+
+    cls = mmpos.register_pe("test_late_learned_rope")(type("LateLearnedRoPE", (MixedRoPE,), {}))
+    yield cls.pe_name
+    registry._REGISTRY.pop(cls.pe_name)
+    from timm.models import _registry as timm_registry
+
+    for name in timm.list_models(f"*_mmpos_{cls.pe_name}"):
+        timm_registry._clear_model_entries(name)
+        timm_registry._model_entrypoints.pop(name, None)
+
+
+def test_encodings_registered_later_plug_in(new_learned_encoding):
+    from mmpos.models import DiT
+
+    pe = new_learned_encoding
+    model = mt.convert(tiny_vit(depth=3), pe=pe)
+    assert len({id(b.attn.pe) for b in model.blocks}) == 3  # parameters: one instance per block
+    assert {f"blocks.{i}.attn.pe.freqs" for i in range(3)} <= model.no_weight_decay()
+    assert model(torch.randn(1, 3, IMG, IMG)).shape == (1, 5)
+    added = mt.register_timm_models(pes=[pe])
+    assert f"vit_tiny_patch16_224_mmpos_{pe}" in added
+    timm.create_model(f"vit_tiny_patch16_224_mmpos_{pe}", img_size=IMG, patch_size=PATCH, depth=1)
+    dit = DiT(sample_size=8, patch_size=2, in_channels=3, hidden_size=32, depth=2, num_heads=2, num_classes=4, pe=pe)
+    assert len(dit.rotary_pes) == 2
