@@ -327,3 +327,20 @@ def test_encodings_registered_later_plug_in(new_learned_encoding):
     timm.create_model(f"vit_tiny_patch16_224_mmpos_{pe}", img_size=IMG, patch_size=PATCH, depth=1)
     dit = DiT(sample_size=8, patch_size=2, in_channels=3, hidden_size=32, depth=2, num_heads=2, num_classes=4, pe=pe)
     assert len(dit.rotary_pes) == 2
+
+
+@pytest.mark.parametrize("indexing", ["xy", "ij"])
+def test_rope_vit_mixed_model_keeps_its_function(indexing):
+    """A timm RoPE-Mixed Eva (rope-vit port layout) converted to mmpos rope_mixed takes over its learned
+    frequencies: same features as timm's own RoPE-Mixed (timm computes angles in fp32, hence 1e-6)."""
+    reference = tiny_eva(use_abs_pos_emb=False, rope_type="mixed", attn_type="rope", rope_temperature=10.0,
+                         rope_grid_indexing=indexing).double().eval()
+    with torch.no_grad():
+        reference.rope.freqs.mul_(3.0)  # away from mmpos' own init
+        for block in reference.blocks:
+            block.attn.qkv.weight.mul_(10.0)  # peaked attention, so positions matter
+    model = mt.convert(copy.deepcopy(reference), pe="rope_mixed").double().eval()
+    assert model.rope is None and isinstance(model.blocks[0].attn, mt.PositionalAttentionRope)
+    images = torch.randn(2, 3, IMG, IMG, dtype=torch.float64)
+    expected = reference.forward_features(images)  # without the take-over these differ by ~0.17 (of ~2)
+    torch.testing.assert_close(model.forward_features(images), expected, rtol=0, atol=1e-6 * expected.abs().max())

@@ -20,13 +20,16 @@ import types
 
 import torch
 from timm.layers import Format
+from timm.layers.pos_embed_sincos import RotaryEmbeddingMixed, get_mixed_grid
 from timm.models.eva import Eva
 from timm.models.naflexvit import NaFlexVit
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from ..._validation import check_choice
+from ...coords.grids import image_grid
 from ...encodings.absolute import LearnedAPE
+from ...encodings.rope_mixed import MixedRoPE
 from ...encodings.blockwise import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.registry import pe_class
 from .attention import make_positional
@@ -65,6 +68,7 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     grid = _patch_grid(model)
     if kind == "rotary":
         _install_rotary(model, pe, positions, share_pe, options)
+        _take_over_mixed_freqs(model, positions)
     elif kind == "absolute":
         _install_absolute(model, pe, positions, grid, abs_pos, options)
     elif options:
@@ -98,7 +102,7 @@ def _install_rotary(model, pe, positions, share_pe, options):
     blocks = list(model.blocks)
     first = blocks[0].attn
     facts = dict(head_dim=first.head_dim, num_heads=first.num_heads, num_prefix_tokens=model.num_prefix_tokens,
-                 num_axes=2, seq_dim=-2)
+                 num_axes=2, seq_dim=-2, layout="half" if getattr(first, "rotate_half", False) else "interleaved")
     where = f"{type(model).__name__} attention (head_dim={first.head_dim}, num_heads={first.num_heads})"
     pes = create_block_pes(pe, len(blocks), facts, options, share=share_pe, where=where)
     for index, (block, block_pe) in enumerate(zip(blocks, pes)):
@@ -107,6 +111,31 @@ def _install_rotary(model, pe, positions, share_pe, options):
             raise ValueError(f"encoding num_prefix_tokens={block_pe.num_prefix_tokens} but the model has "
                              f"{model.num_prefix_tokens} prefix token(s) (cls + registers)")
         make_positional(block.attn, block_pe, positions, f"blocks[{index}].attn")
+
+
+def _take_over_mixed_freqs(model, positions):
+    """Copy timm's RoPE-Mixed ``rope.freqs`` ``[2, depth, heads, head_dim / 2]`` (rope-vit ports, NaFlexVit
+    ``rope_type='mixed'``) into per-block mmpos ``rope_mixed`` encodings, so the model keeps its function."""
+    rope = getattr(model, "rope", None)
+    if not isinstance(rope, RotaryEmbeddingMixed) or positions.grid_mode != "index" or positions.grid_scale != 1:
+        return
+    pes = [block.attn.pe for block in model.blocks]
+    if not all(isinstance(pe, MixedRoPE) for pe in pes) or len({id(pe) for pe in pes}) != len(pes):
+        return
+    t_x, t_y = get_mixed_grid([2, 3], grid_indexing=rope.grid_indexing)
+    rows, cols = image_grid(2, 3).unbind(-1)
+    if torch.equal(t_x, rows) and torch.equal(t_y, cols):
+        order = (0, 1)
+    elif torch.equal(t_x, cols) and torch.equal(t_y, rows):
+        order = (1, 0)
+    else:
+        return
+    with torch.no_grad():
+        for depth, pe in enumerate(pes):
+            timm_freqs = rope.freqs[:, depth]  # [2 (x, y), heads, P]
+            if timm_freqs.shape[1:] != (pe.freqs.shape[0], pe.freqs.shape[2]):
+                return
+            pe.freqs.copy_(torch.stack([timm_freqs[order[0]], timm_freqs[order[1]]], dim=1))
 
 
 def _install_absolute(model, pe, positions, grid, abs_pos, options):
