@@ -344,3 +344,16 @@ def test_rope_vit_mixed_model_keeps_its_function(indexing):
     images = torch.randn(2, 3, IMG, IMG, dtype=torch.float64)
     expected = reference.forward_features(images)  # without the take-over these differ by ~0.17 (of ~2)
     torch.testing.assert_close(model.forward_features(images), expected, rtol=0, atol=1e-6 * expected.abs().max().item())
+
+
+def test_unsupported_attention_class_fails_before_changing_the_model():
+    from timm.layers.attention import AttentionRope
+
+    class CustomAttention(AttentionRope):
+        pass
+
+    model = tiny_eva(attn_type="rope", dynamic_img_size=False)
+    model.blocks[1].attn.__class__ = CustomAttention
+    with pytest.raises(TypeError, match=r"blocks\[1\]\.attn is a .*CustomAttention; mmpos can convert Attention"):
+        mt.convert(model, pe="rope_axial", dynamic_img_size=True)
+    assert type(model.blocks[0].attn) is AttentionRope and model.rope is not None and not model.dynamic_img_size

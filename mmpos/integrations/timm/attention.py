@@ -105,14 +105,18 @@ POSITIONAL_ATTENTION = {
 }
 
 
-def make_positional(attn: torch.nn.Module, pe: torch.nn.Module, positions, where: str) -> None:
-    """Turn the timm attention module ``attn`` into its positional subclass, in place."""
+def check_convertible(attn: torch.nn.Module, where: str) -> None:
     cls = type(attn)
     if cls in POSITIONAL_ATTENTION.values():
         raise ValueError(f"{where} is already converted; convert a model only once")
     if cls not in POSITIONAL_ATTENTION:
         supported = ", ".join(c.__name__ for c in POSITIONAL_ATTENTION)
         raise TypeError(f"{where} is a {cls.__module__}.{cls.__name__}; mmpos can convert {supported}")
-    attn.__class__ = POSITIONAL_ATTENTION[cls]
+
+
+def make_positional(attn: torch.nn.Module, pe: torch.nn.Module, positions, where: str) -> None:
+    """Turn the timm attention module ``attn`` into its positional subclass, in place."""
+    check_convertible(attn, where)
+    attn.__class__ = POSITIONAL_ATTENTION[type(attn)]
     attn.pe = pe
     attn.positions = positions

@@ -32,7 +32,7 @@ from ...encodings.absolute import LearnedAPE
 from ...encodings.rope_mixed import MixedRoPE
 from ...encodings.blockwise import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.registry import pe_class
-from .attention import make_positional
+from .attention import check_convertible, make_positional
 from .positions import NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
 
 SUPPORTED_MODELS = (VisionTransformer, Eva, NaFlexVit)
@@ -63,8 +63,6 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     check_choice("abs_pos", abs_pos, ABS_POS)
     kind = pe_class(pe).kind
     positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale)
-    if dynamic_img_size:
-        _enable_dynamic_img_size(model)
     grid = _patch_grid(model)
     if kind == "rotary":
         _install_rotary(model, pe, positions, share_pe, options)
@@ -73,6 +71,8 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
         _install_absolute(model, pe, positions, grid, abs_pos, options)
     elif options:
         raise TypeError(f"encoding {pe!r} takes no options, got {sorted(options)}")
+    if dynamic_img_size:
+        _enable_dynamic_img_size(model)
     _remove_timm_rope(model)
     if abs_pos == "remove":
         _remove_learned_pos_embed(model)
@@ -105,11 +105,13 @@ def _install_rotary(model, pe, positions, share_pe, options):
                  num_axes=2, seq_dim=-2, layout="half" if getattr(first, "rotate_half", False) else "interleaved")
     where = f"{type(model).__name__} attention (head_dim={first.head_dim}, num_heads={first.num_heads})"
     pes = create_block_pes(pe, len(blocks), facts, options, share=share_pe, where=where)
-    for index, (block, block_pe) in enumerate(zip(blocks, pes)):
+    for index, (block, block_pe) in enumerate(zip(blocks, pes)):  # check everything before changing anything
         check_fits(block_pe, block.attn.head_dim, 2, f"block {index}'s attention")
         if getattr(block_pe, "num_prefix_tokens", model.num_prefix_tokens) != model.num_prefix_tokens:
             raise ValueError(f"encoding num_prefix_tokens={block_pe.num_prefix_tokens} but the model has "
                              f"{model.num_prefix_tokens} prefix token(s) (cls + registers)")
+        check_convertible(block.attn, f"blocks[{index}].attn")
+    for index, (block, block_pe) in enumerate(zip(blocks, pes)):
         make_positional(block.attn, block_pe, positions, f"blocks[{index}].attn")
 
 
