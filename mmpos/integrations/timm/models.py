@@ -24,7 +24,9 @@ BASE_ARCHITECTURES = (
     "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224", "vit_large_patch16_224",
     "vit_small_patch16_384", "vit_base_patch16_384",
     "deit3_small_patch16_224", "deit3_base_patch16_224", "deit3_large_patch16_224",
-    "vit_small_patch16_rope_224", "vit_base_patch16_rope_224",  # Eva (rope-vit ports): swap their RoPE
+    # Eva rope-vit ports: swap their RoPE (``..._rope_mixed_224_mmpos_rope_mixed`` keeps the learned frequencies)
+    "vit_small_patch16_rope_224", "vit_base_patch16_rope_224",
+    "vit_small_patch16_rope_mixed_224", "vit_base_patch16_rope_mixed_224",
     "naflexvit_base_patch16_gap",
 )
 CONVERT_OPTIONS = ("abs_pos", "share_pe", "grid_mode", "grid_scale")
