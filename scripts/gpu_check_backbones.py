@@ -50,6 +50,8 @@ def main(argv=None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("CUDA is not available")
         return 1
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 here (cuDNN convs default to TF32)
+    torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     rows = []
     images = torch.randn(4, 3, size, size)
