@@ -330,20 +330,26 @@ def test_encodings_registered_later_plug_in(new_learned_encoding):
 
 
 @pytest.mark.parametrize("indexing", ["xy", "ij"])
-def test_rope_vit_mixed_model_keeps_its_function(indexing):
-    """A timm RoPE-Mixed Eva (rope-vit port layout) converted to mmpos rope_mixed takes over its learned
-    frequencies: same features as timm's own RoPE-Mixed (timm computes angles in fp32, hence 1e-6)."""
-    reference = tiny_eva(use_abs_pos_emb=False, rope_type="mixed", attn_type="rope", rope_temperature=10.0,
+@pytest.mark.parametrize("timm_rope,pe,temperature", [("mixed", "rope_mixed", 10.0), ("cat", "rope_axial", 100.0)])
+def test_timm_rope_models_keep_their_function(timm_rope, pe, temperature, indexing):
+    """A timm rope Eva (rope-vit port layouts) converted to the matching mmpos encoding computes timm's own
+    features: RoPE-Mixed frequencies are taken over, axial gets timm's temperature and axis order (timm
+    computes angles in fp32, hence 1e-6)."""
+    reference = tiny_eva(use_abs_pos_emb=False, rope_type=timm_rope, attn_type="rope", rope_temperature=temperature,
                          rope_grid_indexing=indexing).double().eval()
     with torch.no_grad():
-        reference.rope.freqs.mul_(3.0)  # away from mmpos' own init
+        if timm_rope == "mixed":
+            reference.rope.freqs.mul_(3.0)  # away from mmpos' own init
         for block in reference.blocks:
             block.attn.qkv.weight.mul_(10.0)  # peaked attention, so positions matter
-    model = mt.convert(copy.deepcopy(reference), pe="rope_mixed").double().eval()
+    model = mt.convert(copy.deepcopy(reference), pe=pe).double().eval()
     assert model.rope is None and isinstance(model.blocks[0].attn, mt.PositionalAttentionRope)
     images = torch.randn(2, 3, IMG, IMG, dtype=torch.float64)
-    expected = reference.forward_features(images)  # without the take-over these differ by ~0.17 (of ~2)
+    expected = reference.forward_features(images)  # without the matching these differ by ~0.1-0.2 (of ~2)
     torch.testing.assert_close(model.forward_features(images), expected, rtol=0, atol=1e-6 * expected.abs().max().item())
+    if pe == "rope_axial":  # the axis order matters (mixed frequencies are taken over in either order)
+        other = mt.convert(copy.deepcopy(reference), pe=pe, grid_indexing="ij" if indexing == "xy" else "xy")
+        assert (other.forward_features(images) - expected).abs().max() > 1e-3
 
 
 def test_unsupported_attention_class_fails_before_changing_the_model():

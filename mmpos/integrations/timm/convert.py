@@ -20,7 +20,7 @@ import types
 
 import torch
 from timm.layers import Format
-from timm.layers.pos_embed_sincos import RotaryEmbeddingMixed, get_mixed_grid
+from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingMixed, get_mixed_grid
 from timm.models.eva import Eva
 from timm.models.naflexvit import NaFlexVit
 from timm.models.vision_transformer import VisionTransformer
@@ -41,7 +41,7 @@ ABS_POS = ("remove", "keep")
 
 def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove", share_pe: bool | None = None,
             dynamic_img_size: bool | None = None, grid_mode: str = "index", grid_scale: float = 1.0,
-            **options) -> nn.Module:
+            grid_indexing: str | None = None, **options) -> nn.Module:
     """Switch ``model`` to the encoding ``pe`` in place and return it.
 
     Args:
@@ -52,7 +52,8 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
             default: per block for encodings with parameters (RoPE-Mixed, ...), shared otherwise.
         dynamic_img_size: ``True`` lets the model take any image size (timm's ``dynamic_img_size``), ``None``
             leaves the setting as built.
-        grid_mode, grid_scale: patch coordinates, see :class:`~.positions.TokenPositions`.
+        grid_mode, grid_scale, grid_indexing: patch coordinates, see :class:`~.positions.TokenPositions`;
+            ``grid_indexing`` defaults to the model's timm rope setting if it has one, else ``"ij"``.
         **options: the encoding's options (``theta``, ``layout``, ``extrapolation``, ``seed``, ...). The model
             supplies ``head_dim``, ``num_heads``, ``num_prefix_tokens``, ``num_axes=2`` (and ``embed_dim``,
             ``grid_size`` for absolute encodings).
@@ -62,7 +63,10 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     _check_model(model)
     check_choice("abs_pos", abs_pos, ABS_POS)
     kind = pe_class(pe).kind
-    positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale)
+    if pe == "rope_axial":
+        options = {**_timm_axial_rope_options(model, grid_mode, grid_scale), **options}
+    grid_indexing = grid_indexing or getattr(getattr(model, "rope", None), "grid_indexing", "ij")
+    positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale, grid_indexing)
     grid = _patch_grid(model)
     if kind == "rotary":
         _install_rotary(model, pe, positions, share_pe, options)
@@ -115,6 +119,17 @@ def _install_rotary(model, pe, positions, share_pe, options):
         make_positional(block.attn, block_pe, positions, f"blocks[{index}].attn")
 
 
+def _timm_axial_rope_options(model, grid_mode, grid_scale) -> dict:
+    """``rope_axial`` options that reproduce a timm axial rope (``RotaryEmbeddingCat`` on index coordinates:
+    EVA-style 'cat' without ``ref_feat_shape``, the rope-vit axial ports): its temperature as ``theta``."""
+    rope = getattr(model, "rope", None)
+    if type(rope) is not RotaryEmbeddingCat or grid_mode != "index" or grid_scale != 1:
+        return {}
+    if rope.in_pixels or rope.ref_feat_shape is not None or rope.grid_offset or getattr(rope, "aug_active", False):
+        return {}
+    return dict(theta=float(rope.temperature))
+
+
 def _take_over_mixed_freqs(model, positions):
     """Copy timm's RoPE-Mixed ``rope.freqs`` ``[2, depth, heads, head_dim / 2]`` (rope-vit ports, NaFlexVit
     ``rope_type='mixed'``) into per-block mmpos ``rope_mixed`` encodings, so the model keeps its function."""
@@ -126,6 +141,8 @@ def _take_over_mixed_freqs(model, positions):
         return
     t_x, t_y = get_mixed_grid([2, 3], grid_indexing=rope.grid_indexing)
     rows, cols = image_grid(2, 3).unbind(-1)
+    if positions.grid_indexing == "xy":
+        rows, cols = cols, rows
     if torch.equal(t_x, rows) and torch.equal(t_y, cols):
         order = (0, 1)
     elif torch.equal(t_x, cols) and torch.equal(t_y, rows):

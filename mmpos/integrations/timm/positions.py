@@ -28,11 +28,16 @@ class TokenPositions:
         num_prefix_tokens: leading tokens without coordinates (cls, registers).
         grid_mode, grid_scale: how patch indices become coordinates (see :func:`mmpos.coords.image_grid`):
             ``"index"`` (0 .. n-1, rope-vit and timm), ``"centered"`` or ``"normalized"`` ((i + .5) / n).
+        grid_indexing: ``"ij"`` gives (row, col) coordinates, ``"xy"`` gives (col, row) (timm's option of the
+            same name: which axis the encoding's first channels read).
     """
 
-    def __init__(self, num_prefix_tokens: int, grid_mode: str = "index", grid_scale: float = 1.0):
+    def __init__(self, num_prefix_tokens: int, grid_mode: str = "index", grid_scale: float = 1.0,
+                 grid_indexing: str = "ij"):
         check_choice("grid_mode", grid_mode, MODES)
+        check_choice("grid_indexing", grid_indexing, ("ij", "xy"))
         self.num_prefix_tokens, self.grid_mode, self.grid_scale = num_prefix_tokens, grid_mode, grid_scale
+        self.grid_indexing = grid_indexing
         self.start()
 
     def start(self, grid: tuple[int, int] | None = None, patch_coord: torch.Tensor | None = None) -> None:
@@ -67,6 +72,8 @@ class TokenPositions:
         else:
             raise RuntimeError("no patch grid was recorded for this forward: the converted model's patch "
                                "embedding did not run (call the model, forward_features or forward_intermediates)")
+        if self.grid_indexing == "xy":
+            coords = coords.flip(-1)
         if self.keep_indices is not None:
             keep = self.keep_indices.to(device)
             if coords.dim() == 2:
