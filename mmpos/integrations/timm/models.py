@@ -6,7 +6,7 @@
 
 Each entry point builds the timm architecture (with its pretrained weights and tag when asked), then
 :func:`~.convert.convert`s it. Keyword arguments starting with ``pe_`` are encoding options
-(``pe_theta=100`` -> ``theta=100``); ``abs_pos``, ``share_pe``, ``grid_mode`` and ``grid_scale`` go to
+(``pe_theta=100`` -> ``theta=100``); ``abs_pos``, ``share_pe``, ``grid_mode``, ``grid_scale``, ``grid_indexing`` go to
 ``convert``; everything else goes to the timm architecture, so timm's ``train.py`` works with
 ``--model vit_small_patch16_224_mmpos_rope_mixed --model-kwargs pe_theta=10 abs_pos=keep``
 (start it through ``python -m mmpos.integrations.timm.train`` so that the names are registered).
@@ -29,7 +29,7 @@ BASE_ARCHITECTURES = (
     "vit_small_patch16_rope_mixed_224", "vit_base_patch16_rope_mixed_224",
     "naflexvit_base_patch16_gap",
 )
-CONVERT_OPTIONS = ("abs_pos", "share_pe", "grid_mode", "grid_scale")
+CONVERT_OPTIONS = ("abs_pos", "share_pe", "grid_mode", "grid_scale", "grid_indexing")
 SEPARATOR = "_mmpos_"
 
 
