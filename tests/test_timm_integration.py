@@ -258,6 +258,10 @@ def test_encoding_that_does_not_fit_the_heads():
         mt.convert(tiny_vit(), pe="rope_magic")
     with pytest.raises(ValueError, match="abs_pos='drop'"):
         mt.convert(tiny_vit(), pe="rope_axial", abs_pos="drop")
+    with pytest.raises(ValueError, match="grid_indexing='yx'"):
+        mt.convert(tiny_vit(), pe="rope_axial", grid_indexing="yx")
+    with pytest.raises(ValueError, match=r"ape_learned looks up a \(rows, cols\) table"):
+        mt.convert(tiny_vit(), pe="ape_learned", grid_indexing="xy")
 
 
 def test_grid_that_does_not_match_the_tokens():

@@ -53,7 +53,8 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
         dynamic_img_size: ``True`` lets the model take any image size (timm's ``dynamic_img_size``), ``None``
             leaves the setting as built.
         grid_mode, grid_scale, grid_indexing: patch coordinates, see :class:`~.positions.TokenPositions`;
-            ``grid_indexing`` defaults to the model's timm rope setting if it has one, else ``"ij"``.
+            ``grid_indexing`` (``"ij"``: (row, col), ``"xy"``: (col, row)) defaults to the timm rope's setting
+            for rotary encodings, else ``"ij"``.
         **options: the encoding's options (``theta``, ``layout``, ``extrapolation``, ``seed``, ...). The model
             supplies ``head_dim``, ``num_heads``, ``num_prefix_tokens``, ``num_axes=2`` (and ``embed_dim``,
             ``grid_size`` for absolute encodings).
@@ -65,7 +66,11 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     kind = pe_class(pe).kind
     if pe == "rope_axial":
         options = {**_timm_axial_rope_options(model, grid_mode, grid_scale), **options}
-    grid_indexing = grid_indexing or getattr(getattr(model, "rope", None), "grid_indexing", "ij")
+    if grid_indexing is None:  # rotary encodings follow a timm rope's axis order; tables are (rows, cols)
+        timm_order = getattr(getattr(model, "rope", None), "grid_indexing", "ij")
+        grid_indexing = timm_order if kind == "rotary" else "ij"
+    if pe == "ape_learned" and grid_indexing != "ij":
+        raise ValueError("ape_learned looks up a (rows, cols) table: use grid_indexing='ij'")
     positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale, grid_indexing)
     grid = _patch_grid(model)
     if kind == "rotary":
