@@ -64,12 +64,14 @@ def main(argv=None) -> int:
         with torch.no_grad():
             for p in dit.parameters():
                 p.add_(torch.randn_like(p) * 0.02)  # leave adaLN-Zero's zero init
-        rows.append(check(f"DiT-S/2 d4 {pe}", dit, [latents, torch.tensor([10.0, 800.0]), torch.tensor([1, 7])], device))
+        inputs = [latents, torch.tensor([10.0, 800.0]), torch.tensor([1, 7])]
+        rows.append(check(f"DiT-S/2 d4 {pe}", dit, inputs, device))
     print(f"| model | rel. err fp32 ({device} vs fp64 cpu) | rel. err bf16 autocast |")
     print("|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['fp32']:.2e} | {r['bf16']:.2e} |")
-    dit = DiT.from_preset("DiT-S/2", depth=2, sample_size=16, in_channels=4, num_classes=10, pe="rope_mixed").to(device)
+    dit = DiT.from_preset("DiT-S/2", depth=2, sample_size=16, in_channels=4, num_classes=10, pe="rope_mixed")
+    dit = dit.to(device)
     out = sample_dit(dit.to(torch.bfloat16), make_noise_scheduler("flow"), [0, 1], num_inference_steps=4,
                      guidance_scale=2.0, generator=torch.Generator(device).manual_seed(0))
     print(f"DiT bf16 flow sampling on {device}: {tuple(out.shape)}, finite={bool(torch.isfinite(out).all())}")

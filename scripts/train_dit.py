@@ -59,7 +59,8 @@ def parse_args(argv=None):
 
 def build_dataset(args, channels: int):
     if args.data == "shapes":
-        return ProceduralShapes(args.resolution, channels, args.num_classes, length=max(args.steps, 1) * 64)
+        length = max(args.steps * args.batch_size, 1024)
+        return ProceduralShapes(args.resolution, channels, args.num_classes, length=length)
     if args.data == "random":
         g = torch.Generator().manual_seed(args.seed)
         images = torch.randn(256, channels, args.resolution, args.resolution, generator=g).clamp(-1, 1)
@@ -90,7 +91,8 @@ def load_vae(args, device):
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
-    found = [(int(m.group(1)), p) for p in output_dir.glob("checkpoint-*") if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
+    found = [(int(m.group(1)), p) for p in output_dir.glob("checkpoint-*")
+             if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
     return max(found)[1] if found else None
 
 
@@ -113,18 +115,23 @@ def main(argv=None) -> int:
         model.enable_gradient_checkpointing()
     ema = EMA(model, args.ema_decay)
     no_decay = model.no_weight_decay()
-    groups = [dict(params=[p for n, p in model.named_parameters() if n not in no_decay], weight_decay=args.weight_decay),
-              dict(params=[p for n, p in model.named_parameters() if n in no_decay], weight_decay=0.0)]
+    named = list(model.named_parameters())
+    groups = [dict(params=[p for n, p in named if n not in no_decay], weight_decay=args.weight_decay),
+              dict(params=[p for n, p in named if n in no_decay], weight_decay=0.0)]
     optimizer = torch.optim.AdamW(groups, lr=args.lr)
     loader = torch.utils.data.DataLoader(build_dataset(args, 3), batch_size=args.batch_size, shuffle=True,
                                          drop_last=True, num_workers=args.num_workers)
+    if len(loader) == 0:
+        raise SystemExit(f"the data set has fewer than --batch-size={args.batch_size} images")
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     ema.to(accelerator.device)
     accelerator.register_for_checkpointing(ema)
     scheduler = make_noise_scheduler(args.objective)
 
     step = 0
-    resume = latest_checkpoint(args.output_dir) if args.resume == "latest" else (Path(args.resume) if args.resume else None)
+    resume = Path(args.resume) if args.resume and args.resume != "latest" else None
+    if args.resume == "latest":
+        resume = latest_checkpoint(args.output_dir)
     if resume is not None:
         accelerator.load_state(str(resume))
         step = int(resume.name.split("-")[-1])

@@ -350,7 +350,8 @@ def test_timm_rope_models_keep_their_function(timm_rope, pe, temperature, indexi
     assert model.rope is None and isinstance(model.blocks[0].attn, mt.PositionalAttentionRope)
     images = torch.randn(2, 3, IMG, IMG, dtype=torch.float64)
     expected = reference.forward_features(images)  # without the matching these differ by ~0.1-0.2 (of ~2)
-    torch.testing.assert_close(model.forward_features(images), expected, rtol=0, atol=1e-6 * expected.abs().max().item())
+    tolerance = 1e-6 * expected.abs().max().item()
+    torch.testing.assert_close(model.forward_features(images), expected, rtol=0, atol=tolerance)
     if pe == "rope_axial":  # the axis order matters (mixed frequencies are taken over in either order)
         other = mt.convert(copy.deepcopy(reference), pe=pe, grid_indexing="ij" if indexing == "xy" else "xy")
         assert (other.forward_features(images) - expected).abs().max() > 1e-3
