@@ -1,1 +1,1 @@
-"""Integrations with other libraries (timm, diffusers, transformers)."""
+"""Adapters that put mmpos encodings into other libraries' models (timm, diffusers, transformers)."""

@@ -1,0 +1,6 @@
+"""Reference models: a class-conditional DiT with any mmpos encoding, its sampler and training loss."""
+from .dit import DIT_PRESETS, DiT
+from .dit_sampling import sample_dit
+from .dit_training import EMA, ProceduralShapes, diffusion_loss, make_noise_scheduler
+
+__all__ = ["DIT_PRESETS", "DiT", "sample_dit", "EMA", "ProceduralShapes", "diffusion_loss", "make_noise_scheduler"]

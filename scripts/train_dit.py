@@ -1,0 +1,186 @@
+"""Train the reference DiT (mmpos.models.DiT) with any mmpos encoding, on pixels or VAE latents.
+
+Quick CPU check (a tiny model, procedural shapes, three steps):
+    python scripts/train_dit.py --tiny --data shapes --steps 3 --output-dir outputs/dit_tiny
+A real run (ImageNet-style folder, SD VAE latents, bf16, 4 GPUs):
+    accelerate launch --num_processes 4 scripts/train_dit.py --model DiT-B/2 --pe rope_mixed \
+        --data folder --data-dir /data/imagenet/train --vae stabilityai/sd-vae-ft-ema --resolution 256 \
+        --batch-size 64 --steps 400000 --mixed-precision bf16 --objective flow --output-dir outputs/dit_b2_mixed
+Resume with the same command plus ``--resume latest``. Outputs: ``checkpoint-<step>/`` (accelerate state:
+model, optimizer, EMA, RNG), ``model/`` and ``model_ema/`` (``DiT.from_pretrained``), ``samples.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from tqdm.auto import tqdm
+
+from mmpos.models import DIT_PRESETS, EMA, DiT, ProceduralShapes, diffusion_loss, make_noise_scheduler, sample_dit
+from mmpos.models.dit_training import OBJECTIVES
+
+TINY = dict(depth=2, hidden_size=64, num_heads=2, patch_size=2)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="DiT-S/2", choices=sorted(DIT_PRESETS), help="size preset")
+    p.add_argument("--tiny", action="store_true", help="a 2-block, width-64 model for CPU checks")
+    p.add_argument("--pe", default="ape_sincos", help="registered encoding (mmpos list)")
+    p.add_argument("--pe-options", type=json.loads, default={}, help='JSON, e.g. \'{"theta": 100}\'')
+    p.add_argument("--objective", default="epsilon", choices=OBJECTIVES)
+    p.add_argument("--data", default="shapes", choices=("shapes", "random", "folder"))
+    p.add_argument("--data-dir", type=Path, help="ImageFolder root for --data folder")
+    p.add_argument("--vae", help="AutoencoderKL path or hub id: train on its latents (x scaling_factor)")
+    p.add_argument("--resolution", type=int, default=32, help="image side in pixels")
+    p.add_argument("--num-classes", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=32, help="per process")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--ema-decay", type=float, default=0.9999)
+    p.add_argument("--mixed-precision", default="no", choices=("no", "bf16", "fp16"))
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--checkpoint-every", type=int, default=1000)
+    p.add_argument("--resume", help="'latest' or a checkpoint-<step> folder")
+    p.add_argument("--sample-steps", type=int, default=50, help="sampling steps for samples.png (0: none)")
+    p.add_argument("--guidance-scale", type=float, default=1.5)
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output-dir", type=Path, default=Path("outputs/dit"))
+    return p.parse_args(argv)
+
+
+def build_dataset(args, channels: int):
+    if args.data == "shapes":
+        length = max(args.steps * args.batch_size, 1024)
+        return ProceduralShapes(args.resolution, channels, args.num_classes, length=length)
+    if args.data == "random":
+        g = torch.Generator().manual_seed(args.seed)
+        images = torch.randn(256, channels, args.resolution, args.resolution, generator=g).clamp(-1, 1)
+        labels = torch.randint(0, args.num_classes, (256,), generator=g)
+        return torch.utils.data.TensorDataset(images, labels)
+    if args.data_dir is None:
+        raise SystemExit("--data folder needs --data-dir")
+    from torchvision import datasets, transforms
+
+    tf = transforms.Compose([transforms.Resize(args.resolution), transforms.CenterCrop(args.resolution),
+                             transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+                             transforms.Normalize([0.5] * 3, [0.5] * 3)])
+    return datasets.ImageFolder(args.data_dir, transform=tf)
+
+
+def build_model(args, in_channels: int, sample_size: int) -> DiT:
+    arch = dict(DIT_PRESETS[args.model], **(TINY if args.tiny else {}))
+    return DiT(**arch, sample_size=sample_size, in_channels=in_channels, num_classes=args.num_classes, pe=args.pe,
+               pe_options=args.pe_options)
+
+
+def load_vae(args, device):
+    if not args.vae:
+        return None
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL.from_pretrained(args.vae).to(device).eval().requires_grad_(False)
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    found = [(int(m.group(1)), p) for p in output_dir.glob("checkpoint-*")
+             if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
+    return max(found)[1] if found else None
+
+
+def batches(loader):
+    while True:
+        yield from loader
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    set_seed(args.seed + accelerator.process_index)
+    vae = load_vae(args, accelerator.device)
+    in_channels = vae.config.latent_channels if vae else 3
+    factor = 2 ** (len(vae.config.block_out_channels) - 1) if vae else 1
+    if args.resolution % factor:
+        raise SystemExit(f"--resolution {args.resolution} must be divisible by the VAE factor {factor}")
+    model = build_model(args, in_channels, args.resolution // factor)
+    if args.gradient_checkpointing:
+        model.enable_gradient_checkpointing()
+    ema = EMA(model, args.ema_decay)
+    no_decay = model.no_weight_decay()
+    named = list(model.named_parameters())
+    groups = [dict(params=[p for n, p in named if n not in no_decay], weight_decay=args.weight_decay),
+              dict(params=[p for n, p in named if n in no_decay], weight_decay=0.0)]
+    optimizer = torch.optim.AdamW(groups, lr=args.lr)
+    loader = torch.utils.data.DataLoader(build_dataset(args, 3), batch_size=args.batch_size, shuffle=True,
+                                         drop_last=True, num_workers=args.num_workers)
+    if len(loader) == 0:
+        raise SystemExit(f"the data set has fewer than --batch-size={args.batch_size} images")
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    ema.to(accelerator.device)
+    accelerator.register_for_checkpointing(ema)
+    scheduler = make_noise_scheduler(args.objective)
+
+    step = 0
+    resume = Path(args.resume) if args.resume and args.resume != "latest" else None
+    if args.resume == "latest":
+        resume = latest_checkpoint(args.output_dir)
+    if resume is not None:
+        accelerator.load_state(str(resume))
+        step = int(resume.name.split("-")[-1])
+        accelerator.print(f"resumed from {resume} at step {step}")
+
+    data = batches(loader)
+    bar = tqdm(range(step, args.steps), initial=step, total=args.steps, disable=not accelerator.is_main_process)
+    for step in bar:
+        images, labels = next(data)
+        x0 = encode(vae, images) if vae else images
+        with accelerator.autocast():
+            loss = diffusion_loss(model, x0, labels, args.objective, scheduler)
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        ema.update(accelerator.unwrap_model(model))
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        done = step + 1
+        if done % args.checkpoint_every == 0 or done == args.steps:
+            accelerator.save_state(str(args.output_dir / f"checkpoint-{done}"))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        save_outputs(args, accelerator.unwrap_model(model), ema.model, vae)
+    return 0
+
+
+@torch.no_grad()
+def encode(vae, images):
+    return vae.encode(images.to(vae.device, vae.dtype)).latent_dist.sample() * vae.config.scaling_factor
+
+
+@torch.no_grad()
+def save_outputs(args, model, ema_model, vae):
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(args.output_dir / "model")
+    ema_model.save_pretrained(args.output_dir / "model_ema")
+    if args.sample_steps <= 0:
+        return
+    from torchvision.utils import save_image
+
+    labels = torch.arange(min(args.num_classes, 16), device=ema_model.device).repeat_interleave(2)
+    sampler = make_noise_scheduler(args.objective, sampler="ddim" if args.objective != "flow" else None)
+    generator = torch.Generator(ema_model.device).manual_seed(args.seed)
+    x = sample_dit(ema_model, sampler, labels, args.sample_steps, args.guidance_scale, generator=generator)
+    if vae is not None:
+        x = vae.decode(x.to(vae.dtype) / vae.config.scaling_factor).sample
+    save_image((x.float().clamp(-1, 1) + 1) / 2, args.output_dir / "samples.png", nrow=int(math.sqrt(len(x))) + 1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+"""Reference DiT: presets, encodings, save/load, training steps, sampling with diffusers schedulers."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import DDIMScheduler, DDPMScheduler, FlowMatchEulerDiscreteScheduler
+
+from mmpos.encodings import list_pes, pe_class
+from mmpos.integrations.timm.models import image_pes
+from mmpos.models import DIT_PRESETS, EMA, DiT, ProceduralShapes, diffusion_loss, make_noise_scheduler, sample_dit
+
+TINY = dict(sample_size=8, patch_size=2, in_channels=3, hidden_size=32, depth=2, num_heads=2, num_classes=4)
+
+
+def tiny_dit(**kw):
+    return DiT(**{**TINY, **kw})
+
+
+def public(config):
+    return {k: v for k, v in config.items() if not k.startswith("_")}
+
+
+def test_presets_match_the_paper():
+    assert set(DIT_PRESETS) >= {f"DiT-{s}/{p}" for s in ("S", "B", "L", "XL") for p in (2, 4)}
+    xl = DIT_PRESETS["DiT-XL/2"]
+    assert (xl["depth"], xl["hidden_size"], xl["num_heads"], xl["patch_size"]) == (28, 1152, 16, 2)
+    s4 = DiT.from_preset("DiT-S/4", sample_size=8, in_channels=4, num_classes=3, depth=1)
+    assert (s4.config.hidden_size, s4.config.num_heads, s4.config.patch_size) == (384, 6, 4)
+
+
+@pytest.mark.parametrize("pe", image_pes())
+def test_every_image_encoding_runs_and_starts_as_identity_blocks(pe):
+    model = tiny_dit(pe=pe)
+    x = torch.randn(2, 3, 8, 8)
+    out = model(x, torch.tensor([3, 900]), torch.tensor([0, 4])).sample
+    assert out.shape == x.shape and torch.count_nonzero(out) == 0  # adaLN-Zero: output layer starts at zero
+    big = model(torch.randn(2, 3, 12, 16), 10, torch.tensor([1, 2])).sample
+    assert big.shape == (2, 3, 12, 16)
+
+
+def test_per_block_encodings_for_learned_ones_and_no_weight_decay():
+    mixed = tiny_dit(pe="rope_mixed", depth=3)
+    assert len(mixed.rotary_pes) == 3 and mixed.no_weight_decay() == {f"rotary_pes.{i}.freqs" for i in range(3)}
+    assert len(tiny_dit(pe="rope_axial", depth=3).rotary_pes) == 1
+    assert len(tiny_dit(pe="rope_mixed", depth=3, share_pe=True).rotary_pes) == 1
+    assert tiny_dit(pe="ape_learned").no_weight_decay() == {"abs_pe.weight"}
+
+
+@pytest.mark.parametrize("pe", ["rope_mixed", "ape_learned", "rope_axial"])
+def test_save_and_load_round_trip(tmp_path, pe):
+    model = tiny_dit(pe=pe, pe_options={"theta": 100.0} if pe.startswith("rope") else {})
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)  # make zero-initialised layers matter
+    model.save_pretrained(tmp_path)
+    loaded = DiT.from_pretrained(tmp_path)
+    assert public(loaded.config) == public(model.config)
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    x, t, y = torch.randn(2, 3, 8, 8), torch.tensor([5, 700]), torch.tensor([1, 3])
+    model.eval(), loaded.eval()
+    assert torch.equal(model(x, t, y).sample, loaded(x, t, y).sample)
+
+
+@pytest.mark.parametrize("objective", ["epsilon", "flow"])
+def test_training_steps_lower_the_loss(objective):
+    torch.manual_seed(0)
+    model = tiny_dit(pe="rope_mixed", class_dropout_prob=0.0)
+    data = torch.stack([ProceduralShapes(8, 3, 4, 16)[i][0] for i in range(8)])
+    labels = torch.arange(8) % 4
+    g = torch.Generator().manual_seed(1)
+    noise = torch.randn(data.shape, generator=g)
+    t = torch.randint(0, 1000, (8,), generator=g) if objective != "flow" else torch.rand(8, generator=g)
+    scheduler = make_noise_scheduler(objective)
+
+    def held_out_loss():
+        with torch.no_grad():
+            return diffusion_loss(model, data, labels, objective, scheduler, noise=noise, t=t).item()
+
+    before = held_out_loss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(25):
+        diffusion_loss(model, data, labels, objective, scheduler).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert held_out_loss() < 0.8 * before
+
+
+@pytest.mark.parametrize("scheduler", [DDPMScheduler(num_train_timesteps=1000), DDIMScheduler(num_train_timesteps=1000),
+                                       FlowMatchEulerDiscreteScheduler()], ids=["ddpm", "ddim", "flow"])
+def test_sampling_returns_images_of_the_right_shape(scheduler):
+    model = tiny_dit(pe="rope_axial")
+    with torch.no_grad():
+        model.final_layer.linear.weight.normal_(std=0.1)
+    g = torch.Generator().manual_seed(0)
+    out = sample_dit(model, scheduler, [0, 1, 3], num_inference_steps=4, guidance_scale=3.0, generator=g)
+    assert out.shape == (3, 3, 8, 8) and torch.isfinite(out).all()
+    wide = sample_dit(model, scheduler, [2], num_inference_steps=2, height=8, width=12, generator=g)
+    assert wide.shape == (1, 3, 8, 12)
+    again = sample_dit(model, scheduler, [0, 1, 3], num_inference_steps=4, guidance_scale=3.0,
+                       generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)  # seeded sampling is reproducible
+
+
+def test_frozen_backbone_trains_only_the_encoding():
+    from mmpos.encodings.blockwise import freeze_all_but_pe
+
+    model = tiny_dit(pe="rope_mixed")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    names = freeze_all_but_pe(model)
+    assert names == ["rotary_pes.0.freqs", "rotary_pes.1.freqs"]
+    diffusion_loss(model, torch.randn(2, 3, 8, 8), torch.tensor([0, 1]), "flow").backward()
+    for name, param in model.named_parameters():
+        assert (param.grad is not None) == (name in names), name
+    assert all(model.get_parameter(n).grad.abs().sum() > 0 for n in names)
+
+
+def test_ema_moves_towards_the_model():
+    model = tiny_dit()
+    ema = EMA(model, decay=0.75)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(1.0)
+    start = {n: p.clone() for n, p in ema.model.named_parameters()}
+    ema.update(model)
+    for name, p in ema.model.named_parameters():
+        torch.testing.assert_close(p, 0.75 * start[name] + 0.25)
+
+
+def test_train_script_runs_and_resumes(tmp_path):
+    spec = importlib.util.spec_from_file_location("train_dit", Path(__file__).parents[1] / "scripts/train_dit.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    common = ["--tiny", "--data", "random", "--resolution", "8", "--batch-size", "4", "--num-classes", "4",
+              "--pe", "rope_mixed", "--checkpoint-every", "2", "--output-dir", str(tmp_path)]
+    assert script.main(common + ["--steps", "2", "--sample-steps", "0"]) == 0
+    assert (tmp_path / "checkpoint-2").is_dir()
+    first = DiT.from_pretrained(tmp_path / "model")
+    assert script.main(common + ["--steps", "3", "--sample-steps", "2", "--resume", "latest"]) == 0
+    assert (tmp_path / "checkpoint-3").is_dir() and (tmp_path / "samples.png").is_file()
+    resumed = DiT.from_pretrained(tmp_path / "model")
+    ema = DiT.from_pretrained(tmp_path / "model_ema")
+    assert resumed.config.pe == "rope_mixed" and public(ema.config) == public(resumed.config)
+    assert not torch.equal(first.rotary_pes[0].freqs, resumed.rotary_pes[0].freqs)  # the third step trained
+
+
+# ---------------------------------------------------------------- errors
+def test_bad_configurations_and_inputs():
+    with pytest.raises(ValueError, match=r"encoding 'rope_mixed' does not fit DiT \(head_dim=6.*multiple of 4"):
+        tiny_dit(hidden_size=12, pe="rope_mixed")
+    with pytest.raises(ValueError, match="reads 3 coordinate axes but DiT"):
+        tiny_dit(pe="rope_axial", pe_options={"num_axes": 3})
+    with pytest.raises(ValueError, match="unknown encoding 'rope_magic'"):
+        tiny_dit(pe="rope_magic")
+    with pytest.raises(ValueError, match="preset='DiT-M/2'"):
+        DiT.from_preset("DiT-M/2")
+    with pytest.raises(ValueError, match="hidden_size=30 must be divisible by num_heads=4"):
+        tiny_dit(hidden_size=30, num_heads=4)
+    model = tiny_dit()
+    with pytest.raises(ValueError, match="not divisible by patch_size=2"):
+        model(torch.randn(1, 3, 8, 7), 1, torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"expected \[B, 3, H, W\]"):
+        model(torch.randn(1, 4, 8, 8), 1, torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"class_labels must be in \[0, 4\]"):
+        model(torch.randn(1, 3, 8, 8), 1, torch.tensor([5]))
+    with pytest.raises(ValueError, match=r"timestep has shape \(3,\)"):
+        model(torch.randn(2, 3, 8, 8), torch.tensor([1, 2, 3]), torch.tensor([0, 1]))
+
+
+def test_every_registered_rotary_encoding_is_offered():
+    rotary = [pe for pe in list_pes("rotary") if pe in image_pes()]
+    assert {"rope_axial", "rope_mixed"} <= set(rotary)
+    for pe in rotary:
+        assert pe_class(pe).kind == "rotary"
+        assert len(tiny_dit(pe=pe).rotary_pes) >= 1
