@@ -1,0 +1,1 @@
+"""Adapters that put mmpos encodings into other libraries' models (timm, diffusers, transformers)."""
