@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...encodings.registry import create_pe, pe_options
+from ...encodings.registry import create_pe, pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
 from .models import ModelSpec, spec_for
-from .positions import FluxPositions, WanPositions
+from .positions import FluxPositions, WanPositions, check_ids_precision
 from .processors import (EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor, flux_stock_rotation,
                          wan_stock_rotation)
 
@@ -26,7 +26,7 @@ class _Installed:
     pe: str
     position_module: nn.Module
     processors: dict = field(default_factory=dict)  # attention module -> its stock processor
-    hook: object = None
+    hook_id: int = -1
 
 
 def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False, coord_axes=None,
@@ -58,6 +58,7 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
         restore(transformer)
     num_axes = len(spec.axis_names)
     coord_axes = _check_coord_axes(coord_axes, spec)
+    backend = None if attention_backend is None else resolve_attention_backend(attention_backend)
     heads, head_dim = spec.num_heads(transformer), spec.head_dim(transformer)
     attention = spec.attention_modules(transformer)
     encodings = _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, len(attention))
@@ -79,10 +80,10 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
         module.set_processor(processor_cls(rotation, layer, getattr(stock, "_attention_backend", None),
                                            getattr(stock, "_parallel_config", None)))
     setattr(transformer, spec.position_attr, seam)
-    installed.hook = transformer.register_forward_pre_hook(_pre_forward_hook(spec, seam), with_kwargs=True)
+    installed.hook_id = transformer.register_forward_pre_hook(_pre_forward_hook(spec), with_kwargs=True).id
     transformer._mmpos_installed = installed
-    if attention_backend is not None:
-        set_attention_backend(transformer, attention_backend)
+    if backend is not None:
+        transformer.set_attention_backend(backend)
     return transformer
 
 
@@ -96,7 +97,8 @@ def restore(transformer: nn.Module) -> nn.Module:
     setattr(transformer, spec.position_attr, installed.position_module)
     for module, processor in installed.processors.items():
         module.set_processor(processor)
-    installed.hook.remove()
+    transformer._forward_pre_hooks.pop(installed.hook_id, None)  # by id: a deep copy's hook too
+    transformer._forward_pre_hooks_with_kwargs.pop(installed.hook_id, None)
     transformer._mmpos_installed = None
     return transformer
 
@@ -126,12 +128,18 @@ def train_only_pe(transformer: nn.Module) -> list[nn.Parameter]:
     return trainable
 
 
-def set_attention_backend(transformer: nn.Module, backend: str) -> None:
-    """Set the diffusers dispatch backend of every attention layer; ``"auto"`` picks xformers on CUDA when it
-    imports, else SDPA (``"native"``). Unknown or unavailable backends raise diffusers' error."""
+def resolve_attention_backend(backend: str) -> str:
+    """A diffusers dispatch backend name, checked (known name, installed requirements); ``"auto"`` is xformers
+    on CUDA when it imports, else SDPA (``"native"``)."""
+    from diffusers.models.attention_dispatch import AttentionBackendName, _check_attention_backend_requirements
+
     if backend == AUTO_BACKEND:
-        backend = "xformers" if torch.cuda.is_available() and _xformers_importable() else "native"
-    transformer.set_attention_backend(backend)
+        return "xformers" if torch.cuda.is_available() and _xformers_importable() else "native"
+    names = sorted(b.value for b in AttentionBackendName)
+    if backend not in names:
+        raise ValueError(f"attention_backend={backend!r} must be one of {names} or {AUTO_BACKEND!r}")
+    _check_attention_backend_requirements(AttentionBackendName(backend))
+    return backend
 
 
 def _xformers_importable() -> bool:
@@ -162,12 +170,16 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
                             "use pe='rope_axial' (the same defaults) to change the layout or allocation")
         if coord_axes is not None:
             raise TypeError("pe='native' reads every coordinate axis; use pe='rope_axial' with coord_axes")
+    kind = pe_class(name).kind
+    if kind not in ("rotary", "none"):
+        raise TypeError(f"{name!r} is a {kind!r} encoding; the diffusers integration applies rotary encodings "
+                        "(or 'nope') inside attention")
     kwargs = {**_model_defaults(transformer, spec, name, options, coord_axes), **options}
     if kwargs.get("seq_dim", -3) != -3:
         raise ValueError(f"seq_dim={kwargs['seq_dim']}: diffusers' processors hold q and k as [B, S, H, D] "
                          "(seq_dim=-3); leave seq_dim unset")
     count = num_layers if per_layer else 1
-    if pe == "nope":
+    if kind == "none":
         return []
     return [create_pe(name, **kwargs) for _ in range(count)]
 
@@ -217,13 +229,13 @@ def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes)
     return seam.to(probe.device) if probe is not None else seam
 
 
-def _pre_forward_hook(spec: ModelSpec, seam):
+def _pre_forward_hook(spec: ModelSpec):
     """Record the activation dtype for the seam and, on Flux, check that the ids match the tokens."""
 
     def hook(module, args, kwargs):
         hidden_states = kwargs.get("hidden_states", args[0] if args else None)
         if isinstance(hidden_states, torch.Tensor):
-            seam.activation_dtype = hidden_states.dtype
+            getattr(module, spec.position_attr).activation_dtype = hidden_states.dtype
         if spec.family == "flux":
             _check_flux_ids(hidden_states, kwargs.get("encoder_hidden_states", _positional(args, 1)),
                             kwargs.get("img_ids", _positional(args, 4)), kwargs.get("txt_ids", _positional(args, 5)))
@@ -242,6 +254,7 @@ def _check_flux_ids(hidden_states, encoder_hidden_states, img_ids, txt_ids):
     for ids_name, ids, tokens_name, tokens in pairs:
         if not isinstance(ids, torch.Tensor) or not isinstance(tokens, torch.Tensor):
             continue
+        check_ids_precision(ids_name, ids)
         count = ids.shape[-2] if ids.dim() >= 2 else -1
         if count != tokens.shape[1]:
             raise ValueError(f"{ids_name} has shape {tuple(ids.shape)} ({count} positions) but {tokens_name} has "

@@ -171,13 +171,16 @@ class WanPositions(PositionSeam):
 
 
 def flux_coords(ids: torch.Tensor) -> torch.Tensor:
-    """Flux ids as fp32 coordinates (as the stock ``FluxPosEmbed`` does), refusing 16-bit ids that lost
-    positions: bf16 holds integers exactly only up to 256."""
+    """Flux ids ``[S, A]`` as fp32 coordinates, as the stock ``FluxPosEmbed`` reads them."""
     if ids.dim() != 2:
         raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, num_axes]")
+    return ids.float()
+
+
+def check_ids_precision(name: str, ids: torch.Tensor) -> None:
+    """Refuse 16-bit ids that lost positions: bf16 holds integers exactly only up to 256, fp16 up to 2048."""
     if ids.dtype in (torch.float16, torch.bfloat16):
         exact = 256 if ids.dtype == torch.bfloat16 else 2048
         if ids.numel() and ids.abs().max().item() > exact:
-            raise ValueError(f"img_ids/txt_ids are {ids.dtype} with positions above {exact}, which that dtype "
-                             "rounds; build the ids in float32")
-    return ids.float()
+            raise ValueError(f"{name} is {ids.dtype} with positions above {exact}, which that dtype rounds; "
+                             "build the ids in float32")
