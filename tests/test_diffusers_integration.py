@@ -7,14 +7,8 @@ import torch
 from mmpos.integrations.diffusers import (pe_parameters, position_module, restore, set_pe,
                                           shard_like_context_parallel, train_only_pe)
 from mmpos.integrations.diffusers.positions import LayerTables, unpack_table
-
-# tests/models/transformers/test_models_transformer_flux.py and ..._wan.py (diffusers), verbatim
-FLUX_CONFIG = dict(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
-                   num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[4, 4, 8])
-WAN_CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
-                  text_dim=16, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
-                  qk_norm="rms_norm_across_heads", rope_max_seq_len=32)
-HALF = ("hidden_states", "encoder_hidden_states", "pooled_projections", "encoder_hidden_states_image")
+from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs as flux_inputs, tiny_wan
+from mmpos.integrations.diffusers.tiny_models import tiny_wan_inputs as wan_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -26,44 +20,12 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def make_flux(dtype=torch.float32):
-    from diffusers import FluxTransformer2DModel
-
-    torch.manual_seed(0)
-    return FluxTransformer2DModel(**FLUX_CONFIG).to(dtype).eval()
-
-
-def make_wan(dtype=torch.float32, **overrides):
-    from diffusers import WanTransformer3DModel
-
-    torch.manual_seed(0)
-    return WanTransformer3DModel(**{**WAN_CONFIG, **overrides}).to(dtype).eval()
-
-
-def flux_inputs(dtype=torch.float32, height=4, width=4, text=8, batch=1):
-    from mmpos.coords import flux_ids
-
-    gen = torch.Generator().manual_seed(1)
-    ids = flux_ids(height, width, text_length=text)
-    return dict(hidden_states=torch.randn(batch, height * width, 4, generator=gen).to(dtype),
-                encoder_hidden_states=torch.randn(batch, text, 32, generator=gen).to(dtype),
-                pooled_projections=torch.randn(batch, 32, generator=gen).to(dtype),
-                timestep=torch.tensor([0.5] * batch), img_ids=ids[text:], txt_ids=ids[:text])
-
-
-def wan_inputs(dtype=torch.float32, frames=2, height=8, width=6, text=12):
-    gen = torch.Generator().manual_seed(1)
-    return dict(hidden_states=torch.randn(1, 4, frames, height, width, generator=gen).to(dtype),
-                encoder_hidden_states=torch.randn(1, text, 16, generator=gen).to(dtype),
-                timestep=torch.tensor([500]))
-
-
 def run(model, inputs):
     with torch.no_grad():
         return model(**inputs).sample
 
 
-MODELS = {"flux": (make_flux, flux_inputs), "wan": (make_wan, wan_inputs)}
+MODELS = {"flux": (tiny_flux, flux_inputs), "wan": (tiny_wan, wan_inputs)}
 
 
 # ---------------------------------------------------------------- pe="native" is the stock model, bit for bit
@@ -80,7 +42,7 @@ def test_native_is_bit_identical_to_stock(family, dtype):
 
 
 def test_native_follows_a_cast_after_set_pe_like_the_stock_buffers():
-    stock, ours = make_wan(), make_wan()
+    stock, ours = tiny_wan(), tiny_wan()
     set_pe(ours, "native")
     stock.to(torch.bfloat16), ours.to(torch.bfloat16)  # casts the stock fp32 rope buffers to bf16
     inputs = wan_inputs(torch.bfloat16)
@@ -90,7 +52,7 @@ def test_native_follows_a_cast_after_set_pe_like_the_stock_buffers():
 def test_native_wan_from_pretrained_bf16_keeps_fp32_tables(tmp_path):
     from diffusers import WanTransformer3DModel
 
-    make_wan().save_pretrained(tmp_path)
+    tiny_wan().save_pretrained(tmp_path)
     stock = WanTransformer3DModel.from_pretrained(tmp_path, torch_dtype=torch.bfloat16)
     ours = WanTransformer3DModel.from_pretrained(tmp_path, torch_dtype=torch.bfloat16)
     set_pe(ours, "native")
@@ -100,7 +62,7 @@ def test_native_wan_from_pretrained_bf16_keeps_fp32_tables(tmp_path):
 
 
 def test_native_wan_image_to_video_branch():
-    model = make_wan(image_dim=8, added_kv_proj_dim=24)
+    model = tiny_wan(image_dim=8, added_kv_proj_dim=24)
     gen = torch.Generator().manual_seed(2)
     inputs = wan_inputs(text=512)  # the stock processor hardcodes 512 text tokens
     inputs["encoder_hidden_states_image"] = torch.randn(1, 3, 8, generator=gen)
@@ -130,7 +92,7 @@ def sample(pipe, steps):
 
 
 def test_flux_pipeline_native_is_bit_identical_and_builds_one_table_in_28_steps():
-    pipe = tiny_flux_pipeline(make_flux())
+    pipe = tiny_flux_pipeline(tiny_flux())
     stock = sample(pipe, 28)
     set_pe(pipe.transformer, "native")
     ours = sample(pipe, 28)
@@ -194,7 +156,7 @@ def test_rope_axial_with_model_defaults_is_the_native_encoding(family):
 
 
 def test_nope_equals_stock_when_every_position_is_zero():
-    model, inputs = make_flux(), flux_inputs()
+    model, inputs = tiny_flux(), flux_inputs()
     inputs.update(img_ids=torch.zeros_like(inputs["img_ids"]), txt_ids=torch.zeros_like(inputs["txt_ids"]))
     stock = run(model, inputs)
     set_pe(model, "nope")
@@ -205,7 +167,7 @@ def test_nope_equals_stock_when_every_position_is_zero():
 @pytest.mark.parametrize("pe,options", [("native", {}), ("rope_mixed", {}), ("rope_axial", {"coord_axes": (1, 2)})])
 def test_flux_output_is_invariant_to_a_global_shift_of_positions(pe, options):
     """Relative property end to end (fp64): moving every token by the same offset changes nothing."""
-    model, inputs = make_flux(torch.float64), flux_inputs(torch.float64)
+    model, inputs = tiny_flux(torch.float64), flux_inputs(torch.float64)
     set_pe(model, pe, **options)
     shifted = dict(inputs, img_ids=inputs["img_ids"] + torch.tensor([3.0, -5.0, 7.0]),
                    txt_ids=inputs["txt_ids"] + torch.tensor([3.0, -5.0, 7.0]))
@@ -216,7 +178,7 @@ def test_flux_output_is_invariant_to_a_global_shift_of_positions(pe, options):
 
 
 def test_riflex_on_wan_time_axis_changes_only_its_pair():
-    model = make_wan()
+    model = tiny_wan()
     set_pe(model, "native")
     cos_native, _ = model.rope(wan_inputs(frames=6)["hidden_states"])
     riflex = {"type": "riflex", "k": 2, "target_length": 6}
@@ -257,7 +219,7 @@ def test_one_table_per_forward_and_cached_across_steps(family):
 
 
 def test_learned_encoding_rebuilds_its_table_once_per_training_forward():
-    model, inputs = make_flux(), flux_inputs()
+    model, inputs = tiny_flux(), flux_inputs()
     set_pe(model, "rope_mixed")
     train_only_pe(model)
     seam = position_module(model)
@@ -286,7 +248,7 @@ def test_gradients_reach_only_pe_parameters(family, per_layer):
 
 
 def test_per_layer_encodings_with_equal_parameters_match_the_shared_one():
-    shared, per_layer, inputs = make_wan(torch.float64), make_wan(torch.float64), wan_inputs(torch.float64)
+    shared, per_layer, inputs = tiny_wan(torch.float64), tiny_wan(torch.float64), wan_inputs(torch.float64)
     set_pe(shared, "rope_mixed", seed=0)
     set_pe(per_layer, "rope_mixed", per_layer=True)
     source = position_module(shared).encodings[0].freqs
@@ -299,7 +261,7 @@ def test_per_layer_encodings_with_equal_parameters_match_the_shared_one():
 def test_gradient_checkpointing_gives_the_same_pe_gradients():
     grads = []
     for checkpointing in (False, True):
-        model, inputs = make_flux(), flux_inputs()
+        model, inputs = tiny_flux(), flux_inputs()
         set_pe(model, "rope_mixed", seed=0)
         (freqs,) = train_only_pe(model)
         model.train()
@@ -315,7 +277,7 @@ def test_gradient_checkpointing_gives_the_same_pe_gradients():
 def test_attention_backend_option_reaches_every_processor():
     from diffusers.models.attention_dispatch import AttentionBackendName
 
-    model, inputs = make_flux(), flux_inputs()
+    model, inputs = tiny_flux(), flux_inputs()
     stock = run(model, inputs)
     set_pe(model, "native", attention_backend="_native_math")
     assert all(p._attention_backend == AttentionBackendName("_native_math") for p in model.attn_processors.values())
@@ -328,7 +290,7 @@ def test_attention_backend_option_reaches_every_processor():
 def test_processors_keep_a_backend_set_before_set_pe():
     from diffusers.models.attention_dispatch import AttentionBackendName
 
-    model = make_wan()
+    model = tiny_wan()
     model.set_attention_backend("_native_math")
     set_pe(model, "rope_axial")
     assert all(p._attention_backend == AttentionBackendName("_native_math") for p in model.attn_processors.values())
@@ -342,7 +304,7 @@ def test_processors_keep_a_backend_set_before_set_pe():
 def test_wan_sharded_tables_match_tables_of_the_sharded_grid(pe, world_size):
     from mmpos.coords import video_grid
 
-    model = make_wan()
+    model = tiny_wan()
     set_pe(model, pe)
     seam, rotation = position_module(model), model.blocks[0].attn1.processor.rotation
     packed, coords = model.rope(wan_inputs(frames=2, height=8, width=8)["hidden_states"])  # 32 tokens
@@ -364,7 +326,7 @@ def test_wan_sharded_tables_match_tables_of_the_sharded_grid(pe, world_size):
 def test_flux_ranks_rotate_their_tokens_with_their_global_ids_and_attention_matches():
     """Replays Flux's plan: each rank gets [txt shard, img shard] ids and tokens; after gathering the rotated keys
     (ring/Ulysses see rotated k), every rank's attention output equals the unsharded one (fp64)."""
-    model, inputs = make_flux(torch.float64), flux_inputs(torch.float64, height=4, width=4, text=8)
+    model, inputs = tiny_flux(torch.float64), flux_inputs(torch.float64, height=4, width=4, text=8)
     set_pe(model, "rope_mixed")
     rotation = model.transformer_blocks[0].attn.processor.rotation
     txt, img = inputs["txt_ids"].double(), inputs["img_ids"].double()
@@ -423,14 +385,14 @@ def test_unknown_model_class_is_refused():
     ("no_such_pe", {}, ValueError, "unknown encoding"),
 ])
 def test_encodings_that_do_not_fit_flux_are_refused(pe, options, error, match):
-    model = make_flux()
+    model = tiny_flux()
     with pytest.raises(error, match=match):
         set_pe(model, pe, **options)
     assert getattr(model, "_mmpos_installed", None) is None  # nothing half-installed
 
 
 def test_flux_ids_that_do_not_match_the_tokens_are_refused():
-    model, inputs = make_flux(), flux_inputs()
+    model, inputs = tiny_flux(), flux_inputs()
     set_pe(model, "native")
     with pytest.raises(ValueError, match=r"img_ids has shape \(15, 3\).*hidden_states has 16 tokens"):
         run(model, dict(inputs, img_ids=inputs["img_ids"][:15]))
@@ -440,7 +402,7 @@ def test_flux_ids_that_do_not_match_the_tokens_are_refused():
 
 
 def test_wan_latents_not_divisible_by_the_patch_are_refused():
-    model = make_wan()
+    model = tiny_wan()
     set_pe(model, "rope_axial")
     with pytest.raises(ValueError, match=r"\(2, 8, 7\), not divisible by the patch size \(1, 2, 2\)"):
         run(model, wan_inputs(width=7))
@@ -448,25 +410,25 @@ def test_wan_latents_not_divisible_by_the_patch_are_refused():
 
 def test_unknown_attention_backend_is_refused():
     with pytest.raises(ValueError, match="must be one of"):
-        set_pe(make_flux(), "native", attention_backend="no_such_backend")
+        set_pe(tiny_flux(), "native", attention_backend="no_such_backend")
 
 
 def test_train_only_pe_needs_parameters():
-    model = make_flux()
+    model = tiny_flux()
     set_pe(model, "native")
     with pytest.raises(ValueError, match="no parameters to train"):
         train_only_pe(model)
 
 
 def test_layer_tables_is_what_flux_processors_receive():
-    model = make_flux()
+    model = tiny_flux()
     set_pe(model, "rope_axial")
     tables = model.pos_embed(flux_inputs()["txt_ids"])
     assert isinstance(tables, LayerTables) and len(tables) == 1 and tables[0].cis.shape == (8, 8)
 
 
 def test_deepcopy_keeps_an_independent_working_install():
-    model, inputs = make_flux(), flux_inputs()
+    model, inputs = tiny_flux(), flux_inputs()
     set_pe(model, "rope_mixed")
     clone = copy.deepcopy(model)
     torch.testing.assert_close(run(clone, inputs), run(model, inputs), rtol=0, atol=0)
