@@ -355,6 +355,72 @@ def test_flux_ranks_rotate_their_tokens_with_their_global_ids_and_attention_matc
         torch.testing.assert_close(attend(q_rank, keys, values), full[:, rows], rtol=0, atol=1e-12)
 
 
+def capture_first_rotation(model):
+    """Record (q, k) as rotated by the first attention layer."""
+    processor = next(iter(model.attn_processors.values()))
+    captured, rotation = [], processor.rotation
+
+    def capturing(query, key, rotary_emb, layer):
+        captured.append(rotation(query, key, rotary_emb, layer))
+        return captured[-1]
+
+    processor.rotation = capturing
+    return captured
+
+
+def replay_context_parallel_plan(model, world_size, rank, monkeypatch):
+    """Install diffusers' own ``_cp_plan`` hooks as rank ``rank`` would, with the collectives replaced by local
+    slicing (no process group): inputs are sharded exactly as under ``enable_parallelism``; attention stays local."""
+    import types
+
+    from diffusers.hooks import context_parallel as cp
+
+    monkeypatch.setattr(cp.EquipartitionSharder, "shard", classmethod(
+        lambda cls, t, dim, mesh: shard_like_context_parallel(t, dim, world_size, rank)))
+    monkeypatch.setattr(cp.EquipartitionSharder, "unshard", classmethod(lambda cls, t, dim, mesh: t))
+    config = types.SimpleNamespace(ulysses_anything=False, ring_anything=False, _flattened_mesh=None, _mesh=None)
+    cp.apply_context_parallel(model, config, model._cp_plan)
+
+
+@pytest.mark.parametrize("family,pe", [("wan", "rope_mixed"), ("wan", "native"), ("flux", "rope_mixed"),
+                                       ("flux", "native")])
+def test_diffusers_cp_plan_shards_tables_with_their_tokens(family, pe, monkeypatch):
+    """Under the model's real ``_cp_plan`` hooks, each rank's first-layer q and k are rotated exactly like its rows
+    of the unsharded sequence: coordinates are global and tables are sharded with the tokens."""
+    tiny, inputs_of = MODELS[family]
+    world_size = 2
+    inputs = inputs_of(torch.float64, height=4, width=4, text=8) if family == "flux" else inputs_of(
+        torch.float64, frames=2, height=8, width=8)
+    model = tiny(torch.float64)
+    set_pe(model, pe)
+    captured = capture_first_rotation(model)
+    run(model, inputs)
+    q_full, k_full = captured[0]
+    rows = torch.arange(q_full.shape[1])
+    for rank in range(world_size):
+        ranked = copy.deepcopy(model)
+        captured = capture_first_rotation(ranked)
+        replay_context_parallel_plan(ranked, world_size, rank, monkeypatch)
+        with torch.no_grad():
+            ranked(**inputs, return_dict=False)  # as pipelines call it (the plan's hooks need tuples)
+        if family == "flux":  # the joint sequence of rank r is [text shard r, image shard r]
+            own = torch.cat([shard_like_context_parallel(rows[:8], 0, world_size, rank),
+                             shard_like_context_parallel(rows[8:], 0, world_size, rank)])
+        else:
+            own = shard_like_context_parallel(rows, 0, world_size, rank)
+        q_rank, k_rank = captured[0]
+        assert q_rank.shape[1] == len(own)
+        torch.testing.assert_close(q_rank, q_full[:, own], rtol=0, atol=1e-12)
+        torch.testing.assert_close(k_rank, k_full[:, own], rtol=0, atol=1e-12)
+
+
+def test_set_pe_after_enable_parallelism_on_wan_is_refused():
+    model = tiny_wan()
+    model._parallel_config = object()  # what enable_parallelism records
+    with pytest.raises(RuntimeError, match="before enable_parallelism"):
+        set_pe(model, "rope_axial")
+
+
 def test_shard_like_context_parallel_mirrors_diffusers_sharders():
     x = torch.arange(10)
     assert shard_like_context_parallel(x, 0, 2, 1).tolist() == [5, 6, 7, 8, 9]

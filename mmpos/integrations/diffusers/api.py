@@ -54,6 +54,7 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     :func:`position_module` for the counters.
     """
     spec = spec_for(transformer)
+    _check_no_sharded_seam(transformer, spec)
     if getattr(transformer, "_mmpos_installed", None) is not None:
         restore(transformer)
     num_axes = len(spec.axis_names)
@@ -94,6 +95,7 @@ def restore(transformer: nn.Module) -> nn.Module:
     if installed is None:
         raise ValueError(f"{type(transformer).__name__} has no mmpos encoding installed (call set_pe first)")
     spec = spec_for(transformer)
+    _check_no_sharded_seam(transformer, spec)
     setattr(transformer, spec.position_attr, installed.position_module)
     for module, processor in installed.processors.items():
         module.set_processor(processor)
@@ -148,6 +150,14 @@ def _xformers_importable() -> bool:
     except Exception:  # ImportError, or a build that does not match the installed torch
         return False
     return True
+
+
+def _check_no_sharded_seam(transformer, spec: ModelSpec) -> None:
+    """Wan's context-parallel plan hooks the position module itself: swapping it afterwards would drop the hook
+    (tables unsharded while tokens are). Flux's plan shards the model inputs, so it does not matter there."""
+    if spec.family == "wan" and getattr(transformer, "_parallel_config", None) is not None:
+        raise RuntimeError("WanTransformer3DModel: call set_pe/restore before enable_parallelism (its context-"
+                           "parallel plan hooks the `rope` module that set_pe replaces)")
 
 
 def _check_coord_axes(coord_axes, spec: ModelSpec):
