@@ -34,7 +34,8 @@ MODELS = {"flux": (tiny_flux, flux_inputs), "wan": (tiny_wan, wan_inputs)}
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_is_bit_identical_to_stock(family, dtype):
     make, inputs_of = MODELS[family]
-    model, inputs = make(dtype), inputs_of(dtype)
+    model = make(dtype)
+    inputs = inputs_of(dtype, batch=2) if family == "flux" else inputs_of(dtype)
     stock = run(model, inputs)
     set_pe(model, "native")
     assert torch.equal(run(model, inputs), stock)
@@ -247,8 +248,10 @@ def test_gradients_reach_only_pe_parameters(family, per_layer):
             assert not p.requires_grad and p.grad is None, name
 
 
-def test_per_layer_encodings_with_equal_parameters_match_the_shared_one():
-    shared, per_layer, inputs = tiny_wan(torch.float64), tiny_wan(torch.float64), wan_inputs(torch.float64)
+@pytest.mark.parametrize("family", ["flux", "wan"])
+def test_per_layer_encodings_with_equal_parameters_match_the_shared_one(family):
+    tiny, inputs_of = MODELS[family]
+    shared, per_layer, inputs = tiny(torch.float64), tiny(torch.float64), inputs_of(torch.float64)
     set_pe(shared, "rope_mixed", seed=0)
     set_pe(per_layer, "rope_mixed", per_layer=True)
     source = position_module(shared).encodings[0].freqs

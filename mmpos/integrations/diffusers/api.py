@@ -9,7 +9,7 @@ from torch import nn
 from ...encodings.registry import create_pe, pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
 from .models import ModelSpec, spec_for
-from .positions import FluxPositions, WanPositions, check_ids_precision
+from .positions import FluxPositions, IdsPrecisionCheck, WanPositions
 from .processors import (EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor, flux_stock_rotation,
                          wan_stock_rotation)
 
@@ -241,6 +241,7 @@ def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes)
 
 def _pre_forward_hook(spec: ModelSpec):
     """Record the activation dtype for the seam and, on Flux, check that the ids match the tokens."""
+    check_precision = IdsPrecisionCheck()
 
     def hook(module, args, kwargs):
         hidden_states = kwargs.get("hidden_states", args[0] if args else None)
@@ -248,7 +249,8 @@ def _pre_forward_hook(spec: ModelSpec):
             getattr(module, spec.position_attr).activation_dtype = hidden_states.dtype
         if spec.family == "flux":
             _check_flux_ids(hidden_states, kwargs.get("encoder_hidden_states", _positional(args, 1)),
-                            kwargs.get("img_ids", _positional(args, 4)), kwargs.get("txt_ids", _positional(args, 5)))
+                            kwargs.get("img_ids", _positional(args, 4)), kwargs.get("txt_ids", _positional(args, 5)),
+                            check_precision)
         return None
 
     return hook
@@ -258,13 +260,13 @@ def _positional(args, index):
     return args[index] if len(args) > index else None
 
 
-def _check_flux_ids(hidden_states, encoder_hidden_states, img_ids, txt_ids):
+def _check_flux_ids(hidden_states, encoder_hidden_states, img_ids, txt_ids, check_precision):
     pairs = (("img_ids", img_ids, "hidden_states", hidden_states),
              ("txt_ids", txt_ids, "encoder_hidden_states", encoder_hidden_states))
     for ids_name, ids, tokens_name, tokens in pairs:
         if not isinstance(ids, torch.Tensor) or not isinstance(tokens, torch.Tensor):
             continue
-        check_ids_precision(ids_name, ids)
+        check_precision(ids_name, ids)
         count = ids.shape[-2] if ids.dim() >= 2 else -1
         if count != tokens.shape[1]:
             raise ValueError(f"{ids_name} has shape {tuple(ids.shape)} ({count} positions) but {tokens_name} has "

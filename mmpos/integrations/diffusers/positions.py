@@ -177,10 +177,24 @@ def flux_coords(ids: torch.Tensor) -> torch.Tensor:
     return ids.float()
 
 
-def check_ids_precision(name: str, ids: torch.Tensor) -> None:
-    """Refuse 16-bit ids that lost positions: bf16 holds integers exactly only up to 256, fp16 up to 2048."""
-    if ids.dtype in (torch.float16, torch.bfloat16):
+class IdsPrecisionCheck:
+    """Refuse 16-bit ids that lost positions (bf16 holds integers exactly only up to 256, fp16 up to 2048).
+
+    Reading the maximum synchronises with the device, so each ids tensor is checked once: pipelines pass the
+    same ids object at every step.
+    """
+
+    def __init__(self):
+        self._checked: dict[str, tuple] = {}
+
+    def __call__(self, name: str, ids: torch.Tensor) -> None:
+        if ids.dtype not in (torch.float16, torch.bfloat16):
+            return
+        seen = self._checked.get(name)
+        if seen is not None and seen[0]() is ids and seen[1] == ids._version:
+            return
         exact = 256 if ids.dtype == torch.bfloat16 else 2048
         if ids.numel() and ids.abs().max().item() > exact:
             raise ValueError(f"{name} is {ids.dtype} with positions above {exact}, which that dtype rounds; "
                              "build the ids in float32")
+        self._checked[name] = (weakref.ref(ids), ids._version)
