@@ -231,12 +231,13 @@ def _check_fits(encoding, spec: ModelSpec, head_dim: int, heads: int, coord_axes
 
 
 def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes):
+    """The seam, on the model's device; learned PE parameters stay fp32 whatever the model's dtype."""
+    device = next(transformer.parameters()).device
     if spec.family == "flux":
-        return FluxPositions(encodings, native, coord_axes)
+        return FluxPositions(encodings, native, coord_axes).to(device)
     probe = getattr(stock_position, "freqs_cos", None)
     native_dtype = probe.dtype if probe is not None else torch.float32
-    seam = WanPositions(encodings, native, coord_axes, transformer.config.patch_size, native_dtype)
-    return seam.to(probe.device) if probe is not None else seam
+    return WanPositions(encodings, native, coord_axes, transformer.config.patch_size, native_dtype).to(device)
 
 
 def _pre_forward_hook(spec: ModelSpec):
