@@ -460,6 +460,15 @@ def test_encodings_that_do_not_fit_flux_are_refused(pe, options, error, match):
     assert getattr(model, "_mmpos_installed", None) is None  # nothing half-installed
 
 
+def test_processors_with_extra_behaviour_are_not_replaced():
+    from diffusers.models.transformers.transformer_flux import FluxIPAdapterAttnProcessor
+
+    model = tiny_flux()
+    model.transformer_blocks[0].attn.set_processor(FluxIPAdapterAttnProcessor(32, 32))
+    with pytest.raises(TypeError, match="transformer_blocks.0.attn uses FluxIPAdapterAttnProcessor"):
+        set_pe(model, "native")
+
+
 def test_flux_ids_that_do_not_match_the_tokens_are_refused():
     model, inputs = tiny_flux(), flux_inputs()
     set_pe(model, "native")

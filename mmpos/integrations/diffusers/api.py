@@ -62,6 +62,7 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     backend = None if attention_backend is None else resolve_attention_backend(attention_backend)
     heads, head_dim = spec.num_heads(transformer), spec.head_dim(transformer)
     attention = spec.attention_modules(transformer)
+    _check_stock_processors(attention, spec)
     encodings = _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, len(attention))
     group_sizes = [_check_fits(e, spec, head_dim, heads, coord_axes or tuple(range(num_axes))) for e in encodings]
 
@@ -158,6 +159,16 @@ def _check_no_sharded_seam(transformer, spec: ModelSpec) -> None:
     if spec.family == "wan" and getattr(transformer, "_parallel_config", None) is not None:
         raise RuntimeError("WanTransformer3DModel: call set_pe/restore before enable_parallelism (its context-"
                            "parallel plan hooks the `rope` module that set_pe replaces)")
+
+
+def _check_stock_processors(attention, spec: ModelSpec) -> None:
+    """Refuse to replace processors that carry more than the stock one (IP-Adapter, custom code)."""
+    stock_cls = spec.stock_processor()
+    for name, module in attention:
+        if type(module.processor) is not stock_cls:
+            raise TypeError(f"{name} uses {type(module.processor).__name__}; set_pe replaces only the stock "
+                            f"{stock_cls.__name__} (its extra behaviour would be lost). Reset it first, e.g. "
+                            "transformer.set_attn_processor(...) with the stock processors")
 
 
 def _check_coord_axes(coord_axes, spec: ModelSpec):

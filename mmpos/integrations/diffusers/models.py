@@ -20,6 +20,7 @@ class ModelSpec:
     native_axes_dims: Callable[[nn.Module], tuple[int, ...]]
     native_theta: Callable[[nn.Module], float]
     attention_modules: Callable[[nn.Module], list[tuple[str, nn.Module]]]
+    stock_processor: Callable[[], type]  # the processor class set_pe may replace without losing anything
 
     def head_dim(self, model) -> int:
         return int(model.config.attention_head_dim)
@@ -32,6 +33,18 @@ def _flux_attention(model):
     from diffusers.models.transformers.transformer_flux import FluxAttention
 
     return [(name, m) for name, m in model.named_modules() if isinstance(m, FluxAttention)]
+
+
+def _flux_processor():
+    from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
+
+    return FluxAttnProcessor
+
+
+def _wan_processor():
+    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
+
+    return WanAttnProcessor
 
 
 def _wan_self_attention(model):
@@ -50,6 +63,7 @@ FLUX = ModelSpec(
     native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
     native_theta=lambda model: float(model.pos_embed.theta),
     attention_modules=_flux_attention,
+    stock_processor=_flux_processor,
 )
 
 WAN = ModelSpec(
@@ -59,6 +73,7 @@ WAN = ModelSpec(
     native_axes_dims=_wan_axes_dims,
     native_theta=lambda model: 10000.0,  # WanRotaryPosEmbed's default; the model never passes another
     attention_modules=_wan_self_attention,
+    stock_processor=_wan_processor,
 )
 
 
