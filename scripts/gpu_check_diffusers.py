@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from mmpos.integrations.diffusers import position_module, restore, set_pe
+from mmpos.integrations.diffusers import cast_keeping_pe_fp32, position_module, restore, set_pe
 from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
 MODELS = {"flux": (tiny_flux, tiny_flux_inputs), "wan": (tiny_wan, tiny_wan_inputs)}
@@ -33,10 +33,8 @@ def installed(make, device, dtype, encoding):
     model = make(torch.float64 if dtype == torch.float64 else torch.float32)
     if encoding is not None:
         set_pe(model, encoding[0], **encoding[1])
-    model = model.to(device, dtype)
-    if encoding is not None and dtype != torch.float64:
-        position_module(model).encodings.float()  # keep learned PE parameters in fp32
-    return model
+    model = model.to(device)
+    return cast_keeping_pe_fp32(model, dtype) if encoding is not None else model.to(dtype)
 
 
 def check_native_bits(device, rows):

@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from mmpos.integrations.diffusers import (pe_parameters, position_module, restore, set_pe,
+from mmpos.integrations.diffusers import (cast_keeping_pe_fp32, pe_parameters, position_module, restore, set_pe,
                                           shard_like_context_parallel, train_only_pe)
 from mmpos.integrations.diffusers.positions import LayerTables, unpack_table
 from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs as flux_inputs, tiny_wan
@@ -246,6 +246,18 @@ def test_gradients_reach_only_pe_parameters(family, per_layer):
             assert p.requires_grad and p.grad is not None and p.grad.abs().sum() > 0, name
         else:
             assert not p.requires_grad and p.grad is None, name
+
+
+def test_cast_keeping_pe_fp32_keeps_learned_frequencies_exact():
+    model = tiny_flux()
+    set_pe(model, "rope_mixed")
+    (freqs,) = pe_parameters(model)
+    before = freqs.detach().clone()
+    cast_keeping_pe_fp32(model, torch.bfloat16)
+    (freqs,) = pe_parameters(model)
+    assert freqs.dtype == torch.float32 and torch.equal(freqs, before)
+    assert model.transformer_blocks[0].attn.to_q.weight.dtype == torch.bfloat16
+    assert torch.isfinite(run(model, flux_inputs(torch.bfloat16))).all()
 
 
 @pytest.mark.parametrize("family", ["flux", "wan"])

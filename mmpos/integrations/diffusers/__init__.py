@@ -6,11 +6,11 @@
     params = train_only_pe(pipe.transformer)                                        # fine-tune only the PE
     restore(pipe.transformer)                                                       # back to stock
 """
-from .api import pe_parameters, position_module, resolve_attention_backend, restore, set_pe, train_only_pe
+from .api import cast_keeping_pe_fp32, pe_parameters, position_module, resolve_attention_backend, restore, set_pe, train_only_pe
 from .context_parallel import shard_like_context_parallel
 from .models import supported_classes
 from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
 
-__all__ = ["set_pe", "restore", "position_module", "pe_parameters", "train_only_pe", "resolve_attention_backend",
+__all__ = ["set_pe", "restore", "cast_keeping_pe_fp32", "position_module", "pe_parameters", "train_only_pe", "resolve_attention_backend",
            "shard_like_context_parallel", "supported_classes", "EncodingRotation", "FluxPEAttnProcessor",
            "WanPEAttnProcessor"]

@@ -131,6 +131,17 @@ def train_only_pe(transformer: nn.Module) -> list[nn.Parameter]:
     return trainable
 
 
+def cast_keeping_pe_fp32(transformer: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """``transformer.to(dtype)`` except the installed encodings' parameters, which keep their fp32 values
+    (learned frequencies rounded to bf16 would move every position's phase)."""
+    encodings = position_module(transformer).encodings
+    saved = {k: v.detach().clone() for k, v in encodings.state_dict().items()}
+    transformer.to(dtype)
+    encodings.float()
+    encodings.load_state_dict(saved)
+    return transformer
+
+
 def resolve_attention_backend(backend: str) -> str:
     """A diffusers dispatch backend name, checked (known name, installed requirements); ``"auto"`` is xformers
     on CUDA when it imports, else SDPA (``"native"``)."""
