@@ -124,6 +124,16 @@ def test_restore_puts_the_stock_modules_back(family):
         restore(model)
 
 
+def test_restore_after_a_cast_gives_the_stock_model_cast_the_same_way():
+    stock, ours = tiny_wan(), tiny_wan()
+    set_pe(ours, "rope_mixed")
+    ours.to(torch.bfloat16)
+    restore(ours)
+    stock.to(torch.bfloat16)
+    inputs = wan_inputs(torch.bfloat16)
+    assert torch.equal(run(ours, inputs), run(stock, inputs))
+
+
 # ---------------------------------------------------------------- other encodings
 
 @pytest.mark.parametrize("family", ["flux", "wan"])

@@ -97,6 +97,10 @@ def restore(transformer: nn.Module) -> nn.Module:
         raise ValueError(f"{type(transformer).__name__} has no mmpos encoding installed (call set_pe first)")
     spec = spec_for(transformer)
     _check_no_sharded_seam(transformer, spec)
+    seam = getattr(transformer, spec.position_attr)
+    probe = getattr(seam, "native_dtype_probe", None)
+    if probe is not None:  # the stock module missed the .to() calls made while the seam was installed
+        installed.position_module.to(probe.device, probe.dtype)
     setattr(transformer, spec.position_attr, installed.position_module)
     for module, processor in installed.processors.items():
         module.set_processor(processor)
