@@ -2,8 +2,7 @@
 
 A tiny-but-realistic Flux: a few double- and single-stream blocks at head dim 128, 4096 image tokens
 (a 1024x1024 image) and 512 text tokens, random weights. Variants, measured in one run on one model
-(switched with ``set_pe``/``restore``, round-robin so that drift hits all alike; median of the timed
-forwards, each variant warmed up after every switch so its table is cached as in sampling):
+(reported: median and minimum forward time, and the median of per-round ratios to stock):
 
 * ``stock``: diffusers' ``FluxAttnProcessor`` and ``FluxPosEmbed`` (tables rebuilt every forward);
 * ``mmpos native``: mmpos processors and seam, stock arithmetic (bit-identical output);
@@ -11,11 +10,15 @@ forwards, each variant warmed up after every switch so its table is cached as in
 * ``mmpos rope_mixed``: learned per-head 3-axis frequencies;
 * ``no rotation``: ``pe="nope"``, the floor (what RoPE costs at all).
 
+Each variant is a copy of the model's modules sharing its parameters; every round runs one forward of each
+variant (rotating order) after a warm-up that caches its table, as in sampling.
+
 Target: mmpos processors at most 3% over stock.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import statistics
@@ -58,14 +61,15 @@ def flux_inputs(side: int, text: int, device, dtype) -> dict:
     return dict(inputs, timestep=torch.tensor([0.5], device=device), img_ids=ids[text:], txt_ids=ids[:text])
 
 
-def switch(model, variant: str):
-    from ..integrations.diffusers import restore, set_pe
+def variant_model(base, variant: str):
+    """``base`` with the variant's encoding, as new modules sharing ``base``'s parameters (no weight copies)."""
+    from ..integrations.diffusers import set_pe
 
-    if getattr(model, "_mmpos_installed", None) is not None:
-        restore(model)
+    model = copy.deepcopy(base, memo={id(p): p for p in base.parameters()})
     if VARIANTS[variant] is not None:
         pe, options = VARIANTS[variant]
         set_pe(model, pe, **options)
+    return model
 
 
 def timed_forward(model, inputs, device) -> float:
@@ -79,36 +83,36 @@ def timed_forward(model, inputs, device) -> float:
     return time.perf_counter() - start
 
 
-def bench(model, inputs, device, rounds: int, repeats: int, log=print) -> dict[str, list[float]]:
+def bench(base, inputs, device, rounds: int, log=print) -> dict[str, list[float]]:
+    """One forward per variant per round, the order rotating each round, so that drift hits all alike."""
+    models = {name: variant_model(base, name) for name in VARIANTS}
+    for model in models.values():
+        timed_forward(model, inputs, device)  # warm-up: builds and caches the table
     samples = {name: [] for name in VARIANTS}
+    names = list(VARIANTS)
     for r in range(rounds):
-        for name in VARIANTS:
-            switch(model, name)
-            timed_forward(model, inputs, device)  # warm-up: builds and caches the table
-            samples[name] += [timed_forward(model, inputs, device) for _ in range(repeats)]
-        log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{n} {statistics.median(s) * 1e3:.1f} ms"
-                                                    for n, s in samples.items()))
-    switch(model, "stock")
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            samples[name].append(timed_forward(models[name], inputs, device))
+        if (r + 1) % max(1, rounds // 4) == 0 or r + 1 == rounds:
+            log(f"  {r + 1}/{rounds} rounds: " + ", ".join(f"{n} {statistics.median(s) * 1e3:.1f} ms"
+                                                         for n, s in samples.items()))
     return samples
 
 
 def summarise(samples: dict[str, list[float]]) -> list[dict]:
-    """Median and minimum per variant, and their ratios to stock (the minimum resists a loaded machine's
-    noise, which only ever adds time)."""
-    stock_median, stock_min = statistics.median(samples["stock"]), min(samples["stock"])
-    return [dict(variant=name, ms=statistics.median(s) * 1e3, vs_stock=statistics.median(s) / stock_median,
-                 ms_min=min(s) * 1e3, vs_stock_min=min(s) / stock_min, samples=len(s)) for name, s in samples.items()]
+    """Per variant: median and minimum time, and the median over rounds of (variant / stock) in the same round
+    (paired: robust to drift on a shared machine; the minimum resists noise, which only ever adds time)."""
+    stock = samples["stock"]
+    return [dict(variant=name, ms=statistics.median(s) * 1e3, ms_min=min(s) * 1e3,
+                 vs_stock=statistics.median(a / b for a, b in zip(s, stock)), vs_stock_min=min(s) / min(stock),
+                 samples=len(s)) for name, s in samples.items()]
 
 
-def check_native_output(model, inputs) -> bool:
+def check_native_output(base, inputs) -> bool:
     """``pe="native"`` gives the stock model's bits on this device and dtype."""
     with torch.no_grad():
-        switch(model, "stock")
-        stock = model(**inputs).sample
-        switch(model, "mmpos native")
-        ours = model(**inputs).sample
-    switch(model, "stock")
-    return bool(torch.equal(stock, ours))
+        return bool(torch.equal(base(**inputs).sample, variant_model(base, "mmpos native")(**inputs).sample))
 
 
 def main(argv=None) -> int:
@@ -121,8 +125,7 @@ def main(argv=None) -> int:
     parser.add_argument("--single-blocks", type=int, default=2)
     parser.add_argument("--side", type=int, default=64, help="image tokens per side (64 -> 4096 tokens)")
     parser.add_argument("--text", type=int, default=512, help="text tokens")
-    parser.add_argument("--rounds", type=int, default=3, help="round-robin rounds over the variants")
-    parser.add_argument("--repeats", type=int, default=3, help="timed forwards per variant and round")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of one timed forward per variant")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (cpu)")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_backbones_flux.json"))
     args = parser.parse_args(argv)
@@ -136,11 +139,12 @@ def main(argv=None) -> int:
     print(f"Flux: {args.double_blocks}+{args.single_blocks} blocks, {heads} heads x 128, "
           f"{args.side * args.side}+{args.text} tokens, {dtype}, {device}, torch {torch.__version__}")
     native_exact = check_native_output(model, inputs)
-    samples = bench(model, inputs, device, args.rounds, args.repeats)
+    samples = bench(model, inputs, device, args.rounds)
     rows = summarise(samples)
-    print("| variant | ms / forward (median) | vs stock | ms (min) | vs stock (min) |\n|---|---|---|---|---|")
+    print("| variant | ms / forward (median) | ms (min) | vs stock (median of paired ratios) | vs stock (min) |\n"
+          "|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['variant']} | {row['ms']:.1f} | {row['vs_stock']:.3f} | {row['ms_min']:.1f} | "
+        print(f"| {row['variant']} | {row['ms']:.1f} | {row['ms_min']:.1f} | {row['vs_stock']:.3f} | "
               f"{row['vs_stock_min']:.3f} |")
     print(f"pe='native' output bit-identical to stock: {native_exact}")
     meta = dict(device=str(device), dtype=str(dtype), heads=heads, blocks=[args.double_blocks, args.single_blocks],
