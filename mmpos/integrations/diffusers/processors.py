@@ -17,13 +17,14 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from diffusers.models.attention_dispatch import dispatch_attention_fn
+from diffusers.models.embeddings import apply_rotary_emb
+from diffusers.models.transformers import transformer_flux, transformer_wan
 
 from .positions import LayerTables, unpack_table
 
 
 def flux_stock_rotation(query, key, rotary_emb, layer):
-    from diffusers.models.embeddings import apply_rotary_emb
-
     return apply_rotary_emb(query, rotary_emb, sequence_dim=1), apply_rotary_emb(key, rotary_emb, sequence_dim=1)
 
 
@@ -83,8 +84,6 @@ class _PEProcessor:
         self._attention_backend, self._parallel_config = attention_backend, parallel_config
 
     def _attend(self, query, key, value, mask, parallel_config):
-        from diffusers.models.attention_dispatch import dispatch_attention_fn
-
         return dispatch_attention_fn(query, key, value, attn_mask=mask, backend=self._attention_backend,
                                      parallel_config=parallel_config)
 
@@ -94,9 +93,7 @@ class FluxPEAttnProcessor(_PEProcessor):
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  image_rotary_emb=None):
-        from diffusers.models.transformers.transformer_flux import _get_qkv_projections
-
-        query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
+        query, key, value, encoder_query, encoder_key, encoder_value = transformer_flux._get_qkv_projections(
             attn, hidden_states, encoder_hidden_states)
         query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
         key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
@@ -128,15 +125,13 @@ class WanPEAttnProcessor(_PEProcessor):
     """``WanAttnProcessor`` (self-attention, I2V image branch included) with the rotation from mmpos."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
-        from diffusers.models.transformers.transformer_wan import _get_added_kv_projections, _get_qkv_projections
-
         encoder_hidden_states_img = None
         if attn.add_k_proj is not None:
             image_context_length = encoder_hidden_states.shape[1] - 512  # the stock processor's constant
             encoder_hidden_states_img = encoder_hidden_states[:, :image_context_length]
             encoder_hidden_states = encoder_hidden_states[:, image_context_length:]
 
-        query, key, value = _get_qkv_projections(attn, hidden_states, encoder_hidden_states)
+        query, key, value = transformer_wan._get_qkv_projections(attn, hidden_states, encoder_hidden_states)
         query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
         key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
@@ -146,7 +141,7 @@ class WanPEAttnProcessor(_PEProcessor):
 
         hidden_states_img = None
         if encoder_hidden_states_img is not None:
-            key_img, value_img = _get_added_kv_projections(attn, encoder_hidden_states_img)
+            key_img, value_img = transformer_wan._get_added_kv_projections(attn, encoder_hidden_states_img)
             key_img = attn.norm_added_k(key_img).unflatten(2, (attn.heads, -1))
             value_img = value_img.unflatten(2, (attn.heads, -1))
             hidden_states_img = self._attend(query, key_img, value_img, None, None).flatten(2, 3).type_as(query)
