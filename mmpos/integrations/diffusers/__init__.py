@@ -1,0 +1,16 @@
+"""mmpos encodings inside diffusers' Flux and Wan transformers.
+
+    from mmpos.integrations.diffusers import set_pe, restore, train_only_pe
+    set_pe(pipe.transformer, "native", extrapolation={"type": "ntk", "factor": 2})  # stock RoPE + NTK
+    set_pe(pipe.transformer, "rope_mixed", coord_axes=(1, 2))                       # learned 2D RoPE-Mixed
+    params = train_only_pe(pipe.transformer)                                        # fine-tune only the PE
+    restore(pipe.transformer)                                                       # back to stock
+"""
+from .api import cast_keeping_pe_fp32, pe_parameters, position_module, resolve_attention_backend, restore, set_pe, train_only_pe
+from .context_parallel import shard_like_context_parallel
+from .models import supported_classes
+from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
+
+__all__ = ["set_pe", "restore", "cast_keeping_pe_fp32", "position_module", "pe_parameters", "train_only_pe", "resolve_attention_backend",
+           "shard_like_context_parallel", "supported_classes", "EncodingRotation", "FluxPEAttnProcessor",
+           "WanPEAttnProcessor"]
