@@ -1,0 +1,88 @@
+"""Band modulation pipelines: Flux text-to-image with a shared reference, and Kontext with its context image."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from diffusers import FluxKontextPipeline, FluxPipeline
+
+from .band import BandConfig, ContextBandScaling, SharedBandAttention
+from .common import EditPipelineMixin, coerce_config
+from .context import EditContext
+from .images import as_image_batch, check_token_grid
+
+
+class BandModulationFluxPipeline(EditPipelineMixin, FluxPipeline):
+    """Style-aligned generation on FLUX.1 with band-modulated shared attention (Untwisting RoPE).
+
+    The batch is ``[reference, target_1, ..., target_n]`` (one prompt or prompt embedding each). The reference is
+    generated in the same batch (default) or given as ``reference_image`` / ``reference_latents`` (packed, as the
+    transformer sees them): then element 0's latents are replaced before every forward by the noised reference
+    ``(1 - sigma) x0 + sigma * eps`` with a fixed ``eps``, so its keys follow the reference image. ``band``
+    (a :class:`BandConfig` or dict) holds the hyperparameters; ``band.enabled=False`` runs the stock pipeline
+    through the same (inactive) processors. Output images are in batch order, reference first.
+    """
+
+    @torch.no_grad()
+    def __call__(self, *args, band=None, reference_image=None, reference_latents: Optional[torch.Tensor] = None,
+                 reference_seed: int = 0, **kwargs):
+        config = coerce_config(BandConfig, band)
+        if kwargs.get("num_images_per_prompt", 1) != 1:
+            raise ValueError("num_images_per_prompt must be 1 for band modulation; give one prompt per target "
+                             "(the batch is [reference, targets...])")
+        rule = SharedBandAttention(config, self.transformer.config.axes_dims_rope)
+        context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
+        if reference_image is not None or reference_latents is not None:
+            x0 = self._reference_latents(reference_image, reference_latents, kwargs)
+            noise = torch.randn(x0.shape, generator=torch.Generator("cpu").manual_seed(reference_seed),
+                                dtype=torch.float32).to(x0.device)
+            context.rewriters.append(_NoisedReference(x0, noise))
+        with self.edit_session(context):
+            return super().__call__(*args, **kwargs)
+
+    def _reference_latents(self, image, latents, kwargs) -> torch.Tensor:
+        height = kwargs.get("height") or self.default_sample_size * self.vae_scale_factor
+        width = kwargs.get("width") or self.default_sample_size * self.vae_scale_factor
+        check_token_grid("output size", height, width, self.token_pixels)
+        expected = (height // self.token_pixels) * (width // self.token_pixels)
+        if latents is None:
+            pixels = as_image_batch("reference_image", image)
+            if tuple(pixels.shape[-2:]) != (height, width):
+                raise ValueError(f"reference_image is {pixels.shape[-2]}x{pixels.shape[-1]} pixels; expected the "
+                                 f"output size {height}x{width} (resize it first)")
+            latents = self.encode_packed(pixels * 2 - 1)
+        if latents.ndim != 3 or latents.shape[0] != 1 or latents.shape[1] != expected:
+            raise ValueError(f"reference_latents must be packed [1, {expected}, C] for a {height}x{width} output, "
+                             f"got {tuple(latents.shape)}")
+        return latents.float()
+
+
+class _NoisedReference:
+    """Rewriter: batch element 0's latents become the reference noised to this forward's sigma."""
+
+    def __init__(self, x0: torch.Tensor, noise: torch.Tensor):
+        self.x0, self.noise = x0, noise
+
+    def __call__(self, context, kwargs):
+        latents = kwargs["hidden_states"]
+        if latents.shape[0] < 2 or latents.shape[1:] != self.x0.shape[1:]:
+            raise ValueError(f"reference latents {tuple(self.x0.shape)} do not fit the batch {tuple(latents.shape)}")
+        sigma = context.sigma
+        x0, noise = self.x0.to(latents.device), self.noise.to(latents.device)
+        reference = ((1 - sigma) * x0 + sigma * noise).to(latents.dtype)
+        return {**kwargs, "hidden_states": torch.cat([reference, latents[1:]], dim=0)}
+
+
+class BandModulationKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
+    """Kontext variant: the reference is the in-sequence context image, whose keys are band-modulated.
+
+    With ``band.strength=0`` (all scales 1) and ``adain_qk`` off, every layer runs the stock processor.
+    """
+
+    @torch.no_grad()
+    def __call__(self, *args, band=None, **kwargs):
+        config = coerce_config(BandConfig, band)
+        rule = ContextBandScaling(config, self.transformer.config.axes_dims_rope)
+        context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
+        with self.edit_session(context):
+            return super().__call__(*args, **kwargs)

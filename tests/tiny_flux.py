@@ -1,0 +1,46 @@
+"""Tiny Flux / Fill / Kontext components built in code (diffusers' test-style configs, no downloads).
+
+The VAE has four levels (scale factor 8) so that one transformer token is 16x16 pixels, as in FLUX.1.
+"""
+from __future__ import annotations
+
+import torch
+from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+
+LATENT_CHANNELS = 1
+TEXT_LEN = 6
+TEXT_DIM = 32
+
+
+def tiny_transformer(kind: str = "flux", seed: int = 0) -> FluxTransformer2DModel:
+    torch.manual_seed(seed)
+    packed = 4 * LATENT_CHANNELS
+    in_channels = {"flux": packed, "kontext": packed, "fill": packed + packed + 4 * 64}[kind]
+    return FluxTransformer2DModel(patch_size=1, in_channels=in_channels, out_channels=packed, num_layers=1,
+                                  num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
+                                  joint_attention_dim=TEXT_DIM, pooled_projection_dim=TEXT_DIM,
+                                  axes_dims_rope=[4, 4, 8]).eval()
+
+
+def tiny_vae(seed: int = 0) -> AutoencoderKL:
+    torch.manual_seed(seed)
+    return AutoencoderKL(in_channels=3, out_channels=3, block_out_channels=(4, 4, 4, 4),
+                         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                         layers_per_block=1, latent_channels=LATENT_CHANNELS, norm_num_groups=1, sample_size=32,
+                         use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609,
+                         scaling_factor=1.5035).eval()
+
+
+def components(kind: str = "flux", seed: int = 0) -> dict:
+    return dict(transformer=tiny_transformer(kind, seed), vae=tiny_vae(seed), scheduler=FlowMatchEulerDiscreteScheduler(),
+                text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+
+
+def embeddings(batch: int = 1, seed: int = 1) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return dict(prompt_embeds=torch.randn(batch, TEXT_LEN, TEXT_DIM, generator=generator),
+                pooled_prompt_embeds=torch.randn(batch, TEXT_DIM, generator=generator))
+
+
+def image(height: int, width: int, seed: int = 2) -> torch.Tensor:
+    return torch.rand(1, 3, height, width, generator=torch.Generator().manual_seed(seed))
