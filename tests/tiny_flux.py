@@ -44,3 +44,26 @@ def embeddings(batch: int = 1, seed: int = 1) -> dict:
 
 def image(height: int, width: int, seed: int = 2) -> torch.Tensor:
     return torch.rand(1, 3, height, width, generator=torch.Generator().manual_seed(seed))
+
+
+def explicit_qkv(attn, hidden_states, encoder_hidden_states=None):
+    """q, k, v ``[B, S, H, D]`` written out from the module's layers (text first in double blocks), no RoPE."""
+    def heads(x):
+        return x.view(*x.shape[:2], -1, attn.head_dim)
+
+    q, k, v = heads(attn.to_q(hidden_states)), heads(attn.to_k(hidden_states)), heads(attn.to_v(hidden_states))
+    q, k = attn.norm_q(q), attn.norm_k(k)
+    if encoder_hidden_states is not None:
+        eq = attn.norm_added_q(heads(attn.add_q_proj(encoder_hidden_states)))
+        ek = attn.norm_added_k(heads(attn.add_k_proj(encoder_hidden_states)))
+        ev = heads(attn.add_v_proj(encoder_hidden_states))
+        q, k, v = torch.cat([eq, q], 1), torch.cat([ek, k], 1), torch.cat([ev, v], 1)
+    return q, k, v
+
+
+def softmax_attention(q, k, v, logits_fn=None):
+    """Explicit attention ``[B, S, H, D]``; ``logits_fn`` may edit the ``[B, H, Sq, Sk]`` logits."""
+    logits = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5
+    if logits_fn is not None:
+        logits = logits_fn(logits)
+    return torch.einsum("bhqk,bkhd->bqhd", logits.softmax(-1), v)
