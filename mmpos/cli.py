@@ -1,4 +1,4 @@
-"""The ``mmpos`` command: ``mmpos demo``, ``mmpos list``, ``mmpos bench``."""
+"""The ``mmpos`` command: ``mmpos demo``, ``mmpos list``, ``mmpos bench``, ``mmpos edit``, ``mmpos generate``."""
 from __future__ import annotations
 
 import argparse
@@ -39,7 +39,7 @@ def _bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmpos", description="Positional encodings for vision and multimodal "
                                      "transformers and diffusion models.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,list,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,list,bench,edit,generate}")
 
     demo = sub.add_parser("demo", help="figures of every registered encoding (spectrum, logit vs offset)",
                           description="Write a figure per registered encoding: its spectrum (frequency per "
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`).")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=_bench)
+
+    from .pipelines.cli import add_commands as add_edit_commands
+
+    add_edit_commands(sub)
     return parser
 
 

@@ -9,10 +9,24 @@ from diffusers import FluxKontextPipeline, FluxPipeline
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
 from .common import EditPipelineMixin, coerce_config
 from .context import EditContext
+from .figures import AttentionProbe
 from .images import as_image_batch, check_token_grid
 
 
-class BandModulationFluxPipeline(EditPipelineMixin, FluxPipeline):
+class _ProbeMixin:
+    def _install_probe(self, context: EditContext, probe) -> None:
+        """``probe=(layer, progress)``: record q/k of that layer for :func:`~.figures.band_attention_maps`
+        (available as ``self.probe`` after the call)."""
+        self.probe = None
+        if probe is None:
+            return
+        layer, progress = probe
+        if layer not in context.rules:
+            raise ValueError(f"probe layer {layer} is not an edited layer ({sorted(context.rules)})")
+        self.probe = context.rules[layer] = AttentionProbe(context.rules[layer], progress)
+
+
+class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
     """Style-aligned generation on FLUX.1 with band-modulated shared attention (Untwisting RoPE).
 
     The batch is ``[reference, target_1, ..., target_n]`` (one prompt or prompt embedding each). The reference is
@@ -25,13 +39,14 @@ class BandModulationFluxPipeline(EditPipelineMixin, FluxPipeline):
 
     @torch.no_grad()
     def __call__(self, *args, band=None, reference_image=None, reference_latents: Optional[torch.Tensor] = None,
-                 reference_seed: int = 0, **kwargs):
+                 reference_seed: int = 0, probe: Optional[tuple] = None, **kwargs):
         config = coerce_config(BandConfig, band)
         if kwargs.get("num_images_per_prompt", 1) != 1:
             raise ValueError("num_images_per_prompt must be 1 for band modulation; give one prompt per target "
                              "(the batch is [reference, targets...])")
         rule = SharedBandAttention(config, self.transformer.config.axes_dims_rope)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
+        self._install_probe(context, probe)
         if reference_image is not None or reference_latents is not None:
             x0 = self._reference_latents(reference_image, reference_latents, kwargs)
             noise = torch.randn(x0.shape, generator=torch.Generator("cpu").manual_seed(reference_seed),
@@ -73,16 +88,17 @@ class _NoisedReference:
         return {**kwargs, "hidden_states": torch.cat([reference, latents[1:]], dim=0)}
 
 
-class BandModulationKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
+class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextPipeline):
     """Kontext variant: the reference is the in-sequence context image, whose keys are band-modulated.
 
     With ``band.strength=0`` (all scales 1) and ``adain_qk`` off, every layer runs the stock processor.
     """
 
     @torch.no_grad()
-    def __call__(self, *args, band=None, **kwargs):
+    def __call__(self, *args, band=None, probe: Optional[tuple] = None, **kwargs):
         config = coerce_config(BandConfig, band)
         rule = ContextBandScaling(config, self.transformer.config.axes_dims_rope)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
+        self._install_probe(context, probe)
         with self.edit_session(context):
             return super().__call__(*args, **kwargs)

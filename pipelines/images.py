@@ -25,7 +25,7 @@ def as_image_batch(name: str, image) -> torch.Tensor:
     if image is None:
         raise ValueError(f"{name} is required")
     if hasattr(image, "convert"):  # PIL
-        image = np.asarray(image.convert("RGB"))
+        image = np.array(image.convert("RGB"))
     if isinstance(image, np.ndarray):
         array = image.astype(np.float32) / 255.0 if image.dtype == np.uint8 else image.astype(np.float32)
         if array.ndim != 3 or array.shape[-1] != 3:
@@ -48,7 +48,7 @@ def as_mask(name: str, mask, size: tuple[int, int] | None = None) -> torch.Tenso
     if mask is None:
         raise ValueError(f"{name} is required")
     if hasattr(mask, "convert"):
-        mask = torch.from_numpy(np.asarray(mask.convert("L"))).float() / 255.0
+        mask = torch.from_numpy(np.array(mask.convert("L"))).float() / 255.0
     elif isinstance(mask, np.ndarray):
         mask = torch.from_numpy(mask.astype(np.float32) / (255.0 if mask.dtype == np.uint8 else 1.0))
     if not isinstance(mask, torch.Tensor):

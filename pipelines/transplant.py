@@ -53,6 +53,7 @@ class TransplantConfig:
     fit: str = "contain"                  # uniform scale (aspect kept) or "stretch" per axis
     round_positions: bool = False
     mask_dilate_tokens: int = 1
+    object_coverage: float = 0.5          # a reference token is transplanted when the object covers more of it
     fill_value: float = 0.5
     enabled: bool = True
 
@@ -200,7 +201,8 @@ def transplant_ids(grid: tuple[int, int], sources, target_tokens: torch.Tensor, 
     """
     sources = [sources] if isinstance(sources, torch.Tensor) else list(sources)
     if not sources or any(not bool(s.any()) for s in sources):
-        raise ValueError("a reference object covers no token; enlarge the object mask or the tile")
+        raise ValueError("a reference object covers no token (more than object_coverage of one); enlarge the "
+                         "object mask or tile_fraction, or lower object_coverage")
     if not bool(target_tokens.any()):
         raise ValueError("the target region covers no token; enlarge the target mask")
     ids = native_ids(grid)
@@ -244,4 +246,4 @@ def token_sets(canvas: Canvas, config: TransplantConfig):
     grid = canvas.layout.grid
     target = mask_to_tokens(canvas.inpaint_mask, grid, threshold=0.0)
     views = canvas.object_masks if config.transplant_views == "all" else canvas.object_masks[:1]
-    return [mask_to_tokens(mask, grid, threshold=0.5) for mask in views], target
+    return [mask_to_tokens(mask, grid, threshold=config.object_coverage) for mask in views], target
