@@ -10,7 +10,7 @@ from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulati
 from mmpos.pipelines.band import SharedBandAttention, band_channel_scales, band_pair_scales
 from mmpos.pipelines.context import EditContext, segments_from_ids
 
-from tiny_flux import components, embeddings, explicit_qkv, image, softmax_attention
+from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
 
 FLUX_AXES = (16, 56, 56)
 

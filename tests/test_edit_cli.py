@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 from mmpos.cli import main
 from mmpos.pipelines.loading import load_pipeline
 
-from tiny_flux import components, embeddings, image
+from mmpos.pipelines.testing import components, embeddings, image
 
 
 @pytest.fixture(scope="module")

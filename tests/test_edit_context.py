@@ -8,7 +8,7 @@ from mmpos.coords import flux_ids
 from mmpos.pipelines.attention import EditAttnProcessor, attention_layer_names, select_layers
 from mmpos.pipelines.context import EditContext, EditSession, schedule_step, segments_from_ids
 
-from tiny_flux import components, embeddings
+from mmpos.pipelines.testing import components, embeddings
 
 
 class StepSpy:

@@ -13,7 +13,7 @@ from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, shrink_ids, tanh_ramp, token_maps
 from mmpos.pipelines.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
 
-from tiny_flux import components, embeddings, explicit_qkv, image, softmax_attention
+from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
 
 
 def test_factor_tables_and_phases_match_the_reference_numbers():

@@ -7,7 +7,7 @@ from diffusers.models.transformers.transformer_flux import FluxPosEmbed
 from mmpos.pipelines import PosBridgeFillPipeline, TransplantConfig
 from mmpos.pipelines.transplant import (corner_centered_layout, native_ids, side_by_side_layout, transplant_ids)
 
-from tiny_flux import components, embeddings, image
+from mmpos.pipelines.testing import components, embeddings, image
 
 
 def test_native_ids_match_diffusers():

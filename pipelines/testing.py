@@ -1,4 +1,5 @@
-"""Tiny Flux / Fill / Kontext components built in code (diffusers' test-style configs, no downloads).
+"""Tiny Flux / Fill / Kontext components built in code (diffusers' test-style configs, no downloads), and
+reference math (explicit q/k/v and softmax attention) for tests and device checks.
 
 The VAE has four levels (scale factor 8) so that one transformer token is 16x16 pixels, as in FLUX.1.
 """
