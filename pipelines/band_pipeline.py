@@ -6,6 +6,8 @@ from typing import Optional
 import torch
 from diffusers import FluxKontextPipeline, FluxPipeline
 
+from mmpos._validation import check_choice
+
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
 from .common import EditPipelineMixin, coerce_config
 from .context import EditContext
@@ -31,15 +33,17 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
 
     The batch is ``[reference, target_1, ..., target_n]`` (one prompt or prompt embedding each). The reference is
     generated in the same batch (default) or given as ``reference_image`` / ``reference_latents`` (packed, as the
-    transformer sees them): then element 0's latents are replaced before every forward by the noised reference
-    ``(1 - sigma) x0 + sigma * eps`` with a fixed ``eps``, so its keys follow the reference image. ``band``
+    transformer sees them): then element 0's latents are replaced before every forward by the reference at that
+    noise level, either noised (``reference_mode="noise"``: ``(1 - sigma) x0 + sigma * eps`` with a fixed ``eps``)
+    or inverted (``"invert"``: inverse Euler of the unedited model from ``x0`` up the run's sigmas, conditioned on
+    element 0's prompt; one extra forward per step, computed at the first step). ``band``
     (a :class:`BandConfig` or dict) holds the hyperparameters; ``band.enabled=False`` runs the stock pipeline
     through the same (inactive) processors. Output images are in batch order, reference first.
     """
 
     @torch.no_grad()
     def __call__(self, *args, band=None, reference_image=None, reference_latents: Optional[torch.Tensor] = None,
-                 reference_seed: int = 0, probe: Optional[tuple] = None, **kwargs):
+                 reference_seed: int = 0, reference_mode: str = "noise", probe: Optional[tuple] = None, **kwargs):
         config = coerce_config(BandConfig, band)
         if kwargs.get("num_images_per_prompt", 1) != 1:
             raise ValueError("num_images_per_prompt must be 1 for band modulation; give one prompt per target "
@@ -48,10 +52,14 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         self._install_probe(context, probe)
         if reference_image is not None or reference_latents is not None:
+            check_choice("reference_mode", reference_mode, ("noise", "invert"))
             x0 = self._reference_latents(reference_image, reference_latents, kwargs)
-            noise = torch.randn(x0.shape, generator=torch.Generator("cpu").manual_seed(reference_seed),
-                                dtype=torch.float32).to(x0.device)
-            context.rewriters.append(_NoisedReference(x0, noise))
+            if reference_mode == "noise":
+                noise = torch.randn(x0.shape, generator=torch.Generator("cpu").manual_seed(reference_seed),
+                                    dtype=torch.float32).to(x0.device)
+                context.rewriters.append(_NoisedReference(x0, noise))
+            else:
+                context.rewriters.append(_InvertedReference(x0, self.transformer, self.scheduler))
         with self.edit_session(context):
             return super().__call__(*args, **kwargs)
 
@@ -86,6 +94,50 @@ class _NoisedReference:
         x0, noise = self.x0.to(latents.device), self.noise.to(latents.device)
         reference = ((1 - sigma) * x0 + sigma * noise).to(latents.dtype)
         return {**kwargs, "hidden_states": torch.cat([reference, latents[1:]], dim=0)}
+
+
+class _InvertedReference:
+    """Rewriter: batch element 0's latents become the inverse-Euler trajectory of ``x0`` at this step.
+
+    At the first forward of a run the trajectory is computed over the scheduler's sigmas (ascending from 0) with
+    the edit disabled and element 0's conditioning; the context's step and sigma are restored afterwards.
+    """
+
+    def __init__(self, x0: torch.Tensor, transformer, scheduler):
+        self.x0, self.transformer, self.scheduler = x0, transformer, scheduler
+        self.trajectory = None
+        self.busy = False
+
+    def __call__(self, context, kwargs):
+        if self.busy:
+            return kwargs
+        if context.step is None:
+            raise ValueError("reference_mode='invert' needs the pipeline's scheduler steps")
+        if self.trajectory is None or context.step == 0:
+            self.trajectory = self._invert(context, kwargs)
+        latents = kwargs["hidden_states"]
+        reference = self.trajectory[context.step].to(latents.device, latents.dtype)
+        return {**kwargs, "hidden_states": torch.cat([reference, latents[1:]], dim=0)}
+
+    def _invert(self, context, kwargs) -> list:
+        saved = (context.step, context.num_steps, context.sigma, context.enabled)
+        single = {k: (v[:1] if k in ("encoder_hidden_states", "pooled_projections", "guidance") and v is not None
+                      else v) for k, v in kwargs.items()}
+        sigmas = self.scheduler.sigmas.flip(0).tolist()  # 0 = sigma_N < ... < sigma_0
+        x = self.x0.to(kwargs["hidden_states"].device, torch.float32)
+        states = [x]
+        self.busy, context.enabled = True, False
+        try:
+            for low, high in zip(sigmas[:-1], sigmas[1:]):
+                timestep = torch.full((1,), low, device=x.device, dtype=kwargs["hidden_states"].dtype)
+                velocity = self.transformer(**{**single, "hidden_states": x.to(kwargs["hidden_states"].dtype),
+                                               "timestep": timestep})[0]
+                x = x + (high - low) * velocity.float()
+                states.append(x)
+        finally:
+            self.busy = False
+            context.step, context.num_steps, context.sigma, context.enabled = saved
+        return states[::-1][: len(sigmas) - 1]  # index i: latents at sigma_i
 
 
 class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextPipeline):

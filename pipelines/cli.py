@@ -180,7 +180,8 @@ def _band(args, config, tqdm) -> dict:
         reference = args.reference_image or config["reference"].get("image")
         if reference:
             call.update(reference_image=_load_image(reference, "reference image"),
-                        reference_seed=config["reference"].get("seed", 0))
+                        reference_seed=config["reference"].get("seed", 0),
+                        reference_mode=config["reference"].get("mode", "noise"))
     else:
         image_path = args.image or config.get("image")
         if not image_path:

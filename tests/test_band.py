@@ -201,3 +201,30 @@ def test_kontext_band_strength_zero_is_stock_and_scales_only_context_keys():
     assert torch.equal(same, reference)
     edited = band(generator=torch.Generator().manual_seed(0), **kwargs).images
     assert not torch.allclose(edited, reference)
+
+
+def test_inverted_reference_follows_inverse_euler(flux_pipes):
+    _, band = flux_pipes
+    e = embeddings(2)
+    seen, sigmas = [], []
+    hooks = [band.transformer.register_forward_pre_hook(
+        lambda m, a, kw: sigmas.append(float(kw["timestep"][0])), with_kwargs=True),
+        band.transformer.x_embedder.register_forward_pre_hook(lambda m, a: seen.append(a[0][0].clone()))]
+    x0 = torch.randn(1, 6, 4)
+    try:
+        _run(band, e, reference_latents=x0, reference_mode="invert")
+    finally:
+        for hook in hooks:
+            hook.remove()
+    # inside the first step's hook: 3 inversion forwards at sigma 0, s2, s1 (batch 1); then the 3 steps' forwards
+    assert len(seen) == 6 and sigmas[1] == 0.0
+    step_sigmas = [sigmas[0], sigmas[4], sigmas[5]]
+    with torch.no_grad():
+        ids = FluxPipeline._prepare_latent_image_ids(1, 2, 3, "cpu", torch.float32)
+        velocity = band.transformer(hidden_states=x0, timestep=torch.zeros(1), encoder_hidden_states=e["prompt_embeds"][:1],
+                                    pooled_projections=e["pooled_prompt_embeds"][:1], txt_ids=torch.zeros(6, 3),
+                                    img_ids=ids, return_dict=False)[0]
+    torch.testing.assert_close(seen[-1], (x0 + step_sigmas[-1] * velocity)[0])
+    assert torch.equal(seen[0], x0[0]) and torch.equal(seen[1], seen[-1]) and torch.equal(seen[2], seen[4])
+    with pytest.raises(ValueError, match="reference_mode"):
+        _run(band, e, reference_latents=x0, reference_mode="ddim")
