@@ -228,3 +228,17 @@ def test_inverted_reference_follows_inverse_euler(flux_pipes):
     assert torch.equal(seen[0], x0[0]) and torch.equal(seen[1], seen[-1]) and torch.equal(seen[2], seen[4])
     with pytest.raises(ValueError, match="reference_mode"):
         _run(band, e, reference_latents=x0, reference_mode="ddim")
+
+
+def test_adain_matches_reference_statistics_and_leaves_the_reference_alone():
+    from mmpos.pipelines.band import adain
+
+    x = torch.randn(2, 10, 3, 4, dtype=torch.float64) * 3 + 1
+    ref = torch.randn(1, 7, 3, 4, dtype=torch.float64) * 0.5 - 2
+    out = adain(x, ref, eps=0.0)
+    torch.testing.assert_close(out.mean(1), ref.mean(1).expand(2, -1, -1))
+    torch.testing.assert_close(out.std(1), ref.std(1).expand(2, -1, -1))
+    attn, rotary, context, hidden, text = _shared_attention_setup(double=False)
+    plain = SharedBandAttention(BandConfig(), (4, 4, 8)).attend(attn, hidden, text, rotary, context)
+    with_adain = SharedBandAttention(BandConfig(adain_qk=True), (4, 4, 8)).attend(attn, hidden, text, rotary, context)
+    assert torch.equal(plain[0], with_adain[0]) and not torch.allclose(plain[1:], with_adain[1:])
