@@ -149,7 +149,14 @@ class LooseRoPERule:
         return self.maps
 
     def _bins(self, context):
-        """Non-identity bins at this step: list of (bin, shrink, logit factor) and their query tokens."""
+        """Non-identity bins at this step: list of (bin, shrink, logit factor) and their query tokens (cached for
+        the forward: every layer asks)."""
+        key = ("loose_bins", id(self))
+        if key not in context.cache:
+            context.cache[key] = self._find_bins(context)
+        return context.cache[key]
+
+    def _find_bins(self, context):
         shrink, attention = self.config.factors(self.config.phase(context.step))
         maps = self.maps_for(context.segments)
         out = []
