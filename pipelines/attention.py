@@ -8,7 +8,7 @@ stock processor's arithmetic step for step, and change only what their method ch
 from __future__ import annotations
 
 import torch
-from diffusers.models.attention_dispatch import dispatch_attention_fn
+from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import _get_qkv_projections
 
@@ -16,7 +16,8 @@ from diffusers.models.transformers.transformer_flux import _get_qkv_projections
 def attention_layer_names(transformer) -> list[str]:
     """Processor keys in layer order: double blocks 0..n-1, then single blocks (57 layers in FLUX.1)."""
     double = [f"transformer_blocks.{i}.attn.processor" for i in range(len(transformer.transformer_blocks))]
-    single = [f"single_transformer_blocks.{i}.attn.processor" for i in range(len(transformer.single_transformer_blocks))]
+    num_single = len(transformer.single_transformer_blocks)
+    single = [f"single_transformer_blocks.{i}.attn.processor" for i in range(num_single)]
     return double + single
 
 
@@ -86,12 +87,16 @@ def rotate(x: torch.Tensor, rotary_emb) -> torch.Tensor:
     return apply_rotary_emb(x, rotary_emb, sequence_dim=1)
 
 
-def attend(attn, query, key, value, scale=None) -> torch.Tensor:
-    """``dispatch_attention_fn`` with the layer's backend, as the stock processor calls it."""
+def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.Tensor:
+    """``dispatch_attention_fn`` with the layer's backend, as the stock processor calls it.
+
+    ``native=True`` forces PyTorch SDPA (needed when q/k and v widths differ, which flash kernels refuse).
+    """
     processor = attn.processor
     stock = getattr(processor, "stock", processor)
-    return dispatch_attention_fn(query, key, value, scale=scale, backend=getattr(stock, "_attention_backend", None),
-                                 parallel_config=getattr(stock, "_parallel_config", None))
+    backend = AttentionBackendName.NATIVE if native else getattr(stock, "_attention_backend", None)
+    return dispatch_attention_fn(query, key, value, scale=scale, backend=backend,
+                                 parallel_config=None if native else getattr(stock, "_parallel_config", None))
 
 
 def finish_attention(attn, hidden_states, encoder_hidden_states, dtype):

@@ -103,20 +103,21 @@ def _prompt_kwargs(args, prompts, pipe) -> dict:
     return {"prompt": prompts}
 
 
-def _load_image(path, what: str):
+def _load_image(path, what: str, token_pixels: int):
+    """An image on the pipeline's token grid (resized down to it, saying so)."""
     from .images import load_image, snap_to_grid
 
     image = load_image(path)
-    snapped, message = snap_to_grid(image)
+    snapped, message = snap_to_grid(image, token_pixels)
     if message:
         print(f"{what}: {message}")
     return snapped
 
 
 def _load_mask(path, size):
-    from .images import as_mask
-
     from PIL import Image
+
+    from .images import as_mask
 
     mask = Image.open(path).convert("L")
     if (mask.height, mask.width) != tuple(size):
@@ -179,14 +180,14 @@ def _band(args, config, tqdm) -> dict:
         call = dict(**_prompt_kwargs(args, prompts, pipe), **sampler)
         reference = args.reference_image or config["reference"].get("image")
         if reference:
-            call.update(reference_image=_load_image(reference, "reference image"),
+            call.update(reference_image=_load_image(reference, "reference image", pipe.token_pixels),
                         reference_seed=config["reference"].get("seed", 0),
                         reference_mode=config["reference"].get("mode", "noise"))
     else:
         image_path = args.image or config.get("image")
         if not image_path:
             raise ValueError("the Kontext variant needs --image (the context/reference image)")
-        context_image = _load_image(image_path, "image")
+        context_image = _load_image(image_path, "image", pipe.token_pixels)
         call = dict(image=context_image, **_prompt_kwargs(args, config.get("prompt"), pipe), **sampler)
         call.setdefault("height", context_image.shape[-2])
         call.setdefault("width", context_image.shape[-1])
@@ -224,7 +225,7 @@ def _transplant(args, config, tqdm) -> dict:
     from .loading import load_pipeline
 
     pipe = load_pipeline("transplant", config["model"], config["dtype"], config["device"])
-    background = _load_image(args.background, "background")
+    background = _load_image(args.background, "background", pipe.token_pixels)
     size = tuple(background.shape[-2:])
     references = [load_image(p) for p in args.reference]  # any size: each is fitted into its tile
     reference_masks = None
@@ -254,10 +255,10 @@ def _loose(args, config, tqdm) -> dict:
     from .loose import LooseConfig
 
     pipe = load_pipeline("loose", config["model"], config["dtype"], config["device"])
-    collage = _load_image(args.image, "image")
+    collage = _load_image(args.image, "image", pipe.token_pixels)
     size = tuple(collage.shape[-2:])
     pasted = {"crop_mask": _load_mask(args.mask, size)} if args.mask else \
-        {"original": _load_image(args.original, "original")}
+        {"original": _load_image(args.original, "original", pipe.token_pixels)}
     call = dict(image=collage, **pasted, **_prompt_kwargs(args, config.get("prompt"), pipe), **_sampler(config))
     if args.saliency:
         from .images import area_resize, load_image

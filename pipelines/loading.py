@@ -13,9 +13,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def pipeline_class(kind: str):
-    from . import (BandModulationFluxPipeline, BandModulationKontextPipeline, LooseRoPEKontextPipeline,
-                   PosBridgeFillPipeline)
     from diffusers import FluxPipeline
+
+    from . import (
+        BandModulationFluxPipeline,
+        BandModulationKontextPipeline,
+        LooseRoPEKontextPipeline,
+        PosBridgeFillPipeline,
+    )
 
     classes = {"band": BandModulationFluxPipeline, "band_kontext": BandModulationKontextPipeline,
                "transplant": PosBridgeFillPipeline, "loose": LooseRoPEKontextPipeline, "generate": FluxPipeline}

@@ -118,7 +118,8 @@ class LooseMaps:
     context_region: torch.Tensor # [rows_c, cols_c] bool
 
 
-def token_maps(config: LooseConfig, saliency: torch.Tensor, crop_mask: torch.Tensor, target_grid, context_grid) -> LooseMaps:
+def token_maps(config: LooseConfig, saliency: torch.Tensor, crop_mask: torch.Tensor, target_grid,
+               context_grid) -> LooseMaps:
     """Pixel saliency and crop mask ``[H, W]`` -> token maps (area resize, blur, renormalise, bin)."""
     target_region = mask_to_tokens(crop_mask, target_grid, config.mask_threshold)
     context_region = mask_to_tokens(crop_mask, context_grid, config.mask_threshold)
@@ -201,5 +202,5 @@ class LooseRoPERule:
             q_hat = torch.cat([q_std[:, tokens], q_loose], dim=-1)
             k_hat = torch.cat([torch.cat([head, torch.zeros_like(head)], dim=-1),
                                torch.cat([torch.zeros_like(k_loose), k_loose], dim=-1)], dim=1)
-            out = out.index_copy(1, tokens, attend(attn, q_hat, k_hat, value, scale=scale))
+            out = out.index_copy(1, tokens, attend(attn, q_hat, k_hat, value, scale=scale, native=True))
         return finish_attention(attn, out, encoder_hidden_states, query.dtype)

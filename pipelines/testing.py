@@ -13,27 +13,32 @@ TEXT_LEN = 6
 TEXT_DIM = 32
 
 
-def tiny_transformer(kind: str = "flux", seed: int = 0) -> FluxTransformer2DModel:
+def tiny_transformer(kind: str = "flux", seed: int = 0, vae_scale: int = 8) -> FluxTransformer2DModel:
+    """Fill's input is noisy latents | masked-image latents | the pixel mask folded to ``vae_scale**2`` channels."""
     torch.manual_seed(seed)
     packed = 4 * LATENT_CHANNELS
-    in_channels = {"flux": packed, "kontext": packed, "fill": packed + packed + 4 * 64}[kind]
+    in_channels = {"flux": packed, "kontext": packed, "fill": 2 * packed + 4 * vae_scale**2}[kind]
     return FluxTransformer2DModel(patch_size=1, in_channels=in_channels, out_channels=packed, num_layers=1,
                                   num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
                                   joint_attention_dim=TEXT_DIM, pooled_projection_dim=TEXT_DIM,
                                   axes_dims_rope=[4, 4, 8]).eval()
 
 
-def tiny_vae(seed: int = 0) -> AutoencoderKL:
+def tiny_vae(seed: int = 0, levels: int = 4) -> AutoencoderKL:
+    """Scale factor ``2 ** (levels - 1)``: 8 by default (16-pixel tokens as in FLUX.1)."""
     torch.manual_seed(seed)
-    return AutoencoderKL(in_channels=3, out_channels=3, block_out_channels=(4, 4, 4, 4),
-                         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+    return AutoencoderKL(in_channels=3, out_channels=3, block_out_channels=(4,) * levels,
+                         down_block_types=("DownEncoderBlock2D",) * levels,
+                         up_block_types=("UpDecoderBlock2D",) * levels,
                          layers_per_block=1, latent_channels=LATENT_CHANNELS, norm_num_groups=1, sample_size=32,
                          use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609,
                          scaling_factor=1.5035).eval()
 
 
-def components(kind: str = "flux", seed: int = 0) -> dict:
-    return dict(transformer=tiny_transformer(kind, seed), vae=tiny_vae(seed), scheduler=FlowMatchEulerDiscreteScheduler(),
+def components(kind: str = "flux", seed: int = 0, vae_levels: int = 4) -> dict:
+    vae_scale = 2 ** (vae_levels - 1)
+    return dict(transformer=tiny_transformer(kind, seed, vae_scale), vae=tiny_vae(seed, vae_levels),
+                scheduler=FlowMatchEulerDiscreteScheduler(),
                 text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 from diffusers import FluxFillPipeline
 

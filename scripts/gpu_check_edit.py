@@ -12,20 +12,26 @@ import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAttnProcessor, FluxPosEmbed
-
-from mmpos.coords import flux_ids
-from mmpos.pipelines import (BandConfig, BandModulationFluxPipeline, LooseConfig, LooseRoPEKontextPipeline,
-                             PosBridgeFillPipeline)
-from mmpos.pipelines.band import SharedBandAttention, band_channel_scales
+from mmpos.pipelines import (
+    BandConfig,
+    BandModulationFluxPipeline,
+    LooseConfig,
+    LooseRoPEKontextPipeline,
+    PosBridgeFillPipeline,
+)
+from mmpos.pipelines.band import SharedBandAttention
 from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.pipelines.loose import LooseRoPERule, shrink_ids
 from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image
+
+from mmpos.coords import flux_ids
 
 AXES = (16, 56, 56)
 
 
 def _to(parts: dict, device, dtype) -> dict:
-    return {k: (v.to(device=device, dtype=dtype) if hasattr(v, "to") and v is not None else v) for k, v in parts.items()}
+    return {k: (v.to(device=device, dtype=dtype) if v is not None and hasattr(v, "to") else v)
+            for k, v in parts.items()}
 
 
 @torch.no_grad()

@@ -4,13 +4,12 @@ import torch
 from diffusers import FluxKontextPipeline, FluxPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAttnProcessor, FluxPosEmbed
-
-from mmpos.coords import flux_ids
 from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulationKontextPipeline
 from mmpos.pipelines.band import SharedBandAttention, band_channel_scales, band_pair_scales
 from mmpos.pipelines.context import EditContext, segments_from_ids
-
 from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
+
+from mmpos.coords import flux_ids
 
 FLUX_AXES = (16, 56, 56)
 
@@ -24,8 +23,8 @@ def test_scale_vector_shape_pairs_endpoints_and_spec_values():
         axis = pairs[axis_start:axis_start + 28, 0]
         assert axis[0] == 0.25 and axis[-1] == 1.0
         assert (axis.diff() > 0).all()
-        assert torch.allclose(axis[[0, 7, 14, 21, 27]], torch.tensor([0.25, 0.30, 0.45, 0.70, 1.0], dtype=torch.float64),
-                              atol=5e-3)
+        expected = torch.tensor([0.25, 0.30, 0.45, 0.70, 1.0], dtype=torch.float64)
+        assert torch.allclose(axis[[0, 7, 14, 21, 27]], expected, atol=5e-3)
     assert (pairs[:8, 0] == 1.0).all()  # axis 0 takes s_lf ("low")
     end = band_pair_scales(FLUX_AXES, 0.75, 1.4)[8:36]
     assert torch.allclose(end[[0, 7, 14, 21, 27]], torch.tensor([0.75, 0.79, 0.93, 1.14, 1.40], dtype=torch.float64),
@@ -221,7 +220,8 @@ def test_inverted_reference_follows_inverse_euler(flux_pipes):
     step_sigmas = [sigmas[0], sigmas[4], sigmas[5]]
     with torch.no_grad():
         ids = FluxPipeline._prepare_latent_image_ids(1, 2, 3, "cpu", torch.float32)
-        velocity = band.transformer(hidden_states=x0, timestep=torch.zeros(1), encoder_hidden_states=e["prompt_embeds"][:1],
+        velocity = band.transformer(hidden_states=x0, timestep=torch.zeros(1),
+                                    encoder_hidden_states=e["prompt_embeds"][:1],
                                     pooled_projections=e["pooled_prompt_embeds"][:1], txt_ids=torch.zeros(6, 3),
                                     img_ids=ids, return_dict=False)[0]
     torch.testing.assert_close(seen[-1], (x0 + step_sigmas[-1] * velocity)[0])

@@ -4,13 +4,12 @@ import json
 import pytest
 import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
+from mmpos.pipelines.loading import load_pipeline
+from mmpos.pipelines.testing import components, embeddings, image
 from PIL import Image
 from safetensors.torch import save_file
 
 from mmpos.cli import main
-from mmpos.pipelines.loading import load_pipeline
-
-from mmpos.pipelines.testing import components, embeddings, image
 
 
 @pytest.fixture(scope="module")

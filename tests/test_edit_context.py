@@ -3,12 +3,11 @@ import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
-
-from mmpos.coords import flux_ids
 from mmpos.pipelines.attention import EditAttnProcessor, attention_layer_names, select_layers
 from mmpos.pipelines.context import EditContext, EditSession, schedule_step, segments_from_ids
-
 from mmpos.pipelines.testing import components, embeddings
+
+from mmpos.coords import flux_ids
 
 
 class StepSpy:

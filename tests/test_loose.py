@@ -6,14 +6,13 @@ import torch
 from diffusers import FluxKontextPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxPosEmbed
-
-from mmpos.coords import flux_ids
 from mmpos.pipelines import LooseConfig, LooseRoPEKontextPipeline
 from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, shrink_ids, tanh_ramp, token_maps
 from mmpos.pipelines.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
-
 from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
+
+from mmpos.coords import flux_ids
 
 
 def test_factor_tables_and_phases_match_the_reference_numbers():
@@ -132,8 +131,8 @@ def test_logit_mix_matches_explicit_attention(double):
     else:
         torch.testing.assert_close(out, expected)
     # the logits of queries outside the paste are the standard ones
-    outside = softmax_attention(apply_rotary_emb(q, rotary, sequence_dim=1), apply_rotary_emb(k, rotary, sequence_dim=1),
-                                v).flatten(2)
+    rotated_q, rotated_k = (apply_rotary_emb(x, rotary, sequence_dim=1) for x in (q, k))
+    outside = softmax_attention(rotated_q, rotated_k, v).flatten(2)
     row = text_len + 8  # token (2, 2): not pasted
     torch.testing.assert_close((out[0] if double else out)[:, (8 if double else row)],
                                attn.to_out[0](outside[:, row]) if double else outside[:, row])
@@ -192,7 +191,6 @@ def test_saliency_providers():
     s = SpectralResidualSaliency()(COLLAGE, mask)
     assert s[mask].min() == 0 and s[mask].max() == 1
     import timm
-
     from mmpos.pipelines.saliency import FeatureEnergySaliency
 
     backbone = timm.create_model("resnet10t", pretrained=False, features_only=True, out_indices=(1,))

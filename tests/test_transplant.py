@@ -3,11 +3,9 @@ import pytest
 import torch
 from diffusers import FluxFillPipeline, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxPosEmbed
-
-from mmpos.pipelines import PosBridgeFillPipeline, TransplantConfig
-from mmpos.pipelines.transplant import (corner_centered_layout, native_ids, side_by_side_layout, transplant_ids)
-
+from mmpos.pipelines import PosBridgeFillPipeline
 from mmpos.pipelines.testing import components, embeddings, image
+from mmpos.pipelines.transplant import corner_centered_layout, native_ids, side_by_side_layout, transplant_ids
 
 
 def test_native_ids_match_diffusers():
@@ -64,8 +62,9 @@ def test_fractional_positions_for_a_scale_change():
     # the 4x4 box is shrunk by 2 onto the 2x2 box: token centres span exactly the target box
     assert moved[:, 1].min() == 5 - 0.25 and moved[:, 1].max() == 6 + 0.25
     assert torch.equal(torch.unique(moved[:, 2]), torch.tensor([4.75, 5.25, 5.75, 6.25]))
-    stretched = transplant_ids(grid, source, torch.zeros(grid, dtype=torch.bool).index_fill_(0, torch.tensor([7]), True),
-                               fit="stretch")[source.flatten()]
+    last_row = torch.zeros(grid, dtype=torch.bool)
+    last_row[7] = True
+    stretched = transplant_ids(grid, source, last_row, fit="stretch")[source.flatten()]
     assert torch.allclose(torch.unique(stretched[:, 1]), torch.tensor([7 - 3 / 8, 7 - 1 / 8, 7 + 1 / 8, 7 + 3 / 8]))
     assert transplant_ids(grid, source, target, round_positions=True).frac().abs().max() == 0
 
@@ -155,3 +154,23 @@ def test_transplant_input_errors(fill_pipes):
         _edit(posbridge, transplant={"layout": "grid"})
     with pytest.raises(ValueError, match="set by the transplant pipeline"):
         _edit(posbridge, height=32)
+
+
+def test_transplant_and_loose_on_a_4_pixel_token_grid():
+    """A VAE with scale factor 2 (mmpos.world's models): tokens are 4x4 pixels, layouts and masks follow."""
+    from mmpos.pipelines import LooseRoPEKontextPipeline
+
+    pipe = PosBridgeFillPipeline(**components("fill", vae_levels=2))
+    assert pipe.token_pixels == 4
+    out = pipe(background=image(16, 24), target_box=(4, 8, 12, 20), references=image(10, 10, seed=3),
+               transplant={"tau": 0.5}, num_inference_steps=2, output_type="pt", **embeddings(1))
+    assert out.canvas.layout.canvas_size == (16 + 2 * 8, 24 + 2 * 8) and out.images.shape[-2:] == (16, 24)
+    assert (out.ids != out.native_ids).any()
+    with pytest.raises(ValueError, match="4-pixel token grid"):
+        pipe(background=image(18, 24), target_box=(4, 8, 12, 20), references=image(10, 10), **embeddings(1))
+    loose = LooseRoPEKontextPipeline(**components("kontext", vae_levels=2))
+    mask = torch.zeros(16, 16, dtype=torch.bool)
+    mask[4:12, 4:12] = True
+    result = loose(image=image(16, 16), crop_mask=mask, loose={"step_range": (0, 1)}, num_inference_steps=2,
+                   _auto_resize=False, output_type="latent", **embeddings(1))
+    assert result.maps.bins.shape == (4, 4) and (result.maps.bins >= 0).sum() == 4
