@@ -38,7 +38,7 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
     or inverted (``"invert"``: inverse Euler of the unedited model from ``x0`` up the run's sigmas, conditioned on
     element 0's prompt; one extra forward per step, computed at the first step). ``band``
     (a :class:`BandConfig` or dict) holds the hyperparameters; ``band.enabled=False`` runs the stock pipeline
-    through the same (inactive) processors. Output images are in batch order, reference first.
+    through the same (inactive) processors, without replacing element 0. Output images are in batch order, reference first.
     """
 
     @torch.no_grad()
@@ -51,7 +51,7 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
         rule = SharedBandAttention(config, self.transformer.config.axes_dims_rope)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         self._install_probe(context, probe)
-        if reference_image is not None or reference_latents is not None:
+        if config.enabled and (reference_image is not None or reference_latents is not None):
             check_choice("reference_mode", reference_mode, ("noise", "invert"))
             x0 = self._reference_latents(reference_image, reference_latents, kwargs)
             if reference_mode == "noise":

@@ -158,8 +158,8 @@ class EditSession:
             kwargs = rewrite(context, kwargs)
         context.img_ids = kwargs["img_ids"]
         context.segments = segments_from_ids(kwargs["encoder_hidden_states"].shape[1], kwargs["img_ids"])
-        for prepare in {id(r): r for r in context.rules.values()}.values():
-            hook: Optional[Callable] = getattr(prepare, "prepare", None)
-            if hook is not None and prepare.is_active(context):
-                hook(context, module)
+        for rule in {id(r): r for r in context.rules.values()}.values():  # each rule once, not once per layer
+            prepare: Optional[Callable] = getattr(rule, "prepare", None)
+            if prepare is not None and context.enabled and rule.is_active(context):
+                prepare(context, module)  # per-forward tables shared by all of the rule's layers
         return args, kwargs
