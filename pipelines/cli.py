@@ -188,10 +188,9 @@ def _band(args, config, tqdm) -> dict:
         if not image_path:
             raise ValueError("the Kontext variant needs --image (the context/reference image)")
         context_image = _load_image(image_path, "image", pipe.token_pixels)
+        height, width = context_image.shape[-2:]  # the output takes the context image's size
+        sampler.update(height=height, width=width, max_area=height * width, _auto_resize=False)
         call = dict(image=context_image, **_prompt_kwargs(args, config.get("prompt"), pipe), **sampler)
-        call.setdefault("height", context_image.shape[-2])
-        call.setdefault("width", context_image.shape[-1])
-        call.setdefault("max_area", call["height"] * call["width"])
 
     def run(strength, probe=None):
         return pipe(band={**band, "strength": strength}, generator=_generator(config["seed"]), output_type="pt",

@@ -119,9 +119,10 @@ def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path)
     plt = _pyplot()
     grid = canvas.layout.grid
     fig, axes = plt.subplots(1, 3, figsize=(8, 2.8))
-    shown = canvas.image[0].clone()
-    shown[0][canvas.inpaint_mask] = 0.5 * shown[0][canvas.inpaint_mask] + 0.5
-    _show(axes[0], shown, "canvas (red: inpaint region)")
+    _show(axes[0], canvas.image[0], "canvas (red: inpaint, cyan: object)")
+    axes[0].contour(canvas.inpaint_mask.float().numpy(), levels=[0.5], colors="red", linewidths=1)
+    for mask in canvas.object_masks:
+        axes[0].contour(mask.float().numpy(), levels=[0.5], colors="cyan", linewidths=1)
     moved = (ids != native).any(1).reshape(grid)
     for ax, axis, name in ((axes[1], 1, "row"), (axes[2], 2, "column")):
         im = ax.imshow(ids[:, axis].reshape(grid).numpy(), cmap="viridis")
