@@ -38,7 +38,8 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
     or inverted (``"invert"``: inverse Euler of the unedited model from ``x0`` up the run's sigmas, conditioned on
     element 0's prompt; one extra forward per step, computed at the first step). ``band``
     (a :class:`BandConfig` or dict) holds the hyperparameters; ``band.enabled=False`` runs the stock pipeline
-    through the same (inactive) processors, without replacing element 0. Output images are in batch order, reference first.
+    through the same (inactive) processors, without replacing element 0. Output images are in batch order,
+    reference first.
     """
 
     @torch.no_grad()
