@@ -1,4 +1,5 @@
-"""The ``mmpos`` command: ``mmpos demo``, ``mmpos list``, ``mmpos bench``, ``mmpos viz``."""
+"""The ``mmpos`` command: ``demo``, ``list``, ``bench``, ``viz``, ``edit``, ``generate`` and the commands that
+modules register with ``add_*`` hooks below (``mmpos --help`` lists them)."""
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ def _bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmpos", description="Positional encodings for vision and multimodal "
                                      "transformers and diffusion models.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,list,bench,viz}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="figures of every registered encoding (spectrum, logit vs offset)",
                           description="Write a figure per registered encoding: its spectrum (frequency per "
@@ -58,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=_bench)
 
+    from .pipelines.cli import add_commands as add_edit_commands
     from .viz.cli import add_viz_parser
 
     add_viz_parser(sub)
+    add_edit_commands(sub)
     return parser
 
 

@@ -1,4 +1,25 @@
 """Training-free editing pipelines on diffusers, installed as ``mmpos.pipelines``.
 
-Empty until the editing-pipelines issue lands (band modulation, PE transplant, LooseRoPE).
+Band modulation (Untwisting RoPE) on Flux and Kontext, PE transplant (PosBridge) on Fill, LooseRoPE on Kontext;
+all share an explicit edit context set by a transformer pre-forward hook (:mod:`.context`). Exports are loaded on
+first use, so ``mmpos`` commands that do not edit never import diffusers.
 """
+from importlib import import_module
+
+_EXPORTS = {
+    "BandConfig": ".band", "BandModulationFluxPipeline": ".band_pipeline",
+    "BandModulationKontextPipeline": ".band_pipeline", "EditContext": ".context", "EditSession": ".context",
+    "TokenSegments": ".context", "LooseConfig": ".loose", "LooseRoPEKontextPipeline": ".loose_pipeline",
+    "TransplantConfig": ".transplant", "PosBridgeFillPipeline": ".transplant_pipeline",
+    "load_pipeline": ".loading",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value

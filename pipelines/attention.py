@@ -1,0 +1,112 @@
+"""Per-layer attention processors for edits on diffusers' Flux transformer.
+
+:class:`EditAttnProcessor` is the only processor an edit installs. When the context has no active rule for its
+layer it calls the processor it replaced (diffusers' stock ``FluxAttnProcessor``), so an inactive edit is
+bit-identical to the stock model. Rules reuse :func:`project_heads` / :func:`finish_attention`, which follow the
+stock processor's arithmetic step for step, and change only what their method changes.
+"""
+from __future__ import annotations
+
+import torch
+from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
+from diffusers.models.embeddings import apply_rotary_emb
+from diffusers.models.transformers.transformer_flux import _get_qkv_projections
+
+
+def attention_layer_names(transformer) -> list[str]:
+    """Processor keys in layer order: double blocks 0..n-1, then single blocks (57 layers in FLUX.1)."""
+    double = [f"transformer_blocks.{i}.attn.processor" for i in range(len(transformer.transformer_blocks))]
+    num_single = len(transformer.single_transformer_blocks)
+    single = [f"single_transformer_blocks.{i}.attn.processor" for i in range(num_single)]
+    return double + single
+
+
+def select_layers(spec, num_layers: int, num_double: int) -> list[int]:
+    """Layer indices from ``"all"``, ``"double"``, ``"single"``, a list of indices or ``{"start": a, "stop": b}``.
+
+    Indices count double blocks first (``0 .. num_double - 1``), then single blocks; all are checked.
+    """
+    if spec in (None, "all"):
+        return list(range(num_layers))
+    if spec == "double":
+        return list(range(num_double))
+    if spec == "single":
+        return list(range(num_double, num_layers))
+    if isinstance(spec, str):
+        raise ValueError(f"layers={spec!r}: expected 'all', 'double', 'single', a list of indices or a range dict")
+    if isinstance(spec, dict):
+        start, stop = int(spec.get("start", 0)), int(spec.get("stop", num_layers))
+        if not 0 <= start < stop <= num_layers:
+            raise ValueError(f"layers range {spec} must satisfy 0 <= start < stop <= {num_layers}")
+        return list(range(start, stop))
+    indices = sorted({int(i) for i in spec})
+    if not indices or indices[0] < 0 or indices[-1] >= num_layers:
+        raise ValueError(f"layers={list(spec)!r}: expected a non-empty list of indices in [0, {num_layers})")
+    return indices
+
+
+class EditAttnProcessor:
+    """Runs the layer's rule when one is active, else the original processor (bit-exact identity path)."""
+
+    def __init__(self, context, layer_index: int, stock):
+        self.context = context
+        self.layer_index = layer_index
+        self.stock = stock
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        rule = self.context.active_rule(self.layer_index)
+        if rule is None:
+            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+        if attention_mask is not None:
+            raise NotImplementedError(f"{type(rule).__name__} does not support an attention_mask")
+        return rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, self.context)
+
+
+def project_heads(attn, hidden_states, encoder_hidden_states=None):
+    """q, k, v as ``[B, S, H, D]`` after qk-norm, text prepended in double blocks; RoPE not yet applied.
+
+    Same operations, in the same order, as diffusers' ``FluxAttnProcessor``.
+    """
+    query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
+        attn, hidden_states, encoder_hidden_states)
+    query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
+    key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
+    value = value.unflatten(-1, (-1, attn.head_dim))
+    if attn.added_kv_proj_dim is not None:
+        encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
+        encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
+        encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
+        query = torch.cat([encoder_query, query], dim=1)
+        key = torch.cat([encoder_key, key], dim=1)
+        value = torch.cat([encoder_value, value], dim=1)
+    return query, key, value
+
+
+def rotate(x: torch.Tensor, rotary_emb) -> torch.Tensor:
+    """diffusers' Flux rotation (adjacent channel pairs) of ``[B, S, H, D]`` with ``(cos, sin)`` ``[S, D]``."""
+    return apply_rotary_emb(x, rotary_emb, sequence_dim=1)
+
+
+def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.Tensor:
+    """``dispatch_attention_fn`` with the layer's backend, as the stock processor calls it.
+
+    ``native=True`` forces PyTorch SDPA (needed when q/k and v widths differ, which flash kernels refuse).
+    """
+    processor = attn.processor
+    stock = getattr(processor, "stock", processor)
+    backend = AttentionBackendName.NATIVE if native else getattr(stock, "_attention_backend", None)
+    return dispatch_attention_fn(query, key, value, scale=scale, backend=backend,
+                                 parallel_config=None if native else getattr(stock, "_parallel_config", None))
+
+
+def finish_attention(attn, hidden_states, encoder_hidden_states, dtype):
+    """Merge heads and apply the output projections exactly as the stock processor does."""
+    hidden_states = hidden_states.flatten(2, 3).to(dtype)
+    if encoder_hidden_states is None:
+        return hidden_states
+    text_len = encoder_hidden_states.shape[1]
+    encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+        [text_len, hidden_states.shape[1] - text_len], dim=1)
+    hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
+    encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
+    return hidden_states, encoder_hidden_states

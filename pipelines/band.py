@@ -1,0 +1,191 @@
+"""RoPE band modulation (Untwisting RoPE, arXiv 2602.05013): rescale the magnitude of reference keys per pair.
+
+For rotation pair ``d`` of a spatial axis with ``n`` pairs (``d = 0`` the highest frequency) the scale is
+``s_d = s_hf + (s_lf - s_hf) * (d / (n - 1)) ** beta``; both channels of a pair get ``s_d``, so scaling commutes
+with the rotation. ``s_hf`` and ``s_lf`` move linearly from their start to their end value over the denoising
+steps. Only reference *image* keys are scaled; queries, values, text keys and target keys are untouched.
+
+Two rules:
+- :class:`SharedBandAttention` (text-to-image, StyleAligned-style batch ``[reference, target_1 .. target_n]``):
+  the reference attends to itself only (its trajectory is the stock one); each target attends to its own keys
+  plus the reference's scaled image keys, never to other targets.
+- :class:`ContextBandScaling` (Kontext): the reference is the in-sequence context image; its keys are scaled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from mmpos._validation import as_int_tuple, check_choice
+from mmpos.spectrum import chunked_spectrum
+
+from .attention import attend, finish_attention, project_heads, rotate
+
+AXIS0_MODES = ("low", "formula", "one")
+
+
+def band_pair_scales(axes_dims: Sequence[int], s_hf: float, s_lf: float, beta: float = 2.0,
+                     spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> torch.Tensor:
+    """Per-pair magnitude ``[sum(axes_dims) / 2]`` float64 in diffusers' chunked Flux layout.
+
+    Spatial axes follow the formula with ``d~ = d / (n - 1)`` per axis; other axes (Flux axis 0, constant over one
+    image) get ``s_lf`` (``axis0_mode="low"``), the formula, or 1.
+    """
+    check_choice("axis0_mode", axis0_mode, AXIS0_MODES)
+    if not beta > 0:
+        raise ValueError(f"beta must be positive, got {beta!r}")
+    axes_dims = as_int_tuple("axes_dims", axes_dims)
+    spatial = set(as_int_tuple("spatial_axes", spatial_axes))
+    if not spatial <= set(range(len(axes_dims))):
+        raise ValueError(f"spatial_axes={sorted(spatial)} must index axes_dims={axes_dims}")
+    axis_of_pair = chunked_spectrum(axes_dims).axis_of_pair
+    scales = torch.empty(axis_of_pair.numel(), dtype=torch.float64)
+    for axis in range(len(axes_dims)):
+        pairs = axis_of_pair == axis
+        n = int(pairs.sum())
+        if n == 0:
+            continue
+        rel = torch.arange(n, dtype=torch.float64) / max(n - 1, 1)
+        formula = s_hf + (s_lf - s_hf) * rel**beta
+        if axis in spatial or axis0_mode == "formula":
+            scales[pairs] = formula
+        else:
+            scales[pairs] = s_lf if axis0_mode == "low" else 1.0
+    return scales
+
+
+def band_channel_scales(axes_dims, s_hf, s_lf, beta=2.0, spatial_axes=(1, 2), axis0_mode="low") -> torch.Tensor:
+    """Per-channel ``[head_dim]`` float64: each pair's scale on both of its (adjacent) channels."""
+    return band_pair_scales(axes_dims, s_hf, s_lf, beta, spatial_axes, axis0_mode).repeat_interleave(2)
+
+
+@dataclass
+class BandConfig:
+    """Hyperparameters of band modulation (defaults: the "paper-aligned" values of the spec, section 2.4).
+
+    ``strength`` blends every scale toward 1 (``1 + strength * (s - 1)``): 0 means unscaled keys.
+    ``window`` is the active part of the run in step progress ``i / (N - 1)``; ``layers`` selects attention layers
+    (see :func:`mmpos.pipelines.attention.select_layers`).
+    """
+
+    s_hf: tuple = (0.25, 0.75)
+    s_lf: tuple = (1.0, 1.4)
+    beta: float = 2.0
+    strength: float = 1.0
+    axis0_mode: str = "low"
+    spatial_axes: tuple = (1, 2)
+    window: tuple = (0.0, 1.0)
+    layers: object = "all"
+    adain_qk: bool = False
+    share_text: bool = False
+    enabled: bool = True
+
+    def __post_init__(self):
+        check_choice("axis0_mode", self.axis0_mode, AXIS0_MODES)
+        for name in ("s_hf", "s_lf", "window"):
+            value = tuple(float(v) for v in getattr(self, name))
+            if len(value) != 2:
+                raise ValueError(f"{name} must be a (start, end) pair, got {getattr(self, name)!r}")
+            setattr(self, name, value)
+        if not 0.0 <= self.window[0] <= self.window[1] <= 1.0:
+            raise ValueError(f"window={self.window}: expected 0 <= start <= end <= 1 (step progress)")
+        if self.strength < 0:
+            raise ValueError(f"strength must be >= 0, got {self.strength}")
+        if self.share_text:
+            raise NotImplementedError("share_text=True (sharing the reference's text keys) is not implemented")
+
+    def endpoints(self, progress: float) -> tuple[float, float]:
+        """``(s_hf, s_lf)`` at step progress ``p`` (linear from start to end), before ``strength``."""
+        lerp = lambda pair: pair[0] + (pair[1] - pair[0]) * progress  # noqa: E731
+        return lerp(self.s_hf), lerp(self.s_lf)
+
+    def channel_scales(self, axes_dims, progress: float) -> torch.Tensor:
+        s_hf, s_lf = self.endpoints(progress)
+        scales = band_channel_scales(axes_dims, s_hf, s_lf, self.beta, self.spatial_axes, self.axis0_mode)
+        return 1.0 + self.strength * (scales - 1.0)
+
+    def in_window(self, progress: Optional[float]) -> bool:
+        p = 0.0 if progress is None else progress
+        return self.enabled and self.window[0] <= p <= self.window[1]
+
+
+def adain(x: torch.Tensor, reference: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Match per (head, channel) token statistics of ``x`` ``[B, S, H, D]`` to ``reference`` ``[1|B, S', H, D]``."""
+    mean, std = x.mean(1, keepdim=True), x.std(1, keepdim=True)
+    ref_mean, ref_std = reference.mean(1, keepdim=True), reference.std(1, keepdim=True)
+    return (x - mean) / (std + eps) * ref_std + ref_mean
+
+
+class _BandRule:
+    def __init__(self, config: BandConfig, axes_dims: Sequence[int]):
+        self.config = config
+        self.axes_dims = tuple(axes_dims)
+
+    def scales(self, context, like: torch.Tensor) -> torch.Tensor:
+        """Channel scales at the context's step, cached per forward, in ``like``'s dtype and device."""
+        key = ("band_scales", self.axes_dims, like.dtype, like.device)
+        if key not in context.cache:
+            progress = 0.0 if context.progress is None else context.progress
+            context.cache[key] = self.config.channel_scales(self.axes_dims, progress).to(like.device, like.dtype)
+        return context.cache[key]
+
+
+class SharedBandAttention(_BandRule):
+    """Shared attention with band-modulated reference keys; batch element 0 is the reference."""
+
+    def is_active(self, context) -> bool:
+        return self.config.in_window(context.progress)
+
+    def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
+        query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
+        if query.shape[0] < 2:
+            raise ValueError("shared band attention needs a batch of [reference, target, ...]; got batch size "
+                             f"{query.shape[0]}")
+        image = context.segments.image
+        if self.config.adain_qk:
+            query, key = (_adain_targets(x, image) for x in (query, key))
+        query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
+        ref_key = key[:1, image] * self.scales(context, key)
+        targets = query.shape[0] - 1
+        shared_key = torch.cat([key[1:], ref_key.expand(targets, -1, -1, -1)], dim=1)
+        shared_value = torch.cat([value[1:], value[:1, image].expand(targets, -1, -1, -1)], dim=1)
+        reference_out = attend(attn, query[:1], key[:1], value[:1])
+        target_out = attend(attn, query[1:], shared_key, shared_value)
+        out = torch.cat([reference_out, target_out], dim=0)
+        return finish_attention(attn, out, encoder_hidden_states, query.dtype)
+
+
+def _adain_targets(x: torch.Tensor, image: slice) -> torch.Tensor:
+    """AdaIN of the targets' image tokens toward the reference's (element 0), before RoPE."""
+    targets = adain(x[1:, image], x[:1, image])
+    return torch.cat([x[:1], torch.cat([x[1:, : image.start], targets, x[1:, image.stop:]], dim=1)], dim=0)
+
+
+class ContextBandScaling(_BandRule):
+    """Kontext variant: scale the keys of the in-sequence context image (the reference)."""
+
+    def is_active(self, context) -> bool:
+        if not self.config.in_window(context.progress) or context.segments is None:
+            return False
+        if context.segments.context_len == 0:
+            return False
+        scales = self.config.channel_scales(self.axes_dims, 0.0 if context.progress is None else context.progress)
+        return self.config.adain_qk or not bool((scales == 1).all())
+
+    def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
+        query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
+        seg = context.segments
+        if self.config.adain_qk:
+            query, key = (_adain_target_to_context(x, seg) for x in (query, key))
+        query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
+        ctx = seg.context
+        key = torch.cat([key[:, : ctx.start], key[:, ctx] * self.scales(context, key), key[:, ctx.stop:]], dim=1)
+        out = attend(attn, query, key, value)
+        return finish_attention(attn, out, encoder_hidden_states, query.dtype)
+
+
+def _adain_target_to_context(x: torch.Tensor, seg) -> torch.Tensor:
+    target = adain(x[:, seg.target], x[:, seg.context])
+    return torch.cat([x[:, : seg.target.start], target, x[:, seg.target.stop:]], dim=1)

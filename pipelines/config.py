@@ -1,0 +1,56 @@
+"""YAML run configs: load, apply ``key.sub=value`` overrides, save next to the outputs."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def default_config_path(name: str) -> Path:
+    return CONFIG_DIR / f"{name}.yaml"
+
+
+def load_config(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config {path} does not exist")
+    with open(path) as f:
+        config = yaml.safe_load(f) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"config {path} must be a mapping at the top level")
+    return config
+
+
+def apply_overrides(config: dict, overrides) -> dict:
+    """``["band.strength=0.5", "sampler.num_inference_steps=4"]`` -> a new dict; values parsed as YAML.
+
+    Only existing keys can be set (typos are errors); ``key+=value`` adds a new key.
+    """
+    config = copy.deepcopy(config)
+    for item in overrides or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} must look like key.sub=value")
+        add = key.endswith("+")
+        parts = key.rstrip("+").split(".")
+        node = config
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise KeyError(f"override {item!r}: {part!r} is not a section of the config")
+            node = node[part]
+        if parts[-1] not in node and not add:
+            raise KeyError(f"override {item!r}: unknown key {parts[-1]!r}; known: {sorted(node)} (use key+=value "
+                           "to add one)")
+        node[parts[-1]] = yaml.safe_load(value)
+    return config
+
+
+def save_config(config: dict, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    return path

@@ -1,0 +1,165 @@
+"""The explicit edit context: which step, which noise level, which tokens, which rule per layer.
+
+A :class:`EditContext` is filled by a forward pre-hook on the Flux transformer (:class:`EditSession`), never by
+counting calls: the step is looked up from the ``timestep`` the pipeline passes (``sigma = t / 1000``) in the
+scheduler's own timesteps, so true-CFG (two forwards per step), restarts and repeated calls see the same step.
+
+Token layout inside the transformer (diffusers' Flux, Fill and Kontext): ``[text (L_txt) | target (N_t) |
+context (N_c)]``; the context segment exists only in Kontext and is recognised by its ids' axis 0 (= 1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from .attention import EditAttnProcessor, attention_layer_names
+
+
+@dataclass
+class TokenSegments:
+    """Sequence ranges of one transformer forward; image ranges are offsets into the full ``[txt | img]``."""
+
+    text_len: int
+    target_len: int
+    context_len: int = 0
+    target_grid: tuple[int, int] = (0, 0)   # (rows, cols) of the target token grid
+    context_grid: tuple[int, int] = (0, 0)
+
+    @property
+    def target(self) -> slice:
+        return slice(self.text_len, self.text_len + self.target_len)
+
+    @property
+    def context(self) -> slice:
+        start = self.text_len + self.target_len
+        return slice(start, start + self.context_len)
+
+    @property
+    def image(self) -> slice:
+        return slice(self.text_len, self.text_len + self.target_len + self.context_len)
+
+
+@dataclass
+class EditContext:
+    """State shared by the pre-forward hook and the per-layer processors of one edit.
+
+    ``rules`` maps a layer index (0..18 double blocks, then single blocks, the FreeFlux/LooseRoPE convention) to
+    a rule object with ``is_active(context) -> bool`` and ``attend(attn, hidden_states, encoder_hidden_states,
+    attention_mask, image_rotary_emb, context)``. ``rewriters`` are called by the hook with ``(context,
+    kwargs)`` and return the transformer kwargs to use (id transplant, reference latents).
+    """
+
+    rules: dict = field(default_factory=dict)
+    rewriters: list = field(default_factory=list)
+    step: Optional[int] = None
+    num_steps: Optional[int] = None
+    sigma: Optional[float] = None
+    segments: Optional[TokenSegments] = None
+    img_ids: Optional[torch.Tensor] = None   # the ids of this forward, after rewriting
+    enabled: bool = True
+    cache: dict = field(default_factory=dict)  # per-forward tables shared by all layers (cleared by the hook)
+
+    @property
+    def progress(self) -> Optional[float]:
+        """Step progress ``i / (N - 1)`` in [0, 1] (0 for a one-step schedule); None outside a pipeline."""
+        if self.step is None or self.num_steps is None:
+            return None
+        return self.step / (self.num_steps - 1) if self.num_steps > 1 else 0.0
+
+    def active_rule(self, layer_index: int):
+        if not self.enabled:
+            return None
+        rule = self.rules.get(layer_index)
+        if rule is None or not rule.is_active(self):
+            return None
+        return rule
+
+
+def segments_from_ids(text_len: int, img_ids: torch.Tensor) -> TokenSegments:
+    """Target tokens have id axis 0 == 0, Kontext context tokens == 1 (after the target, contiguous)."""
+    if img_ids.ndim == 3:
+        img_ids = img_ids[0]
+    is_context = img_ids[:, 0] != 0
+    target_len = int((~is_context).sum())
+    if bool(is_context[:target_len].any()):
+        raise ValueError("img_ids: expected the target tokens (axis 0 == 0) before the context tokens (axis 0 != 0)")
+    return TokenSegments(text_len, target_len, img_ids.shape[0] - target_len,
+                         _grid_shape(img_ids[:target_len]), _grid_shape(img_ids[target_len:]))
+
+
+def _grid_shape(ids: torch.Tensor) -> tuple[int, int]:
+    if ids.shape[0] == 0:
+        return (0, 0)
+    rows = int(ids[:, 1].max().round()) + 1
+    cols = int(ids[:, 2].max().round()) + 1
+    return (rows, cols) if rows * cols == ids.shape[0] else (0, 0)
+
+
+def schedule_step(scheduler, sigma: torch.Tensor) -> tuple[Optional[int], Optional[int]]:
+    """Index of ``sigma`` in the scheduler's timesteps, computed the way the pipelines pass it
+    (``t.to(dtype) / 1000``); ``(None, None)`` when the scheduler has no timesteps set."""
+    timesteps = getattr(scheduler, "timesteps", None) if scheduler is not None else None
+    if timesteps is None or len(timesteps) == 0:
+        return None, None
+    candidates = timesteps.to(device=sigma.device, dtype=sigma.dtype) / 1000
+    step = int(torch.argmin((candidates.double() - sigma.double()).abs()))
+    return step, len(timesteps)
+
+
+class EditSession:
+    """Installs an :class:`EditContext` on a Flux transformer for the duration of a ``with`` block.
+
+    Every attention layer named in ``context.rules`` gets an :class:`EditAttnProcessor` that delegates to the
+    processor it replaces whenever its rule is inactive (so an inactive edit runs the stock code exactly); a
+    forward pre-hook sets step, sigma and token segments and applies ``context.rewriters``. On exit the original
+    processors are restored and the hook removed.
+    """
+
+    def __init__(self, transformer, context: EditContext, scheduler=None):
+        self.transformer = transformer
+        self.context = context
+        self.scheduler = scheduler
+        self._handle = None
+        self._original = None
+
+    def __enter__(self) -> EditContext:
+        names = attention_layer_names(self.transformer)
+        for index in self.context.rules:
+            if not 0 <= index < len(names):
+                raise ValueError(f"layer index {index} is out of range; the transformer has {len(names)} attention "
+                                 "layers (double blocks first, then single blocks)")
+        self._original = dict(self.transformer.attn_processors)
+        if self.context.rules:
+            processors = dict(self._original)
+            for index in self.context.rules:
+                processors[names[index]] = EditAttnProcessor(self.context, index, self._original[names[index]])
+            self.transformer.set_attn_processor(processors)
+        self._handle = self.transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+        return self.context
+
+    def __exit__(self, *exc) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+        if self.context.rules and self._original is not None:
+            self.transformer.set_attn_processor(self._original)
+
+    def _pre_forward(self, module, args, kwargs):
+        if args:
+            raise TypeError("EditSession expects the transformer to be called with keyword arguments, as the "
+                            "diffusers Flux pipelines do")
+        context = self.context
+        timestep = kwargs["timestep"]
+        context.sigma = float(timestep.flatten()[0])
+        context.step, context.num_steps = schedule_step(self.scheduler, timestep.flatten()[:1])
+        context.cache.clear()
+        for rewrite in context.rewriters:
+            kwargs = rewrite(context, kwargs)
+        context.img_ids = kwargs["img_ids"]
+        context.segments = segments_from_ids(kwargs["encoder_hidden_states"].shape[1], kwargs["img_ids"])
+        for rule in {id(r): r for r in context.rules.values()}.values():  # each rule once, not once per layer
+            prepare: Optional[Callable] = getattr(rule, "prepare", None)
+            if prepare is not None and context.enabled and rule.is_active(context):
+                prepare(context, module)  # per-forward tables shared by all of the rule's layers
+        return args, kwargs

@@ -1,0 +1,156 @@
+"""Figures for edits: a comparison strip (inputs, edited, a strength sweep) and per-method diagnostics.
+
+- band: attention of one target query over the reference image computed from high-, mid- and low-frequency pairs
+  only (and all pairs), captured by :class:`AttentionProbe` in one layer at one step;
+- transplant: the canvas, the inpaint region and the row / column ids every token has while transplanting;
+- LooseRoPE: token saliency, bins, loosening factor and logit factor per token.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .attention import project_heads, rotate
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _show(ax, image: torch.Tensor, title: str):
+    ax.imshow(image.detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy())
+    ax.set_title(title, fontsize=8)
+    ax.axis("off")
+
+
+def comparison_figure(inputs: dict, edited: dict, sweep: dict, path, title: str = "") -> Path:
+    """One row: named input images, named edited images, then the sweep (label -> image), all ``[3, H, W]``."""
+    plt = _pyplot()
+    panels = [(f"input: {k}", v) for k, v in inputs.items()] + [(f"edited: {k}", v) for k, v in edited.items()]
+    panels += [(f"sweep {k}", v) for k, v in sweep.items()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.2 * len(panels), 2.6), squeeze=False)
+    for ax, (label, image) in zip(axes[0], panels):
+        _show(ax, image, label)
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
+class AttentionProbe:
+    """Wraps a rule on one layer: at the first forward at or after ``progress`` it records the rotated q and k
+    (the reference keys band-scaled) and then runs the wrapped rule unchanged."""
+
+    def __init__(self, rule, progress: float):
+        self.rule, self.progress = rule, progress
+        self.query = self.key = None
+
+    def is_active(self, context) -> bool:
+        return self.rule.is_active(context)
+
+    def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
+        if self.query is None and (context.progress or 0.0) >= self.progress:
+            query, key, _ = project_heads(attn, hidden_states, encoder_hidden_states)
+            query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
+            seg = context.segments
+            # shared attention: queries of every image, keys of element 0; Kontext: target queries, context keys
+            queries, keys = (seg.target, seg.context) if seg.context_len else (seg.image, seg.image)
+            reference = key[:, keys] if seg.context_len else key[:1, keys]
+            self.query = query[:, queries].float().cpu()
+            self.key = (reference * self.rule.scales(context, key)).float().cpu()
+        return self.rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context)
+
+
+def band_attention_maps(query: torch.Tensor, key: torch.Tensor, axes_dims, grid, token: int, target: int = 1,
+                        spatial_axes=(1, 2)) -> dict:
+    """Head-averaged softmax over reference tokens of one target query, from pair groups of the spatial axes:
+    ``{"high": .., "mid": .., "low": .., "all": ..}`` each ``[rows, cols]``; high = first third of each axis."""
+    from mmpos.spectrum import chunked_spectrum
+
+    axis_of_pair = chunked_spectrum(axes_dims).axis_of_pair
+    index_in_axis = torch.cat([torch.arange(int((axis_of_pair == a).sum())) for a in range(len(axes_dims))])
+    size = torch.tensor([int((axis_of_pair == a).sum()) for a in axis_of_pair.tolist()])
+    third = (3 * index_in_axis) // size  # 0 high, 1 mid, 2 low
+    spatial = torch.isin(axis_of_pair, torch.tensor(list(spatial_axes)))
+    groups = {"high": spatial & (third == 0), "mid": spatial & (third == 1), "low": spatial & (third == 2),
+              "all": torch.ones_like(spatial)}
+    q = query[target, token]  # [H, D]
+    k = key[min(target, key.shape[0] - 1) if key.shape[0] > 1 else 0]  # [N, H, D]
+    maps = {}
+    for name, pairs in groups.items():
+        channels = pairs.repeat_interleave(2)
+        logits = torch.einsum("hd,nhd->hn", q[:, channels], k[:, :, channels]) / q.shape[-1] ** 0.5
+        maps[name] = logits.softmax(-1).mean(0).reshape(grid)
+    return maps
+
+
+def band_diagnostic(maps: dict, grid, token: int, path, reference: torch.Tensor | None = None) -> Path:
+    plt = _pyplot()
+    panels = len(maps) + (reference is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(2.4 * panels, 2.6), squeeze=False)
+    axes = list(axes[0])
+    if reference is not None:
+        _show(axes.pop(0), reference, "reference")
+    row, col = divmod(token, grid[1])
+    for ax, (name, values) in zip(axes, maps.items()):
+        ax.imshow(values.numpy(), cmap="magma")
+        ax.scatter([col], [row], marker="x", c="cyan", s=20)
+        ax.set_title(f"{name}-frequency pairs", fontsize=8)
+        ax.axis("off")
+    fig.suptitle(f"attention of target query ({row}, {col}) over reference tokens", fontsize=9)
+    return _save(fig, path)
+
+
+def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path) -> Path:
+    """Canvas with the inpaint region, then the row and column id of every token while transplanting."""
+    plt = _pyplot()
+    grid = canvas.layout.grid
+    fig, axes = plt.subplots(1, 3, figsize=(8, 2.8))
+    _show(axes[0], canvas.image[0], "canvas (red: inpaint, cyan: object)")
+    axes[0].contour(canvas.inpaint_mask.float().numpy(), levels=[0.5], colors="red", linewidths=1)
+    for mask in canvas.object_masks:
+        axes[0].contour(mask.float().numpy(), levels=[0.5], colors="cyan", linewidths=1)
+    moved = (ids != native).any(1).reshape(grid)
+    for ax, axis, name in ((axes[1], 1, "row"), (axes[2], 2, "column")):
+        im = ax.imshow(ids[:, axis].reshape(grid).numpy(), cmap="viridis")
+        ys, xs = torch.nonzero(moved, as_tuple=True)
+        ax.scatter(xs.numpy(), ys.numpy(), marker=".", c="red", s=8)
+        ax.set_title(f"{name} id (red dots: transplanted)", fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+        ax.axis("off")
+    return _save(fig, path)
+
+
+def loose_diagnostic(maps, config, path, collage: torch.Tensor | None = None) -> Path:
+    """Token saliency, bins and the per-token loosening / logit factors at phase 0."""
+    from .loose import per_token
+
+    plt = _pyplot()
+    shrink, attention = config.factors(0)
+    panels = [("token saliency", maps.saliency, "magma"), ("bin (-1: not pasted)", maps.bins.float(), "tab10"),
+              ("loosening sigma", per_token(maps.bins, shrink), "viridis"),
+              ("logit factor to paste", per_token(maps.bins, attention), "coolwarm")]
+    fig, axes = plt.subplots(1, len(panels) + (collage is not None), figsize=(2.6 * (len(panels) + 1), 2.7),
+                             squeeze=False)
+    axes = list(axes[0])
+    if collage is not None:
+        _show(axes.pop(0), collage, "collage")
+    for ax, (name, values, cmap) in zip(axes, panels):
+        im = ax.imshow(values.float().numpy(), cmap=cmap)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+        ax.set_title(name, fontsize=8)
+        ax.axis("off")
+    return _save(fig, path)

@@ -1,0 +1,75 @@
+"""Tiny Flux / Fill / Kontext components built in code (diffusers' test-style configs, no downloads), and
+reference math (explicit q/k/v and softmax attention) for tests and device checks.
+
+The VAE has four levels (scale factor 8) so that one transformer token is 16x16 pixels, as in FLUX.1.
+"""
+from __future__ import annotations
+
+import torch
+from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+
+LATENT_CHANNELS = 1
+TEXT_LEN = 6
+TEXT_DIM = 32
+
+
+def tiny_transformer(kind: str = "flux", seed: int = 0, vae_scale: int = 8) -> FluxTransformer2DModel:
+    """Fill's input is noisy latents | masked-image latents | the pixel mask folded to ``vae_scale**2`` channels."""
+    torch.manual_seed(seed)
+    packed = 4 * LATENT_CHANNELS
+    in_channels = {"flux": packed, "kontext": packed, "fill": 2 * packed + 4 * vae_scale**2}[kind]
+    return FluxTransformer2DModel(patch_size=1, in_channels=in_channels, out_channels=packed, num_layers=1,
+                                  num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
+                                  joint_attention_dim=TEXT_DIM, pooled_projection_dim=TEXT_DIM,
+                                  axes_dims_rope=[4, 4, 8]).eval()
+
+
+def tiny_vae(seed: int = 0, levels: int = 4) -> AutoencoderKL:
+    """Scale factor ``2 ** (levels - 1)``: 8 by default (16-pixel tokens as in FLUX.1)."""
+    torch.manual_seed(seed)
+    return AutoencoderKL(in_channels=3, out_channels=3, block_out_channels=(4,) * levels,
+                         down_block_types=("DownEncoderBlock2D",) * levels,
+                         up_block_types=("UpDecoderBlock2D",) * levels,
+                         layers_per_block=1, latent_channels=LATENT_CHANNELS, norm_num_groups=1, sample_size=32,
+                         use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609,
+                         scaling_factor=1.5035).eval()
+
+
+def components(kind: str = "flux", seed: int = 0, vae_levels: int = 4) -> dict:
+    vae_scale = 2 ** (vae_levels - 1)
+    return dict(transformer=tiny_transformer(kind, seed, vae_scale), vae=tiny_vae(seed, vae_levels),
+                scheduler=FlowMatchEulerDiscreteScheduler(),
+                text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+
+
+def embeddings(batch: int = 1, seed: int = 1) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return dict(prompt_embeds=torch.randn(batch, TEXT_LEN, TEXT_DIM, generator=generator),
+                pooled_prompt_embeds=torch.randn(batch, TEXT_DIM, generator=generator))
+
+
+def image(height: int, width: int, seed: int = 2) -> torch.Tensor:
+    return torch.rand(1, 3, height, width, generator=torch.Generator().manual_seed(seed))
+
+
+def explicit_qkv(attn, hidden_states, encoder_hidden_states=None):
+    """q, k, v ``[B, S, H, D]`` written out from the module's layers (text first in double blocks), no RoPE."""
+    def heads(x):
+        return x.view(*x.shape[:2], -1, attn.head_dim)
+
+    q, k, v = heads(attn.to_q(hidden_states)), heads(attn.to_k(hidden_states)), heads(attn.to_v(hidden_states))
+    q, k = attn.norm_q(q), attn.norm_k(k)
+    if encoder_hidden_states is not None:
+        eq = attn.norm_added_q(heads(attn.add_q_proj(encoder_hidden_states)))
+        ek = attn.norm_added_k(heads(attn.add_k_proj(encoder_hidden_states)))
+        ev = heads(attn.add_v_proj(encoder_hidden_states))
+        q, k, v = torch.cat([eq, q], 1), torch.cat([ek, k], 1), torch.cat([ev, v], 1)
+    return q, k, v
+
+
+def softmax_attention(q, k, v, logits_fn=None):
+    """Explicit attention ``[B, S, H, D]``; ``logits_fn`` may edit the ``[B, H, Sq, Sk]`` logits."""
+    logits = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5
+    if logits_fn is not None:
+        logits = logits_fn(logits)
+    return torch.einsum("bhqk,bkhd->bqhd", logits.softmax(-1), v)

@@ -1,0 +1,10 @@
+"""Stock FLUX.1 text-to-image from configs/generate.yaml: ``python scripts/generate.py [options]``.
+
+Same as ``mmpos generate ...``.
+"""
+import sys
+
+from mmpos.pipelines.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["generate", *sys.argv[1:]]))
