@@ -196,6 +196,13 @@ def validation_loss(model: DenoiserWithText, data: TrainingData, count: int = 64
     return denoiser_loss(model, data, index, sigmas, noise, data.tokens[index]).item()
 
 
+@torch.no_grad()
+def vae_validation_l1(vae, data: TrainingData, count: int = 256) -> float:
+    """Mean absolute reconstruction error (posterior sample) of the first ``count`` images, in [-1, 1] units."""
+    torch.manual_seed(0)
+    return vae_loss(vae, to_unit(data.images[:count]), 0.0)[1].item()
+
+
 # ------------------------------------------------------------------------------------------------- loop
 
 @contextmanager
@@ -264,7 +271,7 @@ def train(config: dict, out_dir, resume: bool = False, progress: bool = True) ->
         ema.load_state_dict(torch.load(state_dir / "ema.pt", map_location=device))
         saved = json.loads((state_dir / "progress.json").read_text())
         step, trained_seconds, history = saved["step"], saved["trained_seconds"], saved["history"]
-    initial_val = None if task == "vae" else validation_loss(raw, data)
+    initial_val = vae_validation_l1(raw, data) if task == "vae" else validation_loss(raw, data)
 
     generator = torch.Generator(device=device).manual_seed(config["seed"] + step)
     budget = config["max_minutes"] * 60
@@ -333,7 +340,7 @@ def _finish(config, raw, ema, vae, data, step, trained_seconds, data_seconds, hi
         shift, scale = _vae_scaling(final, data.images)
         final.register_to_config(shift_factor=shift, scaling_factor=scale)
         card["latent_shift"], card["latent_scale"] = shift, scale
-        card["val_l1"] = round(vae_loss(final, to_unit(data.images[:256]), 0.0)[1].item(), 5)
+        card["val_l1_start"], card["val_l1"] = round(initial_val, 5), round(vae_validation_l1(final, data), 5)
     else:
         card["val_loss_start"] = round(initial_val, 5)
         card["val_loss"] = round(validation_loss(final, data), 5)
