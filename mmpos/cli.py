@@ -39,7 +39,7 @@ def _bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmpos", description="Positional encodings for vision and multimodal "
                                      "transformers and diffusion models.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,list,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,list,bench,world}")
 
     demo = sub.add_parser("demo", help="figures of every registered encoding (spectrum, logit vs offset)",
                           description="Write a figure per registered encoding: its spectrum (frequency per "
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`).")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=_bench)
+
+    from .world.cli import add_world_command
+
+    add_world_command(sub)
     return parser
 
 
