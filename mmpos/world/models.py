@@ -94,6 +94,16 @@ def _checked_dir(path: Path, what: str) -> Path:
     return path
 
 
+def check_world_checkpoint(root, tasks=TASKS) -> Path:
+    """Raise a clear FileNotFoundError unless ``root`` holds the VAE and each task's model folders."""
+    root = Path(root)
+    _checked_dir(root / "world-vae", "VAE")
+    for task in tasks:
+        for part in ("transformer", "text_encoder"):
+            _checked_dir(root / f"world-{task}" / part, f"{task} {part}")
+    return root
+
+
 def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32):
     """The real diffusers pipeline for ``task`` with the shipped (or ``root``'s) trained world weights."""
     check_choice("task", task, TASKS)
