@@ -16,14 +16,14 @@ read -r -a EXTRA <<< "${WORLD_EXTRA:-}"
 start=$(date +%s)
 
 timeout -k 20 "${WORLD_TIMEOUT_VAE:-110}" "$PY" scripts/train_world.py --config configs/world/vae.yaml --out "$WORK" --quiet \
-    --mixed-precision "$PRECISION" "${EXTRA[@]}" 2>&1 | tee "$WORK/log-vae.txt" | grep -v "^\[vae\] step" || true
+    --mixed-precision "$PRECISION" ${EXTRA[@]+"${EXTRA[@]}"} 2>&1 | tee "$WORK/log-vae.txt" | grep -v "^\[vae\] step" || true
 tail -n 3 "$WORK/log-vae.txt" | grep -v '^{' || true
 echo "vae done after $(( $(date +%s) - start )) s"
 
 pids=()
 for task in t2i fill kontext; do
     timeout -k 20 "${WORLD_TIMEOUT_MODEL:-225}" "$PY" scripts/train_world.py --config "configs/world/$task.yaml" --out "$WORK" --vae "$WORK" \
-        --quiet --mixed-precision "$PRECISION" "${EXTRA[@]}" > "$WORK/log-$task.txt" 2>&1 &
+        --quiet --mixed-precision "$PRECISION" ${EXTRA[@]+"${EXTRA[@]}"} > "$WORK/log-$task.txt" 2>&1 &
     pids+=($!)
 done
 status=0
