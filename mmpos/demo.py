@@ -33,7 +33,7 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
         from .world.demo import run_world_demo, world_models_available
 
         if checkpoint is not None or world_models_available():
-            written += run_world_demo(out_dir, checkpoint, steps, extra_figures=written)
+            written += run_world_demo(out_dir / "world", checkpoint, steps, extra_figures=written)
         else:
             print("no trained world models in assets/; wrote the encoding figures only")
     return written

@@ -6,6 +6,7 @@ Sections: text-to-image from captions (FluxPipeline), inpainting (FluxFillPipeli
 from __future__ import annotations
 
 import html
+import os
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,7 @@ def write_report(out_dir: Path, figures: list[tuple[str, Path, list[str]]], extr
         parts += [f"<li>{html.escape(c)}</li>" for c in captions] + ["</ol>"]
     parts += ["<h2>PE editing methods</h2>", f"<p><b>TODO:</b> {html.escape(EDITING_TODO)}</p>"]
     if extra:
-        parts += ["<h2>Encodings</h2>"] + [f"<img src='{p.relative_to(out_dir)}' width='360'>" for p in extra]
+        parts += ["<h2>Encodings</h2>"] + [f"<img src='{os.path.relpath(p, out_dir)}' width='360'>" for p in extra]
     report = out_dir / "report.html"
     report.write_text("\n".join(parts))
     return report
