@@ -1,4 +1,8 @@
-"""The world demo end to end on tiny trained checkpoints (reduced steps), and its error path."""
+"""The world demo and the editing evaluation end to end on tiny trained checkpoints (reduced steps)."""
+import importlib.util
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -39,3 +43,18 @@ def test_world_demo_end_to_end(tiny_world, tmp_path):
 def test_demo_cli_with_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="no VAE checkpoint at"):
         main(["demo", "--out", str(tmp_path), "--size", "5", "--checkpoint", str(tmp_path / "none")])
+
+
+def test_eval_editing_script_scores_ground_truth_perfectly(tiny_world, tmp_path):
+    path = Path(__file__).resolve().parents[1] / "scripts" / "eval_editing.py"
+    spec = importlib.util.spec_from_file_location("eval_editing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "eval.json"
+    assert module.main(["--checkpoint", str(tiny_world), "--count", "1", "--steps", "1", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    truth = {task: rows[0] for task, rows in results.items()}
+    assert truth["transplant"]["mask_iou"] == 1.0 and truth["transplant"]["outside_change"] == 0.0
+    assert truth["harmonise"]["identity_iou"] == 1.0 and truth["harmonise"]["margin_error"] == 0.0
+    assert truth["style"]["layout_copy"] < 1.0 == results["style"][1]["layout_copy"]
+    assert all("not_run" in rows[-1] for rows in results.values())
