@@ -11,7 +11,10 @@ from pathlib import Path
 def _demo(args) -> int:
     from .demo import run_demo
 
-    written = run_demo(args.out, args.size)
+    try:
+        written = run_demo(args.out, args.size, world=not args.no_world, steps=args.steps, checkpoint=args.checkpoint)
+    except FileNotFoundError as error:
+        raise SystemExit(f"mmpos demo: error: {error}") from None
     print(f"wrote {len(written)} figures to {Path(args.out).resolve()}:")
     for path in written:
         print(f"  {path}")
@@ -47,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "channel pair and axis) and its content-free attention logit against 2D offset.")
     demo.add_argument("--out", default="outputs/demo", help="output folder (default: outputs/demo)")
     demo.add_argument("--size", type=int, default=31, help="side of the 2D grid of offsets (default: 31)")
+    demo.add_argument("--steps", type=int, default=20, help="denoising steps of the world models (default: 20)")
+    demo.add_argument("--checkpoint", help="folder with world-vae/ and world-<task>/ (default: shipped assets)")
+    demo.add_argument("--no-world", action="store_true", help="only the encoding figures")
     demo.set_defaults(func=_demo)
 
     lister = sub.add_parser("list", help="list registered encodings", description="List registered encodings.")
@@ -61,9 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .pipelines.cli import add_commands as add_edit_commands
     from .viz.cli import add_viz_parser
+    from .world.cli import add_world_command
 
     add_viz_parser(sub)
     add_edit_commands(sub)
+    add_world_command(sub)
     return parser
 
 

@@ -19,15 +19,29 @@ def demo_encoding(name: str):
     return create_pe(name, **{k: v for k, v in options.items() if k in valid})
 
 
-def run_demo(out_dir: Path, size: int = 31) -> list[Path]:
+def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20, checkpoint=None) -> list[Path]:
+    """Spectrum and camera figures; with ``world``, also the mini-world generation/editing figures and
+    report.html (from ``checkpoint``, or the shipped assets when they are there)."""
     from .viz.cameras import camera_encoding_figure, demo_camera_figures
     from .viz.spectrum import encoding_figure
 
     out_dir = Path(out_dir)
+    if world and checkpoint is not None:
+        from .world.models import check_world_checkpoint
+
+        check_world_checkpoint(checkpoint)
     written = []
     for name in tqdm(list_pes(), desc="encodings", unit="pe"):
         if pe_class(name).kind == "camera":
             written.append(camera_encoding_figure(name, out_dir / f"{name}.png"))
         else:
             written.append(encoding_figure(demo_encoding(name), name, out_dir / f"{name}.png", size))
-    return written + demo_camera_figures(out_dir / "cameras")
+    written += demo_camera_figures(out_dir / "cameras")
+    if world:
+        from .world.demo import run_world_demo, world_models_available
+
+        if checkpoint is not None or world_models_available():
+            written += run_world_demo(out_dir / "world", checkpoint, steps, extra_figures=written)
+        else:
+            print("no trained world models in assets/; wrote the encoding figures only")
+    return written

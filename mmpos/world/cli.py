@@ -1,0 +1,140 @@
+"""``mmpos world ...``: generate world datasets, single scenes and edit pairs, and sample the trained models."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .scene import COLOURS, PATTERNS, SHAPES, SIZES
+
+EDIT_KINDS = ("transplant", "harmonise", "style")
+
+
+def _save(path: Path, array: np.ndarray) -> Path:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+    return path
+
+
+def _dataset(args) -> list[Path]:
+    from .data import write_image_folder
+
+    return write_image_folder(args.out, args.count, args.seed, args.task, args.size)
+
+
+def _render(args) -> list[Path]:
+    from .render import render_scene
+    from .scene import ObjectSpec, SceneSpec, SceneStyle
+
+    style = SceneStyle(args.background, args.background_pattern, args.pattern)
+    spec = SceneSpec(args.size, style, (ObjectSpec(args.shape, args.colour, tuple(args.box), args.object_size),))
+    rendered = render_scene(spec)
+    out = Path(args.out)
+    written = [_save(out, rendered.image), out.with_suffix(".json")]
+    written[1].write_text(json.dumps({"caption": spec.caption(), "spec": spec.to_dict(), "boxes": rendered.boxes()},
+                                     indent=1))
+    return written
+
+
+def _edits(args) -> list[Path]:
+    from . import edits
+
+    out, written = Path(args.out), []
+    for seed in range(args.seed, args.seed + args.count):
+        folder = out / f"{args.kind}-{seed:05d}"
+        if args.kind == "transplant":
+            pair = edits.transplant_pair(seed, args.size, box=tuple(args.box) if args.box else None)
+            images = {"background": pair.background.image, "reference": pair.reference.image,
+                      "target": pair.target.image, "mask": pair.mask.astype(np.uint8) * 255}
+            truth = {"box": pair.box, "caption": pair.caption, "target_spec": pair.target.spec.to_dict()}
+        elif args.kind == "harmonise":
+            pair = edits.harmonise_pair(seed, args.size)
+            images = {"collage": pair.collage, "target": pair.target.image, "scene": pair.scene.image,
+                      "paste_mask": pair.paste_mask.astype(np.uint8) * 255,
+                      "object_mask": pair.object_mask.astype(np.uint8) * 255}
+            truth = {"instruction": pair.instruction, "target_spec": pair.target.spec.to_dict(),
+                     "source_spec": pair.source.spec.to_dict()}
+        else:
+            styles = edits.style_set(seed, 4, args.size)
+            images = {"reference": styles.reference.image}
+            images.update({f"target_{i}": t.image for i, t in enumerate(styles.targets)})
+            truth = {"reference_spec": styles.reference.spec.to_dict(), "prompts": styles.prompts,
+                     "target_specs": [t.spec.to_dict() for t in styles.targets]}
+        written += [_save(folder / f"{name}.png", image) for name, image in images.items()]
+        (folder / "ground_truth.json").write_text(json.dumps(truth, indent=1))
+        written.append(folder / "ground_truth.json")
+    return written
+
+
+def _sample(args) -> list[Path]:
+    from .models import load_world_pipeline, prompt_kwargs
+    from .samples import image_grid
+
+    import torch
+
+    pipe = load_world_pipeline("t2i", args.checkpoint)
+    pipe.set_progress_bar_config(disable=True)
+    images = pipe(height=args.size, width=args.size, num_inference_steps=args.steps, true_cfg_scale=args.guidance,
+                  output_type="np", generator=torch.Generator().manual_seed(args.seed),
+                  **prompt_kwargs(pipe, args.caption, [""] * len(args.caption))).images
+    images = (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
+    return [_save(Path(args.out), image_grid([("generated", images)]))]
+
+
+def _run(args) -> int:
+    try:
+        written = args.world_func(args)
+    except (ValueError, FileNotFoundError) as error:
+        args.world_parser.error(str(error))
+    shown = written if len(written) <= 4 else written[:2] + [f"... ({len(written) - 2} more)"]
+    print(f"wrote {len(written)} file(s):", *shown, sep="\n  ")
+    return 0
+
+
+def add_world_command(subparsers) -> None:
+    """Register ``mmpos world`` on the main parser's subparsers."""
+    world = subparsers.add_parser("world", help="procedural mini-world: datasets, scenes, edit pairs, samples",
+                                  description="Generate the mini-world's data (deterministic per seed, ground truth "
+                                  "kept beside every image) and sample its trained models.")
+    sub = world.add_subparsers(dest="world_command", required=True)
+
+    def command(name, func, help_text):
+        parser = sub.add_parser(name, help=help_text, description=help_text)
+        parser.set_defaults(func=_run, world_func=func, world_parser=parser)
+        parser.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
+        return parser
+
+    dataset = command("dataset", _dataset, "write an ImageFolder-style dataset with metadata.jsonl")
+    dataset.add_argument("--out", required=True)
+    dataset.add_argument("--count", type=int, default=100)
+    dataset.add_argument("--seed", type=int, default=0)
+    dataset.add_argument("--task", choices=("scenes", "fill", "kontext"), default="scenes")
+
+    render = command("render", _render, "render one object on a background (PNG + JSON ground truth)")
+    render.add_argument("--out", required=True, help="PNG path; the JSON goes beside it")
+    render.add_argument("--shape", choices=SHAPES, required=True)
+    render.add_argument("--colour", choices=tuple(COLOURS), required=True)
+    render.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), required=True)
+    render.add_argument("--pattern", choices=PATTERNS, default="flat", help="the object's pattern")
+    render.add_argument("--background", choices=tuple(COLOURS), default="white")
+    render.add_argument("--background-pattern", choices=PATTERNS, default="flat")
+    render.add_argument("--object-size", choices=tuple(SIZES), default="large", help="the caption's size word")
+
+    edit = command("edits", _edits, "write edit pairs with ground truth (transplant, harmonise, style)")
+    edit.add_argument("--kind", choices=EDIT_KINDS, required=True)
+    edit.add_argument("--out", required=True)
+    edit.add_argument("--count", type=int, default=4)
+    edit.add_argument("--seed", type=int, default=0)
+    edit.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), help="transplant target box")
+
+    sample = command("sample", _sample, "sample the trained text-to-image world model")
+    sample.add_argument("--caption", nargs="+", required=True, help="one or more captions in the world's words")
+    sample.add_argument("--checkpoint", help="folder with world-vae/ and world-t2i/ (default: the shipped assets)")
+    sample.add_argument("--out", default="outputs/world/samples.png")
+    sample.add_argument("--steps", type=int, default=20)
+    sample.add_argument("--guidance", type=float, default=3.0)
+    sample.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,71 @@
+"""Writing a trained world model: weights (save_pretrained), model card (JSON + Markdown), sample grid."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from .models import build_pipeline
+from .samples import generate, held_out_examples, image_grid, inputs_row
+from .training import to_unit
+
+WEIGHTS_DTYPE = torch.float16  # shipped transformer weights (half the size; loaders upcast to fp32)
+
+
+@torch.no_grad()
+def sample_grid(task: str, model, vae, config: dict) -> np.ndarray:
+    examples = held_out_examples(task, config["num_samples"], config["image_size"])
+    truth = np.stack([e["image"] for e in examples])
+    if task == "vae":
+        recon = model.decode(model.encode(to_unit(torch.from_numpy(truth)).to(model.device)).latent_dist.mode())
+        recon = ((recon.sample.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+        return image_grid([("input", truth), ("reconstruction", recon)])
+    pipe = build_pipeline(task, vae, model.transformer, model.text_encoder)
+    pipe.set_progress_bar_config(disable=True)
+    outputs = generate(pipe, task, examples, config["sample_steps"], config["sample_guidance"])
+    rows = [row for row in [inputs_row(task, examples)] if row is not None]
+    return image_grid(rows + [("generated", outputs), ("ground truth", truth)])
+
+
+def model_card_markdown(card: dict, folder_name: str) -> str:
+    losses = card.get("loss_history") or []
+    lines = [f"# {folder_name}", "",
+             f"A small `{card['task']}` model of the mmpos mini-world (mmpos.world), trained by "
+             "`scripts/train_world.py`; config in `train_config.yaml`.", "",
+             "| field | value |", "|---|---|"]
+    for key in ("task", "parameters", "steps", "train_minutes", "device", "mixed_precision", "batch_size",
+                "final_train_loss", "val_loss_start", "val_loss", "val_l1", "latent_shift", "latent_scale"):
+        if key in card:
+            lines.append(f"| {key} | {card[key]} |")
+    data = card["data"]
+    lines += ["", f"Data: {data['num_examples']} procedurally generated {data['image_size']}x{data['image_size']} "
+              f"examples, `{data['generator']}`, seed {data['seed']}.", "",
+              "Loss (step: loss): " + ", ".join(f"{s}: {v}" for s, v in losses[:: max(len(losses) // 12, 1)]),
+              "", "![samples](samples.png)", "",
+              "Sample grid: held-out examples (dataset seed mmpos.world.samples.HELD_OUT_SEED) through the real "
+              "diffusers pipeline."]
+    return "\n".join(lines) + "\n"
+
+
+def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Path:
+    """Write ``out_dir/world-<task>/`` and return it."""
+    from PIL import Image
+
+    folder = Path(out_dir) / f"world-{task}"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = model.cpu().float()
+    vae = vae.cpu().float() if vae is not None else None
+    if task == "vae":
+        model.save_pretrained(folder)
+    else:
+        copy.deepcopy(model.transformer).to(WEIGHTS_DTYPE).save_pretrained(folder / "transformer")
+        model.text_encoder.save_pretrained(folder / "text_encoder")
+    Image.fromarray(sample_grid(task, model, vae, config)).save(folder / "samples.png")
+    (folder / "model_card.json").write_text(json.dumps(card, indent=1))
+    (folder / "README.md").write_text(model_card_markdown(card, folder.name))
+    (folder / "train_config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
+    return folder

@@ -1,0 +1,117 @@
+"""The world's small models, built from the real diffusers classes, and loading them as real pipelines.
+
+- VAE: ``AutoencoderKL``, 64x64 RGB -> 32x32x4 latents (``vae_scale_factor`` 2) -> 256 packed tokens.
+- Text encoder: :class:`~mmpos.world.text.WorldTextEncoder` (``prompt_embeds``, ``pooled_prompt_embeds``).
+- Transformers: ``FluxTransformer2DModel`` for ``t2i`` (``FluxPipeline``), ``fill`` (``FluxFillPipeline``:
+  packed latents + packed masked-image latents + packed pixel mask on the channel axis) and ``kontext``
+  (``FluxKontextPipeline``: context tokens appended with index-axis id 1).
+
+A checkpoint folder holds ``world-vae/`` and ``world-<task>/{transformer,text_encoder}/`` (save_pretrained).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxFillPipeline, FluxKontextPipeline,
+                       FluxPipeline, FluxTransformer2DModel)
+
+from .._validation import check_choice
+from .text import WorldTextEncoder
+
+TASKS = ("t2i", "fill", "kontext")
+PIPELINES = {"t2i": FluxPipeline, "fill": FluxFillPipeline, "kontext": FluxKontextPipeline}
+DEFAULT_ASSETS = Path(__file__).resolve().parents[2] / "assets"
+
+VAE_CONFIG = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                  up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), layers_per_block=1,
+                  latent_channels=4, norm_num_groups=16, sample_size=64, scaling_factor=1.0, shift_factor=0.0,
+                  mid_block_add_attention=False)
+TRANSFORMER_CONFIG = dict(patch_size=1, num_layers=2, num_single_layers=4, attention_head_dim=32,
+                          num_attention_heads=5, joint_attention_dim=64, pooled_projection_dim=64,
+                          guidance_embeds=False, axes_dims_rope=(8, 12, 12))
+SCHEDULER_CONFIG = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
+                        base_image_seq_len=256, max_image_seq_len=4096)
+
+
+def vae_scale_factor(vae: AutoencoderKL) -> int:
+    return 2 ** (len(vae.config.block_out_channels) - 1)
+
+
+def transformer_channels(task: str, latent_channels: int = 4, scale_factor: int = 2) -> tuple[int, int]:
+    """``(in_channels, out_channels)`` of the packed tokens for ``task``."""
+    check_choice("task", task, TASKS)
+    packed = 4 * latent_channels
+    if task == "fill":  # noisy latents | masked-image latents | pixel mask folded to scale^2 channels, packed
+        return 2 * packed + 4 * scale_factor**2, packed
+    return packed, packed
+
+
+def build_vae(**overrides) -> AutoencoderKL:
+    return AutoencoderKL(**{**VAE_CONFIG, **overrides})
+
+
+def build_transformer(task: str, latent_channels: int = 4, scale_factor: int = 2, **overrides):
+    in_channels, out_channels = transformer_channels(task, latent_channels, scale_factor)
+    config = {**TRANSFORMER_CONFIG, "in_channels": in_channels, "out_channels": out_channels, **overrides}
+    return FluxTransformer2DModel(**config)
+
+
+def build_text_encoder(transformer: FluxTransformer2DModel, **overrides) -> WorldTextEncoder:
+    config = transformer.config
+    return WorldTextEncoder(joint_attention_dim=config.joint_attention_dim,
+                            pooled_projection_dim=config.pooled_projection_dim, **overrides)
+
+
+def build_scheduler(**overrides) -> FlowMatchEulerDiscreteScheduler:
+    return FlowMatchEulerDiscreteScheduler(**{**SCHEDULER_CONFIG, **overrides})
+
+
+def build_pipeline(task: str, vae, transformer, text_encoder):
+    """The stock diffusers pipeline for ``task``; prompts go in as embeddings (no tokenizer)."""
+    check_choice("task", task, TASKS)
+    return PIPELINES[task](scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=None,
+                           text_encoder_2=None, tokenizer_2=None, transformer=transformer)
+
+
+def prompt_kwargs(pipe, captions, negative_captions=None) -> dict:
+    """``prompt_embeds``/``pooled_prompt_embeds`` (and negatives) for ``pipe(...)`` from world captions."""
+    encoder = pipe.text_encoder
+    device, dtype = pipe.transformer.device, pipe.transformer.dtype
+    embeds, pooled = encoder.encode_captions(captions, device, dtype)
+    kwargs = {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
+    if negative_captions is not None:
+        negative, negative_pooled = encoder.encode_captions(negative_captions, device, dtype)
+        kwargs.update(negative_prompt_embeds=negative, negative_pooled_prompt_embeds=negative_pooled)
+    return kwargs
+
+
+def _checked_dir(path: Path, what: str) -> Path:
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no {what} checkpoint at {path} (expected config.json and safetensors there); "
+                                "train one with scripts/train_world.py or pass the folder that holds "
+                                "world-vae/ and world-<task>/")
+    return path
+
+
+def check_world_checkpoint(root, tasks=TASKS) -> Path:
+    """Raise a clear FileNotFoundError unless ``root`` holds the VAE and each task's model folders."""
+    root = Path(root)
+    _checked_dir(root / "world-vae", "VAE")
+    for task in tasks:
+        for part in ("transformer", "text_encoder"):
+            _checked_dir(root / f"world-{task}" / part, f"{task} {part}")
+    return root
+
+
+def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32):
+    """The real diffusers pipeline for ``task`` with the shipped (or ``root``'s) trained world weights."""
+    check_choice("task", task, TASKS)
+    root = Path(root) if root is not None else DEFAULT_ASSETS
+    vae = AutoencoderKL.from_pretrained(_checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
+    model_dir = root / f"world-{task}"
+    transformer = FluxTransformer2DModel.from_pretrained(_checked_dir(model_dir / "transformer", task),
+                                                         torch_dtype=dtype)
+    text_encoder = WorldTextEncoder.from_pretrained(_checked_dir(model_dir / "text_encoder", "text encoder"),
+                                                    torch_dtype=dtype)
+    return build_pipeline(task, vae, transformer, text_encoder).to(device)

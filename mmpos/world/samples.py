@@ -1,0 +1,65 @@
+"""Held-out examples, running the world pipelines on them, and labelled image grids."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .data import example_seed, make_example
+from .models import prompt_kwargs
+
+HELD_OUT_SEED = 987_654  # dataset seed of examples never used in training (training uses small seeds)
+
+
+def held_out_examples(task: str, count: int, image_size: int = 64, seed: int = HELD_OUT_SEED) -> list[dict]:
+    data_task = {"t2i": "scenes", "vae": "scenes"}.get(task, task)
+    return [make_example(data_task, example_seed(seed, i), image_size) for i in range(count)]
+
+
+def _pil(array: np.ndarray):
+    from PIL import Image
+
+    return Image.fromarray(array)
+
+
+def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: float = 3.0, seed: int = 0,
+             **call_kwargs) -> np.ndarray:
+    """uint8 ``[N, S, S, 3]`` outputs of ``pipe`` (a world pipeline for ``task``) on ``examples``."""
+    size = examples[0]["image"].shape[0]
+    captions = [e["caption"] for e in examples]
+    kwargs = dict(height=size, width=size, num_inference_steps=steps, output_type="np",
+                  generator=torch.Generator().manual_seed(seed), **call_kwargs)
+    if task == "fill":  # FluxFillPipeline has no true CFG; its guidance embedding is off in these models
+        kwargs.update(prompt_kwargs(pipe, captions), image=[_pil(e["image"]) for e in examples],
+                      mask_image=[_pil(e["mask"].astype(np.uint8) * 255) for e in examples])
+    else:
+        kwargs.update(prompt_kwargs(pipe, captions, [""] * len(captions)), true_cfg_scale=guidance)
+    if task == "kontext":
+        kwargs.update(image=[_pil(e["context"]) for e in examples], max_area=size * size, _auto_resize=False)
+    images = pipe(**kwargs).images
+    return (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
+
+
+def inputs_row(task: str, examples: list[dict]) -> tuple[str, np.ndarray] | None:
+    """The row showing what the model was given (masked image for fill, context for kontext)."""
+    if task == "fill":
+        return "masked input", np.stack([np.where(e["mask"][..., None], 128, e["image"]) for e in examples])
+    if task == "kontext":
+        return "context", np.stack([e["context"] for e in examples])
+    return None
+
+
+def image_grid(rows: list[tuple[str, np.ndarray]], zoom: int = 2, label_width: int = 110) -> np.ndarray:
+    """uint8 grid: one labelled row per ``(label, images [N, S, S, 3])``, images upscaled by ``zoom``."""
+    from PIL import Image, ImageDraw
+
+    size = rows[0][1].shape[1] * zoom
+    columns = max(len(images) for _, images in rows)
+    canvas = Image.new("RGB", (label_width + columns * (size + 2), len(rows) * (size + 2)), (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    for r, (label, images) in enumerate(rows):
+        top = r * (size + 2)
+        draw.text((4, top + size // 2 - 6), label, fill=(0, 0, 0))
+        for c, image in enumerate(images):
+            tile = Image.fromarray(image).resize((size, size), Image.NEAREST)
+            canvas.paste(tile, (label_width + c * (size + 2), top))
+    return np.asarray(canvas)

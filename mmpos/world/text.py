@@ -1,0 +1,80 @@
+"""A word-level text encoder for the world's captions and instructions, saved like any diffusers model.
+
+It stands in for Flux's T5 (sequence embeddings) and CLIP (pooled embedding): its outputs go to the
+pipelines as ``prompt_embeds`` and ``pooled_prompt_embeds``.
+"""
+from __future__ import annotations
+
+import torch
+from diffusers.configuration_utils import ConfigMixin, register_to_config
+from diffusers.models.modeling_utils import ModelMixin
+from torch import nn
+
+from .scene import COLOURS, PATTERN_WORDS, POSITION_WORDS, SHAPES, SIZES
+
+PAD, BOS = "<pad>", "<s>"
+FUNCTION_WORDS = ("a", "at", "and", "on", "background", "the", "make", "remove", "add", "objects", "blend",
+                  "pasted", "object", "into", "image")
+
+
+def world_vocabulary() -> list[str]:
+    """Every word the world's captions and instructions use, after the pad and start tokens."""
+    words = set(FUNCTION_WORDS) | set(COLOURS) | set(SHAPES) | set(SIZES) | set(PATTERN_WORDS.values())
+    words |= {w for row in POSITION_WORDS for phrase in row for w in phrase.split()}
+    return [PAD, BOS] + sorted(words)
+
+
+class WorldTextEncoder(ModelMixin, ConfigMixin):
+    """Captions -> ``(prompt_embeds [B, max_length, joint_attention_dim], pooled [B, pooled_projection_dim])``.
+
+    Token 0 of every caption is ``<s>``; its final state is the pooled embedding (as CLIP pools one token).
+    The empty caption is ``<s>`` followed by padding: the unconditional input for classifier-free guidance.
+    """
+
+    @register_to_config
+    def __init__(self, vocabulary: list[str] | None = None, max_length: int = 40, width: int = 96,
+                 num_layers: int = 2, num_heads: int = 4, joint_attention_dim: int = 64,
+                 pooled_projection_dim: int = 64):
+        super().__init__()
+        vocabulary = list(vocabulary or world_vocabulary())
+        if vocabulary[:2] != [PAD, BOS]:
+            raise ValueError(f"vocabulary must start with {PAD!r}, {BOS!r}; got {vocabulary[:2]!r}")
+        self.word_ids = {word: i for i, word in enumerate(vocabulary)}
+        self.token_embedding = nn.Embedding(len(vocabulary), width)
+        self.position_embedding = nn.Parameter(torch.randn(max_length, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(width, num_heads, 4 * width, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.final_norm = nn.LayerNorm(width)
+        self.sequence_projection = nn.Linear(width, joint_attention_dim)
+        self.pooled_projection = nn.Linear(width, pooled_projection_dim)
+
+    def tokenize(self, captions: list[str] | str) -> torch.Tensor:
+        """``int64 [B, max_length]``; unknown words and over-long captions raise (nothing is dropped)."""
+        captions = [captions] if isinstance(captions, str) else list(captions)
+        max_length = self.config.max_length
+        ids = torch.zeros(len(captions), max_length, dtype=torch.long)
+        for row, caption in enumerate(captions):
+            words = caption.lower().split()
+            unknown = sorted({w for w in words if w not in self.word_ids})
+            if unknown:
+                raise ValueError(f"captions[{row}] has words outside the world's vocabulary: {unknown}; "
+                                 f"expected words from WorldTextEncoder.config.vocabulary")
+            if len(words) + 1 > max_length:
+                raise ValueError(f"captions[{row}] has {len(words)} words; expected at most {max_length - 1}")
+            ids[row, : len(words) + 1] = torch.tensor([self.word_ids[BOS]] + [self.word_ids[w] for w in words])
+        return ids
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        padding = input_ids == self.word_ids[PAD]
+        hidden = self.token_embedding(input_ids) + self.position_embedding[: input_ids.shape[1]]
+        hidden = self.final_norm(self.encoder(hidden, src_key_padding_mask=padding))
+        return self.sequence_projection(hidden), self.pooled_projection(hidden[:, 0])
+
+    @torch.no_grad()
+    def encode_captions(self, captions: list[str] | str, device=None, dtype=None):
+        """``(prompt_embeds, pooled_prompt_embeds)`` for the Flux pipelines' arguments of those names."""
+        ids = self.tokenize(captions).to(device or self.device)
+        prompt_embeds, pooled = self(ids)
+        dtype = dtype or self.dtype
+        return prompt_embeds.to(dtype), pooled.to(dtype)

@@ -1,0 +1,62 @@
+"""``mmpos world``: files written with their ground truth; bad input is a clear usage error."""
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mmpos.cli import main
+
+
+def run_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_render_writes_image_and_ground_truth(tmp_path):
+    out = tmp_path / "star.png"
+    assert main(["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40",
+                 "--pattern", "stripes", "--out", str(out)]) == 0
+    truth = json.loads(out.with_suffix(".json").read_text())
+    x0, y0, x1, y1 = truth["boxes"][0]
+    assert 8 <= x0 and 8 <= y0 and x1 <= 40 and y1 <= 40
+    assert truth["caption"].startswith("a large striped red star")
+    image = np.asarray(Image.open(out))
+    assert (image[0, 0] == 245).all() and (image[24, 24] != 245).any()  # white background, object inside
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shape", "blob"], "invalid choice: 'blob'"),
+    (["--pattern", "plaid"], "invalid choice: 'plaid'"),
+    (["--box", "10", "10", "80", "40"], "is not a box inside the 64x64 image"),
+    (["--box", "30", "10", "20", "40"], "is not a box inside"),
+])
+def test_render_bad_input(argv, message, tmp_path, capsys):
+    base = {"--shape": "star", "--colour": "red", "--box": ["8", "8", "40", "40"], "--out": str(tmp_path / "x.png")}
+    args = ["world", "render"]
+    for flag, value in base.items():
+        if flag not in argv:
+            args += [flag] + (value if isinstance(value, list) else [value])
+    args += argv
+    assert message in run_error(args, capsys)
+
+
+def test_edits_write_pairs_and_reject_impossible_box(tmp_path, capsys):
+    assert main(["world", "edits", "--kind", "harmonise", "--count", "1", "--out", str(tmp_path)]) == 0
+    folder = tmp_path / "harmonise-00000"
+    assert {"collage.png", "target.png", "ground_truth.json"} <= {p.name for p in folder.iterdir()}
+    err = run_error(["world", "edits", "--kind", "transplant", "--box", "60", "60", "70", "70", "--out",
+                     str(tmp_path)], capsys)
+    assert "box=(60, 60, 70, 70) is not a box inside" in err
+
+
+def test_sample_with_missing_checkpoint_or_unknown_word(tmp_path, capsys):
+    err = run_error(["world", "sample", "--caption", "a red star", "--checkpoint", str(tmp_path)], capsys)
+    assert "no VAE checkpoint at" in err and "scripts/train_world.py" in err
+
+
+def test_dataset_writes_image_folder(tmp_path):
+    assert main(["world", "dataset", "--count", "3", "--out", str(tmp_path)]) == 0
+    assert len((tmp_path / "metadata.jsonl").read_text().splitlines()) == 3
