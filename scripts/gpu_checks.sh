@@ -46,6 +46,7 @@ echo "##### phase A: correctness (mini-world training runs alongside)"
 part check_cuda 100 python3 scripts/check_cuda.py --out "$RESULTS/check_cuda.json"
 part backbones_check 60 python3 scripts/gpu_check_backbones.py --device cuda
 part diffusers_check 90 python3 scripts/gpu_check_diffusers.py --device cuda
+part variants_check 60 python3 scripts/gpu_check_variants.py --device cuda
 
 if [ -n "${TRAIN_PID:-}" ]; then
     echo "=== waiting for training (t=$((SECONDS - T0))s)"; wait "$TRAIN_PID"; echo "=== training exit $?"
@@ -55,9 +56,10 @@ fi
 echo "##### phase B: benchmarks (GPU to themselves)"
 part bench_rotary 75 python3 scripts/bench_rotary.py --device cuda --repeats 20 --out "$RESULTS/bench_rotary_cuda.json"
 part bench_variants 60 python3 scripts/bench_variants.py --device cuda --out "$RESULTS/bench_variants_cuda.json"
-part bench_vit 50 python3 scripts/bench_backbones.py --parts vit --device cuda --dtype bf16 --repeats 10 \
+part bench_flux 50 python3 scripts/bench_backbones.py --part flux --device cuda --rounds 5 \
+    --out "$RESULTS/bench_backbones_flux_cuda.json"
+part bench_vit 60 python3 scripts/bench_backbones.py --part vit --device cuda --dtype bf16 --rounds 3 --repeats 3 \
     --out "$RESULTS/bench_backbones_vit_cuda.json"
-part bench_flux 50 python3 scripts/bench_backbones.py --part flux --device cuda --rounds 2 --repeats 5
 part edit_check 70 python3 scripts/gpu_check_edit.py --device cuda --bench-size flux1024
 for extra in scripts/gpu_parts/*.sh; do  # further parts (each takes the results folder)
     [ -f "$extra" ] && part "$(basename "$extra" .sh)" 100 bash "$extra" "$RESULTS"
