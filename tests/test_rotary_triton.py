@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 @pytest.fixture
 def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.delenv("MMPOS_DISABLE_TRITON", raising=False)
+    monkeypatch.setenv("MMPOS_TRITON", "1")
     rotary_triton.triton_available.cache_clear()
     yield
     rotary_triton.triton_available.cache_clear()
@@ -54,8 +54,8 @@ def test_kernel_bf16_within_one_ulp_and_broadcast_tables(interpreter):
     assert ((out.double() - exact).abs() / bf16_ulp(exact)).max() <= 1.0 + 1e-6
 
 
-def test_disabled_by_environment(monkeypatch):
-    monkeypatch.setenv("MMPOS_DISABLE_TRITON", "1")
+def test_opt_in_by_environment(monkeypatch):
+    monkeypatch.delenv("MMPOS_TRITON", raising=False)
     rotary_triton.triton_available.cache_clear()
     try:
         assert not rotary_triton.triton_available()

@@ -59,9 +59,15 @@ def make_methods(pe, coords, shape, dtype):
         "timm apply_rot_embed_cat": lambda x: apply_rot_embed_cat(x, timm_emb),
         "rotary-embedding-torch": lambda x: ret_apply(angles, x),
     }
-    if coords.device.type == "cuda":
+    if coords.device.type == "cuda" and triton_available():
         methods["mmpos without Triton"] = lambda x: _without_triton(pe.rotate, x, table)
     return methods
+
+
+def triton_available() -> bool:
+    from ..ops.rotary_triton import triton_available as available
+
+    return available()
 
 
 def _without_triton(fn, *args):

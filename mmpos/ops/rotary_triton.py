@@ -2,8 +2,11 @@
 
 The PyTorch path upcasts a 16-bit tensor to an fp32 buffer, multiplies and rounds back (three passes);
 this kernel reads each pair once, rotates it in registers and writes the result in the input dtype.
-Used by :func:`mmpos.ops.rotation.rotate` for CUDA tensors whenever Triton is importable, unless the
-environment sets ``MMPOS_DISABLE_TRITON=1``. ``TRITON_INTERPRET=1`` runs it on CPU tensors (tests).
+
+Opt-in: :func:`mmpos.ops.rotation.rotate` takes it for CUDA tensors only when the environment sets
+``MMPOS_TRITON=1``. It is tested under Triton's CPU interpreter (``TRITON_INTERPRET=1``) but has not yet
+run on a GPU in this project's checks (``scripts/check_cuda.py`` compares it with the PyTorch path and
+``scripts/bench_rotary.py --device cuda`` times both); it becomes the default once that has been done.
 """
 from __future__ import annotations
 
@@ -64,7 +67,8 @@ def triton_disabled():
 
 @functools.lru_cache(maxsize=None)
 def triton_available() -> bool:
-    if os.environ.get("MMPOS_DISABLE_TRITON", "") not in ("", "0"):
+    """``MMPOS_TRITON=1`` is set and Triton imports."""
+    if os.environ.get("MMPOS_TRITON", "") != "1":
         return False
     try:
         import triton  # noqa: F401
