@@ -85,3 +85,13 @@ def test_edit_loose_and_generate_cli(saved, tmp_path):
     assert Image.open(gen / "image_0.png").size == (32, 32)
     with pytest.raises(KeyError, match="unknown key"):
         main(["generate", "--model", str(paths["flux"]), "--set", "sampler.steps=3", *COMMON])
+
+
+def test_edit_band_kontext_variant_cli(saved, tmp_path):
+    root, paths = saved
+    out = tmp_path / "band_kontext"
+    assert main(["edit", "band", "--model", str(paths["kontext"]), "--image", str(root / "bg.png"),
+                 "--prompt-embeds", str(root / "embeds1.safetensors"), "--out", str(out), "--set", "variant=kontext",
+                 "--set", "figure.sweep=[]", *COMMON]) == 0
+    assert Image.open(out / "edited_0.png").size == (48, 32)  # the context image's size, not sampler's 1024
+    assert (out / "diagnostic.png").is_file()

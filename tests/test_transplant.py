@@ -174,3 +174,15 @@ def test_transplant_and_loose_on_a_4_pixel_token_grid():
     result = loose(image=image(16, 16), crop_mask=mask, loose={"step_range": (0, 1)}, num_inference_steps=2,
                    _auto_resize=False, output_type="latent", **embeddings(1))
     assert result.maps.bins.shape == (4, 4) and (result.maps.bins >= 0).sum() == 4
+
+
+def test_each_view_is_mapped_by_its_own_box():
+    grid = (8, 8)
+    first, second, target = (torch.zeros(grid, dtype=torch.bool) for _ in range(3))
+    first[0:2, 0:2] = True
+    second[6:8, 0:2] = True
+    target[3:5, 5:7] = True
+    ids = transplant_ids(grid, [first, second], target)
+    for view in (first, second):
+        moved = ids[view.flatten(), 1:]
+        assert torch.equal(moved, native_ids(grid)[target.flatten(), 1:])  # both land exactly on the target tokens
