@@ -531,4 +531,9 @@ def test_deepcopy_keeps_an_independent_working_install():
     model, inputs = tiny_flux(), flux_inputs()
     set_pe(model, "rope_mixed")
     clone = copy.deepcopy(model)
-    torch.testing.assert_close(run(clone, inputs), run(model, inputs), rtol=0, atol=0)
+    mixed = run(model, inputs)
+    torch.testing.assert_close(run(clone, inputs), mixed, rtol=0, atol=0)
+    restore(clone)
+    assert model._mmpos_installed is not None and len(model._forward_pre_hooks) == 1
+    torch.testing.assert_close(run(model, inputs), mixed, rtol=0, atol=0)
+    assert not torch.equal(run(clone, inputs), mixed)
