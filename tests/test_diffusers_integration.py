@@ -42,6 +42,16 @@ def test_native_is_bit_identical_to_stock(family, dtype):
     assert torch.equal(run(model, inputs), stock)  # the cached table gives the same bits
 
 
+@pytest.mark.parametrize("family", ["flux", "wan"])
+def test_native_is_bit_identical_with_fused_qkv_projections(family):
+    make, inputs_of = MODELS[family]
+    model, inputs = make(), inputs_of()
+    model.fuse_qkv_projections()
+    stock = run(model, inputs)
+    set_pe(model, "native")
+    assert torch.equal(run(model, inputs), stock)
+
+
 def test_native_follows_a_cast_after_set_pe_like_the_stock_buffers():
     stock, ours = tiny_wan(), tiny_wan()
     set_pe(ours, "native")
@@ -511,6 +521,18 @@ def test_wan_latents_not_divisible_by_the_patch_are_refused():
 def test_unknown_attention_backend_is_refused():
     with pytest.raises(ValueError, match="must be one of"):
         set_pe(tiny_flux(), "native", attention_backend="no_such_backend")
+
+
+def test_xformers_backend_without_xformers_is_a_clear_error():
+    try:
+        import xformers.ops  # noqa: F401
+        pytest.skip("xformers is installed here")
+    except ImportError:
+        pass
+    model = tiny_flux()
+    with pytest.raises(RuntimeError, match="xformers"):
+        set_pe(model, "native", attention_backend="xformers")
+    assert getattr(model, "_mmpos_installed", None) is None
 
 
 def test_train_only_pe_needs_parameters():
