@@ -42,6 +42,16 @@ def test_native_is_bit_identical_to_stock(family, dtype):
     assert torch.equal(run(model, inputs), stock)  # the cached table gives the same bits
 
 
+@pytest.mark.parametrize("family", ["flux", "wan"])
+def test_native_is_bit_identical_with_fused_qkv_projections(family):
+    make, inputs_of = MODELS[family]
+    model, inputs = make(), inputs_of()
+    model.fuse_qkv_projections()
+    stock = run(model, inputs)
+    set_pe(model, "native")
+    assert torch.equal(run(model, inputs), stock)
+
+
 def test_native_follows_a_cast_after_set_pe_like_the_stock_buffers():
     stock, ours = tiny_wan(), tiny_wan()
     set_pe(ours, "native")
@@ -513,6 +523,18 @@ def test_unknown_attention_backend_is_refused():
         set_pe(tiny_flux(), "native", attention_backend="no_such_backend")
 
 
+def test_xformers_backend_without_xformers_is_a_clear_error():
+    try:
+        import xformers.ops  # noqa: F401
+        pytest.skip("xformers is installed here")
+    except ImportError:
+        pass
+    model = tiny_flux()
+    with pytest.raises(RuntimeError, match="xformers"):
+        set_pe(model, "native", attention_backend="xformers")
+    assert getattr(model, "_mmpos_installed", None) is None
+
+
 def test_train_only_pe_needs_parameters():
     model = tiny_flux()
     set_pe(model, "native")
@@ -531,4 +553,9 @@ def test_deepcopy_keeps_an_independent_working_install():
     model, inputs = tiny_flux(), flux_inputs()
     set_pe(model, "rope_mixed")
     clone = copy.deepcopy(model)
-    torch.testing.assert_close(run(clone, inputs), run(model, inputs), rtol=0, atol=0)
+    mixed = run(model, inputs)
+    torch.testing.assert_close(run(clone, inputs), mixed, rtol=0, atol=0)
+    restore(clone)
+    assert model._mmpos_installed is not None and len(model._forward_pre_hooks) == 1
+    torch.testing.assert_close(run(model, inputs), mixed, rtol=0, atol=0)
+    assert not torch.equal(run(clone, inputs), mixed)

@@ -18,14 +18,19 @@ def tiny_flux(dtype=torch.float32, device="cpu", seed: int = 0, **overrides):
     from diffusers import FluxTransformer2DModel
 
     torch.manual_seed(seed)
-    return FluxTransformer2DModel(**{**FLUX_CONFIG, **overrides}).to(device, dtype).eval()
+    return _placed(FluxTransformer2DModel(**{**FLUX_CONFIG, **overrides}), dtype, device)
 
 
 def tiny_wan(dtype=torch.float32, device="cpu", seed: int = 0, **overrides):
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(seed)
-    return WanTransformer3DModel(**{**WAN_CONFIG, **overrides}).to(device, dtype).eval()
+    return _placed(WanTransformer3DModel(**{**WAN_CONFIG, **overrides}), dtype, device)
+
+
+def _placed(model, dtype, device):
+    model = model.to(device).eval()
+    return model if dtype == torch.float32 else model.to(dtype)  # diffusers warns on every dtype cast
 
 
 def tiny_flux_inputs(dtype=torch.float32, device="cpu", height=4, width=4, text=8, batch=1, seed: int = 1) -> dict:
