@@ -176,3 +176,19 @@ def test_every_registered_rotary_encoding_is_offered():
     for pe in rotary:
         assert pe_class(pe).kind == "rotary"
         assert len(tiny_dit(pe=pe).rotary_pes) >= 1
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    model = tiny_dit(pe="rope_mixed").double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    x, t, y = torch.randn(2, 3, 8, 8, dtype=torch.float64), torch.tensor([3.0, 600.0]), torch.tensor([0, 2])
+    model.eval()
+    model(x, t, y).sample.square().sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.enable_gradient_checkpointing()
+    model(x, t, y).sample.square().sum().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name], rtol=1e-9, atol=1e-12, msg=name)

@@ -369,3 +369,18 @@ def test_unsupported_attention_class_fails_before_changing_the_model():
     with pytest.raises(TypeError, match=r"blocks\[1\]\.attn is a .*CustomAttention; mmpos can convert Attention"):
         mt.convert(model, pe="rope_axial", dynamic_img_size=True)
     assert type(model.blocks[0].attn) is AttentionRope and model.rope is not None and not model.dynamic_img_size
+
+
+@pytest.mark.parametrize("family", ["vit", "eva"])
+def test_intermediates_and_gradient_checkpointing(family):
+    model = mt.convert(MODELS[family](dynamic_img_size=True), pe="rope_mixed").double()
+    images = torch.randn(2, 3, 48, 40, dtype=torch.float64)
+    features = model.forward_intermediates(images, intermediates_only=True)
+    assert [tuple(f.shape) for f in features] == [(2, 32, 6, 5)] * 2
+    model(images).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.set_grad_checkpointing(True)
+    model(images).sum().backward()
+    for name, param in model.named_parameters():  # recomputed blocks reach the per-block encodings too
+        torch.testing.assert_close(param.grad, grads[name], rtol=1e-9, atol=1e-12, msg=name)

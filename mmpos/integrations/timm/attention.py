@@ -17,12 +17,14 @@ from timm.layers import Attention, AttentionRope
 from timm.layers.attention import maybe_add_mask, resolve_self_attn_mask
 from timm.models.eva import EvaAttention
 
+from .positions import TokenPositions
+
 
 class _PositionalAttention:
     """Shared forward: project, normalise, encode positions, attend, project out."""
 
-    pe: torch.nn.Module
-    positions: "object"
+    pe: torch.nn.Module  # the encoding: q, k = pe(q, k, coords)
+    positions: TokenPositions  # shared by the model's blocks
 
     def _project(self, x: torch.Tensor):
         raise NotImplementedError
@@ -38,8 +40,8 @@ class _PositionalAttention:
         q, k = self.pe(q, k, coords)
         return q, k, v.to(q.dtype)
 
-    def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor] = None, attn_mask: Optional[torch.Tensor] = None,
-                is_causal: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, rope: Optional[torch.Tensor] = None,
+                attn_mask: Optional[torch.Tensor] = None, is_causal: bool = False) -> torch.Tensor:
         if rope is not None:
             raise ValueError("this attention block takes positions from mmpos; the model still passes a timm "
                              "`rope` tensor (set model.rope = None, as mmpos.integrations.timm.convert does)")
