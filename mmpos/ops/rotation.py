@@ -34,6 +34,8 @@ def rotate(x: torch.Tensor, table: RotaryTable, layout: str = "interleaved", *, 
     """
     check_choice("layout", layout, LAYOUTS)
     xv = _check_and_move(x, table, seq_dim, num_prefix_tokens)
+    if torch.compiler.is_compiling():
+        return _rotate_traceable(x, table.cis, layout, seq_dim, num_prefix_tokens)
     if torch.is_grad_enabled() and (x.requires_grad or table.cis.requires_grad):
         return _RotateFunction.apply(x, table.cis, layout, seq_dim, num_prefix_tokens)
     return _rotate_into(torch.empty_like(x), x, xv, table.cis, layout, seq_dim, num_prefix_tokens)
@@ -111,6 +113,22 @@ def _rotate_into(out, x, xv, cis, layout, seq_dim, num_prefix_tokens):
         torch.view_as_complex(buffer).mul_(cis_chunk)
         dst_chunk.copy_(buffer)
     return out
+
+
+def _rotate_traceable(x, cis, layout, seq_dim, num_prefix_tokens):
+    """The same rotation in plain real arithmetic (no complex views, no writes into buffers), which
+    ``torch.compile`` traces and fuses; its autograd is PyTorch's own."""
+    xv = x.movedim(seq_dim, -2)
+    n, rotary_dim = num_prefix_tokens, 2 * cis.shape[-1]
+    real = compute_dtype(x.dtype, x.device)
+    cos_sin = torch.view_as_real(cis.to(x.device)).to(real)
+    cos, sin = cos_sin[..., 0], cos_sin[..., 1]
+    pairs = _pairs(xv[..., n:, :rotary_dim], layout).to(real)
+    re, im = pairs[..., 0], pairs[..., 1]
+    rotated = torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1)
+    rotated = (rotated.flatten(-2) if layout == "interleaved" else rotated.transpose(-1, -2).flatten(-2)).to(x.dtype)
+    body = torch.cat([rotated, xv[..., n:, rotary_dim:]], dim=-1)
+    return torch.cat([xv[..., :n, :], body], dim=-2).movedim(-2, seq_dim)
 
 
 def _chunks(src: torch.Tensor, cis: torch.Tensor, dst: torch.Tensor):
