@@ -28,7 +28,9 @@ from .rotary_base import RotaryPE
 
 @register_pe("harope")
 class HARoPE(RotaryPE):
-    """Args:
+    """HARoPE: a learned per-head map M on q and M^-T on k before any rotary encoding.
+
+    Args:
         head_dim: channels per head (``M`` is ``head_dim x head_dim``).
         num_heads: heads; each has its own ``M``.
         base: the rotary encoding applied after ``M``: a registered name (default ``"rope_axial"``, 2D axial

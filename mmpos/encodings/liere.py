@@ -21,7 +21,9 @@ from .registry import register_pe
 
 @register_pe("liere")
 class LieRE(BlockRotaryPE):
-    """Args:
+    """LieRE: learned non-commuting rotations exp(sum_i x_i A_i) (baseline; not relative).
+
+    Args:
         head_dim, num_heads, num_axes: as ComRoPE.
         block_size: channels per rotation block (``head_dim``: dense; default 4).
         init_std: entries of the generators' parameters ``P ~ N(0, init_std^2)`` (``A = P - P^T``).
