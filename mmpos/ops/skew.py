@@ -11,6 +11,12 @@ import math
 import torch
 
 
+def matmul_safe_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """Dtype for small matrix products that must be full fp32: on CUDA, fp32 matmuls may run in TF32 (a user
+    or library setting, ~1e-3 relative), so fp32 work is done in fp64 there; elsewhere ``dtype`` itself."""
+    return torch.float64 if dtype == torch.float32 and torch.device(device).type == "cuda" else dtype
+
+
 def skew_part(p: torch.Tensor) -> torch.Tensor:
     """``P - P^T`` over the last two dims (ComRoPE's parameterisation of a skew generator)."""
     return p - p.transpose(-1, -2)
