@@ -268,3 +268,23 @@ def test_bad_inputs():
         pe(q, k, torch.rand(4, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match="needs coords"):
         _pe("comrope_ap", 4)(q, k)
+
+
+def test_block_rotation_operator_prefix_pass_through_and_shared_tables():
+    from mmpos.ops import apply_block_rotation
+    from mmpos.ops.skew import exp_skew
+
+    x = torch.randn(3, 2, 6, 10, dtype=torch.float64)  # 2 prefix tokens, 8 rotated channels of 10
+    shared = exp_skew(skew_part(torch.randn(2, 4, 2, 4, 4, dtype=torch.float64)))  # [H, L, m, b, b]
+    out = apply_block_rotation(x, BlockRotationTable(shared), num_prefix_tokens=2)
+    assert torch.equal(out[:, :, :2], x[:, :, :2]) and torch.equal(out[..., 8:], x[..., 8:])
+    expected = torch.einsum("hlmij,bhlmj->bhlmi", shared, x[:, :, 2:, :8].unflatten(-1, (2, 4))).flatten(-2)
+    assert torch.allclose(out[:, :, 2:, :8], expected, atol=1e-14)
+    per_sample = apply_block_rotation(x, BlockRotationTable(shared.expand(3, -1, -1, -1, -1, -1)),
+                                      num_prefix_tokens=2)
+    assert torch.allclose(per_sample, out, atol=1e-14)
+    with pytest.raises(ValueError, match="table leading dims"):
+        apply_block_rotation(x[:, :1], BlockRotationTable(shared), num_prefix_tokens=2)
+    with pytest.raises(ValueError, match="rotates 12 channels but x has only 10"):
+        apply_block_rotation(x, BlockRotationTable(torch.zeros(4, 3, 4, 4, dtype=torch.float64)),
+                             num_prefix_tokens=2)

@@ -83,15 +83,8 @@ def _sync(device):
 
 
 def measure(step, device, repeats: int, exclude=()) -> dict:
-    """Median seconds of ``step()`` and its memory (see the module docstring)."""
-    step()
-    _sync(device)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        samples.append(time.perf_counter() - start)
+    """Median seconds of ``step()`` over ``repeats`` and its memory (see the module docstring), measured on
+    the warm-up call."""
     with SavedBytes(exclude) as saved:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -99,6 +92,12 @@ def measure(step, device, repeats: int, exclude=()) -> dict:
         step()
         _sync(device)
         peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else None
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        samples.append(time.perf_counter() - start)
     return dict(ms=statistics.median(samples) * 1e3, saved_mb=saved.nbytes / 2**20,
                 peak_mb=None if peak is None else peak / 2**20)
 

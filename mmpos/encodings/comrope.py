@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..ops.block_rotation import BlockRotationTable
-from ..ops.skew import exp_scaled_skew, skew_part
+from ..ops.skew import exp_scaled_skew, exp_scaled_skew_4_terms, matmul_safe_dtype, skew_part
 from ..ops.phasors import unit_phasor_table
 from .block_rotary import BlockRotaryPE
 from .registry import register_pe
@@ -76,6 +76,12 @@ class ComRoPE(BlockRotaryPE):
         skew = skew_part(self.P.to(work_dtype))[:, None]  # [H, 1, m, b, b]
         if self.block_size == 2:
             return unit_phasor_table(t * skew[..., 1, 0], _complex(real_dtype))
+        exact = matmul_safe_dtype(work_dtype, coords.device)  # the products below multiply matrices
+        t, skew = t.to(exact), skew.to(exact)
+        if self.block_size == 4:  # closed form: per token 4 coefficients of 4 fixed matrices per head and block
+            coefficients, basis = exp_scaled_skew_4_terms(t, skew)  # [..., H, L, m, 4], [H, 1, m, 4, 4, 4]
+            matrices = torch.einsum("...hlmk,hmkij->...hlmij", coefficients, basis[:, 0])
+            return BlockRotationTable(matrices.to(real_dtype))
         return BlockRotationTable(exp_scaled_skew(t, skew, real_dtype))
 
     def frequency_matrix(self) -> torch.Tensor:

@@ -21,14 +21,16 @@ from torch import nn
 from torch.nn import functional as F
 
 from .._validation import check_positive_int
-from ..ops.skew import num_upper, skew_from_upper, upper_of
+from ..ops.skew import matmul_safe_dtype, num_upper, skew_from_upper, upper_of
 from .registry import create_pe, pe_class, pe_options, register_pe
 from .rotary_base import RotaryPE
 
 
 @register_pe("harope")
 class HARoPE(RotaryPE):
-    """Args:
+    """HARoPE: a learned per-head map M on q and M^-T on k before any rotary encoding.
+
+    Args:
         head_dim: channels per head (``M`` is ``head_dim x head_dim``).
         num_heads: heads; each has its own ``M``.
         base: the rotary encoding applied after ``M``: a registered name (default ``"rope_axial"``, 2D axial
@@ -63,8 +65,8 @@ class HARoPE(RotaryPE):
         return (F.softplus(self.sigma) / math.log(2.0)).clamp_min(self.eps)
 
     def factors(self, dtype: torch.dtype = torch.float32):
-        """``(U, s, V)``: ``U, V`` ``[H, d, d]`` rotations, ``s`` ``[H, d]``, computed in ``dtype`` (fp32 or
-        fp64) with autocast off and TF32 irrelevant (``matrix_exp`` of a fp32/fp64 matrix)."""
+        """``(U, s, V)``: ``U, V`` ``[H, d, d]`` rotations, ``s`` ``[H, d]``, computed in ``dtype`` with autocast
+        off. The forward uses fp64 on CUDA for fp32 work (TF32 matmuls would break orthogonality at ~1e-3)."""
         with torch.autocast(self.sigma.device.type, enabled=False):
             generators = skew_from_upper(torch.stack([self.u_skew, self.v_skew]).to(dtype), self.head_dim)
             u, v = torch.linalg.matrix_exp(generators)  # one batched call for both factors
@@ -77,7 +79,7 @@ class HARoPE(RotaryPE):
         return (u * s[:, None, :]) @ vt, (u / s[:, None, :]) @ vt
 
     def _matrices_for(self, dtype: torch.dtype):
-        work = torch.float64 if dtype == torch.float64 else torch.float32
+        work = matmul_safe_dtype(torch.float64 if dtype == torch.float64 else torch.float32, self.sigma.device)
         if torch.is_grad_enabled() and any(p.requires_grad for p in (self.u_skew, self.v_skew, self.sigma)):
             return self.matrices(work)
         key = tuple((p._version, p.data_ptr()) for p in (self.u_skew, self.v_skew, self.sigma)) + (work,)

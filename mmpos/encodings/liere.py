@@ -14,14 +14,16 @@ from typing import Sequence
 import torch
 
 from ..ops.block_rotation import BlockRotationTable
-from ..ops.skew import exp_skew, skew_part
+from ..ops.skew import exp_skew, matmul_safe_dtype, skew_part
 from .block_rotary import BlockRotaryPE
 from .registry import register_pe
 
 
 @register_pe("liere")
 class LieRE(BlockRotaryPE):
-    """Args:
+    """LieRE: learned non-commuting rotations exp(sum_i x_i A_i) (baseline; not relative).
+
+    Args:
         head_dim, num_heads, num_axes: as ComRoPE.
         block_size: channels per rotation block (``head_dim``: dense; default 4).
         init_std: entries of the generators' parameters ``P ~ N(0, init_std^2)`` (``A = P - P^T``).
@@ -43,7 +45,7 @@ class LieRE(BlockRotaryPE):
         return skew_part(self.P).transpose(0, 1)
 
     def fresh_table(self, coords, real_dtype, work_dtype):
-        skew = skew_part(self.P.to(work_dtype))
+        skew = skew_part(self.P.to(matmul_safe_dtype(work_dtype, coords.device)))  # no TF32 in matrix_exp
         generator = torch.einsum("...la,ahmij->...hlmij", coords, skew)  # [..., H, L, m, b, b]
         return BlockRotationTable(exp_skew(generator).to(real_dtype))
 

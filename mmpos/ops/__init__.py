@@ -5,3 +5,5 @@ from .tables import (RotaryTable, TableCache, axial_phases, check_coords, device
 
 __all__ = ["LAYOUTS", "compute_dtype", "rotate", "RotaryTable", "TableCache", "axial_phases", "check_coords",
            "device_has_fp64", "phases_fp32_reduced", "table_from_phases"]
+from .block_rotation import BlockRotationTable, apply_block_rotation
+__all__ += ["BlockRotationTable", "apply_block_rotation"]

@@ -11,6 +11,12 @@ import math
 import torch
 
 
+def matmul_safe_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """Dtype for small matrix products that must be full fp32: on CUDA, fp32 matmuls may run in TF32 (a user
+    or library setting, ~1e-3 relative), so fp32 work is done in fp64 there; elsewhere ``dtype`` itself."""
+    return torch.float64 if dtype == torch.float32 and torch.device(device).type == "cuda" else dtype
+
+
 def skew_part(p: torch.Tensor) -> torch.Tensor:
     """``P - P^T`` over the last two dims (ComRoPE's parameterisation of a skew generator)."""
     return p - p.transpose(-1, -2)
@@ -75,7 +81,7 @@ def exp_skew(g: torch.Tensor) -> torch.Tensor:
     if g.shape[-1] == 2:
         return rotation_2x2(g[..., 1, 0])
     if g.shape[-1] == 4:
-        return exp_scaled_skew_4(g.new_ones(g.shape[:-2]), g)
+        return exp_scaled_skew(g.new_ones(g.shape[:-2]), g)
     return torch.linalg.matrix_exp(g.contiguous())
 
 
@@ -85,22 +91,23 @@ def exp_scaled_skew(t: torch.Tensor, s: torch.Tensor, dtype: torch.dtype | None 
     Angles are computed at the inputs' precision; ``b = 4`` combines its closed-form terms in ``dtype``.
     """
     if s.shape[-1] == 4:
-        return exp_scaled_skew_4(t, s, dtype)
+        coefficients, basis = exp_scaled_skew_4_terms(t, s)
+        return (coefficients.to(dtype or s.dtype)[..., None, None] * basis.to(dtype or s.dtype)).sum(-3)
     return exp_skew(t[..., None, None] * s).to(dtype or s.dtype)
 
 
-def exp_scaled_skew_4(t: torch.Tensor, s: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``exp(t * S)`` for scalars ``t`` ``[...]`` and 4x4 skew ``S`` ``[..., 4, 4]`` (broadcast), closed form.
+def exp_scaled_skew_4_terms(t: torch.Tensor, s: torch.Tensor):
+    """``exp(t * S) = sum_k c_k(t) B_k`` for scalars ``t`` ``[...]`` and 4x4 skew ``S`` ``[..., 4, 4]``.
 
     ``exp(tS) = exp(tS+) exp(tS-)`` and ``exp(tS+-) = cos(t a) I + (sin(t a) / a) S+-``, so the result is a
-    combination of ``I, S+, S-, S+ S-`` with four scalar coefficients per entry of ``t``.
+    combination of ``B = (I, S+, S-, S+ S-)`` with four scalar coefficients per entry of ``t``.
+    Returns ``(c [..., 4], B [..., 4, 4, 4])`` with ``c`` broadcast over ``t`` and ``S``'s leading dims and ``B``
+    over ``S``'s; contracting them with one ``einsum`` keeps a training step to a few passes over the table.
     """
-    dtype = dtype or s.dtype
     s_plus, s_minus, a_plus, a_minus = self_dual_split(s)
     cos_p, cos_m = (t * a_plus).cos(), (t * a_minus).cos()
     sinc_p = t * torch.sinc(t * a_plus / math.pi)  # sin(t a) / a, smooth at a = 0
     sinc_m = t * torch.sinc(t * a_minus / math.pi)
-    e = lambda c: c[..., None, None].to(dtype)
-    s_plus, s_minus = s_plus.to(dtype), s_minus.to(dtype)
-    out = e(cos_p * sinc_m) * s_minus + e(sinc_p * cos_m) * s_plus + e(sinc_p * sinc_m) * (s_plus @ s_minus)
-    return out + e(cos_p * cos_m) * torch.eye(4, dtype=out.dtype, device=out.device)
+    coefficients = torch.stack([cos_p * cos_m, sinc_p * cos_m, cos_p * sinc_m, sinc_p * sinc_m], dim=-1)
+    eye = torch.eye(4, dtype=s.dtype, device=s.device).expand_as(s_plus)
+    return coefficients, torch.stack([eye, s_plus, s_minus, s_plus @ s_minus], dim=-3)
