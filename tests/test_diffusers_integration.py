@@ -559,3 +559,19 @@ def test_deepcopy_keeps_an_independent_working_install():
     assert model._mmpos_installed is not None and len(model._forward_pre_hooks) == 1
     torch.testing.assert_close(run(model, inputs), mixed, rtol=0, atol=0)
     assert not torch.equal(run(clone, inputs), mixed)
+
+
+def test_harope_on_flux_takes_the_model_axes_and_starts_at_stock():
+    """A wrapping encoding gets the model's spectrum in its base_options; at init it is the stock model."""
+    from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs
+
+    transformer, inputs = tiny_flux(), tiny_flux_inputs()
+    stock = transformer(**inputs).sample
+    set_pe(transformer, "harope", per_layer=True)
+    torch.testing.assert_close(transformer(**inputs).sample, stock, rtol=0, atol=1e-6)
+    trainable = train_only_pe(transformer)
+    transformer.train()  # HARoPE caches U, V in eval mode
+    transformer(**inputs).sample.square().mean().backward()
+    with_grad = {id(p) for p in transformer.parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert with_grad == {id(p) for p in trainable} == {id(p) for p in pe_parameters(transformer)}
+    assert len(trainable) == 3 * len(transformer.transformer_blocks + transformer.single_transformer_blocks)

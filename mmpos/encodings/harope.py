@@ -113,6 +113,12 @@ class HARoPE(RotaryPE):
     def default_coords(self, length, device):
         return self.base.default_coords(length, device)
 
+    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, table):
+        """``R M q, R M^-T k`` with a table from :meth:`table`: the hook integrations call when they hold
+        tables themselves (:meth:`rotate` alone cannot tell q from k)."""
+        q, k = self.transform(q, k)
+        return self.base.rotate(q, table), self.base.rotate(k, table)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
         """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding)."""
         q, k = self.transform(q, k)

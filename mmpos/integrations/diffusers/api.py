@@ -1,6 +1,8 @@
 """``set_pe`` / ``restore`` / ``pe_parameters`` / ``train_only_pe`` for diffusers' Flux and Wan transformers."""
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass, field
 
 import torch
@@ -211,6 +213,8 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
         raise TypeError(f"{name!r} is a {kind!r} encoding; the diffusers integration applies rotary encodings "
                         "(or 'nope') inside attention")
     kwargs = {**_model_defaults(transformer, spec, name, options, coord_axes), **options}
+    if isinstance(kwargs.get("base", "rope_axial"), str) and "base_options" in pe_options(name):
+        kwargs["base_options"] = _wrapped_base_options(transformer, spec, name, kwargs, coord_axes)
     if kwargs.get("seq_dim", -3) != -3:
         raise ValueError(f"seq_dim={kwargs['seq_dim']}: diffusers' processors hold q and k as [B, S, H, D] "
                          "(seq_dim=-3); leave seq_dim unset")
@@ -232,6 +236,16 @@ def _model_defaults(transformer, spec, name, options, coord_axes) -> dict:
     else:
         defaults["num_axes"] = num_axes
     return {k: v for k, v in defaults.items() if k in valid}
+
+
+def _wrapped_base_options(transformer, spec, name, kwargs, coord_axes) -> dict:
+    """For encodings that wrap a base encoding (HARoPE): the model's values for the base's options, under the
+    caller's ``base_options``; the wrapper's own ``head_dim``/``num_heads`` stay the wrapper's."""
+    base = kwargs.get("base", inspect.signature(pe_class(name)).parameters["base"].default)
+    given = dict(kwargs.get("base_options") or {})
+    defaults = _model_defaults(transformer, spec, base, given, coord_axes)
+    defaults = {k: v for k, v in defaults.items() if k not in ("head_dim", "num_heads")}
+    return {**defaults, **given}
 
 
 def _check_fits(encoding, spec: ModelSpec, head_dim: int, heads: int, coord_axes) -> int:
