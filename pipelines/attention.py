@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
 from diffusers.models.embeddings import apply_rotary_emb
-from diffusers.models.transformers.transformer_flux import _get_qkv_projections
+
+from mmpos.integrations.diffusers.processors import flux_finish_attention as finish_attention
+from mmpos.integrations.diffusers.processors import flux_project_heads as project_heads
 
 
 def attention_layer_names(transformer) -> list[str]:
@@ -62,26 +64,6 @@ class EditAttnProcessor:
         return rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, self.context)
 
 
-def project_heads(attn, hidden_states, encoder_hidden_states=None):
-    """q, k, v as ``[B, S, H, D]`` after qk-norm, text prepended in double blocks; RoPE not yet applied.
-
-    Same operations, in the same order, as diffusers' ``FluxAttnProcessor``.
-    """
-    query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
-        attn, hidden_states, encoder_hidden_states)
-    query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
-    key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
-    value = value.unflatten(-1, (-1, attn.head_dim))
-    if attn.added_kv_proj_dim is not None:
-        encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
-        encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
-        encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
-        query = torch.cat([encoder_query, query], dim=1)
-        key = torch.cat([encoder_key, key], dim=1)
-        value = torch.cat([encoder_value, value], dim=1)
-    return query, key, value
-
-
 def rotate(x: torch.Tensor, rotary_emb) -> torch.Tensor:
     """diffusers' Flux rotation (adjacent channel pairs) of ``[B, S, H, D]`` with ``(cos, sin)`` ``[S, D]``."""
     return apply_rotary_emb(x, rotary_emb, sequence_dim=1)
@@ -97,16 +79,3 @@ def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.T
     backend = AttentionBackendName.NATIVE if native else getattr(stock, "_attention_backend", None)
     return dispatch_attention_fn(query, key, value, scale=scale, backend=backend,
                                  parallel_config=None if native else getattr(stock, "_parallel_config", None))
-
-
-def finish_attention(attn, hidden_states, encoder_hidden_states, dtype):
-    """Merge heads and apply the output projections exactly as the stock processor does."""
-    hidden_states = hidden_states.flatten(2, 3).to(dtype)
-    if encoder_hidden_states is None:
-        return hidden_states
-    text_len = encoder_hidden_states.shape[1]
-    encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-        [text_len, hidden_states.shape[1] - text_len], dim=1)
-    hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
-    encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
-    return hidden_states, encoder_hidden_states

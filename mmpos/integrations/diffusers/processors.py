@@ -88,37 +88,51 @@ class _PEProcessor:
                                      parallel_config=parallel_config)
 
 
+def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
+    """q, k, v as ``[B, S, H, D]`` after qk-norm, text prepended in double blocks; RoPE not yet applied.
+
+    Same operations, in the same order, as diffusers' ``FluxAttnProcessor``.
+    """
+    query, key, value, encoder_query, encoder_key, encoder_value = transformer_flux._get_qkv_projections(
+        attn, hidden_states, encoder_hidden_states)
+    query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
+    key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
+    value = value.unflatten(-1, (-1, attn.head_dim))
+    if attn.added_kv_proj_dim is not None:
+        encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
+        encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
+        encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
+        query = torch.cat([encoder_query, query], dim=1)
+        key = torch.cat([encoder_key, key], dim=1)
+        value = torch.cat([encoder_value, value], dim=1)
+    return query, key, value
+
+
+def flux_finish_attention(attn, hidden_states, encoder_hidden_states, dtype):
+    """Merge heads and apply the output projections exactly as the stock processor does."""
+    hidden_states = hidden_states.flatten(2, 3).to(dtype)
+    if encoder_hidden_states is None:
+        return hidden_states
+    text_len = encoder_hidden_states.shape[1]
+    encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+        [text_len, hidden_states.shape[1] - text_len], dim=1)
+    hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
+    encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
+    return hidden_states, encoder_hidden_states
+
+
+
 class FluxPEAttnProcessor(_PEProcessor):
     """``FluxAttnProcessor`` with the rotation from mmpos (joint text+image sequence, ``[B, S, H, D]``)."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  image_rotary_emb=None):
-        query, key, value, encoder_query, encoder_key, encoder_value = transformer_flux._get_qkv_projections(
-            attn, hidden_states, encoder_hidden_states)
-        query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
-        key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
-        value = value.unflatten(-1, (-1, attn.head_dim))
-        if attn.added_kv_proj_dim is not None:
-            encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
-            encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
-            encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
-            query = torch.cat([encoder_query, query], dim=1)
-            key = torch.cat([encoder_key, key], dim=1)
-            value = torch.cat([encoder_value, value], dim=1)
-
+        query, key, value = flux_project_heads(attn, hidden_states, encoder_hidden_states)
         if image_rotary_emb is not None:
             query, key = self.rotation(query, key, image_rotary_emb, self.layer)
 
         hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
-        if encoder_hidden_states is None:
-            return hidden_states
-        text_length = encoder_hidden_states.shape[1]
-        encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-            [text_length, hidden_states.shape[1] - text_length], dim=1)
-        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
-        encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
-        return hidden_states, encoder_hidden_states
+        return flux_finish_attention(attn, hidden_states, encoder_hidden_states, query.dtype)
 
 
 class WanPEAttnProcessor(_PEProcessor):
