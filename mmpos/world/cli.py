@@ -70,6 +70,19 @@ def _edits(args) -> list[Path]:
     return written
 
 
+def _clip(args) -> list[Path]:
+    from .scene3d import orbit_poses, render_clip, sample_scene3d
+
+    frames = render_clip(sample_scene3d(args.seed, args.objects), orbit_poses(args.frames, degrees=args.degrees),
+                         args.size, args.fov)
+    out = Path(args.out)
+    written = [_save(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
+    np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
+                        ids=np.stack([f.ids for f in frames]), intrinsics=frames[0].intrinsics,
+                        poses=np.stack([f.pose for f in frames]))
+    return written + [out / "ground_truth.npz"]
+
+
 def _sample(args) -> list[Path]:
     from .models import load_world_pipeline, prompt_kwargs
     from .samples import image_grid
@@ -130,6 +143,14 @@ def add_world_command(subparsers) -> None:
     edit.add_argument("--count", type=int, default=4)
     edit.add_argument("--seed", type=int, default=0)
     edit.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), help="transplant target box")
+
+    clip = command("clip", _clip, "render a 3D scene along an orbiting camera (frames + depth/ids/cameras npz)")
+    clip.add_argument("--out", required=True)
+    clip.add_argument("--seed", type=int, default=0)
+    clip.add_argument("--objects", type=int, default=3)
+    clip.add_argument("--frames", type=int, default=8)
+    clip.add_argument("--degrees", type=float, default=90.0, help="arc of the orbit")
+    clip.add_argument("--fov", type=float, default=60.0, help="horizontal field of view in degrees")
 
     sample = command("sample", _sample, "sample the trained text-to-image world model")
     sample.add_argument("--caption", nargs="+", required=True, help="one or more captions in the world's words")
