@@ -29,7 +29,7 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
     if world and checkpoint is not None:
         from .world.models import check_world_checkpoint
 
-        check_world_checkpoint(checkpoint)
+        check_world_checkpoint(checkpoint, tasks=("t2i",))
     written = []
     for name in tqdm(list_pes(), desc="encodings", unit="pe"):
         if pe_class(name).kind == "camera":

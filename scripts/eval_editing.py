@@ -47,13 +47,14 @@ def eval_transplant(args, pipes) -> list[dict]:
     from mmpos.world.metrics import insertion_scores
     from mmpos.world.samples import generate
 
-    pairs = [transplant_pair(args.seed + i) for i in range(args.count)]
-    examples = [{"image": p.background.image, "mask": box_region(p.box, 64), "caption": p.caption} for p in pairs]
+    size = args.sizes["fill"]
+    pairs = [transplant_pair(args.seed + i, size) for i in range(args.count)]
+    examples = [{"image": p.background.image, "mask": box_region(p.box, size), "caption": p.caption} for p in pairs]
     outputs = generate(pipes("fill"), "fill", examples, args.steps)
 
     def score(images):
         return mean_scores([insertion_scores(o, p.background.image, p.mask, p.target.spec.objects[-1].colour,
-                                             box_region(p.box, 64)) for o, p in zip(images, pairs)])
+                                             box_region(p.box, size)) for o, p in zip(images, pairs)])
 
     return [{"method": "ground truth", **score([p.target.image for p in pairs])},
             {"method": "plain Fill", **score(outputs)}, not_run("PE transplant")]
@@ -76,7 +77,7 @@ def eval_harmonise(args, pipes) -> list[dict]:
     from mmpos.world.edits import harmonise_pair
     from mmpos.world.samples import generate
 
-    pairs = [harmonise_pair(args.seed + i) for i in range(args.count)]
+    pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
     examples = [{"image": p.target.image, "context": p.collage, "caption": p.instruction} for p in pairs]
     outputs = generate(pipes("kontext"), "kontext", examples, args.steps)
     return [{"method": "ground truth", **mean_scores([harmonise_scores(p.target.image, p) for p in pairs])},
@@ -90,7 +91,7 @@ def eval_style(args, pipes) -> list[dict]:
     from mmpos.world.metrics import layout_copy, palette_similarity, texture_similarity
     from mmpos.world.samples import generate
 
-    sets = [style_set(args.seed + i, count=2) for i in range(max(args.count // 2, 1))]
+    sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]
     flat = [(s.reference, t, prompt) for s in sets for t, prompt in zip(s.targets, s.prompts)]
     examples = [{"image": t.image, "caption": prompt} for _, t, prompt in flat]
     outputs = generate(pipes("t2i"), "t2i", examples, args.steps)
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
     if args.count < 1:
         parser.error(f"--count must be at least 1, got {args.count}")
 
-    from mmpos.world.models import check_world_checkpoint, load_world_pipeline
+    from mmpos.world.models import check_world_checkpoint, load_world_pipeline, trained_image_size
 
     try:
         root = check_world_checkpoint(args.checkpoint or Path(__file__).resolve().parents[1] / "assets",
@@ -136,6 +137,7 @@ def main(argv=None) -> int:
     except FileNotFoundError as error:
         parser.error(str(error))
     cache = {}
+    args.sizes = {task: trained_image_size(root, task) for task in MODEL_OF_TASK.values()}  # trained sides
 
     def pipes(task):
         if task not in cache:

@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown config keys {unknown}; expected keys from {sorted(DEFAULTS)}")
     card = train(config, args.out, resume=args.resume, progress=not args.quiet)
     summary = {k: card.get(k) for k in ("task", "steps", "train_minutes", "final_train_loss", "val_loss_start",
-                                        "val_loss", "val_l1", "parameters")}
+                                        "val_loss", "val_l1_start", "val_l1", "parameters")}
     print(json.dumps(summary))
     return 0
 

@@ -60,3 +60,11 @@ def test_sample_with_missing_checkpoint_or_unknown_word(tmp_path, capsys):
 def test_dataset_writes_image_folder(tmp_path):
     assert main(["world", "dataset", "--count", "3", "--out", str(tmp_path)]) == 0
     assert len((tmp_path / "metadata.jsonl").read_text().splitlines()) == 3
+
+
+def test_clip_writes_frames_and_cameras(tmp_path, capsys):
+    assert main(["world", "clip", "--frames", "2", "--size", "16", "--out", str(tmp_path)]) == 0
+    truth = np.load(tmp_path / "ground_truth.npz")
+    assert truth["poses"].shape == (2, 4, 4) and truth["depth"].shape == (2, 16, 16)
+    assert (tmp_path / "frame_001.png").is_file()
+    assert "fov_degrees" in run_error(["world", "clip", "--fov", "200", "--out", str(tmp_path)], capsys)

@@ -1,11 +1,14 @@
 """World models: real diffusers pipelines on tiny configs, pipeline-exact training inputs, training, loading."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from diffusers import FluxKontextPipeline
 
 from mmpos.world.models import (TASKS, build_pipeline, build_text_encoder, build_transformer, build_vae,
-                                load_world_pipeline, prompt_kwargs)
+                                load_world_pipeline, prompt_kwargs, trained_image_size)
 from mmpos.world.samples import generate, held_out_examples
 from mmpos.world.text import WorldTextEncoder
 from mmpos.world.training import latent_ids, pack, pack_pixel_mask, train
@@ -115,3 +118,24 @@ def test_resume_continues_from_the_saved_step(trained):
                   text_encoder=TINY_TEXT, max_steps=14, warmup_steps=1)
     resumed = train(config, root, resume=True, progress=False)
     assert resumed["steps"] == 14 and resumed["loss_history"][: len(card["loss_history"])] == card["loss_history"]
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "assets"
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_shipped_checkpoints_load_and_sample(task):
+    if not (SHIPPED / f"world-{task}" / "transformer").is_dir():
+        pytest.skip(f"no shipped world-{task} checkpoint in assets/")
+    pipe = load_world_pipeline(task)
+    pipe.set_progress_bar_config(disable=True)
+    size = trained_image_size(None, task)
+    images = generate(pipe, task, held_out_examples(task, 1, size), steps=2)
+    assert images.shape == (1, size, size, 3)
+    card = json.loads((SHIPPED / f"world-{task}" / "model_card.json").read_text())
+    assert card["steps"] > 0 and card["val_loss"] < card["val_loss_start"]
+
+
+def test_shipped_assets_fit_the_size_budget():
+    total = sum(p.stat().st_size for p in SHIPPED.glob("world-*/**/*") if p.is_file())
+    assert total <= 30 * 2**20, f"assets/world-* take {total / 2**20:.1f} MiB; the budget is 30 MiB"

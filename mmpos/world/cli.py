@@ -70,15 +70,29 @@ def _edits(args) -> list[Path]:
     return written
 
 
+def _clip(args) -> list[Path]:
+    from .scene3d import orbit_poses, render_clip, sample_scene3d
+
+    frames = render_clip(sample_scene3d(args.seed, args.objects), orbit_poses(args.frames, degrees=args.degrees),
+                         args.size, args.fov)
+    out = Path(args.out)
+    written = [_save(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
+    np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
+                        ids=np.stack([f.ids for f in frames]), intrinsics=frames[0].intrinsics,
+                        poses=np.stack([f.pose for f in frames]))
+    return written + [out / "ground_truth.npz"]
+
+
 def _sample(args) -> list[Path]:
-    from .models import load_world_pipeline, prompt_kwargs
+    from .models import load_world_pipeline, prompt_kwargs, trained_image_size
     from .samples import image_grid
 
     import torch
 
     pipe = load_world_pipeline("t2i", args.checkpoint)
     pipe.set_progress_bar_config(disable=True)
-    images = pipe(height=args.size, width=args.size, num_inference_steps=args.steps, true_cfg_scale=args.guidance,
+    size = args.size or trained_image_size(args.checkpoint, "t2i")
+    images = pipe(height=size, width=size, num_inference_steps=args.steps, true_cfg_scale=args.guidance,
                   output_type="np", generator=torch.Generator().manual_seed(args.seed),
                   **prompt_kwargs(pipe, args.caption, [""] * len(args.caption))).images
     images = (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
@@ -102,10 +116,10 @@ def add_world_command(subparsers) -> None:
                                   "kept beside every image) and sample its trained models.")
     sub = world.add_subparsers(dest="world_command", required=True)
 
-    def command(name, func, help_text):
+    def command(name, func, help_text, size_help="image side in pixels (default 64)", size_default=64):
         parser = sub.add_parser(name, help=help_text, description=help_text)
         parser.set_defaults(func=_run, world_func=func, world_parser=parser)
-        parser.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
+        parser.add_argument("--size", type=int, default=size_default, help=size_help)
         return parser
 
     dataset = command("dataset", _dataset, "write an ImageFolder-style dataset with metadata.jsonl")
@@ -131,7 +145,16 @@ def add_world_command(subparsers) -> None:
     edit.add_argument("--seed", type=int, default=0)
     edit.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), help="transplant target box")
 
-    sample = command("sample", _sample, "sample the trained text-to-image world model")
+    clip = command("clip", _clip, "render a 3D scene along an orbiting camera (frames + depth/ids/cameras npz)")
+    clip.add_argument("--out", required=True)
+    clip.add_argument("--seed", type=int, default=0)
+    clip.add_argument("--objects", type=int, default=3)
+    clip.add_argument("--frames", type=int, default=8)
+    clip.add_argument("--degrees", type=float, default=90.0, help="arc of the orbit")
+    clip.add_argument("--fov", type=float, default=60.0, help="horizontal field of view in degrees")
+
+    sample = command("sample", _sample, "sample the trained text-to-image world model",
+                     "image side in pixels (default: the side the model was trained at)", None)
     sample.add_argument("--caption", nargs="+", required=True, help="one or more captions in the world's words")
     sample.add_argument("--checkpoint", help="folder with world-vae/ and world-t2i/ (default: the shipped assets)")
     sample.add_argument("--out", default="outputs/world/samples.png")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .edits import harmonise_pair
-from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline
+from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
 from .samples import generate, held_out_examples, image_grid
 
 HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
@@ -20,9 +20,16 @@ EDITING_TODO = ("PE transplant, LooseRoPE and band modulation run here once the 
                 "(mmpos.pipelines, issue 5) are merged; not part of this build.")
 
 
-def world_models_available(root=None) -> bool:
+def trained_tasks(root=None) -> list[str]:
+    """The tasks whose models (and the VAE) are under ``root`` (default: the shipped assets)."""
     root = Path(root) if root is not None else DEFAULT_ASSETS
-    return all((root / f"world-{name}" / "model_card.json").is_file() for name in ("vae",) + TASKS)
+    if not (root / "world-vae" / "config.json").is_file():
+        return []
+    return [t for t in TASKS if (root / f"world-{t}" / "transformer" / "config.json").is_file()]
+
+
+def world_models_available(root=None) -> bool:
+    return bool(trained_tasks(root))
 
 
 def error_map(output: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -45,7 +52,7 @@ def _pipe(task, root):
 
 
 def text_to_image_section(root, steps: int, count: int):
-    examples = held_out_examples("t2i", count)
+    examples = held_out_examples("t2i", count, trained_image_size(root, "t2i"))
     outputs = generate(_pipe("t2i", root), "t2i", examples, steps)
     truth = np.stack([e["image"] for e in examples])
     rows = [("generated", outputs), ("ground truth", truth)]
@@ -53,7 +60,7 @@ def text_to_image_section(root, steps: int, count: int):
 
 
 def fill_section(root, steps: int, count: int):
-    examples = held_out_examples("fill", count)
+    examples = held_out_examples("fill", count, trained_image_size(root, "fill"))
     outputs = generate(_pipe("fill", root), "fill", examples, steps)
     truth = np.stack([e["image"] for e in examples])
     masked = np.stack([np.where(e["mask"][..., None], 128, e["image"]) for e in examples])
@@ -63,7 +70,8 @@ def fill_section(root, steps: int, count: int):
 
 
 def harmonise_section(root, steps: int, count: int):
-    pairs = [harmonise_pair(HARMONISE_SEED + i) for i in range(count)]
+    size = trained_image_size(root, "kontext")
+    pairs = [harmonise_pair(HARMONISE_SEED + i, size) for i in range(count)]
     examples = [{"image": p.target.image, "context": p.collage, "caption": p.instruction} for p in pairs]
     outputs = generate(_pipe("kontext", root), "kontext", examples, steps)
     truth = np.stack([p.target.image for p in pairs])
@@ -101,8 +109,15 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 8, extra_fi
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = []
+    figures, available = [], trained_tasks(root)
+    if not available:
+        from .models import check_world_checkpoint
+
+        check_world_checkpoint(root if root is not None else DEFAULT_ASSETS)  # raises a clear error
     for title, name, section in SECTIONS:
+        if name not in available:
+            print(f"no trained {name} world model; skipping '{title}'")
+            continue
         rows, captions = section(root, steps, count)
         path = out_dir / f"world_{name}.png"
         Image.fromarray(image_grid(rows)).save(path)

@@ -94,6 +94,14 @@ def _checked_dir(path: Path, what: str) -> Path:
     return path
 
 
+def trained_image_size(root, task: str) -> int:
+    """The image side a world model was trained at (its model card), 64 when the card does not say."""
+    import json
+
+    card = Path(root if root is not None else DEFAULT_ASSETS) / f"world-{task}" / "model_card.json"
+    return int(json.loads(card.read_text())["data"]["image_size"]) if card.is_file() else 64
+
+
 def check_world_checkpoint(root, tasks=TASKS) -> Path:
     """Raise a clear FileNotFoundError unless ``root`` holds the VAE and each task's model folders."""
     root = Path(root)

@@ -233,119 +233,140 @@ def _vae_scaling(vae, images_uint8: torch.Tensor) -> tuple[float, float]:
 def train(config: dict, out_dir, resume: bool = False, progress: bool = True) -> dict:
     """Train ``config['task']``; write the model (EMA weights), model card and samples under ``out_dir``.
 
-    Stops at ``max_steps`` or after ``max_minutes`` of training, whichever comes first. Returns the card.
+    Stops at ``max_steps``, after ``max_minutes`` of training or on SIGTERM. Returns the model card.
     """
-    from accelerate import Accelerator
-    from tqdm.auto import tqdm
-
-    config = {**DEFAULTS, **config}
-    task = config["task"]
-    check_choice("task", task, ALL_TASKS)
-    out_dir = Path(out_dir)
-    accelerator = Accelerator(mixed_precision=config["mixed_precision"], cpu=config.get("device") == "cpu")
-    device = accelerator.device
-    torch.manual_seed(config["seed"])
-    started = time.time()
-
-    vae = None
-    if task == "vae":
-        model = build_vae(**config["vae"])
-    else:
-        vae = load_trained_vae(config["vae_path"], device)
-        transformer = build_transformer(task, vae.config.latent_channels, vae_scale_factor(vae),
-                                        **config["transformer"])
-        model = DenoiserWithText(transformer, build_text_encoder(transformer, **config["text_encoder"]))
-    text_encoder = None if task == "vae" else model.text_encoder
-    data = TrainingData(config, device, vae, text_encoder)
-    data_seconds = time.time() - started
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config["warmup_steps"]))
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    raw = accelerator.unwrap_model(model)
-    ema = EMA(raw, config["ema_decay"])
-    step, trained_seconds, history = 0, 0.0, []
-    state_dir = out_dir / f"train_state-{task}"
-    if resume and (state_dir / "progress.json").is_file():
-        accelerator.load_state(str(state_dir))
-        ema.load_state_dict(torch.load(state_dir / "ema.pt", map_location=device))
-        saved = json.loads((state_dir / "progress.json").read_text())
-        step, trained_seconds, history = saved["step"], saved["trained_seconds"], saved["history"]
-    initial_val = vae_validation_l1(raw, data) if task == "vae" else validation_loss(raw, data)
-
-    generator = torch.Generator(device=device).manual_seed(config["seed"] + step)
-    budget = config["max_minutes"] * 60
-    bar = tqdm(total=config["max_steps"], initial=step, desc=f"train {task}", disable=not progress)
-    loop_start = time.time() - trained_seconds
+    trainer = WorldTrainer(config, out_dir, progress)
+    if resume:
+        trainer.load_state()
     with stop_on_sigterm() as signals:
-        step = _loop(config, accelerator, model, raw, optimizer, scheduler, ema, data, generator, step, history,
-                     budget, loop_start, signals, state_dir, bar, progress)
-    bar.close()
-    trained_seconds = time.time() - loop_start
-    _save_state(accelerator, ema, state_dir, step, trained_seconds, history)
-    return _finish(config, raw, ema, vae, data, step, trained_seconds, data_seconds, history, initial_val,
-                   device, out_dir)
+        trainer.run(signals)
+    trainer.save_state()
+    return trainer.finish()
 
 
-def _loop(config, accelerator, model, raw, optimizer, scheduler, ema, data, generator, step, history, budget,
-          loop_start, signals, state_dir, bar, progress) -> int:
-    """Optimiser steps until max_steps, the time budget or SIGTERM; returns the step count."""
-    task = config["task"]
-    device = accelerator.device
-    while step < config["max_steps"] and time.time() - loop_start < budget and not signals["stop"]:
-        index = torch.randint(0, data.num, (config["batch_size"],), device=device, generator=generator)
-        with accelerator.autocast():
-            if task == "vae":
-                loss, _ = vae_loss(model, to_unit(data.images[index]), config["kl_weight"])
-            else:
-                sigmas = torch.sigmoid(torch.randn(len(index), device=device, generator=generator))
-                noise = torch.randn(data.latents[index].shape, device=device, generator=generator)
-                tokens = data.tokens_for(index, generator, config["caption_dropout"], config["style_dropout"])
-                loss = denoiser_loss(raw if accelerator.num_processes == 1 else model, data, index, sigmas,
-                                     noise, tokens)
-        accelerator.backward(loss)
-        accelerator.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        ema.update(raw)
-        step += 1
-        value = loss.item() if step % config["log_every"] == 0 or step == 1 else None
-        if value is not None:
-            history.append([step, round(value, 5)])
-            bar.set_postfix(loss=f"{value:.4f}")
-            if not progress:
-                print(f"[{task}] step {step} loss {value:.5f}", flush=True)
-        bar.update(1)
-        if step % config["checkpoint_every"] == 0:
-            _save_state(accelerator, ema, state_dir, step, time.time() - loop_start, history)
-    return step
+class WorldTrainer:
+    """One task's model, data, optimiser (prepared by accelerate), EMA and progress."""
 
+    def __init__(self, config: dict, out_dir, progress: bool = True):
+        from accelerate import Accelerator
 
-def _finish(config, raw, ema, vae, data, step, trained_seconds, data_seconds, history, initial_val, device,
-            out_dir) -> dict:
-    """EMA weights -> final model; model card; export."""
-    task = config["task"]
-    final = ema.copy_to(copy.deepcopy(raw)).eval()
-    card = {"task": task, "steps": step, "train_minutes": round(trained_seconds / 60, 2),
-            "data_seconds": round(data_seconds, 1), "device": str(device),
-            "mixed_precision": config["mixed_precision"], "batch_size": config["batch_size"],
-            "data": {"num_examples": data.num, "seed": config["data_seed"], "image_size": config["image_size"],
-                     "generator": f"mmpos.world.data.build_arrays({'scenes' if task in ('vae', 't2i') else task!r})"},
-            "loss_history": history, "final_train_loss": history[-1][1] if history else None,
-            "parameters": sum(p.numel() for p in final.parameters())}
-    from .export import export_model  # the writer of folders, cards and sample grids
+        self.config = config = {**DEFAULTS, **config}
+        self.task = task = config["task"]
+        check_choice("task", task, ALL_TASKS)
+        self.out_dir, self.progress = Path(out_dir), progress
+        self.state_dir = self.out_dir / f"train_state-{task}"
+        self.accelerator = Accelerator(mixed_precision=config["mixed_precision"], cpu=config.get("device") == "cpu")
+        self.device = self.accelerator.device
+        torch.manual_seed(config["seed"])
+        started = time.time()
+        self.vae, model = self._build_models()
+        self.data = TrainingData(config, self.device, self.vae, getattr(model, "text_encoder", None))
+        self.data_seconds = time.time() - started
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config["warmup_steps"]))
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        self.raw = self.accelerator.unwrap_model(self.model)
+        self.ema = EMA(self.raw, config["ema_decay"])
+        self.step, self.trained_seconds, self.history = 0, 0.0, []
 
-    if task == "vae":
-        shift, scale = _vae_scaling(final, data.images)
-        final.register_to_config(shift_factor=shift, scaling_factor=scale)
-        card["latent_shift"], card["latent_scale"] = shift, scale
-        card["val_l1_start"], card["val_l1"] = round(initial_val, 5), round(vae_validation_l1(final, data), 5)
-    else:
-        card["val_loss_start"] = round(initial_val, 5)
-        card["val_loss"] = round(validation_loss(final, data), 5)
-    export_model(task, final, vae, config, card, out_dir)
-    return card
+    def _build_models(self):
+        config = self.config
+        if self.task == "vae":
+            return None, build_vae(**config["vae"])
+        vae = load_trained_vae(config["vae_path"], self.device)
+        transformer = build_transformer(self.task, vae.config.latent_channels, vae_scale_factor(vae),
+                                        **config["transformer"])
+        return vae, DenoiserWithText(transformer, build_text_encoder(transformer, **config["text_encoder"]))
+
+    def validation(self, model) -> float:
+        return vae_validation_l1(model, self.data) if self.task == "vae" else validation_loss(model, self.data)
+
+    def loss(self, index: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        config, data, device = self.config, self.data, self.device
+        if self.task == "vae":
+            return vae_loss(self.model, to_unit(data.images[index]), config["kl_weight"])[0]
+        sigmas = torch.sigmoid(torch.randn(len(index), device=device, generator=generator))
+        noise = torch.randn(data.latents[index].shape, device=device, generator=generator)
+        tokens = data.tokens_for(index, generator, config["caption_dropout"], config["style_dropout"])
+        model = self.raw if self.accelerator.num_processes == 1 else self.model
+        return denoiser_loss(model, data, index, sigmas, noise, tokens)
+
+    def run(self, signals: dict) -> None:
+        """Optimiser steps until max_steps, the time budget or ``signals["stop"]``."""
+        from tqdm.auto import tqdm
+
+        config, accelerator = self.config, self.accelerator
+        self.initial_validation = self.validation(self.raw)
+        generator = torch.Generator(device=self.device).manual_seed(config["seed"] + self.step)
+        bar = tqdm(total=config["max_steps"], initial=self.step, desc=f"train {self.task}",
+                   disable=not self.progress)
+        loop_start = time.time() - self.trained_seconds
+        while (self.step < config["max_steps"] and time.time() - loop_start < config["max_minutes"] * 60
+               and not signals["stop"]):
+            index = torch.randint(0, self.data.num, (config["batch_size"],), device=self.device, generator=generator)
+            with accelerator.autocast():
+                loss = self.loss(index, generator)
+            accelerator.backward(loss)
+            accelerator.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.ema.update(self.raw)
+            self.step += 1
+            self.trained_seconds = time.time() - loop_start
+            if self.step % config["log_every"] == 0 or self.step == 1:
+                self._log(loss.item(), bar)
+            bar.update(1)
+            if self.step % config["checkpoint_every"] == 0:
+                self.save_state()
+        bar.close()
+
+    def _log(self, value: float, bar) -> None:
+        self.history.append([self.step, round(value, 5)])
+        bar.set_postfix(loss=f"{value:.4f}")
+        if not self.progress:
+            print(f"[{self.task}] step {self.step} loss {value:.5f}", flush=True)
+
+    def save_state(self) -> None:
+        """Accelerate state (model, optimiser, scheduler, RNG), EMA and progress, for ``load_state``."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.accelerator.save_state(str(self.state_dir))
+        torch.save(self.ema.state_dict(), self.state_dir / "ema.pt")
+        progress = {"step": self.step, "trained_seconds": self.trained_seconds, "history": self.history}
+        (self.state_dir / "progress.json").write_text(json.dumps(progress))
+
+    def load_state(self) -> None:
+        if not (self.state_dir / "progress.json").is_file():
+            raise FileNotFoundError(f"nothing to resume: no {self.state_dir / 'progress.json'}")
+        self.accelerator.load_state(str(self.state_dir))
+        self.ema.load_state_dict(torch.load(self.state_dir / "ema.pt", map_location=self.device))
+        saved = json.loads((self.state_dir / "progress.json").read_text())
+        self.step, self.trained_seconds, self.history = saved["step"], saved["trained_seconds"], saved["history"]
+
+    def finish(self) -> dict:
+        """EMA weights -> final model; model card; export under ``out_dir/world-<task>/``."""
+        from .export import export_model
+
+        config, task, data = self.config, self.task, self.data
+        final = self.ema.copy_to(copy.deepcopy(self.raw)).eval()
+        data_task = "scenes" if task in ("vae", "t2i") else task
+        card = {"task": task, "steps": self.step, "train_minutes": round(self.trained_seconds / 60, 2),
+                "data_seconds": round(self.data_seconds, 1), "device": str(self.device),
+                "mixed_precision": config["mixed_precision"], "batch_size": config["batch_size"],
+                "data": {"num_examples": data.num, "seed": config["data_seed"], "image_size": config["image_size"],
+                         "generator": f"mmpos.world.data.build_arrays({data_task!r})"},
+                "loss_history": self.history, "final_train_loss": self.history[-1][1] if self.history else None,
+                "parameters": sum(p.numel() for p in final.parameters())}
+        start = round(self.initial_validation, 5)
+        if task == "vae":
+            shift, scale = _vae_scaling(final, data.images)
+            final.register_to_config(shift_factor=shift, scaling_factor=scale)
+            card.update(latent_shift=shift, latent_scale=scale, val_l1_start=start,
+                        val_l1=round(self.validation(final), 5))
+        else:
+            card.update(val_loss_start=start, val_loss=round(self.validation(final), 5))
+        export_model(task, final, self.vae, config, card, self.out_dir)
+        return card
 
 
 def load_trained_vae(path, device):
@@ -360,12 +381,3 @@ def load_trained_vae(path, device):
                                 "scripts/train_world.py --task vae")
     vae = AutoencoderKL.from_pretrained(folder, torch_dtype=torch.float32).to(device)
     return vae.eval().requires_grad_(False)
-
-
-def _save_state(accelerator, ema, state_dir: Path, step: int, seconds: float, history) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    accelerator.save_state(str(state_dir))
-    torch.save(ema.state_dict(), state_dir / "ema.pt")
-    progress = {"step": step, "trained_seconds": seconds, "history": history}
-    (state_dir / "progress.json").write_text(json.dumps(progress))
-
