@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}
-PE_METHODS_TODO = "needs the PE editing pipelines of issue 5 (mmpos.pipelines), not merged in this build"
+PE_METHODS_TODO = "not wired yet: mmpos.pipelines are not yet connected to the world models"
 
 
 def not_run(name: str) -> dict:

@@ -16,8 +16,8 @@ from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_si
 from .samples import generate, held_out_examples, image_grid
 
 HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
-EDITING_TODO = ("PE transplant, LooseRoPE and band modulation run here once the editing pipelines "
-                "(mmpos.pipelines, issue 5) are merged; not part of this build.")
+EDITING_TODO = ("Not yet in this report: PE transplant, LooseRoPE and band modulation on the world models "
+                "(the pipelines exist in mmpos.pipelines; connecting them to these models is open work).")
 
 
 def trained_tasks(root=None) -> list[str]:
