@@ -114,7 +114,7 @@ class _InvertedReference:
             return kwargs
         if context.step is None:
             raise ValueError("reference_mode='invert' needs the pipeline's scheduler steps")
-        if self.trajectory is None or context.step == 0:
+        if self.trajectory is None:  # once per call: true-CFG runs step 0 twice (its negative branch too)
             self.trajectory = self._invert(context, kwargs)
         latents = kwargs["hidden_states"]
         reference = self.trajectory[context.step].to(latents.device, latents.dtype)

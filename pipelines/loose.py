@@ -61,8 +61,10 @@ class LooseConfig:
             raise ValueError(f"num_bins must be >= 1, got {self.num_bins}")
         self.shrink, self.crop_attention = tuple(self.shrink), tuple(self.crop_attention)
         self.cutoffs, self.step_range = tuple(int(c) for c in self.cutoffs), tuple(int(s) for s in self.step_range)
-        if not 0 < min(self.shrink) and max(self.shrink) <= 1:
+        if not (0 < min(self.shrink) and max(self.shrink) <= 1):
             raise ValueError(f"shrink={self.shrink}: factors must be in (0, 1]")
+        if self.saliency_blur > 1 and self.saliency_blur % 2 == 0:
+            raise ValueError(f"saliency_blur={self.saliency_blur}: must be 0, 1 or odd (the token map keeps its shape)")
         if len(self.step_range) != 2 or self.step_range[0] > self.step_range[1]:
             raise ValueError(f"step_range={self.step_range}: expected (first, last) with first <= last")
         if self.strength < 0:

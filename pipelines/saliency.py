@@ -27,6 +27,8 @@ def gaussian_blur(values: torch.Tensor, size: int, sigma: float | None = None) -
     """Separable Gaussian blur of an ``[H, W]`` map (reflect padding); ``size <= 1`` returns the input."""
     if size <= 1:
         return values
+    if size % 2 == 0:
+        raise ValueError(f"blur size must be 0, 1 or odd (the map keeps its shape), got {size}")
     sigma = sigma or 0.3 * ((size - 1) * 0.5 - 1) + 0.8  # OpenCV's default for a given kernel size
     x = torch.arange(size, dtype=torch.float64, device=values.device) - (size - 1) / 2
     kernel = torch.exp(-(x**2) / (2 * sigma**2))

@@ -214,3 +214,10 @@ def test_loose_input_errors(kontext_pipes):
         loose(image=COLLAGE, crop_mask=MASK, saliency=torch.rand(16, 16), **_kwargs())
     with pytest.raises(ValueError, match="exactly one"):
         loose(image=COLLAGE, **_kwargs())
+
+
+@pytest.mark.parametrize("bad, name", [({"shrink": (0.5, 3.0)}, "shrink"), ({"shrink": (0.0, 1.0)}, "shrink"),
+                                       ({"saliency_blur": 4}, "saliency_blur")])
+def test_config_refuses_out_of_range_shrink_and_even_blur(bad, name):
+    with pytest.raises(ValueError, match=name):
+        LooseConfig(**bad)

@@ -32,7 +32,7 @@ def ray_frames(rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | 
     """
     c2w = check_pose("c2w", c2w)
     with torch.autocast(c2w.device.type, enabled=False):
-        rays = rays_cam.to(c2w.dtype)
+        rays = rays_cam.to(c2w.device, c2w.dtype)
         if valid is not None:
             axis = torch.zeros_like(rays)
             axis[..., 2] = 1

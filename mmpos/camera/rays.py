@@ -43,7 +43,7 @@ def world_rays(c2w: torch.Tensor, rays_cam: torch.Tensor):
     ``(origins [..., P, 3], directions [..., P, 3])``."""
     c2w = check_pose("c2w", c2w)
     with torch.autocast(c2w.device.type, enabled=False):
-        directions = rays_cam.to(c2w.dtype) @ c2w[..., :3, :3].transpose(-1, -2)
+        directions = rays_cam.to(c2w.device, c2w.dtype) @ c2w[..., :3, :3].transpose(-1, -2)
         origins = c2w[..., None, :3, 3].expand_as(directions)
     return origins, directions
 

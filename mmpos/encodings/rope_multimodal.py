@@ -145,10 +145,11 @@ class MHRoPE(RotaryPE):
         self.head_axis = head_axis_map(head_section, num_kv_heads)
         self.rotary_dim = rotary_dim_of(head_dim, partial_rotary_factor)
         self.spectrum = ladder_spectrum(torch.zeros(self.rotary_dim // 2, dtype=torch.int64), theta, 1)
+        self._spectrum_key = self.spectrum.key()
         self.cache = TableCache()
 
     def build_table(self, coords, complex_dtype):
-        key = (self.head_section, self.num_kv_heads, tuple(self.spectrum.inv_freq.tolist()), complex_dtype)
+        key = (self.head_section, self.num_kv_heads, self._spectrum_key, complex_dtype)
         return self.cache.get(key, coords, lambda: self._fresh_table(coords, complex_dtype))
 
     def _fresh_table(self, coords, complex_dtype):

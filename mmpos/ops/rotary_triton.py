@@ -27,8 +27,8 @@ def _kernel():
                      xs_b, xs_h, xs_l, xs_d, os_b, os_h, os_l, os_d, cs_b, cs_h, cs_l, cs_p,
                      INTERLEAVED: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_P: tl.constexpr):
         bh = tl.program_id(0)
-        b = bh // heads
-        h = bh % heads
+        b = (bh // heads).to(tl.int64)  # int64 offsets: tensors may exceed 2^31 elements
+        h = (bh % heads).to(tl.int64)
         rows = tl.program_id(1) * BLOCK_L + tl.arange(0, BLOCK_L)[:, None]
         cols = tl.arange(0, BLOCK_P)[None, :]
         mask = (rows < length) & (cols < pairs)

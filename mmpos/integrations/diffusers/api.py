@@ -220,6 +220,8 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
                          "(seq_dim=-3); leave seq_dim unset")
     count = num_layers if per_layer else 1
     if kind == "none":
+        if options:
+            raise TypeError(f"encoding {name!r} takes no options, got {sorted(options)}")
         return []
     return [create_pe(name, **kwargs) for _ in range(count)]
 
