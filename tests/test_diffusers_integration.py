@@ -575,3 +575,9 @@ def test_harope_on_flux_takes_the_model_axes_and_starts_at_stock():
     with_grad = {id(p) for p in transformer.parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert with_grad == {id(p) for p in trainable} == {id(p) for p in pe_parameters(transformer)}
     assert len(trainable) == 3 * len(transformer.transformer_blocks + transformer.single_transformer_blocks)
+
+
+def test_set_pe_refuses_coordinate_jitter_it_would_ignore():
+    transformer = tiny_flux()
+    with pytest.raises(ValueError, match="perturbation"):
+        set_pe(transformer, "comrope_ap", coord_axes=(1, 2), block_size=2, perturbation=0.5, grid_size=(4, 4))

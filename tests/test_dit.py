@@ -192,3 +192,16 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     model(x, t, y).sample.square().sum().backward()
     for name, param in model.named_parameters():
         torch.testing.assert_close(param.grad, grads[name], rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_learned_ape_refuses_non_index_grids():
+    """A learned table is indexed by patch index: normalised coordinates would read only its first cell."""
+    import mmpos.integrations.timm as mt
+    import timm
+
+    with pytest.raises(ValueError, match="grid_mode"):
+        DiT(sample_size=8, patch_size=2, in_channels=4, hidden_size=32, depth=1, num_heads=2, pe="ape_learned",
+            grid_mode="normalized")
+    vit = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1, num_classes=2)
+    with pytest.raises(ValueError, match="grid_mode"):
+        mt.convert(vit, pe="ape_learned", grid_mode="centered")

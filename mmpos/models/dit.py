@@ -141,6 +141,8 @@ class DiT(ModelMixin, ConfigMixin):
         if sample_size % patch_size:
             raise ValueError(f"sample_size={sample_size} must be divisible by patch_size={patch_size}")
         check_choice("grid_mode", grid_mode, MODES)
+        if pe == "ape_learned" and grid_mode != "index":
+            raise ValueError(f"ape_learned indexes its table by patch index: grid_mode='index' (got {grid_mode!r})")
         self.out_channels = out_channels or in_channels
         self.gradient_checkpointing = False
         self.patch_embed = nn.Conv2d(in_channels, hidden_size, patch_size, stride=patch_size)

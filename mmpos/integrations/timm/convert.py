@@ -71,6 +71,9 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
         grid_indexing = timm_order if kind == "rotary" else "ij"
     if pe == "ape_learned" and grid_indexing != "ij":
         raise ValueError("ape_learned looks up a (rows, cols) table: use grid_indexing='ij'")
+    if pe == "ape_learned" and (grid_mode != "index" or grid_scale != 1.0):
+        raise ValueError(f"ape_learned indexes its table by patch index: grid_mode='index' and grid_scale=1 "
+                         f"(got grid_mode={grid_mode!r}, grid_scale={grid_scale})")
     positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale, grid_indexing)
     grid = _patch_grid(model)
     if kind == "rotary":
