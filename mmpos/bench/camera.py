@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from .timing import median_seconds
 
 SHAPES = {  # name: (batch, heads, head_dim, cameras, (rows, cols), image (H, W))
     "tiny": (1, 2, 48, 3, (6, 8), (96, 128)),
@@ -95,20 +96,7 @@ def _relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 def _median_ms(fn, device: str, repeats: int) -> float:
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    for _ in range(2):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return median_seconds(fn, device, repeats, warmup=2) * 1e3
 
 
 @torch.no_grad()

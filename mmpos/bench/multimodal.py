@@ -15,28 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
+from .timing import median_seconds
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def timed(fn, device, repeats: int) -> float:
-    """Median seconds of ``fn()`` (synchronising on accelerators)."""
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    fn()
-    sync()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def lm_prompt(num_images: int = 6, frames: int = 8, device="cpu"):
@@ -140,8 +126,8 @@ def bench_tables_and_rotation(kind: str, dtype_name: str, device: str, repeats: 
     for name, (build, rotate) in methods.items():
         table = build()
         rows.append(dict(shape=kind, tokens=length, dtype=dtype_name, device=device, method=name,
-                         table_ms=timed(build, device, repeats) * 1e3,
-                         rotate_ms=timed(lambda: rotate(table), device, repeats) * 1e3))
+                         table_ms=median_seconds(build, device, repeats) * 1e3,
+                         rotate_ms=median_seconds(lambda: rotate(table), device, repeats) * 1e3))
     base = next(r for r in rows if r["method"] == baseline)
     for r in rows:
         r["table_vs_baseline"] = r["table_ms"] / base["table_ms"]
@@ -166,7 +152,7 @@ def bench_position_ids(device: str, repeats: int, batch: int = 8, log=print) -> 
     ours = lambda: multimodal_position_ids(types, images, video, spatial_merge_size=2, split_video_frames=True,
                                            vision_advance="spatial")
     same = torch.equal(theirs()[0], ours()[0])
-    t_theirs, t_ours = timed(theirs, device, repeats), timed(ours, device, repeats)
+    t_theirs, t_ours = median_seconds(theirs, device, repeats), median_seconds(ours, device, repeats)
     row = dict(batch=batch, tokens=types.shape[1], device=device, transformers_ms=t_theirs * 1e3,
                mmpos_ms=t_ours * 1e3, speedup=t_theirs / t_ours, identical=same)
     log(f"  ids batch {batch} x {types.shape[1]} tokens: transformers {t_theirs * 1e3:.1f} ms, mmpos "

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
+
+from .timing import median_seconds
 
 SHAPES = {  # name: (B, H, L, D, axes_dims)
     "flux": ((1, 24, 4608, 128), (16, 56, 56)),
@@ -93,21 +93,8 @@ def pair_norm(x: torch.Tensor) -> torch.Tensor:
     return pairs.norm(dim=-1, keepdim=True).expand_as(pairs).flatten(-2)
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_call(fn, q, k, repeats: int) -> float:
-    fn(q), fn(k)
-    synchronize(q.device)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(q), fn(k)
-        synchronize(q.device)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return median_seconds(lambda: (fn(q), fn(k)), q.device, repeats)
 
 
 def bench_shape(name: str, dtype_name: str, repeats: int, log=print, device: str = "cpu") -> list[dict]:
