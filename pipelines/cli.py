@@ -27,7 +27,7 @@ def add_commands(subparsers) -> None:
     transplant.add_argument("--background", required=True, help="background image")
     where = transplant.add_mutually_exclusive_group(required=True)
     where.add_argument("--mask", help="target region mask (white = insert here), same size as the background")
-    where.add_argument("--box", help="target box top,left,bottom,right in background pixels")
+    where.add_argument("--box", help="target box left,top,right,bottom in background pixels (PIL order)")
     transplant.add_argument("--reference", action="append", required=True, help="reference view (repeat for more)")
     transplant.add_argument("--reference-mask", action="append", help="object mask per reference (repeat)")
     loose = methods.add_parser("loose", help="LooseRoPE cut-and-paste harmonisation on Kontext")

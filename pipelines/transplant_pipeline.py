@@ -22,11 +22,14 @@ class TransplantOutput:
 
 
 def box_to_mask(box, size: tuple[int, int]) -> torch.Tensor:
-    """``(top, left, bottom, right)`` pixels (exclusive ends) -> ``[H, W]`` bool; the box must lie in the image."""
-    top, left, bottom, right = (int(v) for v in box)
+    """``(left, top, right, bottom)`` pixels (PIL / torchvision order, exclusive ends) -> ``[H, W]`` bool; the
+    box must lie in the image."""
+    if len(box) != 4:
+        raise ValueError(f"target_box={tuple(box)}: expected 4 numbers (left, top, right, bottom)")
+    left, top, right, bottom = (int(v) for v in box)
     if not (0 <= top < bottom <= size[0] and 0 <= left < right <= size[1]):
-        raise ValueError(f"target_box={tuple(box)} (top, left, bottom, right) must lie inside the "
-                         f"{size[0]}x{size[1]} image with top < bottom and left < right")
+        raise ValueError(f"target_box={tuple(box)} (left, top, right, bottom) must lie inside the "
+                         f"{size[0]}x{size[1]} (HxW) image with left < right and top < bottom")
     mask = torch.zeros(size, dtype=torch.bool)
     mask[top:bottom, left:right] = True
     return mask
@@ -35,8 +38,8 @@ def box_to_mask(box, size: tuple[int, int]) -> torch.Tensor:
 class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
     """Insert a reference object into a background region with FLUX.1-Fill and PE transplant.
 
-    Call with ``background`` (image), the target region as ``target_mask`` or ``target_box`` (top, left, bottom,
-    right), one or more ``references`` with optional ``reference_masks`` (object masks; default: the whole view),
+    Call with ``background`` (image), the target region as ``target_mask`` or ``target_box`` (left, top, right,
+    bottom; PIL order), one or more ``references`` with optional ``reference_masks`` (object masks; default: the whole view),
     ``transplant`` (:class:`TransplantConfig` or dict) and the usual Fill arguments (prompt or prompt embeddings,
     steps, guidance, generator). The canvas is inpainted only inside the (dilated) target region; the result is
     the background with that region replaced, so pixels outside it are the input's, exactly.

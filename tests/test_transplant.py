@@ -75,7 +75,7 @@ def fill_pipes():
     return FluxFillPipeline(**c), PosBridgeFillPipeline(**c)
 
 
-BACKGROUND = dict(background=image(32, 48), references=[image(40, 24, seed=3)], target_box=(0, 16, 32, 48))
+BACKGROUND = dict(background=image(32, 48), references=[image(40, 24, seed=3)], target_box=(16, 0, 48, 32))
 TRANSPLANT = dict(tile_fraction=0.5, mask_dilate_tokens=0)
 
 
@@ -143,7 +143,7 @@ def test_transplant_input_errors(fill_pipes):
     with pytest.raises(ValueError, match="empty"):
         _edit(posbridge, target_box=None, target_mask=torch.zeros(32, 48))
     with pytest.raises(ValueError, match="inside the 32x48 image"):
-        _edit(posbridge, target_box=(0, 40, 16, 64))
+        _edit(posbridge, target_box=(40, 0, 64, 16))
     with pytest.raises(ValueError, match="16-pixel token grid"):
         _edit(posbridge, background=image(30, 48))
     with pytest.raises(ValueError, match="reference_masks\\[0\\] is 10x10; expected the image size 40x24"):
@@ -162,12 +162,12 @@ def test_transplant_and_loose_on_a_4_pixel_token_grid():
 
     pipe = PosBridgeFillPipeline(**components("fill", vae_levels=2))
     assert pipe.token_pixels == 4
-    out = pipe(background=image(16, 24), target_box=(4, 8, 12, 20), references=image(10, 10, seed=3),
+    out = pipe(background=image(16, 24), target_box=(8, 4, 20, 12), references=image(10, 10, seed=3),
                transplant={"tau": 0.5}, num_inference_steps=2, output_type="pt", **embeddings(1))
     assert out.canvas.layout.canvas_size == (16 + 2 * 8, 24 + 2 * 8) and out.images.shape[-2:] == (16, 24)
     assert (out.ids != out.native_ids).any()
     with pytest.raises(ValueError, match="4-pixel token grid"):
-        pipe(background=image(18, 24), target_box=(4, 8, 12, 20), references=image(10, 10), **embeddings(1))
+        pipe(background=image(18, 24), target_box=(8, 4, 20, 12), references=image(10, 10), **embeddings(1))
     loose = LooseRoPEKontextPipeline(**components("kontext", vae_levels=2))
     mask = torch.zeros(16, 16, dtype=torch.bool)
     mask[4:12, 4:12] = True

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from .._validation import check_choice, check_non_negative_int, check_positive_int
-from .edits import fill_example, instruction_pair
+from .canvas import fill_canvas_example
+from .edits import instruction_pair
 from .render import render_scene
 from .scene import sample_scene
 
@@ -26,17 +27,17 @@ def example_seed(seed: int, index: int) -> int:
 
 
 def make_example(task: str, seed: int, image_size: int = 64) -> dict:
-    """One example as numpy arrays and strings (``image``/``target`` uint8 [S,S,3], ``mask`` bool [S,S])."""
+    """One example as numpy arrays and strings (``image`` uint8 [S,S,3], ``mask`` bool [S,S]; fill examples are
+    ``S x 2S`` canvases, see :mod:`mmpos.world.canvas`)."""
     check_choice("task", task, DATA_TASKS)
     if task == "scenes":
         rendered = render_scene(sample_scene(seed, image_size))
         return {"image": rendered.image, "caption": rendered.spec.caption(),
                 "content_caption": rendered.spec.caption(include_style=False), "masks": rendered.masks,
                 "spec": rendered.spec.to_dict()}
-    if task == "fill":
-        rendered, mask = fill_example(seed, image_size)
-        return {"image": rendered.image, "mask": mask, "caption": rendered.spec.caption(),
-                "spec": rendered.spec.to_dict()}
+    if task == "fill":  # S x 2S canvases: reference tile | scene (mmpos.world.canvas)
+        canvas = fill_canvas_example(seed, image_size)
+        return {"image": canvas.image, "mask": canvas.mask, "caption": canvas.caption, "spec": canvas.spec}
     context, instruction, target = instruction_pair(seed, image_size)
     return {"image": target.image, "context": context, "caption": instruction, "spec": target.spec.to_dict()}
 

@@ -37,11 +37,16 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
              f"A small `{card['task']}` model of the mmpos mini-world (mmpos.world), trained by "
              "`scripts/train_world.py`; config in `train_config.yaml`.", "",
              "| field | value |", "|---|---|"]
-    for key in ("task", "parameters", "steps", "train_minutes", "device", "mixed_precision", "batch_size",
+    for key in ("task", "parameters", "steps", "train_minutes", "total_steps", "total_train_minutes", "device", "mixed_precision", "batch_size",
                 "final_train_loss", "val_loss_start", "val_loss", "val_l1", "latent_shift", "latent_scale"):
         if key in card:
             lines.append(f"| {key} | {card[key]} |")
     data = card["data"]
+    if "init_from" in card:
+        before = card["init_from"]
+        lines += ["", f"Continued from `{before['path']}` ({before['total_steps']} steps, "
+                  f"{before['total_train_minutes']} min, val_loss {before['val_loss']}); the loss history "
+                  "below is this run's."]
     lines += ["", f"Data: {data['num_examples']} procedurally generated {data['image_size']}x{data['image_size']} "
               f"examples, `{data['generator']}`, seed {data['seed']}.", "",
               "Loss (step: loss): " + ", ".join(f"{s}: {v}" for s, v in losses[:: max(len(losses) // 12, 1)]),

@@ -67,10 +67,15 @@ def build_scheduler(**overrides) -> FlowMatchEulerDiscreteScheduler:
     return FlowMatchEulerDiscreteScheduler(**{**SCHEDULER_CONFIG, **overrides})
 
 
-def build_pipeline(task: str, vae, transformer, text_encoder):
-    """The stock diffusers pipeline for ``task``; prompts go in as embeddings (no tokenizer)."""
+def build_pipeline(task: str, vae, transformer, text_encoder, pipeline_class=None):
+    """The stock diffusers pipeline for ``task`` (or ``pipeline_class``, a subclass of it, e.g. an mmpos editing
+    pipeline); prompts go in as embeddings (no tokenizer)."""
     check_choice("task", task, TASKS)
-    return PIPELINES[task](scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=None,
+    cls = PIPELINES[task] if pipeline_class is None else pipeline_class
+    if not issubclass(cls, PIPELINES[task]):
+        raise TypeError(f"pipeline_class={cls.__name__} does not run a {task} model: expected a subclass of "
+                        f"{PIPELINES[task].__name__}")
+    return cls(scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=None,
                            text_encoder_2=None, tokenizer_2=None, transformer=transformer)
 
 
@@ -112,8 +117,10 @@ def check_world_checkpoint(root, tasks=TASKS) -> Path:
     return root
 
 
-def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32):
-    """The real diffusers pipeline for ``task`` with the shipped (or ``root``'s) trained world weights."""
+def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32,
+                        pipeline_class=None):
+    """The real diffusers pipeline for ``task`` (or ``pipeline_class``, see :func:`build_pipeline`) with the
+    shipped (or ``root``'s) trained world weights."""
     check_choice("task", task, TASKS)
     root = Path(root) if root is not None else DEFAULT_ASSETS
     vae = AutoencoderKL.from_pretrained(_checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
@@ -122,4 +129,4 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
                                                          torch_dtype=dtype)
     text_encoder = WorldTextEncoder.from_pretrained(_checked_dir(model_dir / "text_encoder", "text encoder"),
                                                     torch_dtype=dtype)
-    return build_pipeline(task, vae, transformer, text_encoder).to(device)
+    return build_pipeline(task, vae, transformer, text_encoder, pipeline_class).to(device)

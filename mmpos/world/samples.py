@@ -24,9 +24,9 @@ def _pil(array: np.ndarray):
 def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: float = 3.0, seed: int = 0,
              **call_kwargs) -> np.ndarray:
     """uint8 ``[N, S, S, 3]`` outputs of ``pipe`` (a world pipeline for ``task``) on ``examples``."""
-    size = examples[0]["image"].shape[0]
+    height, width = examples[0]["image"].shape[:2]
     captions = [e["caption"] for e in examples]
-    kwargs = dict(height=size, width=size, num_inference_steps=steps, output_type="np",
+    kwargs = dict(height=height, width=width, num_inference_steps=steps, output_type="np",
                   generator=torch.Generator().manual_seed(seed), **call_kwargs)
     if task == "fill":  # FluxFillPipeline has no true CFG; its guidance embedding is off in these models
         kwargs.update(prompt_kwargs(pipe, captions), image=[_pil(e["image"]) for e in examples],
@@ -34,7 +34,7 @@ def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: f
     else:
         kwargs.update(prompt_kwargs(pipe, captions, [""] * len(captions)), true_cfg_scale=guidance)
     if task == "kontext":
-        kwargs.update(image=[_pil(e["context"]) for e in examples], max_area=size * size, _auto_resize=False)
+        kwargs.update(image=[_pil(e["context"]) for e in examples], max_area=height * width, _auto_resize=False)
     images = pipe(**kwargs).images
     return (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
 
@@ -49,17 +49,21 @@ def inputs_row(task: str, examples: list[dict]) -> tuple[str, np.ndarray] | None
 
 
 def image_grid(rows: list[tuple[str, np.ndarray]], zoom: int = 2, label_width: int = 110) -> np.ndarray:
-    """uint8 grid: one labelled row per ``(label, images [N, S, S, 3])``, images upscaled by ``zoom``."""
+    """uint8 grid: one labelled row per ``(label, images [N, H, W, 3])`` (all rows the same ``H, W``), images
+    upscaled by ``zoom``."""
     from PIL import Image, ImageDraw
 
-    size = rows[0][1].shape[1] * zoom
+    shapes = {images.shape[1:3] for _, images in rows}
+    if len(shapes) != 1:
+        raise ValueError(f"image_grid rows must share one image size, got {sorted(shapes)}")
+    height, width = (side * zoom for side in shapes.pop())
     columns = max(len(images) for _, images in rows)
-    canvas = Image.new("RGB", (label_width + columns * (size + 2), len(rows) * (size + 2)), (255, 255, 255))
+    canvas = Image.new("RGB", (label_width + columns * (width + 2), len(rows) * (height + 2)), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     for r, (label, images) in enumerate(rows):
-        top = r * (size + 2)
-        draw.text((4, top + size // 2 - 6), label, fill=(0, 0, 0))
+        top = r * (height + 2)
+        draw.text((4, top + height // 2 - 6), label, fill=(0, 0, 0))
         for c, image in enumerate(images):
-            tile = Image.fromarray(image).resize((size, size), Image.NEAREST)
-            canvas.paste(tile, (label_width + c * (size + 2), top))
+            tile = Image.fromarray(image).resize((width, height), Image.NEAREST)
+            canvas.paste(tile, (label_width + c * (width + 2), top))
     return np.asarray(canvas)

@@ -29,7 +29,7 @@ DEFAULTS = {
     "batch_size": 64, "lr": 3e-4, "weight_decay": 0.0, "warmup_steps": 100, "ema_decay": 0.999,
     "max_steps": 100000, "max_minutes": 10.0, "mixed_precision": "no", "seed": 0, "log_every": 50,
     "checkpoint_every": 1000, "caption_dropout": 0.1, "style_dropout": 0.25, "kl_weight": 1e-6,
-    "sample_steps": 20, "sample_guidance": 3.0, "num_samples": 8, "vae_path": None,
+    "sample_steps": 20, "sample_guidance": 3.0, "num_samples": 8, "vae_path": None, "init_from": None,
     "transformer": {}, "text_encoder": {}, "vae": {},
 }
 
@@ -274,6 +274,8 @@ class WorldTrainer:
         if self.task == "vae":
             return None, build_vae(**config["vae"])
         vae = load_trained_vae(config["vae_path"], self.device)
+        if config["init_from"] is not None:
+            return vae, load_trained_denoiser(config["init_from"], self.task, self.device)
         transformer = build_transformer(self.task, vae.config.latent_channels, vae_scale_factor(vae),
                                         **config["transformer"])
         return vae, DenoiserWithText(transformer, build_text_encoder(transformer, **config["text_encoder"]))
@@ -357,6 +359,10 @@ class WorldTrainer:
                          "generator": f"mmpos.world.data.build_arrays({data_task!r})"},
                 "loss_history": self.history, "final_train_loss": self.history[-1][1] if self.history else None,
                 "parameters": sum(p.numel() for p in final.parameters())}
+        if config["init_from"] is not None:
+            before = card["init_from"] = previous_training(config["init_from"], task)
+            card["total_steps"] = self.step + before["total_steps"]
+            card["total_train_minutes"] = round(card["train_minutes"] + before["total_train_minutes"], 2)
         start = round(self.initial_validation, 5)
         if task == "vae":
             shift, scale = _vae_scaling(final, data.images)
@@ -381,3 +387,32 @@ def load_trained_vae(path, device):
                                 "scripts/train_world.py --task vae")
     vae = AutoencoderKL.from_pretrained(folder, torch_dtype=torch.float32).to(device)
     return vae.eval().requires_grad_(False)
+
+
+def _task_folder(path, task: str) -> Path:
+    """``path/world-<task>`` when it exists, else ``path`` itself."""
+    folder = Path(path)
+    return folder / f"world-{task}" if (folder / f"world-{task}").is_dir() else folder
+
+
+def load_trained_denoiser(path, task: str, device) -> DenoiserWithText:
+    """A trained world model (``path`` holds ``world-<task>/`` or is it), in fp32, to continue training."""
+    from diffusers import FluxTransformer2DModel
+
+    from .text import WorldTextEncoder
+
+    folder = _task_folder(path, task)
+    if not (folder / "transformer" / "config.json").is_file():
+        raise FileNotFoundError(f"init_from: no {task} checkpoint at {folder} (expected transformer/config.json)")
+    transformer = FluxTransformer2DModel.from_pretrained(folder / "transformer", torch_dtype=torch.float32)
+    text_encoder = WorldTextEncoder.from_pretrained(folder / "text_encoder", torch_dtype=torch.float32)
+    return DenoiserWithText(transformer, text_encoder).to(device).train()
+
+
+def previous_training(path, task: str) -> dict:
+    """What the ``init_from`` checkpoint's own model card says of its training (steps, minutes, val loss)."""
+    card_path = _task_folder(path, task) / "model_card.json"
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    return {"path": str(path), "val_loss": card.get("val_loss"),
+            "total_steps": card.get("total_steps", card.get("steps", 0)),
+            "total_train_minutes": card.get("total_train_minutes", card.get("train_minutes", 0.0))}
