@@ -4,14 +4,14 @@
     python scripts/eval_editing.py --checkpoint assets --count 16 --steps 20 --device cpu
 
 Per task, every row is scored against ground truth rendered from the scene specs (mmpos.world.metrics):
-- transplant: inserted-object mask IoU, colour error, change outside the box; plain Fill (same prompt) vs
-  PE transplant.
-- harmonise: identity (object mask IoU inside the paste, colour error) vs harmonisation (object texture
-  similarity to the scene's style, |error| on the pasted background margin); the unedited collage, plain
-  Kontext editing, LooseRoPE.
+- transplant: inserted-object mask IoU, colour error, change outside the repainted (dilated) box; plain Fill
+  (PosBridgeFillPipeline with transplant disabled: same canvas, same prompt) vs PE transplant at two tau.
+- harmonise: identity (object mask IoU inside the paste) vs harmonisation (object texture similarity to the
+  scene's style, |error| on the pasted background margin); the unedited collage, plain Kontext (LooseRoPE at
+  strength 0), LooseRoPE at strengths 0.5, 1, 2.
 - style: palette / texture similarity to the reference vs layout copy (IoU with the reference's objects);
-  no sharing (content prompts alone), copying the reference, shared attention, band modulation.
-Rows for methods whose pipelines are not in this build are reported as "not run" with the reason.
+  copying the reference, no sharing (content prompts alone), shared attention, band modulation as s_hf falls.
+Every method row runs the mmpos editing pipeline on the world model (mmpos.world.editing).
 Writes JSON (default outputs/eval_editing.json) and prints a table.
 """
 from __future__ import annotations
@@ -24,18 +24,10 @@ from pathlib import Path
 import numpy as np
 
 MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}
-PE_METHODS_TODO = "not wired yet: mmpos.pipelines are not yet connected to the world models"
-
-
-def not_run(name: str) -> dict:
-    return {"method": name, "not_run": PE_METHODS_TODO}
-
-
-def box_region(box, size: int) -> np.ndarray:
-    region = np.zeros((size, size), dtype=bool)
-    x0, y0, x1, y1 = box
-    region[y0:y1, x0:x1] = True
-    return region
+LOOSE_STRENGTHS = (0.5, 1.0, 2.0)
+BAND_ROWS = (("shared attention (band strength 0)", {"strength": 0.0}),
+             ("band s_hf=0.5", {"s_hf": (0.5, 0.5)}), ("band s_hf=0.25", {"s_hf": (0.25, 0.25)}),
+             ("band s_hf=0", {"s_hf": (0.0, 0.0)}), ("band paper schedule s_hf 0.25->0.75", {}))
 
 
 def mean_scores(rows: list[dict]) -> dict:
@@ -43,21 +35,23 @@ def mean_scores(rows: list[dict]) -> dict:
 
 
 def eval_transplant(args, pipes) -> list[dict]:
+    from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
+    from mmpos.world.editing import run_transplant
     from mmpos.world.edits import transplant_pair
     from mmpos.world.metrics import insertion_scores
-    from mmpos.world.samples import generate
 
-    size = args.sizes["fill"]
-    pairs = [transplant_pair(args.seed + i, size) for i in range(args.count)]
-    examples = [{"image": p.background.image, "mask": box_region(p.box, size), "caption": p.caption} for p in pairs]
-    outputs = generate(pipes("fill"), "fill", examples, args.steps)
+    pairs = [transplant_pair(args.seed + i, args.sizes["fill"]) for i in range(args.count)]
+    regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
 
-    def score(images):
-        return mean_scores([insertion_scores(o, p.background.image, p.mask, p.target.spec.objects[-1].colour,
-                                             box_region(p.box, size)) for o, p in zip(images, pairs)])
+    def row(method, images):
+        return {"method": method, **mean_scores([
+            insertion_scores(o, p.background.image, p.mask, p.target.spec.objects[-1].colour, region)
+            for o, p, region in zip(images, pairs, regions)])}
 
-    return [{"method": "ground truth", **score([p.target.image for p in pairs])},
-            {"method": "plain Fill", **score(outputs)}, not_run("PE transplant")]
+    pipe = pipes("transplant")
+    run = lambda **options: run_transplant(pipe, pairs, args.steps, {**WORLD_TRANSPLANT, **options}).outputs  # noqa
+    return [row("ground truth", [p.target.image for p in pairs]), row("plain Fill (same canvas)", run(enabled=False)),
+            row("PE transplant tau=0.85", run()), row("PE transplant tau=0.5", run(tau=0.5))]
 
 
 def harmonise_scores(output, pair) -> dict:
@@ -74,37 +68,39 @@ def harmonise_scores(output, pair) -> dict:
 
 
 def eval_harmonise(args, pipes) -> list[dict]:
+    from mmpos.world.editing import loose_for_steps, run_loose
     from mmpos.world.edits import harmonise_pair
-    from mmpos.world.samples import generate
 
     pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
-    examples = [{"image": p.target.image, "context": p.collage, "caption": p.instruction} for p in pairs]
-    outputs = generate(pipes("kontext"), "kontext", examples, args.steps)
-    return [{"method": "ground truth", **mean_scores([harmonise_scores(p.target.image, p) for p in pairs])},
-            {"method": "unedited collage", **mean_scores([harmonise_scores(p.collage, p) for p in pairs])},
-            {"method": "plain Kontext", **mean_scores([harmonise_scores(o, p) for o, p in zip(outputs, pairs)])},
-            not_run("LooseRoPE")]
+
+    def row(method, images):
+        return {"method": method, **mean_scores([harmonise_scores(o, p) for o, p in zip(images, pairs)])}
+
+    pipe = pipes("loose")
+    run = lambda strength: run_loose(pipe, pairs, args.steps, loose_for_steps(args.steps, strength=strength)).outputs  # noqa
+    return [row("ground truth", [p.target.image for p in pairs]), row("unedited collage", [p.collage for p in pairs]),
+            row("plain Kontext (LooseRoPE strength 0)", run(0.0))] + \
+        [row(f"LooseRoPE strength {s}", run(s)) for s in LOOSE_STRENGTHS]
 
 
 def eval_style(args, pipes) -> list[dict]:
+    from mmpos.world.editing import run_band
     from mmpos.world.edits import style_set
     from mmpos.world.metrics import layout_copy, palette_similarity, texture_similarity
-    from mmpos.world.samples import generate
 
     sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]
-    flat = [(s.reference, t, prompt) for s in sets for t, prompt in zip(s.targets, s.prompts)]
-    examples = [{"image": t.image, "caption": prompt} for _, t, prompt in flat]
-    outputs = generate(pipes("t2i"), "t2i", examples, args.steps)
+    references = [s.reference for s in sets for _ in s.targets]
 
-    def score(images):
-        return mean_scores([{"palette": palette_similarity(o, r.image), "texture": texture_similarity(o, r.image),
-                             "layout_copy": layout_copy(o, r.masks, r.spec.style.background)}
-                            for o, (r, _, _) in zip(images, flat)])
+    def row(method, images):
+        return {"method": method, **mean_scores([
+            {"palette": palette_similarity(o, r.image), "texture": texture_similarity(o, r.image),
+             "layout_copy": layout_copy(o, r.masks, r.spec.style.background)} for o, r in zip(images, references)])}
 
-    return [{"method": "ground truth (target in reference style)", **score([t.image for _, t, _ in flat])},
-            {"method": "copy the reference", **score([r.image for r, _, _ in flat])},
-            {"method": "no sharing (content prompt)", **score(outputs)},
-            not_run("shared attention"), not_run("band modulation s_hf=0.5"), not_run("band modulation s_hf=0")]
+    pipe = pipes("band")
+    rows = [row("ground truth (target in reference style)", [t.image for s in sets for t in s.targets]),
+            row("copy the reference", [r.image for r in references]),
+            row("no sharing (content prompt)", run_band(pipe, sets, args.steps, {"enabled": False}).outputs)]
+    return rows + [row(name, run_band(pipe, sets, args.steps, band).outputs) for name, band in BAND_ROWS]
 
 
 def print_table(results: dict) -> None:
@@ -129,21 +125,18 @@ def main(argv=None) -> int:
     if args.count < 1:
         parser.error(f"--count must be at least 1, got {args.count}")
 
-    from mmpos.world.models import check_world_checkpoint, load_world_pipeline, trained_image_size
+    from mmpos.world.editing import load_edit_pipeline
+    from mmpos.world.models import check_world_checkpoint, trained_image_size
 
     try:
         root = check_world_checkpoint(args.checkpoint or Path(__file__).resolve().parents[1] / "assets",
                                       tasks=[MODEL_OF_TASK[t] for t in args.tasks])
     except FileNotFoundError as error:
         parser.error(str(error))
-    cache = {}
     args.sizes = {task: trained_image_size(root, task) for task in MODEL_OF_TASK.values()}  # trained sides
 
-    def pipes(task):
-        if task not in cache:
-            cache[task] = load_world_pipeline(task, root, device=args.device)
-            cache[task].set_progress_bar_config(disable=True)
-        return cache[task]
+    def pipes(method):
+        return load_edit_pipeline(method, root, device=args.device)
 
     evaluators = {"transplant": eval_transplant, "harmonise": eval_harmonise, "style": eval_style}
     results = {task: evaluators[task](args, pipes) for task in args.tasks}

@@ -142,7 +142,7 @@ def test_transplant_input_errors(fill_pipes):
         _edit(posbridge, target_box=None, target_mask=torch.ones(32, 32))
     with pytest.raises(ValueError, match="empty"):
         _edit(posbridge, target_box=None, target_mask=torch.zeros(32, 48))
-    with pytest.raises(ValueError, match="inside the 32x48 image"):
+    with pytest.raises(ValueError, match=r"\(left, top, right, bottom\) must lie inside the 32x48 \(HxW\) image"):
         _edit(posbridge, target_box=(40, 0, 64, 16))
     with pytest.raises(ValueError, match="16-pixel token grid"):
         _edit(posbridge, background=image(30, 48))

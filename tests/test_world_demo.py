@@ -33,11 +33,15 @@ def test_error_map_is_black_where_exact():
 
 
 def test_world_demo_end_to_end(tiny_world, tmp_path):
-    written = run_world_demo(tmp_path, tiny_world, steps=1, count=2)
+    written = run_world_demo(tmp_path, tiny_world, steps=2, count=2)
     names = {p.name for p in written}
-    assert {"world_t2i.png", "world_fill.png", "world_kontext.png", "report.html"} == names
+    grids = {f"world_{s}.png" for s in ("t2i", "transplant", "loose", "band")}
+    diagnostics = {"world_transplant_ids.png", "world_loose_maps.png", "world_band_attention.png"}
+    assert grids | diagnostics | {"report.html"} == names
     report = (tmp_path / "report.html").read_text()
-    assert all(f"src='{n}'" in report for n in names - {"report.html"}) and "TODO" in report
+    assert all(f"src='{n}'" in report for n in names - {"report.html"})
+    for method in ("PE transplant", "LooseRoPE", "band modulation"):
+        assert method in report
 
 
 def test_demo_cli_with_missing_checkpoint_is_a_clear_error(tmp_path):
@@ -57,4 +61,8 @@ def test_eval_editing_script_scores_ground_truth_perfectly(tiny_world, tmp_path)
     assert truth["transplant"]["mask_iou"] == 1.0 and truth["transplant"]["outside_change"] == 0.0
     assert truth["harmonise"]["identity_iou"] == 1.0 and truth["harmonise"]["margin_error"] == 0.0
     assert truth["style"]["layout_copy"] < 1.0 == results["style"][1]["layout_copy"]
-    assert all("not_run" in rows[-1] for rows in results.values())
+    methods = {task: [row["method"] for row in rows] for task, rows in results.items()}
+    assert "PE transplant tau=0.85" in methods["transplant"] and "LooseRoPE strength 1.0" in methods["harmonise"]
+    assert "band s_hf=0" in methods["style"]
+    # a disabled edit leaves the plain baseline: unedited pixels outside the repainted box stay exact
+    assert all(row["outside_change"] == 0.0 for row in results["transplant"])

@@ -33,7 +33,8 @@ def test_each_task_runs_in_its_real_diffusers_pipeline(task):
     pipe = tiny_pipeline(task)
     examples = held_out_examples(task, 2, SIZE)
     images = generate(pipe, task, examples, steps=2, guidance=2.0)
-    assert images.shape == (2, SIZE, SIZE, 3) and images.dtype == np.uint8
+    width = 2 * SIZE if task == "fill" else SIZE  # fill examples are reference tile | scene canvases
+    assert images.shape == (2, SIZE, width, 3) and images.dtype == np.uint8
     assert type(pipe).__module__.startswith("diffusers.pipelines.flux")
 
 
@@ -120,6 +121,20 @@ def test_resume_continues_from_the_saved_step(trained):
     assert resumed["steps"] == 14 and resumed["loss_history"][: len(card["loss_history"])] == card["loss_history"]
 
 
+def test_init_from_continues_a_trained_model(trained, tmp_path):
+    root = trained[0]
+    card = json.loads((root / "world-t2i" / "model_card.json").read_text())  # the latest export in root
+    config = dict(image_size=SIZE, num_examples=32, batch_size=8, device="cpu", num_samples=1, sample_steps=1,
+                  task="t2i", vae_path=str(root), init_from=str(root), max_steps=2, warmup_steps=1)
+    continued = train(config, tmp_path, progress=False)
+    # starts where the source ended (its weights were shipped in fp16, hence the tolerance)
+    assert continued["val_loss_start"] == pytest.approx(card["val_loss"], rel=0.02)
+    assert continued["total_steps"] == card["steps"] + 2 and continued["init_from"]["total_steps"] == card["steps"]
+    assert "Continued from" in (tmp_path / "world-t2i" / "README.md").read_text()
+    with pytest.raises(FileNotFoundError, match="init_from: no t2i checkpoint"):
+        train({**config, "init_from": str(tmp_path / "missing")}, tmp_path, progress=False)
+
+
 SHIPPED = Path(__file__).resolve().parents[1] / "assets"
 
 
@@ -130,8 +145,9 @@ def test_shipped_checkpoints_load_and_sample(task):
     pipe = load_world_pipeline(task)
     pipe.set_progress_bar_config(disable=True)
     size = trained_image_size(None, task)
-    images = generate(pipe, task, held_out_examples(task, 1, size), steps=2)
-    assert images.shape == (1, size, size, 3)
+    examples = held_out_examples(task, 1, size)
+    images = generate(pipe, task, examples, steps=2)
+    assert images.shape == examples[0]["image"][None].shape
     card = json.loads((SHIPPED / f"world-{task}" / "model_card.json").read_text())
     assert card["steps"] > 0 and card["val_loss"] < card["val_loss_start"]
 

@@ -124,7 +124,7 @@ def test_dataset_items_and_arrays_agree():
     dataset = WorldDataset(4, seed=3, task="fill")
     arrays = build_arrays("fill", 4, seed=3)
     item = dataset[2]
-    assert item["image"].shape == (3, 64, 64) and item["mask"].shape == (1, 64, 64)
+    assert item["image"].shape == (3, 64, 128) and item["mask"].shape == (1, 64, 128)  # tile | scene canvas
     assert np.array_equal(((item["image"].permute(1, 2, 0).numpy() + 1) * 127.5).round(), arrays["image"][2])
     assert item["caption"] == arrays["caption"][2]
     with pytest.raises(IndexError):

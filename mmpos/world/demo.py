@@ -1,23 +1,41 @@
 """The world part of ``mmpos demo``: generate and edit with the trained world models, and a one-page report.
 
-Sections: text-to-image from captions (FluxPipeline), inpainting (FluxFillPipeline) and paste harmonisation
-(FluxKontextPipeline), each beside its ground truth and a diagnostic map (mask, |output - ground truth|).
+Sections, each beside its ground truth and with the method's diagnostic maps:
+- text to image from captions (``FluxPipeline``);
+- object insertion: plain Fill vs PE transplant (``PosBridgeFillPipeline``), with the transplanted ids;
+- paste harmonisation: plain Kontext vs LooseRoPE (``LooseRoPEKontextPipeline``), with saliency bins and factors;
+- style-aligned sets: no sharing vs band modulation at two strengths (``BandModulationFluxPipeline``), with the
+  attention of one target query over the reference per frequency band.
 """
 from __future__ import annotations
 
 import html
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from .edits import harmonise_pair
+from .canvas import WORLD_TRANSPLANT
+from .edits import harmonise_pair, style_set, transplant_pair
+from .editing import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
 from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
 from .samples import generate, held_out_examples, image_grid
 
 HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
-EDITING_TODO = ("Not yet in this report: PE transplant, LooseRoPE and band modulation on the world models "
-                "(the pipelines exist in mmpos.pipelines; connecting them to these models is open work).")
+TRANSPLANT_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
+STYLE_SEED = 444_444
+BAND_STRENGTHS = (0.5, 1.0)
+
+
+@dataclass
+class Section:
+    title: str
+    rows: list                                       # [(label, uint8 [N, H, W, 3])]
+    captions: list = field(default_factory=list)     # one per column (or one for all)
+    diagnostics: list = field(default_factory=list)  # figure paths
+    note: str = ""
 
 
 def trained_tasks(root=None) -> list[str]:
@@ -45,57 +63,106 @@ def mask_image(masks: np.ndarray) -> np.ndarray:
     return np.repeat(masks[..., None].astype(np.uint8) * 255, 3, axis=-1)
 
 
-def _pipe(task, root):
-    pipe = load_world_pipeline(task, root)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+def _chw(image: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(image).permute(2, 0, 1).float() / 255.0
 
 
-def text_to_image_section(root, steps: int, count: int):
+def text_to_image_section(root, steps: int, count: int, out_dir: Path) -> Section:
     examples = held_out_examples("t2i", count, trained_image_size(root, "t2i"))
-    outputs = generate(_pipe("t2i", root), "t2i", examples, steps)
+    pipe = load_world_pipeline("t2i", root)
+    pipe.set_progress_bar_config(disable=True)
+    outputs = generate(pipe, "t2i", examples, steps)
     truth = np.stack([e["image"] for e in examples])
-    rows = [("generated", outputs), ("ground truth", truth)]
-    return rows, [e["caption"] for e in examples]
+    return Section("Text to image (FluxPipeline)", [("generated", outputs), ("ground truth", truth)],
+                   [e["caption"] for e in examples])
 
 
-def fill_section(root, steps: int, count: int):
-    examples = held_out_examples("fill", count, trained_image_size(root, "fill"))
-    outputs = generate(_pipe("fill", root), "fill", examples, steps)
-    truth = np.stack([e["image"] for e in examples])
-    masked = np.stack([np.where(e["mask"][..., None], 128, e["image"]) for e in examples])
-    rows = [("masked input", masked), ("inpainted", outputs), ("ground truth", truth),
-            ("mask", mask_image(np.stack([e["mask"] for e in examples]))), ("|error|", error_map(outputs, truth))]
-    return rows, [e["caption"] for e in examples]
+def transplant_section(root, steps: int, count: int, out_dir: Path) -> Section:
+    from mmpos.pipelines.figures import transplant_diagnostic
 
-
-def harmonise_section(root, steps: int, count: int):
-    size = trained_image_size(root, "kontext")
-    pairs = [harmonise_pair(HARMONISE_SEED + i, size) for i in range(count)]
-    examples = [{"image": p.target.image, "context": p.collage, "caption": p.instruction} for p in pairs]
-    outputs = generate(_pipe("kontext", root), "kontext", examples, steps)
+    pairs = [transplant_pair(TRANSPLANT_SEED + i, trained_image_size(root, "fill")) for i in range(count)]
+    pipe = load_edit_pipeline("transplant", root)
+    plain = run_transplant(pipe, pairs, steps, {**WORLD_TRANSPLANT, "enabled": False})
+    edited = run_transplant(pipe, pairs, steps, WORLD_TRANSPLANT)
     truth = np.stack([p.target.image for p in pairs])
-    rows = [("pasted", np.stack([p.collage for p in pairs])), ("harmonised", outputs), ("ground truth", truth),
-            ("paste mask", mask_image(np.stack([p.paste_mask for p in pairs]))), ("|error|", error_map(outputs, truth))]
-    return rows, [pairs[0].instruction]
+    rows = [("background", np.stack([p.background.image for p in pairs])),
+            ("reference", np.stack([p.reference.image for p in pairs])), ("plain Fill", plain.outputs),
+            ("PE transplant", edited.outputs), ("ground truth", truth),
+            ("|error| transplant", error_map(edited.outputs, truth))]
+    last = edited.last
+    figure = transplant_diagnostic(last.canvas, last.ids, last.native_ids, out_dir / "world_transplant_ids.png")
+    return Section("Object insertion: plain Fill vs PE transplant (PosBridgeFillPipeline)", rows,
+                   [p.caption for p in pairs], [figure],
+                   "Both rows run the same pipeline on the same canvas (reference tile left of the scene); plain "
+                   "Fill is transplant.enabled=False. The figure shows the last example's canvas and the ids its "
+                   "tokens carry while sigma >= tau.")
 
 
-SECTIONS = (("Text to image (FluxPipeline)", "t2i", text_to_image_section),
-            ("Inpainting (FluxFillPipeline)", "fill", fill_section),
-            ("Paste harmonisation, plain Kontext editing (FluxKontextPipeline)", "kontext", harmonise_section))
+def loose_section(root, steps: int, count: int, out_dir: Path) -> Section:
+    from mmpos.pipelines import LooseConfig
+    from mmpos.pipelines.figures import loose_diagnostic
+
+    pairs = [harmonise_pair(HARMONISE_SEED + i, trained_image_size(root, "kontext")) for i in range(count)]
+    pipe = load_edit_pipeline("loose", root)
+    plain = run_loose(pipe, pairs, steps, loose_for_steps(steps, strength=0.0))
+    config = loose_for_steps(steps)
+    edited = run_loose(pipe, pairs, steps, config)
+    truth = np.stack([p.target.image for p in pairs])
+    rows = [("pasted", np.stack([p.collage for p in pairs])), ("plain Kontext", plain.outputs),
+            ("LooseRoPE", edited.outputs), ("ground truth", truth),
+            ("paste mask", mask_image(np.stack([p.paste_mask for p in pairs]))),
+            ("|error| LooseRoPE", error_map(edited.outputs, truth))]
+    figure = loose_diagnostic(edited.last.maps, LooseConfig(**config), out_dir / "world_loose_maps.png",
+                              _chw(pairs[-1].collage))
+    return Section("Paste harmonisation: plain Kontext vs LooseRoPE (LooseRoPEKontextPipeline)", rows,
+                   [pairs[0].instruction], [figure],
+                   "Plain Kontext is the same pipeline at strength 0. The figure shows the last example's token "
+                   "saliency, bins and per-token factors.")
 
 
-def write_report(out_dir: Path, figures: list[tuple[str, Path, list[str]]], extra: list[Path]) -> Path:
-    """``report.html``: each figure with its captions, the editing TODO, and links to the other figures."""
+def band_section(root, steps: int, count: int, out_dir: Path) -> Section:
+    from mmpos.pipelines.figures import band_attention_maps, band_diagnostic
+
+    size = trained_image_size(root, "t2i")
+    sets = [style_set(STYLE_SEED + i, 2, size) for i in range(max(count // 2, 1))]
+    pipe = load_edit_pipeline("band", root)
+    rows = [("reference", np.stack([s.reference.image for s in sets for _ in s.targets])),
+            ("no sharing", run_band(pipe, sets, steps, {"enabled": False}).outputs)]
+    for strength in BAND_STRENGTHS:
+        probe = (0, 0.5) if strength == BAND_STRENGTHS[-1] else None
+        rows.append((f"band strength {strength}", run_band(pipe, sets, steps, {"strength": strength},
+                                                            probe=probe).outputs))
+    rows.append(("ground truth", np.stack([t.image for s in sets for t in s.targets])))
+    grid = (size // pipe.token_pixels,) * 2
+    token = grid[0] // 2 * grid[1] + grid[1] // 2
+    maps = band_attention_maps(pipe.probe.query, pipe.probe.key, pipe.transformer.config.axes_dims_rope, grid, token)
+    figure = band_diagnostic(maps, grid, token, out_dir / "world_band_attention.png", _chw(sets[-1].reference.image))
+    return Section("Style-aligned sets: band modulation at two strengths (BandModulationFluxPipeline)", rows,
+                   [p for s in sets for p in s.prompts], [figure],
+                   "Targets get their content prompt only; the style comes from the shared reference image. The "
+                   f"figure: attention of the centre query of the last target over the reference (layer 0, "
+                   f"strength {BAND_STRENGTHS[-1]}, half-way through sampling), per frequency band.")
+
+
+SECTIONS = (("t2i", "t2i", text_to_image_section), ("transplant", "fill", transplant_section),
+            ("loose", "kontext", loose_section), ("band", "t2i", band_section))
+
+
+def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: list[Path]) -> Path:
+    """``report.html``: each section's grid, captions, note and diagnostic figures; links to other figures."""
     parts = ["<!doctype html><meta charset='utf-8'><title>mmpos demo</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{image-rendering:pixelated;"
-             "max-width:100%}li{font-size:13px}</style>", "<h1>mmpos demo: the mini-world</h1>",
-             "<p>Small Flux-class models trained on mmpos.world, run through the stock diffusers pipelines. "
-             "Ground truth comes from the scene specs; |error| is the per-pixel max channel difference.</p>"]
-    for title, path, captions in figures:
-        parts += [f"<h2>{html.escape(title)}</h2>", f"<img src='{path.name}'>", "<ol>"]
-        parts += [f"<li>{html.escape(c)}</li>" for c in captions] + ["</ol>"]
-    parts += ["<h2>PE editing methods</h2>", f"<p><b>TODO:</b> {html.escape(EDITING_TODO)}</p>"]
+             "max-width:100%}.diag{image-rendering:auto}li{font-size:13px}</style>",
+             "<h1>mmpos demo: the mini-world</h1>",
+             "<p>Small Flux-class models trained on mmpos.world, run through the diffusers pipelines and the mmpos "
+             "editing pipelines. Ground truth comes from the scene specs; |error| is the per-pixel max channel "
+             "difference. Numbers: <code>python scripts/eval_editing.py</code> (README).</p>"]
+    for section, path in sections:
+        parts += [f"<h2>{html.escape(section.title)}</h2>", f"<img src='{path.name}'>"]
+        if section.note:
+            parts.append(f"<p>{html.escape(section.note)}</p>")
+        parts += [f"<img class='diag' src='{d.name}'>" for d in section.diagnostics]
+        parts += ["<ol>"] + [f"<li>{html.escape(c)}</li>" for c in section.captions] + ["</ol>"]
     if extra:
         parts += ["<h2>Encodings</h2>"] + [f"<img src='{os.path.relpath(p, out_dir)}' width='360'>" for p in extra]
     report = out_dir / "report.html"
@@ -103,24 +170,27 @@ def write_report(out_dir: Path, figures: list[tuple[str, Path, list[str]]], extr
     return report
 
 
-def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 8, extra_figures=()) -> list[Path]:
-    """Run every section, write one PNG per section and ``report.html``; returns the written paths."""
+def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_figures=()) -> list[Path]:
+    """Run every section whose model is there; write a grid PNG per section, the diagnostic figures and
+    ``report.html``; returns the written paths."""
     from PIL import Image
+    from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures, available = [], trained_tasks(root)
+    available = trained_tasks(root)
     if not available:
         from .models import check_world_checkpoint
 
         check_world_checkpoint(root if root is not None else DEFAULT_ASSETS)  # raises a clear error
-    for title, name, section in SECTIONS:
-        if name not in available:
-            print(f"no trained {name} world model; skipping '{title}'")
+    done, written = [], []
+    for name, task, build in tqdm(SECTIONS, desc="world demo", unit="section"):
+        if task not in available:
+            print(f"no trained {task} world model; skipping the {name} section")
             continue
-        rows, captions = section(root, steps, count)
+        section = build(root, steps, count, out_dir)
         path = out_dir / f"world_{name}.png"
-        Image.fromarray(image_grid(rows)).save(path)
-        figures.append((title, path, captions))
-    report = write_report(out_dir, figures, [Path(p) for p in extra_figures])
-    return [path for _, path, _ in figures] + [report]
+        Image.fromarray(image_grid(section.rows)).save(path)
+        done.append((section, path))
+        written += [path, *section.diagnostics]
+    return written + [write_report(out_dir, done, [Path(p) for p in extra_figures])]

@@ -1,0 +1,123 @@
+"""The mmpos editing pipelines on world models (tiny random configs): canvases match the transplant pipeline's,
+boxes agree across conventions, and a disabled edit is the stock diffusers pipeline, pixel for pixel."""
+import numpy as np
+import pytest
+import torch
+
+from mmpos.pipelines.transplant import TransplantConfig
+from mmpos.pipelines.transplant_pipeline import box_to_mask
+from mmpos.world.canvas import WORLD_TRANSPLANT, box_mask, fill_canvas_example, insertion_canvas, scene_part
+from mmpos.world.editing import (load_edit_pipeline, loose_for_steps, pipeline_class, run_band, run_loose,
+                                 run_transplant)
+from mmpos.world.edits import harmonise_pair, style_set, transplant_pair
+from mmpos.world.models import build_pipeline, build_text_encoder, build_transformer, build_vae
+from mmpos.world.samples import generate
+from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
+
+TASK_OF = {"transplant": "fill", "loose": "kontext", "band": "t2i"}
+
+
+def tiny_edit_pipeline(method, seed=0):
+    torch.manual_seed(seed)
+    task = TASK_OF[method]
+    transformer = build_transformer(task, **TINY_TRANSFORMER)
+    pipe = build_pipeline(task, build_vae(**TINY_VAE), transformer, build_text_encoder(transformer, **TINY_TEXT),
+                          pipeline_class=pipeline_class(method))
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def stock(pipe, task):
+    plain = build_pipeline(task, pipe.vae, pipe.transformer, pipe.text_encoder)
+    plain.set_progress_bar_config(disable=True)
+    return plain
+
+
+def as_uint8(image: torch.Tensor) -> np.ndarray:
+    return (image[0].permute(1, 2, 0) * 255).round().byte().numpy()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_insertion_canvas_is_the_transplant_pipelines_canvas(seed):
+    pair = transplant_pair(seed, SIZE)
+    pipe = tiny_edit_pipeline("transplant")
+    canvas = pipe.prepare_canvas(TransplantConfig(**WORLD_TRANSPLANT), pair.background.image, None,
+                                 [pair.reference.image], [pair.reference.masks[0]], pair.box)
+    example = insertion_canvas(pair)
+    assert np.array_equal(example.mask, canvas.inpaint_mask.numpy())
+    unchanged = ~example.mask
+    assert np.array_equal(example.image[unchanged], as_uint8(canvas.image)[unchanged])
+    assert np.array_equal(scene_part(example.image), pair.target.image)
+    assert (scene_part(example.mask) | ~pair.mask).all() and not example.mask[:, :SIZE].any()
+
+
+def test_fill_canvas_examples_mix_insertion_and_plain_inpainting():
+    examples = [fill_canvas_example(seed, SIZE) for seed in range(12)]
+    assert {e.inserted for e in examples} == {True, False}
+    for e in examples:
+        assert e.image.shape == (SIZE, 2 * SIZE, 3) and e.mask[:, SIZE:].any() and not e.mask[:, :SIZE].any()
+        tile_is_plain = bool((e.image[:, :SIZE] == 128).all())
+        assert tile_is_plain != e.inserted
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_world_and_pipeline_boxes_agree(seed):
+    box = transplant_pair(seed, SIZE).box  # (x0, y0, x1, y1)
+    assert np.array_equal(box_to_mask(box, (SIZE, SIZE)).numpy(), box_mask(box, SIZE))
+
+
+def test_box_outside_the_image_names_the_order():
+    with pytest.raises(ValueError, match=r"target_box=\(0, 0, 40, 8\) \(left, top, right, bottom\)"):
+        box_to_mask((0, 0, 40, 8), (32, 32))
+    with pytest.raises(ValueError, match="expected 4 numbers"):
+        box_to_mask((0, 0, 8), (32, 32))
+
+
+def test_transplant_changes_nothing_outside_the_repainted_region():
+    pairs = [transplant_pair(seed, SIZE) for seed in (3, 4)]
+    run = run_transplant(tiny_edit_pipeline("transplant"), pairs, steps=2, transplant=WORLD_TRANSPLANT)
+    assert run.outputs.shape == (2, SIZE, SIZE, 3) and run.last.ids.shape == (SIZE // 4 * SIZE // 2, 3)
+    for output, pair in zip(run.outputs, pairs):
+        outside = ~scene_part(insertion_canvas(pair).mask)
+        assert np.array_equal(output[outside], pair.background.image[outside])
+
+
+def test_loose_at_strength_zero_is_stock_kontext():
+    pair = harmonise_pair(7, SIZE)
+    pipe = tiny_edit_pipeline("loose")
+    loose = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3, strength=0.0))
+    plain = generate(stock(pipe, "kontext"), "kontext",
+                     [{"image": pair.target.image, "context": pair.collage, "caption": pair.instruction}], steps=3)
+    assert np.array_equal(loose.outputs, plain)
+    edited = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3))
+    assert not np.array_equal(edited.outputs, plain) and (edited.last.maps.bins >= 0).any()
+
+
+def test_band_disabled_is_stock_flux_and_enabled_differs():
+    sets = [style_set(5, 2, SIZE)]
+    pipe = tiny_edit_pipeline("band")
+    disabled = run_band(pipe, sets, steps=2, band={"enabled": False})
+    captions = [sets[0].reference.spec.caption()] + sets[0].prompts
+    plain = generate(stock(pipe, "t2i"), "t2i", [{"image": sets[0].reference.image, "caption": c} for c in captions],
+                     steps=2)
+    assert np.array_equal(disabled.outputs, plain[1:])
+    shared = run_band(pipe, sets, steps=2, band={"strength": 1.0})
+    assert shared.outputs.shape == disabled.outputs.shape and not np.array_equal(shared.outputs, disabled.outputs)
+
+
+def test_loose_schedule_is_rescaled_to_the_step_count():
+    from mmpos.pipelines import LooseConfig
+
+    defaults = LooseConfig()
+    assert loose_for_steps(28)["cutoffs"] == defaults.cutoffs and loose_for_steps(28)["step_range"] == (0, 22)
+    assert loose_for_steps(14) == {"cutoffs": (5, 9), "step_range": (0, 11)}
+    assert loose_for_steps(14, strength=0.5)["strength"] == 0.5
+
+
+def test_edit_pipeline_errors(tmp_path):
+    with pytest.raises(ValueError, match="method='paint'"):
+        pipeline_class("paint")
+    with pytest.raises(TypeError, match="expected a subclass of FluxFillPipeline"):
+        build_pipeline("fill", None, None, None, pipeline_class=pipeline_class("loose"))
+    with pytest.raises(FileNotFoundError, match="no VAE checkpoint"):
+        load_edit_pipeline("band", tmp_path)
