@@ -12,13 +12,31 @@ def _demo(args) -> int:
     from .demo import run_demo
 
     try:
-        written = run_demo(args.out, args.size, world=not args.no_world, steps=args.steps, checkpoint=args.checkpoint)
-    except FileNotFoundError as error:
+        source = _model_source(args)
+        written = run_demo(args.out, args.size, world=not args.no_world, steps=args.steps, checkpoint=args.checkpoint,
+                           source=source, count=args.count)
+    except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"mmpos demo: error: {error}") from None
     print(f"wrote {len(written)} figures to {Path(args.out).resolve()}:")
     for path in written:
         print(f"  {path}")
     return 0
+
+
+def _model_source(args):
+    """The world demo's models: ``--model`` pretrained pipelines, else the world checkpoints (None: default)."""
+    if not args.model and args.device is None and args.dtype is None and args.image_size is None:
+        return None
+    from .world.sources import ModelSource, parse_model_args
+
+    device = args.device or "cpu"
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: CUDA is not available on this machine")
+    return ModelSource(args.checkpoint, parse_model_args(args.model), device, args.dtype or "float32",
+                       args.image_size)
 
 
 def _list(args) -> int:
@@ -53,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=20, help="denoising steps of the world models (default: 20)")
     demo.add_argument("--checkpoint", help="folder with world-vae/ and world-<task>/ (default: shipped assets)")
     demo.add_argument("--no-world", action="store_true", help="only the encoding figures")
+    demo.add_argument("--model", action="append", metavar="TASK=PATH",
+                      help="run the world sections on pretrained pipelines instead: t2i=, fill=, kontext= a "
+                      "from_pretrained path or hub id (repeat), or 'flux' for FLUX.1 dev / Fill / Kontext")
+    demo.add_argument("--device", choices=("cpu", "cuda"), help="device of the world sections (default: cpu)")
+    demo.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="model dtype (default: float32)")
+    demo.add_argument("--image-size", type=int, help="scene side in pixels (default: the world models' trained "
+                      "size; 512 with --model)")
+    demo.add_argument("--count", type=int, default=6, help="examples per world section (default: 6)")
     demo.set_defaults(func=_demo)
 
     lister = sub.add_parser("list", help="list registered encodings", description="List registered encodings.")

@@ -19,14 +19,18 @@ def demo_encoding(name: str):
     return create_pe(name, **{k: v for k, v in options.items() if k in valid})
 
 
-def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20, checkpoint=None) -> list[Path]:
+def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20, checkpoint=None, source=None,
+             count: int = 6) -> list[Path]:
     """Spectrum and camera figures; with ``world``, also the mini-world generation/editing figures and
-    report.html (from ``checkpoint``, or the shipped assets when they are there)."""
+    report.html (from ``source``, a :class:`~mmpos.world.sources.ModelSource`, else ``checkpoint``, else the
+    shipped assets when they are there)."""
     from .viz.cameras import camera_encoding_figure, demo_camera_figures
     from .viz.spectrum import encoding_figure
 
     out_dir = Path(out_dir)
-    if world and checkpoint is not None:
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    if world and checkpoint is not None and not (source is not None and source.models):
         from .world.models import check_world_checkpoint
 
         check_world_checkpoint(checkpoint, tasks=("t2i",))
@@ -40,8 +44,9 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
     if world:
         from .world.demo import run_world_demo, world_models_available
 
-        if checkpoint is not None or world_models_available():
-            written += run_world_demo(out_dir / "world", checkpoint, steps, extra_figures=written)
+        if source is not None or checkpoint is not None or world_models_available():
+            written += run_world_demo(out_dir / "world", checkpoint, steps, count, extra_figures=written,
+                                      source=source)
         else:
             print("no trained world models in assets/; wrote the encoding figures only")
     return written

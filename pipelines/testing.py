@@ -5,6 +5,8 @@ The VAE has four levels (scale factor 8) so that one transformer token is 16x16 
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
 
@@ -40,6 +42,42 @@ def components(kind: str = "flux", seed: int = 0, vae_levels: int = 4) -> dict:
     return dict(transformer=tiny_transformer(kind, seed, vae_scale), vae=tiny_vae(seed, vae_levels),
                 scheduler=FlowMatchEulerDiscreteScheduler(),
                 text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+
+
+TEXT_WORDS = ("a", "the", "on", "at", "of", "and", "background", "object", "image", "into", "blend")
+
+
+def tiny_text_components(seed: int = 0) -> dict:
+    """Tiny CLIP and T5 encoders with tokenizers built offline (character-level CLIP BPE without merges, word-level
+    T5), so a saved pipeline loads with ``from_pretrained`` and takes prompt strings like FLUX.1."""
+    import json
+    import tempfile
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer, T5Config, T5EncoderModel, T5TokenizerFast
+
+    torch.manual_seed(seed)
+    folder = Path(tempfile.mkdtemp(prefix="mmpos_tiny_tokenizers_"))
+    clip_vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for symbol in "abcdefghijklmnopqrstuvwxyz0123456789":
+        clip_vocab.setdefault(symbol, len(clip_vocab))
+        clip_vocab.setdefault(symbol + "</w>", len(clip_vocab))
+    (folder / "vocab.json").write_text(json.dumps(clip_vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    clip_tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=77)
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=len(clip_vocab), hidden_size=TEXT_DIM, intermediate_size=37,
+                                        num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=77,
+                                        projection_dim=TEXT_DIM, bos_token_id=0, eos_token_id=1, pad_token_id=1))
+    t5_vocab = ["<pad>", "</s>", "<unk>", *TEXT_WORDS]
+    unigram = Tokenizer(models.Unigram([(token, -1.0) for token in t5_vocab], unk_id=2))
+    unigram.pre_tokenizer = pre_tokenizers.Whitespace()
+    unigram.save(str(folder / "tokenizer.json"))
+    t5_tokenizer = T5TokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), eos_token="</s>",
+                                   pad_token="<pad>", unk_token="<unk>", extra_ids=0, model_max_length=TEXT_LEN)
+    t5 = T5EncoderModel(T5Config(vocab_size=len(t5_vocab), d_model=TEXT_DIM, d_kv=8, d_ff=37, num_layers=1,
+                                 num_heads=2, decoder_start_token_id=0))
+    return dict(text_encoder=clip.eval(), tokenizer=clip_tokenizer, text_encoder_2=t5.eval(),
+                tokenizer_2=t5_tokenizer)
 
 
 def embeddings(batch: int = 1, seed: int = 1) -> dict:

@@ -66,3 +66,65 @@ def test_eval_editing_script_scores_ground_truth_perfectly(tiny_world, tmp_path)
     assert "band s_hf=0" in methods["style"]
     # a disabled edit leaves the plain baseline: unedited pixels outside the repainted box stay exact
     assert all(row["outside_change"] == 0.0 for row in results["transplant"])
+
+
+@pytest.fixture(scope="module")
+def pretrained_folders(tmp_path_factory):
+    """FLUX-style saved pipelines (tiny, with CLIP/T5 text encoders and tokenizers) for t2i, fill and kontext."""
+    from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
+
+    from mmpos.pipelines.testing import components, tiny_text_components
+
+    root = tmp_path_factory.mktemp("pretrained")
+    for task, kind, cls in (("t2i", "flux", FluxPipeline), ("fill", "fill", FluxFillPipeline),
+                            ("kontext", "kontext", FluxKontextPipeline)):
+        cls(**{**components(kind), **tiny_text_components()}).save_pretrained(root / task)
+    return root
+
+
+def test_world_demo_runs_pretrained_pipelines_on_prompt_strings(pretrained_folders, tmp_path):
+    from mmpos.world.sources import ModelSource, parse_model_args
+
+    models = parse_model_args([f"{t}={pretrained_folders / t}" for t in ("t2i", "fill", "kontext")])
+    source = ModelSource(models=models, image_size=64)
+    written = run_world_demo(tmp_path, steps=2, count=1, source=source)
+    assert {p.name for p in written} >= {"world_transplant.png", "world_loose.png", "world_band.png", "report.html"}
+    report = (tmp_path / "report.html").read_text()
+    assert str(pretrained_folders / "fill") in report and "trained on mmpos.world" not in report
+
+
+def test_model_arguments_and_errors():
+    from mmpos.world.sources import HUB_FLUX, parse_model_args
+
+    assert parse_model_args(["flux"]) == HUB_FLUX
+    assert parse_model_args(["flux", "fill=my/fill"]) == {**HUB_FLUX, "fill": "my/fill"}
+    with pytest.raises(ValueError, match="--model task='video'"):
+        parse_model_args(["video=x"])
+    with pytest.raises(ValueError, match="expected TASK=PATH_OR_HUB_ID"):
+        parse_model_args(["t2i"])
+    with pytest.raises(SystemExit, match="expected TASK=PATH_OR_HUB_ID"):
+        main(["demo", "--out", "unused", "--size", "5", "--model", "fill"])
+
+
+def test_conditioning_follows_the_model():
+    from diffusers import FluxTransformer2DModel
+
+    from mmpos.pipelines.testing import components, tiny_text_components
+    from mmpos.world.models import WorldTextEncoder, conditioning
+    from test_world_editing import tiny_edit_pipeline
+
+    world_t2i, world_fill = tiny_edit_pipeline("band"), tiny_edit_pipeline("transplant")
+    kwargs = conditioning(world_t2i, ["a red star"], 3.0)
+    assert kwargs["true_cfg_scale"] == 3.0 and kwargs["negative_prompt_embeds"].shape[0] == 1
+    assert isinstance(world_t2i.text_encoder, WorldTextEncoder)
+    assert set(conditioning(world_fill, ["a red star"], 3.0)) == {"prompt_embeds", "pooled_prompt_embeds"}
+    from diffusers import FluxPipeline
+
+    parts = {**components("flux"), **tiny_text_components()}
+    config = dict(parts["transformer"].config)
+    parts["transformer"] = FluxTransformer2DModel.from_config(config, guidance_embeds=True)
+    distilled = FluxPipeline(**parts)
+    assert conditioning(distilled, ["a red star"], 3.5) == {"prompt": ["a red star"], "guidance_scale": 3.5}
+    assert conditioning(distilled, ["a red star"]) == {"prompt": ["a red star"]}
+    with pytest.raises(ValueError, match="no text encoders"):
+        conditioning(FluxPipeline(**components("flux")), ["a red star"])

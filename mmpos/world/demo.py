@@ -18,10 +18,11 @@ import numpy as np
 import torch
 
 from .canvas import WORLD_TRANSPLANT
+from .editing import loose_for_steps, run_band, run_loose, run_transplant
 from .edits import harmonise_pair, style_set, transplant_pair
-from .editing import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
-from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
+from .models import DEFAULT_ASSETS
 from .samples import generate, held_out_examples, image_grid
+from .sources import ModelSource, trained_tasks
 
 HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
 TRANSPLANT_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
@@ -36,14 +37,6 @@ class Section:
     captions: list = field(default_factory=list)     # one per column (or one for all)
     diagnostics: list = field(default_factory=list)  # figure paths
     note: str = ""
-
-
-def trained_tasks(root=None) -> list[str]:
-    """The tasks whose models (and the VAE) are under ``root`` (default: the shipped assets)."""
-    root = Path(root) if root is not None else DEFAULT_ASSETS
-    if not (root / "world-vae" / "config.json").is_file():
-        return []
-    return [t for t in TASKS if (root / f"world-{t}" / "transformer" / "config.json").is_file()]
 
 
 def world_models_available(root=None) -> bool:
@@ -67,23 +60,22 @@ def _chw(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(image).permute(2, 0, 1).float() / 255.0
 
 
-def text_to_image_section(root, steps: int, count: int, out_dir: Path) -> Section:
-    examples = held_out_examples("t2i", count, trained_image_size(root, "t2i"))
-    pipe = load_world_pipeline("t2i", root)
-    pipe.set_progress_bar_config(disable=True)
-    outputs = generate(pipe, "t2i", examples, steps)
+def text_to_image_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
+    examples = held_out_examples("t2i", count, source.size("t2i"))
+    outputs = generate(source.pipeline("generate"), "t2i", examples, steps, source.guidance("t2i"))
     truth = np.stack([e["image"] for e in examples])
     return Section("Text to image (FluxPipeline)", [("generated", outputs), ("ground truth", truth)],
                    [e["caption"] for e in examples])
 
 
-def transplant_section(root, steps: int, count: int, out_dir: Path) -> Section:
+def transplant_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
     from mmpos.pipelines.figures import transplant_diagnostic
 
-    pairs = [transplant_pair(TRANSPLANT_SEED + i, trained_image_size(root, "fill")) for i in range(count)]
-    pipe = load_edit_pipeline("transplant", root)
-    plain = run_transplant(pipe, pairs, steps, {**WORLD_TRANSPLANT, "enabled": False})
-    edited = run_transplant(pipe, pairs, steps, WORLD_TRANSPLANT)
+    pairs = [transplant_pair(TRANSPLANT_SEED + i, source.size("fill")) for i in range(count)]
+    pipe, guidance = source.pipeline("transplant"), source.guidance("fill")
+    options = WORLD_TRANSPLANT if source.is_world("fill") else {}  # pretrained Fill: the paper's layout
+    plain = run_transplant(pipe, pairs, steps, {**options, "enabled": False}, guidance)
+    edited = run_transplant(pipe, pairs, steps, options, guidance)
     truth = np.stack([p.target.image for p in pairs])
     rows = [("background", np.stack([p.background.image for p in pairs])),
             ("reference", np.stack([p.reference.image for p in pairs])), ("plain Fill", plain.outputs),
@@ -98,15 +90,15 @@ def transplant_section(root, steps: int, count: int, out_dir: Path) -> Section:
                    "tokens carry while sigma >= tau.")
 
 
-def loose_section(root, steps: int, count: int, out_dir: Path) -> Section:
+def loose_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
     from mmpos.pipelines import LooseConfig
     from mmpos.pipelines.figures import loose_diagnostic
 
-    pairs = [harmonise_pair(HARMONISE_SEED + i, trained_image_size(root, "kontext")) for i in range(count)]
-    pipe = load_edit_pipeline("loose", root)
-    plain = run_loose(pipe, pairs, steps, loose_for_steps(steps, strength=0.0))
+    pairs = [harmonise_pair(HARMONISE_SEED + i, source.size("kontext")) for i in range(count)]
+    pipe, guidance = source.pipeline("loose"), source.guidance("kontext")
+    plain = run_loose(pipe, pairs, steps, loose_for_steps(steps, strength=0.0), guidance)
     config = loose_for_steps(steps)
-    edited = run_loose(pipe, pairs, steps, config)
+    edited = run_loose(pipe, pairs, steps, config, guidance)
     truth = np.stack([p.target.image for p in pairs])
     rows = [("pasted", np.stack([p.collage for p in pairs])), ("plain Kontext", plain.outputs),
             ("LooseRoPE", edited.outputs), ("ground truth", truth),
@@ -120,17 +112,17 @@ def loose_section(root, steps: int, count: int, out_dir: Path) -> Section:
                    "saliency, bins and per-token factors.")
 
 
-def band_section(root, steps: int, count: int, out_dir: Path) -> Section:
+def band_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
     from mmpos.pipelines.figures import band_attention_maps, band_diagnostic
 
-    size = trained_image_size(root, "t2i")
+    size = source.size("t2i")
     sets = [style_set(STYLE_SEED + i, 2, size) for i in range(max(count // 2, 1))]
-    pipe = load_edit_pipeline("band", root)
+    pipe, guidance = source.pipeline("band"), source.guidance("t2i")
     rows = [("reference", np.stack([s.reference.image for s in sets for _ in s.targets])),
-            ("no sharing", run_band(pipe, sets, steps, {"enabled": False}).outputs)]
+            ("no sharing", run_band(pipe, sets, steps, {"enabled": False}, guidance).outputs)]
     for strength in BAND_STRENGTHS:
         probe = (0, 0.5) if strength == BAND_STRENGTHS[-1] else None
-        rows.append((f"band strength {strength}", run_band(pipe, sets, steps, {"strength": strength},
+        rows.append((f"band strength {strength}", run_band(pipe, sets, steps, {"strength": strength}, guidance,
                                                             probe=probe).outputs))
     rows.append(("ground truth", np.stack([t.image for s in sets for t in s.targets])))
     grid = (size // pipe.token_pixels,) * 2
@@ -148,15 +140,16 @@ SECTIONS = (("t2i", "t2i", text_to_image_section), ("transplant", "fill", transp
             ("loose", "kontext", loose_section), ("band", "t2i", band_section))
 
 
-def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: list[Path]) -> Path:
+def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: list[Path],
+                 models: str = "small Flux-class models trained on mmpos.world") -> Path:
     """``report.html``: each section's grid, captions, note and diagnostic figures; links to other figures."""
     parts = ["<!doctype html><meta charset='utf-8'><title>mmpos demo</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{image-rendering:pixelated;"
              "max-width:100%}.diag{image-rendering:auto}li{font-size:13px}</style>",
              "<h1>mmpos demo: the mini-world</h1>",
-             "<p>Small Flux-class models trained on mmpos.world, run through the diffusers pipelines and the mmpos "
-             "editing pipelines. Ground truth comes from the scene specs; |error| is the per-pixel max channel "
-             "difference. Numbers: <code>python scripts/eval_editing.py</code> (README).</p>"]
+             f"<p>Models: {html.escape(models)}; run through the diffusers pipelines and the mmpos editing "
+             "pipelines on scenes of mmpos.world. Ground truth comes from the scene specs; |error| is the per-pixel "
+             "max channel difference. Numbers: <code>python scripts/eval_editing.py</code> (README).</p>"]
     for section, path in sections:
         parts += [f"<h2>{html.escape(section.title)}</h2>", f"<img src='{path.name}'>"]
         if section.note:
@@ -170,27 +163,29 @@ def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: lis
     return report
 
 
-def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_figures=()) -> list[Path]:
-    """Run every section whose model is there; write a grid PNG per section, the diagnostic figures and
-    ``report.html``; returns the written paths."""
+def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_figures=(),
+                   source: ModelSource | None = None) -> list[Path]:
+    """Run every section whose model is there (world checkpoints under ``root``, or ``source``); write a grid PNG
+    per section, the diagnostic figures and ``report.html``; returns the written paths."""
     from PIL import Image
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    available = trained_tasks(root)
+    source = source if source is not None else ModelSource(root)
+    available = source.tasks()
     if not available:
         from .models import check_world_checkpoint
 
-        check_world_checkpoint(root if root is not None else DEFAULT_ASSETS)  # raises a clear error
+        check_world_checkpoint(source.root if source.root is not None else DEFAULT_ASSETS)  # a clear error
     done, written = [], []
     for name, task, build in tqdm(SECTIONS, desc="world demo", unit="section"):
         if task not in available:
-            print(f"no trained {task} world model; skipping the {name} section")
+            print(f"no {task} model; skipping the {name} section")
             continue
-        section = build(root, steps, count, out_dir)
+        section = build(source, steps, count, out_dir)
         path = out_dir / f"world_{name}.png"
         Image.fromarray(image_grid(section.rows)).save(path)
         done.append((section, path))
         written += [path, *section.diagnostics]
-    return written + [write_report(out_dir, done, [Path(p) for p in extra_figures])]
+    return written + [write_report(out_dir, done, [Path(p) for p in extra_figures], source.describe())]

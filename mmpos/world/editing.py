@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .._validation import check_choice
-from .models import load_world_pipeline, prompt_kwargs
+from .models import conditioning
 
 METHODS = {"transplant": "fill", "loose": "kontext", "band": "t2i"}
 LOOSE_SCHEDULE_STEPS = 28  # LooseConfig's step indices are for the authors' 28-step Kontext schedule
@@ -39,9 +39,10 @@ def pipeline_class(method: str):
 
 def load_edit_pipeline(method: str, root=None, device="cpu"):
     """The editing pipeline for ``method`` (transplant, loose, band) on the world model it needs."""
-    pipe = load_world_pipeline(METHODS[method], root, device, pipeline_class=pipeline_class(method))
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    from .sources import ModelSource
+
+    check_choice("method", method, tuple(METHODS))
+    return ModelSource(root, device=device).pipeline(method)
 
 
 def _uint8(images) -> np.ndarray:
@@ -53,13 +54,15 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def run_transplant(pipe, pairs, steps: int = 20, transplant=None, seed: int = 0) -> EditRun:
-    """Insert each pair's reference object at its box (``transplant``: TransplantConfig or dict)."""
+def run_transplant(pipe, pairs, steps: int = 20, transplant=None, guidance: float | None = None,
+                   seed: int = 0) -> EditRun:
+    """Insert each pair's reference object at its box (``transplant``: TransplantConfig or dict; ``guidance``
+    as in :func:`~mmpos.world.models.conditioning`, None: the pipeline's)."""
     outputs, result = [], None
     for pair in pairs:
         result = pipe(background=pair.background.image, target_box=pair.box, references=[pair.reference.image],
                       reference_masks=[pair.reference.masks[0]], transplant=transplant, num_inference_steps=steps,
-                      generator=_generator(seed), output_type="pt", **prompt_kwargs(pipe, [pair.caption]))
+                      generator=_generator(seed), output_type="pt", **conditioning(pipe, [pair.caption], guidance))
         outputs.append(_uint8(result.images)[0])
     return EditRun(np.stack(outputs), result)
 
@@ -74,20 +77,20 @@ def loose_for_steps(steps: int, **options) -> dict:
     return {"cutoffs": rescale(defaults.cutoffs), "step_range": rescale(defaults.step_range), **options}
 
 
-def run_loose(pipe, pairs, steps: int = 20, loose=None, guidance: float = 3.0, seed: int = 0) -> EditRun:
+def run_loose(pipe, pairs, steps: int = 20, loose=None, guidance: float | None = 3.0, seed: int = 0) -> EditRun:
     """Harmonise each pair's collage (paste mask known) with LooseRoPE (``loose``: LooseConfig or dict)."""
     outputs, result = [], None
     for pair in pairs:
         size = pair.collage.shape[0]
         result = pipe(image=pair.collage, crop_mask=pair.paste_mask, loose=loose, num_inference_steps=steps,
-                      true_cfg_scale=guidance, height=size, width=size, max_area=size * size, _auto_resize=False,
+                      height=size, width=size, max_area=size * size, _auto_resize=False,
                       generator=_generator(seed), output_type="np",
-                      **prompt_kwargs(pipe, [pair.instruction], [""]))
+                      **conditioning(pipe, [pair.instruction], guidance))
         outputs.append(_uint8(result.images)[0])
     return EditRun(np.stack(outputs), result)
 
 
-def run_band(pipe, style_sets, steps: int = 20, band=None, guidance: float = 3.0, seed: int = 0,
+def run_band(pipe, style_sets, steps: int = 20, band=None, guidance: float | None = 3.0, seed: int = 0,
              reference_mode: str = "noise", probe=None) -> EditRun:
     """For each style set, generate its targets (content prompts) sharing attention with its reference image
     (``band``: BandConfig or dict); outputs are the targets of every set, in order."""
@@ -96,8 +99,8 @@ def run_band(pipe, style_sets, steps: int = 20, band=None, guidance: float = 3.0
         size = style.reference.image.shape[0]
         captions = [style.reference.spec.caption()] + list(style.prompts)
         result = pipe(band=band, reference_image=style.reference.image, reference_mode=reference_mode,
-                      num_inference_steps=steps, true_cfg_scale=guidance, height=size, width=size,
+                      num_inference_steps=steps, height=size, width=size,
                       generator=_generator(seed), output_type="np", probe=probe,
-                      **prompt_kwargs(pipe, captions, [""] * len(captions)))
+                      **conditioning(pipe, captions, guidance))
         outputs.extend(_uint8(result.images)[1:])
     return EditRun(np.stack(outputs), result)

@@ -10,6 +10,7 @@ A checkpoint folder holds ``world-vae/`` and ``world-<task>/{transformer,text_en
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import torch
@@ -77,6 +78,40 @@ def build_pipeline(task: str, vae, transformer, text_encoder, pipeline_class=Non
                         f"{PIPELINES[task].__name__}")
     return cls(scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=None,
                            text_encoder_2=None, tokenizer_2=None, transformer=transformer)
+
+
+def stock_pipeline_class(pipe):
+    """The diffusers Flux pipeline class ``pipe`` is (or derives from)."""
+    for cls in type(pipe).__mro__:
+        if cls in PIPELINES.values():
+            return cls
+    raise TypeError(f"{type(pipe).__name__} is not a FluxPipeline, FluxFillPipeline or FluxKontextPipeline")
+
+
+def conditioning(pipe, captions, guidance=None) -> dict:
+    """Prompt and guidance keyword arguments for ``pipe(...)`` on ``captions``.
+
+    World text encoders get embeddings (:func:`prompt_kwargs`), real pipelines the strings. ``guidance`` (None:
+    the pipeline's default) goes to ``guidance_scale`` for guidance-distilled transformers (FLUX.1-dev, Fill,
+    Kontext), else to true CFG against the empty caption where the pipeline has it (world t2i and Kontext;
+    the world's Fill model runs without guidance).
+    """
+    distilled = bool(pipe.transformer.config.guidance_embeds)
+    true_cfg = (guidance is not None and not distilled
+                and "true_cfg_scale" in inspect.signature(stock_pipeline_class(pipe).__call__).parameters)
+    negatives = [""] * len(captions) if true_cfg else None
+    if isinstance(pipe.text_encoder, WorldTextEncoder):
+        kwargs = prompt_kwargs(pipe, captions, negatives)
+    elif pipe.text_encoder is None and getattr(pipe, "text_encoder_2", None) is None:
+        raise ValueError("this pipeline has no text encoders: pass prompt embeddings (mmpos edit --prompt-embeds) "
+                         "or load a model saved with its text encoders")
+    else:
+        kwargs = {"prompt": list(captions)} | ({"negative_prompt": negatives} if true_cfg else {})
+    if true_cfg:
+        kwargs["true_cfg_scale"] = guidance
+    elif distilled and guidance is not None:
+        kwargs["guidance_scale"] = guidance
+    return kwargs
 
 
 def prompt_kwargs(pipe, captions, negative_captions=None) -> dict:

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from .data import example_seed, make_example
-from .models import prompt_kwargs
+from .models import conditioning
 
 HELD_OUT_SEED = 987_654  # dataset seed of examples never used in training (training uses small seeds)
 
@@ -21,18 +21,18 @@ def _pil(array: np.ndarray):
     return Image.fromarray(array)
 
 
-def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: float = 3.0, seed: int = 0,
+def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: float | None = 3.0, seed: int = 0,
              **call_kwargs) -> np.ndarray:
-    """uint8 ``[N, S, S, 3]`` outputs of ``pipe`` (a world pipeline for ``task``) on ``examples``."""
+    """uint8 ``[N, H, W, 3]`` outputs of ``pipe`` (a pipeline for ``task``) on ``examples``; ``guidance`` as in
+    :func:`~mmpos.world.models.conditioning`."""
     height, width = examples[0]["image"].shape[:2]
     captions = [e["caption"] for e in examples]
     kwargs = dict(height=height, width=width, num_inference_steps=steps, output_type="np",
                   generator=torch.Generator().manual_seed(seed), **call_kwargs)
-    if task == "fill":  # FluxFillPipeline has no true CFG; its guidance embedding is off in these models
-        kwargs.update(prompt_kwargs(pipe, captions), image=[_pil(e["image"]) for e in examples],
+    kwargs.update(conditioning(pipe, captions, guidance))
+    if task == "fill":
+        kwargs.update(image=[_pil(e["image"]) for e in examples],
                       mask_image=[_pil(e["mask"].astype(np.uint8) * 255) for e in examples])
-    else:
-        kwargs.update(prompt_kwargs(pipe, captions, [""] * len(captions)), true_cfg_scale=guidance)
     if task == "kontext":
         kwargs.update(image=[_pil(e["context"]) for e in examples], max_area=height * width, _auto_resize=False)
     images = pipe(**kwargs).images

@@ -1,0 +1,94 @@
+"""Where the demo's models come from: the trained world checkpoints (default) or ``from_pretrained`` FLUX models.
+
+    ModelSource()                                      # assets/: world-vae, world-t2i, world-fill, world-kontext
+    ModelSource(models=HUB_FLUX, device="cuda", dtype="bfloat16", image_size=512)   # FLUX.1 dev / Fill / Kontext
+
+A task given in ``models`` is loaded with :func:`mmpos.pipelines.load_pipeline` (a path or hub id, the text
+encoders included) and fed the world's captions as prompts; the others come from the world checkpoint folder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mmpos.pipelines.loading import DTYPES
+
+from .._validation import check_choice
+from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
+
+HUB_FLUX = {"t2i": "black-forest-labs/FLUX.1-dev", "fill": "black-forest-labs/FLUX.1-Fill-dev",
+            "kontext": "black-forest-labs/FLUX.1-Kontext-dev"}
+TASK_OF_METHOD = {"generate": "t2i", "band": "t2i", "transplant": "fill", "loose": "kontext"}
+WORLD_GUIDANCE = {"t2i": 3.0, "fill": None, "kontext": 3.0}  # true CFG of the world models (Fill: none)
+PRETRAINED_IMAGE_SIZE = 512
+
+
+def trained_tasks(root=None) -> list[str]:
+    """The tasks whose models (and the VAE) are under ``root`` (default: the shipped assets)."""
+    root = Path(root) if root is not None else DEFAULT_ASSETS
+    if not (root / "world-vae" / "config.json").is_file():
+        return []
+    return [t for t in TASKS if (root / f"world-{t}" / "transformer" / "config.json").is_file()]
+
+
+def parse_model_args(values) -> dict:
+    """``["flux"]`` -> :data:`HUB_FLUX`; ``["t2i=PATH", "fill=ID", ...]`` -> ``{task: path or id}``."""
+    models = {}
+    for value in values or []:
+        if value == "flux":
+            models.update(HUB_FLUX)
+            continue
+        task, sep, path = value.partition("=")
+        if not sep or not path:
+            raise ValueError(f"--model {value!r}: expected TASK=PATH_OR_HUB_ID with TASK one of {list(TASKS)}, "
+                             "or 'flux' for the three FLUX.1 models")
+        check_choice("--model task", task, TASKS)
+        models[task] = path
+    return models
+
+
+@dataclass
+class ModelSource:
+    root: str | Path | None = None              # world checkpoint folder (None: the shipped assets)
+    models: dict = field(default_factory=dict)  # task -> from_pretrained path or hub id
+    device: str = "cpu"
+    dtype: str = "float32"
+    image_size: int | None = None               # None: the world models' trained size, 512 for the others
+
+    def tasks(self) -> list[str]:
+        """Tasks with a model: every ``models`` task, plus the world's when ``models`` is empty."""
+        return list(self.models) if self.models else trained_tasks(self.root)
+
+    def describe(self) -> str:
+        world = "small Flux-class models trained on mmpos.world"
+        return "; ".join(f"{task}: {self.models[task]}" if task in self.models else f"{task}: {world}"
+                         for task in self.tasks())
+
+    def is_world(self, task: str) -> bool:
+        return task not in self.models
+
+    def size(self, task: str) -> int:
+        if self.image_size is not None:
+            return self.image_size
+        return trained_image_size(self.root, task) if self.is_world(task) else PRETRAINED_IMAGE_SIZE
+
+    def guidance(self, task: str):
+        """True-CFG scale of a world model; None (the pipeline's default) for the others."""
+        return WORLD_GUIDANCE[task] if self.is_world(task) else None
+
+    def pipeline(self, method: str):
+        """The pipeline for ``method`` (generate, band, transplant, loose), progress bar off."""
+        from .editing import pipeline_class
+
+        check_choice("method", method, tuple(TASK_OF_METHOD))
+        task = TASK_OF_METHOD[method]
+        if self.is_world(task):
+            check_choice("dtype", self.dtype, tuple(DTYPES))
+            cls = None if method == "generate" else pipeline_class(method)
+            pipe = load_world_pipeline(task, self.root, self.device, DTYPES[self.dtype], pipeline_class=cls)
+        else:
+            from mmpos.pipelines import load_pipeline
+
+            pipe = load_pipeline(method, self.models[task], self.dtype, self.device)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
