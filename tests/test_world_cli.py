@@ -68,3 +68,10 @@ def test_clip_writes_frames_and_cameras(tmp_path, capsys):
     assert truth["poses"].shape == (2, 4, 4) and truth["depth"].shape == (2, 16, 16)
     assert (tmp_path / "frame_001.png").is_file()
     assert "fov_degrees" in run_error(["world", "clip", "--fov", "200", "--out", str(tmp_path)], capsys)
+    saved = tmp_path / "trajectory.json"  # the clip's cameras, reloadable as a trajectory file
+    assert main(["world", "clip", "--frames", "3", "--size", "16", "--trajectory", str(saved),
+                 "--out", str(tmp_path / "again")]) == 0
+    assert np.load(tmp_path / "again" / "ground_truth.npz")["poses"].shape == (3, 4, 4)
+    assert main(["world", "clip", "--frames", "2", "--size", "16", "--trajectory", "pan",
+                 "--out", str(tmp_path / "pan")]) == 0
+    assert "not a preset" in run_error(["world", "clip", "--trajectory", "spin", "--out", str(tmp_path)], capsys)

@@ -71,16 +71,31 @@ def _edits(args) -> list[Path]:
 
 
 def _clip(args) -> list[Path]:
-    from .scene3d import orbit_poses, render_clip, sample_scene3d
+    from ..camera import save_trajectory
+    from .scene3d import orbit_trajectory, render_trajectory, sample_scene3d
 
-    frames = render_clip(sample_scene3d(args.seed, args.objects), orbit_poses(args.frames, degrees=args.degrees),
-                         args.size, args.fov)
+    if args.trajectory:
+        trajectory = _load_trajectory(args.trajectory, args.frames)
+    else:
+        trajectory = orbit_trajectory(args.frames, degrees=args.degrees, fov_degrees=args.fov)
+    frames = render_trajectory(sample_scene3d(args.seed, args.objects), trajectory, args.size)
     out = Path(args.out)
     written = [_save(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
     np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
-                        ids=np.stack([f.ids for f in frames]), intrinsics=frames[0].intrinsics,
+                        ids=np.stack([f.ids for f in frames]), intrinsics=np.stack([f.intrinsics for f in frames]),
                         poses=np.stack([f.pose for f in frames]))
-    return written + [out / "ground_truth.npz"]
+    return written + [out / "ground_truth.npz", save_trajectory(trajectory, out / "trajectory.json")]
+
+
+def _load_trajectory(value: str, frames: int):
+    """A trajectory file (RealEstate10K .txt or mmpos JSON) or a preset name, with ``frames`` frames."""
+    from ..camera import PRESETS, load_trajectory, preset_trajectory, resample
+
+    if Path(value).is_file():
+        return resample(load_trajectory(value), frames)
+    if value in PRESETS:
+        return preset_trajectory(value, frames)
+    raise ValueError(f"--trajectory {value!r}: not a file, and not a preset (one of {sorted(PRESETS)})")
 
 
 def _sample(args) -> list[Path]:
@@ -152,6 +167,8 @@ def add_world_command(subparsers) -> None:
     clip.add_argument("--frames", type=int, default=8)
     clip.add_argument("--degrees", type=float, default=90.0, help="arc of the orbit")
     clip.add_argument("--fov", type=float, default=60.0, help="horizontal field of view in degrees")
+    clip.add_argument("--trajectory", help="camera path instead of the orbit: a RealEstate10K .txt or mmpos JSON "
+                      "file (resampled to --frames) or a preset name of mmpos.camera (arc, pan, dolly_in, ...)")
 
     sample = command("sample", _sample, "sample the trained text-to-image world model",
                      "image side in pixels (default: the side the model was trained at)", None)

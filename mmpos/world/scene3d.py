@@ -1,22 +1,27 @@
 """Simple 3D scenes (spheres, boxes, a ground plane) ray-cast from known pinhole cameras, and clips along
 camera trajectories: images with per-pixel depth and object ids as ground truth for camera work.
 
-Conventions (OpenCV): camera looks along +z, x right, y down; ``pose`` is camera-to-world ``[4, 4]``;
-intrinsics ``K = [[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`` in pixels, pixel centres at ``(u + 0.5, v + 0.5)``.
-Geometry runs in float64 numpy (small images; exactness over speed). Self-contained: it does not need
-``mmpos.camera``; a camera from there converts with ``intrinsics``/``pose`` matrices.
+Cameras, poses and trajectories are :mod:`mmpos.camera`'s (OpenCV axes, camera-to-world poses, pixel centres
+at ``(u + 0.5, v + 0.5)``, world y pointing down): any camera model renders (fisheye included), and any
+:class:`~mmpos.camera.Trajectory` (presets, RealEstate10K or JSON files) gives a clip. Intersection and shading
+run in float64 numpy (small images; exactness over speed).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from .._validation import check_positive_int
+from ..camera.poses import check_pose, look_at
+from ..camera.presets import base_intrinsics
+from ..camera.rays import ray_grid, world_rays
+from ..camera.trajectory import Trajectory
 from .scene import COLOURS
 
 LIGHT = np.array([0.4, -1.0, -0.3]) / np.linalg.norm([0.4, -1.0, -0.3])  # towards the light (up is -y)
-GROUND_ID, SKY_ID = -1, -2
+GROUND_ID, SKY_ID, INVALID_ID = -1, -2, -3
 
 
 @dataclass(frozen=True)
@@ -49,44 +54,32 @@ class Scene3D:
 class Frame:
     image: np.ndarray  # uint8 [H, W, 3]
     depth: np.ndarray  # float64 [H, W], z in camera coordinates (inf for sky)
-    ids: np.ndarray  # int [H, W]: primitive index, GROUND_ID or SKY_ID
-    intrinsics: np.ndarray  # [3, 3]
+    ids: np.ndarray  # int [H, W]: primitive index, GROUND_ID, SKY_ID or INVALID_ID (no ray)
+    intrinsics: np.ndarray | None  # [3, 3] for pinhole-family cameras, else None
     pose: np.ndarray  # camera-to-world [4, 4]
 
 
-def pinhole(size: int, fov_degrees: float = 60.0) -> np.ndarray:
-    """Square-pixel intrinsics of a ``size`` x ``size`` image with horizontal field of view ``fov_degrees``."""
-    check_positive_int("size", size)
+def orbit_trajectory(frames: int, radius: float = 3.5, height: float = 1.8, degrees: float = 90.0,
+                     target=(0.0, -0.4, 0.0), fov_degrees: float = 60.0) -> Trajectory:
+    """A :class:`~mmpos.camera.Trajectory` on a horizontal arc of ``degrees`` around ``target`` at ``height``
+    above the ground, looking at it (square images, horizontal field of view ``fov_degrees``)."""
+    check_positive_int("frames", frames)
     if not 0.0 < fov_degrees < 180.0:
         raise ValueError(f"fov_degrees must be in (0, 180), got {fov_degrees}")
-    focal = size / 2 / np.tan(np.radians(fov_degrees) / 2)
-    return np.array([[focal, 0.0, size / 2], [0.0, focal, size / 2], [0.0, 0.0, 1.0]])
+    angles = torch.deg2rad(torch.linspace(0.0, degrees, frames, dtype=torch.float64))
+    eye = torch.stack([radius * angles.sin(), torch.full_like(angles, -height), -radius * angles.cos()], -1)
+    c2w = look_at(eye, torch.tensor(target, dtype=torch.float64).expand_as(eye))
+    return Trajectory(c2w, base_intrinsics(frames, fov_degrees, aspect=1.0))
 
 
-def look_at(eye, target, up=(0.0, -1.0, 0.0)) -> np.ndarray:
-    """Camera-to-world pose at ``eye`` looking at ``target`` (OpenCV axes; world up is -y)."""
-    eye, target, up = (np.asarray(v, dtype=np.float64) for v in (eye, target, up))
-    forward = target - eye
-    if np.linalg.norm(forward) == 0:
-        raise ValueError("eye and target must differ")
-    forward /= np.linalg.norm(forward)
-    right = np.cross(forward, up)
-    if np.linalg.norm(right) < 1e-9:
-        raise ValueError("the viewing direction is parallel to up; choose another eye or up")
-    right /= np.linalg.norm(right)
-    down = np.cross(forward, right)
-    pose = np.eye(4)
-    pose[:3, :3] = np.stack([right, down, forward], axis=1)
-    pose[:3, 3] = eye
-    return pose
-
-
-def camera_rays(intrinsics: np.ndarray, pose: np.ndarray, size: int):
-    """``(origin [3], directions [H, W, 3])``: unit world-space rays through pixel centres."""
-    v, u = np.meshgrid(np.arange(size) + 0.5, np.arange(size) + 0.5, indexing="ij")
-    pixels = np.stack([u, v, np.ones_like(u)], axis=-1)
-    directions = pixels @ np.linalg.inv(intrinsics).T @ pose[:3, :3].T
-    return pose[:3, 3], directions / np.linalg.norm(directions, axis=-1, keepdims=True)
+def camera_rays(camera, c2w: torch.Tensor):
+    """World rays through the pixel centres of ``camera`` (any :mod:`mmpos.camera` model) at pose ``c2w``:
+    ``(origin [3], directions [H, W, 3], valid [H, W])`` float64 numpy."""
+    height, width = int(round(camera.height)), int(round(camera.width))
+    rays, valid = ray_grid(camera, (height, width), dtype=torch.float64)
+    origins, directions = world_rays(c2w.to(torch.float64), rays)
+    return (origins[0].numpy(), directions.reshape(height, width, 3).numpy(),
+            valid.reshape(height, width).numpy())
 
 
 def _hit_sphere(origin, directions, sphere: Sphere):
@@ -115,9 +108,12 @@ def _hit_box(origin, directions, box: Box):
     return t, normals
 
 
-def render_view(scene: Scene3D, intrinsics: np.ndarray, pose: np.ndarray, size: int) -> Frame:
-    """Ray-cast ``scene``: nearest hit per pixel, Lambert shading with ambient light."""
-    origin, directions = camera_rays(intrinsics, pose, size)
+def render_view(scene: Scene3D, camera, c2w) -> Frame:
+    """Ray-cast ``scene`` from ``camera`` (a :mod:`mmpos.camera` model; its width x height pixels) at pose
+    ``c2w [4, 4]``: nearest hit per pixel, Lambert shading with ambient light. Pixels the camera model has
+    no ray for (outside a fisheye's circle) are black with id ``INVALID_ID``."""
+    c2w = check_pose("c2w", torch.as_tensor(c2w, dtype=torch.float64))
+    origin, directions, valid = camera_rays(camera, c2w)
     best = np.full(directions.shape[:2], np.inf)
     ids = np.full(directions.shape[:2], SKY_ID)
     normals = np.zeros(directions.shape)
@@ -130,14 +126,16 @@ def render_view(scene: Scene3D, intrinsics: np.ndarray, pose: np.ndarray, size: 
         hit = _hit_sphere if isinstance(primitive, Sphere) else _hit_box
         candidates.append((index, *hit(origin, directions, primitive), primitive.colour))
     for index, t, normal, colour in candidates:
-        closer = t < best
+        closer = (t < best) & valid
         best[closer], ids[closer] = t[closer], index
         normals[closer] = normal[closer]
         albedo[closer] = COLOURS[colour]
-    shade = np.where(ids == SKY_ID, 1.0, 0.35 + 0.65 * np.clip(normals @ LIGHT, 0.0, 1.0))
+    shade = np.where(ids == SKY_ID, 1.0, 0.35 + 0.65 * np.clip(normals @ LIGHT, 0.0, 1.0)) * valid
     image = np.rint(np.clip(albedo * shade[..., None], 0, 255)).astype(np.uint8)
-    forward = pose[:3, 2]
-    depth = np.where(np.isfinite(best), best * (directions @ forward), np.inf)
+    pose = c2w.numpy()
+    depth = np.where(np.isfinite(best), best * (directions @ pose[:3, 2]), np.inf)
+    ids[~valid] = INVALID_ID
+    intrinsics = camera.intrinsic_matrix(torch.float64).numpy() if hasattr(camera, "intrinsic_matrix") else None
     return Frame(image, depth, ids, intrinsics, pose)
 
 
@@ -158,15 +156,7 @@ def sample_scene3d(seed: int, count: int = 3) -> Scene3D:
     return Scene3D(tuple(primitives))
 
 
-def orbit_poses(frames: int, radius: float = 3.5, height: float = 1.8, degrees: float = 90.0,
-                target=(0.0, -0.4, 0.0)) -> list[np.ndarray]:
-    """Camera-to-world poses on a horizontal arc of ``degrees`` around ``target``, looking at it."""
-    check_positive_int("frames", frames)
-    angles = np.radians(np.linspace(0.0, degrees, frames))
-    return [look_at((radius * np.sin(a), -height, -radius * np.cos(a)), target) for a in angles]
-
-
-def render_clip(scene: Scene3D, poses, size: int = 64, fov_degrees: float = 60.0) -> list[Frame]:
-    """One frame per pose with the same intrinsics: a short clip along a camera trajectory."""
-    intrinsics = pinhole(size, fov_degrees)
-    return [render_view(scene, intrinsics, pose, size) for pose in poses]
+def render_trajectory(scene: Scene3D, trajectory: Trajectory, size: int = 64) -> list[Frame]:
+    """One ``size x size`` frame per pose of ``trajectory`` (its pinhole intrinsics per frame): a short clip."""
+    check_positive_int("size", size)
+    return [render_view(scene, trajectory.camera(i, size, size), trajectory.c2w[i]) for i in range(len(trajectory))]
