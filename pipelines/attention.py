@@ -11,8 +11,8 @@ import torch
 from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
 from diffusers.models.embeddings import apply_rotary_emb
 
-from mmpos.integrations.diffusers.processors import flux_finish_attention as finish_attention
-from mmpos.integrations.diffusers.processors import flux_project_heads as project_heads
+from mmpos.integrations.diffusers.processors import flux_finish_attention as finish_attention  # noqa: F401
+from mmpos.integrations.diffusers.processors import flux_project_heads as project_heads  # noqa: F401
 
 
 def attention_layer_names(transformer) -> list[str]:

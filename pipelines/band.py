@@ -123,12 +123,19 @@ class _BandRule:
         self.config = config
         self.axes_dims = tuple(axes_dims)
 
-    def scales(self, context, like: torch.Tensor) -> torch.Tensor:
-        """Channel scales at the context's step, cached per forward, in ``like``'s dtype and device."""
-        key = ("band_scales", self.axes_dims, like.dtype, like.device)
+    def float64_scales(self, context) -> torch.Tensor:
+        """Channel scales ``[head_dim]`` float64 at the context's step, computed once per forward."""
+        key = ("band_scales", id(self))
         if key not in context.cache:
             progress = 0.0 if context.progress is None else context.progress
-            context.cache[key] = self.config.channel_scales(self.axes_dims, progress).to(like.device, like.dtype)
+            context.cache[key] = self.config.channel_scales(self.axes_dims, progress)
+        return context.cache[key]
+
+    def scales(self, context, like: torch.Tensor) -> torch.Tensor:
+        """:meth:`float64_scales` in ``like``'s dtype and device (cached per forward)."""
+        key = ("band_scales", id(self), like.dtype, like.device)
+        if key not in context.cache:
+            context.cache[key] = self.float64_scales(context).to(like.device, like.dtype)
         return context.cache[key]
 
 
@@ -171,8 +178,7 @@ class ContextBandScaling(_BandRule):
             return False
         if context.segments.context_len == 0:
             return False
-        scales = self.config.channel_scales(self.axes_dims, 0.0 if context.progress is None else context.progress)
-        return self.config.adain_qk or not bool((scales == 1).all())
+        return self.config.adain_qk or not bool((self.float64_scales(context) == 1).all())
 
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)

@@ -39,8 +39,8 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
     """Insert a reference object into a background region with FLUX.1-Fill and PE transplant.
 
     Call with ``background`` (image), the target region as ``target_mask`` or ``target_box`` (left, top, right,
-    bottom; PIL order), one or more ``references`` with optional ``reference_masks`` (object masks; default: the whole view),
-    ``transplant`` (:class:`TransplantConfig` or dict) and the usual Fill arguments (prompt or prompt embeddings,
+    bottom; PIL order), one or more ``references`` with optional ``reference_masks`` (object masks; default: the
+    whole view), ``transplant`` (:class:`TransplantConfig` or dict) and the usual Fill arguments (prompt or prompt embeddings,
     steps, guidance, generator). The canvas is inpainted only inside the (dilated) target region; the result is
     the background with that region replaced, so pixels outside it are the input's, exactly.
     """

@@ -10,7 +10,6 @@ Prints a compact table; exits 1 if a check fails.
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 
 import torch

@@ -1,6 +1,5 @@
 """HARoPE in fp64: identity at init, relative property for random parameters on 2D and Flux layouts,
 zero-offset neutrality, factor properties, head-wise independence, gradients, reference parameters, errors."""
-import math
 
 import pytest
 import torch

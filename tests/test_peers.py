@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import mmpos
-from mmpos.coords import flux_ids, grid_coords, image_grid, positions_1d, video_grid
+from mmpos.coords import flux_ids, image_grid, video_grid
 
 
 def _assert_close_fp32(actual, expected, ulps=4):

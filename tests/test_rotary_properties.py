@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import mmpos
-from mmpos.coords import grid_coords, image_grid, video_grid
+from mmpos.coords import image_grid, video_grid
 from mmpos.ops import RotaryTable, rotate
 
 from conftest import logits

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
 
 from .._validation import check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d

@@ -1,7 +1,6 @@
 """``mmpos world ...``: generate world datasets, single scenes and edit pairs, and sample the trained models."""
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -12,14 +11,6 @@ from .scene import COLOURS, PATTERNS, SHAPES, SIZES
 EDIT_KINDS = ("transplant", "harmonise", "style")
 
 
-def _save(path: Path, array: np.ndarray) -> Path:
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(array).save(path)
-    return path
-
-
 def _dataset(args) -> list[Path]:
     from .data import write_image_folder
 
@@ -27,6 +18,7 @@ def _dataset(args) -> list[Path]:
 
 
 def _render(args) -> list[Path]:
+    from .data import save_png
     from .render import render_scene
     from .scene import ObjectSpec, SceneSpec, SceneStyle
 
@@ -34,7 +26,7 @@ def _render(args) -> list[Path]:
     spec = SceneSpec(args.size, style, (ObjectSpec(args.shape, args.colour, tuple(args.box), args.object_size),))
     rendered = render_scene(spec)
     out = Path(args.out)
-    written = [_save(out, rendered.image), out.with_suffix(".json")]
+    written = [save_png(out, rendered.image), out.with_suffix(".json")]
     written[1].write_text(json.dumps({"caption": spec.caption(), "spec": spec.to_dict(), "boxes": rendered.boxes()},
                                      indent=1))
     return written
@@ -42,6 +34,7 @@ def _render(args) -> list[Path]:
 
 def _edits(args) -> list[Path]:
     from . import edits
+    from .data import save_png
 
     out, written = Path(args.out), []
     for seed in range(args.seed, args.seed + args.count):
@@ -64,7 +57,7 @@ def _edits(args) -> list[Path]:
             images.update({f"target_{i}": t.image for i, t in enumerate(styles.targets)})
             truth = {"reference_spec": styles.reference.spec.to_dict(), "prompts": styles.prompts,
                      "target_specs": [t.spec.to_dict() for t in styles.targets]}
-        written += [_save(folder / f"{name}.png", image) for name, image in images.items()]
+        written += [save_png(folder / f"{name}.png", image) for name, image in images.items()]
         (folder / "ground_truth.json").write_text(json.dumps(truth, indent=1))
         written.append(folder / "ground_truth.json")
     return written
@@ -72,6 +65,7 @@ def _edits(args) -> list[Path]:
 
 def _clip(args) -> list[Path]:
     from ..camera import save_trajectory
+    from .data import save_png
     from .scene3d import orbit_trajectory, render_trajectory, sample_scene3d
 
     if args.trajectory:
@@ -80,7 +74,7 @@ def _clip(args) -> list[Path]:
         trajectory = orbit_trajectory(args.frames, degrees=args.degrees, fov_degrees=args.fov)
     frames = render_trajectory(sample_scene3d(args.seed, args.objects), trajectory, args.size)
     out = Path(args.out)
-    written = [_save(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
+    written = [save_png(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
     np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
                         ids=np.stack([f.ids for f in frames]), intrinsics=np.stack([f.intrinsics for f in frames]),
                         poses=np.stack([f.pose for f in frames]))
@@ -99,10 +93,11 @@ def _load_trajectory(value: str, frames: int):
 
 
 def _sample(args) -> list[Path]:
+    import torch
+
+    from .data import save_png
     from .models import load_world_pipeline, prompt_kwargs, trained_image_size
     from .samples import image_grid
-
-    import torch
 
     pipe = load_world_pipeline("t2i", args.checkpoint)
     pipe.set_progress_bar_config(disable=True)
@@ -111,7 +106,7 @@ def _sample(args) -> list[Path]:
                   output_type="np", generator=torch.Generator().manual_seed(args.seed),
                   **prompt_kwargs(pipe, args.caption, [""] * len(args.caption))).images
     images = (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
-    return [_save(Path(args.out), image_grid([("generated", images)]))]
+    return [save_png(Path(args.out), image_grid([("generated", images)]))]
 
 
 def _run(args) -> int:

@@ -71,10 +71,14 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 127.5 - 1.0
 
 
-def _save_png(path: Path, array: np.ndarray) -> None:
+def save_png(path, array: np.ndarray) -> Path:
+    """Write a uint8 ``[H, W, 3]`` (or ``[H, W]``) array as PNG, creating the folder; returns the path."""
     from PIL import Image
 
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(array).save(path)
+    return path
 
 
 def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "scenes", image_size: int = 64):
@@ -91,14 +95,14 @@ def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "s
             folder = out_dir / (objects[0]["shape"] if objects else "empty")
             folder.mkdir(exist_ok=True)
             path = folder / f"{index:06d}.png"
-            _save_png(path, example["image"])
+            save_png(path, example["image"])
             record = {"file_name": str(path.relative_to(out_dir)), "caption": example["caption"],
                       "spec": example["spec"]}
             for extra in ("mask", "context"):
                 if extra in example:
                     extra_path = folder / f"{index:06d}_{extra}.png"
                     array = example[extra].astype(np.uint8) * 255 if extra == "mask" else example[extra]
-                    _save_png(extra_path, array)
+                    save_png(extra_path, array)
                     record[extra] = str(extra_path.relative_to(out_dir))
             meta.write(json.dumps(record) + "\n")
             written.append(path)

@@ -21,6 +21,7 @@ from .canvas import WORLD_TRANSPLANT
 from .editing import loose_for_steps, run_band, run_loose, run_transplant
 from .edits import harmonise_pair, style_set, transplant_pair
 from .models import DEFAULT_ASSETS
+from .data import save_png
 from .samples import generate, held_out_examples, image_grid
 from .sources import ModelSource, trained_tasks
 
@@ -167,7 +168,6 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
                    source: ModelSource | None = None) -> list[Path]:
     """Run every section whose model is there (world checkpoints under ``root``, or ``source``); write a grid PNG
     per section, the diagnostic figures and ``report.html``; returns the written paths."""
-    from PIL import Image
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
@@ -185,7 +185,7 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
             continue
         section = build(source, steps, count, out_dir)
         path = out_dir / f"world_{name}.png"
-        Image.fromarray(image_grid(section.rows)).save(path)
+        save_png(path, image_grid(section.rows))
         done.append((section, path))
         written += [path, *section.diagnostics]
     return written + [write_report(out_dir, done, [Path(p) for p in extra_figures], source.describe())]

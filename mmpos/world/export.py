@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from .models import build_pipeline
+from .data import save_png
 from .samples import generate, held_out_examples, image_grid, inputs_row
 from .training import to_unit
 
@@ -37,8 +38,8 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
              f"A small `{card['task']}` model of the mmpos mini-world (mmpos.world), trained by "
              "`scripts/train_world.py`; config in `train_config.yaml`.", "",
              "| field | value |", "|---|---|"]
-    for key in ("task", "parameters", "steps", "train_minutes", "total_steps", "total_train_minutes", "device", "mixed_precision", "batch_size",
-                "final_train_loss", "val_loss_start", "val_loss", "val_l1", "latent_shift", "latent_scale"):
+    for key in ("task", "parameters", "steps", "train_minutes", "total_steps", "total_train_minutes", "device",
+                "mixed_precision", "batch_size", "final_train_loss", "val_loss_start", "val_loss", "val_l1", "latent_shift", "latent_scale"):
         if key in card:
             lines.append(f"| {key} | {card[key]} |")
     data = card["data"]
@@ -58,8 +59,6 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
 
 def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Path:
     """Write ``out_dir/world-<task>/`` and return it."""
-    from PIL import Image
-
     folder = Path(out_dir) / f"world-{task}"
     folder.mkdir(parents=True, exist_ok=True)
     model = model.cpu().float()
@@ -69,7 +68,7 @@ def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Pa
     else:
         copy.deepcopy(model.transformer).to(WEIGHTS_DTYPE).save_pretrained(folder / "transformer")
         model.text_encoder.save_pretrained(folder / "text_encoder")
-    Image.fromarray(sample_grid(task, model, vae, config)).save(folder / "samples.png")
+    save_png(folder / "samples.png", sample_grid(task, model, vae, config))
     (folder / "model_card.json").write_text(json.dumps(card, indent=1))
     (folder / "README.md").write_text(model_card_markdown(card, folder.name))
     (folder / "train_config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))

@@ -151,8 +151,8 @@ def sample_scene3d(seed: int, count: int = 3) -> Scene3D:
         if rng.random() < 0.5:
             primitives.append(Sphere((float(x), -size, float(z)), size, colour))
         else:
-            primitives.append(Box((float(x) - size, -2 * size, float(z) - size), (float(x) + size, 0.0, float(z) + size),
-                                  colour))
+            low, high = (float(x) - size, -2 * size, float(z) - size), (float(x) + size, 0.0, float(z) + size)
+            primitives.append(Box(low, high, colour))
     return Scene3D(tuple(primitives))
 
 
