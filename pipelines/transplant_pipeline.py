@@ -40,8 +40,8 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
 
     Call with ``background`` (image), the target region as ``target_mask`` or ``target_box`` (left, top, right,
     bottom; PIL order), one or more ``references`` with optional ``reference_masks`` (object masks; default: the
-    whole view), ``transplant`` (:class:`TransplantConfig` or dict) and the usual Fill arguments (prompt or prompt embeddings,
-    steps, guidance, generator). The canvas is inpainted only inside the (dilated) target region; the result is
+    whole view), ``transplant`` (:class:`TransplantConfig` or dict) and the usual Fill arguments (prompt or
+    prompt embeddings, steps, guidance, generator). The canvas is inpainted only inside the (dilated) target region; the result is
     the background with that region replaced, so pixels outside it are the input's, exactly.
     """
 
