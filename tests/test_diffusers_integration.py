@@ -293,6 +293,19 @@ def test_per_layer_encodings_with_equal_parameters_match_the_shared_one(family):
     assert torch.equal(run(per_layer, inputs), run(shared, inputs))
 
 
+def test_seeded_per_layer_encodings_get_distinct_seeds():
+    from mmpos import create_pe
+
+    model = MODELS["flux"][0](torch.float32)
+    set_pe(model, "rope_mixed", per_layer=True, seed=7)
+    encodings = position_module(model).encodings
+    assert len(encodings) > 1
+    for index, encoding in enumerate(encodings):  # seed + layer index, as create_block_pes seeds timm/DiT blocks
+        expected = create_pe("rope_mixed", head_dim=encoding.head_dim, num_heads=encoding.num_heads, num_axes=3,
+                             seed=7 + index).freqs
+        assert torch.equal(encoding.freqs.detach().cpu(), expected.detach())
+
+
 def test_gradient_checkpointing_gives_the_same_pe_gradients():
     grads = []
     for checkpointing in (False, True):

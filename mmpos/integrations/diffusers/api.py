@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...encodings.registry import create_pe, pe_class, pe_options
+from ...encodings.blockwise import create_block_pes
+from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
 from .models import ModelSpec, spec_for
 from .positions import FluxPositions, IdsPrecisionCheck, WanPositions
@@ -223,7 +224,8 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
         if options:
             raise TypeError(f"encoding {name!r} takes no options, got {sorted(options)}")
         return []
-    return [create_pe(name, **kwargs) for _ in range(count)]
+    # per layer: seeded encodings get seed + layer index, as in timm / DiT blocks
+    return create_block_pes(name, count, {}, kwargs, share=count == 1, where=type(transformer).__name__)
 
 
 def _model_defaults(transformer, spec, name, options, coord_axes) -> dict:
