@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
+
+from mmpos.bench.timing import median_seconds
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -58,17 +58,9 @@ def _scheduler_at_first_step(device):
 
 
 def _time(fn, repeats: int, device) -> tuple[float, torch.Tensor]:
+    """(median milliseconds over ``repeats`` calls, the output of the untimed warm-up call)."""
     out = fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        out = fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), out
+    return median_seconds(fn, device, repeats, warmup=0) * 1e3, out
 
 
 def _reset_peak(device) -> None:

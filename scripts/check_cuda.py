@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 
 import mmpos
 from mmpos.bench.rotary import pair_norm, ulp
+from mmpos.bench.timing import median_seconds
 from mmpos.coords.grids import flux_ids, grid_coords
 from mmpos.demo import DEMO_OPTIONS, demo_encoding
 from mmpos.ops.rotary_triton import triton_disabled
@@ -84,14 +84,8 @@ def check_kernel(device: str) -> list[dict]:
 
 
 def time_ms(fn, repeats: int = 20) -> float:
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    fn()
-    sync()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / repeats * 1e3
+    """Median milliseconds of ``fn()`` (CUDA synchronised when available)."""
+    return median_seconds(fn, "cuda" if torch.cuda.is_available() else "cpu", repeats) * 1e3
 
 
 def check_attention(device: str) -> list[dict]:
