@@ -1,9 +1,11 @@
 """The procedural mini-world: seeded 2D scenes with ground truth, edit pairs, datasets, 3D clips.
 
 Modules: ``scene`` (specs, sampling, captions), ``render`` (pixels and masks), ``edits`` (transplant,
-harmonise, style and instruction pairs), ``data`` (torch Dataset, ImageFolder writer), ``scene3d``
-(ray-cast 3D scenes and camera clips), ``metrics`` (ground-truth scores), ``models`` / ``text`` /
-``training`` / ``export`` / ``samples`` (the small diffusers models trained on it), ``demo`` and ``cli``.
+harmonise, style and instruction pairs), ``canvas`` (Fill canvases in PE transplant's layout), ``data``
+(torch Dataset, ImageFolder writer), ``scene3d`` (3D scenes ray-cast through ``mmpos.camera`` models along
+trajectories), ``metrics`` (ground-truth scores), ``models`` / ``text`` / ``training`` / ``export`` /
+``samples`` (the small diffusers models trained on it), ``editing`` (the mmpos editing pipelines on them),
+``sources`` (world checkpoints or pretrained FLUX for the demo), ``demo`` and ``cli``.
 """
 from .render import Rendered, mask_box, render_scene, shape_mask
 from .scene import COLOURS, PATTERNS, SHAPES, ObjectSpec, SceneSpec, SceneStyle, sample_scene, scene_caption
