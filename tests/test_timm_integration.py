@@ -152,6 +152,17 @@ def test_shared_encoding_builds_one_table_per_grid():
     assert cache.builds == 2
 
 
+def test_repeated_grids_hit_the_table_cache_without_comparing_values(monkeypatch):
+    model = mt.convert(tiny_vit(depth=2), pe="rope_axial").eval()
+    x = torch.randn(1, 3, IMG, IMG)
+    model(x)
+    compared = []
+    original = torch.equal
+    monkeypatch.setattr(torch, "equal", lambda a, b: compared.append(1) or original(a, b))
+    model(x)  # the same coordinate tensor: an identity hit (a value comparison would sync a GPU every step)
+    assert not compared and model.blocks[0].attn.pe.cache.builds == 1
+
+
 @pytest.mark.parametrize("pe", ["rope_mixed", "rope_axial"])
 def test_conversion_keeps_every_other_weight(pe):
     model = tiny_vit(reg_tokens=1)

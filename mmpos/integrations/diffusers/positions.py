@@ -144,6 +144,15 @@ class WanPositions(PositionSeam):
         super().__init__(encodings, native, coord_axes)
         self.patch_size = tuple(int(p) for p in patch_size)
         self.register_buffer("native_dtype_probe", torch.zeros((), dtype=native_dtype), persistent=False)
+        self._grid_key, self._grid = None, None
+
+    def grid_coords(self, grid: tuple[int, int, int], device) -> torch.Tensor:
+        """``video_grid`` coordinates, the same tensor while the grid and device stay (table cache hits by
+        identity: no value comparison, no device sync per step)."""
+        key = (grid, torch.device(device))
+        if self._grid_key != key:
+            self._grid_key, self._grid = key, video_grid(*grid, device=device)
+        return self._grid
 
     def grid(self, latents: torch.Tensor) -> tuple[int, int, int]:
         if latents.dim() != 5:
@@ -163,7 +172,7 @@ class WanPositions(PositionSeam):
             coords = video_grid(frames, height, width)
             cos, sin = self.native_cos_sin(coords, self.native_dtype_probe.dtype, hidden_states.device)
             return cos[None, :, None], sin[None, :, None]
-        coords = video_grid(frames, height, width, device=hidden_states.device)
+        coords = self.grid_coords((frames, height, width), hidden_states.device)
         tables = self.tables(coords, self.run_dtype(hidden_states.dtype, hidden_states.device))
         if not all(isinstance(t, RotaryTable) for t in tables):
             return tables  # runs, but cannot be sharded by Wan's context-parallel plan

@@ -38,7 +38,8 @@ class TokenPositions:
         check_choice("grid_indexing", grid_indexing, ("ij", "xy"))
         self.num_prefix_tokens, self.grid_mode, self.grid_scale = num_prefix_tokens, grid_mode, grid_scale
         self.grid_indexing = grid_indexing
-        self.start()
+        self._grid_cache = (None, None)  # (grid, device) -> coords, reused across forwards (table cache hits
+        self.start()                     # by identity: no value comparison, no device sync)
 
     def start(self, grid: tuple[int, int] | None = None, patch_coord: torch.Tensor | None = None) -> None:
         """A new forward: tokens on a ``grid`` (row-major) or at per-sample ``patch_coord`` ``[B, N, 2]``."""
@@ -64,15 +65,22 @@ class TokenPositions:
                              f"tokens with {self.num_prefix_tokens} prefix token(s), i.e. {expected}")
         return self._coords
 
+    def _grid_coords(self, device) -> torch.Tensor:
+        key = (self.grid, torch.device(device))
+        if self._grid_cache[0] != key:
+            coords = image_grid(*self.grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
+            self._grid_cache = (key, coords.flip(-1) if self.grid_indexing == "xy" else coords)
+        return self._grid_cache[1]
+
     def _build(self, device) -> torch.Tensor:
         if self.patch_coord is not None:
             coords = self.patch_coord.to(device, torch.float32) * self.grid_scale
         elif self.grid is not None:
-            coords = image_grid(*self.grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
+            coords = self._grid_coords(device)
         else:
             raise RuntimeError("no patch grid was recorded for this forward: the converted model's patch "
                                "embedding did not run (call the model, forward_features or forward_intermediates)")
-        if self.grid_indexing == "xy":
+        if self.grid_indexing == "xy" and self.patch_coord is not None:
             coords = coords.flip(-1)
         if self.keep_indices is not None:
             keep = self.keep_indices.to(device)
