@@ -119,6 +119,7 @@ class RayRoPE(nn.Module):
         self.head_dim, self.num_rays, self.freq_base = head_dim, num_rays, freq_base
         self.apply_vo, self.layout, self.num_coords = apply_vo, layout, num_coords
         self.num_freqs = head_dim // (2 * num_coords)
+        self._frequencies: dict = {}  # (dtype, device) -> [F * D_c], see frequencies()
 
     # --- geometry -------------------------------------------------------------------------------------------
     def prepare(self, w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float],
@@ -203,11 +204,16 @@ class RayRoPE(nn.Module):
         return coords.flatten(1, 2)
 
     def frequencies(self, dtype=torch.float32, device=None) -> torch.Tensor:
-        """``[F * D_c]`` radians per unit of each flattened angle (frequency-major, coordinate-minor)."""
-        period = torch.tensor([PERIODS["p0"]] * 3 + [PERIODS["dir"]] * (2 * self.num_rays)
-                              + [PERIODS["depth"]] * self.num_rays, dtype=torch.float64)
-        ladder = self.freq_base ** torch.arange(self.num_freqs, dtype=torch.float64)
-        return ((2 * math.pi / period)[None, :] * ladder[:, None]).flatten().to(device, dtype)
+        """``[F * D_c]`` radians per unit of each flattened angle (frequency-major, coordinate-minor); built in
+        fp64 once per (dtype, device) and cached (no host-to-device copy per call)."""
+        key = (dtype, torch.device(device) if device is not None else torch.device("cpu"))
+        if key not in self._frequencies:
+            period = torch.tensor([PERIODS["p0"]] * 3 + [PERIODS["dir"]] * (2 * self.num_rays)
+                                  + [PERIODS["depth"]] * self.num_rays, dtype=torch.float64)
+            ladder = self.freq_base ** torch.arange(self.num_freqs, dtype=torch.float64)
+            omega = (2 * math.pi / period)[None, :] * ladder[:, None]
+            self._frequencies[key] = omega.flatten().to(key[1], dtype)
+        return self._frequencies[key]
 
     def expected_table(self, coords1: torch.Tensor, coords2: torch.Tensor) -> RotaryTable:
         """Expected rotation ``E[exp(i theta)]`` for ``theta`` uniform between the angles of two coordinate
