@@ -145,14 +145,20 @@ class SharedBandAttention(_BandRule):
     def is_active(self, context) -> bool:
         return self.config.in_window(context.progress)
 
+    def adain(self, query, key, context):
+        """``adain_qk``: the targets' image q and k matched to the reference's (before RoPE)."""
+        if not self.config.adain_qk:
+            return query, key
+        image = context.segments.image
+        return _adain_targets(query, image), _adain_targets(key, image)
+
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
         if query.shape[0] < 2:
             raise ValueError("shared band attention needs a batch of [reference, target, ...]; got batch size "
                              f"{query.shape[0]}")
         image = context.segments.image
-        if self.config.adain_qk:
-            query, key = (_adain_targets(x, image) for x in (query, key))
+        query, key = self.adain(query, key, context)
         query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
         ref_key = key[:1, image] * self.scales(context, key)
         targets = query.shape[0] - 1
@@ -180,11 +186,17 @@ class ContextBandScaling(_BandRule):
             return False
         return self.config.adain_qk or not bool((self.float64_scales(context) == 1).all())
 
+    def adain(self, query, key, context):
+        """``adain_qk``: the target image's q and k matched to the context image's (before RoPE)."""
+        if not self.config.adain_qk:
+            return query, key
+        seg = context.segments
+        return _adain_target_to_context(query, seg), _adain_target_to_context(key, seg)
+
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
         seg = context.segments
-        if self.config.adain_qk:
-            query, key = (_adain_target_to_context(x, seg) for x in (query, key))
+        query, key = self.adain(query, key, context)
         query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
         ctx = seg.context
         key = torch.cat([key[:, : ctx.start], key[:, ctx] * self.scales(context, key), key[:, ctx.stop:]], dim=1)

@@ -64,6 +64,7 @@ class AttentionProbe:
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         if self.query is None and (context.progress or 0.0) >= self.progress:
             query, key, _ = project_heads(attn, hidden_states, encoder_hidden_states)
+            query, key = self.rule.adain(query, key, context)  # what the rule attends with (adain_qk)
             query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
             seg = context.segments
             # shared attention: queries of every image, keys of element 0; Kontext: target queries, context keys

@@ -242,3 +242,17 @@ def test_adain_matches_reference_statistics_and_leaves_the_reference_alone():
     plain = SharedBandAttention(BandConfig(), (4, 4, 8)).attend(attn, hidden, text, rotary, context)
     with_adain = SharedBandAttention(BandConfig(adain_qk=True), (4, 4, 8)).attend(attn, hidden, text, rotary, context)
     assert torch.equal(plain[0], with_adain[0]) and not torch.allclose(plain[1:], with_adain[1:])
+
+
+def test_attention_probe_records_what_the_rule_attends_with():
+    from mmpos.pipelines.figures import AttentionProbe
+
+    attn, rotary, context, hidden, text = _shared_attention_setup(double=True)
+    probes = {}
+    for adain_qk in (False, True):
+        probe = AttentionProbe(SharedBandAttention(BandConfig(adain_qk=adain_qk), (4, 4, 8)), progress=0.0)
+        probe.attend(attn, hidden, text, rotary, context)
+        probes[adain_qk] = probe
+    plain, matched = probes[False], probes[True]
+    assert torch.equal(plain.query[0], matched.query[0])  # the reference is never AdaIN-ed
+    assert not torch.allclose(plain.query[1:], matched.query[1:])  # the targets' recorded q follow adain_qk
