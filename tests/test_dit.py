@@ -155,6 +155,8 @@ def test_bad_configurations_and_inputs():
         tiny_dit(pe="rope_axial", pe_options={"num_axes": 3})
     with pytest.raises(ValueError, match="unknown encoding 'rope_magic'"):
         tiny_dit(pe="rope_magic")
+    with pytest.raises(ValueError, match="perturbation / offset_std jitter the encoding's own grid"):
+        tiny_dit(pe="comrope_ap", pe_options={"block_size": 2, "perturbation": 0.5, "grid_size": (4, 4)})
     with pytest.raises(ValueError, match="preset='DiT-M/2'"):
         DiT.from_preset("DiT-M/2")
     with pytest.raises(ValueError, match="hidden_size=30 must be divisible by num_heads=4"):

@@ -395,3 +395,8 @@ def test_intermediates_and_gradient_checkpointing(family):
     model(images).sum().backward()
     for name, param in model.named_parameters():  # recomputed blocks reach the per-block encodings too
         torch.testing.assert_close(param.grad, grads[name], rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_self_jittering_encodings_are_refused_at_conversion():
+    with pytest.raises(ValueError, match="perturbation / offset_std jitter the encoding's own grid"):
+        mt.convert(tiny_vit(), pe="comrope_ld", block_size=2, offset_std=0.1, grid_size=(4, 4))

@@ -59,8 +59,19 @@ def _create(name, opts, where):
         raise type(err)(f"encoding {name!r} does not fit {where}: {err}") from err
 
 
+def check_model_coordinates(pe: nn.Module, where: str) -> None:
+    """Raise if ``pe`` jitters its own grid in training (ComRoPE ``perturbation`` / ``offset_std``): a model that
+    passes its tokens' coordinates would hit that at its first training step, or (diffusers tables) ignore it."""
+    if getattr(pe, "perturbation", 0) or getattr(pe, "offset_std", 0):
+        raise ValueError(f"perturbation / offset_std jitter the encoding's own grid in its forward, but {where} "
+                         "passes its tokens' coordinates: leave them 0 and perturb the coordinates instead "
+                         "(mmpos.coords.perturb_grid_coords)")
+
+
 def check_fits(pe: nn.Module, head_dim: int, num_axes: int, where: str) -> None:
-    """Raise if ``pe`` was built for another head dim or coordinate axes count than the model has."""
+    """Raise if ``pe`` was built for another head dim or coordinate axes count than the model has, or jitters
+    its own grid (:func:`check_model_coordinates`)."""
+    check_model_coordinates(pe, where)
     pe_head_dim = getattr(pe, "head_dim", None)
     if pe_head_dim is not None and pe_head_dim != head_dim:
         raise ValueError(f"encoding {pe.pe_name!r} was built for head_dim={pe_head_dim} but {where} has "

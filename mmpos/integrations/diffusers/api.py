@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...encodings.blockwise import create_block_pes
+from ...encodings.blockwise import check_model_coordinates, create_block_pes
 from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
 from .models import ModelSpec, spec_for
@@ -255,9 +255,7 @@ def _wrapped_base_options(transformer, spec, name, kwargs, coord_axes) -> dict:
 def _check_fits(encoding, spec: ModelSpec, head_dim: int, heads: int, coord_axes) -> int:
     """Check ``encoding`` against the model; returns its table's group count (1 or ``heads``)."""
     kind = getattr(encoding, "kind", None)
-    if getattr(encoding, "perturbation", 0) or getattr(encoding, "offset_std", 0):
-        raise ValueError("perturbation / offset_std jitter the encoding's own grid in its forward; the diffusers "
-                         "processors use tables of the model's coordinates, so they would be ignored: leave them 0")
+    check_model_coordinates(encoding, f"the {spec.family} model")
     if not isinstance(encoding, RotaryPE) and kind != "rotary":
         raise TypeError(f"{type(encoding).__name__} is a {kind!r} encoding; the diffusers integration applies "
                         "rotary encodings (or 'nope') inside attention")
