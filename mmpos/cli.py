@@ -63,9 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "transformers and diffusion models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="figures of every registered encoding (spectrum, logit vs offset)",
-                          description="Write a figure per registered encoding: its spectrum (frequency per "
-                          "channel pair and axis) and its content-free attention logit against 2D offset.")
+    demo = sub.add_parser("demo", help="encoding figures, and the mini-world generation and PE-editing report",
+                          description="Write a figure per registered encoding (its spectrum and its content-free "
+                          "attention logit against 2D offset) and camera figures; then, with the shipped world "
+                          "models (or --model), generate from captions and run PE transplant, LooseRoPE and band "
+                          "modulation against their baselines into world/report.html.")
     demo.add_argument("--out", default="outputs/demo", help="output folder (default: outputs/demo)")
     demo.add_argument("--size", type=int, default=31, help="side of the 2D grid of offsets (default: 31)")
     demo.add_argument("--steps", type=int, default=20, help="denoising steps of the world models (default: 20)")
