@@ -227,3 +227,12 @@ def test_mhrope_query_heads_fold_to_4d_when_that_is_a_view(monkeypatch, batch, b
     per_head = pe.table(coords, torch.float64).cis.index_select(-3, torch.arange(6) // 2)
     assert torch.equal(out, rotate(q, RotaryTable(per_head), "half"))
     assert dims == [4 if batch == 1 or batched_table else 5]
+
+
+def test_mhrope_builds_tables_after_the_module_moves():
+    from mmpos.encodings.rope_multimodal import MHRoPE
+
+    pe = MHRoPE(head_dim=16, num_heads=4, num_kv_heads=2, head_section=(1, 1, 0)).to("meta")
+    coords = torch.zeros(5, 3)
+    table = pe._fresh_table(coords, torch.complex64)  # head maps and spectrum on one device (was a device error)
+    assert table.cis.shape[-3:] == (2, 5, 8) and pe.kv_head_of_query.device.type == "meta"

@@ -400,3 +400,18 @@ def test_intermediates_and_gradient_checkpointing(family):
 def test_self_jittering_encodings_are_refused_at_conversion():
     with pytest.raises(ValueError, match="perturbation / offset_std jitter the encoding's own grid"):
         mt.convert(tiny_vit(), pe="comrope_ld", block_size=2, offset_std=0.1, grid_size=(4, 4))
+
+
+@pytest.mark.parametrize("pe", ["rope_axial", "rope_mixed"])
+def test_inference_mode_then_training(pe):
+    model = mt.convert(tiny_vit(depth=2), pe=pe).eval()
+    x = torch.randn(2, 3, IMG, IMG)
+    with torch.inference_mode():  # first call: coordinates and tables are inference tensors (no version counter)
+        first = model(x)
+        again = model(x)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), first, rtol=0, atol=0)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    model.train()
+    model(x).sum().backward()  # tables from inference_mode are never reused by autograd
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

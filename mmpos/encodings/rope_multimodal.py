@@ -139,11 +139,12 @@ class MHRoPE(RotaryPE):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         head_section = default_head_section(num_kv_heads) if head_section is None else head_section
         super().__init__(head_dim, len(head_section), layout, num_prefix_tokens, seq_dim)
-        # int64 head maps as non-persistent buffers: they follow model.to(device), never a dtype cast
+        # the query -> KV head map is used on the table's device: a non-persistent int64 buffer follows
+        # model.to(device) (never a dtype cast); the head -> axis map only builds tables, on the CPU with the spectrum
         self.register_buffer("kv_head_of_query", query_head_map(num_heads, num_kv_heads), persistent=False)
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_section = tuple(head_section)
-        self.register_buffer("head_axis", head_axis_map(head_section, num_kv_heads), persistent=False)
+        self.head_axis = head_axis_map(head_section, num_kv_heads)
         self.rotary_dim = rotary_dim_of(head_dim, partial_rotary_factor)
         self.spectrum = ladder_spectrum(torch.zeros(self.rotary_dim // 2, dtype=torch.int64), theta, 1)
         self._spectrum_key = self.spectrum.key()

@@ -118,6 +118,11 @@ def table_from_phases(phase: torch.Tensor, magnitude: torch.Tensor | None, compl
         return RotaryTable(torch.complex(cos.to(real_dtype), sin.to(real_dtype)))
 
 
+def _version(tensor: torch.Tensor):
+    """In-place version counter; None for inference tensors (``torch.inference_mode``), which have none."""
+    return None if tensor.is_inference() else tensor._version
+
+
 class TableCache:
     """Small LRU cache of tables keyed by the coordinates' values (plus a caller key).
 
@@ -131,17 +136,18 @@ class TableCache:
         self.builds = 0
 
     def get(self, key: tuple, coords: torch.Tensor, build):
-        full_key = key + (tuple(coords.shape), coords.dtype, coords.device)
+        # tables built under inference_mode are inference tensors, unusable by autograd: kept apart
+        full_key = key + (tuple(coords.shape), coords.dtype, coords.device, torch.is_inference_mode_enabled())
         for entry_key, (ref, version, saved, table) in reversed(self._entries.items()):
             if entry_key[0] != full_key:
                 continue
-            same_object = ref() is coords and coords._version == version
+            same_object = ref() is coords and version is not None and _version(coords) == version
             if same_object or torch.equal(saved, coords):
                 self._entries.move_to_end(entry_key)
                 return table
         table = build()
         self.builds += 1
-        self._entries[(full_key, id(table))] = (weakref.ref(coords), coords._version, coords.detach().clone(), table)
+        self._entries[(full_key, id(table))] = (weakref.ref(coords), _version(coords), coords.detach().clone(), table)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return table

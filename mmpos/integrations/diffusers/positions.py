@@ -149,7 +149,7 @@ class WanPositions(PositionSeam):
     def grid_coords(self, grid: tuple[int, int, int], device) -> torch.Tensor:
         """``video_grid`` coordinates, the same tensor while the grid and device stay (table cache hits by
         identity: no value comparison, no device sync per step)."""
-        key = (grid, torch.device(device))
+        key = (grid, torch.device(device), torch.is_inference_mode_enabled())
         if self._grid_key != key:
             self._grid_key, self._grid = key, video_grid(*grid, device=device)
         return self._grid

@@ -38,8 +38,10 @@ class TokenPositions:
         check_choice("grid_indexing", grid_indexing, ("ij", "xy"))
         self.num_prefix_tokens, self.grid_mode, self.grid_scale = num_prefix_tokens, grid_mode, grid_scale
         self.grid_indexing = grid_indexing
-        self._grid_cache = (None, None)  # (grid, device) -> coords, reused across forwards (table cache hits
-        self.start()                     # by identity: no value comparison, no device sync)
+        # coordinates of the last grid, reused across forwards: table caches then hit by identity (no value
+        # comparison, so no device sync per step)
+        self._grid_cache = (None, None)
+        self.start()
 
     def start(self, grid: tuple[int, int] | None = None, patch_coord: torch.Tensor | None = None) -> None:
         """A new forward: tokens on a ``grid`` (row-major) or at per-sample ``patch_coord`` ``[B, N, 2]``."""
@@ -66,7 +68,8 @@ class TokenPositions:
         return self._coords
 
     def _grid_coords(self, device) -> torch.Tensor:
-        key = (self.grid, torch.device(device))
+        key = (self.grid, torch.device(device), self.grid_mode, self.grid_scale, self.grid_indexing,
+               torch.is_inference_mode_enabled())
         if self._grid_cache[0] != key:
             coords = image_grid(*self.grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
             self._grid_cache = (key, coords.flip(-1) if self.grid_indexing == "xy" else coords)
