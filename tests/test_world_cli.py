@@ -74,4 +74,8 @@ def test_clip_writes_frames_and_cameras(tmp_path, capsys):
     assert np.load(tmp_path / "again" / "ground_truth.npz")["poses"].shape == (3, 4, 4)
     assert main(["world", "clip", "--frames", "2", "--size", "16", "--trajectory", "pan",
                  "--out", str(tmp_path / "pan")]) == 0
+    ids = np.load(tmp_path / "pan" / "ground_truth.npz")["ids"]
+    assert (ids == -1).any() and (ids >= 0).any()  # placed on the scene: ground and objects in view
     assert "not a preset" in run_error(["world", "clip", "--trajectory", "spin", "--out", str(tmp_path)], capsys)
+    assert "--degrees and --fov shape the default orbit" in run_error(
+        ["world", "clip", "--trajectory", "pan", "--fov", "50", "--out", str(tmp_path)], capsys)

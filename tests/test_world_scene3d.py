@@ -6,7 +6,8 @@ import torch
 
 from mmpos.camera import KannalaBrandt, Pinhole, look_at, preset_trajectory
 from mmpos.world.scene3d import (GROUND_ID, INVALID_ID, SKY_ID, Box, Scene3D, Sphere, camera_rays,
-                                 orbit_trajectory, render_trajectory, render_view, sample_scene3d)
+                                 orbit_trajectory, place_trajectory, render_trajectory, render_view,
+                                 sample_scene3d)
 
 
 def pinhole(size, fov_degrees=60.0):
@@ -68,8 +69,23 @@ def test_any_camera_model_and_preset_trajectory_render():
     corner, centre = frame.ids[0, 0], frame.ids[16, 16]
     assert corner == INVALID_ID and frame.image[0, 0].sum() == 0 and centre != INVALID_ID
     assert frame.intrinsics is not None
-    clip = render_trajectory(scene, preset_trajectory("dolly_in", 3), 16)  # mmpos.camera presets drive clips
-    assert len(clip) == 3 and not np.array_equal(clip[0].image, clip[-1].image)
+    for preset in ("arc", "pan", "dolly_in"):  # mmpos.camera presets drive clips once placed on the scene
+        for seed in range(4):
+            clip = render_trajectory(sample_scene3d(seed), place_trajectory(preset_trajectory(preset, 3)), 24)
+            ids = np.stack([f.ids for f in clip])
+            assert (ids == GROUND_ID).any() and (ids >= 0).any(), f"{preset}, seed {seed}: no ground or object"
+            assert not np.array_equal(clip[0].image, clip[-1].image)
+
+
+def test_placed_trajectory_keeps_relative_motion():
+    trajectory = preset_trajectory("orbit", 4)
+    placed = place_trajectory(trajectory, scale=2.0)
+    start = orbit_trajectory(1).c2w[0]
+    torch.testing.assert_close(placed.c2w[0], start, rtol=0, atol=1e-12)
+    relative = torch.linalg.inv(trajectory.c2w[0]) @ trajectory.c2w
+    moved = torch.linalg.inv(placed.c2w[0]) @ placed.c2w
+    torch.testing.assert_close(moved[:, :3, :3], relative[:, :3, :3], rtol=0, atol=1e-12)
+    torch.testing.assert_close(moved[:, :3, 3], 2.0 * relative[:, :3, 3], rtol=0, atol=1e-12)
 
 
 def test_bad_cameras_are_clear_errors():
@@ -81,3 +97,5 @@ def test_bad_cameras_are_clear_errors():
         orbit_trajectory(0)
     with pytest.raises(ValueError, match="c2w"):
         render_view(sample_scene3d(0), pinhole(8), torch.full((4, 4), float("nan")))
+    with pytest.raises(ValueError, match="scale must be a positive number"):
+        place_trajectory(orbit_trajectory(2), scale=0.0)

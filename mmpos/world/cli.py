@@ -66,12 +66,16 @@ def _edits(args) -> list[Path]:
 def _clip(args) -> list[Path]:
     from ..camera import save_trajectory
     from .data import save_png
-    from .scene3d import orbit_trajectory, render_trajectory, sample_scene3d
+    from .scene3d import orbit_trajectory, place_trajectory, render_trajectory, sample_scene3d
 
     if args.trajectory:
-        trajectory = _load_trajectory(args.trajectory, args.frames)
+        if args.degrees is not None or args.fov is not None:
+            raise ValueError("--degrees and --fov shape the default orbit; a --trajectory brings its own poses and "
+                             "intrinsics (use --scale to size its motion)")
+        trajectory = place_trajectory(_load_trajectory(args.trajectory, args.frames), scale=args.scale)
     else:
-        trajectory = orbit_trajectory(args.frames, degrees=args.degrees, fov_degrees=args.fov)
+        trajectory = orbit_trajectory(args.frames, degrees=90.0 if args.degrees is None else args.degrees,
+                                      fov_degrees=60.0 if args.fov is None else args.fov)
     frames = render_trajectory(sample_scene3d(args.seed, args.objects), trajectory, args.size)
     out = Path(args.out)
     written = [save_png(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
@@ -155,15 +159,18 @@ def add_world_command(subparsers) -> None:
     edit.add_argument("--seed", type=int, default=0)
     edit.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), help="transplant target box")
 
-    clip = command("clip", _clip, "render a 3D scene along an orbiting camera (frames + depth/ids/cameras npz)")
+    clip = command("clip", _clip, "render a 3D scene along a camera path: frames, ground_truth.npz (depth, ids "
+                   "[N, S, S]; intrinsics [N, 3, 3]; poses [N, 4, 4]) and trajectory.json")
     clip.add_argument("--out", required=True)
     clip.add_argument("--seed", type=int, default=0)
     clip.add_argument("--objects", type=int, default=3)
     clip.add_argument("--frames", type=int, default=8)
-    clip.add_argument("--degrees", type=float, default=90.0, help="arc of the orbit")
-    clip.add_argument("--fov", type=float, default=60.0, help="horizontal field of view in degrees")
+    clip.add_argument("--degrees", type=float, help="arc of the default orbit (default: 90)")
+    clip.add_argument("--fov", type=float, help="horizontal field of view of the default orbit (default: 60)")
     clip.add_argument("--trajectory", help="camera path instead of the orbit: a RealEstate10K .txt or mmpos JSON "
-                      "file (resampled to --frames) or a preset name of mmpos.camera (arc, pan, dolly_in, ...)")
+                      "file (resampled to --frames) or a preset name of mmpos.camera (arc, pan, dolly_in, ...); "
+                      "moved so that its first camera is the orbit's first")
+    clip.add_argument("--scale", type=float, default=1.0, help="multiplies the --trajectory's translations")
 
     sample = command("sample", _sample, "sample the trained text-to-image world model",
                      "image side in pixels (default: the side the model was trained at)", None)

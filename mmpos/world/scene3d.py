@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .._validation import check_positive_int
-from ..camera.poses import check_pose, look_at
+from ..camera.poses import check_pose, invert_pose, look_at
 from ..camera.presets import base_intrinsics
 from ..camera.rays import ray_grid, world_rays
 from ..camera.trajectory import Trajectory
@@ -55,7 +55,7 @@ class Frame:
     image: np.ndarray  # uint8 [H, W, 3]
     depth: np.ndarray  # float64 [H, W], z in camera coordinates (inf for sky)
     ids: np.ndarray  # int [H, W]: primitive index, GROUND_ID, SKY_ID or INVALID_ID (no ray)
-    intrinsics: np.ndarray | None  # [3, 3] for pinhole-family cameras, else None
+    intrinsics: np.ndarray | None  # [3, 3] K of cameras that have one (pinhole, OpenCV, fisheye), else None
     pose: np.ndarray  # camera-to-world [4, 4]
 
 
@@ -154,6 +154,21 @@ def sample_scene3d(seed: int, count: int = 3) -> Scene3D:
             low, high = (float(x) - size, -2 * size, float(z) - size), (float(x) + size, 0.0, float(z) + size)
             primitives.append(Box(low, high, colour))
     return Scene3D(tuple(primitives))
+
+
+def place_trajectory(trajectory: Trajectory, start=None, scale: float = 1.0) -> Trajectory:
+    """``trajectory`` moved so that its first camera is ``start`` (default: the first camera of
+    :func:`orbit_trajectory`, above the ground looking at the scene), its motion relative to that camera kept and
+    its translations multiplied by ``scale``. Presets start at the world origin and RealEstate10K files in their
+    own frame and units; placed, they film the scene."""
+    if not (isinstance(scale, (int, float)) and scale > 0):
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    c2w = trajectory.c2w.to(torch.float64)
+    start = orbit_trajectory(1).c2w[0] if start is None else check_pose("start", torch.as_tensor(start))
+    relative = invert_pose(c2w[:1]) @ c2w
+    relative[:, :3, 3] *= scale
+    return Trajectory(start.to(torch.float64) @ relative, trajectory.intrinsics, trajectory.timestamps,
+                      trajectory.url)
 
 
 def render_trajectory(scene: Scene3D, trajectory: Trajectory, size: int = 64) -> list[Frame]:
