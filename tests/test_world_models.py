@@ -125,7 +125,8 @@ def test_init_from_continues_a_trained_model(trained, tmp_path):
     root = trained[0]
     card = json.loads((root / "world-t2i" / "model_card.json").read_text())  # the latest export in root
     config = dict(image_size=SIZE, num_examples=32, batch_size=8, device="cpu", num_samples=1, sample_steps=1,
-                  task="t2i", vae_path=str(root), init_from=str(root), max_steps=2, warmup_steps=1)
+                  task="t2i", vae_path=str(root), init_from=str(root), max_steps=2, warmup_steps=1,
+                  transformer=TINY_TRANSFORMER, text_encoder=TINY_TEXT)  # as the checkpoint's: accepted
     continued = train(config, tmp_path, progress=False)
     # starts where the source ended (its weights were shipped in fp16, hence the tolerance)
     assert continued["val_loss_start"] == pytest.approx(card["val_loss"], rel=0.02)
@@ -133,6 +134,12 @@ def test_init_from_continues_a_trained_model(trained, tmp_path):
     assert "Continued from" in (tmp_path / "world-t2i" / "README.md").read_text()
     with pytest.raises(FileNotFoundError, match="init_from: no t2i checkpoint"):
         train({**config, "init_from": str(tmp_path / "missing")}, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="in_channels=16; a fill model on this VAE has 48"):
+        train({**config, "task": "fill", "init_from": str(root / "world-t2i")}, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="transformer option num_layers=3 differs from the checkpoint's 1"):
+        train({**config, "transformer": {**TINY_TRANSFORMER, "num_layers": 3}}, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="the VAE trains from scratch"):
+        train({**config, "task": "vae"}, tmp_path, progress=False)
 
 
 SHIPPED = Path(__file__).resolve().parents[1] / "assets"

@@ -21,7 +21,8 @@ from torch import nn
 
 from .._validation import check_choice
 from .data import build_arrays
-from .models import TASKS, build_text_encoder, build_transformer, build_vae, vae_scale_factor
+from .models import (TASKS, build_text_encoder, build_transformer, build_vae, transformer_channels,
+                     vae_scale_factor)
 
 ALL_TASKS = ("vae",) + TASKS
 DEFAULTS = {
@@ -272,10 +273,17 @@ class WorldTrainer:
     def _build_models(self):
         config = self.config
         if self.task == "vae":
+            if config["init_from"] is not None:
+                raise ValueError("init_from continues t2i / fill / kontext models; the VAE trains from scratch (the "
+                                 "transformers' latents depend on it)")
             return None, build_vae(**config["vae"])
         vae = load_trained_vae(config["vae_path"], self.device)
         if config["init_from"] is not None:
-            return vae, load_trained_denoiser(config["init_from"], self.task, self.device)
+            model = load_trained_denoiser(config["init_from"], self.task, self.device, vae.config.latent_channels,
+                                          vae_scale_factor(vae))
+            for part in ("transformer", "text_encoder"):  # the config's architecture must be the checkpoint's
+                _check_same_config(f"{part} option", config[part], getattr(model, part).config)
+            return vae, model
         transformer = build_transformer(self.task, vae.config.latent_channels, vae_scale_factor(vae),
                                         **config["transformer"])
         return vae, DenoiserWithText(transformer, build_text_encoder(transformer, **config["text_encoder"]))
@@ -395,8 +403,10 @@ def _task_folder(path, task: str) -> Path:
     return folder / f"world-{task}" if (folder / f"world-{task}").is_dir() else folder
 
 
-def load_trained_denoiser(path, task: str, device) -> DenoiserWithText:
-    """A trained world model (``path`` holds ``world-<task>/`` or is it), in fp32, to continue training."""
+def load_trained_denoiser(path, task: str, device, vae_latent_channels: int = 4,
+                          vae_factor: int = 2) -> DenoiserWithText:
+    """A trained world model (``path`` holds ``world-<task>/`` or is it), in fp32, to continue training; its
+    input channels must be those of ``task`` on the VAE (``vae_latent_channels``, ``vae_factor``)."""
     from diffusers import FluxTransformer2DModel
 
     from .text import WorldTextEncoder
@@ -405,8 +415,20 @@ def load_trained_denoiser(path, task: str, device) -> DenoiserWithText:
     if not (folder / "transformer" / "config.json").is_file():
         raise FileNotFoundError(f"init_from: no {task} checkpoint at {folder} (expected transformer/config.json)")
     transformer = FluxTransformer2DModel.from_pretrained(folder / "transformer", torch_dtype=torch.float32)
+    expected = transformer_channels(task, vae_latent_channels, vae_factor)[0]
+    if transformer.config.in_channels != expected:
+        raise ValueError(f"init_from: {folder} holds a transformer with in_channels={transformer.config.in_channels}; "
+                         f"a {task} model on this VAE has {expected} (is it another task's checkpoint?)")
     text_encoder = WorldTextEncoder.from_pretrained(folder / "text_encoder", torch_dtype=torch.float32)
     return DenoiserWithText(transformer, text_encoder).to(device).train()
+
+
+def _check_same_config(what: str, wanted: dict, loaded) -> None:
+    for key, value in wanted.items():
+        have = loaded.get(key)
+        if (list(have) if isinstance(have, (tuple, list)) else have) != (
+                list(value) if isinstance(value, (tuple, list)) else value):
+            raise ValueError(f"init_from: {what} {key}={value!r} differs from the checkpoint's {have!r}")
 
 
 def previous_training(path, task: str) -> dict:
