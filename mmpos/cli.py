@@ -35,8 +35,12 @@ def _model_source(args):
 
         if not torch.cuda.is_available():
             raise ValueError("--device cuda: CUDA is not available on this machine")
-    return ModelSource(args.checkpoint, parse_model_args(args.model), device, args.dtype or "float32",
-                       args.image_size)
+    models = parse_model_args(args.model)
+    token = 16 if models else 4  # pixels per token: FLUX.1 (VAE 8 x 2x2 packing), world models (2 x 2x2)
+    if args.image_size is not None and (args.image_size < 2 * token or args.image_size % token):
+        raise ValueError(f"--image-size {args.image_size}: expected a multiple of {token} pixels (one token), "
+                         f"at least {2 * token}")
+    return ModelSource(args.checkpoint, models, device, args.dtype or "float32", args.image_size)
 
 
 def _list(args) -> int:

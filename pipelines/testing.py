@@ -50,14 +50,19 @@ TEXT_WORDS = ("a", "the", "on", "at", "of", "and", "background", "object", "imag
 def tiny_text_components(seed: int = 0) -> dict:
     """Tiny CLIP and T5 encoders with tokenizers built offline (character-level CLIP BPE without merges, word-level
     T5), so a saved pipeline loads with ``from_pretrained`` and takes prompt strings like FLUX.1."""
-    import json
     import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="mmpos_tiny_tokenizers_") as folder, torch.random.fork_rng():
+        torch.manual_seed(seed)  # the caller's RNG state is restored on exit
+        return _tiny_text_components(Path(folder))
+
+
+def _tiny_text_components(folder: Path) -> dict:
+    import json
 
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer, T5Config, T5EncoderModel, T5TokenizerFast
 
-    torch.manual_seed(seed)
-    folder = Path(tempfile.mkdtemp(prefix="mmpos_tiny_tokenizers_"))
     clip_vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     for symbol in "abcdefghijklmnopqrstuvwxyz0123456789":
         clip_vocab.setdefault(symbol, len(clip_vocab))

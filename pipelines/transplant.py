@@ -206,8 +206,8 @@ def transplant_ids(grid: tuple[int, int], sources, target_tokens: torch.Tensor, 
     if not bool(target_tokens.any()):
         raise ValueError("the target region covers no token; enlarge the target mask")
     ids = native_ids(grid)
-    target_box = mask_bbox(target_tokens)
-    maps = [_box_map(mask_bbox(source), target_box, fit) for source in sources]
+    target_bounds = mask_bbox(target_tokens)  # (top, left, bottom, right) in tokens
+    maps = [_box_map(mask_bbox(source), target_bounds, fit) for source in sources]
     moved = list(zip(sources, maps))
     if swap:
         moved.append((target_tokens, tuple((1 / a, -b / a) for a, b in maps[0])))

@@ -17,7 +17,7 @@ class TransplantOutput:
     images: list                 # composited results, in the requested output_type
     canvas_images: torch.Tensor  # [B, 3, Hc, Wc] raw Fill outputs on the canvas, [0, 1]
     canvas: Canvas
-    ids: torch.Tensor            # [Hc/16 * Wc/16, 3] transplanted ids used while sigma >= tau
+    ids: torch.Tensor            # [Hc/t * Wc/t, 3] transplanted ids used while sigma >= tau (t: token pixels)
     native_ids: torch.Tensor
 
 
@@ -41,8 +41,8 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
     Call with ``background`` (image), the target region as ``target_mask`` or ``target_box`` (left, top, right,
     bottom; PIL order), one or more ``references`` with optional ``reference_masks`` (object masks; default: the
     whole view), ``transplant`` (:class:`TransplantConfig` or dict) and the usual Fill arguments (prompt or
-    prompt embeddings, steps, guidance, generator). The canvas is inpainted only inside the (dilated) target region; the result is
-    the background with that region replaced, so pixels outside it are the input's, exactly.
+    prompt embeddings, steps, guidance, generator). The canvas is inpainted only inside the (dilated) target
+    region; the result is the background with that region replaced, so pixels outside it are the input's, exactly.
     """
 
     @torch.no_grad()

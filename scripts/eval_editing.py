@@ -4,8 +4,9 @@
     python scripts/eval_editing.py --checkpoint assets --count 16 --steps 20 --device cpu
 
 Per task, every row is scored against ground truth rendered from the scene specs (mmpos.world.metrics):
-- transplant: inserted-object mask IoU, colour error, change outside the repainted (dilated) box; plain Fill
-  (PosBridgeFillPipeline with transplant disabled: same canvas, same prompt) vs PE transplant at two tau.
+- transplant: inserted-object mask IoU, colour error, change outside the repainted (dilated) box (on the raw
+  canvas output: the pipeline pastes the input back there, so its result is exact by construction); plain
+  Fill (PosBridgeFillPipeline with transplant disabled: same canvas, same prompt) vs PE transplant at two tau.
 - harmonise: identity (object mask IoU inside the paste) vs harmonisation (object texture similarity to the
   scene's style, |error| on the pasted background margin); the unedited collage, plain Kontext (LooseRoPE at
   strength 0), LooseRoPE at strengths 0.5, 1, 2.
@@ -23,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}
+from mmpos.world.sources import WORLD_GUIDANCE
+
+MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}  # evaluation task -> world model
 LOOSE_STRENGTHS = (0.5, 1.0, 2.0)
 BAND_ROWS = (("shared attention (band strength 0)", {"strength": 0.0}),
              ("band s_hf=0.5", {"s_hf": (0.5, 0.5)}), ("band s_hf=0.25", {"s_hf": (0.25, 0.25)}),
@@ -38,20 +41,27 @@ def eval_transplant(args, pipes) -> list[dict]:
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
     from mmpos.world.editing import run_transplant
     from mmpos.world.edits import transplant_pair
-    from mmpos.world.metrics import insertion_scores
+    from mmpos.world.metrics import change_outside, insertion_scores
 
     pairs = [transplant_pair(args.seed + i, args.sizes["fill"]) for i in range(args.count)]
     regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
 
-    def row(method, images):
+    def row(method, images, raw=None):
+        """Object scores on the composited outputs; change outside the box on the raw (uncomposited) ones."""
+        raw = images if raw is None else raw
         return {"method": method, **mean_scores([
-            insertion_scores(o, p.background.image, p.mask, p.target.spec.objects[-1].colour, region)
-            for o, p, region in zip(images, pairs, regions)])}
+            {**insertion_scores(o, p.background.image, p.mask, p.target.spec.objects[-1].colour, region),
+             "outside_change": change_outside(r, p.background.image, region)}
+            for o, r, p, region in zip(images, raw, pairs, regions)])}
 
     pipe = pipes("transplant")
-    run = lambda **options: run_transplant(pipe, pairs, args.steps, {**WORLD_TRANSPLANT, **options}).outputs  # noqa
-    return [row("ground truth", [p.target.image for p in pairs]), row("plain Fill (same canvas)", run(enabled=False)),
-            row("PE transplant tau=0.85", run()), row("PE transplant tau=0.5", run(tau=0.5))]
+
+    def run(method, **options):
+        result = run_transplant(pipe, pairs, args.steps, {**WORLD_TRANSPLANT, **options})
+        return row(method, result.outputs, result.raw)
+
+    return [row("ground truth", [p.target.image for p in pairs]), run("plain Fill (same canvas)", enabled=False),
+            run("PE transplant tau=0.85"), run("PE transplant tau=0.5", tau=0.5)]
 
 
 def harmonise_scores(output, pair) -> dict:
@@ -77,7 +87,11 @@ def eval_harmonise(args, pipes) -> list[dict]:
         return {"method": method, **mean_scores([harmonise_scores(o, p) for o, p in zip(images, pairs)])}
 
     pipe = pipes("loose")
-    run = lambda strength: run_loose(pipe, pairs, args.steps, loose_for_steps(args.steps, strength=strength)).outputs  # noqa
+
+    def run(strength):
+        return run_loose(pipe, pairs, args.steps, loose_for_steps(args.steps, strength=strength),
+                         WORLD_GUIDANCE["kontext"]).outputs
+
     return [row("ground truth", [p.target.image for p in pairs]), row("unedited collage", [p.collage for p in pairs]),
             row("plain Kontext (LooseRoPE strength 0)", run(0.0))] + \
         [row(f"LooseRoPE strength {s}", run(s)) for s in LOOSE_STRENGTHS]
@@ -97,10 +111,14 @@ def eval_style(args, pipes) -> list[dict]:
              "layout_copy": layout_copy(o, r.masks, r.spec.style.background)} for o, r in zip(images, references)])}
 
     pipe = pipes("band")
+
+    def run(band):
+        return run_band(pipe, sets, args.steps, band, WORLD_GUIDANCE["t2i"]).outputs
+
     rows = [row("ground truth (target in reference style)", [t.image for s in sets for t in s.targets]),
             row("copy the reference", [r.image for r in references]),
-            row("no sharing (content prompt)", run_band(pipe, sets, args.steps, {"enabled": False}).outputs)]
-    return rows + [row(name, run_band(pipe, sets, args.steps, band).outputs) for name, band in BAND_ROWS]
+            row("no sharing (content prompt)", run({"enabled": False}))]
+    return rows + [row(name, run(band)) for name, band in BAND_ROWS]
 
 
 def print_table(results: dict) -> None:
@@ -125,8 +143,8 @@ def main(argv=None) -> int:
     if args.count < 1:
         parser.error(f"--count must be at least 1, got {args.count}")
 
-    from mmpos.world.editing import load_edit_pipeline
     from mmpos.world.models import check_world_checkpoint, trained_image_size
+    from mmpos.world.sources import ModelSource
 
     try:
         root = check_world_checkpoint(args.checkpoint or Path(__file__).resolve().parents[1] / "assets",
@@ -135,8 +153,7 @@ def main(argv=None) -> int:
         parser.error(str(error))
     args.sizes = {task: trained_image_size(root, task) for task in MODEL_OF_TASK.values()}  # trained sides
 
-    def pipes(method):
-        return load_edit_pipeline(method, root, device=args.device)
+    pipes = ModelSource(root, device=args.device).pipeline
 
     evaluators = {"transplant": eval_transplant, "harmonise": eval_harmonise, "style": eval_style}
     results = {task: evaluators[task](args, pipes) for task in args.tasks}

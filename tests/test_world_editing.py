@@ -6,9 +6,10 @@ import torch
 
 from mmpos.pipelines.transplant import TransplantConfig
 from mmpos.pipelines.transplant_pipeline import box_to_mask
-from mmpos.world.canvas import WORLD_TRANSPLANT, box_mask, fill_canvas_example, insertion_canvas, scene_part
-from mmpos.world.editing import (load_edit_pipeline, loose_for_steps, pipeline_class, run_band, run_loose,
-                                 run_transplant)
+from mmpos.pipelines.loading import pipeline_class
+from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_canvas, scene_part
+from mmpos.world.editing import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
+from mmpos.world.sources import ModelSource
 from mmpos.world.edits import harmonise_pair, style_set, transplant_pair
 from mmpos.world.models import build_pipeline, build_text_encoder, build_transformer, build_vae
 from mmpos.world.samples import generate
@@ -62,8 +63,11 @@ def test_fill_canvas_examples_mix_insertion_and_plain_inpainting():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_world_and_pipeline_boxes_agree(seed):
-    box = transplant_pair(seed, SIZE).box  # (x0, y0, x1, y1)
-    assert np.array_equal(box_to_mask(box, (SIZE, SIZE)).numpy(), box_mask(box, SIZE))
+    pair = transplant_pair(seed, SIZE)  # box (x0, y0, x1, y1): the inserted object lies inside it
+    region = box_to_mask(pair.box, (SIZE, SIZE)).numpy()
+    assert pair.mask.any() and (region | ~pair.mask).all()
+    x0, y0, x1, y1 = pair.box
+    assert region.sum() == (x1 - x0) * (y1 - y0)
 
 
 def test_box_outside_the_image_names_the_order():
@@ -75,33 +79,35 @@ def test_box_outside_the_image_names_the_order():
 
 def test_transplant_changes_nothing_outside_the_repainted_region():
     pairs = [transplant_pair(seed, SIZE) for seed in (3, 4)]
-    run = run_transplant(tiny_edit_pipeline("transplant"), pairs, steps=2, transplant=WORLD_TRANSPLANT)
-    assert run.outputs.shape == (2, SIZE, SIZE, 3) and run.last.ids.shape == (SIZE // 4 * SIZE // 2, 3)
-    for output, pair in zip(run.outputs, pairs):
+    run = run_transplant(tiny_edit_pipeline("transplant"), pairs, steps=2)  # default: the world's canvas layout
+    assert run.outputs.shape == run.raw.shape == (2, SIZE, SIZE, 3)
+    assert run.last.ids.shape == (SIZE // 4 * SIZE // 2, 3)  # 4-pixel tokens on the S x 2S canvas
+    for output, raw, pair in zip(run.outputs, run.raw, pairs):
         outside = ~scene_part(insertion_canvas(pair).mask)
         assert np.array_equal(output[outside], pair.background.image[outside])
+        assert np.array_equal(output[~outside], raw[~outside])  # inside: the model's own pixels
 
 
 def test_loose_at_strength_zero_is_stock_kontext():
     pair = harmonise_pair(7, SIZE)
     pipe = tiny_edit_pipeline("loose")
-    loose = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3, strength=0.0))
+    loose = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3, strength=0.0), guidance=3.0)
     plain = generate(stock(pipe, "kontext"), "kontext",
                      [{"image": pair.target.image, "context": pair.collage, "caption": pair.instruction}], steps=3)
     assert np.array_equal(loose.outputs, plain)
-    edited = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3))
+    edited = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3), guidance=3.0)
     assert not np.array_equal(edited.outputs, plain) and (edited.last.maps.bins >= 0).any()
 
 
 def test_band_disabled_is_stock_flux_and_enabled_differs():
     sets = [style_set(5, 2, SIZE)]
     pipe = tiny_edit_pipeline("band")
-    disabled = run_band(pipe, sets, steps=2, band={"enabled": False})
+    disabled = run_band(pipe, sets, steps=2, band={"enabled": False}, guidance=3.0)
     captions = [sets[0].reference.spec.caption()] + sets[0].prompts
     plain = generate(stock(pipe, "t2i"), "t2i", [{"image": sets[0].reference.image, "caption": c} for c in captions],
                      steps=2)
     assert np.array_equal(disabled.outputs, plain[1:])
-    shared = run_band(pipe, sets, steps=2, band={"strength": 1.0})
+    shared = run_band(pipe, sets, steps=2, band={"strength": 1.0}, guidance=3.0)
     assert shared.outputs.shape == disabled.outputs.shape and not np.array_equal(shared.outputs, disabled.outputs)
 
 
@@ -114,9 +120,26 @@ def test_loose_schedule_is_rescaled_to_the_step_count():
     assert loose_for_steps(14, strength=0.5)["strength"] == 0.5
 
 
+def test_model_source_loads_each_model_once(tmp_path, monkeypatch):
+    import mmpos.world.sources as sources
+
+    pipe = tiny_edit_pipeline("band")
+    loads = []
+
+    def fake_load(task, root, device, dtype, pipeline_class=None):
+        loads.append(task)
+        return pipeline_class(**pipe.components)
+
+    monkeypatch.setattr(sources, "load_world_pipeline", fake_load)
+    source = ModelSource(tmp_path)
+    generate_pipe, band_pipe = source.pipeline("generate"), source.pipeline("band")
+    assert loads == ["t2i"] and type(band_pipe).__name__ == "BandModulationFluxPipeline"
+    assert band_pipe.transformer is generate_pipe.transformer and band_pipe.vae is generate_pipe.vae
+
+
 def test_edit_pipeline_errors(tmp_path):
     with pytest.raises(ValueError, match="method='paint'"):
-        pipeline_class("paint")
+        ModelSource(tmp_path).pipeline("paint")
     with pytest.raises(TypeError, match="expected a subclass of FluxFillPipeline"):
         build_pipeline("fill", None, None, None, pipeline_class=pipeline_class("loose"))
     with pytest.raises(FileNotFoundError, match="no VAE checkpoint"):

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .edits import TransplantPair, fill_example, transplant_pair
+from .images import to_chw, to_uint8
 
 TOKEN_PIXELS = 4  # world VAE factor 2 x Flux 2x2 packing
 WORLD_TRANSPLANT = {"layout": "side_by_side", "tile_fraction": 1.0}  # TransplantConfig options of the world
@@ -30,34 +31,20 @@ class FillCanvas:
     inserted: bool      # True: the tile's object goes into the mask; False: plain inpainting
 
 
-def _unit(image: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(image).permute(2, 0, 1)[None].float() / 255.0
-
-
-def _uint8(image: torch.Tensor) -> np.ndarray:
-    return (image[0].permute(1, 2, 0) * 255).round().byte().numpy()
-
-
-def box_mask(box, size: int) -> np.ndarray:
-    """bool ``[S, S]`` of a world box ``(x0, y0, x1, y1)``."""
-    mask = np.zeros((size, size), dtype=bool)
-    x0, y0, x1, y1 = box
-    mask[y0:y1, x0:x1] = True
-    return mask
-
-
 def insertion_canvas(pair: TransplantPair) -> FillCanvas:
     """The transplant pipeline's canvas for ``pair`` with the target scene in place of the background."""
     from mmpos.pipelines.transplant import TransplantConfig, compose_canvas
+    from mmpos.pipelines.transplant_pipeline import box_to_mask
 
-    size = pair.background.image.shape[0]
-    canvas = compose_canvas(TransplantConfig(**WORLD_TRANSPLANT), _unit(pair.background.image),
-                            torch.from_numpy(box_mask(pair.box, size)), [_unit(pair.reference.image)],
+    size = pair.background.image.shape[:2]
+    canvas = compose_canvas(TransplantConfig(**WORLD_TRANSPLANT), to_chw(pair.background.image)[None],
+                            box_to_mask(pair.box, size), [to_chw(pair.reference.image)[None]],
                             [torch.from_numpy(pair.reference.masks[0])], TOKEN_PIXELS)
     rows, cols = canvas.layout.background.slices
     image = canvas.image.clone()
-    image[..., rows, cols] = _unit(pair.target.image)
-    return FillCanvas(_uint8(image), canvas.inpaint_mask.numpy(), pair.caption, pair.target.spec.to_dict(), True)
+    image[..., rows, cols] = to_chw(pair.target.image)
+    return FillCanvas(to_uint8(image)[0], canvas.inpaint_mask.numpy(), pair.caption, pair.target.spec.to_dict(),
+                      True)
 
 
 def inpainting_canvas(seed: int, image_size: int) -> FillCanvas:

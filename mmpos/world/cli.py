@@ -18,7 +18,7 @@ def _dataset(args) -> list[Path]:
 
 
 def _render(args) -> list[Path]:
-    from .data import save_png
+    from .images import save_png
     from .render import render_scene
     from .scene import ObjectSpec, SceneSpec, SceneStyle
 
@@ -34,7 +34,7 @@ def _render(args) -> list[Path]:
 
 def _edits(args) -> list[Path]:
     from . import edits
-    from .data import save_png
+    from .images import save_png
 
     out, written = Path(args.out), []
     for seed in range(args.seed, args.seed + args.count):
@@ -65,7 +65,7 @@ def _edits(args) -> list[Path]:
 
 def _clip(args) -> list[Path]:
     from ..camera import save_trajectory
-    from .data import save_png
+    from .images import save_png
     from .scene3d import orbit_trajectory, place_trajectory, render_trajectory, sample_scene3d
 
     if args.trajectory:
@@ -99,18 +99,17 @@ def _load_trajectory(value: str, frames: int):
 def _sample(args) -> list[Path]:
     import torch
 
-    from .data import save_png
-    from .models import load_world_pipeline, prompt_kwargs, trained_image_size
+    from .images import save_png, to_uint8
+    from .models import conditioning, load_world_pipeline, trained_image_size
     from .samples import image_grid
 
     pipe = load_world_pipeline("t2i", args.checkpoint)
     pipe.set_progress_bar_config(disable=True)
     size = args.size or trained_image_size(args.checkpoint, "t2i")
-    images = pipe(height=size, width=size, num_inference_steps=args.steps, true_cfg_scale=args.guidance,
-                  output_type="np", generator=torch.Generator().manual_seed(args.seed),
-                  **prompt_kwargs(pipe, args.caption, [""] * len(args.caption))).images
-    images = (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
-    return [save_png(Path(args.out), image_grid([("generated", images)]))]
+    images = pipe(height=size, width=size, num_inference_steps=args.steps, output_type="np",
+                  generator=torch.Generator().manual_seed(args.seed),
+                  **conditioning(pipe, args.caption, args.guidance)).images
+    return [save_png(Path(args.out), image_grid([("generated", to_uint8(images))]))]
 
 
 def _run(args) -> int:

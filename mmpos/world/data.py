@@ -15,6 +15,7 @@ import torch
 from .._validation import check_choice, check_non_negative_int, check_positive_int
 from .canvas import fill_canvas_example
 from .edits import instruction_pair
+from .images import save_png
 from .render import render_scene
 from .scene import sample_scene
 
@@ -69,16 +70,6 @@ class WorldDataset(torch.utils.data.Dataset):
 def to_tensor(image: np.ndarray) -> torch.Tensor:
     """uint8 ``[S, S, 3]`` -> float ``[3, S, S]`` in [-1, 1] (what the pipelines' image processors make)."""
     return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 127.5 - 1.0
-
-
-def save_png(path, array: np.ndarray) -> Path:
-    """Write a uint8 ``[H, W, 3]`` (or ``[H, W]``) array as PNG, creating the folder; returns the path."""
-    from PIL import Image
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(array).save(path)
-    return path
 
 
 def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "scenes", image_size: int = 64):

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .canvas import WORLD_TRANSPLANT
 from .editing import loose_for_steps, run_band, run_loose, run_transplant
 from .edits import harmonise_pair, style_set, transplant_pair
+from .images import save_png, to_chw
 from .models import DEFAULT_ASSETS
-from .data import save_png
 from .samples import generate, held_out_examples, image_grid
 from .sources import ModelSource, trained_tasks
 
@@ -55,10 +54,6 @@ def error_map(output: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 def mask_image(masks: np.ndarray) -> np.ndarray:
     return np.repeat(masks[..., None].astype(np.uint8) * 255, 3, axis=-1)
-
-
-def _chw(image: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(image).permute(2, 0, 1).float() / 255.0
 
 
 def text_to_image_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
@@ -106,7 +101,7 @@ def loose_section(source: ModelSource, steps: int, count: int, out_dir: Path) ->
             ("paste mask", mask_image(np.stack([p.paste_mask for p in pairs]))),
             ("|error| LooseRoPE", error_map(edited.outputs, truth))]
     figure = loose_diagnostic(edited.last.maps, LooseConfig(**config), out_dir / "world_loose_maps.png",
-                              _chw(pairs[-1].collage))
+                              to_chw(pairs[-1].collage))
     return Section("Paste harmonisation: plain Kontext vs LooseRoPE (LooseRoPEKontextPipeline)", rows,
                    [pairs[0].instruction], [figure],
                    "Plain Kontext is the same pipeline at strength 0. The figure shows the last example's token "
@@ -129,12 +124,12 @@ def band_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> 
     grid = (size // pipe.token_pixels,) * 2
     token = grid[0] // 2 * grid[1] + grid[1] // 2
     maps = band_attention_maps(pipe.probe.query, pipe.probe.key, pipe.transformer.config.axes_dims_rope, grid, token)
-    figure = band_diagnostic(maps, grid, token, out_dir / "world_band_attention.png", _chw(sets[-1].reference.image))
+    figure = band_diagnostic(maps, grid, token, out_dir / "world_band_attention.png", to_chw(sets[-1].reference.image))
     return Section("Style-aligned sets: band modulation at two strengths (BandModulationFluxPipeline)", rows,
                    [p for s in sets for p in s.prompts], [figure],
                    "Targets get their content prompt only; the style comes from the shared reference image. The "
-                   f"figure: attention of the centre query of the last target over the reference (layer 0, "
-                   f"strength {BAND_STRENGTHS[-1]}, half-way through sampling), per frequency band.")
+                   "figure: attention of the centre query of the last set's first target over its reference "
+                   f"(layer 0, strength {BAND_STRENGTHS[-1]}, half-way through sampling), per frequency band.")
 
 
 SECTIONS = (("t2i", "t2i", text_to_image_section), ("transplant", "fill", transplant_section),

@@ -13,8 +13,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from .render import Rendered, render_scene
-from .scene import (COLOURS, PATTERN_WORDS, PATTERNS, SHAPES, ObjectSpec, SceneSpec, SceneStyle,
-                    check_box, sample_box, sample_objects, sample_scene, sample_style)
+from .scene import (
+    COLOURS,
+    PATTERN_WORDS,
+    PATTERNS,
+    SHAPES,
+    ObjectSpec,
+    SceneSpec,
+    SceneStyle,
+    check_box,
+    sample_box,
+    sample_objects,
+    sample_scene,
+    sample_style,
+)
 
 HARMONISE_INSTRUCTION = "blend the pasted object into the image"
 REFERENCE_BACKGROUND = "white"  # the plain tile a reference object is shown on

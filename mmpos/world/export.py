@@ -9,8 +9,8 @@ import numpy as np
 import torch
 import yaml
 
+from .images import save_png
 from .models import build_pipeline
-from .data import save_png
 from .samples import generate, held_out_examples, image_grid, inputs_row
 from .training import to_unit
 
@@ -39,7 +39,8 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
              "`scripts/train_world.py`; config in `train_config.yaml`.", "",
              "| field | value |", "|---|---|"]
     for key in ("task", "parameters", "steps", "train_minutes", "total_steps", "total_train_minutes", "device",
-                "mixed_precision", "batch_size", "final_train_loss", "val_loss_start", "val_loss", "val_l1", "latent_shift", "latent_scale"):
+                "mixed_precision", "batch_size", "final_train_loss", "val_loss_start", "val_loss", "val_l1",
+                "latent_shift", "latent_scale"):
         if key in card:
             lines.append(f"| {key} | {card[key]} |")
     data = card["data"]

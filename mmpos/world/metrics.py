@@ -79,5 +79,10 @@ def insertion_scores(output: np.ndarray, before: np.ndarray, target_mask: np.nda
     expected = np.array(COLOURS[colour], dtype=np.float64)
     pixels = output[found].astype(np.float64)
     colour_error = float(np.abs(pixels.mean(0) - expected).mean() / 255) if len(pixels) else 1.0
-    outside = np.abs(output.astype(np.float64) - before.astype(np.float64))[~region].mean() / 255
-    return {"mask_iou": iou(found, target_mask), "colour_error": colour_error, "outside_change": float(outside)}
+    return {"mask_iou": iou(found, target_mask), "colour_error": colour_error,
+            "outside_change": change_outside(output, before, region)}
+
+
+def change_outside(output: np.ndarray, before: np.ndarray, region: np.ndarray) -> float:
+    """Mean absolute change (0..1) of the pixels outside ``region``."""
+    return float(np.abs(output.astype(np.float64) - before.astype(np.float64))[~region].mean() / 255)

@@ -14,8 +14,14 @@ import inspect
 from pathlib import Path
 
 import torch
-from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxFillPipeline, FluxKontextPipeline,
-                       FluxPipeline, FluxTransformer2DModel)
+from diffusers import (
+    AutoencoderKL,
+    FlowMatchEulerDiscreteScheduler,
+    FluxFillPipeline,
+    FluxKontextPipeline,
+    FluxPipeline,
+    FluxTransformer2DModel,
+)
 
 from .._validation import check_choice
 from .text import WorldTextEncoder
@@ -103,8 +109,8 @@ def conditioning(pipe, captions, guidance=None) -> dict:
     if isinstance(pipe.text_encoder, WorldTextEncoder):
         kwargs = prompt_kwargs(pipe, captions, negatives)
     elif pipe.text_encoder is None and getattr(pipe, "text_encoder_2", None) is None:
-        raise ValueError("this pipeline has no text encoders: pass prompt embeddings (mmpos edit --prompt-embeds) "
-                         "or load a model saved with its text encoders")
+        raise ValueError("this pipeline has no text encoders: load a model folder that has text_encoder / "
+                         "text_encoder_2 (or pass prompt embeddings to the pipeline)")
     else:
         kwargs = {"prompt": list(captions)} | ({"negative_prompt": negatives} if true_cfg else {})
     if true_cfg:

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from .data import example_seed, make_example
+from .images import to_uint8
 from .models import conditioning
 
 HELD_OUT_SEED = 987_654  # dataset seed of examples never used in training (training uses small seeds)
@@ -35,8 +36,7 @@ def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: f
                       mask_image=[_pil(e["mask"].astype(np.uint8) * 255) for e in examples])
     if task == "kontext":
         kwargs.update(image=[_pil(e["context"]) for e in examples], max_area=height * width, _auto_resize=False)
-    images = pipe(**kwargs).images
-    return (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
+    return to_uint8(pipe(**kwargs).images)
 
 
 def inputs_row(task: str, examples: list[dict]) -> tuple[str, np.ndarray] | None:

@@ -3,15 +3,17 @@
     ModelSource()                                      # assets/: world-vae, world-t2i, world-fill, world-kontext
     ModelSource(models=HUB_FLUX, device="cuda", dtype="bfloat16", image_size=512)   # FLUX.1 dev / Fill / Kontext
 
-A task given in ``models`` is loaded with :func:`mmpos.pipelines.load_pipeline` (a path or hub id, the text
-encoders included) and fed the world's captions as prompts; the others come from the world checkpoint folder.
+With ``models``, only those tasks run, each loaded with :func:`mmpos.pipelines.load_pipeline` (a path or hub id,
+the text encoders included) and fed the world's captions as prompts; without, every task whose world checkpoint
+is there. One model per task is loaded once: the methods on the same model (generate and band on t2i) share its
+components.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmpos.pipelines.loading import DTYPES
+from mmpos.pipelines.loading import DTYPES, load_pipeline, pipeline_class
 
 from .._validation import check_choice
 from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
@@ -54,6 +56,7 @@ class ModelSource:
     device: str = "cpu"
     dtype: str = "float32"
     image_size: int | None = None               # None: the world models' trained size, 512 for the others
+    _loaded: dict = field(default_factory=dict, repr=False)  # task -> the first pipeline built on its model
 
     def tasks(self) -> list[str]:
         """Tasks with a model: every ``models`` task, plus the world's when ``models`` is empty."""
@@ -77,18 +80,18 @@ class ModelSource:
         return WORLD_GUIDANCE[task] if self.is_world(task) else None
 
     def pipeline(self, method: str):
-        """The pipeline for ``method`` (generate, band, transplant, loose), progress bar off."""
-        from .editing import pipeline_class
-
+        """The pipeline for ``method`` (generate, band, transplant, loose), progress bar off; the task's model is
+        loaded on the first call and shared by later ones."""
         check_choice("method", method, tuple(TASK_OF_METHOD))
         task = TASK_OF_METHOD[method]
-        if self.is_world(task):
+        cls = pipeline_class(method)
+        if task in self._loaded:
+            pipe = cls(**self._loaded[task].components)
+        elif self.is_world(task):
             check_choice("dtype", self.dtype, tuple(DTYPES))
-            cls = None if method == "generate" else pipeline_class(method)
             pipe = load_world_pipeline(task, self.root, self.device, DTYPES[self.dtype], pipeline_class=cls)
         else:
-            from mmpos.pipelines import load_pipeline
-
             pipe = load_pipeline(method, self.models[task], self.dtype, self.device)
+        self._loaded.setdefault(task, pipe)
         pipe.set_progress_bar_config(disable=True)
         return pipe

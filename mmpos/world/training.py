@@ -21,8 +21,14 @@ from torch import nn
 
 from .._validation import check_choice
 from .data import build_arrays
-from .models import (TASKS, build_text_encoder, build_transformer, build_vae, transformer_channels,
-                     vae_scale_factor)
+from .models import (
+    TASKS,
+    build_text_encoder,
+    build_transformer,
+    build_vae,
+    transformer_channels,
+    vae_scale_factor,
+)
 
 ALL_TASKS = ("vae",) + TASKS
 DEFAULTS = {
@@ -364,7 +370,7 @@ class WorldTrainer:
                 "data_seconds": round(self.data_seconds, 1), "device": str(self.device),
                 "mixed_precision": config["mixed_precision"], "batch_size": config["batch_size"],
                 "data": {"num_examples": data.num, "seed": config["data_seed"], "image_size": config["image_size"],
-                         "generator": f"mmpos.world.data.build_arrays({data_task!r})"},
+                         "generator": f"mmpos.world.data.build_arrays({data_task!r})", **_data_layout(task)},
                 "loss_history": self.history, "final_train_loss": self.history[-1][1] if self.history else None,
                 "parameters": sum(p.numel() for p in final.parameters())}
         if config["init_from"] is not None:
@@ -381,6 +387,15 @@ class WorldTrainer:
             card.update(val_loss_start=start, val_loss=round(self.validation(final), 5))
         export_model(task, final, self.vae, config, card, self.out_dir)
         return card
+
+
+def _data_layout(task: str) -> dict:
+    """What the card records of the examples' layout: fill trains on transplant canvases."""
+    if task != "fill":
+        return {}
+    from .canvas import INSERTION_FRACTION, WORLD_TRANSPLANT
+
+    return {"canvas": {"transplant": WORLD_TRANSPLANT, "insertion_fraction": INSERTION_FRACTION}}
 
 
 def load_trained_vae(path, device):
