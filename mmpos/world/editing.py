@@ -46,7 +46,8 @@ def _generator(seed: int) -> torch.Generator:
 def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_TRANSPLANT, guidance: float | None = None,
                    seed: int = 0) -> EditRun:
     """Insert each pair's reference object at its box. ``transplant``: TransplantConfig or dict; the default is
-    the world Fill model's canvas layout (pass ``{}`` for the paper's corner layout on FLUX.1-Fill)."""
+    the world Fill model's canvas layout :data:`~mmpos.world.canvas.WORLD_TRANSPLANT` (a dict given replaces it:
+    write ``{**WORLD_TRANSPLANT, "tau": 0.5}`` to keep it; ``{}`` is the paper's corner layout for FLUX.1-Fill)."""
     outputs, raw, result = [], [], None
     for index, pair in enumerate(pairs):
         result = pipe(background=pair.background.image, target_box=pair.box, references=[pair.reference.image],
