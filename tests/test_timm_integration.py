@@ -161,6 +161,14 @@ def test_repeated_grids_hit_the_table_cache_without_comparing_values(monkeypatch
     monkeypatch.setattr(torch, "equal", lambda a, b: compared.append(1) or original(a, b))
     model(x)  # the same coordinate tensor: an identity hit (a value comparison would sync a GPU every step)
     assert not compared and model.blocks[0].attn.pe.cache.builds == 1
+    model.set_input_size((48, 48))  # alternating resolutions keep hitting by identity (a few grids are kept)
+    model(torch.randn(1, 3, 48, 48))
+    compared.clear()
+    model.set_input_size((IMG, IMG))
+    model(x)
+    model.set_input_size((48, 48))
+    model(torch.randn(1, 3, 48, 48))
+    assert not compared and model.blocks[0].attn.pe.cache.builds == 2
 
 
 @pytest.mark.parametrize("pe", ["rope_mixed", "rope_axial"])

@@ -118,6 +118,23 @@ def table_from_phases(phase: torch.Tensor, magnitude: torch.Tensor | None, compl
         return RotaryTable(torch.complex(cos.to(real_dtype), sin.to(real_dtype)))
 
 
+class KeyedCache:
+    """Small LRU of values under hashable keys (e.g. coordinates per grid): ``get(key, build)``."""
+
+    def __init__(self, max_entries: int = 4):
+        self.max_entries = max_entries
+        self._entries: OrderedDict = OrderedDict()
+
+    def get(self, key, build):
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        value = self._entries[key] = build()
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return value
+
+
 def _version(tensor: torch.Tensor):
     """In-place version counter; None for inference tensors (``torch.inference_mode``), which have none."""
     return None if tensor.is_inference() else tensor._version

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ...coords.grids import video_grid
-from ...ops.tables import RotaryTable, device_has_fp64
+from ...ops.tables import KeyedCache, RotaryTable, device_has_fp64
 
 
 class LayerTables(tuple):
@@ -144,15 +144,13 @@ class WanPositions(PositionSeam):
         super().__init__(encodings, native, coord_axes)
         self.patch_size = tuple(int(p) for p in patch_size)
         self.register_buffer("native_dtype_probe", torch.zeros((), dtype=native_dtype), persistent=False)
-        self._grid_key, self._grid = None, None
+        self._grid_cache = KeyedCache(max_entries=4)
 
     def grid_coords(self, grid: tuple[int, int, int], device) -> torch.Tensor:
         """``video_grid`` coordinates, the same tensor while the grid and device stay (table cache hits by
         identity: no value comparison, no device sync per step)."""
         key = (grid, torch.device(device), torch.is_inference_mode_enabled())
-        if self._grid_key != key:
-            self._grid_key, self._grid = key, video_grid(*grid, device=device)
-        return self._grid
+        return self._grid_cache.get(key, lambda: video_grid(*grid, device=device))
 
     def grid(self, latents: torch.Tensor) -> tuple[int, int, int]:
         if latents.dim() != 5:

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..._validation import check_choice
 from ...coords.grids import MODES, image_grid
+from ...ops.tables import KeyedCache
 
 
 class TokenPositions:
@@ -38,9 +39,9 @@ class TokenPositions:
         check_choice("grid_indexing", grid_indexing, ("ij", "xy"))
         self.num_prefix_tokens, self.grid_mode, self.grid_scale = num_prefix_tokens, grid_mode, grid_scale
         self.grid_indexing = grid_indexing
-        # coordinates of the last grid, reused across forwards: table caches then hit by identity (no value
+        # coordinates of recent grids, reused across forwards: table caches then hit by identity (no value
         # comparison, so no device sync per step)
-        self._grid_cache = (None, None)
+        self._grid_cache = KeyedCache(max_entries=4)
         self.start()
 
     def start(self, grid: tuple[int, int] | None = None, patch_coord: torch.Tensor | None = None) -> None:
@@ -70,10 +71,12 @@ class TokenPositions:
     def _grid_coords(self, device) -> torch.Tensor:
         key = (self.grid, torch.device(device), self.grid_mode, self.grid_scale, self.grid_indexing,
                torch.is_inference_mode_enabled())
-        if self._grid_cache[0] != key:
+
+        def build():
             coords = image_grid(*self.grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
-            self._grid_cache = (key, coords.flip(-1) if self.grid_indexing == "xy" else coords)
-        return self._grid_cache[1]
+            return coords.flip(-1) if self.grid_indexing == "xy" else coords
+
+        return self._grid_cache.get(key, build)
 
     def _build(self, device) -> torch.Tensor:
         if self.patch_coord is not None:
