@@ -29,7 +29,8 @@ from mmpos.world.sources import WORLD_GUIDANCE
 MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}  # evaluation task -> world model
 LOOSE_STRENGTHS = (0.5, 1.0, 2.0)
 BAND_ROWS = (("shared attention (band strength 0)", {"strength": 0.0}),
-             ("band s_hf=0.5", {"s_hf": (0.5, 0.5)}), ("band s_hf=0.25", {"s_hf": (0.25, 0.25)}),
+             ("band s_hf=0.75", {"s_hf": (0.75, 0.75)}), ("band s_hf=0.5", {"s_hf": (0.5, 0.5)}),
+             ("band s_hf=0.25", {"s_hf": (0.25, 0.25)}),
              ("band s_hf=0", {"s_hf": (0.0, 0.0)}), ("band paper schedule s_hf 0.25->0.75", {}))
 
 
