@@ -119,6 +119,7 @@ def test_resume_continues_from_the_saved_step(trained):
                   text_encoder=TINY_TEXT, max_steps=14, warmup_steps=1)
     resumed = train(config, root, resume=True, progress=False)
     assert resumed["steps"] == 14 and resumed["loss_history"][: len(card["loss_history"])] == card["loss_history"]
+    assert resumed["val_loss_start"] == card["val_loss_start"]  # the first start's, not the resumed model's
 
 
 def test_init_from_continues_a_trained_model(trained, tmp_path):

@@ -275,6 +275,7 @@ class WorldTrainer:
         self.raw = self.accelerator.unwrap_model(self.model)
         self.ema = EMA(self.raw, config["ema_decay"])
         self.step, self.trained_seconds, self.history = 0, 0.0, []
+        self.initial_validation = None
 
     def _build_models(self):
         config = self.config
@@ -312,7 +313,8 @@ class WorldTrainer:
         from tqdm.auto import tqdm
 
         config, accelerator = self.config, self.accelerator
-        self.initial_validation = self.validation(self.raw)
+        if self.initial_validation is None:  # a resumed run keeps the first start's value
+            self.initial_validation = self.validation(self.raw)
         generator = torch.Generator(device=self.device).manual_seed(config["seed"] + self.step)
         bar = tqdm(total=config["max_steps"], initial=self.step, desc=f"train {self.task}",
                    disable=not self.progress)
@@ -348,7 +350,8 @@ class WorldTrainer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.accelerator.save_state(str(self.state_dir))
         torch.save(self.ema.state_dict(), self.state_dir / "ema.pt")
-        progress = {"step": self.step, "trained_seconds": self.trained_seconds, "history": self.history}
+        progress = {"step": self.step, "trained_seconds": self.trained_seconds, "history": self.history,
+                    "initial_validation": self.initial_validation}
         (self.state_dir / "progress.json").write_text(json.dumps(progress))
 
     def load_state(self) -> None:
@@ -358,6 +361,7 @@ class WorldTrainer:
         self.ema.load_state_dict(torch.load(self.state_dir / "ema.pt", map_location=self.device))
         saved = json.loads((self.state_dir / "progress.json").read_text())
         self.step, self.trained_seconds, self.history = saved["step"], saved["trained_seconds"], saved["history"]
+        self.initial_validation = saved.get("initial_validation")
 
     def finish(self) -> dict:
         """EMA weights -> final model; model card; export under ``out_dir/world-<task>/``."""
