@@ -83,7 +83,7 @@ def build_pipeline(task: str, vae, transformer, text_encoder, pipeline_class=Non
         raise TypeError(f"pipeline_class={cls.__name__} does not run a {task} model: expected a subclass of "
                         f"{PIPELINES[task].__name__}")
     return cls(scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=None,
-                           text_encoder_2=None, tokenizer_2=None, transformer=transformer)
+               text_encoder_2=None, tokenizer_2=None, transformer=transformer)
 
 
 def stock_pipeline_class(pipe):
