@@ -36,7 +36,7 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
         check_world_checkpoint(checkpoint, tasks=("t2i",))
     written = []
     for name in tqdm(list_pes(), desc="encodings", unit="pe"):
-        if pe_class(name).kind == "camera":
+        if pe_class(name).capabilities.needs_cameras:
             written.append(camera_encoding_figure(name, out_dir / f"{name}.png"))
         else:
             written.append(encoding_figure(demo_encoding(name), name, out_dir / f"{name}.png", size))

@@ -234,5 +234,5 @@ def test_mhrope_builds_tables_after_the_module_moves():
 
     pe = MHRoPE(head_dim=16, num_heads=4, num_kv_heads=2, head_section=(1, 1, 0)).to("meta")
     coords = torch.zeros(5, 3)
-    table = pe._fresh_table(coords, torch.complex64)  # head maps and spectrum on one device (was a device error)
+    table = pe.compute_table(coords, torch.complex64)  # head maps and spectrum on one device (was a device error)
     assert table.cis.shape[-3:] == (2, 5, 8) and pe.kv_head_of_query.device.type == "meta"

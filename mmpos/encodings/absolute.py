@@ -13,11 +13,16 @@ from torch import nn
 
 from .._validation import check_choice, check_non_negative_int, check_positive_int
 from ..ops.tables import check_coords
+from .base import Capabilities, PEKind
 from .registry import register_pe
 
 
 class AbsolutePE(nn.Module):
-    kind = "absolute"
+    """Base of absolute encodings: subclasses implement :meth:`embed`; the base adds it after the prefix."""
+
+    kind = PEKind.ABSOLUTE
+    capabilities = Capabilities(reads_image_grid=True)
+    example_options: dict = {}
 
     def __init__(self, embed_dim: int, num_axes: int, num_prefix_tokens: int):
         super().__init__()
@@ -49,6 +54,8 @@ class SinCosAPE(AbsolutePE):
     coordinates to reproduce them.
     """
 
+    example_options = dict(embed_dim=16)
+
     def __init__(self, embed_dim: int, num_axes: int = 2, theta: float = 10000.0, num_prefix_tokens: int = 0):
         super().__init__(embed_dim, num_axes, num_prefix_tokens)
         if embed_dim % (2 * num_axes):
@@ -73,6 +80,9 @@ class LearnedAPE(AbsolutePE):
     out-of-grid ones (2D) are interpolated bilinearly (``align_corners`` semantics: index ``i`` is node ``i``).
     ``resample(grid_size)``: the table for another grid, like timm's ``resample_abs_pos_embed``.
     """
+
+    example_options = dict(embed_dim=16, grid_size=(4, 4))
+    capabilities = Capabilities(learnable=True, reads_image_grid=True)
 
     def __init__(self, embed_dim: int, grid_size: Sequence[int], num_prefix_tokens: int = 0,
                  init_std: float = 0.02, interpolation: str = "bicubic"):
@@ -119,20 +129,3 @@ class LearnedAPE(AbsolutePE):
         out = F.interpolate(table, size=grid_size, mode=mode, align_corners=False if mode != "nearest" else None,
                             antialias=antialias)
         return out[0].movedim(0, -1).reshape(-1, self.embed_dim).to(self.weight.dtype)
-
-
-@register_pe("nope")
-class NoPE(nn.Module):
-    """No positional encoding: ``q, k = pe(q, k, coords)`` returns its inputs unchanged (attention sees
-    content only; causal masks still leak order in decoders)."""
-
-    kind = "none"
-
-    def __init__(self, head_dim: int | None = None, num_axes: int = 2):
-        super().__init__()
-        self.head_dim, self.num_axes = head_dim, num_axes
-
-    def forward(self, q, k, coords=None):
-        if coords is not None:
-            check_coords(coords, self.num_axes)
-        return q, k

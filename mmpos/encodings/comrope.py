@@ -24,7 +24,8 @@ from torch import nn
 from ..ops.block_rotation import BlockRotationTable
 from ..ops.skew import exp_scaled_skew, exp_scaled_skew_4_terms, matmul_safe_dtype, skew_part
 from ..ops.phasors import unit_phasor_table
-from .block_rotary import BlockRotaryPE
+from .base import Capabilities
+from .learned_block_rotary import BlockRotaryPE
 from .registry import register_pe
 
 
@@ -45,6 +46,8 @@ class ComRoPE(BlockRotaryPE):
     Parameters: ``P`` ``[num_heads, head_dim // b, b, b]`` (only ``P - P^T`` matters); LD adds ``theta``
     ``[num_axes, head_dim // b]``.
     """
+
+    capabilities = Capabilities(relative=True, learnable=True, per_head_tables=True, reads_image_grid=True)
 
     def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, block_size: int = 2,
                  init_std: float = 1.0, layout: str = "interleaved", num_prefix_tokens: int = 0,
@@ -71,7 +74,13 @@ class ComRoPE(BlockRotaryPE):
         """``t`` ``[..., L, num_blocks]`` for coords ``[..., L, A]`` (in the coords' dtype)."""
         return coords @ self.axis_coefficients().to(coords)
 
-    def fresh_table(self, coords, real_dtype, work_dtype):
+    def compute_table(self, coords, complex_dtype):
+        """A :class:`RotaryTable` (``b = 2``) or :class:`BlockRotationTable` ``[..., H, L, m, b, b]``."""
+        coords, real_dtype, work_dtype = self.angle_inputs(coords, complex_dtype)
+        with torch.autocast(coords.device.type, enabled=False):
+            return self._table(coords, real_dtype, work_dtype)
+
+    def _table(self, coords, real_dtype, work_dtype):
         t = self.block_phases(coords).unsqueeze(-3)  # [..., 1, L, m]: shared by the heads
         skew = skew_part(self.P.to(work_dtype))[:, None]  # [H, 1, m, b, b]
         if self.block_size == 2:
@@ -106,6 +115,8 @@ class ComRoPEAP(ComRoPE):
     Options as :class:`ComRoPE`; ``head_dim / num_axes`` must be a multiple of ``block_size``.
     """
 
+    example_options = dict(head_dim=16, num_heads=2, block_size=2, seed=0)
+
     def init_axis_coefficients(self, generator):
         if self.head_dim % (self.num_axes * self.block_size):
             raise ValueError(f"comrope_ap needs head_dim / num_axes to be a multiple of block_size: head_dim="
@@ -126,6 +137,8 @@ class ComRoPEAP(ComRoPE):
 class ComRoPELD(ComRoPE):
     """ComRoPE-LD: block ``j`` rotates by ``exp((sum_i theta[i, j] x_i) S_j)``, ``theta`` learned (per axis and
     block, shared by the heads; initialised ``N(0, 1)`` as in the reference). Options as :class:`ComRoPE`."""
+
+    example_options = dict(head_dim=16, num_heads=2, block_size=4, seed=0)
 
     def init_axis_coefficients(self, generator):
         self.theta = nn.Parameter(torch.randn(self.num_axes, self.num_blocks, generator=generator))

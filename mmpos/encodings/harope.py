@@ -15,6 +15,7 @@ Differences from the reference parameterisation (each keeps its function class):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -22,7 +23,9 @@ from torch.nn import functional as F
 
 from .._validation import check_positive_int
 from ..ops.skew import matmul_safe_dtype, num_upper, skew_from_upper, upper_of
-from .registry import create_pe, pe_class, pe_options, register_pe
+from .base import Capabilities, PEKind, parameters_key
+from .per_block import fitting_options
+from .registry import create_pe, pe_class, register_pe
 from .rotary_base import RotaryPE
 
 
@@ -40,7 +43,11 @@ class HARoPE(RotaryPE):
         eps: floor of the singular values ``s``.
     Parameters: ``u_skew``, ``v_skew`` ``[num_heads, head_dim * (head_dim - 1) / 2]`` (zeros), ``sigma``
     ``[num_heads, head_dim]`` (zeros). ``M`` and ``M^-T`` are cached while no gradient is needed.
+    Capabilities: the base's (relative when it is), plus learnable.
     """
+
+    example_options = dict(head_dim=16, num_heads=2)
+    capabilities = Capabilities(relative=True, learnable=True)
 
     def __init__(self, head_dim: int, num_heads: int, base="rope_axial", base_options: dict | None = None,
                  eps: float = 1e-6):
@@ -58,6 +65,8 @@ class HARoPE(RotaryPE):
         self.v_skew = nn.Parameter(torch.zeros(num_heads, num_upper(head_dim)))
         self.sigma = nn.Parameter(torch.zeros(num_heads, head_dim))
         self._cached: tuple | None = None
+        self.capabilities = replace(base.capabilities, learnable=True, takes_extrapolation=False,
+                                    reads_image_grid=False)
 
     # ----- the head-wise matrices ---------------------------------------------------------------------------
     def singular_values(self) -> torch.Tensor:
@@ -80,9 +89,10 @@ class HARoPE(RotaryPE):
 
     def _matrices_for(self, dtype: torch.dtype):
         work = matmul_safe_dtype(torch.float64 if dtype == torch.float64 else torch.float32, self.sigma.device)
-        if torch.is_grad_enabled() and any(p.requires_grad for p in (self.u_skew, self.v_skew, self.sigma)):
+        key = parameters_key((self.u_skew, self.v_skew, self.sigma))
+        if key is None:
             return self.matrices(work)
-        key = tuple((p._version, p.data_ptr()) for p in (self.u_skew, self.v_skew, self.sigma)) + (work,)
+        key += (work,)
         if self._cached is None or self._cached[0] != key:
             with torch.no_grad():
                 self._cached = (key, self.matrices(work))
@@ -100,10 +110,11 @@ class HARoPE(RotaryPE):
         m, m_inv_t = self._matrices_for(q.dtype)
         return _per_head_matmul(q, m, head_dim), _per_head_matmul(k, m_inv_t, head_dim)
 
-    def build_table(self, coords, complex_dtype):
-        return self.base.build_table(coords, complex_dtype)
+    def compute_table(self, coords, complex_dtype):
+        return self.base.compute_table(coords, complex_dtype)
 
     def table(self, coords, dtype=torch.float32, device=None):
+        """The wrapped encoding's table (cached by it)."""
         return self.base.table(coords, dtype, device)
 
     def rotate(self, x, table):
@@ -114,13 +125,12 @@ class HARoPE(RotaryPE):
         return self.base.default_coords(length, device)
 
     def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, table):
-        """``R M q, R M^-T k`` with a table from :meth:`table`: the hook integrations call when they hold
-        tables themselves (:meth:`rotate` alone cannot tell q from k)."""
-        q, k = self.transform(q, k)
-        return self.base.rotate(q, table), self.base.rotate(k, table)
+        """``R M q, R M^-T k`` with a table from :meth:`table` (what :meth:`forward` applies; :meth:`rotate`
+        alone cannot tell q from k)."""
+        return self.base.rotate_qk(*self.transform(q, k), table)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
-        """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding)."""
+        """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding; checked here first)."""
         q, k = self.transform(q, k)
         return self.base(q, k, coords)
 
@@ -162,12 +172,10 @@ def _build_base(base, head_dim, num_heads, base_options) -> RotaryPE:
         return base
     if not isinstance(base, str):
         raise TypeError(f"base must be a registered rotary encoding name or a RotaryPE, got {type(base).__name__}")
-    if pe_class(base).kind != "rotary":
+    if pe_class(base).kind != PEKind.ROTARY:
         raise ValueError(f"base={base!r} is not a rotary encoding; HARoPE wraps rotary encodings only")
     options = dict(base_options or {})
     for fixed in ("head_dim",):
         if fixed in options:
             raise ValueError(f"base_options must not set {fixed!r}; it is HARoPE's own option")
-    if "num_heads" in pe_options(base):
-        options.setdefault("num_heads", num_heads)
-    return create_pe(base, head_dim=head_dim, **options)
+    return create_pe(base, head_dim=head_dim, **fitting_options(base, {"num_heads": num_heads}, options))

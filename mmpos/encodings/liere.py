@@ -9,13 +9,15 @@ and LieRE becomes RoPE-Mixed.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import torch
 
 from ..ops.block_rotation import BlockRotationTable
 from ..ops.skew import exp_skew, matmul_safe_dtype, skew_part
-from .block_rotary import BlockRotaryPE
+from .base import Capabilities
+from .learned_block_rotary import BlockRotaryPE
 from .registry import register_pe
 
 
@@ -32,6 +34,9 @@ class LieRE(BlockRotaryPE):
     Parameter ``P``: ``[num_axes, num_heads, head_dim // b, b, b]``.
     """
 
+    example_options = dict(head_dim=16, num_heads=2, block_size=4, seed=0)
+    capabilities = Capabilities(learnable=True, per_head_tables=True, reads_image_grid=True)  # relative iff b = 2
+
     def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, block_size: int = 4,
                  init_std: float = 1.0, layout: str = "interleaved", num_prefix_tokens: int = 0,
                  prefix_at_centre: bool = False, grid_size: Sequence[int] | None = None, perturbation: float = 0.0,
@@ -39,15 +44,19 @@ class LieRE(BlockRotaryPE):
         super().__init__(head_dim, num_heads, num_axes, block_size, layout, num_prefix_tokens, seq_dim, grid_size,
                          prefix_at_centre, perturbation, offset_std)
         self.init_skew_parameter((num_axes, num_heads, self.num_blocks, block_size, block_size), init_std, seed)
+        self.capabilities = replace(self.capabilities, relative=block_size == 2)  # 2x2 blocks commute
 
     def generators(self) -> torch.Tensor:
         """``A`` ``[num_heads, num_axes, num_blocks, b, b]`` (same layout as ComRoPE's)."""
         return skew_part(self.P).transpose(0, 1)
 
-    def fresh_table(self, coords, real_dtype, work_dtype):
-        skew = skew_part(self.P.to(matmul_safe_dtype(work_dtype, coords.device)))  # no TF32 in matrix_exp
-        generator = torch.einsum("...la,ahmij->...hlmij", coords, skew)  # [..., H, L, m, b, b]
-        return BlockRotationTable(exp_skew(generator).to(real_dtype))
+    def compute_table(self, coords, complex_dtype):
+        """:class:`BlockRotationTable` ``[..., H, L, m, b, b]``."""
+        coords, real_dtype, work_dtype = self.angle_inputs(coords, complex_dtype)
+        with torch.autocast(coords.device.type, enabled=False):
+            skew = skew_part(self.P.to(matmul_safe_dtype(work_dtype, coords.device)))  # no TF32 in matrix_exp
+            generator = torch.einsum("...la,ahmij->...hlmij", coords, skew)  # [..., H, L, m, b, b]
+            return BlockRotationTable(exp_skew(generator).to(real_dtype))
 
     def frequency_matrix(self) -> torch.Tensor:
         """``[H, A, head_dim // 2]``: each axis' generator's own rotation rates (the joint rotation of several

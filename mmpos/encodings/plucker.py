@@ -15,15 +15,16 @@ from torch import nn
 from .._validation import as_int_tuple, check_positive_int
 from ..camera.poses import check_pose
 from ..camera.rays import plucker_rays
+from .base import Capabilities, CameraPE
 from .registry import register_pe
 
 
 @register_pe("plucker")
-class PluckerRays(nn.Module):
+class PluckerRays(CameraPE):
     """Plücker ray embedding added to tokens ``x [B, L, embed_dim]``, ``L = C * P`` camera-major."""
 
-    kind = "camera"
-    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
+    capabilities = Capabilities(needs_cameras=True, learnable=True)  # absolute: not world-frame invariant
+    example_options = dict(embed_dim=16)
 
     def __init__(self, embed_dim: int, zero_init: bool = True):
         super().__init__()

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from .._validation import as_int_tuple, check_choice, check_positive_int
 from ..coords.grids import image_grid
 from ..ops.projective import transform_blocks
 from ..ops.rotation import LAYOUTS, rotate
 from ..ops.tables import RotaryTable
+from .base import Capabilities, CameraPE
 from .rope_axial import AxialRoPE
 
 
@@ -59,11 +59,11 @@ class CameraTransforms:
         return self.rope.length
 
 
-class ProjectiveRoPE(nn.Module):
+class ProjectiveRoPE(CameraPE):
     """Common operator; subclasses build :class:`CameraTransforms` in ``prepare``."""
 
-    kind = "camera"
-    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
+    capabilities = Capabilities(needs_cameras=True, world_frame_invariant=True)
+    example_options = dict(head_dim=16)
 
     def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
                  layout: str = "half", apply_vo: bool = True):

@@ -38,6 +38,7 @@ from ..camera.poses import check_pose, invert_pose
 from ..camera.rays import patch_pixels
 from ..ops.rotation import rotate
 from ..ops.tables import RotaryTable
+from .base import Capabilities, CameraPE
 from .registry import register_pe
 
 RAY_OFFSETS = {1: ((0.5, 0.5),), 2: ((0.0, 0.0), (1.0, 1.0)), 3: ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0))}
@@ -90,7 +91,7 @@ class RayDepthHead(nn.Linear):
 
 
 @register_pe("rayrope")
-class RayRoPE(nn.Module):
+class RayRoPE(CameraPE):
     """RayRoPE attention encoding (default ``d_pj+0_3d`` point types of the reference).
 
     Args:
@@ -101,8 +102,8 @@ class RayRoPE(nn.Module):
         layout: channel pairing, ``"half"`` (the reference's split layout) or ``"interleaved"``.
     """
 
-    kind = "camera"
-    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
+    capabilities = Capabilities(needs_cameras=True, world_frame_invariant=True)
+    example_options = dict(head_dim=24)
 
     def __init__(self, head_dim: int, num_rays: int = 3, freq_base: float = 3.0, apply_vo: bool = True,
                  layout: str = "half"):

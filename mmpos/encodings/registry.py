@@ -3,13 +3,25 @@ from __future__ import annotations
 
 import inspect
 
+from .base import Capabilities, PEKind
+
 _REGISTRY: dict[str, type] = {}
 
 
 def register_pe(name: str):
-    """Class decorator: make ``cls`` reachable as ``create_pe(name, ...)``."""
+    """Class decorator: make ``cls`` reachable as ``create_pe(name, ...)``.
+
+    ``cls`` must say what it is: a :class:`~.base.PEKind` ``kind``, :class:`~.base.Capabilities`
+    ``capabilities`` and an ``example_options`` dict (a tiny configuration the registry sweep test builds).
+    """
 
     def wrap(cls):
+        if not isinstance(getattr(cls, "kind", None), PEKind):
+            raise TypeError(f"{cls.__name__}.kind must be a PEKind, got {getattr(cls, 'kind', None)!r}")
+        if not isinstance(getattr(cls, "capabilities", None), Capabilities):
+            raise TypeError(f"{cls.__name__}.capabilities must be a Capabilities")
+        if not isinstance(getattr(cls, "example_options", None), dict):
+            raise TypeError(f"{cls.__name__}.example_options must be a dict of options for a tiny configuration")
         if name in _REGISTRY:
             raise ValueError(f"encoding {name!r} is already registered by {_REGISTRY[name].__name__}")
         _REGISTRY[name] = cls
@@ -19,8 +31,11 @@ def register_pe(name: str):
     return wrap
 
 
-def list_pes(kind: str | None = None) -> list[str]:
-    """Sorted names of registered encodings; ``kind`` filters by ``"rotary"`` or ``"absolute"``."""
+def list_pes(kind: str | PEKind | None = None) -> list[str]:
+    """Sorted names of registered encodings; ``kind`` filters by a :class:`PEKind` (or its value, ``"rotary"``,
+    ``"absolute"``, ``"camera"``, ``"none"``)."""
+    if kind is not None:
+        kind = PEKind(kind)
     return sorted(n for n, c in _REGISTRY.items() if kind is None or c.kind == kind)
 
 
@@ -28,6 +43,11 @@ def pe_class(name: str) -> type:
     if name not in _REGISTRY:
         raise ValueError(f"unknown encoding {name!r}; registered: {list_pes()}")
     return _REGISTRY[name]
+
+
+def pe_capabilities(name: str) -> Capabilities:
+    """The capabilities of ``name`` with its default options, without building it."""
+    return pe_class(name).capabilities
 
 
 def pe_options(name: str) -> dict:

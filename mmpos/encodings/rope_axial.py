@@ -6,16 +6,16 @@ from typing import Sequence
 
 from .._validation import check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
-from ..ops.tables import TableCache, axial_phases, device_has_fp64, phases_fp32_reduced, table_from_phases
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
+from .base import Capabilities
 from .registry import register_pe
-from .rotary_base import RotaryPE
+from .spectrum_rope import TABLE_PRECISIONS, SpectrumRoPE
 
-TABLE_PRECISIONS = ("auto", "fp64", "fp32_reduced")
+__all__ = ["AxialRoPE", "RoPE1D", "TABLE_PRECISIONS"]
 
 
 @register_pe("rope_axial")
-class AxialRoPE(RotaryPE):
+class AxialRoPE(SpectrumRoPE):
     """Axial RoPE: each channel pair rotates with one coordinate axis at one frequency.
 
     Args:
@@ -37,45 +37,20 @@ class AxialRoPE(RotaryPE):
             device has it).
     """
 
+    example_options = dict(head_dim=16)
+    capabilities = Capabilities(relative=True, takes_extrapolation=True, reads_image_grid=True)
+
     def __init__(self, head_dim: int, axes_dims: Sequence[int] | None = None, num_axes: int | None = None,
                  rotary_dim: int | None = None, theta=10000.0, layout: str = "interleaved",
                  allocation: str = "chunked", extrapolation=None, pair_scale=None, num_prefix_tokens: int = 0,
                  seq_dim: int = -2, table_precision: str = "auto"):
         axes_dims, rotary_dim = _resolve_dims(head_dim, axes_dims, num_axes, rotary_dim)
-        super().__init__(head_dim, len(axes_dims), layout, num_prefix_tokens, seq_dim)
         check_choice("allocation", allocation, tuple(ALLOCATIONS))
-        check_choice("table_precision", table_precision, TABLE_PRECISIONS)
         spectrum = ALLOCATIONS[allocation](axes_dims, theta, extrapolation)
         if pair_scale is not None:
             spectrum = spectrum.with_pair_scale(pair_scale)
-        self.axes_dims, self.rotary_dim, self.allocation = axes_dims, rotary_dim, allocation
-        self.table_precision = table_precision
-        self.spectrum = spectrum
-        self._spectrum_key = spectrum.key()
-        self.cache = TableCache()
-
-    def build_table(self, coords, complex_dtype):
-        key = (self._spectrum_key, complex_dtype, self.table_precision)
-        return self.cache.get(key, coords, lambda: self._fresh_table(coords, complex_dtype))
-
-    def _fresh_table(self, coords, complex_dtype):
-        spectrum = self.spectrum
-        use_fp64 = self.table_precision == "fp64" or (
-            self.table_precision == "auto" and device_has_fp64(coords.device))
-        if use_fp64:
-            phase = axial_phases(coords, spectrum.axis_of_pair, spectrum.inv_freq)
-        else:
-            phase = phases_fp32_reduced(coords, spectrum.frequency_matrix())
-        if coords.dim() == 3:
-            phase = phase.unsqueeze(-3)  # [B, 1, L, P]: shared by the heads
-        magnitude = None if bool((spectrum.magnitude == 1).all()) else spectrum.magnitude
-        return table_from_phases(phase, magnitude, complex_dtype)
-
-    def frequency_matrix(self):
-        return self.spectrum.frequency_matrix()
-
-    def extra_repr(self):
-        return (super().extra_repr() + f", axes_dims={self.axes_dims}, allocation={self.allocation!r}")
+        super().__init__(head_dim, spectrum, layout, num_prefix_tokens, seq_dim, table_precision, allocation)
+        self.axes_dims = axes_dims
 
 
 @register_pe("rope_1d")
@@ -85,6 +60,9 @@ class RoPE1D(AxialRoPE):
     Coordinates are ``[L, 1]``, ``[B, L, 1]`` or ``[L]``; when omitted, positions ``0 .. L-1`` are used.
     Arguments as :class:`AxialRoPE` with one axis.
     """
+
+    example_options = dict(head_dim=16)
+    capabilities = Capabilities(relative=True, takes_extrapolation=True)
 
     def __init__(self, head_dim: int, rotary_dim: int | None = None, theta: float = 10000.0, layout: str = "half",
                  extrapolation=None, pair_scale=None, num_prefix_tokens: int = 0, seq_dim: int = -2,

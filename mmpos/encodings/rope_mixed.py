@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from .._validation import check_even, check_positive_int
-from ..ops.tables import TableCache, table_from_phases
+from ..ops.tables import table_from_phases
+from .base import Capabilities
 from .registry import register_pe
 from .rotary_base import RotaryPE
 
@@ -30,6 +31,10 @@ class MixedRoPE(RotaryPE):
     The parameter ``freqs`` is ``[num_heads, num_axes, head_dim // 2]``; list it in ``no_weight_decay``.
     """
 
+    example_options = dict(head_dim=16, num_heads=2, seed=0)
+    capabilities = Capabilities(relative=True, learnable=True, per_head_tables=True, reads_image_grid=True)
+    cache_entries = 4
+
     def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, theta: float = 10.0, rotate: bool = True,
                  layout: str = "interleaved", num_prefix_tokens: int = 0, seq_dim: int = -2, seed: int | None = None):
         super().__init__(head_dim, num_axes, layout, num_prefix_tokens, seq_dim)
@@ -40,15 +45,8 @@ class MixedRoPE(RotaryPE):
         self.num_heads = num_heads
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.freqs = nn.Parameter(init_mixed_freqs(head_dim, num_heads, num_axes, theta, rotate, generator))
-        self.cache = TableCache(max_entries=4)
 
-    def build_table(self, coords, complex_dtype):
-        if torch.is_grad_enabled() and self.freqs.requires_grad:
-            return self._fresh_table(coords, complex_dtype)
-        key = (id(self.freqs), self.freqs._version, self.freqs.data_ptr(), complex_dtype)
-        return self.cache.get(key, coords, lambda: self._fresh_table(coords, complex_dtype))
-
-    def _fresh_table(self, coords, complex_dtype):
+    def compute_table(self, coords, complex_dtype):
         with torch.autocast(coords.device.type, enabled=False):
             freqs = self.freqs.to(coords.device, torch.float64)
             phase = torch.einsum("...la,hap->...hlp", coords.to(torch.float64), freqs)

@@ -19,13 +19,14 @@ import torch
 
 from .._validation import check_choice, check_positive_int
 from ..coords.vrope import video_block_ids
-from ..ops.tables import RotaryTable, TableCache, axial_phases, table_from_phases
+from ..ops.tables import RotaryTable, axial_phases, table_from_phases
 from ..spectrum.multimodal import (NOPE_HEAD, check_mrope_section, cyclic_axis_of_pair, default_head_section,
                                    default_mrope_section, head_axis_map, ladder_spectrum, query_head_map,
                                    section_axis_of_pair)
+from .base import Capabilities
 from .registry import register_pe
-from .rope_axial import TABLE_PRECISIONS, AxialRoPE
 from .rotary_base import RotaryPE
+from .spectrum_rope import SpectrumRoPE
 
 
 def rotary_dim_of(head_dim: int, partial_rotary_factor: float) -> int:
@@ -40,18 +41,13 @@ def rotary_dim_of(head_dim: int, partial_rotary_factor: float) -> int:
     return rotary_dim
 
 
-class LadderRoPE(AxialRoPE):
+class LadderRoPE(SpectrumRoPE):
     """Rotary encoding with one frequency ladder and a fixed pair-to-axis map (base of the classes below)."""
 
     def __init__(self, head_dim: int, axis_of_pair: torch.Tensor, num_axes: int, theta: float, layout: str,
                  num_prefix_tokens: int, seq_dim: int, table_precision: str, allocation: str):
-        RotaryPE.__init__(self, head_dim, num_axes, layout, num_prefix_tokens, seq_dim)
-        check_choice("table_precision", table_precision, TABLE_PRECISIONS)
-        self.spectrum = ladder_spectrum(axis_of_pair, theta, num_axes)
-        self.rotary_dim, self.allocation, self.table_precision = self.spectrum.rotary_dim, allocation, table_precision
-        self.axes_dims = tuple(2 * int((axis_of_pair == a).sum()) for a in range(num_axes))
-        self._spectrum_key = self.spectrum.key()
-        self.cache = TableCache()
+        super().__init__(head_dim, ladder_spectrum(axis_of_pair, theta, num_axes), layout, num_prefix_tokens,
+                         seq_dim, table_precision, allocation)
 
 
 @register_pe("mrope")
@@ -70,6 +66,7 @@ class MRoPE(LadderRoPE):
     """
 
     allocation_name = "chunked"
+    example_options = dict(head_dim=16, mrope_section=(4, 2, 2))
 
     def __init__(self, head_dim: int, mrope_section: Sequence[int] | None = None, theta: float = 10000.0,
                  partial_rotary_factor: float = 1.0, layout: str = "half", num_prefix_tokens: int = 0,
@@ -93,6 +90,7 @@ class MRoPEInterleave(MRoPE):
     """
 
     allocation_name = "interleaved"
+    example_options = dict(head_dim=16, mrope_section=(4, 2, 2))
 
 
 @register_pe("vrope")
@@ -103,6 +101,8 @@ class VRoPE(LadderRoPE):
     ``vrope.video_grid_ids(T, h, w)``; a VLM sequence: ``VRoPEState().ids(segments)`` or
     ``multimodal_position_ids(..., design="vrope")``). Arguments as :class:`MRoPE`.
     """
+
+    example_options = dict(head_dim=16)
 
     def __init__(self, head_dim: int, theta: float = 10000.0, partial_rotary_factor: float = 1.0,
                  layout: str = "half", num_prefix_tokens: int = 0, seq_dim: int = -2,
@@ -132,6 +132,9 @@ class MHRoPE(RotaryPE):
     tensors with ``num_kv_heads`` (keys) or ``num_heads`` (queries) heads.
     """
 
+    example_options = dict(head_dim=16, num_heads=4, num_kv_heads=2, head_section=(1, 1, 0))
+    capabilities = Capabilities(relative=True, per_head_tables=True)
+
     def __init__(self, head_dim: int, num_heads: int = 8, num_kv_heads: int | None = None,
                  head_section: Sequence[int] | None = None, theta: float = 10000.0,
                  partial_rotary_factor: float = 1.0, layout: str = "half", num_prefix_tokens: int = 0,
@@ -148,13 +151,11 @@ class MHRoPE(RotaryPE):
         self.rotary_dim = rotary_dim_of(head_dim, partial_rotary_factor)
         self.spectrum = ladder_spectrum(torch.zeros(self.rotary_dim // 2, dtype=torch.int64), theta, 1)
         self._spectrum_key = self.spectrum.key()
-        self.cache = TableCache()
 
-    def build_table(self, coords, complex_dtype):
-        key = (self.head_section, self.num_kv_heads, self._spectrum_key, complex_dtype)
-        return self.cache.get(key, coords, lambda: self._fresh_table(coords, complex_dtype))
+    def table_key(self, complex_dtype):
+        return (self.head_section, self.num_kv_heads, self._spectrum_key, complex_dtype)
 
-    def _fresh_table(self, coords, complex_dtype):
+    def compute_table(self, coords, complex_dtype):
         num_pairs = self.rotary_dim // 2
         axis = self.head_axis.clamp_min(0).repeat_interleave(num_pairs)  # [H * P]
         inv_freq = self.spectrum.inv_freq.repeat(self.num_kv_heads)

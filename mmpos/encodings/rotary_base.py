@@ -1,4 +1,9 @@
-"""Base class of rotary encodings: coordinates -> cached table -> rotation of q and k."""
+"""Base class of rotary encodings: coordinates -> cached table -> rotation of q and k.
+
+A subclass implements :meth:`RotaryPE.compute_table` (coordinates -> table) and, when the table depends on
+more than its parameters, :meth:`RotaryPE.table_key`. Validation, caching (one :class:`TableCache` per
+instance) and the rotation come from the base.
+"""
 from __future__ import annotations
 
 import torch
@@ -6,18 +11,22 @@ from torch import nn
 
 from .._validation import check_choice, check_non_negative_int, check_positive_int
 from ..ops.rotation import LAYOUTS, compute_dtype, rotate
-from ..ops.tables import RotaryTable, check_coords
+from ..ops.tables import RotaryTable, TableCache, check_coords
+from .base import Capabilities, PEKind, parameters_key
 
 
 class RotaryPE(nn.Module):
     """``q, k = pe(q, k, coords)``.
 
     q, k: ``[B, H, L, D]`` (``seq_dim=-2``) or ``[B, L, H, D]`` (``seq_dim=-3``); coords: ``[L', A]`` or
-    ``[B, L', A]`` float with ``L' = L - num_prefix_tokens``. Subclasses implement :meth:`build_table`.
+    ``[B, L', A]`` float with ``L' = L - num_prefix_tokens``. Subclasses implement :meth:`compute_table`.
     Tables are built once per coordinates/dtype/device and shared by every layer and step.
     """
 
-    kind = "rotary"
+    kind = PEKind.ROTARY
+    capabilities = Capabilities(relative=True)
+    example_options: dict = {}
+    cache_entries = 16  # tables kept per instance (one per coordinates, key and dtype)
 
     def __init__(self, head_dim: int, num_axes: int, layout: str, num_prefix_tokens: int, seq_dim: int):
         super().__init__()
@@ -27,23 +36,48 @@ class RotaryPE(nn.Module):
         check_non_negative_int("num_prefix_tokens", num_prefix_tokens)
         self.head_dim, self.num_axes, self.layout = head_dim, num_axes, layout
         self.num_prefix_tokens, self.seq_dim = num_prefix_tokens, seq_dim
+        self.cache = TableCache(max_entries=self.cache_entries)
 
-    def build_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> RotaryTable:
+    # ----- the two hooks of a subclass ----------------------------------------------------------------------
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype):
+        """A fresh table for validated coords ``[L, A]`` or ``[B, L, A]`` (on the target device):
+        a :class:`RotaryTable` ``[..., L, P]`` (complex ``complex_dtype``) or another table :meth:`rotate` reads."""
         raise NotImplementedError
 
-    def table(self, coords: torch.Tensor, dtype: torch.dtype = torch.float32, device=None) -> RotaryTable:
-        """The rotation table for activations of ``dtype`` on ``device`` (cached where the encoding allows)."""
+    def table_key(self, complex_dtype: torch.dtype) -> tuple | None:
+        """What the table depends on besides the coordinates; ``None``: do not cache (a gradient is needed).
+
+        Default: the parameters' versions (:func:`~.base.parameters_key`) and the precision.
+        """
+        params = parameters_key(self.parameters())
+        return None if params is None else params + (complex_dtype,)
+
+    # ----- provided -----------------------------------------------------------------------------------------
+    def table(self, coords: torch.Tensor, dtype: torch.dtype = torch.float32, device=None):
+        """The rotation table for activations of ``dtype`` on ``device`` (cached where :meth:`table_key` allows)."""
         coords = check_coords(coords, self.num_axes)
         device = torch.device(device) if device is not None else coords.device
         coords = coords.to(device)
         real = compute_dtype(dtype, device)
-        return self.build_table(coords, torch.complex128 if real == torch.float64 else torch.complex64)
+        return self.cached_table(coords, torch.complex128 if real == torch.float64 else torch.complex64)
+
+    def cached_table(self, coords: torch.Tensor, complex_dtype: torch.dtype):
+        """:meth:`compute_table` through the cache (coords already validated and on the target device)."""
+        key = self.table_key(complex_dtype)
+        if key is None:
+            return self.compute_table(coords, complex_dtype)
+        return self.cache.get(key, coords, lambda: self.compute_table(coords, complex_dtype))
 
     def rotate(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
         """Rotate one tensor (q or k) by a table from :meth:`table`."""
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
         return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.num_prefix_tokens)
+
+    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, table) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(q, k)`` encoded with a table from :meth:`table`: the hook integrations call when they hold tables
+        themselves. Default: :meth:`rotate` each; encodings that treat q and k differently (HARoPE) override it."""
+        return self.rotate(q, table), self.rotate(k, table)
 
     def default_coords(self, length: int, device) -> torch.Tensor:
         raise ValueError(f"{type(self).__name__} needs coords of shape [L, {self.num_axes}] or [B, L, {self.num_axes}]")
@@ -56,7 +90,7 @@ class RotaryPE(nn.Module):
         if coords is None:
             coords = self.default_coords(q.shape[self.seq_dim] - self.num_prefix_tokens, q.device)
         table = self.table(coords, q.dtype, q.device)
-        return self.rotate(q, table), self.rotate(k, table)
+        return self.rotate_qk(q, k, table)
 
     def frequency_matrix(self) -> torch.Tensor:
         """``[A, P]`` (or ``[H, A, P]`` for per-head spectra) radians per coordinate unit, for plots."""

@@ -23,7 +23,8 @@ from torch import nn
 
 from .._validation import check_choice, check_positive_int
 from ..coords.grids import MODES, image_grid
-from ..encodings.blockwise import check_fits, create_block_pes, no_weight_decay_names
+from ..encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
+from ..encodings.base import PEKind
 from ..encodings.registry import pe_class
 
 # name: (depth, hidden_size, num_heads), as in the DiT paper (Table 1); patch 2, 4 or 8 after the slash.
@@ -167,10 +168,10 @@ class DiT(ModelMixin, ConfigMixin):
         cfg = self.config
         grid = (cfg.sample_size // cfg.patch_size,) * 2
         where = f"DiT (head_dim={cfg.hidden_size // cfg.num_heads}, num_heads={cfg.num_heads})"
-        if self.pe_kind == "absolute":
+        if self.pe_kind == PEKind.ABSOLUTE:
             facts = dict(embed_dim=cfg.hidden_size, num_axes=2, num_prefix_tokens=0, grid_size=grid)
             self.abs_pe = create_block_pes(pe, 1, facts, options, share=True, where=where)[0]
-        elif self.pe_kind == "rotary":
+        elif self.pe_kind == PEKind.ROTARY:
             head_dim = cfg.hidden_size // cfg.num_heads
             facts = dict(head_dim=head_dim, num_heads=cfg.num_heads, num_axes=2, num_prefix_tokens=0, seq_dim=-2)
             pes = create_block_pes(pe, cfg.depth, facts, options, share=share_pe, where=where)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...encodings.blockwise import check_model_coordinates, create_block_pes
+from ...encodings.per_block import check_model_coordinates, create_block_pes
+from ...encodings.base import PEKind
 from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
 from .models import ModelSpec, spec_for
@@ -210,7 +211,7 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
         if coord_axes is not None:
             raise TypeError("pe='native' reads every coordinate axis; use pe='rope_axial' with coord_axes")
     kind = pe_class(name).kind
-    if kind not in ("rotary", "none"):
+    if kind not in (PEKind.ROTARY, PEKind.NONE):
         raise TypeError(f"{name!r} is a {kind!r} encoding; the diffusers integration applies rotary encodings "
                         "(or 'nope') inside attention")
     kwargs = {**_model_defaults(transformer, spec, name, options, coord_axes), **options}
@@ -220,7 +221,7 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
         raise ValueError(f"seq_dim={kwargs['seq_dim']}: diffusers' processors hold q and k as [B, S, H, D] "
                          "(seq_dim=-3); leave seq_dim unset")
     count = num_layers if per_layer else 1
-    if kind == "none":
+    if kind == PEKind.NONE:
         if options:
             raise TypeError(f"encoding {name!r} takes no options, got {sorted(options)}")
         return []
@@ -256,7 +257,7 @@ def _check_fits(encoding, spec: ModelSpec, head_dim: int, heads: int, coord_axes
     """Check ``encoding`` against the model; returns its table's group count (1 or ``heads``)."""
     kind = getattr(encoding, "kind", None)
     check_model_coordinates(encoding, f"the {spec.family} model")
-    if not isinstance(encoding, RotaryPE) and kind != "rotary":
+    if not isinstance(encoding, RotaryPE) and kind != PEKind.ROTARY:
         raise TypeError(f"{type(encoding).__name__} is a {kind!r} encoding; the diffusers integration applies "
                         "rotary encodings (or 'nope') inside attention")
     if encoding.head_dim != head_dim:

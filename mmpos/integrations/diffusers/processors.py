@@ -8,9 +8,8 @@ Each processor is the stock one (diffusers 0.42, Apache-2.0) with the rotation s
 Rotations:
 * :func:`flux_stock_rotation`, :func:`wan_stock_rotation`: the stock arithmetic on the stock ``(cos, sin)``
   format (``pe="native"``: bit-identical to the stock model);
-* :class:`EncodingRotation`: an mmpos encoding's operator on its own tables. An encoding plugs in if it
-  has ``table(coords, dtype, device)`` and ``rotate(x, table)`` (every ``RotaryPE``), or ``rotate_qk(q, k,
-  table)`` when q and k get different operators (HARoPE: ``M q`` and ``M^-T k``).
+* :class:`EncodingRotation`: an mmpos encoding's operator on its own tables: every ``RotaryPE`` has
+  ``table(coords, dtype, device)`` and ``rotate_qk(q, k, table)`` (HARoPE's applies ``M q`` and ``M^-T k``).
 """
 from __future__ import annotations
 
@@ -67,10 +66,7 @@ class EncodingRotation:
     def __call__(self, query, key, rotary_emb, layer: int):
         index = layer if self.per_layer else 0
         pe, table = self.encodings[index], self.table(rotary_emb, index)
-        rotate_qk = getattr(pe, "rotate_qk", None)
-        if rotate_qk is not None:
-            return rotate_qk(query, key, table)
-        return pe.rotate(query, table), pe.rotate(key, table)
+        return pe.rotate_qk(query, key, table)
 
 
 class _PEProcessor:

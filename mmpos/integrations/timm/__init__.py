@@ -4,7 +4,7 @@
     model = mt.convert(timm.create_model("vit_small_patch16_224", pretrained=True), pe="rope_mixed")
     model = timm.create_model("vit_small_patch16_224_mmpos_rope_axial", pe_theta=100.0)
 """
-from ...encodings.blockwise import freeze_all_but_pe, no_weight_decay_names, pe_parameters
+from ...encodings.per_block import freeze_all_but_pe, no_weight_decay_names, pe_parameters
 from .attention import PositionalAttention, PositionalAttentionRope, PositionalEvaAttention
 from .convert import convert
 from .models import register_timm_models, timm_model_name

@@ -30,7 +30,8 @@ from ..._validation import check_choice
 from ...coords.grids import image_grid
 from ...encodings.absolute import LearnedAPE
 from ...encodings.rope_mixed import MixedRoPE
-from ...encodings.blockwise import check_fits, create_block_pes, no_weight_decay_names
+from ...encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
+from ...encodings.base import PEKind
 from ...encodings.registry import pe_class
 from .attention import check_convertible, make_positional
 from .positions import NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
@@ -68,7 +69,7 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
         options = {**_timm_axial_rope_options(model, grid_mode, grid_scale), **options}
     if grid_indexing is None:  # rotary encodings follow a timm rope's axis order; tables are (rows, cols)
         timm_order = getattr(getattr(model, "rope", None), "grid_indexing", "ij")
-        grid_indexing = timm_order if kind == "rotary" else "ij"
+        grid_indexing = timm_order if kind == PEKind.ROTARY else "ij"
     if pe == "ape_learned" and grid_indexing != "ij":
         raise ValueError("ape_learned looks up a (rows, cols) table: use grid_indexing='ij'")
     if pe == "ape_learned" and (grid_mode != "index" or grid_scale != 1.0):
@@ -76,10 +77,10 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
                          f"(got grid_mode={grid_mode!r}, grid_scale={grid_scale})")
     positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale, grid_indexing)
     grid = _patch_grid(model)
-    if kind == "rotary":
+    if kind == PEKind.ROTARY:
         _install_rotary(model, pe, positions, share_pe, options)
         _take_over_mixed_freqs(model, positions)
-    elif kind == "absolute":
+    elif kind == PEKind.ABSOLUTE:
         _install_absolute(model, pe, positions, grid, abs_pos, options)
     elif options:
         raise TypeError(f"encoding {pe!r} takes no options, got {sorted(options)}")

@@ -18,7 +18,7 @@ import sys
 import timm
 from timm.models import is_model, register_model
 
-from ...encodings.registry import list_pes, pe_options
+from ...encodings.registry import list_pes, pe_capabilities
 
 BASE_ARCHITECTURES = (
     "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224", "vit_large_patch16_224",
@@ -53,8 +53,9 @@ def register_timm_models(architectures=BASE_ARCHITECTURES, pes=None) -> list[str
 
 
 def image_pes() -> list[str]:
-    """Registered encodings that can read 2D patch coordinates (1D-only ones such as ``rope_1d`` are left out)."""
-    return [pe for pe in list_pes() if {"num_axes", "axes_dims", "grid_size"} & set(pe_options(pe))]
+    """Registered encodings that can read 2D patch coordinates (``capabilities.reads_image_grid``; 1D-only ones
+    such as ``rope_1d`` are left out)."""
+    return [pe for pe in list_pes() if pe_capabilities(pe).reads_image_grid]
 
 
 def _entrypoint(name: str, architecture: str, pe: str):

@@ -11,6 +11,7 @@ the default coordinates in training mode (:func:`~mmpos.coords.perturb.perturb_g
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -21,12 +22,19 @@ from ..coords.grids import grid_coords
 from ..coords.perturb import perturb_grid_coords
 from ..ops.block_rotation import apply_block_rotation
 from ..ops.rotation import rotate
-from ..ops.tables import RotaryTable, TableCache, device_has_fp64
+from ..ops.tables import RotaryTable, device_has_fp64
 from .rotary_base import RotaryPE
 
 
 class BlockRotaryPE(RotaryPE):
-    """Shared options and plumbing; subclasses implement :meth:`fresh_table` and :meth:`frequency_matrix`."""
+    """Shared options and plumbing; subclasses implement :meth:`compute_table` (from :meth:`angle_inputs`) and
+    :meth:`frequency_matrix`.
+
+    Tables are cached by the base (key: the parameters' versions, :meth:`RotaryPE.table_key`), never while a
+    gradient is needed.
+    """
+
+    cache_entries = 4
 
     def __init__(self, head_dim: int, num_heads: int, num_axes: int, block_size: int, layout: str,
                  num_prefix_tokens: int, seq_dim: int, grid_size: Sequence[int] | None, prefix_at_centre: bool,
@@ -51,7 +59,7 @@ class BlockRotaryPE(RotaryPE):
         self.num_heads, self.block_size, self.num_blocks = num_heads, block_size, head_dim // block_size
         self.grid_size, self.prefix_at_centre = grid_size, bool(prefix_at_centre)
         self.perturbation, self.offset_std = float(perturbation), float(offset_std)
-        self.cache = TableCache(max_entries=4)
+        self.capabilities = replace(type(self).capabilities, jitters_coords=bool(perturbation or offset_std))
 
     def init_skew_parameter(self, shape: tuple, init_std: float, seed: int | None):
         """Create ``P ~ N(0, init_std^2)`` of ``shape`` (only ``P - P^T`` is used); returns the generator."""
@@ -62,29 +70,16 @@ class BlockRotaryPE(RotaryPE):
         return generator
 
     # ----- tables -----------------------------------------------------------------------------------------
-    def fresh_table(self, coords: torch.Tensor, real_dtype: torch.dtype, work_dtype: torch.dtype):
-        """A :class:`RotaryTable` (``b = 2``) or :class:`BlockRotationTable` for ``[..., L, A]`` coords.
-
-        ``work_dtype`` is the precision of the angles (the parameters'); ``real_dtype`` the table's.
-        """
-        raise NotImplementedError
-
-    def build_table(self, coords, complex_dtype):
+    def angle_inputs(self, coords: torch.Tensor, complex_dtype: torch.dtype):
+        """``(coords, real_dtype, work_dtype)`` for :meth:`compute_table`: the coordinates with the prefix tokens'
+        centre prepended (``prefix_at_centre``), cast to ``work_dtype``, the precision of the angles (the
+        parameters': an fp64 product of fp32 parameters adds nothing they hold); ``real_dtype`` is the table's.
+        Subclasses compute the table from them with autocast off."""
         if self.prefix_at_centre and self.num_prefix_tokens:
             coords = _prepend_centre(coords, self.num_prefix_tokens)
         real = torch.float64 if complex_dtype == torch.complex128 else torch.float32
-
-        def build():
-            # Angles at the parameters' precision: an fp64 product of fp32 parameters adds nothing they hold.
-            work = torch.float64 if self.P.dtype == torch.float64 and device_has_fp64(coords.device) else torch.float32
-            with torch.autocast(coords.device.type, enabled=False):
-                return self.fresh_table(coords.to(work), real, work)
-
-        params = list(self.parameters())
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return build()
-        key = tuple((id(p), p._version, p.data_ptr()) for p in params) + (complex_dtype,)
-        return self.cache.get(key, coords, build)
+        work = torch.float64 if self.P.dtype == torch.float64 and device_has_fp64(coords.device) else torch.float32
+        return coords.to(work), real, work
 
     @property
     def rotated_prefix(self) -> int:

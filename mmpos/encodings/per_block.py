@@ -2,8 +2,9 @@
 
 Used by every backbone integration (timm, the reference DiT): the model supplies facts it knows
 (``head_dim``, ``num_heads``, ``num_prefix_tokens``, ...), each encoding takes the ones it accepts, and the
-user's options override them. Encodings with parameters (RoPE-Mixed, ComRoPE, HARoPE) get one instance per
-block by default, as in their papers; parameter-free ones share one instance, so one table serves all blocks.
+user's options override them. Learnable encodings (``capabilities.learnable``: RoPE-Mixed, ComRoPE, HARoPE) get
+one instance per block by default, as in their papers; the others share one instance, so one table serves all
+blocks.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def create_block_pes(name: str, num_blocks: int, model_facts: dict, options: dic
         num_blocks: attention blocks to serve.
         model_facts: what the model knows, e.g. ``dict(head_dim=64, num_heads=6, num_prefix_tokens=1)``.
         options: the user's encoding options (override the facts).
-        share: ``True`` one instance, ``False`` one per block, ``None`` share only parameter-free encodings.
+        share: ``True`` one instance, ``False`` one per block, ``None`` share only encodings that are not
+            learnable (``capabilities.learnable``).
             Per-block copies of an encoding seeded by a ``seed`` option get ``seed + block index``.
         where: model description used in error messages.
     """
@@ -40,7 +42,7 @@ def create_block_pes(name: str, num_blocks: int, model_facts: dict, options: dic
     opts = fitting_options(name, model_facts, dict(options or {}))
     first = _create(name, opts, where)
     if share is None:
-        share = not any(True for _ in first.parameters())
+        share = not first.capabilities.learnable
     if share:
         return [first] * num_blocks
     pes = [first]
@@ -60,9 +62,11 @@ def _create(name, opts, where):
 
 
 def check_model_coordinates(pe: nn.Module, where: str) -> None:
-    """Raise if ``pe`` jitters its own grid in training (ComRoPE ``perturbation`` / ``offset_std``): a model that
-    passes its tokens' coordinates would hit that at its first training step, or (diffusers tables) ignore it."""
-    if getattr(pe, "perturbation", 0) or getattr(pe, "offset_std", 0):
+    """Raise if ``pe`` jitters its own grid in training (``capabilities.jitters_coords``: ComRoPE ``perturbation`` /
+    ``offset_std``): a model that passes its tokens' coordinates would hit that at its first training step, or
+    (diffusers tables) ignore it."""
+    capabilities = getattr(pe, "capabilities", None)  # objects that are no encoding are rejected by the callers
+    if capabilities is not None and capabilities.jitters_coords:
         raise ValueError(f"perturbation / offset_std jitter the encoding's own grid in its forward, but {where} "
                          "passes its tokens' coordinates: leave them 0 and perturb the coordinates instead "
                          "(mmpos.coords.perturb_grid_coords)")
