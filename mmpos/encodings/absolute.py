@@ -22,7 +22,6 @@ class AbsolutePE(nn.Module):
 
     kind = PEKind.ABSOLUTE
     capabilities = Capabilities(reads_image_grid=True)
-    example_options: dict = {}
 
     def __init__(self, embed_dim: int, num_axes: int, num_prefix_tokens: int):
         super().__init__()

@@ -90,5 +90,4 @@ class CameraPE(nn.Module):
 
     kind = PEKind.CAMERA
     capabilities = Capabilities(needs_cameras=True)
-    example_options: dict = {}
     num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)

@@ -24,7 +24,7 @@ class PluckerRays(CameraPE):
     """Plücker ray embedding added to tokens ``x [B, L, embed_dim]``, ``L = C * P`` camera-major."""
 
     capabilities = Capabilities(needs_cameras=True, learnable=True)  # absolute: not world-frame invariant
-    example_options = dict(embed_dim=16)
+    example_options = dict(embed_dim=16, zero_init=False)  # a zero projection would hide the rays
 
     def __init__(self, embed_dim: int, zero_init: bool = True):
         super().__init__()

@@ -132,7 +132,7 @@ class MHRoPE(RotaryPE):
     tensors with ``num_kv_heads`` (keys) or ``num_heads`` (queries) heads.
     """
 
-    example_options = dict(head_dim=16, num_heads=4, num_kv_heads=2, head_section=(1, 1, 0))
+    example_options = dict(head_dim=16, num_heads=4, head_section=(1, 1, 1))  # one NoPE head
     capabilities = Capabilities(relative=True, per_head_tables=True)
 
     def __init__(self, head_dim: int, num_heads: int = 8, num_kv_heads: int | None = None,

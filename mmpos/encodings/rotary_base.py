@@ -25,7 +25,6 @@ class RotaryPE(nn.Module):
 
     kind = PEKind.ROTARY
     capabilities = Capabilities(relative=True)
-    example_options: dict = {}
     cache_entries = 16  # tables kept per instance (one per coordinates, key and dtype)
 
     def __init__(self, head_dim: int, num_axes: int, layout: str, num_prefix_tokens: int, seq_dim: int):
