@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
 from .._validation import check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-from .._validation import check_choice, check_positive_int
+from .._validation import check_positive_int
 from ..coords.vrope import video_block_ids
 from ..ops.tables import RotaryTable, axial_phases, table_from_phases
 from ..spectrum.multimodal import (NOPE_HEAD, check_mrope_section, cyclic_axis_of_pair, default_head_section,
