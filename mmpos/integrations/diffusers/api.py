@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ...encodings.per_block import check_model_coordinates, create_block_pes
 from ...encodings.base import PEKind
+from ...encodings.per_block import check_model_coordinates, create_block_pes
 from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
 from .models import ModelSpec, spec_for

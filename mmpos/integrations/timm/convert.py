@@ -30,8 +30,8 @@ from ..._validation import check_choice
 from ...coords.grids import image_grid
 from ...encodings.absolute import LearnedAPE
 from ...encodings.rope_mixed import MixedRoPE
-from ...encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.base import PEKind
+from ...encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.registry import pe_class
 from .attention import check_convertible, make_positional
 from .positions import NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
