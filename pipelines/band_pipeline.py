@@ -9,7 +9,7 @@ from diffusers import FluxKontextPipeline, FluxPipeline
 from mmpos._validation import check_choice
 
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
-from .common import EditPipelineMixin, coerce_config
+from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
 from .figures import AttentionProbe
 from .images import as_image_batch, check_token_grid
