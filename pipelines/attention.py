@@ -69,6 +69,23 @@ class EditAttnProcessor:
         """The processor this one runs over (looked up at call time: ``set_pe`` may change it)."""
         return self.slot.below(EDIT)
 
+    # diffusers' set_attention_backend / enable_parallelism set these on the top processor: pass them down
+    @property
+    def _attention_backend(self):
+        return getattr(self.beneath, "_attention_backend", None)
+
+    @_attention_backend.setter
+    def _attention_backend(self, backend):
+        self.beneath._attention_backend = backend
+
+    @property
+    def _parallel_config(self):
+        return getattr(self.beneath, "_parallel_config", None)
+
+    @_parallel_config.setter
+    def _parallel_config(self, config):
+        self.beneath._parallel_config = config
+
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
         rule = self.context.active_rule(self.layer_index)
         beneath = self.beneath
@@ -96,7 +113,6 @@ def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.T
     ``native=True`` forces PyTorch SDPA (needed when q/k and v widths differ, which flash kernels refuse).
     """
     processor = attn.processor
-    beneath = processor.beneath if isinstance(processor, EditAttnProcessor) else processor
-    backend = AttentionBackendName.NATIVE if native else getattr(beneath, "_attention_backend", None)
+    backend = AttentionBackendName.NATIVE if native else getattr(processor, "_attention_backend", None)
     return dispatch_attention_fn(query, key, value, scale=scale, backend=backend,
-                                 parallel_config=None if native else getattr(beneath, "_parallel_config", None))
+                                 parallel_config=None if native else getattr(processor, "_parallel_config", None))

@@ -144,7 +144,8 @@ class _InvertedReference:
 class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextPipeline):
     """Kontext variant: the reference is the in-sequence context image, whose keys are band-modulated.
 
-    With ``band.strength=0`` (all scales 1) and ``adain_qk`` off, every layer runs the stock processor.
+    With ``band.strength=0`` (all scales 1) and ``adain_qk`` off, every layer runs the processor beneath the edit
+    (the stock one, or ``set_pe``'s).
     """
 
     @torch.no_grad()

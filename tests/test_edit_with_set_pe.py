@@ -175,3 +175,14 @@ def test_an_exception_inside_the_session_restores_the_processors():
     with pytest.raises(ValueError, match="out of range"):  # an installer made only for a failed session goes
         EditSession(transformer, EditContext(rules={7: ContextBandScaling(BandConfig(), AXES)})).__enter__()
     assert ProcessorInstaller.find(transformer) is None and not transformer._forward_pre_hooks
+
+
+def test_attention_backend_set_over_an_edit_reaches_the_processor_beneath():
+    c, _ = _kontext()
+    transformer = c["transformer"]
+    set_pe(transformer, "native")
+    with EditSession(transformer, EditContext(rules={0: ContextBandScaling(BandConfig(), AXES)})):
+        transformer.set_attention_backend("native")  # diffusers sets it on each layer's top processor
+        edit = transformer.attn_processors["transformer_blocks.0.attn.processor"]
+        assert edit.beneath._attention_backend == "native" and edit._attention_backend == "native"
+    restore(transformer)
