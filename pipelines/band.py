@@ -99,26 +99,33 @@ class _BandRule:
         self.axes_dims = tuple(axes_dims)
         self.stock_axis_of_pair = chunked_spectrum(self.axes_dims).axis_of_pair
 
-    def float64_scales(self, context) -> torch.Tensor:
-        """Channel scales ``[head_dim]`` float64 of the stock (chunked) spectrum at the context's step."""
-        key = ("band_scales", id(self))
-        if key not in context.cache:
-            context.cache[key] = self.config.channel_scales(self.axes_dims, _progress(context))
-        return context.cache[key]
+    def stock_pair_scales(self, context) -> torch.Tensor:
+        """Per-pair scales ``[P]`` float64 of the stock (chunked ``axes_dims``) spectrum at the context's step."""
+        return self._per_forward(context, ("stock",), None,
+                                 lambda: self.config.pair_scales(self.stock_axis_of_pair, _progress(context)))
 
     def pair_scales(self, context, rotation: LayerRotation) -> torch.Tensor:
         """Per-pair scales ``[P]`` float64 of the layer's spectrum (the ``set_pe`` encoding's, else the stock
-        chunked one) at the context's step, computed once per forward."""
-        axis_of_pair = rotation.axis_of_pair
-        axis_of_pair = self.stock_axis_of_pair if axis_of_pair is None else axis_of_pair
-        key = ("band_pair_scales", id(self), id(axis_of_pair))
-        if key not in context.cache:
-            context.cache[key] = (axis_of_pair, self.config.pair_scales(axis_of_pair, _progress(context)))
-        return context.cache[key][1]
+        chunked one) at the context's step."""
+        if rotation.axis_of_pair is None:
+            return self.stock_pair_scales(context)
+        return self._per_forward(context, ("pairs",), rotation,
+                                 lambda: self.config.pair_scales(rotation.axis_of_pair, _progress(context)))
 
     def band_table(self, context, rotation: LayerRotation, tokens: slice):
-        """The layer's table at ``tokens`` with the band law in each pair's magnitude."""
-        return scale_pairs(sequence_slice(rotation.table, tokens), self.pair_scales(context, rotation))
+        """The layer's table at ``tokens`` with the band law in each pair's magnitude (built once per forward
+        for the layers that share a table)."""
+        return self._per_forward(context, ("table", tokens.start, tokens.stop), rotation, lambda: scale_pairs(
+            sequence_slice(rotation.table, tokens), self.pair_scales(context, rotation)))
+
+    def _per_forward(self, context, key: tuple, rotation, build):
+        """``build()`` once per forward (the pre-forward hook clears ``context.cache``) and per ``rotation`` (held
+        in the cache with the value, so that its id is not reused)."""
+        key = ("band", id(self), id(rotation)) + key
+        cached = context.cache.get(key)
+        if cached is None or cached[0] is not rotation:
+            cached = context.cache[key] = (rotation, build())
+        return cached[1]
 
 
 def _progress(context) -> float:
@@ -171,7 +178,7 @@ class ContextBandScaling(_BandRule):
             return False
         if context.segments.context_len == 0:
             return False
-        return self.config.adain_qk or not bool((self.float64_scales(context) == 1).all())
+        return self.config.adain_qk or not bool((self.stock_pair_scales(context) == 1).all())
 
     def adain(self, query, key, context):
         """``adain_qk``: the target image's q and k matched to the context image's (before RoPE)."""
@@ -180,15 +187,20 @@ class ContextBandScaling(_BandRule):
         seg = context.segments
         return _adain_target_to_context(query, seg), _adain_target_to_context(key, seg)
 
+    def key_table(self, context, rotation: LayerRotation) -> RotaryTable:
+        """The keys' table: the layer's, band-scaled on the context image's rows (once per forward)."""
+        def build():
+            cis = rotation.table.cis.clone()
+            cis[..., context.segments.context, :] = self.band_table(context, rotation, context.segments.context).cis
+            return RotaryTable(cis)
+
+        return self._per_forward(context, ("keys",), rotation, build)
+
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
-        seg = context.segments
         rotation = LayerRotation.wrap(image_rotary_emb)
         query, key = self.adain(query, key, context)
-        ctx = seg.context
-        key_table = rotation.table.cis.clone()
-        key_table[..., ctx, :] = self.band_table(context, rotation, ctx).cis
-        query, key = rotation(query), rotation(key, RotaryTable(key_table))
+        query, key = rotation(query), rotation(key, self.key_table(context, rotation))
         out = attend(attn, query, key, value)
         return finish_attention(attn, out, encoder_hidden_states, query.dtype)
 

@@ -189,9 +189,10 @@ class LooseRoPERule:
     def loose_table(self, context, rotation: LayerRotation, bin_index: int, rotary_emb):
         """This layer's table of one bin's loosened ids (converted once per forward per table group)."""
         key = ("loose_table", id(rotation.rotation), rotation.index, bin_index)
-        if key not in context.cache:
-            context.cache[key] = rotation.table_of(rotary_emb)
-        return context.cache[key]
+        cached = context.cache.get(key)
+        if cached is None or cached[0] is not rotary_emb:  # holds the emb: its id is not reused
+            cached = context.cache[key] = (rotary_emb, rotation.table_of(rotary_emb))
+        return cached[1]
 
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
