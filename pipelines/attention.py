@@ -1,16 +1,19 @@
 """Per-layer attention processors for edits on diffusers' Flux transformer.
 
-:class:`EditAttnProcessor` is the only processor an edit installs. When the context has no active rule for its
-layer it calls the processor it replaced (diffusers' stock ``FluxAttnProcessor``), so an inactive edit is
-bit-identical to the stock model. Rules reuse :func:`project_heads` / :func:`finish_attention`, which follow the
-stock processor's arithmetic step for step, and change only what their method changes.
+:class:`EditAttnProcessor` is the only processor an edit installs, in the ``"edit"`` level of the layer's slot of
+the one processor installer (:mod:`mmpos.integrations.diffusers.installer`). When the context has no active rule
+for its layer it calls the processor beneath it (diffusers' stock ``FluxAttnProcessor``, or the one ``set_pe``
+installed), so an inactive edit is bit-identical to the model without the edit. Rules reuse :func:`project_heads`
+/ :func:`finish_attention`, which follow the stock processor's arithmetic step for step, rotate with the mmpos
+operator through a :class:`~mmpos.integrations.diffusers.LayerRotation`, and change only what their method changes.
 """
 from __future__ import annotations
 
 import torch
 from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
-from diffusers.models.embeddings import apply_rotary_emb
 
+from mmpos.integrations.diffusers.installer import EDIT
+from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.integrations.diffusers.processors import flux_finish_attention as finish_attention  # noqa: F401
 from mmpos.integrations.diffusers.processors import flux_project_heads as project_heads  # noqa: F401
 
@@ -48,34 +51,68 @@ def select_layers(spec, num_layers: int, num_double: int) -> list[int]:
 
 
 class EditAttnProcessor:
-    """Runs the layer's rule when one is active, else the original processor (bit-exact identity path)."""
+    """The ``"edit"`` level of one layer's slot: runs the layer's rule when one is active, else the processor
+    beneath it in the slot (the stock one, or ``set_pe``'s): the bit-exact identity path.
 
-    def __init__(self, context, layer_index: int, stock):
+    An active rule gets the layer's :class:`~mmpos.integrations.diffusers.LayerRotation` (the table and operator
+    the processor beneath applies, built once per forward and shared by the layers that share a table) in place
+    of the raw ``image_rotary_emb``.
+    """
+
+    def __init__(self, context, layer_index: int, slot):
         self.context = context
         self.layer_index = layer_index
-        self.stock = stock
+        self.slot = slot
+
+    @property
+    def beneath(self):
+        """The processor this one runs over (looked up at call time: ``set_pe`` may change it)."""
+        return self.slot.below(EDIT)
+
+    # diffusers' set_attention_backend / enable_parallelism set these on the top processor: pass them down
+    @property
+    def _attention_backend(self):
+        return getattr(self.beneath, "_attention_backend", None)
+
+    @_attention_backend.setter
+    def _attention_backend(self, backend):
+        self.beneath._attention_backend = backend
+
+    @property
+    def _parallel_config(self):
+        return getattr(self.beneath, "_parallel_config", None)
+
+    @_parallel_config.setter
+    def _parallel_config(self, config):
+        self.beneath._parallel_config = config
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
         rule = self.context.active_rule(self.layer_index)
+        beneath = self.beneath
         if rule is None:
-            return self.stock(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+            return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
         if attention_mask is not None:
             raise NotImplementedError(f"{type(rule).__name__} does not support an attention_mask")
-        return rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, self.context)
+        rotation = self._rotation(beneath, image_rotary_emb)
+        return rule.attend(attn, hidden_states, encoder_hidden_states, rotation, self.context)
 
-
-def rotate(x: torch.Tensor, rotary_emb) -> torch.Tensor:
-    """diffusers' Flux rotation (adjacent channel pairs) of ``[B, S, H, D]`` with ``(cos, sin)`` ``[S, D]``."""
-    return apply_rotary_emb(x, rotary_emb, sequence_dim=1)
+    def _rotation(self, beneath, image_rotary_emb) -> LayerRotation:
+        rotation = getattr(beneath, "rotation", None)
+        index = self.layer_index if getattr(rotation, "per_layer", False) else 0
+        key = ("layer_rotation", id(rotation), index)
+        cached = self.context.cache.get(key)
+        if cached is None or cached[0] is not image_rotary_emb:  # the cache holds the emb: ids are not reused
+            cached = (image_rotary_emb, LayerRotation.of_processor(beneath, image_rotary_emb, self.layer_index))
+            self.context.cache[key] = cached
+        return cached[1]
 
 
 def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.Tensor:
-    """``dispatch_attention_fn`` with the layer's backend, as the stock processor calls it.
+    """``dispatch_attention_fn`` with the layer's backend, as the processor beneath the edit calls it.
 
     ``native=True`` forces PyTorch SDPA (needed when q/k and v widths differ, which flash kernels refuse).
     """
     processor = attn.processor
-    stock = getattr(processor, "stock", processor)
-    backend = AttentionBackendName.NATIVE if native else getattr(stock, "_attention_backend", None)
+    backend = AttentionBackendName.NATIVE if native else getattr(processor, "_attention_backend", None)
     return dispatch_attention_fn(query, key, value, scale=scale, backend=backend,
-                                 parallel_config=None if native else getattr(stock, "_parallel_config", None))
+                                 parallel_config=None if native else getattr(processor, "_parallel_config", None))

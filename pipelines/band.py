@@ -1,9 +1,11 @@
 """RoPE band modulation (Untwisting RoPE, arXiv 2602.05013): rescale the magnitude of reference keys per pair.
 
-For rotation pair ``d`` of a spatial axis with ``n`` pairs (``d = 0`` the highest frequency) the scale is
-``s_d = s_hf + (s_lf - s_hf) * (d / (n - 1)) ** beta``; both channels of a pair get ``s_d``, so scaling commutes
-with the rotation. ``s_hf`` and ``s_lf`` move linearly from their start to their end value over the denoising
-steps. Only reference *image* keys are scaled; queries, values, text keys and target keys are untouched.
+The band law (per-pair scale ``s_d`` from the pair's place in its axis' ladder) is the library's
+(:mod:`mmpos.spectrum.bands`); it is a per-pair magnitude of the spectrum, so the rules apply it by rotating the
+reference keys with the layer's table scaled per pair (:func:`~mmpos.integrations.diffusers.layer_rotation
+.scale_pairs`), with the mmpos operator. ``s_hf`` and ``s_lf`` move linearly from their start to their end value
+over the denoising steps. Only reference *image* keys are scaled; queries, values, text keys and target keys are
+untouched.
 
 Two rules:
 - :class:`SharedBandAttention` (text-to-image, StyleAligned-style batch ``[reference, target_1 .. target_n]``):
@@ -18,47 +20,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from mmpos._validation import as_int_tuple, check_choice
+from mmpos._validation import check_choice
+from mmpos.integrations.diffusers.layer_rotation import LayerRotation, scale_pairs, sequence_slice
+from mmpos.ops.tables import RotaryTable
 from mmpos.spectrum import chunked_spectrum
+from mmpos.spectrum.bands import AXIS0_MODES, band_channel_scales, band_scale_per_pair
 
-from .attention import attend, finish_attention, project_heads, rotate
-
-AXIS0_MODES = ("low", "formula", "one")
-
-
-def band_pair_scales(axes_dims: Sequence[int], s_hf: float, s_lf: float, beta: float = 2.0,
-                     spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> torch.Tensor:
-    """Per-pair magnitude ``[sum(axes_dims) / 2]`` float64 in diffusers' chunked Flux layout.
-
-    Spatial axes follow the formula with ``d~ = d / (n - 1)`` per axis; other axes (Flux axis 0, constant over one
-    image) get ``s_lf`` (``axis0_mode="low"``), the formula, or 1.
-    """
-    check_choice("axis0_mode", axis0_mode, AXIS0_MODES)
-    if not beta > 0:
-        raise ValueError(f"beta must be positive, got {beta!r}")
-    axes_dims = as_int_tuple("axes_dims", axes_dims)
-    spatial = set(as_int_tuple("spatial_axes", spatial_axes))
-    if not spatial <= set(range(len(axes_dims))):
-        raise ValueError(f"spatial_axes={sorted(spatial)} must index axes_dims={axes_dims}")
-    axis_of_pair = chunked_spectrum(axes_dims).axis_of_pair
-    scales = torch.empty(axis_of_pair.numel(), dtype=torch.float64)
-    for axis in range(len(axes_dims)):
-        pairs = axis_of_pair == axis
-        n = int(pairs.sum())
-        if n == 0:
-            continue
-        rel = torch.arange(n, dtype=torch.float64) / max(n - 1, 1)
-        formula = s_hf + (s_lf - s_hf) * rel**beta
-        if axis in spatial or axis0_mode == "formula":
-            scales[pairs] = formula
-        else:
-            scales[pairs] = s_lf if axis0_mode == "low" else 1.0
-    return scales
-
-
-def band_channel_scales(axes_dims, s_hf, s_lf, beta=2.0, spatial_axes=(1, 2), axis0_mode="low") -> torch.Tensor:
-    """Per-channel ``[head_dim]`` float64: each pair's scale on both of its (adjacent) channels."""
-    return band_pair_scales(axes_dims, s_hf, s_lf, beta, spatial_axes, axis0_mode).repeat_interleave(2)
+from .attention import attend, finish_attention, project_heads
 
 
 @dataclass
@@ -102,8 +70,15 @@ class BandConfig:
         return lerp(self.s_hf), lerp(self.s_lf)
 
     def channel_scales(self, axes_dims, progress: float) -> torch.Tensor:
+        """Per-channel scales ``[head_dim]`` float64 (chunked ``axes_dims``) at step progress, after ``strength``."""
         s_hf, s_lf = self.endpoints(progress)
         scales = band_channel_scales(axes_dims, s_hf, s_lf, self.beta, self.spatial_axes, self.axis0_mode)
+        return 1.0 + self.strength * (scales - 1.0)
+
+    def pair_scales(self, axis_of_pair: torch.Tensor, progress: float) -> torch.Tensor:
+        """Per-pair scales ``[P]`` float64 of a spectrum (its ``axis_of_pair``) at step progress, after ``strength``."""
+        s_hf, s_lf = self.endpoints(progress)
+        scales = band_scale_per_pair(axis_of_pair, s_hf, s_lf, self.beta, self.spatial_axes, self.axis0_mode)
         return 1.0 + self.strength * (scales - 1.0)
 
     def in_window(self, progress: Optional[float]) -> bool:
@@ -122,21 +97,39 @@ class _BandRule:
     def __init__(self, config: BandConfig, axes_dims: Sequence[int]):
         self.config = config
         self.axes_dims = tuple(axes_dims)
+        self.stock_axis_of_pair = chunked_spectrum(self.axes_dims).axis_of_pair
 
-    def float64_scales(self, context) -> torch.Tensor:
-        """Channel scales ``[head_dim]`` float64 at the context's step, computed once per forward."""
-        key = ("band_scales", id(self))
-        if key not in context.cache:
-            progress = 0.0 if context.progress is None else context.progress
-            context.cache[key] = self.config.channel_scales(self.axes_dims, progress)
-        return context.cache[key]
+    def stock_pair_scales(self, context) -> torch.Tensor:
+        """Per-pair scales ``[P]`` float64 of the stock (chunked ``axes_dims``) spectrum at the context's step."""
+        return self._per_forward(context, ("stock",), None,
+                                 lambda: self.config.pair_scales(self.stock_axis_of_pair, _progress(context)))
 
-    def scales(self, context, like: torch.Tensor) -> torch.Tensor:
-        """:meth:`float64_scales` in ``like``'s dtype and device (cached per forward)."""
-        key = ("band_scales", id(self), like.dtype, like.device)
-        if key not in context.cache:
-            context.cache[key] = self.float64_scales(context).to(like.device, like.dtype)
-        return context.cache[key]
+    def pair_scales(self, context, rotation: LayerRotation) -> torch.Tensor:
+        """Per-pair scales ``[P]`` float64 of the layer's spectrum (the ``set_pe`` encoding's, else the stock
+        chunked one) at the context's step."""
+        if rotation.axis_of_pair is None:
+            return self.stock_pair_scales(context)
+        return self._per_forward(context, ("pairs",), rotation,
+                                 lambda: self.config.pair_scales(rotation.axis_of_pair, _progress(context)))
+
+    def band_table(self, context, rotation: LayerRotation, tokens: slice):
+        """The layer's table at ``tokens`` with the band law in each pair's magnitude (built once per forward
+        for the layers that share a table)."""
+        return self._per_forward(context, ("table", tokens.start, tokens.stop), rotation, lambda: scale_pairs(
+            sequence_slice(rotation.table, tokens), self.pair_scales(context, rotation)))
+
+    def _per_forward(self, context, key: tuple, rotation, build):
+        """``build()`` once per forward (the pre-forward hook clears ``context.cache``) and per ``rotation`` (held
+        in the cache with the value, so that its id is not reused)."""
+        key = ("band", id(self), id(rotation)) + key
+        cached = context.cache.get(key)
+        if cached is None or cached[0] is not rotation:
+            cached = context.cache[key] = (rotation, build())
+        return cached[1]
+
+
+def _progress(context) -> float:
+    return 0.0 if context.progress is None else context.progress
 
 
 class SharedBandAttention(_BandRule):
@@ -158,9 +151,10 @@ class SharedBandAttention(_BandRule):
             raise ValueError("shared band attention needs a batch of [reference, target, ...]; got batch size "
                              f"{query.shape[0]}")
         image = context.segments.image
+        rotation = LayerRotation.wrap(image_rotary_emb)
         query, key = self.adain(query, key, context)
-        query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
-        ref_key = key[:1, image] * self.scales(context, key)
+        ref_key = rotation(key[:1, image], self.band_table(context, rotation, image))
+        query, key = rotation(query), rotation(key)
         targets = query.shape[0] - 1
         shared_key = torch.cat([key[1:], ref_key.expand(targets, -1, -1, -1)], dim=1)
         shared_value = torch.cat([value[1:], value[:1, image].expand(targets, -1, -1, -1)], dim=1)
@@ -184,7 +178,7 @@ class ContextBandScaling(_BandRule):
             return False
         if context.segments.context_len == 0:
             return False
-        return self.config.adain_qk or not bool((self.float64_scales(context) == 1).all())
+        return self.config.adain_qk or not bool((self.stock_pair_scales(context) == 1).all())
 
     def adain(self, query, key, context):
         """``adain_qk``: the target image's q and k matched to the context image's (before RoPE)."""
@@ -193,13 +187,20 @@ class ContextBandScaling(_BandRule):
         seg = context.segments
         return _adain_target_to_context(query, seg), _adain_target_to_context(key, seg)
 
+    def key_table(self, context, rotation: LayerRotation) -> RotaryTable:
+        """The keys' table: the layer's, band-scaled on the context image's rows (once per forward)."""
+        def build():
+            cis = rotation.table.cis.clone()
+            cis[..., context.segments.context, :] = self.band_table(context, rotation, context.segments.context).cis
+            return RotaryTable(cis)
+
+        return self._per_forward(context, ("keys",), rotation, build)
+
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
-        seg = context.segments
+        rotation = LayerRotation.wrap(image_rotary_emb)
         query, key = self.adain(query, key, context)
-        query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
-        ctx = seg.context
-        key = torch.cat([key[:, : ctx.start], key[:, ctx] * self.scales(context, key), key[:, ctx.stop:]], dim=1)
+        query, key = rotation(query), rotation(key, self.key_table(context, rotation))
         out = attend(attn, query, key, value)
         return finish_attention(attn, out, encoder_hidden_states, query.dtype)
 

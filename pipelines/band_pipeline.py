@@ -9,7 +9,7 @@ from diffusers import FluxKontextPipeline, FluxPipeline
 from mmpos._validation import check_choice
 
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
-from .common import EditPipelineMixin, coerce_config
+from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
 from .figures import AttentionProbe
 from .images import as_image_batch, check_token_grid
@@ -144,7 +144,8 @@ class _InvertedReference:
 class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextPipeline):
     """Kontext variant: the reference is the in-sequence context image, whose keys are band-modulated.
 
-    With ``band.strength=0`` (all scales 1) and ``adain_qk`` off, every layer runs the stock processor.
+    With ``band.strength=0`` (all scales 1) and ``adain_qk`` off, every layer runs the processor beneath the edit
+    (the stock one, or ``set_pe``'s).
     """
 
     @torch.no_grad()

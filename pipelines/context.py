@@ -14,7 +14,9 @@ from typing import Callable, Optional
 
 import torch
 
-from .attention import EditAttnProcessor, attention_layer_names
+from mmpos.integrations.diffusers.installer import EDIT, ProcessorInstaller
+
+from .attention import EditAttnProcessor
 
 
 @dataclass
@@ -111,39 +113,43 @@ def schedule_step(scheduler, sigma: torch.Tensor) -> tuple[Optional[int], Option
 class EditSession:
     """Installs an :class:`EditContext` on a Flux transformer for the duration of a ``with`` block.
 
-    Every attention layer named in ``context.rules`` gets an :class:`EditAttnProcessor` that delegates to the
-    processor it replaces whenever its rule is inactive (so an inactive edit runs the stock code exactly); a
-    forward pre-hook sets step, sigma and token segments and applies ``context.rewriters``. On exit the original
-    processors are restored and the hook removed.
+    Through the one processor installer (:class:`~mmpos.integrations.diffusers.ProcessorInstaller`), every
+    attention layer named in ``context.rules`` gets an :class:`EditAttnProcessor` in its slot's ``"edit"`` level,
+    which runs the processor beneath it (stock, or ``set_pe``'s) whenever its rule is inactive; the edit's
+    pre-forward hook sets step, sigma and token segments and applies ``context.rewriters`` (after ``set_pe``'s
+    hook). On exit, also after an exception, the edit level is emptied: the layers run what they ran before.
     """
 
     def __init__(self, transformer, context: EditContext, scheduler=None):
         self.transformer = transformer
         self.context = context
         self.scheduler = scheduler
-        self._handle = None
-        self._original = None
+        self._installer = None
 
     def __enter__(self) -> EditContext:
-        names = attention_layer_names(self.transformer)
-        for index in self.context.rules:
-            if not 0 <= index < len(names):
-                raise ValueError(f"layer index {index} is out of range; the transformer has {len(names)} attention "
-                                 "layers (double blocks first, then single blocks)")
-        self._original = dict(self.transformer.attn_processors)
-        if self.context.rules:
-            processors = dict(self._original)
-            for index in self.context.rules:
-                processors[names[index]] = EditAttnProcessor(self.context, index, self._original[names[index]])
-            self.transformer.set_attn_processor(processors)
-        self._handle = self.transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+        installer = ProcessorInstaller.of(self.transformer)
+        try:
+            processors = {index: EditAttnProcessor(self.context, index, installer.slots[index])
+                          for index in self._checked_layers(len(installer.slots))}
+            installer.fill(EDIT, processors, hook=self._pre_forward)
+        except BaseException:
+            if not installer.filled(EDIT):
+                installer.clear(self.transformer, EDIT)  # drops an installer made only for this session
+            raise
+        self._installer = installer
         return self.context
 
     def __exit__(self, *exc) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-        if self.context.rules and self._original is not None:
-            self.transformer.set_attn_processor(self._original)
+        if self._installer is not None:
+            self._installer.clear(self.transformer, EDIT)
+            self._installer = None
+
+    def _checked_layers(self, num_layers: int) -> list[int]:
+        for index in self.context.rules:
+            if not 0 <= index < num_layers:
+                raise ValueError(f"layer index {index} is out of range; the transformer has {num_layers} attention "
+                                 "layers (double blocks first, then single blocks)")
+        return list(self.context.rules)
 
     def _pre_forward(self, module, args, kwargs):
         if args:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import torch
 
-from .attention import project_heads, rotate
+from mmpos.integrations.diffusers.layer_rotation import LayerRotation
+
+from .attention import project_heads
 
 
 def _pyplot():
@@ -65,13 +67,13 @@ class AttentionProbe:
         if self.query is None and (context.progress or 0.0) >= self.progress:
             query, key, _ = project_heads(attn, hidden_states, encoder_hidden_states)
             query, key = self.rule.adain(query, key, context)  # what the rule attends with (adain_qk)
-            query, key = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
+            rotation = LayerRotation.wrap(image_rotary_emb)
             seg = context.segments
             # shared attention: queries of every image, keys of element 0; Kontext: target queries, context keys
             queries, keys = (seg.target, seg.context) if seg.context_len else (seg.image, seg.image)
             reference = key[:, keys] if seg.context_len else key[:1, keys]
-            self.query = query[:, queries].float().cpu()
-            self.key = (reference * self.rule.scales(context, key)).float().cpu()
+            self.query = rotation(query)[:, queries].float().cpu()
+            self.key = rotation(reference, self.rule.band_table(context, rotation, keys)).float().cpu()
         return self.rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context)
 
 

@@ -84,13 +84,6 @@ def resize_image(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return F.interpolate(image, size=size, mode="bilinear", antialias=True, align_corners=False).clamp(0, 1)
 
 
-def mask_bbox(mask: torch.Tensor) -> tuple[int, int, int, int]:
-    """``(top, left, bottom, right)`` with exclusive bottom/right of the selected cells."""
-    rows = torch.nonzero(mask.any(1)).flatten()
-    cols = torch.nonzero(mask.any(0)).flatten()
-    return int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1
-
-
 def dilate(mask: torch.Tensor, radius: int) -> torch.Tensor:
     if radius <= 0:
         return mask

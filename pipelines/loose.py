@@ -20,7 +20,10 @@ from typing import Optional
 
 import torch
 
-from .attention import attend, finish_attention, project_heads, rotate
+from mmpos.coords.edits import shrink_ids
+from mmpos.integrations.diffusers.layer_rotation import LayerRotation, sequence_slice
+
+from .attention import attend, finish_attention, project_heads
 from .images import area_resize, mask_to_tokens
 from .saliency import gaussian_blur
 
@@ -102,14 +105,6 @@ def per_token(bins: torch.Tensor, table: torch.Tensor, outside: float = 1.0) -> 
     return torch.where(bins >= 0, values, torch.full_like(values, outside))
 
 
-def shrink_ids(img_ids: torch.Tensor, factor: float, centre: tuple[float, float], bf16: bool = False) -> torch.Tensor:
-    """Spatial axes (1, 2) moved toward ``centre`` by ``factor``; axis 0 (target 0 / context 1) kept. fp32."""
-    ids = img_ids.float().clone()
-    centre_t = torch.tensor(centre, dtype=torch.float32, device=ids.device)
-    ids[:, 1:] = centre_t + factor * (ids[:, 1:] - centre_t)
-    return ids.to(torch.bfloat16).float() if bf16 else ids
-
-
 @dataclass
 class LooseMaps:
     """Token-space maps on the target grid (and the paste on the context grid)."""
@@ -175,7 +170,8 @@ class LooseRoPERule:
         return bool(self._bins(context))
 
     def prepare(self, context, transformer) -> None:
-        """Loosened ``(cos, sin)`` per active bin over ``[txt | target | context]``, shared by all layers."""
+        """The position module's output for the loosened ids of each active bin over ``[txt | target | context]``,
+        shared by all layers (each layer takes its table from it with its :class:`LayerRotation`)."""
         seg = context.segments
         img_ids = context.img_ids[0] if context.img_ids.ndim == 3 else context.img_ids
         rows, cols = seg.target_grid
@@ -186,21 +182,30 @@ class LooseRoPERule:
         entries = []
         for b, shrink, factor, tokens in self._bins(context):
             ids = torch.cat([text, shrink_ids(img_ids, shrink, centre, self.config.quantize_ids_bf16)])
-            cos, sin = self.pos_embed(ids)
             key_scale = torch.where(key_region, factor, 1.0).to(torch.float32)
-            entries.append((tokens.to(img_ids.device) + seg.text_len, (cos, sin), key_scale))
+            entries.append((b, tokens.to(img_ids.device) + seg.text_len, self.pos_embed(ids), key_scale))
         context.cache["loose"] = entries
+
+    def loose_table(self, context, rotation: LayerRotation, bin_index: int, rotary_emb):
+        """This layer's table of one bin's loosened ids (converted once per forward per table group)."""
+        key = ("loose_table", id(rotation.rotation), rotation.index, bin_index)
+        cached = context.cache.get(key)
+        if cached is None or cached[0] is not rotary_emb:  # holds the emb: its id is not reused
+            cached = context.cache[key] = (rotary_emb, rotation.table_of(rotary_emb))
+        return cached[1]
 
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
-        q_std, k_std = rotate(query, image_rotary_emb), rotate(key, image_rotary_emb)
+        rotation = LayerRotation.wrap(image_rotary_emb)
+        q_std, k_std = rotation(query), rotation(key)
         out = attend(attn, q_std, k_std, value)
         ctx = context.segments.context
         scale = 1.0 / math.sqrt(query.shape[-1])
         head = k_std[:, : ctx.start]
-        for tokens, (cos, sin), key_scale in context.cache["loose"]:
-            q_loose = rotate(query[:, tokens], (cos[tokens], sin[tokens]))
-            k_loose = rotate(key[:, ctx], (cos[ctx], sin[ctx])) * key_scale.to(key.dtype)[None, :, None, None]
+        for b, tokens, loose_emb, key_scale in context.cache["loose"]:
+            table = self.loose_table(context, rotation, b, loose_emb)
+            q_loose = rotation(query[:, tokens], sequence_slice(table, tokens))
+            k_loose = rotation(key[:, ctx], sequence_slice(table, ctx)) * key_scale.to(key.dtype)[None, :, None, None]
             q_hat = torch.cat([q_std[:, tokens], q_loose], dim=-1)
             k_hat = torch.cat([torch.cat([head, torch.zeros_like(head)], dim=-1),
                                torch.cat([torch.zeros_like(k_loose), k_loose], dim=-1)], dim=1)

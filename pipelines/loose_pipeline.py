@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from diffusers import FluxKontextPipeline
 
-from .common import EditPipelineMixin, coerce_config
+from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
 from .images import as_image_batch, as_mask, check_token_grid
 from .loose import LooseConfig, LooseMaps, LooseRoPERule

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 import torch
 from diffusers import FluxFillPipeline
 
-from .common import EditPipelineMixin, coerce_config
+from mmpos.coords.edits import transplant_ids
+
+from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
 from .images import as_image_batch, as_mask, check_token_grid, to_pil
-from .transplant import Canvas, TransplantConfig, TransplantIds, compose_canvas, token_sets, transplant_ids
+from .transplant import Canvas, TransplantConfig, TransplantIds, compose_canvas, token_sets
 
 
 @dataclass

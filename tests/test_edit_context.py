@@ -49,7 +49,7 @@ def test_session_installs_and_restores_processors():
     with EditSession(transformer, EditContext(rules={0: spy, 1: spy})):
         installed = transformer.attn_processors
         assert all(isinstance(p, EditAttnProcessor) for p in installed.values())
-        assert all(isinstance(p.stock, FluxAttnProcessor) for p in installed.values())
+        assert all(isinstance(p.beneath, FluxAttnProcessor) for p in installed.values())
     assert transformer.attn_processors == before
     assert not transformer._forward_pre_hooks
     with pytest.raises(ValueError, match="out of range"):

@@ -8,7 +8,8 @@ from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxPosEmbed
 from mmpos.pipelines import LooseConfig, LooseRoPEKontextPipeline
 from mmpos.pipelines.context import EditContext, segments_from_ids
-from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, shrink_ids, tanh_ramp, token_maps
+from mmpos.coords.edits import shrink_ids
+from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, tanh_ramp, token_maps
 from mmpos.pipelines.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
 from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
 

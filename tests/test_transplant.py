@@ -5,12 +5,14 @@ from diffusers import FluxFillPipeline, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxPosEmbed
 from mmpos.pipelines import PosBridgeFillPipeline
 from mmpos.pipelines.testing import components, embeddings, image
-from mmpos.pipelines.transplant import corner_centered_layout, native_ids, side_by_side_layout, transplant_ids
+from mmpos.coords import flux_ids
+from mmpos.coords.canvas import corner_centered_layout, side_by_side_layout
+from mmpos.coords.edits import transplant_ids
 
 
 def test_native_ids_match_diffusers():
     expected = FluxPipeline._prepare_latent_image_ids(1, 3, 5, "cpu", torch.float32)
-    assert torch.equal(native_ids((3, 5)), expected)
+    assert torch.equal(flux_ids(3, 5), expected)
 
 
 def test_layouts_sit_on_the_token_grid_without_overlap():
@@ -37,7 +39,7 @@ def test_transplant_ids_send_object_tokens_onto_the_target_box():
     target = torch.zeros(grid, dtype=torch.bool)
     target[3:5, 4:7] = True
     ids = transplant_ids(grid, source, target)
-    native = native_ids(grid)
+    native = flux_ids(*grid)
     moved = source.flatten()
     assert torch.equal(ids[~moved], native[~moved])
     # equal box sizes: integer ids, the token at (r, c) of the source box lands on (r + 3, c + 4)
@@ -185,4 +187,4 @@ def test_each_view_is_mapped_by_its_own_box():
     ids = transplant_ids(grid, [first, second], target)
     for view in (first, second):
         moved = ids[view.flatten(), 1:]
-        assert torch.equal(moved, native_ids(grid)[target.flatten(), 1:])  # both land exactly on the target tokens
+        assert torch.equal(moved, flux_ids(*grid)[target.flatten(), 1:])  # both land exactly on the target tokens

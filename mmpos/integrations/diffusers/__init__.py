@@ -6,11 +6,15 @@
     params = train_only_pe(pipe.transformer)                                        # fine-tune only the PE
     restore(pipe.transformer)                                                       # back to stock
 """
-from .api import cast_keeping_pe_fp32, pe_parameters, position_module, resolve_attention_backend, restore, set_pe, train_only_pe
+from .api import position_module, restore, set_pe
+from .backends import resolve_attention_backend
 from .context_parallel import shard_like_context_parallel
+from .installer import EDIT, ENCODING, AttentionSlot, ProcessorInstaller
+from .layer_rotation import LayerRotation
 from .models import supported_classes
+from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
 from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
 
 __all__ = ["set_pe", "restore", "cast_keeping_pe_fp32", "position_module", "pe_parameters", "train_only_pe", "resolve_attention_backend",
            "shard_like_context_parallel", "supported_classes", "EncodingRotation", "FluxPEAttnProcessor",
-           "WanPEAttnProcessor"]
+           "WanPEAttnProcessor", "ProcessorInstaller", "AttentionSlot", "ENCODING", "EDIT", "LayerRotation"]

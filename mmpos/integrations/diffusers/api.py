@@ -1,9 +1,13 @@
-"""``set_pe`` / ``restore`` / ``pe_parameters`` / ``train_only_pe`` for diffusers' Flux and Wan transformers."""
+"""``set_pe`` / ``restore`` / ``position_module`` for diffusers' Flux and Wan transformers: the model's encodings.
+
+Processors go through the one installer (:mod:`.installer`, the ``"encoding"`` level of each layer's slot);
+PE-parameter training is in :mod:`.pe_training`, backend names in :mod:`.backends`, model checks in :mod:`.checks`.
+"""
 from __future__ import annotations
 
 import inspect
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -12,25 +16,25 @@ from ...encodings.base import PEKind
 from ...encodings.per_block import check_model_coordinates, create_block_pes
 from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
+from .backends import resolve_attention_backend
+from .checks import check_coord_axes, check_no_sharded_seam, check_stock_processors, pe_pre_forward_hook
+from .installer import ENCODING, ProcessorInstaller
 from .models import ModelSpec, spec_for
-from .positions import FluxPositions, IdsPrecisionCheck, WanPositions
+from .positions import FluxPositions, WanPositions
 from .processors import (EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor, flux_stock_rotation,
                          wan_stock_rotation)
 
 NATIVE = "native"
 # rope_axial options that keep the stock operator meaningful for pe="native" (spectrum changes only)
 NATIVE_OPTIONS = ("theta", "extrapolation", "pair_scale", "table_precision")
-AUTO_BACKEND = "auto"
 
 
 @dataclass
 class _Installed:
-    """What ``set_pe`` replaced, so that ``restore`` can put it back."""
+    """What ``set_pe`` replaced besides the processors (those are in the installer), for ``restore``."""
 
     pe: str
     position_module: nn.Module
-    processors: dict = field(default_factory=dict)  # attention module -> its stock processor
-    hook_id: int = -1
 
 
 def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False, coord_axes=None,
@@ -58,16 +62,16 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     :func:`position_module` for the counters.
     """
     spec = spec_for(transformer)
-    _check_no_sharded_seam(transformer, spec)
+    check_no_sharded_seam(transformer, spec)
     if getattr(transformer, "_mmpos_installed", None) is not None:
         restore(transformer)
     num_axes = len(spec.axis_names)
-    coord_axes = _check_coord_axes(coord_axes, spec)
+    coord_axes = check_coord_axes(coord_axes, spec)
     backend = None if attention_backend is None else resolve_attention_backend(attention_backend)
     heads, head_dim = spec.num_heads(transformer), spec.head_dim(transformer)
-    attention = spec.attention_modules(transformer)
-    _check_stock_processors(attention, spec)
-    encodings = _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, len(attention))
+    beneath = _processors_beneath_encoding(transformer, spec)
+    check_stock_processors(beneath, spec)
+    encodings = _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, len(beneath))
     group_sizes = [_check_fits(e, spec, head_dim, heads, coord_axes or tuple(range(num_axes))) for e in encodings]
 
     native = pe == NATIVE
@@ -79,15 +83,12 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
         rotation = EncodingRotation(encodings, per_layer, group_sizes)
     processor_cls = FluxPEAttnProcessor if spec.family == "flux" else WanPEAttnProcessor
 
-    installed = _Installed(pe=pe, position_module=stock_position)
-    for layer, (_, module) in enumerate(attention):
-        stock = module.processor
-        installed.processors[module] = stock
-        module.set_processor(processor_cls(rotation, layer, getattr(stock, "_attention_backend", None),
-                                           getattr(stock, "_parallel_config", None)))
+    processors = {layer: processor_cls(rotation, layer, getattr(stock, "_attention_backend", None),
+                                       getattr(stock, "_parallel_config", None))
+                  for layer, (_, stock) in enumerate(beneath)}
+    ProcessorInstaller.of(transformer).fill(ENCODING, processors, hook=pe_pre_forward_hook(spec))
     setattr(transformer, spec.position_attr, seam)
-    installed.hook_id = transformer.register_forward_pre_hook(_pre_forward_hook(spec), with_kwargs=True).id
-    transformer._mmpos_installed = installed
+    transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position)
     if backend is not None:
         transformer.set_attention_backend(backend)
     return transformer
@@ -100,16 +101,13 @@ def restore(transformer: nn.Module) -> nn.Module:
     if installed is None:
         raise ValueError(f"{type(transformer).__name__} has no mmpos encoding installed (call set_pe first)")
     spec = spec_for(transformer)
-    _check_no_sharded_seam(transformer, spec)
+    check_no_sharded_seam(transformer, spec)
     seam = getattr(transformer, spec.position_attr)
     probe = getattr(seam, "native_dtype_probe", None)
     if probe is not None:  # the stock module missed the .to() calls made while the seam was installed
         installed.position_module.to(probe.device, probe.dtype)
     setattr(transformer, spec.position_attr, installed.position_module)
-    for module, processor in installed.processors.items():
-        module.set_processor(processor)
-    transformer._forward_pre_hooks.pop(installed.hook_id, None)  # by id: a deep copy's hook too
-    transformer._forward_pre_hooks_with_kwargs.pop(installed.hook_id, None)
+    ProcessorInstaller.find(transformer).clear(transformer, ENCODING)
     transformer._mmpos_installed = None
     return transformer
 
@@ -123,82 +121,12 @@ def position_module(transformer: nn.Module):
     return getattr(transformer, spec_for(transformer).position_attr)
 
 
-def pe_parameters(transformer: nn.Module) -> list[nn.Parameter]:
-    """The parameters of the installed encodings (e.g. RoPE-Mixed frequencies, HARoPE's skew parameters)."""
-    return list(position_module(transformer).encodings.parameters())
-
-
-def train_only_pe(transformer: nn.Module) -> list[nn.Parameter]:
-    """Freeze every parameter except the encodings'; returns those (for the optimiser)."""
-    trainable = pe_parameters(transformer)
-    if not trainable:
-        raise ValueError(f"the installed encoding {transformer._mmpos_installed.pe!r} has no parameters to train")
-    transformer.requires_grad_(False)
-    for p in trainable:
-        p.requires_grad_(True)
-    return trainable
-
-
-def cast_keeping_pe_fp32(transformer: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """``transformer.to(dtype)`` except the installed encodings' parameters, which keep their fp32 values
-    (learned frequencies rounded to bf16 would move every position's phase)."""
-    encodings = position_module(transformer).encodings
-    saved = {k: v.detach().clone() for k, v in encodings.state_dict().items()}
-    transformer.to(dtype)
-    encodings.float()
-    encodings.load_state_dict(saved)
-    return transformer
-
-
-def resolve_attention_backend(backend: str) -> str:
-    """A diffusers dispatch backend name, checked (known name, installed requirements); ``"auto"`` is xformers
-    on CUDA when it imports, else SDPA (``"native"``)."""
-    from diffusers.models.attention_dispatch import AttentionBackendName, _check_attention_backend_requirements
-
-    if backend == AUTO_BACKEND:
-        return "xformers" if torch.cuda.is_available() and _xformers_importable() else "native"
-    names = sorted(b.value for b in AttentionBackendName)
-    if backend not in names:
-        raise ValueError(f"attention_backend={backend!r} must be one of {names} or {AUTO_BACKEND!r}")
-    _check_attention_backend_requirements(AttentionBackendName(backend))
-    return backend
-
-
-def _xformers_importable() -> bool:
-    try:
-        import xformers.ops  # noqa: F401
-    except Exception:  # ImportError, or a build that does not match the installed torch
-        return False
-    return True
-
-
-def _check_no_sharded_seam(transformer, spec: ModelSpec) -> None:
-    """Wan's context-parallel plan hooks the position module itself: swapping it afterwards would drop the hook
-    (tables unsharded while tokens are). Flux's plan shards the model inputs, so it does not matter there."""
-    if spec.family == "wan" and getattr(transformer, "_parallel_config", None) is not None:
-        raise RuntimeError("WanTransformer3DModel: call set_pe/restore before enable_parallelism (its context-"
-                           "parallel plan hooks the `rope` module that set_pe replaces)")
-
-
-def _check_stock_processors(attention, spec: ModelSpec) -> None:
-    """Refuse to replace processors that carry more than the stock one (IP-Adapter, custom code)."""
-    stock_cls = spec.stock_processor()
-    for name, module in attention:
-        if type(module.processor) is not stock_cls:
-            raise TypeError(f"{name} uses {type(module.processor).__name__}; set_pe replaces only the stock "
-                            f"{stock_cls.__name__} (its extra behaviour would be lost). Reset it first, e.g. "
-                            "transformer.set_attn_processor(...) with the stock processors")
-
-
-def _check_coord_axes(coord_axes, spec: ModelSpec):
-    if coord_axes is None:
-        return None
-    num_axes = len(spec.axis_names)
-    axes = tuple(coord_axes)
-    if not axes or any(not isinstance(a, int) or not 0 <= a < num_axes for a in axes) or len(set(axes)) != len(axes):
-        raise ValueError(f"coord_axes={coord_axes!r}: expected distinct indices into the {spec.family} coordinate "
-                         f"axes {spec.axis_names}")
-    return axes
+def _processors_beneath_encoding(transformer, spec: ModelSpec) -> list[tuple[str, object]]:
+    """Per attention layer, its name and the processor the encoding level sits on (an edit may be above it)."""
+    installer = ProcessorInstaller.find(transformer)
+    if installer is None:
+        return [(name, module.processor) for name, module in spec.attention_modules(transformer)]
+    return [(slot.name, slot.below(ENCODING)) for slot in installer.slots]
 
 
 def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_layers):
@@ -286,35 +214,3 @@ def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes)
     return WanPositions(encodings, native, coord_axes, transformer.config.patch_size, native_dtype).to(device)
 
 
-def _pre_forward_hook(spec: ModelSpec):
-    """Record the activation dtype for the seam and, on Flux, check that the ids match the tokens."""
-    check_precision = IdsPrecisionCheck()
-
-    def hook(module, args, kwargs):
-        hidden_states = kwargs.get("hidden_states", args[0] if args else None)
-        if isinstance(hidden_states, torch.Tensor):
-            getattr(module, spec.position_attr).activation_dtype = hidden_states.dtype
-        if spec.family == "flux":
-            _check_flux_ids(hidden_states, kwargs.get("encoder_hidden_states", _positional(args, 1)),
-                            kwargs.get("img_ids", _positional(args, 4)), kwargs.get("txt_ids", _positional(args, 5)),
-                            check_precision)
-        return None
-
-    return hook
-
-
-def _positional(args, index):
-    return args[index] if len(args) > index else None
-
-
-def _check_flux_ids(hidden_states, encoder_hidden_states, img_ids, txt_ids, check_precision):
-    pairs = (("img_ids", img_ids, "hidden_states", hidden_states),
-             ("txt_ids", txt_ids, "encoder_hidden_states", encoder_hidden_states))
-    for ids_name, ids, tokens_name, tokens in pairs:
-        if not isinstance(ids, torch.Tensor) or not isinstance(tokens, torch.Tensor):
-            continue
-        check_precision(ids_name, ids)
-        count = ids.shape[-2] if ids.dim() >= 2 else -1
-        if count != tokens.shape[1]:
-            raise ValueError(f"{ids_name} has shape {tuple(ids.shape)} ({count} positions) but {tokens_name} has "
-                             f"{tokens.shape[1]} tokens; expected [{tokens.shape[1]}, 3]")

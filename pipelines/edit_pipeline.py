@@ -1,4 +1,5 @@
-"""Pieces shared by the editing pipelines: rule installation, config coercion, latent packing."""
+"""What every editing pipeline shares: `EditPipelineMixin` (layer rules, an `EditSession` over the pipeline's
+transformer, VAE packing) and `coerce_config` (a config dataclass from an instance, a dict or None)."""
 from __future__ import annotations
 
 from dataclasses import fields

@@ -1,0 +1,128 @@
+"""One processor installer for a diffusers transformer: a slot per attention layer, one pre-forward hook.
+
+Every attention layer has a slot with levels, from the bottom up:
+
+    original   the processor found when mmpos first installed anything (diffusers' stock one)
+    encoding   filled by :func:`~mmpos.integrations.diffusers.set_pe`: applies an mmpos encoding
+    edit       filled by an edit (``mmpos.pipelines.EditSession``): runs a rule, or the level below
+
+A layer runs its highest filled level; a processor finds the one beneath it with :meth:`AttentionSlot.below`
+at call time, so an edit installed over ``set_pe`` runs the ``set_pe`` processor whenever its rule is off, and
+``set_pe`` called while an edit is installed slides under it. Each level may add a pre-forward hook; the
+installer registers a single hook on the transformer that runs them in level order (the encoding's hook first:
+it records the activation dtype the position module reads; then the edit's, which may rewrite the inputs).
+Emptying a level puts back what the layers ran before; emptying the last one restores the original processors
+and removes the hook and the installer.
+
+    installer = ProcessorInstaller.of(transformer)
+    installer.fill("edit", {3: processor_for_layer_3}, hook=pre_forward)
+    ...
+    installer.clear("edit")
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from torch import nn
+
+from .models import spec_for
+
+ENCODING, EDIT = "encoding", "edit"
+LEVELS = (ENCODING, EDIT)
+ATTRIBUTE = "_mmpos_attention_slots"
+
+
+@dataclass(eq=False)
+class AttentionSlot:
+    """One attention layer: its module, the processor it had before mmpos, and the processor per level."""
+
+    name: str
+    module: nn.Module
+    original: object
+    levels: dict = field(default_factory=dict)  # level name -> processor
+
+    def top(self):
+        """The processor this layer runs now."""
+        return self.below(None)
+
+    def below(self, level: Optional[str]):
+        """The processor of the highest filled level under ``level`` (``None``: of all), else the original."""
+        order = LEVELS if level is None else LEVELS[: LEVELS.index(level)]
+        for name in reversed(order):
+            if name in self.levels:
+                return self.levels[name]
+        return self.original
+
+
+class ProcessorInstaller:
+    """The slots of one transformer (layer order: Flux double blocks then single blocks; Wan blocks)."""
+
+    def __init__(self, transformer: nn.Module):
+        attention = spec_for(transformer).attention_modules(transformer)
+        self.slots = [AttentionSlot(name, module, module.processor) for name, module in attention]
+        self.hooks: dict[str, Callable] = {}
+        self.hook_id = transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True).id
+
+    @classmethod
+    def of(cls, transformer: nn.Module) -> "ProcessorInstaller":
+        """The transformer's installer, created (original processors recorded) on first use."""
+        installer = getattr(transformer, ATTRIBUTE, None)
+        if installer is None:
+            installer = cls(transformer)
+            setattr(transformer, ATTRIBUTE, installer)
+        return installer
+
+    @staticmethod
+    def find(transformer: nn.Module) -> Optional["ProcessorInstaller"]:
+        return getattr(transformer, ATTRIBUTE, None)
+
+    def filled(self, level: str) -> bool:
+        return level in self.hooks or any(level in slot.levels for slot in self.slots)
+
+    def fill(self, level: str, processors: dict, hook: Optional[Callable] = None) -> None:
+        """Install ``processors`` (layer index -> processor) at ``level`` and the level's pre-forward ``hook``
+        (``hook(module, args, kwargs) -> None | (args, kwargs)``). Checked before anything changes."""
+        _check_level(level)
+        if self.filled(level):
+            raise RuntimeError(f"the {level!r} level is already filled; clear it first")
+        for index in processors:
+            if not 0 <= index < len(self.slots):
+                raise ValueError(f"layer index {index} is out of range; the transformer has {len(self.slots)} "
+                                 "attention layers (Flux: double blocks first, then single blocks)")
+        for index, processor in processors.items():
+            self.slots[index].levels[level] = processor
+        if hook is not None:
+            self.hooks[level] = hook
+        self._apply()
+
+    def clear(self, transformer: nn.Module, level: str) -> None:
+        """Empty ``level``; with every level empty, the original processors come back and the installer goes."""
+        _check_level(level)
+        for slot in self.slots:
+            slot.levels.pop(level, None)
+        self.hooks.pop(level, None)
+        self._apply()
+        if not any(slot.levels for slot in self.slots) and not self.hooks:
+            transformer._forward_pre_hooks.pop(self.hook_id, None)  # by id: a deep copy's hook too
+            transformer._forward_pre_hooks_with_kwargs.pop(self.hook_id, None)
+            setattr(transformer, ATTRIBUTE, None)
+
+    def _apply(self) -> None:
+        for slot in self.slots:
+            if slot.module.processor is not slot.top():
+                slot.module.set_processor(slot.top())
+
+    def _pre_forward(self, module, args, kwargs):
+        for level in LEVELS:
+            hook = self.hooks.get(level)
+            if hook is not None:
+                result = hook(module, args, kwargs)
+                if result is not None:
+                    args, kwargs = result
+        return args, kwargs
+
+
+def _check_level(level: str) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"level={level!r} is not supported; expected one of {LEVELS}")
