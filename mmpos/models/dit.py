@@ -6,8 +6,8 @@ identity. The positional encoding is a registry name: absolute ones (``ape_sinco
 ``ape_learned``) are added to the patch tokens; rotary ones (``rope_axial``, ``rope_mixed``, and any
 encoding registered later) act on q and k in every block (one shared instance, or one per block for
 encodings with parameters); the model builds their tables once per forward and the blocks only apply them.
-Built on diffusers' ``ModelMixin``/``ConfigMixin``: ``save_pretrained`` and
-``from_pretrained`` round-trip, schedulers and training utilities apply.
+Built on diffusers' ``ModelMixin``/``ConfigMixin``: ``save_pretrained`` and ``from_pretrained`` round-trip,
+schedulers and training utilities apply.
 
     model = DiT.from_preset("DiT-S/2", pe="rope_mixed", sample_size=32, num_classes=10)
     out = model(latents, timesteps, class_labels).sample     # [B, C, H, W]
