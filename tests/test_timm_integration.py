@@ -443,7 +443,8 @@ def test_coordinates_checked_and_tables_built_once_per_forward(monkeypatch, fami
     model = mt.convert(MODELS[family](depth=4), pe=pe)
     assert len({id(b.attn.pe) for b in model.blocks}) == distinct
     checks = _count_calls(monkeypatch, tables, "check_finite")
-    built = [_count_calls(monkeypatch, pe_, "table") for pe_ in {id(b.attn.pe): b.attn.pe for b in model.blocks}.values()]
+    encodings = {id(b.attn.pe): b.attn.pe for b in model.blocks}.values()
+    built = [_count_calls(monkeypatch, encoding, "table") for encoding in encodings]
     for grad in (False, True):  # cached tables (no grad) and tables rebuilt for autograd
         with torch.set_grad_enabled(grad):
             model(torch.randn(2, 3, IMG, IMG))
