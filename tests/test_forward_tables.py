@@ -4,8 +4,8 @@ import torch
 
 import mmpos.ops.tables as tables
 from mmpos.coords import image_grid
-from mmpos.encodings.blockwise import create_block_pes
-from mmpos.ops.forward_tables import ForwardTables, rotate_qk, run_dtype
+from mmpos.encodings.per_block import create_block_pes
+from mmpos.ops.forward_tables import ForwardTables, run_dtype
 
 
 def encodings(name, count, **options):
@@ -43,7 +43,7 @@ def test_rotate_qk_equals_the_encodings_forward(name):
     q, k = torch.randn(2, 2, 12, 16, dtype=torch.float64), torch.randn(2, 2, 12, 16, dtype=torch.float64)
     coords = image_grid(3, 4)
     built = ForwardTables([pe], coords, torch.float64, "cpu")
-    for got, expected in zip(rotate_qk(pe, q, k, built.get(pe, q)), pe(q, k, coords)):
+    for got, expected in zip(pe.rotate_qk(q, k, built.get(pe, q)), pe(q, k, coords)):
         assert torch.equal(got, expected)
 
 

@@ -27,7 +27,7 @@ from ..coords.grids import MODES, image_grid
 from ..encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ..encodings.base import PEKind
 from ..encodings.registry import pe_class
-from ..ops.forward_tables import ForwardTables, rotate_qk, run_dtype
+from ..ops.forward_tables import ForwardTables, run_dtype
 
 # name: (depth, hidden_size, num_heads), as in the DiT paper (Table 1); patch 2, 4 or 8 after the slash.
 DIT_SIZES = {"S": (12, 384, 6), "B": (12, 768, 12), "L": (24, 1024, 16), "XL": (28, 1152, 16)}
@@ -74,7 +74,7 @@ class DiTAttention(nn.Module):
         B, L, C = x.shape
         q, k, v = self.qkv(x).reshape(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if pe is not None:
-            q, k = rotate_qk(pe, q, k, tables.get(pe, q))
+            q, k = pe.rotate_qk(q, k, tables.get(pe, q))
         x = F.scaled_dot_product_attention(q, k, v)
         return self.proj(x.transpose(1, 2).reshape(B, L, C))
 

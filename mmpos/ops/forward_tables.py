@@ -3,11 +3,10 @@
 As in timm's Eva (``rope`` built in ``_pos_embed``, handed to every block) and diffusers' position modules:
 the coordinates are checked once per forward and each distinct encoding builds its table once per forward,
 instead of every attention layer calling ``pe(q, k, coords)`` (a finiteness check, a host sync on CUDA, and a
-cache lookup per layer). Encodings are used through their public methods only: ``table``, ``rotate`` and,
-where an encoding has one, ``rotate_qk``.
+cache lookup per layer). Encodings are used through their public methods only: ``table`` and ``rotate_qk``.
 
     tables = ForwardTables([block.pe for block in blocks], coords, run_dtype, device)   # once per forward
-    q, k = rotate_qk(pe, q, k, tables.get(pe, q))                                      # in each attention
+    q, k = pe.rotate_qk(q, k, tables.get(pe, q))                                       # in each attention
 """
 from __future__ import annotations
 
@@ -19,14 +18,6 @@ from torch import nn
 
 from .rotation import compute_dtype
 from .tables import finite_checked
-
-
-def rotate_qk(pe: nn.Module, q: torch.Tensor, k: torch.Tensor, table):
-    """``q, k`` turned by ``pe`` with a table from ``pe.table``: the encoding's ``rotate_qk`` where it has one
-    (HARoPE applies ``M`` to q and ``M^-T`` to k first), else ``pe.rotate`` on each."""
-    if hasattr(pe, "rotate_qk"):
-        return pe.rotate_qk(q, k, table)
-    return pe.rotate(q, table), pe.rotate(k, table)
 
 
 def run_dtype(x: torch.Tensor) -> torch.dtype:
