@@ -54,11 +54,11 @@ if [ -n "${TRAIN_PID:-}" ]; then
 fi
 
 echo "##### phase B: benchmarks (GPU to themselves)"
-part bench_rotary 75 python3 scripts/bench_rotary.py --device cuda --repeats 20 --out "$RESULTS/bench_rotary_cuda.json"
-part bench_variants 60 python3 scripts/bench_variants.py --device cuda --out "$RESULTS/bench_variants_cuda.json"
-part bench_flux 50 python3 scripts/bench_backbones.py --part flux --device cuda --rounds 5 \
+part bench_rotary 75 python3 benchmarks/bench_rotary.py --device cuda --repeats 20 --out "$RESULTS/bench_rotary_cuda.json"
+part bench_variants 60 python3 benchmarks/bench_variants.py --device cuda --out "$RESULTS/bench_variants_cuda.json"
+part bench_flux 50 python3 benchmarks/bench_backbones.py --part flux --device cuda --rounds 5 \
     --out "$RESULTS/bench_backbones_flux_cuda.json"
-part bench_vit 60 python3 scripts/bench_backbones.py --part vit --device cuda --dtype bf16 --rounds 3 --repeats 3 \
+part bench_vit 60 python3 benchmarks/bench_backbones.py --part vit --device cuda --dtype bf16 --rounds 3 --repeats 3 \
     --out "$RESULTS/bench_backbones_vit_cuda.json"
 part edit_check 70 python3 scripts/gpu_check_edit.py --device cuda --bench-size flux1024
 for extra in scripts/gpu_parts/*.sh; do  # further parts (each takes the results folder)

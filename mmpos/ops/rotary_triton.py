@@ -6,7 +6,7 @@ this kernel reads each pair once, rotates it in registers and writes the result 
 Opt-in: :func:`mmpos.ops.rotation.rotate` takes it for CUDA tensors only when the environment sets
 ``MMPOS_TRITON=1``. It is tested under Triton's CPU interpreter (``TRITON_INTERPRET=1``) but has not yet
 run on a GPU in this project's checks (``scripts/check_cuda.py`` compares it with the PyTorch path and
-``scripts/bench_rotary.py --device cuda`` times both); it becomes the default once that has been done.
+``benchmarks/bench_rotary.py --device cuda`` times both); it becomes the default once that has been done.
 """
 from __future__ import annotations
 
