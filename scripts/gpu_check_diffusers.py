@@ -15,7 +15,7 @@ import sys
 import torch
 
 from mmpos.integrations.diffusers import cast_keeping_pe_fp32, position_module, restore, set_pe
-from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
 MODELS = {"flux": (tiny_flux, tiny_flux_inputs), "wan": (tiny_wan, tiny_wan_inputs)}
 NTK2 = {"type": "ntk", "factor": 2.0}

@@ -22,7 +22,7 @@ from mmpos.pipelines import (
 from mmpos.pipelines.band import SharedBandAttention
 from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.pipelines.loose import LooseRoPERule, shrink_ids
-from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image
+from fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 from mmpos.coords import flux_ids
 

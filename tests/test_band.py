@@ -7,7 +7,7 @@ from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAt
 from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulationKontextPipeline
 from mmpos.pipelines.band import SharedBandAttention, band_channel_scales, band_pair_scales
 from mmpos.pipelines.context import EditContext, segments_from_ids
-from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
+from fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
 from mmpos.coords import flux_ids
 
