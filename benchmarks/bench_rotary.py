@@ -65,15 +65,16 @@ def make_methods(pe, coords, shape, dtype):
 
 
 def triton_available() -> bool:
-    from mmpos.ops.rotary_triton import triton_available as available
+    """Whether the chosen rotary backend (``MMPOS_TRITON=1``: ``"auto"``) takes the fused kernel on CUDA."""
+    from mmpos.ops.backends import fused_kernel_enabled
 
-    return available()
+    return fused_kernel_enabled()
 
 
 def _without_triton(fn, *args):
-    from mmpos.ops.rotary_triton import triton_disabled
+    from mmpos.ops import rotary_backend
 
-    with triton_disabled():
+    with rotary_backend("torch"):
         return fn(*args)
 
 

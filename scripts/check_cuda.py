@@ -25,7 +25,7 @@ from mmpos.bench.rotary import pair_norm, ulp
 from mmpos.bench.timing import median_seconds
 from mmpos.coords.grids import flux_ids, grid_coords
 from mmpos.demo import DEMO_OPTIONS, demo_encoding
-from mmpos.ops.rotary_triton import triton_disabled
+from mmpos.ops import rotary_backend
 
 GRIDS = {1: (64,), 2: (8, 8), 3: (4, 4, 4)}
 
@@ -71,7 +71,7 @@ def check_kernel(device: str) -> list[dict]:
         x = torch.randn(1, 24, coords.shape[0], 128, device=device, dtype=dtype)
         exact = pe.rotate(x.double(), pe.table(coords, torch.float64))
         fused = pe.rotate(x, pe.table(coords, dtype))
-        with triton_disabled():
+        with rotary_backend("torch"):
             plain = pe.rotate(x, pe.table(coords, dtype))
         spacing, norm_spacing = ulp(exact, dtype), ulp(pair_norm(x.double()), dtype)
         row = dict(dtype=str(dtype).removeprefix("torch."), identical=torch.equal(fused, plain))

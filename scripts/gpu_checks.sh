@@ -7,7 +7,7 @@
 # failure is reported without stopping the others. $OUT receives gpu_checks.log, results.tar (JSON and logs
 # of every part, re-packed after each part) and the world-*.tar checkpoints.
 set -u
-export PYTHONUNBUFFERED=1 MMPOS_TRITON=1  # the fused rotary kernel is checked and timed against the PyTorch path
+export PYTHONUNBUFFERED=1 MMPOS_TRITON=1  # default rotary backend "auto" (mmpos.ops.set_rotary_backend): the fused kernel is checked and timed against the PyTorch path
 OUT=${OUT:-outputs/gpu}
 export OUT
 RESULTS=$(mktemp -d)/results
