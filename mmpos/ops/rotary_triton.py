@@ -4,8 +4,9 @@ The PyTorch path upcasts a 16-bit tensor to an fp32 buffer, multiplies and round
 this kernel reads each pair once, rotates it in registers and writes the result in the input dtype.
 
 Opt-in: :func:`mmpos.ops.rotation.rotate` takes it for CUDA tensors only under the ``"auto"`` or ``"triton"``
-rotary backend (:func:`mmpos.ops.set_rotary_backend`; ``MMPOS_TRITON=1`` makes ``"auto"`` the default). It is tested under Triton's CPU interpreter (``TRITON_INTERPRET=1``) but has not yet
-run on a GPU in this project's checks (``scripts/check_cuda.py`` compares it with the PyTorch path and
+rotary backend (:func:`mmpos.ops.set_rotary_backend`; ``MMPOS_TRITON=1`` makes ``"auto"`` the default). It is
+tested under Triton's CPU interpreter (``TRITON_INTERPRET=1``) but has not yet run on a GPU in this project's
+checks (``tests/cuda/test_rotary_kernel_cuda.py`` compares it with the PyTorch path and
 ``benchmarks/bench_rotary.py --device cuda`` times both); it becomes the default once that has been done.
 """
 from __future__ import annotations
