@@ -38,6 +38,7 @@ def _vae_scaling(vae, images_uint8: torch.Tensor) -> tuple[float, float]:
         z = vae.encode(to_unit(images_uint8[:1024].to(vae.device)).to(vae.dtype)).latent_dist.mode().float()
     return z.mean().item(), 1.0 / z.std().item()
 
+
 class WorldTrainer:
     """One task's model, data, optimiser (prepared by accelerate), EMA and progress."""
 

@@ -28,6 +28,7 @@ def stop_on_sigterm():
     finally:
         signal.signal(signal.SIGTERM, previous)
 
+
 def train(config: dict, out_dir, resume: bool = False, progress: bool = True) -> dict:
     """Train ``config['task']``; write the model (EMA weights), model card and samples under ``out_dir``.
 
