@@ -12,6 +12,7 @@ from .._validation import check_choice
 from ..models.ema import EMA
 from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
                           previous_training)
+from .export import export_model
 from .latents import to_unit
 from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
 from .models import TASKS, build_text_encoder, build_transformer, build_vae, vae_scale_factor
@@ -153,8 +154,6 @@ class WorldTrainer:
 
     def finish(self) -> dict:
         """EMA weights -> final model; model card; export under ``out_dir/world-<task>/``."""
-        from .export import export_model
-
         config, task, data = self.config, self.task, self.data
         final = self.ema.copy_to(copy.deepcopy(self.raw)).eval()
         data_task = "scenes" if task in ("vae", "t2i") else task
