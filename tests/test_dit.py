@@ -104,7 +104,7 @@ def test_sampling_returns_images_of_the_right_shape(scheduler):
 
 
 def test_frozen_backbone_trains_only_the_encoding():
-    from mmpos.encodings.per_block import freeze_all_but_pe
+    from mmpos.integrations.pe_parameters import freeze_all_but_pe
 
     model = tiny_dit(pe="rope_mixed")
     with torch.no_grad():

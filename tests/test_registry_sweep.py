@@ -15,7 +15,7 @@ from mmpos.camera import invert_pose, orthonormalize, pose_from_rotation_transla
 from mmpos.coords.grids import image_grid
 from mmpos.encodings import Capabilities, PEKind, create_pe, list_pes, pe_capabilities, pe_class, pe_options
 from mmpos.integrations.diffusers import set_pe
-from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 from mmpos.integrations.timm import convert, pe_parameters
 
 from conftest import logits

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .timing import median_seconds
+from timing import median_seconds
 
 SHAPES = {  # name: (B, H, L, D, axes_dims)
     "flux": ((1, 24, 4608, 128), (16, 56, 56)),
@@ -26,7 +26,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def shape_coords(name: str, length: int) -> torch.Tensor:
-    from ..coords.grids import flux_ids, grid_coords
+    from mmpos.coords.grids import flux_ids, grid_coords
 
     if name == "flux":
         return flux_ids(64, 64, text_length=length - 64 * 64)  # 1024x1024 image (64x64 tokens) + 512 text
@@ -65,15 +65,16 @@ def make_methods(pe, coords, shape, dtype):
 
 
 def triton_available() -> bool:
-    from ..ops.rotary_triton import triton_available as available
+    """Whether the chosen rotary backend (``MMPOS_TRITON=1``: ``"auto"``) takes the fused kernel on CUDA."""
+    from mmpos.ops.backends import fused_kernel_enabled
 
-    return available()
+    return fused_kernel_enabled()
 
 
 def _without_triton(fn, *args):
-    from ..ops.rotary_triton import triton_disabled
+    from mmpos.ops import rotary_backend
 
-    with triton_disabled():
+    with rotary_backend("torch"):
         return fn(*args)
 
 
@@ -145,7 +146,7 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="mmpos bench", description=__doc__,
+    parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))

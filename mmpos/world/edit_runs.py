@@ -1,8 +1,8 @@
 """The PE editing pipelines (:mod:`mmpos.pipelines`) run on the world models and the world's edit pairs.
 
-- :func:`run_transplant`: PE transplant (``PosBridgeFillPipeline``) on :func:`~mmpos.world.edits.transplant_pair`.
-- :func:`run_loose`: LooseRoPE (``LooseRoPEKontextPipeline``) on :func:`~mmpos.world.edits.harmonise_pair`.
-- :func:`run_band`: band modulation (``BandModulationFluxPipeline``) on :func:`~mmpos.world.edits.style_set`.
+- :func:`run_transplant`: PE transplant (``PosBridgeFillPipeline``) on :func:`~mmpos.world.edit_pairs.transplant_pair`.
+- :func:`run_loose`: LooseRoPE (``LooseRoPEKontextPipeline``) on :func:`~mmpos.world.edit_pairs.harmonise_pair`.
+- :func:`run_band`: band modulation (``BandModulationFluxPipeline``) on :func:`~mmpos.world.edit_pairs.style_set`.
 
 Each returns uint8 outputs ``[N, S, S, 3]`` in example order and the last call's pipeline output (for the
 diagnostic figures); example ``i`` samples with ``seed + i``. Configs are the pipelines' own (dataclass or dict);

@@ -1,18 +1,20 @@
 """CUDA check of the learned rotary variants: bf16 and fp32 on the GPU against fp64 on the CPU.
 
 Prints one row per encoding: max |error| of the rotated q (relative to max |q|) and of the logits
-(relative to max |logit|), and whether the parameter gradients are finite. Exit status 1 if any error is
-above its tolerance. Usage: ``python scripts/gpu_check_variants.py [--device cuda]``.
+(relative to max |logit|), and whether the parameter gradients are finite. Fails if any error is
+above its tolerance. Usage: ``pytest -m cuda tests/cuda/test_variants_cuda.py -s``.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 
+import pytest
 import torch
 
 import mmpos
 from mmpos.coords import flux_ids, grid_coords
+
+pytestmark = pytest.mark.cuda
 
 CASES = {  # name: (create_pe options, B, H, grid or "flux")
     "comrope_ap b=2": (dict(name="comrope_ap", block_size=2, num_prefix_tokens=1, prefix_at_centre=True), (14, 14)),
@@ -85,5 +87,5 @@ def main(argv=None) -> int:
     return 0 if all(r[-1] for r in rows) else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def test_learned_variants_on_cuda(check_device):
+    assert main(["--device", check_device]) == 0

@@ -5,24 +5,25 @@
 2. position ids built on the device equal the CPU ones (MRoPE with/without spatial reset, VRoPE);
 3. a tiny Qwen3-VL / Qwen2-VL built on the device: text-only logits bit-identical after switching its RoPE,
    and a multimodal forward that runs;
-4. the benchmark with ``--device``.
+The benchmark (``benchmarks/bench_multimodal_rope.py --device cuda``) runs after the checks in
+scripts/gpu_checks.sh.
 
-    python3 scripts/gpu_check_multimodal_rope.py --device cuda
+    pytest -m cuda tests/cuda/test_multimodal_rope_cuda.py -s
 """
 import argparse
 import json
-import sys
+import os
 from pathlib import Path
 
+import pytest
 import torch
+from bench_multimodal_rope import lm_prompt  # benchmarks/ (on the test path)
+from bench_rotary import ulp
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import mmpos
+from mmpos.coords.multimodal import multimodal_position_ids
 
-import mmpos  # noqa: E402
-from mmpos.bench.multimodal import lm_prompt, main as bench_main  # noqa: E402
-from mmpos.bench.rotary import ulp  # noqa: E402
-from mmpos.coords.multimodal import multimodal_position_ids  # noqa: E402
+pytestmark = pytest.mark.cuda
 
 
 def half_pair_norm(x):
@@ -96,19 +97,15 @@ def check_models(device):
     return ok
 
 
-def main():
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--out-dir", type=Path, default=Path("outputs"), help="where the JSON files go")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     worst = check_rotation(args.device)
     ids_ok = check_ids(args.device)
     models_ok = check_models(args.device)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    if not args.skip_bench:
-        bench_main(["--device", args.device, "--dtypes", "bf16", "--repeats", "10",
-                    "--out", str(args.out_dir / f"bench_multimodal_rope_{args.device}.json")])
     passed = worst <= 1.0 and ids_ok and models_ok
     summary = dict(device=args.device, worst_bf16_err_ulp_of_pair_norm=worst, ids_identical=ids_ok,
                    models_text_bit_identical_and_finite=models_ok, passed=passed)
@@ -117,5 +114,7 @@ def main():
     return 0 if passed else 1
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def test_multimodal_rope_on_cuda(tmp_path, check_device):
+    """bf16 within 1 ulp of the pair norm; ids equal the CPU ones; tiny Qwen-VL text logits bit-identical."""
+    out_dir = Path(os.environ.get("MMPOS_CUDA_OUT", tmp_path))  # set by scripts/gpu_checks.sh
+    assert main(["--device", check_device, "--out-dir", str(out_dir)]) == 0

@@ -1,11 +1,11 @@
 """Backbone benchmarks: ``--part vit`` (timm ViT step time per encoding vs NoPE), ``--part flux`` (Flux forward
 with mmpos processors vs stock diffusers), ``--part all``. Other arguments go to each part
-(``python scripts/bench_backbones.py --part flux --help``)."""
+(``python benchmarks/bench_backbones.py --part flux --help``)."""
 import argparse
 import importlib
 import sys
 
-PARTS = {"vit": "mmpos.bench.backbones_vit", "flux": "mmpos.bench.backbones_flux"}
+PARTS = {"vit": "backbones_vit", "flux": "backbones_flux"}  # modules beside this script
 
 
 def main(argv=None) -> int:

@@ -4,21 +4,22 @@ For each encoding, the same weights run on the CPU in fp64 (reference) and on CU
 relative error ``max |out - ref| / max |ref|`` of the outputs. bf16 errors of a few 1e-3 are bf16 rounding
 of activations; fp32 errors should be ~1e-6.
 
-    python scripts/gpu_check_backbones.py                  # needs CUDA
-    python scripts/gpu_check_backbones.py --device cpu     # dry run of the same checks on the CPU
+    pytest -m cuda tests/cuda/test_backbones_cuda.py -s
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import sys
 
+import pytest
 import timm
 import torch
 
 from mmpos.integrations.timm import convert
 from mmpos.integrations.timm.models import image_pes
 from mmpos.models import DiT, make_noise_scheduler, sample_dit
+
+pytestmark = pytest.mark.cuda
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -79,5 +80,6 @@ def main(argv=None) -> int:
     return 0 if worst < 1e-4 and all(r["bf16"] < 5e-2 for r in rows) else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def test_backbones_on_cuda(check_device):
+    """fp32 within 1e-4 and bf16 autocast within 5e-2 of fp64 for every image encoding (timm ViT and DiT)."""
+    assert main(["--device", check_device]) == 0

@@ -1,6 +1,6 @@
 """CUDA correctness of the registered encodings in bf16 and of the attention backends.
 
-    python scripts/check_cuda.py [--out outputs/check_cuda.json]
+    pytest -m cuda tests/cuda/test_encodings_cuda.py -s     (JSON: $MMPOS_CUDA_OUT/check_cuda.json)
 
 1. Every registered rotary / absolute encoding (built with the demo's small options) runs on CUDA in
    bf16 and is compared with the same module in fp64 on the CPU: max error in bf16 ulps (rotary) or
@@ -15,18 +15,22 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 import torch
 import torch.nn.functional as F
 
 import mmpos
-from mmpos.bench.rotary import pair_norm, ulp
-from mmpos.bench.timing import median_seconds
+from bench_rotary import pair_norm, ulp  # benchmarks/ (on the test path)
+from timing import median_seconds
 from mmpos.coords.grids import flux_ids, grid_coords
 from mmpos.demo import DEMO_OPTIONS, demo_encoding
-from mmpos.ops.rotary_triton import triton_disabled
+from mmpos.ops import rotary_backend
 
+pytestmark = pytest.mark.cuda
 GRIDS = {1: (64,), 2: (8, 8), 3: (4, 4, 4)}
 
 
@@ -71,7 +75,7 @@ def check_kernel(device: str) -> list[dict]:
         x = torch.randn(1, 24, coords.shape[0], 128, device=device, dtype=dtype)
         exact = pe.rotate(x.double(), pe.table(coords, torch.float64))
         fused = pe.rotate(x, pe.table(coords, dtype))
-        with triton_disabled():
+        with rotary_backend("torch"):
             plain = pe.rotate(x, pe.table(coords, dtype))
         spacing, norm_spacing = ulp(exact, dtype), ulp(pair_norm(x.double()), dtype)
         row = dict(dtype=str(dtype).removeprefix("torch."), identical=torch.equal(fused, plain))
@@ -114,7 +118,7 @@ def check_attention(device: str) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=Path("outputs/check_cuda.json"))
@@ -130,8 +134,20 @@ def main(argv=None) -> int:
             print("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
-    return 0
+    return results
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _out_dir(tmp_path) -> Path:
+    """Where the JSON results go: ``$MMPOS_CUDA_OUT`` (set by scripts/gpu_checks.sh) or the test's folder."""
+    return Path(os.environ.get("MMPOS_CUDA_OUT", tmp_path))
+
+
+def test_encodings_kernel_and_attention_on_cuda(tmp_path, check_device):
+    """Nothing fails; the kernel and the PyTorch path round bf16 once (<= 1 ulp of the pair norm); SDPA's bf16
+    output is within 2e-2 of fp32 attention."""
+    results = main(["--device", check_device, "--out", str(_out_dir(tmp_path) / "check_cuda.json")])
+    assert [row["encoding"] for row in results["encodings"] if row["status"] == "FAILED"] == []
+    (bf16,) = [row for row in results["kernel"] if row["dtype"] == "bfloat16"]
+    assert bf16["fused_max_ulp_of_pair_norm"] <= 1.0 and bf16["torch_max_ulp_of_pair_norm"] <= 1.0
+    (sdpa,) = [row for row in results["attention"] if row["backend"] == "sdpa"]
+    assert sdpa["rel_err_vs_fp32"] < 2e-2

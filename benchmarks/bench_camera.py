@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .timing import median_seconds
+from timing import median_seconds
 
 SHAPES = {  # name: (batch, heads, head_dim, cameras, (rows, cols), image (H, W))
     "tiny": (1, 2, 48, 3, (6, 8), (96, 128)),
@@ -31,7 +31,7 @@ ENCODINGS = ("plucker", "prope", "ucpe", "rayrope")
 
 def make_rig(cameras: int, batch: int, dtype=torch.float64, seed: int = 0):
     """A smooth orbit rig: ``(c2w [B, C, 4, 4], intrinsics [B, C, 3, 3] for image (H, W) set later)``."""
-    from ..camera.presets import preset_trajectory
+    from mmpos.camera.presets import preset_trajectory
 
     g = torch.Generator().manual_seed(seed)
     trajectory = preset_trajectory("arc", cameras, degrees=50.0)
@@ -42,9 +42,9 @@ def make_rig(cameras: int, batch: int, dtype=torch.float64, seed: int = 0):
 
 def build(name: str, head_dim: int, cameras: int, batch: int, grid, image, dtype, device):
     """(encoding, run(q, k, v) -> output) with geometry in ``dtype`` on ``device``."""
-    from ..camera.poses import invert_pose
-    from ..camera.rays import ray_grid
-    from ..encodings import create_pe
+    from mmpos.camera.poses import invert_pose
+    from mmpos.camera.rays import ray_grid
+    from mmpos.encodings import create_pe
 
     c2w, trajectory = make_rig(cameras, batch)
     height, width = image
@@ -154,3 +154,7 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

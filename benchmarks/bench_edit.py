@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from mmpos.bench.timing import median_seconds
+from timing import median_seconds
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -74,9 +74,9 @@ def _peak_mib(device):
 
 def cases(side: int):
     """name -> (kontext, batch, rules factory(transformer, num_layers) -> EditContext)."""
-    from .band import BandConfig, ContextBandScaling, SharedBandAttention
-    from .context import EditContext
-    from .loose import LooseConfig, LooseRoPERule
+    from mmpos.pipelines import BandConfig, EditContext, LooseConfig
+    from mmpos.pipelines.band import ContextBandScaling, SharedBandAttention
+    from mmpos.pipelines.loose import LooseRoPERule
 
     axes = (16, 56, 56)
     pixels = side * 16
@@ -102,7 +102,7 @@ def cases(side: int):
 
 
 def run(size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: int = 5) -> list[dict]:
-    from .context import EditSession
+    from mmpos.pipelines import EditSession
 
     side, text_len, num_double, num_single, heads, text_dim = SIZES[size]
     device = torch.device(device)
@@ -149,3 +149,7 @@ def main(argv=None) -> int:
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {out}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

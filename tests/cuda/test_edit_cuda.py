@@ -1,13 +1,15 @@
 """Device check of the editing pipelines: identity paths bit-exact on the device, edited attention in bf16 against
-fp64 CPU math (with the stock processor's bf16 error as the yardstick), then the per-forward benchmark.
+fp64 CPU math (with the stock processor's bf16 error as the yardstick). The per-forward cost is
+``benchmarks/bench_edit.py`` (run after the checks by scripts/gpu_checks.sh).
 
-    python scripts/gpu_check_edit.py --device cuda            # ~1 min on one GPU
+    pytest -m cuda tests/cuda/test_edit_cuda.py -s            # ~1 min on one GPU
 """
 from __future__ import annotations
 
 import argparse
 import math
 
+import pytest
 import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 from diffusers.models.embeddings import apply_rotary_emb
@@ -23,10 +25,12 @@ from mmpos.pipelines.band import SharedBandAttention
 from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines.loose import LooseRoPERule
-from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image
 
 from mmpos.coords import flux_ids
 
+from fixtures.tiny_models import components, embeddings, explicit_qkv, image
+
+pytestmark = pytest.mark.cuda
 AXES = (16, 56, 56)
 
 
@@ -152,8 +156,6 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--bench-size", default="flux1024")
-    parser.add_argument("--skip-bench", action="store_true")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     failed = 0
@@ -167,14 +169,10 @@ def main(argv=None) -> int:
         ratio = edit_err / stock_err
         failed += ratio > 4
         print(f"  {name:48s} {edit_err:10.2e} {stock_err:10.2e} {ratio:6.2f}")
-    if not args.skip_bench:
-        from mmpos.pipelines.bench import main as bench_main
-
-        print("== per-forward cost vs stock")
-        bench_main(["--device", args.device, "--dtype", "bf16", "--size", args.bench_size])
     print("PASS" if not failed else f"{failed} check(s) FAILED")
     return int(bool(failed))
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def test_editing_pipelines_on_cuda(check_device):
+    """Identity paths bit-exact; each edit's bf16 error at most 4x the stock processor's."""
+    assert main(["--device", check_device]) == 0

@@ -1,22 +1,24 @@
-"""Device checks of the diffusers integration (``python3 scripts/gpu_check_diffusers.py --device cuda``).
+"""Device checks of the diffusers integration (``pytest -m cuda tests/cuda/test_diffusers_cuda.py -s``).
 
 1. ``pe="native"`` is bit-identical to the stock Flux / Wan on the device, fp32 and bf16.
 2. bf16 on the device against the fp64 CPU model with the same encoding: relative error of mmpos encodings,
    next to the stock bf16 model's error against stock fp64 (the floor bf16 gives).
 3. One table build for repeated forwards of one shape on the device.
 4. xformers (when importable) against SDPA through ``attention_backend``.
-Prints a compact table; exits 1 if a check fails.
+Prints a compact table; fails if a check fails.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 
+import pytest
 import torch
 
 from mmpos.integrations.diffusers import cast_keeping_pe_fp32, position_module, restore, set_pe
-from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
+
+pytestmark = pytest.mark.cuda
 MODELS = {"flux": (tiny_flux, tiny_flux_inputs), "wan": (tiny_wan, tiny_wan_inputs)}
 NTK2 = {"type": "ntk", "factor": 2.0}
 ENCODINGS = {"stock": None, "native": ("native", {}), "rope_axial": ("rope_axial", {}),
@@ -102,5 +104,5 @@ def main(argv=None) -> int:
     return 0 if all(checks) else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def test_diffusers_integration_on_cuda(check_device):
+    assert main(["--device", check_device]) == 0

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import torch
 
-from .timing import median_seconds
+from timing import median_seconds
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -28,7 +28,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def lm_prompt(num_images: int = 6, frames: int = 8, device="cpu"):
     """Token types of a Qwen3-VL-style prompt: text, images (16x16 tokens), a video (frames of 12x20 tokens,
     each behind timestamp text), text; with its grids in vision patches (merge 2)."""
-    from ..coords.multimodal import IMAGE, TEXT, VIDEO
+    from mmpos.coords.multimodal import IMAGE, TEXT, VIDEO
 
     parts = [torch.full((20,), TEXT)]
     for _ in range(num_images):
@@ -51,7 +51,7 @@ def lm_methods(types, images, video, dtype, device):
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
-    from ..coords.multimodal import multimodal_position_ids
+    from mmpos.coords.multimodal import multimodal_position_ids
 
     ids, _ = multimodal_position_ids(types[None], images, video, spatial_merge_size=2, split_video_frames=True)
     vrope_ids, _ = multimodal_position_ids(types[None], images, video, spatial_merge_size=2,
@@ -90,8 +90,8 @@ def lm_methods(types, images, video, dtype, device):
 
 def dit_methods(dtype, device, frames=8, height=30, width=52):
     import mmpos
-    from ..coords import video_grid
-    from ..coords.vrope import video_grid_ids
+    from mmpos.coords import video_grid
+    from mmpos.coords.vrope import video_grid_ids
 
     length = frames * height * width
     gen = torch.Generator().manual_seed(0)
@@ -141,7 +141,7 @@ def bench_position_ids(device: str, repeats: int, batch: int = 8, log=print) -> 
     """mmpos' vectorised ids vs transformers' Qwen3-VL ``get_rope_index`` on a batch of prompts."""
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
-    from ..coords.multimodal import multimodal_position_ids
+    from mmpos.coords.multimodal import multimodal_position_ids
 
     types, images, video = lm_prompt(device=device)
     types = types[None].expand(batch, -1).contiguous()
@@ -180,7 +180,11 @@ def main(argv=None) -> int:
     out = args.out or Path(f"outputs/bench_multimodal_rope_{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(torch=torch.__version__, threads=torch.get_num_threads(), device=args.device,
-                command="python scripts/bench_multimodal_rope.py " + " ".join(argv or []))
+                command="python benchmarks/bench_multimodal_rope.py " + " ".join(argv or []))
     out.write_text(json.dumps(dict(meta=meta, tables_and_rotation=rows, position_ids=ids_row), indent=1))
     print(f"wrote {out}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """ViT training-step benchmark: one timm ViT converted to each registered image encoding, against NoPE.
 
-Run it as ``python scripts/bench_backbones.py --part vit [options]``.
+Run it as ``python benchmarks/bench_backbones.py --part vit [options]``.
 Every model is the same timm architecture (default ViT-S/16 at 224 px) converted with
 :func:`mmpos.integrations.timm.convert`; ``nope`` is the baseline (stock timm attention, no positions).
 A step is forward + cross-entropy + backward. Models are timed round-robin (one step each per round,
@@ -74,9 +74,9 @@ def target_for(name: str, kind: str) -> float | None:
 def build_models(args, device) -> dict:
     import timm
 
-    from ..encodings import pe_class
-    from ..integrations.timm import convert
-    from ..integrations.timm.models import image_pes
+    from mmpos.encodings import pe_class
+    from mmpos.integrations.timm import convert
+    from mmpos.integrations.timm.models import image_pes
 
     names = args.encodings or image_pes()
     if BASELINE not in names:
@@ -141,3 +141,7 @@ def summary(rows: list[dict]) -> str:
     lines.append(f"\n{first['model']}, batch {first['batch']}, {first['img_size']} px, {first['device']}, "
                  f"{first['dtype']}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -268,3 +268,7 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

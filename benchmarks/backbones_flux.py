@@ -50,7 +50,7 @@ def build_flux(heads: int, double_blocks: int, single_blocks: int, device, dtype
 
 
 def flux_inputs(side: int, text: int, device, dtype) -> dict:
-    from ..coords.grids import flux_ids
+    from mmpos.coords.grids import flux_ids
 
     gen = torch.Generator().manual_seed(0)
     ids = flux_ids(side, side, text_length=text, device=device)
@@ -63,7 +63,7 @@ def flux_inputs(side: int, text: int, device, dtype) -> dict:
 
 def variant_model(base, variant: str):
     """``base`` with the variant's encoding, as new modules sharing ``base``'s parameters (no weight copies)."""
-    from ..integrations.diffusers import set_pe
+    from mmpos.integrations.diffusers import set_pe
 
     model = copy.deepcopy(base, memo={id(p): p for p in base.parameters()})
     if VARIANTS[variant] is not None:
@@ -154,3 +154,7 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
