@@ -9,6 +9,7 @@ from diffusers import DDIMScheduler, DDPMScheduler, FlowMatchEulerDiscreteSchedu
 from mmpos.encodings import list_pes, pe_class
 from mmpos.integrations.timm.models import image_pes
 from mmpos.models import DIT_PRESETS, EMA, DiT, ProceduralShapes, diffusion_loss, make_noise_scheduler, sample_dit
+from fixtures.asserts import assert_grads_match
 
 TINY = dict(sample_size=8, patch_size=2, in_channels=3, hidden_size=32, depth=2, num_heads=2, num_classes=4)
 
@@ -279,10 +280,4 @@ def test_tables_once_per_forward_match_the_per_layer_path_bit_for_bit(monkeypatc
             patch.setattr(DiTAttention, "forward", _per_layer_attention)
             expected, expected_grads = run(x)
         assert torch.equal(out, expected)
-        for grad, expected_grad in zip(grads, expected_grads):
-            if share:  # one table's gradient is summed over the blocks, then backpropagated once: another order
-                scale = expected_grad.abs().max().item()
-                tolerance = scale * (1e-13 if dtype == torch.float64 else 1e-5)
-                torch.testing.assert_close(grad, expected_grad, rtol=0, atol=tolerance)
-            else:
-                assert torch.equal(grad, expected_grad)
+        assert_grads_match(grads, expected_grads, share, dtype)

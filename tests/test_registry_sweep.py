@@ -213,7 +213,7 @@ def test_forward_inside_a_timm_vit(name):
     assert out.shape == (2, 3) and torch.isfinite(out).all()
     if caps.learnable:  # the encoding is trained with the model
         out.square().sum().backward()
-        pe_grads = [p.grad for _, p in pe_parameters(model)]
+        pe_grads = [p.grad for p in pe_parameters(model)]
         assert pe_grads and all(g is not None for g in pe_grads)
 
 

@@ -12,6 +12,7 @@ import mmpos
 import mmpos.integrations.timm as mt
 from mmpos.encodings import pe_class
 from mmpos.integrations.timm.models import image_pes
+from fixtures.asserts import assert_grads_match
 
 ROTARY = [pe for pe in image_pes() if pe_class(pe).kind == "rotary"]
 RELATIVE = [pe for pe in ROTARY if pe != "liere"]  # LieRE is not relative by design (the negative control)
@@ -493,13 +494,7 @@ def test_tables_once_per_forward_match_the_per_layer_path_bit_for_bit(monkeypatc
             patch.setattr(mt.attention._PositionalAttention, "encoded_qkv", _per_layer_encoded_qkv)
             expected, expected_grads = run(images)
         assert torch.equal(out, expected)
-        for grad, expected_grad in zip(grads, expected_grads):
-            if share:  # one table's gradient is summed over the blocks, then backpropagated once: another order
-                scale = expected_grad.abs().max().item()
-                tolerance = scale * (1e-13 if dtype == torch.float64 else 1e-5)
-                torch.testing.assert_close(grad, expected_grad, rtol=0, atol=tolerance)
-            else:
-                assert torch.equal(grad, expected_grad)
+        assert_grads_match(grads, expected_grads, share, dtype)
 
 
 @pytest.mark.parametrize("pe", ["rope_mixed", "comrope_ap"])
