@@ -21,6 +21,7 @@ class ModelSpec:
     native_theta: Callable[[nn.Module], float]
     attention_modules: Callable[[nn.Module], list[tuple[str, nn.Module]]]
     stock_processor: Callable[[], type]  # the processor class set_pe may replace without losing anything
+    timestep_per_sigma: float = 1.0  # what the pipelines pass as ``timestep`` per unit of sigma
 
     def head_dim(self, model) -> int:
         return int(model.config.attention_head_dim)
@@ -64,6 +65,7 @@ FLUX = ModelSpec(
     native_theta=lambda model: float(model.pos_embed.theta),
     attention_modules=_flux_attention,
     stock_processor=_flux_processor,
+    timestep_per_sigma=1.0,  # the Flux pipelines pass t / 1000 = sigma
 )
 
 WAN = ModelSpec(
@@ -74,6 +76,7 @@ WAN = ModelSpec(
     native_theta=lambda model: 10000.0,  # WanRotaryPosEmbed's default; the model never passes another
     attention_modules=_wan_self_attention,
     stock_processor=_wan_processor,
+    timestep_per_sigma=1000.0,  # WanPipeline passes the scheduler's timesteps (sigma * 1000)
 )
 
 
