@@ -61,12 +61,14 @@ class AxialRoPE(SpectrumRoPE):
 
     def cached_table(self, coords, complex_dtype):
         """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
-        (``max - min + 1``) and ``self.step.sigma``, cached under the resolved policies (exact values), so a
+        (``max - min + 1``, or ``self.step.extents``) and ``self.step.sigma``, cached under the resolved policies (exact values), so a
         table is rebuilt only when the schedule's value changes. ``self.spectrum`` is the last one used."""
         if self.schedule is None:
             return super().cached_table(coords, complex_dtype)
-        extents = (coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1
-        policies = self.schedule.policies(extents.tolist(), self.step.sigma)
+        extents = self.step.extents
+        if extents is None:
+            extents = ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
+        policies = self.schedule.policies(extents, self.step.sigma)
         self.spectrum = spectrum = self.schedule.spectrum(policies)
         key = (policies, complex_dtype, self.table_precision)
         return self.cache.get(key, coords, lambda: self.table_of_spectrum(spectrum, coords, complex_dtype))

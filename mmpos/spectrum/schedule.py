@@ -40,9 +40,11 @@ DEFAULT_LAMBDA_S = {"ntk": 2.0, "yarn": 1.0, "vision_yarn": 1.0}  # the referenc
 @dataclass
 class DiffusionStep:
     """The explicit step context a scheduled encoding reads: ``sigma`` in [0, 1] (1 = pure noise), or ``None``
-    outside sampling."""
+    outside sampling; ``extents`` per axis when the scale must come from other tokens than the table's (Qwen-Image:
+    the images', also for the text table), else ``None`` (the coordinates' own extent)."""
 
     sigma: float | None = None
+    extents: list | None = None
 
 
 @dataclass(frozen=True)

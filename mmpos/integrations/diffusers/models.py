@@ -14,7 +14,7 @@ from torch import nn
 
 @dataclass(frozen=True)
 class ModelSpec:
-    family: str  # "flux" | "wan"
+    family: str  # "flux" | "wan" | "qwen"
     position_attr: str  # attribute holding the position module: the seam
     axis_names: tuple[str, ...]  # coordinate axes the seam gives each token
     native_axes_dims: Callable[[nn.Module], tuple[int, ...]]
@@ -80,10 +80,32 @@ WAN = ModelSpec(
 )
 
 
-def supported_classes() -> dict[type, ModelSpec]:
-    from diffusers import FluxTransformer2DModel, WanTransformer3DModel
+def _qwen_attention(model):
+    return [(f"transformer_blocks.{i}.attn", block.attn) for i, block in enumerate(model.transformer_blocks)]
 
-    return {FluxTransformer2DModel: FLUX, WanTransformer3DModel: WAN}
+
+def _qwen_processor():
+    from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
+
+    return QwenDoubleStreamAttnProcessor2_0
+
+
+QWEN = ModelSpec(
+    family="qwen",
+    position_attr="pos_embed",
+    axis_names=("frame", "row", "col"),  # rows and columns centred on the image, see .qwen
+    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
+    native_theta=lambda model: float(model.pos_embed.theta),
+    attention_modules=_qwen_attention,
+    stock_processor=_qwen_processor,
+    timestep_per_sigma=1.0,  # QwenImagePipeline passes t / 1000 = sigma
+)
+
+
+def supported_classes() -> dict[type, ModelSpec]:
+    from diffusers import FluxTransformer2DModel, QwenImageTransformer2DModel, WanTransformer3DModel
+
+    return {FluxTransformer2DModel: FLUX, WanTransformer3DModel: WAN, QwenImageTransformer2DModel: QWEN}
 
 
 def spec_for(model) -> ModelSpec:
