@@ -26,6 +26,7 @@ from mmpos.world.samples import generate, held_out_examples
 from mmpos.world.scene import SceneSpec
 
 METHODS = ("stock", "pi", "ntk", "yarn", "vision_yarn", "dype")
+EXTRA_METHODS = ("dype_ntk", "dype_yarn")  # DyPE through NTK or YaRN, on request
 SCORES = ("count_error", "duplicated", "position_acc", "period_ratio")
 
 
@@ -71,6 +72,8 @@ def figure(results_images, examples, index, path, cell=96) -> None:
         canvas.paste(truth, (label, top))
         for c, scale in enumerate(scales, 1):
             images = results_images[method].get(scale, results_images["stock"].get(scale))
+            if images is None:
+                continue
             tile = Image.fromarray(images[index]).resize((cell, cell), Image.NEAREST)
             canvas.paste(tile, (label + c * (cell + 2), top))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--guidance", type=float, default=3.0, help="true CFG scale")
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS + EXTRA_METHODS)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--figure-index", type=int, default=None, help="caption shown in the figure")
     parser.add_argument("--out", default="outputs/extrapolation", help="folder for results.json, table.md, images")
@@ -109,9 +112,9 @@ def main(argv=None) -> int:
     tokens = trained // 4  # VAE factor 2, 2x2 packing
     examples = held_out_examples("t2i", args.count, image_size=trained)
     specs = [SceneSpec.from_dict(e["spec"]) for e in examples]
-    results, cpu, images = {}, {}, {m: {} for m in args.methods}
+    results, cpu, images = {}, {}, {m: {} for m in ["stock", *args.methods]}
     for scale in args.scales:
-        methods = ["stock"] if scale == 1 else [m for m in args.methods]
+        methods = ["stock"] if scale == 1 else list(args.methods)
         for method in methods:
             install(pipe, method, (tokens, tokens))
             start = time.process_time()
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
             print(f"{scale}x {method:12s} " + "  ".join(f"{n} {results[(scale, method)][n]['mean']:.3f}"
                                                         for n in SCORES) + f"  cpu {cpu[(scale, method)]:.0f}s",
                   flush=True)
-        if scale == 1 and "dype" in args.methods:  # 1x: every preset is the stock model, bit for bit
+        if scale == 1 and "dype" in args.methods and args.count >= args.batch:  # 1x: every preset is the stock model, bit for bit
             install(pipe, "dype", (tokens, tokens))
             first = run(pipe, examples[:args.batch], trained, args.steps, args.guidance, args.batch)
             identical = bool(np.array_equal(first, images["stock"][1][:args.batch]))
