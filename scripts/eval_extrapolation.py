@@ -126,7 +126,7 @@ def main(argv=None) -> int:
             print(f"{scale}x {method:12s} " + "  ".join(f"{n} {results[(scale, method)][n]['mean']:.3f}"
                                                         for n in SCORES) + f"  cpu {cpu[(scale, method)]:.0f}s",
                   flush=True)
-        if scale == 1 and "dype" in args.methods and args.count >= args.batch:  # 1x: every preset is the stock model, bit for bit
+        if scale == 1 and "dype" in args.methods and args.count >= args.batch:  # 1x: every preset is stock
             install(pipe, "dype", (tokens, tokens))
             first = run(pipe, examples[:args.batch], trained, args.steps, args.guidance, args.batch)
             identical = bool(np.array_equal(first, images["stock"][1][:args.batch]))

@@ -192,6 +192,7 @@ def test_bad_schedules_name_the_argument():
         extrapolation_preset("dyp", (64, 64))
     with pytest.raises(ValueError, match="time= is for video"):
         model_extrapolation(tiny_flux(), "ntk", (4, 4), time={"type": "riflex", "k": 1, "target_length": 4})
-    pe = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12), extrapolation=extrapolation_preset("dype", (4, 4)))
+    pe = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12),
+                         extrapolation=extrapolation_preset("dype", (4, 4)))
     with pytest.raises(ValueError, match="sigma"):
         pe.table(image_grid(8, 8), torch.float32)  # above the training size without a step

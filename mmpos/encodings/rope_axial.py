@@ -61,8 +61,9 @@ class AxialRoPE(SpectrumRoPE):
 
     def cached_table(self, coords, complex_dtype):
         """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
-        (``max - min + 1``, or ``self.step.extents``) and ``self.step.sigma``, cached under the resolved policies (exact values), so a
-        table is rebuilt only when the schedule's value changes. ``self.spectrum`` is the last one used."""
+        (``max - min + 1``, or ``self.step.extents``) and ``self.step.sigma``, cached under the resolved policies
+        (exact values), so a table is rebuilt only when the schedule's value changes. ``self.spectrum`` is the
+        last one used."""
         if self.schedule is None:
             return super().cached_table(coords, complex_dtype)
         extents = self.step.extents
