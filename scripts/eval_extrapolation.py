@@ -61,20 +61,23 @@ def summarise(images, specs) -> dict:
     return out
 
 
-def rescore(out: Path, specs) -> tuple[dict, dict]:
-    """Scores of the images an earlier run saved in ``out`` (``images_<scale>x_<method>.npz``), and its CPU times."""
+def rescore(out: Path, specs) -> tuple[dict, dict, dict]:
+    """Scores of the images an earlier run saved in ``out`` (``images_<scale>x_<method>.npz``), its CPU times
+    and the images (method -> scale -> uint8 ``[N, S, S, 3]``)."""
     meta = json.loads((out / "results.json").read_text())["meta"]
-    results, cpu = {}, {}
+    results, cpu, images = {}, {}, {}
     for key, seconds in meta["cpu_seconds"].items():
         scale, method = key.split("x/")
-        images = np.load(out / f"images_{scale}x_{method}.npz")["images"]
-        results[(int(scale), method)] = summarise(images, specs[:len(images)])
+        generated = np.load(out / f"images_{scale}x_{method}.npz")["images"]
+        images.setdefault(method, {})[int(scale)] = generated
+        results[(int(scale), method)] = summarise(generated, specs[:len(generated)])
         cpu[(int(scale), method)] = seconds
-    return results, cpu
+    return results, cpu, images
 
 
 def figure(results_images, examples, index, path, cell=96) -> None:
-    """One caption: a row per method, a column per scale, ground truth first (nearest-resized to ``cell``)."""
+    """One caption: a row per method, a column per scale, ground truth first (nearest-resized to ``cell``; 1x is
+    the stock image on every row: there every preset is the stock model). Saved with a 128-colour palette."""
     from PIL import Image, ImageDraw
 
     methods = list(results_images)
@@ -96,7 +99,7 @@ def figure(results_images, examples, index, path, cell=96) -> None:
             tile = Image.fromarray(images[index]).resize((cell, cell), Image.NEAREST)
             canvas.paste(tile, (label + c * (cell + 2), top))
     path.parent.mkdir(parents=True, exist_ok=True)
-    canvas.save(path, optimize=True)
+    canvas.quantize(colors=128).save(path, optimize=True)
 
 
 def markdown(results, cpu) -> str:
@@ -121,15 +124,21 @@ def main(argv=None) -> int:
     parser.add_argument("--figure-index", type=int, default=None, help="caption shown in the figure")
     parser.add_argument("--out", default="outputs/extrapolation", help="folder for results.json, table.md, images")
     parser.add_argument("--figure", default=None, help="PNG path of the figure (default: OUT/figure.png)")
-    parser.add_argument("--rescore", action="store_true", help="recompute the table from the images in --out")
+    parser.add_argument("--rescore", action="store_true",
+                        help="recompute the table (and --figure) from the images an earlier run saved in --out")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.rescore:
         trained = trained_image_size(None, "t2i")
-        specs = [SceneSpec.from_dict(e["spec"]) for e in held_out_examples("t2i", args.count, image_size=trained)]
-        table = markdown(*rescore(out, specs))
+        examples = held_out_examples("t2i", args.count, image_size=trained)
+        specs = [SceneSpec.from_dict(e["spec"]) for e in examples]
+        results, cpu, images = rescore(out, specs)
+        table = markdown(results, cpu)
         (out / "table.md").write_text(table + "\n")
         print(table)
+        if args.figure:
+            index = args.figure_index if args.figure_index is not None else _figure_caption(specs)
+            figure(images, examples, index, Path(args.figure))
         return 0
     if out.exists() and any(out.iterdir()):
         parser.error(f"--out {out} exists and is not empty; choose another folder")
