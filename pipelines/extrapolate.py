@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmpos.integrations.diffusers import model_extrapolation, set_pe
+from mmpos.integrations.diffusers import set_pe
 from mmpos.spectrum.schedule import PRESETS, extrapolation_preset
 
 CHOICES = ("none", *PRESETS)
@@ -33,8 +33,8 @@ def parse_extrapolate(text: str) -> dict:
 
 
 def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:
-    """Put the per-axis ``presets`` on ``pipe.transformer`` (``set_pe`` native); returns what was installed, as
-    plain values for the run's config."""
+    """Put the per-axis ``presets`` on ``pipe.transformer``'s row and column axes (``set_pe`` native; the first
+    axis, Flux's text/index axis, is left alone); returns what was installed, as plain values for the config."""
     token_pixels = pipe.vae_scale_factor * 2
     train_h, train_w = (train_size, train_size) if isinstance(train_size, (int, float)) else train_size
     grid = (train_h / token_pixels, train_w / token_pixels)
@@ -45,7 +45,6 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
         per_axis += [None] if preset == "none" else extrapolation_preset(preset, (length,), **options)
     if all(entry is None for entry in per_axis):
         return {"presets": presets, "train_size": [train_h, train_w], "schedules": None}
-    model_extrapolation(pipe.transformer, "none", grid)  # checks the model is supported
     set_pe(pipe.transformer, "native", extrapolation=per_axis)
     schedules = {axis: None if entry is None else entry.describe() for axis, entry in zip(AXES, per_axis[1:])}
     return {"presets": presets, "train_size": [train_h, train_w], "trained_grid": list(grid),
