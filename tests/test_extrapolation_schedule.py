@@ -196,3 +196,16 @@ def test_bad_schedules_name_the_argument():
                          extrapolation=extrapolation_preset("dype", (4, 4)))
     with pytest.raises(ValueError, match="sigma"):
         pe.table(image_grid(8, 8), torch.float32)  # above the training size without a step
+
+
+def test_schedules_from_config_dicts():
+    from_dict = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12), extrapolation=[
+        {"type": "schedule", "method": "ntk", "original_length": 4, "dynamic": True}, None])
+    from_object = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12), extrapolation=[
+        ExtrapolationSchedule("ntk", 4, dynamic=True), None])
+    coords = image_grid(8, 8, dtype=torch.float64)
+    from_dict.step.sigma = from_object.step.sigma = 0.6
+    assert torch.equal(from_dict.table(coords, torch.float64).cis, from_object.table(coords, torch.float64).cis)
+    with pytest.raises(TypeError, match="extrapolation schedule"):
+        mmpos.create_pe("rope_axial", head_dim=24, extrapolation={"type": "schedule", "method": "ntk",
+                                                                  "original_length": 4, "lamda_t": 1})

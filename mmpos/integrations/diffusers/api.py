@@ -59,7 +59,9 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
             ``axes_dims`` and ``theta`` (its native spectrum), ``layout="interleaved"`` and ``seq_dim=-3``
             where the encoding has them and they are not given. Examples: ``allocation="interleaved"``
             (MRoPE-I-style on Wan), ``extrapolation=[{"type": "riflex", "k": 4, "target_length": 32}, None,
-            None]`` (Wan, longer videos), ``extrapolation={"type": "ntk", "factor": 2}`` (Flux at 2x size).
+            None]`` (Wan, longer videos), ``extrapolation={"type": "ntk", "factor": 2}`` (Flux at 2x size),
+            ``extrapolation=model_extrapolation(transformer, "dype", (64, 64))`` (DyPE above FLUX.1's 1024 px:
+            the spectrum follows the output size and the denoising step, see ``docs/extrapolation.md``).
 
     Tables are built by the model's position module once per forward and cached across steps; see
     :func:`position_module` for the counters.
