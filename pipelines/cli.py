@@ -40,9 +40,18 @@ def add_commands(subparsers) -> None:
         sub.add_argument("--prompt", dest="prompt_text", help="prompt (overrides prompt; band: Kontext variant)")
         _common(sub, f"edit_{name}")
         sub.set_defaults(func=run_edit)
-    generate = subparsers.add_parser("generate", help="stock FLUX.1 text-to-image from a config",
-                                     description="Generate images with the stock FluxPipeline (configs/generate.yaml).")
+    generate = subparsers.add_parser(
+        "generate", help="FLUX.1 (or the world t2i model) text-to-image, optionally above the training size",
+        description="Generate images with FluxPipeline (configs/generate.yaml; --model world: the shipped world "
+                    "t2i model, configs/generate_world.yaml). --extrapolate dype|ntk|yarn|pi|... extrapolates the "
+                    "RoPE beyond extrapolate.train_size (DyPE follows the denoising step).")
     generate.add_argument("--prompt", action="append", help="prompt (repeat; overrides prompts)")
+    generate.add_argument("--height", type=int, help="output height in pixels (overrides sampler.height)")
+    generate.add_argument("--width", type=int, help="output width in pixels (overrides sampler.width)")
+    generate.add_argument("--extrapolate", help="none | pi | ntk | yarn | vision_yarn | dype | dype_ntk | dype_yarn, "
+                          "or per axis: row=dype,col=ntk (overrides extrapolate.preset)")
+    generate.add_argument("--train-size", type=int, help="training resolution in pixels (overrides "
+                          "extrapolate.train_size)")
     _common(generate, "generate")
     generate.set_defaults(func=run_generate, method="generate")
 
@@ -278,21 +287,9 @@ def _loose(args, config, tqdm) -> dict:
 
 
 def run_generate(args) -> int:
-    from .config import save_config
-    from .images import save_image
-    from .loading import load_pipeline
+    from .generate import run_generate as run
 
-    config = resolve_config(args)
-    out = Path(args.out or "outputs/generate")
-    pipe = load_pipeline("generate", config["model"], config["dtype"], config["device"])
-    prompts = args.prompt or config["prompts"]
-    images = pipe(**_prompt_kwargs(args, prompts, pipe), generator=_generator(config["seed"]), output_type="pt",
-                  **_sampler(config)).images
-    for i, image in enumerate(images):
-        save_image(image, out / f"image_{i}.png")
-    save_config(config, out / "config.yaml")
-    print(f"wrote {len(images)} images and config.yaml to {out.resolve()}")
-    return 0
+    return run(args)
 
 
 def main(argv=None) -> int:

@@ -6,6 +6,7 @@ from typing import Sequence
 from .._validation import check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
+from ..spectrum.schedule import DiffusionStep, ScheduledSpectrum, has_schedule
 from .base import Capabilities
 from .registry import register_pe
 from .spectrum_rope import TABLE_PRECISIONS, SpectrumRoPE
@@ -28,7 +29,10 @@ class AxialRoPE(SpectrumRoPE):
         allocation: ``"chunked"`` (each axis a block, own ladder) or ``"interleaved"`` (axes take turns over
             one ladder, MRoPE-I style).
         extrapolation: one policy or one per axis: ``None``, ``{"type": "ntk", "factor": 2}``, ``"pi"``,
-            ``"yarn"``, ``"riflex"`` dicts, or objects from :mod:`mmpos.spectrum`.
+            ``"yarn"``, ``"vision_yarn"``, ``"riflex"`` dicts, or objects from :mod:`mmpos.spectrum`; or
+            schedules (:class:`~mmpos.spectrum.schedule.ExtrapolationSchedule`, ``{"type": "schedule", ...}``,
+            :func:`~mmpos.spectrum.schedule.extrapolation_preset`): the factor then follows the coordinates'
+            extent and, for DyPE, the step's sigma read from ``self.step`` (see :meth:`cached_table`).
         pair_scale: optional ``[rotary_dim // 2]`` magnitude per pair (multiplies cos and sin).
         num_prefix_tokens: leading tokens (cls, registers, text) left unrotated.
         seq_dim: ``-2`` for ``[B, H, L, D]``, ``-3`` for ``[B, L, H, D]``.
@@ -45,11 +49,30 @@ class AxialRoPE(SpectrumRoPE):
                  seq_dim: int = -2, table_precision: str = "auto"):
         axes_dims, rotary_dim = _resolve_dims(head_dim, axes_dims, num_axes, rotary_dim)
         check_choice("allocation", allocation, tuple(ALLOCATIONS))
-        spectrum = ALLOCATIONS[allocation](axes_dims, theta, extrapolation)
-        if pair_scale is not None:
-            spectrum = spectrum.with_pair_scale(pair_scale)
+        finish = (lambda s: s) if pair_scale is None else (lambda s: s.with_pair_scale(pair_scale))
+        if has_schedule(extrapolation):
+            schedule = ScheduledSpectrum(ALLOCATIONS[allocation], axes_dims, theta, extrapolation, finish)
+            spectrum = schedule.spectrum(schedule.policies([0.0] * len(axes_dims), None))  # the training spectrum
+        else:
+            schedule, spectrum = None, finish(ALLOCATIONS[allocation](axes_dims, theta, extrapolation))
         super().__init__(head_dim, spectrum, layout, num_prefix_tokens, seq_dim, table_precision, allocation)
         self.axes_dims = axes_dims
+        self.schedule, self.step = schedule, DiffusionStep()
+
+    def cached_table(self, coords, complex_dtype):
+        """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
+        (``max - min + 1``, or ``self.step.extents``) and ``self.step.sigma``, cached under the resolved policies
+        (exact values), so a table is rebuilt only when the schedule's value changes. ``self.spectrum`` is the
+        last one used."""
+        if self.schedule is None:
+            return super().cached_table(coords, complex_dtype)
+        extents = self.step.extents
+        if extents is None:
+            extents = ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
+        policies = self.schedule.policies(extents, self.step.sigma)
+        self.spectrum = spectrum = self.schedule.spectrum(policies)
+        key = (policies, complex_dtype, self.table_precision)
+        return self.cache.get(key, coords, lambda: self.table_of_spectrum(spectrum, coords, complex_dtype))
 
 
 @register_pe("rope_1d")

@@ -43,7 +43,10 @@ class SpectrumRoPE(RotaryPE):
         return (self._spectrum_key, complex_dtype, self.table_precision)
 
     def compute_table(self, coords, complex_dtype):
-        spectrum = self.spectrum
+        return self.table_of_spectrum(self.spectrum, coords, complex_dtype)
+
+    def table_of_spectrum(self, spectrum: RotarySpectrum, coords: torch.Tensor, complex_dtype: torch.dtype):
+        """The table of ``spectrum`` on validated ``coords`` ``[L, A]`` or ``[B, L, A]``."""
         use_fp64 = self.table_precision == "fp64" or (
             self.table_precision == "auto" and device_has_fp64(coords.device))
         if use_fp64:

@@ -64,6 +64,7 @@ class YaRN:
     beta_slow: float = 1.0
     attention_factor: float | None = None
     truncate: bool = True
+    clamp_low_end: bool = False  # see correction_ramp; set by DyPE, whose turn counts shrink towards 0
 
     def __post_init__(self):
         _check_factor("YaRN", self.factor)
@@ -72,26 +73,92 @@ class YaRN:
 
     def frequencies(self, dim, theta):
         extrapolated = rope_inv_freq(dim, theta)
-        interpolated = extrapolated / self.factor
-        low, high = self._correction_range(dim, theta)
-        if low == high:
-            high += 0.001
-        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        ramp = correction_ramp(dim, theta, self.original_length, self.beta_fast, self.beta_slow, self.truncate,
+                               self.clamp_low_end)
         keep = 1 - ramp
-        inv_freq = interpolated * (1 - keep) + extrapolated * keep
+        inv_freq = extrapolated / self.factor * (1 - keep) + extrapolated * keep
         magnitude = self.attention_factor
         if magnitude is None:
-            magnitude = 1.0 if self.factor <= 1 else 0.1 * math.log(self.factor) + 1.0
+            magnitude = yarn_attention_factor(self.factor)
         return inv_freq, float(magnitude)
 
-    def _correction_range(self, dim, theta):
-        def pair_index(rotations):
-            return dim * math.log(self.original_length / (rotations * 2 * math.pi)) / (2 * math.log(theta))
 
-        low, high = pair_index(self.beta_fast), pair_index(self.beta_slow)
-        if self.truncate:
-            low, high = math.floor(low), math.ceil(high)
-        return max(low, 0), min(high, dim - 1)
+@dataclass(frozen=True)
+class VisionYaRN:
+    """YaRN for image axes (the variant DyPE applies to FLUX): three ladders joined by two ramps.
+
+    Pairs turning more than ``gamma[0]`` times over ``original_length`` keep the plain ladder, pairs turning
+    between ``beta[0]`` and ``gamma[1]`` times take the NTK ladder (``theta * factor ** (dim / (dim - 2))``),
+    pairs turning fewer than ``beta[1]`` times are interpolated (``/ factor``); linear ramps over the pair
+    index join them (:func:`correction_ramp`). ``threshold_scale`` multiplies all four turn counts (DyPE's
+    ``kappa(t)``: towards 0 every pair keeps the plain ladder). cos/sin are scaled by ``attention_factor``
+    (default ``0.1 ln(factor) + 1``).
+    """
+
+    factor: float
+    original_length: float
+    beta: tuple[float, float] = (1.25, 0.75)
+    gamma: tuple[float, float] = (16.0, 2.0)
+    threshold_scale: float = 1.0
+    attention_factor: float | None = None
+
+    def __post_init__(self):
+        _check_factor("VisionYaRN", self.factor)
+        if not self.original_length > 0:
+            raise ValueError(f"VisionYaRN.original_length must be positive, got {self.original_length!r}")
+        if not (math.isfinite(self.threshold_scale) and self.threshold_scale >= 0):
+            raise ValueError(f"VisionYaRN.threshold_scale must be finite and >= 0, got {self.threshold_scale!r}")
+        for name in ("beta", "gamma"):
+            fast, slow = getattr(self, name)
+            if not fast > slow > 0:
+                raise ValueError(f"VisionYaRN.{name} must be (fast, slow) turn counts with fast > slow > 0, "
+                                 f"got {getattr(self, name)!r}")
+
+    def frequencies(self, dim, theta):
+        if dim <= 2:
+            raise ValueError(f"VisionYaRN needs an axis with more than 2 rotary dims, got dim={dim}")
+        plain = rope_inv_freq(dim, theta)
+        magnitude = yarn_attention_factor(self.factor) if self.attention_factor is None else self.attention_factor
+        if self.threshold_scale == 0:  # every pair turns "more than 0 times": the plain ladder
+            return plain, float(magnitude)
+        interpolated = plain / self.factor
+        ntk = rope_inv_freq(dim, theta * self.factor ** (dim / (dim - 2)))
+        scale = self.threshold_scale
+        low_part = correction_ramp(dim, theta, self.original_length, self.beta[0] * scale, self.beta[1] * scale,
+                                   clamp_low_end=True)
+        inv_freq = interpolated * low_part + ntk * (1 - low_part)
+        high_part = correction_ramp(dim, theta, self.original_length, self.gamma[0] * scale,
+                                    self.gamma[1] * scale, clamp_low_end=True)
+        return inv_freq * high_part + plain * (1 - high_part), float(magnitude)
+
+
+def yarn_attention_factor(factor: float) -> float:
+    """YaRN's magnitude ``0.1 ln(factor) + 1`` (1 for ``factor <= 1``)."""
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def correction_ramp(dim: int, theta: float, original_length: float, fast: float, slow: float,
+                    truncate: bool = True, clamp_low_end: bool = False) -> torch.Tensor:
+    """``[dim // 2]`` fp64 ramp over the pair index: 0 for pairs turning more than ``fast`` times over
+    ``original_length``, 1 for pairs turning fewer than ``slow`` times, linear in between.
+
+    The pair index turning ``n`` times is ``dim * ln(L / (2 pi n)) / (2 ln theta)``; the range ends are rounded
+    outwards (``truncate``) and clamped as transformers' ``_compute_yarn_parameters`` does (``low >= 0``,
+    ``high <= dim - 1``); ``clamp_low_end`` also keeps ``low <= dim - 1``, so that tiny turn counts (DyPE late in
+    sampling) give 0 everywhere instead of a reversed range.
+    """
+    def pair_index(rotations):
+        return dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = pair_index(fast), pair_index(slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if clamp_low_end:
+        low = min(low, dim - 1)
+    if low == high:
+        high += 0.001
+    return ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
 
 
 @dataclass(frozen=True)
@@ -123,6 +190,7 @@ POLICIES = {
     "linear": PositionInterpolation,
     "ntk": NTKAware,
     "yarn": YaRN,
+    "vision_yarn": VisionYaRN,
     "riflex": RIFLEx,
 }
 

@@ -1,7 +1,9 @@
-"""mmpos encodings inside diffusers' Flux and Wan transformers.
+"""mmpos encodings inside diffusers' Flux, Wan and Qwen-Image transformers.
 
     from mmpos.integrations.diffusers import set_pe, restore, train_only_pe
     set_pe(pipe.transformer, "native", extrapolation={"type": "ntk", "factor": 2})  # stock RoPE + NTK
+    set_pe(pipe.transformer, "native",                                              # DyPE above 1024 px
+           extrapolation=model_extrapolation(pipe.transformer, "dype", trained_grid=(64, 64)))
     set_pe(pipe.transformer, "rope_mixed", coord_axes=(1, 2))                       # learned 2D RoPE-Mixed
     params = train_only_pe(pipe.transformer)                                        # fine-tune only the PE
     restore(pipe.transformer)                                                       # back to stock
@@ -9,12 +11,14 @@
 from .api import position_module, restore, set_pe
 from .backends import resolve_attention_backend
 from .context_parallel import shard_like_context_parallel
+from .extrapolation import model_extrapolation
 from .installer import EDIT, ENCODING, AttentionSlot, ProcessorInstaller
 from .layer_rotation import LayerRotation
 from .models import supported_classes
 from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
 from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
 
-__all__ = ["set_pe", "restore", "cast_keeping_pe_fp32", "position_module", "pe_parameters", "train_only_pe", "resolve_attention_backend",
+__all__ = ["set_pe", "restore", "model_extrapolation", "cast_keeping_pe_fp32", "position_module", "pe_parameters",
+           "train_only_pe", "resolve_attention_backend",
            "shard_like_context_parallel", "supported_classes", "EncodingRotation", "FluxPEAttnProcessor",
            "WanPEAttnProcessor", "ProcessorInstaller", "AttentionSlot", "ENCODING", "EDIT", "LayerRotation"]

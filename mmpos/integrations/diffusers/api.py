@@ -16,11 +16,13 @@ from ...encodings.base import PEKind
 from ...encodings.per_block import check_model_coordinates, create_block_pes
 from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
+from ...ops.tables import RotaryTable
 from .backends import resolve_attention_backend
 from .checks import check_coord_axes, check_no_sharded_seam, check_stock_processors, pe_pre_forward_hook
 from .installer import ENCODING, ProcessorInstaller
 from .models import ModelSpec, spec_for
 from .positions import FluxPositions, WanPositions
+from .qwen import QwenPositions
 from .processors import (EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor, flux_stock_rotation,
                          wan_stock_rotation)
 
@@ -39,7 +41,8 @@ class _Installed:
 
 def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False, coord_axes=None,
            attention_backend: str | None = None, **options) -> nn.Module:
-    """Give a diffusers ``FluxTransformer2DModel`` or ``WanTransformer3DModel`` an mmpos positional encoding.
+    """Give a diffusers ``FluxTransformer2DModel``, ``WanTransformer3DModel`` or ``QwenImageTransformer2DModel``
+    an mmpos positional encoding (Qwen-Image: ``"native"`` or encodings with one shared table, see :mod:`.qwen`).
 
     Args:
         transformer: the model, changed in place (and returned).
@@ -56,7 +59,9 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
             ``axes_dims`` and ``theta`` (its native spectrum), ``layout="interleaved"`` and ``seq_dim=-3``
             where the encoding has them and they are not given. Examples: ``allocation="interleaved"``
             (MRoPE-I-style on Wan), ``extrapolation=[{"type": "riflex", "k": 4, "target_length": 32}, None,
-            None]`` (Wan, longer videos), ``extrapolation={"type": "ntk", "factor": 2}`` (Flux at 2x size).
+            None]`` (Wan, longer videos), ``extrapolation={"type": "ntk", "factor": 2}`` (Flux at 2x size),
+            ``extrapolation=model_extrapolation(transformer, "dype", (64, 64))`` (DyPE above FLUX.1's 1024 px:
+            the spectrum follows the output size and the denoising step, see ``docs/extrapolation.md``).
 
     Tables are built by the model's position module once per forward and cached across steps; see
     :func:`position_module` for the counters.
@@ -77,21 +82,26 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     native = pe == NATIVE
     stock_position = getattr(transformer, spec.position_attr)
     seam = _make_seam(spec, transformer, stock_position, encodings, native, coord_axes)
-    if native:
-        rotation = flux_stock_rotation if spec.family == "flux" else wan_stock_rotation
-    else:
-        rotation = EncodingRotation(encodings, per_layer, group_sizes)
-    processor_cls = FluxPEAttnProcessor if spec.family == "flux" else WanPEAttnProcessor
-
-    processors = {layer: processor_cls(rotation, layer, getattr(stock, "_attention_backend", None),
-                                       getattr(stock, "_parallel_config", None))
-                  for layer, (_, stock) in enumerate(beneath)}
+    processors = {} if spec.family == "qwen" else _processors(spec, beneath, encodings, native, per_layer,
+                                                               group_sizes)
     ProcessorInstaller.of(transformer).fill(ENCODING, processors, hook=pe_pre_forward_hook(spec))
     setattr(transformer, spec.position_attr, seam)
     transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position)
     if backend is not None:
         transformer.set_attention_backend(backend)
     return transformer
+
+
+def _processors(spec, beneath, encodings, native, per_layer, group_sizes) -> dict:
+    """Flux and Wan: an mmpos processor per layer (Qwen-Image's stock processors read mmpos tables as they are)."""
+    if native:
+        rotation = flux_stock_rotation if spec.family == "flux" else wan_stock_rotation
+    else:
+        rotation = EncodingRotation(encodings, per_layer, group_sizes)
+    processor_cls = FluxPEAttnProcessor if spec.family == "flux" else WanPEAttnProcessor
+    return {layer: processor_cls(rotation, layer, getattr(stock, "_attention_backend", None),
+                                 getattr(stock, "_parallel_config", None))
+            for layer, (_, stock) in enumerate(beneath)}
 
 
 def restore(transformer: nn.Module) -> nn.Module:
@@ -209,8 +219,29 @@ def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes)
     device = next(transformer.parameters()).device
     if spec.family == "flux":
         return FluxPositions(encodings, native, coord_axes).to(device)
+    if spec.family == "qwen":
+        _check_qwen(encodings, stock_position)
+        return QwenPositions(encodings, native, coord_axes, spec.native_theta(transformer)).to(device)
     probe = getattr(stock_position, "freqs_cos", None)
     native_dtype = probe.dtype if probe is not None else torch.float32
     return WanPositions(encodings, native, coord_axes, transformer.config.patch_size, native_dtype).to(device)
 
 
+
+
+def _check_qwen(encodings, stock_position) -> None:
+    """Qwen-Image's stock processors multiply complex ``[S, P]`` tables into interleaved pairs: one encoding with
+    such tables, shared by the layers."""
+    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+    if type(stock_position) is not QwenEmbedRope:
+        raise TypeError(f"set_pe supports Qwen-Image's QwenEmbedRope, got {type(stock_position).__name__} "
+                        "(use_layer3d_rope=True is not supported)")
+    if len(encodings) > 1:
+        raise ValueError("Qwen-Image: per_layer encodings are not supported (its stock processors read one table)")
+    for encoding in encodings:
+        probe = encoding.table(torch.zeros(1, encoding.num_axes), torch.float32)
+        if getattr(encoding, "layout", None) != "interleaved" or not isinstance(probe, RotaryTable) \
+                or probe.cis.dim() != 2:
+            raise ValueError(f"Qwen-Image applies one complex [S, P] table in the interleaved layout; "
+                             f"{type(encoding).__name__} does not give one (use 'native' or 'rope_axial')")

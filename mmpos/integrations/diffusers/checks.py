@@ -38,13 +38,16 @@ def check_coord_axes(coord_axes, spec: ModelSpec):
 
 
 def pe_pre_forward_hook(spec: ModelSpec):
-    """Record the activation dtype for the seam and, on Flux, check that the ids match the tokens."""
+    """Record the activation dtype for the seam, set the step's sigma on scheduled encodings (DyPE) from the
+    ``timestep`` argument and, on Flux, check that the ids match the tokens."""
     check_precision = IdsPrecisionCheck()
 
     def hook(module, args, kwargs):
         hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+        seam = getattr(module, spec.position_attr)
         if isinstance(hidden_states, torch.Tensor):
-            getattr(module, spec.position_attr).activation_dtype = hidden_states.dtype
+            seam.activation_dtype = hidden_states.dtype
+        set_step_sigma(seam, kwargs.get("timestep"), spec)
         if spec.family == "flux":
             check_flux_ids(hidden_states, kwargs.get("encoder_hidden_states", _positional(args, 1)),
                             kwargs.get("img_ids", _positional(args, 4)), kwargs.get("txt_ids", _positional(args, 5)),
@@ -69,3 +72,17 @@ def check_flux_ids(hidden_states, encoder_hidden_states, img_ids, txt_ids, check
         if count != tokens.shape[1]:
             raise ValueError(f"{ids_name} has shape {tuple(ids.shape)} ({count} positions) but {tokens_name} has "
                              f"{tokens.shape[1]} tokens; expected [{tokens.shape[1]}, 3]")
+
+
+def set_step_sigma(seam, timestep, spec: ModelSpec) -> None:
+    """``encoding.step.sigma = timestep / spec.timestep_per_sigma`` for every encoding whose schedule follows the
+    diffusion time (one device sync per forward, only for those); ``None`` when no timestep is passed."""
+    steps = [pe.step for pe in seam.encodings
+             if getattr(pe, "schedule", None) is not None and pe.schedule.dynamic]
+    if not steps:
+        return
+    sigma = None
+    if isinstance(timestep, torch.Tensor) and timestep.numel():
+        sigma = float(timestep.flatten()[0]) / spec.timestep_per_sigma
+    for step in steps:
+        step.sigma = sigma

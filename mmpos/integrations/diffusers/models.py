@@ -14,13 +14,14 @@ from torch import nn
 
 @dataclass(frozen=True)
 class ModelSpec:
-    family: str  # "flux" | "wan"
+    family: str  # "flux" | "wan" | "qwen"
     position_attr: str  # attribute holding the position module: the seam
     axis_names: tuple[str, ...]  # coordinate axes the seam gives each token
     native_axes_dims: Callable[[nn.Module], tuple[int, ...]]
     native_theta: Callable[[nn.Module], float]
     attention_modules: Callable[[nn.Module], list[tuple[str, nn.Module]]]
     stock_processor: Callable[[], type]  # the processor class set_pe may replace without losing anything
+    timestep_per_sigma: float = 1.0  # what the pipelines pass as ``timestep`` per unit of sigma
 
     def head_dim(self, model) -> int:
         return int(model.config.attention_head_dim)
@@ -64,6 +65,7 @@ FLUX = ModelSpec(
     native_theta=lambda model: float(model.pos_embed.theta),
     attention_modules=_flux_attention,
     stock_processor=_flux_processor,
+    timestep_per_sigma=1.0,  # the Flux pipelines pass t / 1000 = sigma
 )
 
 WAN = ModelSpec(
@@ -74,13 +76,36 @@ WAN = ModelSpec(
     native_theta=lambda model: 10000.0,  # WanRotaryPosEmbed's default; the model never passes another
     attention_modules=_wan_self_attention,
     stock_processor=_wan_processor,
+    timestep_per_sigma=1000.0,  # WanPipeline passes the scheduler's timesteps (sigma * 1000)
+)
+
+
+def _qwen_attention(model):
+    return [(f"transformer_blocks.{i}.attn", block.attn) for i, block in enumerate(model.transformer_blocks)]
+
+
+def _qwen_processor():
+    from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
+
+    return QwenDoubleStreamAttnProcessor2_0
+
+
+QWEN = ModelSpec(
+    family="qwen",
+    position_attr="pos_embed",
+    axis_names=("frame", "row", "col"),  # rows and columns centred on the image, see .qwen
+    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
+    native_theta=lambda model: float(model.pos_embed.theta),
+    attention_modules=_qwen_attention,
+    stock_processor=_qwen_processor,
+    timestep_per_sigma=1.0,  # QwenImagePipeline passes t / 1000 = sigma
 )
 
 
 def supported_classes() -> dict[type, ModelSpec]:
-    from diffusers import FluxTransformer2DModel, WanTransformer3DModel
+    from diffusers import FluxTransformer2DModel, QwenImageTransformer2DModel, WanTransformer3DModel
 
-    return {FluxTransformer2DModel: FLUX, WanTransformer3DModel: WAN}
+    return {FluxTransformer2DModel: FLUX, WanTransformer3DModel: WAN, QwenImageTransformer2DModel: QWEN}
 
 
 def spec_for(model) -> ModelSpec:

@@ -1,0 +1,50 @@
+"""Extrapolation presets on a diffusers model's own axes: which axes are image axes, and their training extent.
+
+    from mmpos.integrations.diffusers import model_extrapolation, set_pe
+    set_pe(pipe.transformer, "native", extrapolation=model_extrapolation(pipe.transformer, "dype", (64, 64)))
+    # Wan: RIFLEx on time (a static policy), NTK on rows and columns
+    set_pe(wan, "native", extrapolation=model_extrapolation(wan, "ntk", (30, 52), time={"type": "riflex", ...}))
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from torch import nn
+
+from ...spectrum.schedule import PRESETS, extrapolation_preset
+from .models import spec_for
+
+NONE = "none"
+
+
+def model_extrapolation(transformer: nn.Module, preset: str, trained_grid: Sequence[float], time=None,
+                        **overrides) -> list:
+    """Per-axis ``extrapolation`` for :func:`~.api.set_pe` (``"native"`` or ``"rope_axial"``).
+
+    Args:
+        transformer: a supported diffusers transformer (Flux: axes ``(index, row, col)``; Wan: ``(t, row, col)``).
+        preset: ``"none"`` or a name of :data:`mmpos.spectrum.schedule.PRESETS` (``"dype"``, ``"ntk"``, ...).
+        trained_grid: ``(rows, cols)`` tokens at the training resolution (FLUX.1 at 1024 px: ``(64, 64)``).
+        time: Wan only: the time axis' static policy (``{"type": "riflex", "k": 4, "target_length": 32}``).
+        **overrides: schedule options (``lambda_t``, ``start_sigma``, ...).
+    Returns:
+        one entry per model axis: ``None`` on the Flux index axis, the schedules on rows and columns.
+    """
+    spec = spec_for(transformer)
+    if preset != NONE and preset not in PRESETS:
+        raise ValueError(f"preset={preset!r} is unknown; expected 'none' or one of {sorted(PRESETS)}")
+    rows, cols = _grid(trained_grid)
+    if time is not None and spec.family != "wan":
+        raise ValueError(f"time= is for video models (Wan); the {spec.family} model has no time axis")
+    image = [None, None] if preset == NONE else extrapolation_preset(preset, (rows, cols), **overrides)
+    return [time] + image
+
+
+def _grid(trained_grid):
+    try:
+        rows, cols = (float(v) for v in trained_grid)
+    except (TypeError, ValueError):
+        raise ValueError(f"trained_grid must be (rows, cols) tokens, got {trained_grid!r}") from None
+    if not (rows > 0 and cols > 0):
+        raise ValueError(f"trained_grid must be positive (rows, cols) tokens, got {trained_grid!r}")
+    return rows, cols

@@ -1,0 +1,91 @@
+"""Qwen-Image (diffusers' ``QwenImageTransformer2DModel``): its centred multimodal RoPE rebuilt as coordinates.
+
+``QwenEmbedRope`` (``scale_rope=True``) gives image ``i`` of a sample (``f x h x w`` tokens) the coordinates
+``(i + frame, row - (h - h // 2), col - (w - w // 2))``: rows and columns centred on the image, and the text
+tokens ``m + j`` on all three axes after the images (``m = max(h // 2, w // 2)`` over the images). Its tables are
+complex ``[S, P]`` (interleaved pairs) that the stock processor multiplies into q and k, so the seam hands it
+mmpos tables in that format and the processors stay stock.
+
+``pe="native"`` follows the stock arithmetic bit for bit (fp32 ladder ``1 / theta ** (2i / d)``, fp32 phases,
+``torch.polar``); a changed spectrum (extrapolation) is computed in fp64 and rounded to fp32 frequencies there.
+A schedule's scale (DyPE) is read from the image tokens' extent only (text positions run past the images).
+"""
+from __future__ import annotations
+
+import torch
+
+from ...spectrum.allocation import chunked_spectrum
+from .positions import PositionSeam
+
+
+def qwen_coords(video_fhw, max_txt_seq_len, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(image [S_img, 3], text [S_txt, 3])`` fp32 coordinates of ``QwenEmbedRope.forward``'s tokens."""
+    if isinstance(video_fhw, list):
+        video_fhw = video_fhw[0]  # the stock module uses the first sample's shapes for the batch
+    shapes = video_fhw if isinstance(video_fhw, list) else [video_fhw]
+    images, last = [], 0
+    for index, (frames, height, width) in enumerate(shapes):
+        t = torch.arange(index, index + frames, dtype=torch.float32, device=device)
+        r = torch.arange(height, dtype=torch.float32, device=device) - (height - height // 2)
+        c = torch.arange(width, dtype=torch.float32, device=device) - (width - width // 2)
+        images.append(torch.stack(torch.meshgrid(t, r, c, indexing="ij"), dim=-1).reshape(-1, 3))
+        last = max(last, height // 2, width // 2)
+    text = torch.arange(last, last + int(max_txt_seq_len), dtype=torch.float32, device=device)
+    return torch.cat(images), text[:, None].expand(-1, 3).contiguous()
+
+
+class QwenPositions(PositionSeam):
+    """Replaces ``QwenImageTransformer2DModel.pos_embed``: ``(img_shapes, max_txt_seq_len)`` -> complex64
+    tables ``(image [S_img, P], text [S_txt, P])`` in the stock format."""
+
+    def __init__(self, encodings, native, coord_axes, theta: float):
+        super().__init__(encodings, native, coord_axes)
+        self.theta = float(theta)
+
+    def forward(self, video_fhw, device=None, max_txt_seq_len=None):
+        if max_txt_seq_len is None:
+            raise ValueError("max_txt_seq_len must be given (the text length), as for the stock QwenEmbedRope")
+        self.forwards += 1
+        image, text = qwen_coords(video_fhw, max_txt_seq_len, device)
+        if not self.encodings:
+            return None
+        (encoding,) = self.encodings
+        image, text = self.encoding_coords(image), self.encoding_coords(text)
+        if getattr(encoding, "schedule", None) is not None:
+            encoding.step.extents = _extents(image)  # the images' scale, for the text table too
+        if self.native:
+            return tuple(self._native_table(encoding, coords) for coords in (image, text))
+        tables = [encoding.table(coords, torch.float32, coords.device) for coords in (image, text)]
+        return tuple(t.cis for t in tables)
+
+    def _native_table(self, encoding, coords):
+        """The stock arithmetic on ``encoding``'s spectrum (resolved at this step through its table cache)."""
+        table = encoding.table(coords, torch.float32, coords.device)  # resolves the spectrum, counts the build
+        if table not in self._seen_tables:
+            self._seen_tables.add(table)
+            self.table_builds += 1
+        cached = getattr(table, "qwen_native", None)
+        if cached is None:
+            spectrum = encoding.spectrum
+            inv_freq = _stock_ladder(encoding.axes_dims, self.theta, coords.device)
+            if not _is_plain(spectrum, encoding.axes_dims, self.theta):
+                inv_freq = spectrum.inv_freq.to(coords.device, torch.float32)
+            phase = coords[:, spectrum.axis_of_pair.to(coords.device)] * inv_freq  # fp32, as torch.outer there
+            magnitude = spectrum.magnitude.to(coords.device, torch.float32).expand_as(phase)
+            cached = table.qwen_native = torch.polar(magnitude.contiguous(), phase)
+        return cached
+
+
+def _extents(coords: torch.Tensor) -> list[float]:
+    return ((coords.amax(dim=0) - coords.amin(dim=0)) + 1).tolist()
+
+
+def _stock_ladder(axes_dims, theta, device) -> torch.Tensor:
+    """``QwenEmbedRope.rope_params``' fp32 frequencies, axis after axis."""
+    return torch.cat([1.0 / torch.pow(theta, torch.arange(0, d, 2).to(torch.float32).div(d))
+                      for d in axes_dims]).to(device)
+
+
+def _is_plain(spectrum, axes_dims, theta) -> bool:
+    plain = chunked_spectrum(axes_dims, theta)
+    return torch.equal(spectrum.inv_freq, plain.inv_freq) and bool((spectrum.magnitude == 1).all())

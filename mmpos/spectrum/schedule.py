@@ -1,0 +1,214 @@
+"""Extrapolation schedules: the spectrum as a function of the token extent and of the diffusion time.
+
+A static policy (:mod:`.extrapolation`) needs its factor up front. An :class:`ExtrapolationSchedule` derives it
+from the extent of the coordinates along its axis (``scale = extent / original_length``; at or below the training
+extent it is the plain ladder, bit for bit) and, when ``dynamic`` (DyPE, Issachar et al. 2025, arXiv 2510.20766),
+from the noise level ``sigma`` of the current denoising step too::
+
+    t = min(sigma / start_sigma, 1)          # 1 = pure noise
+    kappa(t) = lambda_s * t ** lambda_t      # extrapolation strength, 0 at the clean end
+
+    ntk           theta' = theta * scale ** (kappa * d / (d - 2))   (NTK at factor scale ** kappa)
+    yarn          YaRN at factor scale, turn thresholds (beta_fast, beta_slow) * kappa
+    vision_yarn   VisionYaRN at factor scale, turn thresholds (beta, gamma) * kappa
+
+Late steps (small sigma, where high frequencies are decided) therefore see the training spectrum again, early
+steps (layout, low frequencies) the full extrapolation. YaRN's magnitude ``0.1 ln(scale) + 1`` is scheduled as
+``0.1 min(kappa, 1) ln(scale) + 1`` (``schedule_magnitude``; the reference code keeps it fixed).
+
+A schedule resolves to a static policy (frozen dataclasses, equal by value): tables are cached under that value,
+so they are rebuilt only when the resolved policy changes (:class:`ScheduledSpectrum`). The step's sigma is read
+from a :class:`DiffusionStep` the caller sets (``set_pe``'s pre-forward hook does it from ``timestep``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .._validation import check_choice, per_axis
+from ..ops.tables import KeyedCache
+from .allocation import RotarySpectrum
+from .extrapolation import (NoExtrapolation, NTKAware, PositionInterpolation, VisionYaRN, YaRN, make_policy,
+                            yarn_attention_factor)
+
+METHODS = ("pi", "ntk", "yarn", "vision_yarn")
+DYNAMIC_METHODS = ("ntk", "yarn", "vision_yarn")
+DEFAULT_LAMBDA_S = {"ntk": 2.0, "yarn": 1.0, "vision_yarn": 1.0}  # the reference code's values
+
+
+@dataclass
+class DiffusionStep:
+    """The explicit step context a scheduled encoding reads: ``sigma`` in [0, 1] (1 = pure noise), or ``None``
+    outside sampling; ``extents`` per axis when the scale must come from other tokens than the table's (Qwen-Image:
+    the images', also for the text table), else ``None`` (the coordinates' own extent)."""
+
+    sigma: float | None = None
+    extents: list | None = None
+
+
+@dataclass(frozen=True)
+class ExtrapolationSchedule:
+    """How one axis extrapolates beyond ``original_length`` tokens, optionally following the diffusion time.
+
+    Args:
+        method: ``"pi"``, ``"ntk"``, ``"yarn"`` or ``"vision_yarn"``.
+        original_length: extent of this axis at the training resolution, in coordinate units (Flux at 1024 px:
+            64 tokens).
+        dynamic: DyPE: the strength follows ``kappa(sigma)`` (not with ``"pi"``).
+        lambda_s, lambda_t: DyPE's ``kappa = lambda_s * t ** lambda_t``; ``lambda_s`` defaults to 2 for ``ntk``
+            and 1 for the YaRNs, ``lambda_t`` to 2.
+        start_sigma: ``t = min(sigma / start_sigma, 1)``: full strength above ``start_sigma``.
+        schedule_magnitude: scale YaRN's attention magnitude with ``min(kappa, 1)`` too.
+    """
+
+    method: str
+    original_length: float
+    dynamic: bool = False
+    lambda_s: float | None = None
+    lambda_t: float = 2.0
+    start_sigma: float = 1.0
+    schedule_magnitude: bool = True
+
+    def __post_init__(self):
+        check_choice("method", self.method, METHODS)
+        if not (isinstance(self.original_length, (int, float)) and self.original_length > 0):
+            raise ValueError(f"original_length must be a positive number of tokens, got {self.original_length!r}")
+        if self.dynamic and self.method not in DYNAMIC_METHODS:
+            raise ValueError(f"dynamic=True needs method in {DYNAMIC_METHODS}, got {self.method!r}")
+        if self.lambda_s is None:
+            object.__setattr__(self, "lambda_s", DEFAULT_LAMBDA_S.get(self.method, 1.0))
+        for name in ("lambda_s", "lambda_t", "start_sigma"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+    def kappa(self, sigma: float) -> float:
+        """DyPE's strength at noise level ``sigma`` (``lambda_s`` above ``start_sigma``, 0 at ``sigma = 0``)."""
+        if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma >= 0):
+            raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+        t = min(sigma / self.start_sigma, 1.0)
+        return self.lambda_s * t ** self.lambda_t
+
+    def policy(self, extent: float, sigma: float | None = None):
+        """The static policy for an axis spanning ``extent`` coordinate units at noise level ``sigma``."""
+        scale = extent / self.original_length
+        if scale <= 1:
+            return NoExtrapolation()
+        if not self.dynamic:
+            return self._static(scale)
+        if sigma is None:
+            raise ValueError("this DyPE schedule needs the step's sigma: set encoding.step.sigma (set_pe's hook "
+                             "does it from the transformer's timestep)")
+        kappa = self.kappa(sigma)
+        if kappa == 0:
+            return NoExtrapolation()
+        magnitude = yarn_attention_factor(scale ** min(kappa, 1.0)) if self.schedule_magnitude else None
+        if self.method == "ntk":
+            return NTKAware(scale ** kappa)
+        if self.method == "yarn":
+            return YaRN(scale, self.original_length, 32.0 * kappa, 1.0 * kappa, magnitude, clamp_low_end=True)
+        return VisionYaRN(scale, self.original_length, threshold_scale=kappa, attention_factor=magnitude)
+
+    def _static(self, scale: float):
+        if self.method == "pi":
+            return PositionInterpolation(scale)
+        if self.method == "ntk":
+            return NTKAware(scale)
+        if self.method == "yarn":
+            return YaRN(scale, self.original_length)
+        return VisionYaRN(scale, self.original_length)
+
+    def describe(self) -> dict:
+        """Plain values for configs and printing."""
+        out = {"method": self.method, "original_length": self.original_length, "dynamic": self.dynamic}
+        if self.dynamic:
+            out.update(lambda_s=self.lambda_s, lambda_t=self.lambda_t, start_sigma=self.start_sigma,
+                       schedule_magnitude=self.schedule_magnitude)
+        return out
+
+
+PRESETS = {
+    "pi": dict(method="pi"),
+    "ntk": dict(method="ntk"),
+    "yarn": dict(method="yarn"),
+    "vision_yarn": dict(method="vision_yarn"),
+    "dype": dict(method="vision_yarn", dynamic=True),  # the paper's FLUX default: DyPE through vision YaRN
+    "dype_ntk": dict(method="ntk", dynamic=True),
+    "dype_yarn": dict(method="yarn", dynamic=True),
+}
+
+
+def extrapolation_preset(name: str, original_lengths: Sequence[float | None], **overrides) -> list:
+    """Per-axis extrapolation for a preset: a schedule on each axis with an original length, ``None`` elsewhere.
+
+    ``extrapolation_preset("dype", (None, 64, 64))`` is DyPE on FLUX.1's row and column axes (1024 px training
+    size, 16 px per token), leaving the text/index axis alone; ``overrides`` go to every schedule
+    (``lambda_t=1.5``).
+    """
+    check_choice("extrapolation preset", name, tuple(PRESETS))
+    return [None if length is None else ExtrapolationSchedule(original_length=length, **{**PRESETS[name], **overrides})
+            for length in original_lengths]
+
+
+def is_schedule(spec) -> bool:
+    return isinstance(spec, ExtrapolationSchedule) or (isinstance(spec, dict) and spec.get("type") == "schedule")
+
+
+def make_schedule(spec) -> ExtrapolationSchedule:
+    """An :class:`ExtrapolationSchedule` or a dict ``{"type": "schedule", "method": "ntk", ...}`` (configs)."""
+    if isinstance(spec, ExtrapolationSchedule):
+        return spec
+    args = {k: v for k, v in spec.items() if k != "type"}
+    try:
+        return ExtrapolationSchedule(**args)
+    except TypeError as err:
+        raise TypeError(f"extrapolation schedule: {err}") from None
+
+
+@dataclass(eq=False)
+class ScheduledSpectrum:
+    """Per-axis policies or schedules -> the :class:`RotarySpectrum` at ``(extents, sigma)``.
+
+    Args:
+        allocation: ``chunked_spectrum`` or ``interleaved_spectrum``.
+        axes_dims, theta: as the allocation takes them.
+        extrapolation: one entry or one per axis: a static policy spec or a schedule.
+        finish: applied to each built spectrum (``pair_scale``).
+    """
+
+    allocation: Callable
+    axes_dims: tuple
+    theta: object
+    extrapolation: object
+    finish: Callable[[RotarySpectrum], RotarySpectrum] = lambda spectrum: spectrum
+    entries: tuple = field(init=False)
+
+    def __post_init__(self):
+        entries = per_axis("extrapolation", self.extrapolation, len(self.axes_dims))
+        self.entries = tuple(make_schedule(e) if is_schedule(e) else make_policy(e) for e in entries)
+        self._spectra = KeyedCache(max_entries=64)
+
+    @property
+    def dynamic(self) -> bool:
+        """Some axis follows the diffusion time."""
+        return any(isinstance(e, ExtrapolationSchedule) and e.dynamic for e in self.entries)
+
+    def policies(self, extents: Sequence[float], sigma: float | None) -> tuple:
+        """The static policy of each axis (hashable, equal by value: the cache key of tables)."""
+        return tuple(e.policy(extent, sigma) if isinstance(e, ExtrapolationSchedule) else e
+                     for e, extent in zip(self.entries, extents))
+
+    def spectrum(self, policies: tuple) -> RotarySpectrum:
+        """The spectrum of resolved ``policies``, built once per distinct value."""
+        return self._spectra.get(policies, lambda: self.finish(self.allocation(self.axes_dims, self.theta,
+                                                                               list(policies))))
+
+    def describe(self) -> list:
+        return [e.describe() if isinstance(e, ExtrapolationSchedule) else repr(e) for e in self.entries]
+
+
+def has_schedule(extrapolation) -> bool:
+    """``extrapolation`` (one spec or one per axis) holds an :class:`ExtrapolationSchedule`."""
+    entries = extrapolation if isinstance(extrapolation, (list, tuple)) else [extrapolation]
+    return any(is_schedule(e) for e in entries)

@@ -1,0 +1,61 @@
+"""``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux pipeline.
+
+The preset goes to the transformer's row and column axes through ``set_pe(..., "native", extrapolation=...)``;
+the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, the world t2i
+model: 32 px -> 8 x 8). Above it the chosen schedule acts; at or below it the model is stock, bit for bit.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mmpos.integrations.diffusers import set_pe
+from mmpos.spectrum.schedule import PRESETS, extrapolation_preset
+
+CHOICES = ("none", *PRESETS)
+AXES = ("row", "col")
+
+
+def parse_extrapolate(text: str) -> dict:
+    """``"dype"`` -> ``{"row": "dype", "col": "dype"}``; ``"row=dype,col=ntk"`` per axis (an axis left out: none)."""
+    if "=" not in text:
+        presets = {axis: text for axis in AXES}
+    else:
+        presets = {axis: "none" for axis in AXES}
+        for item in text.split(","):
+            axis, _, preset = item.partition("=")
+            if axis not in AXES:
+                raise ValueError(f"--extrapolate {text!r}: axis {axis!r} is unknown; expected {AXES}")
+            presets[axis] = preset
+    for preset in presets.values():
+        if preset not in CHOICES:
+            raise ValueError(f"--extrapolate {text!r}: preset {preset!r} is unknown; expected one of {CHOICES}")
+    return presets
+
+
+def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:
+    """Put the per-axis ``presets`` on ``pipe.transformer``'s row and column axes (``set_pe`` native; the first
+    axis, Flux's text/index axis, is left alone); returns what was installed, as plain values for the config."""
+    token_pixels = pipe.vae_scale_factor * 2
+    train_h, train_w = (train_size, train_size) if isinstance(train_size, (int, float)) else train_size
+    grid = (train_h / token_pixels, train_w / token_pixels)
+    options = dict(options or {})
+    per_axis = [None]
+    for axis, length in zip(AXES, grid):
+        preset = presets[axis]
+        per_axis += [None] if preset == "none" else extrapolation_preset(preset, (length,), **options)
+    if all(entry is None for entry in per_axis):
+        return {"presets": presets, "train_size": [train_h, train_w], "schedules": None}
+    set_pe(pipe.transformer, "native", extrapolation=per_axis)
+    schedules = {axis: None if entry is None else entry.describe() for axis, entry in zip(AXES, per_axis[1:])}
+    return {"presets": presets, "train_size": [train_h, train_w], "trained_grid": list(grid),
+            "options": options, "schedules": schedules}
+
+
+def fresh_folder(default: Path) -> Path:
+    """``default`` if absent or empty, else ``default-2``, ``default-3``, ...: an unnamed output never overwrites
+    an earlier run."""
+    candidate, index = default, 1
+    while candidate.exists() and any(candidate.iterdir()):
+        index += 1
+        candidate = default.with_name(f"{default.name}-{index}")
+    return candidate
