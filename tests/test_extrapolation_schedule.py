@@ -8,7 +8,7 @@ import torch
 import mmpos
 from mmpos.coords.grids import image_grid
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
-from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 from mmpos.spectrum import rope_inv_freq
 from mmpos.spectrum.schedule import ExtrapolationSchedule, extrapolation_preset
 

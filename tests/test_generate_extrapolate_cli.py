@@ -5,7 +5,7 @@ import torch
 import yaml
 from diffusers import FluxPipeline
 from mmpos.pipelines.extrapolate import fresh_folder, parse_extrapolate
-from mmpos.pipelines.testing import components, embeddings
+from fixtures.tiny_models import components, embeddings
 from PIL import Image
 from safetensors.torch import save_file
 
