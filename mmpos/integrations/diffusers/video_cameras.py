@@ -107,18 +107,14 @@ def _poses_and_models(camera, frames: int):
     if isinstance(camera, tuple) and len(camera) == 2:
         camera = CameraPath(*camera)
     if isinstance(camera, Trajectory):
+        _checked_poses(camera.c2w)
         _check_finite_intrinsics(camera.intrinsics)
         path = resample(camera, frames)
         return path.c2w.double(), [path.camera(i, 1.0, 1.0) for i in range(frames)]
     if not isinstance(camera, CameraPath):
         raise TypeError(f"camera must be a mmpos.camera.Trajectory, a CameraPath or a (c2w, model) tuple, got "
                         f"{type(camera).__name__}")
-    try:
-        c2w = check_pose("camera c2w", torch.as_tensor(camera.c2w).double())
-    except ValueError as error:
-        raise ValueError(f"camera: {error}") from None
-    if c2w.dim() != 3:
-        raise ValueError(f"camera: c2w must be [N, 4, 4], got {tuple(c2w.shape)}")
+    c2w = _checked_poses(torch.as_tensor(camera.c2w).double())
     models = camera.models
     if isinstance(models, CameraModel):
         models = [models] * c2w.shape[0]
@@ -130,6 +126,16 @@ def _poses_and_models(camera, frames: int):
     path = resample(Trajectory(c2w, dummy), frames)
     nearest = torch.linspace(0, len(models) - 1, frames).round().long().tolist()
     return path.c2w, [models[i] for i in nearest]
+
+
+def _checked_poses(c2w: torch.Tensor) -> torch.Tensor:
+    try:
+        c2w = check_pose("camera c2w", c2w)
+    except ValueError as error:
+        raise ValueError(f"camera: {error}") from None
+    if c2w.dim() != 3 or len(c2w) == 0:
+        raise ValueError(f"camera: c2w must be [N >= 1, 4, 4], got {tuple(c2w.shape)}")
+    return c2w
 
 
 def _check_finite_intrinsics(intrinsics: torch.Tensor) -> None:
