@@ -40,8 +40,10 @@ def add_commands(subparsers) -> None:
         sub.add_argument("--prompt", dest="prompt_text", help="prompt (overrides prompt; band: Kontext variant)")
         _common(sub, f"edit_{name}")
         sub.set_defaults(func=run_edit)
-    generate = subparsers.add_parser("generate", help="stock FLUX.1 text-to-image from a config",
-                                     description="Generate images with the stock FluxPipeline (configs/generate.yaml).")
+    generate = subparsers.add_parser("generate", help="stock FLUX.1 text-to-image from a config; `generate video`: "
+                                     "camera-controlled Wan video", description="Generate images with the stock "
+                                     "FluxPipeline (configs/generate.yaml). Camera-controlled Wan videos: "
+                                     "`mmpos generate video --help`.")
     generate.add_argument("--prompt", action="append", help="prompt (repeat; overrides prompts)")
     _common(generate, "generate")
     generate.set_defaults(func=run_generate, method="generate")
