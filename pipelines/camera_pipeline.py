@@ -68,7 +68,8 @@ class _CameraControl:
         frames = (int(num_frames) - 1) // temporal + 1
         geometry_dtype = torch.float64 if self.transformer.dtype == torch.float64 else torch.float32
         return video_cameras(camera, (frames, rows, cols), (rows * spatial * patch_h, cols * spatial * patch_w),
-                             dtype=geometry_dtype, device=self.transformer.device)
+                             dtype=geometry_dtype, device=self.transformer.device,
+                             offset=tuple(self.camera_adapter.config.ray_offset))
 
 
 class CameraControlWanPipeline(_CameraControl, WanPipeline):

@@ -82,7 +82,7 @@ def latest_checkpoint(out: Path):
     return found[-1] if found else None
 
 
-def batch_for(args, clips, pipe, device, generator):
+def batch_for(args, clips, pipe, adapter, device, generator):
     """Videos -> normalised latents, captions -> text embeddings, paths -> cameras on the latent grid."""
     picks = torch.randint(len(clips), (args.batch_size,), generator=generator).tolist()
     zooms = (1 + (args.max_zoom - 1) * torch.rand(args.batch_size, generator=generator)).tolist()
@@ -98,7 +98,9 @@ def batch_for(args, clips, pipe, device, generator):
     _, _, frames, rows, cols = latents.shape
     patch = pipe.transformer.config.patch_size
     grid = (frames, rows // patch[1], cols // patch[2])
-    cameras = stack_cameras([video_cameras(s[1], grid, (args.height, args.width), device=device) for s in samples])
+    offset = tuple(adapter.config.ray_offset)
+    cameras = stack_cameras([video_cameras(s[1], grid, (args.height, args.width), device=device, offset=offset)
+                             for s in samples])
     return latents, text, cameras
 
 
@@ -140,7 +142,7 @@ def train(argv=None) -> dict:
     for step in range(start + 1, args.steps + 1):
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step * accelerator.num_processes
                                                   + accelerator.process_index)
-        latents, text, cameras = batch_for(args, clips, pipe, device, generator)
+        latents, text, cameras = batch_for(args, clips, pipe, adapter, device, generator)
         noise = torch.randn(latents.shape, generator=generator).to(device)
         sigma = torch.rand(latents.shape[0], generator=generator).to(device)
         noisy = (1 - sigma.view(-1, 1, 1, 1, 1)) * latents + sigma.view(-1, 1, 1, 1, 1) * noise

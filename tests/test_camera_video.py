@@ -156,7 +156,8 @@ def test_save_and_load_round_trip(t2v, kind, tmp_path):
     adapter.save_pretrained(tmp_path / kind)
     assert (tmp_path / kind / "diffusion_pytorch_model.safetensors").is_file()
     loaded = load_camera_adapter(pipe, tmp_path / kind)
-    public = lambda config: {k: v for k, v in config.items() if not k.startswith("_")}  # noqa: E731
+    public = lambda config: {k: list(v) if isinstance(v, tuple) else v  # noqa: E731  (JSON keeps lists)
+                             for k, v in config.items() if not k.startswith("_")}
     assert public(loaded.config) == public(adapter.config)
     assert all(torch.equal(a, b) for a, b in zip(adapter.state_dict().values(), loaded.state_dict().values()))
     camera = preset_trajectory("tilt", 9)
@@ -193,3 +194,53 @@ def test_trajectory_is_resampled_to_the_latent_frames_and_intrinsics_follow_the_
     assert cams.c2w.shape == (1, 5, 4, 4)
     assert torch.allclose(cams.c2w[0, 0], traj.c2w[0]) and torch.allclose(cams.c2w[0, -1], traj.c2w[-1])
     assert torch.allclose(cams.intrinsics[0, 0], traj.intrinsic_matrices(48, 32)[0])
+
+
+# --- UCPE's released checkpoints -------------------------------------------------------------------------------
+def reference_checkpoint(layers=2, dim=24, attn_dim=16, prefix="dit.", seed=11):
+    """A state dict with UCPE's key names and shapes (DiffSynth Wan blocks with a ``cam_self_attn`` module)."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = {"q_proj": (attn_dim, dim), "k_proj": (attn_dim, dim), "v_proj": (attn_dim, dim),
+              "out_proj": (dim, attn_dim), "cam_encoder": (dim, 3)}
+    state = {f"{prefix}blocks.{i}.self_attn.q.weight": torch.randn(dim, dim, generator=g) for i in range(layers)}
+    for i in range(layers):
+        for name, shape in shapes.items():
+            state[f"{prefix}blocks.{i}.cam_self_attn.{name}.weight"] = torch.randn(*shape, generator=g, dtype=F64)
+            state[f"{prefix}blocks.{i}.cam_self_attn.{name}.bias"] = torch.randn(shape[0], generator=g, dtype=F64)
+    return state
+
+
+def test_ucpe_checkpoint_converts_and_matches_the_reference_layer_formula(tmp_path):
+    import camera_reference as ref
+    from safetensors.torch import save_file
+
+    from mmpos.integrations.diffusers.ucpe_checkpoint import convert_ucpe_state_dict, load_ucpe_checkpoint
+
+    state = reference_checkpoint()
+    save_file(state, str(tmp_path / "ucpe.safetensors"))
+    adapter = load_ucpe_checkpoint(tmp_path / "ucpe.safetensors", num_heads=1)
+    assert adapter.dtype == F64  # the checkpoint's dtype
+    assert (adapter.config.dim, adapter.config.num_layers, adapter.config.head_dim) == (24, 2, 16)
+    assert adapter.config.use_orientation and tuple(adapter.config.ray_offset) == (0.0, 0.0)  # their rays' offset
+    c2w, unified = random_path(1)
+    cams = video_cameras(CameraPath(c2w, unified), GRID, IMAGE, dtype=F64)
+    x = torch.randn(2, math.prod(GRID), 24, generator=torch.Generator().manual_seed(12), dtype=F64)
+    residual = adapter.conditioning(cams).residual(1, x)
+
+    def linear(name, t):  # the reference layer's own weights, by their reference names
+        return t @ state[f"dit.blocks.1.cam_self_attn.{name}.weight"].T + state[f"dit.blocks.1.cam_self_attn.{name}.bias"]
+
+    h = x + linear("cam_encoder", cams.orientation)
+    q, k, v = (linear(n, h)[:, None] for n in ("q_proj", "k_proj", "v_proj"))  # one head: [B, 1, L, 16]
+    frames = ref.ucpe_ray_frames(cams.c2w, cams.rays[0, 0])  # the patch rays are the same in every frame here
+    attended = ref.projective_attention(q, k, v, frames.expand(2, -1, -1, -1), GRID[0], GRID[1:])
+    expected = linear("out_proj", attended[:, 0]) * cams.valid.flatten(1)[..., None]
+    assert (residual - expected).abs().max() < 1e-10
+    with pytest.raises(ValueError, match="num_heads=3"):
+        convert_ucpe_state_dict(state, num_heads=3)
+    with pytest.raises(ValueError, match="no UCPE adapter keys"):
+        convert_ucpe_state_dict({"blocks.0.self_attn.q.weight": torch.zeros(2, 2)})
+    partial = {k: v for k, v in state.items() if ".1.cam_self_attn" not in k}
+    partial.update({k.replace("blocks.1.", "blocks.2."): v for k, v in state.items() if ".1.cam_self_attn" in k})
+    with pytest.raises(ValueError, match="expected every block"):
+        convert_ucpe_state_dict(partial)

@@ -49,12 +49,14 @@ class CameraAdapter(ModelMixin, ConfigMixin):
         num_heads, head_dim: of the attention branch (``ucpe``/``prope``; UCPE on Wan-1.3B: 1 x 192).
         use_orientation: ``ucpe``: add ``Linear(3, dim)`` of the latitude/up map to the branch input.
         rope_theta: base of the branch's 2D RoPE; qkv_bias: biases of its q, k, v projections.
+        ray_offset: where each patch's ray passes (patch units from its top-left corner): ``(0.5, 0.5)`` the
+            centre; ``(0, 0)`` for UCPE's released weights, whose rays start at integer grid indices.
     """
 
     @register_to_config
     def __init__(self, kind: str = "ucpe", dim: int = 1536, num_layers: int = 30, num_heads: int = 1,
                  head_dim: int = 192, use_orientation: bool = True, rope_theta: float = 100.0,
-                 qkv_bias: bool = True):
+                 qkv_bias: bool = True, ray_offset: tuple = (0.5, 0.5)):
         super().__init__()
         if kind not in ADAPTER_KINDS:
             raise ValueError(f"kind={kind!r} is not a camera adapter; expected one of {ADAPTER_KINDS}")

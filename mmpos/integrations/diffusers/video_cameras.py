@@ -58,13 +58,15 @@ class VideoCameras:
 
 
 def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence[int], dtype=torch.float32,
-                  device=None) -> VideoCameras:
+                  device=None, offset: Sequence[float] = (0.5, 0.5)) -> VideoCameras:
     """Resample ``camera`` to ``grid[0]`` latent frames and describe it at the ``(rows, cols)`` patch grid.
 
     Args:
         camera: an :class:`~mmpos.camera.Trajectory` (pinhole intrinsics normalised by the image size), a
             :class:`CameraPath`, or a tuple ``(c2w [N, 4, 4], model or models)``.
         grid: ``(latent frames, rows, cols)``; image_size: output ``(height, width)`` in pixels.
+        offset: where each patch's ray passes, in patch units from its top-left corner (``(0.5, 0.5)``: the
+            centre; UCPE's released models used ``(0, 0)``, see ``CameraAdapter``'s ``ray_offset``).
     Raises:
         ValueError naming ``camera`` for non-finite or non-rigid poses, invalid intrinsics, or a frame without a
         single valid ray.
@@ -73,14 +75,15 @@ def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence
     height, width = (int(s) for s in image_size)
     c2w, models = _poses_and_models(camera, frames)
     models = [_resized(m, width, height, i) for i, m in enumerate(models)]
-    rays, valid = zip(*(ray_grid(m, (rows, cols), dtype=torch.float64) for m in models))
+    offset = tuple(float(o) for o in offset)
+    rays, valid = zip(*(ray_grid(m, (rows, cols), offset, dtype=torch.float64) for m in models))
     rays, valid = torch.stack(rays), torch.stack(valid)
     for i in range(frames):
         if not bool(valid[i].any()) or not bool(torch.isfinite(rays[i][valid[i]]).all()):
             raise ValueError(f"camera: frame {i} (after resampling to {frames} latent frames) has no valid ray on "
                              f"the {rows}x{cols} patch grid; expected intrinsics that image the {width}x{height} "
                              "output")
-    orientation = torch.stack([latitude_up_map(m, c2w[i], (rows, cols))[0] for i, m in enumerate(models)])
+    orientation = torch.stack([latitude_up_map(m, c2w[i], (rows, cols), offset)[0] for i, m in enumerate(models)])
     intrinsics = None
     if all(hasattr(m, "intrinsic_matrix") for m in models):
         intrinsics = torch.stack([m.intrinsic_matrix(torch.float64) for m in models])
