@@ -14,6 +14,7 @@ size; the adapter's processors are removed after the call, also when it raises.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Optional
 
 import torch
@@ -53,6 +54,9 @@ class _CameraControl:
         if self.camera_adapter is None:
             raise ValueError("camera was given but the pipeline has no camera adapter; call "
                              "load_camera_adapter(pipe, path) or set pipe.camera_adapter first")
+        if not isinstance(camera_scale, (int, float)) or not math.isfinite(camera_scale):
+            raise ValueError(f"camera_scale must be a finite number, got {camera_scale!r}")
+        self.camera_adapter = placed_like(self.camera_adapter, self.transformer)  # follows pipe.to(...)
         cameras = self._video_cameras(camera, args, kwargs)
         with camera_conditioning(self.transformer, self.camera_adapter, cameras, camera_scale):
             return super().__call__(*args, **kwargs)

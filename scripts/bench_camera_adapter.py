@@ -2,7 +2,8 @@
 
 A WanTransformer3DModel with Wan2.1-T2V-1.3B's block shape (width 1536, 12 heads x 128, FFN 8960, text width 4096,
 512 text tokens) at reduced depth, random weights; the adapters sized as UCPE's (1 head x 192, one per block).
-The camera geometry is built once per call (as the pipelines do), outside the timed forward.
+The camera geometry is built once per call (as the pipelines do), outside the timed forward. Stock and adapter
+forwards are interleaved within each repeat, so a change of machine load hits them alike.
 
     python scripts/bench_camera_adapter.py                                   # CPU: 2 blocks, 3 x 8 x 12 tokens
     python scripts/bench_camera_adapter.py --device cuda --dtype bfloat16 --frames 21 --rows 30 --cols 52
@@ -27,19 +28,14 @@ WAN_13B_BLOCK = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_hea
                      qk_norm="rms_norm_across_heads", eps=1e-6)
 
 
-def timed(fn, repeats: int, device: str) -> float:
-    """Median milliseconds of ``repeats`` calls after one warm-up."""
+def milliseconds(fn, device: str) -> float:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
     fn()
-    times = []
-    for _ in range(repeats):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1000
 
 
 def main(argv=None) -> int:
@@ -59,7 +55,9 @@ def main(argv=None) -> int:
 
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
-    transformer = WanTransformer3DModel(**WAN_13B_BLOCK, num_layers=args.layers).to(args.device, dtype).eval()
+    transformer = WanTransformer3DModel(**WAN_13B_BLOCK, num_layers=args.layers).to(args.device).eval()
+    if dtype != torch.float32:
+        transformer = transformer.to(dtype=dtype)
     g = torch.Generator().manual_seed(1)
     latents = torch.randn(1, 16, args.frames, 2 * args.rows, 2 * args.cols, generator=g).to(args.device, dtype)
     text = torch.randn(1, args.text, 4096, generator=g).to(args.device, dtype)
@@ -74,14 +72,25 @@ def main(argv=None) -> int:
 
     print(f"Wan-1.3B-like blocks x {args.layers}, {tokens} video tokens + {args.text} text, {args.device} "
           f"{args.dtype}, median of {args.repeats}")
-    results = {"stock_ms": timed(forward, args.repeats, args.device)}
+    adapters = {kind: CameraAdapter.for_transformer(transformer, kind).eval() for kind in args.kinds}
+
+    def run(kind):
+        if kind == "stock":
+            return milliseconds(forward, args.device)
+        with camera_conditioning(transformer, adapters[kind], cameras):
+            return milliseconds(forward, args.device)
+
+    times = {kind: [] for kind in ["stock", *args.kinds]}
+    for repeat in range(args.repeats + 1):  # the first round warms up
+        for kind in times:
+            ms = run(kind)
+            if repeat:
+                times[kind].append(ms)
+    results = {f"{kind}_ms": statistics.median(values) for kind, values in times.items()}
     print(f"stock    {results['stock_ms']:9.1f} ms")
     for kind in args.kinds:
-        adapter = CameraAdapter.for_transformer(transformer, kind).eval()
-        with camera_conditioning(transformer, adapter, cameras):
-            ms = timed(forward, args.repeats, args.device)
-        params = sum(p.numel() for p in adapter.parameters()) / args.layers
-        results[f"{kind}_ms"] = ms
+        ms = results[f"{kind}_ms"]
+        params = sum(p.numel() for p in adapters[kind].parameters()) / args.layers
         print(f"{kind:8s} {ms:9.1f} ms  x{ms / results['stock_ms']:.3f}  ({params / 1e6:.2f}M parameters per block)")
     if args.json:
         path = Path(args.json)

@@ -148,6 +148,25 @@ def test_whole_transformer_output_is_invariant_to_the_world_frame():
     assert (run(world_motion(False) @ c2w) - run(c2w)).abs().max() < 1e-10
 
 
+def test_camera_level_composes_with_set_pe_and_leaves_it_installed():
+    from mmpos.integrations.diffusers import set_pe
+    from mmpos.integrations.diffusers.installer import ProcessorInstaller
+
+    stock, ours = tiny_wan_transformer(), tiny_wan_transformer()
+    set_pe(ours, "native")
+    g = torch.Generator().manual_seed(13)
+    inputs = dict(hidden_states=torch.randn(1, 4, 3, 4, 6, generator=g), timestep=torch.tensor([500]),
+                  encoder_hidden_states=torch.randn(1, 5, 32, generator=g))
+    cams = video_cameras(preset_trajectory("orbit", 9), GRID, IMAGE)
+    with camera_conditioning(ours, adapter_for(ours, "ucpe"), cams):
+        assert torch.equal(ours(**inputs).sample, stock(**inputs).sample)
+    with camera_conditioning(ours, adapter_for(ours, "ucpe", seed=14), cams):
+        assert (ours(**inputs).sample - stock(**inputs).sample).abs().max() > 1e-4
+    installer = ProcessorInstaller.find(ours)
+    assert installer.filled("encoding") and not installer.filled("camera")
+    assert torch.equal(ours(**inputs).sample, stock(**inputs).sample)
+
+
 # --- saving, loading, errors -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_save_and_load_round_trip(t2v, kind, tmp_path):
