@@ -151,10 +151,11 @@ class CameraAttnProcessor:
 
 def install_camera_adapter(transformer, conditioning: CameraConditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer)."""
-    count = len(spec_for(transformer).attention_modules(transformer))
-    if count != len(conditioning.adapter.layers):
-        raise ValueError(f"the adapter has {len(conditioning.adapter.layers)} layers; the transformer has {count} "
-                         "self-attention layers")
+    spec, adapter = spec_for(transformer), conditioning.adapter
+    count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
+    if (count, width) != (len(adapter.layers), adapter.config.dim):
+        raise ValueError(f"the adapter has {len(adapter.layers)} layers of width {adapter.config.dim}; the "
+                         f"transformer has {count} self-attention layers of width {width}")
     installer = ProcessorInstaller.of(transformer)
     processors = {i: CameraAttnProcessor(conditioning, i, slot) for i, slot in enumerate(installer.slots)}
     installer.fill(CAMERA, processors)
