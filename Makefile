@@ -26,7 +26,7 @@ test: $(VENV)/.test
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test
-	$(PY) scripts/bench_rotary.py --out outputs/bench_rotary.json
+	$(PY) benchmarks/bench_rotary.py --out outputs/bench_rotary.json
 
 clean:
 	rm -rf $(VENV) outputs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,10 +57,16 @@ def _list(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
-    from .bench.rotary import main as bench_main
+BENCH_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rotary.py"
 
-    return bench_main(args.bench_args)
+
+def _bench(args) -> int:
+    """Run ``benchmarks/bench_rotary.py`` of the source checkout (benchmarks are scripts, not package code)."""
+    if not BENCH_SCRIPT.is_file():
+        print(f"mmpos bench: {BENCH_SCRIPT} not found; the benchmarks live in the source checkout "
+              "(install mmpos with `pip install -e .` from a clone)", file=sys.stderr)
+        return 2
+    return subprocess.call([sys.executable, str(BENCH_SCRIPT), *args.bench_args])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     lister.set_defaults(func=_list)
 
     bench = sub.add_parser("bench", help="rotary apply benchmark against peers (see `mmpos bench -- --help`)",
-                           description="Run scripts/bench_rotary.py; arguments after `--` go to it "
+                           description="Run benchmarks/bench_rotary.py; arguments after `--` go to it "
                            "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`).")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=_bench)

@@ -12,7 +12,7 @@ Per task, every row is scored against ground truth rendered from the scene specs
   strength 0), LooseRoPE at strengths 0.5, 1, 2.
 - style: palette / texture similarity to the reference vs layout copy (IoU with the reference's objects);
   copying the reference, no sharing (content prompts alone), shared attention, band modulation as s_hf falls.
-Every method row runs the mmpos editing pipeline on the world model (mmpos.world.editing).
+Every method row runs the mmpos editing pipeline on the world model (mmpos.world.edit_runs).
 Writes JSON (default outputs/eval_editing.json) and prints a table.
 """
 from __future__ import annotations
@@ -40,8 +40,8 @@ def mean_scores(rows: list[dict]) -> dict:
 
 def eval_transplant(args, pipes) -> list[dict]:
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
-    from mmpos.world.editing import run_transplant
-    from mmpos.world.edits import transplant_pair
+    from mmpos.world.edit_runs import run_transplant
+    from mmpos.world.edit_pairs import transplant_pair
     from mmpos.world.metrics import change_outside, insertion_scores
 
     pairs = [transplant_pair(args.seed + i, args.sizes["fill"]) for i in range(args.count)]
@@ -79,8 +79,8 @@ def harmonise_scores(output, pair) -> dict:
 
 
 def eval_harmonise(args, pipes) -> list[dict]:
-    from mmpos.world.editing import loose_for_steps, run_loose
-    from mmpos.world.edits import harmonise_pair
+    from mmpos.world.edit_runs import loose_for_steps, run_loose
+    from mmpos.world.edit_pairs import harmonise_pair
 
     pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
 
@@ -99,8 +99,8 @@ def eval_harmonise(args, pipes) -> list[dict]:
 
 
 def eval_style(args, pipes) -> list[dict]:
-    from mmpos.world.editing import run_band
-    from mmpos.world.edits import style_set
+    from mmpos.world.edit_runs import run_band
+    from mmpos.world.edit_pairs import style_set
     from mmpos.world.metrics import layout_copy, palette_similarity, texture_similarity
 
     sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]

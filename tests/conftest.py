@@ -2,6 +2,27 @@ import pytest
 import torch
 
 
+def pytest_addoption(parser):
+    parser.addoption("--device", default="cuda", help="device of the tests marked cuda (tests/cuda/); "
+                     "--device cpu runs the same checks on the CPU as a dry run")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` (tests/cuda/) need a CUDA GPU: skipped without one (unless ``--device cpu``)."""
+    if torch.cuda.is_available() or not config.getoption("--device").startswith("cuda"):
+        return
+    needs_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on one: bash scripts/gpu_checks.sh)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(needs_gpu)
+
+
+@pytest.fixture
+def check_device(request) -> str:
+    """The device the ``cuda`` tests run their checks on (``--device``, default cuda)."""
+    return request.config.getoption("--device")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

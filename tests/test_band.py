@@ -8,7 +8,7 @@ from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulati
 from mmpos.pipelines.band import SharedBandAttention
 from mmpos.spectrum.bands import band_channel_scales, band_pair_scales
 from mmpos.pipelines.context import EditContext, segments_from_ids
-from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
+from fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
 from mmpos.coords import flux_ids
 

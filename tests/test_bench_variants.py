@@ -4,7 +4,7 @@ import json
 import torch
 
 import mmpos
-from mmpos.bench import variants
+import bench_variants as variants  # benchmarks/ is on the test path (pyproject)
 
 
 def test_dense_reference_formulation_equals_comrope():

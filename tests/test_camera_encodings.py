@@ -462,7 +462,7 @@ def test_bad_camera_inputs_raise():
 
 
 def test_bf16_error_of_each_encoding_is_that_of_bf16_attention():
-    from mmpos.bench.camera import check_accuracy
+    from bench_camera import check_accuracy  # benchmarks/bench_camera.py
 
     rows = check_accuracy("cpu")
     assert [r["encoding"] for r in rows] == ["plucker", "prope", "ucpe", "rayrope"]

@@ -7,8 +7,8 @@ import torch
 from mmpos.integrations.diffusers import (cast_keeping_pe_fp32, pe_parameters, position_module, restore, set_pe,
                                           shard_like_context_parallel, train_only_pe)
 from mmpos.integrations.diffusers.positions import LayerTables, unpack_table
-from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs as flux_inputs, tiny_wan
-from mmpos.integrations.diffusers.tiny_models import tiny_wan_inputs as wan_inputs
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs as flux_inputs, tiny_wan
+from fixtures.tiny_models import tiny_wan_inputs as wan_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -587,7 +587,7 @@ def test_deepcopy_keeps_an_independent_working_install():
 
 def test_harope_on_flux_takes_the_model_axes_and_starts_at_stock():
     """A wrapping encoding gets the model's spectrum in its base_options; at init it is the stock model."""
-    from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs
+    from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 
     transformer, inputs = tiny_flux(), tiny_flux_inputs()
     stock = transformer(**inputs).sample

@@ -9,6 +9,7 @@ from diffusers import DDIMScheduler, DDPMScheduler, FlowMatchEulerDiscreteSchedu
 from mmpos.encodings import list_pes, pe_class
 from mmpos.integrations.timm.models import image_pes
 from mmpos.models import DIT_PRESETS, EMA, DiT, ProceduralShapes, diffusion_loss, make_noise_scheduler, sample_dit
+from fixtures.asserts import assert_grads_match
 
 TINY = dict(sample_size=8, patch_size=2, in_channels=3, hidden_size=32, depth=2, num_heads=2, num_classes=4)
 
@@ -104,7 +105,7 @@ def test_sampling_returns_images_of_the_right_shape(scheduler):
 
 
 def test_frozen_backbone_trains_only_the_encoding():
-    from mmpos.encodings.per_block import freeze_all_but_pe
+    from mmpos.integrations.pe_parameters import freeze_all_but_pe
 
     model = tiny_dit(pe="rope_mixed")
     with torch.no_grad():
@@ -207,3 +208,76 @@ def test_learned_ape_refuses_non_index_grids():
     vit = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1, num_classes=2)
     with pytest.raises(ValueError, match="grid_mode"):
         mt.convert(vit, pe="ape_learned", grid_mode="centered")
+
+
+# ---------------------------------------------------------------- tables once per forward
+def _count_calls(monkeypatch, owner, name):
+    calls, original = [], getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("pe,share,distinct", [("rope_axial", None, 1), ("rope_mixed", None, 4),
+                                                ("rope_mixed", True, 1), ("harope", None, 4)])
+def test_coordinates_checked_and_tables_built_once_per_forward(monkeypatch, pe, share, distinct):
+    """One finiteness check per forward and one table per distinct encoding, with checkpointing on or off."""
+    import mmpos.ops.tables as tables
+
+    model = tiny_dit(pe=pe, share_pe=share, depth=4)
+    assert len(model.rotary_pes) == distinct
+    checks = _count_calls(monkeypatch, tables, "check_finite")
+    built = [_count_calls(monkeypatch, pe_, "table") for pe_ in model.rotary_pes]
+    x, t, y = torch.randn(2, 3, 8, 8), torch.tensor([3.0, 600.0]), torch.tensor([0, 2])
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.enable_gradient_checkpointing()
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                out = model(x, t, y).sample
+            if grad:
+                out.sum().backward()  # recomputed blocks apply the forward's tables, they do not rebuild them
+            assert len(checks) == 1 and [len(b) for b in built] == [1] * distinct
+            checks.clear()
+            for b in built:
+                b.clear()
+
+
+def _per_layer_attention(self, x, pe, tables):
+    """The attention path before tables were built once per forward: ``pe(q, k, coords)`` in every block."""
+    B, L, C = x.shape
+    q, k, v = self.qkv(x).reshape(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    if pe is not None:
+        q, k = pe(q, k, tables.coords)
+    x = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    return self.proj(x.transpose(1, 2).reshape(B, L, C))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("pe,share", [("rope_axial", None), ("rope_mixed", None), ("comrope_ap", None),
+                                      ("harope", None), ("liere", True)])
+def test_tables_once_per_forward_match_the_per_layer_path_bit_for_bit(monkeypatch, pe, share, dtype):
+    """Outputs equal the per-layer ``pe(q, k, coords)`` path exactly; gradients too, except the order in which a
+    shared learned table sums its blocks' gradients."""
+    from mmpos.models.dit import DiTAttention
+
+    torch.manual_seed(0)
+    model = tiny_dit(pe=pe, share_pe=share, depth=3).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)  # make zero-initialised layers matter
+
+    def run(x):
+        model.zero_grad()
+        torch.manual_seed(1)  # the same labels dropped
+        out = model(x, torch.tensor([3.0, 600.0]), torch.tensor([0, 2])).sample
+        out.square().sum().backward()
+        return out.detach(), [p.grad for p in model.parameters()]
+
+    for size in (8, 12):
+        x = torch.randn(2, 3, size, size, dtype=dtype)
+        out, grads = run(x)
+        with monkeypatch.context() as patch:
+            patch.setattr(DiTAttention, "forward", _per_layer_attention)
+            expected, expected_grads = run(x)
+        assert torch.equal(out, expected)
+        assert_grads_match(grads, expected_grads, share, dtype)

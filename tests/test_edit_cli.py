@@ -5,7 +5,7 @@ import pytest
 import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 from mmpos.pipelines.loading import load_pipeline
-from mmpos.pipelines.testing import components, embeddings, image
+from fixtures.tiny_models import components, embeddings, image
 from PIL import Image
 from safetensors.torch import save_file
 

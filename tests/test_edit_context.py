@@ -5,7 +5,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
 from mmpos.pipelines.attention import EditAttnProcessor, attention_layer_names, select_layers
 from mmpos.pipelines.context import EditContext, EditSession, schedule_step, segments_from_ids
-from mmpos.pipelines.testing import components, embeddings
+from fixtures.tiny_models import components, embeddings
 
 from mmpos.coords import flux_ids
 

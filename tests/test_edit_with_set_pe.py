@@ -12,7 +12,7 @@ from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines.context import EditContext, EditSession
 from mmpos.pipelines.loose import LooseConfig, LooseRoPERule
 from mmpos.pipelines.saliency import UniformSaliency
-from mmpos.pipelines.testing import TEXT_LEN, components, embeddings, image
+from fixtures.tiny_models import TEXT_LEN, components, embeddings, image
 from mmpos.spectrum.bands import band_spectrum
 
 YARN = {"type": "yarn", "factor": 2.0, "original_length": 64}

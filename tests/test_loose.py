@@ -11,7 +11,7 @@ from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, tanh_ramp, token_maps
 from mmpos.pipelines.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
-from mmpos.pipelines.testing import components, embeddings, explicit_qkv, image, softmax_attention
+from fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
 from mmpos.coords import flux_ids
 

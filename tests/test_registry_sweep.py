@@ -15,7 +15,7 @@ from mmpos.camera import invert_pose, orthonormalize, pose_from_rotation_transla
 from mmpos.coords.grids import image_grid
 from mmpos.encodings import Capabilities, PEKind, create_pe, list_pes, pe_capabilities, pe_class, pe_options
 from mmpos.integrations.diffusers import set_pe
-from mmpos.integrations.diffusers.tiny_models import tiny_flux, tiny_flux_inputs
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 from mmpos.integrations.timm import convert, pe_parameters
 
 from conftest import logits
@@ -213,7 +213,7 @@ def test_forward_inside_a_timm_vit(name):
     assert out.shape == (2, 3) and torch.isfinite(out).all()
     if caps.learnable:  # the encoding is trained with the model
         out.square().sum().backward()
-        pe_grads = [p.grad for _, p in pe_parameters(model)]
+        pe_grads = [p.grad for p in pe_parameters(model)]
         assert pe_grads and all(g is not None for g in pe_grads)
 
 

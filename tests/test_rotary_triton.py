@@ -4,7 +4,8 @@ import torch
 
 import mmpos
 from mmpos.coords.grids import grid_coords
-from mmpos.ops import rotary_triton, rotation
+from mmpos.ops import get_rotary_backend, rotary_backend, rotary_triton, rotation, set_rotary_backend
+from mmpos.ops import backends as backend_module
 
 from conftest import bf16_ulp
 
@@ -14,10 +15,15 @@ pytest.importorskip("triton")
 @pytest.fixture
 def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("MMPOS_TRITON", "1")
-    rotary_triton.triton_available.cache_clear()
-    yield
-    rotary_triton.triton_available.cache_clear()
+    with rotary_backend("auto"):
+        yield
+
+
+def _count_kernel_calls(monkeypatch) -> list:
+    calls = []
+    fused = rotary_triton.rotate_fused
+    monkeypatch.setattr(rotation, "rotate_fused", lambda *args: calls.append(1) or fused(*args))
+    return calls
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -28,9 +34,7 @@ def test_kernel_matches_fp64_rotation(interpreter, monkeypatch, layout, seq_dim)
                          num_prefix_tokens=1)  # partial rotary: channels 16.. pass through
     coords = grid_coords((3, 5))
     q = torch.randn((2, 4, 16, 40) if seq_dim == -2 else (2, 16, 4, 40))
-    calls = []
-    fused = rotary_triton.rotate_fused
-    monkeypatch.setattr(rotation, "rotate_fused", lambda *args: calls.append(1) or fused(*args))
+    calls = _count_kernel_calls(monkeypatch)
     out = pe.rotate(q, pe.table(coords))
     assert calls == [1], "rotate() did not take the fused kernel"
     exact = pe.rotate(q.double(), pe.table(coords, torch.float64))
@@ -54,10 +58,32 @@ def test_kernel_bf16_within_one_ulp_and_broadcast_tables(interpreter):
     assert ((out.double() - exact).abs() / bf16_ulp(exact)).max() <= 1.0 + 1e-6
 
 
-def test_opt_in_by_environment(monkeypatch):
-    monkeypatch.delenv("MMPOS_TRITON", raising=False)
-    rotary_triton.triton_available.cache_clear()
-    try:
-        assert not rotary_triton.triton_available()
-    finally:
-        rotary_triton.triton_available.cache_clear()
+def test_backend_setter_switches_the_path(interpreter, monkeypatch):
+    pe = mmpos.create_pe("rope_axial", head_dim=16, axes_dims=(4, 4))
+    coords, q = grid_coords((3, 3)), torch.randn(1, 2, 9, 16)
+    calls = _count_kernel_calls(monkeypatch)
+    with rotary_backend("torch"):
+        assert get_rotary_backend() == "torch"
+        by_torch = pe.rotate(q, pe.table(coords))
+    assert calls == [] and get_rotary_backend() == "auto"
+    for name in ("triton", "auto"):
+        set_rotary_backend(name)
+        by_kernel = pe.rotate(q, pe.table(coords))
+    assert calls == [1, 1]
+    torch.testing.assert_close(by_kernel, by_torch, rtol=0, atol=2e-6)
+
+
+def test_invalid_backend_is_rejected_and_nothing_changes():
+    before = get_rotary_backend()
+    with pytest.raises(ValueError, match=r"rotary backend must be one of \('auto', 'triton', 'torch'\), got 'cuda'"):
+        set_rotary_backend("cuda")
+    assert get_rotary_backend() == before
+
+
+@pytest.mark.parametrize("value, default", [(None, "torch"), ("0", "torch"), ("1", "auto")])
+def test_environment_only_supplies_the_default(monkeypatch, value, default):
+    if value is None:
+        monkeypatch.delenv("MMPOS_TRITON", raising=False)
+    else:
+        monkeypatch.setenv("MMPOS_TRITON", value)
+    assert backend_module._default_from_environment() == default

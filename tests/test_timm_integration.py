@@ -12,6 +12,7 @@ import mmpos
 import mmpos.integrations.timm as mt
 from mmpos.encodings import pe_class
 from mmpos.integrations.timm.models import image_pes
+from fixtures.asserts import assert_grads_match
 
 ROTARY = [pe for pe in image_pes() if pe_class(pe).kind == "rotary"]
 RELATIVE = [pe for pe in ROTARY if pe != "liere"]  # LieRE is not relative by design (the negative control)
@@ -32,7 +33,7 @@ def tiny_eva(**kw):
 
 
 def tiny_naflex(**kw):
-    cfg = NaFlexVitCfg(patch_size=PATCH, embed_dim=32, depth=2, num_heads=2, **kw)
+    cfg = NaFlexVitCfg(**{**dict(patch_size=PATCH, embed_dim=32, depth=2, num_heads=2), **kw})
     return NaFlexVit(cfg, num_classes=5, img_size=IMG)
 
 
@@ -423,3 +424,111 @@ def test_inference_mode_then_training(pe):
     model.train()
     model(x).sum().backward()  # tables from inference_mode are never reused by autograd
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+# ---------------------------------------------------------------- tables once per forward
+def _count_calls(monkeypatch, owner, name):
+    """Wrap ``owner.name`` with a call counter; returns the list that grows by one per call."""
+    calls, original = [], getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("family", ["vit", "eva", "naflexvit"])
+@pytest.mark.parametrize("pe,distinct", [("rope_axial", 1), ("rope_mixed", 4), ("comrope_ap", 4)])
+def test_coordinates_checked_and_tables_built_once_per_forward(monkeypatch, family, pe, distinct):
+    """One finiteness check (a host sync on CUDA) per forward, and one table per distinct encoding (one for a
+    shared encoding, one per block for learned ones), however deep the model."""
+    import mmpos.ops.tables as tables
+
+    model = mt.convert(MODELS[family](depth=4), pe=pe)
+    assert len({id(b.attn.pe) for b in model.blocks}) == distinct
+    checks = _count_calls(monkeypatch, tables, "check_finite")
+    encodings = {id(b.attn.pe): b.attn.pe for b in model.blocks}.values()
+    built = [_count_calls(monkeypatch, encoding, "table") for encoding in encodings]
+    for grad in (False, True):  # cached tables (no grad) and tables rebuilt for autograd
+        with torch.set_grad_enabled(grad):
+            model(torch.randn(2, 3, IMG, IMG))
+        assert len(checks) == 1 and [len(b) for b in built] == [1] * distinct
+        checks.clear()
+        for b in built:
+            b.clear()
+
+
+def _per_layer_encoded_qkv(self, x):
+    """The attention path before tables were built once per forward: ``pe(q, k, coords)`` in every block."""
+    q, k, v = self._project(x)
+    q, k = self.q_norm(q), self.k_norm(k)
+    groups = getattr(self, "num_kv_groups", 1)
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    q, k = self.pe(q, k, self.positions.coords(x.shape[1], x.device))
+    return q, k, v.to(q.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("pe,share", [("rope_axial", None), ("rope_mixed", None), ("comrope_ld", None),
+                                      ("liere", None), ("rope_mixed", True)])
+@pytest.mark.parametrize("family", ["vit", "eva", "naflexvit"])
+def test_tables_once_per_forward_match_the_per_layer_path_bit_for_bit(monkeypatch, family, pe, share, dtype):
+    """Outputs (with PatchDropout in training, at two resolutions) equal the per-layer ``pe(q, k, coords)`` path
+    exactly; gradients too, except the order in which a shared learned table sums its blocks' gradients."""
+    kw = dict(depth=3, patch_drop_rate=0.25) | ({} if family == "naflexvit" else dict(dynamic_img_size=True))
+    torch.manual_seed(0)
+    model = mt.convert(MODELS[family](**kw), pe=pe, share_pe=share).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+
+    def run(images):
+        model.zero_grad()
+        torch.manual_seed(1)  # the same tokens dropped
+        out = model(images)
+        out.square().sum().backward()
+        return out.detach(), [p.grad for p in model.parameters()]
+
+    for size in (IMG, 48):
+        images = torch.randn(2, 3, size, size, dtype=dtype)
+        out, grads = run(images)
+        with monkeypatch.context() as patch:
+            patch.setattr(mt.attention._PositionalAttention, "encoded_qkv", _per_layer_encoded_qkv)
+            expected, expected_grads = run(images)
+        assert torch.equal(out, expected)
+        assert_grads_match(grads, expected_grads, share, dtype)
+
+
+@pytest.mark.parametrize("pe", ["rope_mixed", "comrope_ap"])
+def test_two_threads_with_different_image_sizes(pe):
+    """Per-forward state (patch grid, coordinates, tables) belongs to the calling thread, not the model: two
+    threads at 32 and 48 px give exactly the single-threaded results. (Learned encodings with autograd on build
+    their tables afresh: the encodings' own table cache is not what this test is about.)"""
+    import sys
+    import threading
+
+    model = mt.convert(tiny_vit(depth=3, dynamic_img_size=True), pe=pe).eval()
+    inputs = {size: torch.randn(2, 3, size, size) for size in (IMG, 48)}
+    expected = {size: model(x).detach() for size, x in inputs.items()}
+    results, errors = {size: [] for size in inputs}, []
+    start = threading.Barrier(len(inputs))
+
+    def work(size):
+        try:
+            start.wait()
+            for _ in range(30):
+                results[size].append(model(inputs[size]).detach())
+        except Exception as error:  # reported below: an exception in a thread would otherwise be lost
+            errors.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so forwards interleave
+    try:
+        threads = [threading.Thread(target=work, args=(size,)) for size in inputs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    for size, outs in results.items():
+        assert len(outs) == 30 and all(torch.equal(out, expected[size]) for out in outs)

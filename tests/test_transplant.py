@@ -4,7 +4,7 @@ import torch
 from diffusers import FluxFillPipeline, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxPosEmbed
 from mmpos.pipelines import PosBridgeFillPipeline
-from mmpos.pipelines.testing import components, embeddings, image
+from fixtures.tiny_models import components, embeddings, image
 from mmpos.coords import flux_ids
 from mmpos.coords.canvas import corner_centered_layout, side_by_side_layout
 from mmpos.coords.edits import transplant_ids

@@ -73,7 +73,7 @@ def pretrained_folders(tmp_path_factory):
     """FLUX-style saved pipelines (tiny, with CLIP/T5 text encoders and tokenizers) for t2i, fill and kontext."""
     from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 
-    from mmpos.pipelines.testing import components, tiny_text_components
+    from fixtures.tiny_models import components, tiny_text_components
 
     root = tmp_path_factory.mktemp("pretrained")
     for task, kind, cls in (("t2i", "flux", FluxPipeline), ("fill", "fill", FluxFillPipeline),
@@ -111,7 +111,7 @@ def test_model_arguments_and_errors():
 def test_conditioning_follows_the_model():
     from diffusers import FluxTransformer2DModel
 
-    from mmpos.pipelines.testing import components, tiny_text_components
+    from fixtures.tiny_models import components, tiny_text_components
     from mmpos.world.models import WorldTextEncoder, conditioning
     from test_world_editing import tiny_edit_pipeline
 

@@ -8,9 +8,9 @@ from mmpos.pipelines.transplant import TransplantConfig
 from mmpos.pipelines.transplant_pipeline import box_to_mask
 from mmpos.pipelines.loading import pipeline_class
 from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_canvas, scene_part
-from mmpos.world.editing import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
+from mmpos.world.edit_runs import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
 from mmpos.world.sources import ModelSource
-from mmpos.world.edits import harmonise_pair, style_set, transplant_pair
+from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
 from mmpos.world.models import build_pipeline, build_text_encoder, build_transformer, build_vae
 from mmpos.world.samples import generate
 from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE

@@ -2,7 +2,7 @@
 import numpy as np
 
 from mmpos.world import render_scene, sample_scene
-from mmpos.world.edits import style_set, transplant_pair
+from mmpos.world.edit_pairs import style_set, transplant_pair
 from mmpos.world.metrics import (colour_mask, insertion_scores, iou, layout_copy, palette_similarity,
                                  texture_similarity)
 

@@ -6,7 +6,7 @@ import pytest
 
 from mmpos.world import COLOURS, ObjectSpec, SceneSpec, SceneStyle, render_scene, sample_scene
 from mmpos.world.data import WorldDataset, build_arrays, write_image_folder
-from mmpos.world.edits import harmonise_pair, instruction_pair, style_set, transplant_pair
+from mmpos.world.edit_pairs import harmonise_pair, instruction_pair, style_set, transplant_pair
 from mmpos.world.render import SHADE, mask_box
 
 SEEDS = range(12)

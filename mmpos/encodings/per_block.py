@@ -8,9 +8,6 @@ blocks.
 """
 from __future__ import annotations
 
-from typing import Iterator
-
-import torch
 from torch import nn
 
 from .._validation import check_positive_int
@@ -101,19 +98,3 @@ def no_weight_decay_names(model: nn.Module) -> set[str]:
                 n for n, _ in module.named_parameters())
             names |= {f"{prefix}.{p}" if prefix else p for p in own}
     return names
-
-
-def pe_parameters(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(name, parameter)`` of every parameter that belongs to an mmpos encoding inside ``model``."""
-    prefixes = tuple(f"{p}." for p, m in model.named_modules() if is_encoding(m) and p)
-    for name, param in model.named_parameters():
-        if name.startswith(prefixes):
-            yield name, param
-
-
-def freeze_all_but_pe(model: nn.Module) -> list[str]:
-    """Make only the encodings' parameters trainable; returns their names."""
-    trainable = {name for name, _ in pe_parameters(model)}
-    for name, param in model.named_parameters():
-        param.requires_grad_(name in trainable)
-    return sorted(trainable)

@@ -5,8 +5,9 @@ attention and MLP branches; gates and the output layer start at zero, so every b
 identity. The positional encoding is a registry name: absolute ones (``ape_sincos``, the paper's, and
 ``ape_learned``) are added to the patch tokens; rotary ones (``rope_axial``, ``rope_mixed``, and any
 encoding registered later) act on q and k in every block (one shared instance, or one per block for
-encodings with parameters). Built on diffusers' ``ModelMixin``/``ConfigMixin``: ``save_pretrained`` and
-``from_pretrained`` round-trip, schedulers and training utilities apply.
+encodings with parameters); the model builds their tables once per forward and the blocks only apply them.
+Built on diffusers' ``ModelMixin``/``ConfigMixin``: ``save_pretrained`` and ``from_pretrained`` round-trip,
+schedulers and training utilities apply.
 
     model = DiT.from_preset("DiT-S/2", pe="rope_mixed", sample_size=32, num_classes=10)
     out = model(latents, timesteps, class_labels).sample     # [B, C, H, W]
@@ -26,6 +27,7 @@ from ..coords.grids import MODES, image_grid
 from ..encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ..encodings.base import PEKind
 from ..encodings.registry import pe_class
+from ..ops.forward_tables import ForwardTables, run_dtype
 
 # name: (depth, hidden_size, num_heads), as in the DiT paper (Table 1); patch 2, 4 or 8 after the slash.
 DIT_SIZES = {"S": (12, 384, 6), "B": (12, 768, 12), "L": (24, 1024, 16), "XL": (28, 1152, 16)}
@@ -59,7 +61,8 @@ class LabelEmbedding(nn.Module):
 
 
 class DiTAttention(nn.Module):
-    """Multi-head self-attention; a rotary encoding (if given) turns q and k before SDPA."""
+    """Multi-head self-attention; a rotary encoding (if given) turns q and k before SDPA, with its table from
+    the forward's :class:`~mmpos.ops.forward_tables.ForwardTables`."""
 
     def __init__(self, hidden_size: int, num_heads: int):
         super().__init__()
@@ -67,11 +70,11 @@ class DiTAttention(nn.Module):
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
         self.proj = nn.Linear(hidden_size, hidden_size)
 
-    def forward(self, x: torch.Tensor, pe: nn.Module | None, coords: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pe: nn.Module | None, tables: ForwardTables | None) -> torch.Tensor:
         B, L, C = x.shape
         q, k, v = self.qkv(x).reshape(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if pe is not None:
-            q, k = pe(q, k, coords)
+            q, k = pe.rotate_qk(q, k, tables.get(pe, q))
         x = F.scaled_dot_product_attention(q, k, v)
         return self.proj(x.transpose(1, 2).reshape(B, L, C))
 
@@ -89,9 +92,9 @@ class DiTBlock(nn.Module):
                                  nn.Linear(hidden, hidden_size))
         self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(hidden_size, 6 * hidden_size))
 
-    def forward(self, x, c, pe, coords):
+    def forward(self, x, c, pe, tables):
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaLN_modulation(c).chunk(6, dim=1)
-        x = x + gate_msa.unsqueeze(1) * self.attn(modulate(self.norm1(x), shift_msa, scale_msa), pe, coords)
+        x = x + gate_msa.unsqueeze(1) * self.attn(modulate(self.norm1(x), shift_msa, scale_msa), pe, tables)
         return x + gate_mlp.unsqueeze(1) * self.mlp(modulate(self.norm2(x), shift_mlp, scale_mlp))
 
 
@@ -218,12 +221,14 @@ class DiT(ModelMixin, ConfigMixin):
         if self.abs_pe is not None:
             x = self._add_absolute(x, coords, grid)
         c = self._condition(timestep, class_labels, sample)
+        # tables once per forward, outside the (possibly checkpointed) blocks; coordinates checked once
+        tables = ForwardTables(self.rotary_pes, coords, run_dtype(x), x.device) if len(self.rotary_pes) else None
         for i, block in enumerate(self.blocks):
             pe = None if self._pe_index[i] is None else self.rotary_pes[self._pe_index[i]]
             if torch.is_grad_enabled() and self.gradient_checkpointing:
-                x = self._gradient_checkpointing_func(block, x, c, pe, coords)
+                x = self._gradient_checkpointing_func(block, x, c, pe, tables)
             else:
-                x = block(x, c, pe, coords)
+                x = block(x, c, pe, tables)
         out = self._unpatchify(self.final_layer(x, c), grid)
         return Transformer2DModelOutput(sample=out) if return_dict else (out,)
 

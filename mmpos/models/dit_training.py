@@ -1,4 +1,5 @@
-"""Training pieces for the reference DiT: objectives, the matching schedulers, EMA, a procedural data set.
+"""Training pieces for the reference DiT: objectives, the matching schedulers, a procedural data set (the EMA
+is :class:`mmpos.models.ema.EMA`).
 
 Objectives (``x0`` data, ``eps`` unit Gaussian noise):
 
@@ -10,13 +11,10 @@ Objectives (``x0`` data, ``eps`` unit Gaussian noise):
 """
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from .._validation import check_choice, check_positive_int
 
 OBJECTIVES = ("epsilon", "v_prediction", "flow")
@@ -63,29 +61,6 @@ def diffusion_loss(model, x0: torch.Tensor, class_labels: torch.Tensor, objectiv
     dtype = next(model.parameters()).dtype
     pred = model(x_t.to(dtype), timestep, class_labels).sample
     return F.mse_loss(pred.float(), target)
-
-
-class EMA(nn.Module):
-    """Exponential moving average of a model's parameters (buffers copied): ``ema = d * ema + (1 - d) * p``.
-
-    ``ema.model`` is a full copy (for a diffusers model, ``ema.model.save_pretrained`` works).
-    """
-
-    def __init__(self, model: nn.Module, decay: float = 0.9999):
-        super().__init__()
-        if not 0.0 <= decay < 1.0:
-            raise ValueError(f"decay must be in [0, 1), got {decay}")
-        self.decay = decay
-        self.model = copy.deepcopy(model).eval().requires_grad_(False)
-
-    @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
-        ema_params = dict(self.model.named_parameters())
-        for name, param in model.named_parameters():
-            ema_params[name].lerp_(param.detach().to(ema_params[name].dtype), 1.0 - self.decay)
-        ema_buffers = dict(self.model.named_buffers())
-        for name, buffer in model.named_buffers():
-            ema_buffers[name].copy_(buffer)
 
 
 class ProceduralShapes(torch.utils.data.Dataset):

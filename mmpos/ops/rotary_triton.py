@@ -3,18 +3,20 @@
 The PyTorch path upcasts a 16-bit tensor to an fp32 buffer, multiplies and rounds back (three passes);
 this kernel reads each pair once, rotates it in registers and writes the result in the input dtype.
 
-Opt-in: :func:`mmpos.ops.rotation.rotate` takes it for CUDA tensors only when the environment sets
-``MMPOS_TRITON=1``. It is tested under Triton's CPU interpreter (``TRITON_INTERPRET=1``) but has not yet
-run on a GPU in this project's checks (``scripts/check_cuda.py`` compares it with the PyTorch path and
-``scripts/bench_rotary.py --device cuda`` times both); it becomes the default once that has been done.
+Opt-in: :func:`mmpos.ops.rotation.rotate` takes it for CUDA tensors only under the ``"auto"`` or ``"triton"``
+rotary backend (:func:`mmpos.ops.set_rotary_backend`; ``MMPOS_TRITON=1`` makes ``"auto"`` the default). It is
+tested under Triton's CPU interpreter (``TRITON_INTERPRET=1``) but has not yet run on a GPU in this project's
+checks (``tests/cuda/test_rotary_kernel_cuda.py`` compares it with the PyTorch path and
+``benchmarks/bench_rotary.py --device cuda`` times both); it becomes the default once that has been done.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 
 import torch
+
+from .backends import fused_kernel_enabled
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,37 +53,11 @@ def _kernel():
     return rotate_pairs
 
 
-_ENABLED = True
-
-
-@contextlib.contextmanager
-def triton_disabled():
-    """Within this block rotate() takes the PyTorch path (for benchmarks and comparisons)."""
-    global _ENABLED
-    previous, _ENABLED = _ENABLED, False
-    try:
-        yield
-    finally:
-        _ENABLED = previous
-
-
-@functools.lru_cache(maxsize=None)
-def triton_available() -> bool:
-    """``MMPOS_TRITON=1`` is set and Triton imports."""
-    if os.environ.get("MMPOS_TRITON", "") != "1":
-        return False
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def can_fuse(src: torch.Tensor, cis: torch.Tensor) -> bool:
     """Whether the kernel takes this ``[..., L, R]`` view (CUDA, or CPU under TRITON_INTERPRET) and table."""
     interpreted = os.environ.get("TRITON_INTERPRET", "") == "1"
     on_device = src.device.type == "cuda" or (interpreted and src.device.type == "cpu")
-    return (on_device and _ENABLED and triton_available() and src.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    return (on_device and fused_kernel_enabled() and src.dtype in (torch.float32, torch.bfloat16, torch.float16)
             and cis.dtype == torch.complex64 and 2 <= src.dim() <= 4 and cis.dim() <= 4)
 
 

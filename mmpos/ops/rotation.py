@@ -6,8 +6,9 @@ Two pair layouts: ``interleaved`` (pairs are adjacent channels ``(2i, 2i+1)``: F
 Speed and exactness on the CPU: 16-bit inputs are rotated in cache-sized chunks, each upcast to fp64,
 multiplied by the fp64 table as complex numbers and rounded once, so a bf16 result is correctly rounded
 (within 0.5 ulp of the exact rotation) at roughly the cost of two copies of the tensor. fp32/fp64 inputs
-take one complex multiply. On GPUs, 16-bit inputs compute in fp32 through a buffer; with ``MMPOS_TRITON=1``
-a fused Triton kernel (``ops.rotary_triton``, opt-in until it has been checked on a GPU) reads each pair once.
+take one complex multiply. On GPUs, 16-bit inputs compute in fp32 through a buffer; under the ``"auto"`` rotary backend
+(:func:`mmpos.ops.set_rotary_backend`) a fused Triton kernel (``ops.rotary_triton``, opt-in until it has been
+checked on a GPU) reads each pair once.
 """
 from __future__ import annotations
 

@@ -7,8 +7,10 @@ fp32 formulation gives the same accuracy (see :func:`phases_fp32_reduced`).
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -50,14 +52,31 @@ def device_has_fp64(device: torch.device) -> bool:
     return torch.device(device).type not in ("mps", "npu", "xla")
 
 
+_finite_checked = threading.local()
+
+
+@contextmanager
+def finite_checked(coords: torch.Tensor):
+    """Inside the block, :func:`check_coords` skips the finiteness test (a host sync on CUDA) for this very
+    tensor, on this thread: for a model that checked its coordinates once and builds one table per block."""
+    previous = getattr(_finite_checked, "coords", None)
+    _finite_checked.coords = coords
+    try:
+        yield coords
+    finally:
+        _finite_checked.coords = previous
+
+
 def check_coords(coords: torch.Tensor, num_axes: int, name: str = "coords") -> torch.Tensor:
     """Validate ``[L, A]`` or ``[B, L, A]`` coordinates (``[L]`` allowed when ``A == 1``)."""
     check_float_coords(name, coords)
+    already_checked = getattr(_finite_checked, "coords", None) is coords
     if coords.dim() == 1 and num_axes == 1:
         coords = coords[:, None]
     if coords.dim() not in (2, 3) or coords.shape[-1] != num_axes:
         raise ValueError(f"{name} has shape {tuple(coords.shape)}; expected [L, {num_axes}] or [B, L, {num_axes}]")
-    check_finite(name, coords)
+    if not already_checked:
+        check_finite(name, coords)
     return coords
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .edits import TransplantPair, fill_example, transplant_pair
+from .edit_pairs import TransplantPair, fill_example, transplant_pair
 from .images import to_chw, to_uint8
 
 TOKEN_PIXELS = 4  # world VAE factor 2 x Flux 2x2 packing
@@ -48,7 +48,7 @@ def insertion_canvas(pair: TransplantPair) -> FillCanvas:
 
 
 def inpainting_canvas(seed: int, image_size: int) -> FillCanvas:
-    """A scene beside a plain grey tile, with :func:`~mmpos.world.edits.fill_example`'s mask."""
+    """A scene beside a plain grey tile, with :func:`~mmpos.world.edit_pairs.fill_example`'s mask."""
     rendered, mask = fill_example(seed, image_size)
     image = np.full((image_size, 2 * image_size, 3), 128, dtype=np.uint8)
     image[:, image_size:] = rendered.image

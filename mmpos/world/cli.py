@@ -33,26 +33,26 @@ def _render(args) -> list[Path]:
 
 
 def _edits(args) -> list[Path]:
-    from . import edits
+    from . import edit_pairs
     from .images import save_png
 
     out, written = Path(args.out), []
     for seed in range(args.seed, args.seed + args.count):
         folder = out / f"{args.kind}-{seed:05d}"
         if args.kind == "transplant":
-            pair = edits.transplant_pair(seed, args.size, box=tuple(args.box) if args.box else None)
+            pair = edit_pairs.transplant_pair(seed, args.size, box=tuple(args.box) if args.box else None)
             images = {"background": pair.background.image, "reference": pair.reference.image,
                       "target": pair.target.image, "mask": pair.mask.astype(np.uint8) * 255}
             truth = {"box": pair.box, "caption": pair.caption, "target_spec": pair.target.spec.to_dict()}
         elif args.kind == "harmonise":
-            pair = edits.harmonise_pair(seed, args.size)
+            pair = edit_pairs.harmonise_pair(seed, args.size)
             images = {"collage": pair.collage, "target": pair.target.image, "scene": pair.scene.image,
                       "paste_mask": pair.paste_mask.astype(np.uint8) * 255,
                       "object_mask": pair.object_mask.astype(np.uint8) * 255}
             truth = {"instruction": pair.instruction, "target_spec": pair.target.spec.to_dict(),
                      "source_spec": pair.source.spec.to_dict()}
         else:
-            styles = edits.style_set(seed, 4, args.size)
+            styles = edit_pairs.style_set(seed, 4, args.size)
             images = {"reference": styles.reference.image}
             images.update({f"target_{i}": t.image for i, t in enumerate(styles.targets)})
             truth = {"reference_spec": styles.reference.spec.to_dict(), "prompts": styles.prompts,

@@ -14,7 +14,7 @@ import torch
 
 from .._validation import check_choice, check_non_negative_int, check_positive_int
 from .canvas import fill_canvas_example
-from .edits import instruction_pair
+from .edit_pairs import instruction_pair
 from .images import save_png
 from .render import render_scene
 from .scene import sample_scene

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from .canvas import WORLD_TRANSPLANT
-from .editing import loose_for_steps, run_band, run_loose, run_transplant
-from .edits import harmonise_pair, style_set, transplant_pair
+from .edit_runs import loose_for_steps, run_band, run_loose, run_transplant
+from .edit_pairs import harmonise_pair, style_set, transplant_pair
 from .images import save_png, to_chw
 from .models import DEFAULT_ASSETS
 from .samples import generate, held_out_examples, image_grid

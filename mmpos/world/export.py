@@ -10,9 +10,9 @@ import torch
 import yaml
 
 from .images import save_png
+from .latents import to_unit
 from .models import build_pipeline
 from .samples import generate, held_out_examples, image_grid, inputs_row
-from .training import to_unit
 
 WEIGHTS_DTYPE = torch.float16  # shipped transformer weights (half the size; loaders upcast to fp32)
 

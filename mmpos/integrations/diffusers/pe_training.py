@@ -4,23 +4,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..pe_parameters import pe_parameters as shared_pe_parameters
+from ..pe_parameters import train_only_pe as shared_train_only_pe
 from .api import position_module
 
 
 def pe_parameters(transformer: nn.Module) -> list[nn.Parameter]:
-    """The parameters of the installed encodings (e.g. RoPE-Mixed frequencies, HARoPE's skew parameters)."""
-    return list(position_module(transformer).encodings.parameters())
+    """The parameters of the installed encodings (e.g. RoPE-Mixed frequencies, HARoPE's skew parameters);
+    :func:`mmpos.integrations.pe_parameters.pe_parameters` after checking that ``set_pe`` was called."""
+    position_module(transformer)  # raises when no encoding is installed
+    return shared_pe_parameters(transformer)
 
 
-def train_only_pe(transformer: nn.Module) -> list[nn.Parameter]:
-    """Freeze every parameter except the encodings'; returns those (for the optimiser)."""
-    trainable = pe_parameters(transformer)
-    if not trainable:
-        raise ValueError(f"the installed encoding {transformer._mmpos_installed.pe!r} has no parameters to train")
-    transformer.requires_grad_(False)
-    for p in trainable:
-        p.requires_grad_(True)
-    return trainable
+def train_only_pe(transformer: nn.Module, also=()) -> list[nn.Parameter]:
+    """Freeze every parameter except the encodings' (and ``also``); returns those (for the optimiser). See
+    :func:`mmpos.integrations.pe_parameters.train_only_pe`."""
+    position_module(transformer)  # raises when no encoding is installed
+    return shared_train_only_pe(transformer, also)
 
 
 def cast_keeping_pe_fp32(transformer: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -4,7 +4,8 @@
     model = mt.convert(timm.create_model("vit_small_patch16_224", pretrained=True), pe="rope_mixed")
     model = timm.create_model("vit_small_patch16_224_mmpos_rope_axial", pe_theta=100.0)
 """
-from ...encodings.per_block import freeze_all_but_pe, no_weight_decay_names, pe_parameters
+from ...encodings.per_block import no_weight_decay_names
+from ..pe_parameters import freeze_all_but_pe, named_pe_parameters, pe_parameters, train_only_pe
 from .attention import PositionalAttention, PositionalAttentionRope, PositionalEvaAttention
 from .convert import convert
 from .models import register_timm_models, timm_model_name
@@ -12,6 +13,7 @@ from .positions import TokenPositions
 
 register_timm_models()
 
-__all__ = ["convert", "freeze_all_but_pe", "no_weight_decay_names", "pe_parameters", "PositionalAttention",
+__all__ = ["convert", "freeze_all_but_pe", "named_pe_parameters", "no_weight_decay_names", "pe_parameters",
+           "train_only_pe", "PositionalAttention",
            "PositionalAttentionRope", "PositionalEvaAttention", "register_timm_models", "timm_model_name",
            "TokenPositions"]

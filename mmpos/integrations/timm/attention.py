@@ -2,10 +2,11 @@
 
 Conversion swaps the class of an existing module in place (``attn.__class__ = ...``): its weights,
 buffers, names and options (fused qkv, biases, qk-norm, gating, GQA) stay exactly as they were, so
-pretrained state dicts load unchanged. The subclasses only replace ``forward``; they read the patch
-coordinates from the model's :class:`~mmpos.integrations.timm.positions.TokenPositions` and call
-``q, k = pe(q, k, coords)``, so any encoding in the registry (rotations, learned maps, block matrix
-exponentials) plugs in. Prefix tokens are left to the encoding's ``num_prefix_tokens`` (no copies).
+pretrained state dicts load unchanged. The subclasses only replace ``forward``: they take their encoding's
+table of the current forward from the model's :class:`~mmpos.integrations.timm.positions.TokenPositions`
+(built once per forward, before the blocks) and apply it, ``q, k = pe.rotate_qk(q, k, table)``, so any
+encoding in the registry (rotations, learned maps, block matrix exponentials) plugs in. Prefix tokens are
+left to the encoding's ``num_prefix_tokens`` (no copies).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .positions import TokenPositions
 class _PositionalAttention:
     """Shared forward: project, normalise, encode positions, attend, project out."""
 
-    pe: torch.nn.Module  # the encoding: q, k = pe(q, k, coords)
+    pe: torch.nn.Module  # the encoding: table = pe.table(coords, ...), then pe.rotate_qk(q, k, table)
     positions: TokenPositions  # shared by the model's blocks
 
     def _project(self, x: torch.Tensor):
@@ -36,8 +37,7 @@ class _PositionalAttention:
         groups = getattr(self, "num_kv_groups", 1)
         if groups > 1:  # per-head encodings need one key per query head
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        coords = self.positions.coords(x.shape[1], x.device)
-        q, k = self.pe(q, k, coords)
+        q, k = self.pe.rotate_qk(q, k, self.positions.table(self.pe, x.shape[1], q))
         return q, k, v.to(q.dtype)
 
     def forward(self, x: torch.Tensor, *, rope: Optional[torch.Tensor] = None,

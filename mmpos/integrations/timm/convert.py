@@ -4,7 +4,8 @@ Supported models: ``VisionTransformer`` (ViT, DeiT, DeiT-III, CLIP/SigLIP towers
 rope-vit ports, Perception Encoder, DINOv3) and ``NaFlexVit``. What changes:
 
 * rotary encodings (``kind == "rotary"``): every block's attention gets the encoding (see
-  :mod:`.attention`); timm's own rope (Eva, NaFlexVit) is removed;
+  :mod:`.attention`), whose table is built once per forward right before the blocks (``norm_pre``);
+  timm's own rope (Eva, NaFlexVit) is removed;
 * absolute encodings (``ape_sincos``, ``ape_learned``): added to the patch tokens right before
   ``norm_pre`` (where timm adds its own), from the tokens' coordinates;
 * ``nope``: positions are removed;
@@ -34,7 +35,7 @@ from ...encodings.base import PEKind
 from ...encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.registry import pe_class
 from .attention import check_convertible, make_positional
-from .positions import NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
+from .positions import BlockTablesHook, NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
 
 SUPPORTED_MODELS = (VisionTransformer, Eva, NaFlexVit)
 ABS_POS = ("remove", "keep")
@@ -126,6 +127,7 @@ def _install_rotary(model, pe, positions, share_pe, options):
         check_convertible(block.attn, f"blocks[{index}].attn")
     for index, (block, block_pe) in enumerate(zip(blocks, pes)):
         make_positional(block.attn, block_pe, positions, f"blocks[{index}].attn")
+    model.norm_pre.register_forward_pre_hook(BlockTablesHook(positions, pes))  # tables once per forward
 
 
 def _timm_axial_rope_options(model, grid_mode, grid_scale) -> dict:

@@ -1,16 +1,22 @@
-"""Where a converted timm ViT's tokens sit: one :class:`TokenPositions` per model, filled each forward.
+"""Where a converted timm ViT's tokens sit, and the tables of each forward.
 
 Hooks set it, attention blocks read it:
 
 * the patch embedding reports the patch grid (static size, ``dynamic_img_size`` or NaFlex ``patch_coord``);
 * PatchDropout reports which patch tokens each sample kept;
-* every converted attention block asks for the coordinates of its patch tokens (prefix tokens, i.e.
-  cls and registers, get none and stay unrotated).
+* right before the blocks (``norm_pre``), :class:`BlockTablesHook` checks the coordinates once and builds one
+  table per distinct encoding (as timm's Eva builds its rope in ``_pos_embed``);
+* every converted attention block takes its encoding's table and only applies it (prefix tokens, i.e. cls and
+  registers, get no coordinates and stay unrotated).
 
-The coordinates tensor is built once per forward and returned as the same object to every block, so
-encodings' table caches hit by identity.
+What a forward records lives in a :class:`ForwardState` of the calling thread, never on the shared module, so
+one model serves several threads with different image sizes. Coordinates of recent grids are reused across
+forwards (the same tensor object), so encodings' table caches hit by identity.
 """
 from __future__ import annotations
+
+import threading
+from typing import Sequence
 
 import torch
 from timm.layers import PatchDropout
@@ -19,11 +25,24 @@ from torch import nn
 
 from ..._validation import check_choice
 from ...coords.grids import MODES, image_grid
+from ...ops.forward_tables import ForwardTables, run_dtype
 from ...ops.tables import KeyedCache
 
 
+class ForwardState:
+    """What one forward knows about its tokens: a ``grid`` or per-sample ``patch_coord``, PatchDropout's
+    ``keep_indices``, then the ``coords`` of the patch tokens and the ``tables`` of its blocks."""
+
+    def __init__(self, grid: tuple[int, int] | None = None, patch_coord: torch.Tensor | None = None):
+        self.grid, self.patch_coord = grid, patch_coord
+        self.keep_indices: torch.Tensor | None = None
+        self.coords: torch.Tensor | None = None
+        self.tables: ForwardTables | None = None
+        self.table_tokens: int | None = None  # the token count the tables were built for
+
+
 class TokenPositions:
-    """(row, col) coordinates of the patch tokens of the current forward.
+    """(row, col) coordinates of the patch tokens of the current forward, and its tables.
 
     Args:
         num_prefix_tokens: leading tokens without coordinates (cls, registers).
@@ -39,62 +58,119 @@ class TokenPositions:
         check_choice("grid_indexing", grid_indexing, ("ij", "xy"))
         self.num_prefix_tokens, self.grid_mode, self.grid_scale = num_prefix_tokens, grid_mode, grid_scale
         self.grid_indexing = grid_indexing
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         # coordinates of recent grids, reused across forwards: table caches then hit by identity (no value
         # comparison, so no device sync per step)
         self._grid_cache = KeyedCache(max_entries=4)
-        self.start()
+        self._grid_lock = threading.Lock()
+        self._local = threading.local()
+        self._latest = ForwardState()
+
+    def __getstate__(self):  # copy.deepcopy (EMA) and pickling keep the settings, not forwards in flight
+        return {k: v for k, v in self.__dict__.items() if k not in ("_grid_cache", "_grid_lock", "_local", "_latest")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    @property
+    def current(self) -> ForwardState:
+        """This thread's latest forward; in a thread that ran none (autograd's, recomputing a checkpointed block
+        on a GPU), the latest forward of any thread."""
+        return getattr(self._local, "state", None) or self._latest
+
+    @property
+    def grid(self) -> tuple[int, int] | None:
+        return self.current.grid
+
+    @property
+    def patch_coord(self) -> torch.Tensor | None:
+        return self.current.patch_coord
+
+    @property
+    def keep_indices(self) -> torch.Tensor | None:
+        return self.current.keep_indices
 
     def start(self, grid: tuple[int, int] | None = None, patch_coord: torch.Tensor | None = None) -> None:
         """A new forward: tokens on a ``grid`` (row-major) or at per-sample ``patch_coord`` ``[B, N, 2]``."""
-        self.grid = None if grid is None else (int(grid[0]), int(grid[1]))
-        self.patch_coord = patch_coord
-        self.keep_indices = None
-        self._coords = None
+        state = ForwardState(None if grid is None else (int(grid[0]), int(grid[1])), patch_coord)
+        self._local.state = self._latest = state
 
     def keep(self, keep_indices: torch.Tensor | None) -> None:
         """PatchDropout kept patch tokens ``keep_indices`` ``[B, K]`` (indices among patch tokens)."""
-        self.keep_indices = keep_indices
-        self._coords = None
+        state = self.current
+        state.keep_indices, state.coords, state.tables = keep_indices, None, None
 
     def coords(self, num_tokens: int, device: torch.device) -> torch.Tensor:
         """``[L, 2]`` (or ``[B, L, 2]`` after PatchDropout / in NaFlex mode) float32 coordinates of the
         ``L = num_tokens - num_prefix_tokens`` patch tokens."""
-        if self._coords is None or self._coords.device != torch.device(device):
-            self._coords = self._build(device)
+        state = self.current
+        if state.coords is None or state.coords.device != torch.device(device):
+            state.coords = self._build(state, device)
         expected = num_tokens - self.num_prefix_tokens
-        if self._coords.shape[-2] != expected:
-            where = f"a {self.grid[0]}x{self.grid[1]} patch grid" if self.grid else "patch_coord"
-            raise ValueError(f"{where} gives {self._coords.shape[-2]} patch tokens but attention sees {num_tokens} "
+        if state.coords.shape[-2] != expected:
+            where = f"a {state.grid[0]}x{state.grid[1]} patch grid" if state.grid else "patch_coord"
+            raise ValueError(f"{where} gives {state.coords.shape[-2]} patch tokens but attention sees {num_tokens} "
                              f"tokens with {self.num_prefix_tokens} prefix token(s), i.e. {expected}")
-        return self._coords
+        return state.coords
 
-    def _grid_coords(self, device) -> torch.Tensor:
-        key = (self.grid, torch.device(device), self.grid_mode, self.grid_scale, self.grid_indexing,
+    def build_tables(self, encodings: Sequence[nn.Module], num_tokens: int, dtype: torch.dtype, device) -> None:
+        """This forward's tables for its blocks' ``encodings`` (coordinates checked once, one table each)."""
+        state = self.current
+        state.tables = ForwardTables(encodings, self.coords(num_tokens, device), dtype, device)
+        state.table_tokens = num_tokens
+
+    def table(self, pe: nn.Module, num_tokens: int, q: torch.Tensor):
+        """``pe``'s table for a block's ``q`` ``[B, H, N, D]`` of ``num_tokens`` tokens: the one built for this
+        forward, or, for an attention module called on its own, a table built from this forward's coordinates."""
+        state = self.current
+        if state.tables is None or state.table_tokens != num_tokens:
+            return pe.table(self.coords(num_tokens, q.device), q.dtype, q.device)
+        return state.tables.get(pe, q)
+
+    def _grid_coords(self, grid, device) -> torch.Tensor:
+        key = (grid, torch.device(device), self.grid_mode, self.grid_scale, self.grid_indexing,
                torch.is_inference_mode_enabled())
 
         def build():
-            coords = image_grid(*self.grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
+            coords = image_grid(*grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
             return coords.flip(-1) if self.grid_indexing == "xy" else coords
 
-        return self._grid_cache.get(key, build)
+        with self._grid_lock:
+            return self._grid_cache.get(key, build)
 
-    def _build(self, device) -> torch.Tensor:
-        if self.patch_coord is not None:
-            coords = self.patch_coord.to(device, torch.float32) * self.grid_scale
-        elif self.grid is not None:
-            coords = self._grid_coords(device)
+    def _build(self, state: ForwardState, device) -> torch.Tensor:
+        if state.patch_coord is not None:
+            coords = state.patch_coord.to(device, torch.float32) * self.grid_scale
+        elif state.grid is not None:
+            coords = self._grid_coords(state.grid, device)
         else:
             raise RuntimeError("no patch grid was recorded for this forward: the converted model's patch "
                                "embedding did not run (call the model, forward_features or forward_intermediates)")
-        if self.grid_indexing == "xy" and self.patch_coord is not None:
+        if self.grid_indexing == "xy" and state.patch_coord is not None:
             coords = coords.flip(-1)
-        if self.keep_indices is not None:
-            keep = self.keep_indices.to(device)
+        if state.keep_indices is not None:
+            keep = state.keep_indices.to(device)
             if coords.dim() == 2:
                 coords = coords[keep]  # [B, K, 2]
             else:
                 coords = coords.gather(1, keep.unsqueeze(-1).expand(-1, -1, coords.shape[-1]))
         return coords
+
+
+class BlockTablesHook:
+    """Forward pre-hook for ``norm_pre`` (the last module before the blocks, outside any checkpointed block):
+    build this forward's tables for the blocks' ``encodings`` (an object, not a closure, so that
+    ``copy.deepcopy(model)`` rewires it to the copy's encodings and positions)."""
+
+    def __init__(self, positions: TokenPositions, encodings: Sequence[nn.Module]):
+        self.positions, self.encodings = positions, list(encodings)
+
+    def __call__(self, module, args):
+        x = args[0]
+        self.positions.build_tables(self.encodings, x.shape[1], run_dtype(x), x.device)
 
 
 class PatchGridHook:

@@ -1,1 +1,0 @@
-"""Benchmarks (scripts, not tests): ratios against peers measured in the same run."""

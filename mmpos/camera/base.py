@@ -1,0 +1,78 @@
+"""The camera-model interface and the helpers every model uses.
+
+Conventions (one for the whole package):
+
+- Camera axes are OpenCV's: x right, y down, z forward (the optical axis).
+- Pixel coordinates are continuous: pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)`` and its centre is
+  ``(u, v) = (j + 0.5, i + 0.5)``. The image spans ``[0, W] x [0, H]``, so ``cx = W / 2`` is the exact
+  centre and intrinsics follow resizing by plain scaling (no half-pixel terms).
+- Nothing returns NaN: every call returns ``(values, valid)``, where ``valid`` is a bool mask and invalid
+  entries hold finite placeholders (the optical axis for rays, the principal point for pixels).
+- Arithmetic runs in the input's dtype (float32 or float64; 16-bit is refused) with autocast off.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._validation import check_float_coords
+
+NEWTON_STEPS = 12  # Newton iterations of the distortion inverses (quadratic convergence: ample in fp64)
+
+
+def check_finite_number(name: str, value, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return float(value)
+
+
+def check_last_dim(name: str, tensor: torch.Tensor, size: int) -> None:
+    check_float_coords(name, tensor)
+    if not tensor.is_floating_point() or tensor.dim() < 1 or tensor.shape[-1] != size:
+        raise ValueError(f"{name} must be a float32/float64 tensor [..., {size}], got {tuple(tensor.shape)} "
+                         f"{tensor.dtype}")
+
+
+def no_autocast(tensor: torch.Tensor):
+    return torch.autocast(tensor.device.type, enabled=False)
+
+
+def safe_normalize(v: torch.Tensor, eps: float = 1e-30):
+    norm = v.norm(dim=-1, keepdim=True)
+    return v / norm.clamp_min(eps), norm[..., 0]
+
+
+class CameraModel:
+    """Interface shared by every model (see the module docstring for the conventions)."""
+
+    width: float
+    height: float
+
+    def unproject(self, pixels: torch.Tensor):
+        """``pixels [..., 2]`` (u, v) -> ``(rays [..., 3] unit norm, valid [...] bool)``."""
+        check_last_dim("pixels", pixels, 2)
+        with no_autocast(pixels):
+            return self._unproject(pixels)
+
+    def project(self, points: torch.Tensor):
+        """``points [..., 3]`` in the camera frame -> ``(pixels [..., 2], valid [...] bool)``."""
+        check_last_dim("points", points, 3)
+        with no_autocast(points):
+            return self._project(points)
+
+    def resized(self, width: float, height: float):
+        """The same camera imaging to a ``width x height`` image (intrinsics scale with the image)."""
+        raise NotImplementedError
+
+    def cropped(self, left: float, top: float, width: float, height: float):
+        """The camera of the sub-image ``[left, left + width) x [top, top + height)``."""
+        raise NotImplementedError
+
+
+def optical_axis(like: torch.Tensor) -> torch.Tensor:
+    axis = torch.zeros_like(like)
+    axis[..., 2] = 1
+    return axis
