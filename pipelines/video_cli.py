@@ -34,10 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
                         "camera is plotted but does not steer the video")
     parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
-    parser.add_argument("--extrapolate", choices=("riflex",), help="longer videos than trained: RIFLEx on the time "
-                        "axis (set_pe)")
+    parser.add_argument("--extrapolate", nargs="+", choices=("riflex", "ntk", "yarn"), default=[],
+                        help="beyond the trained length and size without training (set_pe): riflex on time; ntk or "
+                        "yarn on rows and columns larger than trained")
     parser.add_argument("--train-frames", type=int, default=81, help="video frames the model was trained on, for "
                         "--extrapolate (default: 81)")
+    parser.add_argument("--train-size", default="480x832", help="HEIGHTxWIDTH the model was trained on, for "
+                        "--extrapolate ntk|yarn (default: 480x832)")
     parser.add_argument("--steps", type=int, help="denoising steps (default: 50; tiny: 4)")
     parser.add_argument("--guidance", type=float, default=5.0, help="classifier-free guidance scale (default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -117,13 +120,40 @@ def riflex_k(transformer, train_latent_frames: int) -> int:
     return 1 + min(range(len(periods)), key=lambda j: abs(periods[j] - train_latent_frames))
 
 
-def _extrapolate(args, pipe, frames: int) -> str:
+def extrapolation_policies(methods, transformer, frames: int, size, train_frames: int, train_size) -> list:
+    """``set_pe``'s per-axis ``(t, row, col)`` policies: RIFLEx on time; NTK or YaRN on the spatial axes that
+    are longer than trained (patch counts: 16 pixels per patch)."""
+    if "ntk" in methods and "yarn" in methods:
+        raise ValueError("--extrapolate: choose ntk or yarn for the spatial axes, not both")
+    policies = [None, None, None]
+    if "riflex" in methods:
+        latent, trained = (frames - 1) // 4 + 1, (train_frames - 1) // 4 + 1
+        policies[0] = {"type": "riflex", "k": riflex_k(transformer, trained), "target_length": latent}
+    spatial = "ntk" if "ntk" in methods else "yarn" if "yarn" in methods else None
+    for axis, (pixels, trained_pixels) in enumerate(zip(size, train_size), start=1):
+        if spatial and pixels > trained_pixels:
+            factor = pixels / trained_pixels
+            policies[axis] = ({"type": "ntk", "factor": factor} if spatial == "ntk" else
+                              {"type": "yarn", "factor": factor, "original_length": trained_pixels // 16})
+    return policies
+
+
+def _extrapolate(args, parser, pipe, settings) -> str:
     from mmpos.integrations.diffusers import set_pe
 
-    latent, trained = (frames - 1) // 4 + 1, (args.train_frames - 1) // 4 + 1
-    k = riflex_k(pipe.transformer, trained)
-    set_pe(pipe.transformer, "native", extrapolation=[{"type": "riflex", "k": k, "target_length": latent}, None, None])
-    return f"RIFLEx on time: k={k}, {latent} latent frames (trained {trained})"
+    try:
+        train_size = tuple(int(v) for v in args.train_size.lower().split("x"))
+        if len(train_size) != 2 or min(train_size) < 16:
+            raise ValueError
+    except ValueError:
+        _fail(parser, f"--train-size {args.train_size}: expected HEIGHTxWIDTH in pixels, e.g. 480x832")
+    try:
+        policies = extrapolation_policies(args.extrapolate, pipe.transformer, settings["frames"],
+                                          (settings["height"], settings["width"]), args.train_frames, train_size)
+    except ValueError as error:
+        _fail(parser, str(error))
+    set_pe(pipe.transformer, "native", extrapolation=policies)
+    return "extrapolation (t, rows, cols): " + ", ".join(str(p) for p in policies)
 
 
 def run(argv=None) -> int:
@@ -146,7 +176,7 @@ def run(argv=None) -> int:
     else:
         print("camera adapter: none (pass --adapter): the camera is plotted but does not steer the video")
     if args.extrapolate:
-        print(_extrapolate(args, pipe, settings["frames"]))
+        print(_extrapolate(args, parser, pipe, settings))
     call = dict(prompt=args.prompt, negative_prompt=args.negative_prompt, height=settings["height"],
                 width=settings["width"], num_frames=settings["frames"], num_inference_steps=settings["steps"],
                 guidance_scale=args.guidance, generator=torch.Generator().manual_seed(args.seed), output_type="pt")

@@ -5,7 +5,7 @@ import pytest
 from mmpos.cli import main
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 from mmpos.pipelines.tiny_wan import tiny_wan_transformer
-from mmpos.pipelines.video_cli import riflex_k
+from mmpos.pipelines.video_cli import extrapolation_policies, riflex_k
 
 SMALL = ["--frames", "9", "--height", "32", "--width", "48", "--steps", "2"]
 
@@ -47,7 +47,7 @@ def test_image_to_video_with_an_adapter_and_riflex(tmp_path, capsys):
     assert main(["generate", "video", "--out", str(out), "--image", str(tmp_path / "first.png"), "--adapter",
                  str(tmp_path / "adapter"), "--extrapolate", "riflex", *SMALL]) == 0
     printed = capsys.readouterr().out
-    assert "camera adapter: ucpe" in printed and "RIFLEx on time" in printed
+    assert "camera adapter: ucpe" in printed and "'type': 'riflex'" in printed
     assert read_video(out / "video.mp4").shape == (9, 32, 48, 3)
 
 
@@ -69,3 +69,21 @@ def test_riflex_picks_the_time_pair_whose_period_is_closest_to_the_trained_lengt
     assert riflex_k(wan13b_head, 21) == 4
     assert riflex_k(wan13b_head, 30) == 5
     assert riflex_k(tiny_wan_transformer(), 21) == 1  # tiny: 4 time channels, periods 6.3 and 628
+
+
+def test_extrapolation_policies_per_axis():
+    wan = tiny_wan_transformer()
+    policies = extrapolation_policies(["riflex", "ntk"], wan, 161, (480, 1664), 81, (480, 832))
+    assert policies == [{"type": "riflex", "k": 1, "target_length": 41}, None, {"type": "ntk", "factor": 2.0}]
+    yarn = extrapolation_policies(["yarn"], wan, 81, (960, 832), 81, (480, 832))
+    assert yarn == [None, {"type": "yarn", "factor": 2.0, "original_length": 30}, None]
+    with pytest.raises(ValueError, match="ntk or yarn"):
+        extrapolation_policies(["ntk", "yarn"], wan, 81, (960, 832), 81, (480, 832))
+
+
+def test_ntk_extrapolation_runs_from_the_command(tmp_path, capsys):
+    out = tmp_path / "ntk"
+    assert main(["generate", "video", "--out", str(out), "--extrapolate", "ntk", "riflex", "--train-size", "16x32",
+                 *SMALL]) == 0
+    assert "'type': 'ntk', 'factor': 2.0" in capsys.readouterr().out  # rows: 32 px against 16 trained
+    assert (out / "video.mp4").is_file()
