@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["generate", "video"]:  # its own parser: `mmpos generate` alone stays FLUX text-to-image
+        from .pipelines.video_cli import run
+
+        return run(argv[2:])
     args = build_parser().parse_args(argv)
     if getattr(args, "bench_args", None) and args.bench_args[0] == "--":
         args.bench_args = args.bench_args[1:]

@@ -1,6 +1,6 @@
 """Training-free editing pipelines on diffusers, installed as ``mmpos.pipelines``.
 
-Band modulation (Untwisting RoPE) on Flux and Kontext, PE transplant (PosBridge) on Fill, LooseRoPE on Kontext;
+Band modulation (Untwisting RoPE) on Flux and Kontext, PE transplant (PosBridge) on Fill, LooseRoPE on Kontext; camera-controlled Wan video (:mod:`.camera_pipeline`);
 all share an explicit edit context set by a transformer pre-forward hook (:mod:`.context`). Exports are loaded on
 first use, so ``mmpos`` commands that do not edit never import diffusers.
 """
@@ -11,7 +11,8 @@ _EXPORTS = {
     "BandModulationKontextPipeline": ".band_pipeline", "EditContext": ".context", "EditSession": ".context",
     "TokenSegments": ".context", "LooseConfig": ".loose", "LooseRoPEKontextPipeline": ".loose_pipeline",
     "TransplantConfig": ".transplant", "PosBridgeFillPipeline": ".transplant_pipeline",
-    "load_pipeline": ".loading",
+    "load_pipeline": ".loading", "CameraControlWanPipeline": ".camera_pipeline",
+    "CameraControlWanImageToVideoPipeline": ".camera_pipeline", "load_camera_adapter": ".camera_pipeline",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -41,10 +41,12 @@ def add_commands(subparsers) -> None:
         _common(sub, f"edit_{name}")
         sub.set_defaults(func=run_edit)
     generate = subparsers.add_parser(
-        "generate", help="FLUX.1 (or the world t2i model) text-to-image, optionally above the training size",
+        "generate", help="FLUX.1 (or the world t2i model) text-to-image, optionally above the training size; "
+                         "`generate video`: camera-controlled Wan video",
         description="Generate images with FluxPipeline (configs/generate.yaml; --model world: the shipped world "
                     "t2i model, configs/generate_world.yaml). --extrapolate dype|ntk|yarn|pi|... extrapolates the "
-                    "RoPE beyond extrapolate.train_size (DyPE follows the denoising step).")
+                    "RoPE beyond extrapolate.train_size (DyPE follows the denoising step). Camera-controlled Wan "
+                    "videos: `mmpos generate video --help`.")
     generate.add_argument("--prompt", action="append", help="prompt (repeat; overrides prompts)")
     generate.add_argument("--height", type=int, help="output height in pixels (overrides sampler.height)")
     generate.add_argument("--width", type=int, help="output width in pixels (overrides sampler.width)")

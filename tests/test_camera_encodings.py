@@ -63,14 +63,15 @@ def test_prope_logits_and_output_are_se3_invariant(with_intrinsics):
 
 def test_prope_with_one_camera_is_2d_rope():
     """One camera: P_q P_k^-1 = I, so the logits are a plain dot product on the projective channels plus 2D RoPE
-    (base 100) on the rest: a block for the column index, then one for the row, each rotate-half."""
+    (base 100) on the rest: a block for the column index, then one for the row, each rotate-half. q and k turn by
+    -theta (the references' sign): plain RoPE at the negated positions."""
     pe = PRoPE(head_dim=16, apply_vo=False)
     rope = mmpos.create_pe("rope_1d", head_dim=4, theta=100.0, layout="half").double()
     q, k, v = qkv(1, tokens(1), 16)
     geo = pe.prepare(invert_pose(rigid(3, (1, 1))), GRID, intrinsics(1, 1), IMAGE)
     row, col = torch.meshgrid(torch.arange(GRID[0], dtype=F64), torch.arange(GRID[1], dtype=F64), indexing="ij")
-    q_x, k_x = rope(q[..., 8:12], k[..., 8:12], col.reshape(-1))
-    q_y, k_y = rope(q[..., 12:], k[..., 12:], row.reshape(-1))
+    q_x, k_x = rope(q[..., 8:12], k[..., 8:12], -col.reshape(-1))
+    q_y, k_y = rope(q[..., 12:], k[..., 12:], -row.reshape(-1))
     expected = logits(q[..., :8], k[..., :8]) + logits(q_x, k_x) + logits(q_y, k_y)
     assert (prope_logits(pe, q, k, geo) - expected).abs().max() < 1e-12
     reference = F.scaled_dot_product_attention(torch.cat([q[..., :8], q_x, q_y], -1),

@@ -8,14 +8,16 @@ own pair layout (``half`` by default, the split layout the PRoPE and UCPE notes 
 =========  ======================  ===========================
 tensor     projective channels     RoPE channels
 =========  ======================  ===========================
-q          ``P^T q``               rotate by ``+theta``
-k, v       ``P^-1 k``              rotate by ``+theta``
-output     ``P o``                 rotate by ``-theta``
+q          ``P^T q``               rotate by ``-theta``
+k, v       ``P^-1 k``              rotate by ``-theta``
+output     ``P o``                 rotate by ``+theta``
 =========  ======================  ===========================
 
 So the logits are ``q^T P_q P_k^-1 k`` (+ RoPE of the offset) and the value path ``P_q P_k^-1 v``: both depend
 only on the relative transform between tokens, hence are invariant to the choice of world frame. The RoPE
-channels follow the same rule with ``P = R(-theta)``.
+channels follow the same rule with ``P = R(theta)``: q, k, v are rotated by ``-theta`` and the output by
+``+theta``, the sign of the references (PRoPE, GTA and UCPE apply ``[x1 cos + x2 sin, -x1 sin + x2 cos]`` to
+q, k and v), so weights trained with them load unchanged.
 
 Usage, shapes ``q [B, H, Lq, D]``, ``k, v [B, H, Lk, D]`` with tokens camera-major (frames of a video are
 cameras), row-major inside an image::
@@ -92,12 +94,14 @@ class ProjectiveRoPE(CameraPE):
 
     # --- operator ---------------------------------------------------------------------------------------------
     def _transform(self, x: torch.Tensor, matrices: torch.Tensor, table: RotaryTable, transpose: bool, inverse: bool):
+        """Projective channels by ``matrices`` (transposed if asked); RoPE channels by ``+theta`` when ``inverse``
+        (the output), else by ``-theta`` (q, k, v)."""
         self._check_x(x, table)
         n = self.projective_dim
         head = transform_blocks(x[..., :n], matrices, n, transpose=transpose)
         if self.rope is None:
             return head
-        cis = table.cis.conj() if inverse else table.cis
+        cis = table.cis if inverse else table.cis.conj()
         half, pairs = self.rope_dim // 2, self.rope_dim // 4  # x block, then y block, each its own pair layout
         x_block = rotate(x[..., n : n + half], RotaryTable(cis[..., :pairs]), self.layout)
         y_block = rotate(x[..., n + half :], RotaryTable(cis[..., pairs:]), self.layout)

@@ -14,9 +14,10 @@ angle, whose expected ``(cos, sin)`` is the damped rotation ``sinc(D/2) * exp(i 
 cancellation for small ``D``; it equals the reference's ``(sin t2 - sin t1) / D`` form). Known depths (RGB-D)
 make both hypotheses equal: an exact rotation.
 
-Attention runs once per query camera: the camera's queries are rotated by their own encoding, all keys and
-values by their encoding in that camera's frame, and the output back by the query encoding (values and
-output only with ``apply_vo``). Query and key sides may have different cameras, counts and grids
+Attention runs once per query camera: the camera's queries are rotated by minus their own encoding, all keys
+and values by minus their encoding in that camera's frame, and the output by plus the query encoding (values
+and output only with ``apply_vo``): the reference's sign, ``rot-(x) = [x1 c + x2 s, -x1 s + x2 c]`` on q, k, v
+and ``rot+`` on the output, so weights trained with the reference load unchanged. Query and key sides may have different cameras, counts and grids
 (cross-attention); tokens are camera-major, row-major inside an image, with nothing else in the sequence.
 
 Numerics: geometry and angles in fp32 (fp64 for fp64 geometry) with autocast off; q, k, v are rotated by the
@@ -149,14 +150,14 @@ class RayRoPE(CameraPE):
         outputs = []
         for camera in range(query.num_cameras):
             rows = slice(camera * query.patches, (camera + 1) * query.patches)
-            k_table = self._key_table(query, camera, key, key_depths)
-            q_c = rotate(q[..., rows, :], RotaryTable(q_table.cis[..., rows, :]), self.layout)
+            k_table = self._key_table(query, camera, key, key_depths).conj()  # rot-: q, k, v by -theta
+            q_c = rotate(q[..., rows, :], RotaryTable(q_table.cis[..., rows, :]).conj(), self.layout)
             k_c = rotate(k, k_table, self.layout)
             v_c = rotate(v, k_table, self.layout) if self.apply_vo else v
             mask = None if attn_mask is None else attn_mask[..., rows, :]
             outputs.append(F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=mask, scale=scale))
         out = torch.cat(outputs, dim=-2)
-        return rotate(out, RotaryTable(q_table.cis.conj()), self.layout) if self.apply_vo else out
+        return rotate(out, q_table, self.layout) if self.apply_vo else out  # rot+: output by +theta
 
     def logits(self, q, k, query: RaySide, key: RaySide | None = None, depth_q=None, depth_k=None,
                known_depth_q=None, known_depth_k=None) -> torch.Tensor:
@@ -165,8 +166,8 @@ class RayRoPE(CameraPE):
         blocks = []
         for camera in range(query.num_cameras):
             rows = slice(camera * query.patches, (camera + 1) * query.patches)
-            q_c = rotate(q[..., rows, :], RotaryTable(q_table.cis[..., rows, :]), self.layout)
-            k_c = rotate(k, self._key_table(query, camera, key, key_depths), self.layout)
+            q_c = rotate(q[..., rows, :], RotaryTable(q_table.cis[..., rows, :]).conj(), self.layout)
+            k_c = rotate(k, self._key_table(query, camera, key, key_depths).conj(), self.layout)
             blocks.append(q_c @ k_c.transpose(-1, -2))
         return torch.cat(blocks, dim=-2)
 

@@ -72,16 +72,21 @@ class UCPEAdapter(nn.Module):
         dim: model width; num_heads, head_dim: of the adapter attention (``num_heads * head_dim`` inner width).
         use_orientation: add ``Linear(3, dim)`` of the latitude/up map to the adapter input.
         qkv_bias: biases of the q, k, v projections. Other options as :class:`UCPE`.
+        encoding: the relative encoding of the branch (default ``UCPE(head_dim, projective_dim, rope_theta)``;
+            a :class:`~.prope.PRoPE` for the PRoPE baseline of the same adapter).
     """
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, use_orientation: bool = True,
-                 qkv_bias: bool = True, rope_theta: float = 100.0, projective_dim: int | None = None):
+                 qkv_bias: bool = True, rope_theta: float = 100.0, projective_dim: int | None = None,
+                 encoding: ProjectiveRoPE | None = None):
         super().__init__()
         for name, value in (("dim", dim), ("num_heads", num_heads), ("head_dim", head_dim)):
             check_positive_int(name, value)
         inner = num_heads * head_dim
         self.dim, self.num_heads, self.head_dim = dim, num_heads, head_dim
-        self.encoding = UCPE(head_dim, projective_dim, rope_theta)
+        self.encoding = UCPE(head_dim, projective_dim, rope_theta) if encoding is None else encoding
+        if self.encoding.head_dim != head_dim:
+            raise ValueError(f"encoding has head_dim={self.encoding.head_dim}; the adapter's head_dim is {head_dim}")
         self.to_q = nn.Linear(dim, inner, bias=qkv_bias)
         self.to_k = nn.Linear(dim, inner, bias=qkv_bias)
         self.to_v = nn.Linear(dim, inner, bias=qkv_bias)

@@ -7,18 +7,26 @@
     set_pe(pipe.transformer, "rope_mixed", coord_axes=(1, 2))                       # learned 2D RoPE-Mixed
     params = train_only_pe(pipe.transformer)                                        # fine-tune only the PE
     restore(pipe.transformer)                                                       # back to stock
+
+Camera adapters on Wan (``ucpe``, ``prope``, ``plucker``): :class:`CameraAdapter`, :func:`camera_conditioning`,
+:func:`video_cameras` (see ``docs/video.md``).
 """
 from .api import position_module, restore, set_pe
 from .backends import resolve_attention_backend
+from .camera_adapter import CameraAdapter, camera_conditioning
 from .context_parallel import shard_like_context_parallel
 from .extrapolation import model_extrapolation
-from .installer import EDIT, ENCODING, AttentionSlot, ProcessorInstaller
+from .installer import CAMERA, EDIT, ENCODING, AttentionSlot, ProcessorInstaller
 from .layer_rotation import LayerRotation
 from .models import supported_classes
 from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
 from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
+from .ucpe_checkpoint import load_ucpe_checkpoint
+from .video_cameras import CameraPath, VideoCameras, video_cameras
 
 __all__ = ["set_pe", "restore", "model_extrapolation", "cast_keeping_pe_fp32", "position_module", "pe_parameters",
            "train_only_pe", "resolve_attention_backend",
            "shard_like_context_parallel", "supported_classes", "EncodingRotation", "FluxPEAttnProcessor",
-           "WanPEAttnProcessor", "ProcessorInstaller", "AttentionSlot", "ENCODING", "EDIT", "LayerRotation"]
+           "WanPEAttnProcessor", "ProcessorInstaller", "AttentionSlot", "ENCODING", "EDIT", "LayerRotation",
+           "CAMERA", "CameraAdapter", "camera_conditioning", "CameraPath", "VideoCameras", "video_cameras",
+           "load_ucpe_checkpoint"]

@@ -4,6 +4,8 @@ Every attention layer has a slot with levels, from the bottom up:
 
     original   the processor found when mmpos first installed anything (diffusers' stock one)
     encoding   filled by :func:`~mmpos.integrations.diffusers.set_pe`: applies an mmpos encoding
+    camera     filled by a camera adapter (:mod:`~mmpos.integrations.diffusers.camera_adapter`): adds its
+               camera branch around the level below
     edit       filled by an edit (``mmpos.pipelines.EditSession``): runs a rule, or the level below
 
 A layer runs its highest filled level; a processor finds the one beneath it with :meth:`AttentionSlot.below`
@@ -28,8 +30,8 @@ from torch import nn
 
 from .models import spec_for
 
-ENCODING, EDIT = "encoding", "edit"
-LEVELS = (ENCODING, EDIT)
+ENCODING, CAMERA, EDIT = "encoding", "camera", "edit"
+LEVELS = (ENCODING, CAMERA, EDIT)
 ATTRIBUTE = "_mmpos_attention_slots"
 
 

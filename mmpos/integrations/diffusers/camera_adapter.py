@@ -1,0 +1,179 @@
+"""Camera adapters on a diffusers video transformer's self-attention (Wan), installed at the installer's
+``camera`` level (:mod:`.installer`), saved and loaded like diffusers models (safetensors + ``config.json``).
+
+=========  ==========================================================================================
+kind       what every self-attention layer gets
+=========  ==========================================================================================
+``ucpe``   a parallel attention branch (UCPE): relative ray encoding on q, k, v and the output, the
+           latitude/up map added to its input, zero-initialised output projection (:class:`UCPEAdapter`)
+``prope``  the same branch with PRoPE's per-camera projective frames (pinhole intrinsics), no map
+``plucker``  CameraCtrl-style: ``Linear(6, dim)`` of the tokens' Plücker rays, zero-initialised, added to
+           the attention's input
+=========  ==========================================================================================
+
+At zero initialisation every kind adds exact zeros: the transformer's output is bit-identical to stock.
+
+    adapter = CameraAdapter.for_transformer(transformer, "ucpe")
+    with camera_conditioning(transformer, adapter, video_cameras(traj, grid, (480, 832))):
+        noise = transformer(latents, timestep, text)        # every layer shares one geometry
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from diffusers.configuration_utils import ConfigMixin, register_to_config
+from diffusers.models.modeling_utils import ModelMixin
+from torch import nn
+
+from ...camera import invert_pose
+from ...encodings.plucker import PluckerRays
+from ...encodings.prope import PRoPE
+from ...encodings.ucpe import UCPEAdapter
+from .installer import CAMERA, ProcessorInstaller
+from .models import spec_for
+from .video_cameras import VideoCameras
+
+__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraConditioning", "camera_conditioning", "install_camera_adapter",
+           "placed_like", "remove_camera_adapter"]
+
+ADAPTER_KINDS = ("ucpe", "prope", "plucker")
+
+
+class CameraAdapter(ModelMixin, ConfigMixin):
+    """One camera module per self-attention layer of a ``num_layers``-block transformer of width ``dim``.
+
+    Args:
+        kind: ``"ucpe"``, ``"prope"`` or ``"plucker"`` (see the module docstring).
+        dim, num_layers: the host transformer's width and block count.
+        num_heads, head_dim: of the attention branch (``ucpe``/``prope``; UCPE on Wan-1.3B: 1 x 192).
+        use_orientation: ``ucpe``: add ``Linear(3, dim)`` of the latitude/up map to the branch input.
+        rope_theta: base of the branch's 2D RoPE; qkv_bias: biases of its q, k, v projections.
+        ray_offset: where each patch's ray passes (patch units from its top-left corner): ``(0.5, 0.5)`` the
+            centre; ``(0, 0)`` for UCPE's released weights, whose rays start at integer grid indices.
+    """
+
+    @register_to_config
+    def __init__(self, kind: str = "ucpe", dim: int = 1536, num_layers: int = 30, num_heads: int = 1,
+                 head_dim: int = 192, use_orientation: bool = True, rope_theta: float = 100.0,
+                 qkv_bias: bool = True, ray_offset: tuple = (0.5, 0.5)):
+        super().__init__()
+        if kind not in ADAPTER_KINDS:
+            raise ValueError(f"kind={kind!r} is not a camera adapter; expected one of {ADAPTER_KINDS}")
+        if kind == "plucker":
+            self.layers = nn.ModuleList(PluckerRays(dim) for _ in range(num_layers))  # zero-initialised Linear(6, dim)
+        else:
+            self.layers = nn.ModuleList(
+                UCPEAdapter(dim, num_heads, head_dim, use_orientation=kind == "ucpe" and use_orientation,
+                            qkv_bias=qkv_bias, rope_theta=rope_theta,
+                            encoding=PRoPE(head_dim, rope_theta=rope_theta) if kind == "prope" else None)
+                for _ in range(num_layers))
+
+    @classmethod
+    def for_transformer(cls, transformer, kind: str = "ucpe", compress: int = 8, **options) -> "CameraAdapter":
+        """An adapter sized for ``transformer`` (a ``WanTransformer3DModel``): UCPE's ``attn_compress``: heads
+        ``max(1, heads // compress)`` with ``head_dim`` the inner width ``dim // compress`` per head, rounded
+        down to a multiple of 8 (at least 8); ``options`` override any config entry."""
+        config = transformer.config
+        dim = config.num_attention_heads * config.attention_head_dim
+        heads = max(1, config.num_attention_heads // compress)
+        head_dim = max(8, (dim // compress // heads) // 8 * 8)
+        sizes = dict(dim=dim, num_layers=config.num_layers, num_heads=heads, head_dim=head_dim)
+        return placed_like(cls(kind=kind, **{**sizes, **options}), transformer)
+
+    def conditioning(self, cameras: VideoCameras, scale: float = 1.0) -> "CameraConditioning":
+        """The per-call state every layer reads: geometry built once from ``cameras``."""
+        kind = self.config.kind
+        if kind == "plucker":
+            return CameraConditioning(self, scale, plucker=PluckerRays.embed(cameras.c2w, cameras.rays))
+        rows_cols = cameras.grid[1:]
+        if kind == "ucpe":
+            geometry = self.layers[0].encoding.prepare(cameras.c2w, cameras.rays, rows_cols, cameras.valid)
+            orientation = cameras.orientation if self.config.use_orientation else None
+            return CameraConditioning(self, scale, geometry=geometry, orientation=orientation)
+        if cameras.intrinsics is None:
+            raise ValueError("camera: the prope adapter needs pinhole-like intrinsics; an equirectangular camera "
+                             "has none")
+        geometry = self.layers[0].encoding.prepare(invert_pose(cameras.c2w), rows_cols, cameras.intrinsics,
+                                                   cameras.image_size)
+        return CameraConditioning(self, scale, geometry=geometry)
+
+
+def placed_like(adapter: CameraAdapter, transformer) -> CameraAdapter:
+    """``adapter`` on ``transformer``'s device and in its dtype (cast only when they differ)."""
+    adapter = adapter.to(transformer.device)
+    return adapter if adapter.dtype == transformer.dtype else adapter.to(dtype=transformer.dtype)
+
+
+class CameraConditioning:
+    """What one call conditions on: the adapter, ``scale`` (``camera_scale``) and the geometry shared by all
+    layers (``geometry`` and ``orientation`` for ``ucpe``/``prope``, ``plucker [B, L, 6]`` rays)."""
+
+    def __init__(self, adapter: CameraAdapter, scale: float = 1.0, geometry=None, orientation=None, plucker=None):
+        self.adapter, self.scale = adapter, float(scale)
+        self.geometry, self.orientation, self.plucker = geometry, orientation, plucker
+
+    def _scaled(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.scale == 1.0 else x * self.scale
+
+    def attention_input(self, layer: int, hidden_states: torch.Tensor) -> torch.Tensor:
+        """``plucker``: the hidden states plus the layer's projection of the rays (exact zeros at init)."""
+        if self.plucker is None:
+            return hidden_states
+        if self.plucker.shape[1] != hidden_states.shape[1]:
+            raise ValueError(f"the transformer has {hidden_states.shape[1]} video tokens; the cameras describe "
+                             f"{self.plucker.shape[1]} (latent frames x patch rows x patch cols)")
+        projection = self.adapter.layers[layer].proj
+        return hidden_states + self._scaled(projection(self.plucker.to(hidden_states.dtype)))
+
+    def residual(self, layer: int, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """``ucpe``/``prope``: the branch's output ``[B, L, dim]`` to add to the attention output."""
+        if self.geometry is None:
+            return None
+        branch = self.adapter.layers[layer]
+        return self._scaled(branch(hidden_states, self.geometry, self.orientation))
+
+
+class CameraAttnProcessor:
+    """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added."""
+
+    def __init__(self, conditioning: CameraConditioning, layer: int, slot):
+        self.conditioning, self.layer, self.slot = conditioning, layer, slot
+
+    def __call__(self, attn, hidden_states: torch.Tensor, encoder_hidden_states=None, attention_mask=None,
+                 rotary_emb=None) -> torch.Tensor:
+        beneath = self.slot.below(CAMERA)
+        attention_input = self.conditioning.attention_input(self.layer, hidden_states)
+        out = beneath(attn, attention_input, encoder_hidden_states, attention_mask, rotary_emb)
+        residual = self.conditioning.residual(self.layer, hidden_states)
+        return out if residual is None else out + residual
+
+
+def install_camera_adapter(transformer, conditioning: CameraConditioning) -> None:
+    """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer)."""
+    spec, adapter = spec_for(transformer), conditioning.adapter
+    count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
+    if (count, width) != (len(adapter.layers), adapter.config.dim):
+        raise ValueError(f"the adapter has {len(adapter.layers)} layers of width {adapter.config.dim}; the "
+                         f"transformer has {count} self-attention layers of width {width}")
+    installer = ProcessorInstaller.of(transformer)
+    processors = {i: CameraAttnProcessor(conditioning, i, slot) for i, slot in enumerate(installer.slots)}
+    installer.fill(CAMERA, processors)
+
+
+def remove_camera_adapter(transformer) -> None:
+    """Empty the ``camera`` level: the layers run what they ran before."""
+    installer = ProcessorInstaller.find(transformer)
+    if installer is not None:
+        installer.clear(transformer, CAMERA)
+
+
+@contextmanager
+def camera_conditioning(transformer, adapter: CameraAdapter, cameras: VideoCameras, scale: float = 1.0):
+    """Install ``adapter`` conditioned on ``cameras`` for the duration of the block, even if it raises."""
+    conditioning = adapter.conditioning(cameras, scale)
+    install_camera_adapter(transformer, conditioning)
+    try:
+        yield conditioning
+    finally:
+        remove_camera_adapter(transformer)

@@ -1,0 +1,87 @@
+"""Video clips with camera paths for training camera adapters.
+
+Layout (the one camera-control work uses for RealEstate10K; ``mmpos world clip --out DATA/clip_x`` writes it)::
+
+    DATA/
+      clip_x/
+        frame_000.png, frame_001.png, ...   frames in name order (PNG or JPEG)
+        cameras.txt | <id>.txt              RealEstate10K pose file, one line per frame
+          or trajectory.json                mmpos trajectory (what `mmpos world clip` writes)
+        caption.txt                         optional; default: an empty prompt
+
+A sample takes ``num_frames`` evenly spaced frames (repeating frames of shorter clips), resizes them to the
+training size and resamples the path at the same times. ``zoom`` augmentation (UCPE's random focal lengths)
+crops the centre by a random factor and scales the intrinsics to match, so images and cameras stay consistent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mmpos.camera import Trajectory, load_trajectory
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+@dataclass(eq=False)
+class Clip:
+    folder: Path
+    frames: list
+    trajectory: Trajectory
+    caption: str
+
+
+def find_clips(root) -> list[Clip]:
+    """Every clip folder under ``root`` (sorted by name); each must have frames and one pose file."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"data folder {root} not found")
+    clips = [read_clip(folder) for folder in sorted(p for p in root.iterdir() if p.is_dir())]
+    if not clips:
+        raise ValueError(f"data folder {root} has no clip folders (frames + a pose file each)")
+    return clips
+
+
+def read_clip(folder: Path) -> Clip:
+    frames = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    poses = [folder / "trajectory.json"] if (folder / "trajectory.json").is_file() else sorted(
+        p for p in folder.glob("*.txt") if p.name != "caption.txt")
+    if not frames or len(poses) != 1:
+        raise ValueError(f"clip {folder}: expected frames (.png/.jpg) and one pose file (RealEstate10K .txt or "
+                         f"trajectory.json), found {len(frames)} frame(s) and {len(poses)} pose file(s)")
+    trajectory = load_trajectory(poses[0])
+    if len(trajectory) != len(frames):
+        raise ValueError(f"clip {folder}: {len(frames)} frames but {len(trajectory)} poses in {poses[0].name}")
+    caption_file = folder / "caption.txt"
+    caption = caption_file.read_text().strip() if caption_file.is_file() else ""
+    return Clip(folder, frames, trajectory, caption)
+
+
+def frame_indices(length: int, num_frames: int) -> list[int]:
+    return np.linspace(0, length - 1, num_frames).round().astype(int).tolist()
+
+
+def load_sample(clip: Clip, num_frames: int, size, zoom: float = 1.0):
+    """``(video [3, F, H, W] in [-1, 1], trajectory of F frames, caption)``; ``zoom >= 1`` crops the centre
+    ``1 / zoom`` of each frame (focal lengths times ``zoom``)."""
+    from PIL import Image
+
+    height, width = size
+    picks = frame_indices(len(clip.frames), num_frames)
+    images = []
+    for i in picks:
+        image = Image.open(clip.frames[i]).convert("RGB")
+        if zoom != 1.0:
+            w, h = image.size
+            cw, ch = w / zoom, h / zoom
+            image = image.crop(((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2))
+        images.append(np.asarray(image.resize((width, height), Image.BICUBIC), dtype=np.float32))
+    video = torch.from_numpy(np.stack(images)).permute(3, 0, 1, 2) / 127.5 - 1.0
+    trajectory = clip.trajectory
+    intrinsics = trajectory.intrinsics[picks].clone()
+    intrinsics[:, :2] *= zoom
+    intrinsics[:, 2:] = (intrinsics[:, 2:] - 0.5) * zoom + 0.5
+    return video, Trajectory(trajectory.c2w[picks], intrinsics), clip.caption

@@ -1,0 +1,223 @@
+"""``mmpos generate video``: a camera-controlled Wan video from the command line.
+
+    mmpos generate video --model Wan-AI/Wan2.1-T2V-1.3B-Diffusers --frames 49 --camera preset:orbit \\
+        --adapter path/to/adapter --prompt "a slow orbit around a house" --out outputs/video
+
+writes ``video.mp4``, ``frames.png`` (a grid of frames) and ``rig.png`` (the camera path) into ``--out``. Without
+``--model`` it runs on tiny random Wan components built offline (seconds on a CPU; the frames are noise-like,
+the plumbing is the real one). It prints the model, device and dtype first, and never replaces existing files
+unless ``--overwrite`` is given.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+TINY = "tiny"
+OUTPUT_NAMES = ("video.mp4", "frames.png", "rig.png")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=TINY, help="Wan diffusers pipeline: from_pretrained path or hub id "
+                        "(default: tiny offline components with random weights)")
+    parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video")
+    parser.add_argument("--prompt", default="a slow camera move around a house", help="text prompt")
+    parser.add_argument("--negative-prompt", default="", help="negative prompt")
+    parser.add_argument("--frames", type=int, help="video frames, 4k+1 (default: 81; tiny: 17)")
+    parser.add_argument("--height", type=int, help="pixels, multiple of 16 (default: 480; tiny: 64)")
+    parser.add_argument("--width", type=int, help="pixels, multiple of 16 (default: 832; tiny: 96)")
+    parser.add_argument("--camera", default="preset:orbit", help="preset:NAME, a RealEstate10K .txt or an mmpos "
+                        ".json trajectory (default: preset:orbit)")
+    parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
+                        "camera is plotted but does not steer the video")
+    parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
+    parser.add_argument("--extrapolate", nargs="+", choices=("riflex", "ntk", "yarn"), default=[],
+                        help="beyond the trained length and size without training (set_pe): riflex on time; ntk or "
+                        "yarn on rows and columns larger than trained")
+    parser.add_argument("--train-frames", type=int, default=81, help="video frames the model was trained on, for "
+                        "--extrapolate (default: 81)")
+    parser.add_argument("--train-size", default="480x832", help="HEIGHTxWIDTH the model was trained on, for "
+                        "--extrapolate ntk|yarn (default: 480x832)")
+    parser.add_argument("--steps", type=int, help="denoising steps (default: 50; tiny: 4)")
+    parser.add_argument("--guidance", type=float, default=5.0, help="classifier-free guidance scale (default: 5)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--fps", type=int, default=16, help="frames per second of the mp4 (default: 16)")
+    parser.add_argument("--device", help="cpu | cuda (default: cuda when available)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                        help="model dtype (default: bfloat16 on cuda, float32 on cpu)")
+    parser.add_argument("--out", default="outputs/video", help="output folder (default: outputs/video)")
+    parser.add_argument("--overwrite", action="store_true", help="replace video.mp4, frames.png, rig.png in --out")
+    return parser
+
+
+def _fail(parser, message: str):
+    parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+
+def _settings(args, parser) -> dict:
+    import torch
+
+    tiny = args.model == TINY
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        _fail(parser, "--device cuda: CUDA is not available on this machine")
+    dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    values = dict(frames=args.frames or (17 if tiny else 81), height=args.height or (64 if tiny else 480),
+                  width=args.width or (96 if tiny else 832), steps=args.steps or (4 if tiny else 50))
+    if values["frames"] < 1 or (values["frames"] - 1) % 4:
+        _fail(parser, f"--frames {values['frames']}: expected 4k + 1 frames (5, 9, ..., 81)")
+    for name in ("height", "width"):
+        if values[name] < 16 or values[name] % 16:
+            _fail(parser, f"--{name} {values[name]}: expected a positive multiple of 16 pixels")
+    if values["steps"] < 1:
+        _fail(parser, f"--steps {values['steps']}: expected at least 1")
+    return dict(values, tiny=tiny, device=device, dtype=dtype)
+
+
+def _outputs(args, parser) -> dict:
+    out = Path(args.out)
+    paths = {name: out / name for name in OUTPUT_NAMES}
+    existing = [str(p) for p in paths.values() if p.exists()]
+    if existing and not args.overwrite:
+        _fail(parser, f"--out {out}: {', '.join(existing)} already exist(s); pass --overwrite or another --out")
+    return paths
+
+
+def _trajectory(args, parser, frames: int):
+    from mmpos.viz.cameras import resolve_trajectory
+
+    try:
+        return resolve_trajectory(args.camera, frames)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(parser, f"--camera {args.camera}: {error}")
+
+
+def _pipeline(args, settings):
+    import torch
+
+    from . import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
+
+    cls = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline
+    dtype = getattr(torch, settings["dtype"])
+    if settings["tiny"]:
+        from .tiny_wan import tiny_wan_components
+
+        pipe = cls(**tiny_wan_components(image_to_video=bool(args.image))).to(settings["device"])
+        return pipe if dtype == torch.float32 else pipe.to(dtype=dtype)
+    return cls.from_pretrained(args.model, torch_dtype=dtype).to(settings["device"])
+
+
+def riflex_k(transformer, train_latent_frames: int) -> int:
+    """RIFLEx's intrinsic frequency: the (1-based) time-axis pair whose period is closest to the trained length."""
+    from mmpos.integrations.diffusers.models import spec_for
+
+    spec = spec_for(transformer)
+    time_dim, theta = spec.native_axes_dims(transformer)[0], spec.native_theta(transformer)
+    periods = [2 * math.pi * theta ** (2 * j / time_dim) for j in range(time_dim // 2)]
+    return 1 + min(range(len(periods)), key=lambda j: abs(periods[j] - train_latent_frames))
+
+
+def extrapolation_policies(methods, transformer, frames: int, size, train_frames: int, train_size) -> list:
+    """``set_pe``'s per-axis ``(t, row, col)`` policies: RIFLEx on time; NTK or YaRN on the spatial axes that
+    are longer than trained (patch counts: 16 pixels per patch)."""
+    if "ntk" in methods and "yarn" in methods:
+        raise ValueError("--extrapolate: choose ntk or yarn for the spatial axes, not both")
+    policies = [None, None, None]
+    if "riflex" in methods:
+        latent, trained = (frames - 1) // 4 + 1, (train_frames - 1) // 4 + 1
+        policies[0] = {"type": "riflex", "k": riflex_k(transformer, trained), "target_length": latent}
+    spatial = "ntk" if "ntk" in methods else "yarn" if "yarn" in methods else None
+    for axis, (pixels, trained_pixels) in enumerate(zip(size, train_size), start=1):
+        if spatial and pixels > trained_pixels:
+            factor = pixels / trained_pixels
+            policies[axis] = ({"type": "ntk", "factor": factor} if spatial == "ntk" else
+                              {"type": "yarn", "factor": factor, "original_length": trained_pixels // 16})
+    return policies
+
+
+def _extrapolate(args, parser, pipe, settings) -> str:
+    from mmpos.integrations.diffusers import set_pe
+
+    try:
+        train_size = tuple(int(v) for v in args.train_size.lower().split("x"))
+        if len(train_size) != 2 or min(train_size) < 16:
+            raise ValueError
+    except ValueError:
+        _fail(parser, f"--train-size {args.train_size}: expected HEIGHTxWIDTH in pixels, e.g. 480x832")
+    try:
+        policies = extrapolation_policies(args.extrapolate, pipe.transformer, settings["frames"],
+                                          (settings["height"], settings["width"]), args.train_frames, train_size)
+    except ValueError as error:
+        _fail(parser, str(error))
+    set_pe(pipe.transformer, "native", extrapolation=policies)
+    return "extrapolation (t, rows, cols): " + ", ".join(str(p) for p in policies)
+
+
+def run(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = _settings(args, parser)
+    paths = _outputs(args, parser)
+    shown = "tiny offline Wan components (random weights, no download)" if settings["tiny"] else args.model
+    print(f"model: {shown}\ndevice: {settings['device']}\ndtype: {settings['dtype']}", flush=True)
+    trajectory = _trajectory(args, parser, settings["frames"])
+    image = _first_frame(args, parser, settings)
+    import torch
+
+    from . import load_camera_adapter
+
+    pipe = _pipeline(args, settings)
+    if args.adapter:
+        adapter = load_camera_adapter(pipe, args.adapter)
+        print(f"camera adapter: {adapter.config.kind} from {args.adapter}")
+    else:
+        print("camera adapter: none (pass --adapter): the camera is plotted but does not steer the video")
+    if args.extrapolate:
+        print(_extrapolate(args, parser, pipe, settings))
+    call = dict(prompt=args.prompt, negative_prompt=args.negative_prompt, height=settings["height"],
+                width=settings["width"], num_frames=settings["frames"], num_inference_steps=settings["steps"],
+                guidance_scale=args.guidance, generator=torch.Generator().manual_seed(args.seed), output_type="pt")
+    if settings["tiny"] and image is None:
+        call["max_sequence_length"] = 16  # the stock I2V processor needs the full 512 text tokens
+    if image is not None:
+        call["image"] = image
+    camera = trajectory if pipe.camera_adapter is not None else None
+    video = pipe(**call, camera=camera, camera_scale=args.camera_scale).frames[0]
+    return _write(paths, video, trajectory, args, settings)
+
+
+def _first_frame(args, parser, settings):
+    if not args.image:
+        return None
+    from PIL import Image
+
+    try:
+        image = Image.open(args.image).convert("RGB")
+    except (FileNotFoundError, OSError) as error:
+        _fail(parser, f"--image {args.image}: {error}")
+    return image.resize((settings["width"], settings["height"]))
+
+
+def _write(paths, video, trajectory, args, settings) -> int:
+    from mmpos.camera import resample
+
+    from .video_outputs import frame_grid, write_mp4, write_png, write_rig_plot
+
+    paths["video.mp4"].parent.mkdir(parents=True, exist_ok=True)
+    write_mp4(video, paths["video.mp4"], args.fps)
+    write_png(frame_grid(video), paths["frames.png"])
+    write_rig_plot(resample(trajectory, len(video)), paths["rig.png"], f"{args.camera}: {len(video)} frames")
+    for path in paths.values():
+        print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
