@@ -6,6 +6,8 @@ from typing import Optional
 
 import torch
 from diffusers import FluxKontextPipeline
+from diffusers.pipelines.flux.pipeline_flux_kontext import PREFERRED_KONTEXT_RESOLUTIONS
+from diffusers.utils import BaseOutput
 
 from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
@@ -18,11 +20,24 @@ DEFAULT_PROMPT = ("blend the cropped objects into the image in a convincing mann
 
 
 @dataclass
-class LooseRoPEOutput:
+class LooseRoPEOutput(BaseOutput):
+    """``images`` as the stock pipeline returns them; with ``return_dict=False`` the pipeline returns the tuple
+    ``(images, saliency, crop_mask, maps)`` (diffusers' convention: the output's fields in order)."""
+
     images: object              # as the stock pipeline returns them (output_type)
     saliency: torch.Tensor      # [H, W] pixel saliency used
     crop_mask: torch.Tensor     # [H, W] bool
     maps: Optional[LooseMaps]   # token-space maps (None when the rule never ran)
+
+
+def kontext_context_size(height: int, width: int, auto_resize: bool = True, multiple_of: int = 16):
+    """``(height, width)`` in pixels the stock Kontext pipeline resizes a ``height x width`` input image to:
+    with ``auto_resize`` the preferred Kontext resolution nearest in aspect ratio, then floored to a multiple of
+    ``multiple_of`` (the token size). LooseRoPE generates at this size so output and context grids agree."""
+    if auto_resize:
+        aspect_ratio = width / height
+        _, width, height = min((abs(aspect_ratio - w / h), w, h) for w, h in PREFERRED_KONTEXT_RESOLUTIONS)
+    return height // multiple_of * multiple_of, width // multiple_of * multiple_of
 
 
 def crop_mask_from_original(collage: torch.Tensor, original: torch.Tensor, threshold: float = 5 / 255) -> torch.Tensor:
@@ -39,8 +54,18 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
     Call with ``image`` (the collage), the pasted region as ``crop_mask`` or via ``original`` (the image before
     pasting), optionally ``saliency`` (an ``[H, W]`` map in [0, 1] or a provider; default from
     ``loose.saliency``), ``loose`` (:class:`LooseConfig` or dict) and the usual Kontext arguments. The prompt
-    defaults to the authors' fixed harmonisation prompt when neither ``prompt`` nor ``prompt_embeds`` is given;
-    the output size defaults to the collage's (``height``, ``width``, ``max_area``).
+    defaults to the authors' fixed harmonisation prompt when neither ``prompt`` nor ``prompt_embeds`` is given.
+
+    Size: the output defaults to the size the collage is given to the model as context
+    (:func:`kontext_context_size`: the nearest preferred Kontext resolution with ``_auto_resize=True``, the
+    default, e.g. 1024x1024 for a square collage; the collage's own size with ``_auto_resize=False``), so the
+    output and context token grids are equal, as in stock Kontext and the authors' code (a square collage gives
+    64x64 and 64x64). An explicit ``height``/``width`` is honoured.
+
+    Returns a :class:`LooseRoPEOutput`, or with ``return_dict=False`` the tuple ``(images, saliency,
+    crop_mask, maps)``.
+
+    The authors' optional VLM verdict-and-restart loop is not implemented (see :mod:`mmpos.pipelines.loose`).
     """
 
     @torch.no_grad()
@@ -61,12 +86,15 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         if kwargs.get("prompt") is None and kwargs.get("prompt_embeds") is None:
             kwargs["prompt"] = DEFAULT_PROMPT
-        kwargs.setdefault("height", size[0])
-        kwargs.setdefault("width", size[1])
+        context_size = kontext_context_size(*size, kwargs.get("_auto_resize", True), self.token_pixels)
+        kwargs.setdefault("height", context_size[0])
+        kwargs.setdefault("width", context_size[1])
         kwargs.setdefault("max_area", kwargs["height"] * kwargs["width"])  # stock Kontext rescales to 1024^2
+        return_dict = kwargs.pop("return_dict", True)
         with self.edit_session(context):
-            result = super().__call__(image=collage, **kwargs)
-        images = result.images if kwargs.get("return_dict", True) else result[0]
+            images = super().__call__(image=collage, return_dict=True, **kwargs).images
+        if not return_dict:
+            return images, saliency_map, mask, rule.maps
         return LooseRoPEOutput(images, saliency_map, mask, rule.maps)
 
     @staticmethod
