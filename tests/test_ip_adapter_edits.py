@@ -37,14 +37,18 @@ def test_band_t2i_off_equals_stock_flux_with_an_ip_adapter():
     assert torch.isfinite(edited).all() and not torch.equal(edited, expected)
 
 
-@pytest.mark.parametrize("pipeline, off", [(BandModulationKontextPipeline, {"band": {"strength": 0.0}}),
-                                           (LooseRoPEKontextPipeline, {"loose": {"enabled": False},
-                                                                       "crop_mask": MASK})])
-def test_kontext_edits_off_equal_stock_kontext_with_an_ip_adapter(pipeline, off):
+@pytest.mark.parametrize("pipeline, off, on", [
+    (BandModulationKontextPipeline, {"band": {"strength": 0.0}}, {"band": {"strength": 1.0}}),
+    (LooseRoPEKontextPipeline, {"loose": {"enabled": False}, "crop_mask": MASK},
+     {"loose": {"step_range": (0, 1)}, "crop_mask": MASK})])
+def test_kontext_edits_off_equal_stock_kontext_with_an_ip_adapter(pipeline, off, on):
     parts = _with_ip_adapter("kontext")
     common = dict(image=image(48, 48), height=48, width=48, max_area=48 * 48, _auto_resize=False, **embeddings(1))
     expected = _run(FluxKontextPipeline(**parts), **common)
-    assert torch.equal(_run(pipeline(**parts), **off, **common), expected)
+    edit = pipeline(**parts)
+    assert torch.equal(_run(edit, **off, **common), expected)
+    edited = _run(edit, **on, **common)
+    assert torch.isfinite(edited).all() and not torch.equal(edited, expected)
 
 
 class _StockAttention:
