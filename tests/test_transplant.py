@@ -216,3 +216,19 @@ def test_fill_argument_order_and_return_conventions(fill_pipes):
                   None, "pt", True, None, None, ["latents"], 512, BACKGROUND["references"])  # references: keyword
     with pytest.raises(ValueError, match="output_type"):
         run(image=BACKGROUND["image"], output_type="tensor")
+
+
+def test_prompt_is_the_first_positional_argument_as_in_fill():
+    """``pipe("a photo", image=...)`` as with FluxFillPipeline (tiny text encoders built offline)."""
+    from fixtures.tiny_models import tiny_text_components
+
+    parts = {**components("fill"), **tiny_text_components()}
+    posbridge, stock = PosBridgeFillPipeline(**parts), FluxFillPipeline(**parts)
+    out = posbridge("the object on the background", image=BACKGROUND["image"], target_box=BACKGROUND["target_box"],
+                    references=BACKGROUND["references"], transplant={**TRANSPLANT, "enabled": False},
+                    num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="pt")
+    canvas = out.canvas
+    expected = stock("the object on the background", image=canvas.image, height=64, width=80,
+                     mask_image=canvas.inpaint_mask[None, None].float(), num_inference_steps=2,
+                     generator=torch.Generator().manual_seed(0), output_type="pt").images
+    assert torch.equal(out.canvas_images, expected)
