@@ -12,10 +12,8 @@ active on a step range and a layer set. The paste mask is dilated by ``mask_dila
 default) for the query bins and the crop keys, so the seam ring around the paste (little saliency: the low bins) is the
 most loosened. Defaults are those of the authors' configuration (spec section 4.4).
 
-Not implemented: the authors' optional VLM verdict-and-restart loop (a VLM judges the decoded x0 at step 2 and,
-on neglect or suppression, shifts ``saliency_boost`` and restarts from step 0 with the same noise). Reproduce it
-by calling the pipeline again with the same ``generator`` and a new ``saliency_boost``: each call starts at
-step 0 (the step is read from the scheduler, not counted).
+The authors' optional VLM verdict-and-restart loop is an optional callable here (``verdict=`` of the pipeline,
+:mod:`mmpos.pipelines.loose_verdict`); no VLM is shipped.
 The exact attention is computed without forming the logit matrix: per bin, queries ``[q_std ; q_i]`` and keys
 ``[k_std ; 0]`` (text and target) or ``[0 ; c * k_i]`` (context, ``c = a_i`` inside the paste) in one SDPA call.
 """
@@ -47,7 +45,9 @@ class LooseConfig:
 
     ``strength`` scales every factor's deviation from 1 (0: the stock model). ``step_range`` is inclusive.
     ``mask_dilation``: tokens by which the paste mask grows (square, 8-neighbour dilation) for the query bins
-    and the crop keys; 0 uses the mask as given.
+    and the crop keys; 0 uses the mask as given. ``verdict_*`` / ``boost_*``: the optional verdict loop (used
+    only when the pipeline gets a ``verdict`` callable): judged at ``verdict_step``, at most ``verdict_retries``
+    restarts, ``saliency_boost`` moved by ``boost_neglect`` / ``boost_suppression`` (the authors' values).
     """
 
     num_bins: int = 5
@@ -66,6 +66,10 @@ class LooseConfig:
     saliency_blur: int = 5
     mask_threshold: float = 0.5
     mask_dilation: int = 2
+    verdict_step: int = 2
+    verdict_retries: int = 4
+    boost_neglect: float = -0.045
+    boost_suppression: float = 0.05
     quantize_ids_bf16: bool = False
     enabled: bool = True
 

@@ -1,8 +1,8 @@
 """LooseRoPE harmonisation pipeline on FLUX.1-Kontext."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
 
 import torch
 from diffusers import FluxKontextPipeline
@@ -13,6 +13,7 @@ from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
 from .images import as_image_batch, as_mask, check_token_grid
 from .loose import LooseConfig, LooseMaps, LooseRoPERule
+from .loose_verdict import Restart, VerdictProbe, next_boost
 from .saliency import make_saliency
 
 DEFAULT_PROMPT = ("blend the cropped objects into the image in a convincing manner without changing the style of "
@@ -22,12 +23,13 @@ DEFAULT_PROMPT = ("blend the cropped objects into the image in a convincing mann
 @dataclass
 class LooseRoPEOutput(BaseOutput):
     """``images`` as the stock pipeline returns them; with ``return_dict=False`` the pipeline returns the tuple
-    ``(images, saliency, crop_mask, maps)`` (diffusers' convention: the output's fields in order)."""
+    ``(images, saliency, crop_mask, maps, verdicts)`` (diffusers' convention: the output's fields in order)."""
 
     images: object              # as the stock pipeline returns them (output_type)
     saliency: torch.Tensor      # [H, W] pixel saliency used
     crop_mask: torch.Tensor     # [H, W] bool
     maps: Optional[LooseMaps]   # token-space maps (None when the rule never ran)
+    verdicts: Optional[list] = None  # with a verdict callable: (saliency_boost, answer) per attempt
 
 
 def kontext_context_size(height: int, width: int, auto_resize: bool = True, multiple_of: int = 16):
@@ -63,13 +65,18 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
     64x64 and 64x64). An explicit ``height``/``width`` is honoured.
 
     Returns a :class:`LooseRoPEOutput`, or with ``return_dict=False`` the tuple ``(images, saliency,
-    crop_mask, maps)``.
+    crop_mask, maps, verdicts)``.
 
-    The authors' optional VLM verdict-and-restart loop is not implemented (see :mod:`mmpos.pipelines.loose`).
+    Verdict loop (the authors' optional VLM loop, :mod:`~mmpos.pipelines.loose_verdict`): with
+    ``verdict(images, attempt) -> "success" | "neglect" | "suppression"``, the x0 prediction at
+    ``loose.verdict_step`` is decoded and judged; unless it is a success the run restarts from step 0 with the
+    same initial noise and ``saliency_boost`` moved by ``loose.boost_neglect`` / ``loose.boost_suppression``, at
+    most ``loose.verdict_retries`` times (the last attempt runs to the end).
     """
 
     @torch.no_grad()
-    def __call__(self, image=None, crop_mask=None, original=None, saliency=None, loose=None, **kwargs):
+    def __call__(self, image=None, crop_mask=None, original=None, saliency=None, loose=None,
+                 verdict: Optional[Callable] = None, **kwargs):
         config = coerce_config(LooseConfig, loose)
         collage = as_image_batch("image", image)
         size = tuple(collage.shape[-2:])
@@ -82,8 +89,6 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
             mask = as_mask("crop_mask (from original)",
                            crop_mask_from_original(collage, as_image_batch("original", original)), size)
         saliency_map = self._saliency(config, saliency, collage, mask)
-        rule = LooseRoPERule(config, self.transformer.pos_embed, saliency_map, mask)
-        context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         if kwargs.get("prompt") is None and kwargs.get("prompt_embeds") is None:
             kwargs["prompt"] = DEFAULT_PROMPT
         context_size = kontext_context_size(*size, kwargs.get("_auto_resize", True), self.token_pixels)
@@ -91,11 +96,35 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
         kwargs.setdefault("width", context_size[1])
         kwargs.setdefault("max_area", kwargs["height"] * kwargs["width"])  # stock Kontext rescales to 1024^2
         return_dict = kwargs.pop("return_dict", True)
-        with self.edit_session(context):
-            images = super().__call__(image=collage, return_dict=True, **kwargs).images
-        if not return_dict:
-            return images, saliency_map, mask, rule.maps
-        return LooseRoPEOutput(images, saliency_map, mask, rule.maps)
+        verdicts = [] if verdict is not None else None
+        for attempt in range(config.verdict_retries + 1 if verdict is not None else 1):
+            rule = LooseRoPERule(config, self.transformer.pos_embed, saliency_map, mask)
+            context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
+            probe = None if verdict is None else VerdictProbe(self, context, verdict, config.verdict_step, attempt,
+                                                              can_restart=attempt < config.verdict_retries)
+            hook = None if probe is None else self.transformer.register_forward_hook(probe, with_kwargs=True)
+            boost = config.saliency_boost
+            try:
+                with self.edit_session(context):
+                    images = super().__call__(image=collage, return_dict=True, **kwargs).images
+                break
+            except Restart as restart:  # same initial noise, new boost
+                kwargs["latents"] = probe.initial_latents
+                config = replace(config, saliency_boost=next_boost(config, restart.verdict))
+            finally:
+                if hook is not None:
+                    hook.remove()
+                    verdicts.append((boost, probe.answer))
+        output = LooseRoPEOutput(images, saliency_map, mask, rule.maps, verdicts)
+        return output if return_dict else (images, saliency_map, mask, rule.maps, verdicts)
+
+    def decode_packed(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Packed latents ``[B, N, 4C]`` of a ``height x width`` image -> images ``[B, 3, H, W]`` in [0, 1]."""
+        vae = self.vae
+        latents = self._unpack_latents(latents, height, width, self.vae_scale_factor)
+        latents = latents / vae.config.scaling_factor + vae.config.shift_factor
+        images = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
+        return self.image_processor.postprocess(images, output_type="pt")
 
     @staticmethod
     def _saliency(config, saliency, collage, mask) -> torch.Tensor:

@@ -288,5 +288,38 @@ def test_return_dict_false_gives_a_tuple(kontext_pipes):
     output, as_tuple = run(), run(return_dict=False)
     from diffusers.utils import BaseOutput
 
-    assert isinstance(output, BaseOutput) and isinstance(as_tuple, tuple) and len(as_tuple) == 4
+    assert isinstance(output, BaseOutput) and isinstance(as_tuple, tuple) and len(as_tuple) == 5
     assert torch.equal(as_tuple[0], output.images) and torch.equal(as_tuple[2], output.crop_mask)
+
+
+class _Judge:
+    """A verdict callable with scripted answers; records what it was shown."""
+
+    def __init__(self, *answers):
+        self.answers, self.seen = list(answers), []
+
+    def __call__(self, images, attempt):
+        self.seen.append((tuple(images.shape), attempt, float(images.min()), float(images.max())))
+        return self.answers[min(attempt, len(self.answers) - 1)]
+
+
+def test_verdict_loop_restarts_with_the_same_noise_and_a_moved_boost(kontext_pipes):
+    _, loose = kontext_pipes
+    config = {**SCHEDULE, "verdict_step": 1, "verdict_retries": 2}
+    run = lambda boost, **extra: loose(  # noqa: E731
+        image=COLLAGE, crop_mask=MASK, loose={**config, "saliency_boost": boost},
+        generator=torch.Generator().manual_seed(0), **_kwargs(), **extra)
+    judge = _Judge("neglect", "suppression", "success")
+    judged = run(0.83, verdict=judge)
+    assert [s[:2] for s in judge.seen] == [((1, 3, 48, 48), 0), ((1, 3, 48, 48), 1), ((1, 3, 48, 48), 2)]
+    assert all(0 <= low <= high <= 1 for _, _, low, high in judge.seen)
+    boosts = [boost for boost, _ in judged.verdicts]
+    assert [answer for _, answer in judged.verdicts] == ["neglect", "suppression", "success"]
+    assert boosts == [0.83, 0.83 - 0.045, 0.83 - 0.045 + 0.05]
+    # the final attempt equals a plain run at its boost from the same initial noise
+    assert torch.equal(judged.images, run(boosts[-1]).images)
+    stubborn = run(0.83, verdict=_Judge("neglect"))  # never a success: the last allowed attempt runs to the end
+    assert len(stubborn.verdicts) == 3 and stubborn.verdicts[-1][1] == "neglect"
+    with pytest.raises(ValueError, match="verdict answer"):
+        run(0.83, verdict=lambda images, attempt: "fine")
+    assert run(0.83).verdicts is None
