@@ -98,25 +98,35 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
         return_dict = kwargs.pop("return_dict", True)
         verdicts = [] if verdict is not None else None
         for attempt in range(config.verdict_retries + 1 if verdict is not None else 1):
-            rule = LooseRoPERule(config, self.transformer.pos_embed, saliency_map, mask)
-            context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
-            probe = None if verdict is None else VerdictProbe(self, context, verdict, config.verdict_step, attempt,
-                                                              can_restart=attempt < config.verdict_retries)
-            hook = None if probe is None else self.transformer.register_forward_hook(probe, with_kwargs=True)
             boost = config.saliency_boost
+            probe = None if verdict is None else VerdictProbe(self, verdict, config.verdict_step, attempt,
+                                                              can_restart=attempt < config.verdict_retries)
             try:
-                with self.edit_session(context):
-                    images = super().__call__(image=collage, return_dict=True, **kwargs).images
+                images, maps = self._harmonise(config, collage, saliency_map, mask, probe, kwargs)
                 break
-            except Restart as restart:  # same initial noise, new boost
+            except Restart as restart:  # from step 0 with the same initial noise and a new boost
                 kwargs["latents"] = probe.initial_latents
                 config = replace(config, saliency_boost=next_boost(config, restart.verdict))
             finally:
-                if hook is not None:
-                    hook.remove()
+                if probe is not None:
                     verdicts.append((boost, probe.answer))
-        output = LooseRoPEOutput(images, saliency_map, mask, rule.maps, verdicts)
-        return output if return_dict else (images, saliency_map, mask, rule.maps, verdicts)
+        output = LooseRoPEOutput(images, saliency_map, mask, maps, verdicts)
+        return output if return_dict else (images, saliency_map, mask, maps, verdicts)
+
+    def _harmonise(self, config, collage, saliency_map, mask, probe, kwargs):
+        """One Kontext run with the LooseRoPE rule (and the verdict probe, if any): ``(images, token maps)``."""
+        rule = LooseRoPERule(config, self.transformer.pos_embed, saliency_map, mask)
+        context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
+        hook = None
+        if probe is not None:
+            probe.context = context
+            hook = self.transformer.register_forward_hook(probe, with_kwargs=True)
+        try:
+            with self.edit_session(context):
+                return super().__call__(image=collage, return_dict=True, **kwargs).images, rule.maps
+        finally:
+            if hook is not None:
+                hook.remove()
 
     def decode_packed(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """Packed latents ``[B, N, 4C]`` of a ``height x width`` image -> images ``[B, 3, H, W]`` in [0, 1]."""

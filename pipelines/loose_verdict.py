@@ -30,10 +30,11 @@ class Restart(Exception):
 class VerdictProbe:
     """Forward hook on the Kontext transformer: records the initial latents (step 0) and, at ``step``, decodes
     ``x0 = x_t - sigma * v`` of the target tokens, asks ``verdict(images [B, 3, H, W] in [0, 1], attempt)`` and
-    raises :class:`Restart` unless it answers ``"success"`` (or no restart is left)."""
+    raises :class:`Restart` unless it answers ``"success"`` (or no restart is left). ``context`` is the run's
+    :class:`~mmpos.pipelines.context.EditContext` (set by the pipeline before the run)."""
 
-    def __init__(self, pipe, context, verdict: Callable, step: int, attempt: int, can_restart: bool):
-        self.pipe, self.context, self.verdict = pipe, context, verdict
+    def __init__(self, pipe, verdict: Callable, step: int, attempt: int, can_restart: bool):
+        self.pipe, self.verdict, self.context = pipe, verdict, None
         self.step, self.attempt, self.can_restart = step, attempt, can_restart
         self.initial_latents: Optional[torch.Tensor] = None
         self.answer: Optional[str] = None
