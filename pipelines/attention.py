@@ -6,11 +6,22 @@ for its layer it calls the processor beneath it (diffusers' stock ``FluxAttnProc
 installed), so an inactive edit is bit-identical to the model without the edit. Rules reuse :func:`project_heads`
 / :func:`finish_attention`, which follow the stock processor's arithmetic step for step, rotate with the mmpos
 operator through a :class:`~mmpos.integrations.diffusers.LayerRotation`, and change only what their method changes.
+
+IP-Adapter: diffusers' ``FluxAttention`` hands a processor only the arguments its signature names, so the edit
+processor names the ones diffusers' Flux processors take (``ip_hidden_states``, ``ip_adapter_masks``) and passes
+every one the processor beneath accepts. With a rule active, the rule edits the joint text-image attention only;
+the IP-Adapter term (a decoupled cross-attention from the image queries, before RoPE, to the image-prompt tokens:
+it has no positions) is computed as the IP-Adapter processor beneath computes it and returned beside the rule's
+output, so a loaded IP-Adapter keeps acting on edited layers unchanged.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
+from diffusers.models.transformers.transformer_flux import _get_qkv_projections
 
 from mmpos.integrations.diffusers.installer import EDIT
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
@@ -86,15 +97,22 @@ class EditAttnProcessor:
     def _parallel_config(self, config):
         self.beneath._parallel_config = config
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None,
+                 ip_hidden_states=None, ip_adapter_masks=None):
         rule = self.context.active_rule(self.layer_index)
         beneath = self.beneath
+        given = {"ip_hidden_states": ip_hidden_states, "ip_adapter_masks": ip_adapter_masks}
+        accepted = _call_parameters(type(beneath))
+        extras = {name: value for name, value in given.items() if value is not None and name in accepted}
         if rule is None:
-            return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb)
+            return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, image_rotary_emb, **extras)
         if attention_mask is not None:
             raise NotImplementedError(f"{type(rule).__name__} does not support an attention_mask")
         rotation = self._rotation(beneath, image_rotary_emb)
-        return rule.attend(attn, hidden_states, encoder_hidden_states, rotation, self.context)
+        out = rule.attend(attn, hidden_states, encoder_hidden_states, rotation, self.context)
+        if "ip_hidden_states" in extras and encoder_hidden_states is not None:
+            return (*out, ip_adapter_term(beneath, attn, hidden_states, extras["ip_hidden_states"]))
+        return out
 
     def _rotation(self, beneath, image_rotary_emb) -> LayerRotation:
         rotation = getattr(beneath, "rotation", None)
@@ -105,6 +123,29 @@ class EditAttnProcessor:
             cached = (image_rotary_emb, LayerRotation.of_processor(beneath, image_rotary_emb, self.layer_index))
             self.context.cache[key] = cached
         return cached[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _call_parameters(processor_type) -> frozenset:
+    """Names a processor class's ``__call__`` takes (diffusers filters a processor's kwargs the same way)."""
+    return frozenset(inspect.signature(processor_type.__call__).parameters)
+
+
+def ip_adapter_term(processor, attn, hidden_states, ip_hidden_states) -> torch.Tensor:
+    """The IP-Adapter output ``[B, N, heads * D]`` of a double block, as diffusers' ``FluxIPAdapterAttnProcessor``
+    forms it: ``sum_i scale_i * softmax(q k_i^T / sqrt(D)) v_i`` with the image queries after their norm and
+    before RoPE, and ``k_i, v_i`` projected from each adapter's image-prompt tokens ``ip_hidden_states[i]``."""
+    batch = hidden_states.shape[0]
+    query = attn.norm_q(_get_qkv_projections(attn, hidden_states, None)[0].unflatten(-1, (attn.heads, -1)))
+    total = torch.zeros(batch, hidden_states.shape[1], attn.heads * attn.head_dim, dtype=query.dtype,
+                        device=query.device)
+    for states, scale, to_k, to_v in zip(ip_hidden_states, processor.scale, processor.to_k_ip, processor.to_v_ip):
+        key = to_k(states).view(batch, -1, attn.heads, attn.head_dim)
+        value = to_v(states).view(batch, -1, attn.heads, attn.head_dim)
+        out = dispatch_attention_fn(query, key, value, backend=processor._attention_backend,
+                                    parallel_config=processor._parallel_config)
+        total += scale * out.reshape(batch, -1, attn.heads * attn.head_dim).to(query.dtype)
+    return total
 
 
 def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.Tensor:

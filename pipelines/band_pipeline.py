@@ -46,9 +46,6 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
     def __call__(self, *args, band=None, reference_image=None, reference_latents: Optional[torch.Tensor] = None,
                  reference_seed: int = 0, reference_mode: str = "noise", probe: Optional[tuple] = None, **kwargs):
         config = coerce_config(BandConfig, band)
-        if kwargs.get("num_images_per_prompt", 1) != 1:
-            raise ValueError("num_images_per_prompt must be 1 for band modulation; give one prompt per target "
-                             "(the batch is [reference, targets...])")
         rule = SharedBandAttention(config, self.transformer.config.axes_dims_rope)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         self._install_probe(context, probe)
@@ -61,8 +58,26 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
                 context.rewriters.append(_NoisedReference(x0, noise))
             else:
                 context.rewriters.append(_InvertedReference(x0, self.transformer, self.scheduler))
-        with self.edit_session(context):
-            return super().__call__(*args, **kwargs)
+        self._band_batch_check = config.enabled, kwargs.get("num_images_per_prompt", 1)  # read by check_inputs
+        try:
+            with self.edit_session(context):
+                return super().__call__(*args, **kwargs)
+        finally:
+            self._band_batch_check = None
+
+    def check_inputs(self, prompt, prompt_2, height, width, *args, prompt_embeds=None, **kwargs):
+        """``FluxPipeline.check_inputs``, then the band batch, before any work: ``[reference, target, ...]`` (at
+        least two prompts or prompt embeddings) and ``num_images_per_prompt == 1``."""
+        super().check_inputs(prompt, prompt_2, height, width, *args, prompt_embeds=prompt_embeds, **kwargs)
+        enabled, num_images_per_prompt = getattr(self, "_band_batch_check", None) or (True, 1)  # outside a call
+        if num_images_per_prompt not in (None, 1):
+            raise ValueError(f"num_images_per_prompt={num_images_per_prompt}: band modulation needs 1; give one "
+                             "prompt per image (the batch is [reference, target, ...])")
+        batch = len(prompt) if isinstance(prompt, list) else 1 if prompt is not None else \
+            prompt_embeds.shape[0] if prompt_embeds is not None else 0
+        if enabled and batch < 2:
+            raise ValueError(f"band modulation needs a batch of [reference, target, ...]: at least two prompts or "
+                             f"prompt embeddings, got {batch}")
 
     def _reference_latents(self, image, latents, kwargs) -> torch.Tensor:
         height = kwargs.get("height") or self.default_sample_size * self.vae_scale_factor

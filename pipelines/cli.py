@@ -241,9 +241,9 @@ def _transplant(args, config, tqdm) -> dict:
     reference_masks = None
     if args.reference_mask:
         reference_masks = [_load_mask(p, r.shape[-2:]) for p, r in zip(args.reference_mask, references)]
-    where = {"target_mask": _load_mask(args.mask, size)} if args.mask else \
+    where = {"mask_image": _load_mask(args.mask, size)} if args.mask else \
         {"target_box": [int(v) for v in args.box.split(",")]}
-    call = dict(background=background, references=references, reference_masks=reference_masks, **where,
+    call = dict(image=background, references=references, reference_masks=reference_masks, **where,
                 **_prompt_kwargs(args, config.get("prompt"), pipe), **_sampler(config))
     transplant = dict(config["transplant"])
 

@@ -1,8 +1,9 @@
 """The explicit edit context: which step, which noise level, which tokens, which rule per layer.
 
 A :class:`EditContext` is filled by a forward pre-hook on the Flux transformer (:class:`EditSession`), never by
-counting calls: the step is looked up from the ``timestep`` the pipeline passes (``sigma = t / 1000``) in the
-scheduler's own timesteps, so true-CFG (two forwards per step), restarts and repeated calls see the same step.
+counting calls: the step is the scheduler's own index, checked against the ``timestep`` the pipeline passes
+(``sigma = t / 1000``), or that sigma looked up in the scheduler's timesteps in fp64 (:func:`schedule_step`), so
+true-CFG (two forwards per step), restarts and repeated calls see the same step.
 
 Token layout inside the transformer (diffusers' Flux, Fill and Kontext): ``[text (L_txt) | target (N_t) |
 context (N_c)]``; the context segment exists only in Kontext and is recognised by its ids' axis 0 (= 1).
@@ -100,13 +101,25 @@ def _grid_shape(ids: torch.Tensor) -> tuple[int, int]:
 
 
 def schedule_step(scheduler, sigma: torch.Tensor) -> tuple[Optional[int], Optional[int]]:
-    """Index of ``sigma`` in the scheduler's timesteps, computed the way the pipelines pass it
-    (``t.to(dtype) / 1000``); ``(None, None)`` when the scheduler has no timesteps set."""
+    """Index of this forward's step in the scheduler's timesteps and their count; ``(None, None)`` when the
+    scheduler has no timesteps set.
+
+    The scheduler's own index (``step_index``, or ``begin_index`` before its first ``step``) is taken when the
+    timestep there, formed as the pipelines pass it (``t.to(dtype) / 1000``), is this ``sigma``: in bf16 two
+    adjacent timesteps can round to one value (100 steps, mu 1.15: steps 2 and 3, 11 and 12), which no lookup by
+    value can tell apart. Otherwise (a forward outside the pipeline's loop) the nearest timestep in fp64.
+    """
     timesteps = getattr(scheduler, "timesteps", None) if scheduler is not None else None
     if timesteps is None or len(timesteps) == 0:
         return None, None
-    candidates = timesteps.to(device=sigma.device, dtype=sigma.dtype) / 1000
-    step = int(torch.argmin((candidates.double() - sigma.double()).abs()))
+    index = getattr(scheduler, "step_index", None)
+    index = getattr(scheduler, "begin_index", None) if index is None else index
+    if index is not None and 0 <= index < len(timesteps):
+        at_index = timesteps[index].to(device=sigma.device, dtype=sigma.dtype) / 1000
+        if bool((at_index == sigma).all()):
+            return int(index), len(timesteps)
+    candidates = timesteps.to(device=sigma.device, dtype=torch.float64) / 1000
+    step = int(torch.argmin((candidates - sigma.double()).abs()))
     return step, len(timesteps)
 
 

@@ -8,7 +8,12 @@ the pasted region are further multiplied by ``a_i``. Logits to text and target t
 queries outside the pasted region are stock. Low saliency means loose and less pull toward the paste.
 
 Per-bin factors are tanh ramps over the bins; a phase schedule (cutoff steps) anneals them toward 1; the rule is
-active on a step range and a layer set. Defaults are those of the authors' configuration (spec section 4.4).
+active on a step range and a layer set. The paste mask is dilated by ``mask_dilation`` tokens (2, the authors'
+default) for the query bins and the crop keys, so the seam ring around the paste (little saliency: the low bins) is the
+most loosened. Defaults are those of the authors' configuration (spec section 4.4).
+
+The authors' optional VLM verdict-and-restart loop is an optional callable here (``verdict=`` of the pipeline,
+:mod:`mmpos.pipelines.loose_verdict`); no VLM is shipped.
 The exact attention is computed without forming the logit matrix: per bin, queries ``[q_std ; q_i]`` and keys
 ``[k_std ; 0]`` (text and target) or ``[0 ; c * k_i]`` (context, ``c = a_i`` inside the paste) in one SDPA call.
 """
@@ -24,7 +29,7 @@ from mmpos.coords.edits import shrink_ids
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation, sequence_slice
 
 from .attention import attend, finish_attention, project_heads
-from .images import area_resize, mask_to_tokens
+from .images import area_resize, dilate, mask_to_tokens
 from .saliency import gaussian_blur
 
 
@@ -39,6 +44,10 @@ class LooseConfig:
     """Hyperparameters of LooseRoPE (step indices assume the authors' 28-step Kontext schedule).
 
     ``strength`` scales every factor's deviation from 1 (0: the stock model). ``step_range`` is inclusive.
+    ``mask_dilation``: tokens by which the paste mask grows (square, 8-neighbour dilation) for the query bins
+    and the crop keys; 0 uses the mask as given. ``verdict_*`` / ``boost_*``: the optional verdict loop (used
+    only when the pipeline gets a ``verdict`` callable): judged at ``verdict_step``, at most ``verdict_retries``
+    restarts, ``saliency_boost`` moved by ``boost_neglect`` / ``boost_suppression`` (the authors' values).
     """
 
     num_bins: int = 5
@@ -56,6 +65,11 @@ class LooseConfig:
     saliency: str = "spectral_residual"
     saliency_blur: int = 5
     mask_threshold: float = 0.5
+    mask_dilation: int = 2
+    verdict_step: int = 2
+    verdict_retries: int = 4
+    boost_neglect: float = -0.045
+    boost_suppression: float = 0.05
     quantize_ids_bf16: bool = False
     enabled: bool = True
 
@@ -72,20 +86,33 @@ class LooseConfig:
             raise ValueError(f"step_range={self.step_range}: expected (first, last) with first <= last")
         if self.strength < 0:
             raise ValueError(f"strength must be >= 0, got {self.strength}")
+        if not isinstance(self.mask_dilation, int) or self.mask_dilation < 0:
+            raise ValueError(f"mask_dilation must be a non-negative integer (tokens), got {self.mask_dilation!r}")
 
-    def phase(self, step: int) -> int:
-        """Number of cutoffs reached (``step >= cutoff``)."""
+    def shrink_phase(self, step: int) -> int:
+        """Shrink-table phase: cutoffs reached (``step >= cutoff``); the table is re-annealed at a cutoff."""
         return sum(step >= c for c in self.cutoffs)
 
-    def factors(self, phase: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-bin ``(shrink sigma_i, crop logit factor a_i)`` float64 ``[N]`` at a phase, after ``strength``.
+    def logit_phase(self, step: int) -> int:
+        """Logit-factor phase: cutoffs strictly below the step (``step > cutoff``), as the authors count it, so
+        the logit factors change one step after the shrink table (steps 11 and 19 by default)."""
+        return sum(step > c for c in self.cutoffs)
 
-        Phase ``p``: ``sigma_i <- min(1, sigma_i * annealing**p)``, ``a_i <- 1 - (1 - a_i) * step_shrink**p``.
+    def factors_at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`factors` at a denoising step (each table at its own phase)."""
+        return self.factors(self.shrink_phase(step), self.logit_phase(step))
+
+    def factors(self, phase: int = 0, logit_phase: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-bin ``(shrink sigma_i, crop logit factor a_i)`` float64 ``[N]`` after ``strength``.
+
+        Shrink phase ``p``: ``sigma_i <- min(1, sigma_i * annealing**p)``; logit phase ``q`` (default ``p``):
+        ``a_i <- 1 - (1 - a_i) * step_shrink**q``.
         """
+        logit_phase = phase if logit_phase is None else logit_phase
         shrink = tanh_ramp(*self.shrink, self.shrink_k, self.num_bins)
         attention = tanh_ramp(*self.crop_attention, self.crop_attention_k, self.num_bins)
         shrink = (shrink * self.annealing**phase).clamp(max=1.0)
-        attention = 1 - (1 - attention) * self.step_shrink**phase
+        attention = 1 - (1 - attention) * self.step_shrink**logit_phase
         return 1 - self.strength * (1 - shrink), 1 + self.strength * (attention - 1)
 
     def in_range(self, step: Optional[int]) -> bool:
@@ -117,9 +144,10 @@ class LooseMaps:
 
 def token_maps(config: LooseConfig, saliency: torch.Tensor, crop_mask: torch.Tensor, target_grid,
                context_grid) -> LooseMaps:
-    """Pixel saliency and crop mask ``[H, W]`` -> token maps (area resize, blur, renormalise, bin)."""
-    target_region = mask_to_tokens(crop_mask, target_grid, config.mask_threshold)
-    context_region = mask_to_tokens(crop_mask, context_grid, config.mask_threshold)
+    """Pixel saliency and crop mask ``[H, W]`` -> token maps (area resize, blur, renormalise, bin); the token
+    masks are dilated by ``config.mask_dilation`` tokens."""
+    target_region = dilate(mask_to_tokens(crop_mask, target_grid, config.mask_threshold), config.mask_dilation)
+    context_region = dilate(mask_to_tokens(crop_mask, context_grid, config.mask_threshold), config.mask_dilation)
     tokens = gaussian_blur(area_resize(saliency.float(), target_grid), config.saliency_blur)
     low, high = tokens.min(), tokens.max()
     tokens = (tokens - low) / (high - low) if high > low else torch.zeros_like(tokens)
@@ -155,7 +183,7 @@ class LooseRoPERule:
         return context.cache[key]
 
     def _find_bins(self, context):
-        shrink, attention = self.config.factors(self.config.phase(context.step))
+        shrink, attention = self.config.factors_at(context.step)
         maps = self.maps_for(context.segments)
         out = []
         for b in range(self.config.num_bins):

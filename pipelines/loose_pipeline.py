@@ -1,16 +1,19 @@
 """LooseRoPE harmonisation pipeline on FLUX.1-Kontext."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
 
 import torch
 from diffusers import FluxKontextPipeline
+from diffusers.pipelines.flux.pipeline_flux_kontext import PREFERRED_KONTEXT_RESOLUTIONS
+from diffusers.utils import BaseOutput
 
 from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
 from .images import as_image_batch, as_mask, check_token_grid
 from .loose import LooseConfig, LooseMaps, LooseRoPERule
+from .loose_verdict import Restart, VerdictProbe, next_boost
 from .saliency import make_saliency
 
 DEFAULT_PROMPT = ("blend the cropped objects into the image in a convincing manner without changing the style of "
@@ -18,11 +21,25 @@ DEFAULT_PROMPT = ("blend the cropped objects into the image in a convincing mann
 
 
 @dataclass
-class LooseRoPEOutput:
+class LooseRoPEOutput(BaseOutput):
+    """``images`` as the stock pipeline returns them; with ``return_dict=False`` the pipeline returns the tuple
+    ``(images, saliency, crop_mask, maps, verdicts)`` (diffusers' convention: the output's fields in order)."""
+
     images: object              # as the stock pipeline returns them (output_type)
     saliency: torch.Tensor      # [H, W] pixel saliency used
     crop_mask: torch.Tensor     # [H, W] bool
     maps: Optional[LooseMaps]   # token-space maps (None when the rule never ran)
+    verdicts: Optional[list] = None  # with a verdict callable: (saliency_boost, answer) per attempt
+
+
+def kontext_context_size(height: int, width: int, auto_resize: bool = True, multiple_of: int = 16):
+    """``(height, width)`` in pixels the stock Kontext pipeline resizes a ``height x width`` input image to:
+    with ``auto_resize`` the preferred Kontext resolution nearest in aspect ratio, then floored to a multiple of
+    ``multiple_of`` (the token size). LooseRoPE generates at this size so output and context grids agree."""
+    if auto_resize:
+        aspect_ratio = width / height
+        _, width, height = min((abs(aspect_ratio - w / h), w, h) for w, h in PREFERRED_KONTEXT_RESOLUTIONS)
+    return height // multiple_of * multiple_of, width // multiple_of * multiple_of
 
 
 def crop_mask_from_original(collage: torch.Tensor, original: torch.Tensor, threshold: float = 5 / 255) -> torch.Tensor:
@@ -39,12 +56,27 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
     Call with ``image`` (the collage), the pasted region as ``crop_mask`` or via ``original`` (the image before
     pasting), optionally ``saliency`` (an ``[H, W]`` map in [0, 1] or a provider; default from
     ``loose.saliency``), ``loose`` (:class:`LooseConfig` or dict) and the usual Kontext arguments. The prompt
-    defaults to the authors' fixed harmonisation prompt when neither ``prompt`` nor ``prompt_embeds`` is given;
-    the output size defaults to the collage's (``height``, ``width``, ``max_area``).
+    defaults to the authors' fixed harmonisation prompt when neither ``prompt`` nor ``prompt_embeds`` is given.
+
+    Size: the output defaults to the size the collage is given to the model as context
+    (:func:`kontext_context_size`: the nearest preferred Kontext resolution with ``_auto_resize=True``, the
+    default, e.g. 1024x1024 for a square collage; the collage's own size with ``_auto_resize=False``), so the
+    output and context token grids are equal, as in stock Kontext and the authors' code (a square collage gives
+    64x64 and 64x64). An explicit ``height``/``width`` is honoured.
+
+    Returns a :class:`LooseRoPEOutput`, or with ``return_dict=False`` the tuple ``(images, saliency,
+    crop_mask, maps, verdicts)``.
+
+    Verdict loop (the authors' optional VLM loop, :mod:`~mmpos.pipelines.loose_verdict`): with
+    ``verdict(images, attempt) -> "success" | "neglect" | "suppression"``, the x0 prediction at
+    ``loose.verdict_step`` is decoded and judged; unless it is a success the run restarts from step 0 with the
+    same initial noise and ``saliency_boost`` moved by ``loose.boost_neglect`` / ``loose.boost_suppression``, at
+    most ``loose.verdict_retries`` times (the last attempt runs to the end).
     """
 
     @torch.no_grad()
-    def __call__(self, image=None, crop_mask=None, original=None, saliency=None, loose=None, **kwargs):
+    def __call__(self, image=None, crop_mask=None, original=None, saliency=None, loose=None,
+                 verdict: Optional[Callable] = None, **kwargs):
         config = coerce_config(LooseConfig, loose)
         collage = as_image_batch("image", image)
         size = tuple(collage.shape[-2:])
@@ -57,17 +89,52 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
             mask = as_mask("crop_mask (from original)",
                            crop_mask_from_original(collage, as_image_batch("original", original)), size)
         saliency_map = self._saliency(config, saliency, collage, mask)
-        rule = LooseRoPERule(config, self.transformer.pos_embed, saliency_map, mask)
-        context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         if kwargs.get("prompt") is None and kwargs.get("prompt_embeds") is None:
             kwargs["prompt"] = DEFAULT_PROMPT
-        kwargs.setdefault("height", size[0])
-        kwargs.setdefault("width", size[1])
+        context_size = kontext_context_size(*size, kwargs.get("_auto_resize", True), self.token_pixels)
+        kwargs.setdefault("height", context_size[0])
+        kwargs.setdefault("width", context_size[1])
         kwargs.setdefault("max_area", kwargs["height"] * kwargs["width"])  # stock Kontext rescales to 1024^2
-        with self.edit_session(context):
-            result = super().__call__(image=collage, **kwargs)
-        images = result.images if kwargs.get("return_dict", True) else result[0]
-        return LooseRoPEOutput(images, saliency_map, mask, rule.maps)
+        return_dict = kwargs.pop("return_dict", True)
+        verdicts = [] if verdict is not None else None
+        for attempt in range(config.verdict_retries + 1 if verdict is not None else 1):
+            boost = config.saliency_boost
+            probe = None if verdict is None else VerdictProbe(self, verdict, config.verdict_step, attempt,
+                                                              can_restart=attempt < config.verdict_retries)
+            try:
+                images, maps = self._harmonise(config, collage, saliency_map, mask, probe, kwargs)
+                break
+            except Restart as restart:  # from step 0 with the same initial noise and a new boost
+                kwargs["latents"] = probe.initial_latents
+                config = replace(config, saliency_boost=next_boost(config, restart.verdict))
+            finally:
+                if probe is not None:
+                    verdicts.append((boost, probe.answer))
+        output = LooseRoPEOutput(images, saliency_map, mask, maps, verdicts)
+        return output if return_dict else (images, saliency_map, mask, maps, verdicts)
+
+    def _harmonise(self, config, collage, saliency_map, mask, probe, kwargs):
+        """One Kontext run with the LooseRoPE rule (and the verdict probe, if any): ``(images, token maps)``."""
+        rule = LooseRoPERule(config, self.transformer.pos_embed, saliency_map, mask)
+        context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
+        hook = None
+        if probe is not None:
+            probe.context = context
+            hook = self.transformer.register_forward_hook(probe, with_kwargs=True)
+        try:
+            with self.edit_session(context):
+                return super().__call__(image=collage, return_dict=True, **kwargs).images, rule.maps
+        finally:
+            if hook is not None:
+                hook.remove()
+
+    def decode_packed(self, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Packed latents ``[B, N, 4C]`` of a ``height x width`` image -> images ``[B, 3, H, W]`` in [0, 1]."""
+        vae = self.vae
+        latents = self._unpack_latents(latents, height, width, self.vae_scale_factor)
+        latents = latents / vae.config.scaling_factor + vae.config.shift_factor
+        images = vae.decode(latents.to(vae.dtype), return_dict=False)[0]
+        return self.image_processor.postprocess(images, output_type="pt")
 
     @staticmethod
     def _saliency(config, saliency, collage, mask) -> torch.Tensor:

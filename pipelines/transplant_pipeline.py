@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from diffusers import FluxFillPipeline
+from diffusers.utils import BaseOutput
 
 from mmpos.coords.edits import transplant_ids
 
@@ -15,9 +17,12 @@ from .transplant import Canvas, TransplantConfig, TransplantIds, compose_canvas,
 
 
 @dataclass
-class TransplantOutput:
-    images: list                 # composited results, in the requested output_type
-    canvas_images: torch.Tensor  # [B, 3, Hc, Wc] raw Fill outputs on the canvas, [0, 1]
+class TransplantOutput(BaseOutput):
+    """``images``: composited results in the requested ``output_type`` (``"latent"``: Fill's packed latents of
+    the canvas, uncomposited, as ``FluxFillPipeline`` returns them; then ``canvas_images`` is None)."""
+
+    images: object               # composited results, in the requested output_type
+    canvas_images: Optional[torch.Tensor]  # [B, 3, Hc, Wc] raw Fill outputs on the canvas, [0, 1]
     canvas: Canvas
     ids: torch.Tensor            # [Hc/t * Wc/t, 3] transplanted ids used while sigma >= tau (t: token pixels)
     native_ids: torch.Tensor
@@ -40,21 +45,42 @@ def box_to_mask(box, size: tuple[int, int]) -> torch.Tensor:
 class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
     """Insert a reference object into a background region with FLUX.1-Fill and PE transplant.
 
-    Call with ``background`` (image), the target region as ``target_mask`` or ``target_box`` (left, top, right,
-    bottom; PIL order), one or more ``references`` with optional ``reference_masks`` (object masks; default: the
-    whole view), ``transplant`` (:class:`TransplantConfig` or dict) and the usual Fill arguments (prompt or
-    prompt embeddings, steps, guidance, generator). The canvas is inpainted only inside the (dilated) target
-    region; the result is the background with that region replaced, so pixels outside it are the input's, exactly.
+    Arguments keep ``FluxFillPipeline``'s order and meaning: ``image`` is the background, ``mask_image`` the
+    target region (or give the keyword-only ``target_box``: left, top, right, bottom, PIL order); then the usual
+    Fill arguments (prompt or prompt embeddings, steps, guidance, generator, ``output_type``, ``return_dict``).
+    ``height``, ``width`` and ``masked_image_latents`` come from the canvas. Keyword-only extras: one or more
+    ``references`` with optional ``reference_masks`` (object masks; default: the whole view) and ``transplant``
+    (:class:`TransplantConfig` or dict). The canvas is inpainted only inside the (dilated) target region; the
+    result is the background with that region replaced, so pixels outside it are the input's, exactly.
+
+    Returns a :class:`TransplantOutput` (a diffusers ``BaseOutput``), or with ``return_dict=False`` the tuple
+    ``(images, canvas_images, canvas, ids, native_ids)``. With ``output_type="latent"``, ``images`` are Fill's
+    packed canvas latents (no compositing: that needs pixels).
+
+    Multi-view: every view is placed on the canvas, but by default (``transplant_views="primary"``) only the
+    first view's object tokens take the target's positions; the other views keep their native positions and act
+    as extra context. ``transplant_views="all"`` maps every view's object onto the target box.
+
+    Detail LoRA: PosBridge mentions an optional LoRA for detail (which one is not published). None is built in;
+    the pipeline inherits diffusers' LoRA loader, so ``pipe.load_lora_weights(...)`` loads any FLUX.1-Fill LoRA
+    and ``joint_attention_kwargs={"scale": s}`` sets its weight, as for ``FluxFillPipeline``.
     """
 
     @torch.no_grad()
-    def __call__(self, background=None, target_mask=None, references=None, reference_masks=None,
-                 target_box=None, transplant=None, output_type: str = "pil", **kwargs) -> TransplantOutput:
+    def __call__(self, prompt=None, prompt_2=None, image=None, mask_image=None, masked_image_latents=None,
+                 height=None, width=None, strength: float = 1.0, num_inference_steps: int = 50, sigmas=None,
+                 guidance_scale: float = 30.0, num_images_per_prompt: int = 1, generator=None, latents=None,
+                 prompt_embeds=None, pooled_prompt_embeds=None, output_type: str = "pil", return_dict: bool = True,
+                 joint_attention_kwargs=None, callback_on_step_end=None,
+                 callback_on_step_end_tensor_inputs=("latents",), max_sequence_length: int = 512, *,
+                 references=None, reference_masks=None, target_box=None, transplant=None):
         config = coerce_config(TransplantConfig, transplant)
-        for name in ("image", "mask_image", "height", "width", "masked_image_latents"):
-            if name in kwargs:
+        for name, value in (("height", height), ("width", width), ("masked_image_latents", masked_image_latents)):
+            if value is not None:
                 raise ValueError(f"{name} is set by the transplant pipeline from the canvas; do not pass it")
-        canvas = self.prepare_canvas(config, background, target_mask, references, reference_masks, target_box)
+        if output_type not in ("pil", "np", "pt", "latent"):
+            raise ValueError(f"output_type={output_type!r}: expected 'pil', 'np', 'pt' or 'latent'")
+        canvas = self.prepare_canvas(config, image, mask_image, references, reference_masks, target_box)
         sources, target = token_sets(canvas, config)
         ids = transplant_ids(canvas.layout.grid, sources, target, config.fit, config.mode == "swap",
                              config.round_positions)
@@ -62,23 +88,37 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
         if config.enabled:
             context.rewriters.append(TransplantIds(ids, config.tau))
         height, width = canvas.layout.canvas_size
+        fill_arguments = dict(
+            prompt=prompt, prompt_2=prompt_2, strength=strength, num_inference_steps=num_inference_steps,
+            sigmas=sigmas, guidance_scale=guidance_scale, num_images_per_prompt=num_images_per_prompt,
+            generator=generator, latents=latents, prompt_embeds=prompt_embeds,
+            pooled_prompt_embeds=pooled_prompt_embeds, joint_attention_kwargs=joint_attention_kwargs,
+            callback_on_step_end=callback_on_step_end,
+            callback_on_step_end_tensor_inputs=list(callback_on_step_end_tensor_inputs),
+            max_sequence_length=max_sequence_length)
         with self.edit_session(context):
-            result = super().__call__(image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(),
-                                      height=height, width=width, output_type="pt", **kwargs)
-        canvas_images = result.images
-        composited = composite(canvas, canvas_images)
+            canvas_images = super().__call__(
+                image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(), height=height, width=width,
+                output_type="latent" if output_type == "latent" else "pt", **fill_arguments).images
         native = self._prepare_latent_image_ids(1, *canvas.layout.grid, ids.device, ids.dtype)
-        return TransplantOutput(_convert(composited, output_type), canvas_images, canvas, ids, native)
+        if output_type == "latent":
+            images, canvas_images = canvas_images, None
+        else:
+            images = _convert(composite(canvas, canvas_images), output_type)
+        if not return_dict:
+            return images, canvas_images, canvas, ids, native
+        return TransplantOutput(images, canvas_images, canvas, ids, native)
 
     def prepare_canvas(self, config, background, target_mask, references, reference_masks, target_box) -> Canvas:
-        background = as_image_batch("background", background)
+        """The canvas from the background ``image``, the target ``mask_image`` or ``target_box`` and the views."""
+        background = as_image_batch("image (the background)", background)
         if background.shape[0] != 1:
-            raise ValueError(f"background must be one image, got a batch of {background.shape[0]}")
+            raise ValueError(f"image (the background) must be one image, got a batch of {background.shape[0]}")
         size = tuple(background.shape[-2:])
-        check_token_grid("background", *size, self.token_pixels)
+        check_token_grid("image (the background)", *size, self.token_pixels)
         if (target_mask is None) == (target_box is None):
-            raise ValueError("give exactly one of target_mask and target_box")
-        mask = as_mask("target_mask", target_mask, size) if target_box is None else box_to_mask(target_box, size)
+            raise ValueError("give exactly one of mask_image (the target region) and target_box")
+        mask = as_mask("mask_image", target_mask, size) if target_box is None else box_to_mask(target_box, size)
         if references is None:
             raise ValueError("references is required: one reference image or a list of views")
         references = references if isinstance(references, (list, tuple)) else [references]

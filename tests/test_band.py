@@ -200,6 +200,22 @@ def test_band_errors(flux_pipes):
         _run(band, embeddings(1))
 
 
+def test_band_batch_is_checked_in_check_inputs_before_any_work(flux_pipes, monkeypatch):
+    _, band = flux_pipes
+    encoded = []
+    encode = type(band).encode_prompt
+    monkeypatch.setattr(type(band), "encode_prompt", lambda self, *a, **k: (encoded.append(1), encode(self, *a, **k))[1])
+    for bad, match in (({}, "batch of"), ({"num_images_per_prompt": 2}, "num_images_per_prompt=2")):
+        embeds = embeddings(1) if not bad else embeddings(2)
+        with pytest.raises(ValueError, match=match) as error:
+            _run(band, embeds, **bad)
+        assert any(frame.name == "check_inputs" for frame in error.traceback)
+    with pytest.raises(ValueError, match="batch of"):
+        band.check_inputs(["one prompt"], None, 32, 32)
+    assert not encoded  # rejected before text encoding
+    assert _run(band, embeddings(1), band={"enabled": False}).shape[0] == 1  # off: any batch, as stock
+
+
 def test_kontext_band_strength_zero_is_stock_and_scales_only_context_keys():
     c = components("kontext")
     stock, band = FluxKontextPipeline(**c), BandModulationKontextPipeline(**c)

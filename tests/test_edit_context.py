@@ -84,3 +84,27 @@ def test_select_layers():
             select_layers(bad, 5, 2)
     assert attention_layer_names(components()["transformer"]) == [
         "transformer_blocks.0.attn.processor", "single_transformer_blocks.0.attn.processor"]
+
+
+def test_step_index_at_100_steps_in_bf16():
+    """100 steps, mu 1.15: in bf16 some adjacent steps pass the same sigma; the scheduler's own index
+    labels every forward of a real pipeline run, and an out-of-loop lookup compares in fp64, not bf16."""
+    from diffusers import FluxPipeline
+    from fixtures.tiny_models import components, embeddings
+
+    parts = components("flux")
+    parts["transformer"] = parts["transformer"].to(torch.bfloat16)
+    parts["scheduler"] = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=1.15, max_shift=1.15)
+    pipe = FluxPipeline(**parts)
+    seen = []
+    context = EditContext(rewriters=[lambda ctx, kwargs: (seen.append((ctx.step, ctx.num_steps)), kwargs)[1]])
+    with EditSession(pipe.transformer, context, pipe.scheduler):
+        bf16 = {name: value.to(torch.bfloat16) for name, value in embeddings(1).items()}
+        pipe(height=32, width=32, num_inference_steps=100, output_type="latent", **bf16)
+    timesteps = pipe.scheduler.timesteps
+    as_bf16 = timesteps.to(torch.bfloat16) / 1000  # the sigma the pipeline passes
+    assert (as_bf16[1:] == as_bf16[:-1]).any()  # steps that share one bf16 sigma: what this test is about
+    assert seen == [(i, 100) for i in range(100)]
+    scheduler = pipe.scheduler  # after the run: no valid index, so sigma is looked up (fp32 sigma: exact)
+    for i, t in enumerate(timesteps):
+        assert schedule_step(scheduler, t.reshape(1) / 1000) == (i, 100)

@@ -130,7 +130,7 @@ def test_loose_tables_come_from_the_set_pe_spectrum():
     assert rotation.encoding is encoding and context.cache["loose"]
     rows, cols = segments.target_grid
     for b, _, loose_emb, _ in context.cache["loose"]:
-        shrink = float(config.factors(config.phase(context.step))[0][b])
+        shrink = float(config.factors_at(context.step)[0][b])
         ids = torch.cat([torch.zeros(TEXT_LEN, 3), shrink_ids(img_ids, shrink, ((rows - 1) / 2, (cols - 1) / 2))])
         torch.testing.assert_close(rotation.table_of(loose_emb).cis.to(torch.complex128),
                                    _exact_cis(encoding.spectrum, ids), rtol=1e-6, atol=1e-6)

@@ -27,7 +27,14 @@ def test_factor_tables_and_phases_match_the_reference_numbers():
     shrink2, attention2 = config.factors(2)
     assert (shrink2 == 1).all()
     assert torch.allclose(attention2, torch.tensor([0.829, 0.829, 0.999, 1.169, 1.169], dtype=torch.float64), atol=5e-4)
-    assert [config.phase(s) for s in (0, 9, 10, 17, 18, 27)] == [0, 0, 1, 1, 2, 2]
+    # the authors re-anneal the shrink table at a cutoff but count logit-factor phases from cutoffs strictly below
+    steps = (0, 9, 10, 11, 17, 18, 19, 27)
+    assert [config.shrink_phase(s) for s in steps] == [0, 0, 1, 1, 1, 2, 2, 2]
+    assert [config.logit_phase(s) for s in steps] == [0, 0, 0, 1, 1, 1, 2, 2]
+    for step, (shrink_table, logit_table) in {10: (shrink1, attention), 18: ((shrink2), attention1),
+                                              11: (shrink1, attention1), 19: (shrink2, attention2)}.items():
+        at_step = config.factors_at(step)
+        assert torch.equal(at_step[0], shrink_table) and torch.equal(at_step[1], logit_table), step
     assert all((t == 1).all() for t in LooseConfig(strength=0.0).factors(0))
     assert torch.equal(tanh_ramp(2.0, 2.0, 5.0, 3), torch.full((3,), 2.0, dtype=torch.float64))
 
@@ -50,11 +57,30 @@ def test_token_maps_from_pixels():
     mask[16:48, 0:32] = True
     saliency = torch.zeros(64, 64)
     saliency[16:48, 16:32] = 1.0
-    maps = token_maps(LooseConfig(saliency_blur=0, saliency_boost=1.0), saliency, mask, (4, 4), (4, 2))
+    maps = token_maps(LooseConfig(saliency_blur=0, saliency_boost=1.0, mask_dilation=0), saliency, mask, (4, 4),
+                      (4, 2))
     assert maps.target_region.tolist() == [[False] * 4, [True, True, False, False], [True, True, False, False],
                                            [False] * 4]
     assert maps.context_region.tolist() == [[False, False], [True, False], [True, False], [False, False]]
     assert maps.bins[1, 0] == 0 and maps.bins[1, 1] == 4 and maps.bins[0, 0] == -1
+
+
+def test_mask_dilation_grows_query_and_crop_key_masks_by_two_tokens():
+    """The authors' default: the paste mask grows by 2 tokens (8-neighbour) for the query bins and crop keys."""
+    assert LooseConfig().mask_dilation == 2
+    mask = torch.zeros(160, 160, dtype=torch.bool)
+    mask[64:96, 64:80] = True  # tokens rows 4..5, col 4 on a 10x10 grid
+    saliency = mask.float()
+    maps = token_maps(LooseConfig(saliency_blur=0), saliency, mask, (10, 10), (10, 10))
+    rows, cols = torch.meshgrid(torch.arange(10), torch.arange(10), indexing="ij")
+    distance = torch.maximum((rows - rows.clamp(4, 5)).abs(), (cols - 4).abs())  # Chebyshev distance to the paste
+    assert torch.equal(maps.target_region, distance <= 2) and torch.equal(maps.context_region, distance <= 2)
+    assert ((maps.bins >= 0) == (distance <= 2)).all()
+    assert (maps.bins[(distance > 0) & (distance <= 2)] == 0).all()  # the seam ring: zero saliency, loosest bin
+    plain = token_maps(LooseConfig(saliency_blur=0, mask_dilation=0), saliency, mask, (10, 10), (10, 10))
+    assert torch.equal(plain.target_region, distance == 0)
+    with pytest.raises(ValueError, match="mask_dilation"):
+        LooseConfig(mask_dilation=-1)
 
 
 def test_shrunk_ids_equal_frequency_scaled_rope():
@@ -93,7 +119,7 @@ def test_logit_mix_matches_explicit_attention(double):
     mask[0:32, 0:32] = True  # tokens (0..1, 0..1) of the 3x3 grids
     saliency = torch.zeros(48, 48)
     saliency[0:16, 0:16] = 1.0
-    config = LooseConfig(saliency_blur=0, saliency_boost=1.0, step_range=(0, 5))
+    config = LooseConfig(saliency_blur=0, saliency_boost=1.0, step_range=(0, 5), mask_dilation=0)
     rule = LooseRoPERule(config, lambda i: tuple(t.double() for t in pos_embed(i)), saliency, mask)
     context = EditContext(step=0, num_steps=6)
     context.segments = segments_from_ids(text_len, img_ids)
@@ -148,7 +174,7 @@ def kontext_pipes():
 COLLAGE = image(48, 48)
 MASK = torch.zeros(48, 48, dtype=torch.bool)
 MASK[8:40, 0:32] = True
-SCHEDULE = dict(cutoffs=(1, 2), step_range=(0, 2), saliency="spectral_residual")
+SCHEDULE = dict(cutoffs=(1, 2), step_range=(0, 2), saliency="spectral_residual", mask_dilation=0)
 
 
 def _kwargs(**extra):
@@ -222,3 +248,78 @@ def test_loose_input_errors(kontext_pipes):
 def test_config_refuses_out_of_range_shrink_and_even_blur(bad, name):
     with pytest.raises(ValueError, match=name):
         LooseConfig(**bad)
+
+
+class _LatentsPrepared(Exception):
+    pass
+
+
+@pytest.mark.parametrize("size, auto_resize, grid", [((512, 512), True, (64, 64)), ((512, 512), False, (32, 32)),
+                                                     ((48, 80), True, (50, 83)), ((48, 80), False, (3, 5))])
+def test_default_output_grid_equals_the_context_grid(kontext_pipes, monkeypatch, size, auto_resize, grid):
+    """By default the output is generated at the size Kontext gives the collage as context: equal token grids
+    (512x512 with auto-resize: 64x64 and 64x64, as stock Kontext and the authors' code; 48x80: 50x83 or 3x5)."""
+    _, loose = kontext_pipes
+    seen = {}
+    prepare = type(loose).prepare_latents
+
+    def prepare_and_stop(self, *args, **kwargs):  # the grids are fixed here; stop before denoising
+        latents, image_latents, latent_ids, image_ids = prepare(self, *args, **kwargs)
+        seen.update(output=_grid_of(latent_ids), context=_grid_of(image_ids))
+        raise _LatentsPrepared
+
+    monkeypatch.setattr(type(loose), "prepare_latents", prepare_and_stop)
+    mask = torch.zeros(*size, dtype=torch.bool)
+    mask[: size[0] // 2, : size[1] // 2] = True
+    with pytest.raises(_LatentsPrepared):
+        loose(image=image(*size), crop_mask=mask, num_inference_steps=1, output_type="latent", _auto_resize=auto_resize,
+              **embeddings(1))
+    assert seen["output"] == seen["context"] == grid
+
+
+def _grid_of(ids):
+    return (int(ids[:, 1].max()) + 1, int(ids[:, 2].max()) + 1)
+
+
+def test_return_dict_false_gives_a_tuple(kontext_pipes):
+    _, loose = kontext_pipes
+    run = lambda **extra: loose(image=COLLAGE, crop_mask=MASK, loose=SCHEDULE,  # noqa: E731
+                                generator=torch.Generator().manual_seed(0), **_kwargs(), **extra)
+    output, as_tuple = run(), run(return_dict=False)
+    from diffusers.utils import BaseOutput
+
+    assert isinstance(output, BaseOutput) and isinstance(as_tuple, tuple) and len(as_tuple) == 5
+    assert torch.equal(as_tuple[0], output.images) and torch.equal(as_tuple[2], output.crop_mask)
+
+
+class _Judge:
+    """A verdict callable with scripted answers; records what it was shown."""
+
+    def __init__(self, *answers):
+        self.answers, self.seen = list(answers), []
+
+    def __call__(self, images, attempt):
+        self.seen.append((tuple(images.shape), attempt, float(images.min()), float(images.max())))
+        return self.answers[min(attempt, len(self.answers) - 1)]
+
+
+def test_verdict_loop_restarts_with_the_same_noise_and_a_moved_boost(kontext_pipes):
+    _, loose = kontext_pipes
+    config = {**SCHEDULE, "verdict_step": 1, "verdict_retries": 2}
+    run = lambda boost, **extra: loose(  # noqa: E731
+        image=COLLAGE, crop_mask=MASK, loose={**config, "saliency_boost": boost},
+        generator=torch.Generator().manual_seed(0), **_kwargs(), **extra)
+    judge = _Judge("neglect", "suppression", "success")
+    judged = run(0.83, verdict=judge)
+    assert [s[:2] for s in judge.seen] == [((1, 3, 48, 48), 0), ((1, 3, 48, 48), 1), ((1, 3, 48, 48), 2)]
+    assert all(0 <= low <= high <= 1 for _, _, low, high in judge.seen)
+    boosts = [boost for boost, _ in judged.verdicts]
+    assert [answer for _, answer in judged.verdicts] == ["neglect", "suppression", "success"]
+    assert boosts == [0.83, 0.83 - 0.045, 0.83 - 0.045 + 0.05]
+    # the final attempt equals a plain run at its boost from the same initial noise
+    assert torch.equal(judged.images, run(boosts[-1]).images)
+    stubborn = run(0.83, verdict=_Judge("neglect"))  # never a success: the last allowed attempt runs to the end
+    assert len(stubborn.verdicts) == 3 and stubborn.verdicts[-1][1] == "neglect"
+    with pytest.raises(ValueError, match="verdict answer"):
+        run(0.83, verdict=lambda images, attempt: "fine")
+    assert run(0.83).verdicts is None

@@ -73,6 +73,58 @@ def test_equals_transformers_get_rope_index(kind):
     assert torch.equal(deltas, expected_deltas)
 
 
+# What Qwen2.5-VL's processor writes: second_per_grid_ts = temporal_patch_size / sampled fps, a float32 tensor
+PROCESSOR_FPS = (1.2, 2.4, 4.8, 25.0)
+
+
+def _processor_seconds(fps_values, temporal_patch_size=2):
+    return torch.tensor([temporal_patch_size / fps for fps in fps_values])
+
+
+def _video_batch(frames):
+    """One sample per video: 3 text tokens, a (T, 2, 2) video (one token per frame after merge 2), 1 text."""
+    types = torch.tensor([[0, 0, 0] + [2] * t + [0] + [0] * (max(frames) - t) for t in frames])
+    mask = torch.tensor([[1] * (4 + t) + [0] * (max(frames) - t) for t in frames])
+    ids = torch.where(types == 2, tiny_qwen_vl.VIDEO_TOKEN, 1)
+    return ids, types, mask, torch.tensor([[t, 2, 2] for t in frames])
+
+
+@pytest.mark.parametrize("frames", [4, 64])
+def test_qwen2_5_vl_temporal_ids_at_processor_frame_rates(frames):
+    """Float32 second_per_grid_ts from the processor: temporal ids equal transformers' for every fps."""
+    seconds = _processor_seconds(PROCESSOR_FPS)
+    ids, types, mask, videos = _video_batch([frames] * len(PROCESSOR_FPS))
+    expected, expected_deltas = _host_rope_index("qwen2_5_vl", ids, types, mask, video_grid_thw=videos,
+                                                 second_per_grid_ts=seconds)
+    ours, deltas = multimodal_position_ids(types, None, videos, mask, spatial_merge_size=2,
+                                           video_time_interval=2 * seconds, vision_advance="spatial")
+    assert torch.equal(ours, expected) and torch.equal(deltas, expected_deltas)
+    # the old rule (truncating the fp64 product of the float32 interval) misses the host on these inputs
+    old = torch.floor(torch.arange(frames).double() * (2 * seconds[1]).double()).long()
+    assert not torch.equal(old, expected[0, 1, 3:3 + frames] - 3)
+
+
+def test_issue_example_2_4_fps():
+    """tokens_per_second 2, grid (4, 2, 2), 2.4 fps: temporal ids 0, 1, 3, 5 after the text (fp64 gave 0, 1, 3, 4)."""
+    ids, types, _, videos = _video_batch([4])
+    seconds = _processor_seconds([2.4])
+    expected, _ = _host_rope_index("qwen2_5_vl", ids, types, video_grid_thw=videos, second_per_grid_ts=seconds)
+    ours, _ = multimodal_position_ids(types, None, videos, spatial_merge_size=2, video_time_interval=2 * seconds,
+                                      vision_advance="spatial")
+    assert expected[0, 0].tolist() == [0, 1, 2, 3, 4, 6, 8, 4] and torch.equal(ours, expected)
+
+
+def test_python_float_and_integer_intervals_follow_torch_promotion():
+    types, videos = torch.tensor([[2] * 64]), torch.tensor([[64, 2, 2]])
+    as_float, _ = multimodal_position_ids(types, None, videos, spatial_merge_size=2, video_time_interval=2 / 1.2)
+    as_f32, _ = multimodal_position_ids(types, None, videos, spatial_merge_size=2,
+                                        video_time_interval=torch.tensor(2 / 1.2))
+    as_int, _ = multimodal_position_ids(types, None, videos, spatial_merge_size=2, video_time_interval=3)
+    assert torch.equal(as_float, as_f32)  # a Python float is held as float32, as PyTorch holds it
+    assert torch.equal(as_float[0, 0], (torch.arange(64) * torch.tensor(2 / 1.2)).long())
+    assert as_int[0, 0].tolist() == [3 * t for t in range(64)]
+
+
 def test_vision_advance_rules_differ_only_when_time_outruns_space():
     # Qwen2.5-VL: 4 temporal patches 3 ids apart (interval 3) in a 2 x 3 grid: t reaches s + 9 > s + 3
     types = torch.tensor([[0, 0] + [2] * 24 + [0, 0]])

@@ -149,3 +149,18 @@ def test_state_dict_keys_are_unchanged_by_the_patch(models):
     keys = set(model.state_dict())
     with use_multimodal_rope(model, "mhrope"):
         assert set(model.state_dict()) == keys
+
+
+@pytest.mark.parametrize("fps", [1.2, 2.4, 4.8, 25.0])
+def test_qwen2_5_vl_patched_rope_index_at_processor_frame_rates(models, fps):
+    """The patched get_rope_index ("mrope") equals the host's for the float32 second_per_grid_ts its processor
+    writes (temporal_patch_size / fps), on a 64-frame video where float32 and fp64 products truncate apart."""
+    model = models["qwen2_5_vl"].model
+    types = torch.tensor([[0, 0, 0] + [2] * 64 + [0]])
+    ids = torch.where(types == 2, tiny_qwen_vl.VIDEO_TOKEN, 1)
+    grids = dict(video_grid_thw=torch.tensor([[64, 2, 2]]), second_per_grid_ts=torch.tensor([2 / fps]))
+    with torch.no_grad():
+        expected, expected_deltas = model.get_rope_index(ids, types, **grids)
+        with use_multimodal_rope(models["qwen2_5_vl"], "mrope"):
+            ours, deltas = model.get_rope_index(ids, types, **grids)
+    assert torch.equal(ours, expected) and torch.equal(deltas, expected_deltas)

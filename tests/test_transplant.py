@@ -77,7 +77,7 @@ def fill_pipes():
     return FluxFillPipeline(**c), PosBridgeFillPipeline(**c)
 
 
-BACKGROUND = dict(background=image(32, 48), references=[image(40, 24, seed=3)], target_box=(16, 0, 48, 32))
+BACKGROUND = dict(image=image(32, 48), references=[image(40, 24, seed=3)], target_box=(16, 0, 48, 32))
 TRANSPLANT = dict(tile_fraction=0.5, mask_dilate_tokens=0)
 
 
@@ -130,8 +130,8 @@ def test_nothing_outside_the_mask_changes_after_compositing(fill_pipes):
     _, posbridge = fill_pipes
     mask = torch.zeros(32, 48, dtype=torch.bool)
     mask[4:20, 20:40] = True
-    out = _edit(posbridge, target_box=None, target_mask=mask, transplant={**TRANSPLANT, "mask_dilate_tokens": 1})
-    result, background = out.images[0], BACKGROUND["background"][0]
+    out = _edit(posbridge, target_box=None, mask_image=mask, transplant={**TRANSPLANT, "mask_dilate_tokens": 1})
+    result, background = out.images[0], BACKGROUND["image"][0]
     region = out.canvas.inpaint_mask[16:48, 16:64]
     assert torch.equal(region, torch.nn.functional.max_pool2d(mask[None, None].float(), 33, 1, 16)[0, 0] > 0)
     assert torch.equal(result[:, ~region], background[:, ~region])
@@ -141,17 +141,17 @@ def test_nothing_outside_the_mask_changes_after_compositing(fill_pipes):
 def test_transplant_input_errors(fill_pipes):
     _, posbridge = fill_pipes
     with pytest.raises(ValueError, match="expected the image size 32x48"):
-        _edit(posbridge, target_box=None, target_mask=torch.ones(32, 32))
+        _edit(posbridge, target_box=None, mask_image=torch.ones(32, 32))
     with pytest.raises(ValueError, match="empty"):
-        _edit(posbridge, target_box=None, target_mask=torch.zeros(32, 48))
+        _edit(posbridge, target_box=None, mask_image=torch.zeros(32, 48))
     with pytest.raises(ValueError, match=r"\(left, top, right, bottom\) must lie inside the 32x48 \(HxW\) image"):
         _edit(posbridge, target_box=(40, 0, 64, 16))
     with pytest.raises(ValueError, match="16-pixel token grid"):
-        _edit(posbridge, background=image(30, 48))
+        _edit(posbridge, image=image(30, 48))
     with pytest.raises(ValueError, match="reference_masks\\[0\\] is 10x10; expected the image size 40x24"):
         _edit(posbridge, reference_masks=[torch.ones(10, 10)])
     with pytest.raises(ValueError, match="exactly one"):
-        _edit(posbridge, target_mask=torch.ones(32, 48))
+        _edit(posbridge, mask_image=torch.ones(32, 48))
     with pytest.raises(ValueError, match="layout"):
         _edit(posbridge, transplant={"layout": "grid"})
     with pytest.raises(ValueError, match="set by the transplant pipeline"):
@@ -164,16 +164,16 @@ def test_transplant_and_loose_on_a_4_pixel_token_grid():
 
     pipe = PosBridgeFillPipeline(**components("fill", vae_levels=2))
     assert pipe.token_pixels == 4
-    out = pipe(background=image(16, 24), target_box=(8, 4, 20, 12), references=image(10, 10, seed=3),
+    out = pipe(image=image(16, 24), target_box=(8, 4, 20, 12), references=image(10, 10, seed=3),
                transplant={"tau": 0.5}, num_inference_steps=2, output_type="pt", **embeddings(1))
     assert out.canvas.layout.canvas_size == (16 + 2 * 8, 24 + 2 * 8) and out.images.shape[-2:] == (16, 24)
     assert (out.ids != out.native_ids).any()
     with pytest.raises(ValueError, match="4-pixel token grid"):
-        pipe(background=image(18, 24), target_box=(8, 4, 20, 12), references=image(10, 10), **embeddings(1))
+        pipe(image=image(18, 24), target_box=(8, 4, 20, 12), references=image(10, 10), **embeddings(1))
     loose = LooseRoPEKontextPipeline(**components("kontext", vae_levels=2))
     mask = torch.zeros(16, 16, dtype=torch.bool)
     mask[4:12, 4:12] = True
-    result = loose(image=image(16, 16), crop_mask=mask, loose={"step_range": (0, 1)}, num_inference_steps=2,
+    result = loose(image=image(16, 16), crop_mask=mask, loose={"step_range": (0, 1), "mask_dilation": 0}, num_inference_steps=2,
                    _auto_resize=False, output_type="latent", **embeddings(1))
     assert result.maps.bins.shape == (4, 4) and (result.maps.bins >= 0).sum() == 4
 
@@ -188,3 +188,47 @@ def test_each_view_is_mapped_by_its_own_box():
     for view in (first, second):
         moved = ids[view.flatten(), 1:]
         assert torch.equal(moved, flux_ids(*grid)[target.flatten(), 1:])  # both land exactly on the target tokens
+
+
+def test_fill_argument_order_and_return_conventions(fill_pipes):
+    """FluxFillPipeline's positional order (prompt, prompt_2, image, mask_image, ...), a BaseOutput, a tuple with
+    return_dict=False, output_type="latent"; the extras are keyword-only."""
+    from diffusers.utils import BaseOutput
+
+    stock, posbridge = fill_pipes
+    common = dict(references=BACKGROUND["references"], target_box=BACKGROUND["target_box"],
+                  transplant={**TRANSPLANT, "enabled": False}, num_inference_steps=2, **embeddings(1))
+    run = lambda *args, **kwargs: posbridge(*args, generator=torch.Generator().manual_seed(0),  # noqa: E731
+                                            **{**common, **kwargs})
+    output = run(None, None, BACKGROUND["image"], output_type="pt")
+    assert isinstance(output, BaseOutput) and output.images.shape == (1, 3, 32, 48)
+    as_tuple = run(None, None, BACKGROUND["image"], output_type="pt", return_dict=False)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == 5
+    assert torch.equal(as_tuple[0], output.images) and torch.equal(as_tuple[1], output.canvas_images)
+    latent = run(image=BACKGROUND["image"], output_type="latent")
+    canvas = output.canvas
+    expected = stock(image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(), height=64, width=80,
+                     num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="latent",
+                     **embeddings(1)).images
+    assert latent.canvas_images is None and torch.equal(latent.images, expected)
+    with pytest.raises(TypeError):
+        posbridge(None, None, BACKGROUND["image"], None, None, None, None, 1.0, 2, None, 30.0, 1, None, None, None,
+                  None, "pt", True, None, None, ["latents"], 512, BACKGROUND["references"])  # references: keyword
+    with pytest.raises(ValueError, match="output_type"):
+        run(image=BACKGROUND["image"], output_type="tensor")
+
+
+def test_prompt_is_the_first_positional_argument_as_in_fill():
+    """``pipe("a photo", image=...)`` as with FluxFillPipeline (tiny text encoders built offline)."""
+    from fixtures.tiny_models import tiny_text_components
+
+    parts = {**components("fill"), **tiny_text_components()}
+    posbridge, stock = PosBridgeFillPipeline(**parts), FluxFillPipeline(**parts)
+    out = posbridge("the object on the background", image=BACKGROUND["image"], target_box=BACKGROUND["target_box"],
+                    references=BACKGROUND["references"], transplant={**TRANSPLANT, "enabled": False},
+                    num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="pt")
+    canvas = out.canvas
+    expected = stock("the object on the background", image=canvas.image, height=64, width=80,
+                     mask_image=canvas.inpaint_mask[None, None].float(), num_inference_steps=2,
+                     generator=torch.Generator().manual_seed(0), output_type="pt").images
+    assert torch.equal(out.canvas_images, expected)

@@ -9,8 +9,9 @@ language model sees ``T x H/m x W/m`` tokens for merge size ``m``), in order ove
 the running index ``s`` (text before it advanced it by its length):
 
 - text: ``s + l`` on every axis;
-- ``design="mrope"``: vision token (frame t, row i, col j) gets ``(s + floor(t * interval), s + i, s + j)``,
-  or with ``spatial_reset`` ``(s + floor(t * interval), i, j)`` (h and w restart at 0, the paper's design);
+- ``design="mrope"``: vision token (frame t, row i, col j) gets ``(s + ⌊t * interval⌋, s + i, s + j)``,
+  or with ``spatial_reset`` ``(s + ⌊t * interval⌋, i, j)`` (h and w restart at 0, the paper's design), the
+  product formed as Qwen2.5-VL forms it (see :func:`temporal_ids`);
 - ``design="vrope"``: the four VRoPE diagonal variants ``s + t K + v`` (:mod:`mmpos.coords.vrope`).
 
 After a vision run, text resumes at (``vision_advance``) ``"max"``: the run's largest non-reset id + 1
@@ -60,8 +61,9 @@ def multimodal_position_ids(
         design: ``"mrope"`` (A = 3 axes t, h, w) or ``"vrope"`` (A = 4 diagonal variants).
         spatial_reset: MRoPE only: vision h and w restart at 0 in every block.
         video_time_interval: MRoPE temporal id step per frame, one value or one per video (Qwen2.5-VL:
-            ``tokens_per_second * second_per_grid_t``); ids are ``floor(t * interval)`` as in Qwen2.5-VL.
-            VRoPE lays frames out consecutively and takes none.
+            ``tokens_per_second * second_per_grid_ts``, a float32 tensor as the processor writes it); ids
+            are :func:`temporal_ids`, bit for bit as in Qwen2.5-VL. VRoPE lays frames out consecutively and
+            takes none.
         split_video_frames: Qwen3-VL: each video frame is its own block.
         vision_advance: ``"max"`` or ``"spatial"`` (see module docstring).
     """
@@ -109,13 +111,29 @@ def _frame_indices(runs, grids, local):
     return local // (height * width), (local // width) % height, local % width
 
 
+def temporal_ids(frame: torch.Tensor, interval: torch.Tensor) -> torch.Tensor:
+    """Temporal ids ``(frame * interval).long()`` int64, the product in PyTorch's promoted dtype.
+
+    This is Qwen2.5-VL's rule in transformers (``(arange(T) * time_interval).long()``): with the float32
+    ``second_per_grid_ts`` its processor writes (``temporal_patch_size / fps``), the product is rounded to
+    float32 before truncation: at interval ``2 * float32(2 / 2.4)`` (2.4 fps, 2 tokens per second) frame 3
+    gives float32 5.0 -> 5, where the fp64 product of the same interval, 4.9999999, truncates to 4. Python-float
+    intervals become float32 tensors (PyTorch's default dtype), integer intervals stay exact in int64.
+
+    Args:
+        frame: ``[N]`` int64 frame indices (non-negative).
+        interval: ``[N]`` non-negative interval per token, integer or floating.
+    """
+    return (frame * interval).long()
+
+
 def _mrope_layout(runs, grids, intervals, local, vision_advance):
-    """Local ``(floor(t * interval), row, col)`` ids ``[N, 3]`` and each block's advance ``[R]``."""
+    """Local ``(temporal id, row, col)`` ids ``[N, 3]`` and each block's advance ``[R]``."""
     frame, row, col = _frame_indices(runs, grids, local)
-    t_ids = torch.floor(frame * intervals[runs.of_token]).to(torch.int64)
+    t_ids = temporal_ids(frame, intervals[runs.of_token])
     frames, height, width = grids.unbind(-1)
     if vision_advance == "max":
-        last_t = torch.floor((frames - 1) * intervals).to(torch.int64)
+        last_t = temporal_ids(frames - 1, intervals)
         span = torch.maximum(last_t, torch.maximum(height, width) - 1) + 1
     else:
         span = torch.maximum(height, width)
@@ -201,9 +219,10 @@ class _Runs:
 
 
 def _run_grids(runs, image_grid_thw, video_grid_thw, video_time_interval, split_video_frames, merge, device):
-    """Per run: language-model grid ``[R, 3]`` (text: ``(len, 1, 1)``) and temporal interval ``[R]`` (fp64)."""
+    """Per run: language-model grid ``[R, 3]`` (text: ``(len, 1, 1)``) and temporal interval ``[R]`` (in the
+    dtype the video interval has, see :func:`temporal_ids`)."""
     grids = torch.stack([runs.length, torch.ones_like(runs.length), torch.ones_like(runs.length)], dim=-1)
-    intervals = torch.ones(runs.length.numel(), dtype=torch.float64, device=device)
+    intervals = torch.ones(runs.length.numel(), dtype=_interval_tensor(video_time_interval).dtype, device=device)
     for kind, name, grid_thw in ((IMAGE, "image_grid_thw", image_grid_thw), (VIDEO, "video_grid_thw", video_grid_thw)):
         is_kind = runs.kind == kind
         count = int(is_kind.sum())
@@ -234,8 +253,16 @@ def _run_grids(runs, image_grid_thw, video_grid_thw, video_time_interval, split_
     return grids, intervals
 
 
+def _interval_tensor(value) -> torch.Tensor:
+    """The interval as PyTorch would hold it: a tensor keeps its dtype, Python floats become float32."""
+    step = torch.as_tensor(value)
+    if step.dtype == torch.bool or step.is_complex():
+        raise ValueError(f"video_time_interval must be real numbers, got dtype {step.dtype}")
+    return step
+
+
 def _per_block_interval(value, count, device) -> torch.Tensor:
-    step = torch.as_tensor(value, dtype=torch.float64, device=device).flatten()
+    step = _interval_tensor(value).to(device).flatten()
     if step.numel() == 1:
         step = step.expand(count)
     if step.numel() != count:
@@ -276,5 +303,5 @@ def _exclusive_cumsum_per_sample(values: torch.Tensor, sample: torch.Tensor, bat
     return exclusive - exclusive[first[sample]]
 
 
-__all__ = ["TEXT", "IMAGE", "VIDEO", "DESIGNS", "multimodal_position_ids", "decode_position_ids",
+__all__ = ["TEXT", "IMAGE", "VIDEO", "DESIGNS", "multimodal_position_ids", "decode_position_ids", "temporal_ids",
            "segment_token_types", "sequence_coords", "split_frames", "NUM_VARIANTS"]

@@ -180,7 +180,9 @@ def _rope_index_function(vlm, design, spatial_reset, split_frames, timed, advanc
             token_types = token_types.masked_fill(input_ids == config.video_token_id, VIDEO)
         interval = 1.0
         if tokens_per_second is not None and design == "mrope":  # VRoPE lays frames out consecutively
-            seconds = 1.0 if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts, dtype=torch.float64)
+            # as the host: tokens_per_second * second_per_grid_ts in the tensor's own dtype (float32 from the
+            # processor); temporal_ids then truncates the product in that dtype
+            seconds = 1 if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts)
             interval = tokens_per_second * seconds
         ids, deltas = multimodal_position_ids(
             token_types.long(), image_grid_thw, video_grid_thw, attention_mask, spatial_merge_size=merge,

@@ -50,7 +50,7 @@ def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_TRANSPLANT, gu
     write ``{**WORLD_TRANSPLANT, "tau": 0.5}`` to keep it; ``{}`` is the paper's corner layout for FLUX.1-Fill)."""
     outputs, raw, result = [], [], None
     for index, pair in enumerate(pairs):
-        result = pipe(background=pair.background.image, target_box=pair.box, references=[pair.reference.image],
+        result = pipe(image=pair.background.image, target_box=pair.box, references=[pair.reference.image],
                       reference_masks=[pair.reference.masks[0]], transplant=transplant, num_inference_steps=steps,
                       generator=_generator(seed + index), output_type="pt",
                       **conditioning(pipe, [pair.caption], guidance))

@@ -60,7 +60,7 @@ def identity_checks(device, dtype) -> list[tuple[str, bool]]:
     results.append(("looserope strength 0 == FluxKontextPipeline", torch.equal(stock, edit)))
     c = _to(components("fill"), device, dtype)
     pipe = PosBridgeFillPipeline(**c)
-    out = pipe(background=image(64, 64), target_box=(16, 16, 48, 48), references=image(32, 32, seed=3),
+    out = pipe(image=image(64, 64), target_box=(16, 16, 48, 48), references=image(32, 32, seed=3),
                transplant={"tau": 1.01, "tile_fraction": 0.25}, num_inference_steps=3, generator=gen(),
                output_type="pt", **e1)
     canvas = out.canvas
