@@ -13,7 +13,10 @@ EDIT_KINDS = ("transplant", "harmonise", "style")
 
 def _dataset(args) -> list[Path]:
     from .data import write_image_folder
+    from .positional import POSITIONAL_TASKS, write_positional_folder
 
+    if args.task in POSITIONAL_TASKS:
+        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size)
     return write_image_folder(args.out, args.count, args.seed, args.task, args.size)
 
 
@@ -139,7 +142,8 @@ def add_world_command(subparsers) -> None:
     dataset.add_argument("--out", required=True)
     dataset.add_argument("--count", type=int, default=100)
     dataset.add_argument("--seed", type=int, default=0)
-    dataset.add_argument("--task", choices=("scenes", "fill", "kontext"), default="scenes")
+    dataset.add_argument("--task", choices=("scenes", "fill", "kontext", "relation", "quadrant"), default="scenes",
+                         help="relation/quadrant: positional classification (mmpos.world.positional)")
 
     render = command("render", _render, "render one object on a background (PNG + JSON ground truth)")
     render.add_argument("--out", required=True, help="PNG path; the JSON goes beside it")
