@@ -18,7 +18,8 @@ SEED_STRIDE = 1_000_003
 
 class SeededSamples(torch.utils.data.Dataset):
     """Wrap a map-style dataset: item ``i`` of epoch ``e`` is drawn with ``random``, ``numpy`` and ``torch``
-    seeded from ``(seed, e, i)``; the global generators are restored afterwards."""
+    seeded from ``(seed, e, i)``. The generators are left seeded (restoring them costs more than the image):
+    the trainer reseeds them before each update."""
 
     def __init__(self, dataset, seed: int):
         self.dataset, self.seed, self.epoch = dataset, seed, 0
@@ -31,16 +32,10 @@ class SeededSamples(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         item_seed = (self.seed * SEED_STRIDE + self.epoch) * SEED_STRIDE + int(index)
-        py_state, np_state = random.getstate(), np.random.get_state()
-        with torch.random.fork_rng(devices=[]):
-            random.seed(item_seed)
-            np.random.seed(item_seed % 2**32)
-            torch.manual_seed(item_seed)
-            try:
-                return self.dataset[index]
-            finally:
-                random.setstate(py_state)
-                np.random.set_state(np_state)
+        random.seed(item_seed)
+        np.random.seed(item_seed % 2**32)
+        torch.manual_seed(item_seed)
+        return self.dataset[index]
 
 
 def data_config(config: dict, model) -> dict:

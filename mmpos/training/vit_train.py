@@ -53,8 +53,11 @@ def _make_accelerator(config: dict, run_dir: Path) -> Accelerator:
         log_with = ["tensorboard"]
     except ImportError:
         log_with = None
+    # cpu=True on a machine without CUDA: torchrun / `accelerate launch` processes then join one gloo group
+    # (accelerate otherwise treats them as independent single-process runs)
+    cpu_only = not torch.cuda.is_available()
     return Accelerator(mixed_precision=config["mixed_precision"], gradient_accumulation_steps=config["grad_accum"],
-                       log_with=log_with, project_dir=str(run_dir),
+                       log_with=log_with, project_dir=str(run_dir), cpu=cpu_only,
                        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
 
 
