@@ -72,6 +72,27 @@ def test_resume_continues_with_identical_losses(data_dir, tmp_path):
     assert (whole / "results.png").stat().st_size > 0
 
 
+def test_eval_vit_on_a_trained_run(data_dir, tmp_path, capsys):
+    from mmpos.training.vit_cli import eval_main
+
+    run = tmp_path / "run"
+    results = train_vit(tiny_config(data_dir, steps=2, checkpoint_every=2), run)
+    out = tmp_path / "eval" / "eval.json"
+    eval_main([str(run), "--sizes", "32", "64", "--aspects", "1", "1.5", "--extrapolation", "none", "pi",
+               "--out", str(out)])
+    rows = json.loads(out.read_text())["run"]
+    trained_32 = next(r for r in results["eval"] if r["size"] == 32)
+    evaluated_32 = next(r for r in rows if r["size"] == 32 and r["aspect"] == 1)
+    assert evaluated_32["top1"] == trained_32["top1"]  # the checkpoint is the trained model
+    assert {(r["height"], r["width"], r["extrapolation"]) for r in rows} == {
+        (32, 32, "none"), (32, 48, "none"), (32, 48, "pi"), (64, 64, "none"), (64, 64, "pi"), (64, 96, "none"),
+        (64, 96, "pi")}
+    assert out.with_suffix(".png").exists()
+    assert not (run / "eval_results.json").exists()  # eval_vit writes only --out
+    with pytest.raises(SystemExit):  # and never over an existing file
+        eval_main([str(run), "--out", str(out)])
+
+
 def test_refuses_to_write_into_an_existing_run(data_dir, tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()

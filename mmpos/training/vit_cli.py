@@ -47,8 +47,8 @@ def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
     return parser
 
 
-def train_main(argv=None) -> int:
-    parser = train_parser()
+def train_main(argv=None, prog: str = "train_vit.py") -> int:
+    parser = train_parser(prog)
     args = parser.parse_args(argv)
     from .vit_train import train_vit
 
@@ -84,8 +84,8 @@ def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
     return parser
 
 
-def eval_main(argv=None) -> int:
-    parser = eval_parser()
+def eval_main(argv=None, prog: str = "eval_vit.py") -> int:
+    parser = eval_parser(prog)
     args = parser.parse_args(argv)
     from .vit_eval import plot_results, save_results
     from .vit_train import train_vit
@@ -103,7 +103,7 @@ def eval_main(argv=None) -> int:
             checkpoint = latest_checkpoint(run)
             if checkpoint is None:
                 raise FileNotFoundError(f"{run}: no checkpoint under {run}/checkpoints")
-            results = train_vit(config, run, eval_only=True, checkpoint=checkpoint)
+            results = train_vit(config, run, eval_only=True, checkpoint=checkpoint, results_name=None)
             all_rows[f"{Path(run).name}"] = results["eval"]
     except USER_ERRORS as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
@@ -125,3 +125,13 @@ def _print_table(rows) -> None:
 
 if __name__ == "__main__":
     sys.exit(train_main())
+
+
+def add_training_commands(subparsers) -> None:
+    """``mmpos train vit ...`` and ``mmpos eval vit ...`` (the arguments of train_vit.py / eval_vit.py)."""
+    for name, main, what in (("train", train_main, "fine-tune"), ("eval", eval_main, "evaluate")):
+        parser = subparsers.add_parser(name, help=f"{what} ViTs with mmpos encodings (`mmpos {name} vit --help`)",
+                                       description=f"`mmpos {name} vit ARGS`: see `mmpos {name} vit --help`.")
+        parser.add_argument("target", choices=("vit",))
+        parser.add_argument("args", nargs=argparse.REMAINDER)
+        parser.set_defaults(func=lambda args, main=main, name=name: main(args.args, prog=f"mmpos {name} vit"))

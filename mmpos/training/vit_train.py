@@ -11,7 +11,6 @@ augmentation, so ``resume`` continues with the losses an uninterrupted run would
 from __future__ import annotations
 
 import csv
-import shutil
 import time
 from pathlib import Path
 
@@ -97,8 +96,13 @@ class CsvLog:
 
 
 def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = False,
-              eval_only: bool = False, checkpoint=None) -> dict:
-    """Train (or with ``eval_only`` just evaluate ``checkpoint``) and return the ``results.json`` content."""
+              eval_only: bool = False, checkpoint=None, results_name: str | None = "results.json") -> dict:
+    """Train (or with ``eval_only`` just evaluate ``checkpoint``) and return the results.
+
+    The results go to ``output_dir/results_name`` with a PNG beside it (``eval_results.json`` by default with
+    ``eval_only``; ``results_name=None``: nothing written)."""
+    if eval_only and results_name == "results.json":
+        results_name = "eval_results.json"
     run_dir = Path(output_dir)
     accelerator = _make_accelerator(config, run_dir)
     if not eval_only:
@@ -133,11 +137,9 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
                                 config["eval_extrapolation"], num_classes)
     results = {"model": config["model"], "pe": config["pe"], "steps": progress.step,
                "parameters": count_parameters(accelerator.unwrap_model(model)), "eval": rows}
-    if accelerator.is_main_process:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        name = "results.json" if not eval_only else "eval_results.json"
-        save_results(results, run_dir / name)
-        plot_results({config["pe"] or config["model"]: rows}, run_dir / name.replace(".json", ".png"))
+    if accelerator.is_main_process and results_name:
+        save_results(results, run_dir / results_name)
+        plot_results({config["pe"] or config["model"]: rows}, run_dir / results_name.replace(".json", ".png"))
     accelerator.end_training()
     return results
 
