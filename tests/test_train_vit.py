@@ -160,3 +160,16 @@ def test_two_process_gloo_run(data_dir, tmp_path):
     assert {i for e, i in seen[0] | seen[1] if e == 0} == set(range(32))  # and together all of them
     assert ranks[0]["weights"] == ranks[1]["weights"]
     assert ranks[0]["num_processes"] == 2
+
+
+def test_open_clip_tower_trains_and_evaluates(data_dir, tmp_path):
+    tiny = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16,
+                                            "patch_size": 8},
+            "text_cfg": {"context_length": 8, "vocab_size": 50, "width": 16, "heads": 2, "layers": 1}}
+    config = tiny_config(data_dir, model="open_clip:ViT-B-32", model_kwargs=tiny, steps=2, mixup=0.0, cutmix=0.0)
+    results = train_vit(config, tmp_path / "clip")
+    rows = {(r["size"], r["extrapolation"]): r["top1"] for r in results["eval"]}
+    assert set(rows) == {(32, "none"), (48, "none"), (48, "pi")} and all(v is not None for v in rows.values())
+    frozen = build_vit(tiny_config(data_dir, model="open_clip:ViT-B-32", model_kwargs=tiny, train_only="pe,head"), 4)
+    trainable = {n for n, p in frozen.named_parameters() if p.requires_grad}
+    assert trainable == {"visual.transformer.resblocks.0.attn.pe.freqs", "head.weight", "head.bias"}

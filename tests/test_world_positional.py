@@ -54,3 +54,6 @@ def test_world_dataset_command_writes_an_image_folder(tmp_path):
     assert len(records) == 6 and all((tmp_path / "train" / r["file_name"]).exists() for r in records)
     with pytest.raises(FileExistsError):
         write_positional_folder(tmp_path / "train", 2)
+    with pytest.raises(SystemExit) as exit_info:  # the command: one line, exit code 2
+        main(["world", "dataset", "--task", "quadrant", "--out", str(tmp_path / "train")])
+    assert exit_info.value.code == 2

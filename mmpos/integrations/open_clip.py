@@ -64,10 +64,12 @@ class PositionalMultiheadAttention(nn.MultiheadAttention):
 
 
 class _Positions:
-    """The tower's patch coordinates, set by its embedding step each forward (one tensor for all blocks)."""
+    """The tower's patch coordinates, set by its embedding step each forward (one tensor for all blocks).
+    ``grid_scale`` multiplies the patch indices (1 / factor: position interpolation)."""
 
     def __init__(self):
         self.coords = None
+        self.grid_scale = 1.0
 
     def __call__(self) -> torch.Tensor:
         if self.coords is None:
@@ -79,7 +81,7 @@ def _embeds(self, x: torch.Tensor) -> torch.Tensor:
     """open_clip's ``VisionTransformer._embeds`` with mmpos positions (bound to converted towers)."""
     x = self.conv1(x)  # [B, C, gh, gw]
     grid = tuple(x.shape[-2:])
-    coords = image_grid(*grid, device=x.device)  # [gh * gw, 2] float32 (row, col)
+    coords = image_grid(*grid, scale=self.mmpos_positions.grid_scale, device=x.device)  # [gh * gw, 2] (row, col)
     self.mmpos_positions.coords = coords
     x = x.flatten(2).transpose(1, 2)
     if getattr(self, "mmpos_ape", None) is not None:

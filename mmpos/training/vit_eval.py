@@ -22,7 +22,7 @@ from timm.utils import accuracy
 
 from .vit_config import ConfigError
 from .vit_data import eval_loader, eval_transform, make_dataset
-from .vit_model import build_vit, load_weights
+from .vit_model import build_vit, load_weights, patch_size_of
 
 EXTRAPOLATIONS = ("none", "pi", "ntk", "yarn")
 COORDINATE_PES = ("rope_axial", "rope_mixed", "comrope_ld", "comrope_ap", "harope", "ape_sincos", "liere")
@@ -85,7 +85,7 @@ def evaluate_resolutions(config: dict, model, accelerator, sizes, aspects=(1.0,)
     model = getattr(model, "_orig_mod", model)
     state_dict = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     num_classes = num_classes or model.num_classes
-    patch = model.patch_embed.patch_size[0]
+    patch = patch_size_of(model)
     grid = config["img_size"] // patch
     rows = []
     for size in sizes:

@@ -1,11 +1,12 @@
-"""Build the ViT of a trainer config: timm model, optional mmpos encoding, warm-start choice, frozen parts.
+"""Build the ViT of a trainer config: timm model (or ``open_clip:NAME`` tower, :mod:`.open_clip_model`),
+optional mmpos encoding, warm-start choice, frozen parts.
 
 Warm start of a model pretrained with a learned absolute embedding (timm ``pos_embed``), ``ape``:
 
 * ``drop`` (default): the APE is removed; the new encoding (``pe``) alone gives positions;
 * ``keep``: the APE stays beside the new rotary encoding and keeps training (RoPE-ViT's "RoPE + APE"
   variants); at other resolutions timm interpolates it (``dynamic_img_size``);
-* ``resample``: no new rotary encoding (``pe`` must be None or ``ape_learned``): the table is taken over by
+* ``resample`` (timm models): no new rotary encoding (``pe`` must be None or ``ape_learned``): the table is taken over by
   mmpos ``ape_learned`` (same function at the training grid) and resampled to every other grid.
 """
 from __future__ import annotations
@@ -17,6 +18,8 @@ from torch import nn
 import mmpos.integrations.timm as mmpos_timm
 from mmpos.encodings.registry import pe_class
 
+from .open_clip_model import PREFIX as OPEN_CLIP_PREFIX
+from .open_clip_model import build_open_clip
 from .vit_config import ConfigError
 
 TRAINABLE_GROUPS = ("pe", "head", "norm", "cls")
@@ -26,13 +29,18 @@ def build_vit(config: dict, num_classes: int, pe_options: dict | None = None) ->
     """timm ``config["model"]`` with ``num_classes`` outputs, converted to ``config["pe"]``.
 
     ``pe_options`` replaces ``config["pe_options"]`` (evaluation with extrapolation options)."""
+    options = dict(config["pe_options"] or {}) if pe_options is None else dict(pe_options)
+    if config["model"].startswith(OPEN_CLIP_PREFIX):
+        model = build_open_clip(config, num_classes, options)
+        if config["train_only"]:
+            freeze_except(model, config["train_only"])
+        return model
     kwargs = dict(config["model_kwargs"] or {})
     kwargs.setdefault("img_size", config["img_size"])
     if config["drop_path"]:
         kwargs["drop_path_rate"] = config["drop_path"]
     model = timm.create_model(config["model"], pretrained=config["pretrained"], num_classes=num_classes, **kwargs)
     pe, ape = config["pe"], config["ape"]
-    options = dict(config["pe_options"] or {}) if pe_options is None else dict(pe_options)
     if ape == "resample":
         if pe not in (None, "ape_learned"):
             raise ConfigError(f"ape=resample keeps the learned APE as the only encoding; got pe={pe!r} "
@@ -69,16 +77,22 @@ def freeze_except(model: nn.Module, groups) -> list[str]:
     pe_names = {name for name, _ in mmpos_timm.pe_parameters(model)} if hasattr(model, "mmpos_pe") else set()
     trainable = []
     for name, param in model.named_parameters():
-        keep = (("pe" in names and (name in pe_names or name.startswith("pos_embed")))
+        keep = (("pe" in names and (name in pe_names or name in ("pos_embed", "visual.positional_embedding")))
                 or ("head" in names and name.startswith(("head.", "fc_norm.")))
-                or ("norm" in names and name.startswith(("norm.", "fc_norm.")))
-                or ("cls" in names and name in ("cls_token", "reg_token")))
+                or ("norm" in names and name.startswith(("norm.", "fc_norm.", "visual.ln_post.")))
+                or ("cls" in names and name in ("cls_token", "reg_token", "visual.class_embedding")))
         param.requires_grad_(keep)
         if keep:
             trainable.append(name)
     if not trainable:
         raise ConfigError(f"train_only={groups!r} leaves no trainable parameter in {type(model).__name__}")
     return trainable
+
+
+def patch_size_of(model: nn.Module) -> int:
+    """Patch side of a timm ViT or of an :class:`~.open_clip_model.OpenClipClassifier`."""
+    patch = model.patch_embed.patch_size if hasattr(model, "patch_embed") else model.patch_size
+    return int(patch[0])
 
 
 def count_parameters(model: nn.Module) -> dict:

@@ -118,7 +118,7 @@ def _sample(args) -> list[Path]:
 def _run(args) -> int:
     try:
         written = args.world_func(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         args.world_parser.error(str(error))
     shown = written if len(written) <= 4 else written[:2] + [f"... ({len(written) - 2} more)"]
     print(f"wrote {len(written)} file(s):", *shown, sep="\n  ")

@@ -14,6 +14,7 @@ Example ``i`` of a split with seed ``s`` comes from seed ``s * 1_000_003 + i`` (
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,8 @@ def write_positional_folder(out_dir, num_examples: int, seed: int = 0, task: str
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} exists; choose a new --out folder")
     tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if tmp.exists():  # left over by an interrupted run of this function
+        shutil.rmtree(tmp)
     for name in CLASSES[task]:
         (tmp / name).mkdir(parents=True, exist_ok=True)
     written = []
