@@ -78,6 +78,12 @@ def _optimizer_and_scheduler(config: dict, model):
     return optimizer, scheduler
 
 
+def plain_model(accelerator, model) -> torch.nn.Module:
+    """The module itself: without DDP, mixed-precision or ``torch.compile`` wrappers."""
+    model = accelerator.unwrap_model(model)
+    return getattr(model, "_orig_mod", model)
+
+
 class CsvLog:
     """``log.csv`` on the main process; appended to on resume."""
 
@@ -120,7 +126,7 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
         model = torch.compile(model)
     seeded = SeededSamples(train_set, config["seed"])
     model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader(seeded, config))
-    ema = ModelEmaV3(accelerator.unwrap_model(model), decay=config["ema_decay"]) if config["ema_decay"] else None
+    ema = ModelEmaV3(plain_model(accelerator, model), decay=config["ema_decay"]) if config["ema_decay"] else None
     progress = Progress()
     accelerator.register_for_checkpointing(scheduler, progress, *([ema] if ema is not None else []))
     start = checkpoint or (latest_checkpoint(run_dir) if resume else None)
@@ -136,7 +142,7 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
     rows = evaluate_resolutions(config, evaluated, accelerator, eval_sizes(config), config["eval_aspects"],
                                 config["eval_extrapolation"], num_classes)
     results = {"model": config["model"], "pe": config["pe"], "steps": progress.step,
-               "parameters": count_parameters(accelerator.unwrap_model(model)), "eval": rows}
+               "parameters": count_parameters(plain_model(accelerator, model)), "eval": rows}
     if accelerator.is_main_process and results_name:
         save_results(results, run_dir / results_name)
         plot_results({config["pe"] or config["model"]: rows}, run_dir / results_name.replace(".json", ".png"))
@@ -178,7 +184,7 @@ def _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loade
             progress.step += 1
             scheduler.step_update(progress.step)
             if ema is not None:
-                ema.update(accelerator.unwrap_model(model), step=progress.step)
+                ema.update(plain_model(accelerator, model), step=progress.step)
             bar.update(1)
             if progress.step % config["log_every"] == 0 or progress.step == config["steps"]:
                 _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started)
@@ -191,7 +197,7 @@ def _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loade
             progress.batch = 0
     bar.close()
     accelerator.wait_for_everyone()
-    accelerator.save_model(ema.module if ema is not None else model, str(run_dir))
+    accelerator.save_model(ema.module if ema is not None else plain_model(accelerator, model), str(run_dir))
 
 
 def _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started):
