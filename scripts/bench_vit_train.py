@@ -9,6 +9,7 @@ Models, timed round-robin in one process (forward + backward + AdamW step, fixed
 * ``mmpos <pe>`` for each other ``--pes`` encoding.
 
     OMP_NUM_THREADS=1 python scripts/bench_vit_train.py --batch-size 4 --rounds 3              # CPU
+    OMP_NUM_THREADS=1 python scripts/bench_vit_train.py --batch-size 4 --rounds 3 --no-cls     # + HARoPE
     python scripts/bench_vit_train.py --device cuda --dtype bf16 --batch-size 128 --rounds 20   # GPU
 
 Prints images/s per model, the ratio to timm's model and the step time relative to ``nope``
@@ -31,9 +32,10 @@ import mmpos.integrations.timm as mmpos_timm
 TIMM_MIXED = "vit_small_patch16_rope_mixed_224"
 
 
-def build_models(pes, device, dtype) -> dict:
+def build_models(pes, device, dtype, no_cls: bool = False) -> dict:
     torch.manual_seed(0)
-    reference = timm.create_model(TIMM_MIXED, pretrained=False, num_classes=1000)
+    pooling = dict(class_token=False, global_pool="avg") if no_cls else {}
+    reference = timm.create_model(TIMM_MIXED, pretrained=False, num_classes=1000, **pooling)
     models = {"timm rope_mixed": reference}
     for pe in ("rope_mixed", "nope", *[p for p in pes if p not in ("rope_mixed", "nope")]):
         try:
@@ -68,11 +70,12 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--pes", nargs="+", default=["rope_axial", "comrope_ld", "harope"])
+    parser.add_argument("--no-cls", action="store_true", help="no cls token, average pooling (all models)")
     parser.add_argument("--out", help="JSON file for the numbers")
     args = parser.parse_args(argv)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     device = torch.device(args.device)
-    models = build_models(args.pes, device, dtype)
+    models = build_models(args.pes, device, dtype, args.no_cls)
     optimizers = {n: torch.optim.AdamW(m.parameters(), lr=1e-5) for n, m in models.items()}
     images = torch.randn(args.batch_size, 3, 224, 224, device=device)
     labels = torch.randint(0, 1000, (args.batch_size,), device=device)
