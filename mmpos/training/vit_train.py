@@ -120,7 +120,7 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
     train_set = make_dataset(config, config["train_split"], train_transform(config, probe), is_training=True)
     num_classes = config["num_classes"] or num_classes_of(train_set)
     set_seed(config["seed"])
-    model = build_vit(config, num_classes)
+    model = build_vit({**config, "pretrained": False} if eval_only else config, num_classes)  # weights: checkpoint
     optimizer, scheduler = _optimizer_and_scheduler(config, model)
     if config["compile"]:
         model = torch.compile(model)
