@@ -102,7 +102,7 @@ def markdown(collected: dict) -> str:
             stats = _mean_std(cells.get(f"{scale:g}/{kind}", []))
             texts.append("n/a" if stats is None else f"{stats[0]:.1f} ± {stats[1]:.1f}")
         seeds = len(cells.get("1/none", []))
-        lines.append(f"| {pe} ({seeds} seeds) | " + " | ".join(texts) + " |")
+        lines.append(f"| {pe} (n={seeds}) | " + " | ".join(texts) + " |")
     return "\n".join(lines)
 
 
@@ -113,18 +113,19 @@ def plot(collected: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    colours = {pe: plt.get_cmap("tab10")(i) for i, pe in enumerate(collected["top1"])}
     for ax, kind in zip(axes, ("none", "pi")):
         for pe, cells in collected["top1"].items():
             points = [(s, _mean_std(cells.get(f"{s:g}/{'none' if s == 1 else kind}", []))) for s in (1.0, 1.5, 2.0)]
             points = [(s, m) for s, m in points if m is not None]
             if len(points) > 1:
                 ax.errorbar([s for s, _ in points], [m[0] for _, m in points], yerr=[m[1] for _, m in points],
-                            marker="o", capsize=3, label=pe)
+                            marker="o", capsize=3, label=pe, color=colours[pe])
         ax.set_title("no extrapolation" if kind == "none" else "position interpolation (pi)")
         ax.set_xlabel("evaluation resolution / training resolution")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("top-1 (%), mean ± std over seeds")
-    axes[1].legend(fontsize=8)
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
