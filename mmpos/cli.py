@@ -1,4 +1,4 @@
-"""The ``mmpos`` command: ``demo``, ``list``, ``bench``, ``viz``, ``edit``, ``generate`` and the commands that
+"""The ``mmpos`` command: ``demo``, ``list``, ``bench``, ``viz``, ``edit``, ``generate``, ``train``/``eval`` and the commands that
 modules register with ``add_*`` hooks below (``mmpos --help`` lists them)."""
 from __future__ import annotations
 
@@ -105,12 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
 
     from .pipelines.cli import add_commands as add_edit_commands
+    from .training.vit_cli import add_training_commands
     from .viz.cli import add_viz_parser
     from .world.cli import add_world_command
 
     add_viz_parser(sub)
     add_edit_commands(sub)
     add_world_command(sub)
+    add_training_commands(sub)
     return parser
 
 

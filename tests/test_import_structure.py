@@ -2,7 +2,7 @@
 
 Layers, lowest first: validation helpers; the three parts of an encoding (``coords``, ``spectrum``, ``ops``) and
 camera geometry (``camera``); named encodings (``encodings``); what plugs them into models (``integrations``,
-``models``, ``viz``); the applications (``world``, ``cli``, ``demo``, and ``pipelines``, installed as
+``models``, ``viz``); the applications (``world``, ``training``, ``cli``, ``demo``, and ``pipelines``, installed as
 ``mmpos.pipelines``). A module may import its own layer or lower ones, never a higher one, not even lazily.
 """
 import ast
@@ -16,7 +16,7 @@ LAYERS = {
     "coords": 1, "spectrum": 1, "ops": 1, "camera": 1,
     "encodings": 2, "__init__": 2,
     "integrations": 3, "models": 3, "viz": 3,
-    "world": 4, "cli": 4, "demo": 4, "pipelines": 4,
+    "world": 4, "training": 4, "cli": 4, "demo": 4, "pipelines": 4,
 }
 
 

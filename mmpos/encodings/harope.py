@@ -41,6 +41,8 @@ class HARoPE(RotaryPE):
         base_options: options for ``create_pe(base, head_dim=head_dim, ...)`` (``num_heads`` is passed on
             when the base takes it), e.g. ``{"axes_dims": (16, 56, 56)}``.
         eps: floor of the singular values ``s``.
+        num_prefix_tokens, seq_dim: passed on to a named base (default: the base's own); with a base instance they
+            must agree with it. Integrations (timm, the DiT) set them from the model.
     Parameters: ``u_skew``, ``v_skew`` ``[num_heads, head_dim * (head_dim - 1) / 2]`` (zeros), ``sigma``
     ``[num_heads, head_dim]`` (zeros). ``M`` and ``M^-T`` are cached while no gradient is needed.
     Capabilities: the base's (relative when it is), plus learnable.
@@ -50,8 +52,9 @@ class HARoPE(RotaryPE):
     capabilities = Capabilities(relative=True, learnable=True)
 
     def __init__(self, head_dim: int, num_heads: int, base="rope_axial", base_options: dict | None = None,
-                 eps: float = 1e-6):
-        base = _build_base(base, head_dim, num_heads, base_options)
+                 eps: float = 1e-6, num_prefix_tokens: int | None = None, seq_dim: int | None = None):
+        given = {k: v for k, v in (("num_prefix_tokens", num_prefix_tokens), ("seq_dim", seq_dim)) if v is not None}
+        base = _build_base(base, head_dim, num_heads, base_options, given)
         super().__init__(head_dim, base.num_axes, base.layout, base.num_prefix_tokens, base.seq_dim)
         check_positive_int("num_heads", num_heads)
         if base.head_dim != head_dim:
@@ -165,10 +168,15 @@ def _per_head_matmul(x: torch.Tensor, matrix: torch.Tensor, head_dim: int) -> to
     return torch.einsum("...hd,hed->...he", x, matrix)
 
 
-def _build_base(base, head_dim, num_heads, base_options) -> RotaryPE:
+def _build_base(base, head_dim, num_heads, base_options, given: dict) -> RotaryPE:
+    """The wrapped encoding; ``given`` (``num_prefix_tokens``, ``seq_dim``) are passed on to a named base, and
+    must agree with an instance's."""
     if isinstance(base, RotaryPE):
         if base_options:
             raise ValueError("base_options only apply when base is a registered name, not an instance")
+        for name, value in given.items():
+            if getattr(base, name) != value:
+                raise ValueError(f"{name}={value} disagrees with the base encoding's {name}={getattr(base, name)}")
         return base
     if not isinstance(base, str):
         raise TypeError(f"base must be a registered rotary encoding name or a RotaryPE, got {type(base).__name__}")
@@ -178,4 +186,8 @@ def _build_base(base, head_dim, num_heads, base_options) -> RotaryPE:
     for fixed in ("head_dim",):
         if fixed in options:
             raise ValueError(f"base_options must not set {fixed!r}; it is HARoPE's own option")
-    return create_pe(base, head_dim=head_dim, **fitting_options(base, {"num_heads": num_heads}, options))
+    for name in given:
+        if name in options:
+            raise ValueError(f"base_options must not set {name!r}; it is HARoPE's own option")
+    facts = {"num_heads": num_heads, **given}
+    return create_pe(base, head_dim=head_dim, **fitting_options(base, facts, options))

@@ -13,7 +13,10 @@ EDIT_KINDS = ("transplant", "harmonise", "style")
 
 def _dataset(args) -> list[Path]:
     from .data import write_image_folder
+    from .positional import POSITIONAL_TASKS, write_positional_folder
 
+    if args.task in POSITIONAL_TASKS:
+        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size)
     return write_image_folder(args.out, args.count, args.seed, args.task, args.size)
 
 
@@ -115,7 +118,7 @@ def _sample(args) -> list[Path]:
 def _run(args) -> int:
     try:
         written = args.world_func(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         args.world_parser.error(str(error))
     shown = written if len(written) <= 4 else written[:2] + [f"... ({len(written) - 2} more)"]
     print(f"wrote {len(written)} file(s):", *shown, sep="\n  ")
@@ -139,7 +142,8 @@ def add_world_command(subparsers) -> None:
     dataset.add_argument("--out", required=True)
     dataset.add_argument("--count", type=int, default=100)
     dataset.add_argument("--seed", type=int, default=0)
-    dataset.add_argument("--task", choices=("scenes", "fill", "kontext"), default="scenes")
+    dataset.add_argument("--task", choices=("scenes", "fill", "kontext", "relation", "quadrant"), default="scenes",
+                         help="relation/quadrant: positional classification (mmpos.world.positional)")
 
     render = command("render", _render, "render one object on a background (PNG + JSON ground truth)")
     render.add_argument("--out", required=True, help="PNG path; the JSON goes beside it")

@@ -183,11 +183,12 @@ def _model_defaults(transformer, spec, name, options, coord_axes) -> dict:
 
 def _wrapped_base_options(transformer, spec, name, kwargs, coord_axes) -> dict:
     """For encodings that wrap a base encoding (HARoPE): the model's values for the base's options, under the
-    caller's ``base_options``; the wrapper's own ``head_dim``/``num_heads`` stay the wrapper's."""
+    caller's ``base_options``; options the wrapper takes itself (``head_dim``, ``num_heads``, ``seq_dim``, ...) stay
+    the wrapper's, which passes them on."""
     base = kwargs.get("base", inspect.signature(pe_class(name)).parameters["base"].default)
     given = dict(kwargs.get("base_options") or {})
     defaults = _model_defaults(transformer, spec, base, given, coord_axes)
-    defaults = {k: v for k, v in defaults.items() if k not in ("head_dim", "num_heads")}
+    defaults = {k: v for k, v in defaults.items() if k not in pe_options(name)}
     return {**defaults, **given}
 
 

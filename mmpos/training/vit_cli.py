@@ -1,0 +1,137 @@
+"""Command lines of the ViT trainer and evaluator (``scripts/train_vit.py``, ``scripts/eval_vit.py``,
+``mmpos train vit``, ``mmpos eval vit``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .checkpoints import RunExistsError, latest_checkpoint
+from .vit_config import ConfigError, load_config
+
+USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML config (keys: mmpos.training.vit_config.DEFAULTS)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key (value parsed as YAML); repeatable")
+    parser.add_argument("--model", help="timm model name")
+    parser.add_argument("--pe", help="mmpos encoding (mmpos.list_pes())")
+    parser.add_argument("--ape", choices=("drop", "keep", "resample"),
+                        help="pretrained learned APE: drop it, keep it beside the RoPE, or resample it (ape_learned)")
+    parser.add_argument("--train-only", dest="train_only", help="comma list of pe, head, norm, cls")
+    parser.add_argument("--data-dir", dest="data_dir")
+    parser.add_argument("--pretrained", action="store_true", default=None)
+    parser.add_argument("--mixed-precision", dest="mixed_precision", choices=("no", "bf16", "fp16"))
+    parser.add_argument("--seed", type=int)
+
+
+def _config(args):
+    return load_config(args.config, args.overrides, model=args.model, pe=args.pe, ape=args.ape,
+                       train_only=args.train_only, data_dir=args.data_dir, pretrained=args.pretrained,
+                       mixed_precision=args.mixed_precision, seed=args.seed)
+
+
+def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.")
+    add_common_arguments(parser)
+    parser.add_argument("--output-dir", required=True, help="run folder (refused if it exists, see --resume)")
+    parser.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="delete the existing run folder first")
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    parser.add_argument("--eval-only", action="store_true", help="evaluate --checkpoint (or the run's newest)")
+    parser.add_argument("--checkpoint", help="accelerate checkpoint folder for --eval-only")
+    return parser
+
+
+def train_main(argv=None, prog: str = "train_vit.py") -> int:
+    parser = train_parser(prog)
+    args = parser.parse_args(argv)
+    from .vit_train import train_vit
+
+    try:
+        config = _config(args)
+        if args.steps is not None:
+            config = load_config(None, [], **{**config, "steps": args.steps})
+        if args.compile:
+            config["compile"] = True
+        checkpoint = args.checkpoint
+        if args.eval_only and checkpoint is None:
+            checkpoint = latest_checkpoint(args.output_dir)
+            if checkpoint is None:
+                raise FileNotFoundError(f"--eval-only: no checkpoint under {args.output_dir}; pass --checkpoint")
+        results = train_vit(config, args.output_dir, resume=args.resume, overwrite=args.overwrite,
+                            eval_only=args.eval_only, checkpoint=checkpoint)
+    except USER_ERRORS as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    _print_table(results["eval"])
+    return 0
+
+
+def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Top-1/top-5 of trained ViT runs at several "
+                                     "resolutions; JSON and a PNG plot of accuracy vs resolution.")
+    parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoints/)")
+    parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels")
+    parser.add_argument("--scales", type=float, nargs="+", help="or multiples of the training resolution")
+    parser.add_argument("--aspects", type=float, nargs="+", help="width / height ratios (default 1)")
+    parser.add_argument("--extrapolation", nargs="+", choices=("none", "pi", "ntk", "yarn"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", required=True, help="output JSON; the PNG goes beside it")
+    return parser
+
+
+def eval_main(argv=None, prog: str = "eval_vit.py") -> int:
+    parser = eval_parser(prog)
+    args = parser.parse_args(argv)
+    from .vit_eval import plot_results, save_results
+    from .vit_train import train_vit
+
+    out = Path(args.out)
+    all_rows = {}
+    try:
+        if out.exists():
+            raise RunExistsError(f"--out {out} exists; choose a new file")
+        for run in args.runs:
+            config = load_config(Path(run) / "config.yaml", args.overrides)
+            config.update({k: v for k, v in (("eval_sizes", args.sizes), ("eval_scales", args.scales),
+                                             ("eval_aspects", args.aspects),
+                                             ("eval_extrapolation", args.extrapolation)) if v})
+            checkpoint = latest_checkpoint(run)
+            if checkpoint is None:
+                raise FileNotFoundError(f"{run}: no checkpoint under {run}/checkpoints")
+            results = train_vit(config, run, eval_only=True, checkpoint=checkpoint, results_name=None)
+            all_rows[f"{Path(run).name}"] = results["eval"]
+    except USER_ERRORS as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_results(all_rows, out)
+    plot_results(all_rows, out.with_suffix(".png"))
+    for name, rows in all_rows.items():
+        print(name)
+        _print_table(rows)
+    return 0
+
+
+def _print_table(rows) -> None:
+    for row in rows:
+        top1 = "n/a" if row["top1"] is None else f"{row['top1']:.2f}"
+        top5 = "n/a" if row["top5"] is None else f"{row['top5']:.2f}"
+        print(f"  {row['height']}x{row['width']} {row['extrapolation']:>5}: top-1 {top1}  top-5 {top5}")
+
+
+if __name__ == "__main__":
+    sys.exit(train_main())
+
+
+def add_training_commands(subparsers) -> None:
+    """``mmpos train vit ...`` and ``mmpos eval vit ...`` (the arguments of train_vit.py / eval_vit.py)."""
+    for name, main, what in (("train", train_main, "fine-tune"), ("eval", eval_main, "evaluate")):
+        parser = subparsers.add_parser(name, help=f"{what} ViTs with mmpos encodings (`mmpos {name} vit --help`)",
+                                       description=f"`mmpos {name} vit ARGS`: see `mmpos {name} vit --help`.")
+        parser.add_argument("target", choices=("vit",))
+        parser.add_argument("args", nargs=argparse.REMAINDER)
+        parser.set_defaults(func=lambda args, main=main, name=name: main(args.args, prog=f"mmpos {name} vit"))

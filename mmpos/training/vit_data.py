@@ -1,0 +1,98 @@
+"""Data of the ViT trainer through timm's factories: ``create_dataset``, ``create_transform``, ``Mixup``.
+
+Augmentation randomness is a function of (seed, epoch, sample index) (:class:`SeededSamples`), so a resumed
+run sees the same augmented images as an uninterrupted one, whatever the worker count.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from timm.data import Mixup, create_dataset, create_transform, resolve_data_config
+
+from .vit_config import ConfigError
+
+SEED_STRIDE = 1_000_003
+
+
+class SeededSamples(torch.utils.data.Dataset):
+    """Wrap a map-style dataset: item ``i`` of epoch ``e`` is drawn with ``random``, ``numpy`` and ``torch``
+    seeded from ``(seed, e, i)``. The generators are left seeded (restoring them costs more than the image):
+    the trainer reseeds them before each update."""
+
+    def __init__(self, dataset, seed: int):
+        self.dataset, self.seed, self.epoch = dataset, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        item_seed = (self.seed * SEED_STRIDE + self.epoch) * SEED_STRIDE + int(index)
+        random.seed(item_seed)
+        np.random.seed(item_seed % 2**32)
+        torch.manual_seed(item_seed)
+        return self.dataset[index]
+
+
+def data_config(config: dict, model) -> dict:
+    """timm's data config of ``model`` (mean, std, interpolation) with the trainer config's overrides."""
+    args = {k: config[k] for k in ("mean", "std", "interpolation", "crop_pct") if config[k] is not None}
+    return resolve_data_config(args, model=model)
+
+
+def make_dataset(config: dict, split: str, transform=None, is_training: bool = False):
+    """``timm.data.create_dataset`` on ``config["data_dir"]`` (ImageFolder ``root/split/<class>/``, tar,
+    ``wds/`` or ``hfds/`` names pass through)."""
+    if config["data_dir"] is None and not config["dataset"]:
+        raise ConfigError("config data_dir: expected the folder of the dataset (train/ and val/ inside)")
+    dataset = create_dataset(config["dataset"], root=config["data_dir"], split=split, is_training=is_training,
+                             batch_size=config["batch_size"], seed=config["seed"])
+    if transform is not None:
+        dataset.transform = transform
+    return dataset
+
+
+def train_transform(config: dict, model):
+    base = data_config(config, model)
+    return create_transform(
+        (3, config["img_size"], config["img_size"]), is_training=True, scale=tuple(config["scale"]),
+        ratio=tuple(config["ratio"]), hflip=config["hflip"], color_jitter=config["color_jitter"],
+        auto_augment=config["auto_augment"], re_prob=config["reprob"], interpolation=base["interpolation"],
+        mean=base["mean"], std=base["std"])
+
+
+def eval_transform(config: dict, model, height: int, width: int):
+    base = data_config(config, model)
+    return create_transform((3, height, width), is_training=False, interpolation=base["interpolation"],
+                            mean=base["mean"], std=base["std"], crop_pct=base["crop_pct"])
+
+
+def num_classes_of(dataset) -> int:
+    reader = getattr(dataset, "reader", None)
+    mapping = getattr(reader, "class_to_idx", None)
+    if mapping:
+        return len(mapping)
+    raise ConfigError("cannot tell the number of classes of this dataset; set config num_classes")
+
+
+def make_mixup(config: dict, num_classes: int):
+    """timm ``Mixup`` (mixup/CutMix with label smoothing) or None when both alphas are 0."""
+    if not (config["mixup"] or config["cutmix"]):
+        return None
+    return Mixup(mixup_alpha=config["mixup"], cutmix_alpha=config["cutmix"], prob=config["mixup_prob"],
+                 label_smoothing=config["smoothing"], num_classes=num_classes)
+
+
+def train_loader(dataset, config: dict):
+    return torch.utils.data.DataLoader(dataset, batch_size=config["batch_size"], shuffle=True, drop_last=True,
+                                       num_workers=config["num_workers"], pin_memory=torch.cuda.is_available(),
+                                       persistent_workers=False)
+
+
+def eval_loader(dataset, config: dict):
+    return torch.utils.data.DataLoader(dataset, batch_size=config["eval_batch_size"] or config["batch_size"],
+                                       shuffle=False, num_workers=config["num_workers"])

@@ -1,0 +1,213 @@
+"""Fine-tune a timm ViT with an mmpos positional encoding (accelerate: one CPU, one GPU, ``accelerate launch``).
+
+    from mmpos.training import load_config, train_vit
+    results = train_vit(load_config("configs/vit/world_relation.yaml"), "runs/rope_mixed", )
+
+A run folder holds ``config.yaml``, ``log.csv``, ``checkpoints/step_XXXXXXX`` (accelerate state, written to a
+temporary folder and renamed into place; the newest two kept), ``model.safetensors`` and ``results.json``.
+Randomness is a function of (seed, update, process) for dropout/mixup and of (seed, epoch, sample) for
+augmentation, so ``resume`` continues with the losses an uninterrupted run would have had.
+"""
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import torch
+import yaml
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import set_seed
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from timm.utils import ModelEmaV3
+from tqdm.auto import tqdm
+
+from .checkpoints import latest_checkpoint, prepare_run_folder, save_checkpoint
+from .vit_config import eval_sizes
+from .vit_data import SeededSamples, make_dataset, make_mixup, num_classes_of, train_loader, train_transform
+from .vit_eval import evaluate_resolutions, plot_results, save_results
+from .vit_model import build_vit, count_parameters
+
+SEED_STRIDE = 1_000_003
+
+
+class Progress:
+    """Where training stands (checkpointed with the accelerate state)."""
+
+    def __init__(self):
+        self.step, self.epoch, self.batch, self.micro = 0, 0, 0, 0
+
+    def state_dict(self):
+        return dict(vars(self))
+
+    def load_state_dict(self, state):
+        vars(self).update(state)
+
+
+def _make_accelerator(config: dict, run_dir: Path) -> Accelerator:
+    try:
+        import tensorboard  # noqa: F401
+        log_with = ["tensorboard"]
+    except ImportError:
+        log_with = None
+    # cpu=True on a machine without CUDA: torchrun / `accelerate launch` processes then join one gloo group
+    # (accelerate otherwise treats them as independent single-process runs)
+    cpu_only = not torch.cuda.is_available()
+    return Accelerator(mixed_precision=config["mixed_precision"], gradient_accumulation_steps=config["grad_accum"],
+                       log_with=log_with, project_dir=str(run_dir), cpu=cpu_only,
+                       dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+
+
+def _criterion(config: dict, mixup):
+    if mixup is not None:
+        return SoftTargetCrossEntropy()
+    if config["smoothing"]:
+        return LabelSmoothingCrossEntropy(config["smoothing"])
+    return torch.nn.CrossEntropyLoss()
+
+
+def _optimizer_and_scheduler(config: dict, model):
+    extra = {"momentum": config["momentum"]} if config["opt"] in ("sgd", "momentum", "nesterov") else {}
+    optimizer = create_optimizer_v2(model, opt=config["opt"], lr=config["lr"], weight_decay=config["weight_decay"],
+                                    layer_decay=config["layer_decay"], **extra)
+    scheduler, _ = create_scheduler_v2(optimizer, sched=config["sched"], num_epochs=config["steps"],
+                                       warmup_epochs=config["warmup_steps"], warmup_lr=config["warmup_lr"],
+                                       min_lr=config["min_lr"], step_on_epochs=False, updates_per_epoch=1)
+    return optimizer, scheduler
+
+
+def plain_model(accelerator, model) -> torch.nn.Module:
+    """The module itself: without DDP, mixed-precision or ``torch.compile`` wrappers."""
+    model = accelerator.unwrap_model(model)
+    return getattr(model, "_orig_mod", model)
+
+
+class CsvLog:
+    """``log.csv`` on the main process; appended to on resume."""
+
+    FIELDS = ("step", "epoch", "loss", "lr", "grad_norm", "images_per_s", "seconds")
+
+    def __init__(self, path: Path, enabled: bool):
+        self.path, self.enabled = path, enabled
+        if enabled and not path.exists():
+            with open(path, "w", newline="") as f:
+                csv.writer(f).writerow(self.FIELDS)
+
+    def write(self, row: dict) -> None:
+        if self.enabled:
+            with open(self.path, "a", newline="") as f:
+                csv.writer(f).writerow([row.get(k, "") for k in self.FIELDS])
+
+
+def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = False,
+              eval_only: bool = False, checkpoint=None, results_name: str | None = "results.json") -> dict:
+    """Train (or with ``eval_only`` just evaluate ``checkpoint``) and return the results.
+
+    The results go to ``output_dir/results_name`` with a PNG beside it (``eval_results.json`` by default with
+    ``eval_only``; ``results_name=None``: nothing written)."""
+    if eval_only and results_name == "results.json":
+        results_name = "eval_results.json"
+    run_dir = Path(output_dir)
+    accelerator = _make_accelerator(config, run_dir)
+    if not eval_only:
+        prepare_run_folder(run_dir, resume, overwrite, accelerator)
+        if accelerator.is_main_process:
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
+    set_seed(config["seed"])
+    probe = build_vit({**config, "pretrained": False}, 1000)
+    train_set = make_dataset(config, config["train_split"], train_transform(config, probe), is_training=True)
+    num_classes = config["num_classes"] or num_classes_of(train_set)
+    set_seed(config["seed"])
+    model = build_vit({**config, "pretrained": False} if eval_only else config, num_classes)  # weights: checkpoint
+    optimizer, scheduler = _optimizer_and_scheduler(config, model)
+    if config["compile"]:
+        model = torch.compile(model)
+    seeded = SeededSamples(train_set, config["seed"])
+    model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader(seeded, config))
+    ema = ModelEmaV3(plain_model(accelerator, model), decay=config["ema_decay"]) if config["ema_decay"] else None
+    progress = Progress()
+    accelerator.register_for_checkpointing(scheduler, progress, *([ema] if ema is not None else []))
+    start = checkpoint or (latest_checkpoint(run_dir) if resume else None)
+    if start is not None:
+        accelerator.load_state(str(start))
+        accelerator.print(f"resumed from {start} at update {progress.step}")
+    if not eval_only:
+        if accelerator.trackers == [] and accelerator.log_with:
+            accelerator.init_trackers("vit", config={k: str(v) for k, v in config.items()})
+        _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loader, seeded, ema, progress,
+                    num_classes)
+    evaluated = ema.module if ema is not None else model
+    rows = evaluate_resolutions(config, evaluated, accelerator, eval_sizes(config), config["eval_aspects"],
+                                config["eval_extrapolation"], num_classes)
+    results = {"model": config["model"], "pe": config["pe"], "steps": progress.step,
+               "parameters": count_parameters(plain_model(accelerator, model)), "eval": rows}
+    if accelerator.is_main_process and results_name:
+        save_results(results, run_dir / results_name)
+        plot_results({config["pe"] or config["model"]: rows}, run_dir / results_name.replace(".json", ".png"))
+    accelerator.end_training()
+    return results
+
+
+def _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loader, seeded, ema, progress,
+                num_classes):
+    mixup = make_mixup(config, num_classes)
+    criterion = _criterion(config, mixup)
+    log = CsvLog(run_dir / "log.csv", accelerator.is_main_process)
+    bar = tqdm(total=config["steps"], initial=progress.step, disable=not accelerator.is_main_process,
+               desc="train", dynamic_ncols=True)
+    started, images_seen = time.time(), 0
+    while progress.step < config["steps"]:
+        loader.set_epoch(progress.epoch)
+        seeded.set_epoch(progress.epoch)
+        epoch_loader = accelerator.skip_first_batches(loader, progress.batch) if progress.batch else loader
+        for images, targets in epoch_loader:
+            model.train()
+            set_seed(config["seed"] * SEED_STRIDE + progress.micro, device_specific=True)
+            if mixup is not None:
+                images, targets = mixup(images, targets)
+            with accelerator.accumulate(model):
+                with accelerator.autocast():
+                    loss = criterion(model(images), targets)
+                accelerator.backward(loss)
+                grad_norm = None
+                if accelerator.sync_gradients and config["clip_grad"]:
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config["clip_grad"])
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            progress.batch += 1
+            progress.micro += 1
+            images_seen += len(images) * accelerator.num_processes
+            if not accelerator.sync_gradients:
+                continue
+            progress.step += 1
+            scheduler.step_update(progress.step)
+            if ema is not None:
+                ema.update(plain_model(accelerator, model), step=progress.step)
+            bar.update(1)
+            if progress.step % config["log_every"] == 0 or progress.step == config["steps"]:
+                _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started)
+            if progress.step % config["checkpoint_every"] == 0 or progress.step == config["steps"]:
+                save_checkpoint(accelerator, run_dir, progress.step)
+            if progress.step >= config["steps"]:
+                break
+        else:
+            progress.epoch += 1
+            progress.batch = 0
+    bar.close()
+    accelerator.wait_for_everyone()
+    accelerator.save_model(ema.module if ema is not None else plain_model(accelerator, model), str(run_dir))
+
+
+def _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started):
+    loss_value = accelerator.reduce(loss.detach().float(), reduction="mean").item()
+    elapsed = time.time() - started
+    row = {"step": progress.step, "epoch": progress.epoch, "loss": f"{loss_value:.6f}",
+           "lr": f"{optimizer.param_groups[0]['lr']:.3e}",
+           "grad_norm": "" if grad_norm is None else f"{float(grad_norm):.4f}",
+           "images_per_s": f"{images_seen / max(elapsed, 1e-9):.1f}", "seconds": f"{elapsed:.1f}"}
+    log.write(row)
+    bar.set_postfix(loss=f"{loss_value:.4f}", lr=row["lr"])
+    if accelerator.log_with:
+        accelerator.log({"loss": loss_value, "lr": optimizer.param_groups[0]["lr"]}, step=progress.step)
