@@ -41,19 +41,20 @@ def add_commands(subparsers) -> None:
         _common(sub, f"edit_{name}")
         sub.set_defaults(func=run_edit)
     generate = subparsers.add_parser(
-        "generate", help="FLUX.1 (or the world t2i model) text-to-image, optionally above the training size; "
+        "generate", help="FLUX.1 / Qwen-Image (or the world t2i model) text-to-image, optionally above the training size; "
                          "`generate video`: camera-controlled Wan video",
-        description="Generate images with FluxPipeline (configs/generate.yaml; --model world: the shipped world "
-                    "t2i model, configs/generate_world.yaml). --extrapolate dype|ntk|yarn|pi|... extrapolates the "
-                    "RoPE beyond extrapolate.train_size (DyPE follows the denoising step). Camera-controlled Wan "
-                    "videos: `mmpos generate video --help`.")
+        description="Generate images with FluxPipeline or QwenImagePipeline (the --model's model_index.json "
+                    "decides; configs/generate.yaml; --model world: the shipped world t2i model, "
+                    "configs/generate_world.yaml). --extrapolate dype|ntk|yarn|pi|... extrapolates the RoPE beyond "
+                    "extrapolate.train_size (auto: 1024 px for FLUX.1, 1328 px for Qwen-Image; DyPE follows the "
+                    "denoising step). Camera-controlled Wan videos: `mmpos generate video --help`.")
     generate.add_argument("--prompt", action="append", help="prompt (repeat; overrides prompts)")
     generate.add_argument("--height", type=int, help="output height in pixels (overrides sampler.height)")
     generate.add_argument("--width", type=int, help="output width in pixels (overrides sampler.width)")
     generate.add_argument("--extrapolate", help="none | pi | ntk | yarn | vision_yarn | dype | dype_ntk | dype_yarn, "
                           "or per axis: row=dype,col=ntk (overrides extrapolate.preset)")
     generate.add_argument("--train-size", type=int, help="training resolution in pixels (overrides "
-                          "extrapolate.train_size)")
+                          "extrapolate.train_size; auto: 1024 FLUX.1, 1328 Qwen-Image)")
     _common(generate, "generate")
     generate.set_defaults(func=run_generate, method="generate")
 
@@ -62,8 +63,9 @@ def _common(parser, config_name: str) -> None:
     parser.add_argument("--config", help=f"YAML config (default: configs/{config_name}.yaml)")
     parser.add_argument("--config-name", default=config_name, help=argparse.SUPPRESS)
     parser.add_argument("--model", help="from_pretrained path or hub id (overrides model)")
-    parser.add_argument("--prompt-embeds", help="safetensors/pt file with prompt_embeds [B, L, D] and "
-                        "pooled_prompt_embeds [B, D] (for models saved without text encoders)")
+    parser.add_argument("--prompt-embeds", help="safetensors/pt file with prompt_embeds [B, L, D] and (Flux) "
+                        "pooled_prompt_embeds [B, D] or (Qwen-Image, optional) prompt_embeds_mask [B, L] "
+                        "(for models saved without text encoders)")
     parser.add_argument("--device", help="cpu | cuda (overrides device)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="overrides dtype")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -91,7 +93,11 @@ def resolve_config(args) -> dict:
     return config
 
 
-def load_prompt_embeds(path) -> dict:
+EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
+
+
+def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
+    """The ``required`` tensors (and those of ``optional`` present) of a safetensors/pt file."""
     import torch
 
     path = Path(path)
@@ -101,16 +107,23 @@ def load_prompt_embeds(path) -> dict:
         tensors = load_file(str(path))
     else:
         tensors = torch.load(path, map_location="cpu", weights_only=True)
-    missing = {"prompt_embeds", "pooled_prompt_embeds"} - set(tensors)
+    missing = set(required) - set(tensors)
     if missing:
-        raise ValueError(f"{path} lacks {sorted(missing)}; expected prompt_embeds and pooled_prompt_embeds")
-    return {k: tensors[k] for k in ("prompt_embeds", "pooled_prompt_embeds")}
+        raise ValueError(f"{path} lacks {sorted(missing)}; expected {' and '.join(required)}")
+    return {k: tensors[k] for k in (*required, *optional) if k in tensors}
 
 
 def _prompt_kwargs(args, prompts, pipe) -> dict:
+    """``prompt`` strings, or the ``--prompt-embeds`` tensors the pipeline takes: Flux ``prompt_embeds`` and
+    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L]."""
     if args.prompt_embeds:
-        embeds = load_prompt_embeds(args.prompt_embeds)
-        return {k: v.to(pipe.device, pipe.transformer.dtype) for k, v in embeds.items()}
+        import inspect
+
+        accepted = [k for k in EMBED_KEYS if k in inspect.signature(pipe.__call__).parameters]
+        required = [k for k in accepted if k != "prompt_embeds_mask"]
+        embeds = load_prompt_embeds(args.prompt_embeds, required, [k for k in accepted if k not in required])
+        dtype = pipe.transformer.dtype
+        return {k: v.to(pipe.device, dtype if v.is_floating_point() else v.dtype) for k, v in embeds.items()}
     return {"prompt": prompts}
 
 

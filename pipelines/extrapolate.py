@@ -1,8 +1,9 @@
-"""``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux pipeline.
+"""``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux or
+Qwen-Image pipeline.
 
 The preset goes to the transformer's row and column axes through ``set_pe(..., "native", extrapolation=...)``;
-the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, the world t2i
-model: 32 px -> 8 x 8). Above it the chosen schedule acts; at or below it the model is stock, bit for bit.
+the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, Qwen-Image:
+1328 px -> 83 x 83, the world t2i model: 32 px -> 8 x 8). Above it the chosen schedule acts; at or below it the model is stock, bit for bit.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def parse_extrapolate(text: str) -> dict:
 
 def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:
     """Put the per-axis ``presets`` on ``pipe.transformer``'s row and column axes (``set_pe`` native; the first
-    axis, Flux's text/index axis, is left alone); returns what was installed, as plain values for the config."""
+    axis, Flux's text/index axis or Qwen-Image's frame axis, is left alone); returns what was installed, as plain values for the config."""
     token_pixels = pipe.vae_scale_factor * 2
     train_h, train_w = (train_size, train_size) if isinstance(train_size, (int, float)) else train_size
     grid = (train_h / token_pixels, train_w / token_pixels)
