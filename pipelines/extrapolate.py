@@ -7,6 +7,7 @@ the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 102
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from mmpos.integrations.diffusers import set_pe
@@ -31,6 +32,22 @@ def parse_extrapolate(text: str) -> dict:
         if preset not in CHOICES:
             raise ValueError(f"--extrapolate {text!r}: preset {preset!r} is unknown; expected one of {CHOICES}")
     return presets
+
+
+def extrapolate_setting(config: dict, preset, train_size, command: str, default_train_size="auto") -> dict:
+    """``config["extrapolate"]`` with the command line's ``--extrapolate`` / ``--train-size`` over it; a bad
+    preset is one line on stderr naming it and exit code 2, before anything loads."""
+    setting = config.setdefault("extrapolate", {"preset": "none", "train_size": default_train_size, "options": {}})
+    if preset:
+        setting["preset"] = preset
+    if train_size:
+        setting["train_size"] = train_size
+    try:
+        parse_extrapolate(str(setting.get("preset", "none")))
+    except ValueError as err:
+        print(f"{command}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return setting
 
 
 def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:

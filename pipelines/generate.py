@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .cli import _generator, _prompt_kwargs, _sampler, resolve_config
 from .config import save_config
-from .extrapolate import fresh_folder, install_extrapolation, parse_extrapolate
+from .extrapolate import extrapolate_setting, fresh_folder, install_extrapolation, parse_extrapolate
 from .images import save_image
 
 
@@ -37,16 +37,7 @@ def _generate_overrides(args, config) -> None:
     for key in ("height", "width"):
         if getattr(args, key, None):
             sampler[key] = getattr(args, key)
-    setting = config.setdefault("extrapolate", {"preset": "none", "train_size": "auto", "options": {}})
-    if args.extrapolate:
-        setting["preset"] = args.extrapolate
-    if args.train_size:
-        setting["train_size"] = args.train_size
-    try:
-        parse_extrapolate(str(setting.get("preset", "none")))  # a bad preset fails before anything loads
-    except ValueError as err:
-        print(f"mmpos generate: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos generate")
 
 
 TRAIN_SIZES = {"FluxPipeline": 1024, "QwenImagePipeline": 1328}  # FLUX.1; Qwen-Image's 1:1 size (model card)
