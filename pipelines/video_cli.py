@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
                         "camera is plotted but does not steer the video")
     parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
-    parser.add_argument("--extrapolate", nargs="+", choices=("riflex", *SPATIAL), default=[],
+    parser.add_argument("--extrapolate", nargs="+", choices=("riflex", *SPATIAL), default=[], metavar="METHOD",
                         help="beyond the trained length and size without training (set_pe): riflex on time; one of "
                         f"{', '.join(SPATIAL)} on rows and columns larger than trained (dype*: follows the "
                         "denoising step)")
