@@ -12,6 +12,8 @@ Layout (the one camera-control work uses for RealEstate10K; ``mmpos world clip -
 A sample takes ``num_frames`` evenly spaced frames (repeating frames of shorter clips), resizes them to the
 training size and resamples the path at the same times. ``zoom`` augmentation (UCPE's random focal lengths)
 crops the centre by a random factor and scales the intrinsics to match, so images and cameras stay consistent.
+``lens`` augmentation (UCPE's random camera models, :mod:`.lens_augment`) re-renders each frame with another
+camera model (pinhole, OpenCV radial, unified) and returns that model with the poses, for the adapter's rays.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 
 from mmpos.camera import Trajectory, load_trajectory
+from mmpos.integrations.diffusers.video_cameras import CameraPath
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -64,11 +67,15 @@ def frame_indices(length: int, num_frames: int) -> list[int]:
     return np.linspace(0, length - 1, num_frames).round().astype(int).tolist()
 
 
-def load_sample(clip: Clip, num_frames: int, size, zoom: float = 1.0):
+def load_sample(clip: Clip, num_frames: int, size, zoom: float = 1.0, lens: dict | None = None):
     """``(video [3, F, H, W] in [-1, 1], trajectory of F frames, caption)``; ``zoom >= 1`` crops the centre
-    ``1 / zoom`` of each frame (focal lengths times ``zoom``)."""
+    ``1 / zoom`` of each frame (focal lengths times ``zoom``). With ``lens`` (:meth:`LensAugmentation.sample`)
+    the frames are re-rendered by that camera model instead and the camera is a :class:`CameraPath` (poses and
+    the per-frame models at ``size``)."""
     from PIL import Image
 
+    if lens is not None:
+        return _load_with_lens(clip, num_frames, size, lens)
     height, width = size
     picks = frame_indices(len(clip.frames), num_frames)
     images = []
@@ -85,3 +92,22 @@ def load_sample(clip: Clip, num_frames: int, size, zoom: float = 1.0):
     intrinsics[:, :2] *= zoom
     intrinsics[:, 2:] = (intrinsics[:, 2:] - 0.5) * zoom + 0.5
     return video, Trajectory(trajectory.c2w[picks], intrinsics), clip.caption
+
+
+def _load_with_lens(clip: Clip, num_frames: int, size, lens: dict):
+    from PIL import Image
+
+    from .lens_augment import lens_camera, warp_to_camera
+
+    height, width = size
+    picks = frame_indices(len(clip.frames), num_frames)
+    images, models, fitted = [], [], {}
+    for i in picks:
+        source = clip.trajectory.camera(i, float(width), float(height))
+        if source not in fitted:  # one fit per distinct intrinsics (usually one per clip)
+            fitted[source] = lens_camera(source, lens)
+        image = Image.open(clip.frames[i]).convert("RGB").resize((width, height), Image.BICUBIC)
+        images.append(warp_to_camera(np.asarray(image, dtype=np.float32), source, fitted[source]))
+        models.append(fitted[source])
+    video = torch.from_numpy(np.stack(images)).permute(3, 0, 1, 2) / 127.5 - 1.0
+    return video, CameraPath(clip.trajectory.c2w[picks], models), clip.caption

@@ -38,22 +38,27 @@ def add_commands(subparsers) -> None:
     loose.add_argument("--saliency", help="saliency map image (grey levels), else loose.saliency's provider")
     for name, sub in (("band", band), ("transplant", transplant), ("loose", loose)):
         sub.add_argument("--prompt", dest="prompt_text", help="prompt (overrides prompt; band: Kontext variant)")
+        sub.add_argument("--extrapolate", help="edit above the training size: the RoPE extrapolation of "
+                         "`mmpos generate --extrapolate` (dype, ntk, yarn, pi, ..., or row=dype,col=ntk) under the edit")
+        sub.add_argument("--train-size", type=int, help="training resolution in pixels for --extrapolate "
+                         "(default: 1024, FLUX.1)")
         _common(sub, f"edit_{name}")
         sub.set_defaults(func=run_edit)
     generate = subparsers.add_parser(
-        "generate", help="FLUX.1 (or the world t2i model) text-to-image, optionally above the training size; "
+        "generate", help="FLUX.1 / Qwen-Image (or the world t2i model) text-to-image, optionally above the training size; "
                          "`generate video`: camera-controlled Wan video",
-        description="Generate images with FluxPipeline (configs/generate.yaml; --model world: the shipped world "
-                    "t2i model, configs/generate_world.yaml). --extrapolate dype|ntk|yarn|pi|... extrapolates the "
-                    "RoPE beyond extrapolate.train_size (DyPE follows the denoising step). Camera-controlled Wan "
-                    "videos: `mmpos generate video --help`.")
+        description="Generate images with FluxPipeline or QwenImagePipeline (the --model's model_index.json "
+                    "decides; configs/generate.yaml; --model world: the shipped world t2i model, "
+                    "configs/generate_world.yaml). --extrapolate dype|ntk|yarn|pi|... extrapolates the RoPE beyond "
+                    "extrapolate.train_size (auto: 1024 px for FLUX.1, 1328 px for Qwen-Image; DyPE follows the "
+                    "denoising step). Camera-controlled Wan videos: `mmpos generate video --help`.")
     generate.add_argument("--prompt", action="append", help="prompt (repeat; overrides prompts)")
     generate.add_argument("--height", type=int, help="output height in pixels (overrides sampler.height)")
     generate.add_argument("--width", type=int, help="output width in pixels (overrides sampler.width)")
     generate.add_argument("--extrapolate", help="none | pi | ntk | yarn | vision_yarn | dype | dype_ntk | dype_yarn, "
                           "or per axis: row=dype,col=ntk (overrides extrapolate.preset)")
     generate.add_argument("--train-size", type=int, help="training resolution in pixels (overrides "
-                          "extrapolate.train_size)")
+                          "extrapolate.train_size; auto: 1024 FLUX.1, 1328 Qwen-Image)")
     _common(generate, "generate")
     generate.set_defaults(func=run_generate, method="generate")
 
@@ -62,8 +67,9 @@ def _common(parser, config_name: str) -> None:
     parser.add_argument("--config", help=f"YAML config (default: configs/{config_name}.yaml)")
     parser.add_argument("--config-name", default=config_name, help=argparse.SUPPRESS)
     parser.add_argument("--model", help="from_pretrained path or hub id (overrides model)")
-    parser.add_argument("--prompt-embeds", help="safetensors/pt file with prompt_embeds [B, L, D] and "
-                        "pooled_prompt_embeds [B, D] (for models saved without text encoders)")
+    parser.add_argument("--prompt-embeds", help="safetensors/pt file with prompt_embeds [B, L, D] and (Flux) "
+                        "pooled_prompt_embeds [B, D] or (Qwen-Image, optional) prompt_embeds_mask [B, L] "
+                        "(for models saved without text encoders)")
     parser.add_argument("--device", help="cpu | cuda (overrides device)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="overrides dtype")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -91,7 +97,11 @@ def resolve_config(args) -> dict:
     return config
 
 
-def load_prompt_embeds(path) -> dict:
+EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
+
+
+def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
+    """The ``required`` tensors (and those of ``optional`` present) of a safetensors/pt file."""
     import torch
 
     path = Path(path)
@@ -101,17 +111,34 @@ def load_prompt_embeds(path) -> dict:
         tensors = load_file(str(path))
     else:
         tensors = torch.load(path, map_location="cpu", weights_only=True)
-    missing = {"prompt_embeds", "pooled_prompt_embeds"} - set(tensors)
+    missing = set(required) - set(tensors)
     if missing:
-        raise ValueError(f"{path} lacks {sorted(missing)}; expected prompt_embeds and pooled_prompt_embeds")
-    return {k: tensors[k] for k in ("prompt_embeds", "pooled_prompt_embeds")}
+        raise ValueError(f"{path} lacks {sorted(missing)}; expected {' and '.join(required)}")
+    return {k: tensors[k] for k in (*required, *optional) if k in tensors}
 
 
 def _prompt_kwargs(args, prompts, pipe) -> dict:
+    """``prompt`` strings, or the ``--prompt-embeds`` tensors the pipeline takes: Flux ``prompt_embeds`` and
+    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L]."""
     if args.prompt_embeds:
-        embeds = load_prompt_embeds(args.prompt_embeds)
-        return {k: v.to(pipe.device, pipe.transformer.dtype) for k, v in embeds.items()}
+        accepted = [k for k in EMBED_KEYS if k in _stock_call_parameters(pipe)]
+        required = [k for k in accepted if k != "prompt_embeds_mask"]
+        embeds = load_prompt_embeds(args.prompt_embeds, required, [k for k in accepted if k not in required])
+        dtype = pipe.transformer.dtype
+        return {k: v.to(pipe.device, dtype if v.is_floating_point() else v.dtype) for k, v in embeds.items()}
     return {"prompt": prompts}
+
+
+def _stock_call_parameters(pipe):
+    """The parameters of the first ``__call__`` along the pipeline's MRO that names ``prompt_embeds`` (the stock
+    diffusers one under an mmpos subclass taking ``*args, **kwargs``)."""
+    import inspect
+
+    for cls in type(pipe).__mro__:
+        call = cls.__dict__.get("__call__")
+        if call is not None and "prompt_embeds" in inspect.signature(call).parameters:
+            return inspect.signature(call).parameters
+    raise TypeError(f"{type(pipe).__name__}.__call__ takes no prompt_embeds")
 
 
 def _load_image(path, what: str, token_pixels: int):
@@ -150,6 +177,9 @@ def run_edit(args) -> int:
     from .images import save_image
 
     config = resolve_config(args)
+    from .extrapolate import extrapolate_setting
+
+    extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)
     out = Path(args.out or f"outputs/edit_{args.method}")
     out.mkdir(parents=True, exist_ok=True)
     runner = {"band": _band, "transplant": _transplant, "loose": _loose}[args.method]
@@ -168,6 +198,21 @@ def run_edit(args) -> int:
     return 0
 
 
+def _load_edit_pipeline(kind: str, config):
+    """The editing pipeline, with ``config["extrapolate"]``'s schedule installed under the edit (``set_pe``)."""
+    from .extrapolate import install_extrapolation, parse_extrapolate
+    from .loading import load_pipeline
+
+    pipe = load_pipeline(kind, config["model"], config["dtype"], config["device"])
+    setting = config["extrapolate"]
+    installed = install_extrapolation(pipe, parse_extrapolate(str(setting["preset"])), setting["train_size"],
+                                      setting.get("options"))
+    if installed["schedules"] is not None:
+        setting["installed"] = installed
+        print(f"extrapolation: {json.dumps(installed)}")
+    return pipe
+
+
 def _sampler(config) -> dict:
     return dict(config.get("sampler", {}))
 
@@ -177,9 +222,7 @@ def _band(args, config, tqdm) -> dict:
 
     variant = config.get("variant", "flux")
     kind = "band" if variant == "flux" else "band_kontext"
-    from .loading import load_pipeline
-
-    pipe = load_pipeline(kind, config["model"], config["dtype"], config["device"])
+    pipe = _load_edit_pipeline(kind, config)
     band = dict(config["band"])
     figure = config.get("figure", {})
     sampler = _sampler(config)
@@ -232,9 +275,8 @@ def _band(args, config, tqdm) -> dict:
 def _transplant(args, config, tqdm) -> dict:
     from .figures import transplant_diagnostic
     from .images import load_image
-    from .loading import load_pipeline
 
-    pipe = load_pipeline("transplant", config["model"], config["dtype"], config["device"])
+    pipe = _load_edit_pipeline("transplant", config)
     background = _load_image(args.background, "background", pipe.token_pixels)
     size = tuple(background.shape[-2:])
     references = [load_image(p) for p in args.reference]  # any size: each is fitted into its tile
@@ -261,10 +303,9 @@ def _transplant(args, config, tqdm) -> dict:
 
 def _loose(args, config, tqdm) -> dict:
     from .figures import loose_diagnostic
-    from .loading import load_pipeline
     from .loose import LooseConfig
 
-    pipe = load_pipeline("loose", config["model"], config["dtype"], config["device"])
+    pipe = _load_edit_pipeline("loose", config)
     collage = _load_image(args.image, "image", pipe.token_pixels)
     size = tuple(collage.shape[-2:])
     pasted = {"crop_mask": _load_mask(args.mask, size)} if args.mask else \

@@ -1,11 +1,13 @@
-"""``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux pipeline.
+"""``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux or
+Qwen-Image pipeline.
 
 The preset goes to the transformer's row and column axes through ``set_pe(..., "native", extrapolation=...)``;
-the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, the world t2i
-model: 32 px -> 8 x 8). Above it the chosen schedule acts; at or below it the model is stock, bit for bit.
+the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, Qwen-Image:
+1328 px -> 83 x 83, the world t2i model: 32 px -> 8 x 8). Above it the chosen schedule acts; at or below it the model is stock, bit for bit.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from mmpos.integrations.diffusers import set_pe
@@ -32,9 +34,25 @@ def parse_extrapolate(text: str) -> dict:
     return presets
 
 
+def extrapolate_setting(config: dict, preset, train_size, command: str, default_train_size="auto") -> dict:
+    """``config["extrapolate"]`` with the command line's ``--extrapolate`` / ``--train-size`` over it; a bad
+    preset is one line on stderr naming it and exit code 2, before anything loads."""
+    setting = config.setdefault("extrapolate", {"preset": "none", "train_size": default_train_size, "options": {}})
+    if preset:
+        setting["preset"] = preset
+    if train_size:
+        setting["train_size"] = train_size
+    try:
+        parse_extrapolate(str(setting.get("preset", "none")))
+    except ValueError as err:
+        print(f"{command}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return setting
+
+
 def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:
     """Put the per-axis ``presets`` on ``pipe.transformer``'s row and column axes (``set_pe`` native; the first
-    axis, Flux's text/index axis, is left alone); returns what was installed, as plain values for the config."""
+    axis, Flux's text/index axis or Qwen-Image's frame axis, is left alone); returns what was installed, as plain values for the config."""
     token_pixels = pipe.vae_scale_factor * 2
     train_h, train_w = (train_size, train_size) if isinstance(train_size, (int, float)) else train_size
     grid = (train_h / token_pixels, train_w / token_pixels)

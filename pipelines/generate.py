@@ -1,4 +1,4 @@
-"""``mmpos generate``: FLUX.1 or the world t2i model, text to image, optionally above the training size
+"""``mmpos generate``: FLUX.1, Qwen-Image or the world t2i model, text to image, optionally above the training size
 (``--extrapolate``, :mod:`.extrapolate`); saves the images and the resolved config (with the installed schedule)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .cli import _generator, _prompt_kwargs, _sampler, resolve_config
 from .config import save_config
-from .extrapolate import fresh_folder, install_extrapolation, parse_extrapolate
+from .extrapolate import extrapolate_setting, fresh_folder, install_extrapolation, parse_extrapolate
 from .images import save_image
 
 
@@ -24,7 +24,7 @@ def run_generate(args) -> int:
                                       _train_size(config), setting.get("options"))
     config["extrapolate"]["installed"] = installed
     print(f"extrapolation: {json.dumps(installed)}")
-    images = pipe(**call, generator=_generator(config["seed"]), output_type="pt", **_sampler(config)).images
+    images = pipe(**call, generator=_generator(config["seed"]), output_type="pt", **_call_sampler(pipe, config)).images
     for i, image in enumerate(images):
         save_image(image, out / f"image_{i}.png")
     save_config(config, out / "config.yaml")
@@ -37,20 +37,15 @@ def _generate_overrides(args, config) -> None:
     for key in ("height", "width"):
         if getattr(args, key, None):
             sampler[key] = getattr(args, key)
-    setting = config.setdefault("extrapolate", {"preset": "none", "train_size": "auto", "options": {}})
-    if args.extrapolate:
-        setting["preset"] = args.extrapolate
-    if args.train_size:
-        setting["train_size"] = args.train_size
-    try:
-        parse_extrapolate(str(setting.get("preset", "none")))  # a bad preset fails before anything loads
-    except ValueError as err:
-        print(f"mmpos generate: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos generate")
+
+
+TRAIN_SIZES = {"FluxPipeline": 1024, "QwenImagePipeline": 1328}  # FLUX.1; Qwen-Image's 1:1 size (model card)
 
 
 def _generate_pipeline(args, config):
-    """The pipeline and its prompt arguments: the world t2i model (``model: world``) or a FluxPipeline."""
+    """The pipeline and its prompt arguments: the world t2i model (``model: world``), or the FluxPipeline or
+    QwenImagePipeline that ``model``'s ``model_index.json`` names."""
     prompts = args.prompt or config["prompts"]
     if config["model"] == "world":
         from mmpos.world.models import conditioning, load_world_pipeline
@@ -59,10 +54,28 @@ def _generate_pipeline(args, config):
 
         pipe = load_world_pipeline("t2i", device=config["device"], dtype=DTYPES[config["dtype"]])
         return pipe, conditioning(pipe, prompts, config.get("guidance"))
-    from .loading import load_pipeline
+    from .loading import generate_kind, load_pipeline
 
-    pipe = load_pipeline("generate", config["model"], config["dtype"], config["device"])
+    try:
+        kind = generate_kind(config["model"])
+    except ValueError as err:
+        print(f"mmpos generate: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    pipe = load_pipeline(kind, config["model"], config["dtype"], config["device"])
+    config["pipeline"] = type(pipe).__name__
+    print(f"model: {config['model']} ({config['pipeline']}), device {config['device']}, dtype {config['dtype']}")
     return pipe, _prompt_kwargs(args, prompts, pipe)
+
+
+def _call_sampler(pipe, config) -> dict:
+    """``sampler`` as the pipeline takes it: Qwen-Image without guidance embeddings has no distilled guidance
+    (its guidance is ``true_cfg_scale`` with a negative prompt), so ``guidance_scale`` is dropped, saying so."""
+    sampler = _sampler(config)
+    distilled = getattr(pipe.transformer.config, "guidance_embeds", True)
+    if type(pipe).__name__ == "QwenImagePipeline" and not distilled and "guidance_scale" in sampler:
+        print(f"sampler.guidance_scale={sampler.pop('guidance_scale')} dropped: this Qwen-Image transformer has no "
+              "guidance embedding (use --set sampler.true_cfg_scale=... with sampler.negative_prompt)")
+    return sampler
 
 
 def _train_size(config):
@@ -73,4 +86,4 @@ def _train_size(config):
         from mmpos.world.models import trained_image_size
 
         return trained_image_size(None, "t2i")
-    return 1024  # FLUX.1
+    return TRAIN_SIZES[config.get("pipeline", "FluxPipeline")]

@@ -13,7 +13,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def pipeline_class(kind: str):
-    from diffusers import FluxPipeline
+    from diffusers import FluxPipeline, QwenImagePipeline
 
     from . import (
         BandModulationFluxPipeline,
@@ -23,9 +23,27 @@ def pipeline_class(kind: str):
     )
 
     classes = {"band": BandModulationFluxPipeline, "band_kontext": BandModulationKontextPipeline,
-               "transplant": PosBridgeFillPipeline, "loose": LooseRoPEKontextPipeline, "generate": FluxPipeline}
+               "transplant": PosBridgeFillPipeline, "loose": LooseRoPEKontextPipeline, "generate": FluxPipeline,
+               "generate_qwen": QwenImagePipeline}
     check_choice("pipeline kind", kind, tuple(classes))
     return classes[kind]
+
+
+GENERATE_KINDS = {"FluxPipeline": "generate", "QwenImagePipeline": "generate_qwen"}
+
+
+def generate_kind(path) -> str:
+    """``"generate"`` (FluxPipeline) or ``"generate_qwen"`` (QwenImagePipeline), from the saved pipeline's
+    ``model_index.json`` (a local folder, or the hub's file: only that file is fetched)."""
+    from diffusers import DiffusionPipeline
+
+    try:
+        class_name = DiffusionPipeline.load_config(path).get("_class_name")
+    except OSError as err:
+        raise ValueError(f"--model {path}: no diffusers pipeline there ({err})") from None
+    if class_name not in GENERATE_KINDS:
+        raise ValueError(f"--model {path}: a {class_name} pipeline; expected one of {sorted(GENERATE_KINDS)}")
+    return GENERATE_KINDS[class_name]
 
 
 def missing_components(path) -> dict:
@@ -38,7 +56,8 @@ def missing_components(path) -> dict:
 
 
 def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None = None):
-    """``from_pretrained`` of the pipeline for ``kind`` (band, band_kontext, transplant, loose, generate)."""
+    """``from_pretrained`` of the pipeline for ``kind`` (band, band_kontext, transplant, loose, generate,
+    generate_qwen)."""
     check_choice("dtype", dtype, tuple(DTYPES))
     cls = pipeline_class(kind)
     pipe = cls.from_pretrained(path, **{_dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))

@@ -2,6 +2,7 @@
 
     mmpos generate video --model Wan-AI/Wan2.1-T2V-1.3B-Diffusers --frames 49 --camera preset:orbit \\
         --adapter path/to/adapter --prompt "a slow orbit around a house" --out outputs/video
+    mmpos generate video --model ... --frames 2x --width 1664 --extrapolate riflex dype   # beyond the training size
 
 writes ``video.mp4``, ``frames.png`` (a grid of frames) and ``rig.png`` (the camera path) into ``--out``. Without
 ``--model`` it runs on tiny random Wan components built offline (seconds on a CPU; the frames are noise-like,
@@ -17,6 +18,8 @@ from pathlib import Path
 
 TINY = "tiny"
 OUTPUT_NAMES = ("video.mp4", "frames.png", "rig.png")
+SPATIAL = ("pi", "ntk", "yarn", "vision_yarn", "dype", "dype_ntk", "dype_yarn")  # mmpos.spectrum.schedule.PRESETS
+PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video")
     parser.add_argument("--prompt", default="a slow camera move around a house", help="text prompt")
     parser.add_argument("--negative-prompt", default="", help="negative prompt")
-    parser.add_argument("--frames", type=int, help="video frames, 4k+1 (default: 81; tiny: 17)")
+    parser.add_argument("--frames", help="video frames, 4k+1 (default: 81; tiny: 17), or a multiple of the trained "
+                        "length: 2x = twice --train-frames' duration (81 -> 161)")
     parser.add_argument("--height", type=int, help="pixels, multiple of 16 (default: 480; tiny: 64)")
     parser.add_argument("--width", type=int, help="pixels, multiple of 16 (default: 832; tiny: 96)")
     parser.add_argument("--camera", default="preset:orbit", help="preset:NAME, a RealEstate10K .txt or an mmpos "
@@ -34,13 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
                         "camera is plotted but does not steer the video")
     parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
-    parser.add_argument("--extrapolate", nargs="+", choices=("riflex", "ntk", "yarn"), default=[],
-                        help="beyond the trained length and size without training (set_pe): riflex on time; ntk or "
-                        "yarn on rows and columns larger than trained")
-    parser.add_argument("--train-frames", type=int, default=81, help="video frames the model was trained on, for "
-                        "--extrapolate (default: 81)")
-    parser.add_argument("--train-size", default="480x832", help="HEIGHTxWIDTH the model was trained on, for "
-                        "--extrapolate ntk|yarn (default: 480x832)")
+    parser.add_argument("--extrapolate", nargs="+", choices=("riflex", *SPATIAL), default=[], metavar="METHOD",
+                        help="beyond the trained length and size without training (set_pe): riflex on time; one of "
+                        f"{', '.join(SPATIAL)} on rows and columns larger than trained (dype*: follows the "
+                        "denoising step)")
+    parser.add_argument("--train-frames", type=int, help="video frames the model was trained on, for --extrapolate "
+                        "and --frames Nx (default: 81; tiny: 17)")
+    parser.add_argument("--train-size", help="HEIGHTxWIDTH the model was trained on, for the spatial --extrapolate "
+                        "(default: 480x832; tiny: 64x96)")
     parser.add_argument("--steps", type=int, help="denoising steps (default: 50; tiny: 4)")
     parser.add_argument("--guidance", type=float, default=5.0, help="classifier-free guidance scale (default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -65,8 +70,13 @@ def _settings(args, parser) -> dict:
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail(parser, "--device cuda: CUDA is not available on this machine")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
-    values = dict(frames=args.frames or (17 if tiny else 81), height=args.height or (64 if tiny else 480),
-                  width=args.width or (96 if tiny else 832), steps=args.steps or (4 if tiny else 50))
+    train_frames = args.train_frames or (17 if tiny else 81)
+    if train_frames < 1 or (train_frames - 1) % 4:
+        _fail(parser, f"--train-frames {train_frames}: expected 4k + 1 frames (5, 9, ..., 81)")
+    values = dict(frames=_frame_count(args.frames, train_frames, tiny, parser), train_frames=train_frames,
+                  train_size=_train_size(args.train_size or ("64x96" if tiny else "480x832"), parser),
+                  height=args.height or (64 if tiny else 480), width=args.width or (96 if tiny else 832),
+                  steps=args.steps or (4 if tiny else 50))
     if values["frames"] < 1 or (values["frames"] - 1) % 4:
         _fail(parser, f"--frames {values['frames']}: expected 4k + 1 frames (5, 9, ..., 81)")
     for name in ("height", "width"):
@@ -75,6 +85,31 @@ def _settings(args, parser) -> dict:
     if values["steps"] < 1:
         _fail(parser, f"--steps {values['steps']}: expected at least 1")
     return dict(values, tiny=tiny, device=device, dtype=dtype)
+
+
+def _frame_count(text, train_frames: int, tiny: bool, parser) -> int:
+    """``--frames``: ``N`` frames, or ``Fx``: ``F`` times the trained duration, ``4 round(F (train - 1) / 4) + 1``."""
+    if text is None:
+        return 17 if tiny else 81
+    try:
+        if text.lower().endswith("x"):
+            factor = float(text[:-1])
+            if not (factor > 0 and math.isfinite(factor)):
+                raise ValueError
+            return 4 * max(round(factor * (train_frames - 1) / 4), 1) + 1
+        return int(text)
+    except ValueError:
+        _fail(parser, f"--frames {text}: expected a frame count (4k + 1) or a multiple of --train-frames (2x)")
+
+
+def _train_size(text: str, parser) -> tuple:
+    try:
+        size = tuple(int(v) for v in text.lower().split("x"))
+        if len(size) != 2 or min(size) < PATCH_PIXELS:
+            raise ValueError
+    except ValueError:
+        _fail(parser, f"--train-size {text}: expected HEIGHTxWIDTH in pixels, e.g. 480x832")
+    return size
 
 
 def _outputs(args, parser) -> dict:
@@ -120,40 +155,34 @@ def riflex_k(transformer, train_latent_frames: int) -> int:
     return 1 + min(range(len(periods)), key=lambda j: abs(periods[j] - train_latent_frames))
 
 
-def extrapolation_policies(methods, transformer, frames: int, size, train_frames: int, train_size) -> list:
-    """``set_pe``'s per-axis ``(t, row, col)`` policies: RIFLEx on time; NTK or YaRN on the spatial axes that
-    are longer than trained (patch counts: 16 pixels per patch)."""
-    if "ntk" in methods and "yarn" in methods:
-        raise ValueError("--extrapolate: choose ntk or yarn for the spatial axes, not both")
-    policies = [None, None, None]
-    if "riflex" in methods:
-        latent, trained = (frames - 1) // 4 + 1, (train_frames - 1) // 4 + 1
-        policies[0] = {"type": "riflex", "k": riflex_k(transformer, trained), "target_length": latent}
-    spatial = "ntk" if "ntk" in methods else "yarn" if "yarn" in methods else None
-    for axis, (pixels, trained_pixels) in enumerate(zip(size, train_size), start=1):
-        if spatial and pixels > trained_pixels:
-            factor = pixels / trained_pixels
-            policies[axis] = ({"type": "ntk", "factor": factor} if spatial == "ntk" else
-                              {"type": "yarn", "factor": factor, "original_length": trained_pixels // 16})
-    return policies
+def extrapolation_policies(methods, transformer, frames: int, train_frames: int, train_size) -> list:
+    """``set_pe``'s per-axis ``(t, row, col)`` extrapolation: RIFLEx on time (a static policy for ``frames``, only
+    when longer than trained: at or below the trained length the time axis stays stock); the spatial preset (:data:`mmpos.spectrum.schedule.PRESETS`) on rows and columns as schedules from the trained
+    patch grid (``train_size / 16``): they act on axes longer than trained only, DyPE's follow the step's sigma."""
+    from mmpos.integrations.diffusers import model_extrapolation
+
+    spatial = [m for m in methods if m != "riflex"]
+    if len(spatial) > 1:
+        raise ValueError(f"--extrapolate: choose one of {', '.join(SPATIAL)} for the spatial axes, got {spatial}")
+    time = None
+    latent, trained = (frames - 1) // 4 + 1, (train_frames - 1) // 4 + 1
+    if "riflex" in methods and latent > trained:
+        time = {"type": "riflex", "k": riflex_k(transformer, trained), "target_length": latent}
+    grid = tuple(pixels / PATCH_PIXELS for pixels in train_size)
+    return model_extrapolation(transformer, spatial[0] if spatial else "none", grid, time=time)
 
 
 def _extrapolate(args, parser, pipe, settings) -> str:
     from mmpos.integrations.diffusers import set_pe
 
     try:
-        train_size = tuple(int(v) for v in args.train_size.lower().split("x"))
-        if len(train_size) != 2 or min(train_size) < 16:
-            raise ValueError
-    except ValueError:
-        _fail(parser, f"--train-size {args.train_size}: expected HEIGHTxWIDTH in pixels, e.g. 480x832")
-    try:
         policies = extrapolation_policies(args.extrapolate, pipe.transformer, settings["frames"],
-                                          (settings["height"], settings["width"]), args.train_frames, train_size)
+                                          settings["train_frames"], settings["train_size"])
     except ValueError as error:
         _fail(parser, str(error))
     set_pe(pipe.transformer, "native", extrapolation=policies)
-    return "extrapolation (t, rows, cols): " + ", ".join(str(p) for p in policies)
+    shown = [p.describe() if hasattr(p, "describe") else p for p in policies]
+    return "extrapolation (t, rows, cols): " + ", ".join(str(p) for p in shown)
 
 
 def run(argv=None) -> int:

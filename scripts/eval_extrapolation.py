@@ -19,30 +19,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mmpos.integrations.diffusers import model_extrapolation, restore, set_pe
+from mmpos.world.extrapolation_runs import (METHODS, extrapolation_figure, figure_caption_index, generate_at_size,
+                                            install_method)
 from mmpos.world.layout_metrics import layout_scores
 from mmpos.world.models import load_world_pipeline, trained_image_size
-from mmpos.world.samples import generate, held_out_examples
+from mmpos.world.samples import held_out_examples
 from mmpos.world.scene import SceneSpec
 
-METHODS = ("stock", "pi", "ntk", "yarn", "vision_yarn", "dype")
 EXTRA_METHODS = ("dype_ntk", "dype_yarn")  # DyPE through NTK or YaRN, on request
 SCORES = ("count_error", "duplicated", "position_acc", "period_ratio")
-
-
-def install(pipe, method: str, trained_grid) -> None:
-    transformer = pipe.transformer
-    if getattr(transformer, "_mmpos_installed", None) is not None:
-        restore(transformer)
-    if method != "stock":
-        set_pe(transformer, "native", extrapolation=model_extrapolation(transformer, method, trained_grid))
-
-
-def run(pipe, examples, size, steps, guidance, batch) -> np.ndarray:
-    """uint8 ``[N, size, size, 3]``; batch ``b`` uses seed ``b`` (the same noise for every method)."""
-    sized = [dict(e, image=np.zeros((size, size, 3), np.uint8)) for e in examples]
-    return np.concatenate([generate(pipe, "t2i", sized[i:i + batch], steps=steps, guidance=guidance, seed=i // batch)
-                           for i in range(0, len(sized), batch)])
 
 
 def summarise(images, specs) -> dict:
@@ -73,33 +58,6 @@ def rescore(out: Path, specs) -> tuple[dict, dict, dict]:
         results[(int(scale), method)] = summarise(generated, specs[:len(generated)])
         cpu[(int(scale), method)] = seconds
     return results, cpu, images
-
-
-def figure(results_images, examples, index, path, cell=96) -> None:
-    """One caption: a row per method, a column per scale, ground truth first (nearest-resized to ``cell``; 1x is
-    the stock image on every row: there every preset is the stock model). Saved with a 128-colour palette."""
-    from PIL import Image, ImageDraw
-
-    methods = list(results_images)
-    scales = sorted({s for m in methods for s in results_images[m]})
-    label = 80
-    canvas = Image.new("RGB", (label + (len(scales) + 1) * (cell + 2), 14 + len(methods) * (cell + 2)), "white")
-    draw = ImageDraw.Draw(canvas)
-    for c, name in enumerate(["truth"] + [f"{s}x" for s in scales]):
-        draw.text((label + c * (cell + 2) + 4, 1), name, fill="black")
-    truth = Image.fromarray(examples[index]["image"]).resize((cell, cell), Image.NEAREST)
-    for r, method in enumerate(methods):
-        top = 14 + r * (cell + 2)
-        draw.text((4, top + cell // 2 - 6), method, fill="black")
-        canvas.paste(truth, (label, top))
-        for c, scale in enumerate(scales, 1):
-            images = results_images[method].get(scale, results_images["stock"].get(scale))
-            if images is None:
-                continue
-            tile = Image.fromarray(images[index]).resize((cell, cell), Image.NEAREST)
-            canvas.paste(tile, (label + c * (cell + 2), top))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    canvas.quantize(colors=128).save(path, optimize=True)
 
 
 def markdown(results, cpu) -> str:
@@ -137,8 +95,8 @@ def main(argv=None) -> int:
         (out / "table.md").write_text(table + "\n")
         print(table)
         if args.figure:
-            index = args.figure_index if args.figure_index is not None else _figure_caption(specs)
-            figure(images, examples, index, Path(args.figure))
+            index = args.figure_index if args.figure_index is not None else figure_caption_index(specs)
+            extrapolation_figure(images, examples[index]["image"], index, Path(args.figure))
         return 0
     if out.exists() and any(out.iterdir()):
         parser.error(f"--out {out} exists and is not empty; choose another folder")
@@ -154,9 +112,9 @@ def main(argv=None) -> int:
     for scale in args.scales:
         methods = ["stock"] if scale == 1 else list(args.methods)
         for method in methods:
-            install(pipe, method, (tokens, tokens))
+            install_method(pipe, method, (tokens, tokens))
             start = time.process_time()
-            generated = run(pipe, examples, trained * scale, args.steps, args.guidance, args.batch)
+            generated = generate_at_size(pipe, examples, trained * scale, args.steps, args.guidance, args.batch)
             cpu[(scale, method)] = time.process_time() - start
             images[method][scale] = generated
             results[(scale, method)] = summarise(generated, specs)
@@ -165,14 +123,15 @@ def main(argv=None) -> int:
                                                         for n in SCORES) + f"  cpu {cpu[(scale, method)]:.0f}s",
                   flush=True)
         if scale == 1 and "dype" in args.methods and args.count >= args.batch:  # 1x: every preset is stock
-            install(pipe, "dype", (tokens, tokens))
-            first = run(pipe, examples[:args.batch], trained, args.steps, args.guidance, args.batch)
+            install_method(pipe, "dype", (tokens, tokens))
+            first = generate_at_size(pipe, examples[:args.batch], trained, args.steps, args.guidance, args.batch)
             identical = bool(np.array_equal(first, images["stock"][1][:args.batch]))
             print(f"1x dype == stock on the first batch: {identical}")
             results[("1", "dype == stock")] = identical
-    install(pipe, "stock", (tokens, tokens))
-    index = args.figure_index if args.figure_index is not None else _figure_caption(specs)
-    figure(images, examples, index, Path(args.figure) if args.figure else out / "figure.png")
+    install_method(pipe, "stock", (tokens, tokens))
+    index = args.figure_index if args.figure_index is not None else figure_caption_index(specs)
+    figure_path = Path(args.figure) if args.figure else out / "figure.png"
+    extrapolation_figure(images, examples[index]["image"], index, figure_path)
     table = {f"{s}x/{m}": v for (s, m), v in results.items()}
     meta = {"count": args.count, "steps": args.steps, "guidance": args.guidance, "trained_px": trained,
             "figure_caption": examples[index]["caption"], "cpu_seconds": {f"{s}x/{m}": v for (s, m), v in cpu.items()},
@@ -181,14 +140,6 @@ def main(argv=None) -> int:
     (out / "table.md").write_text(markdown({k: v for k, v in results.items() if isinstance(v, dict)}, cpu) + "\n")
     print(markdown({k: v for k, v in results.items() if isinstance(v, dict)}, cpu))
     print(f"CPU minutes: {meta['cpu_minutes_total']:.1f}; figure caption: {meta['figure_caption']}")
-    return 0
-
-
-def _figure_caption(specs) -> int:
-    """The first scene with two objects on a patterned background (else 0)."""
-    for i, spec in enumerate(specs):
-        if len(spec.objects) == 2 and spec.style.background_pattern in ("stripes", "dots"):
-            return i
     return 0
 
 

@@ -26,6 +26,7 @@ from torch import nn
 from mmpos.integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
 from mmpos.integrations.diffusers.video_cameras import stack_cameras, video_cameras
 from mmpos.pipelines.camera_clips import find_clips, load_sample
+from mmpos.pipelines.lens_augment import LENS_MODELS, LensAugmentation
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=48)
     p.add_argument("--max-zoom", type=float, default=1.0, help="random focal augmentation: centre crops up to "
                    "this zoom, intrinsics scaled to match (UCPE-style; 1 = off)")
+    p.add_argument("--lens-models", nargs="+", choices=LENS_MODELS, help="random camera-model augmentation "
+                   "(UCPE-style): each sample is re-rendered with one of these models (OpenCV radial k1, k2; unified "
+                   "xi: fisheye-like), zoomed up to --max-zoom, and the adapter gets its rays (default: off)")
     p.add_argument("--max-sequence-length", type=int, default=512)
     p.add_argument("--bf16", action="store_true", help="bf16 mixed precision; frozen parts stored in bf16")
     p.add_argument("--gradient-checkpointing", action="store_true")
@@ -85,8 +89,13 @@ def latest_checkpoint(out: Path):
 def batch_for(args, clips, pipe, adapter, device, generator):
     """Videos -> normalised latents, captions -> text embeddings, paths -> cameras on the latent grid."""
     picks = torch.randint(len(clips), (args.batch_size,), generator=generator).tolist()
-    zooms = (1 + (args.max_zoom - 1) * torch.rand(args.batch_size, generator=generator)).tolist()
-    samples = [load_sample(clips[i], args.frames, (args.height, args.width), z) for i, z in zip(picks, zooms)]
+    size = (args.height, args.width)
+    if args.lens_models:
+        augmentation = LensAugmentation(tuple(args.lens_models), args.max_zoom)
+        samples = [load_sample(clips[i], args.frames, size, lens=augmentation.sample(generator)) for i in picks]
+    else:
+        zooms = (1 + (args.max_zoom - 1) * torch.rand(args.batch_size, generator=generator)).tolist()
+        samples = [load_sample(clips[i], args.frames, size, z) for i, z in zip(picks, zooms)]
     video = torch.stack([s[0] for s in samples]).to(device, pipe.vae.dtype)
     with torch.no_grad():
         latents = pipe.vae.encode(video).latent_dist.mode()

@@ -69,3 +69,25 @@ def test_only_the_adapter_trains(world_clips, tmp_path, monkeypatch):
     pipe = script.load_parts("tiny", torch.float32)
     adapter = CameraAdapter.for_transformer(pipe.transformer, "plucker")
     assert seen["count"] == sum(p.numel() for p in adapter.parameters()) == 2 * (6 * 24 + 24)
+
+
+def test_lens_augmentation_trains_on_rerendered_frames_with_their_models_rays(world_clips, tmp_path, monkeypatch):
+    script = load_script()
+    drawn, cameras = [], []
+    original_load, original_cameras = script.load_sample, script.video_cameras
+
+    def load(*a, **kwargs):
+        drawn.append(kwargs.get("lens"))
+        return original_load(*a, **kwargs)
+
+    def record(camera, *a, **kwargs):
+        cameras.append(camera)
+        return original_cameras(camera, *a, **kwargs)
+
+    monkeypatch.setattr(script, "load_sample", load)
+    monkeypatch.setattr(script, "video_cameras", record)
+    losses = script.train(args(world_clips, tmp_path / "lens", 4, "--lens-models", "opencv", "unified",
+                               "--batch-size", "2"))
+    assert all(torch.isfinite(torch.tensor(list(losses.values()))))
+    assert {lens["model"] for lens in drawn} <= {"opencv", "unified"} and len(drawn) == 8
+    assert all(type(c.models[0]).__name__ in ("OpenCVCamera", "UnifiedCamera") for c in cameras)

@@ -45,7 +45,7 @@ def test_image_to_video_with_an_adapter_and_riflex(tmp_path, capsys):
     Image.fromarray(np.full((40, 60, 3), 128, np.uint8)).save(tmp_path / "first.png")
     out = tmp_path / "i2v"
     assert main(["generate", "video", "--out", str(out), "--image", str(tmp_path / "first.png"), "--adapter",
-                 str(tmp_path / "adapter"), "--extrapolate", "riflex", *SMALL]) == 0
+                 str(tmp_path / "adapter"), "--extrapolate", "riflex", "--train-frames", "5", *SMALL]) == 0
     printed = capsys.readouterr().out
     assert "camera adapter: ucpe" in printed and "'type': 'riflex'" in printed
     assert read_video(out / "video.mp4").shape == (9, 32, 48, 3)
@@ -72,18 +72,60 @@ def test_riflex_picks_the_time_pair_whose_period_is_closest_to_the_trained_lengt
 
 
 def test_extrapolation_policies_per_axis():
+    from mmpos.spectrum.extrapolation import make_policy
+    from mmpos.spectrum.schedule import PRESETS
+
+    from mmpos.pipelines.video_cli import SPATIAL
+
+    assert SPATIAL == tuple(PRESETS)
     wan = tiny_wan_transformer()
-    policies = extrapolation_policies(["riflex", "ntk"], wan, 161, (480, 1664), 81, (480, 832))
-    assert policies == [{"type": "riflex", "k": 1, "target_length": 41}, None, {"type": "ntk", "factor": 2.0}]
-    yarn = extrapolation_policies(["yarn"], wan, 81, (960, 832), 81, (480, 832))
-    assert yarn == [None, {"type": "yarn", "factor": 2.0, "original_length": 30}, None]
-    with pytest.raises(ValueError, match="ntk or yarn"):
-        extrapolation_policies(["ntk", "yarn"], wan, 81, (960, 832), 81, (480, 832))
+    time, rows, cols = extrapolation_policies(["riflex", "ntk"], wan, 161, 81, (480, 832))
+    assert time == {"type": "riflex", "k": 1, "target_length": 41}
+    assert rows.original_length == 30 and cols.original_length == 52  # trained patches (16 px each)
+    assert rows.policy(30) == make_policy(None) and cols.policy(104) == make_policy({"type": "ntk", "factor": 2.0})
+    _, yarn_rows, _ = extrapolation_policies(["yarn"], wan, 81, 81, (480, 832))
+    assert yarn_rows.policy(60) == make_policy({"type": "yarn", "factor": 2.0, "original_length": 30})
+    assert extrapolation_policies(["riflex"], wan, 161, 81, (480, 832))[1:] == [None, None]
+    assert extrapolation_policies(["riflex"], wan, 81, 81, (480, 832)) == [None, None, None]  # not longer
+    _, dype_rows, _ = extrapolation_policies(["dype", "riflex"], wan, 81, 81, (480, 832))
+    assert dype_rows.dynamic and dype_rows.policy(60, sigma=0.0) == make_policy(None)
+    with pytest.raises(ValueError, match="choose one of"):
+        extrapolation_policies(["ntk", "yarn"], wan, 81, 81, (480, 832))
+
+
+@pytest.mark.parametrize("frames,train,expected", [("2x", None, 33), ("2x", 81, 161), ("1.5x", 9, 13), ("21", 9, 21)])
+def test_frames_as_a_multiple_of_the_trained_length(frames, train, expected):
+    import argparse
+
+    from mmpos.pipelines.video_cli import _frame_count
+
+    assert _frame_count(frames, train or 17, True, argparse.ArgumentParser()) == expected
+
+
+def test_twice_the_length_and_size_with_riflex_and_dype_from_the_command(tmp_path, capsys):
+    from PIL import Image
+
+    """At the trained length and size every preset is the stock pipeline bit for bit (same frames); at 2x
+    frames (RIFLEx) and 2x rows (DyPE) the video has the requested shape and differs."""
+    trained = ["--train-frames", "5", "--train-size", "16x32", "--height", "16", "--width", "32", "--steps", "2"]
+    for name, extra in (("stock", []), ("dype_1x", ["--extrapolate", "dype", "riflex"])):
+        assert main(["generate", "video", "--out", str(tmp_path / name), "--frames", "1x", *trained, *extra]) == 0
+    assert np.array_equal(read_video(tmp_path / "stock/video.mp4"), read_video(tmp_path / "dype_1x/video.mp4"))
+    grids = [np.asarray(Image.open(tmp_path / name / "frames.png")) for name in ("stock", "dype_1x")]
+    assert np.array_equal(*grids)  # lossless
+    capsys.readouterr()
+    big = [*trained[:4], "--height", "32", "--width", "32", "--steps", "2", "--frames", "2x"]
+    for name, extra in (("stock_2x", []), ("dype_2x", ["--extrapolate", "riflex", "dype"])):
+        assert main(["generate", "video", "--out", str(tmp_path / name), *big, *extra]) == 0
+    printed = capsys.readouterr().out
+    assert "'type': 'riflex', 'k': 1, 'target_length': 3" in printed and "'dynamic': True" in printed
+    stock, dype = read_video(tmp_path / "stock_2x/video.mp4"), read_video(tmp_path / "dype_2x/video.mp4")
+    assert dype.shape == (9, 32, 32, 3) and not np.array_equal(stock, dype)
 
 
 def test_ntk_extrapolation_runs_from_the_command(tmp_path, capsys):
     out = tmp_path / "ntk"
     assert main(["generate", "video", "--out", str(out), "--extrapolate", "ntk", "riflex", "--train-size", "16x32",
                  *SMALL]) == 0
-    assert "'type': 'ntk', 'factor': 2.0" in capsys.readouterr().out  # rows: 32 px against 16 trained
+    assert "'method': 'ntk', 'original_length': 1.0" in capsys.readouterr().out  # rows: 32 px against 16 trained
     assert (out / "video.mp4").is_file()

@@ -35,13 +35,19 @@ def test_error_map_is_black_where_exact():
 def test_world_demo_end_to_end(tiny_world, tmp_path):
     written = run_world_demo(tmp_path, tiny_world, steps=2, count=2)
     names = {p.name for p in written}
-    grids = {f"world_{s}.png" for s in ("t2i", "transplant", "loose", "band")}
+    grids = {f"world_{s}.png" for s in ("t2i", "transplant", "loose", "band", "extrapolation")}
     diagnostics = {"world_transplant_ids.png", "world_loose_maps.png", "world_band_attention.png"}
     assert grids | diagnostics | {"report.html"} == names
     report = (tmp_path / "report.html").read_text()
     assert all(f"src='{n}'" in report for n in names - {"report.html"})
-    for method in ("PE transplant", "LooseRoPE", "band modulation"):
+    for method in ("PE transplant", "LooseRoPE", "band modulation", "Above the training size"):
         assert method in report
+    from PIL import Image
+
+    from mmpos.world.extrapolation_runs import METHODS
+
+    rows = Image.open(tmp_path / "world_extrapolation.png").height // (3 * SIZE * 2 + 2)  # 3x tiles, zoom 2
+    assert rows == 1 + len(METHODS)  # ground truth, then a row per method
 
 
 def test_demo_cli_with_missing_checkpoint_is_a_clear_error(tmp_path):
@@ -89,6 +95,7 @@ def test_world_demo_runs_pretrained_pipelines_on_prompt_strings(pretrained_folde
     source = ModelSource(models=models, image_size=64)
     written = run_world_demo(tmp_path, steps=2, count=1, source=source)
     assert {p.name for p in written} >= {"world_transplant.png", "world_loose.png", "world_band.png", "report.html"}
+    assert "world_extrapolation.png" not in {p.name for p in written}  # pretrained t2i: 3x is not run
     report = (tmp_path / "report.html").read_text()
     assert str(pretrained_folders / "fill") in report and "trained on mmpos.world" not in report
 

@@ -5,7 +5,8 @@ Sections, each beside its ground truth and with the method's diagnostic maps:
 - object insertion: plain Fill vs PE transplant (``PosBridgeFillPipeline``), with the transplanted ids;
 - paste harmonisation: plain Kontext vs LooseRoPE (``LooseRoPEKontextPipeline``), with saliency bins and factors;
 - style-aligned sets: no sharing vs band modulation at two strengths (``BandModulationFluxPipeline``), with the
-  attention of one target query over the reference per frequency band.
+  attention of one target query over the reference per frequency band;
+- above the training size: one caption at 1x, 2x and 3x with stock RoPE, PI, NTK, YaRN, vision YaRN and DyPE.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come f
 TRANSPLANT_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
 STYLE_SEED = 444_444
 BAND_STRENGTHS = (0.5, 1.0)
+EXTRAPOLATION_SCALES = (1, 2, 3)
+EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two objects on a patterned background
 
 
 @dataclass
@@ -132,8 +135,48 @@ def band_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> 
                    f"(layer 0, strength {BAND_STRENGTHS[-1]}, half-way through sampling), per frequency band.")
 
 
+def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section | None:
+    """One held-out caption at 1x, 2x, 3x the world t2i model's training size, a row per method (the table over
+    64 captions is ``scripts/eval_extrapolation.py``'s). Pretrained models are skipped (3x of 1024 px)."""
+    from .extrapolation_runs import METHODS, figure_caption_index, generate_at_size, install_method, method_scale_tiles
+    from .models import trained_image_size
+    from .scene import SceneSpec
+
+    if not source.is_world("t2i"):
+        print("a pretrained t2i model: skipping the extrapolation section (it runs the world model at 3x)")
+        return None
+    trained = trained_image_size(source.root, "t2i")
+    examples = held_out_examples("t2i", EXTRAPOLATION_CAPTIONS, trained)
+    example = examples[figure_caption_index([SceneSpec.from_dict(e["spec"]) for e in examples])]
+    pipe, guidance = source.pipeline("generate"), source.guidance("t2i")
+    grid = (trained / (pipe.vae_scale_factor * 2),) * 2
+    images = {method: {} for method in METHODS}
+    try:
+        for scale in EXTRAPOLATION_SCALES:
+            for method in ("stock",) if scale == 1 else METHODS:  # at 1x every preset is the stock model
+                install_method(pipe, method, grid)
+                images[method][scale] = generate_at_size(pipe, [example], trained * scale, steps, guidance, 1)
+    finally:
+        install_method(pipe, "stock", grid)  # the other sections share the transformer
+    from PIL import Image
+
+    cell = trained * max(EXTRAPOLATION_SCALES)
+    tiles = method_scale_tiles(images, 0, cell)
+    truth = np.asarray(Image.fromarray(example["image"]).resize((cell, cell), Image.NEAREST))
+    rows = [("ground truth", np.stack([truth] * len(EXTRAPOLATION_SCALES)))]
+    rows += [(method, np.stack([per_scale[s] for s in EXTRAPOLATION_SCALES])) for method, per_scale in tiles.items()]
+    scales = ", ".join(f"{s}x ({trained * s} px)" for s in EXTRAPOLATION_SCALES)
+    return Section("Above the training size: stock RoPE, PI, NTK, YaRN, vision YaRN, DyPE (set_pe)", rows,
+                   [example["caption"]], [],
+                   f"Columns: {scales}, nearest-resized to one size; the same seed at every scale and method. At 1x "
+                   "every preset is the stock model bit for bit, so 1x is the stock image on every row. Presets via "
+                   "model_extrapolation(transformer, preset, trained_grid); DyPE follows the step's sigma. The table "
+                   "over 64 captions: python scripts/eval_extrapolation.py (README).")
+
+
 SECTIONS = (("t2i", "t2i", text_to_image_section), ("transplant", "fill", transplant_section),
-            ("loose", "kontext", loose_section), ("band", "t2i", band_section))
+            ("loose", "kontext", loose_section), ("band", "t2i", band_section),
+            ("extrapolation", "t2i", extrapolation_section))
 
 
 def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: list[Path],
@@ -179,6 +222,8 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
             print(f"no {task} model; skipping the {name} section")
             continue
         section = build(source, steps, count, out_dir)
+        if section is None:
+            continue
         path = out_dir / f"world_{name}.png"
         save_png(path, image_grid(section.rows))
         done.append((section, path))
