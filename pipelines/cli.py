@@ -78,103 +78,13 @@ def _common(parser, config_name: str) -> None:
     parser.add_argument("--no-figures", action="store_true", help="skip the comparison and diagnostic figures")
 
 
-def resolve_config(args) -> dict:
-    from .config import apply_overrides, default_config_path, load_config
-
-    config = load_config(args.config or default_config_path(args.config_name))
-    for key in ("model", "device", "dtype"):
-        if getattr(args, key, None):
-            config[key] = getattr(args, key)
-    if getattr(args, "prompt_text", None):
-        config["prompt"] = args.prompt_text
-    config = apply_overrides(config, args.set)
-    if config.get("device") == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("CUDA is not available: running on cpu (set --device to silence this)")
-            config["device"] = "cpu"
-    return config
-
-
-EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
-
-
-def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
-    """The ``required`` tensors (and those of ``optional`` present) of a safetensors/pt file."""
-    import torch
-
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        tensors = load_file(str(path))
-    else:
-        tensors = torch.load(path, map_location="cpu", weights_only=True)
-    missing = set(required) - set(tensors)
-    if missing:
-        raise ValueError(f"{path} lacks {sorted(missing)}; expected {' and '.join(required)}")
-    return {k: tensors[k] for k in (*required, *optional) if k in tensors}
-
-
-def _prompt_kwargs(args, prompts, pipe) -> dict:
-    """``prompt`` strings, or the ``--prompt-embeds`` tensors the pipeline takes: Flux ``prompt_embeds`` and
-    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L]."""
-    if args.prompt_embeds:
-        accepted = [k for k in EMBED_KEYS if k in _stock_call_parameters(pipe)]
-        required = [k for k in accepted if k != "prompt_embeds_mask"]
-        embeds = load_prompt_embeds(args.prompt_embeds, required, [k for k in accepted if k not in required])
-        dtype = pipe.transformer.dtype
-        return {k: v.to(pipe.device, dtype if v.is_floating_point() else v.dtype) for k, v in embeds.items()}
-    return {"prompt": prompts}
-
-
-def _stock_call_parameters(pipe):
-    """The parameters of the first ``__call__`` along the pipeline's MRO that names ``prompt_embeds`` (the stock
-    diffusers one under an mmpos subclass taking ``*args, **kwargs``)."""
-    import inspect
-
-    for cls in type(pipe).__mro__:
-        call = cls.__dict__.get("__call__")
-        if call is not None and "prompt_embeds" in inspect.signature(call).parameters:
-            return inspect.signature(call).parameters
-    raise TypeError(f"{type(pipe).__name__}.__call__ takes no prompt_embeds")
-
-
-def _load_image(path, what: str, token_pixels: int):
-    """An image on the pipeline's token grid (resized down to it, saying so)."""
-    from .images import load_image, snap_to_grid
-
-    image = load_image(path)
-    snapped, message = snap_to_grid(image, token_pixels)
-    if message:
-        print(f"{what}: {message}")
-    return snapped
-
-
-def _load_mask(path, size):
-    from PIL import Image
-
-    from .images import as_mask
-
-    mask = Image.open(path).convert("L")
-    if (mask.height, mask.width) != tuple(size):
-        print(f"mask {path}: resized {mask.height}x{mask.width} to {size[0]}x{size[1]} (nearest)")
-        mask = mask.resize((size[1], size[0]), Image.NEAREST)
-    return as_mask(str(path), mask, size)
-
-
-def _generator(seed):
-    import torch
-
-    return torch.Generator("cpu").manual_seed(int(seed))
-
-
 def run_edit(args) -> int:
     from tqdm.auto import tqdm
 
     from .config import save_config
     from .images import save_image
+
+    from .run_inputs import resolve_config
 
     config = resolve_config(args)
     from .extrapolate import extrapolate_setting
@@ -182,7 +92,9 @@ def run_edit(args) -> int:
     extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)
     out = Path(args.out or f"outputs/edit_{args.method}")
     out.mkdir(parents=True, exist_ok=True)
-    runner = {"band": _band, "transplant": _transplant, "loose": _loose}[args.method]
+    from .edit_methods import run_band, run_loose, run_transplant
+
+    runner = {"band": run_band, "transplant": run_transplant, "loose": run_loose}[args.method]
     result = runner(args, config, tqdm)
     written = [save_image(image, out / f"edited_{i}.png") for i, image in enumerate(result["edited"].values())]
     save_config(config, out / "config.yaml")
@@ -196,137 +108,6 @@ def run_edit(args) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"wrote {len(written)} files to {out.resolve()}")
     return 0
-
-
-def _load_edit_pipeline(kind: str, config):
-    """The editing pipeline, with ``config["extrapolate"]``'s schedule installed under the edit (``set_pe``)."""
-    from .extrapolate import install_extrapolation, parse_extrapolate
-    from .loading import load_pipeline
-
-    pipe = load_pipeline(kind, config["model"], config["dtype"], config["device"])
-    setting = config["extrapolate"]
-    installed = install_extrapolation(pipe, parse_extrapolate(str(setting["preset"])), setting["train_size"],
-                                      setting.get("options"))
-    if installed["schedules"] is not None:
-        setting["installed"] = installed
-        print(f"extrapolation: {json.dumps(installed)}")
-    return pipe
-
-
-def _sampler(config) -> dict:
-    return dict(config.get("sampler", {}))
-
-
-def _band(args, config, tqdm) -> dict:
-    from .figures import band_attention_maps, band_diagnostic
-
-    variant = config.get("variant", "flux")
-    kind = "band" if variant == "flux" else "band_kontext"
-    pipe = _load_edit_pipeline(kind, config)
-    band = dict(config["band"])
-    figure = config.get("figure", {})
-    sampler = _sampler(config)
-    probe_layer = min(int(figure.get("diagnostic_layer", 0)), len(pipe.transformer.transformer_blocks)
-                      + len(pipe.transformer.single_transformer_blocks) - 1)
-    if variant == "flux":
-        targets = args.target or config["targets"]
-        prompts = [args.reference_prompt or config["reference"]["prompt"], *targets]
-        call = dict(**_prompt_kwargs(args, prompts, pipe), **sampler)
-        reference = args.reference_image or config["reference"].get("image")
-        if reference:
-            call.update(reference_image=_load_image(reference, "reference image", pipe.token_pixels),
-                        reference_seed=config["reference"].get("seed", 0),
-                        reference_mode=config["reference"].get("mode", "noise"))
-    else:
-        image_path = args.image or config.get("image")
-        if not image_path:
-            raise ValueError("the Kontext variant needs --image (the context/reference image)")
-        context_image = _load_image(image_path, "image", pipe.token_pixels)
-        height, width = context_image.shape[-2:]  # the output takes the context image's size
-        sampler.update(height=height, width=width, max_area=height * width, _auto_resize=False)
-        call = dict(image=context_image, **_prompt_kwargs(args, config.get("prompt"), pipe), **sampler)
-
-    def run(strength, probe=None):
-        return pipe(band={**band, "strength": strength}, generator=_generator(config["seed"]), output_type="pt",
-                    probe=probe, **call).images
-
-    images = run(band["strength"], probe=(probe_layer, float(figure.get("diagnostic_step", 0.5))))
-    probe = pipe.probe
-    sweep = {f"strength={s}": run(s)[-1] for s in tqdm(figure.get("sweep", []), desc="strength sweep")}
-    if variant == "flux":
-        inputs = {"reference": images[0]}
-        edited = {f"target {i}": image for i, image in enumerate(images[1:], 1)}
-        target = 1
-    else:
-        inputs, edited, target = {"context": call["image"][0]}, {"edited": images[0]}, 0
-    tokens = pipe.token_pixels
-    grid = (call.get("height", images.shape[-2]) // tokens, call.get("width", images.shape[-1]) // tokens)
-    token = (grid[0] // 2) * grid[1] + grid[1] // 2
-    axes = pipe.transformer.config.axes_dims_rope
-
-    def diagnostic(path):
-        maps = band_attention_maps(probe.query, probe.key, axes, grid, token, target)
-        return band_diagnostic(maps, grid, token, path, next(iter(inputs.values())))
-
-    return dict(inputs=inputs, edited=edited, sweep=sweep, diagnostic=diagnostic,
-                title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}")
-
-
-def _transplant(args, config, tqdm) -> dict:
-    from .figures import transplant_diagnostic
-    from .images import load_image
-
-    pipe = _load_edit_pipeline("transplant", config)
-    background = _load_image(args.background, "background", pipe.token_pixels)
-    size = tuple(background.shape[-2:])
-    references = [load_image(p) for p in args.reference]  # any size: each is fitted into its tile
-    reference_masks = None
-    if args.reference_mask:
-        reference_masks = [_load_mask(p, r.shape[-2:]) for p, r in zip(args.reference_mask, references)]
-    where = {"mask_image": _load_mask(args.mask, size)} if args.mask else \
-        {"target_box": [int(v) for v in args.box.split(",")]}
-    call = dict(image=background, references=references, reference_masks=reference_masks, **where,
-                **_prompt_kwargs(args, config.get("prompt"), pipe), **_sampler(config))
-    transplant = dict(config["transplant"])
-
-    def run(tau):
-        return pipe(transplant={**transplant, "tau": tau}, generator=_generator(config["seed"]), output_type="pt",
-                    **call)
-
-    result = run(transplant["tau"])
-    sweep = {f"tau={t}": run(t).images[0] for t in tqdm(config.get("figure", {}).get("sweep", []), desc="tau sweep")}
-    inputs = {"background": background[0], **{f"reference {i}": r[0] for i, r in enumerate(references)}}
-    return dict(inputs=inputs, edited={"inserted": result.images[0]}, sweep=sweep,
-                diagnostic=lambda path: transplant_diagnostic(result.canvas, result.ids, result.native_ids, path),
-                title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})")
-
-
-def _loose(args, config, tqdm) -> dict:
-    from .figures import loose_diagnostic
-    from .loose import LooseConfig
-
-    pipe = _load_edit_pipeline("loose", config)
-    collage = _load_image(args.image, "image", pipe.token_pixels)
-    size = tuple(collage.shape[-2:])
-    pasted = {"crop_mask": _load_mask(args.mask, size)} if args.mask else \
-        {"original": _load_image(args.original, "original", pipe.token_pixels)}
-    call = dict(image=collage, **pasted, **_prompt_kwargs(args, config.get("prompt"), pipe), **_sampler(config))
-    if args.saliency:
-        from .images import area_resize, load_image
-
-        call["saliency"] = area_resize(load_image(args.saliency)[0].mean(0), size).clamp(0, 1)
-    loose = dict(config["loose"])
-
-    def run(strength):
-        return pipe(loose={**loose, "strength": strength}, generator=_generator(config["seed"]), output_type="pt",
-                    **call)
-
-    result = run(loose["strength"])
-    sweep = {f"strength={s}": run(s).images[0] for s in tqdm(config.get("figure", {}).get("sweep", []),
-                                                               desc="strength sweep")}
-    return dict(inputs={"collage": collage[0]}, edited={"harmonised": result.images[0]}, sweep=sweep,
-                diagnostic=lambda path: loose_diagnostic(result.maps, LooseConfig(**loose), path, collage[0]),
-                title=f"LooseRoPE ({loose['num_bins']} bins, boost {loose['saliency_boost']})")
 
 
 def run_generate(args) -> int:

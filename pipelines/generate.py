@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .cli import _generator, _prompt_kwargs, _sampler, resolve_config
+from .run_inputs import prompt_kwargs, resolve_config, sampler_options, seeded_generator
 from .config import save_config
 from .extrapolate import extrapolate_setting, fresh_folder, install_extrapolation, parse_extrapolate
 from .images import save_image
@@ -24,7 +24,7 @@ def run_generate(args) -> int:
                                       _train_size(config), setting.get("options"))
     config["extrapolate"]["installed"] = installed
     print(f"extrapolation: {json.dumps(installed)}")
-    images = pipe(**call, generator=_generator(config["seed"]), output_type="pt", **_call_sampler(pipe, config)).images
+    images = pipe(**call, generator=seeded_generator(config["seed"]), output_type="pt", **_call_sampler(pipe, config)).images
     for i, image in enumerate(images):
         save_image(image, out / f"image_{i}.png")
     save_config(config, out / "config.yaml")
@@ -64,13 +64,13 @@ def _generate_pipeline(args, config):
     pipe = load_pipeline(kind, config["model"], config["dtype"], config["device"])
     config["pipeline"] = type(pipe).__name__
     print(f"model: {config['model']} ({config['pipeline']}), device {config['device']}, dtype {config['dtype']}")
-    return pipe, _prompt_kwargs(args, prompts, pipe)
+    return pipe, prompt_kwargs(args, prompts, pipe)
 
 
 def _call_sampler(pipe, config) -> dict:
     """``sampler`` as the pipeline takes it: Qwen-Image without guidance embeddings has no distilled guidance
     (its guidance is ``true_cfg_scale`` with a negative prompt), so ``guidance_scale`` is dropped, saying so."""
-    sampler = _sampler(config)
+    sampler = sampler_options(config)
     distilled = getattr(pipe.transformer.config, "guidance_embeds", True)
     if type(pipe).__name__ == "QwenImagePipeline" and not distilled and "guidance_scale" in sampler:
         print(f"sampler.guidance_scale={sampler.pop('guidance_scale')} dropped: this Qwen-Image transformer has no "

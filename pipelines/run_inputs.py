@@ -1,0 +1,108 @@
+"""Inputs of the ``mmpos edit`` / ``mmpos generate`` runs: the resolved config, prompts or saved prompt
+embeddings, images and masks on the pipeline's token grid, seeded generators.
+
+Imports of torch/diffusers happen inside the functions, so importing this module costs nothing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def resolve_config(args) -> dict:
+    """The command's YAML config with the command line's overrides applied (cuda falls back to cpu, saying so)."""
+    from .config import apply_overrides, default_config_path, load_config
+
+    config = load_config(args.config or default_config_path(args.config_name))
+    for key in ("model", "device", "dtype"):
+        if getattr(args, key, None):
+            config[key] = getattr(args, key)
+    if getattr(args, "prompt_text", None):
+        config["prompt"] = args.prompt_text
+    config = apply_overrides(config, args.set)
+    if config.get("device") == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("CUDA is not available: running on cpu (set --device to silence this)")
+            config["device"] = "cpu"
+    return config
+
+
+EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
+
+
+def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
+    """The ``required`` tensors (and those of ``optional`` present) of a safetensors/pt file."""
+    import torch
+
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path))
+    else:
+        tensors = torch.load(path, map_location="cpu", weights_only=True)
+    missing = set(required) - set(tensors)
+    if missing:
+        raise ValueError(f"{path} lacks {sorted(missing)}; expected {' and '.join(required)}")
+    return {k: tensors[k] for k in (*required, *optional) if k in tensors}
+
+
+def prompt_kwargs(args, prompts, pipe) -> dict:
+    """``prompt`` strings, or the ``--prompt-embeds`` tensors the pipeline takes: Flux ``prompt_embeds`` and
+    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L]."""
+    if args.prompt_embeds:
+        accepted = [k for k in EMBED_KEYS if k in stock_call_parameters(pipe)]
+        required = [k for k in accepted if k != "prompt_embeds_mask"]
+        embeds = load_prompt_embeds(args.prompt_embeds, required, [k for k in accepted if k not in required])
+        dtype = pipe.transformer.dtype
+        return {k: v.to(pipe.device, dtype if v.is_floating_point() else v.dtype) for k, v in embeds.items()}
+    return {"prompt": prompts}
+
+
+def stock_call_parameters(pipe):
+    """The parameters of the first ``__call__`` along the pipeline's MRO that names ``prompt_embeds`` (the stock
+    diffusers one under an mmpos subclass taking ``*args, **kwargs``)."""
+    import inspect
+
+    for cls in type(pipe).__mro__:
+        call = cls.__dict__.get("__call__")
+        if call is not None and "prompt_embeds" in inspect.signature(call).parameters:
+            return inspect.signature(call).parameters
+    raise TypeError(f"{type(pipe).__name__}.__call__ takes no prompt_embeds")
+
+
+def load_grid_image(path, what: str, token_pixels: int):
+    """An image on the pipeline's token grid (resized down to it, saying so)."""
+    from .images import load_image, snap_to_grid
+
+    image = load_image(path)
+    snapped, message = snap_to_grid(image, token_pixels)
+    if message:
+        print(f"{what}: {message}")
+    return snapped
+
+
+def load_mask(path, size):
+    """A [H, W] mask of ``size`` (resized nearest, saying so)."""
+    from PIL import Image
+
+    from .images import as_mask
+
+    mask = Image.open(path).convert("L")
+    if (mask.height, mask.width) != tuple(size):
+        print(f"mask {path}: resized {mask.height}x{mask.width} to {size[0]}x{size[1]} (nearest)")
+        mask = mask.resize((size[1], size[0]), Image.NEAREST)
+    return as_mask(str(path), mask, size)
+
+
+def seeded_generator(seed):
+    """A CPU generator (the same noise on every device)."""
+    import torch
+
+    return torch.Generator("cpu").manual_seed(int(seed))
+
+
+def sampler_options(config) -> dict:
+    """The config's ``sampler`` section as pipeline call arguments."""
+    return dict(config.get("sampler", {}))
