@@ -69,7 +69,10 @@ class _CameraControl:
         _, patch_h, patch_w = self.transformer.config.patch_size
         spatial, temporal = self.vae_scale_factor_spatial, self.vae_scale_factor_temporal
         rows, cols = int(height) // (spatial * patch_h), int(width) // (spatial * patch_w)
-        frames = (int(num_frames) - 1) // temporal + 1
+        num_frames = int(num_frames)
+        if num_frames % temporal != 1:  # the stock call rounds it to ``num_frames // 4 * 4 + 1``
+            num_frames = num_frames // temporal * temporal + 1
+        frames = (num_frames - 1) // temporal + 1
         geometry_dtype = torch.float64 if self.transformer.dtype == torch.float64 else torch.float32
         return video_cameras(camera, (frames, rows, cols), (rows * spatial * patch_h, cols * spatial * patch_w),
                              dtype=geometry_dtype, device=self.transformer.device,

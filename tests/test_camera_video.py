@@ -59,6 +59,13 @@ def test_zero_init_adapter_is_bit_identical_to_stock_and_trained_one_is_not(t2v,
     assert torch.equal(frames(pipe), expected)  # no camera: the stock call
 
 
+def test_frame_count_off_the_4k_plus_1_grid_follows_the_stock_rounding(t2v):
+    stock, pipe = t2v  # 12 frames: the stock call makes 13 (4 latent frames), not 9 (3)
+    pipe.camera_adapter = adapter_for(pipe.transformer, "plucker")
+    expected = frames(stock, num_frames=12)
+    assert torch.equal(frames(pipe, camera=preset_trajectory("orbit", 9), num_frames=12), expected)
+
+
 def test_processors_are_restored_after_an_exception_mid_call(t2v):
     _, pipe = t2v
     before = processors(pipe.transformer)
