@@ -80,3 +80,11 @@ def test_encodings_without_one_shared_table_are_refused():
         set_pe(model, "rope_axial", layout="half")
     with pytest.raises(ValueError, match="per_layer"):
         set_pe(model, "rope_axial", per_layer=True)
+
+
+def test_an_mmpos_encoding_counts_its_image_and_text_tables_once():
+    model = tiny_qwen()
+    set_pe(model, "rope_axial")
+    for _ in range(2):
+        run(model, inputs([(1, 4, 6)]))
+    assert position_module(model).table_builds == 2 and position_module(model).forwards == 2

@@ -90,12 +90,14 @@ class PositionSeam(nn.Module):
     def tables(self, coords: torch.Tensor, dtype: torch.dtype) -> LayerTables:
         """One table per encoding for activations of ``dtype``; counts the ones newly built."""
         coords = self.encoding_coords(coords)
-        tables = LayerTables(pe.table(coords, dtype, coords.device) for pe in self.encodings)
-        for table in tables:
-            if table not in self._seen_tables:
-                self._seen_tables.add(table)
-                self.table_builds += 1
-        return tables
+        return LayerTables(self.counted(pe.table(coords, dtype, coords.device)) for pe in self.encodings)
+
+    def counted(self, table):
+        """``table``, counted in ``table_builds`` the first time this seam sees it (a cache hit is not a build)."""
+        if table not in self._seen_tables:
+            self._seen_tables.add(table)
+            self.table_builds += 1
+        return table
 
     def native_cos_sin(self, coords: torch.Tensor, out_dtype: torch.dtype, device: torch.device):
         """The stock ``(cos, sin)`` ``[L, D]`` on ``device``: fp64 phases and cos/sin (on ``coords``' device),

@@ -55,15 +55,11 @@ class QwenPositions(PositionSeam):
             encoding.step.extents = _extents(image)  # the images' scale, for the text table too
         if self.native:
             return tuple(self._native_table(encoding, coords) for coords in (image, text))
-        tables = [encoding.table(coords, torch.float32, coords.device) for coords in (image, text)]
-        return tuple(t.cis for t in tables)
+        return tuple(self.counted(encoding.table(coords, torch.float32, coords.device)).cis for coords in (image, text))
 
     def _native_table(self, encoding, coords):
         """The stock arithmetic on ``encoding``'s spectrum (resolved at this step through its table cache)."""
-        table = encoding.table(coords, torch.float32, coords.device)  # resolves the spectrum, counts the build
-        if table not in self._seen_tables:
-            self._seen_tables.add(table)
-            self.table_builds += 1
+        table = self.counted(encoding.table(coords, torch.float32, coords.device))  # resolves the spectrum
         cached = getattr(table, "qwen_native", None)
         if cached is None:
             spectrum = encoding.spectrum
