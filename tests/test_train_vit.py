@@ -117,6 +117,16 @@ def test_unknown_config_key_is_named(tmp_path):
         load_config(None, ["ape=maybe"])
 
 
+def test_unknown_model_is_refused_before_the_run_folder_is_made(tmp_path, capsys):
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--output-dir", str(run), "--model", "vit_nosuch_patch16"])
+    assert exit_info.value.code == 2
+    assert "vit_nosuch_patch16" in capsys.readouterr().err
+    assert not run.exists()
+    assert load_config(None, ["model=hf-hub:timm/vit_tiny_patch16_224"])["model"].startswith("hf-hub:")
+
+
 def test_train_only_pe_head_and_no_decay_on_pe(data_dir):
     from mmpos.training.vit_train import _optimizer_and_scheduler
 

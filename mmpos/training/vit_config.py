@@ -117,10 +117,22 @@ def load_config(path=None, overrides=(), **explicit) -> dict:
 
         if config["pe"] not in list_pes():
             raise ConfigError(f"config pe={config['pe']!r}: expected one of mmpos.list_pes() {list_pes()}")
+    check_model_name(config["model"])
     for key in ("steps", "batch_size", "grad_accum", "img_size"):
         if not isinstance(config[key], int) or config[key] < 1:
             raise ConfigError(f"config {key} must be a positive integer, got {config[key]!r}")
     return config
+
+
+def check_model_name(name) -> None:
+    """A timm model name, ``SOURCE:NAME`` (``hf-hub:``, ``local-dir:``, ``open_clip:``; resolved when built), or a
+    :class:`ConfigError` here, before the run folder is made."""
+    import timm
+
+    if isinstance(name, str) and (":" in name or timm.is_model(name)):
+        return
+    raise ConfigError(f"config model={name!r}: expected a timm model name (timm.list_models()), "
+                      "'hf-hub:REPO' or 'open_clip:NAME'")
 
 
 def eval_sizes(config: dict) -> list[int]:
