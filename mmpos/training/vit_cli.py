@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -123,10 +122,6 @@ def _print_table(rows) -> None:
         print(f"  {row['height']}x{row['width']} {row['extrapolation']:>5}: top-1 {top1}  top-5 {top5}")
 
 
-if __name__ == "__main__":
-    sys.exit(train_main())
-
-
 def add_training_commands(subparsers) -> None:
     """``mmpos train vit ...`` and ``mmpos eval vit ...`` (the arguments of train_vit.py / eval_vit.py)."""
     for name, main, what in (("train", train_main, "fine-tune"), ("eval", eval_main, "evaluate")):
@@ -135,3 +130,7 @@ def add_training_commands(subparsers) -> None:
         parser.add_argument("target", choices=("vit",))
         parser.add_argument("args", nargs=argparse.REMAINDER)
         parser.set_defaults(func=lambda args, main=main, name=name: main(args.args, prog=f"mmpos {name} vit"))
+
+
+if __name__ == "__main__":
+    sys.exit(train_main())
