@@ -12,17 +12,9 @@ from pathlib import Path
 import torch
 
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
+from mmpos.viz.figure_files import pyplot, save_figure
 
 from .attention import project_heads
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _show(ax, image: torch.Tensor, title: str):
@@ -33,7 +25,7 @@ def _show(ax, image: torch.Tensor, title: str):
 
 def comparison_figure(inputs: dict, edited: dict, sweep: dict, path, title: str = "") -> Path:
     """One row: named input images, named edited images, then the sweep (label -> image), all ``[3, H, W]``."""
-    plt = _pyplot()
+    plt = pyplot()
     panels = [(f"input: {k}", v) for k, v in inputs.items()] + [(f"edited: {k}", v) for k, v in edited.items()]
     panels += [(f"sweep {k}", v) for k, v in sweep.items()]
     fig, axes = plt.subplots(1, len(panels), figsize=(2.2 * len(panels), 2.6), squeeze=False)
@@ -44,12 +36,8 @@ def comparison_figure(inputs: dict, edited: dict, sweep: dict, path, title: str 
 
 
 def _save(fig, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 class AttentionProbe:
@@ -101,7 +89,7 @@ def band_attention_maps(query: torch.Tensor, key: torch.Tensor, axes_dims, grid,
 
 
 def band_diagnostic(maps: dict, grid, token: int, path, reference: torch.Tensor | None = None) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     panels = len(maps) + (reference is not None)
     fig, axes = plt.subplots(1, panels, figsize=(2.4 * panels, 2.6), squeeze=False)
     axes = list(axes[0])
@@ -119,7 +107,7 @@ def band_diagnostic(maps: dict, grid, token: int, path, reference: torch.Tensor 
 
 def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path) -> Path:
     """Canvas with the inpaint region, then the row and column id of every token while transplanting."""
-    plt = _pyplot()
+    plt = pyplot()
     grid = canvas.layout.grid
     fig, axes = plt.subplots(1, 3, figsize=(8, 2.8))
     _show(axes[0], canvas.image[0], "canvas (red: inpaint, cyan: object)")
@@ -141,7 +129,7 @@ def loose_diagnostic(maps, config, path, collage: torch.Tensor | None = None) ->
     """Token saliency, bins and the per-token loosening / logit factors at phase 0."""
     from .loose import per_token
 
-    plt = _pyplot()
+    plt = pyplot()
     shrink, attention = config.factors(0)
     panels = [("token saliency", maps.saliency, "magma"), ("bin (-1: not pasted)", maps.bins.float(), "tab10"),
               ("loosening sigma", per_token(maps.bins, shrink), "viridis"),

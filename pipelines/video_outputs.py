@@ -68,14 +68,9 @@ def write_png(array: np.ndarray, path) -> Path:
 
 def write_rig_plot(trajectory, path, title: str) -> Path:
     """The trajectory's frusta coloured by time (:func:`mmpos.viz.cameras.plot_rig`)."""
-    from mmpos.viz.cameras import _pyplot, plot_rig
+    from mmpos.viz.cameras import plot_rig
+    from mmpos.viz.figure_files import pyplot, save_figure
 
-    plt = _pyplot()
-    path = Path(path)
-    fig = plt.figure(figsize=(6, 5))
+    fig = pyplot().figure(figsize=(6, 5))
     plot_rig(fig.add_subplot(projection="3d"), trajectory, title=title)
-    temporary = _temporary(path)
-    fig.savefig(temporary, dpi=100, format="png")
-    plt.close(fig)
-    os.replace(temporary, path)
-    return path
+    return save_figure(fig, path)

@@ -108,12 +108,9 @@ def evaluate_resolutions(config: dict, model, accelerator, sizes, aspects=(1.0,)
 
 def plot_results(results: dict[str, list[dict]], path, title: str = "accuracy vs resolution") -> Path:
     """PNG of top-1 vs evaluated size: one line per (model label, extrapolation), square images only."""
-    import matplotlib
+    from ..viz.figure_files import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     for label, rows in results.items():
         for kind in dict.fromkeys(r["extrapolation"] for r in rows):
             points = sorted((r["size"], r["top1"]) for r in rows
@@ -129,11 +126,7 @@ def plot_results(results: dict[str, list[dict]], path, title: str = "accuracy vs
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def save_results(rows: list[dict], path) -> Path:

@@ -12,15 +12,7 @@ from ..camera.presets import PRESETS, preset_trajectory
 from ..camera.ray_frames import latitude_up_map
 from ..camera.rays import ray_grid, world_rays
 from ..camera.trajectory import Trajectory, load_trajectory
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from .figure_files import pyplot, save_figure
 
 
 def resolve_trajectory(spec: str, num_frames: int = 49) -> Trajectory:
@@ -121,14 +113,11 @@ def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame
     """Write ``{stem}_rig.png`` and ``{stem}_rays.png`` (frame ``frame``) to ``out_dir``; returns the paths."""
     if not -len(trajectory) <= frame < len(trajectory):
         raise ValueError(f"frame={frame} is outside the trajectory's {len(trajectory)} frames")
-    plt = _pyplot()
+    plt = pyplot()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     fig = plt.figure(figsize=(6, 5))
     plot_rig(fig.add_subplot(projection="3d"), trajectory, title=f"{stem}: {len(trajectory)} frames")
-    rig_path = out_dir / f"{stem}_rig.png"
-    fig.savefig(rig_path, dpi=100)
-    plt.close(fig)
+    rig_path = save_figure(fig, out_dir / f"{stem}_rig.png")
     height, width = image_size
     camera = frame_camera(trajectory, frame, width, height, model, fov, xi)
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
@@ -136,10 +125,7 @@ def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame
     fig.suptitle(f"{stem}: frame {frame % len(trajectory)}, {type(camera).__name__}"
                  + (f" (xi={xi:g})" if model == "unified" else ""))
     fig.tight_layout()
-    rays_path = out_dir / f"{stem}_rays.png"
-    fig.savefig(rays_path, dpi=100)
-    plt.close(fig)
-    return [rig_path, rays_path]
+    return [rig_path, save_figure(fig, out_dir / f"{stem}_rays.png")]
 
 
 @torch.no_grad()
@@ -178,7 +164,7 @@ def encoding_logit_maps(name: str, grid_size=(9, 16), image_size=(90, 160)) -> t
 
 def camera_encoding_figure(name: str, path) -> Path:
     """Two panels for a camera encoding: view 0 and view 1 of a two-camera arc (see :func:`encoding_logit_maps`)."""
-    plt = _pyplot()
+    plt = pyplot()
     same, other = encoding_logit_maps(name)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     label = "|o x d| (Plücker moment)" if name == "plucker" else "logit from the centre token of view 0"
@@ -187,11 +173,7 @@ def camera_encoding_figure(name: str, path) -> Path:
         ax.set_title(f"{name}: {title}")
         fig.colorbar(image, ax=ax, fraction=0.03, label=label)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def demo_camera_figures(out_dir) -> list[Path]:

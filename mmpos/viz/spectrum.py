@@ -103,16 +103,10 @@ def plot_logit_map(ax, pe, size: int = 31, title: str = "") -> None:
 
 def encoding_figure(pe, name: str, path: Path, size: int = 31) -> Path:
     """Save a two-panel figure (spectrum, logit-vs-offset map) of ``pe`` to ``path``."""
-    import matplotlib
+    from .figure_files import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4))
     plot_spectrum(left, pe, f"{name}: spectrum")
     plot_logit_map(right, pe, size, f"{name}: content-free logit vs 2D offset")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
