@@ -60,13 +60,13 @@ def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None =
     generate_qwen)."""
     check_choice("dtype", dtype, tuple(DTYPES))
     cls = pipeline_class(kind)
-    pipe = cls.from_pretrained(path, **{_dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))
+    pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))
     if device is not None:
         pipe = pipe.to(device)
     return pipe
 
 
-def _dtype_keyword(cls) -> str:
+def dtype_keyword(cls) -> str:
     """``dtype`` in recent diffusers (``torch_dtype`` deprecated there), ``torch_dtype`` before."""
     import inspect
 

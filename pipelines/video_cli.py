@@ -130,10 +130,11 @@ def _trajectory(args, parser, frames: int):
         _fail(parser, f"--camera {args.camera}: {error}")
 
 
-def _pipeline(args, settings):
+def _pipeline(args, parser, settings):
     import torch
 
     from . import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
+    from .loading import dtype_keyword
 
     cls = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline
     dtype = getattr(torch, settings["dtype"])
@@ -142,7 +143,11 @@ def _pipeline(args, settings):
 
         pipe = cls(**tiny_wan_components(image_to_video=bool(args.image))).to(settings["device"])
         return pipe if dtype == torch.float32 else pipe.to(dtype=dtype)
-    return cls.from_pretrained(args.model, torch_dtype=dtype).to(settings["device"])
+    try:
+        pipe = cls.from_pretrained(args.model, **{dtype_keyword(cls): dtype})
+    except (OSError, ValueError) as error:  # diffusers: neither a pipeline folder nor a reachable Hub id
+        _fail(parser, f"--model {args.model}: {str(error).splitlines()[0]}")
+    return pipe.to(settings["device"])
 
 
 def riflex_k(transformer, train_latent_frames: int) -> int:
@@ -198,9 +203,12 @@ def run(argv=None) -> int:
 
     from . import load_camera_adapter
 
-    pipe = _pipeline(args, settings)
+    pipe = _pipeline(args, parser, settings)
     if args.adapter:
-        adapter = load_camera_adapter(pipe, args.adapter)
+        try:
+            adapter = load_camera_adapter(pipe, args.adapter)
+        except (OSError, ValueError) as error:  # not a saved adapter folder / Hub id, or a bad config in it
+            _fail(parser, f"--adapter {args.adapter}: {str(error).splitlines()[0]}")
         print(f"camera adapter: {adapter.config.kind} from {args.adapter}")
     else:
         print("camera adapter: none (pass --adapter): the camera is plotted but does not steer the video")

@@ -52,7 +52,9 @@ def test_image_to_video_with_an_adapter_and_riflex(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("bad,message", [(["--frames", "10"], "4k + 1"), (["--height", "40"], "multiple of 16"),
-                                         (["--camera", "nowhere.txt"], "--camera nowhere.txt")])
+                                         (["--camera", "nowhere.txt"], "--camera nowhere.txt"),
+                                         (["--adapter", "/nonexistent/adapter"], "--adapter /nonexistent/adapter"),
+                                         (["--model", "/nonexistent/wan"], "--model /nonexistent/wan")])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, bad, message):
     with pytest.raises(SystemExit) as error:
         main(["generate", "video", "--out", str(tmp_path / "x"), *SMALL, *bad])
