@@ -122,7 +122,7 @@ class VisionYaRN:
         if self.threshold_scale == 0:  # every pair turns "more than 0 times": the plain ladder
             return plain, float(magnitude)
         interpolated = plain / self.factor
-        ntk = rope_inv_freq(dim, theta * self.factor ** (dim / (dim - 2)))
+        ntk, _ = NTKAware(self.factor).frequencies(dim, theta)
         scale = self.threshold_scale
         low_part = correction_ramp(dim, theta, self.original_length, self.beta[0] * scale, self.beta[1] * scale,
                                    clamp_low_end=True)
