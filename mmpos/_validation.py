@@ -1,9 +1,19 @@
 """Argument checks shared by every module: each error names the argument and what was expected."""
 from __future__ import annotations
 
+import math
 from typing import Iterable, Sequence
 
 import torch
+
+
+def check_finite_number(name: str, value, positive: bool = False) -> float:
+    """``value`` as a float: a finite real number (not a bool), and ``> 0`` when ``positive``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return float(value)
 
 
 def check_choice(name: str, value, choices: Iterable) -> None:

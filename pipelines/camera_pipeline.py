@@ -14,12 +14,12 @@ size; the adapter's processors are removed after the call, also when it raises.
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Optional
 
 import torch
 from diffusers import WanImageToVideoPipeline, WanPipeline
 
+from mmpos._validation import check_finite_number
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning, placed_like
 from mmpos.integrations.diffusers.video_cameras import video_cameras
 
@@ -54,8 +54,7 @@ class _CameraControl:
         if self.camera_adapter is None:
             raise ValueError("camera was given but the pipeline has no camera adapter; call "
                              "load_camera_adapter(pipe, path) or set pipe.camera_adapter first")
-        if not isinstance(camera_scale, (int, float)) or not math.isfinite(camera_scale):
-            raise ValueError(f"camera_scale must be a finite number, got {camera_scale!r}")
+        check_finite_number("camera_scale", camera_scale)
         self.camera_adapter = placed_like(self.camera_adapter, self.transformer)  # follows pipe.to(...)
         cameras = self._video_cameras(camera, args, kwargs)
         with camera_conditioning(self.transformer, self.camera_adapter, cameras, camera_scale):

@@ -12,21 +12,11 @@ Conventions (one for the whole package):
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .._validation import check_float_coords
 
 NEWTON_STEPS = 12  # Newton iterations of the distortion inverses (quadratic convergence: ample in fp64)
-
-
-def check_finite_number(name: str, value, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if positive and value <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return float(value)
 
 
 def check_last_dim(name: str, tensor: torch.Tensor, size: int) -> None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import NEWTON_STEPS, check_finite_number, optical_axis, safe_normalize
+from .._validation import check_finite_number
+from .base import NEWTON_STEPS, optical_axis, safe_normalize
 from .intrinsics import IntrinsicsCamera
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from .._validation import check_float_coords
-from .base import CameraModel, check_finite_number
+from .._validation import check_finite_number
+from .base import CameraModel
 
 
 @dataclass(frozen=True)

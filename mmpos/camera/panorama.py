@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import CameraModel, check_finite_number
+from .._validation import check_finite_number
+from .base import CameraModel
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ from a :class:`DiffusionStep` the caller sets (``set_pe``'s pre-forward hook doe
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .._validation import check_choice, per_axis
+from .._validation import check_choice, check_finite_number, per_axis
 from ..ops.tables import KeyedCache
 from .allocation import RotarySpectrum
 from .extrapolation import (NoExtrapolation, NTKAware, PositionInterpolation, VisionYaRN, YaRN, make_policy,
@@ -72,21 +71,18 @@ class ExtrapolationSchedule:
 
     def __post_init__(self):
         check_choice("method", self.method, METHODS)
-        if not (isinstance(self.original_length, (int, float)) and self.original_length > 0):
-            raise ValueError(f"original_length must be a positive number of tokens, got {self.original_length!r}")
+        check_finite_number("original_length", self.original_length, positive=True)
         if self.dynamic and self.method not in DYNAMIC_METHODS:
             raise ValueError(f"dynamic=True needs method in {DYNAMIC_METHODS}, got {self.method!r}")
         if self.lambda_s is None:
             object.__setattr__(self, "lambda_s", DEFAULT_LAMBDA_S.get(self.method, 1.0))
         for name in ("lambda_s", "lambda_t", "start_sigma"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+            check_finite_number(name, getattr(self, name), positive=True)
 
     def kappa(self, sigma: float) -> float:
         """DyPE's strength at noise level ``sigma`` (``lambda_s`` above ``start_sigma``, 0 at ``sigma = 0``)."""
-        if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma >= 0):
-            raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+        if check_finite_number("sigma", sigma) < 0:
+            raise ValueError(f"sigma must be >= 0, got {sigma!r}")
         t = min(sigma / self.start_sigma, 1.0)
         return self.lambda_s * t ** self.lambda_t
 
