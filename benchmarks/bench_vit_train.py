@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     medians = {name: statistics.median(t) for name, t in times.items()}
     clock = "wall" if device.type == "cuda" else "CPU (process) time"
     print(f"\nbatch {args.batch_size}, {args.rounds} rounds, {args.device} {args.dtype}, median {clock}:")
-    print(f"| model | ms / step | images/s | throughput vs timm rope_mixed | step time vs mmpos nope |")
+    print("| model | ms / step | images/s | throughput vs timm rope_mixed | step time vs mmpos nope |")
     print("|---|---|---|---|---|")
     rows = {}
     for name, seconds in medians.items():

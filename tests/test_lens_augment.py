@@ -88,7 +88,6 @@ def test_a_training_sample_hands_the_adapter_the_warped_frames_rays(tmp_path):
     video, camera, _ = load_sample(read_clip(clip), frames, (HEIGHT, WIDTH), lens=lens)
     assert isinstance(camera, CameraPath) and camera.models[0] == lens_camera(SOURCE, lens)
     cameras = video_cameras(camera, (frames, HEIGHT // 16, WIDTH // 16), (HEIGHT, WIDTH), dtype=torch.float64)
-    rows, cols = HEIGHT // 16, WIDTH // 16
     warped = (video[:, 0].permute(1, 2, 0).double() + 1) * 127.5  # frame 0, [H, W, 3]
     # a patch centre (u, v) = (16 c + 8, 16 r + 8) is the corner of four pixels: their mean is the bilinear value
     at_patches = sum(warped[7 + dr::16, 7 + dc::16] for dr in (0, 1) for dc in (0, 1)).reshape(-1, 3) / 4
