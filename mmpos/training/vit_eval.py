@@ -22,7 +22,7 @@ from timm.utils import accuracy
 
 from .vit_config import ConfigError
 from .vit_data import eval_loader, eval_transform, make_dataset
-from .vit_model import build_vit, load_weights, patch_size_of
+from .vit_model import build_vit, load_weights, patch_size_of, plain_model
 
 EXTRAPOLATIONS = ("none", "pi", "ntk", "yarn")
 COORDINATE_PES = ("rope_axial", "rope_mixed", "comrope_ld", "comrope_ap", "harope", "ape_sincos", "liere")
@@ -81,8 +81,7 @@ def evaluate_resolutions(config: dict, model, accelerator, sizes, aspects=(1.0,)
     bad = [k for k in extrapolations if k not in EXTRAPOLATIONS]
     if bad:
         raise ConfigError(f"eval_extrapolation: unknown {bad}; expected some of {list(EXTRAPOLATIONS)}")
-    model = accelerator.unwrap_model(model)
-    model = getattr(model, "_orig_mod", model)
+    model = plain_model(accelerator, model)
     state_dict = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     num_classes = num_classes or model.num_classes
     patch = patch_size_of(model)

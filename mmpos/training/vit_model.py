@@ -102,7 +102,9 @@ def count_parameters(model: nn.Module) -> dict:
     return {"total": total, "trainable": trainable}
 
 
-def unwrap_compiled(model: nn.Module) -> nn.Module:
+def plain_model(accelerator, model) -> nn.Module:
+    """The module itself: without DDP, mixed-precision or ``torch.compile`` wrappers."""
+    model = accelerator.unwrap_model(model)
     return getattr(model, "_orig_mod", model)
 
 

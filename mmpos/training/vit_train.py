@@ -28,7 +28,7 @@ from .checkpoints import latest_checkpoint, prepare_run_folder, save_checkpoint
 from .vit_config import eval_sizes
 from .vit_data import SeededSamples, make_dataset, make_mixup, num_classes_of, train_loader, train_transform
 from .vit_eval import evaluate_resolutions, plot_results, save_results
-from .vit_model import build_vit, count_parameters
+from .vit_model import build_vit, count_parameters, plain_model
 
 SEED_STRIDE = 1_000_003
 
@@ -76,12 +76,6 @@ def _optimizer_and_scheduler(config: dict, model):
                                        warmup_epochs=config["warmup_steps"], warmup_lr=config["warmup_lr"],
                                        min_lr=config["min_lr"], step_on_epochs=False, updates_per_epoch=1)
     return optimizer, scheduler
-
-
-def plain_model(accelerator, model) -> torch.nn.Module:
-    """The module itself: without DDP, mixed-precision or ``torch.compile`` wrappers."""
-    model = accelerator.unwrap_model(model)
-    return getattr(model, "_orig_mod", model)
 
 
 class CsvLog:
