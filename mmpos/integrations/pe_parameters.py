@@ -50,12 +50,12 @@ def train_only_pe(model: nn.Module, also: Iterable[str] = ()) -> list[nn.Paramet
         raise ValueError(f"{type(model).__name__}: its encodings have no parameters to train (a learned encoding "
                          "such as rope_mixed, comrope_ld, harope or ape_learned has)")
     names += _named_by(model, also)
-    return [model.get_parameter(name) for name in _freeze_all_but(model, set(names))]
+    return [model.get_parameter(name) for name in freeze_all_but(model, set(names))]
 
 
 def freeze_all_but_pe(model: nn.Module) -> list[str]:
     """Make only the encodings' parameters trainable; returns their names, sorted (nothing to train is no error)."""
-    return sorted(_freeze_all_but(model, {name for name, _ in named_pe_parameters(model)}))
+    return sorted(freeze_all_but(model, {name for name, _ in named_pe_parameters(model)}))
 
 
 def _named_by(model: nn.Module, patterns: Iterable[str]) -> list[str]:
@@ -70,7 +70,7 @@ def _named_by(model: nn.Module, patterns: Iterable[str]) -> list[str]:
     return names
 
 
-def _freeze_all_but(model: nn.Module, trainable: set[str]) -> list[str]:
+def freeze_all_but(model: nn.Module, trainable: set[str]) -> list[str]:
     """Set ``requires_grad`` to ``name in trainable`` for every parameter; returns the trainable names in order."""
     kept = []
     for name, param in model.named_parameters():

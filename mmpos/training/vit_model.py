@@ -17,7 +17,7 @@ from torch import nn
 
 import mmpos.integrations.timm as mmpos_timm
 from mmpos.encodings.registry import pe_class
-from mmpos.integrations.pe_parameters import named_pe_parameters
+from mmpos.integrations.pe_parameters import freeze_all_but, named_pe_parameters
 
 from .open_clip_model import PREFIX as OPEN_CLIP_PREFIX
 from .open_clip_model import build_open_clip
@@ -76,15 +76,14 @@ def freeze_except(model: nn.Module, groups) -> list[str]:
     if bad:
         raise ConfigError(f"train_only: unknown group(s) {bad}; expected a subset of {list(TRAINABLE_GROUPS)}")
     pe_names = {name for name, _ in named_pe_parameters(model)}
-    trainable = []
-    for name, param in model.named_parameters():
-        keep = (("pe" in names and (name in pe_names or name in ("pos_embed", "visual.positional_embedding")))
+
+    def kept(name: str) -> bool:
+        return (("pe" in names and (name in pe_names or name in ("pos_embed", "visual.positional_embedding")))
                 or ("head" in names and name.startswith(("head.", "fc_norm.")))
                 or ("norm" in names and name.startswith(("norm.", "fc_norm.", "visual.ln_post.")))
                 or ("cls" in names and name in ("cls_token", "reg_token", "visual.class_embedding")))
-        param.requires_grad_(keep)
-        if keep:
-            trainable.append(name)
+
+    trainable = freeze_all_but(model, {name for name, _ in model.named_parameters() if kept(name)})
     if not trainable:
         raise ConfigError(f"train_only={groups!r} leaves no trainable parameter in {type(model).__name__}")
     return trainable
