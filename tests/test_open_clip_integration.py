@@ -91,6 +91,8 @@ def test_rejects_wrong_input():
     convert(model.visual, pe="rope_axial")
     with pytest.raises(ValueError, match="already converted"):
         convert(model.visual, pe="rope_mixed")
+    with pytest.raises(ValueError, match="perturbation / offset_std"):  # as timm.convert and the DiT refuse it
+        convert(tiny_clip().visual, pe="comrope_ld", perturbation=0.5, grid_size=(4, 4))
 
 
 @pytest.mark.parametrize("pe", ("rope_mixed", "comrope_ld", "harope"))

@@ -30,7 +30,8 @@ from open_clip.transformer import VisionTransformer, _expand_token
 from torch import nn
 
 from ..coords.grids import image_grid
-from ..encodings import create_pe, pe_class, pe_options
+from ..encodings import create_pe, pe_class
+from ..encodings.per_block import check_model_coordinates, create_block_pes, fitting_options
 
 ABS_POS = ("remove", "keep")
 
@@ -102,11 +103,6 @@ def _absolute_embedding(ape, grid, coords):
     return ape.embed(coords)
 
 
-def _facts(pe: str, facts: dict, options: dict) -> dict:
-    valid = pe_options(pe)
-    return {**{k: v for k, v in facts.items() if k in valid}, **options}
-
-
 def convert(visual: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove", share_pe: bool | None = None,
             **options) -> nn.Module:
     """Switch an open_clip ``VisionTransformer`` (``model.visual``) to the encoding ``pe``; returns it.
@@ -135,7 +131,7 @@ def convert(visual: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove
         _install_rotary(visual, pe, share_pe, options)
     elif kind == "absolute":
         facts = dict(embed_dim=visual.conv1.out_channels, num_axes=2, grid_size=tuple(visual.grid_size))
-        visual.mmpos_ape = create_pe(pe, **_facts(pe, facts, options))
+        visual.mmpos_ape = create_pe(pe, **fitting_options(pe, facts, options))
     elif options:
         raise TypeError(f"encoding {pe!r} takes no options, got {sorted(options)}")
     if abs_pos == "remove":
@@ -147,22 +143,16 @@ def convert(visual: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove
 
 def _install_rotary(visual, pe, share_pe, options):
     blocks = list(visual.transformer.resblocks)
-    attn = blocks[0].attn
-    facts = dict(head_dim=attn.embed_dim // attn.num_heads, num_heads=attn.num_heads, num_axes=2)
-    first = create_pe(pe, **_facts(pe, facts, options))
-    share = share_pe if share_pe is not None else not any(True for _ in first.parameters())
     for index, block in enumerate(blocks):
         if type(block.attn) is not nn.MultiheadAttention or not block.attn._qkv_same_embed_dim:
             raise TypeError(f"resblocks[{index}].attn is a {type(block.attn).__name__}; expected nn.MultiheadAttention "
                             f"with one in_proj")
-    for index, block in enumerate(blocks):
-        if share or index == 0:
-            block_pe = first
-        else:
-            block_options = dict(options)
-            if block_options.get("seed") is not None:
-                block_options["seed"] += index
-            block_pe = create_pe(pe, **_facts(pe, facts, block_options))
+    attn = blocks[0].attn
+    facts = dict(head_dim=attn.embed_dim // attn.num_heads, num_heads=attn.num_heads, num_axes=2)
+    where = "the open_clip tower"
+    encodings = create_block_pes(pe, len(blocks), facts, options, share=share_pe, where=where)
+    check_model_coordinates(encodings[0], where)  # the tower passes its patches' coordinates
+    for block, block_pe in zip(blocks, encodings):
         block.attn.__class__ = PositionalMultiheadAttention
         block.attn.pe = block_pe
         block.attn.mmpos_positions = visual.mmpos_positions
