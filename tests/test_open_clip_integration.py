@@ -8,7 +8,7 @@ from open_clip.model import CLIP
 from torch import nn
 
 import mmpos.integrations.timm as mmpos_timm
-from mmpos.integrations.open_clip import PositionalMultiheadAttention, convert
+from mmpos.integrations.open_clip import PositionalMultiheadAttention, _Positions, convert
 
 TOWER_PES = ("rope_axial", "rope_mixed", "comrope_ld", "harope", "ape_learned", "ape_sincos", "nope")
 
@@ -21,7 +21,12 @@ def tiny_clip(seed: int = 0) -> CLIP:
 
 
 class IdentityPE(nn.Module):
-    def forward(self, q, k, coords):
+    """Leaves q and k unchanged, through the two methods converted attention calls."""
+
+    def table(self, coords, dtype, device):
+        return None
+
+    def rotate_qk(self, q, k, table):
         return q, k
 
 
@@ -32,7 +37,8 @@ def test_attention_rewrite_matches_torch_multihead_attention_fp64():
     converted.load_state_dict(reference.state_dict())
     converted.__class__ = PositionalMultiheadAttention
     converted.pe = IdentityPE()
-    converted.mmpos_positions = lambda: torch.zeros(9, 2)
+    converted.mmpos_positions = _Positions()
+    converted.mmpos_positions.start(torch.zeros(9, 2), torch.float64)
     x = torch.randn(2, 10, 64, dtype=torch.float64)
     expected = reference(x, x, x, need_weights=False)[0]
     assert torch.allclose(converted(x, x, x)[0], expected, atol=1e-12, rtol=0)
@@ -42,9 +48,12 @@ def test_rotary_encoding_sees_patch_tokens_only():
     """The class token is not encoded: its row of q and k reaches attention unchanged."""
     seen = {}
 
-    class Recording(nn.Module):
-        def forward(self, q, k, coords):
-            seen.update(tokens=q.shape[2], coords=coords.clone())
+    class Recording(IdentityPE):
+        def table(self, coords, dtype, device):
+            seen.update(coords=coords.clone())
+
+        def rotate_qk(self, q, k, table):
+            seen.update(tokens=q.shape[2])
             return q, k
 
     model = tiny_clip()
@@ -106,3 +115,15 @@ def test_converted_eva_forward_backward(pe):
     grads = [p.grad for p in mmpos_timm.pe_parameters(model)]
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
     assert model(torch.randn(1, 3, 84, 70)).shape == (1, 3)
+
+
+@pytest.mark.parametrize("pe,tables", [("rope_axial", 1), ("rope_mixed", 2)])
+def test_tables_are_built_once_per_forward_and_match_per_layer_tables(pe, tables):
+    model = tiny_clip()
+    convert(model.visual, pe=pe)
+    x = torch.randn(2, 3, 48, 32)
+    with torch.no_grad():
+        once = model.encode_image(x)
+        assert len(model.visual.mmpos_positions.tables) == tables  # shared: one; per block (2 layers): two
+        model.visual.mmpos_positions.encodings = []  # no forward tables: each layer builds its own
+        assert torch.equal(model.encode_image(x), once)

@@ -32,6 +32,7 @@ from torch import nn
 from ..coords.grids import image_grid
 from ..encodings import create_pe, pe_class
 from ..encodings.per_block import check_model_coordinates, create_block_pes, fitting_options
+from ..ops.forward_tables import ForwardTables, run_dtype
 
 ABS_POS = ("remove", "keep")
 
@@ -51,9 +52,9 @@ class PositionalMultiheadAttention(nn.MultiheadAttention):
         heads, head_dim = self.num_heads, width // self.num_heads
         qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)
         q, k, v = qkv.view(batch, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, N, D]
-        coords = self.mmpos_positions()
-        prefix = tokens - coords.shape[0]
-        q_patch, k_patch = self.pe(q[:, :, prefix:], k[:, :, prefix:], coords)
+        positions = self.mmpos_positions
+        prefix = tokens - positions().shape[0]
+        q_patch, k_patch = self.pe.rotate_qk(q[:, :, prefix:], k[:, :, prefix:], positions.table(self.pe, q))
         q = torch.cat([q[:, :, :prefix], q_patch.to(q.dtype)], dim=2)
         k = torch.cat([k[:, :, :prefix], k_patch.to(k.dtype)], dim=2)
         if attn_mask is not None and attn_mask.dtype != torch.bool:
@@ -65,12 +66,24 @@ class PositionalMultiheadAttention(nn.MultiheadAttention):
 
 
 class _Positions:
-    """The tower's patch coordinates, set by its embedding step each forward (one tensor for all blocks).
-    ``grid_scale`` multiplies the patch indices (1 / factor: position interpolation)."""
+    """The tower's patch coordinates and its blocks' tables, set by its embedding step each forward (checked and
+    built once for all blocks, as timm's Eva does). ``grid_scale`` multiplies the patch indices (1 / factor:
+    position interpolation); ``encodings``: the rotary encoding of every block."""
 
     def __init__(self):
         self.coords = None
+        self.tables: ForwardTables | None = None
         self.grid_scale = 1.0
+        self.encodings: list = []
+
+    def start(self, coords: torch.Tensor, dtype: torch.dtype) -> None:
+        """A new forward on patch coordinates ``coords`` ``[N, 2]``, q and k of ``dtype``."""
+        self.coords = coords
+        self.tables = ForwardTables(self.encodings, coords, dtype, coords.device) if self.encodings else None
+
+    def table(self, pe: nn.Module, q: torch.Tensor):
+        """``pe``'s table of this forward for ``q`` ``[B, H, N, D]``."""
+        return self.tables.get(pe, q) if self.tables is not None else pe.table(self(), q.dtype, q.device)
 
     def __call__(self) -> torch.Tensor:
         if self.coords is None:
@@ -83,7 +96,7 @@ def _embeds(self, x: torch.Tensor) -> torch.Tensor:
     x = self.conv1(x)  # [B, C, gh, gw]
     grid = tuple(x.shape[-2:])
     coords = image_grid(*grid, scale=self.mmpos_positions.grid_scale, device=x.device)  # [gh * gw, 2] (row, col)
-    self.mmpos_positions.coords = coords
+    self.mmpos_positions.start(coords, run_dtype(x))
     x = x.flatten(2).transpose(1, 2)
     if getattr(self, "mmpos_ape", None) is not None:
         x = x + _absolute_embedding(self.mmpos_ape, grid, coords).to(x.dtype)
@@ -152,6 +165,7 @@ def _install_rotary(visual, pe, share_pe, options):
     where = "the open_clip tower"
     encodings = create_block_pes(pe, len(blocks), facts, options, share=share_pe, where=where)
     check_model_coordinates(encodings[0], where)  # the tower passes its patches' coordinates
+    visual.mmpos_positions.encodings = encodings
     for block, block_pe in zip(blocks, encodings):
         block.attn.__class__ = PositionalMultiheadAttention
         block.attn.pe = block_pe
