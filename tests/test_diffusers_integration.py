@@ -11,13 +11,7 @@ from fixtures.tiny_models import tiny_flux, tiny_flux_inputs as flux_inputs, tin
 from fixtures.tiny_models import tiny_wan_inputs as wan_inputs
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one thread is ~30x faster than two on a shared, loaded CPU (no spin-waiting)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run(model, inputs):

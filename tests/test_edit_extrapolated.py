@@ -14,12 +14,7 @@ TRAINED_GRID = (2, 2)  # tokens: 32 px at 16 px per token
 SIZE = 64  # 2x
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _band_run(pipe, **extra):

@@ -16,12 +16,7 @@ SIGMAS = (1.0, 0.8, 0.5, 0.2, 0.05)
 FLUX_AXIS = dict(dim=56, theta=10000.0, original=64)  # FLUX.1: 56 channels per image axis, 1024 px = 64 tokens
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def ladder(dim, theta):
