@@ -6,6 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from mmpos._atomic import written_atomically
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -50,7 +52,6 @@ def apply_overrides(config: dict, overrides) -> dict:
 
 def save_config(config: dict, path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    with written_atomically(path) as temporary, open(temporary, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     return path

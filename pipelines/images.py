@@ -11,6 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mmpos._atomic import written_atomically
+
 
 def check_token_grid(name: str, height: int, width: int, token_pixels: int = 16) -> None:
     if height % token_pixels or width % token_pixels or height <= 0 or width <= 0:
@@ -121,6 +123,6 @@ def snap_to_grid(image: torch.Tensor, token_pixels: int = 16) -> tuple[torch.Ten
 
 def save_image(image: torch.Tensor, path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    to_pil(image).save(path)
+    with written_atomically(path) as temporary:  # same suffix: PIL picks the format by it
+        to_pil(image).save(temporary)
     return path

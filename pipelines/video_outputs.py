@@ -5,11 +5,12 @@ half-written file under the final name.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from mmpos._atomic import written_atomically
 
 
 def video_to_uint8(frames: torch.Tensor) -> np.ndarray:
@@ -19,27 +20,22 @@ def video_to_uint8(frames: torch.Tensor) -> np.ndarray:
     return (frames.float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
 
 
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.stem}.partial{path.suffix}")  # same suffix: OpenCV picks the container by it
-
-
 def write_mp4(frames: torch.Tensor, path, fps: int = 16) -> Path:
     """Write ``frames [F, 3, H, W]`` as an mp4 (``mp4v``) at ``fps``."""
     import cv2
 
-    path = Path(path)
     rgb = video_to_uint8(frames)
-    temporary = _temporary(path)
-    writer = cv2.VideoWriter(str(temporary), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (rgb.shape[2], rgb.shape[1]))
-    if not writer.isOpened():
-        raise RuntimeError(f"OpenCV could not open a video writer for {temporary} (mp4v codec missing?)")
-    try:
-        for frame in rgb:
-            writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
-    finally:
-        writer.release()
-    os.replace(temporary, path)
-    return path
+    with written_atomically(path) as temporary:  # same suffix: OpenCV picks the container by it
+        writer = cv2.VideoWriter(str(temporary), cv2.VideoWriter_fourcc(*"mp4v"), float(fps),
+                                 (rgb.shape[2], rgb.shape[1]))
+        if not writer.isOpened():
+            raise RuntimeError(f"OpenCV could not open a video writer for {temporary} (mp4v codec missing?)")
+        try:
+            for frame in rgb:
+                writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+        finally:
+            writer.release()
+    return Path(path)
 
 
 def frame_grid(frames: torch.Tensor, count: int = 8, columns: int = 4) -> np.ndarray:
@@ -59,11 +55,9 @@ def frame_grid(frames: torch.Tensor, count: int = 8, columns: int = 4) -> np.nda
 def write_png(array: np.ndarray, path) -> Path:
     from PIL import Image
 
-    path = Path(path)
-    temporary = _temporary(path)
-    Image.fromarray(array).save(temporary, format="PNG")
-    os.replace(temporary, path)
-    return path
+    with written_atomically(path) as temporary:
+        Image.fromarray(array).save(temporary, format="PNG")
+    return Path(path)
 
 
 def write_rig_plot(trajectory, path, title: str) -> Path:

@@ -19,3 +19,18 @@ def test_a_failed_save_keeps_the_previous_file(tmp_path):
         save_figure(pyplot().figure(), path)
     assert path.read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["plot.nosuchformat"]
+
+
+def test_written_atomically_renames_on_success_and_cleans_up_on_error(tmp_path):
+    from mmpos._atomic import written_atomically
+
+    path = tmp_path / "sub" / "config.yaml"
+    with written_atomically(path) as temporary:
+        temporary.write_text("a: 1\n")
+        assert not path.exists()  # nothing under the final name while writing
+    assert path.read_text() == "a: 1\n"
+    with pytest.raises(RuntimeError):
+        with written_atomically(path) as temporary:
+            temporary.write_text("half")
+            raise RuntimeError("crash")
+    assert path.read_text() == "a: 1\n" and [p.name for p in path.parent.iterdir()] == ["config.yaml"]

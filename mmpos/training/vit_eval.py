@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from timm.utils import accuracy
 
+from .._atomic import written_atomically
 from .vit_config import ConfigError
 from .vit_data import eval_loader, eval_transform, make_dataset
 from .vit_model import build_vit, load_weights, patch_size_of, plain_model
@@ -130,7 +131,6 @@ def plot_results(results: dict[str, list[dict]], path, title: str = "accuracy vs
 
 def save_results(rows: list[dict], path) -> Path:
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(rows, indent=1))
-    tmp.replace(path)
+    with written_atomically(path) as temporary:
+        temporary.write_text(json.dumps(rows, indent=1))
     return path

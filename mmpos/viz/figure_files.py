@@ -2,8 +2,9 @@
 leaves a half-written image under the name the user asked for)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .._atomic import written_atomically
 
 
 def pyplot():
@@ -19,14 +20,9 @@ def pyplot():
 def save_figure(fig, path, dpi: int = 100) -> Path:
     """Write ``fig`` to ``path`` (format from its suffix, PNG without one; parent folders made) and close it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.partial{path.suffix}")
     try:
-        fig.savefig(temporary, dpi=dpi, format=path.suffix.lstrip(".") or "png")
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+        with written_atomically(path) as temporary:
+            fig.savefig(temporary, dpi=dpi, format=path.suffix.lstrip(".") or "png")
     finally:
         pyplot().close(fig)
-    os.replace(temporary, path)
     return path
