@@ -19,8 +19,11 @@ def load_config(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config {path} does not exist")
-    with open(path) as f:
-        config = yaml.safe_load(f) or {}
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"config {path} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(config, dict):
         raise ValueError(f"config {path} must be a mapping at the top level")
     return config
@@ -46,7 +49,11 @@ def apply_overrides(config: dict, overrides) -> dict:
         if parts[-1] not in node and not add:
             raise KeyError(f"override {item!r}: unknown key {parts[-1]!r}; known: {sorted(node)} (use key+=value "
                            "to add one)")
-        node[parts[-1]] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        if isinstance(node.get(parts[-1]), dict) and not isinstance(parsed, dict):
+            raise ValueError(f"override {item!r}: {parts[-1]!r} is a section of the config; set its keys "
+                             f"({parts[-1]}.KEY=VALUE) or give a mapping")
+        node[parts[-1]] = parsed
     return config
 
 

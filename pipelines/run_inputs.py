@@ -5,20 +5,27 @@ Imports of torch/diffusers happen inside the functions, so importing this module
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
 def resolve_config(args) -> dict:
-    """The command's YAML config with the command line's overrides applied (cuda falls back to cpu, saying so)."""
+    """The command's YAML config with the command line's overrides applied (cuda falls back to cpu, saying so).
+    A missing or malformed ``--config`` or a bad ``--set`` ends the command: one line, exit code 2."""
     from .config import apply_overrides, default_config_path, load_config
 
-    config = load_config(args.config or default_config_path(args.config_name))
-    for key in ("model", "device", "dtype"):
-        if getattr(args, key, None):
-            config[key] = getattr(args, key)
-    if getattr(args, "prompt_text", None):
-        config["prompt"] = args.prompt_text
-    config = apply_overrides(config, args.set)
+    try:
+        config = load_config(args.config or default_config_path(args.config_name))
+        for key in ("model", "device", "dtype"):
+            if getattr(args, key, None):
+                config[key] = getattr(args, key)
+        if getattr(args, "prompt_text", None):
+            config["prompt"] = args.prompt_text
+        config = apply_overrides(config, args.set)
+    except (FileNotFoundError, KeyError, ValueError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error  # KeyError quotes str()
+        print(f"mmpos {args.command}: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
     if config.get("device") == "cuda":
         import torch
 

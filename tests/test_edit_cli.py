@@ -72,7 +72,7 @@ def test_edit_transplant_cli_resizes_off_grid_inputs(saved, tmp_path, capsys):
     assert (out / "diagnostic.png").is_file() and (out / "comparison.png").is_file()
 
 
-def test_edit_loose_and_generate_cli(saved, tmp_path):
+def test_edit_loose_and_generate_cli(saved, tmp_path, capsys):
     root, paths = saved
     out = tmp_path / "loose"
     assert main(["edit", "loose", "--model", str(paths["kontext"]), "--image", str(root / "bg.png"),
@@ -83,8 +83,10 @@ def test_edit_loose_and_generate_cli(saved, tmp_path):
     assert main(["generate", "--model", str(paths["flux"]), "--prompt-embeds", str(root / "embeds1.safetensors"),
                  "--out", str(gen), "--set", "sampler.height=32", "--set", "sampler.width=32", *COMMON]) == 0
     assert Image.open(gen / "image_0.png").size == (32, 32)
-    with pytest.raises(KeyError, match="unknown key"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as error:  # a user error: one line, exit code 2
         main(["generate", "--model", str(paths["flux"]), "--set", "sampler.steps=3", *COMMON])
+    assert error.value.code == 2 and "unknown key 'steps'" in capsys.readouterr().err
 
 
 def test_edit_band_kontext_variant_cli(saved, tmp_path):
@@ -95,3 +97,20 @@ def test_edit_band_kontext_variant_cli(saved, tmp_path):
                  "--set", "figure.sweep=[]", *COMMON]) == 0
     assert Image.open(out / "edited_0.png").size == (48, 32)  # the context image's size, not sampler's 1024
     assert (out / "diagnostic.png").is_file()
+
+
+@pytest.mark.parametrize("command,bad,message", [
+    ("generate", ["--config", "/nonexistent/generate.yaml"], "config /nonexistent/generate.yaml does not exist"),
+    ("generate", ["--set", "sampler=3"], "'sampler' is a section"),
+    ("edit band", ["--set", "band.nosuch=1"], "unknown key 'nosuch'"),
+    ("generate", ["--config", "BAD_YAML"], "is not valid YAML"),
+])
+def test_config_errors_are_one_line_with_exit_2(tmp_path, capsys, command, bad, message):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("a: [1\n")
+    bad = [str(bad_yaml) if arg == "BAD_YAML" else arg for arg in bad]
+    with pytest.raises(SystemExit) as error:
+        main([*command.split(), "--out", str(tmp_path / "out"), *bad])
+    err = capsys.readouterr().err
+    assert error.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
