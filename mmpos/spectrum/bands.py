@@ -55,10 +55,7 @@ def band_scale_per_pair(axis_of_pair: torch.Tensor, s_hf: float, s_lf: float, be
 def band_pair_scales(axes_dims: Sequence[int], s_hf: float, s_lf: float, beta: float = 2.0,
                      spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> torch.Tensor:
     """:func:`band_scale_per_pair` for the chunked layout of ``axes_dims`` (diffusers' Flux): ``[sum / 2]`` float64."""
-    axes_dims = as_int_tuple("axes_dims", axes_dims)
-    if not set(as_int_tuple("spatial_axes", spatial_axes)) <= set(range(len(axes_dims))):
-        raise ValueError(f"spatial_axes={sorted(spatial_axes)} must index axes_dims={axes_dims}")
-    axis_of_pair = chunked_spectrum(axes_dims).axis_of_pair
+    axis_of_pair = chunked_spectrum(as_int_tuple("axes_dims", axes_dims)).axis_of_pair
     return band_scale_per_pair(axis_of_pair, s_hf, s_lf, beta, spatial_axes, axis0_mode)
 
 
