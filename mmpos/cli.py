@@ -17,7 +17,8 @@ def _demo(args) -> int:
         written = run_demo(args.out, args.size, world=not args.no_world, steps=args.steps, checkpoint=args.checkpoint,
                            source=source, count=args.count)
     except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"mmpos demo: error: {error}") from None
+        print(f"mmpos demo: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None  # a user error: exit code 2, as argparse's
     print(f"wrote {len(written)} figures to {Path(args.out).resolve()}:")
     for path in written:
         print(f"  {path}")

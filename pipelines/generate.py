@@ -50,6 +50,11 @@ def _generate_pipeline(args, config):
     if config["model"] == "world":
         from mmpos.world.models import conditioning, load_world_pipeline
 
+        if args.prompt_embeds:
+            print("mmpos generate: error: --prompt-embeds is for FLUX.1 / Qwen-Image pipelines; the world model "
+                  "encodes --prompt itself", file=sys.stderr)
+            raise SystemExit(2)
+
         from .loading import DTYPES
 
         pipe = load_world_pipeline("t2i", device=config["device"], dtype=DTYPES[config["dtype"]])

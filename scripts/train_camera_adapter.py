@@ -116,12 +116,13 @@ def batch_for(args, clips, pipe, adapter, device, generator):
 def train(argv=None) -> dict:
     from accelerate import Accelerator
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     resume_from = latest_checkpoint(out)
     if resume_from is not None and not args.resume:
-        raise SystemExit(f"train_camera_adapter: error: {out} has checkpoints; pass --resume or another --out")
+        parser.exit(2, f"{parser.prog}: error: {out} has checkpoints; pass --resume or another --out\n")
     accelerator = Accelerator(mixed_precision="bf16" if args.bf16 else "no")
     device = accelerator.device
     frozen_dtype = torch.bfloat16 if args.bf16 else torch.float32

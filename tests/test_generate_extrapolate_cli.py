@@ -52,6 +52,14 @@ def test_unnamed_outputs_never_overwrite_an_earlier_run(saved, tmp_path, monkeyp
     assert fresh_folder(tmp_path / "outputs/generate") == tmp_path / "outputs/generate-3"
 
 
+def test_prompt_embeds_with_the_world_model_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--model", "world", "--prompt-embeds", str(tmp_path / "embeds.pt"), "--out",
+              str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and "--prompt-embeds is for FLUX.1 / Qwen-Image" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_bad_preset_is_one_line_and_exit_code_2(saved, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["generate", *saved, *COMMON, "--extrapolate", "dyp"])

@@ -50,9 +50,10 @@ def test_world_demo_end_to_end(tiny_world, tmp_path):
     assert rows == 1 + len(METHODS)  # ground truth, then a row per method
 
 
-def test_demo_cli_with_missing_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(SystemExit, match="no VAE checkpoint at"):
+def test_demo_cli_with_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--out", str(tmp_path), "--size", "5", "--checkpoint", str(tmp_path / "none")])
+    assert exit_info.value.code == 2 and "mmpos demo: error: no VAE checkpoint at" in capsys.readouterr().err
 
 
 def test_eval_editing_script_scores_ground_truth_perfectly(tiny_world, tmp_path):
@@ -100,7 +101,7 @@ def test_world_demo_runs_pretrained_pipelines_on_prompt_strings(pretrained_folde
     assert str(pretrained_folders / "fill") in report and "trained on mmpos.world" not in report
 
 
-def test_model_arguments_and_errors():
+def test_model_arguments_and_errors(capsys):
     from mmpos.world.sources import HUB_FLUX, parse_model_args
 
     assert parse_model_args(["flux"]) == HUB_FLUX
@@ -109,10 +110,12 @@ def test_model_arguments_and_errors():
         parse_model_args(["video=x"])
     with pytest.raises(ValueError, match="expected TASK=PATH_OR_HUB_ID"):
         parse_model_args(["t2i"])
-    with pytest.raises(SystemExit, match="expected TASK=PATH_OR_HUB_ID"):
-        main(["demo", "--out", "unused", "--size", "5", "--model", "fill"])
-    with pytest.raises(SystemExit, match="--image-size 500: expected a multiple of 16 pixels"):
-        main(["demo", "--out", "unused", "--size", "5", "--model", "flux", "--image-size", "500"])
+    for args, message in ((["--model", "fill"], "expected TASK=PATH_OR_HUB_ID"),
+                          (["--model", "flux", "--image-size", "500"], "--image-size 500: expected a multiple of 16 "
+                                                                        "pixels")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["demo", "--out", "unused", "--size", "5", *args])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_conditioning_follows_the_model():
