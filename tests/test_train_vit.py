@@ -91,6 +91,12 @@ def test_eval_vit_on_a_trained_run(data_dir, tmp_path, capsys):
     assert not (run / "eval_results.json").exists()  # eval_vit writes only --out
     with pytest.raises(SystemExit):  # and never over an existing file
         eval_main([str(run), "--out", str(out)])
+    other = out.with_name("other.json")
+    other.with_suffix(".png").write_text("someone's plot")
+    with pytest.raises(SystemExit) as exit_info:  # nor over the plot it would write beside --out
+        eval_main([str(run), "--out", str(other)])
+    assert exit_info.value.code == 2 and "other.png exists" in capsys.readouterr().err
+    assert other.with_suffix(".png").read_text() == "someone's plot" and not other.exists()
 
 
 def test_refuses_to_write_into_an_existing_run(data_dir, tmp_path, capsys):
@@ -104,6 +110,9 @@ def test_refuses_to_write_into_an_existing_run(data_dir, tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "--overwrite" in capsys.readouterr().err
     assert (run / "notes.txt").exists()
+    with pytest.raises(SystemExit) as exit_info:  # a file where the run folder should go
+        train_main(["--output-dir", str(run / "notes.txt"), "--set", f"data_dir={data_dir}"])
+    assert exit_info.value.code == 2 and "is a file" in capsys.readouterr().err
 
 
 def test_unknown_config_key_is_named(tmp_path):

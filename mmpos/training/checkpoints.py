@@ -22,6 +22,8 @@ def prepare_run_folder(run_dir: Path, resume: bool, overwrite: bool, accelerator
     """Refuse to write into an existing run without ``resume`` / ``overwrite``; ``overwrite`` empties it."""
     if resume and overwrite:
         raise RunExistsError("--resume and --overwrite exclude each other")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunExistsError(f"run folder {run_dir} is a file; choose another --output-dir")
     exists = run_dir.exists() and any(run_dir.iterdir())
     if exists and not (resume or overwrite):
         raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to "

@@ -92,8 +92,9 @@ def eval_main(argv=None, prog: str = "eval_vit.py") -> int:
     out = Path(args.out)
     all_rows = {}
     try:
-        if out.exists():
-            raise RunExistsError(f"--out {out} exists; choose a new file")
+        for path in (out, out.with_suffix(".png")):  # the JSON the user named and the plot written beside it
+            if path.exists():
+                raise RunExistsError(f"--out {out}: {path} exists; choose a new file")
         for run in args.runs:
             config = load_config(Path(run) / "config.yaml", args.overrides)
             config.update({k: v for k, v in (("eval_sizes", args.sizes), ("eval_scales", args.scales),
