@@ -86,12 +86,17 @@ def load_sample(clip: Clip, num_frames: int, size, zoom: float = 1.0, lens: dict
             cw, ch = w / zoom, h / zoom
             image = image.crop(((w - cw) / 2, (h - ch) / 2, (w + cw) / 2, (h + ch) / 2))
         images.append(np.asarray(image.resize((width, height), Image.BICUBIC), dtype=np.float32))
-    video = torch.from_numpy(np.stack(images)).permute(3, 0, 1, 2) / 127.5 - 1.0
+    video = _as_video(images)
     trajectory = clip.trajectory
     intrinsics = trajectory.intrinsics[picks].clone()
     intrinsics[:, :2] *= zoom
     intrinsics[:, 2:] = (intrinsics[:, 2:] - 0.5) * zoom + 0.5
     return video, Trajectory(trajectory.c2w[picks], intrinsics), clip.caption
+
+
+def _as_video(frames: list) -> torch.Tensor:
+    """``F`` float ``[H, W, 3]`` arrays in ``[0, 255]`` -> ``[3, F, H, W]`` in ``[-1, 1]``."""
+    return torch.from_numpy(np.stack(frames)).permute(3, 0, 1, 2) / 127.5 - 1.0
 
 
 def _load_with_lens(clip: Clip, num_frames: int, size, lens: dict):
@@ -109,5 +114,4 @@ def _load_with_lens(clip: Clip, num_frames: int, size, lens: dict):
         image = Image.open(clip.frames[i]).convert("RGB").resize((width, height), Image.BICUBIC)
         images.append(warp_to_camera(np.asarray(image, dtype=np.float32), source, fitted[source]))
         models.append(fitted[source])
-    video = torch.from_numpy(np.stack(images)).permute(3, 0, 1, 2) / 127.5 - 1.0
-    return video, CameraPath(clip.trajectory.c2w[picks], models), clip.caption
+    return _as_video(images), CameraPath(clip.trajectory.c2w[picks], models), clip.caption
