@@ -6,7 +6,6 @@ PE-parameter training is in :mod:`.pe_training`, backend names in :mod:`.backend
 from __future__ import annotations
 
 import inspect
-
 from dataclasses import dataclass
 
 import torch
@@ -226,8 +225,6 @@ def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes)
     probe = getattr(stock_position, "freqs_cos", None)
     native_dtype = probe.dtype if probe is not None else torch.float32
     return WanPositions(encodings, native, coord_axes, transformer.config.patch_size, native_dtype).to(device)
-
-
 
 
 def _check_qwen(encodings, stock_position) -> None:
