@@ -74,7 +74,9 @@ def _common(parser, config_name: str) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="overrides dtype")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override any config key, e.g. --set band.strength=0.5 (repeat)")
-    parser.add_argument("--out", default=None, help="output folder (default: outputs/<command>)")
+    parser.add_argument("--out", default=None, help="output folder (default: outputs/<command>, or the next free "
+                        "outputs/<command>-N); a named folder that holds files is refused unless --overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="write into a named --out that already holds files")
     parser.add_argument("--no-figures", action="store_true", help="skip the comparison and diagnostic figures")
 
 
@@ -84,13 +86,13 @@ def run_edit(args) -> int:
     from .config import save_config
     from .images import save_image
 
-    from .run_inputs import resolve_config
+    from .run_inputs import output_folder, resolve_config
 
     config = resolve_config(args)
     from .extrapolate import extrapolate_setting
 
     extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)
-    out = Path(args.out or f"outputs/edit_{args.method}")
+    out = output_folder(args, Path(f"outputs/edit_{args.method}"))
     out.mkdir(parents=True, exist_ok=True)
     from .edit_methods import run_band, run_loose, run_transplant
 

@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-from .run_inputs import prompt_kwargs, resolve_config, sampler_options, seeded_generator
+from .run_inputs import output_folder, prompt_kwargs, resolve_config, sampler_options, seeded_generator
 from .config import save_config
-from .extrapolate import extrapolate_setting, fresh_folder, install_extrapolation, parse_extrapolate
+from .extrapolate import extrapolate_setting, install_extrapolation, parse_extrapolate
 from .images import save_image
 
 
@@ -17,7 +17,7 @@ def run_generate(args) -> int:
         args.config_name = "generate_world"
     config = resolve_config(args)
     _generate_overrides(args, config)
-    out = Path(args.out) if args.out else fresh_folder(Path("outputs/generate"))
+    out = output_folder(args, Path("outputs/generate"))
     pipe, call = _generate_pipeline(args, config)
     setting = config.get("extrapolate", {})
     installed = install_extrapolation(pipe, parse_extrapolate(str(setting.get("preset", "none"))),

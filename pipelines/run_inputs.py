@@ -1,5 +1,5 @@
 """Inputs of the ``mmpos edit`` / ``mmpos generate`` runs: the resolved config, prompts or saved prompt
-embeddings, images and masks on the pipeline's token grid, seeded generators.
+embeddings, images and masks on the pipeline's token grid, seeded generators, the output folder.
 
 Imports of torch/diffusers happen inside the functions, so importing this module costs nothing.
 """
@@ -113,3 +113,21 @@ def seeded_generator(seed):
 def sampler_options(config) -> dict:
     """The config's ``sampler`` section as pipeline call arguments."""
     return dict(config.get("sampler", {}))
+
+
+def output_folder(args, default: Path) -> Path:
+    """Where a run writes: a named ``--out`` that holds files is refused (one line, exit 2) unless ``--overwrite``;
+    without ``--out``, ``default`` or the next free ``default-2``, ``default-3``, ... (never an earlier run)."""
+    from .extrapolate import fresh_folder
+
+    if not args.out:
+        return fresh_folder(default)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        message = f"--out {out} is a file; expected a folder"
+    elif out.is_dir() and any(out.iterdir()) and not getattr(args, "overwrite", False):
+        message = f"--out {out} already holds files; choose another folder or pass --overwrite"
+    else:
+        return out
+    print(f"mmpos {args.command}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)

@@ -57,6 +57,25 @@ def test_edit_band_cli(saved, tmp_path):
     assert "band" in (out / "config.yaml").read_text()
 
 
+def test_a_named_out_that_holds_files_is_refused_unless_overwrite(saved, tmp_path, capsys):
+    root, paths = saved
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.yaml").write_text("my own notes\n")
+    args = ["edit", "band", "--model", str(paths["flux"]), "--prompt-embeds", str(root / "embeds3.safetensors"),
+            "--out", str(out), "--set", "sampler.height=32", "--set", "sampler.width=48", "--no-figures", *COMMON]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert (out / "config.yaml").read_text() == "my own notes\n"  # untouched
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--out", str(out / "config.yaml"), "--model", str(paths["flux"]), *COMMON])
+    assert exit_info.value.code == 2 and "is a file" in capsys.readouterr().err
+    assert main(args + ["--overwrite"]) == 0
+    assert "band" in (out / "config.yaml").read_text()
+
+
 def test_edit_transplant_cli_resizes_off_grid_inputs(saved, tmp_path, capsys):
     root, paths = saved
     Image.open(root / "bg.png").resize((50, 34)).save(tmp_path / "bg.png")
