@@ -3,7 +3,7 @@
 # Usage: bash scripts/nvs_benchmark.sh [outputs/nvs] [steps]   (resumes unfinished runs; ~35 CPU minutes)
 set -euo pipefail
 OUT=${1:-outputs/nvs}
-STEPS=${2:-600}
+STEPS=${2:-450}
 PY=${PYTHON:-python}
 export OMP_NUM_THREADS=1
 [ -f "$OUT/data.pt" ] || $PY scripts/eval_nvs.py --out "$OUT" data

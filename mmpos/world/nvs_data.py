@@ -83,6 +83,7 @@ def make_triples(split: str, scenes: int, triples_per_scene: int = 4, size: int 
     grid = (size // patch, size // patch)
     patch_rays = torch.stack([ray_grid(c, grid, dtype=torch.float64)[0] for c in cameras])
     pixel_rays = torch.stack([ray_grid(c, (size, size), dtype=torch.float64)[0] for c in cameras])
+    assert all(ray_grid(c, (size, size))[1].all() for c in cameras), "every pixel of these lenses has a ray"
     k = torch.stack([c.intrinsic_matrix(torch.float64) for c in cameras])
     images, poses = [], []
     for seed in scene_seeds(split, scenes):

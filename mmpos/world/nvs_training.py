@@ -22,7 +22,7 @@ from .nvs_model import NovelViewTransformer
 class NVSRecipe:
     encoding: str
     seed: int = 0
-    steps: int = 600
+    steps: int = 450
     batch_size: int = 8
     lr: float = 1e-3
     warmup: int = 50
