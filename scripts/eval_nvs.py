@@ -84,26 +84,26 @@ def copy_context_row(data):
     return row
 
 
-def summary(values):
+def summary(values, digits):
+    """``mean ± standard deviation`` over seeds."""
     values = torch.tensor(values, dtype=torch.float64)
     spread = values.std().item() if len(values) > 1 else 0.0
-    return f"{values.mean().item():.2f} ± {spread:.2f}"
+    return f"{values.mean().item():.{digits}f} ± {spread:.{digits}f}"
 
 
 def markdown_table(rows):
     columns = [f"{name}_{metric}" for name in TEST_SETS for metric in ("psnr", "ssim")]
-    lines = ["| encoding | seeds | params | CPU min / run | " + " | ".join(columns) + " |",
-             "|---" * (4 + len(columns)) + "|"]
+    lines = ["| encoding | seeds | params | CPU min / run | " + " | ".join(columns)
+             + " | wide - test PSNR | fisheye - test PSNR |", "|---" * (6 + len(columns)) + "|"]
     for encoding in (*NVS_ENCODINGS, "copy context"):
         group = [r for r in rows if r["encoding"] == encoding]
         if not group:
             continue
-        cells = []
-        for column in columns:
-            scale = 100.0 if column.endswith("ssim") else 1.0  # SSIM shown x100
-            cells.append(summary([scale * r[column] for r in group]))
+        cells = [summary([r[c] for r in group], 3 if c.endswith("ssim") else 2) for c in columns]
+        cells += [summary([r[f"{name}_psnr"] - r["test_psnr"] for r in group], 2) for name in ("wide", "fisheye")]
         minutes = sum(r["cpu_seconds"] for r in group) / len(group) / 60
-        lines.append(f"| {encoding} | {len(group)} | {group[0]['parameters']} | {minutes:.1f} | " + " | ".join(cells) + " |")
+        head = f"| {encoding} | {len(group)} | {group[0]['parameters']} | {minutes:.1f} | "
+        lines.append(head + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
