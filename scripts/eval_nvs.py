@@ -2,9 +2,12 @@
 
     python scripts/eval_nvs.py data                                  # outputs/nvs/data.pt (train + 3 test sets)
     python scripts/eval_nvs.py train --encoding rayrope --seed 0     # outputs/nvs/checkpoints/rayrope_s0.pt
-    python scripts/eval_nvs.py report --figure assets/nvs/examples.png   # table (markdown + json) and figure
+    python scripts/eval_nvs.py --checkpoints continued train --encoding rayrope --seed 0 --steps 350 \
+        --lr 5e-4 --warmup 20 --init-from checkpoints                 # continue those weights
+    python scripts/eval_nvs.py --checkpoints continued report --figure assets/nvs/examples.png   # table, figure
 
-Training resumes from its checkpoint; run each (encoding, seed) in its own process.
+Training resumes from its checkpoint; run each (encoding, seed) in its own process. The whole benchmark:
+``bash scripts/nvs_benchmark.sh``.
 """
 from __future__ import annotations
 
@@ -41,23 +44,26 @@ def make_data(args):
 
 def train(args):
     data = torch.load(os.path.join(args.out, "data.pt"), weights_only=False)["train"]
-    os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)
-    checkpoint = os.path.join(args.out, "checkpoints", f"{args.encoding}_s{args.seed}.pt")
-    recipe = NVSRecipe(args.encoding, args.seed, args.steps, args.batch_size)
+    name = f"{args.encoding}_s{args.seed}.pt"
+    os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
+    checkpoint = os.path.join(args.out, args.checkpoints, name)
+    start = os.path.join(args.out, args.init_from, name) if args.init_from else None
+    recipe = NVSRecipe(args.encoding, args.seed, args.steps, args.batch_size, args.lr, args.warmup, init_from=start)
     train_nvs(recipe, data, checkpoint, log=lambda line: print(line, flush=True))
 
 
 def report(args):
     data = torch.load(os.path.join(args.out, "data.pt"), weights_only=False)
     rows, models = [], {}
-    for path in sorted(glob.glob(os.path.join(args.out, "checkpoints", "*.pt"))):
+    for path in sorted(glob.glob(os.path.join(args.out, args.checkpoints, "*.pt"))):
         saved = torch.load(path, weights_only=False)
         if saved["step"] < saved["recipe"]["steps"]:
             print(f"skipping unfinished {path}", file=sys.stderr)
             continue
         model = load_trained(path)
-        row = dict(saved["recipe"], cpu_seconds=saved["cpu_seconds"], final_loss=sum(saved["losses"][-50:]) / 50,
-                   parameters=sum(p.numel() for p in model.parameters()))
+        row = dict(saved["recipe"], total_steps=saved.get("previous_steps", 0) + saved["step"],
+                   cpu_seconds=saved.get("previous_cpu_seconds", 0.0) + saved["cpu_seconds"],
+                   final_loss=sum(saved["losses"][-50:]) / 50, parameters=sum(p.numel() for p in model.parameters()))
         for name in TEST_SETS:
             row.update({f"{name}_{k}": v for k, v in evaluate(model, data[name]).items()})
         rows.append(row)
@@ -126,6 +132,7 @@ def save_figure(models, data, path, count=2):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/nvs")
+    parser.add_argument("--checkpoints", default="checkpoints", help="checkpoint folder inside --out")
     commands = parser.add_subparsers(dest="command", required=True)
     data = commands.add_parser("data")
     data.add_argument("--train-scenes", type=int, default=300)
@@ -135,6 +142,9 @@ def main(argv=None):
     training.add_argument("--seed", type=int, default=0)
     training.add_argument("--steps", type=int, default=450)
     training.add_argument("--batch-size", type=int, default=8)
+    training.add_argument("--lr", type=float, default=1e-3)
+    training.add_argument("--warmup", type=int, default=50)
+    training.add_argument("--init-from", help="continue the weights of the same run in this checkpoint folder")
     reporting = commands.add_parser("report")
     reporting.add_argument("--figure", default=None)
     args = parser.parse_args(argv)

@@ -139,3 +139,15 @@ def test_ssim_matches_a_direct_windowed_computation():
             values.append((2 * mx * my + c1) * (2 * cov + c2) / ((mx ** 2 + my ** 2 + c1) * (vx + vy + c2)))
     assert ssim(x, y).item() == pytest.approx(torch.stack(values).mean().item(), abs=1e-12)
     assert math.isclose(gaussian_window().sum().item(), 1.0, abs_tol=1e-15)
+
+
+def test_continued_training_starts_from_the_earlier_weights(triples, tmp_path):
+    first = NVSRecipe("prope", seed=2, steps=2, batch_size=2, warmup=1, dim=48, depth=1)
+    earlier, state = train_nvs(first, triples, str(tmp_path / "first.pt"), log=lambda _: None)
+    again = NVSRecipe(**dict(vars(first), steps=1, lr=0.0, init_from=str(tmp_path / "first.pt")))
+    continued, totals = train_nvs(again, triples, str(tmp_path / "second.pt"), log=lambda _: None)
+    assert totals["previous_steps"] == 2 and totals["previous_cpu_seconds"] == state["cpu_seconds"]
+    for (name, a), b in zip(earlier.state_dict().items(), continued.state_dict().values()):
+        assert torch.equal(a, b), name  # lr 0: the continued run kept the weights it started from
+    with pytest.raises(ValueError, match="finished ucpe checkpoint"):
+        train_nvs(NVSRecipe(**dict(vars(again), encoding="ucpe")), triples, str(tmp_path / "third.pt"))

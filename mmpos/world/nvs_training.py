@@ -3,6 +3,8 @@
 Regression (MSE) of the target view; AdamW with linear warm-up and cosine decay; a checkpoint (model,
 optimiser, step, losses) written to a temporary name and renamed every ``checkpoint_every`` steps, so an
 interrupted run resumes where it stopped with the same batches (batch order is a function of seed and step).
+A run may continue another's weights (``init_from``) with a fresh optimiser and schedule; the totals of steps and
+CPU seconds then include the earlier run's (``previous_steps``, ``previous_cpu_seconds``).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ class NVSRecipe:
     dim: int = 96
     depth: int = 4
     heads: int = 2
+    init_from: str | None = None  # a finished checkpoint whose weights start this run (continued training)
 
 
 def learning_rate(recipe: NVSRecipe, step: int) -> float:
@@ -58,10 +61,18 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
     rest = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "depth" not in n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=recipe.lr)
-    state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0)
+    state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, previous_steps=0,
+                 previous_cpu_seconds=0.0)
+    if recipe.init_from and not os.path.exists(checkpoint):
+        start = torch.load(recipe.init_from, weights_only=False)
+        if start["recipe"]["encoding"] != recipe.encoding or start["step"] < start["recipe"]["steps"]:
+            raise ValueError(f"init_from must be a finished {recipe.encoding} checkpoint, got {recipe.init_from}")
+        model.load_state_dict(start["model"])
+        state["previous_steps"] = start.get("previous_steps", 0) + start["step"]
+        state["previous_cpu_seconds"] = start.get("previous_cpu_seconds", 0.0) + start["cpu_seconds"]
     if os.path.exists(checkpoint):
         saved = torch.load(checkpoint, weights_only=False)
-        if saved["recipe"] != state["recipe"]:
+        if asdict(NVSRecipe(**saved["recipe"])) != state["recipe"]:
             raise ValueError(f"{checkpoint} was written by another recipe: {saved['recipe']}")
         model.load_state_dict(saved.pop("model"))
         optimizer.load_state_dict(saved.pop("optimizer"))
@@ -70,7 +81,7 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
     while state["step"] < recipe.steps:
         started = time.process_time()
         step = state["step"]
-        generator = torch.Generator().manual_seed(recipe.seed * 1_000_003 + step)
+        generator = torch.Generator().manual_seed(recipe.seed * 1_000_003 + state.get("previous_steps", 0) + step)
         batch = select(data, torch.randint(count, (recipe.batch_size,), generator=generator))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(recipe, step)
