@@ -99,8 +99,8 @@ def summary(values, digits):
 
 def markdown_table(rows):
     columns = [f"{name}_{metric}" for name in TEST_SETS for metric in ("psnr", "ssim")]
-    lines = ["| encoding | seeds | params | CPU min / run | " + " | ".join(columns)
-             + " | wide - test PSNR | fisheye - test PSNR |", "|---" * (6 + len(columns)) + "|"]
+    lines = ["| encoding | seeds | params | steps | CPU min / run | " + " | ".join(columns)
+             + " | wide - test PSNR | fisheye - test PSNR |", "|---" * (7 + len(columns)) + "|"]
     for encoding in (*NVS_ENCODINGS, "copy context"):
         group = [r for r in rows if r["encoding"] == encoding]
         if not group:
@@ -108,7 +108,8 @@ def markdown_table(rows):
         cells = [summary([r[c] for r in group], 3 if c.endswith("ssim") else 2) for c in columns]
         cells += [summary([r[f"{name}_psnr"] - r["test_psnr"] for r in group], 2) for name in ("wide", "fisheye")]
         minutes = sum(r["cpu_seconds"] for r in group) / len(group) / 60
-        head = f"| {encoding} | {len(group)} | {group[0]['parameters']} | {minutes:.1f} | "
+        first = group[0]
+        head = f"| {encoding} | {len(group)} | {first['parameters']} | {first.get('total_steps', 0)} | {minutes:.1f} | "
         lines.append(head + " | ".join(cells) + " |")
     return "\n".join(lines)
 
