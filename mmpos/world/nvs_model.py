@@ -96,7 +96,8 @@ class NovelViewTransformer(nn.Module):
         self.position = nn.Parameter(0.02 * torch.randn(patches, dim))
         self.role = nn.Parameter(0.02 * torch.randn(2, dim))  # context, target
         self.rays = nn.Linear(6 * patch * patch, dim) if encoding == "plucker" else None
-        self.pe = {"prope": PRoPE, "ucpe": UCPE, "rayrope": RayRoPE}.get(encoding, lambda _: None)(dim // heads)
+        attention_encodings = {"prope": PRoPE, "ucpe": UCPE, "rayrope": RayRoPE}
+        self.pe = attention_encodings[encoding](dim // heads) if encoding in attention_encodings else None
         self.blocks = nn.ModuleList(Block(dim, heads, encoding) for _ in range(depth))
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, 3 * patch * patch)
 
