@@ -79,3 +79,14 @@ def test_clip_writes_frames_and_cameras(tmp_path, capsys):
     assert "not a preset" in run_error(["world", "clip", "--trajectory", "spin", "--out", str(tmp_path)], capsys)
     assert "--degrees and --fov shape the default orbit" in run_error(
         ["world", "clip", "--trajectory", "pan", "--fov", "50", "--out", str(tmp_path)], capsys)
+
+
+def test_clip_textured_keeps_depth_and_changes_colours(tmp_path):
+    from PIL import Image
+
+    for name, extra in (("flat", []), ("textured", ["--textured"])):
+        assert main(["world", "clip", "--frames", "2", "--size", "16", "--out", str(tmp_path / name)] + extra) == 0
+    flat, textured = (np.load(tmp_path / n / "ground_truth.npz") for n in ("flat", "textured"))
+    assert np.array_equal(flat["depth"], textured["depth"]) and np.array_equal(flat["ids"], textured["ids"])
+    images = [np.asarray(Image.open(tmp_path / n / "frame_000.png")) for n in ("flat", "textured")]
+    assert not np.array_equal(*images)

@@ -79,7 +79,7 @@ def _clip(args) -> list[Path]:
     else:
         trajectory = orbit_trajectory(args.frames, degrees=90.0 if args.degrees is None else args.degrees,
                                       fov_degrees=60.0 if args.fov is None else args.fov)
-    frames = render_trajectory(sample_scene3d(args.seed, args.objects), trajectory, args.size)
+    frames = render_trajectory(sample_scene3d(args.seed, args.objects, args.textured), trajectory, args.size)
     out = Path(args.out)
     written = [save_png(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
     np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
@@ -174,6 +174,8 @@ def add_world_command(subparsers) -> None:
                       "file (resampled to --frames) or a preset name of mmpos.camera (arc, pan, dolly_in, ...); "
                       "moved so that its first camera is the orbit's first")
     clip.add_argument("--scale", type=float, default=1.0, help="multiplies the --trajectory's translations")
+    clip.add_argument("--textured", action="store_true",
+                      help="checker ground, striped sky and textured objects (same geometry; default: flat shading)")
 
     sample = command("sample", _sample, "sample the trained text-to-image world model",
                      "image side in pixels (default: the side the model was trained at)", None)

@@ -8,7 +8,7 @@ run in float64 numpy (small images; exactness over speed).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from ..camera.presets import base_intrinsics
 from ..camera.rays import ray_grid, world_rays
 from ..camera.trajectory import Trajectory
 from .scene import COLOURS
+from .textures import TEXTURES, check_texture, sky_texture, solid_texture
 
 LIGHT = np.array([0.4, -1.0, -0.3]) / np.linalg.norm([0.4, -1.0, -0.3])  # towards the light (up is -y)
 GROUND_ID, SKY_ID, INVALID_ID = -1, -2, -3
@@ -29,6 +30,7 @@ class Sphere:
     centre: tuple[float, float, float]
     radius: float
     colour: str
+    texture: str = "flat"  # one of mmpos.world.textures.TEXTURES, in world coordinates
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Box:
     low: tuple[float, float, float]
     high: tuple[float, float, float]
     colour: str
+    texture: str = "flat"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,12 @@ class Scene3D:
     ground_y: float = 0.0
     ground_colour: str = "gray"
     sky_colour: str = "cyan"
+    ground_texture: str = "flat"  # textures of mmpos.world.textures (checker cells of 0.5 on the ground)
+    sky_texture: str = "flat"  # "stripes": bands in azimuth, so that camera rotation is visible
+
+    def __post_init__(self):
+        for texture in (self.ground_texture, self.sky_texture, *(p.texture for p in self.primitives)):
+            check_texture(texture)
 
 
 @dataclass
@@ -131,6 +140,7 @@ def render_view(scene: Scene3D, camera, c2w) -> Frame:
         normals[closer] = normal[closer]
         albedo[closer] = COLOURS[colour]
     shade = np.where(ids == SKY_ID, 1.0, 0.35 + 0.65 * np.clip(normals @ LIGHT, 0.0, 1.0)) * valid
+    shade = shade * _texture_factors(scene, origin, directions, best, ids)
     image = np.rint(np.clip(albedo * shade[..., None], 0, 255)).astype(np.uint8)
     pose = c2w.numpy()
     depth = np.where(np.isfinite(best), best * (directions @ pose[:3, 2]), np.inf)
@@ -139,8 +149,25 @@ def render_view(scene: Scene3D, camera, c2w) -> Frame:
     return Frame(image, depth, ids, intrinsics, pose)
 
 
-def sample_scene3d(seed: int, count: int = 3) -> Scene3D:
-    """Random spheres and boxes on the ground around the origin, deterministic per seed."""
+def _texture_factors(scene: Scene3D, origin, directions, distance, ids) -> np.ndarray:
+    """``[H, W]`` brightness of each pixel's surface texture at its hit point (sky: of its direction)."""
+    factors = np.ones(ids.shape)
+    points = origin + directions * np.where(np.isfinite(distance), distance, 0.0)[..., None]
+    sky = ids == SKY_ID
+    factors[sky] = sky_texture(scene.sky_texture, directions[sky])
+    ground = ids == GROUND_ID
+    factors[ground] = solid_texture(scene.ground_texture, points[ground], scale=0.5)
+    for index, primitive in enumerate(scene.primitives):
+        on = ids == index
+        factors[on] = solid_texture(primitive.texture, points[on])
+    return factors
+
+
+def sample_scene3d(seed: int, count: int = 3, textured: bool = False) -> Scene3D:
+    """Random spheres and boxes on the ground around the origin, deterministic per seed.
+
+    ``textured``: the same geometry and colours, plus a checker ground, striped sky and a random texture per
+    object (checker, stripes or noise; drawn from a second stream of the seed, so the flat scene is unchanged)."""
     rng = np.random.default_rng(seed)
     colours = [c for c in COLOURS if c not in ("gray", "cyan")]
     primitives = []
@@ -153,7 +180,12 @@ def sample_scene3d(seed: int, count: int = 3) -> Scene3D:
         else:
             low, high = (float(x) - size, -2 * size, float(z) - size), (float(x) + size, 0.0, float(z) + size)
             primitives.append(Box(low, high, colour))
-    return Scene3D(tuple(primitives))
+    if not textured:
+        return Scene3D(tuple(primitives))
+    texture_rng = np.random.default_rng([seed, 1])
+    kinds = [str(texture_rng.choice(TEXTURES[1:])) for _ in primitives]
+    primitives = [replace(p, texture=kind) for p, kind in zip(primitives, kinds)]
+    return Scene3D(tuple(primitives), ground_texture="checker", sky_texture="stripes")
 
 
 def place_trajectory(trajectory: Trajectory, start=None, scale: float = 1.0) -> Trajectory:

@@ -1,0 +1,156 @@
+"""Novel-view benchmark of the camera encodings on the 3D mini-world (see README, "Novel views").
+
+    python scripts/eval_nvs.py data                                  # outputs/nvs/data.pt (train + 3 test sets)
+    python scripts/eval_nvs.py train --encoding rayrope --seed 0     # outputs/nvs/checkpoints/rayrope_s0.pt
+    python scripts/eval_nvs.py --checkpoints continued train --encoding rayrope --seed 0 --steps 350 \
+        --lr 5e-4 --warmup 20 --init-from checkpoints                 # continue those weights
+    python scripts/eval_nvs.py --checkpoints continued report --figure assets/nvs/examples.png   # table, figure
+
+Training resumes from its checkpoint; run each (encoding, seed) in its own process. The whole benchmark:
+``bash scripts/nvs_benchmark.sh``.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+import torch
+
+from mmpos.world.image_quality import psnr, ssim
+from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
+from mmpos.world.nvs_model import NVS_ENCODINGS
+from mmpos.world.nvs_training import NVSRecipe, evaluate, load_trained, predict, train_nvs
+
+TEST_SETS = {  # name -> make_triples options for the test scenes
+    "test": dict(baseline_degrees=TRAIN_BASELINE),
+    "wide": dict(baseline_degrees=WIDE_BASELINE),
+    "fisheye": dict(baseline_degrees=TRAIN_BASELINE, target_lens="unified"),
+}
+
+
+def make_data(args):
+    data = {"train": make_triples("train", args.train_scenes, 4)}
+    for name, options in TEST_SETS.items():
+        data[name] = make_triples("test", args.test_scenes, 2, **options)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "data.pt")
+    torch.save(data, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    print(f"wrote {path}: " + ", ".join(f"{k} {v['images'].shape[0]}" for k, v in data.items()))
+
+
+def train(args):
+    data = torch.load(os.path.join(args.out, "data.pt"), weights_only=False)["train"]
+    name = f"{args.encoding}_s{args.seed}.pt"
+    os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
+    checkpoint = os.path.join(args.out, args.checkpoints, name)
+    start = os.path.join(args.out, args.init_from, name) if args.init_from else None
+    recipe = NVSRecipe(args.encoding, args.seed, args.steps, args.batch_size, args.lr, args.warmup, init_from=start)
+    train_nvs(recipe, data, checkpoint, log=lambda line: print(line, flush=True))
+
+
+def report(args):
+    data = torch.load(os.path.join(args.out, "data.pt"), weights_only=False)
+    rows, models = [], {}
+    for path in sorted(glob.glob(os.path.join(args.out, args.checkpoints, "*.pt"))):
+        saved = torch.load(path, weights_only=False)
+        if saved["step"] < saved["recipe"]["steps"]:
+            print(f"skipping unfinished {path}", file=sys.stderr)
+            continue
+        model = load_trained(path)
+        row = dict(saved["recipe"], total_steps=saved.get("previous_steps", 0) + saved["step"],
+                   cpu_seconds=saved.get("previous_cpu_seconds", 0.0) + saved["cpu_seconds"],
+                   final_loss=sum(saved["losses"][-50:]) / 50, parameters=sum(p.numel() for p in model.parameters()))
+        for name in TEST_SETS:
+            row.update({f"{name}_{k}": v for k, v in evaluate(model, data[name]).items()})
+        rows.append(row)
+        models.setdefault(row["encoding"], model)
+        print(json.dumps(row), flush=True)
+    rows.append(copy_context_row(data))
+    with open(os.path.join(args.out, "results.json"), "w") as handle:
+        json.dump(rows, handle, indent=1)
+    print(markdown_table(rows))
+    if args.figure:
+        save_figure(models, data, args.figure)
+
+
+def copy_context_row(data):
+    """A reference row: the nearer-in-azimuth context view returned as the prediction (no model)."""
+    row = dict(encoding="copy context", seed=0, cpu_seconds=0.0, parameters=0)
+    for name in TEST_SETS:
+        images = data[name]["images"].double()
+        centres = data[name]["c2w"][:, :, :3, 3]
+        nearer = ((centres[:, :2] - centres[:, 2:]).norm(dim=-1).argmin(1))
+        guess = images[torch.arange(images.shape[0]), nearer]
+        row[f"{name}_psnr"] = psnr(guess, images[:, 2]).mean().item()
+        row[f"{name}_ssim"] = ssim(guess, images[:, 2]).mean().item()
+    return row
+
+
+def summary(values, digits):
+    """``mean ± standard deviation`` over seeds."""
+    values = torch.tensor(values, dtype=torch.float64)
+    spread = values.std().item() if len(values) > 1 else 0.0
+    return f"{values.mean().item():.{digits}f} ± {spread:.{digits}f}"
+
+
+def markdown_table(rows):
+    columns = [f"{name}_{metric}" for name in TEST_SETS for metric in ("psnr", "ssim")]
+    lines = ["| encoding | seeds | params | steps | CPU min / run | " + " | ".join(columns)
+             + " | wide - test PSNR | fisheye - test PSNR |", "|---" * (7 + len(columns)) + "|"]
+    for encoding in (*NVS_ENCODINGS, "copy context"):
+        group = [r for r in rows if r["encoding"] == encoding]
+        if not group:
+            continue
+        cells = [summary([r[c] for r in group], 3 if c.endswith("ssim") else 2) for c in columns]
+        cells += [summary([r[f"{name}_psnr"] - r["test_psnr"] for r in group], 2) for name in ("wide", "fisheye")]
+        minutes = sum(r["cpu_seconds"] for r in group) / len(group) / 60
+        first = group[0]
+        head = f"| {encoding} | {len(group)} | {first['parameters']} | {first.get('total_steps', 0)} | {minutes:.1f} | "
+        lines.append(head + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def save_figure(models, data, path, count=2):
+    from PIL import Image
+
+    rows = []
+    for name in ("test", "wide", "fisheye"):
+        picked = {k: v[:count] for k, v in data[name].items()}
+        panels = [picked["images"][:, 0], picked["images"][:, 1], picked["images"][:, 2]]
+        panels += [predict(model, picked) for model in models.values()]
+        rows.append(torch.cat([torch.cat(list(p), 1) for p in panels], 2))  # [3, count*S, columns*S]
+    grid = torch.cat(rows, 1)
+    image = (grid.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    Image.fromarray(image).resize((image.shape[1] * 3, image.shape[0] * 3), Image.NEAREST).save(path)
+    print(f"wrote {path}: columns context 0, context 1, ground truth, " + ", ".join(models))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="outputs/nvs")
+    parser.add_argument("--checkpoints", default="checkpoints", help="checkpoint folder inside --out")
+    commands = parser.add_subparsers(dest="command", required=True)
+    data = commands.add_parser("data")
+    data.add_argument("--train-scenes", type=int, default=300)
+    data.add_argument("--test-scenes", type=int, default=60)
+    training = commands.add_parser("train")
+    training.add_argument("--encoding", choices=NVS_ENCODINGS, required=True)
+    training.add_argument("--seed", type=int, default=0)
+    training.add_argument("--steps", type=int, default=450)
+    training.add_argument("--batch-size", type=int, default=8)
+    training.add_argument("--lr", type=float, default=1e-3)
+    training.add_argument("--warmup", type=int, default=50)
+    training.add_argument("--init-from", help="continue the weights of the same run in this checkpoint folder")
+    reporting = commands.add_parser("report")
+    reporting.add_argument("--figure", default=None)
+    args = parser.parse_args(argv)
+    {"data": make_data, "train": train, "report": report}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
