@@ -23,6 +23,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from ..ops.tables import ParameterValues
+
 
 class PEKind(str, Enum):
     """What an encoding acts on; compares equal to its value (``PEKind.ROTARY == "rotary"``)."""
@@ -74,14 +76,15 @@ def parameters_key(params: Iterable[torch.Tensor]) -> tuple | None:
     built from them must not be cached.
 
     ``None`` while autograd needs the graph (grad mode on and a parameter requires grad): a cached table would
-    carry a stale graph. Otherwise the key is ``(id, version counter, data pointer)`` per parameter, which
-    changes when a parameter is replaced or updated in place (an optimiser step). Every learned encoding keys
-    its caches with this one function.
+    carry a stale graph. Otherwise a one-element tuple holding a :class:`ParameterValues`, equal to another only
+    when the parameters hold the same values: writes that bypass the version counter (``p.data.copy_``, as
+    diffusers' ``EMAModel.copy_to`` does) cannot return a table built from other weights. Every learned encoding
+    keys its caches with this one function.
     """
     params = list(params)
     if torch.is_grad_enabled() and any(p.requires_grad for p in params):
         return None
-    return tuple((id(p), p._version, p.data_ptr()) for p in params)
+    return (ParameterValues(params),)
 
 
 class CameraPE(nn.Module):

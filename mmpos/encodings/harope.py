@@ -23,6 +23,7 @@ from torch.nn import functional as F
 
 from .._validation import check_positive_int
 from ..ops.skew import matmul_safe_dtype, num_upper, skew_from_upper, upper_of
+from ..ops.tables import frozen_key
 from .base import Capabilities, PEKind, parameters_key
 from .per_block import fitting_options
 from .registry import create_pe, pe_class, register_pe
@@ -98,7 +99,7 @@ class HARoPE(RotaryPE):
         key += (work,)
         if self._cached is None or self._cached[0] != key:
             with torch.no_grad():
-                self._cached = (key, self.matrices(work))
+                self._cached = (frozen_key(key), self.matrices(work))
         return self._cached[1]
 
     # ----- application -------------------------------------------------------------------------------------

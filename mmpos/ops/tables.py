@@ -143,20 +143,57 @@ class KeyedCache:
     def __init__(self, max_entries: int = 4):
         self.max_entries = max_entries
         self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.RLock()
 
     def get(self, key, build):
-        if key in self._entries:
-            self._entries.move_to_end(key)
-            return self._entries[key]
-        value = self._entries[key] = build()
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-        return value
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+            value = self._entries[key] = build()
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+            return value
+
+    def __getstate__(self):  # copies start empty (a lock cannot be copied)
+        return {"max_entries": self.max_entries}
+
+    def __setstate__(self, state):
+        self.__init__(state["max_entries"])
 
 
 def _version(tensor: torch.Tensor):
     """In-place version counter; None for inference tensors (``torch.inference_mode``), which have none."""
     return None if tensor.is_inference() else tensor._version
+
+
+class ParameterValues:
+    """The values of some parameters, as a cache-key element.
+
+    A probe holds the live tensors; :meth:`frozen` (what a cache stores) holds detached copies. Two compare
+    equal when they hold the same tensors' identities, shapes and dtypes and equal values (one ``torch.equal``
+    per parameter; a device sync on GPUs, once per table lookup).
+    """
+
+    def __init__(self, tensors, _identity: tuple | None = None):
+        self.tensors = tuple(tensors)
+        self.identity = _identity or tuple((id(t), tuple(t.shape), t.dtype, t.device) for t in self.tensors)
+
+    def frozen(self) -> "ParameterValues":
+        return ParameterValues([t.detach().clone() for t in self.tensors], self.identity)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, ParameterValues) or self.identity != other.identity:
+            return False
+        return all(torch.equal(a, b) for a, b in zip(self.tensors, other.tensors))
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
+
+
+def frozen_key(key: tuple) -> tuple:
+    """``key`` with its :class:`ParameterValues` replaced by stored copies (what a cache keeps)."""
+    return tuple(k.frozen() if isinstance(k, ParameterValues) else k for k in key)
 
 
 class TableCache:
@@ -169,9 +206,14 @@ class TableCache:
     def __init__(self, max_entries: int = 16):
         self.max_entries = max_entries
         self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.RLock()
         self.builds = 0
 
     def get(self, key: tuple, coords: torch.Tensor, build):
+        with self._lock:  # threads share an encoding's cache (one model served from several threads)
+            return self._get(key, coords, build)
+
+    def _get(self, key: tuple, coords: torch.Tensor, build):
         # tables built under inference_mode are inference tensors, unusable by autograd: kept apart
         full_key = key + (tuple(coords.shape), coords.dtype, coords.device, torch.is_inference_mode_enabled())
         for entry_key, (ref, version, saved, table) in reversed(self._entries.items()):
@@ -183,10 +225,18 @@ class TableCache:
                 return table
         table = build()
         self.builds += 1
-        self._entries[(full_key, id(table))] = (weakref.ref(coords), _version(coords), coords.detach().clone(), table)
+        stored = (weakref.ref(coords), _version(coords), coords.detach().clone(), table)
+        self._entries[(frozen_key(full_key), id(table))] = stored
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return table
 
     def clear(self):
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
+
+    def __getstate__(self):  # deep copies and pickles of an encoding start with an empty cache
+        return {"max_entries": self.max_entries, "builds": 0}
+
+    def __setstate__(self, state):
+        self.__init__(state["max_entries"])
