@@ -411,6 +411,14 @@ def test_self_jittering_encodings_are_refused_at_conversion():
         mt.convert(tiny_vit(), pe="comrope_ld", block_size=2, offset_std=0.1, grid_size=(4, 4))
 
 
+@pytest.mark.parametrize("pe", ["plucker", "prope", "rayrope", "ucpe"])
+def test_camera_encodings_are_refused_instead_of_a_silent_nope(pe):
+    model = tiny_vit()
+    with pytest.raises(TypeError, match=f"{pe!r} is a camera encoding"):
+        mt.convert(model, pe=pe)
+    assert model.pos_embed is not None and not hasattr(model, "mmpos_pe")  # untouched
+
+
 @pytest.mark.parametrize("pe", ["rope_axial", "rope_mixed"])
 def test_inference_mode_then_training(pe):
     model = mt.convert(tiny_vit(depth=2), pe=pe).eval()

@@ -66,6 +66,10 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     _check_model(model)
     check_choice("abs_pos", abs_pos, ABS_POS)
     kind = pe_class(pe).kind
+    if kind == PEKind.CAMERA:
+        raise TypeError(f"{pe!r} is a camera encoding (its inputs are cameras, not a patch grid); convert installs "
+                        "grid encodings: rotary, absolute or 'nope'. Use it through its own prepare/attention "
+                        "(docs/cameras.md) or a camera adapter")
     if pe == "rope_axial":
         options = {**_timm_axial_rope_options(model, grid_mode, grid_scale), **options}
     if grid_indexing is None:  # rotary encodings follow a timm rope's axis order; tables are (rows, cols)
