@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from mmpos._atomic import written_atomically
 from mmpos.world.image_quality import psnr, ssim
 from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
 from mmpos.world.nvs_model import NVS_ENCODINGS
@@ -35,10 +36,9 @@ def make_data(args):
     data = {"train": make_triples("train", args.train_scenes, 4)}
     for name, options in TEST_SETS.items():
         data[name] = make_triples("test", args.test_scenes, 2, **options)
-    os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "data.pt")
-    torch.save(data, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    with written_atomically(path) as temporary:
+        torch.save(data, temporary)
     print(f"wrote {path}: " + ", ".join(f"{k} {v['images'].shape[0]}" for k, v in data.items()))
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .._atomic import written_atomically
 from .image_quality import psnr, ssim
 from .nvs_data import select
 from .nvs_model import NovelViewTransformer
@@ -48,9 +49,8 @@ def build_model(recipe: NVSRecipe, image_size: int = 32) -> NovelViewTransformer
 
 
 def _save(path: str, state: dict) -> None:
-    temporary = f"{path}.tmp"
-    torch.save(state, temporary)
-    os.replace(temporary, path)
+    with written_atomically(path) as temporary:
+        torch.save(state, temporary)
 
 
 def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: int = 100, log=print):
