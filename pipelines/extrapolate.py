@@ -8,7 +8,6 @@ the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 102
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from mmpos.integrations.diffusers import set_pe
 from mmpos.spectrum.schedule import PRESETS, extrapolation_preset
@@ -67,13 +66,3 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
     schedules = {axis: None if entry is None else entry.describe() for axis, entry in zip(AXES, per_axis[1:])}
     return {"presets": presets, "train_size": [train_h, train_w], "trained_grid": list(grid),
             "options": options, "schedules": schedules}
-
-
-def fresh_folder(default: Path) -> Path:
-    """``default`` if absent or empty, else ``default-2``, ``default-3``, ...: an unnamed output never overwrites
-    an earlier run."""
-    candidate, index = default, 1
-    while candidate.exists() and any(candidate.iterdir()):
-        index += 1
-        candidate = default.with_name(f"{default.name}-{index}")
-    return candidate

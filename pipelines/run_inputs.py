@@ -118,8 +118,6 @@ def sampler_options(config) -> dict:
 def output_folder(args, default: Path) -> Path:
     """Where a run writes: a named ``--out`` that holds files is refused (one line, exit 2) unless ``--overwrite``;
     without ``--out``, ``default`` or the next free ``default-2``, ``default-3``, ... (never an earlier run)."""
-    from .extrapolate import fresh_folder
-
     if not args.out:
         return fresh_folder(default)
     out = Path(args.out)
@@ -131,3 +129,13 @@ def output_folder(args, default: Path) -> Path:
         return out
     print(f"mmpos {args.command}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def fresh_folder(default: Path) -> Path:
+    """``default`` if absent or empty, else ``default-2``, ``default-3``, ...: an unnamed output never overwrites
+    an earlier run."""
+    candidate, index = default, 1
+    while candidate.exists() and any(candidate.iterdir()):
+        index += 1
+        candidate = default.with_name(f"{default.name}-{index}")
+    return candidate

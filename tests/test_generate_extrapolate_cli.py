@@ -4,7 +4,8 @@ import pytest
 import torch
 import yaml
 from diffusers import FluxPipeline
-from mmpos.pipelines.extrapolate import fresh_folder, parse_extrapolate
+from mmpos.pipelines.extrapolate import parse_extrapolate
+from mmpos.pipelines.run_inputs import fresh_folder
 from fixtures.tiny_models import components, embeddings
 from PIL import Image
 from safetensors.torch import save_file
