@@ -1,6 +1,7 @@
 """Training-free editing pipelines on diffusers, installed as ``mmpos.pipelines``.
 
-Band modulation (Untwisting RoPE) on Flux and Kontext, PE transplant (PosBridge) on Fill, LooseRoPE on Kontext; camera-controlled Wan video (:mod:`.camera_pipeline`);
+Band modulation (Untwisting RoPE) on Flux and Kontext, PE transplant (PosBridge) on Fill, LooseRoPE on Kontext; camera-controlled Wan video (:mod:`.camera_pipeline`)
+and the mini-world's image-to-video model (:mod:`.world_video`);
 all share an explicit edit context set by a transformer pre-forward hook (:mod:`.context`). Exports are loaded on
 first use, so ``mmpos`` commands that do not edit never import diffusers.
 """
@@ -13,6 +14,7 @@ _EXPORTS = {
     "TransplantConfig": ".transplant", "PosBridgeFillPipeline": ".transplant_pipeline",
     "load_pipeline": ".loading", "CameraControlWanPipeline": ".camera_pipeline",
     "CameraControlWanImageToVideoPipeline": ".camera_pipeline", "load_camera_adapter": ".camera_pipeline",
+    "WorldVideoPipeline": ".world_video",
 }
 
 __all__ = sorted(_EXPORTS)

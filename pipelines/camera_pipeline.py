@@ -69,7 +69,7 @@ class _CameraControl:
         spatial, temporal = self.vae_scale_factor_spatial, self.vae_scale_factor_temporal
         rows, cols = int(height) // (spatial * patch_h), int(width) // (spatial * patch_w)
         num_frames = int(num_frames)
-        if num_frames % temporal != 1:  # the stock call rounds it to ``num_frames // 4 * 4 + 1``
+        if temporal > 1 and num_frames % temporal != 1:  # the stock call rounds it to ``num_frames // 4 * 4 + 1``
             num_frames = num_frames // temporal * temporal + 1
         frames = (num_frames - 1) // temporal + 1
         geometry_dtype = torch.float64 if self.transformer.dtype == torch.float64 else torch.float32

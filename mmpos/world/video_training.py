@@ -1,0 +1,184 @@
+"""Training the world video model in three stages, each resumable and seeded:
+
+- ``vae``: the world VAE fine-tuned on clip frames (the textured 3D world has finer detail than its 2D scenes);
+- ``base``: the video transformer (:mod:`mmpos.world.video_model`) on clips, without camera input;
+- ``ucpe`` / ``plucker`` / ``prope``: a camera adapter (:class:`~mmpos.integrations.diffusers.camera_adapter.
+  CameraAdapter`) on the frozen base, told each clip's trajectory.
+
+A run folder holds ``state.pt`` (model, optimiser, step, losses, CPU seconds; written to a temporary name and
+renamed every ``checkpoint_every`` steps and when time runs out) and, when the run finishes, the model in
+diffusers layout (``vae/``, ``transformer/`` or ``camera_adapter/``, each from ``save_pretrained``). Batches and
+noise are functions of ``(seed, step)``, so a resumed run takes the steps an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .._atomic import written_atomically
+from .._validation import check_choice
+from .losses import vae_loss
+from .video_model import encode_frames, flow_loss, world_video_transformer
+
+STAGES = ("vae", "base", "ucpe", "plucker", "prope")
+EXPORTED = {"vae": "vae", "base": "transformer"}  # camera stages export ``camera_adapter``
+
+
+@dataclass
+class VideoRecipe:
+    stage: str
+    steps: int = 3000
+    batch_size: int = 8
+    lr: float = 5e-4
+    warmup: int = 100
+    seed: int = 0
+    train_scenes: int = 600
+    clips_per_scene: int = 4
+    checkpoint_every: int = 200
+
+    def __post_init__(self):
+        check_choice("stage", self.stage, STAGES)
+        for name in ("steps", "batch_size", "train_scenes", "clips_per_scene", "checkpoint_every"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+
+
+def learning_rate(recipe: VideoRecipe, step: int) -> float:
+    """Linear warm-up, then cosine decay to 0 at ``recipe.steps``."""
+    if step < recipe.warmup:
+        return recipe.lr * (step + 1) / recipe.warmup
+    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+    return recipe.lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def saved_folder(save, path: Path) -> Path:
+    """``save(temporary)`` then rename onto ``path`` (an older ``path`` is removed only after)."""
+    temporary = path.with_name(f".{path.name}.partial")
+    shutil.rmtree(temporary, ignore_errors=True)
+    save(temporary)
+    old = path.with_name(f".{path.name}.old")
+    if path.exists():
+        os.replace(path, old)
+    os.replace(temporary, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+class VideoStage:
+    """One stage's trainable module, frozen parts and per-step loss, over clips ``data`` (see
+    :mod:`mmpos.world.video_data`)."""
+
+    def __init__(self, recipe: VideoRecipe, data: dict, vae, base=None):
+        self.recipe, self.data, self.vae, self.base = recipe, data, vae, base
+        torch.manual_seed(recipe.seed)
+        if recipe.stage == "vae":
+            self.trained = vae.train().requires_grad_(True)
+            return
+        self.latents = encode_frames(vae.eval(), data["frames"])
+        if recipe.stage == "base":
+            self.trained = world_video_transformer()
+            return
+        from ..integrations.diffusers.camera_adapter import CameraAdapter
+
+        base.eval().requires_grad_(False)
+        self.trained = CameraAdapter.for_transformer(base, recipe.stage)
+
+    def loss(self, generator: torch.Generator) -> torch.Tensor:
+        count = len(self.data["frames"])
+        index = torch.randint(count, (self.recipe.batch_size,), generator=generator)
+        if self.recipe.stage == "vae":
+            frame = torch.randint(self.data["frames"].shape[1], (len(index),), generator=generator)
+            images = self.data["frames"][index, frame].float() / 127.5 - 1
+            return vae_loss(self.vae, images, kl_weight=1e-6)[0]
+        latents = self.latents[index]
+        sigmas = torch.sigmoid(torch.randn(len(index), generator=generator))
+        noise = torch.randn(latents.shape, generator=generator)
+        if self.recipe.stage == "base":
+            return flow_loss(self.trained, latents, sigmas, noise)
+        from ..integrations.diffusers.camera_adapter import camera_conditioning
+
+        with camera_conditioning(self.base, self.trained, self.cameras(index, latents.shape)):
+            return flow_loss(self.base, latents, sigmas, noise)
+
+    def cameras(self, index: torch.Tensor, latent_shape):
+        from ..integrations.diffusers.video_cameras import stack_cameras, video_cameras
+        from .video_data import clip_trajectory
+
+        _, _, frames, height, width = latent_shape
+        patch = self.base.config.patch_size
+        grid = (frames, height // patch[1], width // patch[2])
+        size = tuple(self.data["frames"].shape[-2:])
+        offset = tuple(self.trained.config.ray_offset)
+        return stack_cameras([video_cameras(clip_trajectory(self.data, int(i)), grid, size, offset=offset)
+                              for i in index])
+
+    def export(self, out: Path) -> Path:
+        folder = out / EXPORTED.get(self.recipe.stage, "camera_adapter")
+        model = self.trained.eval().requires_grad_(False)
+        if self.recipe.stage == "vae":  # latent normalisation measured on the clips, as the world VAE's
+            model.register_to_config(shift_factor=0.0, scaling_factor=1.0)
+            latents = encode_frames(model, self.data["frames"][:128])
+            model.register_to_config(shift_factor=latents.mean().item(), scaling_factor=1 / latents.std().item())
+        return saved_folder(lambda path: model.save_pretrained(path), folder)
+
+
+def train_stage(recipe: VideoRecipe, data: dict, out, vae, base=None, max_minutes: float = math.inf,
+                stop_at: int | None = None, log=print) -> dict:
+    """Train (or resume from ``out/state.pt``) until ``recipe.steps``, ``max_minutes`` of wall time or step
+    ``stop_at``; returns the state (recipe, step, losses, cpu_seconds, finished). A finished run exports its
+    model into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stage = VideoStage(recipe, data, vae, base)
+    parameters = [p for p in stage.trained.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=recipe.lr, weight_decay=0.0)
+    state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, finished=False)
+    checkpoint = out / "state.pt"
+    if checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        if saved["recipe"] != state["recipe"]:
+            raise ValueError(f"{checkpoint} was written by another recipe: {saved['recipe']}; pass another out")
+        stage.trained.load_state_dict(saved.pop("model"))
+        optimizer.load_state_dict(saved.pop("optimizer"))
+        state = saved
+    wall_start, last = time.time(), recipe.steps if stop_at is None else min(stop_at, recipe.steps)
+    while state["step"] < last and (time.time() - wall_start) < max_minutes * 60:
+        started = time.process_time()
+        step = state["step"]
+        generator = torch.Generator().manual_seed(recipe.seed * 1_000_003 + step)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(recipe, step)
+        loss = stage.loss(generator)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{recipe.stage}: loss is {loss.item()} at step {step + 1}; the last good "
+                                     f"state is {checkpoint} (step {step - step % recipe.checkpoint_every})")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        state["losses"].append(round(loss.item(), 6))
+        state["step"] += 1
+        state["cpu_seconds"] += time.process_time() - started
+        if state["step"] % recipe.checkpoint_every == 0:
+            _save_state(checkpoint, state, stage, optimizer)
+            recent = state["losses"][-recipe.checkpoint_every:]
+            log(f"{recipe.stage} step {state['step']} loss {sum(recent) / len(recent):.5f} "
+                f"cpu {state['cpu_seconds'] / 60:.1f} min")
+    state["finished"] = state["step"] >= recipe.steps
+    _save_state(checkpoint, state, stage, optimizer)
+    if state["finished"]:
+        stage.export(out)
+    return state
+
+
+def _save_state(path: Path, state: dict, stage: VideoStage, optimizer) -> None:
+    with written_atomically(path) as temporary:
+        torch.save(dict(state, model=stage.trained.state_dict(), optimizer=optimizer.state_dict()), temporary)

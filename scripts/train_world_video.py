@@ -1,0 +1,88 @@
+"""Train the world video model's stages on camera-moving clips of the 3D mini-world (CPU-sized defaults).
+
+    python scripts/train_world_video.py --stage vae  --out runs/video/vae  --max-minutes 10
+    python scripts/train_world_video.py --stage base --out runs/video/base --vae runs/video/vae/vae
+    python scripts/train_world_video.py --stage ucpe --out runs/video/ucpe --vae runs/video/vae/vae \\
+        --base runs/video/base/transformer
+
+Stages, data and checkpoints: :mod:`mmpos.world.video_training`. ``--resume`` continues a run folder's
+``state.pt``; without it a folder that has one is refused. ``--max-minutes`` stops (with a checkpoint) after that
+wall time; rerun with ``--resume`` to go on. The rendered clips are cached in ``OUT/clips-train.pt``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from mmpos._atomic import written_atomically
+from mmpos.world.video_data import make_clips
+from mmpos.world.video_training import STAGES, VideoRecipe, train_stage
+
+DEFAULT_VAE = Path(__file__).resolve().parents[1] / "assets" / "world-vae"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="train_world_video", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--stage", required=True, choices=STAGES)
+    p.add_argument("--out", required=True, help="run folder (state.pt, clips cache, exported model)")
+    p.add_argument("--vae", default=str(DEFAULT_VAE), help="AutoencoderKL folder (the vae stage starts from it)")
+    p.add_argument("--base", help="trained transformer folder (camera stages)")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--scenes", type=int, default=600, help="training scenes (4 clips each)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-every", type=int, default=200, help="steps")
+    p.add_argument("--max-minutes", type=float, default=float("inf"), help="wall-clock budget of this call")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--resume", action="store_true", help="continue OUT/state.pt")
+    return p
+
+
+def cached_clips(out: Path, scenes: int) -> dict:
+    path = out / "clips-train.pt"
+    if path.exists():
+        data = torch.load(path)
+        if len(data["frames"]) == scenes * 4:
+            return data
+    data = make_clips("train", scenes, progress=True)
+    with written_atomically(path) as temporary:
+        torch.save(data, temporary)
+    return data
+
+
+def main(argv=None) -> int:
+    from diffusers import AutoencoderKL, WanTransformer3DModel
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if (out / "state.pt").exists() and not args.resume:
+        parser.exit(2, f"{parser.prog}: error: {out} holds a run (state.pt); pass --resume or another --out\n")
+    if args.stage not in ("vae", "base") and not args.base:
+        parser.exit(2, f"{parser.prog}: error: --stage {args.stage} trains a camera adapter: pass --base "
+                       "(the transformer folder of a finished base run)\n")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        recipe = VideoRecipe(args.stage, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                             train_scenes=args.scenes, checkpoint_every=args.checkpoint_every)
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    out.mkdir(parents=True, exist_ok=True)
+    data = cached_clips(out, args.scenes)
+    vae = AutoencoderKL.from_pretrained(args.vae)
+    base = WanTransformer3DModel.from_pretrained(args.base) if args.base else None
+    state = train_stage(recipe, data, out, vae, base, max_minutes=args.max_minutes,
+                        log=lambda line: print(line, flush=True))
+    done = "finished" if state["finished"] else "stopped (rerun with --resume)"
+    print(f"{args.stage}: {done} at step {state['step']}, {state['cpu_seconds'] / 60:.1f} CPU minutes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
