@@ -38,18 +38,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint-every", type=int, default=200, help="steps")
     p.add_argument("--max-minutes", type=float, default=float("inf"), help="wall-clock budget of this call")
+    p.add_argument("--size", type=int, default=32, help="clip frame size in pixels (square)")
+    p.add_argument("--frames", type=int, default=9, help="frames per clip")
+    p.add_argument("--device", default="cpu", help="where the models train (cuda on a GPU)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--resume", action="store_true", help="continue OUT/state.pt")
     return p
 
 
-def cached_clips(out: Path, scenes: int) -> dict:
+def cached_clips(out: Path, scenes: int, frames: int, size: int) -> dict:
+    """The training clips, rendered once per run folder (``OUT/clips-train.pt``)."""
     path = out / "clips-train.pt"
     if path.exists():
         data = torch.load(path)
-        if len(data["frames"]) == scenes * 4:
+        if tuple(data["frames"].shape[:2]) == (scenes * 4, frames) and data["frames"].shape[-1] == size:
             return data
-    data = make_clips("train", scenes, progress=True)
+    data = make_clips("train", scenes, frames=frames, size=size, progress=True)
     with written_atomically(path) as temporary:
         torch.save(data, temporary)
     return data
@@ -74,10 +78,10 @@ def main(argv=None) -> int:
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     out.mkdir(parents=True, exist_ok=True)
-    data = cached_clips(out, args.scenes)
+    data = cached_clips(out, args.scenes, args.frames, args.size)
     vae = AutoencoderKL.from_pretrained(args.vae)
     base = WanTransformer3DModel.from_pretrained(args.base) if args.base else None
-    state = train_stage(recipe, data, out, vae, base, max_minutes=args.max_minutes,
+    state = train_stage(recipe, data, out, vae, base, max_minutes=args.max_minutes, device=args.device,
                         log=lambda line: print(line, flush=True))
     done = "finished" if state["finished"] else "stopped (rerun with --resume)"
     print(f"{args.stage}: {done} at step {state['step']}, {state['cpu_seconds'] / 60:.1f} CPU minutes")

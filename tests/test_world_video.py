@@ -179,3 +179,36 @@ def test_training_resumes_bit_identically(clips, tmp_path):
         video_model.TRANSFORMER_CONFIG.update(original)
     assert whole["losses"] == resumed["losses"] and whole["finished"] and resumed["finished"]
     assert (tmp_path / "whole" / "transformer" / "config.json").is_file()
+
+
+def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_path, monkeypatch):
+    from diffusers import AutoencoderKL
+
+    from mmpos.world import video_demo, video_model
+    from mmpos.world.video_export import export_world_video
+    from mmpos.world.video_training import VideoRecipe, train_stage
+
+    monkeypatch.setattr(video_model, "TRANSFORMER_CONFIG", {**video_model.TRANSFORMER_CONFIG, **SMALL})
+    runs = tmp_path / "runs"
+    vae = AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=4)
+    quiet = dict(log=lambda _: None)
+    train_stage(VideoRecipe("vae", steps=1, batch_size=2), clips, runs / "vae", vae, **quiet)
+    train_stage(VideoRecipe("base", steps=1, batch_size=2), clips, runs / "base", vae, **quiet)
+    with pytest.raises(ValueError, match="not finished"):  # an unfinished stage is not exported
+        train_stage(VideoRecipe("ucpe", steps=2, batch_size=2), clips, runs / "ucpe", vae,
+                    base=world_video_transformer(**SMALL), stop_at=1, **quiet)
+        export_world_video(runs, tmp_path / "model", adapters=("ucpe",))
+    from diffusers import WanTransformer3DModel
+
+    base = WanTransformer3DModel.from_pretrained(runs / "base" / "transformer")
+    train_stage(VideoRecipe("ucpe", steps=2, batch_size=2), clips, runs / "ucpe", vae, base=base, **quiet)
+    folder = export_world_video(runs, tmp_path / "assets" / "world-video", adapters=("ucpe",))
+    for name in ("model_index.json", "README.md", "model_card.json", "samples.png", "camera-ucpe/config.json"):
+        assert (folder / name).is_file(), name
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_world_video(runs, folder, adapters=("ucpe",))
+    section = video_demo.camera_clips_section(tmp_path / "demo", root=tmp_path / "assets", steps=2)
+    assert [label.split(": ")[1] for label, _ in section.rows[:3]] == ["ground truth", "no camera", "ucpe adapter"]
+    assert len(section.rows) == 9 and all(frames.shape == (9, 32, 32, 3) for _, frames in section.rows)
+    assert all(path.is_file() for path in section.diagnostics) and "RotErr" in section.note

@@ -6,7 +6,8 @@ Sections, each beside its ground truth and with the method's diagnostic maps:
 - paste harmonisation: plain Kontext vs LooseRoPE (``LooseRoPEKontextPipeline``), with saliency bins and factors;
 - style-aligned sets: no sharing vs band modulation at two strengths (``BandModulationFluxPipeline``), with the
   attention of one target query over the reference per frequency band;
-- above the training size: one caption at 1x, 2x and 3x with stock RoPE, PI, NTK, YaRN, vision YaRN and DyPE.
+- above the training size: one caption at 1x, 2x and 3x with stock RoPE, PI, NTK, YaRN, vision YaRN and DyPE;
+- camera-controlled clips: the world video model without / with camera adapters along three trajectories.
 """
 from __future__ import annotations
 
@@ -202,6 +203,19 @@ def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: lis
     return report
 
 
+def _camera_clips(out_dir: Path, source: ModelSource, done: list) -> list[Path]:
+    """The camera-controlled clips section (:mod:`.video_demo`) when the world video model is shipped."""
+    from .video_demo import camera_clips_section
+
+    section = camera_clips_section(out_dir, source.root)
+    if section is None:
+        return []
+    path = out_dir / "world_camera_clips.png"
+    save_png(path, image_grid(section.rows))
+    done.append((section, path))
+    return [path, *section.diagnostics]
+
+
 def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_figures=(),
                    source: ModelSource | None = None) -> list[Path]:
     """Run every section whose model is there (world checkpoints under ``root``, or ``source``); write a grid PNG
@@ -228,4 +242,5 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
         save_png(path, image_grid(section.rows))
         done.append((section, path))
         written += [path, *section.diagnostics]
+    written += _camera_clips(out_dir, source, done)
     return written + [write_report(out_dir, done, [Path(p) for p in extra_figures], source.describe())]

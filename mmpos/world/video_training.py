@@ -76,31 +76,35 @@ class VideoStage:
     """One stage's trainable module, frozen parts and per-step loss, over clips ``data`` (see
     :mod:`mmpos.world.video_data`)."""
 
-    def __init__(self, recipe: VideoRecipe, data: dict, vae, base=None):
-        self.recipe, self.data, self.vae, self.base = recipe, data, vae, base
+    def __init__(self, recipe: VideoRecipe, data: dict, vae, base=None, device="cpu"):
+        self.recipe, self.data, self.device = recipe, data, torch.device(device)
+        self.vae, self.base = vae.to(self.device), None if base is None else base.to(self.device)
         torch.manual_seed(recipe.seed)
         if recipe.stage == "vae":
-            self.trained = vae.train().requires_grad_(True)
+            self.trained = self.vae.train().requires_grad_(True)
             return
-        self.latents = encode_frames(vae.eval(), data["frames"])
+        self.latents = encode_frames(self.vae.eval(), data["frames"]).to(self.device)
         if recipe.stage == "base":
-            self.trained = world_video_transformer()
+            self.trained = world_video_transformer().to(self.device)
             return
         from ..integrations.diffusers.camera_adapter import CameraAdapter
 
-        base.eval().requires_grad_(False)
-        self.trained = CameraAdapter.for_transformer(base, recipe.stage)
+        if self.base is None:
+            raise ValueError(f"stage {recipe.stage!r} trains a camera adapter: base (the trained transformer) is "
+                             "required")
+        self.base.eval().requires_grad_(False)
+        self.trained = CameraAdapter.for_transformer(self.base, recipe.stage)
 
     def loss(self, generator: torch.Generator) -> torch.Tensor:
         count = len(self.data["frames"])
         index = torch.randint(count, (self.recipe.batch_size,), generator=generator)
         if self.recipe.stage == "vae":
             frame = torch.randint(self.data["frames"].shape[1], (len(index),), generator=generator)
-            images = self.data["frames"][index, frame].float() / 127.5 - 1
+            images = self.data["frames"][index, frame].to(self.device).float() / 127.5 - 1
             return vae_loss(self.vae, images, kl_weight=1e-6)[0]
-        latents = self.latents[index]
-        sigmas = torch.sigmoid(torch.randn(len(index), generator=generator))
-        noise = torch.randn(latents.shape, generator=generator)
+        latents = self.latents[index.to(self.device)]
+        sigmas = torch.sigmoid(torch.randn(len(index), generator=generator)).to(self.device)
+        noise = torch.randn(latents.shape, generator=generator).to(self.device)
         if self.recipe.stage == "base":
             return flow_loss(self.trained, latents, sigmas, noise)
         from ..integrations.diffusers.camera_adapter import camera_conditioning
@@ -117,7 +121,8 @@ class VideoStage:
         grid = (frames, height // patch[1], width // patch[2])
         size = tuple(self.data["frames"].shape[-2:])
         offset = tuple(self.trained.config.ray_offset)
-        return stack_cameras([video_cameras(clip_trajectory(self.data, int(i)), grid, size, offset=offset)
+        return stack_cameras([video_cameras(clip_trajectory(self.data, int(i)), grid, size, offset=offset,
+                                            device=self.device)
                               for i in index])
 
     def export(self, out: Path) -> Path:
@@ -131,19 +136,20 @@ class VideoStage:
 
 
 def train_stage(recipe: VideoRecipe, data: dict, out, vae, base=None, max_minutes: float = math.inf,
-                stop_at: int | None = None, log=print) -> dict:
+                stop_at: int | None = None, device="cpu", log=print) -> dict:
     """Train (or resume from ``out/state.pt``) until ``recipe.steps``, ``max_minutes`` of wall time or step
     ``stop_at``; returns the state (recipe, step, losses, cpu_seconds, finished). A finished run exports its
-    model into ``out``."""
+    model into ``out``. ``device``: where the models train (``"cuda"`` on a GPU); batches and noise are drawn on
+    the CPU, so a run is the same sequence on any device."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    stage = VideoStage(recipe, data, vae, base)
+    stage = VideoStage(recipe, data, vae, base, device)
     parameters = [p for p in stage.trained.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=recipe.lr, weight_decay=0.0)
     state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, finished=False)
     checkpoint = out / "state.pt"
     if checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = torch.load(checkpoint, weights_only=False, map_location=stage.device)
         if saved["recipe"] != state["recipe"]:
             raise ValueError(f"{checkpoint} was written by another recipe: {saved['recipe']}; pass another out")
         stage.trained.load_state_dict(saved.pop("model"))

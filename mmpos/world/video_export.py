@@ -1,0 +1,111 @@
+"""Assemble the trained stages of the world video model into one diffusers folder with a model card.
+
+    <out>/model_index.json, transformer/, vae/, scheduler/    (WorldVideoPipeline.save_pretrained)
+    <out>/camera-<kind>/                                       (CameraAdapter.save_pretrained, one per adapter)
+    <out>/README.md, model_card.json, samples.png              (card: data, steps, CPU minutes, losses)
+
+The folder is written under a temporary name and renamed into place; an existing ``out`` is replaced only when
+``overwrite`` is set.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .video_data import AMOUNTS, CLIP_FRAMES, CLIP_SIZE, MOTIONS
+from .video_training import saved_folder
+
+SCHEDULER_SHIFT = 1.0
+
+
+def stage_summary(run: Path, window: int = 100) -> dict:
+    """What a finished stage's ``state.pt`` records: recipe, steps, CPU minutes, loss curve (means of
+    ``window`` steps) and final loss (mean of the last ``window``)."""
+    state = torch.load(run / "state.pt", weights_only=False, map_location="cpu")
+    if not state["finished"]:
+        raise ValueError(f"{run} is not finished (step {state['step']} of {state['recipe']['steps']})")
+    losses = state["losses"]
+    curve = {i + window: round(float(np.mean(losses[i:i + window])), 5) for i in range(0, len(losses), window * 5)}
+    return dict(recipe=state["recipe"], steps=state["step"], cpu_minutes=round(state["cpu_seconds"] / 60, 1),
+                final_loss=round(float(np.mean(losses[-window:])), 5), loss_curve=curve)
+
+
+def model_card(stages: dict, parameters: dict) -> dict:
+    return dict(
+        model="WorldVideoPipeline: WanTransformer3DModel (image-to-video, first frame given clean at timestep 0) "
+              "+ world AutoencoderKL fine-tuned on clip frames + FlowMatchEulerDiscreteScheduler",
+        data=dict(generator="mmpos.world.video_data.make_clips('train', scenes)", frames=CLIP_FRAMES,
+                  size=CLIP_SIZE, motions=list(MOTIONS), amounts=AMOUNTS,
+                  train_scenes=stages["base"]["recipe"]["train_scenes"],
+                  clips=stages["base"]["recipe"]["train_scenes"] * stages["base"]["recipe"]["clips_per_scene"],
+                  test="held-out scenes (test seeds from 1,000,000)"),
+        device="cpu (one thread)", stages=stages, parameters=parameters, scheduler_shift=SCHEDULER_SHIFT)
+
+
+def card_markdown(card: dict) -> str:
+    lines = ["# world-video", "", "A small image-to-video model of the mmpos mini-world (3D scenes, camera-moving "
+             "clips) and camera adapters trained on it, all on a CPU. Load with "
+             "`WorldVideoPipeline.from_pretrained(folder)` and `load_camera_adapter(pipe, folder / 'camera-ucpe')` "
+             "(`mmpos.pipelines`).", "", f"Model: {card['model']}.", "",
+             f"Data: {card['data']['clips']} clips of {card['data']['train_scenes']} textured training scenes, "
+             f"{card['data']['frames']} frames of {card['data']['size']} px, motions {', '.join(MOTIONS)} with random "
+             f"signed amounts ({card['data']['amounts']}); {card['data']['test']}.", "",
+             "| stage | parameters | steps | batch | CPU minutes | final loss |", "|---|---|---|---|---|---|"]
+    for name, stage in card["stages"].items():
+        lines.append(f"| {name} | {card['parameters'].get(name, '-')} | {stage['steps']} | "
+                     f"{stage['recipe']['batch_size']} | {stage['cpu_minutes']} | {stage['final_loss']} |")
+    lines += ["", "Loss curves (step: mean loss of the preceding 100 steps):", ""]
+    lines += [f"- {name}: " + ", ".join(f"{k}: {v}" for k, v in stage["loss_curve"].items())
+              for name, stage in card["stages"].items()]
+    lines += ["", "![samples](samples.png)", "", "Samples: held-out scene, first frame + trajectory; rows per motion: "
+              "ground truth, no camera, each adapter.", "",
+              "Reproduce: `bash scripts/train_world_video.sh` (README, \"Camera-controlled clips\")."]
+    return "\n".join(lines) + "\n"
+
+
+def export_world_video(runs: Path, out: Path, adapters=("ucpe", "plucker"), overwrite: bool = False) -> Path:
+    """``runs/{vae,base,<adapter>}`` (finished stage folders) -> the model folder ``out``."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, WanTransformer3DModel
+
+    from ..integrations.diffusers.camera_adapter import CameraAdapter
+    from ..pipelines import WorldVideoPipeline
+
+    runs, out = Path(runs), Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it")
+    names = ("vae", "base", *adapters)
+    stages = {name: stage_summary(runs / name) for name in names}
+    pipe = WorldVideoPipeline(WanTransformer3DModel.from_pretrained(runs / "base" / "transformer"),
+                              AutoencoderKL.from_pretrained(runs / "vae" / "vae"),
+                              FlowMatchEulerDiscreteScheduler(shift=SCHEDULER_SHIFT))
+    loaded = {kind: CameraAdapter.from_pretrained(runs / kind / "camera_adapter") for kind in adapters}
+    parameters = {"vae": _count(pipe.vae), "base": _count(pipe.transformer),
+                  **{kind: _count(adapter) for kind, adapter in loaded.items()}}
+    card = model_card(stages, parameters)
+
+    def write(folder: Path) -> None:
+        pipe.save_pretrained(folder)
+        for kind in adapters:
+            shutil.copytree(runs / kind / "camera_adapter", folder / f"camera-{kind}")
+        (folder / "model_card.json").write_text(json.dumps(card, indent=1))
+        (folder / "README.md").write_text(card_markdown(card))
+        _write_samples(folder)
+
+    return saved_folder(write, out)
+
+
+def _count(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _write_samples(folder: Path) -> None:
+    from .images import save_png
+    from .samples import image_grid
+    from .video_demo import demo_outputs, labelled_rows, load_video_model
+
+    rows = labelled_rows(demo_outputs(*load_video_model(folder)))
+    save_png(folder / "samples.png", image_grid(rows, label_width=200))
