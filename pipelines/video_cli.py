@@ -5,8 +5,9 @@
     mmpos generate video --model ... --frames 2x --width 1664 --extrapolate riflex dype   # beyond the training size
 
 writes ``video.mp4``, ``frames.png`` (a grid of frames) and ``rig.png`` (the camera path) into ``--out``. Without
-``--model`` it runs on tiny random Wan components built offline (seconds on a CPU; the frames are noise-like,
-the plumbing is the real one). It prints the model, device and dtype first, and never replaces existing files
+``--model`` it runs the mini-world's trained image-to-video model with its UCPE camera adapter
+(:mod:`.world_video_cli`; 32 px, seconds on a CPU), or, without that asset, tiny random Wan components built
+offline (``--model tiny``: the frames are noise-like, the plumbing is the real one). It prints the model, device and dtype first, and never replaces existing files
 unless ``--overwrite`` is given.
 """
 from __future__ import annotations
@@ -24,8 +25,10 @@ PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=TINY, help="Wan diffusers pipeline: from_pretrained path or hub id "
-                        "(default: tiny offline components with random weights)")
+    parser.add_argument("--model", help="Wan diffusers pipeline (from_pretrained path or hub id); 'world': the "
+                        "mini-world's trained image-to-video model (32 px, CPU, seconds; see --camera); 'tiny': "
+                        "offline components with random weights (default: world when assets/world-video is there, "
+                        "else tiny)")
     parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video")
     parser.add_argument("--prompt", default="a slow camera move around a house", help="text prompt")
     parser.add_argument("--negative-prompt", default="", help="negative prompt")
@@ -33,10 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "length: 2x = twice --train-frames' duration (81 -> 161)")
     parser.add_argument("--height", type=int, help="pixels, multiple of 16 (default: 480; tiny: 64)")
     parser.add_argument("--width", type=int, help="pixels, multiple of 16 (default: 832; tiny: 96)")
-    parser.add_argument("--camera", default="preset:orbit", help="preset:NAME, a RealEstate10K .txt or an mmpos "
-                        ".json trajectory (default: preset:orbit)")
+    parser.add_argument("--camera", help="preset:NAME, a RealEstate10K .txt or an mmpos .json trajectory (default: "
+                        "preset:orbit); --model world: orbit[:DEGREES], dolly[:UNITS], pan[:DEGREES] or a file "
+                        "(default: orbit:35)")
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
-                        "camera is plotted but does not steer the video")
+                        "camera is plotted but does not steer the video (--model world: default MODEL/camera-ucpe, "
+                        "'none' for the base model alone)")
     parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
     parser.add_argument("--extrapolate", nargs="+", choices=("riflex", *SPATIAL), default=[], metavar="METHOD",
                         help="beyond the trained length and size without training (set_pe): riflex on time; one of "
@@ -125,7 +130,7 @@ def _trajectory(args, parser, frames: int):
     from mmpos.viz.cameras import resolve_trajectory
 
     try:
-        return resolve_trajectory(args.camera, frames)
+        return resolve_trajectory(args.camera or "preset:orbit", frames)
     except (FileNotFoundError, ValueError) as error:
         _fail(parser, f"--camera {args.camera}: {error}")
 
@@ -191,8 +196,17 @@ def _extrapolate(args, parser, pipe, settings) -> str:
 
 
 def run(argv=None) -> int:
+    from .world_video_cli import WORLD, run_world, world_model_folder
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.model is None:
+        args.model = WORLD if world_model_folder(WORLD) is not None else TINY
+    world = world_model_folder(args.model)
+    if args.model == WORLD and world is None:
+        _fail(parser, "--model world: no world video model in assets/world-video (see scripts/train_world_video.sh)")
+    if world is not None:
+        return run_world(args, world, _outputs(args, parser), lambda message: _fail(parser, message), _write)
     settings = _settings(args, parser)
     paths = _outputs(args, parser)
     shown = "tiny offline Wan components (random weights, no download)" if settings["tiny"] else args.model

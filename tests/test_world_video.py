@@ -212,3 +212,26 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
     assert [label.split(": ")[1] for label, _ in section.rows[:3]] == ["ground truth", "no camera", "ucpe adapter"]
     assert len(section.rows) == 9 and all(frames.shape == (9, 32, 32, 3) for _, frames in section.rows)
     assert all(path.is_file() for path in section.diagnostics) and "RotErr" in section.note
+    _generate_video_from_the_cli(folder, tmp_path)
+
+
+def _generate_video_from_the_cli(folder, tmp_path):
+    """``mmpos generate video --model FOLDER`` on a WorldVideoPipeline folder: mp4 of 9 frames at 32 px."""
+    import cv2
+
+    from mmpos.cli import main
+
+    out = tmp_path / "video"
+    assert main(["generate", "video", "--model", str(folder), "--camera", "pan:-20", "--steps", "2",
+                 "--out", str(out)]) == 0
+    capture, count = cv2.VideoCapture(str(out / "video.mp4")), 0
+    while True:
+        ok, frame = capture.read()
+        if not ok:
+            break
+        count += 1
+        assert frame.shape == (32, 32, 3)
+    assert count == 9 and (out / "rig.png").is_file()
+    with pytest.raises(SystemExit) as bad:
+        main(["generate", "video", "--model", str(folder), "--camera", "spin:3", "--out", str(tmp_path / "x")])
+    assert bad.value.code == 2
