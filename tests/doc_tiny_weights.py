@@ -1,0 +1,111 @@
+"""Tiny offline stand-ins for downloaded weights, for the docs' ``needs-weights`` blocks (``tests/doc_blocks.py``).
+
+Inside :func:`tiny_offline_weights`:
+
+- ``DiffusionPipeline.from_pretrained`` (every Flux / Fill / Kontext / Wan pipeline and the mmpos pipelines built on
+  them) returns the class built on tiny random components (``tests/fixtures/tiny_models.py``,
+  ``mmpos.pipelines.tiny_wan``) with tiny text encoders, so prompts are strings; Flux pipelines default to 32 px;
+- ``WanTransformer3DModel.from_pretrained`` returns the tiny Wan transformer;
+- ``timm.create_model(..., pretrained=True)`` builds the architecture with random weights;
+- ``from_pretrained`` of transformers' Qwen2-VL / Qwen2.5-VL / Qwen3-VL models returns the tiny models of
+  ``tests/tiny_qwen_vl.py``; ``AutoProcessor.from_pretrained`` a processor whose ``apply_chat_template`` returns
+  their fixed text-image-video input;
+- ``.to("cuda")`` of a pipeline stays on the CPU when no GPU is present.
+"""
+from __future__ import annotations
+
+import contextlib
+from unittest import mock
+
+import torch
+
+FLUX_SAMPLE_SIZE = 4  # latent tokens per side x 2: 32 px with the tiny VAE (scale 8)
+
+
+def _tiny_pipeline(cls, *args, **kwargs):
+    from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline, WanImageToVideoPipeline, WanPipeline
+
+    from fixtures.tiny_models import components, tiny_text_components
+    from mmpos.pipelines.tiny_wan import tiny_wan_components
+
+    if issubclass(cls, (WanPipeline, WanImageToVideoPipeline)):
+        return cls(**tiny_wan_components(image_to_video=issubclass(cls, WanImageToVideoPipeline)))
+    kind = next((name for base, name in ((FluxFillPipeline, "fill"), (FluxKontextPipeline, "kontext"),
+                                         (FluxPipeline, "flux")) if issubclass(cls, base)), None)
+    if kind is None:
+        raise NotImplementedError(f"no tiny offline components for {cls.__name__}")
+    pipe = cls(**{**components(kind), **tiny_text_components()})
+    pipe.default_sample_size = FLUX_SAMPLE_SIZE
+    return pipe
+
+
+def _tiny_wan_transformer(cls, *args, **kwargs):
+    from mmpos.pipelines.tiny_wan import tiny_wan_transformer
+
+    return tiny_wan_transformer()
+
+
+def _tiny_qwen_vl(cls, *args, **kwargs):
+    import tiny_qwen_vl
+
+    kind = {"Qwen2VL": "qwen2_vl", "Qwen2_5_VL": "qwen2_5_vl", "Qwen3VL": "qwen3_vl"}
+    found = next((value for key, value in kind.items() if cls.__name__.startswith(key)), None)
+    if found is None:
+        raise NotImplementedError(f"no tiny offline model for {cls.__name__}")
+    return tiny_qwen_vl.build(found)
+
+
+class _TinyProcessor:
+    """Answers ``apply_chat_template`` with the tiny models' text-image-video input (any messages)."""
+
+    def __init__(self, kind: str = "qwen3_vl"):
+        self.kind = kind
+
+    def apply_chat_template(self, *args, **kwargs):
+        import tiny_qwen_vl
+
+        return tiny_qwen_vl.mixed_inputs(self.kind)
+
+    def batch_decode(self, ids, **kwargs):
+        return [" ".join(map(str, row.tolist())) for row in ids]
+
+
+def _create_model(create):
+    def create_with_random_weights(*args, pretrained=False, **kwargs):
+        return create(*args, pretrained=False, **kwargs)
+    return create_with_random_weights
+
+
+def _to_without_gpu(to):
+    def to_available_device(self, *args, **kwargs):
+        if not torch.cuda.is_available():
+            args = tuple("cpu" if isinstance(a, str) and a.startswith("cuda") else a for a in args)
+            if isinstance(kwargs.get("device"), str) and kwargs["device"].startswith("cuda"):
+                kwargs["device"] = "cpu"
+            args = tuple(a for a in args if not isinstance(a, torch.dtype))  # tiny parts stay fp32 on the CPU
+            kwargs.pop("dtype", None)
+        return to(self, *args, **kwargs)
+    return to_available_device
+
+
+@contextlib.contextmanager
+def tiny_offline_weights():
+    import diffusers
+    import timm
+    import transformers
+
+    qwen_classes = [getattr(transformers, name) for name in (
+        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration")]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(diffusers.DiffusionPipeline, "from_pretrained",
+                                              classmethod(_tiny_pipeline)))
+        stack.enter_context(mock.patch.object(diffusers.DiffusionPipeline, "to",
+                                              _to_without_gpu(diffusers.DiffusionPipeline.to)))
+        stack.enter_context(mock.patch.object(timm, "create_model", _create_model(timm.create_model)))
+        stack.enter_context(mock.patch.object(diffusers.WanTransformer3DModel, "from_pretrained",
+                                              classmethod(_tiny_wan_transformer)))
+        for cls in qwen_classes:
+            stack.enter_context(mock.patch.object(cls, "from_pretrained", classmethod(_tiny_qwen_vl)))
+        stack.enter_context(mock.patch.object(transformers.AutoProcessor, "from_pretrained",
+                                              lambda *args, **kwargs: _TinyProcessor()))
+        yield

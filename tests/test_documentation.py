@@ -1,0 +1,119 @@
+"""Every code block of README.md and docs/*.md runs as written (markers: ``tests/doc_blocks.py``, docs/README.md).
+
+Python blocks of a page run in order in one namespace, in a temporary working folder; ``needs-weights`` blocks run
+on tiny offline components (``tests/doc_tiny_weights.py``). Shell blocks run line by line with ``bash`` on the
+CPU, in a temporary folder that links the repository's scripts, configs, assets and benchmarks.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from doc_blocks import MARKER_KINDS, PAGES, ROOT, SHELL_LANGUAGES, Block, all_blocks, page_blocks, shell_commands
+from doc_tiny_weights import tiny_offline_weights
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+BLOCKS = all_blocks()
+PYTHON_PAGES = [page for page in PAGES if any(b.language == "python" for b in page_blocks(page))]
+SHELL_BLOCKS = [b for b in BLOCKS if b.language in SHELL_LANGUAGES]
+LINKED = ("scripts", "configs", "assets", "benchmarks", "mmpos", "pipelines", "Makefile", "pyproject.toml",
+          "setup.py")
+USER_IMAGES = ("background.png", "where.png", "object.png", "object_mask.png", "collage.png", "original.png",
+               "my.png", "obj.png")
+
+
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.fixture
+def user_folder(tmp_path, monkeypatch):
+    """A working folder with the repository's data folders linked and small images under the names pages open."""
+    from PIL import Image
+
+    for name in LINKED:
+        (tmp_path / name).symlink_to(ROOT / name)
+    rng = np.random.default_rng(0)
+    for name in USER_IMAGES:
+        pixels = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+        if "mask" in name or name == "where.png":
+            pixels = np.zeros((64, 64, 3), np.uint8)
+            pixels[16:48, 16:48] = 255
+        Image.fromarray(pixels).save(tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_every_block_has_a_language_and_a_known_marker():
+    for block in BLOCKS:
+        assert block.language, f"{block.where}: a fenced block needs a language (python, bash, text, ...)"
+        assert block.marker in MARKER_KINDS | {""}, f"{block.where}: unknown doc-test marker {block.marker!r}"
+        if block.marker == "skip":
+            assert block.reason, f"{block.where}: a skip marker needs its reason"
+        block.runnable_code  # every small: replacement occurs in its block
+
+
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=_name)
+def test_python_blocks_run(page, user_folder, capsys):
+    namespace = {"__name__": f"doc_{page.stem}"}
+    ran = 0
+    try:
+        for block in page_blocks(page):
+            if block.language != "python" or block.marker == "skip":
+                continue
+            code = compile(block.runnable_code, block.where, "exec")
+            if block.marker == "needs-weights":
+                with tiny_offline_weights():
+                    exec(code, namespace)
+            else:
+                exec(code, namespace)
+            ran += 1
+    finally:
+        _forget_registered(namespace)
+    assert ran > 0
+
+
+def _forget_registered(namespace: dict) -> None:
+    """Encodings a page registers (``docs/adding_an_encoding.md``) leave the registry again."""
+    from mmpos.encodings import registry
+
+    for name, value in list(registry._REGISTRY.items()):
+        if any(value is held for held in namespace.values()):
+            registry._REGISTRY.pop(name)
+
+
+def _shell_environment() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg",
+               CUDA_VISIBLE_DEVICES="")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@pytest.mark.parametrize("block", [b for b in SHELL_BLOCKS if b.marker in ("", "run")], ids=lambda b: b.where)
+def test_shell_lines_run(block, user_folder):
+    commands = shell_commands(block)
+    assert commands
+    for command in commands:
+        done = subprocess.run(["bash", "-c", "set -e; " + command], cwd=user_folder, env=_shell_environment(),
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{block.where}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("block", [b for b in SHELL_BLOCKS if b.marker == "setup"], ids=lambda b: b.where)
+def test_setup_commands_name_makefile_targets(block):
+    """``make test`` itself is what CI runs (``.ci/run``); here: each set-up line is a target the Makefile has."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for command in shell_commands(block):
+        words = command.split("#")[0].split()
+        assert words[0] == "make", f"{block.where}: a setup line is a make target, got {command!r}"
+        done = subprocess.run(["make", "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, f"{block.where}: make -n {' '.join(words[1:])}: {done.stderr}"
