@@ -9,8 +9,9 @@ The markers (documented in ``docs/README.md``, "Writing docs"):
   test checks that the Makefile has the targets (``make -n``).
 - ``skip <reason>``: not run (a GPU, a data set, downloaded weights or a long training); the reason is required.
 - ``run``: runs as written, but see ``small:`` below.
+- ``slow``: runs as written, in a test marked ``slow`` (over ~20 s on one CPU thread).
 
-Any marker may end with ``small: "old" -> "new", ...``: the test replaces each ``old`` text by ``new`` before running
+Any marker may end with ``small: `old` -> `new`, ...``: the test replaces each ``old`` text by ``new`` before running
 the block (smaller shapes or fewer steps than the page shows; the page's text says so).
 """
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"^<!--\s*doc-test:\s*(?P<kind>[\w-]+)\s*(?P<reason>.*?)\s*-->\s*$")
-MARKER_KINDS = {"run", "needs-weights", "setup", "skip"}
-SMALL = re.compile(r'"(?P<old>[^"]+)"\s*->\s*"(?P<new>[^"]*)"')
+MARKER_KINDS = {"run", "slow", "needs-weights", "setup", "skip"}
+SMALL = re.compile(r"`(?P<old>[^`]+)`\s*->\s*`(?P<new>[^`]*)`")
 SHELL_LANGUAGES = {"bash", "sh", "console", "shell"}
 FENCE = re.compile(r"^```(?P<language>[\w-]*)\s*$")
 
@@ -80,7 +81,7 @@ def _marker_before(lines: list[str], index: int) -> tuple[str, str]:
 def shell_commands(block: Block) -> list[str]:
     """The block's commands: comments dropped, ``\\`` continuations joined, ``$ `` prompts of console blocks only."""
     commands, pending = [], ""
-    for raw in block.code.splitlines():
+    for raw in block.runnable_code.splitlines():
         line = raw.rstrip()
         if block.language == "console":
             if not (line.startswith("$ ") or pending):

@@ -6,6 +6,7 @@ Inside :func:`tiny_offline_weights`:
   them) returns the class built on tiny random components (``tests/fixtures/tiny_models.py``,
   ``mmpos.pipelines.tiny_wan``) with tiny text encoders, so prompts are strings; Flux pipelines default to 32 px;
 - ``WanTransformer3DModel.from_pretrained`` returns the tiny Wan transformer;
+- ``CameraAdapter.from_pretrained`` returns a zero-initialised ``ucpe`` adapter for that transformer;
 - ``timm.create_model(..., pretrained=True)`` builds the architecture with random weights;
 - ``from_pretrained`` of transformers' Qwen2-VL / Qwen2.5-VL / Qwen3-VL models returns the tiny models of
   ``tests/tiny_qwen_vl.py``; ``AutoProcessor.from_pretrained`` a processor whose ``apply_chat_template`` returns
@@ -28,8 +29,10 @@ def _tiny_pipeline(cls, *args, **kwargs):
     from fixtures.tiny_models import components, tiny_text_components
     from mmpos.pipelines.tiny_wan import tiny_wan_components
 
-    if issubclass(cls, (WanPipeline, WanImageToVideoPipeline)):
-        return cls(**tiny_wan_components(image_to_video=issubclass(cls, WanImageToVideoPipeline)))
+    if issubclass(cls, WanImageToVideoPipeline):
+        return cls(**tiny_wan_components(image_to_video=True))
+    if issubclass(cls, WanPipeline):
+        return cls(**{**tiny_wan_components(), "transformer": _tiny_wan_transformer(None)})
     kind = next((name for base, name in ((FluxFillPipeline, "fill"), (FluxKontextPipeline, "kontext"),
                                          (FluxPipeline, "flux")) if issubclass(cls, base)), None)
     if kind is None:
@@ -40,9 +43,17 @@ def _tiny_pipeline(cls, *args, **kwargs):
 
 
 def _tiny_wan_transformer(cls, *args, **kwargs):
+    """The tiny Wan transformer with 48-channel heads: 8 rotary pairs on the time axis (RIFLEx's k=4 fits)."""
+    from diffusers import WanTransformer3DModel
+
     from mmpos.pipelines.tiny_wan import tiny_wan_transformer
 
-    return tiny_wan_transformer()
+    return WanTransformer3DModel.from_config({**tiny_wan_transformer().config, "attention_head_dim": 48}).eval()
+
+
+def _tiny_camera_adapter(cls, *args, **kwargs):
+    """A zero-initialised ``ucpe`` adapter sized for the tiny Wan transformer above."""
+    return cls.for_transformer(_tiny_wan_transformer(None), "ucpe")
 
 
 def _tiny_qwen_vl(cls, *args, **kwargs):
@@ -94,6 +105,8 @@ def tiny_offline_weights():
     import timm
     import transformers
 
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+
     qwen_classes = [getattr(transformers, name) for name in (
         "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration")]
     with contextlib.ExitStack() as stack:
@@ -104,6 +117,7 @@ def tiny_offline_weights():
         stack.enter_context(mock.patch.object(timm, "create_model", _create_model(timm.create_model)))
         stack.enter_context(mock.patch.object(diffusers.WanTransformer3DModel, "from_pretrained",
                                               classmethod(_tiny_wan_transformer)))
+        stack.enter_context(mock.patch.object(CameraAdapter, "from_pretrained", classmethod(_tiny_camera_adapter)))
         for cls in qwen_classes:
             stack.enter_context(mock.patch.object(cls, "from_pretrained", classmethod(_tiny_qwen_vl)))
         stack.enter_context(mock.patch.object(transformers.AutoProcessor, "from_pretrained",

@@ -6,6 +6,7 @@ CPU, in a temporary folder that links the repository's scripts, configs, assets 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -61,33 +62,51 @@ def test_every_block_has_a_language_and_a_known_marker():
         block.runnable_code  # every small: replacement occurs in its block
 
 
-@pytest.mark.parametrize("page", PYTHON_PAGES, ids=_name)
-def test_python_blocks_run(page, user_folder, capsys):
-    namespace = {"__name__": f"doc_{page.stem}"}
+def run_python_blocks(page: Path, namespace: dict) -> int:
+    """Run the page's Python blocks in order in ``namespace``; returns how many ran."""
     ran = 0
-    try:
-        for block in page_blocks(page):
-            if block.language != "python" or block.marker == "skip":
-                continue
-            code = compile(block.runnable_code, block.where, "exec")
-            if block.marker == "needs-weights":
-                with tiny_offline_weights():
-                    exec(code, namespace)
-            else:
-                exec(code, namespace)
-            ran += 1
-    finally:
-        _forget_registered(namespace)
-    assert ran > 0
+    for block in page_blocks(page):
+        if block.language != "python" or block.marker == "skip":
+            continue
+        code = compile(block.runnable_code, block.where, "exec")
+        with tiny_offline_weights() if block.marker == "needs-weights" else contextlib.nullcontext():
+            exec(code, namespace)
+        ran += 1
+    return ran
 
 
-def _forget_registered(namespace: dict) -> None:
-    """Encodings a page registers (``docs/adding_an_encoding.md``) leave the registry again."""
+@pytest.fixture
+def page_namespace():
+    """A page's namespace; encodings the page registers (docs/adding_an_encoding.md) leave the registry after."""
     from mmpos.encodings import registry
 
+    namespace = {"__name__": "doc_page"}
+    yield namespace
     for name, value in list(registry._REGISTRY.items()):
         if any(value is held for held in namespace.values()):
             registry._REGISTRY.pop(name)
+
+
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=_name)
+def test_python_blocks_run(page, user_folder, page_namespace):
+    assert run_python_blocks(page, page_namespace) > 0
+
+
+def test_the_worked_example_of_adding_an_encoding_passes_the_registry_sweep(user_folder, page_namespace, capsys):
+    import test_registry_sweep as sweep
+    from mmpos.encodings import registry
+
+    run_python_blocks(ROOT / "docs" / "adding_an_encoding.md", page_namespace)
+    assert "torch.Size([1, 3])" in capsys.readouterr().out
+    assert "rope_golden" in registry.list_pes()
+    checks = [sweep.test_kind_capabilities_and_example_options_agree, sweep.test_relative_property_matches_the_claim,
+              sweep.test_inputs_are_not_modified, sweep.test_gradcheck, sweep.test_option_validation_names_the_option,
+              sweep.test_forward_inside_a_timm_vit, sweep.test_forward_inside_a_tiny_flux]
+    for check in checks:  # every check applies to a relative 2D rotary encoding: none may skip
+        try:
+            check("rope_golden")
+        except pytest.skip.Exception as skipped:
+            pytest.fail(f"{check.__name__} skipped rope_golden: {skipped}")
 
 
 def _shell_environment() -> dict:
@@ -97,7 +116,8 @@ def _shell_environment() -> dict:
     return env
 
 
-@pytest.mark.parametrize("block", [b for b in SHELL_BLOCKS if b.marker in ("", "run")], ids=lambda b: b.where)
+@pytest.mark.parametrize("block", [pytest.param(b, marks=[pytest.mark.slow] if b.marker == "slow" else [])
+                                   for b in SHELL_BLOCKS if b.marker in ("", "run", "slow")], ids=lambda b: b.where)
 def test_shell_lines_run(block, user_folder):
     commands = shell_commands(block)
     assert commands
