@@ -87,6 +87,16 @@ def page_namespace():
             registry._REGISTRY.pop(name)
 
 
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_no_indented_code_blocks(page):
+    """Code is fenced with its language, so that this module finds and runs it (no 4-space indented blocks)."""
+    lines, fenced = page.read_text().splitlines(), False
+    for number, line in enumerate(lines):
+        fenced ^= line.startswith("```")
+        if not fenced and line.startswith("    ") and number and not lines[number - 1].strip():
+            pytest.fail(f"{_name(page)}:{number + 1}: an indented code block; fence it with its language")
+
+
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=_name)
 def test_python_blocks_run(page, user_folder, page_namespace):
     assert run_python_blocks(page, page_namespace) > 0
@@ -137,3 +147,18 @@ def test_setup_commands_name_makefile_targets(block):
         assert words[0] == "make", f"{block.where}: a setup line is a make target, got {command!r}"
         done = subprocess.run(["make", "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, f"{block.where}: make -n {' '.join(words[1:])}: {done.stderr}"
+
+
+def test_readme_world_losses_are_the_model_cards():
+    """The README's "start -> end" validation losses of the shipped world models are their cards' values."""
+    import json
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    for task in ("t2i", "fill", "kontext"):
+        card = json.loads((ROOT / "assets" / f"world-{task}" / "model_card.json").read_text())
+        row = next(line for line in text.splitlines() if line.startswith(f"| {task} | {card['total_steps']} |"))
+        start, end = re.search(r"(\d\.\d+) -> (\d\.\d+)", row).groups()
+        assert (float(start), float(end)) == (round(card["val_loss_start"], 3), round(card["val_loss"], 3)), row
+        if task != "fill":  # same validation data as the run it continued: it starts where that one ended
+            assert card["val_loss_start"] == card["init_from"]["val_loss"]
