@@ -1,6 +1,7 @@
 """``nope``: no positional encoding (the baseline every comparison needs)."""
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .._validation import check_positive_int
@@ -27,6 +28,9 @@ class NoPE(nn.Module):
         self.head_dim, self.num_axes = head_dim, num_axes
 
     def forward(self, q, k, coords=None):
+        """``(q, k)`` unchanged (``k=None``: ``(q, None)``); coordinates, when given, are validated."""
+        if k is not None and not isinstance(k, torch.Tensor):
+            raise TypeError(f"k must be a tensor or None (encode q alone), got {type(k).__name__}")
         if coords is not None:
             check_coords(coords, self.num_axes)
         return q, k

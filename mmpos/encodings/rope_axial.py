@@ -8,6 +8,7 @@ from ..coords.grids import positions_1d
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
 from ..spectrum.schedule import DiffusionStep, ScheduledSpectrum, has_schedule
 from .base import Capabilities
+from .position_ids import ReadsPositionIds
 from .registry import register_pe
 from .spectrum_rope import TABLE_PRECISIONS, SpectrumRoPE
 
@@ -76,10 +77,11 @@ class AxialRoPE(SpectrumRoPE):
 
 
 @register_pe("rope_1d")
-class RoPE1D(AxialRoPE):
+class RoPE1D(ReadsPositionIds, AxialRoPE):
     """1D RoPE over sequence positions (transformers' rotate-half layout by default).
 
-    Coordinates are ``[L, 1]``, ``[B, L, 1]`` or ``[L]``; when omitted, positions ``0 .. L-1`` are used.
+    Coordinates are ``[L, 1]``, ``[B, L, 1]`` or ``[L]``, or transformers' ``position_ids`` ``[B, L]`` as they come;
+    when omitted, positions ``0 .. L-1`` are used.
     Arguments as :class:`AxialRoPE` with one axis.
     """
 

@@ -2,7 +2,8 @@
 
 All four keep one frequency ladder ``theta ** (-2f / d_rot)`` (the language model's own) and change which
 position axis a channel pair (or a head) reads; see :mod:`mmpos.spectrum.multimodal`. Coordinates are
-``[L, A]`` or ``[B, L, A]`` floats: ``(t, h, w)`` ids for the MRoPE family (from
+``[L, A]`` or ``[B, L, A]`` floats (the MRoPE family also takes transformers' ``position_ids`` ``[3, B, L]`` from
+``get_rope_index`` as they come): ``(t, h, w)`` ids for the MRoPE family (from
 :func:`mmpos.coords.multimodal.multimodal_position_ids` for VLM sequences, or
 :func:`mmpos.coords.video_grid` for a video DiT), the four VRoPE variant ids for ``vrope``
 (:mod:`mmpos.coords.vrope`). Text tokens (equal ids on every axis) get exactly 1D RoPE in all of them
@@ -24,6 +25,7 @@ from ..spectrum.multimodal import (NOPE_HEAD, check_mrope_section, cyclic_axis_o
                                    default_mrope_section, head_axis_map, ladder_spectrum, query_head_map,
                                    section_axis_of_pair)
 from .base import Capabilities
+from .position_ids import ReadsPositionIds
 from .registry import register_pe
 from .rotary_base import RotaryPE
 from .spectrum_rope import SpectrumRoPE
@@ -51,7 +53,7 @@ class LadderRoPE(SpectrumRoPE):
 
 
 @register_pe("mrope")
-class MRoPE(LadderRoPE):
+class MRoPE(ReadsPositionIds, LadderRoPE):
     """MRoPE (Qwen2-VL): t, h, w read contiguous sections of one frequency ladder.
 
     Args:
@@ -117,7 +119,7 @@ class VRoPE(LadderRoPE):
 
 
 @register_pe("mhrope")
-class MHRoPE(RotaryPE):
+class MHRoPE(ReadsPositionIds, RotaryPE):
     """MHRoPE: whole KV heads per axis; every head keeps the full spectrum; heads past the section are NoPE.
 
     Args:
