@@ -27,7 +27,7 @@ from ..ops.tables import frozen_key
 from .base import Capabilities, PEKind, parameters_key
 from .per_block import fitting_options
 from .registry import create_pe, pe_class, register_pe
-from .rotary_base import RotaryPE, check_query_key
+from .rotary_base import RotaryPE, check_key_or_none
 
 
 @register_pe("harope")
@@ -136,7 +136,7 @@ class HARoPE(RotaryPE):
     def forward(self, q: torch.Tensor, k: torch.Tensor | None, coords: torch.Tensor | None = None):
         """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding; checked here first); ``k=None``
         encodes q alone (decoding against cached keys) and returns ``(R(p) M q, None)``."""
-        check_query_key(q, k, self.seq_dim)
+        check_key_or_none(k)  # shapes: transform
         q, k = self.transform(q, k)
         return self.base(q, k, coords)
 

@@ -1,13 +1,13 @@
 """``nope``: no positional encoding (the baseline every comparison needs)."""
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from .._validation import check_positive_int
 from ..ops.tables import check_coords
 from .base import Capabilities, PEKind
 from .registry import register_pe
+from .rotary_base import check_key_or_none
 
 
 @register_pe("nope")
@@ -29,8 +29,7 @@ class NoPE(nn.Module):
 
     def forward(self, q, k, coords=None):
         """``(q, k)`` unchanged (``k=None``: ``(q, None)``); coordinates, when given, are validated."""
-        if k is not None and not isinstance(k, torch.Tensor):
-            raise TypeError(f"k must be a tensor or None (encode q alone), got {type(k).__name__}")
+        check_key_or_none(k)
         if coords is not None:
             check_coords(coords, self.num_axes)
         return q, k

@@ -113,9 +113,13 @@ def check_query_key(q: torch.Tensor, k: torch.Tensor | None, seq_dim: int) -> No
         raise TypeError(f"q must be a tensor, got {type(q).__name__}")
     if k is None:
         return
-    if not isinstance(k, torch.Tensor):
-        raise TypeError(f"k must be a tensor or None (encode q alone), got {type(k).__name__}")
+    check_key_or_none(k)
     if q.shape[-1] != k.shape[-1] or q.shape[seq_dim] != k.shape[seq_dim]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share head dim and sequence length")
     if q.dtype != k.dtype:
         raise TypeError(f"q ({q.dtype}) and k ({k.dtype}) must have the same dtype")
+
+
+def check_key_or_none(k) -> None:
+    if k is not None and not isinstance(k, torch.Tensor):
+        raise TypeError(f"k must be a tensor or None (encode q alone), got {type(k).__name__}")
