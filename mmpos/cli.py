@@ -46,11 +46,11 @@ def _model_source(args):
 
 
 def _list(args) -> int:
-    from .encodings import list_pes, pe_class, pe_options
+    from .encodings import list_pes, pe_class, pe_description, pe_options
 
+    width = max(map(len, list_pes()))
     for name in list_pes():
-        cls = pe_class(name)
-        print(f"{name:12s} [{cls.kind}] {cls.__doc__.strip().splitlines()[0] if cls.__doc__ else ''}")
+        print(f"{name:{width}s}  [{pe_class(name).kind}] {pe_description(name)}")
         if args.verbose:
             for option, default in pe_options(name).items():
                 shown = "(required)" if default is inspect.Parameter.empty else f"= {default!r}"

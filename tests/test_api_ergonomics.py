@@ -116,3 +116,40 @@ def test_q_alone_is_encoded_as_with_a_key(name, options):
     assert none is None and torch.equal(alone, pe(q, k, coords)[0])
     with pytest.raises(TypeError, match="k must be a tensor or None"):
         pe(q, "k", coords)
+
+
+# --- mmpos list ---------------------------------------------------------------------------------------------------
+def test_mmpos_list_prints_one_full_sentence_per_encoding(capsys):
+    from mmpos.cli import main
+    from mmpos.encodings import list_pes, pe_description
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(list_pes())
+    for name, line in zip(list_pes(), lines):
+        description = pe_description(name)
+        assert line.split()[0] == name and line.endswith(description)
+        assert description.endswith(".") and not description.startswith("Args"), name
+        assert "``" not in description and ":class:" not in description and "\n" not in description, name
+
+
+def test_description_falls_back_to_the_docstrings_first_sentence():
+    from mmpos.encodings import registry
+
+    class Documented(mmpos.encodings.RotaryPE):
+        """Golden RoPE: pair p turns along p times the golden angle. More detail."""
+
+    class Undocumented(mmpos.encodings.RotaryPE):
+        """Args:
+            head_dim: channels.
+        """
+
+    try:
+        for cls, name in ((Documented, "doc_test_documented"), (Undocumented, "doc_test_undocumented")):
+            registry._REGISTRY[name] = cls
+        expected = "Golden RoPE: pair p turns along p times the golden angle."
+        assert registry.pe_description("doc_test_documented") == expected
+        assert registry.pe_description("doc_test_undocumented") == "Undocumented."
+    finally:
+        registry._REGISTRY.pop("doc_test_documented", None)
+        registry._REGISTRY.pop("doc_test_undocumented", None)

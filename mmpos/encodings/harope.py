@@ -49,6 +49,8 @@ class HARoPE(RotaryPE):
     Capabilities: the base's (relative when it is), plus learnable.
     """
 
+    description = "HARoPE: a learned per-head map M on q and M^-T on k around any rotary encoding."
+
     example_options = dict(head_dim=16, num_heads=2)
     capabilities = Capabilities(relative=True, learnable=True)
 

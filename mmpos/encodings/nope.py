@@ -16,6 +16,8 @@ class NoPE(nn.Module):
     content only; causal masks still leak order in decoders). Relative trivially: logits do not depend on
     coordinates at all."""
 
+    description = "No positional encoding: q and k are returned unchanged."
+
     kind = PEKind.NONE
     capabilities = Capabilities(relative=True, reads_image_grid=True)
     example_options = dict(head_dim=16)

@@ -41,6 +41,8 @@ class AxialRoPE(SpectrumRoPE):
             device has it).
     """
 
+    description = "Axial RoPE in 2D, 3D or N-D: each channel pair rotates with one axis at one frequency."
+
     example_options = dict(head_dim=16)
     capabilities = Capabilities(relative=True, takes_extrapolation=True, reads_image_grid=True)
 
@@ -84,6 +86,8 @@ class RoPE1D(ReadsPositionIds, AxialRoPE):
     when omitted, positions ``0 .. L-1`` are used.
     Arguments as :class:`AxialRoPE` with one axis.
     """
+
+    description = "1D RoPE over sequence positions (transformers' rotate-half layout by default)."
 
     example_options = dict(head_dim=16)
     capabilities = Capabilities(relative=True, takes_extrapolation=True)

@@ -67,6 +67,8 @@ class MRoPE(ReadsPositionIds, LadderRoPE):
     Coordinates: ``[L, 3]`` or ``[B, L, 3]`` ``(t, h, w)``.
     """
 
+    description = "MRoPE (Qwen2-VL): t, h and w read contiguous sections of one frequency ladder."
+
     allocation_name = "chunked"
     example_options = dict(head_dim=16, mrope_section=(4, 2, 2))
 
@@ -91,6 +93,8 @@ class MRoPEInterleave(MRoPE):
     ``layout="interleaved"``).
     """
 
+    description = "MRoPE-I (Qwen3-VL, Qwen3.5): t, h and w interleaved over one frequency ladder."
+
     allocation_name = "interleaved"
     example_options = dict(head_dim=16, mrope_section=(4, 2, 2))
 
@@ -103,6 +107,8 @@ class VRoPE(LadderRoPE):
     ``vrope.video_grid_ids(T, h, w)``; a VLM sequence: ``VRoPEState().ids(segments)`` or
     ``multimodal_position_ids(..., design="vrope")``). Arguments as :class:`MRoPE`.
     """
+
+    description = "VRoPE (video LLMs): channel pair f reads diagonal variant f mod 4 of the token's ids."
 
     example_options = dict(head_dim=16)
 
@@ -133,6 +139,8 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
     Coordinates: ``[L, 3]`` or ``[B, L, 3]``. Tables are ``[..., num_kv_heads, L, P]``; :meth:`rotate` accepts
     tensors with ``num_kv_heads`` (keys) or ``num_heads`` (queries) heads.
     """
+
+    description = "MHRoPE: whole KV heads per axis, each with the full spectrum; heads past the section are NoPE."
 
     example_options = dict(head_dim=16, num_heads=4, head_section=(1, 1, 1))  # one NoPE head
     capabilities = Capabilities(relative=True, per_head_tables=True)
