@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="rotary apply benchmark against peers (see `mmpos bench -- --help`)",
                            description="Run benchmarks/bench_rotary.py; arguments after `--` go to it "
-                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`).")
+                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`). The rotary-embedding-torch peer "
+                           "is optional (pip install 'mmpos[bench]'): without it its rows are skipped.")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=_bench)
 
