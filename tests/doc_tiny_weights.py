@@ -5,13 +5,14 @@ Inside :func:`tiny_offline_weights`:
 - ``DiffusionPipeline.from_pretrained`` (every Flux / Fill / Kontext / Wan pipeline and the mmpos pipelines built on
   them) returns the class built on tiny random components (``tests/fixtures/tiny_models.py``,
   ``mmpos.pipelines.tiny_wan``) with tiny text encoders, so prompts are strings; Flux pipelines default to 32 px;
-- ``WanTransformer3DModel.from_pretrained`` returns the tiny Wan transformer;
+- ``WanTransformer3DModel.from_pretrained`` returns the tiny Wan transformer with 48-channel heads (as the Wan
+  text-to-video pipelines get);
 - ``CameraAdapter.from_pretrained`` returns a zero-initialised ``ucpe`` adapter for that transformer;
 - ``timm.create_model(..., pretrained=True)`` builds the architecture with random weights;
 - ``from_pretrained`` of transformers' Qwen2-VL / Qwen2.5-VL / Qwen3-VL models returns the tiny models of
   ``tests/tiny_qwen_vl.py``; ``AutoProcessor.from_pretrained`` a processor whose ``apply_chat_template`` returns
   their fixed text-image-video input;
-- ``.to("cuda")`` of a pipeline stays on the CPU when no GPU is present.
+- ``.to("cuda")`` and dtype casts of a pipeline are ignored when no GPU is present (tiny parts: fp32, CPU).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from unittest import mock
 
 import torch
 
-FLUX_SAMPLE_SIZE = 4  # latent tokens per side x 2: 32 px with the tiny VAE (scale 8)
+FLUX_SAMPLE_SIZE = 4  # default height = width = 4 x the tiny VAE's scale 8 = 32 px (2 x 2 tokens)
 
 
 def _tiny_pipeline(cls, *args, **kwargs):

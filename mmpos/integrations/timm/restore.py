@@ -66,7 +66,7 @@ def restore(model: nn.Module) -> nn.Module:
     if original is None:
         raise ValueError(f"{type(model).__name__} was not converted by mmpos.integrations.timm.convert; "
                          "nothing to restore")
-    restore_requires_grad(model)  # while the encodings' parameters are still there to be skipped
+    restore_requires_grad(model)
     original.put_back(model)
     _remove_hooks(model)
     for name in (*_ADDED, "mmpos_original"):
