@@ -1,5 +1,7 @@
 """Rotary apply benchmark: mmpos vs diffusers, timm, rotary-embedding-torch and a copy of q and k.
 
+rotary-embedding-torch is optional (``pip install 'mmpos[bench]'``): without it its rows are skipped, with a note.
+
 Each method rotates q and k of one shape with its own precomputed table (table building is not timed);
 the time is the median over repeats. GB/s counts one read and one write of q and k. Errors are against
 the rotation computed in fp64 from fp64 tables, in units of the dtype's ulp at the reference value (the
@@ -39,7 +41,6 @@ def shape_coords(name: str, length: int) -> torch.Tensor:
 def make_methods(pe, coords, shape, dtype):
     """name -> callable(x) rotating one tensor, each with the peer's own table format."""
     from diffusers.models.embeddings import apply_rotary_emb as diffusers_apply
-    from rotary_embedding_torch import apply_rotary_emb as ret_apply
     from timm.layers.pos_embed_sincos import apply_rot_embed_cat
 
     n = shape[2] - coords.shape[0]  # prefix tokens (cls) for the ViT shape
@@ -57,11 +58,28 @@ def make_methods(pe, coords, shape, dtype):
         "mmpos": lambda x: pe.rotate(x, table),
         "diffusers apply_rotary_emb": lambda x: diffusers_apply(x, (cos, sin)),
         "timm apply_rot_embed_cat": lambda x: apply_rot_embed_cat(x, timm_emb),
-        "rotary-embedding-torch": lambda x: ret_apply(angles, x),
     }
+    ret_apply = optional_peer("rotary_embedding_torch", "apply_rotary_emb", "rotary-embedding-torch")
+    if ret_apply is not None:
+        methods["rotary-embedding-torch"] = lambda x: ret_apply(angles, x)
     if coords.device.type == "cuda" and triton_available():
         methods["mmpos without Triton"] = lambda x: _without_triton(pe.rotate, x, table)
     return methods
+
+
+_NOTED = set()
+
+
+def optional_peer(module: str, attribute: str, package: str):
+    """``module.attribute`` of an optional peer (the ``bench`` extra), or ``None`` with a note printed once."""
+    try:
+        return getattr(__import__(module, fromlist=[attribute]), attribute)
+    except ImportError:
+        if package not in _NOTED:
+            _NOTED.add(package)
+            print(f"note: {package} is not installed; its rows are skipped "
+                  f"(pip install 'mmpos[bench]' or pip install {package})")
+        return None
 
 
 def triton_available() -> bool:

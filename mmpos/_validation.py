@@ -76,3 +76,18 @@ def as_int_tuple(name: str, value: Sequence[int]) -> tuple[int, ...]:
     if any(int(v) != v for v in value):
         raise ValueError(f"{name} must contain integers, got {value!r}")
     return items
+
+
+def sequence_length_error(table_length: int, x_shape, seq_dim: int, num_prefix_tokens: int) -> ValueError:
+    """The error for a table of ``table_length`` positions that does not fit ``x``'s tokens along ``seq_dim``; when
+    the other attention layout's token dim fits, it names the ``seq_dim`` to pass ([B, H, L, D]: -2, the default;
+    diffusers' Flux / Wan processors' [B, L, H, D]: -3)."""
+    ndim = len(x_shape)
+    message = (f"the table has {table_length} positions but x has {x_shape[seq_dim]} tokens with "
+               f"{num_prefix_tokens} prefix token(s), i.e. {x_shape[seq_dim] - num_prefix_tokens} to rotate")
+    other = -3 if seq_dim in (-2, ndim - 2) else -2
+    if ndim >= 3 and x_shape[other] - num_prefix_tokens == table_length:
+        layout = ("[B, L, H, D] (diffusers' Flux / Wan layout)" if other == -3
+                  else "[B, H, L, D] (the default layout)")
+        message += f"; x {tuple(x_shape)} looks like {layout}: pass seq_dim={other}"
+    return ValueError(message)

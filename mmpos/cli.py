@@ -46,11 +46,11 @@ def _model_source(args):
 
 
 def _list(args) -> int:
-    from .encodings import list_pes, pe_class, pe_options
+    from .encodings import list_pes, pe_class, pe_description, pe_options
 
+    width = max(map(len, list_pes()))
     for name in list_pes():
-        cls = pe_class(name)
-        print(f"{name:12s} [{cls.kind}] {cls.__doc__.strip().splitlines()[0] if cls.__doc__ else ''}")
+        print(f"{name:{width}s}  [{pe_class(name).kind}] {pe_description(name)}")
         if args.verbose:
             for option, default in pe_options(name).items():
                 shown = "(required)" if default is inspect.Parameter.empty else f"= {default!r}"
@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="rotary apply benchmark against peers (see `mmpos bench -- --help`)",
                            description="Run benchmarks/bench_rotary.py; arguments after `--` go to it "
-                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`).")
+                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`). The rotary-embedding-torch peer "
+                           "is optional (pip install 'mmpos[bench]'): without it its rows are skipped.")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     bench.set_defaults(func=_bench)
 

@@ -13,7 +13,7 @@ from .plucker import PluckerRays
 from .projective_base import CameraTransforms, ProjectiveRoPE
 from .prope import PRoPE
 from .rayrope import RayDepthHead, RayRoPE, RaySide, sample_ray_depths
-from .registry import create_pe, list_pes, pe_capabilities, pe_class, pe_options, register_pe
+from .registry import create_pe, list_pes, pe_capabilities, pe_class, pe_description, pe_options, register_pe
 from .rope_axial import AxialRoPE, RoPE1D
 from .rope_mixed import MixedRoPE, init_mixed_freqs
 from .rope_multimodal import LadderRoPE, MHRoPE, MRoPE, MRoPEInterleave, VRoPE
@@ -27,7 +27,7 @@ __all__ = [
     "CameraTransforms", "ParallelAdapter", "PluckerRays", "PRoPE", "ProjectiveRoPE", "RayDepthHead", "RayRoPE",
     "RaySide", "UCPE", "UCPEAdapter", "sample_ray_depths",
     "ComRoPE", "ComRoPEAP", "ComRoPELD", "HARoPE", "LieRE",
-    "create_pe", "list_pes", "pe_capabilities", "pe_class", "pe_options", "register_pe",
+    "create_pe", "list_pes", "pe_capabilities", "pe_class", "pe_description", "pe_options", "register_pe",
     "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "LadderRoPE", "MHRoPE", "MRoPE", "MRoPEInterleave",
     "VRoPE", "RotaryPE", "SpectrumRoPE",
 ]

@@ -53,6 +53,8 @@ class SinCosAPE(AbsolutePE):
     coordinates to reproduce them.
     """
 
+    description = "Fixed sin-cos absolute embedding in 1D, 2D or 3D (Transformer, MAE, DiT)."
+
     example_options = dict(embed_dim=16)
 
     def __init__(self, embed_dim: int, num_axes: int = 2, theta: float = 10000.0, num_prefix_tokens: int = 0):
@@ -79,6 +81,8 @@ class LearnedAPE(AbsolutePE):
     out-of-grid ones (2D) are interpolated bilinearly (``align_corners`` semantics: index ``i`` is node ``i``).
     ``resample(grid_size)``: the table for another grid, like timm's ``resample_abs_pos_embed``.
     """
+
+    description = "Learned absolute embedding on a fixed patch grid, resampled to other grids."
 
     example_options = dict(embed_dim=16, grid_size=(4, 4))
     capabilities = Capabilities(learnable=True, reads_image_grid=True)

@@ -115,6 +115,8 @@ class ComRoPEAP(ComRoPE):
     Options as :class:`ComRoPE`; ``head_dim / num_axes`` must be a multiple of ``block_size``.
     """
 
+    description = "ComRoPE-AP: each block of a head rotates with one axis by a learned commuting generator."
+
     example_options = dict(head_dim=16, num_heads=2, block_size=2, seed=0)
 
     def init_axis_coefficients(self, generator):
@@ -137,6 +139,8 @@ class ComRoPEAP(ComRoPE):
 class ComRoPELD(ComRoPE):
     """ComRoPE-LD: block ``j`` rotates by ``exp((sum_i theta[i, j] x_i) S_j)``, ``theta`` learned (per axis and
     block, shared by the heads; initialised ``N(0, 1)`` as in the reference). Options as :class:`ComRoPE`."""
+
+    description = "ComRoPE-LD: each block rotates by a learned mix of the axes through commuting generators."
 
     example_options = dict(head_dim=16, num_heads=2, block_size=4, seed=0)
 

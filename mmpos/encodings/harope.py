@@ -27,7 +27,7 @@ from ..ops.tables import frozen_key
 from .base import Capabilities, PEKind, parameters_key
 from .per_block import fitting_options
 from .registry import create_pe, pe_class, register_pe
-from .rotary_base import RotaryPE
+from .rotary_base import RotaryPE, check_key_or_none
 
 
 @register_pe("harope")
@@ -48,6 +48,8 @@ class HARoPE(RotaryPE):
     ``[num_heads, head_dim]`` (zeros). ``M`` and ``M^-T`` are cached while no gradient is needed.
     Capabilities: the base's (relative when it is), plus learnable.
     """
+
+    description = "HARoPE: a learned per-head map M on q and M^-T on k around any rotary encoding."
 
     example_options = dict(head_dim=16, num_heads=2)
     capabilities = Capabilities(relative=True, learnable=True)
@@ -103,16 +105,16 @@ class HARoPE(RotaryPE):
         return self._cached[1]
 
     # ----- application -------------------------------------------------------------------------------------
-    def transform(self, q: torch.Tensor, k: torch.Tensor):
-        """``(M q, M^-T k)`` per head, in the activations' dtype (no rotation)."""
+    def transform(self, q: torch.Tensor, k: torch.Tensor | None):
+        """``(M q, M^-T k)`` per head, in the activations' dtype (no rotation); ``k=None`` gives ``(M q, None)``."""
         head_dim = -2 if self.seq_dim == -3 else -3
-        for name, x in (("q", q), ("k", k)):
+        for name, x in (("q", q), ("k", k)) if k is not None else (("q", q),):
             if x.dim() < 3 or x.shape[head_dim] != self.num_heads or x.shape[-1] != self.head_dim:
                 raise ValueError(f"{name} has shape {tuple(x.shape)}; expected {self.num_heads} heads of "
                                  f"{self.head_dim} channels ({'[B, L, H, D]' if self.seq_dim == -3 else '[B, H, L, D]'})"
                                  "; grouped keys (GQA) are not supported: M^-T of head h must meet M of head h")
         m, m_inv_t = self._matrices_for(q.dtype)
-        return _per_head_matmul(q, m, head_dim), _per_head_matmul(k, m_inv_t, head_dim)
+        return _per_head_matmul(q, m, head_dim), None if k is None else _per_head_matmul(k, m_inv_t, head_dim)
 
     def compute_table(self, coords, complex_dtype):
         return self.base.compute_table(coords, complex_dtype)
@@ -133,8 +135,10 @@ class HARoPE(RotaryPE):
         alone cannot tell q from k)."""
         return self.base.rotate_qk(*self.transform(q, k), table)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
-        """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding; checked here first)."""
+    def forward(self, q: torch.Tensor, k: torch.Tensor | None, coords: torch.Tensor | None = None):
+        """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding; checked here first); ``k=None``
+        encodes q alone (decoding against cached keys) and returns ``(R(p) M q, None)``."""
+        check_key_or_none(k)  # shapes: transform
         q, k = self.transform(q, k)
         return self.base(q, k, coords)
 

@@ -89,10 +89,14 @@ class BlockRotaryPE(RotaryPE):
     def rotate(self, x: torch.Tensor, table) -> torch.Tensor:
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
-        heads = x.shape[-2] if self.seq_dim == -3 else x.shape[-3]
+        heads, other = (x.shape[-2], x.shape[-3]) if self.seq_dim == -3 else (x.shape[-3], x.shape[-2])
         if heads != self.num_heads:
+            hint = "" if other != self.num_heads else (
+                f"; x {tuple(x.shape)} looks like " + ("[B, H, L, D] (the default layout): pass seq_dim=-2"
+                                                       if self.seq_dim == -3 else
+                                                       "[B, L, H, D] (diffusers' Flux / Wan layout): pass seq_dim=-3"))
             raise ValueError(f"x has {heads} heads; this encoding has per-head parameters for num_heads="
-                             f"{self.num_heads}")
+                             f"{self.num_heads}{hint}")
         if isinstance(table, RotaryTable):
             return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
         return apply_block_rotation(x, table, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)

@@ -34,6 +34,8 @@ class LieRE(BlockRotaryPE):
     Parameter ``P``: ``[num_axes, num_heads, head_dim // b, b, b]``.
     """
 
+    description = "LieRE: learned non-commuting rotations exp(sum_i x_i A_i), a baseline that is not relative."
+
     example_options = dict(head_dim=16, num_heads=2, block_size=4, seed=0)
     capabilities = Capabilities(learnable=True, per_head_tables=True, reads_image_grid=True)  # relative iff b = 2
 

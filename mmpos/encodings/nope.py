@@ -7,6 +7,7 @@ from .._validation import check_positive_int
 from ..ops.tables import check_coords
 from .base import Capabilities, PEKind
 from .registry import register_pe
+from .rotary_base import check_key_or_none
 
 
 @register_pe("nope")
@@ -14,6 +15,8 @@ class NoPE(nn.Module):
     """No positional encoding: ``q, k = pe(q, k, coords)`` returns its inputs unchanged (attention sees
     content only; causal masks still leak order in decoders). Relative trivially: logits do not depend on
     coordinates at all."""
+
+    description = "No positional encoding: q and k are returned unchanged."
 
     kind = PEKind.NONE
     capabilities = Capabilities(relative=True, reads_image_grid=True)
@@ -27,6 +30,8 @@ class NoPE(nn.Module):
         self.head_dim, self.num_axes = head_dim, num_axes
 
     def forward(self, q, k, coords=None):
+        """``(q, k)`` unchanged (``k=None``: ``(q, None)``); coordinates, when given, are validated."""
+        check_key_or_none(k)
         if coords is not None:
             check_coords(coords, self.num_axes)
         return q, k

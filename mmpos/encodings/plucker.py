@@ -23,6 +23,8 @@ from .registry import register_pe
 class PluckerRays(CameraPE):
     """Plücker ray embedding added to tokens ``x [B, L, embed_dim]``, ``L = C * P`` camera-major."""
 
+    description = "Plücker coordinates of each token's camera ray, embedded and added to the tokens (CameraCtrl)."
+
     capabilities = Capabilities(needs_cameras=True, learnable=True)  # absolute: not world-frame invariant
     example_options = dict(embed_dim=16, zero_init=False)  # a zero projection would hide the rays
 

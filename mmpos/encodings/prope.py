@@ -31,6 +31,8 @@ class PRoPE(ProjectiveRoPE):
         apply_vo: also transform values and outputs (default True, as the paper).
     """
 
+    description = "PRoPE: projective camera frames on q, k, v and the output, 2D RoPE on the rest of each head."
+
     def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
                  layout: str = "half", apply_vo: bool = True):
         super().__init__(head_dim, projective_dim, rope_theta, layout, apply_vo)

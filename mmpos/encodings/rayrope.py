@@ -57,6 +57,8 @@ class RayRoPE(CameraPE):
         layout: channel pairing, ``"half"`` (the reference's split layout) or ``"interleaved"``.
     """
 
+    description = "RayRoPE: rays at predicted depth in each query camera's frame, rotated in expectation over depth."
+
     capabilities = Capabilities(needs_cameras=True, world_frame_invariant=True)
     example_options = dict(head_dim=24)
 

@@ -12,7 +12,8 @@ def register_pe(name: str):
     """Class decorator: make ``cls`` reachable as ``create_pe(name, ...)``.
 
     ``cls`` must say what it is: a :class:`~.base.PEKind` ``kind``, :class:`~.base.Capabilities`
-    ``capabilities`` and an ``example_options`` dict (a tiny configuration the registry sweep test builds).
+    ``capabilities`` and an ``example_options`` dict (a tiny configuration the registry sweep test builds);
+    a ``description`` (one sentence, for ``mmpos list``) is optional (see :func:`pe_description`).
     """
 
     def wrap(cls):
@@ -43,6 +44,18 @@ def pe_class(name: str) -> type:
     if name not in _REGISTRY:
         raise ValueError(f"unknown encoding {name!r}; registered: {list_pes()}")
     return _REGISTRY[name]
+
+
+def pe_description(name: str) -> str:
+    """One sentence on ``name`` for ``mmpos list``: the class's own ``description``, else the first sentence of
+    its docstring (an encoding written after docs/adding_an_encoding.md needs nothing more)."""
+    cls = pe_class(name)
+    own = cls.__dict__.get("description")
+    if own:
+        return own
+    text = " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())
+    sentence = text.split(". ")[0].rstrip(".")
+    return f"{sentence}." if sentence and not sentence.startswith("Args") else f"{cls.__name__}."
 
 
 def pe_capabilities(name: str) -> Capabilities:

@@ -8,6 +8,7 @@ from ..coords.grids import positions_1d
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
 from ..spectrum.schedule import DiffusionStep, ScheduledSpectrum, has_schedule
 from .base import Capabilities
+from .position_ids import ReadsPositionIds
 from .registry import register_pe
 from .spectrum_rope import TABLE_PRECISIONS, SpectrumRoPE
 
@@ -39,6 +40,8 @@ class AxialRoPE(SpectrumRoPE):
         table_precision: ``"fp64"`` phases, ``"fp32_reduced"`` (no fp64 needed), or ``"auto"`` (fp64 where the
             device has it).
     """
+
+    description = "Axial RoPE in 2D, 3D or N-D: each channel pair rotates with one axis at one frequency."
 
     example_options = dict(head_dim=16)
     capabilities = Capabilities(relative=True, takes_extrapolation=True, reads_image_grid=True)
@@ -76,12 +79,15 @@ class AxialRoPE(SpectrumRoPE):
 
 
 @register_pe("rope_1d")
-class RoPE1D(AxialRoPE):
+class RoPE1D(ReadsPositionIds, AxialRoPE):
     """1D RoPE over sequence positions (transformers' rotate-half layout by default).
 
-    Coordinates are ``[L, 1]``, ``[B, L, 1]`` or ``[L]``; when omitted, positions ``0 .. L-1`` are used.
+    Coordinates are ``[L, 1]``, ``[B, L, 1]`` or ``[L]``, or transformers' ``position_ids`` ``[B, L]`` as they come;
+    when omitted, positions ``0 .. L-1`` are used.
     Arguments as :class:`AxialRoPE` with one axis.
     """
+
+    description = "1D RoPE over sequence positions (transformers' rotate-half layout by default)."
 
     example_options = dict(head_dim=16)
     capabilities = Capabilities(relative=True, takes_extrapolation=True)

@@ -31,6 +31,8 @@ class MixedRoPE(RotaryPE):
     The parameter ``freqs`` is ``[num_heads, num_axes, head_dim // 2]``; list it in ``no_weight_decay``.
     """
 
+    description = "RoPE-Mixed: learned per-head 2D frequency directions (RoPE-ViT)."
+
     example_options = dict(head_dim=16, num_heads=2, seed=0)
     capabilities = Capabilities(relative=True, learnable=True, per_head_tables=True, reads_image_grid=True)
     cache_entries = 4

@@ -2,7 +2,8 @@
 
 All four keep one frequency ladder ``theta ** (-2f / d_rot)`` (the language model's own) and change which
 position axis a channel pair (or a head) reads; see :mod:`mmpos.spectrum.multimodal`. Coordinates are
-``[L, A]`` or ``[B, L, A]`` floats: ``(t, h, w)`` ids for the MRoPE family (from
+``[L, A]`` or ``[B, L, A]`` floats (the MRoPE family also takes transformers' ``position_ids`` ``[3, B, L]`` from
+``get_rope_index`` as they come): ``(t, h, w)`` ids for the MRoPE family (from
 :func:`mmpos.coords.multimodal.multimodal_position_ids` for VLM sequences, or
 :func:`mmpos.coords.video_grid` for a video DiT), the four VRoPE variant ids for ``vrope``
 (:mod:`mmpos.coords.vrope`). Text tokens (equal ids on every axis) get exactly 1D RoPE in all of them
@@ -24,6 +25,7 @@ from ..spectrum.multimodal import (NOPE_HEAD, check_mrope_section, cyclic_axis_o
                                    default_mrope_section, head_axis_map, ladder_spectrum, query_head_map,
                                    section_axis_of_pair)
 from .base import Capabilities
+from .position_ids import ReadsPositionIds
 from .registry import register_pe
 from .rotary_base import RotaryPE
 from .spectrum_rope import SpectrumRoPE
@@ -51,7 +53,7 @@ class LadderRoPE(SpectrumRoPE):
 
 
 @register_pe("mrope")
-class MRoPE(LadderRoPE):
+class MRoPE(ReadsPositionIds, LadderRoPE):
     """MRoPE (Qwen2-VL): t, h, w read contiguous sections of one frequency ladder.
 
     Args:
@@ -64,6 +66,8 @@ class MRoPE(LadderRoPE):
         num_prefix_tokens, seq_dim, table_precision: as :class:`~mmpos.encodings.rope_axial.AxialRoPE`.
     Coordinates: ``[L, 3]`` or ``[B, L, 3]`` ``(t, h, w)``.
     """
+
+    description = "MRoPE (Qwen2-VL): t, h and w read contiguous sections of one frequency ladder."
 
     allocation_name = "chunked"
     example_options = dict(head_dim=16, mrope_section=(4, 2, 2))
@@ -89,6 +93,8 @@ class MRoPEInterleave(MRoPE):
     ``layout="interleaved"``).
     """
 
+    description = "MRoPE-I (Qwen3-VL, Qwen3.5): t, h and w interleaved over one frequency ladder."
+
     allocation_name = "interleaved"
     example_options = dict(head_dim=16, mrope_section=(4, 2, 2))
 
@@ -101,6 +107,8 @@ class VRoPE(LadderRoPE):
     ``vrope.video_grid_ids(T, h, w)``; a VLM sequence: ``VRoPEState().ids(segments)`` or
     ``multimodal_position_ids(..., design="vrope")``). Arguments as :class:`MRoPE`.
     """
+
+    description = "VRoPE (video LLMs): channel pair f reads diagonal variant f mod 4 of the token's ids."
 
     example_options = dict(head_dim=16)
 
@@ -117,7 +125,7 @@ class VRoPE(LadderRoPE):
 
 
 @register_pe("mhrope")
-class MHRoPE(RotaryPE):
+class MHRoPE(ReadsPositionIds, RotaryPE):
     """MHRoPE: whole KV heads per axis; every head keeps the full spectrum; heads past the section are NoPE.
 
     Args:
@@ -131,6 +139,8 @@ class MHRoPE(RotaryPE):
     Coordinates: ``[L, 3]`` or ``[B, L, 3]``. Tables are ``[..., num_kv_heads, L, P]``; :meth:`rotate` accepts
     tensors with ``num_kv_heads`` (keys) or ``num_heads`` (queries) heads.
     """
+
+    description = "MHRoPE: whole KV heads per axis, each with the full spectrum; heads past the section are NoPE."
 
     example_options = dict(head_dim=16, num_heads=4, head_section=(1, 1, 1))  # one NoPE head
     capabilities = Capabilities(relative=True, per_head_tables=True)

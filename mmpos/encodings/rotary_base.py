@@ -73,19 +73,26 @@ class RotaryPE(nn.Module):
             raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
         return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.num_prefix_tokens)
 
-    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, table) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor | None, table):
         """``(q, k)`` encoded with a table from :meth:`table`: the hook integrations call when they hold tables
-        themselves. Default: :meth:`rotate` each; encodings that treat q and k differently (HARoPE) override it."""
-        return self.rotate(q, table), self.rotate(k, table)
+        themselves. Default: :meth:`rotate` each; encodings that treat q and k differently (HARoPE) override it.
+        ``k=None`` encodes q alone and returns ``(q, None)``."""
+        return self.rotate(q, table), (None if k is None else self.rotate(k, table))
+
+    def coords_from_position_ids(self, coords, q: torch.Tensor):
+        """``coords`` as :meth:`forward` received them, in mmpos' ``[L, A]`` / ``[B, L, A]`` layout. Encodings that
+        read transformers' position ids (``rope_1d``: ``[B, L]``; the MRoPE family: ``[3, B, L]``) move the axis
+        last here (:func:`~mmpos.encodings.position_ids.as_axis_last`); the default returns them unchanged."""
+        return coords
 
     def default_coords(self, length: int, device) -> torch.Tensor:
         raise ValueError(f"{type(self).__name__} needs coords of shape [L, {self.num_axes}] or [B, L, {self.num_axes}]")
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
-        if q.shape[-1] != k.shape[-1] or q.shape[self.seq_dim] != k.shape[self.seq_dim]:
-            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share head dim and sequence length")
-        if q.dtype != k.dtype:
-            raise TypeError(f"q ({q.dtype}) and k ({k.dtype}) must have the same dtype")
+    def forward(self, q: torch.Tensor, k: torch.Tensor | None, coords: torch.Tensor | None = None):
+        """``(q, k)`` encoded at ``coords`` (``[L, A]`` or ``[B, L, A]``). ``k=None`` encodes q alone, e.g. the new
+        token when decoding against cached keys that were encoded when they were computed: returns ``(q, None)``."""
+        check_query_key(q, k, self.seq_dim)
+        coords = self.coords_from_position_ids(coords, q)
         if coords is None:
             coords = self.default_coords(q.shape[self.seq_dim] - self.num_prefix_tokens, q.device)
         table = self.table(coords, q.dtype, q.device)
@@ -98,3 +105,21 @@ class RotaryPE(nn.Module):
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, num_axes={self.num_axes}, layout={self.layout!r}, "
                 f"num_prefix_tokens={self.num_prefix_tokens}")
+
+
+def check_query_key(q: torch.Tensor, k: torch.Tensor | None, seq_dim: int) -> None:
+    """q and k (unless ``None``) are tensors that share head dim, sequence length and dtype."""
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a tensor, got {type(q).__name__}")
+    if k is None:
+        return
+    check_key_or_none(k)
+    if q.shape[-1] != k.shape[-1] or q.shape[seq_dim] != k.shape[seq_dim]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share head dim and sequence length")
+    if q.dtype != k.dtype:
+        raise TypeError(f"q ({q.dtype}) and k ({k.dtype}) must have the same dtype")
+
+
+def check_key_or_none(k) -> None:
+    if k is not None and not isinstance(k, torch.Tensor):
+        raise TypeError(f"k must be a tensor or None (encode q alone), got {type(k).__name__}")

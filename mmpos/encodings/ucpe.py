@@ -27,6 +27,8 @@ from .registry import register_pe
 class UCPE(ProjectiveRoPE):
     """UCPE's relative ray encoding of q, k, v and the output (arguments as :class:`PRoPE`)."""
 
+    description = "UCPE: relative ray frames from any camera model on q, k, v and the output, plus 2D RoPE."
+
     def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
                  layout: str = "half", apply_vo: bool = True):
         super().__init__(head_dim, projective_dim, rope_theta, layout, apply_vo)

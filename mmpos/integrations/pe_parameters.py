@@ -10,8 +10,9 @@ parameters, learned APE tables, ...). Like ``named_parameters`` / ``parameters``
     ['blocks.0.attn.pe.freqs', 'blocks.1.attn.pe.freqs', ...]
     >>> optimizer = torch.optim.AdamW(train_only_pe(vit, also=["head"]), lr=1e-4)
 
-To undo the freeze, ``model.requires_grad_(True)``; on diffusers, ``restore(transformer)`` removes the encodings
-(and their parameters) altogether.
+The first freeze records every parameter's ``requires_grad``; :func:`restore_requires_grad` puts the flags back,
+and so do the integrations' undo functions (``mmpos.integrations.diffusers.restore``,
+``mmpos.integrations.timm.restore``), which also remove the encodings and their parameters.
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from typing import Iterable
 from torch import nn
 
 from ..encodings.per_block import is_encoding
+
+
+_SAVED_FLAGS = "_mmpos_requires_grad"  # model attribute: {parameter name: requires_grad before the first freeze}
 
 
 def named_pe_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -71,10 +75,24 @@ def _named_by(model: nn.Module, patterns: Iterable[str]) -> list[str]:
 
 
 def freeze_all_but(model: nn.Module, trainable: set[str]) -> list[str]:
-    """Set ``requires_grad`` to ``name in trainable`` for every parameter; returns the trainable names in order."""
+    """Set ``requires_grad`` to ``name in trainable`` for every parameter; returns the trainable names in order.
+    The flags as they were before the first such call are kept for :func:`restore_requires_grad`."""
+    if _SAVED_FLAGS not in model.__dict__:
+        model.__dict__[_SAVED_FLAGS] = {name: param.requires_grad for name, param in model.named_parameters()}
     kept = []
     for name, param in model.named_parameters():
         param.requires_grad_(name in trainable)
         if name in trainable:
             kept.append(name)
     return kept
+
+
+def restore_requires_grad(model: nn.Module) -> None:
+    """Give every parameter the ``requires_grad`` it had before the first :func:`train_only_pe` /
+    :func:`freeze_all_but_pe` on ``model`` (parameters added since keep theirs); nothing to do if none ran."""
+    saved = model.__dict__.pop(_SAVED_FLAGS, None)
+    if saved is None:
+        return
+    for name, param in model.named_parameters():
+        if name in saved:
+            param.requires_grad_(saved[name])

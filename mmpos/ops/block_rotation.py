@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._validation import sequence_length_error
 from .rotation import compute_dtype
 
 
@@ -94,8 +95,7 @@ def _check(x, table, seq_dim, num_prefix_tokens):
         raise ValueError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}")
     length = x.shape[seq_dim] - num_prefix_tokens
     if table.length != length:
-        raise ValueError(f"the table has {table.length} positions but x has {x.shape[seq_dim]} tokens with "
-                         f"{num_prefix_tokens} prefix token(s), i.e. {length} to rotate")
+        raise sequence_length_error(table.length, tuple(x.shape), seq_dim, num_prefix_tokens)
     xv = x.movedim(seq_dim, -2)
     lead_table, lead_x = tuple(table.matrices.shape[:-4]), tuple(xv.shape[:-2])
     fits = len(lead_table) <= len(lead_x) and all(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_choice
+from .._validation import check_choice, sequence_length_error
 from .rotary_triton import can_fuse, rotate_fused
 from .tables import RotaryTable
 
@@ -65,10 +65,7 @@ def _check_and_move(x, table, seq_dim, num_prefix_tokens):
         raise ValueError(f"num_prefix_tokens must be >= 0, got {num_prefix_tokens}")
     length = x.shape[seq_dim] - num_prefix_tokens
     if table.length != length:
-        raise ValueError(
-            f"the table has {table.length} positions but x has {x.shape[seq_dim]} tokens with "
-            f"{num_prefix_tokens} prefix token(s), i.e. {length} to rotate"
-        )
+        raise sequence_length_error(table.length, tuple(x.shape), seq_dim, num_prefix_tokens)
     xv = x.movedim(seq_dim, -2)
     lead_table, lead_x = tuple(table.cis.shape[:-2]), tuple(xv.shape[:-2])
     aligned = lead_table[len(lead_table) - len(lead_x):] if len(lead_table) > len(lead_x) else lead_table

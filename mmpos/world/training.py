@@ -32,7 +32,11 @@ def stop_on_sigterm():
 def train(config: dict, out_dir, resume: bool = False, progress: bool = True) -> dict:
     """Train ``config['task']``; write the model (EMA weights), model card and samples under ``out_dir``.
 
-    Stops at ``max_steps``, after ``max_minutes`` of training or on SIGTERM. Returns the model card.
+    Stops at ``max_steps``, after ``max_minutes`` of training or on SIGTERM. Returns the model card, whose
+    ``val_loss_start`` is the validation loss of the starting weights (random, or ``init_from``'s on this run's
+    validation data: then equal to the previous card's ``val_loss`` when the data are the same), measured before the
+    first step and kept by ``resume``; ``val_loss`` is the final EMA weights'. Validation uses fixed examples, sigmas
+    and noise (:func:`~mmpos.world.losses.validation_loss`), so values of different runs compare.
     """
     trainer = WorldTrainer(config, out_dir, progress)
     if resume:

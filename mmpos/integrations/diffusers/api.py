@@ -16,6 +16,7 @@ from ...encodings.per_block import check_model_coordinates, create_block_pes
 from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
 from ...ops.tables import RotaryTable
+from ..pe_parameters import restore_requires_grad
 from .backends import resolve_attention_backend
 from .checks import check_coord_axes, check_no_sharded_seam, check_stock_processors, pe_pre_forward_hook
 from .installer import ENCODING, ProcessorInstaller
@@ -105,7 +106,8 @@ def _processors(spec, beneath, encodings, native, per_layer, group_sizes) -> dic
 
 def restore(transformer: nn.Module) -> nn.Module:
     """Undo :func:`set_pe`: the stock position module and processors come back (the mmpos ones, and any
-    PE parameters, are dropped)."""
+    PE parameters, are dropped), and every parameter gets back the ``requires_grad`` it had before
+    :func:`train_only_pe`. The model then computes what the stock model computes, bit for bit."""
     installed = getattr(transformer, "_mmpos_installed", None)
     if installed is None:
         raise ValueError(f"{type(transformer).__name__} has no mmpos encoding installed (call set_pe first)")
@@ -118,6 +120,7 @@ def restore(transformer: nn.Module) -> nn.Module:
     setattr(transformer, spec.position_attr, installed.position_module)
     ProcessorInstaller.find(transformer).clear(transformer, ENCODING)
     transformer._mmpos_installed = None
+    restore_requires_grad(transformer)
     return transformer
 
 

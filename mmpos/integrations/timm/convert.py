@@ -36,6 +36,7 @@ from ...encodings.per_block import check_fits, create_block_pes, no_weight_decay
 from ...encodings.registry import pe_class
 from .attention import check_convertible, make_positional
 from .positions import BlockTablesHook, NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
+from .restore import OriginalState
 
 SUPPORTED_MODELS = (VisionTransformer, Eva, NaFlexVit)
 ABS_POS = ("remove", "keep")
@@ -61,7 +62,8 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
             supplies ``head_dim``, ``num_heads``, ``num_prefix_tokens``, ``num_axes=2`` (and ``embed_dim``,
             ``grid_size`` for absolute encodings).
     Returns:
-        ``model``, with ``model.mmpos_positions`` and an extended ``no_weight_decay()``.
+        ``model``, with ``model.mmpos_positions`` and an extended ``no_weight_decay()``. :func:`~.restore.restore`
+        undoes the conversion.
     """
     _check_model(model)
     check_choice("abs_pos", abs_pos, ABS_POS)
@@ -82,6 +84,7 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
                          f"(got grid_mode={grid_mode!r}, grid_scale={grid_scale})")
     positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale, grid_indexing)
     grid = _patch_grid(model)
+    original = OriginalState(model)  # for restore(model)
     if kind == PEKind.ROTARY:
         _install_rotary(model, pe, positions, share_pe, options)
         _take_over_mixed_freqs(model, positions)
@@ -97,6 +100,7 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     _install_position_hooks(model, positions)
     model.mmpos_positions = positions
     model.mmpos_pe = pe
+    model.mmpos_original = original
     model.no_weight_decay = types.MethodType(_no_weight_decay, model)
     return model
 
