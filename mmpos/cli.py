@@ -114,11 +114,34 @@ def build_parser() -> argparse.ArgumentParser:
     add_edit_commands(sub)
     add_world_command(sub)
     add_training_commands(sub)
+    show_defaults(parser)
     return parser
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with ``(default: X)`` after each option whose help does not state its default already (options
+    without a default to show, None, False or empty, are left as written)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return super()._get_help_string(action)
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every subcommand parser under it :class:`DefaultsHelpFormatter`."""
+    parser.formatter_class = DefaultsHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                show_defaults(subparser)
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    from .pipelines.cli import split_comma_box
+
+    argv = split_comma_box(sys.argv[1:] if argv is None else list(argv))
     if argv[:2] == ["generate", "video"]:  # its own parser: `mmpos generate` alone stays FLUX text-to-image
         from .pipelines.video_cli import run
 

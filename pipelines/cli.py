@@ -27,7 +27,9 @@ def add_commands(subparsers) -> None:
     transplant.add_argument("--background", required=True, help="background image")
     where = transplant.add_mutually_exclusive_group(required=True)
     where.add_argument("--mask", help="target region mask (white = insert here), same size as the background")
-    where.add_argument("--box", help="target box left,top,right,bottom in background pixels (PIL order)")
+    where.add_argument("--box", type=int, nargs=4, metavar=("L", "T", "R", "B"),
+                       help="target box: left top right bottom in pixels of the --background file (exclusive "
+                       "ends; rescaled with the background when it is resized)")
     transplant.add_argument("--reference", action="append", required=True, help="reference view (repeat for more)")
     transplant.add_argument("--reference-mask", action="append", help="object mask per reference (repeat)")
     loose = methods.add_parser("loose", help="LooseRoPE cut-and-paste harmonisation on Kontext")
@@ -97,19 +99,29 @@ def run_edit(args) -> int:
     from .edit_methods import run_band, run_loose, run_transplant
 
     runner = {"band": run_band, "transplant": run_transplant, "loose": run_loose}[args.method]
-    result = runner(args, config, tqdm)
+    try:
+        result = runner(args, config, tqdm)
+    except (OSError, ValueError) as error:  # unreadable inputs, a box outside the image, words unknown to a model
+        print(f"mmpos edit {args.method}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     written = [save_image(image, out / f"edited_{i}.png") for i, image in enumerate(result["edited"].values())]
-    save_config(config, out / "config.yaml")
+    written.append(save_config(config, out / "config.yaml"))
     if not args.no_figures:
         from .figures import comparison_figure
 
         written.append(comparison_figure(result["inputs"], result["edited"], result["sweep"], out / "comparison.png",
                                          result["title"]))
         written.append(result["diagnostic"](out / "diagnostic.png"))
-    summary = {"method": args.method, "outputs": [str(p) for p in written], "config": str(out / "config.yaml")}
+    summary = {"method": args.method, "outputs": [str(p) for p in written if p.suffix == ".png"],
+               "config": str(out / "config.yaml")}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"wrote {len(written)} files to {out.resolve()}")
+    report_written(written + [out / "summary.json"], out)
     return 0
+
+
+def report_written(paths, out: Path) -> None:
+    """Print every file a command wrote (names inside ``out``)."""
+    print(f"wrote {len(paths)} files to {out.resolve()}:", *(Path(p).name for p in paths), sep="\n  ")
 
 
 def run_generate(args) -> int:
@@ -118,11 +130,27 @@ def run_generate(args) -> int:
     return run(args)
 
 
+def split_comma_box(argv: list[str]) -> list[str]:
+    """``--box 8,8,40,40`` (the old syntax) -> ``--box 8 8 40 40``, with a deprecation note."""
+    out = []
+    for arg in argv:
+        value = arg[len("--box="):] if arg.startswith("--box=") else arg if out[-1:] == ["--box"] else None
+        if value is not None and "," in value:
+            print(f"note: --box {value} is deprecated; write --box {value.replace(',', ' ')}", file=sys.stderr)
+            out += (["--box"] if arg.startswith("--box=") else []) + [v.strip() for v in value.split(",")]
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv=None) -> int:
     """Standalone entry (``scripts/edit.py``, ``scripts/generate.py``)."""
+    from mmpos.cli import show_defaults
+
     parser = argparse.ArgumentParser(prog="mmpos")
     add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    show_defaults(parser)
+    args = parser.parse_args(split_comma_box(sys.argv[1:] if argv is None else list(argv)))
     return args.func(args)
 
 
