@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-world", action="store_true", help="only the encoding figures")
     demo.add_argument("--model", action="append", metavar="TASK=PATH",
                       help="run the world sections on pretrained pipelines instead: t2i=, fill=, kontext= a "
-                      "from_pretrained path or hub id (repeat), or 'flux' for FLUX.1 dev / Fill / Kontext")
+                      "from_pretrained path or hub id (repeat), or 'flux' for FLUX.1 dev / Fill / Kontext "
+                      "(default: the shipped world models)")
     demo.add_argument("--device", choices=("cpu", "cuda"), help="device of the world sections (default: cpu)")
     demo.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="model dtype (default: float32)")
     demo.add_argument("--image-size", type=int, help="scene side in pixels (default: the world models' trained "
@@ -96,13 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     lister = sub.add_parser("list", help="list registered encodings", description="List registered encodings.")
-    lister.add_argument("-v", "--verbose", action="store_true", help="also list each encoding's options")
+    lister.add_argument("-v", "--verbose", action="store_true",
+                        help="also list each encoding's options (default: names and one-line descriptions only)")
     lister.set_defaults(func=_list)
 
     bench = sub.add_parser("bench", help="rotary apply benchmark against peers (see `mmpos bench -- --help`)",
                            description="Run benchmarks/bench_rotary.py; arguments after `--` go to it "
-                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`).")
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`; its defaults: `mmpos bench -- --help`).")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (default: none, "
+                       "the benchmark's own defaults)")
     bench.set_defaults(func=_bench)
 
     from .pipelines.cli import add_commands as add_edit_commands
@@ -124,7 +127,8 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+        hidden = any(action.default is value for value in (None, False, argparse.SUPPRESS)) or action.default == []
+        if "default" in text or hidden or not action.option_strings:
             return text
         return super()._get_help_string(action)
 

@@ -23,10 +23,14 @@ PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0])
+    from mmpos.cli import DefaultsHelpFormatter
+
+    parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0],
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--model", default=TINY, help="Wan diffusers pipeline: from_pretrained path or hub id "
                         "(default: tiny offline components with random weights)")
-    parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video")
+    parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video (default: none, "
+                        "text-to-video)")
     parser.add_argument("--prompt", default="a slow camera move around a house", help="text prompt")
     parser.add_argument("--negative-prompt", default="", help="negative prompt")
     parser.add_argument("--frames", help="video frames, 4k+1 (default: 81; tiny: 17), or a multiple of the trained "
@@ -36,12 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--camera", default="preset:orbit", help="preset:NAME, a RealEstate10K .txt or an mmpos "
                         ".json trajectory (default: preset:orbit)")
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
-                        "camera is plotted but does not steer the video")
+                        "camera is plotted but does not steer the video (default: none)")
     parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
     parser.add_argument("--extrapolate", nargs="+", choices=("riflex", *SPATIAL), default=[], metavar="METHOD",
                         help="beyond the trained length and size without training (set_pe): riflex on time; one of "
                         f"{', '.join(SPATIAL)} on rows and columns larger than trained (dype*: follows the "
-                        "denoising step)")
+                        "denoising step) (default: none)")
     parser.add_argument("--train-frames", type=int, help="video frames the model was trained on, for --extrapolate "
                         "and --frames Nx (default: 81; tiny: 17)")
     parser.add_argument("--train-size", help="HEIGHTxWIDTH the model was trained on, for the spatial --extrapolate "

@@ -131,15 +131,17 @@ def print_table(results: dict) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from mmpos.cli import DefaultsHelpFormatter
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--checkpoint", help="folder with world-vae/ and world-<task>/ (default: assets/)")
     parser.add_argument("--count", type=int, default=16, help="examples per task")
     parser.add_argument("--steps", type=int, default=20, help="denoising steps")
     parser.add_argument("--seed", type=int, default=555_000, help="first example seed (held out from training)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the models")
     parser.add_argument("--tasks", nargs="+", default=["transplant", "harmonise", "style"],
-                        choices=("transplant", "harmonise", "style"))
-    parser.add_argument("--out", default="outputs/eval_editing.json")
+                        choices=("transplant", "harmonise", "style"), help="which evaluations to run")
+    parser.add_argument("--out", default="outputs/eval_editing.json", help="output JSON file (the scores)")
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error(f"--count must be at least 1, got {args.count}")
@@ -157,7 +159,9 @@ def main(argv=None) -> int:
     pipes = ModelSource(root, device=args.device).pipeline
 
     evaluators = {"transplant": eval_transplant, "harmonise": eval_harmonise, "style": eval_style}
-    results = {task: evaluators[task](args, pipes) for task in args.tasks}
+    from tqdm.auto import tqdm
+
+    results = {task: evaluators[task](args, pipes) for task in tqdm(args.tasks, desc="eval_editing", unit="task")}
     print_table(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
