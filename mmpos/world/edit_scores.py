@@ -12,7 +12,7 @@ from .metrics import (change_outside, colour_mask, insertion_scores, iou, layout
                       texture_similarity)
 
 SCORE_NOTES = {  # what each score measures, and which way is better (the report's table captions)
-    "transplant": "iou: inserted object vs its true mask (higher is better); colour_error: mean |colour - true| "
+    "transplant": "mask_iou: inserted object vs its true mask (higher is better); colour_error: mean |colour - true| "
                   "inside it (lower); outside_change: mean |change| outside the repainted box on the raw output "
                   "(lower)",
     "harmonise": "identity_iou: object kept inside the paste (higher is better); style_texture: object texture "
