@@ -112,7 +112,6 @@ def run_edit(args) -> int:
 
     extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)
     out = output_folder(args, Path(f"outputs/edit_{args.method}"))
-    out.mkdir(parents=True, exist_ok=True)
     from .edit_methods import run_band, run_loose, run_transplant
 
     runner = {"band": run_band, "transplant": run_transplant, "loose": run_loose}[args.method]
@@ -121,6 +120,7 @@ def run_edit(args) -> int:
     except (OSError, ValueError) as error:  # unreadable inputs, a box outside the image, words unknown to a model
         print(f"mmpos edit {args.method}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    out.mkdir(parents=True, exist_ok=True)  # after the work: a failed run leaves no folder behind
     written = [save_image(image, out / f"edited_{i}.png") for i, image in enumerate(result["edited"].values())]
     written.append(save_config(config, out / "config.yaml"))
     if not args.no_figures:

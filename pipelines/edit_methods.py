@@ -90,6 +90,8 @@ def run_transplant(args, config, tqdm) -> dict:
     from .figures import transplant_diagnostic
     from .images import load_image
 
+    if args.box:  # a box outside the background fails before the model loads
+        rescale_box(args.box, image_height_width(args.background), image_height_width(args.background))
     pipe = load_edit_pipeline("transplant", config)
     background = load_grid_image(args.background, "background", pipe.token_pixels, image_side(config, "transplant"))
     size = tuple(background.shape[-2:])
@@ -117,15 +119,19 @@ def run_transplant(args, config, tqdm) -> dict:
 
 def target_box(box, background_path, size) -> list[int]:
     """``--box`` (L T R B pixels of the background file) on the background as the pipeline gets it (``size``)."""
-    from PIL import Image
-
-    with Image.open(background_path) as image:
-        original = (image.height, image.width)
+    original = image_height_width(background_path)
     scaled = list(rescale_box(box, original, size))
     if original != tuple(size):
         print(f"--box {' '.join(map(str, box))} of the {original[0]}x{original[1]} background is "
               f"{' '.join(map(str, scaled))} of the {size[0]}x{size[1]} model input")
     return scaled
+
+
+def image_height_width(path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.height, image.width
 
 
 def run_loose(args, config, tqdm) -> dict:

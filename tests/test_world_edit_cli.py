@@ -101,3 +101,12 @@ def test_rescale_box_rounds_outwards_and_refuses_a_box_outside_the_image():
     assert rescale_box((1, 3, 7, 9), (50, 30), (32, 32)) == (1, 1, 8, 6)  # floor of 1.07, 1.92; ceil of 7.47, 5.76
     with pytest.raises(ValueError, match="--box 8 8 70 40: expected left < right <= 64"):
         rescale_box((8, 8, 70, 40), (64, 64), (32, 32))
+
+
+def test_a_box_outside_the_background_fails_before_the_model_loads(images, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["edit", "transplant", "--model", "world", "--background", str(images / "my.png"),
+              "--reference", str(images / "obj.png"), "--box", "8", "8", "80", "40", "--out", str(tmp_path / "o")])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2 and "--box 8 8 80 40: expected left < right <= 64" in captured.err
+    assert "model:" not in captured.out and not (tmp_path / "o").exists()
