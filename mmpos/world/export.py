@@ -37,7 +37,7 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
     losses = card.get("loss_history") or []
     lines = [f"# {folder_name}", "",
              f"A small `{card['task']}` model of the mmpos mini-world (mmpos.world), trained by "
-             "`scripts/train_world.py`; config in `train_config.yaml`.", "",
+             "`scripts/train_world.py`; config in `train_config.yaml`.", "", *load_line(card["task"], folder_name),
              "| field | value |", "|---|---|"]
     for key in ("task", "parameters", "steps", "train_minutes", "total_steps", "total_train_minutes", "device",
                 "mixed_precision", "batch_size", "final_train_loss", "val_loss_start", "val_loss", "val_l1",
@@ -57,6 +57,18 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
               "Sample grid: held-out examples (dataset seed mmpos.world.samples.HELD_OUT_SEED) through the real "
               "diffusers pipeline."]
     return "\n".join(lines) + "\n"
+
+
+def load_line(task: str, folder_name: str) -> list[str]:
+    """The model card's line on loading a pipeline folder (none for the VAE)."""
+    from .models import PIPELINES
+
+    if task not in PIPELINES:
+        return []
+    return [f"A diffusers pipeline folder: `{PIPELINES[task].__name__}.from_pretrained(\"{folder_name}\")` (or "
+            "`DiffusionPipeline`); prompts are strings in the world's words "
+            "(`mmpos.world.text.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
+            ""]
 
 
 def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Path:
