@@ -215,7 +215,7 @@ REPORT_STYLE = ("body{font-family:sans-serif;font-size:16px;max-width:1200px;mar
                 "li{font-size:14px}table{border-collapse:collapse;margin:8px 0}"
                 "td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
                 "caption{caption-side:bottom;font-size:13px;text-align:left;padding-top:4px}"
-                ".pe-grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}")
+                ".pe-grid{display:grid;grid-template-columns:1fr;gap:12px;justify-items:start}")
 
 
 def score_table(rows: list[dict], note: str) -> str:
@@ -230,7 +230,7 @@ def score_table(rows: list[dict], note: str) -> str:
 def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: list[Path],
                  models: str = "small Flux-class models trained on mmpos.world") -> Path:
     """``report.html``: each section's grid, scores on the shown examples, captions, note and diagnostic figures;
-    the encoding figures at full width (two a row), each linked to its file."""
+    the encoding figures at their own size (up to the page width), each linked to its file."""
     parts = ["<!doctype html><meta charset='utf-8'><title>mmpos demo</title>", f"<style>{REPORT_STYLE}</style>",
              "<h1>mmpos demo: the mini-world</h1>",
              f"<p>Models: {html.escape(models)}; run through the diffusers pipelines and the mmpos editing "
