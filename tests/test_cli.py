@@ -71,3 +71,24 @@ def test_every_subcommand_help_states_its_defaults():
                 continue
             text = formatter._get_help_string(action) or ""
             assert "default" in text or "required" in text or action.required, (words, action.option_strings)
+
+
+def test_encoding_figures_state_their_settings_and_average_the_heads():
+    import torch
+
+    from mmpos.demo import demo_encoding
+    from mmpos.viz import logit_map
+    from mmpos.viz.spectrum import figure_settings
+
+    mhrope = demo_encoding("mhrope")  # head 0 reads only time (t = 0 here): its map alone is flat
+    assert float(logit_map(mhrope, size=9).min()) < 0.95
+    coords = torch.zeros(81, 3, dtype=torch.float64)
+    coords[:, 1:] = torch.cartesian_prod(torch.arange(9.0), torch.arange(9.0)).double()
+    ones = torch.ones(1, mhrope.num_heads, 81, mhrope.head_dim, dtype=torch.float64)
+    q, k = mhrope(ones, ones, coords)
+    per_head = torch.einsum("hld,hd->hl", k[0], q[0, :, 40]) / mhrope.head_dim
+    assert torch.allclose(logit_map(mhrope, size=9).flatten(), per_head.mean(0))
+    assert "mean over 4 heads" in figure_settings(mhrope) and "t = 0" in figure_settings(mhrope)
+    assert "raster order" in figure_settings(demo_encoding("rope_1d"))
+    assert "at initialisation" in figure_settings(demo_encoding("ape_learned"))
+    assert "at initialisation" not in figure_settings(demo_encoding("rope_axial"))
