@@ -9,6 +9,7 @@ the channel's rotation pair.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 from pathlib import Path
@@ -39,8 +40,9 @@ def shape_coords(name: str, length: int) -> torch.Tensor:
 def make_methods(pe, coords, shape, dtype):
     """name -> callable(x) rotating one tensor, each with the peer's own table format."""
     from diffusers.models.embeddings import apply_rotary_emb as diffusers_apply
-    from rotary_embedding_torch import apply_rotary_emb as ret_apply
     from timm.layers.pos_embed_sincos import apply_rot_embed_cat
+
+    ret_apply = rotary_embedding_torch_apply()
 
     n = shape[2] - coords.shape[0]  # prefix tokens (cls) for the ViT shape
     table = pe.table(coords, dtype)
@@ -57,11 +59,24 @@ def make_methods(pe, coords, shape, dtype):
         "mmpos": lambda x: pe.rotate(x, table),
         "diffusers apply_rotary_emb": lambda x: diffusers_apply(x, (cos, sin)),
         "timm apply_rot_embed_cat": lambda x: apply_rot_embed_cat(x, timm_emb),
-        "rotary-embedding-torch": lambda x: ret_apply(angles, x),
     }
+    if ret_apply is not None:
+        methods["rotary-embedding-torch"] = lambda x: ret_apply(angles, x)
     if coords.device.type == "cuda" and triton_available():
         methods["mmpos without Triton"] = lambda x: _without_triton(pe.rotate, x, table)
     return methods
+
+
+@functools.lru_cache(maxsize=None)
+def rotary_embedding_torch_apply():
+    """lucidrains' ``apply_rotary_emb``, or None (saying so once) when the peer is not installed (it comes with
+    mmpos' test extra: ``pip install -e .[test]`` or ``pip install rotary-embedding-torch``)."""
+    try:
+        from rotary_embedding_torch import apply_rotary_emb
+    except ImportError:
+        print("note: rotary-embedding-torch is not installed; skipping that peer (pip install rotary-embedding-torch)")
+        return None
+    return apply_rotary_emb
 
 
 def triton_available() -> bool:

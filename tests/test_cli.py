@@ -92,3 +92,21 @@ def test_encoding_figures_state_their_settings_and_average_the_heads():
     assert "raster order" in figure_settings(demo_encoding("rope_1d"))
     assert "at initialisation" in figure_settings(demo_encoding("ape_learned"))
     assert "at initialisation" not in figure_settings(demo_encoding("rope_axial"))
+
+
+def test_bench_skips_a_missing_peer_with_a_note(monkeypatch, capsys):
+    import torch
+
+    import bench_rotary
+    from mmpos.demo import demo_encoding
+
+    monkeypatch.setitem(sys.modules, "rotary_embedding_torch", None)  # import fails as if not installed
+    bench_rotary.rotary_embedding_torch_apply.cache_clear()
+    try:
+        pe = demo_encoding("rope_axial")
+        coords = bench_rotary.shape_coords("vit-b", 197)
+        methods = bench_rotary.make_methods(pe, coords, (1, 1, 197, 64), torch.float32)
+    finally:
+        bench_rotary.rotary_embedding_torch_apply.cache_clear()
+    assert "rotary-embedding-torch" not in methods and "mmpos" in methods
+    assert "rotary-embedding-torch is not installed; skipping that peer" in capsys.readouterr().out
