@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-world", action="store_true", help="only the encoding figures")
     demo.add_argument("--model", action="append", metavar="TASK=PATH",
                       help="run the world sections on pretrained pipelines instead: t2i=, fill=, kontext= a "
-                      "from_pretrained path or hub id (repeat), or 'flux' for FLUX.1 dev / Fill / Kontext")
+                      "from_pretrained path or hub id (repeat), or 'flux' for FLUX.1 dev / Fill / Kontext "
+                      "(default: the shipped world models)")
     demo.add_argument("--device", choices=("cpu", "cuda"), help="device of the world sections (default: cpu)")
     demo.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="model dtype (default: float32)")
     demo.add_argument("--image-size", type=int, help="scene side in pixels (default: the world models' trained "
@@ -96,14 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     lister = sub.add_parser("list", help="list registered encodings", description="List registered encodings.")
-    lister.add_argument("-v", "--verbose", action="store_true", help="also list each encoding's options")
+    lister.add_argument("-v", "--verbose", action="store_true",
+                        help="also list each encoding's options (default: names and one-line descriptions only)")
     lister.set_defaults(func=_list)
 
     bench = sub.add_parser("bench", help="rotary apply benchmark against peers (see `mmpos bench -- --help`)",
                            description="Run benchmarks/bench_rotary.py; arguments after `--` go to it "
-                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`). The rotary-embedding-torch peer "
-                           "is optional (pip install 'mmpos[bench]'): without it its rows are skipped.")
-    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+                           "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`; its defaults: `mmpos bench -- --help`). "
+                           "The rotary-embedding-torch peer is optional (pip install 'mmpos[bench]'): without it its "
+                           "rows are skipped.")
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark (default: none, "
+                       "the benchmark's own defaults)")
     bench.set_defaults(func=_bench)
 
     from .pipelines.cli import add_commands as add_edit_commands
@@ -115,11 +119,35 @@ def build_parser() -> argparse.ArgumentParser:
     add_edit_commands(sub)
     add_world_command(sub)
     add_training_commands(sub)
+    show_defaults(parser)
     return parser
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with ``(default: X)`` after each option whose help does not state its default already (options
+    without a default to show, None, False or empty, are left as written)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        hidden = any(action.default is value for value in (None, False, argparse.SUPPRESS)) or action.default == []
+        if "default" in text or hidden or not action.option_strings:
+            return text
+        return super()._get_help_string(action)
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every subcommand parser under it :class:`DefaultsHelpFormatter`."""
+    parser.formatter_class = DefaultsHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                show_defaults(subparser)
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    from .pipelines.cli import split_comma_box
+
+    argv = split_comma_box(sys.argv[1:] if argv is None else list(argv))
     if argv[:2] == ["generate", "video"]:  # its own parser: `mmpos generate` alone stays FLUX text-to-image
         from .pipelines.video_cli import run
 

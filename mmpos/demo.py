@@ -10,6 +10,10 @@ from .encodings import create_pe, list_pes, pe_class, pe_options
 
 DEMO_OPTIONS = {"head_dim": 64, "embed_dim": 64, "num_heads": 4, "grid_size": (16, 16), "seed": 0}
 DEMO_OVERRIDES = {"rayrope": {"head_dim": 48}}  # head_dim must be a multiple of 24 (12 coordinates x 2)
+FIGURE_NOTES = {  # what a figure would leave unexplained
+    "mrope": "chunked (t, row, col): rows read pairs 12-21 (0.03-0.002 rad/px), columns pairs 22-31 (< 0.002 rad/px), "
+             "so over +-15 px the logit barely moves, least along columns; MRoPE-I interleaves the axes",
+}
 
 
 def demo_encoding(name: str):
@@ -39,7 +43,8 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
         if pe_class(name).capabilities.needs_cameras:
             written.append(camera_encoding_figure(name, out_dir / f"{name}.png"))
         else:
-            written.append(encoding_figure(demo_encoding(name), name, out_dir / f"{name}.png", size))
+            written.append(encoding_figure(demo_encoding(name), name, out_dir / f"{name}.png", size,
+                                           FIGURE_NOTES.get(name, "")))
     written += demo_camera_figures(out_dir / "cameras")
     if world:
         from .world.demo import run_world_demo, world_models_available

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import json
 
-from .run_inputs import load_grid_image, load_mask, prompt_kwargs, sampler_options, seeded_generator
+from .run_inputs import (
+    image_side,
+    load_cli_pipeline,
+    load_grid_image,
+    load_mask,
+    prompt_kwargs,
+    rescale_box,
+    sampler_options,
+    seeded_generator,
+)
 
 
 def load_edit_pipeline(kind: str, config):
     """The editing pipeline, with ``config["extrapolate"]``'s schedule installed under the edit (``set_pe``)."""
     from .extrapolate import install_extrapolation, parse_extrapolate
-    from .loading import load_pipeline
 
-    pipe = load_pipeline(kind, config["model"], config["dtype"], config["device"])
+    pipe = load_cli_pipeline("edit", kind, config)
     setting = config["extrapolate"]
     installed = install_extrapolation(pipe, parse_extrapolate(str(setting["preset"])), setting["train_size"],
                                       setting.get("options"))
@@ -33,23 +41,24 @@ def run_band(args, config, tqdm) -> dict:
     sampler = sampler_options(config)
     probe_layer = min(int(figure.get("diagnostic_layer", 0)), len(pipe.transformer.transformer_blocks)
                       + len(pipe.transformer.single_transformer_blocks) - 1)
+    side, guidance = image_side(config, kind), config.get("guidance")
     if variant == "flux":
         targets = args.target or config["targets"]
         prompts = [args.reference_prompt or config["reference"]["prompt"], *targets]
-        call = dict(**prompt_kwargs(args, prompts, pipe), **sampler)
+        call = dict(**prompt_kwargs(args, prompts, pipe, guidance), **sampler)
         reference = args.reference_image or config["reference"].get("image")
         if reference:
-            call.update(reference_image=load_grid_image(reference, "reference image", pipe.token_pixels),
+            call.update(reference_image=load_grid_image(reference, "reference image", pipe.token_pixels, side),
                         reference_seed=config["reference"].get("seed", 0),
                         reference_mode=config["reference"].get("mode", "noise"))
     else:
         image_path = args.image or config.get("image")
         if not image_path:
             raise ValueError("the Kontext variant needs --image (the context/reference image)")
-        context_image = load_grid_image(image_path, "image", pipe.token_pixels)
+        context_image = load_grid_image(image_path, "image", pipe.token_pixels, side)
         height, width = context_image.shape[-2:]  # the output takes the context image's size
         sampler.update(height=height, width=width, max_area=height * width, _auto_resize=False)
-        call = dict(image=context_image, **prompt_kwargs(args, config.get("prompt"), pipe), **sampler)
+        call = dict(image=context_image, **prompt_kwargs(args, config.get("prompt"), pipe, guidance), **sampler)
 
     def run(strength, probe=None):
         return pipe(band={**band, "strength": strength}, generator=seeded_generator(config["seed"]), output_type="pt",
@@ -81,17 +90,19 @@ def run_transplant(args, config, tqdm) -> dict:
     from .figures import transplant_diagnostic
     from .images import load_image
 
+    if args.box:  # a box outside the background fails before the model loads
+        rescale_box(args.box, image_height_width(args.background), image_height_width(args.background))
     pipe = load_edit_pipeline("transplant", config)
-    background = load_grid_image(args.background, "background", pipe.token_pixels)
+    background = load_grid_image(args.background, "background", pipe.token_pixels, image_side(config, "transplant"))
     size = tuple(background.shape[-2:])
     references = [load_image(p) for p in args.reference]  # any size: each is fitted into its tile
     reference_masks = None
     if args.reference_mask:
         reference_masks = [load_mask(p, r.shape[-2:]) for p, r in zip(args.reference_mask, references)]
     where = {"mask_image": load_mask(args.mask, size)} if args.mask else \
-        {"target_box": [int(v) for v in args.box.split(",")]}
+        {"target_box": target_box(args.box, args.background, size)}
     call = dict(image=background, references=references, reference_masks=reference_masks, **where,
-                **prompt_kwargs(args, config.get("prompt"), pipe), **sampler_options(config))
+                **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")), **sampler_options(config))
     transplant = dict(config["transplant"])
 
     def run(tau):
@@ -106,16 +117,35 @@ def run_transplant(args, config, tqdm) -> dict:
                 title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})")
 
 
+def target_box(box, background_path, size) -> list[int]:
+    """``--box`` (L T R B pixels of the background file) on the background as the pipeline gets it (``size``)."""
+    original = image_height_width(background_path)
+    scaled = list(rescale_box(box, original, size))
+    if original != tuple(size):
+        print(f"--box {' '.join(map(str, box))} of the {original[0]}x{original[1]} background is "
+              f"{' '.join(map(str, scaled))} of the {size[0]}x{size[1]} model input")
+    return scaled
+
+
+def image_height_width(path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.height, image.width
+
+
 def run_loose(args, config, tqdm) -> dict:
     from .figures import loose_diagnostic
     from .loose import LooseConfig
 
     pipe = load_edit_pipeline("loose", config)
-    collage = load_grid_image(args.image, "image", pipe.token_pixels)
+    side = image_side(config, "loose")
+    collage = load_grid_image(args.image, "image", pipe.token_pixels, side)
     size = tuple(collage.shape[-2:])
     pasted = {"crop_mask": load_mask(args.mask, size)} if args.mask else \
-        {"original": load_grid_image(args.original, "original", pipe.token_pixels)}
-    call = dict(image=collage, **pasted, **prompt_kwargs(args, config.get("prompt"), pipe), **sampler_options(config))
+        {"original": load_grid_image(args.original, "original", pipe.token_pixels, side)}
+    call = dict(image=collage, **pasted, **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
+                **sampler_options(config))
     if args.saliency:
         from .images import area_resize, load_image
 

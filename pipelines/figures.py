@@ -91,18 +91,20 @@ def band_attention_maps(query: torch.Tensor, key: torch.Tensor, axes_dims, grid,
 def band_diagnostic(maps: dict, grid, token: int, path, reference: torch.Tensor | None = None) -> Path:
     plt = pyplot()
     panels = len(maps) + (reference is not None)
-    fig, axes = plt.subplots(1, panels, figsize=(2.4 * panels, 2.6), squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(2.4 * panels + 1.0, 2.6), squeeze=False, layout="constrained")
     axes = list(axes[0])
     if reference is not None:
         _show(axes.pop(0), reference, "reference")
     row, col = divmod(token, grid[1])
+    top = max(float(values.max()) for values in maps.values())  # one colour scale for every band
     for ax, (name, values) in zip(axes, maps.items()):
-        ax.imshow(values.numpy(), cmap="magma")
+        image = ax.imshow(values.numpy(), cmap="magma", vmin=0.0, vmax=top)
         ax.scatter([col], [row], marker="x", c="cyan", s=20)
         ax.set_title(f"{name}-frequency pairs", fontsize=8)
         ax.axis("off")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
     fig.suptitle(f"attention of target query ({row}, {col}) over reference tokens", fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120)  # constrained layout (tight_layout cannot place the colour bar)
 
 
 def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path) -> Path:

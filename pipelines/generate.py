@@ -13,8 +13,6 @@ from .images import save_image
 
 
 def run_generate(args) -> int:
-    if args.model == "world" and not args.config:
-        args.config_name = "generate_world"
     config = resolve_config(args)
     _generate_overrides(args, config)
     out = output_folder(args, Path("outputs/generate"))
@@ -25,10 +23,11 @@ def run_generate(args) -> int:
     config["extrapolate"]["installed"] = installed
     print(f"extrapolation: {json.dumps(installed)}")
     images = pipe(**call, generator=seeded_generator(config["seed"]), output_type="pt", **_call_sampler(pipe, config)).images
-    for i, image in enumerate(images):
-        save_image(image, out / f"image_{i}.png")
-    save_config(config, out / "config.yaml")
-    print(f"wrote {len(images)} images and config.yaml to {out.resolve()}")
+    written = [save_image(image, out / f"image_{i}.png") for i, image in enumerate(images)]
+    written.append(save_config(config, out / "config.yaml"))
+    from .cli import report_written
+
+    report_written(written, out)
     return 0
 
 
@@ -44,32 +43,20 @@ TRAIN_SIZES = {"FluxPipeline": 1024, "QwenImagePipeline": 1328}  # FLUX.1; Qwen-
 
 
 def _generate_pipeline(args, config):
-    """The pipeline and its prompt arguments: the world t2i model (``model: world``), or the FluxPipeline or
-    QwenImagePipeline that ``model``'s ``model_index.json`` names."""
+    """The pipeline and its prompt arguments: the FluxPipeline or QwenImagePipeline that ``model``'s
+    ``model_index.json`` names (``model: world``: the shipped world t2i model, prompted with its guidance)."""
+    from .loading import generate_kind, model_path
+    from .run_inputs import load_cli_pipeline
+
     prompts = args.prompt or config["prompts"]
-    if config["model"] == "world":
-        from mmpos.world.models import conditioning, load_world_pipeline
-
-        if args.prompt_embeds:
-            print("mmpos generate: error: --prompt-embeds is for FLUX.1 / Qwen-Image pipelines; the world model "
-                  "encodes --prompt itself", file=sys.stderr)
-            raise SystemExit(2)
-
-        from .loading import DTYPES
-
-        pipe = load_world_pipeline("t2i", device=config["device"], dtype=DTYPES[config["dtype"]])
-        return pipe, conditioning(pipe, prompts, config.get("guidance"))
-    from .loading import generate_kind, load_pipeline
-
     try:
-        kind = generate_kind(config["model"])
+        kind = generate_kind(model_path("generate", config["model"]))
     except ValueError as err:
         print(f"mmpos generate: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    pipe = load_pipeline(kind, config["model"], config["dtype"], config["device"])
+    pipe = load_cli_pipeline("generate", kind, config)
     config["pipeline"] = type(pipe).__name__
-    print(f"model: {config['model']} ({config['pipeline']}), device {config['device']}, dtype {config['dtype']}")
-    return pipe, prompt_kwargs(args, prompts, pipe)
+    return pipe, prompt_kwargs(args, prompts, pipe, config.get("guidance"))
 
 
 def _call_sampler(pipe, config) -> dict:
@@ -87,8 +74,8 @@ def _train_size(config):
     size = config.get("extrapolate", {}).get("train_size", "auto")
     if size != "auto":
         return size
-    if config["model"] == "world":
-        from mmpos.world.models import trained_image_size
+    from .loading import is_world_model, model_path, world_image_size
 
-        return trained_image_size(None, "t2i")
+    if is_world_model(config["model"]):
+        return world_image_size(model_path("generate", config["model"]))
     return TRAIN_SIZES[config.get("pipeline", "FluxPipeline")]

@@ -55,12 +55,52 @@ def missing_components(path) -> dict:
     return {name: None for name in TEXT_COMPONENTS if entries.get(name, [None, None])[0] is None}
 
 
+WORLD = "world"  # --model world: the shipped world model of the command's task
+WORLD_TASK_OF_KIND = {"band": "t2i", "band_kontext": "kontext", "transplant": "fill", "loose": "kontext",
+                      "generate": "t2i"}
+
+
+def model_path(kind: str, model) -> str:
+    """``model``, or for ``"world"`` the shipped world model folder that runs ``kind`` (``assets/world-<task>``)."""
+    if str(model) != WORLD:
+        return str(model)
+    if kind not in WORLD_TASK_OF_KIND:
+        raise ValueError(f"--model world: no world model runs {kind!r}; expected one of {sorted(WORLD_TASK_OF_KIND)}")
+    from mmpos.world.models import DEFAULT_ASSETS
+
+    return str(DEFAULT_ASSETS / f"world-{WORLD_TASK_OF_KIND[kind]}")
+
+
+def is_world_model(model) -> bool:
+    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.world.text`)."""
+    index = Path(str(model)) / "model_index.json"
+    return str(model) == WORLD or (index.is_file() and "mmpos.world.text" in index.read_text())
+
+
+def world_image_size(path) -> int:
+    """The image side a world model folder was trained at (its ``model_card.json``; 32 when it does not say)."""
+    card = Path(path) / "model_card.json"
+    return int(json.loads(card.read_text())["data"]["image_size"]) if card.is_file() else 32
+
+
 def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None = None):
     """``from_pretrained`` of the pipeline for ``kind`` (band, band_kontext, transplant, loose, generate,
-    generate_qwen)."""
+    generate_qwen) from ``path`` (a pipeline folder, a hub id, or ``"world"``: the shipped world model).
+    A local folder without ``model_index.json``, or a path that cannot be loaded, raises ValueError."""
     check_choice("dtype", dtype, tuple(DTYPES))
     cls = pipeline_class(kind)
-    pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))
+    path = model_path(kind, path)
+    if Path(path).is_dir() and not (Path(path) / "model_index.json").is_file():
+        raise ValueError(f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
+                         "(save_pretrained), a hub id, or 'world' (the shipped world models)")
+    from mmpos.world.models import world_text_encoders_accepted
+
+    try:
+        with world_text_encoders_accepted():
+            pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))
+    except OSError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"--model {path}: cannot load a {cls.__name__} ({reason})") from None
     if device is not None:
         pipe = pipe.to(device)
     return pipe

@@ -15,13 +15,14 @@ def resolve_config(args) -> dict:
     from .config import apply_overrides, default_config_path, load_config
 
     try:
-        config = load_config(args.config or default_config_path(args.config_name))
+        config = load_config(args.config or default_config_path(default_config_name(args)))
         for key in ("model", "device", "dtype"):
             if getattr(args, key, None):
                 config[key] = getattr(args, key)
         if getattr(args, "prompt_text", None):
             config["prompt"] = args.prompt_text
         config = apply_overrides(config, args.set)
+        check_prompt_source(args, config)
     except (FileNotFoundError, KeyError, ValueError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error  # KeyError quotes str()
         print(f"mmpos {args.command}: error: {message}", file=sys.stderr)
@@ -33,6 +34,30 @@ def resolve_config(args) -> dict:
             print("CUDA is not available: running on cpu (set --device to silence this)")
             config["device"] = "cpu"
     return config
+
+
+def check_prompt_source(args, config) -> None:
+    from .loading import is_world_model
+
+    if getattr(args, "prompt_embeds", None) and is_world_model(config.get("model", "")):
+        raise ValueError("--prompt-embeds is for FLUX.1 / Qwen-Image pipelines; the world model encodes --prompt "
+                         "itself (its tokenizer and text encoder are in the model folder)")
+
+
+def default_config_name(args) -> str:
+    """``<command>_world`` (the shipped world models: CPU, float32, 32 px, seconds) with ``--model world``, a world
+    model folder, or no ``--model`` on a machine without CUDA (saying so); else the command's FLUX.1 config."""
+    from .loading import is_world_model
+
+    if args.model is None:
+        import torch
+
+        if torch.cuda.is_available():
+            return args.config_name
+        print("no CUDA GPU: running the shipped world models (small Flux-class models, 32 px); pass --model for "
+              "another model (e.g. black-forest-labs/FLUX.1-dev)")
+        return f"{args.config_name}_world"
+    return f"{args.config_name}_world" if is_world_model(args.model) else args.config_name
 
 
 EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
@@ -55,16 +80,27 @@ def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"),
     return {k: tensors[k] for k in (*required, *optional) if k in tensors}
 
 
-def prompt_kwargs(args, prompts, pipe) -> dict:
+def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:
     """``prompt`` strings, or the ``--prompt-embeds`` tensors the pipeline takes: Flux ``prompt_embeds`` and
-    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L]."""
+    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L].
+    A world model gets its prompts with its sampling ``guidance`` (:func:`mmpos.world.models.conditioning`)."""
     if args.prompt_embeds:
         accepted = [k for k in EMBED_KEYS if k in stock_call_parameters(pipe)]
         required = [k for k in accepted if k != "prompt_embeds_mask"]
         embeds = load_prompt_embeds(args.prompt_embeds, required, [k for k in accepted if k not in required])
         dtype = pipe.transformer.dtype
         return {k: v.to(pipe.device, dtype if v.is_floating_point() else v.dtype) for k, v in embeds.items()}
+    if is_world_pipeline(pipe):
+        from mmpos.world.models import conditioning
+
+        return conditioning(pipe, [prompts] if isinstance(prompts, str) else list(prompts), guidance)
     return {"prompt": prompts}
+
+
+def is_world_pipeline(pipe) -> bool:
+    from mmpos.world.text import WorldTextEncoder
+
+    return isinstance(getattr(pipe, "text_encoder", None), WorldTextEncoder)
 
 
 def stock_call_parameters(pipe):
@@ -79,15 +115,59 @@ def stock_call_parameters(pipe):
     raise TypeError(f"{type(pipe).__name__}.__call__ takes no prompt_embeds")
 
 
-def load_grid_image(path, what: str, token_pixels: int):
-    """An image on the pipeline's token grid (resized down to it, saying so)."""
-    from .images import load_image, snap_to_grid
+def load_grid_image(path, what: str, token_pixels: int, side: int | None = None):
+    """An image on the pipeline's token grid (resized down to it, saying so); with ``side`` (a world model's
+    training size), resized to ``side x side``."""
+    from .images import load_image, resize_image, snap_to_grid
 
     image = load_image(path)
+    if side is not None:
+        if tuple(image.shape[-2:]) != (side, side):
+            print(f"{what}: resized {image.shape[-2]}x{image.shape[-1]} to {side}x{side} (the world model's size)")
+        return resize_image(image, (side, side))
     snapped, message = snap_to_grid(image, token_pixels)
     if message:
         print(f"{what}: {message}")
     return snapped
+
+
+def image_side(config, kind: str) -> int | None:
+    """The side inputs are resized to: the config's ``image_size`` (``auto``: the world model card's), None for
+    configs without one (FLUX.1: the image's own size on the token grid)."""
+    side = config.get("image_size")
+    if side == "auto":
+        from .loading import model_path, world_image_size
+
+        return world_image_size(model_path(kind, config["model"]))
+    return None if side is None else int(side)
+
+
+def load_cli_pipeline(command: str, kind: str, config):
+    """:func:`~mmpos.pipelines.loading.load_pipeline` of ``config["model"]`` for a command, saying which model,
+    device and dtype first; a model that cannot be loaded ends the command (one line, exit code 2)."""
+    from .loading import load_pipeline, model_path, pipeline_class
+
+    try:
+        path = model_path(kind, config["model"])
+        print(f"model: {path} ({pipeline_class(kind).__name__}), device {config['device']}, dtype {config['dtype']}")
+        return load_pipeline(kind, path, config["dtype"], config["device"])
+    except ValueError as error:
+        print(f"mmpos {command}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def rescale_box(box, from_size, to_size) -> tuple[int, int, int, int]:
+    """``(left, top, right, bottom)`` pixels of a ``from_size`` (H, W) image -> the same region of the image
+    resized to ``to_size``, rounded outwards; a box outside the image raises ValueError naming ``--box``."""
+    import math
+
+    left, top, right, bottom = (int(v) for v in box)
+    (h0, w0), (h1, w1) = from_size, to_size
+    if not (0 <= left < right <= w0 and 0 <= top < bottom <= h0):
+        raise ValueError(f"--box {left} {top} {right} {bottom}: expected left < right <= {w0} and top < bottom <= "
+                         f"{h0} (L T R B pixels inside the {h0}x{w0} background)")
+    return (math.floor(left * w1 / w0), math.floor(top * h1 / h0), math.ceil(right * w1 / w0),
+            math.ceil(bottom * h1 / h0))
 
 
 def load_mask(path, size):

@@ -24,12 +24,16 @@ PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0])
+    from mmpos.cli import DefaultsHelpFormatter
+
+    parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0],
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--model", help="Wan diffusers pipeline (from_pretrained path or hub id); 'world': the "
                         "mini-world's trained image-to-video model (32 px, CPU, seconds; see --camera); 'tiny': "
                         "offline components with random weights (default: world when assets/world-video is there, "
                         "else tiny)")
-    parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video")
+    parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video (default: none, text-to-video; "
+                        "--model world: a held-out world scene)")
     parser.add_argument("--prompt", default="a slow camera move around a house", help="text prompt")
     parser.add_argument("--negative-prompt", default="", help="negative prompt")
     parser.add_argument("--frames", help="video frames, 4k+1 (default: 81; tiny: 17), or a multiple of the trained "
@@ -40,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "preset:orbit); --model world: orbit[:DEGREES], dolly[:UNITS], pan[:DEGREES] or a file "
                         "(default: orbit:35)")
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
-                        "camera is plotted but does not steer the video (--model world: default MODEL/camera-ucpe, "
-                        "'none' for the base model alone)")
+                        "camera is plotted but does not steer the video (default: none; --model world: "
+                        "MODEL/camera-ucpe, 'none' for the base model alone)")
     parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
     parser.add_argument("--extrapolate", nargs="+", choices=("riflex", *SPATIAL), default=[], metavar="METHOD",
                         help="beyond the trained length and size without training (set_pe): riflex on time; one of "
                         f"{', '.join(SPATIAL)} on rows and columns larger than trained (dype*: follows the "
-                        "denoising step)")
+                        "denoising step) (default: none)")
     parser.add_argument("--train-frames", type=int, help="video frames the model was trained on, for --extrapolate "
                         "and --frames Nx (default: 81; tiny: 17)")
     parser.add_argument("--train-size", help="HEIGHTxWIDTH the model was trained on, for the spatial --extrapolate "

@@ -22,8 +22,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from mmpos.world.sources import WORLD_GUIDANCE
 
 MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}  # evaluation task -> world model
@@ -34,26 +32,17 @@ BAND_ROWS = (("shared attention (band strength 0)", {"strength": 0.0}),
              ("band s_hf=0", {"s_hf": (0.0, 0.0)}), ("band paper schedule s_hf 0.25->0.75", {}))
 
 
-def mean_scores(rows: list[dict]) -> dict:
-    return {k: round(float(np.mean([r[k] for r in rows])), 4) for k in rows[0]}
-
-
 def eval_transplant(args, pipes) -> list[dict]:
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
-    from mmpos.world.edit_runs import run_transplant
     from mmpos.world.edit_pairs import transplant_pair
-    from mmpos.world.metrics import change_outside, insertion_scores
+    from mmpos.world.edit_runs import run_transplant
+    from mmpos.world.edit_scores import transplant_row
 
     pairs = [transplant_pair(args.seed + i, args.sizes["fill"]) for i in range(args.count)]
     regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
 
     def row(method, images, raw=None):
-        """Object scores on the composited outputs; change outside the box on the raw (uncomposited) ones."""
-        raw = images if raw is None else raw
-        return {"method": method, **mean_scores([
-            {**insertion_scores(o, p.background.image, p.mask, p.target.spec.objects[-1].colour, region),
-             "outside_change": change_outside(r, p.background.image, region)}
-            for o, r, p, region in zip(images, raw, pairs, regions)])}
+        return transplant_row(method, images, pairs, regions, raw)
 
     pipe = pipes("transplant")
 
@@ -65,27 +54,15 @@ def eval_transplant(args, pipes) -> list[dict]:
             run("PE transplant tau=0.85"), run("PE transplant tau=0.5", tau=0.5)]
 
 
-def harmonise_scores(output, pair) -> dict:
-    from mmpos.world.metrics import colour_mask, iou, texture_similarity
-
-    obj = pair.target.spec.objects[-1]
-    found = colour_mask(output, obj.colour) & pair.paste_mask
-    margin = pair.paste_mask & ~pair.object_mask
-    x0, y0, x1, y1 = obj.box
-    crop = (slice(y0, y1), slice(x0, x1))
-    return {"identity_iou": iou(found, pair.object_mask),
-            "style_texture": texture_similarity(output[crop], pair.target.image[crop]),
-            "margin_error": float(np.abs(output[margin].astype(float) - pair.target.image[margin]).mean() / 255)}
-
-
 def eval_harmonise(args, pipes) -> list[dict]:
-    from mmpos.world.edit_runs import loose_for_steps, run_loose
     from mmpos.world.edit_pairs import harmonise_pair
+    from mmpos.world.edit_runs import loose_for_steps, run_loose
+    from mmpos.world.edit_scores import harmonise_row
 
     pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
 
     def row(method, images):
-        return {"method": method, **mean_scores([harmonise_scores(o, p) for o, p in zip(images, pairs)])}
+        return harmonise_row(method, images, pairs)
 
     pipe = pipes("loose")
 
@@ -99,17 +76,15 @@ def eval_harmonise(args, pipes) -> list[dict]:
 
 
 def eval_style(args, pipes) -> list[dict]:
-    from mmpos.world.edit_runs import run_band
     from mmpos.world.edit_pairs import style_set
-    from mmpos.world.metrics import layout_copy, palette_similarity, texture_similarity
+    from mmpos.world.edit_runs import run_band
+    from mmpos.world.edit_scores import style_row
 
     sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]
     references = [s.reference for s in sets for _ in s.targets]
 
     def row(method, images):
-        return {"method": method, **mean_scores([
-            {"palette": palette_similarity(o, r.image), "texture": texture_similarity(o, r.image),
-             "layout_copy": layout_copy(o, r.masks, r.spec.style.background)} for o, r in zip(images, references)])}
+        return style_row(method, images, references)
 
     pipe = pipes("band")
 
@@ -131,15 +106,17 @@ def print_table(results: dict) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from mmpos.cli import DefaultsHelpFormatter
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--checkpoint", help="folder with world-vae/ and world-<task>/ (default: assets/)")
     parser.add_argument("--count", type=int, default=16, help="examples per task")
     parser.add_argument("--steps", type=int, default=20, help="denoising steps")
     parser.add_argument("--seed", type=int, default=555_000, help="first example seed (held out from training)")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the models")
     parser.add_argument("--tasks", nargs="+", default=["transplant", "harmonise", "style"],
-                        choices=("transplant", "harmonise", "style"))
-    parser.add_argument("--out", default="outputs/eval_editing.json")
+                        choices=("transplant", "harmonise", "style"), help="which evaluations to run")
+    parser.add_argument("--out", default="outputs/eval_editing.json", help="output JSON file (the scores)")
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error(f"--count must be at least 1, got {args.count}")
@@ -157,7 +134,9 @@ def main(argv=None) -> int:
     pipes = ModelSource(root, device=args.device).pipeline
 
     evaluators = {"transplant": eval_transplant, "harmonise": eval_harmonise, "style": eval_style}
-    results = {task: evaluators[task](args, pipes) for task in args.tasks}
+    from tqdm.auto import tqdm
+
+    results = {task: evaluators[task](args, pipes) for task in tqdm(args.tasks, desc="eval_editing", unit="task")}
     print_table(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

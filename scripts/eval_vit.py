@@ -1,7 +1,7 @@
 """Top-1/top-5 of trained ViT runs at several resolutions (JSON + PNG plot of accuracy vs resolution).
 
     python scripts/eval_vit.py runs/rope_mixed runs/ape_learned --scales 1 1.5 2 --extrapolation none pi ntk \
-        --out runs/eval.json
+        --out runs/eval           # writes runs/eval/eval.json and eval.png
 
 The logic lives in :mod:`mmpos.training` (also ``mmpos eval vit``).
 """

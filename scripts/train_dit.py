@@ -176,7 +176,8 @@ def save_outputs(args, model, ema_model, vae):
     labels = torch.arange(min(args.num_classes, 16), device=ema_model.device).repeat_interleave(2)
     sampler = make_noise_scheduler(args.objective, sampler="ddim" if args.objective != "flow" else None)
     generator = torch.Generator(ema_model.device).manual_seed(args.seed)
-    x = sample_dit(ema_model, sampler, labels, args.sample_steps, args.guidance_scale, generator=generator)
+    x = sample_dit(ema_model, sampler, labels, args.sample_steps, args.guidance_scale, generator=generator,
+                   progress=True)
     if vae is not None:
         x = vae.decode(x.to(vae.dtype) / vae.config.scaling_factor).sample
     save_image((x.float().clamp(-1, 1) + 1) / 2, args.output_dir / "samples.png", nrow=int(math.sqrt(len(x))) + 1)

@@ -38,7 +38,7 @@ def test_frustum_of_the_identity_camera():
     assert torch.allclose(far[:, :2].abs(), torch.ones(4, 2, dtype=torch.float64))  # half-width 0.5/1 at depth 2
 
 
-@pytest.mark.parametrize("name", ["prope", "ucpe", "rayrope"])
+@pytest.mark.parametrize("name", ["prope", "ucpe", "rayrope", "plucker"])
 def test_encoding_logit_maps_peak_at_the_query_token(name):
     same, other = encoding_logit_maps(name, grid_size=(5, 7), image_size=(50, 70))
     assert same[2, 3] == pytest.approx(1.0, abs=1e-9) and same.max() <= 1 + 1e-9

@@ -79,7 +79,7 @@ def test_eval_vit_on_a_trained_run(data_dir, tmp_path, capsys):
     results = train_vit(tiny_config(data_dir, steps=2, checkpoint_every=2), run)
     out = tmp_path / "eval" / "eval.json"
     eval_main([str(run), "--sizes", "32", "64", "--aspects", "1", "1.5", "--extrapolation", "none", "pi",
-               "--out", str(out)])
+               "--out", str(out.parent)])
     rows = json.loads(out.read_text())["run"]
     trained_32 = next(r for r in results["eval"] if r["size"] == 32)
     evaluated_32 = next(r for r in rows if r["size"] == 32 and r["aspect"] == 1)
@@ -90,13 +90,17 @@ def test_eval_vit_on_a_trained_run(data_dir, tmp_path, capsys):
     assert out.with_suffix(".png").exists()
     assert not (run / "eval_results.json").exists()  # eval_vit writes only --out
     with pytest.raises(SystemExit):  # and never over an existing file
-        eval_main([str(run), "--out", str(out)])
-    other = out.with_name("other.json")
-    other.with_suffix(".png").write_text("someone's plot")
-    with pytest.raises(SystemExit) as exit_info:  # nor over the plot it would write beside --out
+        eval_main([str(run), "--out", str(out.parent)])
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "eval.png").write_text("someone's plot")
+    with pytest.raises(SystemExit) as exit_info:  # nor over the plot it would write
         eval_main([str(run), "--out", str(other)])
-    assert exit_info.value.code == 2 and "other.png exists" in capsys.readouterr().err
-    assert other.with_suffix(".png").read_text() == "someone's plot" and not other.exists()
+    assert exit_info.value.code == 2 and "eval.png exists" in capsys.readouterr().err
+    assert (other / "eval.png").read_text() == "someone's plot" and not (other / "eval.json").exists()
+    with pytest.raises(SystemExit) as exit_info:  # --out is a folder, as in every mmpos command
+        eval_main([str(run), "--out", str(tmp_path / "x.json")])
+    assert exit_info.value.code == 2 and "expected a folder" in capsys.readouterr().err
 
 
 def test_refuses_to_write_into_an_existing_run(data_dir, tmp_path, capsys):

@@ -16,14 +16,15 @@ def run_error(argv, capsys) -> str:
 
 
 def test_render_writes_image_and_ground_truth(tmp_path):
-    out = tmp_path / "star.png"
+    out = tmp_path / "star"
     assert main(["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40",
                  "--pattern", "stripes", "--out", str(out)]) == 0
-    truth = json.loads(out.with_suffix(".json").read_text())
+    assert {p.name for p in out.iterdir()} == {"scene.png", "scene.json"}
+    truth = json.loads((out / "scene.json").read_text())
     x0, y0, x1, y1 = truth["boxes"][0]
     assert 8 <= x0 and 8 <= y0 and x1 <= 40 and y1 <= 40
     assert truth["caption"].startswith("a large striped red star")
-    image = np.asarray(Image.open(out))
+    image = np.asarray(Image.open(out / "scene.png"))
     assert (image[0, 0] == 245).all() and (image[24, 24] != 245).any()  # white background, object inside
 
 
@@ -34,7 +35,7 @@ def test_render_writes_image_and_ground_truth(tmp_path):
     (["--box", "30", "10", "20", "40"], "is not a box inside"),
 ])
 def test_render_bad_input(argv, message, tmp_path, capsys):
-    base = {"--shape": "star", "--colour": "red", "--box": ["8", "8", "40", "40"], "--out": str(tmp_path / "x.png")}
+    base = {"--shape": "star", "--colour": "red", "--box": ["8", "8", "40", "40"], "--out": str(tmp_path / "x")}
     args = ["world", "render"]
     for flag, value in base.items():
         if flag not in argv:
@@ -50,6 +51,25 @@ def test_edits_write_pairs_and_reject_impossible_box(tmp_path, capsys):
     err = run_error(["world", "edits", "--kind", "transplant", "--box", "60", "60", "70", "70", "--out",
                      str(tmp_path)], capsys)
     assert "box=(60, 60, 70, 70) is not a box inside" in err
+
+
+@pytest.mark.parametrize("command", [
+    ["sample", "--caption", "a red star", "--checkpoint", "/nonexistent"],  # refused before loading anything
+    ["render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40"],
+    ["dataset", "--count", "1"], ["edits", "--kind", "style"], ["clip", "--frames", "1"]])
+def test_out_is_a_folder_in_every_world_command_and_a_file_name_is_refused_first(command, tmp_path, capsys):
+    err = run_error(["world", *command, "--out", str(tmp_path / "samples.png")], capsys)
+    assert f"--out {tmp_path / 'samples.png'}: expected a folder" in err
+    assert not list(tmp_path.iterdir())
+    (tmp_path / "notes").write_text("mine")
+    assert "expected a folder" in run_error(["world", *command, "--out", str(tmp_path / "notes")], capsys)
+
+
+def test_sample_writes_an_image_per_caption_and_the_grid_into_its_folder(tmp_path):
+    captions = ["a large red star at center", "a small blue circle at top left"]
+    assert main(["world", "sample", "--caption", *captions, "--steps", "2", "--out", str(tmp_path / "s")]) == 0
+    assert {p.name for p in (tmp_path / "s").iterdir()} == {"image_0.png", "image_1.png", "samples.png"}
+    assert Image.open(tmp_path / "s" / "image_1.png").size == (32, 32)
 
 
 def test_sample_with_missing_checkpoint_or_unknown_word(tmp_path, capsys):

@@ -46,8 +46,22 @@ def test_world_demo_end_to_end(tiny_world, tmp_path):
 
     from mmpos.world.extrapolation_runs import METHODS
 
-    rows = Image.open(tmp_path / "world_extrapolation.png").height // (3 * SIZE * 2 + 2)  # 3x tiles, zoom 2
+    rows = Image.open(tmp_path / "world_extrapolation.png").height // (3 * SIZE * 3 + 2)  # 3x tiles, zoom 3
     assert rows == 1 + len(METHODS)  # ground truth, then a row per method
+    assert report.count("<table>") == 3  # a score table under each editing section, on the shown examples
+    for row in ("<td>PE transplant</td>", "<td>LooseRoPE</td>", "<td>band strength 0.0</td>", "<td>no sharing</td>",
+                "<th>outside_change</th>", "<th>identity_iou</th>", "<th>layout_copy</th>"):
+        assert row in report, row
+
+
+def test_the_transplant_box_is_outlined_on_its_edge_pixels():
+    from mmpos.world.demo import with_box
+
+    image = np.zeros((8, 8, 3), dtype=np.uint8)
+    boxed = with_box(image, (2, 1, 6, 5))  # left, top, right, bottom (exclusive)
+    red = (boxed == (255, 0, 0)).all(-1)
+    assert red[1, 2:6].all() and red[4, 2:6].all() and red[1:5, 2].all() and red[1:5, 5].all()
+    assert red.sum() == 12 and not image.any()  # the outline only, on a copy
 
 
 def test_demo_cli_with_missing_checkpoint_is_a_clear_error(tmp_path, capsys):

@@ -109,8 +109,16 @@ def test_trained_checkpoint_loads_and_samples(trained):
     pipe.set_progress_bar_config(disable=True)
     assert pipe.transformer.dtype == torch.float32
     out = pipe(height=SIZE, width=SIZE, num_inference_steps=2, output_type="pt",
-               **prompt_kwargs(pipe, ["a large red star at center"])).images
+               generator=torch.Generator().manual_seed(0), **prompt_kwargs(pipe, ["a large red star at center"])).images
     assert out.shape == (1, 3, SIZE, SIZE) and torch.isfinite(out).all()
+    from diffusers import FluxPipeline  # the export is a pipeline folder: from_pretrained, prompt strings
+
+    exported = FluxPipeline.from_pretrained(root / "world-t2i")
+    exported.set_progress_bar_config(disable=True)
+    assert (root / "world-t2i" / "model_index.json").is_file() and exported.tokenizer is not None
+    same = exported(height=SIZE, width=SIZE, num_inference_steps=2, output_type="pt",
+                    generator=torch.Generator().manual_seed(0), prompt=["a large red star at center"]).images
+    assert torch.equal(same, out)
 
 
 def test_resume_continues_from_the_saved_step(trained):

@@ -13,18 +13,23 @@ USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML config (keys: mmpos.training.vit_config.DEFAULTS)")
+    parser.add_argument("--config", help="YAML config (keys: mmpos.training.vit_config.DEFAULTS; default: those "
+                        "defaults)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key (value parsed as YAML); repeatable")
-    parser.add_argument("--model", help="timm model name")
-    parser.add_argument("--pe", help="mmpos encoding (mmpos.list_pes())")
+                        help="override one config key (value parsed as YAML); repeatable (default: none)")
+    parser.add_argument("--model", help="timm model name (default: the config's model)")
+    parser.add_argument("--pe", help="mmpos encoding (mmpos.list_pes(); default: the config's pe)")
     parser.add_argument("--ape", choices=("drop", "keep", "resample"),
-                        help="pretrained learned APE: drop it, keep it beside the RoPE, or resample it (ape_learned)")
-    parser.add_argument("--train-only", dest="train_only", help="comma list of pe, head, norm, cls")
-    parser.add_argument("--data-dir", dest="data_dir")
-    parser.add_argument("--pretrained", action="store_true", default=None)
-    parser.add_argument("--mixed-precision", dest="mixed_precision", choices=("no", "bf16", "fp16"))
-    parser.add_argument("--seed", type=int)
+                        help="pretrained learned APE: drop it, keep it beside the RoPE, or resample it (ape_learned) "
+                        "(default: the config's ape)")
+    parser.add_argument("--train-only", dest="train_only", help="comma list of pe, head, norm, cls (default: the "
+                        "config's train_only)")
+    parser.add_argument("--data-dir", dest="data_dir", help="ImageFolder root (default: the config's data_dir)")
+    parser.add_argument("--pretrained", action="store_true", default=None,
+                        help="start from timm's pretrained weights (default: the config's pretrained)")
+    parser.add_argument("--mixed-precision", dest="mixed_precision", choices=("no", "bf16", "fp16"),
+                        help="accelerate mixed precision (default: the config's mixed_precision)")
+    parser.add_argument("--seed", type=int, help="random seed (default: the config's seed)")
 
 
 def _config(args):
@@ -34,15 +39,18 @@ def _config(args):
 
 
 def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.")
+    from ..cli import DefaultsHelpFormatter
+
+    parser = argparse.ArgumentParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.",
+                                     formatter_class=DefaultsHelpFormatter)
     add_common_arguments(parser)
     parser.add_argument("--output-dir", required=True, help="run folder (refused if it exists, see --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="delete the existing run folder first")
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    parser.add_argument("--steps", type=int, help="optimizer steps (default: the config's steps)")
+    parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (default: the config's compile)")
     parser.add_argument("--eval-only", action="store_true", help="evaluate --checkpoint (or the run's newest)")
-    parser.add_argument("--checkpoint", help="accelerate checkpoint folder for --eval-only")
+    parser.add_argument("--checkpoint", help="accelerate checkpoint folder for --eval-only (default: the run's newest)")
     return parser
 
 
@@ -71,15 +79,21 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
 
 
 def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
+    from ..cli import DefaultsHelpFormatter
+
     parser = argparse.ArgumentParser(prog=prog, description="Top-1/top-5 of trained ViT runs at several "
-                                     "resolutions; JSON and a PNG plot of accuracy vs resolution.")
+                                     "resolutions; JSON and a PNG plot of accuracy vs resolution.",
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoints/)")
-    parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels")
-    parser.add_argument("--scales", type=float, nargs="+", help="or multiples of the training resolution")
+    parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels (default: the config's eval_sizes)")
+    parser.add_argument("--scales", type=float, nargs="+", help="or multiples of the training resolution (default: the config's eval_scales)")
     parser.add_argument("--aspects", type=float, nargs="+", help="width / height ratios (default 1)")
-    parser.add_argument("--extrapolation", nargs="+", choices=("none", "pi", "ntk", "yarn"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", required=True, help="output JSON; the PNG goes beside it")
+    parser.add_argument("--extrapolation", nargs="+", choices=("none", "pi", "ntk", "yarn"),
+                        help="position extrapolation methods (default: the config's eval_extrapolation)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key of each run's config.yaml (default: none)")
+    parser.add_argument("--out", required=True, help="output folder: eval.json and eval.png are written into it "
+                        "(refused if they exist)")
     return parser
 
 
@@ -89,12 +103,15 @@ def eval_main(argv=None, prog: str = "eval_vit.py") -> int:
     from .vit_eval import plot_results, save_results
     from .vit_train import train_vit
 
-    out = Path(args.out)
+    folder = Path(args.out)
+    if folder.suffix.lower() in (".json", ".png") or folder.is_file():  # every mmpos --out is a folder
+        parser.exit(2, f"{parser.prog}: error: --out {folder}: expected a folder (eval.json and eval.png go in it)\n")
+    out = folder / "eval.json"
     all_rows = {}
     try:
-        for path in (out, out.with_suffix(".png")):  # the JSON the user named and the plot written beside it
+        for path in (out, out.with_suffix(".png")):  # the results and their plot
             if path.exists():
-                raise RunExistsError(f"--out {out}: {path} exists; choose a new file")
+                raise RunExistsError(f"--out {folder}: {path} exists; choose a new folder")
         for run in args.runs:
             config = load_config(Path(run) / "config.yaml", args.overrides)
             config.update({k: v for k, v in (("eval_sizes", args.sizes), ("eval_scales", args.scales),
@@ -127,9 +144,10 @@ def add_training_commands(subparsers) -> None:
     """``mmpos train vit ...`` and ``mmpos eval vit ...`` (the arguments of train_vit.py / eval_vit.py)."""
     for name, main, what in (("train", train_main, "fine-tune"), ("eval", eval_main, "evaluate")):
         parser = subparsers.add_parser(name, help=f"{what} ViTs with mmpos encodings (`mmpos {name} vit --help`)",
-                                       description=f"`mmpos {name} vit ARGS`: see `mmpos {name} vit --help`.")
-        parser.add_argument("target", choices=("vit",))
-        parser.add_argument("args", nargs=argparse.REMAINDER)
+                                       description=f"`mmpos {name} vit ARGS`: see `mmpos {name} vit --help` "
+                                       "for the arguments and their defaults.")
+        parser.add_argument("target", choices=("vit",), help="what to train or evaluate (default: vit, the only one)")
+        parser.add_argument("args", nargs=argparse.REMAINDER, help=f"arguments of `mmpos {name} vit`")
         parser.set_defaults(func=lambda args, main=main, name=name: main(args.args, prog=f"mmpos {name} vit"))
 
 

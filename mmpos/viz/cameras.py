@@ -94,6 +94,9 @@ def plot_ray_maps(axes, camera, c2w: torch.Tensor, grid_size) -> None:
     axes[2].set_ylim(rows - 0.5, -0.5)
     axes[2].set_aspect("equal")
     axes[2].set_title("up direction in the image")
+    for ax in axes:
+        ax.set_xlabel("patch column")
+        ax.set_ylabel("patch row")
 
 
 def frame_camera(trajectory: Trajectory, frame: int, width: int, height: int, model: str = "pinhole",
@@ -120,18 +123,19 @@ def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame
     rig_path = save_figure(fig, out_dir / f"{stem}_rig.png")
     height, width = image_size
     camera = frame_camera(trajectory, frame, width, height, model, fov, xi)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")  # colour bar beside, not over, labels
     plot_ray_maps(axes, camera, trajectory.c2w[frame], grid_size)
     fig.suptitle(f"{stem}: frame {frame % len(trajectory)}, {type(camera).__name__}"
                  + (f" (xi={xi:g})" if model == "unified" else ""))
-    fig.tight_layout()
     return [rig_path, save_figure(fig, out_dir / f"{stem}_rays.png")]
 
 
 @torch.no_grad()
 def encoding_logit_maps(name: str, grid_size=(9, 16), image_size=(90, 160)) -> tuple[torch.Tensor, torch.Tensor]:
     """Content-free logits (q = k = ones, fp64) from the centre token of view 0 to every token of view 0 and of
-    view 1 (an arc of 40 degrees away), ``2 x [rows, cols]``; for ``plucker``, the moment magnitude of each view."""
+    view 1 (an arc of 40 degrees away), ``2 x [rows, cols]``. ``plucker`` is additive: with content-free tokens and
+    identity projections its logit is ``e_i . e_j`` of the 6D rays, shown normalised (cosine), as for the
+    absolute encodings."""
     from ..encodings import create_pe
 
     views = preset_trajectory("arc", 2, degrees=40.0)
@@ -144,8 +148,9 @@ def encoding_logit_maps(name: str, grid_size=(9, 16), image_size=(90, 160)) -> t
     centre = (rows // 2) * cols + cols // 2
     if name == "plucker":
         plucker = create_pe("plucker", embed_dim=8).embed(c2w, rays)[0]
-        moment = plucker[:, 3:].norm(dim=-1).reshape(2, rows, cols)
-        return moment[0], moment[1]
+        unit = plucker / plucker.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        row = unit @ unit[centre]
+        return row[:tokens].reshape(rows, cols), row[tokens:].reshape(rows, cols)
     head_dim = 48
     pe = create_pe(name, head_dim=head_dim).double()
     ones = torch.ones(1, 1, 2 * tokens, head_dim, dtype=torch.float64)
@@ -166,13 +171,19 @@ def camera_encoding_figure(name: str, path) -> Path:
     """Two panels for a camera encoding: view 0 and view 1 of a two-camera arc (see :func:`encoding_logit_maps`)."""
     plt = pyplot()
     same, other = encoding_logit_maps(name)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    label = "|o x d| (Plücker moment)" if name == "plucker" else "logit from the centre token of view 0"
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    label = "cosine of the 6D rays with the query's" if name == "plucker" else "logit with the query"
+    low, high = float(min(same.min(), other.min())), float(max(same.max(), other.max()))
     for ax, values, title in zip(axes, (same, other), ("view 0", "view 1 (arc, 40 deg)")):
-        image = ax.imshow(values.numpy(), cmap="RdBu_r" if name != "plucker" else "viridis")
+        image = ax.imshow(values.numpy(), cmap="RdBu_r", vmin=low, vmax=high)
         ax.set_title(f"{name}: {title}")
-        fig.colorbar(image, ax=ax, fraction=0.03, label=label)
-    fig.tight_layout()
+        ax.set_xlabel("token column")
+        ax.set_ylabel("token row")
+    fig.colorbar(image, ax=list(axes), shrink=0.9, label=label)  # one scale for both views
+    row, col = (side // 2 for side in same.shape)
+    fig.suptitle(f"content-free (q = k = ones, fp64), {same.shape[0]} x {same.shape[1]} tokens per pinhole view; "
+                 "x: the query token", fontsize=9)
+    axes[0].scatter([col], [row], marker="x", c="black", s=25)
     return save_figure(fig, path)
 
 

@@ -38,7 +38,8 @@ def add_viz_parser(subparsers) -> argparse.ArgumentParser:
                          help="patch grid of the ray maps (default: 18 32)")
     cameras.add_argument("--model", choices=("pinhole", "unified"), default="pinhole",
                          help="camera model of the ray maps: the trajectory's pinhole or a unified camera")
-    cameras.add_argument("--fov", type=float, default=None, help="horizontal FoV (degrees) for --model unified")
+    cameras.add_argument("--fov", type=float, default=None,
+                         help="horizontal FoV (degrees) for --model unified (default: the trajectory's)")
     cameras.add_argument("--xi", type=float, default=0.0, help="xi for --model unified (0 = pinhole)")
     cameras.set_defaults(func=_cameras)
     return viz

@@ -2,6 +2,7 @@
 pattern against the offset between two tokens on a 2D grid."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import torch
@@ -44,8 +45,9 @@ def grid_coords_for(pe, height: int, width: int) -> torch.Tensor:
 def logit_map(pe, size: int = 31) -> torch.Tensor:
     """``[size, size]`` logit between a query at the grid centre and a key at each cell.
 
-    Rotary: q = k = the all-ones vector (head 0), so the map is ``sum_p cos(phase offset)``, the pattern
-    the encoding imposes on content-free attention. Absolute: ``e(centre) . e(cell)``. NoPE: constant.
+    Rotary: q = k = the all-ones vector, so the map is ``sum_p cos(phase offset)`` averaged over heads (head-wise
+    encodings such as MHRoPE give each head other axes), the pattern the encoding imposes on content-free
+    attention. Absolute: ``e(centre) . e(cell)``. NoPE: constant.
     """
     coords = grid_coords_for(pe, size, size)
     centre = (size // 2) * size + size // 2
@@ -55,7 +57,8 @@ def logit_map(pe, size: int = 31) -> torch.Tensor:
         ones = torch.ones(1, heads, size * size + pe.num_prefix_tokens, head_dim, dtype=torch.float64)
         q, k = pe(ones, ones, coords)  # fp64 inputs: fp64 tables and arithmetic
         n = pe.num_prefix_tokens
-        return (k[0, 0, n:] @ q[0, 0, n + centre]).reshape(size, size) / head_dim
+        per_head = torch.einsum("hld,hd->hl", k[0, :, n:], q[0, :, n + centre]) / head_dim
+        return per_head.mean(0).reshape(size, size)
     if isinstance(pe, AbsolutePE):
         if isinstance(pe, LearnedAPE):
             emb = pe.resample((size, size)).double()
@@ -101,12 +104,32 @@ def plot_logit_map(ax, pe, size: int = 31, title: str = "") -> None:
     ax.figure.colorbar(im, ax=ax, fraction=0.046)
 
 
-def encoding_figure(pe, name: str, path: Path, size: int = 31) -> Path:
-    """Save a two-panel figure (spectrum, logit-vs-offset map) of ``pe`` to ``path``."""
+def figure_settings(pe) -> str:
+    """What an encoding figure shows, in one line: head size and heads, the grid coordinates the encoding reads,
+    and whether its parameters are learned (shown at initialisation)."""
+    parts = []
+    if isinstance(pe, RotaryPE):
+        heads = getattr(pe, "num_heads", 1)
+        parts.append(f"head_dim {pe.head_dim}" + (f", mean over {heads} heads" if heads > 1 else ""))
+    if hasattr(pe, "image_coords"):
+        parts.append("the encoding's own image ids (image_coords)")
+    elif isinstance(pe, (RotaryPE, AbsolutePE)):
+        axes = getattr(pe, "num_axes", 2)
+        parts.append({1: "positions in raster order (row * W + col)", 2: "coordinates (row, col)",
+                      3: "coordinates (t = 0, row, col)"}.get(axes, f"coordinates (0, ..., 0, row, col), {axes} axes"))
+    if any(p.requires_grad for p in pe.parameters()):
+        parts.append("learned parameters at initialisation (seed 0), not trained")
+    return "; ".join(parts)
+
+
+def encoding_figure(pe, name: str, path: Path, size: int = 31, note: str = "") -> Path:
+    """Save a two-panel figure (spectrum, logit-vs-offset map) of ``pe`` to ``path``, its settings (and
+    ``note``) above the panels (:func:`figure_settings`)."""
     from .figure_files import pyplot, save_figure
 
-    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4.3))
     plot_spectrum(left, pe, f"{name}: spectrum")
     plot_logit_map(right, pe, size, f"{name}: content-free logit vs 2D offset")
+    fig.suptitle(textwrap.fill(figure_settings(pe) + (f". {note}" if note else ""), 130), fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -1,4 +1,8 @@
-"""``mmpos world ...``: generate world datasets, single scenes and edit pairs, and sample the trained models."""
+"""``mmpos world ...``: generate world datasets, single scenes and edit pairs, and sample the trained models.
+
+``--out`` is a folder in every subcommand (as in ``mmpos edit`` / ``generate``): created if missing, the command's
+files written into it; a value that names an image file is refused before any work.
+"""
 from __future__ import annotations
 
 import json
@@ -9,6 +13,7 @@ import numpy as np
 from .scene import COLOURS, PATTERNS, SHAPES, SIZES
 
 EDIT_KINDS = ("transplant", "harmonise", "style")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
 
 
 def _dataset(args) -> list[Path]:
@@ -16,8 +21,8 @@ def _dataset(args) -> list[Path]:
     from .positional import POSITIONAL_TASKS, write_positional_folder
 
     if args.task in POSITIONAL_TASKS:
-        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size)
-    return write_image_folder(args.out, args.count, args.seed, args.task, args.size)
+        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size, progress=True)
+    return write_image_folder(args.out, args.count, args.seed, args.task, args.size, progress=True)
 
 
 def _render(args) -> list[Path]:
@@ -29,7 +34,7 @@ def _render(args) -> list[Path]:
     spec = SceneSpec(args.size, style, (ObjectSpec(args.shape, args.colour, tuple(args.box), args.object_size),))
     rendered = render_scene(spec)
     out = Path(args.out)
-    written = [save_png(out, rendered.image), out.with_suffix(".json")]
+    written = [save_png(out / "scene.png", rendered.image), out / "scene.json"]
     written[1].write_text(json.dumps({"caption": spec.caption(), "spec": spec.to_dict(), "boxes": rendered.boxes()},
                                      indent=1))
     return written
@@ -107,16 +112,27 @@ def _sample(args) -> list[Path]:
     from .samples import image_grid
 
     pipe = load_world_pipeline("t2i", args.checkpoint)
-    pipe.set_progress_bar_config(disable=True)
+    pipe.set_progress_bar_config(desc="world sample", leave=False)
     size = args.size or trained_image_size(args.checkpoint, "t2i")
-    images = pipe(height=size, width=size, num_inference_steps=args.steps, output_type="np",
-                  generator=torch.Generator().manual_seed(args.seed),
-                  **conditioning(pipe, args.caption, args.guidance)).images
-    return [save_png(Path(args.out), image_grid([("generated", to_uint8(images))]))]
+    images = to_uint8(pipe(height=size, width=size, num_inference_steps=args.steps, output_type="np",
+                           generator=torch.Generator().manual_seed(args.seed),
+                           **conditioning(pipe, args.caption, args.guidance)).images)
+    out = Path(args.out)
+    written = [save_png(out / f"image_{i}.png", image) for i, image in enumerate(images)]
+    return written + [save_png(out / "samples.png", image_grid([("generated", images)]))]
+
+
+def _check_out_folder(args) -> None:
+    """Fail before the work when ``--out`` names a file: every world subcommand writes into a folder."""
+    out = Path(args.out)
+    if out.suffix.lower() in IMAGE_SUFFIXES or out.is_file():
+        raise ValueError(f"--out {out}: expected a folder (mmpos world {args.world_command} writes its files into "
+                         f"it, e.g. {out.with_suffix('') / args.world_outputs})")
 
 
 def _run(args) -> int:
     try:
+        _check_out_folder(args)
         written = args.world_func(args)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         args.world_parser.error(str(error))
@@ -132,56 +148,65 @@ def add_world_command(subparsers) -> None:
                                   "kept beside every image) and sample its trained models.")
     sub = world.add_subparsers(dest="world_command", required=True)
 
-    def command(name, func, help_text, size_help="image side in pixels (default 64)", size_default=64):
-        parser = sub.add_parser(name, help=help_text, description=help_text)
-        parser.set_defaults(func=_run, world_func=func, world_parser=parser)
+    def command(name, func, help_text, outputs, size_help="image side in pixels", size_default=64):
+        parser = sub.add_parser(name, help=help_text, description=f"{help_text}. --out is a folder; this command "
+                                f"writes {outputs} into it.")
+        parser.set_defaults(func=_run, world_func=func, world_parser=parser, world_outputs=outputs.split()[0])
         parser.add_argument("--size", type=int, default=size_default, help=size_help)
         return parser
 
-    dataset = command("dataset", _dataset, "write an ImageFolder-style dataset with metadata.jsonl")
-    dataset.add_argument("--out", required=True)
-    dataset.add_argument("--count", type=int, default=100)
-    dataset.add_argument("--seed", type=int, default=0)
+    dataset = command("dataset", _dataset, "write an ImageFolder-style dataset with metadata.jsonl",
+                      "metadata.jsonl and <class>/<index>.png")
+    dataset.add_argument("--out", required=True, help="output folder")
+    dataset.add_argument("--count", type=int, default=100, help="number of images")
+    dataset.add_argument("--seed", type=int, default=0, help="dataset seed (examples are deterministic per seed)")
     dataset.add_argument("--task", choices=("scenes", "fill", "kontext", "relation", "quadrant"), default="scenes",
                          help="relation/quadrant: positional classification (mmpos.world.positional)")
 
-    render = command("render", _render, "render one object on a background (PNG + JSON ground truth)")
-    render.add_argument("--out", required=True, help="PNG path; the JSON goes beside it")
-    render.add_argument("--shape", choices=SHAPES, required=True)
-    render.add_argument("--colour", choices=tuple(COLOURS), required=True)
-    render.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), required=True)
+    render = command("render", _render, "render one object on a background (PNG + JSON ground truth)",
+                     "scene.png and scene.json")
+    render.add_argument("--out", required=True, help="output folder")
+    render.add_argument("--shape", choices=SHAPES, required=True, help="the object's shape")
+    render.add_argument("--colour", choices=tuple(COLOURS), required=True, help="the object's colour")
+    render.add_argument("--box", type=int, nargs=4, metavar=("L", "T", "R", "B"), required=True,
+                        help="the object's box: left top right bottom in pixels (exclusive ends)")
     render.add_argument("--pattern", choices=PATTERNS, default="flat", help="the object's pattern")
-    render.add_argument("--background", choices=tuple(COLOURS), default="white")
-    render.add_argument("--background-pattern", choices=PATTERNS, default="flat")
+    render.add_argument("--background", choices=tuple(COLOURS), default="white", help="background colour")
+    render.add_argument("--background-pattern", choices=PATTERNS, default="flat", help="background pattern")
     render.add_argument("--object-size", choices=tuple(SIZES), default="large", help="the caption's size word")
 
-    edit = command("edits", _edits, "write edit pairs with ground truth (transplant, harmonise, style)")
-    edit.add_argument("--kind", choices=EDIT_KINDS, required=True)
-    edit.add_argument("--out", required=True)
-    edit.add_argument("--count", type=int, default=4)
-    edit.add_argument("--seed", type=int, default=0)
-    edit.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), help="transplant target box")
+    edit = command("edits", _edits, "write edit pairs with ground truth (transplant, harmonise, style)",
+                   "<kind>-<seed>/ folders of images and ground_truth.json")
+    edit.add_argument("--kind", choices=EDIT_KINDS, required=True, help="which edit")
+    edit.add_argument("--out", required=True, help="output folder")
+    edit.add_argument("--count", type=int, default=4, help="number of pairs")
+    edit.add_argument("--seed", type=int, default=0, help="seed of the first pair (then seed + 1, ...)")
+    edit.add_argument("--box", type=int, nargs=4, metavar=("L", "T", "R", "B"),
+                      help="transplant target box: left top right bottom in pixels (default: a random box per pair)")
 
     clip = command("clip", _clip, "render a 3D scene along a camera path: frames, ground_truth.npz (depth, ids "
-                   "[N, S, S]; intrinsics [N, 3, 3]; poses [N, 4, 4]) and trajectory.json")
-    clip.add_argument("--out", required=True)
-    clip.add_argument("--seed", type=int, default=0)
-    clip.add_argument("--objects", type=int, default=3)
-    clip.add_argument("--frames", type=int, default=8)
-    clip.add_argument("--degrees", type=float, help="arc of the default orbit (default: 90)")
-    clip.add_argument("--fov", type=float, help="horizontal field of view of the default orbit (default: 60)")
+                   "[N, S, S]; intrinsics [N, 3, 3]; poses [N, 4, 4]) and trajectory.json",
+                   "frame_<i>.png, ground_truth.npz and trajectory.json")
+    clip.add_argument("--out", required=True, help="output folder")
+    clip.add_argument("--seed", type=int, default=0, help="scene seed")
+    clip.add_argument("--objects", type=int, default=3, help="number of objects in the scene")
+    clip.add_argument("--frames", type=int, default=8, help="number of frames")
+    clip.add_argument("--degrees", type=float, help="arc of the default orbit in degrees (default: 90)")
+    clip.add_argument("--fov", type=float, help="horizontal field of view of the default orbit in degrees "
+                      "(default: 60)")
     clip.add_argument("--trajectory", help="camera path instead of the orbit: a RealEstate10K .txt or mmpos JSON "
                       "file (resampled to --frames) or a preset name of mmpos.camera (arc, pan, dolly_in, ...); "
-                      "moved so that its first camera is the orbit's first")
+                      "moved so that its first camera is the orbit's first (default: the orbit)")
     clip.add_argument("--scale", type=float, default=1.0, help="multiplies the --trajectory's translations")
     clip.add_argument("--textured", action="store_true",
                       help="checker ground, striped sky and textured objects (same geometry; default: flat shading)")
 
     sample = command("sample", _sample, "sample the trained text-to-image world model",
+                     "image_<i>.png per caption and samples.png (a grid)",
                      "image side in pixels (default: the side the model was trained at)", None)
     sample.add_argument("--caption", nargs="+", required=True, help="one or more captions in the world's words")
     sample.add_argument("--checkpoint", help="folder with world-vae/ and world-t2i/ (default: the shipped assets)")
-    sample.add_argument("--out", default="outputs/world/samples.png")
-    sample.add_argument("--steps", type=int, default=20)
-    sample.add_argument("--guidance", type=float, default=3.0)
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--out", default="outputs/world_sample", help="output folder")
+    sample.add_argument("--steps", type=int, default=20, help="denoising steps")
+    sample.add_argument("--guidance", type=float, default=3.0, help="true CFG scale against the empty caption")
+    sample.add_argument("--seed", type=int, default=0, help="sampling seed")

@@ -72,15 +72,18 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 127.5 - 1.0
 
 
-def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "scenes", image_size: int = 64):
+def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "scenes", image_size: int = 64,
+                       progress: bool = False):
     """``out_dir/<class>/<index>.png`` (class = first object's shape, or ``edit`` pairs for kontext/fill),
     masks/contexts beside them, and ``metadata.jsonl`` with caption and scene spec per file."""
+    from tqdm.auto import tqdm
+
     out_dir = Path(out_dir)
     check_positive_int("num_examples", num_examples)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with open(out_dir / "metadata.jsonl", "w") as meta:
-        for index in range(num_examples):
+        for index in tqdm(range(num_examples), desc="world dataset", unit="image", disable=not progress):
             example = make_example(task, example_seed(seed, index), image_size)
             objects = example["spec"]["objects"]
             folder = out_dir / (objects[0]["shape"] if objects else "empty")

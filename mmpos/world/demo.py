@@ -29,7 +29,7 @@ from .sources import ModelSource, trained_tasks
 HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
 TRANSPLANT_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
 STYLE_SEED = 444_444
-BAND_STRENGTHS = (0.5, 1.0)
+BAND_STRENGTHS = (0.0, 0.5, 1.0)  # 0: shared attention with the bands unscaled
 EXTRAPOLATION_SCALES = (1, 2, 3)
 EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two objects on a patterned background
 
@@ -41,6 +41,8 @@ class Section:
     captions: list = field(default_factory=list)     # one per column (or one for all)
     diagnostics: list = field(default_factory=list)  # figure paths
     note: str = ""
+    table: list = field(default_factory=list)        # score rows {"method": ..., score: value} (edit_scores)
+    table_note: str = ""                             # what the scores measure
 
 
 def world_models_available(root=None) -> bool:
@@ -60,6 +62,15 @@ def mask_image(masks: np.ndarray) -> np.ndarray:
     return np.repeat(masks[..., None].astype(np.uint8) * 255, 3, axis=-1)
 
 
+def with_box(image: np.ndarray, box, colour=(255, 0, 0)) -> np.ndarray:
+    """A copy of uint8 ``[S, S, 3]`` with the ``(left, top, right, bottom)`` box outlined one pixel inside."""
+    left, top, right, bottom = box
+    out = image.copy()
+    out[top:bottom, [left, right - 1]] = colour
+    out[[top, bottom - 1], left:right] = colour
+    return out
+
+
 def text_to_image_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
     examples = held_out_examples("t2i", count, source.size("t2i"))
     outputs = generate(source.pipeline("generate"), "t2i", examples, steps, source.guidance("t2i"))
@@ -71,23 +82,31 @@ def text_to_image_section(source: ModelSource, steps: int, count: int, out_dir: 
 def transplant_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
     from mmpos.pipelines.figures import transplant_diagnostic
 
+    from .canvas import insertion_canvas, scene_part
+    from .edit_scores import SCORE_NOTES, transplant_row
+
     pairs = [transplant_pair(TRANSPLANT_SEED + i, source.size("fill")) for i in range(count)]
     pipe, guidance = source.pipeline("transplant"), source.guidance("fill")
     options = WORLD_TRANSPLANT if source.is_world("fill") else {}  # pretrained Fill: the paper's layout
     plain = run_transplant(pipe, pairs, steps, {**options, "enabled": False}, guidance)
     edited = run_transplant(pipe, pairs, steps, options, guidance)
     truth = np.stack([p.target.image for p in pairs])
-    rows = [("background", np.stack([p.background.image for p in pairs])),
+    rows = [("background, target box", np.stack([with_box(p.background.image, p.box) for p in pairs])),
             ("reference", np.stack([p.reference.image for p in pairs])), ("plain Fill", plain.outputs),
             ("PE transplant", edited.outputs), ("ground truth", truth),
             ("|error| transplant", error_map(edited.outputs, truth))]
     last = edited.last
     figure = transplant_diagnostic(last.canvas, last.ids, last.native_ids, out_dir / "world_transplant_ids.png")
+    regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
+    table = [transplant_row("plain Fill", plain.outputs, pairs, regions, plain.raw),
+             transplant_row("PE transplant", edited.outputs, pairs, regions, edited.raw),
+             transplant_row("ground truth", truth, pairs, regions)]
     return Section("Object insertion: plain Fill vs PE transplant (PosBridgeFillPipeline)", rows,
                    [p.caption for p in pairs], [figure],
                    "Both rows run the same pipeline on the same canvas (reference tile left of the scene); plain "
-                   "Fill is transplant.enabled=False. The figure shows the last example's canvas and the ids its "
-                   "tokens carry while sigma >= tau.")
+                   "Fill is transplant.enabled=False. The red outline is the target box. The figure shows the last "
+                   "example's canvas and the ids its tokens carry while sigma >= tau.",
+                   table, SCORE_NOTES["transplant"])
 
 
 def loose_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
@@ -106,10 +125,15 @@ def loose_section(source: ModelSource, steps: int, count: int, out_dir: Path) ->
             ("|error| LooseRoPE", error_map(edited.outputs, truth))]
     figure = loose_diagnostic(edited.last.maps, LooseConfig(**config), out_dir / "world_loose_maps.png",
                               to_chw(pairs[-1].collage))
+    from .edit_scores import SCORE_NOTES, harmonise_row
+
+    table = [harmonise_row("unedited collage", np.stack([p.collage for p in pairs]), pairs),
+             harmonise_row("plain Kontext", plain.outputs, pairs), harmonise_row("LooseRoPE", edited.outputs, pairs),
+             harmonise_row("ground truth", truth, pairs)]
     return Section("Paste harmonisation: plain Kontext vs LooseRoPE (LooseRoPEKontextPipeline)", rows,
                    [pairs[0].instruction], [figure],
                    "Plain Kontext is the same pipeline at strength 0. The figure shows the last example's token "
-                   "saliency, bins and per-token factors.")
+                   "saliency, bins and per-token factors.", table, SCORE_NOTES["harmonise"])
 
 
 def band_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
@@ -118,22 +142,29 @@ def band_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> 
     size = source.size("t2i")
     sets = [style_set(STYLE_SEED + i, 2, size) for i in range(max(count // 2, 1))]
     pipe, guidance = source.pipeline("band"), source.guidance("t2i")
-    rows = [("reference", np.stack([s.reference.image for s in sets for _ in s.targets])),
+    from .edit_scores import SCORE_NOTES, style_row
+
+    references = [s.reference for s in sets for _ in s.targets]
+    rows = [("reference", np.stack([r.image for r in references])),
             ("no sharing", run_band(pipe, sets, steps, {"enabled": False}, guidance).outputs)]
     for strength in BAND_STRENGTHS:
         probe = (0, 0.5) if strength == BAND_STRENGTHS[-1] else None
         rows.append((f"band strength {strength}", run_band(pipe, sets, steps, {"strength": strength}, guidance,
                                                             probe=probe).outputs))
     rows.append(("ground truth", np.stack([t.image for s in sets for t in s.targets])))
+    table = [style_row(label, images, references) for label, images in rows[1:]]
     grid = (size // pipe.token_pixels,) * 2
     token = grid[0] // 2 * grid[1] + grid[1] // 2
     maps = band_attention_maps(pipe.probe.query, pipe.probe.key, pipe.transformer.config.axes_dims_rope, grid, token)
     figure = band_diagnostic(maps, grid, token, out_dir / "world_band_attention.png", to_chw(sets[-1].reference.image))
-    return Section("Style-aligned sets: band modulation at two strengths (BandModulationFluxPipeline)", rows,
+    strengths = ", ".join(str(s) for s in BAND_STRENGTHS)
+    return Section(f"Style-aligned sets: band modulation at strengths {strengths} (BandModulationFluxPipeline)", rows,
                    [p for s in sets for p in s.prompts], [figure],
-                   "Targets get their content prompt only; the style comes from the shared reference image. The "
+                   "Targets get their content prompt only; the style comes from the shared reference image (no "
+                   "sharing: no attention to it; strength 0: shared attention with the bands unscaled). The "
                    "figure: attention of the centre query of the last set's first target over its reference "
-                   f"(layer 0, strength {BAND_STRENGTHS[-1]}, half-way through sampling), per frequency band.")
+                   f"(layer 0, strength {BAND_STRENGTHS[-1]}, half-way through sampling), per frequency band.",
+                   table, SCORE_NOTES["style"])
 
 
 def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section | None:
@@ -180,24 +211,46 @@ SECTIONS = (("t2i", "t2i", text_to_image_section), ("transplant", "fill", transp
             ("extrapolation", "t2i", extrapolation_section))
 
 
+REPORT_STYLE = ("body{font-family:sans-serif;font-size:16px;max-width:1200px;margin:auto;padding:0 12px}"
+                "img{image-rendering:pixelated;max-width:100%}.diag,.pe{image-rendering:auto}"
+                "li{font-size:14px}table{border-collapse:collapse;margin:8px 0}"
+                "td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
+                "caption{caption-side:bottom;font-size:13px;text-align:left;padding-top:4px}"
+                ".pe-grid{display:grid;grid-template-columns:1fr;gap:12px;justify-items:start}")
+
+
+def score_table(rows: list[dict], note: str) -> str:
+    """An HTML table of :mod:`~mmpos.world.edit_scores` rows (method, then one column per score)."""
+    columns = [k for k in rows[0] if k != "method"]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *columns])
+    body = "".join("<tr>" + f"<td>{html.escape(r['method'])}</td>" + "".join(f"<td>{r[c]:.3f}</td>" for c in columns)
+                   + "</tr>" for r in rows)
+    return f"<table><caption>{html.escape(note)}</caption><tr>{head}</tr>{body}</table>"
+
+
 def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: list[Path],
                  models: str = "small Flux-class models trained on mmpos.world") -> Path:
-    """``report.html``: each section's grid, captions, note and diagnostic figures; links to other figures."""
-    parts = ["<!doctype html><meta charset='utf-8'><title>mmpos demo</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{image-rendering:pixelated;"
-             "max-width:100%}.diag{image-rendering:auto}li{font-size:13px}</style>",
+    """``report.html``: each section's grid, scores on the shown examples, captions, note and diagnostic figures;
+    the encoding figures at their own size (up to the page width), each linked to its file."""
+    parts = ["<!doctype html><meta charset='utf-8'><title>mmpos demo</title>", f"<style>{REPORT_STYLE}</style>",
              "<h1>mmpos demo: the mini-world</h1>",
              f"<p>Models: {html.escape(models)}; run through the diffusers pipelines and the mmpos editing "
              "pipelines on scenes of mmpos.world. Ground truth comes from the scene specs; |error| is the per-pixel "
-             "max channel difference. Numbers: <code>python scripts/eval_editing.py</code> (README).</p>"]
+             "max channel difference. Tables: the scores of <code>python scripts/eval_editing.py</code> "
+             "(mmpos.world.edit_scores) on the examples shown; the script's tables over more examples are in the "
+             "README.</p>"]
     for section, path in sections:
         parts += [f"<h2>{html.escape(section.title)}</h2>", f"<img src='{path.name}'>"]
+        if section.table:
+            parts.append(score_table(section.table, section.table_note))
         if section.note:
             parts.append(f"<p>{html.escape(section.note)}</p>")
         parts += [f"<img class='diag' src='{d.name}'>" for d in section.diagnostics]
         parts += ["<ol>"] + [f"<li>{html.escape(c)}</li>" for c in section.captions] + ["</ol>"]
     if extra:
-        parts += ["<h2>Encodings</h2>"] + [f"<img src='{os.path.relpath(p, out_dir)}' width='360'>" for p in extra]
+        links = [os.path.relpath(p, out_dir) for p in extra]
+        parts += ["<h2>Encodings</h2>", "<div class='pe-grid'>"]
+        parts += [f"<a href='{link}'><img class='pe' src='{link}'></a>" for link in links] + ["</div>"]
     report = out_dir / "report.html"
     report.write_text("\n".join(parts))
     return report
@@ -239,7 +292,7 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
         if section is None:
             continue
         path = out_dir / f"world_{name}.png"
-        save_png(path, image_grid(section.rows))
+        save_png(path, image_grid(section.rows, zoom=3))
         done.append((section, path))
         written += [path, *section.diagnostics]
     written += _camera_clips(out_dir, source, done)

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from .canvas import WORLD_TRANSPLANT
 from .images import to_uint8
@@ -49,7 +50,7 @@ def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_TRANSPLANT, gu
     the world Fill model's canvas layout :data:`~mmpos.world.canvas.WORLD_TRANSPLANT` (a dict given replaces it:
     write ``{**WORLD_TRANSPLANT, "tau": 0.5}`` to keep it; ``{}`` is the paper's corner layout for FLUX.1-Fill)."""
     outputs, raw, result = [], [], None
-    for index, pair in enumerate(pairs):
+    for index, pair in enumerate(tqdm(pairs, desc="PE transplant", unit="pair", leave=False)):
         result = pipe(image=pair.background.image, target_box=pair.box, references=[pair.reference.image],
                       reference_masks=[pair.reference.masks[0]], transplant=transplant, num_inference_steps=steps,
                       generator=_generator(seed + index), output_type="pt",
@@ -73,7 +74,7 @@ def loose_for_steps(steps: int, **options) -> dict:
 def run_loose(pipe, pairs, steps: int = 20, loose=None, guidance: float | None = None, seed: int = 0) -> EditRun:
     """Harmonise each pair's collage (paste mask known) with LooseRoPE (``loose``: LooseConfig or dict)."""
     outputs, result = [], None
-    for index, pair in enumerate(pairs):
+    for index, pair in enumerate(tqdm(pairs, desc="LooseRoPE", unit="pair", leave=False)):
         size = pair.collage.shape[0]
         result = pipe(image=pair.collage, crop_mask=pair.paste_mask, loose=loose, num_inference_steps=steps,
                       height=size, width=size, max_area=size * size, _auto_resize=False,
@@ -88,7 +89,7 @@ def run_band(pipe, style_sets, steps: int = 20, band=None, guidance: float | Non
     """For each style set, generate its targets (content prompts) sharing attention with its reference image
     (``band``: BandConfig or dict); outputs are the targets of every set, in order."""
     outputs, result = [], None
-    for index, style in enumerate(style_sets):
+    for index, style in enumerate(tqdm(style_sets, desc="band modulation", unit="set", leave=False)):
         size = style.reference.image.shape[0]
         captions = [style.reference.spec.caption()] + list(style.prompts)
         result = pipe(band=band, reference_image=style.reference.image, reference_mode=reference_mode,

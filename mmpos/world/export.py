@@ -1,4 +1,5 @@
-"""Writing a trained world model: weights (save_pretrained), model card (JSON + Markdown), sample grid."""
+"""Writing a trained world model: a diffusers pipeline folder (save_pretrained), model card (JSON + Markdown),
+sample grid."""
 from __future__ import annotations
 
 import copy
@@ -36,7 +37,7 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
     losses = card.get("loss_history") or []
     lines = [f"# {folder_name}", "",
              f"A small `{card['task']}` model of the mmpos mini-world (mmpos.world), trained by "
-             "`scripts/train_world.py`; config in `train_config.yaml`.", "",
+             "`scripts/train_world.py`; config in `train_config.yaml`.", "", *load_line(card["task"], folder_name),
              "| field | value |", "|---|---|"]
     for key in ("task", "parameters", "steps", "train_minutes", "total_steps", "total_train_minutes", "device",
                 "mixed_precision", "batch_size", "final_train_loss", "val_loss_start", "val_loss", "val_l1",
@@ -58,6 +59,18 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_line(task: str, folder_name: str) -> list[str]:
+    """The model card's line on loading a pipeline folder (none for the VAE)."""
+    from .models import PIPELINES
+
+    if task not in PIPELINES:
+        return []
+    return [f"A diffusers pipeline folder: `{PIPELINES[task].__name__}.from_pretrained(\"{folder_name}\")` (or "
+            "`DiffusionPipeline`); prompts are strings in the world's words "
+            "(`mmpos.world.text.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
+            ""]
+
+
 def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Path:
     """Write ``out_dir/world-<task>/`` and return it."""
     folder = Path(out_dir) / f"world-{task}"
@@ -67,10 +80,30 @@ def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Pa
     if task == "vae":
         model.save_pretrained(folder)
     else:
-        copy.deepcopy(model.transformer).to(WEIGHTS_DTYPE).save_pretrained(folder / "transformer")
-        model.text_encoder.save_pretrained(folder / "text_encoder")
+        save_pipeline_folder(task, model.transformer, model.text_encoder, vae, folder)
     save_png(folder / "samples.png", sample_grid(task, model, vae, config))
     (folder / "model_card.json").write_text(json.dumps(card, indent=1))
     (folder / "README.md").write_text(model_card_markdown(card, folder.name))
     (folder / "train_config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
     return folder
+
+
+def save_pipeline_folder(task: str, transformer, text_encoder, vae, folder) -> Path:
+    """``folder`` as the diffusers pipeline of ``task`` (``model_index.json``, transformer in
+    :data:`WEIGHTS_DTYPE`, VAE, scheduler, text encoder and tokenizer in both Flux text slots): what
+    ``FluxPipeline.from_pretrained(folder)`` (Fill, Kontext) loads."""
+    transformer = copy.deepcopy(transformer).cpu().to(WEIGHTS_DTYPE)
+    build_pipeline(task, vae.cpu().float(), transformer, text_encoder.cpu().float()).save_pretrained(folder)
+    return Path(folder)
+
+
+def upgrade_model_folder(root, task: str) -> Path:
+    """Make an older export's ``root/world-<task>/`` (``transformer/`` and ``text_encoder/`` only, VAE in
+    ``root/world-vae/``) a full pipeline folder; the weights are unchanged."""
+    from .models import load_world_pipeline
+
+    folder = Path(root) / f"world-{task}"
+    if (folder / "model_index.json").is_file():
+        return folder
+    pipe = load_world_pipeline(task, root)
+    return save_pipeline_folder(task, pipe.transformer, pipe.text_encoder, pipe.vae, folder)

@@ -6,11 +6,17 @@
   packed latents + packed masked-image latents + packed pixel mask on the channel axis) and ``kontext``
   (``FluxKontextPipeline``: context tokens appended with index-axis id 1).
 
-A checkpoint folder holds ``world-vae/`` and ``world-<task>/{transformer,text_encoder}/`` (save_pretrained).
+A checkpoint folder holds ``world-vae/`` and one diffusers pipeline folder per task, ``world-<task>/``
+(``save_pretrained``: ``model_index.json``, ``transformer/``, ``vae/``, ``scheduler/``, the text encoder and its
+tokenizer in both Flux text slots), so ``FluxPipeline.from_pretrained("assets/world-t2i")`` (or
+``DiffusionPipeline``) loads a model that takes prompt strings. Folders written before ``model_index.json``
+existed (``world-<task>/{transformer,text_encoder}/`` only) still load with :func:`load_world_pipeline`.
 """
 from __future__ import annotations
 
 import inspect
+import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -25,6 +31,7 @@ from diffusers import (
 
 from .._validation import check_choice
 from .text import WorldTextEncoder
+from .tokenizer import world_tokenizer
 
 TASKS = ("t2i", "fill", "kontext")
 PIPELINES = {"t2i": FluxPipeline, "fill": FluxFillPipeline, "kontext": FluxKontextPipeline}
@@ -76,14 +83,16 @@ def build_scheduler(**overrides) -> FlowMatchEulerDiscreteScheduler:
 
 def build_pipeline(task: str, vae, transformer, text_encoder, pipeline_class=None):
     """The stock diffusers pipeline for ``task`` (or ``pipeline_class``, a subclass of it, e.g. an mmpos editing
-    pipeline); prompts go in as embeddings (no tokenizer)."""
+    pipeline). ``text_encoder`` and its tokenizer fill both Flux text slots (CLIP's pooled and T5's sequence
+    embeddings come from the one world encoder), so prompts go in as strings or as embeddings."""
     check_choice("task", task, TASKS)
     cls = PIPELINES[task] if pipeline_class is None else pipeline_class
     if not issubclass(cls, PIPELINES[task]):
         raise TypeError(f"pipeline_class={cls.__name__} does not run a {task} model: expected a subclass of "
                         f"{PIPELINES[task].__name__}")
-    return cls(scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=None,
-               text_encoder_2=None, tokenizer_2=None, transformer=transformer)
+    tokenizer = world_tokenizer(text_encoder.config.vocabulary, text_encoder.config.max_length)
+    return cls(scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+               text_encoder_2=text_encoder, tokenizer_2=tokenizer, transformer=transformer)
 
 
 def stock_pipeline_class(pipe):
@@ -158,14 +167,34 @@ def check_world_checkpoint(root, tasks=TASKS) -> Path:
     return root
 
 
+@contextmanager
+def world_text_encoders_accepted():
+    """Silence diffusers' "Expected types for text_encoder: CLIPTextModel, got WorldTextEncoder" while loading:
+    the world encoder fills both Flux text slots by design."""
+    logger = logging.getLogger("diffusers.pipelines.pipeline_utils")
+    accepted = lambda record: "WorldTextEncoder" not in record.getMessage()  # noqa: E731
+    logger.addFilter(accepted)
+    try:
+        yield
+    finally:
+        logger.removeFilter(accepted)
+
+
 def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32,
                         pipeline_class=None):
     """The real diffusers pipeline for ``task`` (or ``pipeline_class``, see :func:`build_pipeline`) with the
-    shipped (or ``root``'s) trained world weights."""
+    shipped (or ``root``'s) trained world weights: ``from_pretrained`` of ``root/world-<task>``, or, for a folder
+    without ``model_index.json`` (an older export), the pipeline assembled from its parts and ``root/world-vae``."""
     check_choice("task", task, TASKS)
     root = Path(root) if root is not None else DEFAULT_ASSETS
-    vae = AutoencoderKL.from_pretrained(_checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
     model_dir = root / f"world-{task}"
+    cls = PIPELINES[task] if pipeline_class is None else pipeline_class
+    if (model_dir / "model_index.json").is_file():
+        from mmpos.pipelines.loading import dtype_keyword
+
+        with world_text_encoders_accepted():
+            return cls.from_pretrained(model_dir, **{dtype_keyword(cls): dtype}).to(device)
+    vae = AutoencoderKL.from_pretrained(_checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
     transformer = FluxTransformer2DModel.from_pretrained(_checked_dir(model_dir / "transformer", task),
                                                          torch_dtype=dtype)
     text_encoder = WorldTextEncoder.from_pretrained(_checked_dir(model_dir / "text_encoder", "text encoder"),

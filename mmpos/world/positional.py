@@ -94,9 +94,11 @@ def positional_example(task: str, seed: int, image_size: int = 64) -> tuple[np.n
 
 
 def write_positional_folder(out_dir, num_examples: int, seed: int = 0, task: str = "relation",
-                            image_size: int = 64) -> list[Path]:
+                            image_size: int = 64, progress: bool = False) -> list[Path]:
     """ImageFolder layout ``out_dir/<class>/<index>.png`` (every class folder made, even if empty) and
     ``metadata.jsonl`` (file, label, scene spec). Files are written under a temporary folder renamed into place."""
+    from tqdm.auto import tqdm
+
     check_choice("task", task, POSITIONAL_TASKS)
     check_positive_int("num_examples", num_examples)
     out_dir = Path(out_dir)
@@ -109,7 +111,7 @@ def write_positional_folder(out_dir, num_examples: int, seed: int = 0, task: str
         (tmp / name).mkdir(parents=True, exist_ok=True)
     written = []
     with open(tmp / "metadata.jsonl", "w") as meta:
-        for index in range(num_examples):
+        for index in tqdm(range(num_examples), desc="world dataset", unit="image", disable=not progress):
             image, label, spec = positional_example(task, seed * SEED_STRIDE + index, image_size)
             relative = f"{label}/{index:06d}.png"
             save_png(tmp / relative, image)

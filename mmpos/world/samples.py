@@ -48,9 +48,11 @@ def inputs_row(task: str, examples: list[dict]) -> tuple[str, np.ndarray] | None
     return None
 
 
-def image_grid(rows: list[tuple[str, np.ndarray]], zoom: int = 2, label_width: int = 110) -> np.ndarray:
+def image_grid(rows: list[tuple[str, np.ndarray]], zoom: int = 2, label_width: int | None = None,
+               font_size: int = 15) -> np.ndarray:
     """uint8 grid: one labelled row per ``(label, images [N, H, W, 3])`` (all rows the same ``H, W``), images
-    upscaled by ``zoom``."""
+    upscaled by ``zoom``; labels in a ``font_size`` px font, in a column as wide as the longest (or
+    ``label_width`` px)."""
     from PIL import Image, ImageDraw
 
     shapes = {images.shape[1:3] for _, images in rows}
@@ -58,12 +60,26 @@ def image_grid(rows: list[tuple[str, np.ndarray]], zoom: int = 2, label_width: i
         raise ValueError(f"image_grid rows must share one image size, got {sorted(shapes)}")
     height, width = (side * zoom for side in shapes.pop())
     columns = max(len(images) for _, images in rows)
+    font = label_font(font_size)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    label_width = label_width or int(max(measure.textlength(label, font=font) for label, _ in rows)) + 12
     canvas = Image.new("RGB", (label_width + columns * (width + 2), len(rows) * (height + 2)), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     for r, (label, images) in enumerate(rows):
         top = r * (height + 2)
-        draw.text((4, top + height // 2 - 6), label, fill=(0, 0, 0))
+        draw.text((4, top + height // 2), label, fill=(0, 0, 0), font=font, anchor="lm")
         for c, image in enumerate(images):
             tile = Image.fromarray(image).resize((width, height), Image.NEAREST)
             canvas.paste(tile, (label_width + c * (width + 2), top))
     return np.asarray(canvas)
+
+
+def label_font(size: int):
+    """Pillow's scalable default font at ``size`` px (its bitmap fallback drops spaces: "no sharing" read
+    "nosharing")."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: the bitmap font only
+        return ImageFont.load_default()

@@ -5,6 +5,8 @@ pipelines as ``prompt_embeds`` and ``pooled_prompt_embeds``.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
@@ -24,11 +26,29 @@ def world_vocabulary() -> list[str]:
     return [PAD, BOS] + sorted(words)
 
 
+def check_known_words(captions, vocabulary) -> None:
+    """Raise ValueError naming the words of ``captions`` (a string or a list of them) outside ``vocabulary``."""
+    captions = [captions] if isinstance(captions, str) else list(captions or [])
+    for row, caption in enumerate(captions):
+        unknown = sorted({w for w in caption.lower().split() if w not in vocabulary})
+        if unknown:
+            raise ValueError(f"captions[{row}] has words outside the world's vocabulary: {unknown}; "
+                             f"expected words from WorldTextEncoder.config.vocabulary")
+
+
+class WorldTextOutput(NamedTuple):
+    """What :class:`WorldTextEncoder` returns: unpacks as a pair; ``[0]`` and ``.pooler_output`` are what the Flux
+    pipelines read of T5 (``text_encoder_2``) and CLIP (``text_encoder``)."""
+    last_hidden_state: torch.Tensor  # [B, max_length, joint_attention_dim]: prompt_embeds
+    pooler_output: torch.Tensor      # [B, pooled_projection_dim]: pooled_prompt_embeds
+
+
 class WorldTextEncoder(ModelMixin, ConfigMixin):
     """Captions -> ``(prompt_embeds [B, max_length, joint_attention_dim], pooled [B, pooled_projection_dim])``.
 
     Token 0 of every caption is ``<s>``; its final state is the pooled embedding (as CLIP pools one token).
     The empty caption is ``<s>`` followed by padding: the unconditional input for classifier-free guidance.
+    Its tokenizer for the pipelines is :func:`mmpos.world.tokenizer.world_tokenizer`.
     """
 
     @register_to_config
@@ -54,22 +74,32 @@ class WorldTextEncoder(ModelMixin, ConfigMixin):
         captions = [captions] if isinstance(captions, str) else list(captions)
         max_length = self.config.max_length
         ids = torch.zeros(len(captions), max_length, dtype=torch.long)
+        check_known_words(captions, self.word_ids)
         for row, caption in enumerate(captions):
             words = caption.lower().split()
-            unknown = sorted({w for w in words if w not in self.word_ids})
-            if unknown:
-                raise ValueError(f"captions[{row}] has words outside the world's vocabulary: {unknown}; "
-                                 f"expected words from WorldTextEncoder.config.vocabulary")
             if len(words) + 1 > max_length:
                 raise ValueError(f"captions[{row}] has {len(words)} words; expected at most {max_length - 1}")
             ids[row, : len(words) + 1] = torch.tensor([self.word_ids[BOS]] + [self.word_ids[w] for w in words])
         return ids
 
-    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, output_hidden_states: bool = False) -> WorldTextOutput:
+        """``input_ids [B, L]`` (:meth:`tokenize`, or a tokenizer's padded to any L) -> embeddings of ``max_length``
+        tokens, the length the model was trained on: shorter ids are padded, longer ones cut where only padding
+        follows. ``output_hidden_states`` is accepted for the pipelines' calls and ignored."""
+        input_ids = self._to_max_length(input_ids)
         padding = input_ids == self.word_ids[PAD]
         hidden = self.token_embedding(input_ids) + self.position_embedding[: input_ids.shape[1]]
         hidden = self.final_norm(self.encoder(hidden, src_key_padding_mask=padding))
-        return self.sequence_projection(hidden), self.pooled_projection(hidden[:, 0])
+        return WorldTextOutput(self.sequence_projection(hidden), self.pooled_projection(hidden[:, 0]))
+
+    def _to_max_length(self, input_ids: torch.Tensor) -> torch.Tensor:
+        max_length, pad = self.config.max_length, self.word_ids[PAD]
+        if input_ids.shape[1] < max_length:
+            return torch.nn.functional.pad(input_ids, (0, max_length - input_ids.shape[1]), value=pad)
+        if bool((input_ids[:, max_length:] != pad).any()):
+            raise ValueError(f"a prompt has more than {max_length - 1} words; the world text encoder reads at most "
+                             f"{max_length - 1}")
+        return input_ids[:, :max_length]
 
     @torch.no_grad()
     def encode_captions(self, captions: list[str] | str, device=None, dtype=None):
