@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Iterable, Sequence
 
 import torch
@@ -14,6 +15,17 @@ def check_finite_number(name: str, value, positive: bool = False) -> float:
     if positive and value <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
     return float(value)
+
+
+def check_theta(name: str, theta) -> None:
+    """A frequency base: a finite number above 0 (``inf`` would leave all but the first pair still, ``0`` or a
+    negative base gives NaN). A tuple is checked item by item by the caller."""
+    if isinstance(theta, torch.Tensor) and theta.numel() == 1:
+        theta = theta.item()
+    if isinstance(theta, bool) or not isinstance(theta, numbers.Real):
+        raise TypeError(f"{name} must be a number (the frequency base), got {theta!r}")
+    if not (math.isfinite(theta) and theta > 0):
+        raise ValueError(f"{name} must be a finite number above 0 (the frequency base), got {theta!r}")
 
 
 def check_choice(name: str, value, choices: Iterable) -> None:
@@ -70,9 +82,12 @@ def per_axis(name: str, value, num_axes: int) -> tuple:
 
 def as_int_tuple(name: str, value: Sequence[int]) -> tuple[int, ...]:
     try:
-        items = tuple(int(v) for v in value)
+        items = tuple(value)
+        ints = tuple(int(v) for v in items)
     except TypeError:
         raise TypeError(f"{name} must be a sequence of integers, got {value!r}") from None
-    if any(int(v) != v for v in value):
+    except (ValueError, OverflowError):  # NaN, inf, text
+        raise ValueError(f"{name} must contain integers, got {value!r}") from None
+    if any(i != v for i, v in zip(ints, items)):
         raise ValueError(f"{name} must contain integers, got {value!r}")
-    return items
+    return ints
