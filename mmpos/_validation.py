@@ -1,6 +1,7 @@
 """Argument checks shared by every module: each error names the argument and what was expected."""
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 from typing import Iterable, Sequence
@@ -91,3 +92,35 @@ def as_int_tuple(name: str, value: Sequence[int]) -> tuple[int, ...]:
     if any(i != v for i, v in zip(ints, items)):
         raise ValueError(f"{name} must contain integers, got {value!r}")
     return ints
+
+
+# ----- command lines: argparse types and a parser whose errors are one line --------------------------------------
+
+def positive_int_arg(text: str) -> int:
+    """argparse ``type=`` for counts (``--steps``, ``--count``): argparse names the option in the error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def finite_float_arg(text: str) -> float:
+    """argparse ``type=`` for scales (``--guidance``): a finite number (``nan`` and ``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (``prog: error: ...``, exit code 2), without the usage
+    block; its subparsers are of the same class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -16,6 +16,8 @@ import math
 import sys
 from pathlib import Path
 
+from mmpos._validation import OneLineErrorParser, finite_float_arg
+
 TINY = "tiny"
 OUTPUT_NAMES = ("video.mp4", "frames.png", "rig.png")
 SPATIAL = ("pi", "ntk", "yarn", "vision_yarn", "dype", "dype_ntk", "dype_yarn")  # mmpos.spectrum.schedule.PRESETS
@@ -23,7 +25,7 @@ PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=TINY, help="Wan diffusers pipeline: from_pretrained path or hub id "
                         "(default: tiny offline components with random weights)")
     parser.add_argument("--image", help="first frame (PNG/JPEG): image-to-video")
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-size", help="HEIGHTxWIDTH the model was trained on, for the spatial --extrapolate "
                         "(default: 480x832; tiny: 64x96)")
     parser.add_argument("--steps", type=int, help="denoising steps (default: 50; tiny: 4)")
-    parser.add_argument("--guidance", type=float, default=5.0, help="classifier-free guidance scale (default: 5)")
+    parser.add_argument("--guidance", type=finite_float_arg, default=5.0, help="classifier-free guidance scale (default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--fps", type=int, default=16, help="frames per second of the mp4 (default: 16)")
     parser.add_argument("--device", help="cpu | cuda (default: cuda when available)")

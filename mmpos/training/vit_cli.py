@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .._validation import positive_int_arg
 from .checkpoints import RunExistsError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
@@ -39,7 +40,7 @@ def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", required=True, help="run folder (refused if it exists, see --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="delete the existing run folder first")
-    parser.add_argument("--steps", type=int)
+    parser.add_argument("--steps", type=positive_int_arg)
     parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     parser.add_argument("--eval-only", action="store_true", help="evaluate --checkpoint (or the run's newest)")
     parser.add_argument("--checkpoint", help="accelerate checkpoint folder for --eval-only")

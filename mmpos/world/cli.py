@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validation import finite_float_arg, positive_int_arg
 from .scene import COLOURS, PATTERNS, SHAPES, SIZES
 
 EDIT_KINDS = ("transplant", "harmonise", "style")
@@ -182,6 +183,6 @@ def add_world_command(subparsers) -> None:
     sample.add_argument("--caption", nargs="+", required=True, help="one or more captions in the world's words")
     sample.add_argument("--checkpoint", help="folder with world-vae/ and world-t2i/ (default: the shipped assets)")
     sample.add_argument("--out", default="outputs/world/samples.png")
-    sample.add_argument("--steps", type=int, default=20)
-    sample.add_argument("--guidance", type=float, default=3.0)
+    sample.add_argument("--steps", type=positive_int_arg, default=20)
+    sample.add_argument("--guidance", type=finite_float_arg, default=3.0)
     sample.add_argument("--seed", type=int, default=0)
