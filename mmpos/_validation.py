@@ -94,6 +94,20 @@ def as_int_tuple(name: str, value: Sequence[int]) -> tuple[int, ...]:
     return ints
 
 
+class NonFiniteLossError(FloatingPointError):
+    """Training diverged: the loss is NaN or inf (raised before it reaches the weights)."""
+
+
+def check_finite_loss(loss: torch.Tensor, step: int, kept) -> None:
+    """Raise :class:`NonFiniteLossError` if ``loss`` (any shape, e.g. gathered from every process) is not finite;
+    ``kept()`` says what the user still has (the last checkpoint). One host sync."""
+    finite = torch.isfinite(loss.detach())
+    if not bool(finite.all()):
+        value = loss.detach().flatten()[~finite.flatten()][0].item()
+        raise NonFiniteLossError(f"loss is {value} at step {step}: training "
+                                 f"diverged (lower the learning rate?); stopped before this step's update. {kept()}")
+
+
 # ----- command lines: argparse types and a parser whose errors are one line --------------------------------------
 
 def positive_int_arg(text: str) -> int:

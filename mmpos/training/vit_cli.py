@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .._validation import positive_int_arg
+from .._validation import NonFiniteLossError, positive_int_arg
 from .checkpoints import RunExistsError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
@@ -67,6 +67,8 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
                             eval_only=args.eval_only, checkpoint=checkpoint)
     except USER_ERRORS as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except NonFiniteLossError as error:  # not a usage error: exit code 1
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
     _print_table(results["eval"])
     return 0
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._atomic import check_new_output
 from .._validation import finite_float_arg, positive_int_arg
 from .scene import COLOURS, PATTERNS, SHAPES, SIZES
 
@@ -17,8 +18,8 @@ def _dataset(args) -> list[Path]:
     from .positional import POSITIONAL_TASKS, write_positional_folder
 
     if args.task in POSITIONAL_TASKS:
-        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size)
-    return write_image_folder(args.out, args.count, args.seed, args.task, args.size)
+        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size, args.overwrite)
+    return write_image_folder(args.out, args.count, args.seed, args.task, args.size, args.overwrite)
 
 
 def _render(args) -> list[Path]:
@@ -29,6 +30,7 @@ def _render(args) -> list[Path]:
     style = SceneStyle(args.background, args.background_pattern, args.pattern)
     spec = SceneSpec(args.size, style, (ObjectSpec(args.shape, args.colour, tuple(args.box), args.object_size),))
     rendered = render_scene(spec)
+    _refuse_overwrite(args)
     out = Path(args.out)
     written = [save_png(out, rendered.image), out.with_suffix(".json")]
     written[1].write_text(json.dumps({"caption": spec.caption(), "spec": spec.to_dict(), "boxes": rendered.boxes()},
@@ -41,6 +43,7 @@ def _edits(args) -> list[Path]:
     from .images import save_png
 
     out, written = Path(args.out), []
+    _refuse_overwrite(args)
     for seed in range(args.seed, args.seed + args.count):
         folder = out / f"{args.kind}-{seed:05d}"
         if args.kind == "transplant":
@@ -81,6 +84,7 @@ def _clip(args) -> list[Path]:
         trajectory = orbit_trajectory(args.frames, degrees=90.0 if args.degrees is None else args.degrees,
                                       fov_degrees=60.0 if args.fov is None else args.fov)
     frames = render_trajectory(sample_scene3d(args.seed, args.objects, args.textured), trajectory, args.size)
+    _refuse_overwrite(args)
     out = Path(args.out)
     written = [save_png(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
     np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
@@ -116,6 +120,17 @@ def _sample(args) -> list[Path]:
     return [save_png(Path(args.out), image_grid([("generated", to_uint8(images))]))]
 
 
+def _refuse_overwrite(args) -> None:
+    """Before a command writes: what it would replace at ``--out`` exists and ``--overwrite`` was not given."""
+    out = Path(args.out)
+    named = {"render": lambda: [out, out.with_suffix(".json")],
+             "edits": lambda: [out / f"{args.kind}-{seed:05d}" for seed in range(args.seed, args.seed + args.count)],
+             "clip": lambda: [out / f"frame_{i:03d}.png" for i in range(args.frames)] + [out / "ground_truth.npz",
+                                                                                          out / "trajectory.json"]}
+    for path in named[args.world_command]():
+        check_new_output(path, args.overwrite)
+
+
 def _run(args) -> int:
     try:
         written = args.world_func(args)
@@ -137,6 +152,7 @@ def add_world_command(subparsers) -> None:
         parser = sub.add_parser(name, help=help_text, description=help_text)
         parser.set_defaults(func=_run, world_func=func, world_parser=parser)
         parser.add_argument("--size", type=int, default=size_default, help=size_help)
+        parser.add_argument("--overwrite", action="store_true", help="replace what --out names if it exists")
         return parser
 
     dataset = command("dataset", _dataset, "write an ImageFolder-style dataset with metadata.jsonl")

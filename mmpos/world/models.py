@@ -132,6 +132,19 @@ def prompt_kwargs(pipe, captions, negative_captions=None) -> dict:
     return kwargs
 
 
+def load_pretrained(cls, folder: Path, **options):
+    """``cls.from_pretrained(folder)``; a truncated or foreign file there raises ``ValueError`` naming the folder
+    (safetensors' own error does not)."""
+    from safetensors import SafetensorError
+
+    try:
+        return cls.from_pretrained(folder, **options)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        message = " ".join(str(error).split())
+        raise ValueError(f"{folder}: cannot load this {cls.__name__} checkpoint ({type(error).__name__}: "
+                         f"{message}); re-export or re-download it") from None
+
+
 def _checked_dir(path: Path, what: str) -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no {what} checkpoint at {path} (expected config.json and safetensors there); "
@@ -164,10 +177,10 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
     shipped (or ``root``'s) trained world weights."""
     check_choice("task", task, TASKS)
     root = Path(root) if root is not None else DEFAULT_ASSETS
-    vae = AutoencoderKL.from_pretrained(_checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
+    vae = load_pretrained(AutoencoderKL, _checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
     model_dir = root / f"world-{task}"
-    transformer = FluxTransformer2DModel.from_pretrained(_checked_dir(model_dir / "transformer", task),
-                                                         torch_dtype=dtype)
-    text_encoder = WorldTextEncoder.from_pretrained(_checked_dir(model_dir / "text_encoder", "text encoder"),
-                                                    torch_dtype=dtype)
+    transformer = load_pretrained(FluxTransformer2DModel, _checked_dir(model_dir / "transformer", task),
+                                  torch_dtype=dtype)
+    text_encoder = load_pretrained(WorldTextEncoder, _checked_dir(model_dir / "text_encoder", "text encoder"),
+                                   torch_dtype=dtype)
     return build_pipeline(task, vae, transformer, text_encoder, pipeline_class).to(device)
