@@ -9,6 +9,7 @@ import yaml
 
 from mmpos._atomic import written_atomically
 
+# configs/ beside pipelines/ in a checkout; in a wheel pipelines/ is mmpos/pipelines and configs/ is mmpos/configs
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 

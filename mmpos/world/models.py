@@ -28,7 +28,14 @@ from .text import WorldTextEncoder
 
 TASKS = ("t2i", "fill", "kontext")
 PIPELINES = {"t2i": FluxPipeline, "fill": FluxFillPipeline, "kontext": FluxKontextPipeline}
-DEFAULT_ASSETS = Path(__file__).resolve().parents[2] / "assets"
+def _shipped_assets() -> Path:
+    """``assets/`` of a source checkout, else ``mmpos/assets`` of an installed wheel (setup.py ships it there)."""
+    package = Path(__file__).resolve().parents[1]
+    checkout, installed = package.parent / "assets", package / "assets"
+    return installed if (installed / "world-vae").is_dir() and not (checkout / "world-vae").is_dir() else checkout
+
+
+DEFAULT_ASSETS = _shipped_assets()
 
 VAE_CONFIG = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
                   up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), layers_per_block=1,
