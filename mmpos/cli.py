@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "from_pretrained path or hub id (repeat), or 'flux' for FLUX.1 dev / Fill / Kontext")
     demo.add_argument("--device", choices=("cpu", "cuda"), help="device of the world sections (default: cpu)")
     demo.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="model dtype (default: float32)")
-    demo.add_argument("--image-size", type=int, help="scene side in pixels (default: the world models' trained "
+    demo.add_argument("--image-size", type=positive_int_arg, help="scene side in pixels (default: the world models' trained "
                       "size; 512 with --model)")
     demo.add_argument("--count", type=positive_int_arg, default=6, help="examples per world section (default: 6)")
     demo.set_defaults(func=_demo)

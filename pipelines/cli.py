@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from mmpos._validation import positive_int_arg
+
 METHODS = ("band", "transplant", "loose")
 
 
@@ -40,7 +42,7 @@ def add_commands(subparsers) -> None:
         sub.add_argument("--prompt", dest="prompt_text", help="prompt (overrides prompt; band: Kontext variant)")
         sub.add_argument("--extrapolate", help="edit above the training size: the RoPE extrapolation of "
                          "`mmpos generate --extrapolate` (dype, ntk, yarn, pi, ..., or row=dype,col=ntk) under the edit")
-        sub.add_argument("--train-size", type=int, help="training resolution in pixels for --extrapolate "
+        sub.add_argument("--train-size", type=positive_int_arg, help="training resolution in pixels for --extrapolate "
                          "(default: 1024, FLUX.1)")
         _common(sub, f"edit_{name}")
         sub.set_defaults(func=run_edit)
@@ -53,11 +55,11 @@ def add_commands(subparsers) -> None:
                     "extrapolate.train_size (auto: 1024 px for FLUX.1, 1328 px for Qwen-Image; DyPE follows the "
                     "denoising step). Camera-controlled Wan videos: `mmpos generate video --help`.")
     generate.add_argument("--prompt", action="append", help="prompt (repeat; overrides prompts)")
-    generate.add_argument("--height", type=int, help="output height in pixels (overrides sampler.height)")
-    generate.add_argument("--width", type=int, help="output width in pixels (overrides sampler.width)")
+    generate.add_argument("--height", type=positive_int_arg, help="output height in pixels (overrides sampler.height)")
+    generate.add_argument("--width", type=positive_int_arg, help="output width in pixels (overrides sampler.width)")
     generate.add_argument("--extrapolate", help="none | pi | ntk | yarn | vision_yarn | dype | dype_ntk | dype_yarn, "
                           "or per axis: row=dype,col=ntk (overrides extrapolate.preset)")
-    generate.add_argument("--train-size", type=int, help="training resolution in pixels (overrides "
+    generate.add_argument("--train-size", type=positive_int_arg, help="training resolution in pixels (overrides "
                           "extrapolate.train_size; auto: 1024 FLUX.1, 1328 Qwen-Image)")
     _common(generate, "generate")
     generate.set_defaults(func=run_generate, method="generate")

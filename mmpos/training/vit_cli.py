@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .._validation import NonFiniteLossError, positive_int_arg
+from .._validation import NonFiniteLossError, OneLineErrorParser, positive_int_arg
 from .checkpoints import RunExistsError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
@@ -35,7 +35,7 @@ def _config(args):
 
 
 def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.")
+    parser = OneLineErrorParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.")
     add_common_arguments(parser)
     parser.add_argument("--output-dir", required=True, help="run folder (refused if it exists, see --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
@@ -74,7 +74,7 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
 
 
 def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Top-1/top-5 of trained ViT runs at several "
+    parser = OneLineErrorParser(prog=prog, description="Top-1/top-5 of trained ViT runs at several "
                                      "resolutions; JSON and a PNG plot of accuracy vs resolution.")
     parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoints/)")
     parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels")

@@ -151,13 +151,13 @@ def add_world_command(subparsers) -> None:
     def command(name, func, help_text, size_help="image side in pixels (default 64)", size_default=64):
         parser = sub.add_parser(name, help=help_text, description=help_text)
         parser.set_defaults(func=_run, world_func=func, world_parser=parser)
-        parser.add_argument("--size", type=int, default=size_default, help=size_help)
+        parser.add_argument("--size", type=positive_int_arg, default=size_default, help=size_help)
         parser.add_argument("--overwrite", action="store_true", help="replace what --out names if it exists")
         return parser
 
     dataset = command("dataset", _dataset, "write an ImageFolder-style dataset with metadata.jsonl")
     dataset.add_argument("--out", required=True)
-    dataset.add_argument("--count", type=int, default=100)
+    dataset.add_argument("--count", type=positive_int_arg, default=100)
     dataset.add_argument("--seed", type=int, default=0)
     dataset.add_argument("--task", choices=("scenes", "fill", "kontext", "relation", "quadrant"), default="scenes",
                          help="relation/quadrant: positional classification (mmpos.world.positional)")
@@ -175,7 +175,7 @@ def add_world_command(subparsers) -> None:
     edit = command("edits", _edits, "write edit pairs with ground truth (transplant, harmonise, style)")
     edit.add_argument("--kind", choices=EDIT_KINDS, required=True)
     edit.add_argument("--out", required=True)
-    edit.add_argument("--count", type=int, default=4)
+    edit.add_argument("--count", type=positive_int_arg, default=4)
     edit.add_argument("--seed", type=int, default=0)
     edit.add_argument("--box", type=int, nargs=4, metavar=("X0", "Y0", "X1", "Y1"), help="transplant target box")
 
@@ -184,7 +184,7 @@ def add_world_command(subparsers) -> None:
     clip.add_argument("--out", required=True)
     clip.add_argument("--seed", type=int, default=0)
     clip.add_argument("--objects", type=int, default=3)
-    clip.add_argument("--frames", type=int, default=8)
+    clip.add_argument("--frames", type=positive_int_arg, default=8)
     clip.add_argument("--degrees", type=float, help="arc of the default orbit (default: 90)")
     clip.add_argument("--fov", type=float, help="horizontal field of view of the default orbit (default: 60)")
     clip.add_argument("--trajectory", help="camera path instead of the orbit: a RealEstate10K .txt or mmpos JSON "
