@@ -29,6 +29,18 @@ def check_theta(name: str, theta) -> None:
         raise ValueError(f"{name} must be a finite number above 0 (the frequency base), got {theta!r}")
 
 
+def check_finite_fields(config) -> None:
+    """Every float of a dataclass ``config`` (also inside tuple or list fields) is finite: a NaN threshold or
+    strength compares False everywhere and silently switches an edit off. The error names ``Class.field``."""
+    import dataclasses
+
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise ValueError(f"{type(config).__name__}.{field.name}={value!r}: expected finite numbers")
+
+
 def check_choice(name: str, value, choices: Iterable) -> None:
     choices = tuple(choices)
     if value not in choices:

@@ -19,7 +19,10 @@ from mmpos.camera.trajectory import Trajectory, read_json, read_re10k
 from mmpos.cli import main
 from mmpos.coords import image_grid
 from mmpos.encodings import RayRoPE, UCPE
+from mmpos.pipelines.band import BandConfig
 from mmpos.pipelines.config import apply_overrides, check_config
+from mmpos.pipelines.loose import LooseConfig
+from mmpos.pipelines.transplant import TransplantConfig
 from mmpos.spectrum.extrapolation import RIFLEx, VisionYaRN, YaRN
 from mmpos.world.training import check_earlier_run, check_writable_folder
 
@@ -134,6 +137,9 @@ LIBRARY_ROWS = [
                                                       "edit_transplant"), ValueError, "sampler.guidance_scale is inf"),
     ("override unknown key", lambda tmp: apply_overrides(EDIT_CONFIG, ["sampler.guidance=1"]), KeyError,
      "unknown key 'guidance'"),
+    ("TransplantConfig tau nan", lambda tmp: TransplantConfig(tau=NAN), ValueError, "TransplantConfig.tau=nan"),
+    ("BandConfig s_hf inf", lambda tmp: BandConfig(s_hf=(0.25, INF)), ValueError, "BandConfig.s_hf"),
+    ("LooseConfig strength nan", lambda tmp: LooseConfig(strength=NAN), ValueError, "LooseConfig.strength=nan"),
     # writing outputs and training (was: silent overwrite, NaN weights exported with exit 0)
     ("--out is a file", lambda tmp: check_writable_folder(write(tmp / "f", "x")), NotADirectoryError, "is a file"),
     ("earlier run, no --resume", lambda tmp: check_earlier_run(
