@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from mmpos._atomic import written_atomically
 from mmpos._validation import positive_int_arg
 
 METHODS = ("band", "transplant", "loose")
@@ -109,7 +110,8 @@ def run_edit(args) -> int:
                                          result["title"]))
         written.append(result["diagnostic"](out / "diagnostic.png"))
     summary = {"method": args.method, "outputs": [str(p) for p in written], "config": str(out / "config.yaml")}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    with written_atomically(out / "summary.json") as temporary:
+        temporary.write_text(json.dumps(summary, indent=2))
     print(f"wrote {len(written)} files to {out.resolve()}")
     return 0
 

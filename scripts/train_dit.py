@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     if args.resume == "latest":
         resume = latest_checkpoint(args.output_dir)
     if resume is not None:
-        accelerator.load_state(str(resume))
+        load_checkpoint(accelerator, resume)
         step = int(resume.name.split("-")[-1])
         accelerator.print(f"resumed from {resume} at step {step}")
 
@@ -193,6 +193,19 @@ def main(argv=None) -> int:
     if accelerator.is_main_process:
         save_outputs(args, accelerator.unwrap_model(model), ema.model, vae)
     return 0
+
+
+def load_checkpoint(accelerator, folder: Path) -> None:
+    """``accelerator.load_state``; a missing, truncated or foreign checkpoint ends the run naming its folder."""
+    from safetensors import SafetensorError
+
+    if not folder.is_dir():
+        raise SystemExit(f"train_dit.py: error: --resume {folder}: no such checkpoint folder")
+    try:
+        accelerator.load_state(str(folder))
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, SafetensorError) as error:
+        message = " ".join(str(error).split())
+        raise SystemExit(f"train_dit.py: error: {folder}: cannot be resumed ({type(error).__name__}: {message})")
 
 
 def kept_message(output_dir: Path) -> str:

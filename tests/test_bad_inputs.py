@@ -275,6 +275,17 @@ def test_training_scripts_refuse_before_training(script, argv, message, tmp_path
     assert (tmp_path / "checkpoint-5").is_dir() and (tmp_path / "train_state-vae").is_dir()  # nothing deleted
 
 
+def test_train_dit_names_a_truncated_checkpoint(tmp_path, capsys):
+    script = load_script("train_dit")
+    common = ["--tiny", "--data", "random", "--resolution", "8", "--batch-size", "4", "--num-classes", "4",
+              "--checkpoint-every", "1", "--sample-steps", "0", "--output-dir", str(tmp_path)]
+    assert script.main(common + ["--steps", "1"]) == 0
+    (tmp_path / "checkpoint-1" / "model.safetensors").write_bytes(b"\0" * 10)
+    with pytest.raises(SystemExit) as exit_info:  # was: SafetensorError without the file's folder
+        script.main(common + ["--steps", "2", "--resume", "latest"])
+    assert "checkpoint-1: cannot be resumed" in str(exit_info.value.code)
+
+
 # ---- camera geometry: non-finite or degenerate inputs are masked invalid, never NaN (was: NaN marked valid)
 CAMERA = Pinhole(100.0, 100.0, 64.0, 48.0, 128.0, 96.0)
 
