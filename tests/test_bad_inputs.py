@@ -205,6 +205,7 @@ CLI_ROWS = [
     ("world sample --size 0", ["world", "sample", "--caption", "a red star", "--size", "0"], "argument --size"),
     ("world clip --frames 0", ["world", "clip", "--frames", "0", "--out", "{tmp}/clip"], "argument --frames"),
     ("train vit --steps 0", ["train", "vit", "--output-dir", "{tmp}/run", "--steps", "0"], "argument --steps"),
+    ("demo --out is a file", ["demo", "--no-world", "--out", "{tmp}/taken.png"], "is a file; expected a folder"),
     ("unknown command", ["demoo"], "invalid choice: 'demoo'"),
 ]
 

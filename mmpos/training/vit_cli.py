@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from .._validation import NonFiniteLossError, OneLineErrorParser, positive_int_arg
-from .checkpoints import RunExistsError, latest_checkpoint
+from .checkpoints import RunExistsError, UnreadableCheckpointError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
-USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError)
+USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError, UnreadableCheckpointError)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

@@ -25,7 +25,7 @@ from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
 from .._validation import check_finite_loss
-from .checkpoints import latest_checkpoint, prepare_run_folder, save_checkpoint
+from .checkpoints import latest_checkpoint, load_checkpoint, prepare_run_folder, save_checkpoint
 from .vit_config import eval_sizes
 from .vit_data import SeededSamples, make_dataset, make_mixup, num_classes_of, train_loader, train_transform
 from .vit_eval import evaluate_resolutions, plot_results, save_results
@@ -126,7 +126,7 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
     accelerator.register_for_checkpointing(scheduler, progress, *([ema] if ema is not None else []))
     start = checkpoint or (latest_checkpoint(run_dir) if resume else None)
     if start is not None:
-        accelerator.load_state(str(start))
+        load_checkpoint(accelerator, start)
         accelerator.print(f"resumed from {start} at update {progress.step}")
     if not eval_only:
         if accelerator.trackers == [] and accelerator.log_with:
