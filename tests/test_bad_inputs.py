@@ -115,6 +115,12 @@ LIBRARY_ROWS = [
      "VisionYaRN.attention_factor"),
     ("yarn dict nan", lambda tmp: pe("rope_axial", head_dim=16, extrapolation={
         "type": "yarn", "factor": 2, "original_length": 8, "attention_factor": NAN}), ValueError, "attention_factor"),
+    ("PRoPE rope_theta nan", lambda tmp: pe("prope", head_dim=16, rope_theta=NAN), ValueError, "rope_theta must be"),
+    ("UCPE rope_theta 0", lambda tmp: pe("ucpe", head_dim=16, rope_theta=0.0), ValueError, "rope_theta must be"),
+    ("image_grid scale nan", lambda tmp: image_grid(2, 3, mode="normalized", scale=NAN), ValueError,
+     "scale=nan: expected finite"),
+    ("video_grid offset inf", lambda tmp: __import__("mmpos.coords", fromlist=["x"]).video_grid(2, 2, 2, offset=INF),
+     ValueError, "offset=inf"),
     # operator inputs (was: silent)
     ("fp64 q, fp32 table", lambda tmp: rotate_fp64_with_an_fp32_table(), TypeError, "float64 x needs a complex128"),
     ("table of fewer pairs", lambda tmp: rotate_with_a_table_of_fewer_pairs(), ValueError, "rotary_dim=16"),
