@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "modulation against their baselines into world/report.html.")
     demo.add_argument("--out", default="outputs/demo", help="output folder (default: outputs/demo)")
     demo.add_argument("--size", type=positive_int_arg, default=31, help="side of the 2D grid of offsets (default: 31)")
-    demo.add_argument("--steps", type=positive_int_arg, default=20, help="denoising steps of the world models (default: 20)")
+    demo.add_argument("--steps", type=positive_int_arg, default=20,
+                      help="denoising steps of the world models (default: 20)")
     demo.add_argument("--checkpoint", help="folder with world-vae/ and world-<task>/ (default: shipped assets)")
     demo.add_argument("--no-world", action="store_true", help="only the encoding figures")
     demo.add_argument("--model", action="append", metavar="TASK=PATH",
@@ -92,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "from_pretrained path or hub id (repeat), or 'flux' for FLUX.1 dev / Fill / Kontext")
     demo.add_argument("--device", choices=("cpu", "cuda"), help="device of the world sections (default: cpu)")
     demo.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="model dtype (default: float32)")
-    demo.add_argument("--image-size", type=positive_int_arg, help="scene side in pixels (default: the world models' trained "
-                      "size; 512 with --model)")
+    demo.add_argument("--image-size", type=positive_int_arg, help="scene side in pixels (default: the world "
+                      "models' trained size; 512 with --model)")
     demo.add_argument("--count", type=positive_int_arg, default=6, help="examples per world section (default: 6)")
     demo.set_defaults(func=_demo)
 

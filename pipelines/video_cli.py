@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-size", help="HEIGHTxWIDTH the model was trained on, for the spatial --extrapolate "
                         "(default: 480x832; tiny: 64x96)")
     parser.add_argument("--steps", type=positive_int_arg, help="denoising steps (default: 50; tiny: 4)")
-    parser.add_argument("--guidance", type=finite_float_arg, default=5.0, help="classifier-free guidance scale (default: 5)")
+    parser.add_argument("--guidance", type=finite_float_arg, default=5.0,
+                        help="classifier-free guidance scale (default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--fps", type=positive_int_arg, default=16, help="frames per second of the mp4 (default: 16)")
     parser.add_argument("--device", help="cpu | cuda (default: cuda when available)")

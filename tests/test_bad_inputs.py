@@ -133,7 +133,8 @@ LIBRARY_ROWS = [
     ("focal length < 0", lambda tmp: trajectory(intrinsics=(-0.5, 0.9, 0.5, 0.5)), ValueError, "focal lengths"),
     ("trajectory JSON truncated", lambda tmp: read_json(write(tmp / "t.json", '{"format": "mmpos.traj')),
      ValueError, "t.json: not valid JSON"),
-    ("RE10K short line", lambda tmp: read_re10k(write(tmp / "t.txt", "url\n1 2 3\n")), ValueError, "t.txt:2: 3 columns"),
+    ("RE10K short line", lambda tmp: read_re10k(write(tmp / "t.txt", "url\n1 2 3\n")), ValueError,
+     "t.txt:2: 3 columns"),
     # configs of mmpos edit / generate (was: ignored, or NaN images)
     ("config unknown key", lambda tmp: check_config({**EDIT_CONFIG, "trasnplant": {}}, "edit_transplant"),
      ValueError, "unknown top-level key(s) ['trasnplant']"),
