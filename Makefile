@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # torch is pinned here (a local wheel on the project's machines); the package itself asks for a range.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-install bench install clean
 
 $(VENV)/.base: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q
+
+# a non-editable install: build a wheel from a clean copy, check its data files, import it from a plain folder
+test-install: $(VENV)/.test
+	MMPOS_SLOW=1 $(PY) -m pytest -q tests/test_install.py
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_rotary.py --out outputs/bench_rotary.json

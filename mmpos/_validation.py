@@ -1,7 +1,9 @@
 """Argument checks shared by every module: each error names the argument and what was expected."""
 from __future__ import annotations
 
+import argparse
 import math
+import numbers
 from typing import Iterable, Sequence
 
 import torch
@@ -14,6 +16,29 @@ def check_finite_number(name: str, value, positive: bool = False) -> float:
     if positive and value <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
     return float(value)
+
+
+def check_theta(name: str, theta) -> None:
+    """A frequency base: a finite number above 0 (``inf`` would leave all but the first pair still, ``0`` or a
+    negative base gives NaN). A tuple is checked item by item by the caller."""
+    if isinstance(theta, torch.Tensor) and theta.numel() == 1:
+        theta = theta.item()
+    if isinstance(theta, bool) or not isinstance(theta, numbers.Real):
+        raise TypeError(f"{name} must be a number (the frequency base), got {theta!r}")
+    if not (math.isfinite(theta) and theta > 0):
+        raise ValueError(f"{name} must be a finite number above 0 (the frequency base), got {theta!r}")
+
+
+def check_finite_fields(config) -> None:
+    """Every float of a dataclass ``config`` (also inside tuple or list fields) is finite: a NaN threshold or
+    strength compares False everywhere and silently switches an edit off. The error names ``Class.field``."""
+    import dataclasses
+
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise ValueError(f"{type(config).__name__}.{field.name}={value!r}: expected finite numbers")
 
 
 def check_choice(name: str, value, choices: Iterable) -> None:
@@ -70,12 +95,15 @@ def per_axis(name: str, value, num_axes: int) -> tuple:
 
 def as_int_tuple(name: str, value: Sequence[int]) -> tuple[int, ...]:
     try:
-        items = tuple(int(v) for v in value)
+        items = tuple(value)
+        ints = tuple(int(v) for v in items)
     except TypeError:
         raise TypeError(f"{name} must be a sequence of integers, got {value!r}") from None
-    if any(int(v) != v for v in value):
+    except (ValueError, OverflowError):  # NaN, inf, text
+        raise ValueError(f"{name} must contain integers, got {value!r}") from None
+    if any(i != v for i, v in zip(ints, items)):
         raise ValueError(f"{name} must contain integers, got {value!r}")
-    return items
+    return ints
 
 
 def sequence_length_error(table_length: int, x_shape, seq_dim: int, num_prefix_tokens: int) -> ValueError:
@@ -91,3 +119,49 @@ def sequence_length_error(table_length: int, x_shape, seq_dim: int, num_prefix_t
                   else "[B, H, L, D] (the default layout)")
         message += f"; x {tuple(x_shape)} looks like {layout}: pass seq_dim={other}"
     return ValueError(message)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training diverged: the loss is NaN or inf (raised before it reaches the weights)."""
+
+
+def check_finite_loss(loss: torch.Tensor, step: int, kept) -> None:
+    """Raise :class:`NonFiniteLossError` if ``loss`` (any shape, e.g. gathered from every process) is not finite;
+    ``kept()`` says what the user still has (the last checkpoint). One host sync."""
+    finite = torch.isfinite(loss.detach())
+    if not bool(finite.all()):
+        value = loss.detach().flatten()[~finite.flatten()][0].item()
+        raise NonFiniteLossError(f"loss is {value} at step {step}: training "
+                                 f"diverged (lower the learning rate?); stopped before this step's update. {kept()}")
+
+
+# ----- command lines: argparse types and a parser whose errors are one line --------------------------------------
+
+def positive_int_arg(text: str) -> int:
+    """argparse ``type=`` for counts (``--steps``, ``--count``): argparse names the option in the error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def finite_float_arg(text: str) -> float:
+    """argparse ``type=`` for scales (``--guidance``): a finite number (``nan`` and ``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (``prog: error: ...``, exit code 2), without the usage
+    block; its subparsers are of the same class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ._validation import OneLineErrorParser, positive_int_arg
+
 
 def _demo(args) -> int:
     from .demo import run_demo
@@ -71,7 +73,7 @@ def _bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mmpos", description="Positional encodings for vision and multimodal "
+    parser = OneLineErrorParser(prog="mmpos", description="Positional encodings for vision and multimodal "
                                      "transformers and diffusion models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -81,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "models (or --model), generate from captions and run PE transplant, LooseRoPE and band "
                           "modulation against their baselines into world/report.html.")
     demo.add_argument("--out", default="outputs/demo", help="output folder (default: outputs/demo)")
-    demo.add_argument("--size", type=int, default=31, help="side of the 2D grid of offsets (default: 31)")
-    demo.add_argument("--steps", type=int, default=20, help="denoising steps of the world models (default: 20)")
+    demo.add_argument("--size", type=positive_int_arg, default=31, help="side of the 2D grid of offsets (default: 31)")
+    demo.add_argument("--steps", type=positive_int_arg, default=20,
+                      help="denoising steps of the world models (default: 20)")
     demo.add_argument("--checkpoint", help="folder with world-vae/ and world-<task>/ (default: shipped assets)")
     demo.add_argument("--no-world", action="store_true", help="only the encoding figures")
     demo.add_argument("--model", action="append", metavar="TASK=PATH",
@@ -91,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: the shipped world models)")
     demo.add_argument("--device", choices=("cpu", "cuda"), help="device of the world sections (default: cpu)")
     demo.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="model dtype (default: float32)")
-    demo.add_argument("--image-size", type=int, help="scene side in pixels (default: the world models' trained "
-                      "size; 512 with --model)")
-    demo.add_argument("--count", type=int, default=6, help="examples per world section (default: 6)")
+    demo.add_argument("--image-size", type=positive_int_arg, help="scene side in pixels (default: the world "
+                      "models' trained size; 512 with --model)")
+    demo.add_argument("--count", type=positive_int_arg, default=6, help="examples per world section (default: 6)")
     demo.set_defaults(func=_demo)
 
     lister = sub.add_parser("list", help="list registered encodings", description="List registered encodings.")

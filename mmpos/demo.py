@@ -32,6 +32,8 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
     from .viz.spectrum import encoding_figure
 
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} is a file; expected a folder")
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     if world and checkpoint is not None and not (source is not None and source.models):

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from mmpos._validation import check_choice
+from mmpos._validation import check_choice, check_finite_fields
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation, scale_pairs, sequence_slice
 from mmpos.ops.tables import RotaryTable
 from mmpos.spectrum import chunked_spectrum
@@ -51,6 +51,7 @@ class BandConfig:
     enabled: bool = True
 
     def __post_init__(self):
+        check_finite_fields(self)
         check_choice("axis0_mode", self.axis0_mode, AXIS0_MODES)
         for name in ("s_hf", "s_lf", "window"):
             value = tuple(float(v) for v in getattr(self, name))

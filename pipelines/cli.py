@@ -10,6 +10,9 @@ import json
 import sys
 from pathlib import Path
 
+from mmpos._atomic import written_atomically
+from mmpos._validation import positive_int_arg
+
 METHODS = ("band", "transplant", "loose")
 
 
@@ -51,7 +54,7 @@ def add_commands(subparsers) -> None:
         sub.add_argument("--extrapolate", help="edit above the training size: the RoPE extrapolation of "
                          "`mmpos generate --extrapolate` (dype, ntk, yarn, pi, ..., or row=dype,col=ntk) under the "
                          "edit (default: the config's extrapolate.preset, none)")
-        sub.add_argument("--train-size", type=int, help="training resolution in pixels for --extrapolate "
+        sub.add_argument("--train-size", type=positive_int_arg, help="training resolution in pixels for --extrapolate "
                          "(default: the config's extrapolate.train_size, else 1024 for FLUX.1; 32 world)")
         _common(sub, f"edit_{name}")
         sub.set_defaults(func=run_edit)
@@ -65,12 +68,12 @@ def add_commands(subparsers) -> None:
                     "denoising step). Camera-controlled Wan videos: `mmpos generate video --help`.")
     generate.add_argument("--prompt", action="append", help="prompt, repeat for more (default: the config's "
                           "prompts)")
-    generate.add_argument("--height", type=int, help="output height in pixels (default: the config's "
+    generate.add_argument("--height", type=positive_int_arg, help="output height in pixels (default: the config's "
                           "sampler.height: 1024 FLUX.1, 32 world)")
-    generate.add_argument("--width", type=int, help="output width in pixels (default: the config's sampler.width)")
+    generate.add_argument("--width", type=positive_int_arg, help="output width in pixels (default: the config's sampler.width)")
     generate.add_argument("--extrapolate", help="none | pi | ntk | yarn | vision_yarn | dype | dype_ntk | dype_yarn, "
                           "or per axis: row=dype,col=ntk (default: the config's extrapolate.preset, none)")
-    generate.add_argument("--train-size", type=int, help="training resolution in pixels (default: the config's "
+    generate.add_argument("--train-size", type=positive_int_arg, help="training resolution in pixels (default: the config's "
                           "extrapolate.train_size; auto: 1024 FLUX.1, 1328 Qwen-Image, 32 world)")
     _common(generate, "generate")
     generate.set_defaults(func=run_generate, method="generate")
@@ -131,7 +134,8 @@ def run_edit(args) -> int:
         written.append(result["diagnostic"](out / "diagnostic.png"))
     summary = {"method": args.method, "outputs": [str(p) for p in written if p.suffix == ".png"],
                "config": str(out / "config.yaml")}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    with written_atomically(out / "summary.json") as temporary:
+        temporary.write_text(json.dumps(summary, indent=2))
     report_written(written + [out / "summary.json"], out)
     return 0
 

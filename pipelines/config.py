@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import yaml
 
 from mmpos._atomic import written_atomically
 
+# configs/ beside pipelines/ in a checkout; in a wheel pipelines/ is mmpos/pipelines and configs/ is mmpos/configs
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -27,6 +29,34 @@ def load_config(path) -> dict:
     if not isinstance(config, dict):
         raise ValueError(f"config {path} must be a mapping at the top level")
     return config
+
+
+DERIVED_KEYS = ("pipeline",)  # top-level keys a run adds to the config it saves (so a saved config loads again)
+
+
+def check_config(config: dict, name: str) -> None:
+    """Refuse top-level keys that no shipped config ``<name>*.yaml`` has (a typo would be ignored silently) and
+    NaN or inf anywhere (``tau: .nan``); each error names the key."""
+    known = set(DERIVED_KEYS)
+    for path in sorted(CONFIG_DIR.glob(f"{name}*.yaml")):
+        known |= set(load_config(path))
+    unknown = sorted(set(config) - known) if known != set(DERIVED_KEYS) else []
+    if unknown:
+        raise ValueError(f"config has unknown top-level key(s) {unknown}; expected keys of configs/{name}.yaml: "
+                         f"{sorted(known - set(DERIVED_KEYS))}")
+    for key, value in _leaves(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"config key {key} is {value}; expected a finite number")
+
+
+def _leaves(node, prefix=""):
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix and not isinstance(key, int) else f"{prefix}[{key}]" if prefix else str(key)
+        if isinstance(value, (dict, list)):
+            yield from _leaves(value, name)
+        else:
+            yield name, value
 
 
 def apply_overrides(config: dict, overrides) -> dict:

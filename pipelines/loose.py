@@ -25,6 +25,7 @@ from typing import Optional
 
 import torch
 
+from mmpos._validation import check_finite_fields
 from mmpos.coords.edits import shrink_ids
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation, sequence_slice
 
@@ -74,6 +75,7 @@ class LooseConfig:
     enabled: bool = True
 
     def __post_init__(self):
+        check_finite_fields(self)
         if self.num_bins < 1:
             raise ValueError(f"num_bins must be >= 1, got {self.num_bins}")
         self.shrink, self.crop_attention = tuple(self.shrink), tuple(self.crop_attention)

@@ -12,7 +12,7 @@ from pathlib import Path
 def resolve_config(args) -> dict:
     """The command's YAML config with the command line's overrides applied (cuda falls back to cpu, saying so).
     A missing or malformed ``--config`` or a bad ``--set`` ends the command: one line, exit code 2."""
-    from .config import apply_overrides, default_config_path, load_config
+    from .config import apply_overrides, check_config, default_config_path, load_config
 
     try:
         config = load_config(args.config or default_config_path(default_config_name(args)))
@@ -23,6 +23,7 @@ def resolve_config(args) -> dict:
             config["prompt"] = args.prompt_text
         config = apply_overrides(config, args.set)
         check_prompt_source(args, config)
+        check_config(config, args.config_name)
     except (FileNotFoundError, KeyError, ValueError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error  # KeyError quotes str()
         print(f"mmpos {args.command}: error: {message}", file=sys.stderr)

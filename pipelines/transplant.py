@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mmpos._validation import check_choice
+from mmpos._validation import check_choice, check_finite_fields
 from mmpos.coords.canvas import CANVAS_LAYOUTS, Box, CanvasLayout
 from mmpos.coords.edits import mask_bbox
 
@@ -50,6 +50,7 @@ class TransplantConfig:
     enabled: bool = True
 
     def __post_init__(self):
+        check_finite_fields(self)
         check_choice("layout", self.layout, LAYOUTS)
         check_choice("apply_to", self.apply_to, ("object_mask", "tile"))
         check_choice("transplant_views", self.transplant_views, ("primary", "all"))

@@ -17,6 +17,8 @@ import math
 import sys
 from pathlib import Path
 
+from mmpos._validation import OneLineErrorParser, finite_float_arg, positive_int_arg
+
 TINY = "tiny"
 OUTPUT_NAMES = ("video.mp4", "frames.png", "rig.png")
 SPATIAL = ("pi", "ntk", "yarn", "vision_yarn", "dype", "dype_ntk", "dype_yarn")  # mmpos.spectrum.schedule.PRESETS
@@ -26,8 +28,8 @@ PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 def build_parser() -> argparse.ArgumentParser:
     from mmpos.cli import DefaultsHelpFormatter
 
-    parser = argparse.ArgumentParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0],
-                                     formatter_class=DefaultsHelpFormatter)
+    parser = OneLineErrorParser(prog="mmpos generate video", description=__doc__.split("\n\n")[0],
+                                formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--model", help="Wan diffusers pipeline (from_pretrained path or hub id); 'world': the "
                         "mini-world's trained image-to-video model (32 px, CPU, seconds; see --camera); 'tiny': "
                         "offline components with random weights (default: world when assets/world-video is there, "
@@ -38,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--negative-prompt", default="", help="negative prompt")
     parser.add_argument("--frames", help="video frames, 4k+1 (default: 81; tiny: 17), or a multiple of the trained "
                         "length: 2x = twice --train-frames' duration (81 -> 161)")
-    parser.add_argument("--height", type=int, help="pixels, multiple of 16 (default: 480; tiny: 64)")
-    parser.add_argument("--width", type=int, help="pixels, multiple of 16 (default: 832; tiny: 96)")
+    parser.add_argument("--height", type=positive_int_arg, help="pixels, multiple of 16 (default: 480; tiny: 64)")
+    parser.add_argument("--width", type=positive_int_arg, help="pixels, multiple of 16 (default: 832; tiny: 96)")
     parser.add_argument("--camera", help="preset:NAME, a RealEstate10K .txt or an mmpos .json trajectory (default: "
                         "preset:orbit); --model world: orbit[:DEGREES], dolly[:UNITS], pan[:DEGREES] or a file "
                         "(default: orbit:35)")
@@ -55,10 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "and --frames Nx (default: 81; tiny: 17)")
     parser.add_argument("--train-size", help="HEIGHTxWIDTH the model was trained on, for the spatial --extrapolate "
                         "(default: 480x832; tiny: 64x96)")
-    parser.add_argument("--steps", type=int, help="denoising steps (default: 50; tiny: 4)")
-    parser.add_argument("--guidance", type=float, default=5.0, help="classifier-free guidance scale (default: 5)")
+    parser.add_argument("--steps", type=positive_int_arg, help="denoising steps (default: 50; tiny: 4)")
+    parser.add_argument("--guidance", type=finite_float_arg, default=5.0,
+                        help="classifier-free guidance scale (default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument("--fps", type=int, default=16, help="frames per second of the mp4 (default: 16)")
+    parser.add_argument("--fps", type=positive_int_arg, default=16, help="frames per second of the mp4 (default: 16)")
     parser.add_argument("--device", help="cpu | cuda (default: cuda when available)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                         help="model dtype (default: bfloat16 on cuda, float32 on cpu)")
@@ -79,13 +82,13 @@ def _settings(args, parser) -> dict:
     if device.startswith("cuda") and not torch.cuda.is_available():
         _fail(parser, "--device cuda: CUDA is not available on this machine")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
-    train_frames = args.train_frames or (17 if tiny else 81)
+    train_frames = _given(args.train_frames, 17 if tiny else 81)
     if train_frames < 1 or (train_frames - 1) % 4:
         _fail(parser, f"--train-frames {train_frames}: expected 4k + 1 frames (5, 9, ..., 81)")
     values = dict(frames=_frame_count(args.frames, train_frames, tiny, parser), train_frames=train_frames,
                   train_size=_train_size(args.train_size or ("64x96" if tiny else "480x832"), parser),
-                  height=args.height or (64 if tiny else 480), width=args.width or (96 if tiny else 832),
-                  steps=args.steps or (4 if tiny else 50))
+                  height=_given(args.height, 64 if tiny else 480), width=_given(args.width, 96 if tiny else 832),
+                  steps=_given(args.steps, 4 if tiny else 50))
     if values["frames"] < 1 or (values["frames"] - 1) % 4:
         _fail(parser, f"--frames {values['frames']}: expected 4k + 1 frames (5, 9, ..., 81)")
     for name in ("height", "width"):
@@ -94,6 +97,11 @@ def _settings(args, parser) -> dict:
     if values["steps"] < 1:
         _fail(parser, f"--steps {values['steps']}: expected at least 1")
     return dict(values, tiny=tiny, device=device, dtype=dtype)
+
+
+def _given(value, default):
+    """An option's value, or ``default`` when it was not given (``0`` is a value, checked as such)."""
+    return default if value is None else value
 
 
 def _frame_count(text, train_frames: int, tiny: bool, parser) -> int:

@@ -7,7 +7,10 @@ A real run (ImageNet-style folder, SD VAE latents, bf16, 4 GPUs):
         --data folder --data-dir /data/imagenet/train --vae stabilityai/sd-vae-ft-ema --resolution 256 \
         --batch-size 64 --steps 400000 --mixed-precision bf16 --objective flow --output-dir outputs/dit_b2_mixed
 Resume with the same command plus ``--resume latest``. Outputs: ``checkpoint-<step>/`` (accelerate state:
-model, optimizer, EMA, RNG), ``model/`` and ``model_ema/`` (``DiT.from_pretrained``), ``samples.png``.
+model, optimizer, EMA, RNG), ``model/`` and ``model_ema/`` (``DiT.from_pretrained``), ``samples.png``; each is
+written under a temporary name and renamed into place, so a killed run keeps its last complete checkpoint. An
+--output-dir holding an earlier run is refused without --resume or --overwrite; a NaN or inf loss stops the run
+(exit code 1) before it reaches the weights.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import argparse
 import json
 import math
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -23,13 +28,17 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
 from mmpos.models import DIT_PRESETS, EMA, DiT, ProceduralShapes, diffusion_loss, make_noise_scheduler, sample_dit
+from mmpos._atomic import folder_written_atomically, replace_folder, written_atomically
+from mmpos._validation import (NonFiniteLossError, OneLineErrorParser, check_finite_loss, finite_float_arg,
+                               positive_int_arg)
 from mmpos.models.dit_training import OBJECTIVES
 
 TINY = dict(depth=2, hidden_size=64, num_heads=2, patch_size=2)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineErrorParser(prog="train_dit.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="DiT-S/2", choices=sorted(DIT_PRESETS), help="size preset")
     p.add_argument("--tiny", action="store_true", help="a 2-block, width-64 model for CPU checks")
     p.add_argument("--pe", default="ape_sincos", help="registered encoding (mmpos list)")
@@ -41,20 +50,46 @@ def parse_args(argv=None):
     p.add_argument("--resolution", type=int, default=32, help="image side in pixels")
     p.add_argument("--num-classes", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32, help="per process")
-    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--steps", type=positive_int_arg, default=1000)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--ema-decay", type=float, default=0.9999)
     p.add_argument("--mixed-precision", default="no", choices=("no", "bf16", "fp16"))
     p.add_argument("--gradient-checkpointing", action="store_true")
-    p.add_argument("--checkpoint-every", type=int, default=1000)
+    p.add_argument("--checkpoint-every", type=positive_int_arg, default=1000)
     p.add_argument("--resume", help="'latest' or a checkpoint-<step> folder")
     p.add_argument("--sample-steps", type=int, default=50, help="sampling steps for samples.png (0: none)")
-    p.add_argument("--guidance-scale", type=float, default=1.5)
+    p.add_argument("--guidance-scale", type=finite_float_arg, default=1.5)
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", type=Path, default=Path("outputs/dit"))
-    return p.parse_args(argv)
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in --output-dir")
+    args = p.parse_args(argv)
+    try:
+        check_output_dir(args)
+    except (OSError, ValueError) as error:
+        p.error(str(error))
+    return args
+
+
+RUN_OUTPUTS = ("model", "model_ema", "samples.png")
+
+
+def check_output_dir(args) -> None:
+    """Before training: --output-dir must be a folder, and an earlier run there needs --resume or --overwrite
+    (which deletes that run's checkpoints and outputs, nothing else)."""
+    out = args.output_dir
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--output-dir {out} is a file; expected a folder")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume continues the earlier run and --overwrite replaces it: pass one")
+    earlier = sorted(out.glob("checkpoint-*")) + [out / name for name in RUN_OUTPUTS if (out / name).exists()]
+    if earlier and not (args.resume or args.overwrite):
+        raise FileExistsError(f"--output-dir {out} holds an earlier run ({earlier[0].name}, ...); pass --resume latest "
+                              "to continue it or --overwrite to replace it")
+    if args.overwrite:
+        for path in earlier:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def build_dataset(args, channels: int):
@@ -133,7 +168,7 @@ def main(argv=None) -> int:
     if args.resume == "latest":
         resume = latest_checkpoint(args.output_dir)
     if resume is not None:
-        accelerator.load_state(str(resume))
+        load_checkpoint(accelerator, resume)
         step = int(resume.name.split("-")[-1])
         accelerator.print(f"resumed from {resume} at step {step}")
 
@@ -144,6 +179,7 @@ def main(argv=None) -> int:
         x0 = encode(vae, images) if vae else images
         with accelerator.autocast():
             loss = diffusion_loss(model, x0, labels, args.objective, scheduler)
+        check_finite_loss(accelerator.gather(loss.detach()[None]), step + 1, lambda: kept_message(args.output_dir))
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -152,11 +188,43 @@ def main(argv=None) -> int:
         bar.set_postfix(loss=f"{loss.item():.4f}")
         done = step + 1
         if done % args.checkpoint_every == 0 or done == args.steps:
-            accelerator.save_state(str(args.output_dir / f"checkpoint-{done}"))
+            save_checkpoint(accelerator, args.output_dir / f"checkpoint-{done}")
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         save_outputs(args, accelerator.unwrap_model(model), ema.model, vae)
     return 0
+
+
+def load_checkpoint(accelerator, folder: Path) -> None:
+    """``accelerator.load_state``; a missing, truncated or foreign checkpoint ends the run naming its folder."""
+    from safetensors import SafetensorError
+
+    if not folder.is_dir():
+        raise SystemExit(f"train_dit.py: error: --resume {folder}: no such checkpoint folder")
+    try:
+        accelerator.load_state(str(folder))
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, SafetensorError) as error:
+        message = " ".join(str(error).split())
+        raise SystemExit(f"train_dit.py: error: {folder}: cannot be resumed ({type(error).__name__}: {message})")
+
+
+def kept_message(output_dir: Path) -> str:
+    kept = latest_checkpoint(output_dir)
+    return f"The last checkpoint, {kept}, is kept (--resume latest)." if kept else "No checkpoint was written yet."
+
+
+def save_checkpoint(accelerator, folder: Path) -> None:
+    """``accelerator.save_state`` into a hidden temporary folder (every process writes its part), renamed to
+    ``folder`` by the main process once complete."""
+    partial = folder.with_name(f".{folder.name}.partial")
+    if accelerator.is_main_process:
+        shutil.rmtree(partial, ignore_errors=True)  # left over by a killed run
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(partial))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        replace_folder(partial, folder)
+    accelerator.wait_for_everyone()
 
 
 @torch.no_grad()
@@ -167,8 +235,9 @@ def encode(vae, images):
 @torch.no_grad()
 def save_outputs(args, model, ema_model, vae):
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.output_dir / "model")
-    ema_model.save_pretrained(args.output_dir / "model_ema")
+    for name, weights in (("model", model), ("model_ema", ema_model)):
+        with folder_written_atomically(args.output_dir / name) as folder:
+            weights.save_pretrained(folder)
     if args.sample_steps <= 0:
         return
     from torchvision.utils import save_image
@@ -180,8 +249,17 @@ def save_outputs(args, model, ema_model, vae):
                    progress=True)
     if vae is not None:
         x = vae.decode(x.to(vae.dtype) / vae.config.scaling_factor).sample
-    save_image((x.float().clamp(-1, 1) + 1) / 2, args.output_dir / "samples.png", nrow=int(math.sqrt(len(x))) + 1)
+    with written_atomically(args.output_dir / "samples.png") as temporary:
+        save_image((x.float().clamp(-1, 1) + 1) / 2, temporary, nrow=int(math.sqrt(len(x))) + 1)
+
+
+def run(argv=None) -> int:
+    try:
+        return main(argv)
+    except NonFiniteLossError as error:
+        print(f"train_dit.py: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())

@@ -11,12 +11,13 @@ Accelerate settings (mixed precision, device) come from the config or the flags 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import yaml
+
+from mmpos._validation import NonFiniteLossError, OneLineErrorParser, positive_int_arg
 
 
 def parse_value(text: str):
@@ -24,20 +25,22 @@ def parse_value(text: str):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="train_world.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="YAML config (see configs/world/)")
     parser.add_argument("--out", required=True, help="output folder (holds world-vae/ and world-<task>/)")
     parser.add_argument("--vae", help="folder with the trained world-vae (required for t2i/fill/kontext)")
-    parser.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
+    parser.add_argument("--max-steps", type=positive_int_arg, help="stop after this many optimiser steps")
     parser.add_argument("--max-minutes", type=float, help="stop after this many minutes of training")
     parser.add_argument("--mixed-precision", choices=("no", "bf16", "fp16"), help="accelerate mixed precision")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="force the device (default: accelerate's)")
     parser.add_argument("--resume", action="store_true", help="continue from <out>/train_state-<task>")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run of the task in --out (its "
+                        "state and export are replaced once the new ones are complete)")
     parser.add_argument("--quiet", action="store_true", help="print losses as lines instead of a progress bar")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config entries")
     args = parser.parse_args(argv)
 
-    from mmpos.world.training import DEFAULTS, train
+    from mmpos.world.training import DEFAULTS, check_earlier_run, check_writable_folder, train
 
     config_path = Path(args.config)
     if not config_path.is_file():
@@ -55,7 +58,16 @@ def main(argv=None) -> int:
     unknown = sorted(set(config) - set(DEFAULTS) - {"device"})
     if unknown:
         parser.error(f"unknown config keys {unknown}; expected keys from {sorted(DEFAULTS)}")
-    card = train(config, args.out, resume=args.resume, progress=not args.quiet)
+    try:
+        check_writable_folder(args.out)
+        check_earlier_run(args.out, config.get("task", DEFAULTS["task"]), args.resume, args.overwrite)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    try:
+        card = train(config, args.out, resume=args.resume, progress=not args.quiet)
+    except NonFiniteLossError as error:
+        print(f"train_world.py: error: {error}", file=sys.stderr)
+        return 1
     summary = {k: card.get(k) for k in ("task", "steps", "train_minutes", "final_train_loss", "val_loss_start",
                                         "val_loss", "val_l1_start", "val_l1", "parameters")}
     print(json.dumps(summary))

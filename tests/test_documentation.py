@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from doc_blocks import MARKER_KINDS, PAGES, ROOT, SHELL_LANGUAGES, Block, all_blocks, page_blocks, shell_commands
+from doc_blocks import MARKER_KINDS, PAGES, ROOT, SHELL_LANGUAGES, all_blocks, page_blocks, shell_commands
 from doc_tiny_weights import tiny_offline_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -89,3 +89,41 @@ def test_a_copied_cache_starts_empty():
     cache.get(("k",), torch.zeros(2, 1), lambda: "table")
     clone = copy.deepcopy(cache)
     assert clone.max_entries == 3 and clone.builds == 0 and not clone._entries
+
+
+def refill_through_numpy(coords):
+    coords.numpy()[:] = coords.numpy()[::-1].copy() + 1  # no version bump
+
+
+def refill_through_data(coords):
+    coords.data.mul_(2).add_(1)  # no version bump either
+
+
+@pytest.mark.parametrize("refill", [refill_through_numpy, refill_through_data, lambda c: c.add_(1)])
+def test_coordinates_refilled_in_place_get_a_new_table(refill):
+    """A DataLoader buffer or a ``.numpy()`` view rewritten between calls: the same tensor object, new values."""
+    pe = create_pe("rope_axial", head_dim=16)
+    coords = torch.rand(6, 2, dtype=torch.float64) * 4
+    pe.table(coords, torch.float64)
+    refill(coords)
+    got = pe.table(coords, torch.float64)
+    assert torch.equal(got.cis, pe.compute_table(coords, torch.complex128).cis)
+
+
+def test_library_owned_coordinates_hit_by_identity(monkeypatch):
+    from mmpos.ops.tables import library_owned
+    pe = create_pe("rope_axial", head_dim=16)
+    coords = library_owned(torch.rand(6, 2))
+    first = pe.table(coords)
+    monkeypatch.setattr(torch, "equal", lambda a, b: pytest.fail("compared values"))
+    assert pe.table(coords) is first
+
+
+def test_tables_of_differentiable_coordinates_are_not_shared_between_graphs():
+    pe = create_pe("rope_axial", head_dim=16)
+    q = torch.randn(1, 2, 6, 16, dtype=torch.float64)
+    grid = torch.rand(6, 2, dtype=torch.float64)
+    first, second = grid.clone().requires_grad_(), grid.clone().requires_grad_()
+    pe(q, q, first)[0].sum().backward()
+    pe(q, q, second)[0].sum().backward()  # was: first's cached table, then "backward through the graph a second time"
+    assert second.grad is not None and torch.equal(first.grad, second.grad)

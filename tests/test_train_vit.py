@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mmpos.training import build_vit, load_config, train_vit
-from mmpos.training.checkpoints import RunExistsError, checkpoints
+from mmpos.training.checkpoints import RunExistsError, UnreadableCheckpointError, checkpoints
 from mmpos.training.vit_cli import train_main
 from mmpos.training.vit_config import ConfigError
 from mmpos.world.positional import write_positional_folder
@@ -196,3 +196,12 @@ def test_open_clip_tower_trains_and_evaluates(data_dir, tmp_path):
     frozen = build_vit(tiny_config(data_dir, model="open_clip:ViT-B-32", model_kwargs=tiny, train_only="pe,head"), 4)
     trainable = {n for n, p in frozen.named_parameters() if p.requires_grad}
     assert trainable == {"visual.transformer.resblocks.0.attn.pe.freqs", "head.weight", "head.bias"}
+
+
+def test_a_truncated_checkpoint_is_named_on_resume(data_dir, tmp_path):
+    config = tiny_config(data_dir, steps=4, eval_sizes=[32], eval_extrapolation=["none"])
+    train_vit(config, tmp_path / "run")
+    weights = checkpoints(tmp_path / "run")[-1] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:64])
+    with pytest.raises(UnreadableCheckpointError, match=r"step_0000004: cannot be resumed \(SafetensorError"):
+        train_vit(config, tmp_path / "run", resume=True)  # was: SafetensorError without the folder

@@ -42,16 +42,21 @@ class CameraModel:
     height: float
 
     def unproject(self, pixels: torch.Tensor):
-        """``pixels [..., 2]`` (u, v) -> ``(rays [..., 3] unit norm, valid [...] bool)``."""
+        """``pixels [..., 2]`` (u, v) -> ``(rays [..., 3] unit norm, valid [...] bool)``; non-finite pixels are
+        invalid (the optical axis)."""
         check_last_dim("pixels", pixels, 2)
         with no_autocast(pixels):
-            return self._unproject(pixels)
+            rays, valid = self._unproject(pixels)
+            return finite_or_invalid(pixels, rays, valid, optical_axis(rays))
 
     def project(self, points: torch.Tensor):
-        """``points [..., 3]`` in the camera frame -> ``(pixels [..., 2], valid [...] bool)``."""
+        """``points [..., 3]`` in the camera frame -> ``(pixels [..., 2], valid [...] bool)``; non-finite points
+        are invalid (the image centre)."""
         check_last_dim("points", points, 3)
         with no_autocast(points):
-            return self._project(points)
+            pixels, valid = self._project(points)
+            centre = torch.tensor([self.width / 2, self.height / 2], dtype=pixels.dtype, device=pixels.device)
+            return finite_or_invalid(points, pixels, valid, centre.expand_as(pixels))
 
     def resized(self, width: float, height: float):
         """The same camera imaging to a ``width x height`` image (intrinsics scale with the image)."""
@@ -60,6 +65,15 @@ class CameraModel:
     def cropped(self, left: float, top: float, width: float, height: float):
         """The camera of the sub-image ``[left, left + width) x [top, top + height)``."""
         raise NotImplementedError
+
+
+def finite_or_invalid(inputs: torch.Tensor, values: torch.Tensor, valid: torch.Tensor, placeholder: torch.Tensor):
+    """``(values, valid)`` with entries whose input or value is NaN or inf marked invalid and set to
+    ``placeholder`` (the package promises no NaN); finite entries are returned unchanged."""
+    bad = ~(torch.isfinite(inputs).all(-1) & torch.isfinite(values).all(-1))
+    if not bad.any():
+        return values, valid
+    return torch.where(bad[..., None], placeholder, values), valid & ~bad
 
 
 def optical_axis(like: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ def ray_frames(rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | 
     ``z = R d``, ``x = normalize(y_cam x z)`` (``y_cam``: the camera's down axis in the world), ``y = z x x``,
     origin at the camera centre. The optical-axis ray's frame is the camera's ``w2c``. A ray parallel to
     ``y_cam`` (possible beyond 180 degrees) takes ``x`` from the camera's x axis instead and is flagged; an
-    invalid ray (``valid`` False) gets the camera's own frame and is flagged.
+    invalid ray (``valid`` False, a zero ray, a NaN or inf component) gets the camera's own frame and is flagged.
 
     Args:
         rays_cam: ``[..., P, 3]`` unit rays in the camera frame; c2w: ``[..., 4, 4]``; valid: ``[..., P]``.
@@ -33,10 +33,12 @@ def ray_frames(rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | 
     c2w = check_pose("c2w", c2w)
     with torch.autocast(c2w.device.type, enabled=False):
         rays = rays_cam.to(c2w.device, c2w.dtype)
+        usable = torch.isfinite(rays).all(-1) & (rays.norm(dim=-1) > DEGENERATE_EPS)  # NaN or zero rays: flagged
         if valid is not None:
-            axis = torch.zeros_like(rays)
-            axis[..., 2] = 1
-            rays = torch.where(valid[..., None], rays, axis)
+            usable = usable & valid
+        axis = torch.zeros_like(rays)
+        axis[..., 2] = 1
+        rays = torch.where(usable[..., None], rays, axis)
         rotation = c2w[..., None, :3, :3]  # [..., 1, 3, 3]
         z = (rotation @ rays[..., None])[..., 0]
         z = z / z.norm(dim=-1, keepdim=True)
@@ -51,7 +53,7 @@ def ray_frames(rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | 
         w2l_rotation = torch.stack([x, y, z], dim=-2)  # rows
         center = c2w[..., None, :3, 3].expand_as(z)
         w2l = pose_from_rotation_translation(w2l_rotation, -(w2l_rotation @ center[..., None])[..., 0])
-    ok = ~degenerate if valid is None else valid & ~degenerate
+    ok = usable & ~degenerate
     return w2l, ok
 
 

@@ -1,6 +1,7 @@
 """Camera trajectories: a pose and pinhole intrinsics per frame, with RealEstate10K text and JSON files.
 
-RealEstate10K layout (one file per clip): the first line is the video URL, then one line per frame with
+RealEstate10K layout (one file per clip): the first line is the video URL (a file without it, whose first
+line is already a pose line, is read too), then one line per frame with
 19 numbers: ``timestamp fx fy cx cy 0 0 w2c[0, :] w2c[1, :] w2c[2, :]``: the timestamp in microseconds,
 intrinsics normalised by the image width (fx, cx) and height (fy, cy), two unused zeros, and the 3x4
 world-to-camera matrix row-major in OpenCV axes.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .._atomic import written_atomically
 from .._validation import check_finite, check_float_coords
 from .models import Pinhole
 from .poses import check_pose, complete_pose, invert_pose
@@ -52,6 +54,8 @@ class Trajectory:
             self.timestamps = torch.arange(n, dtype=torch.float64)
         elif self.timestamps.shape != (n,):
             raise ValueError(f"timestamps must be [N={n}], got {tuple(self.timestamps.shape)}")
+        else:
+            check_finite("timestamps", self.timestamps)
 
     def __len__(self) -> int:
         return self.c2w.shape[0]
@@ -109,9 +113,10 @@ def read_re10k(path, dtype=torch.float64) -> Trajectory:
     lines = Path(path).read_text().splitlines()
     if not lines:
         raise ValueError(f"{path}: empty file; expected a URL line then {RE10K_COLUMNS}-column pose lines")
-    url, rows = lines[0].strip(), []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
+    first_is_pose = _is_pose_line(lines[0])
+    url, rows = ("" if first_is_pose else lines[0].strip()), []
+    for number, line in enumerate(lines, start=1):
+        if (number == 1 and not first_is_pose) or not line.strip():
             continue
         values = line.split()
         if len(values) != RE10K_COLUMNS:
@@ -122,11 +127,22 @@ def read_re10k(path, dtype=torch.float64) -> Trajectory:
         except ValueError:
             raise ValueError(f"{path}:{number}: non-numeric value in {line!r}") from None
     if not rows:
-        raise ValueError(f"{path}: no pose lines after the URL line")
+        raise ValueError(f"{path}: no pose lines (expected {RE10K_COLUMNS}-column lines after the URL line)")
     table = torch.tensor(rows, dtype=torch.float64)
     w2c = complete_pose(table[:, 7:].reshape(-1, 3, 4))
     check_pose(f"{path}: world-to-camera", w2c)
     return Trajectory(invert_pose(w2c).to(dtype), table[:, 1:5].to(dtype), table[:, 0], url)
+
+
+def _is_pose_line(line: str) -> bool:
+    values = line.split()
+    if len(values) != RE10K_COLUMNS:
+        return False
+    try:
+        [float(v) for v in values]
+    except ValueError:
+        return False
+    return True
 
 
 def write_re10k(trajectory: Trajectory, path) -> Path:
@@ -135,14 +151,16 @@ def write_re10k(trajectory: Trajectory, path) -> Path:
     lines = [trajectory.url or "https://example.invalid/mmpos"]
     for t, k, m in zip(trajectory.timestamps.tolist(), trajectory.intrinsics.double().tolist(), w2c.tolist()):
         lines.append(" ".join([str(int(round(t)))] + [repr(v) for v in k] + ["0", "0"] + [repr(v) for v in m]))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    with written_atomically(path) as temporary:
+        temporary.write_text("\n".join(lines) + "\n")
+    return Path(path)
 
 
 def read_json(path, dtype=torch.float64) -> Trajectory:
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
         raise ValueError(f"{path}: not a {JSON_FORMAT} file (missing \"format\": \"{JSON_FORMAT}\")")
     if data.get("convention", "opencv") != "opencv" or data.get("pose", "c2w") != "c2w":
@@ -170,10 +188,9 @@ def write_json(trajectory: Trajectory, path) -> Path:
                   trajectory.intrinsics.double().tolist())]
     data = {"format": JSON_FORMAT, "version": 1, "convention": "opencv", "pose": "c2w", "url": trajectory.url,
             "frames": frames}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
-    return path
+    with written_atomically(path) as temporary:
+        temporary.write_text(json.dumps(data, indent=1))
+    return Path(path)
 
 
 def load_trajectory(path, dtype=torch.float64) -> Trajectory:

@@ -6,6 +6,7 @@ Prefix tokens (cls, registers, text) get no coordinates here: rotary encodings s
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -46,6 +47,9 @@ def grid_coords(shape: Sequence[int], mode: str = "index", offset=0.0, scale=1.0
         raise ValueError("shape must have at least one axis")
     offsets = per_axis("offset", offset, len(shape))
     scales = per_axis("scale", scale, len(shape))
+    for name, given, values in (("offset", offset, offsets), ("scale", scale, scales)):
+        if not all(math.isfinite(float(v)) for v in values):
+            raise ValueError(f"{name}={given!r}: expected finite numbers")
     axes = [axis_positions(n, mode, o, s, dtype, device) for n, o, s in zip(shape, offsets, scales)]
     mesh = torch.meshgrid(*axes, indexing="ij")
     return torch.stack(mesh, dim=-1).reshape(-1, len(shape))

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_choice, check_non_negative_int, check_positive_int
+from .._validation import check_choice, check_non_negative_int, check_positive_int, check_theta
 from ..ops.tables import check_coords
 from .base import Capabilities, PEKind
 from .registry import register_pe
@@ -26,6 +26,7 @@ class AbsolutePE(nn.Module):
     def __init__(self, embed_dim: int, num_axes: int, num_prefix_tokens: int):
         super().__init__()
         check_positive_int("embed_dim", embed_dim)
+        check_positive_int("num_axes", num_axes)
         check_non_negative_int("num_prefix_tokens", num_prefix_tokens)
         self.embed_dim, self.num_axes, self.num_prefix_tokens = embed_dim, num_axes, num_prefix_tokens
 
@@ -61,6 +62,7 @@ class SinCosAPE(AbsolutePE):
         super().__init__(embed_dim, num_axes, num_prefix_tokens)
         if embed_dim % (2 * num_axes):
             raise ValueError(f"embed_dim={embed_dim} must be divisible by 2 * num_axes = {2 * num_axes}")
+        check_theta("theta", theta)
         self.theta = theta
 
     def embed(self, coords):

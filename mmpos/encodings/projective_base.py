@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .._validation import as_int_tuple, check_choice, check_positive_int
+from .._validation import as_int_tuple, check_choice, check_positive_int, check_theta
 from ..coords.grids import image_grid
 from ..ops.projective import transform_blocks
 from ..ops.rotation import LAYOUTS, rotate
@@ -78,6 +78,7 @@ class ProjectiveRoPE(CameraPE):
                              f"of 4 projective channels and a multiple of 4 left for the 2D RoPE (head_dim % 8 == 0 "
                              "for the default half split)")
         check_choice("layout", layout, LAYOUTS)
+        check_theta("rope_theta", rope_theta)
         self.head_dim, self.projective_dim, self.rope_dim = head_dim, projective_dim, rope_dim
         self.rope_theta, self.layout, self.apply_vo = rope_theta, layout, apply_vo
         self.rope = (AxialRoPE(rope_dim, axes_dims=(rope_dim // 2, rope_dim // 2), theta=rope_theta, layout=layout)

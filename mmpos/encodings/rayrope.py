@@ -86,9 +86,10 @@ class RayRoPE(CameraPE):
         ``grid_size = (rows, cols)`` patches (:func:`~.rayrope_rays.ray_side`)."""
         return ray_side(w2c, intrinsics, image_size, grid_size, self.num_rays)
 
-    def depths(self, raw: torch.Tensor, side: RaySide, known: torch.Tensor | None = None):
+    def depths(self, raw: torch.Tensor, side: RaySide, known: torch.Tensor | None = None,
+               names: tuple[str, str] = ("raw", "known")):
         """Depth hypotheses ``(d1, d2)`` ``[B, L, R]`` (:func:`~.rayrope_rays.depth_hypotheses`)."""
-        return depth_hypotheses(raw, side, self.num_rays, known)
+        return depth_hypotheses(raw, side, self.num_rays, known, names)
 
     def query_coordinates(self, side: RaySide, depth: torch.Tensor) -> torch.Tensor:
         """``[B, L, D_c]`` coordinates of each token in its own camera: ``(0, 0, 0, own dirs, depth)``."""
@@ -184,8 +185,8 @@ class RayRoPE(CameraPE):
                                  f"({side.num_cameras} cameras x {side.patches} patches), got {tuple(x.shape)}")
         if self_attention and depth_k is None and known_depth_k is None:
             depth_k, known_depth_k = depth_q, known_depth_q
-        q_depths = self.depths(depth_q, query, known_depth_q)
-        key_depths = self.depths(depth_k, key, known_depth_k)
+        q_depths = self.depths(depth_q, query, known_depth_q, ("depth_q", "known_depth_q"))
+        key_depths = self.depths(depth_k, key, known_depth_k, ("depth_k", "known_depth_k"))
         q_table = self.expected_table(*(self.query_coordinates(query, d) for d in q_depths))
         return key, q_table, key_depths
 

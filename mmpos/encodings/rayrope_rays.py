@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .._validation import as_int_tuple, check_choice
+from .._validation import as_int_tuple, check_choice, check_finite
 from ..camera.models import check_intrinsic_matrix, normalized_intrinsics
 from ..camera.poses import check_pose, invert_pose
 from ..camera.rays import patch_pixels
@@ -88,12 +88,14 @@ def ray_side(w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[f
                        own_dirs)
 
 
-def depth_hypotheses(raw: torch.Tensor | None, side: RaySide, num_rays: int, known: torch.Tensor | None = None):
+def depth_hypotheses(raw: torch.Tensor | None, side: RaySide, num_rays: int, known: torch.Tensor | None = None,
+                     names: tuple[str, str] = ("raw", "known")):
     """Depth hypotheses ``(d1, d2)`` ``[B, L, R]`` from the depth head's raw ``(l, s)`` ``[B, L, 2]``: the depths
     ``exp(min(l -+ s, 3))``, clamped to :data:`DEPTH_RANGE`.
 
     ``known [B, L_known, R]`` (e.g. :func:`sample_ray_depths`) replaces both for the first ``L_known`` tokens
-    (RGB-D context views). ``raw=None`` with ``known`` covering every token is allowed.
+    (RGB-D context views). ``raw=None`` with ``known`` covering every token is allowed. NaN or inf in either is
+    refused (``names``: the arguments' names in the message): one would turn every attention output to NaN.
     """
     batch, length = side.w2c.shape[0], side.num_tokens
     dtype, device = side.w2c.dtype, side.w2c.device
@@ -106,6 +108,7 @@ def depth_hypotheses(raw: torch.Tensor | None, side: RaySide, num_rays: int, kno
         if raw.dim() != 3 or raw.shape[1:] != (length, 2):
             raise ValueError(f"raw depth predictions must be [B, {length}, 2] (log_depth, sigma), got "
                              f"{tuple(raw.shape)}")
+        check_finite(names[0], raw)
         with torch.autocast(device.type, enabled=False):
             log_depth, sigma = raw.to(device, dtype).unbind(-1)
             d1 = (log_depth - sigma).clamp(max=MAX_LOG_DEPTH).exp()[..., None].expand(-1, -1, num_rays)
@@ -114,6 +117,7 @@ def depth_hypotheses(raw: torch.Tensor | None, side: RaySide, num_rays: int, kno
         if known.dim() != 3 or known.shape[-1] != num_rays or known.shape[1] > length:
             raise ValueError(f"known depths must be [B, L_known <= {length}, R={num_rays}], got "
                              f"{tuple(known.shape)}")
+        check_finite(names[1], known)
         known = known.to(device, dtype).expand(batch, -1, -1)
         n = known.shape[1]
         d1 = torch.cat([known, d1[:, n:]], 1)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .._validation import check_choice, check_even, check_positive_int
+from .._validation import as_int_tuple, check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
 from ..spectrum.schedule import DiffusionStep, ScheduledSpectrum, has_schedule
@@ -106,8 +106,12 @@ class RoPE1D(ReadsPositionIds, AxialRoPE):
 
 def _resolve_dims(head_dim, axes_dims, num_axes, rotary_dim):
     check_positive_int("head_dim", head_dim)
+    if num_axes is not None:
+        check_positive_int("num_axes", num_axes)
     if axes_dims is not None:
-        axes_dims = tuple(int(d) for d in axes_dims)
+        axes_dims = as_int_tuple("axes_dims", axes_dims)
+        if not axes_dims:
+            raise ValueError("axes_dims must name at least one axis (rotary channels per axis)")
         for i, d in enumerate(axes_dims):
             check_even(f"axes_dims[{i}]", d)
         if num_axes is not None and num_axes != len(axes_dims):

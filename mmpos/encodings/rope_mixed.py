@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from .._validation import check_even, check_positive_int
+from .._validation import check_even, check_positive_int, check_theta
 from ..ops.tables import table_from_phases
 from .base import Capabilities
 from .registry import register_pe
@@ -44,6 +44,7 @@ class MixedRoPE(RotaryPE):
         if num_axes == 2 and head_dim % 4:
             raise ValueError(f"head_dim must be a multiple of 4 for 2-axis RoPE-Mixed, got {head_dim}")
         check_positive_int("num_heads", num_heads)
+        check_theta("theta", theta)
         self.num_heads = num_heads
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.freqs = nn.Parameter(init_mixed_freqs(head_dim, num_heads, num_axes, theta, rotate, generator))

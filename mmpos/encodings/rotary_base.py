@@ -30,11 +30,13 @@ class RotaryPE(nn.Module):
     def __init__(self, head_dim: int, num_axes: int, layout: str, num_prefix_tokens: int, seq_dim: int):
         super().__init__()
         check_positive_int("head_dim", head_dim)
+        check_positive_int("num_axes", num_axes)
         check_choice("layout", layout, LAYOUTS)
         check_choice("seq_dim", seq_dim, (-2, -3))
         check_non_negative_int("num_prefix_tokens", num_prefix_tokens)
         self.head_dim, self.num_axes, self.layout = head_dim, num_axes, layout
         self.num_prefix_tokens, self.seq_dim = num_prefix_tokens, seq_dim
+        self.rotary_dim = head_dim  # channels a table rotates; partial-rotary subclasses set fewer
         self.cache = TableCache(max_entries=self.cache_entries)
 
     # ----- the two hooks of a subclass ----------------------------------------------------------------------
@@ -71,6 +73,9 @@ class RotaryPE(nn.Module):
         """Rotate one tensor (q or k) by a table from :meth:`table`."""
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
+        if isinstance(table, RotaryTable) and 2 * table.num_pairs != self.rotary_dim:
+            raise ValueError(f"table rotates {2 * table.num_pairs} channels but this encoding rotates "
+                             f"rotary_dim={self.rotary_dim}; use a table from this encoding's table()")
         return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.num_prefix_tokens)
 
     def rotate_qk(self, q: torch.Tensor, k: torch.Tensor | None, table):

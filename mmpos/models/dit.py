@@ -28,6 +28,7 @@ from ..encodings.per_block import check_fits, create_block_pes, no_weight_decay_
 from ..encodings.base import PEKind
 from ..encodings.registry import pe_class
 from ..ops.forward_tables import ForwardTables, run_dtype
+from ..ops.tables import library_owned
 
 # name: (depth, hidden_size, num_heads), as in the DiT paper (Table 1); patch 2, 4 or 8 after the slash.
 DIT_SIZES = {"S": (12, 384, 6), "B": (12, 768, 12), "L": (24, 1024, 16), "XL": (28, 1152, 16)}
@@ -205,7 +206,8 @@ class DiT(ModelMixin, ConfigMixin):
         """``[height * width, 2]`` patch coordinates (cached, so encodings' tables hit by identity)."""
         key = (height, width, str(device))
         if key not in self._coords_cache:
-            self._coords_cache[key] = image_grid(height, width, mode=self.config.grid_mode, device=device)
+            grid = image_grid(height, width, mode=self.config.grid_mode, device=device)
+            self._coords_cache[key] = library_owned(grid)
         return self._coords_cache[key]
 
     def no_weight_decay(self) -> set[str]:

@@ -58,6 +58,9 @@ def _check_and_move(x, table, seq_dim, num_prefix_tokens):
         raise ValueError(f"x must be a tensor with a sequence and a channel dim, got shape {getattr(x, 'shape', x)}")
     if seq_dim not in (-2, -3) and seq_dim != x.dim() - 2 and seq_dim != x.dim() - 3:
         raise ValueError(f"seq_dim must be -2 ([..., L, D]) or -3 ([B, L, H, D]), got {seq_dim}")
+    if x.dtype == torch.float64 and table.cis.dtype != torch.complex128:
+        raise TypeError(f"table is {table.cis.dtype} but x is float64: a float64 x needs a complex128 table "
+                        "(build it for x's dtype, e.g. pe.table(coords, torch.float64))")
     rotary_dim = 2 * table.num_pairs
     if rotary_dim > x.shape[-1]:
         raise ValueError(f"the table rotates {rotary_dim} channels but x has only {x.shape[-1]} (head dim)")

@@ -196,11 +196,27 @@ def frozen_key(key: tuple) -> tuple:
     return tuple(k.frozen() if isinstance(k, ParameterValues) else k for k in key)
 
 
+def library_owned(coords: torch.Tensor) -> torch.Tensor:
+    """Mark coordinates the library built and keeps to itself (a model's grid, reused every step): a
+    :class:`TableCache` then finds them by identity and version alone, without reading their values (a device
+    sync on GPUs). Never mark a tensor a caller can write: writes through ``.data`` or a ``.numpy()`` view
+    leave the version unchanged. Returns ``coords``."""
+    coords._mmpos_library_owned = True
+    return coords
+
+
+def _is_library_owned(coords: torch.Tensor) -> bool:
+    return getattr(coords, "_mmpos_library_owned", False)
+
+
 class TableCache:
     """Small LRU cache of tables keyed by the coordinates' values (plus a caller key).
 
-    A hit is found by identity (same tensor object, same version) without touching the data, or else by
-    comparing values with the stored copy, so equal coordinates rebuilt every step still hit.
+    A hit compares the coordinates' values with the stored copy, so equal coordinates rebuilt every step hit,
+    and coordinates refilled in place (a DataLoader buffer, a write through ``.numpy()`` or ``.data``, which
+    leave the version counter unchanged) never get the old table. Only coordinates marked
+    :func:`library_owned` are found by identity and version without a comparison. Coordinates that require
+    grad (in grad mode) are never cached: their table carries a graph that belongs to one forward.
     """
 
     def __init__(self, max_entries: int = 16):
@@ -210,16 +226,22 @@ class TableCache:
         self.builds = 0
 
     def get(self, key: tuple, coords: torch.Tensor, build):
+        if coords.requires_grad and torch.is_grad_enabled():
+            table = build()
+            with self._lock:
+                self.builds += 1
+            return table
         with self._lock:  # threads share an encoding's cache (one model served from several threads)
             return self._get(key, coords, build)
 
     def _get(self, key: tuple, coords: torch.Tensor, build):
         # tables built under inference_mode are inference tensors, unusable by autograd: kept apart
         full_key = key + (tuple(coords.shape), coords.dtype, coords.device, torch.is_inference_mode_enabled())
+        owned = _is_library_owned(coords)
         for entry_key, (ref, version, saved, table) in reversed(self._entries.items()):
             if entry_key[0] != full_key:
                 continue
-            same_object = ref() is coords and version is not None and _version(coords) == version
+            same_object = owned and ref() is coords and version is not None and _version(coords) == version
             if same_object or torch.equal(saved, coords):
                 self._entries.move_to_end(entry_key)
                 return table

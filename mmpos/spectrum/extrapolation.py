@@ -68,8 +68,11 @@ class YaRN:
 
     def __post_init__(self):
         _check_factor("YaRN", self.factor)
-        if not self.original_length > 0:
-            raise ValueError(f"YaRN.original_length must be positive, got {self.original_length!r}")
+        _check_positive("YaRN.original_length", self.original_length)
+        _check_positive("YaRN.beta_fast", self.beta_fast)
+        _check_positive("YaRN.beta_slow", self.beta_slow)
+        if self.attention_factor is not None:
+            _check_positive("YaRN.attention_factor", self.attention_factor)
 
     def frequencies(self, dim, theta):
         extrapolated = rope_inv_freq(dim, theta)
@@ -104,8 +107,9 @@ class VisionYaRN:
 
     def __post_init__(self):
         _check_factor("VisionYaRN", self.factor)
-        if not self.original_length > 0:
-            raise ValueError(f"VisionYaRN.original_length must be positive, got {self.original_length!r}")
+        _check_positive("VisionYaRN.original_length", self.original_length)
+        if self.attention_factor is not None:
+            _check_positive("VisionYaRN.attention_factor", self.attention_factor)
         if not (math.isfinite(self.threshold_scale) and self.threshold_scale >= 0):
             raise ValueError(f"VisionYaRN.threshold_scale must be finite and >= 0, got {self.threshold_scale!r}")
         for name in ("beta", "gamma"):
@@ -173,8 +177,8 @@ class RIFLEx:
     def __post_init__(self):
         if not (isinstance(self.k, int) and self.k >= 1):
             raise ValueError(f"RIFLEx.k is a 1-based pair index, got {self.k!r}")
-        if not self.target_length > 0:
-            raise ValueError(f"RIFLEx.target_length must be positive, got {self.target_length!r}")
+        _check_positive("RIFLEx.target_length", self.target_length)
+        _check_factor("RIFLEx", self.factor)
 
     def frequencies(self, dim, theta):
         inv_freq = rope_inv_freq(dim, theta)
@@ -216,5 +220,9 @@ def make_policy(spec):
 
 
 def _check_factor(name, factor):
-    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
-        raise ValueError(f"{name}.factor must be a positive finite number, got {factor!r}")
+    _check_positive(f"{name}.factor", factor)
+
+
+def _check_positive(name, value):
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_even
+from .._validation import check_even, check_theta
 
 
 def rope_inv_freq(dim: int, theta: float) -> torch.Tensor:
@@ -16,7 +16,6 @@ def rope_inv_freq(dim: int, theta: float) -> torch.Tensor:
         ``[dim // 2]`` float64, the same expression (and bits) as diffusers' ``get_1d_rotary_pos_embed``.
     """
     check_even("dim", dim)
-    if not theta > 0:
-        raise ValueError(f"theta must be positive, got {theta!r}")
+    check_theta("theta", theta)
     exponents = torch.arange(0, dim, 2, dtype=torch.float64)[: dim // 2] / dim
     return 1.0 / (theta**exponents)

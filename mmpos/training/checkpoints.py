@@ -18,6 +18,22 @@ class RunExistsError(FileExistsError):
     """The run folder exists and neither resume nor overwrite was asked."""
 
 
+class UnreadableCheckpointError(ValueError):
+    """A checkpoint folder whose files are missing, truncated or foreign."""
+
+
+def load_checkpoint(accelerator, folder) -> None:
+    """``accelerator.load_state(folder)``; an unreadable checkpoint raises :class:`UnreadableCheckpointError`
+    naming the folder (safetensors' and torch's own errors do not)."""
+    from safetensors import SafetensorError
+
+    try:
+        accelerator.load_state(str(folder))
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, SafetensorError) as error:
+        message = " ".join(str(error).split())
+        raise UnreadableCheckpointError(f"{folder}: cannot be resumed ({type(error).__name__}: {message})") from None
+
+
 def prepare_run_folder(run_dir: Path, resume: bool, overwrite: bool, accelerator) -> None:
     """Refuse to write into an existing run without ``resume`` / ``overwrite``; ``overwrite`` empties it."""
     if resume and overwrite:

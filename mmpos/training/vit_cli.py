@@ -6,10 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .checkpoints import RunExistsError, latest_checkpoint
+from .._validation import NonFiniteLossError, OneLineErrorParser, positive_int_arg
+from .checkpoints import RunExistsError, UnreadableCheckpointError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
-USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError)
+USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError, UnreadableCheckpointError)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,14 +42,15 @@ def _config(args):
 def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
     from ..cli import DefaultsHelpFormatter
 
-    parser = argparse.ArgumentParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.",
+    parser = OneLineErrorParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.",
                                      formatter_class=DefaultsHelpFormatter)
     add_common_arguments(parser)
     parser.add_argument("--output-dir", required=True, help="run folder (refused if it exists, see --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="delete the existing run folder first")
-    parser.add_argument("--steps", type=int, help="optimizer steps (default: the config's steps)")
-    parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model (default: the config's compile)")
+    parser.add_argument("--steps", type=positive_int_arg, help="optimizer steps (default: the config's steps)")
+    parser.add_argument("--compile", action="store_true", default=None,
+                        help="torch.compile the model (default: the config's compile)")
     parser.add_argument("--eval-only", action="store_true", help="evaluate --checkpoint (or the run's newest)")
     parser.add_argument("--checkpoint", help="accelerate checkpoint folder for --eval-only (default: the run's newest)")
     return parser
@@ -74,6 +76,8 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
                             eval_only=args.eval_only, checkpoint=checkpoint)
     except USER_ERRORS as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except NonFiniteLossError as error:  # not a usage error: exit code 1
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
     _print_table(results["eval"])
     return 0
 
@@ -81,9 +85,9 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
 def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
     from ..cli import DefaultsHelpFormatter
 
-    parser = argparse.ArgumentParser(prog=prog, description="Top-1/top-5 of trained ViT runs at several "
-                                     "resolutions; JSON and a PNG plot of accuracy vs resolution.",
-                                     formatter_class=DefaultsHelpFormatter)
+    parser = OneLineErrorParser(prog=prog, description="Top-1/top-5 of trained ViT runs at several "
+                                "resolutions; JSON and a PNG plot of accuracy vs resolution.",
+                                formatter_class=DefaultsHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoints/)")
     parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels (default: the config's eval_sizes)")
     parser.add_argument("--scales", type=float, nargs="+", help="or multiples of the training resolution (default: the config's eval_scales)")

@@ -24,7 +24,8 @@ from timm.scheduler import create_scheduler_v2
 from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
-from .checkpoints import latest_checkpoint, prepare_run_folder, save_checkpoint
+from .._validation import check_finite_loss
+from .checkpoints import latest_checkpoint, load_checkpoint, prepare_run_folder, save_checkpoint
 from .vit_config import eval_sizes
 from .vit_data import SeededSamples, make_dataset, make_mixup, num_classes_of, train_loader, train_transform
 from .vit_eval import evaluate_resolutions, plot_results, save_results
@@ -125,7 +126,7 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
     accelerator.register_for_checkpointing(scheduler, progress, *([ema] if ema is not None else []))
     start = checkpoint or (latest_checkpoint(run_dir) if resume else None)
     if start is not None:
-        accelerator.load_state(str(start))
+        load_checkpoint(accelerator, start)
         accelerator.print(f"resumed from {start} at update {progress.step}")
     if not eval_only:
         if accelerator.trackers == [] and accelerator.log_with:
@@ -164,6 +165,7 @@ def _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loade
             with accelerator.accumulate(model):
                 with accelerator.autocast():
                     loss = criterion(model(images), targets)
+                check_finite_loss(accelerator.gather(loss.detach()[None]), progress.step + 1, lambda: _kept(run_dir))
                 accelerator.backward(loss)
                 grad_norm = None
                 if accelerator.sync_gradients and config["clip_grad"]:
@@ -192,6 +194,11 @@ def _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loade
     bar.close()
     accelerator.wait_for_everyone()
     accelerator.save_model(ema.module if ema is not None else plain_model(accelerator, model), str(run_dir))
+
+
+def _kept(run_dir) -> str:
+    kept = latest_checkpoint(run_dir)
+    return f"The last checkpoint, {kept}, is kept (--resume continues from it)." if kept else "No checkpoint yet."
 
 
 def _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started):

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .models import transformer_channels
+from .models import load_pretrained, transformer_channels
 
 
 class DenoiserWithText(nn.Module):
@@ -28,7 +28,7 @@ def load_trained_vae(path, device):
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"no VAE checkpoint at {folder} (expected config.json); train one with "
                                 "scripts/train_world.py --task vae")
-    vae = AutoencoderKL.from_pretrained(folder, torch_dtype=torch.float32).to(device)
+    vae = load_pretrained(AutoencoderKL, folder, torch_dtype=torch.float32).to(device)
     return vae.eval().requires_grad_(False)
 
 
@@ -49,12 +49,12 @@ def load_trained_denoiser(path, task: str, device, vae_latent_channels: int = 4,
     folder = _task_folder(path, task)
     if not (folder / "transformer" / "config.json").is_file():
         raise FileNotFoundError(f"init_from: no {task} checkpoint at {folder} (expected transformer/config.json)")
-    transformer = FluxTransformer2DModel.from_pretrained(folder / "transformer", torch_dtype=torch.float32)
+    transformer = load_pretrained(FluxTransformer2DModel, folder / "transformer", torch_dtype=torch.float32)
     expected = transformer_channels(task, vae_latent_channels, vae_factor)[0]
     if transformer.config.in_channels != expected:
         raise ValueError(f"init_from: {folder} holds a transformer with in_channels={transformer.config.in_channels}; "
                          f"a {task} model on this VAE has {expected} (is it another task's checkpoint?)")
-    text_encoder = WorldTextEncoder.from_pretrained(folder / "text_encoder", torch_dtype=torch.float32)
+    text_encoder = load_pretrained(WorldTextEncoder, folder / "text_encoder", torch_dtype=torch.float32)
     return DenoiserWithText(transformer, text_encoder).to(device).train()
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._atomic import check_new_output
+from .._validation import finite_float_arg, positive_int_arg
 from .scene import COLOURS, PATTERNS, SHAPES, SIZES
 
 EDIT_KINDS = ("transplant", "harmonise", "style")
@@ -21,8 +23,10 @@ def _dataset(args) -> list[Path]:
     from .positional import POSITIONAL_TASKS, write_positional_folder
 
     if args.task in POSITIONAL_TASKS:
-        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size, progress=True)
-    return write_image_folder(args.out, args.count, args.seed, args.task, args.size, progress=True)
+        return write_positional_folder(args.out, args.count, args.seed, args.task, args.size, progress=True,
+                                       overwrite=args.overwrite)
+    return write_image_folder(args.out, args.count, args.seed, args.task, args.size, progress=True,
+                              overwrite=args.overwrite)
 
 
 def _render(args) -> list[Path]:
@@ -33,6 +37,7 @@ def _render(args) -> list[Path]:
     style = SceneStyle(args.background, args.background_pattern, args.pattern)
     spec = SceneSpec(args.size, style, (ObjectSpec(args.shape, args.colour, tuple(args.box), args.object_size),))
     rendered = render_scene(spec)
+    _refuse_overwrite(args)
     out = Path(args.out)
     written = [save_png(out / "scene.png", rendered.image), out / "scene.json"]
     written[1].write_text(json.dumps({"caption": spec.caption(), "spec": spec.to_dict(), "boxes": rendered.boxes()},
@@ -45,6 +50,7 @@ def _edits(args) -> list[Path]:
     from .images import save_png
 
     out, written = Path(args.out), []
+    _refuse_overwrite(args)
     for seed in range(args.seed, args.seed + args.count):
         folder = out / f"{args.kind}-{seed:05d}"
         if args.kind == "transplant":
@@ -85,6 +91,7 @@ def _clip(args) -> list[Path]:
         trajectory = orbit_trajectory(args.frames, degrees=90.0 if args.degrees is None else args.degrees,
                                       fov_degrees=60.0 if args.fov is None else args.fov)
     frames = render_trajectory(sample_scene3d(args.seed, args.objects, args.textured), trajectory, args.size)
+    _refuse_overwrite(args)
     out = Path(args.out)
     written = [save_png(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
     np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
@@ -130,6 +137,17 @@ def _check_out_folder(args) -> None:
                          f"it, e.g. {out.with_suffix('') / args.world_outputs})")
 
 
+def _refuse_overwrite(args) -> None:
+    """Before a command writes: what it would replace at ``--out`` exists and ``--overwrite`` was not given."""
+    out = Path(args.out)
+    named = {"render": lambda: [out / "scene.png", out / "scene.json"],
+             "edits": lambda: [out / f"{args.kind}-{seed:05d}" for seed in range(args.seed, args.seed + args.count)],
+             "clip": lambda: [out / f"frame_{i:03d}.png" for i in range(args.frames)] + [out / "ground_truth.npz",
+                                                                                          out / "trajectory.json"]}
+    for path in named[args.world_command]():
+        check_new_output(path, args.overwrite)
+
+
 def _run(args) -> int:
     try:
         _check_out_folder(args)
@@ -152,13 +170,14 @@ def add_world_command(subparsers) -> None:
         parser = sub.add_parser(name, help=help_text, description=f"{help_text}. --out is a folder; this command "
                                 f"writes {outputs} into it.")
         parser.set_defaults(func=_run, world_func=func, world_parser=parser, world_outputs=outputs.split()[0])
-        parser.add_argument("--size", type=int, default=size_default, help=size_help)
+        parser.add_argument("--size", type=positive_int_arg, default=size_default, help=size_help)
+        parser.add_argument("--overwrite", action="store_true", help="replace what --out names if it exists")
         return parser
 
     dataset = command("dataset", _dataset, "write an ImageFolder-style dataset with metadata.jsonl",
                       "metadata.jsonl and <class>/<index>.png")
     dataset.add_argument("--out", required=True, help="output folder")
-    dataset.add_argument("--count", type=int, default=100, help="number of images")
+    dataset.add_argument("--count", type=positive_int_arg, default=100, help="number of images")
     dataset.add_argument("--seed", type=int, default=0, help="dataset seed (examples are deterministic per seed)")
     dataset.add_argument("--task", choices=("scenes", "fill", "kontext", "relation", "quadrant"), default="scenes",
                          help="relation/quadrant: positional classification (mmpos.world.positional)")
@@ -179,7 +198,7 @@ def add_world_command(subparsers) -> None:
                    "<kind>-<seed>/ folders of images and ground_truth.json")
     edit.add_argument("--kind", choices=EDIT_KINDS, required=True, help="which edit")
     edit.add_argument("--out", required=True, help="output folder")
-    edit.add_argument("--count", type=int, default=4, help="number of pairs")
+    edit.add_argument("--count", type=positive_int_arg, default=4, help="number of pairs")
     edit.add_argument("--seed", type=int, default=0, help="seed of the first pair (then seed + 1, ...)")
     edit.add_argument("--box", type=int, nargs=4, metavar=("L", "T", "R", "B"),
                       help="transplant target box: left top right bottom in pixels (default: a random box per pair)")
@@ -190,7 +209,7 @@ def add_world_command(subparsers) -> None:
     clip.add_argument("--out", required=True, help="output folder")
     clip.add_argument("--seed", type=int, default=0, help="scene seed")
     clip.add_argument("--objects", type=int, default=3, help="number of objects in the scene")
-    clip.add_argument("--frames", type=int, default=8, help="number of frames")
+    clip.add_argument("--frames", type=positive_int_arg, default=8, help="number of frames")
     clip.add_argument("--degrees", type=float, help="arc of the default orbit in degrees (default: 90)")
     clip.add_argument("--fov", type=float, help="horizontal field of view of the default orbit in degrees "
                       "(default: 60)")
@@ -207,6 +226,7 @@ def add_world_command(subparsers) -> None:
     sample.add_argument("--caption", nargs="+", required=True, help="one or more captions in the world's words")
     sample.add_argument("--checkpoint", help="folder with world-vae/ and world-t2i/ (default: the shipped assets)")
     sample.add_argument("--out", default="outputs/world_sample", help="output folder")
-    sample.add_argument("--steps", type=int, default=20, help="denoising steps")
-    sample.add_argument("--guidance", type=float, default=3.0, help="true CFG scale against the empty caption")
+    sample.add_argument("--steps", type=positive_int_arg, default=20, help="denoising steps")
+    sample.add_argument("--guidance", type=finite_float_arg, default=3.0,
+                        help="true CFG scale against the empty caption")
     sample.add_argument("--seed", type=int, default=0, help="sampling seed")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._atomic import check_new_output, folder_written_atomically
 from .._validation import check_choice, check_non_negative_int, check_positive_int
 from .canvas import fill_canvas_example
 from .edit_pairs import instruction_pair
@@ -73,14 +74,22 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
 
 
 def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "scenes", image_size: int = 64,
-                       progress: bool = False):
+                       progress: bool = False, overwrite: bool = False):
     """``out_dir/<class>/<index>.png`` (class = first object's shape, or ``edit`` pairs for kontext/fill),
-    masks/contexts beside them, and ``metadata.jsonl`` with caption and scene spec per file."""
+    masks/contexts beside them, and ``metadata.jsonl`` with caption and scene spec per file. Written under a
+    temporary folder renamed into place; an ``out_dir`` holding files is refused unless ``overwrite`` (then
+    replaced whole: no stale class folders are left)."""
+    final = check_new_output(out_dir, overwrite)
+    check_positive_int("num_examples", num_examples)
+    with folder_written_atomically(final) as out_dir:
+        written = _write_examples(out_dir, num_examples, seed, task, image_size, progress)
+    return [final / p.relative_to(out_dir) for p in written]
+
+
+def _write_examples(out_dir: Path, num_examples: int, seed: int, task: str, image_size: int,
+                    progress: bool = False) -> list[Path]:
     from tqdm.auto import tqdm
 
-    out_dir = Path(out_dir)
-    check_positive_int("num_examples", num_examples)
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with open(out_dir / "metadata.jsonl", "w") as meta:
         for index in tqdm(range(num_examples), desc="world dataset", unit="image", disable=not progress):

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import yaml
 
+from .._atomic import folder_written_atomically
 from .images import save_png
 from .latents import to_unit
 from .models import build_pipeline
@@ -72,9 +73,15 @@ def load_line(task: str, folder_name: str) -> list[str]:
 
 
 def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Path:
-    """Write ``out_dir/world-<task>/`` and return it."""
-    folder = Path(out_dir) / f"world-{task}"
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write ``out_dir/world-<task>/`` (through a temporary folder renamed into place, so a kill keeps the previous
+    export whole) and return it."""
+    final = Path(out_dir) / f"world-{task}"
+    with folder_written_atomically(final) as folder:
+        _write_export(task, model, vae, config, card, folder, final.name)
+    return final
+
+
+def _write_export(task: str, model, vae, config: dict, card: dict, folder: Path, name: str) -> None:
     model = model.cpu().float()
     vae = vae.cpu().float() if vae is not None else None
     if task == "vae":
@@ -83,9 +90,8 @@ def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Pa
         save_pipeline_folder(task, model.transformer, model.text_encoder, vae, folder)
     save_png(folder / "samples.png", sample_grid(task, model, vae, config))
     (folder / "model_card.json").write_text(json.dumps(card, indent=1))
-    (folder / "README.md").write_text(model_card_markdown(card, folder.name))
+    (folder / "README.md").write_text(model_card_markdown(card, name))
     (folder / "train_config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
-    return folder
 
 
 def save_pipeline_folder(task: str, transformer, text_encoder, vae, folder) -> Path:

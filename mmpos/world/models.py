@@ -35,7 +35,14 @@ from .tokenizer import world_tokenizer
 
 TASKS = ("t2i", "fill", "kontext")
 PIPELINES = {"t2i": FluxPipeline, "fill": FluxFillPipeline, "kontext": FluxKontextPipeline}
-DEFAULT_ASSETS = Path(__file__).resolve().parents[2] / "assets"
+def _shipped_assets() -> Path:
+    """``assets/`` of a source checkout, else ``mmpos/assets`` of an installed wheel (setup.py ships it there)."""
+    package = Path(__file__).resolve().parents[1]
+    checkout, installed = package.parent / "assets", package / "assets"
+    return installed if (installed / "world-vae").is_dir() and not (checkout / "world-vae").is_dir() else checkout
+
+
+DEFAULT_ASSETS = _shipped_assets()
 
 VAE_CONFIG = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
                   up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), layers_per_block=1,
@@ -141,6 +148,19 @@ def prompt_kwargs(pipe, captions, negative_captions=None) -> dict:
     return kwargs
 
 
+def load_pretrained(cls, folder: Path, **options):
+    """``cls.from_pretrained(folder)``; a truncated or foreign file there raises ``ValueError`` naming the folder
+    (safetensors' own error does not)."""
+    from safetensors import SafetensorError
+
+    try:
+        return cls.from_pretrained(folder, **options)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        message = " ".join(str(error).split())
+        raise ValueError(f"{folder}: cannot load this {cls.__name__} checkpoint ({type(error).__name__}: "
+                         f"{message}); re-export or re-download it") from None
+
+
 def _checked_dir(path: Path, what: str) -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no {what} checkpoint at {path} (expected config.json and safetensors there); "
@@ -194,9 +214,9 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
 
         with world_text_encoders_accepted():
             return cls.from_pretrained(model_dir, **{dtype_keyword(cls): dtype}).to(device)
-    vae = AutoencoderKL.from_pretrained(_checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
-    transformer = FluxTransformer2DModel.from_pretrained(_checked_dir(model_dir / "transformer", task),
-                                                         torch_dtype=dtype)
-    text_encoder = WorldTextEncoder.from_pretrained(_checked_dir(model_dir / "text_encoder", "text encoder"),
-                                                    torch_dtype=dtype)
+    vae = load_pretrained(AutoencoderKL, _checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
+    transformer = load_pretrained(FluxTransformer2DModel, _checked_dir(model_dir / "transformer", task),
+                                  torch_dtype=dtype)
+    text_encoder = load_pretrained(WorldTextEncoder, _checked_dir(model_dir / "text_encoder", "text encoder"),
+                                   torch_dtype=dtype)
     return build_pipeline(task, vae, transformer, text_encoder, pipeline_class).to(device)

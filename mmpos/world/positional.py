@@ -14,11 +14,11 @@ Example ``i`` of a split with seed ``s`` comes from seed ``s * 1_000_003 + i`` (
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
+from .._atomic import check_new_output, folder_written_atomically
 from .._validation import check_choice, check_positive_int
 from .images import save_png
 from .render import render_scene
@@ -94,28 +94,25 @@ def positional_example(task: str, seed: int, image_size: int = 64) -> tuple[np.n
 
 
 def write_positional_folder(out_dir, num_examples: int, seed: int = 0, task: str = "relation",
-                            image_size: int = 64, progress: bool = False) -> list[Path]:
+                            image_size: int = 64, progress: bool = False,
+                            overwrite: bool = False) -> list[Path]:
     """ImageFolder layout ``out_dir/<class>/<index>.png`` (every class folder made, even if empty) and
-    ``metadata.jsonl`` (file, label, scene spec). Files are written under a temporary folder renamed into place."""
+    ``metadata.jsonl`` (file, label, scene spec). Files are written under a temporary folder renamed into place;
+    an ``out_dir`` holding files is refused unless ``overwrite`` (then replaced whole)."""
     from tqdm.auto import tqdm
 
     check_choice("task", task, POSITIONAL_TASKS)
     check_positive_int("num_examples", num_examples)
-    out_dir = Path(out_dir)
-    if out_dir.exists():
-        raise FileExistsError(f"{out_dir} exists; choose a new --out folder")
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    if tmp.exists():  # left over by an interrupted run of this function
-        shutil.rmtree(tmp)
-    for name in CLASSES[task]:
-        (tmp / name).mkdir(parents=True, exist_ok=True)
+    out_dir = check_new_output(out_dir, overwrite)
     written = []
-    with open(tmp / "metadata.jsonl", "w") as meta:
-        for index in tqdm(range(num_examples), desc="world dataset", unit="image", disable=not progress):
-            image, label, spec = positional_example(task, seed * SEED_STRIDE + index, image_size)
-            relative = f"{label}/{index:06d}.png"
-            save_png(tmp / relative, image)
-            meta.write(json.dumps({"file_name": relative, "label": label, "spec": spec.to_dict()}) + "\n")
-            written.append(out_dir / relative)
-    tmp.rename(out_dir)
+    with folder_written_atomically(out_dir) as tmp:
+        for name in CLASSES[task]:
+            (tmp / name).mkdir(parents=True, exist_ok=True)
+        with open(tmp / "metadata.jsonl", "w") as meta:
+            for index in tqdm(range(num_examples), desc="world dataset", unit="image", disable=not progress):
+                image, label, spec = positional_example(task, seed * SEED_STRIDE + index, image_size)
+                relative = f"{label}/{index:06d}.png"
+                save_png(tmp / relative, image)
+                meta.write(json.dumps({"file_name": relative, "label": label, "spec": spec.to_dict()}) + "\n")
+                written.append(out_dir / relative)
     return written

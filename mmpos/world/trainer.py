@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 import time
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
-from .._validation import check_choice
+from .._atomic import folder_written_atomically, recover_folder
+from .._validation import check_choice, check_finite_loss
 from ..models.ema import EMA
 from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
                           previous_training)
@@ -113,6 +116,7 @@ class WorldTrainer:
             index = torch.randint(0, self.data.num, (config["batch_size"],), device=self.device, generator=generator)
             with accelerator.autocast():
                 loss = self.loss(index, generator)
+            check_finite_loss(accelerator.gather(loss.detach()[None]), self.step + 1, self._kept)
             accelerator.backward(loss)
             accelerator.clip_grad_norm_(self.model.parameters(), 1.0)
             self.optimizer.step()
@@ -134,21 +138,31 @@ class WorldTrainer:
         if not self.progress:
             print(f"[{self.task}] step {self.step} loss {value:.5f}", flush=True)
 
+    def _kept(self) -> str:
+        if (self.state_dir / "progress.json").is_file():
+            return f"The last checkpoint is kept in {self.state_dir} (--resume continues from it)."
+        return "No checkpoint was written yet."
+
     def save_state(self) -> None:
-        """Accelerate state (model, optimiser, scheduler, RNG), EMA and progress, for ``load_state``."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.accelerator.save_state(str(self.state_dir))
-        torch.save(self.ema.state_dict(), self.state_dir / "ema.pt")
+        """Accelerate state (model, optimiser, scheduler, RNG), EMA and progress, for ``load_state``: written to a
+        temporary folder renamed into place, so a kill keeps the previous state whole (never parts of two steps)."""
         progress = {"step": self.step, "trained_seconds": self.trained_seconds, "history": self.history,
                     "initial_validation": self.initial_validation}
-        (self.state_dir / "progress.json").write_text(json.dumps(progress))
+        with folder_written_atomically(self.state_dir) as folder:
+            self.accelerator.save_state(str(folder))
+            torch.save(self.ema.state_dict(), folder / "ema.pt")
+            (folder / "progress.json").write_text(json.dumps(progress))
 
     def load_state(self) -> None:
-        if not (self.state_dir / "progress.json").is_file():
-            raise FileNotFoundError(f"nothing to resume: no {self.state_dir / 'progress.json'}")
-        self.accelerator.load_state(str(self.state_dir))
-        self.ema.load_state_dict(_ema_state(torch.load(self.state_dir / "ema.pt", map_location=self.device)))
-        saved = json.loads((self.state_dir / "progress.json").read_text())
+        state_dir = recover_folder(self.state_dir)
+        progress_file = state_dir / "progress.json"
+        if not progress_file.is_file():
+            raise FileNotFoundError(f"nothing to resume: no {progress_file}")
+        saved = _read_part(progress_file, lambda: json.loads(progress_file.read_text()))
+        _read_part(state_dir, lambda: self.accelerator.load_state(str(state_dir)))
+        ema_file = state_dir / "ema.pt"
+        self.ema.load_state_dict(_read_part(ema_file, lambda: _ema_state(torch.load(ema_file,
+                                                                                    map_location=self.device))))
         self.step, self.trained_seconds, self.history = saved["step"], saved["trained_seconds"], saved["history"]
         self.initial_validation = saved.get("initial_validation")
 
@@ -187,6 +201,15 @@ def _data_layout(task: str) -> dict:
     from .canvas import INSERTION_FRACTION, WORLD_TRANSPLANT
 
     return {"canvas": {"transplant": WORLD_TRANSPLANT, "insertion_fraction": INSERTION_FRACTION}}
+
+
+def _read_part(path: Path, read):
+    """``read()``, with an unreadable (truncated, foreign) file named in the error."""
+    try:
+        return read()
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError, SafetensorError) as error:
+        raise ValueError(f"{path}: cannot be read as part of a train state ({type(error).__name__}: {error}); "
+                         "delete the train state to start over") from None
 
 
 def _ema_state(saved: dict) -> dict:

@@ -6,13 +6,16 @@ The pieces: :mod:`.latents` (packing, ids), :mod:`.training_data`, :mod:`.losses
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 from .trainer import ALL_TASKS, DEFAULTS, WorldTrainer
 
-__all__ = ["ALL_TASKS", "DEFAULTS", "WorldTrainer", "stop_on_sigterm", "train"]
+__all__ = ["ALL_TASKS", "DEFAULTS", "WorldTrainer", "check_earlier_run", "check_writable_folder", "stop_on_sigterm",
+           "train"]
 
 
 @contextmanager
@@ -32,12 +35,15 @@ def stop_on_sigterm():
 def train(config: dict, out_dir, resume: bool = False, progress: bool = True) -> dict:
     """Train ``config['task']``; write the model (EMA weights), model card and samples under ``out_dir``.
 
-    Stops at ``max_steps``, after ``max_minutes`` of training or on SIGTERM. Returns the model card, whose
+    Stops at ``max_steps``, after ``max_minutes`` of training or on SIGTERM; a NaN or inf loss raises
+    :class:`~mmpos._validation.NonFiniteLossError`, keeping the last checkpoint. An ``out_dir`` that is a file or
+    cannot be written is refused before training. Returns the model card, whose
     ``val_loss_start`` is the validation loss of the starting weights (random, or ``init_from``'s on this run's
     validation data: then equal to the previous card's ``val_loss`` when the data are the same), measured before the
     first step and kept by ``resume``; ``val_loss`` is the final EMA weights'. Validation uses fixed examples, sigmas
     and noise (:func:`~mmpos.world.losses.validation_loss`), so values of different runs compare.
     """
+    check_writable_folder(out_dir)
     trainer = WorldTrainer(config, out_dir, progress)
     if resume:
         trainer.load_state()
@@ -45,3 +51,26 @@ def train(config: dict, out_dir, resume: bool = False, progress: bool = True) ->
         trainer.run(signals)
     trainer.save_state()
     return trainer.finish()
+
+
+def check_writable_folder(out_dir) -> Path:
+    """``out_dir``, made if missing; a file or a folder that cannot be written raises, naming it."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file; expected a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PermissionError(f"--out {out} is not writable")
+    return out
+
+
+def check_earlier_run(out_dir, task: str, resume: bool, overwrite: bool) -> None:
+    """A fresh run over an earlier run of ``task`` in ``out_dir`` (its train state or export) is refused unless
+    ``resume`` (continue it) or ``overwrite`` (replace it, each part once the new one is complete)."""
+    if resume and overwrite:
+        raise ValueError("--resume continues the earlier run and --overwrite replaces it: pass one")
+    out = Path(out_dir)
+    earlier = [p for p in (out / f"train_state-{task}", out / f"world-{task}") if p.exists()]
+    if earlier and not (resume or overwrite):
+        raise FileExistsError(f"--out {out} holds an earlier {task} run ({', '.join(p.name for p in earlier)}); "
+                              "pass --resume to continue it or --overwrite to replace it")

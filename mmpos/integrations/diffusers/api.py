@@ -218,7 +218,14 @@ def _check_fits(encoding, spec: ModelSpec, head_dim: int, heads: int, coord_axes
 
 
 def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes):
-    """The seam, on the model's device; learned PE parameters stay fp32 whatever the model's dtype."""
+    """The seam, on the model's device; learned PE parameters stay fp32 whatever the model's dtype. Until the
+    first forward records the activations' dtype, tables are built for the model's dtype."""
+    seam = _new_seam(spec, transformer, stock_position, encodings, native, coord_axes)
+    seam.activation_dtype = next(transformer.parameters()).dtype
+    return seam
+
+
+def _new_seam(spec, transformer, stock_position, encodings, native, coord_axes):
     device = next(transformer.parameters()).device
     if spec.family == "flux":
         return FluxPositions(encodings, native, coord_axes).to(device)

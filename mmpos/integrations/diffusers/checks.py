@@ -21,9 +21,11 @@ def check_stock_processors(processors, spec: ModelSpec) -> None:
     stock_cls = spec.stock_processor()
     for name, processor in processors:
         if type(processor) is not stock_cls:
+            extra = " (an IP-Adapter: its image-prompt term would be lost; unload_ip_adapter() first)" if hasattr(
+                processor, "to_k_ip") else " (its extra behaviour would be lost)"
             raise TypeError(f"{name} uses {type(processor).__name__}; set_pe replaces only the stock "
-                            f"{stock_cls.__name__} (its extra behaviour would be lost). Reset it first, e.g. "
-                            "transformer.set_attn_processor(...) with the stock processors")
+                            f"{stock_cls.__name__}{extra}. Reset it first, e.g. transformer.set_attn_processor(...) "
+                            "with the stock processors")
 
 
 def check_coord_axes(coord_axes, spec: ModelSpec):

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ...coords.grids import video_grid
-from ...ops.tables import KeyedCache, RotaryTable, device_has_fp64
+from ...ops.tables import KeyedCache, RotaryTable, device_has_fp64, library_owned
 
 
 class LayerTables(tuple):
@@ -152,7 +152,7 @@ class WanPositions(PositionSeam):
         """``video_grid`` coordinates, the same tensor while the grid and device stay (table cache hits by
         identity: no value comparison, no device sync per step)."""
         key = (grid, torch.device(device), torch.is_inference_mode_enabled())
-        return self._grid_cache.get(key, lambda: video_grid(*grid, device=device))
+        return self._grid_cache.get(key, lambda: library_owned(video_grid(*grid, device=device)))
 
     def grid(self, latents: torch.Tensor) -> tuple[int, int, int]:
         if latents.dim() != 5:

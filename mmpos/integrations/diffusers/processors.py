@@ -75,7 +75,12 @@ class _PEProcessor:
     _attention_backend = None
     _parallel_config = None
 
-    def __init__(self, rotation, layer: int, attention_backend=None, parallel_config=None):
+    def __init__(self, rotation=None, layer: int | None = None, attention_backend=None, parallel_config=None):
+        if rotation is None or layer is None:  # diffusers' load_ip_adapter re-creates processors without arguments
+            raise TypeError(f"{type(self).__name__} is made by set_pe (it needs the rotation and the layer index): "
+                            "load_ip_adapter after set_pe is not supported (the IP-Adapter's processors would replace "
+                            "the encoding's and drop the PE); IP-Adapters run with the stock PE and under "
+                            "mmpos.pipelines' editing pipelines")
         self.rotation, self.layer = rotation, layer
         self._attention_backend, self._parallel_config = attention_backend, parallel_config
 

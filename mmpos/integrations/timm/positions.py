@@ -26,7 +26,7 @@ from torch import nn
 from ..._validation import check_choice
 from ...coords.grids import MODES, image_grid
 from ...ops.forward_tables import ForwardTables, run_dtype
-from ...ops.tables import KeyedCache
+from ...ops.tables import KeyedCache, library_owned
 
 
 class ForwardState:
@@ -136,7 +136,7 @@ class TokenPositions:
 
         def build():
             coords = image_grid(*grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
-            return coords.flip(-1) if self.grid_indexing == "xy" else coords
+            return library_owned(coords.flip(-1) if self.grid_indexing == "xy" else coords)
 
         with self._grid_lock:
             return self._grid_cache.get(key, build)
