@@ -158,7 +158,7 @@ LIBRARY_ROWS = [
      "loss is nan at step 7"),
     ("dataset into a full folder", lambda tmp: __import__("mmpos.world.data", fromlist=["x"]).write_image_folder(
         write(tmp / "old.png", "x").parent, 1), FileExistsError, "--overwrite"),
-    ("world checkpoint truncated", lambda tmp: _truncated_world_vae(tmp), ValueError, "cannot load this AutoencoderKL"),
+    ("world checkpoint truncated", lambda tmp: _truncated_world_vae(tmp), ValueError, "cannot load this FluxPipeline"),
 ]
 
 
@@ -169,7 +169,7 @@ def _truncated_world_vae(tmp: Path):
 
     for name in ("world-vae", "world-t2i"):
         shutil.copytree(ROOT / "assets" / name, tmp / name)
-    weights = tmp / "world-vae" / "diffusion_pytorch_model.safetensors"
+    weights = tmp / "world-t2i" / "vae" / "diffusion_pytorch_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     return load_world_pipeline("t2i", tmp)  # was: SafetensorError without the file's folder
 
@@ -190,16 +190,18 @@ CLI_ROWS = [
     ("world sample --guidance nan", ["world", "sample", "--caption", "a red star", "--guidance", "nan"],
      "argument --guidance: expected a finite number"),
     ("world render over a PNG", ["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40",
-                                 "--out", "{tmp}/taken.png"], "pass --overwrite"),
-    ("world render over a JSON", ["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40",
-                                  "40", "--out", "{tmp}/photo.png"], "photo.json: this file exists"),
+                                 "--out", "{tmp}/taken.png"], "expected a folder"),
+    ("world render over its JSON", ["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40",
+                                  "40", "--out", "{tmp}/rendered"], "scene.json: this file exists"),
     ("world dataset into a full folder", ["world", "dataset", "--count", "2", "--out", "{tmp}/full"], "--overwrite"),
     ("world edits over a pair", ["world", "edits", "--kind", "style", "--count", "1", "--out", "{tmp}/pairs"],
      "style-00000: this folder holds files"),
     ("edit: unknown config key", ["edit", "band", "--config", "{tmp}/typo.yaml"], "unknown top-level key(s) ['bnad']"),
-    ("edit: tau nan", ["edit", "transplant", "--background", "b.png", "--box", "0,0,8,8", "--reference", "r.png",
+    ("edit: tau nan", ["edit", "transplant", "--background", "b.png", "--box", "0", "0", "8", "8", "--reference", "r.png",
                        "--set", "transplant.tau=.nan"], "transplant.tau is nan"),
-    ("edit: guidance nan", ["edit", "band", "--set", "sampler.guidance_scale=.nan"], "guidance_scale is nan"),
+    ("edit: guidance nan", ["edit", "band", "--set", "guidance=.nan"], "guidance is nan"),
+    ("edit: FLUX guidance nan", ["edit", "band", "--model", "black-forest-labs/FLUX.1-dev", "--set",
+                                 "sampler.guidance_scale=.nan"], "guidance_scale is nan"),
     ("edit: --out holds files", ["edit", "band", "--out", "{tmp}/full", "--set", "band.strength=0.5"],
      "already holds files"),
     ("generate: unknown key", ["generate", "--config", "{tmp}/typo_generate.yaml"],
@@ -220,7 +222,8 @@ CLI_ROWS = [
 @pytest.fixture
 def cli_files(tmp_path):
     (tmp_path / "taken.png").write_bytes(b"x")
-    (tmp_path / "photo.json").write_text("{}")
+    (tmp_path / "rendered").mkdir()
+    (tmp_path / "rendered" / "scene.json").write_text("{}")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     (tmp_path / "pairs" / "style-00000").mkdir(parents=True)

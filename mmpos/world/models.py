@@ -213,7 +213,7 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
         from mmpos.pipelines.loading import dtype_keyword
 
         with world_text_encoders_accepted():
-            return cls.from_pretrained(model_dir, **{dtype_keyword(cls): dtype}).to(device)
+            return load_pretrained(cls, model_dir, **{dtype_keyword(cls): dtype}).to(device)
     vae = load_pretrained(AutoencoderKL, _checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
     transformer = load_pretrained(FluxTransformer2DModel, _checked_dir(model_dir / "transformer", task),
                                   torch_dtype=dtype)
