@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .._validation import check_choice, check_non_negative_int, check_positive_int
+from ..ops.phasors import rotate_pair, trains_phases
 from ..ops.rotation import LAYOUTS, compute_dtype, rotate
 from ..ops.tables import RotaryTable, TableCache, check_coords
 from .base import Capabilities, PEKind, parameters_key
@@ -67,15 +68,29 @@ class RotaryPE(nn.Module):
             return self.compute_table(coords, complex_dtype)
         return self.cache.get(key, coords, lambda: self.compute_table(coords, complex_dtype))
 
-    def rotate(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
-        """Rotate one tensor (q or k) by a table from :meth:`table`."""
+    @property
+    def rotated_prefix(self) -> int:
+        """Leading tokens left unrotated."""
+        return self.num_prefix_tokens
+
+    def check_rotatable(self, x: torch.Tensor) -> None:
+        """Raise if ``x`` (q or k) does not fit this encoding."""
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
-        return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.num_prefix_tokens)
+
+    def rotate(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
+        """Rotate one tensor (q or k) by a table from :meth:`table`."""
+        self.check_rotatable(x)
+        return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
 
     def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, table) -> tuple[torch.Tensor, torch.Tensor]:
         """``(q, k)`` encoded with a table from :meth:`table`: the hook integrations call when they hold tables
-        themselves. Default: :meth:`rotate` each; encodings that treat q and k differently (HARoPE) override it."""
+        themselves. Default: :meth:`rotate` each, or, for a table of learned phases in training, both in one
+        autograd node (:func:`~mmpos.ops.phasors.rotate_pair`); encodings that treat q and k differently (HARoPE)
+        override it."""
+        if trains_phases(table):
+            self.check_rotatable(q), self.check_rotatable(k)
+            return rotate_pair(q, k, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
         return self.rotate(q, table), self.rotate(k, table)
 
     def default_coords(self, length: int, device) -> torch.Tensor:

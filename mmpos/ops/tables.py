@@ -20,9 +20,12 @@ from .._validation import check_finite, check_float_coords
 
 @dataclass(eq=False)
 class RotaryTable:
-    """``cis``: complex64 or complex128 ``[..., L, P]``; leading dims broadcast against ``[B, H]``."""
+    """``cis``: complex64 or complex128 ``[..., L, P]``; leading dims broadcast against ``[B, H]``. ``phase``: the
+    learned phases behind ``cis`` while they need a gradient (:func:`~mmpos.ops.phasors.unit_phasor_table`), else
+    ``None``; derived tables (``conj``, ``to``, slices) drop it and differentiate through ``cis``."""
 
     cis: torch.Tensor
+    phase: torch.Tensor | None = None
 
     @property
     def num_pairs(self) -> int:
