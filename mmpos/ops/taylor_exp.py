@@ -4,11 +4,12 @@
 ``[[A^T, G], [0, A^T]]``: about eight times the forward's work (HARoPE's per-head ``128 x 128`` factors spent
 ~90% of a training step there). Here ``exp(A) = T_m(A / 2^s)^(2^s)``: a Taylor polynomial of degree ``m``,
 evaluated Paterson-Stockmeyer style (``A^2 .. A^p``, then Horner in ``A^p``), and ``s`` squarings. Autograd
-goes back through those products, two per product: the backward costs about twice the forward.
+goes back through those products, two per product, after recomputing them (checkpointing: only ``A`` is
+kept for the backward, as with ``matrix_exp``): the backward costs about three times the forward.
 
 Degree and scaling are chosen per matrix from its 1-norm ``theta`` (one host read per call; matrices that
-share a plan are computed together): the fewest products with ``(theta / 2^s)^m / (m + 1)! <= u`` (the truncation, read as a relative backward
-error of ``A``, stays below the unit roundoff ``u`` of the dtype), with ``theta / 2^s <= 2`` so that the
+share a plan are computed together): the fewest products with ``(theta / 2^s)^m / (m + 1)! <= u`` (the
+truncation, read as a relative backward error of ``A``, stays below the unit roundoff ``u``), with ``theta / 2^s <= 2`` so that the
 terms of the polynomial never outgrow its sum by more than ``e^2`` (rounding). Meant for skew-symmetric
 generators (rotations), whose exponential is perfectly conditioned; accurate to a few ``u`` there
 (``tests/test_taylor_exp.py`` compares it with ``torch.linalg.matrix_exp`` in fp64).
@@ -20,6 +21,7 @@ import math
 from functools import lru_cache
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 MAX_SCALED_NORM = 2.0
 # (degree m, block size p): m = p * q, evaluated with (p - 1) + (q - 1) products
@@ -34,6 +36,12 @@ def taylor_matrix_exp(a: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"a must be float32 or float64, got {a.dtype}")
     if torch.compiler.is_compiling() or a.numel() == 0:
         return torch.linalg.matrix_exp(a)
+    if torch.is_grad_enabled() and a.requires_grad:  # keep only ``a`` for the backward, which recomputes
+        return checkpoint(_taylor_matrix_exp, a, use_reentrant=False)
+    return _taylor_matrix_exp(a)
+
+
+def _taylor_matrix_exp(a: torch.Tensor) -> torch.Tensor:
     norms = a.detach().abs().sum(-2).amax(-1).flatten().tolist()  # 1-norm of each matrix (one host read)
     if not all(math.isfinite(theta) for theta in norms):
         raise ValueError("a has non-finite entries")
