@@ -213,6 +213,8 @@ class TableCache:
         self.builds = 0
 
     def get(self, key: tuple, coords: torch.Tensor, build):
+        if torch.compiler.is_compiling():  # the build is traced into the graph; no lookups, locks or copies
+            return build()
         with self._lock:  # threads share an encoding's cache (one model served from several threads)
             return self._get(key, coords, build)
 
