@@ -68,3 +68,12 @@ def test_each_matrix_is_independent_of_the_rest_of_the_batch():
     alone = taylor_matrix_exp(small)
     together = taylor_matrix_exp(torch.cat([large, small, large]))
     assert torch.equal(together[1:2], alone) and torch.equal(together[0], together[2])
+
+
+def test_gradients_with_mixed_plans_in_one_batch():
+    s = torch.cat([_skew(1, 5, 5, scale=1e-4), _skew(1, 5, 5, scale=3.0, seed=1)]).requires_grad_(True)
+    weights = torch.randn(2, 5, 5, dtype=torch.float64)
+    (taylor_matrix_exp(s) * weights).sum().backward()
+    ours, s.grad = s.grad, None
+    (torch.linalg.matrix_exp(s) * weights).sum().backward()
+    torch.testing.assert_close(ours, s.grad, rtol=0, atol=1e-12)
