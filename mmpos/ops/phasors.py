@@ -22,6 +22,8 @@ def unit_phasor_table(phase: torch.Tensor, complex_dtype: torch.dtype) -> Rotary
     real = torch.float64 if complex_dtype == torch.complex128 else torch.float32
     with torch.autocast(phase.device.type, enabled=False):
         if torch.is_grad_enabled() and phase.requires_grad:
+            if torch.compiler.is_compiling():  # rotations read the phases (real arithmetic); cis for other uses
+                return RotaryTable(torch.complex(phase.cos().to(real), phase.sin().to(real)), phase=phase)
             return RotaryTable(_UnitPhasor.apply(phase, real), phase=phase)
         return RotaryTable(unit_phasors(phase, real))
 
