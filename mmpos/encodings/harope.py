@@ -83,7 +83,7 @@ class HARoPE(RotaryPE):
         off. The forward uses fp64 on CUDA for fp32 work (TF32 matmuls would break orthogonality at ~1e-3)."""
         with torch.autocast(self.sigma.device.type, enabled=False):
             generators = skew_from_upper(torch.stack([self.u_skew, self.v_skew]).to(dtype), self.head_dim)
-            u, v = taylor_matrix_exp(generators)  # one batched call for both factors, backward ~2x its forward
+            u, v = taylor_matrix_exp(generators)  # one batched call for both factors; backward ~3x its forward
             return u, self.singular_values().to(dtype), v
 
     def matrices(self, dtype: torch.dtype = torch.float32):
