@@ -24,6 +24,7 @@ import torch.nn.functional as F
 BASELINE = "nope"
 TARGETS = {"harope*": 1.25, "comrope*": 1.25, "*": 1.10}  # rotary encodings: max step time / NoPE's
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+WRAPPERS = ("harope",)  # encodings that wrap a grid-reading one (not listed by image_pes)
 
 
 def parse_args(argv=None):
@@ -36,7 +37,7 @@ def parse_args(argv=None):
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=None, help="default: 8 on cpu, 64 on cuda")
     parser.add_argument("--encodings", nargs="+", default=None,
-                        help="default: every registered encoding that reads 2D coordinates")
+                        help="default: every registered encoding that reads 2D coordinates, and harope")
     parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds over the encodings")
     parser.add_argument("--repeats", type=int, default=1, help="timed steps per encoding and round")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (cpu)")
@@ -78,15 +79,28 @@ def build_models(args, device) -> dict:
     from mmpos.integrations.timm import convert
     from mmpos.integrations.timm.models import image_pes
 
-    names = args.encodings or image_pes()
+    names = args.encodings or image_pes() + list(WRAPPERS)
     if BASELINE not in names:
         names = [BASELINE] + list(names)
     models = {}
     for name in names:
         torch.manual_seed(0)
-        model = timm.create_model(args.model, img_size=args.img_size, num_classes=1000)
-        models[name] = (convert(model, pe=name).to(device).train(), pe_class(name).kind)
+        model = convert(timm.create_model(args.model, img_size=args.img_size, num_classes=1000), pe=name)
+        models[name] = (away_from_identity(model).to(device).train(), pe_class(name).kind)
     return models
+
+
+def away_from_identity(model):
+    """HARoPE's maps start at ``M = I``, where its exponentials are free: start them at ~N(0, 0.02^2) parameters,
+    as after some training."""
+    from mmpos.encodings.harope import HARoPE
+
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, HARoPE):
+                for p in (module.u_skew, module.v_skew, module.sigma):
+                    p.normal_(std=0.02)
+    return model
 
 
 def run(args, log=print) -> list[dict]:

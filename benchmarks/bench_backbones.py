@@ -1,11 +1,12 @@
-"""Backbone benchmarks: ``--part vit`` (timm ViT step time per encoding vs NoPE), ``--part flux`` (Flux forward
-with mmpos processors vs stock diffusers), ``--part all``. Other arguments go to each part
+"""Backbone benchmarks: ``--part vit`` (timm ViT step time per encoding vs NoPE), ``--part dit`` (DiT-B/2 and
+Flux-like block stacks at real token counts, step time per learned encoding vs NoPE), ``--part flux`` (Flux
+forward with mmpos processors vs stock diffusers), ``--part all``. Other arguments go to each part
 (``python benchmarks/bench_backbones.py --part flux --help``)."""
 import argparse
 import importlib
 import sys
 
-PARTS = {"vit": "backbones_vit", "flux": "backbones_flux"}  # modules beside this script
+PARTS = {"vit": "backbones_vit", "dit": "backbones_dit", "flux": "backbones_flux"}  # modules beside this script
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,7 @@
 """Learned rotary variants benchmark: ComRoPE vs a dense per-token d x d formulation and plain axial RoPE;
 HARoPE vs the plain rotary encoding it wraps.
 
+All rows of one section and shape are timed in turns (``--repeats`` rounds, one call of each per round; median).
 ComRoPE rows: one training step of the encoding (table from the learned parameters, rotation of q and k,
 backward to q, k and the parameters), median over repeats; "no grad" rows: the forward without gradients
 (tables cached, as in evaluation). The dense row is the formulation of the
@@ -82,9 +83,11 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def measure(step, device, repeats: int, exclude=()) -> dict:
-    """Median seconds of ``step()`` over ``repeats`` and its memory (see the module docstring), measured on
-    the warm-up call."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def memory_of(step, device, exclude=()) -> dict:
+    """Memory of one call of ``step()`` (see the module docstring); also its warm-up."""
     with SavedBytes(exclude) as saved:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -92,14 +95,22 @@ def measure(step, device, repeats: int, exclude=()) -> dict:
         step()
         _sync(device)
         peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else None
-    samples = []
+    return dict(saved_mb=saved.nbytes / 2**20, peak_mb=None if peak is None else peak / 2**20)
+
+
+def measure_interleaved(steps: dict, device, repeats: int, clock: str = "wall") -> dict:
+    """Median milliseconds of each ``steps[name]()``, timed in turns (one call of each per round, ``repeats``
+    rounds), so that a slow spell of a shared machine hits every method alike. ``clock="cpu"`` times this
+    thread's CPU time (one-thread CPU runs on a loaded machine), ``"wall"`` the wall clock."""
+    now = CLOCKS[clock]
+    samples = {name: [] for name in steps}
     for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        samples.append(time.perf_counter() - start)
-    return dict(ms=statistics.median(samples) * 1e3, saved_mb=saved.nbytes / 2**20,
-                peak_mb=None if peak is None else peak / 2**20)
+        for name, step in steps.items():
+            start = now()
+            step()
+            _sync(device)
+            samples[name].append(now() - start)
+    return {name: statistics.median(times) * 1e3 for name, times in samples.items()}
 
 
 def training_step(encode, q, k, params):
@@ -123,14 +134,14 @@ def make_inputs(shape_spec, device, dtype, requires_grad=True):
     return q, k
 
 
-def comrope_rows(shape_name, shape_spec, device, repeats, log) -> list[dict]:
+def comrope_rows(shape_name, shape_spec, device, repeats, log, dense=True, clock="wall") -> list[dict]:
     import mmpos
     from mmpos.coords import grid_coords
 
     b, h, length, d, grid, prefix = shape_spec
     q, k = make_inputs(shape_spec, device, torch.float32)
     coords = grid_coords(grid, "normalized", device=device)
-    rows = []
+    steps, memory = {}, {}
 
     def add(method, pe, encode, inference=False):
         params = list(pe.parameters())
@@ -140,25 +151,32 @@ def comrope_rows(shape_name, shape_spec, device, repeats, log) -> list[dict]:
                     encode(q, k)
         else:
             step = training_step(encode, q, k, params)
-        result = measure(step, device, repeats, exclude=[q, k, *params])
-        rows.append(dict(section="comrope", shape=shape_name, dims=[b, h, length, d], method=method, **result))
-        log(f"  {shape_name:6s} {method:26s} {result['ms']:9.2f} ms  saved {result['saved_mb']:9.2f} MB"
-            + ("" if result["peak_mb"] is None else f"  peak {result['peak_mb']:9.2f} MB"))
+        steps[method] = step
+        memory[method] = memory_of(step, device, exclude=[q, k, *params])
 
     axial = mmpos.create_pe("rope_axial", head_dim=d, num_prefix_tokens=prefix, allocation="interleaved").to(device)
     add("rope_axial (plain)", axial, lambda q, k: axial(q, k, coords))
     add("rope_axial (plain), no grad", axial, lambda q, k: axial(q, k, coords), inference=True)
+    mixed = mmpos.create_pe("rope_mixed", head_dim=d, num_heads=h, num_prefix_tokens=prefix, seed=0).to(device)
+    add("rope_mixed (learned frequencies)", mixed, lambda q, k: mixed(q, k, coords))
     for name, size in COMROPE:
         pe = mmpos.create_pe(name, head_dim=d, num_heads=h, block_size=size, num_prefix_tokens=prefix,
                              seed=0).to(device)
         add(f"{name} b={size}", pe, lambda q, k, pe=pe: pe(q, k, coords))
         add(f"{name} b={size}, no grad", pe, lambda q, k, pe=pe: pe(q, k, coords), inference=True)
-        if size == 4:
+        if size == 4 and dense:
             add(f"{name} b={size} dense d x d", pe, lambda q, k, pe=pe: dense_comrope(pe, q, k, coords))
+    times = measure_interleaved(steps, device, repeats, clock)
+    rows = []
+    for method, ms in times.items():
+        rows.append(dict(section="comrope", shape=shape_name, dims=[b, h, length, d], method=method, ms=ms,
+                         **memory[method]))
+        log(f"  {shape_name:6s} {method:34s} {ms:9.2f} ms  saved {memory[method]['saved_mb']:9.2f} MB"
+            + ("" if memory[method]["peak_mb"] is None else f"  peak {memory[method]['peak_mb']:9.2f} MB"))
     return rows
 
 
-def harope_rows(shape_name, shape_spec, device, repeats, log) -> list[dict]:
+def harope_rows(shape_name, shape_spec, device, repeats, log, clock="wall") -> list[dict]:
     import mmpos
     from mmpos.coords import flux_ids, grid_coords
 
@@ -179,22 +197,32 @@ def harope_rows(shape_name, shape_spec, device, repeats, log) -> list[dict]:
     def attention(pe):
         return lambda q, k: (F.scaled_dot_product_attention(*pe(q, k, coords), v), v)
 
-    rows = []
-    for mode in ("forward (no grad)", "train fwd+bwd"):
-        for method, pe in (("plain rotary", plain), ("harope", harope)):
-            if mode.startswith("forward"):
-                pe.eval()
+    def forward_step(pe):
+        def step():
+            pe.eval()
+            with torch.no_grad():
+                attention(pe)(q, k)
+        return step
 
-                def step(pe=pe):
-                    with torch.no_grad():
-                        attention(pe)(q, k)
-            else:
-                pe.train()
-                step = training_step(attention(pe), q, k, list(pe.parameters()) + [v])
-            result = measure(step, device, repeats, exclude=[q, k, v, *pe.parameters()])
-            rows.append(dict(section="harope", shape=shape_name, dims=[b, h, length, d], method=f"{method}, {mode}",
-                             dtype=str(dtype).replace("torch.", ""), **result))
-            log(f"  {shape_name:6s} {method + ', ' + mode:36s} {result['ms']:9.2f} ms")
+    def train_step(pe):
+        inner = training_step(attention(pe), q, k, list(pe.parameters()) + [v])
+
+        def step():
+            pe.train()
+            inner()
+        return step
+
+    steps, memory = {}, {}
+    for mode, make in (("forward (no grad)", forward_step), ("train fwd+bwd", train_step)):
+        for method, pe in (("plain rotary", plain), ("harope", harope)):
+            name = f"{method}, {mode}"
+            steps[name] = make(pe)
+            memory[name] = memory_of(steps[name], device, exclude=[q, k, v, *pe.parameters()])
+    rows = []
+    for name, ms in measure_interleaved(steps, device, repeats, clock).items():
+        rows.append(dict(section="harope", shape=shape_name, dims=[b, h, length, d], method=name,
+                         dtype=str(dtype).replace("torch.", ""), ms=ms, **memory[name]))
+        log(f"  {shape_name:6s} {name:36s} {ms:9.2f} ms")
     return rows
 
 
@@ -240,11 +268,16 @@ def main(argv=None) -> int:
     parser.add_argument("--sections", nargs="+", default=["comrope", "harope"], choices=["comrope", "harope"])
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                        help="wall (default) or cpu: this thread's CPU time, steadier for --threads 1 on a loaded CPU")
+    parser.add_argument("--no-dense", action="store_true", help="skip the dense d x d ComRoPE rows (the slowest)")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_variants.json"), help="JSON results file")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but CUDA is not available")
+    if args.clock == "cpu" and device.type == "cuda":
+        parser.error("--clock cpu times the CPU thread; use wall on cuda")
     size = "quick" if args.quick else args.size or ("full" if device.type == "cuda" else "cpu")
     repeats = 2 if args.quick else args.repeats
     if args.threads:
@@ -256,13 +289,14 @@ def main(argv=None) -> int:
     for shape in args.shapes:
         spec = SHAPES[size][shape]
         if "comrope" in args.sections:
-            rows += comrope_rows(shape, spec, device, repeats, print)
+            rows += comrope_rows(shape, spec, device, repeats, print, dense=not args.no_dense, clock=args.clock)
         if "harope" in args.sections:
-            rows += harope_rows(shape, spec, device, repeats, print)
+            rows += harope_rows(shape, spec, device, repeats, print, clock=args.clock)
     add_ratios(rows)
     print(summary(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(torch=torch.__version__, device=str(device), device_name=name, size=size, repeats=repeats,
+                clock=args.clock,
                 threads=torch.get_num_threads(), memory="cuda peak above baseline" if device.type == "cuda"
                 else "bytes saved for backward (CPU)")
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))

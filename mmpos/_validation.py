@@ -66,6 +66,9 @@ def check_even(name: str, value: int) -> int:
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:
+    """Raise if ``tensor`` has NaN or inf (skipped while ``torch.compile`` traces: a data-dependent branch)."""
+    if torch.compiler.is_compiling():
+        return
     if not torch.isfinite(tensor).all():
         bad = (~torch.isfinite(tensor)).sum().item()
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf); expected finite numbers")

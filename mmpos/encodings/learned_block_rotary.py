@@ -21,7 +21,6 @@ from .._validation import check_positive_int
 from ..coords.grids import grid_coords
 from ..coords.perturb import perturb_grid_coords
 from ..ops.block_rotation import apply_block_rotation
-from ..ops.rotation import rotate
 from ..ops.tables import RotaryTable, device_has_fp64
 from .rotary_base import RotaryPE
 
@@ -86,9 +85,8 @@ class BlockRotaryPE(RotaryPE):
         """Leading tokens left unrotated."""
         return 0 if self.prefix_at_centre else self.num_prefix_tokens
 
-    def rotate(self, x: torch.Tensor, table) -> torch.Tensor:
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
+    def check_rotatable(self, x: torch.Tensor, table=None) -> None:
+        super().check_rotatable(x, table)
         heads, other = (x.shape[-2], x.shape[-3]) if self.seq_dim == -3 else (x.shape[-3], x.shape[-2])
         if heads != self.num_heads:
             hint = "" if other != self.num_heads else (
@@ -97,8 +95,11 @@ class BlockRotaryPE(RotaryPE):
                                                        "[B, L, H, D] (diffusers' Flux / Wan layout): pass seq_dim=-3"))
             raise ValueError(f"x has {heads} heads; this encoding has per-head parameters for num_heads="
                              f"{self.num_heads}{hint}")
+
+    def rotate(self, x: torch.Tensor, table) -> torch.Tensor:
         if isinstance(table, RotaryTable):
-            return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
+            return super().rotate(x, table)
+        self.check_rotatable(x)
         return apply_block_rotation(x, table, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
 
     # ----- coordinates ------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .._validation import check_even, check_positive_int, check_theta
-from ..ops.tables import table_from_phases
+from ..ops.phasors import unit_phasor_table
 from .base import Capabilities
 from .registry import register_pe
 from .rotary_base import RotaryPE
@@ -53,7 +53,7 @@ class MixedRoPE(RotaryPE):
         with torch.autocast(coords.device.type, enabled=False):
             freqs = self.freqs.to(coords.device, torch.float64)
             phase = torch.einsum("...la,hap->...hlp", coords.to(torch.float64), freqs)
-        return table_from_phases(phase, None, complex_dtype)
+        return unit_phasor_table(phase, complex_dtype)  # training: one backward for q and k (rotate_pair)
 
     def frequency_matrix(self):
         return self.freqs.detach().to(torch.float64)

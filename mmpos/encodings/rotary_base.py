@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .._validation import check_choice, check_non_negative_int, check_positive_int
+from ..ops.phasors import rotate_pair, trains_phases
 from ..ops.rotation import LAYOUTS, compute_dtype, rotate
 from ..ops.tables import RotaryTable, TableCache, check_coords
 from .base import Capabilities, PEKind, parameters_key
@@ -69,19 +70,32 @@ class RotaryPE(nn.Module):
             return self.compute_table(coords, complex_dtype)
         return self.cache.get(key, coords, lambda: self.compute_table(coords, complex_dtype))
 
-    def rotate(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
-        """Rotate one tensor (q or k) by a table from :meth:`table`."""
+    @property
+    def rotated_prefix(self) -> int:
+        """Leading tokens left unrotated."""
+        return self.num_prefix_tokens
+
+    def check_rotatable(self, x: torch.Tensor, table=None) -> None:
+        """Raise if ``x`` (q or k), or ``table``'s pair count, does not fit this encoding."""
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
         if isinstance(table, RotaryTable) and 2 * table.num_pairs != self.rotary_dim:
             raise ValueError(f"table rotates {2 * table.num_pairs} channels but this encoding rotates "
                              f"rotary_dim={self.rotary_dim}; use a table from this encoding's table()")
-        return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.num_prefix_tokens)
+
+    def rotate(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
+        """Rotate one tensor (q or k) by a table from :meth:`table`."""
+        self.check_rotatable(x, table)
+        return rotate(x, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
 
     def rotate_qk(self, q: torch.Tensor, k: torch.Tensor | None, table):
         """``(q, k)`` encoded with a table from :meth:`table`: the hook integrations call when they hold tables
-        themselves. Default: :meth:`rotate` each; encodings that treat q and k differently (HARoPE) override it.
-        ``k=None`` encodes q alone and returns ``(q, None)``."""
+        themselves. Default: :meth:`rotate` each, or, for a table of learned phases in training, both in one
+        autograd node (:func:`~mmpos.ops.phasors.rotate_pair`); encodings that treat q and k differently (HARoPE)
+        override it. ``k=None`` encodes q alone and returns ``(q, None)``."""
+        if k is not None and trains_phases(table):
+            self.check_rotatable(q, table), self.check_rotatable(k, table)
+            return rotate_pair(q, k, table, self.layout, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
         return self.rotate(q, table), (None if k is None else self.rotate(k, table))
 
     def coords_from_position_ids(self, coords, q: torch.Tensor):

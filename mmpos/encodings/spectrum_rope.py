@@ -55,7 +55,9 @@ class SpectrumRoPE(RotaryPE):
             phase = phases_fp32_reduced(coords, spectrum.frequency_matrix())
         if coords.dim() == 3:
             phase = phase.unsqueeze(-3)  # [B, 1, L, P]: shared by the heads
-        magnitude = None if bool((spectrum.magnitude == 1).all()) else spectrum.magnitude
+        magnitude = spectrum.magnitude  # all ones: multiplying is exact, and a traced graph has no branch on data
+        if not torch.compiler.is_compiling() and bool((magnitude == 1).all()):
+            magnitude = None
         return table_from_phases(phase, magnitude, complex_dtype)
 
     def frequency_matrix(self) -> torch.Tensor:

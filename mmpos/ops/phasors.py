@@ -1,29 +1,68 @@
-"""Unit phasors ``exp(i * phase)`` of learned phases, with a backward that reuses the forward's table.
+"""Learned phases: the unit phasor table ``exp(i * phase)`` and the rotation of q and k by it, with one backward.
 
 Autograd through ``torch.complex(cos, sin)`` recomputes ``sin`` and ``cos`` in the backward; here the
-phase gradient is ``Im(grad * conj(cis))``, one complex product (learned rotary tables are as large as q
-when the batch is 1, so this is a quarter of a ComRoPE training step).
+phase gradient of a table is ``Im(grad * conj(cis))``, one complex product. Better still, when q and k are
+rotated together (:func:`rotate_pair`, what every attention does), the phase gradient is
+``Im(g_q conj(y_q) + g_k conj(y_k))`` with ``y`` the rotated outputs and ``g`` their gradients: no table
+gradient per tensor, no product with the table, and only the outputs (which attention keeps anyway) saved.
+A training step of a learned rotary encoding then costs the plain rotation plus the table and this sum.
 """
 from __future__ import annotations
 
 import torch
 
+from .._validation import check_choice
+from .rotation import LAYOUTS, _check_and_move, _pairs, _rotate_into, compute_dtype, rotate
 from .tables import RotaryTable
 
 
 def unit_phasor_table(phase: torch.Tensor, complex_dtype: torch.dtype) -> RotaryTable:
-    """``RotaryTable(exp(i * phase))`` as ``complex_dtype``; differentiable in ``phase``."""
+    """``RotaryTable(exp(i * phase))`` as ``complex_dtype``; differentiable in ``phase``, which the table keeps
+    (``table.phase``) for :func:`rotate_pair`."""
     real = torch.float64 if complex_dtype == torch.complex128 else torch.float32
     with torch.autocast(phase.device.type, enabled=False):
         if torch.is_grad_enabled() and phase.requires_grad:
-            return RotaryTable(_UnitPhasor.apply(phase, real))
-        return RotaryTable(torch.complex(phase.cos().to(real), phase.sin().to(real)))
+            if torch.compiler.is_compiling():  # rotations read the phases (real arithmetic); cis for other uses
+                return RotaryTable(torch.complex(phase.cos().to(real), phase.sin().to(real)), phase=phase)
+            return RotaryTable(_UnitPhasor.apply(phase, real), phase=phase)
+        return RotaryTable(unit_phasors(phase, real))
+
+
+def unit_phasors(phase: torch.Tensor, real: torch.dtype) -> torch.Tensor:
+    """``cos(phase) + i sin(phase)`` (computed at the phase's precision, rounded to ``real``), written straight
+    into one complex buffer (``torch.complex(cos, sin)`` allocates three tensors; ~5x slower on a CPU)."""
+    if torch.compiler.is_compiling():
+        return torch.complex(phase.cos().to(real), phase.sin().to(real))
+    pairs = torch.empty(*phase.shape, 2, dtype=real, device=phase.device)
+    torch.cos(phase, out=pairs[..., 0])
+    torch.sin(phase, out=pairs[..., 1])
+    return torch.view_as_complex(pairs)
+
+
+def trains_phases(table) -> bool:
+    """Whether ``table`` carries learned phases that need a gradient now (eager mode)."""
+    phase = getattr(table, "phase", None)
+    return (phase is not None and torch.is_grad_enabled() and phase.requires_grad
+            and not torch.compiler.is_compiling())
+
+
+def rotate_pair(q: torch.Tensor, k: torch.Tensor, table: RotaryTable, layout: str = "interleaved", *,
+                seq_dim: int = -2, num_prefix_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rotate(q, table), rotate(k, table))`` (arguments as :func:`~mmpos.ops.rotation.rotate`); with learned
+    phases (:func:`trains_phases`) one autograd node serves both (see the module docstring)."""
+    if not trains_phases(table):
+        options = dict(seq_dim=seq_dim, num_prefix_tokens=num_prefix_tokens)
+        return rotate(q, table, layout, **options), rotate(k, table, layout, **options)
+    check_choice("layout", layout, LAYOUTS)
+    for x in (q, k):
+        _check_and_move(x, table, seq_dim, num_prefix_tokens)
+    return _RotatePairByPhase.apply(q, k, table.phase, table.cis.detach(), layout, seq_dim, num_prefix_tokens)
 
 
 class _UnitPhasor(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phase, real):
-        cis = torch.complex(phase.cos().to(real), phase.sin().to(real))
+        cis = unit_phasors(phase, real)
         ctx.save_for_backward(cis)
         ctx.phase_dtype = phase.dtype
         return cis
@@ -32,3 +71,57 @@ class _UnitPhasor(torch.autograd.Function):
     def backward(ctx, grad):
         (cis,) = ctx.saved_tensors
         return torch.imag(grad * cis.conj()).to(ctx.phase_dtype), None
+
+
+class _RotatePairByPhase(torch.autograd.Function):
+    """``y_q, y_k = q * cis, k * cis``; backward: ``g * conj(cis)`` for q and k, ``Im(g conj(y))`` for the phase."""
+
+    @staticmethod
+    def forward(ctx, q, k, phase, cis, layout, seq_dim, num_prefix_tokens):
+        outputs = tuple(_rotate_into(torch.empty_like(x), x, x.movedim(seq_dim, -2), cis, layout, seq_dim,
+                                     num_prefix_tokens) for x in (q, k))
+        ctx.save_for_backward(*outputs, cis)
+        ctx.args = (layout, seq_dim, num_prefix_tokens, phase.shape, phase.dtype)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k):
+        y_q, y_k, cis = ctx.saved_tensors
+        layout, seq_dim, n, phase_shape, phase_dtype = ctx.args
+        grads = [None, None]
+        for i, g in enumerate((grad_q, grad_k)):
+            if g is not None and ctx.needs_input_grad[i]:
+                g = g.contiguous()
+                grads[i] = _rotate_into(torch.empty_like(g), g, g.movedim(seq_dim, -2), cis.conj(), layout, seq_dim, n)
+        grad_phase = None
+        if ctx.needs_input_grad[2]:
+            total = None
+            for g, y in ((grad_q, y_q), (grad_k, y_k)):
+                if g is not None:
+                    total = _add_phase_gradient(total, g, y, 2 * cis.shape[-1], layout, seq_dim, n)
+            grad_phase = _sum_to(total, phase_shape).to(phase_dtype)
+        return grads[0], grads[1], grad_phase, None, None, None, None
+
+
+def _add_phase_gradient(total, g: torch.Tensor, y: torch.Tensor, rotary_dim: int, layout: str, seq_dim: int,
+                        n: int) -> torch.Tensor:
+    """``total + Im(g conj(y))`` per pair ``[..., L - n, P]`` with ``Im(g conj(y)) = g_im y_re - g_re y_im``, in
+    the rotation's compute dtype (``total=None``: a new tensor)."""
+    real = compute_dtype(y.dtype, y.device)
+    g_pairs, y_pairs = (_pairs(t.movedim(seq_dim, -2)[..., n:, :rotary_dim], layout) for t in (g, y))
+    if y.dtype != real:
+        g_pairs, y_pairs = g_pairs.to(real), y_pairs.to(real)
+    if total is None:
+        total = g_pairs[..., 1] * y_pairs[..., 0]
+    else:
+        total.addcmul_(g_pairs[..., 1], y_pairs[..., 0])
+    return total.addcmul_(g_pairs[..., 0], y_pairs[..., 1], value=-1)
+
+
+def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
+    """Sum the broadcast dims of ``t`` down to ``shape`` (batch and head dims a table shares)."""
+    extra = t.dim() - len(shape)
+    if extra:
+        t = t.sum(dim=tuple(range(extra)))
+    dims = tuple(i for i, s in enumerate(shape) if s == 1 and t.shape[i] != 1)
+    return t.sum(dim=dims, keepdim=True) if dims else t

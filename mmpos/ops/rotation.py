@@ -36,7 +36,7 @@ def rotate(x: torch.Tensor, table: RotaryTable, layout: str = "interleaved", *, 
     check_choice("layout", layout, LAYOUTS)
     xv = _check_and_move(x, table, seq_dim, num_prefix_tokens)
     if torch.compiler.is_compiling():
-        return _rotate_traceable(x, table.cis, layout, seq_dim, num_prefix_tokens)
+        return _rotate_traceable(x, table, layout, seq_dim, num_prefix_tokens)
     if torch.is_grad_enabled() and (x.requires_grad or table.cis.requires_grad):
         return _RotateFunction.apply(x, table.cis, layout, seq_dim, num_prefix_tokens)
     return _rotate_into(torch.empty_like(x), x, xv, table.cis, layout, seq_dim, num_prefix_tokens)
@@ -116,14 +116,18 @@ def _rotate_into(out, x, xv, cis, layout, seq_dim, num_prefix_tokens):
     return out
 
 
-def _rotate_traceable(x, cis, layout, seq_dim, num_prefix_tokens):
+def _rotate_traceable(x, table, layout, seq_dim, num_prefix_tokens):
     """The same rotation in plain real arithmetic (no complex views, no writes into buffers), which
-    ``torch.compile`` traces and fuses; its autograd is PyTorch's own."""
+    ``torch.compile`` traces and fuses; its autograd is PyTorch's own. A table of learned phases
+    (``table.phase``) is read as ``cos``/``sin`` of them, so that no complex tensor enters the graph."""
     xv = x.movedim(seq_dim, -2)
-    n, rotary_dim = num_prefix_tokens, 2 * cis.shape[-1]
+    n, rotary_dim = num_prefix_tokens, 2 * table.num_pairs
     real = compute_dtype(x.dtype, x.device)
-    cos_sin = torch.view_as_real(cis.to(x.device)).to(real)
-    cos, sin = cos_sin[..., 0], cos_sin[..., 1]
+    if getattr(table, "phase", None) is not None:
+        cos, sin = table.phase.cos().to(real), table.phase.sin().to(real)
+    else:
+        cos_sin = torch.view_as_real(table.cis.to(x.device)).to(real)
+        cos, sin = cos_sin[..., 0], cos_sin[..., 1]
     pairs = _pairs(xv[..., n:, :rotary_dim], layout).to(real)
     re, im = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1)

@@ -20,9 +20,12 @@ from .._validation import check_finite, check_float_coords
 
 @dataclass(eq=False)
 class RotaryTable:
-    """``cis``: complex64 or complex128 ``[..., L, P]``; leading dims broadcast against ``[B, H]``."""
+    """``cis``: complex64 or complex128 ``[..., L, P]``; leading dims broadcast against ``[B, H]``. ``phase``: the
+    learned phases behind ``cis`` while they need a gradient (:func:`~mmpos.ops.phasors.unit_phasor_table`), else
+    ``None``; derived tables (``conj``, ``to``, slices) drop it and differentiate through ``cis``."""
 
     cis: torch.Tensor
+    phase: torch.Tensor | None = None
 
     @property
     def num_pairs(self) -> int:
@@ -226,6 +229,8 @@ class TableCache:
         self.builds = 0
 
     def get(self, key: tuple, coords: torch.Tensor, build):
+        if torch.compiler.is_compiling():  # the build is traced into the graph; no lookups, locks or copies
+            return build()
         if coords.requires_grad and torch.is_grad_enabled():
             table = build()
             with self._lock:

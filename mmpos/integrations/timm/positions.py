@@ -131,15 +131,17 @@ class TokenPositions:
         return state.tables.get(pe, q)
 
     def _grid_coords(self, grid, device) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # traced into the graph (no cache lookups, locks or mode queries)
+            return self._grid_from_options(grid, device)
         key = (grid, torch.device(device), self.grid_mode, self.grid_scale, self.grid_indexing,
                torch.is_inference_mode_enabled())
 
-        def build():
-            coords = image_grid(*grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
-            return library_owned(coords.flip(-1) if self.grid_indexing == "xy" else coords)
-
         with self._grid_lock:
-            return self._grid_cache.get(key, build)
+            return self._grid_cache.get(key, lambda: self._grid_from_options(grid, device))
+
+    def _grid_from_options(self, grid, device) -> torch.Tensor:
+        coords = image_grid(*grid, mode=self.grid_mode, scale=self.grid_scale, device=device)
+        return library_owned(coords.flip(-1) if self.grid_indexing == "xy" else coords)
 
     def _build(self, state: ForwardState, device) -> torch.Tensor:
         if state.patch_coord is not None:

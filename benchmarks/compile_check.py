@@ -1,0 +1,97 @@
+"""``torch.compile`` check of a converted timm ViT with each learned encoding: graph breaks reported by
+``torch._dynamo.explain`` for a training forward (a script, not a test: tracing takes seconds per model).
+
+    python benchmarks/compile_check.py [--encodings rope_mixed comrope_ap ...] [--depth 2] [--time]
+
+Prints, per encoding, the graph count, graph-break count and the break reasons (deduplicated). ``--time``
+also compiles each model with inductor (``dynamic=True``), times a training step (forward + backward)
+eager vs compiled (median of ``--repeats``, after warm-up), and counts the compilations when the image
+size changes (``--img-size`` then ``--img-size2``): one means no recompilation for the new size.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+ENCODINGS = ["rope_axial", "rope_mixed", "comrope_ap", "comrope_ld", "harope"]
+
+
+def explain(name: str, depth: int, img_size: int):
+    import timm
+
+    from mmpos.integrations.timm import convert
+
+    torch._dynamo.reset()
+    model = convert(timm.create_model("vit_tiny_patch16_224", img_size=img_size, depth=depth, num_classes=10),
+                    pe=name).train()
+    images = torch.randn(2, 3, img_size, img_size)
+    return torch._dynamo.explain(model)(images)
+
+
+def _model(name, depth, img_size):
+    import timm
+
+    from mmpos.integrations.timm import convert
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=img_size, depth=depth, num_classes=10,
+                              dynamic_img_size=True)
+    return convert(model, pe=name).train()
+
+
+def time_compiled(name: str, depth: int, sizes: tuple, repeats: int) -> dict:
+    """Eager and compiled step times at ``sizes[0]``, and the compilations after switching to ``sizes[1]``."""
+    torch._dynamo.reset()
+    model = _model(name, depth, sizes[0])
+    compiled = torch.compile(model, dynamic=True)
+    images = {size: torch.randn(2, 3, size, size) for size in sizes}
+
+    def step(forward, size):
+        forward(images[size]).square().mean().backward()
+        for p in model.parameters():
+            p.grad = None
+
+    def median_ms(forward, size):
+        step(forward, size)
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step(forward, size)
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples) * 1e3
+
+    eager, fast = median_ms(model, sizes[0]), median_ms(compiled, sizes[0])
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    step(compiled, sizes[1])
+    return dict(eager_ms=eager, compiled_ms=fast,
+                new_graphs=torch._dynamo.utils.counters["stats"]["unique_graphs"] - before)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--encodings", nargs="+", default=ENCODINGS)
+    parser.add_argument("--depth", type=int, default=2)
+    parser.add_argument("--img-size", type=int, default=64)
+    parser.add_argument("--img-size2", type=int, default=96, help="second image size for --time")
+    parser.add_argument("--time", action="store_true", help="also time eager vs inductor and count recompilations")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    print("| encoding | graphs | graph breaks | reasons |" + (" eager ms | compiled ms | graphs for a new size |"
+                                                            if args.time else ""))
+    print("|---|---|---|---|" + ("---|---|---|" if args.time else ""))
+    for name in args.encodings:
+        result = explain(name, args.depth, args.img_size)
+        reasons = sorted({str(b.reason).splitlines()[0][:120] for b in result.break_reasons})
+        line = f"| {name} | {result.graph_count} | {result.graph_break_count} | {'; '.join(reasons) or '-'} |"
+        if args.time:
+            t = time_compiled(name, args.depth, (args.img_size, args.img_size2), args.repeats)
+            line += f" {t['eager_ms']:.1f} | {t['compiled_ms']:.1f} | {t['new_graphs']} |"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
