@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_choice
-from .rotation import LAYOUTS, _check_and_move, _pairs, _rotate_into, compute_dtype, rotate
+from .rotation import LAYOUTS, _check_and_move, _pairs, _rotate_into, compute_dtype, rotate, sum_to_shape
 from .tables import RotaryTable
 
 
@@ -99,7 +99,7 @@ class _RotatePairByPhase(torch.autograd.Function):
             for g, y in ((grad_q, y_q), (grad_k, y_k)):
                 if g is not None:
                     total = _add_phase_gradient(total, g, y, 2 * cis.shape[-1], layout, seq_dim, n)
-            grad_phase = _sum_to(total, phase_shape).to(phase_dtype)
+            grad_phase = sum_to_shape(total, phase_shape).to(phase_dtype)
         return grads[0], grads[1], grad_phase, None, None, None, None
 
 
@@ -116,12 +116,3 @@ def _add_phase_gradient(total, g: torch.Tensor, y: torch.Tensor, rotary_dim: int
     else:
         total.addcmul_(g_pairs[..., 1], y_pairs[..., 0])
     return total.addcmul_(g_pairs[..., 0], y_pairs[..., 1], value=-1)
-
-
-def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
-    """Sum the broadcast dims of ``t`` down to ``shape`` (batch and head dims a table shares)."""
-    extra = t.dim() - len(shape)
-    if extra:
-        t = t.sum(dim=tuple(range(extra)))
-    dims = tuple(i for i, s in enumerate(shape) if s == 1 and t.shape[i] != 1)
-    return t.sum(dim=dims, keepdim=True) if dims else t

@@ -182,11 +182,13 @@ class _RotateFunction(torch.autograd.Function):
             g_c = torch.view_as_complex(
                 _pairs(grad_out.movedim(seq_dim, -2)[..., n:, :rotary_dim], layout).to(real).contiguous())
             grad_full = g_c * x_c.conj()
-            grad_cis = _sum_to_shape(grad_full, cis.shape)
+            grad_cis = sum_to_shape(grad_full, cis.shape)
         return grad_x, grad_cis, None, None, None
 
 
-def _sum_to_shape(t: torch.Tensor, shape) -> torch.Tensor:
+def sum_to_shape(t: torch.Tensor, shape) -> torch.Tensor:
+    """Sum the broadcast dims of ``t`` down to ``shape`` (the batch and head dims a table shares): the gradient of
+    a broadcast operand."""
     extra = t.dim() - len(shape)
     if extra:
         t = t.sum(dim=tuple(range(extra)))

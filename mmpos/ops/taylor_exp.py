@@ -141,7 +141,7 @@ def _expm_vjp(a: torch.Tensor, grad: torch.Tensor, degree: int, block: int, squa
         g = g @ square.mT + square.mT @ g
     if degree == 1:
         return g / 2.0**squarings if squarings else g.clone()
-    c, num_blocks, top = _inverse_factorials(degree), degree // block, powers[-1]
+    c, top = _inverse_factorials(degree), powers[-1]
     block_grads, grad_top = [], None
     for previous in reversed(horner):  # R_j = R_{j+1} x^p + B_j, j = 0 .. q - 2
         block_grads.append(g)

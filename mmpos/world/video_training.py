@@ -24,6 +24,7 @@ import torch
 from .._atomic import written_atomically
 from .._validation import check_choice
 from .losses import vae_loss
+from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
 from .video_model import encode_frames, flow_loss, world_video_transformer
 
 STAGES = ("vae", "base", "ucpe", "plucker", "prope")
@@ -49,14 +50,6 @@ class VideoRecipe:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
-
-
-def learning_rate(recipe: VideoRecipe, step: int) -> float:
-    """Linear warm-up, then cosine decay to 0 at ``recipe.steps``."""
-    if step < recipe.warmup:
-        return recipe.lr * (step + 1) / recipe.warmup
-    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
-    return recipe.lr * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def saved_folder(save, path: Path) -> Path:
