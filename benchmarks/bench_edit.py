@@ -7,7 +7,7 @@ modulation on a ``[reference, 2 targets]`` batch (also against plain shared atte
 LooseRoPE on Kontext. "off" is the pipeline with ``enabled=False`` (the edit processors installed, falling
 through). The variants of a case are interleaved call by call; reported: median ms per step, the ratio to the
 case's baseline, the attention work the method implies (:mod:`edit_cases`), whether "off" equals the stock
-forward bit for bit, and the largest change "on" makes (shows the edit is on).
+forward bit for bit, the largest change "on" makes (shows the edit is on) and, on CUDA, each variant's peak memory.
 """
 from __future__ import annotations
 
@@ -75,8 +75,19 @@ def _timed(step, device) -> tuple[float, torch.Tensor]:
     return time.perf_counter() - start, out
 
 
+def _reset_peak(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_mib(device):
+    """Peak CUDA memory (MiB) since the last reset; None on other devices."""
+    return round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.type == "cuda" else None
+
+
 def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dict:
-    """Interleaved medians (ms) of each variant, the implied work ratio, and the stock/off/on outputs' checks."""
+    """Interleaved medians (ms) and peak memory of each variant, the implied work ratio, and the checks of the
+    stock / off / on outputs."""
     from mmpos.pipelines import EditContext, EditSession
 
     step = lambda: transformer(**inputs)[0]  # noqa: E731
@@ -84,10 +95,12 @@ def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dic
         stock = step()
         context = EditContext(rules=dict(case.rules))
         with EditSession(transformer, context, scheduler):
-            outputs, samples = {}, {name: [] for name in case.variants}
-            for name, configure in case.variants.items():  # warm-up, and each variant's output
+            outputs, peaks, samples = {}, {}, {name: [] for name in case.variants}
+            for name, configure in case.variants.items():  # warm-up, and each variant's output and peak memory
                 configure(context)
+                _reset_peak(device)
                 outputs[name] = step()
+                peaks[name] = _peak_mib(device)
                 if name == "on":
                     implied = case.implied(context, inputs["encoder_hidden_states"].shape[1],
                                            inputs["hidden_states"].shape[1])
@@ -97,7 +110,7 @@ def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dic
                     seconds, _ = _timed(step, device)
                     samples[name].append(seconds)
     ms = {name: statistics.median(values) * 1e3 for name, values in samples.items()}
-    return dict(ms=ms, implied=implied, off_equals_stock=bool(torch.equal(outputs["off"], stock)),
+    return dict(ms=ms, peak_mib=peaks, implied=implied, off_equals_stock=bool(torch.equal(outputs["off"], stock)),
                 max_change=float((outputs["on"].float() - stock.float()).abs().max()))
 
 
@@ -119,7 +132,7 @@ def run(size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: 
         variant, baseline, limit = case.target
         ratio = result["ms"][variant] / result["ms"][baseline]
         rows.append(dict(case=case.name, tokens=inputs["hidden_states"].shape[1] + text_len, batch=case.batch,
-                         ms={k: round(v, 2) for k, v in result["ms"].items()},
+                         ms={k: round(v, 2) for k, v in result["ms"].items()}, peak_mib=result["peak_mib"],
                          on_vs_off=round(result["ms"]["on"] / result["ms"]["off"], 3),
                          target=f"{variant} / {baseline} <= {limit}", ratio=round(ratio, 3), met=ratio <= limit,
                          implied_attention_work=round(result["implied"], 3), method_cost=case.method_cost,
@@ -134,6 +147,8 @@ def _print(rows) -> None:
         ms = " ".join(f"{k} {v:.0f}" for k, v in r["ms"].items())
         print(f"{r['case']:46s} {r['tokens']:6d} {ms:32s} {r['on_vs_off']:6.2f} {r['target']:26s} {r['ratio']:6.2f} "
               f"{r['implied_attention_work']:7.2f} {str(r['off_equals_stock']):>10s} {r['max_change']:10.3g}")
+        if any(r["peak_mib"].values()):
+            print("    peak MiB: " + ", ".join(f"{k} {v}" for k, v in r["peak_mib"].items()))
 
 
 def main(argv=None) -> int:
