@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="where the models train (cuda on a GPU)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--resume", action="store_true", help="continue OUT/state.pt")
+    p.add_argument("--init-from", help="a finished run folder of the same stage: start from its weights with a fresh "
+                   "optimiser and schedule (continued training)")
     return p
 
 
@@ -74,7 +76,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     try:
         recipe = VideoRecipe(args.stage, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                             train_scenes=args.scenes, checkpoint_every=args.checkpoint_every)
+                             train_scenes=args.scenes, checkpoint_every=args.checkpoint_every,
+                             init_from=args.init_from)
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     out.mkdir(parents=True, exist_ok=True)

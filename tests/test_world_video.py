@@ -1,6 +1,7 @@
 """The world video model: clips, conditioning, pipeline, training resume, camera-following measurement."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -179,6 +180,9 @@ def test_training_resumes_bit_identically(clips, tmp_path):
         video_model.TRANSFORMER_CONFIG.update(original)
     assert whole["losses"] == resumed["losses"] and whole["finished"] and resumed["finished"]
     assert (tmp_path / "whole" / "transformer" / "config.json").is_file()
+    with pytest.raises(ValueError, match="init_from must be a finished"):
+        train_stage(VideoRecipe("base", steps=1, batch_size=2, init_from=str(tmp_path / "nothing")), clips,
+                    tmp_path / "bad", vae, log=lambda _: None)
 
 
 def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_path, monkeypatch):
@@ -203,7 +207,13 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
 
     base = WanTransformer3DModel.from_pretrained(runs / "base" / "transformer")
     train_stage(VideoRecipe("ucpe", steps=2, batch_size=2), clips, runs / "ucpe", vae, base=base, **quiet)
-    folder = export_world_video(runs, tmp_path / "assets" / "world-video", adapters=("ucpe",))
+    train_stage(VideoRecipe("ucpe", steps=1, batch_size=2, init_from=str(runs / "ucpe")), clips,
+                tmp_path / "continued" / "ucpe", vae, base=base, **quiet)  # continued training of the adapter
+    for name in ("vae", "base"):
+        (tmp_path / "continued" / name).symlink_to(runs / name)
+    folder = export_world_video(tmp_path / "continued", tmp_path / "assets" / "world-video", adapters=("ucpe",))
+    card = json.loads((folder / "model_card.json").read_text())
+    assert card["stages"]["ucpe"]["total_steps"] == 3 and "ucpe (continued)" in (folder / "README.md").read_text()
     for name in ("model_index.json", "README.md", "model_card.json", "samples.png", "camera-ucpe/config.json"):
         assert (folder / name).is_file(), name
     with pytest.raises(FileExistsError, match="overwrite"):

@@ -30,8 +30,15 @@ def stage_summary(run: Path, window: int = 100) -> dict:
         raise ValueError(f"{run} is not finished (step {state['step']} of {state['recipe']['steps']})")
     losses = state["losses"]
     curve = {i + window: round(float(np.mean(losses[i:i + window])), 5) for i in range(0, len(losses), window * 5)}
-    return dict(recipe=state["recipe"], steps=state["step"], cpu_minutes=round(state["cpu_seconds"] / 60, 1),
-                final_loss=round(float(np.mean(losses[-window:])), 5), loss_curve=curve)
+    summary = dict(recipe=state["recipe"], steps=state["step"], cpu_minutes=round(state["cpu_seconds"] / 60, 1),
+                   final_loss=round(float(np.mean(losses[-window:])), 5), loss_curve=curve)
+    start = state["recipe"].get("init_from")
+    if start:  # continued training: the totals include the earlier run's
+        earlier = stage_summary(Path(start), window)
+        steps = summary["steps"] + earlier.get("total_steps", earlier["steps"])
+        minutes = summary["cpu_minutes"] + earlier.get("total_cpu_minutes", earlier["cpu_minutes"])
+        summary.update(continued_from=earlier, total_steps=steps, total_cpu_minutes=round(minutes, 1))
+    return summary
 
 
 def model_card(stages: dict, parameters: dict) -> dict:
@@ -56,8 +63,10 @@ def card_markdown(card: dict) -> str:
              f"signed amounts ({card['data']['amounts']}); {card['data']['test']}.", "",
              "| stage | parameters | steps | batch | CPU minutes | final loss |", "|---|---|---|---|---|---|"]
     for name, stage in card["stages"].items():
-        lines.append(f"| {name} | {card['parameters'].get(name, '-')} | {stage['steps']} | "
-                     f"{stage['recipe']['batch_size']} | {stage['cpu_minutes']} | {stage['final_loss']} |")
+        steps, minutes = stage.get("total_steps", stage["steps"]), stage.get("total_cpu_minutes", stage["cpu_minutes"])
+        continued = " (continued)" if "continued_from" in stage else ""
+        lines.append(f"| {name}{continued} | {card['parameters'].get(name, '-')} | {steps} | "
+                     f"{stage['recipe']['batch_size']} | {minutes} | {stage['final_loss']} |")
     lines += ["", "Loss curves (step: mean loss of the preceding 100 steps):", ""]
     lines += [f"- {name}: " + ", ".join(f"{k}: {v}" for k, v in stage["loss_curve"].items())
               for name, stage in card["stages"].items()]

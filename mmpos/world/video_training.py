@@ -42,6 +42,7 @@ class VideoRecipe:
     train_scenes: int = 600
     clips_per_scene: int = 4
     checkpoint_every: int = 200
+    init_from: str | None = None  # a finished run folder of the same stage whose weights start this run
 
     def __post_init__(self):
         check_choice("stage", self.stage, STAGES)
@@ -79,6 +80,8 @@ class VideoStage:
         self.latents = encode_frames(self.vae.eval(), data["frames"]).to(self.device)
         if recipe.stage == "base":
             self.trained = world_video_transformer().to(self.device)
+            if recipe.init_from is not None:
+                self._continue_from(Path(recipe.init_from))
             return
         from ..integrations.diffusers.camera_adapter import CameraAdapter
 
@@ -87,6 +90,17 @@ class VideoStage:
                              "required")
         self.base.eval().requires_grad_(False)
         self.trained = CameraAdapter.for_transformer(self.base, recipe.stage)
+        if recipe.init_from is not None:
+            self._continue_from(Path(recipe.init_from))
+
+    def _continue_from(self, run: Path) -> None:
+        """Start from the exported weights of a finished run of the same stage (a fresh optimiser and schedule)."""
+        folder = run / EXPORTED.get(self.recipe.stage, "camera_adapter")
+        state = torch.load(run / "state.pt", weights_only=False, map_location="cpu") if (run / "state.pt").exists() \
+            else None
+        if state is None or not state["finished"] or state["recipe"]["stage"] != self.recipe.stage:
+            raise ValueError(f"init_from must be a finished {self.recipe.stage!r} run folder, got {run}")
+        self.trained.load_state_dict(type(self.trained).from_pretrained(folder).state_dict())
 
     def loss(self, generator: torch.Generator) -> torch.Tensor:
         count = len(self.data["frames"])
