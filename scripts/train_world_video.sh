@@ -17,8 +17,8 @@ stage() {  # stage NAME ARGS...: train (or resume) one stage into RUNS/NAME
 stage vae --steps 1500 --batch-size 32 --lr 1e-3
 stage base --vae "$RUNS/vae/vae" --steps 3000
 for kind in ucpe plucker; do
-  stage "$kind" --vae "$RUNS/vae/vae" --base "$RUNS/base/transformer" --steps 1500 > "$RUNS/$kind.log" 2>&1 &
+  stage "$kind" --vae "$RUNS/vae/vae" --base "$RUNS/base/transformer" --steps 1200 --checkpoint-every 100 > "$RUNS/$kind.log" 2>&1 &
 done
 wait
 $PY scripts/export_world_video.py --runs "$RUNS" --out "$MODEL" --overwrite
-$PY scripts/eval_camera_following.py --model "$MODEL" --out outputs/camera_following --overwrite
+$PY scripts/eval_camera_following.py --model "$MODEL" --scenes 8 --out outputs/camera_following --overwrite
