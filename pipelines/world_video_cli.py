@@ -29,7 +29,13 @@ def world_settings(args, fail) -> dict:
 
     values = {key: getattr(args, key, None) or default for key, default in WORLD_DEFAULTS.items()
               if key != "camera"}
-    values["frames"] = int(args.frames) if args.frames else WORLD_DEFAULTS["frames"]
+    if args.extrapolate or args.train_frames or args.train_size:
+        fail("--extrapolate, --train-frames and --train-size are for Wan models; the world video model generates "
+             "at its trained length and size (pass --model tiny or a Wan model)")
+    try:
+        values["frames"] = int(args.frames) if args.frames else WORLD_DEFAULTS["frames"]
+    except ValueError:
+        fail(f"--frames {args.frames}: the world video model takes a frame count (default 9)")
     for name in ("height", "width"):
         if values[name] < 4 or values[name] % 4:
             fail(f"--{name} {values[name]}: expected a positive multiple of 4 pixels (the world model: 32)")

@@ -109,14 +109,15 @@ def test_twice_the_length_and_size_with_riflex_and_dype_from_the_command(tmp_pat
 
     """At the trained length and size every preset is the stock pipeline bit for bit (same frames); at 2x
     frames (RIFLEx) and 2x rows (DyPE) the video has the requested shape and differs."""
-    trained = ["--train-frames", "5", "--train-size", "16x32", "--height", "16", "--width", "32", "--steps", "2"]
+    trained = ["--model", "tiny", "--train-frames", "5", "--train-size", "16x32", "--height", "16", "--width", "32",
+               "--steps", "2"]
     for name, extra in (("stock", []), ("dype_1x", ["--extrapolate", "dype", "riflex"])):
         assert main(["generate", "video", "--out", str(tmp_path / name), "--frames", "1x", *trained, *extra]) == 0
     assert np.array_equal(read_video(tmp_path / "stock/video.mp4"), read_video(tmp_path / "dype_1x/video.mp4"))
     grids = [np.asarray(Image.open(tmp_path / name / "frames.png")) for name in ("stock", "dype_1x")]
     assert np.array_equal(*grids)  # lossless
     capsys.readouterr()
-    big = [*trained[:4], "--height", "32", "--width", "32", "--steps", "2", "--frames", "2x"]
+    big = [*trained[:6], "--height", "32", "--width", "32", "--steps", "2", "--frames", "2x"]
     for name, extra in (("stock_2x", []), ("dype_2x", ["--extrapolate", "riflex", "dype"])):
         assert main(["generate", "video", "--out", str(tmp_path / name), *big, *extra]) == 0
     printed = capsys.readouterr().out

@@ -242,6 +242,7 @@ def _generate_video_from_the_cli(folder, tmp_path):
         count += 1
         assert frame.shape == (32, 32, 3)
     assert count == 9 and (out / "rig.png").is_file()
-    with pytest.raises(SystemExit) as bad:
-        main(["generate", "video", "--model", str(folder), "--camera", "spin:3", "--out", str(tmp_path / "x")])
-    assert bad.value.code == 2
+    for bad_arguments in (["--camera", "spin:3"], ["--frames", "2x"], ["--extrapolate", "riflex"]):
+        with pytest.raises(SystemExit) as bad:
+            main(["generate", "video", "--model", str(folder), *bad_arguments, "--out", str(tmp_path / "x")])
+        assert bad.value.code == 2

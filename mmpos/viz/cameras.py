@@ -52,17 +52,20 @@ def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "cam
     picks = sorted(set(torch.linspace(0, n - 1, min(n, max_frusta)).round().long().tolist()))
     colours = cm.viridis(torch.linspace(0, 1, n).numpy())
     ax.plot(centres[:, 0].numpy(), centres[:, 2].numpy(), -centres[:, 1].numpy(), color="0.6", lw=1)
+    drawn = [centres]
     for i in picks:
-        for segment in frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth):
+        segments = frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth)
+        drawn.append(segments.reshape(-1, 3))
+        for segment in segments:
             ax.plot(segment[:, 0].numpy(), segment[:, 2].numpy(), -segment[:, 1].numpy(), color=colours[i], lw=1)
     ax.set_xlabel("x")
     ax.set_ylabel("z (forward)")
     ax.set_zlabel("-y (up)")
     ax.set_title(title)
-    _equal_axes(ax, torch.cat([centres, centres + c2w[:, :3, 2] * depth]))
+    _equal_axes(ax, torch.cat(drawn))  # every frustum inside the axes (a pan: all at one centre)
     mappable = cm.ScalarMappable(cmap="viridis")
     mappable.set_clim(0, n - 1)
-    ax.figure.colorbar(mappable, ax=ax, fraction=0.03, label="frame")
+    ax.figure.colorbar(mappable, ax=ax, fraction=0.03, pad=0.12, label="frame")  # clear of the z label
 
 
 def _equal_axes(ax, points: torch.Tensor) -> None:
