@@ -21,7 +21,7 @@ import numpy as np
 from mmpos._atomic import written_atomically
 from mmpos.world.images import save_png
 from mmpos.world.samples import image_grid
-from mmpos.world.video_eval import EVAL_MOTIONS, evaluate_conditions, eval_clips, summarise
+from mmpos.world.video_eval import EVAL_MOTIONS, as_unit_float, evaluate_conditions, eval_clips, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,9 +68,8 @@ def figure(outputs: dict, clips, path: Path) -> Path:
     for kind in EVAL_MOTIONS:
         index = next(i for i, c in enumerate(clips) if c.motion.kind == kind)
         for name, frames in outputs.items():
-            images = np.asarray(frames[index], dtype=np.float64)
-            images = images if images.max() > 1.0 else images * 255
-            rows.append((f"{kind} {clips[index].motion.amount:+g}: {name}"[:40], images.round().astype(np.uint8)))
+            images = np.clip(np.rint(as_unit_float(frames[index]) * 255), 0, 255).astype(np.uint8)
+            rows.append((f"{kind} {clips[index].motion.amount:+g}: {name}"[:40], images))
     return save_png(path, image_grid(rows, zoom=2, label_width=230))
 
 

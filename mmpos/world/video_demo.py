@@ -9,7 +9,7 @@ import numpy as np
 
 from .models import DEFAULT_ASSETS
 from .video_data import Motion, motion_trajectory, render_clip, start_pose
-from .video_eval import EvalClip, generate, score
+from .video_eval import EvalClip, as_unit_float, generate, score
 
 VIDEO_MODEL = "world-video"
 DEMO_SCENE_SEED = 1_000_007  # a test-split scene (see mmpos.world.nvs_data.scene_seeds)
@@ -37,8 +37,7 @@ def demo_clips(size: int = 32) -> list[EvalClip]:
 
 
 def _uint8(frames) -> np.ndarray:
-    frames = np.asarray(frames, dtype=np.float64)
-    return np.clip(np.rint(frames * 255 if frames.max() <= 1.0 else frames), 0, 255).astype(np.uint8)
+    return np.clip(np.rint(as_unit_float(frames) * 255), 0, 255).astype(np.uint8)
 
 
 def write_gif(rows: list[np.ndarray], path: Path, zoom: int = 4, fps: int = 4) -> Path:

@@ -62,11 +62,15 @@ def generate(pipe, clip: EvalClip, camera=None, steps: int = 24, seed: int = 0) 
                 generator=torch.Generator().manual_seed(seed), **options).frames[0]
 
 
+def as_unit_float(frames) -> np.ndarray:
+    """Frames as float64 in [0, 1]: uint8 ones divided by 255, float ones as they are."""
+    frames = np.asarray(frames)
+    return frames / 255.0 if np.issubdtype(frames.dtype, np.integer) else frames.astype(np.float64)
+
+
 def score(frames: np.ndarray, clip: EvalClip) -> dict:
     """PSNR (dB, frames 1.. against the render), RotErr and TransErr (degrees) against the commanded path."""
-    frames = np.asarray(frames, dtype=np.float64)
-    if frames.max() > 1.0:
-        frames = frames / 255
+    frames = as_unit_float(frames)
     truth = clip.truth.astype(np.float64) / 255
     value = psnr(torch.from_numpy(frames[1:]).permute(0, 3, 1, 2), torch.from_numpy(truth[1:]).permute(0, 3, 1, 2))
     return dict(psnr=float(value.mean()), **clip_camera_errors(frames, clip.trajectory))
