@@ -20,10 +20,12 @@ def to_uint8(images) -> np.ndarray:
 
 
 def save_png(path, array: np.ndarray) -> Path:
-    """Write a uint8 ``[H, W, 3]`` (or ``[H, W]``) array as PNG, creating the folder; returns the path."""
+    """Write a uint8 ``[H, W, 3]`` (or ``[H, W]``) array as PNG (through a temporary name renamed into place),
+    creating the folder; returns the path."""
     from PIL import Image
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(array).save(path)
-    return path
+    from .._atomic import written_atomically
+
+    with written_atomically(path) as temporary:
+        Image.fromarray(array).save(temporary, format="PNG")
+    return Path(path)

@@ -4,8 +4,8 @@
     <out>/camera-<kind>/                                       (CameraAdapter.save_pretrained, one per adapter)
     <out>/README.md, model_card.json, samples.png              (card: data, steps, CPU minutes, losses)
 
-The folder is written under a temporary name and renamed into place; an existing ``out`` is replaced only when
-``overwrite`` is set.
+The folder is written under a temporary name and renamed into place; an ``out`` holding files is replaced only
+when ``overwrite`` is set.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .video_data import AMOUNTS, CLIP_FRAMES, CLIP_SIZE, MOTIONS
-from .video_training import saved_folder
+from .._atomic import check_new_output, folder_written_atomically
 
 SCHEDULER_SHIFT = 1.0
 
@@ -84,8 +84,7 @@ def export_world_video(runs: Path, out: Path, adapters=("ucpe", "plucker"), over
     from ..pipelines import WorldVideoPipeline
 
     runs, out = Path(runs), Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it")
+    check_new_output(out, overwrite)
     names = ("vae", "base", *adapters)
     stages = {name: stage_summary(runs / name) for name in names}
     pipe = WorldVideoPipeline(WanTransformer3DModel.from_pretrained(runs / "base" / "transformer"),
@@ -96,15 +95,14 @@ def export_world_video(runs: Path, out: Path, adapters=("ucpe", "plucker"), over
                   **{kind: _count(adapter) for kind, adapter in loaded.items()}}
     card = model_card(stages, parameters)
 
-    def write(folder: Path) -> None:
+    with folder_written_atomically(out) as folder:
         pipe.save_pretrained(folder)
         for kind in adapters:
             shutil.copytree(runs / kind / "camera_adapter", folder / f"camera-{kind}")
         (folder / "model_card.json").write_text(json.dumps(card, indent=1))
         (folder / "README.md").write_text(card_markdown(card))
         _write_samples(folder)
-
-    return saved_folder(write, out)
+    return out
 
 
 def _count(module) -> int:

@@ -13,15 +13,13 @@ noise are functions of ``(seed, step)``, so a resumed run takes the steps an uni
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from .._atomic import written_atomically
+from .._atomic import folder_written_atomically, written_atomically
 from .._validation import check_choice
 from .losses import vae_loss
 from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
@@ -51,19 +49,6 @@ class VideoRecipe:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
-
-
-def saved_folder(save, path: Path) -> Path:
-    """``save(temporary)`` then rename onto ``path`` (an older ``path`` is removed only after)."""
-    temporary = path.with_name(f".{path.name}.partial")
-    shutil.rmtree(temporary, ignore_errors=True)
-    save(temporary)
-    old = path.with_name(f".{path.name}.old")
-    if path.exists():
-        os.replace(path, old)
-    os.replace(temporary, path)
-    shutil.rmtree(old, ignore_errors=True)
-    return path
 
 
 class VideoStage:
@@ -139,7 +124,9 @@ class VideoStage:
             model.register_to_config(shift_factor=0.0, scaling_factor=1.0)
             latents = encode_frames(model, self.data["frames"][:128])
             model.register_to_config(shift_factor=latents.mean().item(), scaling_factor=1 / latents.std().item())
-        return saved_folder(lambda path: model.save_pretrained(path), folder)
+        with folder_written_atomically(folder) as temporary:
+            model.save_pretrained(temporary)
+        return folder
 
 
 def train_stage(recipe: VideoRecipe, data: dict, out, vae, base=None, max_minutes: float = math.inf,
