@@ -263,10 +263,10 @@ def main(argv=None) -> int:
     parser.add_argument("--size", choices=list(SHAPES), default=None,
                         help="shape preset: full (ViT-B 64x12x197x64, Flux 1x24x4096x128; default on cuda), "
                         "cpu (ViT-B batch 8, Flux 1024 tokens; default on cpu), quick (smallest)")
-    parser.add_argument("--quick", action="store_true", help="same as --size quick with 2 repeats")
+    parser.add_argument("--quick", action="store_true", help="same as --size quick (2 repeats unless --repeats)")
     parser.add_argument("--shapes", nargs="+", default=["vit-b", "flux"], choices=["vit-b", "flux"])
     parser.add_argument("--sections", nargs="+", default=["comrope", "harope"], choices=["comrope", "harope"])
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats, median reported (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="wall (default) or cpu: this thread's CPU time, steadier for --threads 1 on a loaded CPU")
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
     if args.clock == "cpu" and device.type == "cuda":
         parser.error("--clock cpu times the CPU thread; use wall on cuda")
     size = "quick" if args.quick else args.size or ("full" if device.type == "cuda" else "cpu")
-    repeats = 2 if args.quick else args.repeats
+    repeats = args.repeats or (2 if args.quick else 5)
     if args.threads:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()

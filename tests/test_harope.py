@@ -178,3 +178,80 @@ def test_bad_options_and_inputs():
         pe(q, k[:, :1], coords)
     with pytest.raises(ValueError, match="q has shape"):
         pe(q[..., :8], k, coords)
+
+
+# ----- M folded into a fused qkv projection (timm ViT, DiT) ----------------------------------------------------
+def _tiny_vit(pe="harope", dtype=torch.float64, randomise=True):
+    import timm
+
+    from mmpos.integrations.timm import convert
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
+                              depth=2, num_heads=2, num_classes=5).to(dtype)
+    convert(model, pe)
+    if randomise:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(("u_skew", "v_skew", "sigma")):
+                    p.normal_(std=0.1)
+    return model
+
+
+def _count_transforms(monkeypatch):
+    calls = []
+    original = mmpos.encodings.harope.HARoPE.transform
+    monkeypatch.setattr(mmpos.encodings.harope.HARoPE, "transform", lambda self, *a: calls.append(1) or original(self, *a))
+    return calls
+
+
+def test_folded_projection_equals_the_map_per_token_fp64(monkeypatch):
+    """A batch of >= C tokens folds M into the qkv weights; one image (17 tokens < C = 32) applies M per token:
+    same outputs and gradients in fp64."""
+    model, x = _tiny_vit(), torch.randn(4, 3, 32, 32, dtype=torch.float64)
+    calls = _count_transforms(monkeypatch)
+    folded = model(x)
+    assert not calls  # no per-token map
+    per_token = torch.cat([model(x[i:i + 1]) for i in range(4)])
+    assert len(calls) == 2 * 4  # two blocks, four single-image calls
+    torch.testing.assert_close(folded, per_token, rtol=0, atol=1e-13)
+    grads, weights = [], torch.randn(4, 5, dtype=torch.float64)
+    for run in (lambda: model(x), lambda: torch.cat([model(x[i:i + 1]) for i in range(4)])):
+        model.zero_grad()
+        (run() * weights).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    scale = max(g.abs().max() for g in grads[1].values())  # HARoPE's gradients are ~1e-3 of it, and cancel
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grad, grads[1][name], rtol=0, atol=1e-10 * scale, msg=name)
+    assert grads[0]["blocks.1.attn.pe.u_skew"].abs().max() > 1e-6 * scale
+
+
+def test_folded_projection_at_init_is_the_wrapped_encoding_bit_for_bit():
+    """M = I: I @ W is W exactly, so the folded HARoPE ViT equals the rope_axial ViT bit for bit (fp32)."""
+    harope, plain = _tiny_vit(randomise=False, dtype=torch.float32), _tiny_vit("rope_axial", dtype=torch.float32)
+    plain.load_state_dict(harope.state_dict(), strict=False)
+    x = torch.randn(4, 3, 32, 32)
+    assert torch.equal(harope(x), plain(x))
+
+
+def test_dit_folds_the_map_and_matches_per_token(monkeypatch):
+    from mmpos.models.dit import DiTAttention
+    from mmpos.ops.forward_tables import ForwardTables
+
+    pe = _harope(BASES["axial_2d"], num_heads=2)
+    attention = DiTAttention(32, 2).double()
+    coords = image_grid(3, 4, dtype=torch.float64)
+    x = torch.randn(3, 12, 32, dtype=torch.float64)  # 36 tokens >= 32 channels: folded
+    tables = ForwardTables([pe], coords, torch.float64, "cpu")
+    calls = _count_transforms(monkeypatch)
+    folded = attention(x, pe, tables)
+    assert not calls
+    per_token = torch.cat([attention(x[i:i + 1], pe, tables) for i in range(3)])  # 12 tokens each
+    assert len(calls) == 3
+    torch.testing.assert_close(folded, per_token, rtol=0, atol=1e-13)
+
+
+def test_fold_checks_the_projection_shape():
+    pe = _harope(BASES["axial_2d"], num_heads=2)
+    with pytest.raises(ValueError, match=r"weight has shape \(64, 8\); expected a fused qkv projection \[96, C\]"):
+        pe.fold_into_qkv(torch.zeros(64, 8), None)

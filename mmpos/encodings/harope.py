@@ -117,6 +117,37 @@ class HARoPE(RotaryPE):
         m, m_inv_t = self._matrices_for(q.dtype)
         return _per_head_matmul(q, m, head_dim), None if k is None else _per_head_matmul(k, m_inv_t, head_dim)
 
+    # ----- folded into a fused qkv projection -------------------------------------------------------------
+    def folds_into(self, x: torch.Tensor, projection: nn.Linear) -> bool:
+        """Whether folding ``M`` into ``projection`` (:meth:`fold_into_qkv`) is the cheaper way for input ``x``
+        ``[B, N, C]``: folding costs ``d x d x C`` per head and call, applying ``M`` per token ``d x d`` per token,
+        so it pays once a call has at least ``C`` tokens (a training batch; not one image at inference)."""
+        return x.shape[0] * x.shape[1] >= projection.in_features
+
+    def fold_into_qkv(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        """A fused ``qkv`` projection (``weight`` ``[3 * H * d, C]``: q, k, v rows, heads in order; ``bias``
+        ``[3 * H * d]`` or ``None``) with ``M_h`` folded into the q rows of head ``h`` and ``M_h^-T`` into its k
+        rows, so that it projects straight to ``M q`` and ``M^-T k`` (then :meth:`rotate_mapped_qk`). Only valid
+        when nothing acts on q and k between the projection and the encoding (no qk-norm). Returns ``(weight,
+        bias)``; the products run in fp32 (fp64 for fp64 weights), differentiable in both the weights and ``M``."""
+        heads, d = self.num_heads, self.head_dim
+        if weight.dim() != 2 or weight.shape[0] != 3 * heads * d:
+            raise ValueError(f"weight has shape {tuple(weight.shape)}; expected a fused qkv projection "
+                             f"[{3 * heads * d}, C] for {heads} heads of {d} channels")
+        m, m_inv_t = self._matrices_for(weight.dtype)
+        q, k, v = weight.unflatten(0, (3, heads, d)).unbind(0)  # [H, d, C] each
+        weight = torch.cat([(m @ q.to(m)).to(weight), (m_inv_t @ k.to(m)).to(weight), v]).flatten(0, 1)
+        if bias is not None:
+            bq, bk, bv = bias.unflatten(0, (3, heads, d)).unbind(0)
+            mapped = [(matrix @ b.to(matrix)[..., None]).squeeze(-1).to(bias) for matrix, b in ((m, bq), (m_inv_t, bk))]
+            bias = torch.cat([*mapped, bv]).flatten()
+        return weight, bias
+
+    def rotate_mapped_qk(self, q: torch.Tensor, k: torch.Tensor, table):
+        """The wrapped encoding's rotation of ``M q`` and ``M^-T k`` (from a projection :meth:`fold_into_qkv`
+        made)."""
+        return self.base.rotate_qk(q, k, table)
+
     def compute_table(self, coords, complex_dtype):
         return self.base.compute_table(coords, complex_dtype)
 

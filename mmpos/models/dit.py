@@ -73,8 +73,12 @@ class DiTAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, pe: nn.Module | None, tables: ForwardTables | None) -> torch.Tensor:
         B, L, C = x.shape
-        q, k, v = self.qkv(x).reshape(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        if pe is not None:
+        folds = pe is not None and hasattr(pe, "fold_into_qkv") and pe.folds_into(x, self.qkv)  # HARoPE
+        qkv = F.linear(x, *pe.fold_into_qkv(self.qkv.weight, self.qkv.bias)) if folds else self.qkv(x)
+        q, k, v = qkv.reshape(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if folds:
+            q, k = pe.rotate_mapped_qk(q, k, tables.get(pe, q))
+        elif pe is not None:
             q, k = pe.rotate_qk(q, k, tables.get(pe, q))
         x = F.scaled_dot_product_attention(q, k, v)
         return self.proj(x.transpose(1, 2).reshape(B, L, C))

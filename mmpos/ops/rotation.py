@@ -190,7 +190,7 @@ def sum_to_shape(t: torch.Tensor, shape) -> torch.Tensor:
     """Sum the broadcast dims of ``t`` down to ``shape`` (the batch and head dims a table shares): the gradient of
     a broadcast operand."""
     extra = t.dim() - len(shape)
-    if extra:
-        t = t.sum(dim=tuple(range(extra)))
+    if extra:  # leading dims of size 1 are dropped, not summed (a sum over them is a fill and a copy)
+        t = t.reshape(t.shape[extra:]) if t.shape[:extra].numel() == 1 else t.sum(dim=tuple(range(extra)))
     dims = tuple(i for i, s in enumerate(shape) if s == 1 and t.shape[i] != 1)
     return t.sum(dim=dims, keepdim=True) if dims else t

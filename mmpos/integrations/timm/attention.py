@@ -30,8 +30,18 @@ class _PositionalAttention:
     def _project(self, x: torch.Tensor):
         raise NotImplementedError
 
+    def _folds_pe(self, x: torch.Tensor) -> bool:
+        """Whether the encoding's linear map goes into the fused qkv weights (:meth:`HARoPE.fold_into_qkv`): the
+        encoding can, nothing sits between projection and encoding (no qk-norm), and folding is cheaper."""
+        return (hasattr(self.pe, "fold_into_qkv") and isinstance(self, PositionalAttention)
+                and isinstance(self.q_norm, torch.nn.Identity) and isinstance(self.k_norm, torch.nn.Identity)
+                and self.pe.folds_into(x, self.qkv))
+
     def encoded_qkv(self, x: torch.Tensor):
         """``q, k, v`` ``[B, H, N, head_dim]`` as attention sees them (after qk-norm, GQA and the encoding)."""
+        if self._folds_pe(x):  # HARoPE's per-head map folded into the qkv weights: once per call, not per token
+            q, k, v = self._project(x, *self.pe.fold_into_qkv(self.qkv.weight, self.qkv.bias))
+            return (*self.pe.rotate_mapped_qk(q, k, self.positions.table(self.pe, x.shape[1], q)), v)
         q, k, v = self._project(x)
         q, k = self.q_norm(q), self.k_norm(k)
         groups = getattr(self, "num_kv_groups", 1)
@@ -64,10 +74,11 @@ class _PositionalAttention:
 class PositionalAttention(_PositionalAttention, Attention):
     """``timm.layers.Attention`` (VisionTransformer, DeiT, NaFlexVit standard blocks) with an mmpos encoding."""
 
-    def _project(self, x):
+    def _project(self, x, weight=None, bias=None):
+        """``q, k, v`` ``[B, H, N, head_dim]``; ``weight``, ``bias``: in place of ``self.qkv``'s (folded)."""
         B, N, _ = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return qkv.unbind(0)
+        qkv = self.qkv(x) if weight is None else F.linear(x, weight, bias)
+        return qkv.reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
 
 
 class PositionalEvaAttention(_PositionalAttention, EvaAttention):
