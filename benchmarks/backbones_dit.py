@@ -72,6 +72,11 @@ def run_preset(args, preset: str, device, log=print) -> list[dict]:
     batch = args.batch_size or (2 if device.type == "cpu" else 16)
     names = [BASELINE] + [n for n in args.encodings if n != BASELINE]
     models = {name: build_model(name, preset, depth, device) for name in names}
+    if "harope" in models:  # the same model with HARoPE's map applied per token instead of folded into qkv
+        models["harope (map per token)"] = build_model("harope", preset, depth, device)
+        for module in models["harope (map per token)"].modules():
+            if hasattr(module, "fold_qkv"):
+                module.fold_qkv = False
     size = PRESETS[preset][0]["sample_size"]
     g = torch.Generator().manual_seed(0)
     latents = torch.randn(batch, 4, size, size, generator=g).to(device)

@@ -25,6 +25,8 @@ BASELINE = "nope"
 TARGETS = {"harope*": 1.25, "comrope*": 1.25, "*": 1.10}  # rotary encodings: max step time / NoPE's
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 WRAPPERS = ("harope",)  # encodings that wrap a grid-reading one (not listed by image_pes)
+# rows per encoding: label -> convert options (HARoPE's map folded into the qkv weights, and applied per token)
+VARIANTS = {"harope": {"harope": {}, "harope (map per token)": {"fold_qkv": False}}}
 
 
 def parse_args(argv=None):
@@ -84,9 +86,11 @@ def build_models(args, device) -> dict:
         names = [BASELINE] + list(names)
     models = {}
     for name in names:
-        torch.manual_seed(0)
-        model = convert(timm.create_model(args.model, img_size=args.img_size, num_classes=1000), pe=name)
-        models[name] = (away_from_identity(model).to(device).train(), pe_class(name).kind)
+        for label, options in VARIANTS.get(name, {name: {}}).items():
+            torch.manual_seed(0)
+            model = convert(timm.create_model(args.model, img_size=args.img_size, num_classes=1000), pe=name,
+                            **options)
+            models[label] = (away_from_identity(model).to(device).train(), pe_class(name).kind)
     return models
 
 

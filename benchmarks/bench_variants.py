@@ -7,7 +7,10 @@ backward to q, k and the parameters), median over repeats; "no grad" rows: the f
 (tables cached, as in evaluation). The dense row is the formulation of the
 reference code, written here: block exponentials scattered into a zero ``[B, L, H, d, d]`` matrix per token
 and applied by a batched matrix product. HARoPE rows: the attention forward (encoding + SDPA) without
-gradients (sampling) and a training step (encoding + SDPA, forward and backward).
+gradients (sampling) and a training step (encoding + SDPA, forward and backward); "layer" rows: a training step
+of the whole layer from its input ``x [B, L, C]`` (fused qkv projection + encoding + SDPA), with HARoPE's map
+applied to every token or folded into the qkv weights (the timm / DiT attention's choice once a call has at
+least ``C`` tokens).
 
 Memory: on CUDA, the peak of ``torch.cuda.max_memory_allocated`` above what was allocated before the step.
 On the CPU (no allocator statistics), the bytes of the tensors autograd saves for backward, counted once per
@@ -218,12 +221,58 @@ def harope_rows(shape_name, shape_spec, device, repeats, log, clock="wall") -> l
             name = f"{method}, {mode}"
             steps[name] = make(pe)
             memory[name] = memory_of(steps[name], device, exclude=[q, k, v, *pe.parameters()])
+    for name, step, params in layer_steps(plain, harope, shape_spec, coords, device, dtype):
+        steps[name] = step
+        memory[name] = memory_of(step, device, exclude=params)
     rows = []
     for name, ms in measure_interleaved(steps, device, repeats, clock).items():
         rows.append(dict(section="harope", shape=shape_name, dims=[b, h, length, d], method=name,
                          dtype=str(dtype).replace("torch.", ""), ms=ms, **memory[name]))
         log(f"  {shape_name:6s} {name:36s} {ms:9.2f} ms")
     return rows
+
+
+def layer_steps(plain, harope, shape_spec, coords, device, dtype):
+    """Training steps of a whole attention layer, ``x [B, L, C] -> qkv projection -> encoding -> SDPA``: plain
+    rotary, HARoPE with ``M`` applied to every token, and HARoPE with ``M`` folded into the qkv weights
+    (:meth:`~mmpos.encodings.harope.HARoPE.fold_into_qkv`, what the timm and DiT attention do once a call has
+    at least ``C`` tokens). Yields ``(name, step, tensors to exclude from the memory count)``."""
+    b, h, length, d = shape_spec[:4]
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(b, length, h * d, generator=gen).to(device, dtype).requires_grad_(True)
+    qkv = torch.nn.Linear(h * d, 3 * h * d).to(device, dtype)
+    seq_dim = harope.seq_dim
+
+    def split(projected):  # [B, L, 3 H d] -> q, k, v in the encoding's layout
+        q, k, v = projected.unflatten(-1, (3, h, d)).unbind(-3)  # [B, L, H, d]
+        return (q, k, v) if seq_dim == -3 else (t.transpose(1, 2) for t in (q, k, v))
+
+    def layer(pe, fold):
+        def forward(x):
+            if fold:
+                q, k, v = split(F.linear(x, *harope.fold_into_qkv(qkv.weight, qkv.bias)))
+                q, k = harope.rotate_mapped_qk(q, k, harope.table(coords, q.dtype, q.device))
+            else:
+                q, k, v = split(qkv(x))
+                q, k = pe(q, k, coords)
+            return F.scaled_dot_product_attention(q, k, v) if seq_dim == -2 else F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return forward
+
+    for name, pe, fold in (("plain rotary", plain, False), ("harope, map per token", harope, False),
+                           ("harope, map folded into qkv", harope, True)):
+        params = [x, *qkv.parameters(), *pe.parameters()]
+        grad = None
+
+        def step(forward=layer(pe, fold), params=params):
+            nonlocal grad
+            pe.train()
+            for t in params:
+                t.grad = None
+            out = forward(x)
+            grad = torch.randn_like(out) if grad is None else grad
+            out.backward(grad)
+        yield f"{name}, layer train fwd+bwd", step, params
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -240,8 +289,9 @@ def add_ratios(rows: list[dict]) -> None:
                 mem = "peak_mb" if r["peak_mb"] is not None else "saved_mb"
                 r["dense_memory_over_this"] = dense[mem] / max(r[mem], 1e-9)
         else:
-            plain = by[("harope", r["shape"], r["method"].replace("harope", "plain rotary"))]
-            r["time_vs_plain"] = r["ms"] / plain["ms"]
+            peer = r["method"].replace("harope, map per token", "plain rotary")
+            peer = peer.replace("harope, map folded into qkv", "plain rotary").replace("harope", "plain rotary")
+            r["time_vs_plain"] = r["ms"] / by[("harope", r["shape"], peer)]["ms"]
 
 
 def summary(rows: list[dict]) -> str:

@@ -1,5 +1,6 @@
-"""The DiT backbone benchmark runs end to end on a tiny preset and writes one row per encoding, with HARoPE
-started away from its identity (so that its exponentials are exercised)."""
+"""The DiT backbone benchmark runs end to end on a tiny preset and writes one row per encoding (HARoPE twice: its
+map folded into qkv and per token), with HARoPE started away from its identity (so that its exponentials are
+exercised)."""
 import json
 
 import torch
@@ -12,7 +13,7 @@ def test_tiny_run_writes_a_row_per_encoding(tmp_path, monkeypatch):
     out = tmp_path / "dit.json"
     assert dit.main(["--rounds", "1", "--depth", "1", "--batch-size", "1", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["results"]
-    assert [r["encoding"] for r in rows] == dit.ENCODINGS and rows[0]["vs_nope"] == 1.0
+    assert [r["encoding"] for r in rows] == dit.ENCODINGS + ["harope (map per token)"] and rows[0]["vs_nope"] == 1.0
     assert all(r["tokens"] == 16 and r["ms"] > 0 for r in rows)
 
 

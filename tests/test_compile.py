@@ -53,3 +53,23 @@ def test_converted_timm_vit_traces_without_graph_breaks_and_matches_eager(name):
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6)
     for a, b in zip(compiled_grads, eager_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["rope_axial", "harope"])
+def test_dynamic_compile_takes_new_image_sizes_without_recompiling(name):
+    """``torch.compile(dynamic=True)`` of a converted ViT (timm's ``dynamic_img_pad=True``: its unpadded patch
+    embedding formats the size into an assertion message, which pins it) compiles one graph for three image
+    sizes: no size-dependent guard in the positions, tables, checks or HARoPE's folding choice."""
+    import timm
+
+    from mmpos.integrations.timm import convert
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=64, depth=1, num_classes=4, dynamic_img_size=True,
+                              dynamic_img_pad=True)
+    compiled = torch.compile(convert(model, pe=name).train(), dynamic=True, backend="eager")
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for size in (64, 96, 128):
+        compiled(torch.randn(2, 3, size, size)).square().mean().backward()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1

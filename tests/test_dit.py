@@ -262,9 +262,11 @@ def test_tables_once_per_forward_match_the_per_layer_path_bit_for_bit(monkeypatc
 
     from mmpos.encodings.harope import HARoPE
 
-    monkeypatch.setattr(HARoPE, "folds_into", lambda *args: False)  # folded into qkv: tests/test_harope.py
     torch.manual_seed(0)
     model = tiny_dit(pe=pe, share_pe=share, depth=3).to(dtype)
+    for module in model.modules():
+        if isinstance(module, HARoPE):
+            module.fold_qkv = False  # the per-token map here; folded into qkv: tests/test_harope.py
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)  # make zero-initialised layers matter

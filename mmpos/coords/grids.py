@@ -48,8 +48,8 @@ def grid_coords(shape: Sequence[int], mode: str = "index", offset=0.0, scale=1.0
     offsets = per_axis("offset", offset, len(shape))
     scales = per_axis("scale", scale, len(shape))
     for name, given, values in (("offset", offset, offsets), ("scale", scale, scales)):
-        if not all(math.isfinite(float(v)) for v in values):
-            raise ValueError(f"{name}={given!r}: expected finite numbers")
+        if not torch.compiler.is_compiling() and not all(math.isfinite(float(v)) for v in values):
+            raise ValueError(f"{name}={given!r}: expected finite numbers")  # (traced: symbolic under dynamic=True)
     axes = [axis_positions(n, mode, o, s, dtype, device) for n, o, s in zip(shape, offsets, scales)]
     mesh = torch.meshgrid(*axes, indexing="ij")
     return torch.stack(mesh, dim=-1).reshape(-1, len(shape))

@@ -45,6 +45,9 @@ class HARoPE(RotaryPE):
         eps: floor of the singular values ``s``.
         num_prefix_tokens, seq_dim: passed on to a named base (default: the base's own); with a base instance they
             must agree with it. Integrations (timm, the DiT) set them from the model.
+        fold_qkv: let attention modules with a fused qkv projection and no qk-norm (timm ``Attention``, the DiT)
+            fold ``M`` into the projection's weights when a call has at least as many tokens as channels
+            (:meth:`folds_into`); ``False`` applies ``M`` to every token (equal in exact arithmetic).
     Parameters: ``u_skew``, ``v_skew`` ``[num_heads, head_dim * (head_dim - 1) / 2]`` (zeros), ``sigma``
     ``[num_heads, head_dim]`` (zeros). ``M`` and ``M^-T`` are cached while no gradient is needed.
     Capabilities: the base's (relative when it is), plus learnable.
@@ -56,7 +59,8 @@ class HARoPE(RotaryPE):
     capabilities = Capabilities(relative=True, learnable=True)
 
     def __init__(self, head_dim: int, num_heads: int, base="rope_axial", base_options: dict | None = None,
-                 eps: float = 1e-6, num_prefix_tokens: int | None = None, seq_dim: int | None = None):
+                 eps: float = 1e-6, num_prefix_tokens: int | None = None, seq_dim: int | None = None,
+                 fold_qkv: bool = True):
         given = {k: v for k, v in (("num_prefix_tokens", num_prefix_tokens), ("seq_dim", seq_dim)) if v is not None}
         base = _build_base(base, head_dim, num_heads, base_options, given)
         super().__init__(head_dim, base.num_axes, base.layout, base.num_prefix_tokens, base.seq_dim)
@@ -67,7 +71,7 @@ class HARoPE(RotaryPE):
             raise ValueError(f"base encoding has num_heads={base.num_heads}; expected num_heads={num_heads}")
         if not eps > 0:
             raise ValueError(f"eps must be positive, got {eps}")
-        self.base, self.num_heads, self.eps = base, num_heads, float(eps)
+        self.base, self.num_heads, self.eps, self.fold_qkv = base, num_heads, float(eps), bool(fold_qkv)
         self.u_skew = nn.Parameter(torch.zeros(num_heads, num_upper(head_dim)))
         self.v_skew = nn.Parameter(torch.zeros(num_heads, num_upper(head_dim)))
         self.sigma = nn.Parameter(torch.zeros(num_heads, head_dim))
@@ -121,8 +125,11 @@ class HARoPE(RotaryPE):
     def folds_into(self, x: torch.Tensor, projection: nn.Linear) -> bool:
         """Whether folding ``M`` into ``projection`` (:meth:`fold_into_qkv`) is the cheaper way for input ``x``
         ``[B, N, C]``: folding costs ``d x d x C`` per head and call, applying ``M`` per token ``d x d`` per token,
-        so it pays once a call has at least ``C`` tokens (a training batch; not one image at inference)."""
-        return x.shape[0] * x.shape[1] >= projection.in_features
+        so it pays once a call has at least ``C`` tokens (a training batch; not one image at inference). Under
+        ``torch.compile`` it always folds: a test on the token count would recompile when a size crosses it."""
+        if not self.fold_qkv:
+            return False
+        return torch.compiler.is_compiling() or x.shape[0] * x.shape[1] >= projection.in_features
 
     def fold_into_qkv(self, weight: torch.Tensor, bias: torch.Tensor | None):
         """A fused ``qkv`` projection (``weight`` ``[3 * H * d, C]``: q, k, v rows, heads in order; ``bias``
@@ -194,7 +201,7 @@ class HARoPE(RotaryPE):
         self.sigma.copy_(s + torch.log(-torch.expm1(-s)))  # inverse softplus
 
     def extra_repr(self):
-        return f"head_dim={self.head_dim}, num_heads={self.num_heads}, eps={self.eps}"
+        return f"head_dim={self.head_dim}, num_heads={self.num_heads}, eps={self.eps}, fold_qkv={self.fold_qkv}"
 
 
 def _per_head_matmul(x: torch.Tensor, matrix: torch.Tensor, head_dim: int) -> torch.Tensor:

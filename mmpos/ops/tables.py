@@ -62,6 +62,9 @@ _finite_checked = threading.local()
 def finite_checked(coords: torch.Tensor):
     """Inside the block, :func:`check_coords` skips the finiteness test (a host sync on CUDA) for this very
     tensor, on this thread: for a model that checked its coordinates once and builds one table per block."""
+    if torch.compiler.is_compiling():  # the test is skipped while tracing; no thread-local state to guard on
+        yield coords
+        return
     previous = getattr(_finite_checked, "coords", None)
     _finite_checked.coords = coords
     try:
@@ -73,7 +76,7 @@ def finite_checked(coords: torch.Tensor):
 def check_coords(coords: torch.Tensor, num_axes: int, name: str = "coords") -> torch.Tensor:
     """Validate ``[L, A]`` or ``[B, L, A]`` coordinates (``[L]`` allowed when ``A == 1``)."""
     check_float_coords(name, coords)
-    already_checked = getattr(_finite_checked, "coords", None) is coords
+    already_checked = torch.compiler.is_compiling() or getattr(_finite_checked, "coords", None) is coords
     if coords.dim() == 1 and num_axes == 1:
         coords = coords[:, None]
     if coords.dim() not in (2, 3) or coords.shape[-1] != num_axes:
