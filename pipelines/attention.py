@@ -157,3 +157,13 @@ def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.T
     backend = AttentionBackendName.NATIVE if native else getattr(processor, "_attention_backend", None)
     return dispatch_attention_fn(query, key, value, scale=scale, backend=backend,
                                  parallel_config=None if native else getattr(processor, "_parallel_config", None))
+
+
+def attend_wide(attn, query, key, value, scale: float) -> torch.Tensor:
+    """Attention whose q and k (``[B, L, H, E]``) are wider than v (``[B, L, H, Ev]``, ``Ev < E``): v gets zero
+    channels up to ``E`` and the output loses them again, so that PyTorch SDPA runs its fused kernel (it takes
+    the unfused math path, ~2x slower on a CPU, when the widths differ); the kept channels are the same
+    weighted sums of v."""
+    width = query.shape[-1] - value.shape[-1]
+    padded = torch.cat([value, value.new_zeros(*value.shape[:-1], width)], dim=-1) if width > 0 else value
+    return attend(attn, query, key, padded, scale=scale, native=True)[..., : value.shape[-1]]

@@ -29,7 +29,7 @@ from mmpos._validation import check_finite_fields
 from mmpos.coords.edits import shrink_ids
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation, sequence_slice
 
-from .attention import attend, finish_attention, project_heads
+from .attention import attend, attend_wide, finish_attention, project_heads
 from .images import area_resize, dilate, mask_to_tokens
 from .saliency import gaussian_blur
 
@@ -239,5 +239,5 @@ class LooseRoPERule:
             q_hat = torch.cat([q_std[:, tokens], q_loose], dim=-1)
             k_hat = torch.cat([torch.cat([head, torch.zeros_like(head)], dim=-1),
                                torch.cat([torch.zeros_like(k_loose), k_loose], dim=-1)], dim=1)
-            out = out.index_copy(1, tokens, attend(attn, q_hat, k_hat, value, scale=scale, native=True))
+            out = out.index_copy(1, tokens, attend_wide(attn, q_hat, k_hat, value, scale))
         return finish_attention(attn, out, encoder_hidden_states, query.dtype)
