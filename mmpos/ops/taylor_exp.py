@@ -114,64 +114,72 @@ def _expm_parts(a: torch.Tensor, degree: int, block: int, squarings: int):
     """``exp(a)`` and what the backward needs: ``(x = a / 2^s, powers x..x^p, Horner inputs, squaring inputs)``.
 
     ``T(x) = (((c_m x^p + B_{q-1}) x^p + B_{q-2}) x^p + ...) + B_0`` with ``B_j = sum_{i < p} c_{jp+i} x^i``
-    (``p = block``, ``q = degree / p``): ``p - 1`` products for the powers, ``q - 1`` for Horner's rule."""
-    x = a / 2.0**squarings if squarings else a
-    powers, horner, squares = [x], [], []
+    (``p = block``, ``q = degree / p``): ``p - 1`` products for the powers, ``q - 1`` for Horner's rule (each
+    adds its ``B_j`` inside the product, ``baddbmm``). Works on ``[N, n, n]`` views of one buffer per kind."""
+    shape, n = a.shape, a.shape[-1]
+    powers = a.new_empty(block, a.numel() // (n * n), n, n)  # x, x^2, .., x^p
+    torch.div(a.reshape(-1, n, n), 2.0**squarings, out=powers[0])
+    x, horner, squares = powers[0], [], []
     if degree == 1:
         result = _plus_identity(x.clone(), 1.0)
     else:
-        for _ in range(block - 1):
-            powers.append(powers[-1] @ x)
-        c, num_blocks = _inverse_factorials(degree), degree // block
-        result = _block_sum(powers, c, num_blocks - 1, block).add(powers[-1], alpha=c[degree])
-        for j in range(num_blocks - 2, -1, -1):
+        for i in range(1, block):
+            torch.bmm(powers[i - 1], x, out=powers[i])
+        c, top = _inverse_factorials(degree), powers[block - 1]
+        sums = _block_sums(powers, c, degree // block, block)  # B_0 .. B_{q-1}
+        result = sums[-1].add_(top, alpha=c[degree])
+        for j in range(degree // block - 2, -1, -1):
             horner.append(result)
-            result = (result @ powers[-1]).add_(_block_sum(powers, c, j, block))
+            result = torch.baddbmm(sums[j], result, top)
     for _ in range(squarings):
         squares.append(result)
-        result = result @ result
-    return result, (x, powers, horner, squares)
+        result = torch.bmm(result, result)
+    return result.reshape(shape), (x, list(powers.unbind(0)), horner, squares)
 
 
 def _expm_vjp(a: torch.Tensor, grad: torch.Tensor, degree: int, block: int, squarings: int) -> torch.Tensor:
     """``d<grad, exp(a)> / da``: the products of :func:`_expm_parts` recomputed, then reversed (two each)."""
     _, (x, powers, horner, squares) = _expm_parts(a, degree, block, squarings)
-    g = grad
+    g = grad.reshape(x.shape)
     for square in reversed(squares):  # S' = S S
-        g = g @ square.mT + square.mT @ g
+        g = torch.baddbmm(g @ square.mT, square.mT, g)
     if degree == 1:
-        return g / 2.0**squarings if squarings else g.clone()
+        return (g / 2.0**squarings).reshape(a.shape)
     c, top = _inverse_factorials(degree), powers[-1]
     block_grads, grad_top = [], None
     for previous in reversed(horner):  # R_j = R_{j+1} x^p + B_j, j = 0 .. q - 2
         block_grads.append(g)
-        grad_top = _accumulate(grad_top, previous.mT @ g)
+        grad_top = previous.mT @ g if grad_top is None else torch.baddbmm(grad_top, previous.mT, g)
         g = g @ top.mT
     block_grads.append(g)  # R_{q-1} = c_m x^p + B_{q-1}
     grad_top = _accumulate(grad_top, g * c[degree])
     grad_power = grad_top  # of x^(i+1), going down the chain x^(i+1) = x^i x
     grad_x = None
     for i in range(block - 1, 0, -1):
-        grad_x = _accumulate(grad_x, powers[i - 1].mT @ grad_power)
+        grad_x = powers[i - 1].mT @ grad_power if grad_x is None else torch.baddbmm(grad_x, powers[i - 1].mT,
+                                                                                   grad_power)
         grad_power = grad_power @ x.mT
         for j, block_grad in enumerate(block_grads):  # x^i in B_j with c_{jp+i}
-            grad_power = grad_power.add(block_grad, alpha=c[j * block + i])
+            grad_power.add_(block_grad, alpha=c[j * block + i])
     grad_x = _accumulate(grad_x, grad_power)
-    return grad_x / 2.0**squarings if squarings else grad_x
+    return (grad_x / 2.0**squarings if squarings else grad_x).reshape(a.shape)
 
 
 def _inverse_factorials(degree: int) -> list[float]:
     return [1.0 / math.factorial(k) for k in range(degree + 1)]
 
 
-def _block_sum(powers: list, c: list, j: int, block: int) -> torch.Tensor:
-    """``B_j = c_{jp} I + sum_{0 < i < p} c_{jp+i} x^i`` from scaled additions (a stacked tensordot costs ~15x
-    more on a CPU)."""
-    coefficients = c[j * block: (j + 1) * block]
-    total = powers[0] * coefficients[1]
-    for power, coefficient in zip(powers[1: block - 1], coefficients[2:]):
-        total = total.add(power, alpha=coefficient)
-    return _plus_identity(total, coefficients[0])
+def _block_sums(powers: torch.Tensor, c: list, count: int, block: int) -> torch.Tensor:
+    """``B_j = c_{jp} I + sum_{0 < i < p} c_{jp+i} x^i`` for ``j < count``, ``[count, N, n, n]``, written into one
+    buffer by scaled additions (a stacked tensordot costs ~15x more on a CPU)."""
+    sums = powers.new_empty(count, *powers.shape[1:])
+    for j in range(count):
+        coefficients = c[j * block: (j + 1) * block]
+        torch.mul(powers[0], coefficients[1], out=sums[j])
+        for power, coefficient in zip(powers[1: block - 1], coefficients[2:]):
+            sums[j].add_(power, alpha=coefficient)
+        _plus_identity(sums[j], coefficients[0])
+    return sums
 
 
 def _accumulate(total, term):
