@@ -5,10 +5,13 @@
 
 Prints, per encoding, the graph count, graph-break count and the break reasons (deduplicated). ``--time``
 also compiles each model with inductor (``dynamic=True``), times a training step (forward + backward)
-eager vs compiled (median of ``--repeats``, after warm-up), and counts the graphs compiled when the image
-size changes (``--img-size`` then ``--img-size2``): 0 means no recompilation for the new size. The model uses
-timm's ``dynamic_img_pad=True``: without it timm's patch embedding formats the image size into an assertion
-message, which makes dynamo specialise on it (one recompilation per size, stock timm too).
+eager vs compiled (median of ``--repeats``, after warm-up; ``--model``, ``--batch-size``), and counts the
+graphs inductor compiles when the image size changes (``--img-size`` then ``--img-size2``). Every run also
+counts the graphs dynamo traces (``dynamic=True``, backend ``eager``) for three image sizes: 1 means that no
+guard in the model's code depends on the size. The model uses timm's ``dynamic_img_pad=True``: without it
+timm's patch embedding formats the image size into an assertion message, which makes dynamo specialise on it
+(one recompilation per size, stock timm too). Under inductor on a CPU, PyTorch's lowering of that patch
+convolution adds a size guard of its own (a larger image recompiles once).
 """
 from __future__ import annotations
 
@@ -33,23 +36,35 @@ def explain(name: str, depth: int, img_size: int):
     return torch._dynamo.explain(model)(images)
 
 
-def _model(name, depth, img_size):
+def _model(name, depth, img_size, arch="vit_tiny_patch16_224"):
     import timm
 
     from mmpos.integrations.timm import convert
 
     torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", img_size=img_size, depth=depth, num_classes=10,
+    model = timm.create_model(arch, img_size=img_size, depth=depth, num_classes=10,
                               dynamic_img_size=True, dynamic_img_pad=True)  # unpadded, timm pins the size
     return convert(model, pe=name).train()
 
 
-def time_compiled(name: str, depth: int, sizes: tuple, repeats: int) -> dict:
-    """Eager and compiled step times at ``sizes[0]``, and the compilations after switching to ``sizes[1]``."""
+def traced_graphs_over_sizes(name: str, depth: int, sizes: tuple) -> int:
+    """Graphs dynamo traces (``dynamic=True``, no code generation) for a training step at each of ``sizes``:
+    1 means no guard of the model's code depends on the image size."""
     torch._dynamo.reset()
     model = _model(name, depth, sizes[0])
+    compiled = torch.compile(model, dynamic=True, backend="eager")
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for size in sizes:
+        compiled(torch.randn(2, 3, size, size)).square().mean().backward()
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+
+
+def time_compiled(name: str, depth: int, sizes: tuple, repeats: int, arch: str, batch: int) -> dict:
+    """Eager and compiled step times at ``sizes[0]``, and the compilations after switching to ``sizes[1]``."""
+    torch._dynamo.reset()
+    model = _model(name, depth, sizes[0], arch)
     compiled = torch.compile(model, dynamic=True)
-    images = {size: torch.randn(2, 3, size, size) for size in sizes}
+    images = {size: torch.randn(batch, 3, size, size) for size in sizes}
 
     def step(forward, size):
         forward(images[size]).square().mean().backward()
@@ -80,16 +95,21 @@ def main(argv=None) -> int:
     parser.add_argument("--img-size2", type=int, default=96, help="second image size for --time")
     parser.add_argument("--time", action="store_true", help="also time eager vs inductor and count recompilations")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--model", default="vit_tiny_patch16_224", help="timm architecture for --time")
+    parser.add_argument("--batch-size", type=int, default=2, help="batch for --time")
     args = parser.parse_args(argv)
-    print("| encoding | graphs | graph breaks | reasons |" + (" eager ms | compiled ms | graphs for a new size |"
-                                                            if args.time else ""))
-    print("|---|---|---|---|" + ("---|---|---|" if args.time else ""))
+    sizes = (args.img_size, args.img_size2, args.img_size + 16)
+    print(f"| encoding | graphs | graph breaks | reasons | traced graphs for sizes {sizes} |"
+          + (" eager ms | compiled ms | inductor graphs for a new size |" if args.time else ""))
+    print("|---|---|---|---|---|" + ("---|---|---|" if args.time else ""))
     for name in args.encodings:
         result = explain(name, args.depth, args.img_size)
         reasons = sorted({str(b.reason).splitlines()[0][:120] for b in result.break_reasons})
-        line = f"| {name} | {result.graph_count} | {result.graph_break_count} | {'; '.join(reasons) or '-'} |"
+        line = (f"| {name} | {result.graph_count} | {result.graph_break_count} | {'; '.join(reasons) or '-'} | "
+                f"{traced_graphs_over_sizes(name, args.depth, sizes)} |")
         if args.time:
-            t = time_compiled(name, args.depth, (args.img_size, args.img_size2), args.repeats)
+            t = time_compiled(name, args.depth, (args.img_size, args.img_size2), args.repeats, args.model,
+                              args.batch_size)
             line += f" {t['eager_ms']:.1f} | {t['compiled_ms']:.1f} | {t['new_graphs']} |"
         print(line, flush=True)
     return 0
