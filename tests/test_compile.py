@@ -73,3 +73,34 @@ def test_dynamic_compile_takes_new_image_sizes_without_recompiling(name):
     for size in (64, 96, 128):
         compiled(torch.randn(2, 3, size, size)).square().mean().backward()
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1
+
+
+@pytest.mark.parametrize("name,options", [("rope_axial", {}), ("rope_mixed", dict(per_layer=True)),
+                                          ("comrope_ap", dict(per_layer=True, coord_axes=(1, 2))),
+                                          ("comrope_ld", dict(per_layer=True)), ("harope", dict(per_layer=True))])
+def test_set_pe_flux_traces_in_one_graph_and_matches_eager(name, options):
+    """A diffusers Flux with an mmpos encoding (``set_pe``) traces without graph breaks (the position module's
+    table count is not kept while tracing), and the compiled forward and encoding gradients equal eager's."""
+    from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
+
+    from mmpos.integrations.diffusers import pe_parameters, set_pe
+
+    torch._dynamo.reset()
+    model = set_pe(tiny_flux(), name, **options)
+    inputs = tiny_flux_inputs()
+    explanation = torch._dynamo.explain(model)(**inputs)
+    assert explanation.graph_break_count == 0, [str(b.reason) for b in explanation.break_reasons]
+    params = list(pe_parameters(model))
+
+    def step(forward):
+        for p in params:
+            p.grad = None
+        out = forward(**inputs).sample
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        return out.detach(), [p.grad.clone() for p in params]
+
+    eager, eager_grads = step(model)
+    compiled, compiled_grads = step(torch.compile(model, backend="eager", fullgraph=True))
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    for a, b in zip(compiled_grads, eager_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -90,11 +90,12 @@ class PositionSeam(nn.Module):
     def tables(self, coords: torch.Tensor, dtype: torch.dtype) -> LayerTables:
         """One table per encoding for activations of ``dtype``; counts the ones newly built."""
         coords = self.encoding_coords(coords)
-        return LayerTables(self.counted(pe.table(coords, dtype, coords.device)) for pe in self.encodings)
+        return LayerTables([self.counted(pe.table(coords, dtype, coords.device)) for pe in self.encodings])
 
     def counted(self, table):
-        """``table``, counted in ``table_builds`` the first time this seam sees it (a cache hit is not a build)."""
-        if table not in self._seen_tables:
+        """``table``, counted in ``table_builds`` the first time this seam sees it (a cache hit is not a build);
+        not counted while ``torch.compile`` traces (the set would hold an object made inside the graph)."""
+        if not torch.compiler.is_compiling() and table not in self._seen_tables:
             self._seen_tables.add(table)
             self.table_builds += 1
         return table
