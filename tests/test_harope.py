@@ -255,3 +255,20 @@ def test_fold_checks_the_projection_shape():
     pe = _harope(BASES["axial_2d"], num_heads=2)
     with pytest.raises(ValueError, match=r"weight has shape \(64, 8\); expected a fused qkv projection \[96, C\]"):
         pe.fold_into_qkv(torch.zeros(64, 8), None)
+
+
+def test_no_fold_through_adapters_or_hooks(monkeypatch):
+    """A projection that is not a plain hook-free ``nn.Linear`` (a LoRA wrapper, a forward hook) is never folded
+    (folding would bypass it): M is applied per token and the hook sees the call."""
+    model, x = _tiny_vit(), torch.randn(4, 3, 32, 32, dtype=torch.float64)
+    calls, seen = _count_transforms(monkeypatch), []
+    model.blocks[0].attn.qkv.register_forward_hook(lambda *args: seen.append(1))
+    model(x)
+    assert seen == [1] and len(calls) == 1  # block 0 per token, block 1 folded
+
+    class LoRALinear(torch.nn.Linear):
+        pass
+
+    pe = model.blocks[1].attn.pe
+    assert pe.folds_into(torch.zeros(4, 17, 32), model.blocks[1].attn.qkv)
+    assert not pe.folds_into(torch.zeros(4, 17, 32), LoRALinear(32, 96))

@@ -126,8 +126,11 @@ class HARoPE(RotaryPE):
         """Whether folding ``M`` into ``projection`` (:meth:`fold_into_qkv`) is the cheaper way for input ``x``
         ``[B, N, C]``: folding costs ``d x d x C`` per head and call, applying ``M`` per token ``d x d`` per token,
         so it pays once a call has at least ``C`` tokens (a training batch; not one image at inference). Under
-        ``torch.compile`` it always folds: a test on the token count would recompile when a size crosses it."""
-        if not self.fold_qkv:
+        ``torch.compile`` it always folds: a test on the token count would recompile when a size crosses it.
+        Only a plain ``nn.Linear`` without hooks folds: LoRA and other adapters wrap or subclass it, and hooks
+        watch its call, which folding bypasses."""
+        plain = type(projection) is nn.Linear and not (projection._forward_hooks or projection._forward_pre_hooks)
+        if not (self.fold_qkv and plain):
             return False
         return torch.compiler.is_compiling() or x.shape[0] * x.shape[1] >= projection.in_features
 
