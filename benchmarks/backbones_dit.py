@@ -22,13 +22,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from backbones_vit import DTYPES, VARIANTS, away_from_identity  # beside this script
+
 BASELINE = "nope"
 ENCODINGS = ["nope", "rope_axial", "rope_mixed", "comrope_ap", "comrope_ld", "harope"]
 PRESETS = {  # name: (DiT options, real depth)
     "dit-b2": (dict(hidden_size=768, num_heads=12, patch_size=2, sample_size=32), 12),
     "flux-like": (dict(hidden_size=3072, num_heads=24, patch_size=2, sample_size=128), 57),
 }
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def parse_args(argv=None):
@@ -53,30 +54,20 @@ def parse_args(argv=None):
     return args
 
 
-def build_model(name: str, preset: str, depth: int, device):
-    from mmpos.encodings.harope import HARoPE
+def build_model(name: str, preset: str, depth: int, device, pe_options: dict | None = None):
     from mmpos.models import DiT
 
     torch.manual_seed(0)
-    model = DiT(**PRESETS[preset][0], depth=depth, in_channels=4, num_classes=10, pe=name).to(device).train()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, HARoPE):
-                for p in (module.u_skew, module.v_skew, module.sigma):
-                    p.normal_(std=0.02)
-    return model
+    model = DiT(**PRESETS[preset][0], depth=depth, in_channels=4, num_classes=10, pe=name, pe_options=pe_options)
+    return away_from_identity(model).to(device).train()
 
 
 def run_preset(args, preset: str, device, log=print) -> list[dict]:
     depth = args.depth or (2 if device.type == "cpu" else PRESETS[preset][1])
     batch = args.batch_size or (2 if device.type == "cpu" else 16)
     names = [BASELINE] + [n for n in args.encodings if n != BASELINE]
-    models = {name: build_model(name, preset, depth, device) for name in names}
-    if "harope" in models:  # the same model with HARoPE's map applied per token instead of folded into qkv
-        models["harope (map per token)"] = build_model("harope", preset, depth, device)
-        for module in models["harope (map per token)"].modules():
-            if hasattr(module, "fold_qkv"):
-                module.fold_qkv = False
+    models = {label: build_model(name, preset, depth, device, options)
+              for name in names for label, options in VARIANTS.get(name, {name: {}}).items()}
     size = PRESETS[preset][0]["sample_size"]
     g = torch.Generator().manual_seed(0)
     latents = torch.randn(batch, 4, size, size, generator=g).to(device)
