@@ -241,6 +241,7 @@ def layer_steps(plain, harope, shape_spec, coords, device, dtype):
     gen = torch.Generator(device="cpu").manual_seed(1)
     x = torch.randn(b, length, h * d, generator=gen).to(device, dtype).requires_grad_(True)
     qkv = torch.nn.Linear(h * d, 3 * h * d).to(device, dtype)
+    grad = torch.randn(b, h, length, d, generator=gen).to(device, dtype)  # of the SDPA output, [B, H, L, d]
     seq_dim = harope.seq_dim
 
     def split(projected):  # [B, L, 3 H d] -> q, k, v in the encoding's layout
@@ -262,16 +263,12 @@ def layer_steps(plain, harope, shape_spec, coords, device, dtype):
     for name, pe, fold in (("plain rotary", plain, False), ("harope, map per token", harope, False),
                            ("harope, map folded into qkv", harope, True)):
         params = [x, *qkv.parameters(), *pe.parameters()]
-        grad = None
 
-        def step(forward=layer(pe, fold), params=params):
-            nonlocal grad
+        def step(forward=layer(pe, fold), pe=pe, params=params):
             pe.train()
             for t in params:
                 t.grad = None
-            out = forward(x)
-            grad = torch.randn_like(out) if grad is None else grad
-            out.backward(grad)
+            forward(x).backward(grad)
         yield f"{name}, layer train fwd+bwd", step, params
 
 
