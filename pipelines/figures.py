@@ -41,18 +41,21 @@ def _save(fig, path) -> Path:
 
 
 class AttentionProbe:
-    """Wraps a rule on one layer: at the first forward at or after ``progress`` it records the rotated q and k
-    (the reference keys band-scaled) and then runs the wrapped rule unchanged."""
+    """Wraps a rule on one layer: it records the rotated q and k (the reference keys band-scaled) of the first
+    forward at or after ``progress`` (or of the last forward, when sampling ends before it: ``--steps 1``) and
+    runs the wrapped rule unchanged."""
 
     def __init__(self, rule, progress: float):
         self.rule, self.progress = rule, progress
         self.query = self.key = None
+        self.reached = False
 
     def is_active(self, context) -> bool:
         return self.rule.is_active(context)
 
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
-        if self.query is None and (context.progress or 0.0) >= self.progress:
+        if not self.reached:
+            self.reached = (context.progress or 0.0) >= self.progress
             query, key, _ = project_heads(attn, hidden_states, encoder_hidden_states)
             query, key = self.rule.adain(query, key, context)  # what the rule attends with (adain_qk)
             rotation = LayerRotation.wrap(image_rotary_emb)

@@ -487,7 +487,7 @@ def test_shard_like_context_parallel_mirrors_diffusers_sharders():
 # ---------------------------------------------------------------- bad input
 
 def test_unknown_model_class_is_refused():
-    with pytest.raises(TypeError, match="supports FluxTransformer2DModel, WanTransformer3DModel, QwenImageTransformer2DModel; got Linear"):
+    with pytest.raises(TypeError, match=r"supports the diffusers families .*FluxTransformer2DModel.*WanTransformer3DModel.*; got Linear"):
         set_pe(torch.nn.Linear(2, 2), "native")
 
 

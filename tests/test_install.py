@@ -63,3 +63,60 @@ def test_installed_code_finds_its_data(wheel, tmp_path):
     assert Path(package).parent == installed  # the installed copy, not the checkout
     assert config == f"{installed / 'configs' / 'edit_band.yaml'} True"
     assert assets == str(installed / "assets")
+
+
+# The default commands on a base install (no extras): each one's smallest run. ``{data}`` is a small positional
+# folder made in the fresh venv, ``{img}`` a user's 64 x 64 background and 48 x 40 object.
+STEPS1 = ["--set", "sampler.num_inference_steps=1", "--set", "figure.sweep=[0.0]"]
+BASE_COMMANDS = [
+    ["demo", "--steps", "1", "--count", "1", "--out", "demo"],
+    ["list"],
+    ["world", "sample", "--caption", "a red star", "--steps", "1", "--out", "sample"],
+    ["edit", "transplant", "--model", "world", "--background", "{img}/bg.png", "--reference", "{img}/obj.png",
+     "--box", "8", "8", "40", "40", "--out", "transplant", *STEPS1],
+    ["edit", "band", "--model", "world", "--target", "a large blue square at center", "--out", "band", *STEPS1],
+    ["generate", "--model", "world", "--prompt", "a red star", "--out", "generate", "--set",
+     "sampler.num_inference_steps=1"],
+    ["generate", "video", "--model", "tiny", "--frames", "5", "--height", "32", "--width", "32", "--steps", "1",
+     "--camera", "preset:pan", "--out", "video"],
+    ["viz", "cameras", "preset:pan", "--frames", "3", "--out", "cameras"],
+    ["train", "vit", "--data-dir", "{data}", "--output-dir", "vit", "--set", "steps=1", "--set", "img_size=32",
+     "--set", "batch_size=4", "--set", "eval_sizes=[32]", "--set", "model=vit_tiny_patch16_224",
+     "--set", "model_kwargs={patch_size: 8, embed_dim: 32, depth: 1, num_heads: 2}", "--set", "num_workers=0"],
+]
+MAKE_INPUTS = """
+import sys, numpy as np
+from PIL import Image
+from mmpos.world.positional import write_positional_folder
+root = sys.argv[1]
+for split, count, seed in (("train", 8, 0), ("val", 4, 1)):
+    write_positional_folder(f"{root}/data/{split}", count, seed=seed, task="relation", image_size=32)
+Image.fromarray(np.full((64, 64, 3), (250, 250, 200), np.uint8)).save(f"{root}/bg.png")
+Image.fromarray(np.full((40, 48, 3), (220, 30, 30), np.uint8)).save(f"{root}/obj.png")
+"""
+TORCH_PINS = ["torch==2.14.1", "torchvision==0.29.1"]  # as in the Makefile
+
+
+def test_a_base_install_runs_every_default_command(wheel, tmp_path):
+    """A fresh venv with the wheel and its declared dependencies only (no test extras): every default command's
+    smallest run exits 0 (a missing dependency fails here, not on a user's machine)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, *TORCH_PINS], check=True, timeout=1800)
+    subprocess.run([*pip, str(wheel)], check=True, timeout=1800)
+    python, mmpos_cli = str(venv / "bin" / "python"), str(venv / "bin" / "mmpos")
+    extras = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('pytest'), "
+                             "u.find_spec('hypothesis'))"], capture_output=True, text=True, check=True)
+    assert extras.stdout.split() == ["None", "None"]  # the test extras are not there
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run([python, "-c", MAKE_INPUTS, str(work)], check=True, timeout=300, cwd=work)
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ""}
+    failures = []
+    for command in BASE_COMMANDS:
+        argv = [a.format(img=work, data=work / "data") for a in command]
+        result = subprocess.run([mmpos_cli, *argv], cwd=work, capture_output=True, text=True, timeout=1200, env=env)
+        if result.returncode != 0:
+            failures.append(f"mmpos {' '.join(argv)} -> {result.returncode}: {result.stderr[-2000:]}")
+    assert not failures, "\n\n".join(failures)

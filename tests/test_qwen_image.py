@@ -7,7 +7,7 @@ from diffusers import QwenImageTransformer2DModel
 
 import mmpos
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
-from mmpos.integrations.diffusers.qwen import qwen_coords
+from mmpos.integrations.diffusers.families.qwen import qwen_coords
 
 CONFIG = dict(patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16,
               num_attention_heads=3, joint_attention_dim=16, guidance_embeds=False, axes_dims_rope=(8, 4, 4))
@@ -65,8 +65,22 @@ def test_presets_act_above_the_training_grid_with_the_images_scale():
     set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", (2, 2)))
     for sigma in (1.0, 1.0, 0.5):
         run(model, inputs([(1, 4, 6)], sigma))
-    assert position_module(model).table_builds == 2 * 2  # image and text tables, per distinct sigma
+    assert position_module(model).table_builds == 2 + 1  # image tables per distinct sigma, one text table
     assert model.pos_embed.encodings[0].step.sigma == 0.5
+
+
+@pytest.mark.parametrize("preset", ["dype", "yarn", "ntk"])
+def test_text_tokens_keep_the_training_spectrum_above_the_training_grid(preset):
+    """As the DyPE authors' Qwen-Image code (text frequencies from the plain ladder, no YaRN magnitude): only the
+    image tables follow the schedule."""
+    model = tiny_qwen()
+    shapes = [(1, 4, 6)]
+    stock_image, stock_text = model.pos_embed(shapes, max_txt_seq_len=5, device=torch.device("cpu"))
+    set_pe(model, "native", extrapolation=model_extrapolation(model, preset, (2, 2)))
+    model.pos_embed.encodings[0].step.sigma = 1.0
+    image, text = model.pos_embed(shapes, max_txt_seq_len=5, device=torch.device("cpu"))
+    assert torch.equal(text, stock_text)
+    assert (image - stock_image).abs().max() > 1e-3
 
 
 def test_encodings_without_one_shared_table_are_refused():

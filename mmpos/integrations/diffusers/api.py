@@ -18,17 +18,15 @@ from ...encodings.rotary_base import RotaryPE
 from ...ops.tables import RotaryTable
 from ..pe_parameters import restore_requires_grad
 from .backends import resolve_attention_backend
-from .checks import check_coord_axes, check_no_sharded_seam, check_stock_processors, pe_pre_forward_hook
+from .checks import check_coord_axes, check_model, check_stock_processors, pe_pre_forward_hook
+from .families import Family, SpectrumSeam, family_for, get_family, list_families
 from .installer import ENCODING, ProcessorInstaller
-from .models import ModelSpec, spec_for
-from .positions import FluxPositions, WanPositions
-from .qwen import QwenPositions
-from .processors import (EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor, flux_stock_rotation,
-                         wan_stock_rotation)
+from .processors import EncodingRotation
 
 NATIVE = "native"
 # rope_axial options that keep the stock operator meaningful for pe="native" (spectrum changes only)
 NATIVE_OPTIONS = ("theta", "extrapolation", "pair_scale", "table_precision")
+TIER1_OPTIONS = NATIVE_OPTIONS[:3]  # tier-1 seams compute in the stock precision
 
 
 @dataclass
@@ -36,19 +34,23 @@ class _Installed:
     """What ``set_pe`` replaced besides the processors (those are in the installer), for ``restore``."""
 
     pe: str
-    position_module: nn.Module
+    position_module: object
+    hook: object = None  # tier 1: the pre-forward hook's handle (tier 2: the installer holds it)
 
 
 def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False, coord_axes=None,
            attention_backend: str | None = None, **options) -> nn.Module:
-    """Give a diffusers ``FluxTransformer2DModel``, ``WanTransformer3DModel`` or ``QwenImageTransformer2DModel``
-    an mmpos positional encoding (Qwen-Image: ``"native"`` or encodings with one shared table, see :mod:`.qwen`).
+    """Give a diffusers transformer of any registered family (:func:`~.families.list_families`) an mmpos
+    positional encoding.
+
+    Tier-1 families (the seam is replaced, the stock processors stay) take ``pe="native"`` with the spectrum
+    options; tier-2 families (FLUX.1, Wan, Qwen-Image: mmpos processors) take any rotary encoding.
 
     Args:
         transformer: the model, changed in place (and returned).
         pe: ``"native"`` (the model's own RoPE rebuilt by mmpos, stock arithmetic: bit-identical to the stock
             model; accepts the spectrum options ``theta``, ``extrapolation``, ``pair_scale``), any registered
-            rotary encoding (``"rope_axial"``, ``"rope_mixed"``, ...) or ``"nope"``.
+            rotary encoding (``"rope_axial"``, ``"rope_mixed"``, ...) or ``"nope"`` (tier 2).
         per_layer: one encoding instance per attention layer (encodings with per-layer parameters).
         coord_axes: indices of the model's coordinate axes the encoding reads (Flux ``(index, row, col)``,
             Wan ``(t, row, col)``); default all. E.g. ``(1, 2)`` runs a 2D encoding on Flux's image grid.
@@ -66,42 +68,67 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     Tables are built by the model's position module once per forward and cached across steps; see
     :func:`position_module` for the counters.
     """
-    spec = spec_for(transformer)
-    check_no_sharded_seam(transformer, spec)
+    family = family_for(transformer)
+    check_model(transformer, family)
     if getattr(transformer, "_mmpos_installed", None) is not None:
         restore(transformer)
-    num_axes = len(spec.axis_names)
-    coord_axes = check_coord_axes(coord_axes, spec)
+    coord_axes = check_coord_axes(coord_axes, family)
     backend = None if attention_backend is None else resolve_attention_backend(attention_backend)
-    heads, head_dim = spec.num_heads(transformer), spec.head_dim(transformer)
-    beneath = _processors_beneath_encoding(transformer, spec)
-    check_stock_processors(beneath, spec)
-    encodings = _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, len(beneath))
-    group_sizes = [_check_fits(e, spec, head_dim, heads, coord_axes or tuple(range(num_axes))) for e in encodings]
-
-    native = pe == NATIVE
-    stock_position = getattr(transformer, spec.position_attr)
-    seam = _make_seam(spec, transformer, stock_position, encodings, native, coord_axes)
-    processors = {} if spec.family == "qwen" else _processors(spec, beneath, encodings, native, per_layer,
-                                                               group_sizes)
-    ProcessorInstaller.of(transformer).fill(ENCODING, processors, hook=pe_pre_forward_hook(spec))
-    setattr(transformer, spec.position_attr, seam)
-    transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position)
+    stock_position = getattr(transformer, family.position_attr)
+    if family.tier == 1:
+        seam = _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
+        hook = transformer.register_forward_pre_hook(pe_pre_forward_hook(family), with_kwargs=True)
+    else:
+        seam = _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
+        hook = None
+    setattr(transformer, family.position_attr, seam)
+    transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position, hook=hook)
     if backend is not None:
         transformer.set_attention_backend(backend)
     return transformer
 
 
-def _processors(spec, beneath, encodings, native, per_layer, group_sizes) -> dict:
-    """Flux and Wan: an mmpos processor per layer (Qwen-Image's stock processors read mmpos tables as they are)."""
-    if native:
-        rotation = flux_stock_rotation if spec.family == "flux" else wan_stock_rotation
-    else:
-        rotation = EncodingRotation(encodings, per_layer, group_sizes)
-    processor_cls = FluxPEAttnProcessor if spec.family == "flux" else WanPEAttnProcessor
-    return {layer: processor_cls(rotation, layer, getattr(stock, "_attention_backend", None),
-                                 getattr(stock, "_parallel_config", None))
-            for layer, (_, stock) in enumerate(beneath)}
+def _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer):
+    """The encodings, the seam and the mmpos processors (installed at the ``encoding`` level)."""
+    num_axes = len(family.axis_names)
+    heads, head_dim = family.num_heads(transformer), family.head_dim(transformer)
+    beneath = _processors_beneath_encoding(transformer, family)
+    check_stock_processors(beneath, family)
+    encodings = _build_encodings(transformer, family, pe, options, coord_axes, per_layer, len(beneath))
+    group_sizes = [_check_fits(e, family, head_dim, heads, coord_axes or tuple(range(num_axes))) for e in encodings]
+    seam = _on_model(family.make_seam(transformer, stock_position, encodings, pe == NATIVE, coord_axes), transformer)
+    rotation = EncodingRotation(encodings, per_layer, group_sizes)
+    processors = family.make_processors(beneath, rotation, pe == NATIVE)
+    ProcessorInstaller.of(transformer).fill(ENCODING, processors, hook=pe_pre_forward_hook(family))
+    return seam
+
+
+def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer):
+    """Tier 1: the native spectrum (with the caller's spectrum options) in a :class:`SpectrumSeam`."""
+    if pe not in (NATIVE, "rope_axial") or coord_axes is not None or per_layer:
+        tier2 = [name for name in list_families() if get_family(name).tier == 2]
+        raise TypeError(f"{type(transformer).__name__} ({family.name}) is reached at tier 1: set_pe changes its "
+                        f"spectrum only (pe='native' with {TIER1_OPTIONS}), its stock processors stay; "
+                        f"pe={pe!r}, coord_axes and per_layer need mmpos processors (tier-2 families: {tier2})")
+    extra = sorted(set(options) - set(TIER1_OPTIONS))
+    if extra:
+        raise TypeError(f"{family.name} (tier 1) takes only the spectrum options {TIER1_OPTIONS}, got {extra}")
+    axes_dims, theta = family.native_axes_dims(transformer), family.native_theta(transformer)
+    encoding = pe_class("rope_axial")(head_dim=sum(axes_dims), axes_dims=axes_dims,
+                                      theta=options.get("theta", theta), extrapolation=options.get("extrapolation"),
+                                      pair_scale=options.get("pair_scale"))
+    seam = family.make_seam(transformer, stock_position, [encoding], True, None) if family.make_seam else \
+        SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
+    return _on_model(seam, transformer)
+
+
+def _on_model(seam, transformer):
+    """The seam on the model's device; until the first forward records the activations' dtype, tables are built
+    for the model's dtype."""
+    parameter = next(transformer.parameters())
+    seam = seam.to(parameter.device)
+    seam.activation_dtype = parameter.dtype
+    return seam
 
 
 def restore(transformer: nn.Module) -> nn.Module:
@@ -111,14 +138,17 @@ def restore(transformer: nn.Module) -> nn.Module:
     installed = getattr(transformer, "_mmpos_installed", None)
     if installed is None:
         raise ValueError(f"{type(transformer).__name__} has no mmpos encoding installed (call set_pe first)")
-    spec = spec_for(transformer)
-    check_no_sharded_seam(transformer, spec)
-    seam = getattr(transformer, spec.position_attr)
+    family = family_for(transformer)
+    check_model(transformer, family)
+    seam = getattr(transformer, family.position_attr)
     probe = getattr(seam, "native_dtype_probe", None)
     if probe is not None:  # the stock module missed the .to() calls made while the seam was installed
         installed.position_module.to(probe.device, probe.dtype)
-    setattr(transformer, spec.position_attr, installed.position_module)
-    ProcessorInstaller.find(transformer).clear(transformer, ENCODING)
+    setattr(transformer, family.position_attr, installed.position_module)
+    if installed.hook is not None:
+        installed.hook.remove()
+    else:
+        ProcessorInstaller.find(transformer).clear(transformer, ENCODING)
     transformer._mmpos_installed = None
     restore_requires_grad(transformer)
     return transformer
@@ -130,18 +160,18 @@ def position_module(transformer: nn.Module):
     installed = getattr(transformer, "_mmpos_installed", None)
     if installed is None:
         raise ValueError(f"{type(transformer).__name__} has no mmpos encoding installed (call set_pe first)")
-    return getattr(transformer, spec_for(transformer).position_attr)
+    return getattr(transformer, family_for(transformer).position_attr)
 
 
-def _processors_beneath_encoding(transformer, spec: ModelSpec) -> list[tuple[str, object]]:
+def _processors_beneath_encoding(transformer, family: Family) -> list[tuple[str, object]]:
     """Per attention layer, its name and the processor the encoding level sits on (an edit may be above it)."""
     installer = ProcessorInstaller.find(transformer)
     if installer is None:
-        return [(name, module.processor) for name, module in spec.attention_modules(transformer)]
+        return [(name, module.processor) for name, module in family.attention_modules(transformer)]
     return [(slot.name, slot.below(ENCODING)) for slot in installer.slots]
 
 
-def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_layers):
+def _build_encodings(transformer, family, pe, options, coord_axes, per_layer, num_layers):
     name = "rope_axial" if pe == NATIVE else pe
     if pe == NATIVE:
         extra = sorted(set(options) - set(NATIVE_OPTIONS))
@@ -154,9 +184,9 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
     if kind not in (PEKind.ROTARY, PEKind.NONE):
         raise TypeError(f"{name!r} is a {kind!r} encoding; the diffusers integration applies rotary encodings "
                         "(or 'nope') inside attention")
-    kwargs = {**_model_defaults(transformer, spec, name, options, coord_axes), **options}
+    kwargs = {**_model_defaults(transformer, family, name, options, coord_axes), **options}
     if isinstance(kwargs.get("base", "rope_axial"), str) and "base_options" in pe_options(name):
-        kwargs["base_options"] = _wrapped_base_options(transformer, spec, name, kwargs, coord_axes)
+        kwargs["base_options"] = _wrapped_base_options(transformer, family, name, kwargs, coord_axes)
     if kwargs.get("seq_dim", -3) != -3:
         raise ValueError(f"seq_dim={kwargs['seq_dim']}: diffusers' processors hold q and k as [B, S, H, D] "
                          "(seq_dim=-3); leave seq_dim unset")
@@ -169,44 +199,44 @@ def _build_encodings(transformer, spec, pe, options, coord_axes, per_layer, num_
     return create_block_pes(name, count, {}, kwargs, share=count == 1, where=type(transformer).__name__)
 
 
-def _model_defaults(transformer, spec, name, options, coord_axes) -> dict:
+def _model_defaults(transformer, family, name, options, coord_axes) -> dict:
     """The model's values for the options ``name`` has and the caller did not give."""
     valid = pe_options(name)
-    num_axes = len(coord_axes) if coord_axes is not None else len(spec.axis_names)
-    defaults = {"head_dim": spec.head_dim(transformer), "num_heads": spec.num_heads(transformer),
+    num_axes = len(coord_axes) if coord_axes is not None else len(family.axis_names)
+    defaults = {"head_dim": family.head_dim(transformer), "num_heads": family.num_heads(transformer),
                 "layout": "interleaved", "seq_dim": -3}
     native_spectrum = "axes_dims" in valid and coord_axes is None
     if native_spectrum and not {"axes_dims", "num_axes", "rotary_dim"} & set(options):
-        defaults.update(axes_dims=spec.native_axes_dims(transformer), theta=spec.native_theta(transformer))
+        defaults.update(axes_dims=family.native_axes_dims(transformer), theta=family.native_theta(transformer))
     else:
         defaults["num_axes"] = num_axes
     return {k: v for k, v in defaults.items() if k in valid}
 
 
-def _wrapped_base_options(transformer, spec, name, kwargs, coord_axes) -> dict:
+def _wrapped_base_options(transformer, family, name, kwargs, coord_axes) -> dict:
     """For encodings that wrap a base encoding (HARoPE): the model's values for the base's options, under the
     caller's ``base_options``; options the wrapper takes itself (``head_dim``, ``num_heads``, ``seq_dim``, ...) stay
     the wrapper's, which passes them on."""
     base = kwargs.get("base", inspect.signature(pe_class(name)).parameters["base"].default)
     given = dict(kwargs.get("base_options") or {})
-    defaults = _model_defaults(transformer, spec, base, given, coord_axes)
+    defaults = _model_defaults(transformer, family, base, given, coord_axes)
     defaults = {k: v for k, v in defaults.items() if k not in pe_options(name)}
     return {**defaults, **given}
 
 
-def _check_fits(encoding, spec: ModelSpec, head_dim: int, heads: int, coord_axes) -> int:
+def _check_fits(encoding, family: Family, head_dim: int, heads: int, coord_axes) -> int:
     """Check ``encoding`` against the model; returns its table's group count (1 or ``heads``)."""
     kind = getattr(encoding, "kind", None)
-    check_model_coordinates(encoding, f"the {spec.family} model")
+    check_model_coordinates(encoding, f"the {family.name} model")
     if not isinstance(encoding, RotaryPE) and kind != PEKind.ROTARY:
         raise TypeError(f"{type(encoding).__name__} is a {kind!r} encoding; the diffusers integration applies "
                         "rotary encodings (or 'nope') inside attention")
     if encoding.head_dim != head_dim:
-        raise ValueError(f"the encoding was built for head_dim={encoding.head_dim}, the {spec.family} model has "
+        raise ValueError(f"the encoding was built for head_dim={encoding.head_dim}, the {family.name} model has "
                          f"attention_head_dim={head_dim}")
     if encoding.num_axes != len(coord_axes):
-        names = tuple(spec.axis_names[a] for a in coord_axes)
-        raise ValueError(f"the encoding reads {encoding.num_axes} coordinate axes; the {spec.family} model gives "
+        names = tuple(family.axis_names[a] for a in coord_axes)
+        raise ValueError(f"the encoding reads {encoding.num_axes} coordinate axes; the {family.name} model gives "
                          f"{len(coord_axes)} {names} (choose them with coord_axes)")
     probe = encoding.table(torch.zeros(1, encoding.num_axes), torch.float32)
     lead = tuple(getattr(probe, "cis", torch.zeros(1, 1)).shape[:-2])
@@ -215,41 +245,3 @@ def _check_fits(encoding, spec: ModelSpec, head_dim: int, heads: int, coord_axes
         raise ValueError(f"the encoding's tables have leading dims {lead}; expected none or one per head "
                          f"({heads} heads)")
     return groups
-
-
-def _make_seam(spec, transformer, stock_position, encodings, native, coord_axes):
-    """The seam, on the model's device; learned PE parameters stay fp32 whatever the model's dtype. Until the
-    first forward records the activations' dtype, tables are built for the model's dtype."""
-    seam = _new_seam(spec, transformer, stock_position, encodings, native, coord_axes)
-    seam.activation_dtype = next(transformer.parameters()).dtype
-    return seam
-
-
-def _new_seam(spec, transformer, stock_position, encodings, native, coord_axes):
-    device = next(transformer.parameters()).device
-    if spec.family == "flux":
-        return FluxPositions(encodings, native, coord_axes).to(device)
-    if spec.family == "qwen":
-        _check_qwen(encodings, stock_position)
-        return QwenPositions(encodings, native, coord_axes, spec.native_theta(transformer)).to(device)
-    probe = getattr(stock_position, "freqs_cos", None)
-    native_dtype = probe.dtype if probe is not None else torch.float32
-    return WanPositions(encodings, native, coord_axes, transformer.config.patch_size, native_dtype).to(device)
-
-
-def _check_qwen(encodings, stock_position) -> None:
-    """Qwen-Image's stock processors multiply complex ``[S, P]`` tables into interleaved pairs: one encoding with
-    such tables, shared by the layers."""
-    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
-
-    if type(stock_position) is not QwenEmbedRope:
-        raise TypeError(f"set_pe supports Qwen-Image's QwenEmbedRope, got {type(stock_position).__name__} "
-                        "(use_layer3d_rope=True is not supported)")
-    if len(encodings) > 1:
-        raise ValueError("Qwen-Image: per_layer encodings are not supported (its stock processors read one table)")
-    for encoding in encodings:
-        probe = encoding.table(torch.zeros(1, encoding.num_axes), torch.float32)
-        if getattr(encoding, "layout", None) != "interleaved" or not isinstance(probe, RotaryTable) \
-                or probe.cis.dim() != 2:
-            raise ValueError(f"Qwen-Image applies one complex [S, P] table in the interleaved layout; "
-                             f"{type(encoding).__name__} does not give one (use 'native' or 'rope_axial')")

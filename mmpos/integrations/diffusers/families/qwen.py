@@ -8,14 +8,19 @@ mmpos tables in that format and the processors stay stock.
 
 ``pe="native"`` follows the stock arithmetic bit for bit (fp32 ladder ``1 / theta ** (2i / d)``, fp32 phases,
 ``torch.polar``); a changed spectrum (extrapolation) is computed in fp64 and rounded to fp32 frequencies there.
-A schedule's scale (DyPE) is read from the image tokens' extent only (text positions run past the images).
+A schedule's scale (DyPE) is read from the image tokens' extent only (text positions run past the images), and
+the text tokens keep the training spectrum (no schedule, no YaRN magnitude), as in the DyPE authors' Qwen-Image code
+(``txt_freqs`` from the plain ladder); a static ``extrapolation`` policy applies to every token.
 """
 from __future__ import annotations
 
 import torch
 
-from ...spectrum.allocation import chunked_spectrum
-from .positions import PositionSeam
+from ....ops.tables import RotaryTable
+from ....spectrum.allocation import chunked_spectrum
+from ..positions import PositionSeam
+from . import register_family
+from .base import Family, extents_of
 
 
 def qwen_coords(video_fhw, max_txt_seq_len, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,11 +56,14 @@ class QwenPositions(PositionSeam):
             return None
         (encoding,) = self.encodings
         image, text = self.encoding_coords(image), self.encoding_coords(text)
-        if getattr(encoding, "schedule", None) is not None:
-            encoding.step.extents = _extents(image)  # the images' scale, for the text table too
-        if self.native:
-            return tuple(self._native_table(encoding, coords) for coords in (image, text))
-        return tuple(self.counted(encoding.table(coords, torch.float32, coords.device)).cis for coords in (image, text))
+        scheduled = getattr(encoding, "schedule", None) is not None
+        tables = []  # text first, so that encoding.spectrum ends as the images' (the last one used)
+        for coords, extents in ((text, [0.0] * image.shape[-1]), (image, extents_of(image) if scheduled else None)):
+            if scheduled:  # text: extent 0, i.e. the training spectrum; images: their own scale
+                encoding.step.extents = extents
+            tables.append(self._native_table(encoding, coords) if self.native else
+                          self.counted(encoding.table(coords, torch.float32, coords.device)).cis)
+        return tables[1], tables[0]
 
     def _native_table(self, encoding, coords):
         """The stock arithmetic on ``encoding``'s spectrum (resolved at this step through its table cache)."""
@@ -72,10 +80,6 @@ class QwenPositions(PositionSeam):
         return cached
 
 
-def _extents(coords: torch.Tensor) -> list[float]:
-    return ((coords.amax(dim=0) - coords.amin(dim=0)) + 1).tolist()
-
-
 def _stock_ladder(axes_dims, theta, device) -> torch.Tensor:
     """``QwenEmbedRope.rope_params``' fp32 frequencies, axis after axis."""
     return torch.cat([1.0 / torch.pow(theta, torch.arange(0, d, 2).to(torch.float32).div(d))
@@ -85,3 +89,55 @@ def _stock_ladder(axes_dims, theta, device) -> torch.Tensor:
 def _is_plain(spectrum, axes_dims, theta) -> bool:
     plain = chunked_spectrum(axes_dims, theta)
     return torch.equal(spectrum.inv_freq, plain.inv_freq) and bool((spectrum.magnitude == 1).all())
+
+
+def _attention(model):
+    return [(f"transformer_blocks.{i}.attn", block.attn) for i, block in enumerate(model.transformer_blocks)]
+
+
+def _processor():
+    from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
+
+    return QwenDoubleStreamAttnProcessor2_0
+
+
+def _seam(model, stock, encodings, native, coord_axes):
+    """Qwen-Image's stock processors multiply complex ``[S, P]`` tables into interleaved pairs: one encoding with
+    such tables, shared by the layers."""
+    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+    if type(stock) is not QwenEmbedRope:
+        raise TypeError(f"set_pe supports Qwen-Image's QwenEmbedRope, got {type(stock).__name__} "
+                        "(use_layer3d_rope=True is not supported)")
+    if len(encodings) > 1:
+        raise ValueError("Qwen-Image: per_layer encodings are not supported (its stock processors read one table)")
+    for encoding in encodings:
+        probe = encoding.table(torch.zeros(1, encoding.num_axes), torch.float32)
+        if getattr(encoding, "layout", None) != "interleaved" or not isinstance(probe, RotaryTable) \
+                or probe.cis.dim() != 2:
+            raise ValueError(f"Qwen-Image applies one complex [S, P] table in the interleaved layout; "
+                             f"{type(encoding).__name__} does not give one (use 'native' or 'rope_axial')")
+    return QwenPositions(encodings, native, coord_axes, float(model.pos_embed.theta))
+
+
+QWEN = register_family(Family(
+    name="qwen",
+    classes=("diffusers.models.transformers.transformer_qwenimage:QwenImageTransformer2DModel",),
+    position_attr="pos_embed",
+    axis_names=("frame", "row", "col"),  # rows and columns centred on the image
+    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
+    native_theta=lambda model: float(model.pos_embed.theta),
+    image_axes=(1, 2),
+    timestep_per_sigma=1.0,  # QwenImagePipeline passes t / 1000 = sigma
+    timestep_arg=("timestep", 3),
+    tier=2,  # the stock processors read mmpos tables as they are: rope_axial-style encodings with one table
+    attention_modules=_attention,
+    stock_processor=_processor,
+    make_processors=lambda beneath, rotation, native: {},
+    make_seam=_seam,
+    pipelines=("QwenImagePipeline", "QwenImageEditPipeline", "QwenImageEditPlusPipeline", "QwenImageImg2ImgPipeline",
+               "QwenImageInpaintPipeline"),
+    train_size=1328,
+    pixels_per_token=16,
+    notes="several images per sequence (Edit: the input images after the output); text on the training spectrum",
+))

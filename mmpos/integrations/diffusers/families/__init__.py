@@ -1,0 +1,71 @@
+"""The diffusers transformer families mmpos reaches: one module each, registered here.
+
+    from mmpos.integrations.diffusers.families import family_for, list_families
+    list_families()            # ['chroma', 'flux', 'flux2', ...]
+    family_for(transformer)    # the Family of a model (its class or a subclass), or a TypeError naming them all
+
+Adding a family is one module in this package that calls :func:`register_family`, plus its line in
+``_MODULES`` below (see ``docs/adding_a_family.md``).
+"""
+from __future__ import annotations
+
+import importlib
+
+from torch import nn
+
+from .base import STOCK, AxisSpectrum, Family, SpectrumSeam
+
+FAMILIES: dict[str, Family] = {}
+
+# one line per family module (imported on first use: diffusers is imported lazily)
+_MODULES = ("flux", "wan", "qwen", "flux2")
+_loaded = False
+
+
+def register_family(family: Family) -> Family:
+    """Add ``family`` to the registry (its name must be new); returns it."""
+    if family.name in FAMILIES and FAMILIES[family.name] is not family:
+        raise ValueError(f"a diffusers family named {family.name!r} is already registered")
+    if family.tier not in (1, 2):
+        raise ValueError(f"family {family.name!r}: tier must be 1 or 2, got {family.tier!r}")
+    FAMILIES[family.name] = family
+    return family
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for name in _MODULES:
+            importlib.import_module(f"{__name__}.{name}")
+
+
+def list_families() -> list[str]:
+    """Names of the registered families."""
+    _load()
+    return sorted(FAMILIES)
+
+
+def get_family(name: str) -> Family:
+    _load()
+    if name not in FAMILIES:
+        raise ValueError(f"unknown diffusers family {name!r}; expected one of {sorted(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def family_for(model: nn.Module) -> Family:
+    """The family covering ``model``'s class (exact class first, then subclasses); a clear error otherwise."""
+    _load()
+    matches = [(family, cls) for family in FAMILIES.values() for cls in family.model_classes()
+               if isinstance(model, cls)]
+    exact = [family for family, cls in matches if type(model) is cls]
+    if exact or matches:
+        return (exact or [matches[0][0]])[0]
+    names = ", ".join(sorted(c.split(":")[1] for f in FAMILIES.values() for c in f.classes))
+    raise TypeError(f"set_pe supports the diffusers families {sorted(FAMILIES)} ({names}); got "
+                    f"{type(model).__name__}. A new family is one module in mmpos/integrations/diffusers/families "
+                    "(docs/adding_a_family.md).")
+
+
+__all__ = ["Family", "AxisSpectrum", "STOCK", "SpectrumSeam", "FAMILIES", "register_family", "list_families",
+           "get_family", "family_for"]

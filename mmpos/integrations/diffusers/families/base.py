@@ -1,0 +1,209 @@
+"""What mmpos knows about one diffusers transformer family, and the tier-1 seam built from it.
+
+A :class:`Family` is registered once (:func:`~.register_family`) by its module in this package and says:
+
+* which model classes it covers, and where their position seam is (``position_attr``: the module or plain object
+  that turns ids or a latent shape into rotary tables, called once per forward);
+* the coordinate axes each token gets, which of them are the image rows / columns and the time axis;
+* the native spectrum (per-axis channels, theta), and what ``timestep`` the pipelines pass per unit of sigma;
+* the tier: 1 (the seam is replaced, the stock processors stay: the native spectrum with any extrapolation
+  preset) or 2 (also mmpos processors: any encoding, camera adapters, edits).
+
+Tier 1 seams are :class:`SpectrumSeam`: the family's ``tables(seam, *stock_args)`` rebuilds the stock output
+(same format, shapes and arithmetic as the stock module) from the frequencies :meth:`SpectrumSeam.axis_spectra`
+resolves for this forward: the stock ladder on every axis the spectrum leaves as trained (so ``"native"`` and
+every preset at or below the training extent are the stock tables bit for bit), mmpos' frequencies elsewhere.
+Text and other non-image tokens keep the training spectrum (the DyPE authors' Qwen-Image code does the same).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import nn
+
+from ....spectrum.allocation import chunked_spectrum
+from ..positions import PositionSeam
+
+
+@dataclass(frozen=True)
+class AxisSpectrum:
+    """One axis' rotary frequencies for a forward: ``inv_freq`` ``[d / 2]`` float64, or ``None`` for the stock
+    ladder (computed by the family exactly as the stock module does), and the magnitude of cos and sin."""
+
+    inv_freq: Optional[torch.Tensor]
+    magnitude: float = 1.0
+
+    @property
+    def is_stock(self) -> bool:
+        return self.inv_freq is None and self.magnitude == 1.0
+
+
+STOCK = AxisSpectrum(None, 1.0)
+
+
+def _no_tables(seam, *args, **kwargs):
+    raise NotImplementedError("this family has no tier-1 tables (its seam is built by make_seam)")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One diffusers transformer family (see the module docstring).
+
+    Args:
+        name: registry name (``"flux2"``).
+        classes: ``"module:Class"`` of the covered transformers (imported lazily; missing ones are skipped).
+        position_attr: attribute of the model holding its position module (the seam).
+        axis_names: the coordinate axes the seam gives each token.
+        native_axes_dims / native_theta: the model's rotary channels per axis and base.
+        image_axes: indices of the image (row, col) axes; ``time_axis``: of the time axis, or ``None``.
+        tables: tier 1: ``tables(seam, *stock_args, **stock_kwargs)`` -> the stock module's output.
+        timestep_per_sigma: what the pipelines pass as ``timestep`` per unit of sigma.
+        timestep_arg: the forward argument carrying the timestep (and its position in ``args``).
+        tier: 1 or 2; tier 2 also sets ``attention_modules``, ``stock_processor`` and ``make_processors``.
+        make_seam: tier 2 (and families with their own seam): ``make_seam(model, stock, encodings, native,
+            coord_axes) -> nn.Module``; default: a :class:`SpectrumSeam`.
+        check_inputs: optional ``check_inputs(seam, args, kwargs)`` run before each forward.
+        pipelines: pipeline class names of the family (docs and ``mmpos generate``).
+        train_size: the 1:1 training size in pixels; ``pixels_per_token``: latent patch size in pixels.
+        notes: what is special (the README table).
+    """
+
+    name: str
+    classes: tuple[str, ...]
+    position_attr: str
+    axis_names: tuple[str, ...]
+    native_axes_dims: Callable[[nn.Module], tuple[int, ...]]
+    native_theta: Callable[[nn.Module], float]
+    image_axes: tuple[int, ...] = (1, 2)
+    time_axis: Optional[int] = None
+    tables: Callable = _no_tables
+    timestep_per_sigma: float = 1.0
+    timestep_arg: tuple[str, Optional[int]] = ("timestep", None)
+    tier: int = 1
+    attention_modules: Optional[Callable[[nn.Module], list]] = None
+    stock_processor: Optional[Callable[[], type]] = None
+    make_processors: Optional[Callable] = None
+    make_seam: Optional[Callable] = None
+    check_model: Optional[Callable] = None
+    check_inputs: Optional[Callable] = None
+    pipelines: tuple[str, ...] = ()
+    train_size: int = 1024
+    pixels_per_token: int = 16
+    notes: str = ""
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:  # the name older code reads as ``spec.family``
+        return self.name
+
+    def model_classes(self) -> list[type]:
+        """The covered classes this diffusers install has."""
+        found = []
+        for path in self.classes:
+            module, name = path.split(":")
+            try:
+                found.append(getattr(importlib.import_module(module), name))
+            except (ImportError, AttributeError):
+                continue
+        return found
+
+    def head_dim(self, model) -> int:
+        return int(model.config.attention_head_dim)
+
+    def num_heads(self, model) -> int:
+        return int(model.config.num_attention_heads)
+
+    def sigma(self, args, kwargs) -> Optional[float]:
+        """The step's sigma from the forward's timestep; per-token timesteps (Wan 2.2 TI2V's
+        ``expand_timesteps``, SANA-WM's per-frame ones) are read from the noisy tokens (the largest value of the
+        first sample), not from the first token, which may be a pinned clean frame at 0."""
+        name, index = self.timestep_arg
+        timestep = kwargs.get(name, args[index] if index is not None and len(args) > index else None)
+        if not isinstance(timestep, torch.Tensor) or not timestep.numel():
+            return None
+        first = timestep.reshape(timestep.shape[0], -1)[0] if timestep.dim() >= 2 else timestep.flatten()[:1]
+        return float(first.max()) / self.timestep_per_sigma
+
+
+class SpectrumSeam(PositionSeam):
+    """Tier 1: replaces a family's position module; the family's ``tables`` rebuild the stock output.
+
+    Args:
+        family: the :class:`Family`.
+        encoding: the ``rope_axial`` encoding holding the native spectrum, its extrapolation and its step.
+        stock: the stock position module (kept for :func:`~mmpos.integrations.diffusers.restore` and for
+            families that read its buffers' device or dtype).
+    """
+
+    def __init__(self, family: Family, encoding: nn.Module, stock, axes_dims: Sequence[int], theta: float):
+        super().__init__([encoding], native=True, coord_axes=None)
+        self.family = family
+        self.axes_dims = tuple(int(d) for d in axes_dims)
+        self.theta = float(theta)
+        self.stock = [stock]  # a list: not registered as a submodule (restore puts it back)
+        self._plain = chunked_spectrum(self.axes_dims, self.theta)
+        self._resolved: dict = {}
+
+    def forward(self, *args, **kwargs):
+        self.forwards += 1
+        self.table_builds += 1
+        return self.family.tables(self, *args, **kwargs)
+
+    def axis_spectra(self, image_coords: Optional[torch.Tensor] = None, extents=None) -> list[AxisSpectrum]:
+        """Per axis, the frequencies of this forward: the schedule (if any) resolved at the image tokens' extent
+        (``image_coords [S, A]``, or ``extents`` per axis) and the step's sigma; :data:`STOCK` where they equal
+        the training spectrum."""
+        (encoding,) = self.encodings
+        schedule = encoding.schedule
+        if schedule is None:
+            key = None
+            spectrum = encoding.spectrum
+        else:
+            if extents is None:
+                extents = extents_of(image_coords) if image_coords is not None else [0.0] * len(self.axes_dims)
+            key = schedule.policies(extents, encoding.step.sigma)
+            spectrum = schedule.spectrum(key)
+        cached = self._resolved.get(key)
+        if cached is None or cached[0] is not spectrum:
+            cached = (spectrum, self._split(spectrum))
+            if len(self._resolved) > 64:
+                self._resolved.clear()
+            self._resolved[key] = cached
+        encoding.spectrum = spectrum
+        return cached[1]
+
+    def training_spectra(self) -> list[AxisSpectrum]:
+        """The spectrum of text and other non-image tokens: the stock ladder on every axis, except a
+        ``pair_scale`` or changed ``theta``, which apply to every token."""
+        (encoding,) = self.encodings
+        if encoding.schedule is None:
+            return self.axis_spectra()
+        return self._split(encoding.schedule.spectrum(encoding.schedule.policies([0.0] * len(self.axes_dims),
+                                                                                 None)))
+
+    def _split(self, spectrum) -> list[AxisSpectrum]:
+        out, start = [], 0
+        for dim in self.axes_dims:
+            stop = start + dim // 2
+            inv, mag = spectrum.inv_freq[start:stop], spectrum.magnitude[start:stop]
+            if not bool((mag == mag[0]).all()):
+                raise ValueError("a per-pair magnitude inside one axis (pair_scale) is not supported by the stock "
+                                 "processors of a tier-1 family; use a tier-2 family")
+            magnitude = float(mag[0])
+            same = torch.equal(inv, self._plain.inv_freq[start:stop])
+            out.append(AxisSpectrum(None if same else inv.clone(), magnitude))
+            start = stop
+        return out
+
+    def extra_repr(self) -> str:
+        return f"family={self.family.name}, axes_dims={self.axes_dims}, theta={self.theta}"
+
+
+def extents_of(coords: torch.Tensor) -> list[float]:
+    """``max - min + 1`` per axis of ``coords [..., S, A]`` (one device sync)."""
+    flat = coords.reshape(-1, coords.shape[-1]).double()
+    return ((flat.amax(dim=0) - flat.amin(dim=0)) + 1).tolist()
+

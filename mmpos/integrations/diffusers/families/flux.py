@@ -1,0 +1,83 @@
+"""FLUX.1 (``FluxTransformer2DModel``: dev, schnell, Fill, Kontext): ``FluxPosEmbed`` on ``ids [S, 3]``.
+
+Tier 2: the seam (:class:`~..positions.FluxPositions`) and mmpos processors (:class:`~..processors.
+FluxPEAttnProcessor`), so any rotary encoding, the camera adapters and the edits install. Axes ``(index, row,
+col)``: text ids are zeros, Kontext's context image has index 1.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..positions import FluxPositions, IdsPrecisionCheck
+from . import register_family
+from .base import Family
+
+
+def _attention(model):
+    from diffusers.models.transformers.transformer_flux import FluxAttention
+
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, FluxAttention)]
+
+
+def _processor():
+    from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
+
+    return FluxAttnProcessor
+
+
+def _seam(model, stock, encodings, native, coord_axes):
+    return FluxPositions(encodings, native, coord_axes)
+
+
+def _processors(beneath, rotation, native):
+    from ..processors import FluxPEAttnProcessor, flux_stock_rotation
+
+    rotation = flux_stock_rotation if native else rotation
+    return {layer: FluxPEAttnProcessor(rotation, layer, getattr(stock, "_attention_backend", None),
+                                       getattr(stock, "_parallel_config", None))
+            for layer, (_, stock) in enumerate(beneath)}
+
+
+def _positional(args, index):
+    return args[index] if len(args) > index else None
+
+
+def check_flux_ids(seam, args, kwargs) -> None:
+    """The ids match the tokens (``img_ids`` vs ``hidden_states``, ``txt_ids`` vs ``encoder_hidden_states``)
+    and were not built in a 16-bit dtype that rounds them."""
+    check_precision = seam.__dict__.setdefault("_ids_precision", IdsPrecisionCheck())
+    hidden_states = kwargs.get("hidden_states", _positional(args, 0))
+    pairs = (("img_ids", kwargs.get("img_ids", _positional(args, 4)), "hidden_states", hidden_states),
+             ("txt_ids", kwargs.get("txt_ids", _positional(args, 5)), "encoder_hidden_states",
+              kwargs.get("encoder_hidden_states", _positional(args, 1))))
+    for ids_name, ids, tokens_name, tokens in pairs:
+        if not isinstance(ids, torch.Tensor) or not isinstance(tokens, torch.Tensor):
+            continue
+        check_precision(ids_name, ids)
+        count = ids.shape[-2] if ids.dim() >= 2 else -1
+        if count != tokens.shape[1]:
+            raise ValueError(f"{ids_name} has shape {tuple(ids.shape)} ({count} positions) but {tokens_name} has "
+                             f"{tokens.shape[1]} tokens; expected [{tokens.shape[1]}, 3]")
+
+
+FLUX = register_family(Family(
+    name="flux",
+    classes=("diffusers.models.transformers.transformer_flux:FluxTransformer2DModel",),
+    position_attr="pos_embed",
+    axis_names=("index", "row", "col"),
+    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
+    native_theta=lambda model: float(model.pos_embed.theta),
+    image_axes=(1, 2),
+    timestep_per_sigma=1.0,  # the Flux pipelines pass t / 1000 = sigma
+    timestep_arg=("timestep", 3),
+    tier=2,
+    attention_modules=_attention,
+    stock_processor=_processor,
+    make_processors=_processors,
+    make_seam=_seam,
+    check_inputs=check_flux_ids,
+    pipelines=("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
+    train_size=1024,
+    pixels_per_token=16,
+    notes="Kontext's context image at index 1; the edits (band, transplant, LooseRoPE) run here",
+))
