@@ -12,7 +12,7 @@ from typing import Sequence
 from torch import nn
 
 from ...spectrum.schedule import PRESETS, extrapolation_preset
-from .models import spec_for
+from .families import family_for
 
 NONE = "none"
 
@@ -22,22 +22,30 @@ def model_extrapolation(transformer: nn.Module, preset: str, trained_grid: Seque
     """Per-axis ``extrapolation`` for :func:`~.api.set_pe` (``"native"`` or ``"rope_axial"``).
 
     Args:
-        transformer: a supported diffusers transformer (Flux: axes ``(index, row, col)``; Wan: ``(t, row, col)``).
+        transformer: a transformer of a registered family (its ``image_axes`` get the schedules; Flux: axes
+            ``(index, row, col)``; Wan: ``(t, row, col)``; FLUX.2: ``(t, row, col, l)``).
         preset: ``"none"`` or a name of :data:`mmpos.spectrum.schedule.PRESETS` (``"dype"``, ``"ntk"``, ...).
         trained_grid: ``(rows, cols)`` tokens at the training resolution (FLUX.1 at 1024 px: ``(64, 64)``).
-        time: Wan only: the time axis' static policy (``{"type": "riflex", "k": 4, "target_length": 32}``).
+        time: video families: the time axis' policy (``{"type": "riflex", "k": 4, "target_length": 32}``).
         **overrides: schedule options (``lambda_t``, ``start_sigma``, ...).
     Returns:
-        one entry per model axis: ``None`` on the Flux index axis, the schedules on rows and columns.
+        one entry per model axis: the schedules on the image rows and columns, ``time`` on the time axis,
+        ``None`` elsewhere (text / index / reference axes).
     """
-    spec = spec_for(transformer)
+    family = family_for(transformer)
     if preset != NONE and preset not in PRESETS:
         raise ValueError(f"preset={preset!r} is unknown; expected 'none' or one of {sorted(PRESETS)}")
     rows, cols = _grid(trained_grid)
-    if time is not None and spec.family != "wan":
-        raise ValueError(f"time= is for video models (Wan); the {spec.family} model has no time axis")
+    if time is not None and family.time_axis is None:
+        raise ValueError(f"time= is for video models; the {family.name} model has no time axis "
+                         f"(axes {family.axis_names})")
+    entries = [None] * len(family.axis_names)
     image = [None, None] if preset == NONE else extrapolation_preset(preset, (rows, cols), **overrides)
-    return [time] + image
+    for axis, entry in zip(family.image_axes, image):
+        entries[axis] = entry
+    if time is not None:
+        entries[family.time_axis] = time
+    return entries
 
 
 def _grid(trained_grid):

@@ -20,6 +20,7 @@ FAMILIES: dict[str, Family] = {}
 # one line per family module (imported on first use: diffusers is imported lazily)
 _MODULES = ("flux", "wan", "qwen", "flux2")
 _loaded = False
+_BUILTIN: set[str] = set()
 
 
 def register_family(family: Family) -> Family:
@@ -38,12 +39,19 @@ def _load() -> None:
         _loaded = True
         for name in _MODULES:
             importlib.import_module(f"{__name__}.{name}")
+        _BUILTIN.update(FAMILIES)
 
 
 def list_families() -> list[str]:
     """Names of the registered families."""
     _load()
     return sorted(FAMILIES)
+
+
+def builtin_families() -> list[str]:
+    """Names of the families this package ships (not those a user registered)."""
+    _load()
+    return sorted(_BUILTIN)
 
 
 def get_family(name: str) -> Family:
@@ -61,11 +69,12 @@ def family_for(model: nn.Module) -> Family:
     exact = [family for family, cls in matches if type(model) is cls]
     if exact or matches:
         return (exact or [matches[0][0]])[0]
-    names = ", ".join(sorted(c.split(":")[1] for f in FAMILIES.values() for c in f.classes))
+    names = ", ".join(sorted(c.__name__ if isinstance(c, type) else c.split(":")[1]
+                             for f in FAMILIES.values() for c in f.classes))
     raise TypeError(f"set_pe supports the diffusers families {sorted(FAMILIES)} ({names}); got "
                     f"{type(model).__name__}. A new family is one module in mmpos/integrations/diffusers/families "
                     "(docs/adding_a_family.md).")
 
 
-__all__ = ["Family", "AxisSpectrum", "STOCK", "SpectrumSeam", "FAMILIES", "register_family", "list_families",
+__all__ = ["Family", "AxisSpectrum", "STOCK", "SpectrumSeam", "FAMILIES", "register_family", "list_families", "builtin_families",
            "get_family", "family_for"]

@@ -54,7 +54,8 @@ class Family:
 
     Args:
         name: registry name (``"flux2"``).
-        classes: ``"module:Class"`` of the covered transformers (imported lazily; missing ones are skipped).
+        classes: the covered transformer classes, as ``"module:Class"`` (imported lazily; missing ones are
+            skipped) or as classes.
         position_attr: attribute of the model holding its position module (the seam).
         axis_names: the coordinate axes the seam gives each token.
         native_axes_dims / native_theta: the model's rotary channels per axis and base.
@@ -72,7 +73,7 @@ class Family:
     """
 
     name: str
-    classes: tuple[str, ...]
+    classes: tuple
     position_attr: str
     axis_names: tuple[str, ...]
     native_axes_dims: Callable[[nn.Module], tuple[int, ...]]
@@ -103,6 +104,9 @@ class Family:
         """The covered classes this diffusers install has."""
         found = []
         for path in self.classes:
+            if isinstance(path, type):
+                found.append(path)
+                continue
             module, name = path.split(":")
             try:
                 found.append(getattr(importlib.import_module(module), name))
