@@ -18,7 +18,12 @@ from .base import STOCK, AxisSpectrum, Family, SpectrumSeam
 FAMILIES: dict[str, Family] = {}
 
 # one line per family module (imported on first use: diffusers is imported lazily)
-_MODULES = ("flux", "wan", "qwen", "flux2")
+_MODULES = (
+    "flux",
+    "wan",
+    "qwen",
+    "flux2",
+)
 _loaded = False
 _BUILTIN: set[str] = set()
 
