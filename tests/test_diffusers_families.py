@@ -135,3 +135,13 @@ def test_native_compiles_without_graph_breaks_where_stock_does(family):
     compiled = torch.compile(model, fullgraph=True, backend="eager")
     with torch.no_grad():
         assert torch.equal(output(compiled(**inputs, return_dict=False)), eager)
+
+
+def test_the_readme_table_lists_the_registered_families():
+    from pathlib import Path
+
+    from mmpos.integrations.diffusers.families import markdown_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("<!-- families-table:start -->\n", 1)[1].split("\n<!-- families-table:end -->", 1)[0]
+    assert table == markdown_table()  # regenerate: python -m mmpos.integrations.diffusers.families

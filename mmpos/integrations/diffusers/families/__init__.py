@@ -81,5 +81,16 @@ def family_for(model: nn.Module) -> Family:
                     "(docs/adding_a_family.md).")
 
 
+def markdown_table() -> str:
+    """The README / docs table of the shipped families (``python -m mmpos.integrations.diffusers.families``)."""
+    rows = ["| family | diffusers class | pipelines | tier | notes |", "|---|---|---|---|---|"]
+    for name in builtin_families():
+        family = FAMILIES[name]
+        classes = ", ".join(f"`{c.split(':')[1] if isinstance(c, str) else c.__name__}`" for c in family.classes)
+        pipelines = ", ".join(family.pipelines) or "-"
+        rows.append(f"| `{name}` | {classes} | {pipelines} | {family.tier} | {family.notes} |")
+    return "\n".join(rows)
+
+
 __all__ = ["Family", "AxisSpectrum", "STOCK", "SpectrumSeam", "FAMILIES", "register_family", "list_families", "builtin_families",
-           "get_family", "family_for"]
+           "get_family", "family_for", "markdown_table"]

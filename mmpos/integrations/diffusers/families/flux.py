@@ -79,5 +79,5 @@ FLUX = register_family(Family(
     pipelines=("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
     train_size=1024,
     pixels_per_token=16,
-    notes="Kontext's context image at index 1; the edits (band, transplant, LooseRoPE) run here",
+    notes="any rotary encoding; the edits (band, transplant, LooseRoPE); Kontext's context image at index 1",
 ))

@@ -139,5 +139,6 @@ QWEN = register_family(Family(
                "QwenImageInpaintPipeline"),
     train_size=1328,
     pixels_per_token=16,
-    notes="several images per sequence (Edit: the input images after the output); text on the training spectrum",
+    notes="stock processors read mmpos tables: `rope_axial`-style encodings with one shared table; several images "
+          "per sequence (Edit); text on the training spectrum",
 ))

@@ -72,5 +72,5 @@ WAN = register_family(Family(
     pipelines=("WanPipeline", "WanImageToVideoPipeline"),
     train_size=832,
     pixels_per_token=16,
-    notes="TI2V per-token timesteps: sigma from the noisy tokens",
+    notes="any rotary encoding, camera adapters; TI2V per-token timesteps: sigma from the noisy tokens",
 ))
