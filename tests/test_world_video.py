@@ -246,3 +246,64 @@ def _generate_video_from_the_cli(folder, tmp_path):
         with pytest.raises(SystemExit) as bad:
             main(["generate", "video", "--model", str(folder), *bad_arguments, "--out", str(tmp_path / "x")])
         assert bad.value.code == 2
+
+
+def test_shipped_plucker_adapter_reads_camera_ctrl_ordered_rays():
+    """assets/world-video/camera-plucker was trained on (d, o x d) rays and converted once to CameraCtrl's
+    (o x d, d) order: its output on today's rays equals the trained adapter's on the rays it was trained on."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from safetensors import safe_open
+
+    from mmpos.camera import reorder_plucker_inputs
+    from mmpos.encodings import PluckerRays
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+
+    folder = Path(__file__).resolve().parents[1] / "assets" / "world-video" / "camera-plucker"
+    with safe_open(str(folder / "diffusion_pytorch_model.safetensors"), "pt") as handle:
+        assert handle.metadata()["plucker_order"] == "moment_direction"
+    adapter = CameraAdapter.from_pretrained(folder).eval().double()
+    trajectory = motion_trajectory(Motion("orbit", 35.0), start_pose(30.0))
+    g = torch.Generator().manual_seed(0)
+    rays = torch.nn.functional.normalize(torch.randn(16, 3, generator=g, dtype=torch.float64), dim=-1)
+    c2w = trajectory.c2w[None, :3].double()  # [1, 3 frames, 4, 4], 16 rays per frame
+    conditioning = adapter.conditioning(SimpleNamespace(c2w=c2w, rays=rays))
+    trained_order_rays = PluckerRays.embed(c2w, rays, order="direction_moment")
+    hidden = torch.randn(1, 48, adapter.config.dim, generator=g, dtype=torch.float64)
+    for layer, module in enumerate(adapter.layers):
+        trained_weight = reorder_plucker_inputs(module.proj.weight, "moment_direction", "direction_moment")
+        trained = hidden + trained_order_rays @ trained_weight.T + module.proj.bias
+        torch.testing.assert_close(conditioning.attention_input(layer, hidden), trained, rtol=1e-12, atol=1e-12)
+    assert (conditioning.attention_input(0, hidden) - hidden).abs().max() > 1e-3  # the adapter is not zero
+
+
+def test_convert_plucker_adapter_permutes_the_input_weights_once(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from mmpos.camera import reorder_plucker_inputs
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "convert_plucker_adapter.py"
+    spec = importlib.util.spec_from_file_location("convert_plucker_adapter", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    adapter = CameraAdapter(kind="plucker", dim=8, num_layers=2)
+    with torch.no_grad():
+        for p in adapter.parameters():
+            p.normal_()
+    adapter.save_pretrained(tmp_path / "old")  # no recorded order: trained on (d, o x d)
+    assert script.main([str(tmp_path / "old")]) == 0
+    converted = CameraAdapter.from_pretrained(tmp_path / "old")
+    for before, after in zip(adapter.layers, converted.layers):
+        assert torch.equal(after.proj.weight, reorder_plucker_inputs(before.proj.weight, "direction_moment"))
+        assert torch.equal(after.proj.bias, before.proj.bias)
+    assert script.main([str(tmp_path / "old")]) == 0  # recorded: left alone
+    assert "already in moment_direction" in capsys.readouterr().out
+    assert torch.equal(CameraAdapter.from_pretrained(tmp_path / "old").layers[0].proj.weight,
+                       converted.layers[0].proj.weight)
+    CameraAdapter(kind="ucpe", dim=8, num_layers=1, head_dim=8).save_pretrained(tmp_path / "ucpe")
+    with pytest.raises(SystemExit) as error:
+        script.main([str(tmp_path / "ucpe")])
+    assert error.value.code == 2 and "expected a plucker camera adapter" in capsys.readouterr().err
