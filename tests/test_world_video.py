@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from mmpos.camera import camera_centers
-from mmpos.world.camera_following import clip_camera_errors, relative_motion, rotation_angle
-from mmpos.world.video_data import (MOTIONS, Motion, clip_trajectory, make_clips, motion_trajectory, start_pose)
+from mmpos.world.camera_following import (camera_errors, clip_camera_errors, frame_motion, relative_motion,
+                                          rotation_angle)
+from mmpos.world.video_data import (MOTIONS, Motion, clip_trajectory, make_clips, motion_trajectory, render_clip,
+                                    scene_seeds, start_pose)
 from mmpos.world.video_model import flow_loss, token_timesteps, world_video_transformer
 
 SMALL = dict(num_attention_heads=2, attention_head_dim=12, ffn_dim=16, num_layers=1)
@@ -156,6 +158,51 @@ def test_opencv_recovers_the_rendered_motion_and_rejects_the_opposite(clips):
             mirrored_errors.append(clip_camera_errors(frames, mirrored)["rot_err"])
     assert np.mean(true_errors) < 5.0 and max(true_errors) < 15.0
     assert mirrored_errors and min(mirrored_errors) > 10.0 + np.mean(true_errors)
+
+
+def test_every_frame_of_a_rendered_pan_recovers_its_rotation():
+    """A pan has no baseline: the essential matrix is degenerate (``recoverPose`` returned 180 degrees on some
+    frames, and 8-15 on others); the rotation-only fit takes over, every frame within a few degrees."""
+    from mmpos.world.scene3d import sample_scene3d
+
+    worst = 0.0
+    for seed in scene_seeds("test", 4):
+        scene = sample_scene3d(seed, 4, textured=True)
+        for amount, azimuth in ((20.0, 30.0), (-15.0, 200.0)):
+            trajectory = motion_trajectory(Motion("pan", amount), start_pose(azimuth))
+            errors = camera_errors(render_clip(scene, trajectory).permute(0, 2, 3, 1).numpy(), trajectory)
+            assert errors["rotation_only"].all() and np.isnan(errors["trans_err"]).all()
+            worst = max(worst, float(np.max(errors["rot_err"])))
+    assert worst < 3.0
+
+
+def _tracks(rotation, translation, seed=0, count=60, noise=0.0):
+    """Normalised image tracks of random points 2-6 units in front of camera 0, seen from camera ``k``
+    (``x_k = R x_0 + t``)."""
+    rng = np.random.default_rng(seed)
+    points = np.concatenate([rng.uniform(-1.5, 1.5, (count, 2)), np.zeros((count, 1))], 1)
+    points[:, 2] = rng.uniform(2.0, 6.0, count)
+    points[:, :2] *= points[:, 2:] / 3
+    moved = points @ rotation.T + translation
+    first, second = points[:, :2] / points[:, 2:], moved[:, :2] / moved[:, 2:]
+    return first, second + rng.normal(0, noise, second.shape)
+
+
+def test_frame_motion_picks_the_rotation_model_only_without_parallax():
+    from mmpos.camera import axis_angle_to_matrix
+
+    focal = 128.0  # pixels: 1 px = 1 / 128 normalised units
+    axis = torch.tensor([0.1, 1.0, 0.05], dtype=torch.float64)
+    rotation = axis_angle_to_matrix(axis / axis.norm() * math.radians(12.0)).numpy()
+    assert math.isclose(rotation_angle(rotation), 12.0, abs_tol=1e-9)
+    for noise in (0.0, 0.3 / focal):  # exact tracks, then 0.3 px of noise
+        recovered, translation = frame_motion(*_tracks(rotation, np.zeros(3), noise=noise), focal)
+        assert translation is None and rotation_angle(recovered.T @ rotation) < (1e-6 if noise == 0 else 0.3)
+    step = np.array([0.4, 0.05, 0.1])  # a real baseline: the essential matrix and its translation direction
+    recovered, translation = frame_motion(*_tracks(rotation, step, count=200, noise=0.2 / focal), focal)
+    assert translation is not None and rotation_angle(recovered.T @ rotation) < 1.0
+    cosine = translation @ step / (np.linalg.norm(translation) * np.linalg.norm(step))
+    assert math.degrees(math.acos(min(1.0, cosine))) < 5.0
 
 
 def test_training_resumes_bit_identically(clips, tmp_path):
