@@ -201,6 +201,23 @@ class RIFLEx:
         return inv_freq, 1.0
 
 
+def riflex_intrinsic_k(time_dim: int, theta: float, repeat_length: float) -> int:
+    """RIFLEx's intrinsic frequency (1-based pair ``k``) of a ``time_dim``-channel time axis with base ``theta``:
+    the pair whose period ``2 pi theta ** (2 (k - 1) / time_dim)`` is closest to ``repeat_length``, RIFLEx's
+    ``N``: the (latent) frame at which the model's video first repeats when generated past its training length.
+
+    The trained length is the usual proxy for ``N``; where the repeat is observed later, pass that: HunyuanVideo
+    (16 time channels, theta 256, periods 6.3, 12.6, 25.1, 50.3, ...) trained on 33 latent frames gives ``k = 3``
+    from its trained length, the authors (who observed the repeat) use ``k = 4``, i.e. ``N`` between 38 and 75.
+    """
+    if isinstance(time_dim, bool) or not (isinstance(time_dim, int) and time_dim >= 2):
+        raise ValueError(f"time_dim must be an int >= 2 (rotary channels of the time axis), got {time_dim!r}")
+    _check_positive("theta", theta)
+    _check_positive("repeat_length", repeat_length)
+    periods = [2 * math.pi * theta ** (2 * j / time_dim) for j in range(time_dim // 2)]
+    return 1 + min(range(len(periods)), key=lambda j: abs(periods[j] - repeat_length))
+
+
 POLICIES = {
     "none": NoExtrapolation,
     "pi": PositionInterpolation,
