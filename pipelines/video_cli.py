@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "denoising step) (default: none)")
     parser.add_argument("--train-frames", type=int, help="video frames the model was trained on, for --extrapolate "
                         "and --frames Nx (default: 81; tiny: 17)")
+    parser.add_argument("--riflex-repeat", type=positive_int_arg, metavar="FRAMES",
+                        help="--extrapolate riflex: the video frame where the stock model's video first repeats "
+                        "(RIFLEx's N, observed past the trained length); k is the time pair whose period is "
+                        "closest to its latent frame (default: --train-frames)")
     parser.add_argument("--train-size", help="HEIGHTxWIDTH the model was trained on, for the spatial --extrapolate "
                         "(default: 480x832; tiny: 64x96)")
     parser.add_argument("--steps", type=positive_int_arg, help="denoising steps (default: 50; tiny: 4)")
@@ -167,20 +171,25 @@ def _pipeline(args, parser, settings):
     return pipe.to(settings["device"])
 
 
-def riflex_k(transformer, train_latent_frames: int) -> int:
-    """RIFLEx's intrinsic frequency: the (1-based) time-axis pair whose period is closest to the trained length."""
+def riflex_k(transformer, repeat_latent_frames: int) -> int:
+    """RIFLEx's intrinsic frequency on ``transformer``'s time axis (:func:`~mmpos.spectrum.extrapolation.
+    riflex_intrinsic_k`): the (1-based) time-axis pair whose period is closest to RIFLEx's ``N``, the latent frame
+    where the stock video first repeats; pass the trained latent length where it has not been observed."""
     from mmpos.integrations.diffusers.models import spec_for
+    from mmpos.spectrum.extrapolation import riflex_intrinsic_k
 
     spec = spec_for(transformer)
     time_dim, theta = spec.native_axes_dims(transformer)[0], spec.native_theta(transformer)
-    periods = [2 * math.pi * theta ** (2 * j / time_dim) for j in range(time_dim // 2)]
-    return 1 + min(range(len(periods)), key=lambda j: abs(periods[j] - train_latent_frames))
+    return riflex_intrinsic_k(time_dim, theta, repeat_latent_frames)
 
 
-def extrapolation_policies(methods, transformer, frames: int, train_frames: int, train_size) -> list:
+def extrapolation_policies(methods, transformer, frames: int, train_frames: int, train_size,
+                           repeat_frames: int | None = None) -> list:
     """``set_pe``'s per-axis ``(t, row, col)`` extrapolation: RIFLEx on time (a static policy for ``frames``, only
-    when longer than trained: at or below the trained length the time axis stays stock); the spatial preset (:data:`mmpos.spectrum.schedule.PRESETS`) on rows and columns as schedules from the trained
-    patch grid (``train_size / 16``): they act on axes longer than trained only, DyPE's follow the step's sigma."""
+    when longer than trained: at or below the trained length the time axis stays stock; its ``k`` from
+    ``repeat_frames``, the video frame where the stock model repeats, else from ``train_frames``); the spatial
+    preset (:data:`mmpos.spectrum.schedule.PRESETS`) on rows and columns as schedules from the trained patch grid
+    (``train_size / 16``): they act on axes longer than trained only, DyPE's follow the step's sigma."""
     from mmpos.integrations.diffusers import model_extrapolation
 
     spatial = [m for m in methods if m != "riflex"]
@@ -189,7 +198,8 @@ def extrapolation_policies(methods, transformer, frames: int, train_frames: int,
     time = None
     latent, trained = (frames - 1) // 4 + 1, (train_frames - 1) // 4 + 1
     if "riflex" in methods and latent > trained:
-        time = {"type": "riflex", "k": riflex_k(transformer, trained), "target_length": latent}
+        repeat = trained if repeat_frames is None else (repeat_frames - 1) // 4 + 1
+        time = {"type": "riflex", "k": riflex_k(transformer, repeat), "target_length": latent}
     grid = tuple(pixels / PATCH_PIXELS for pixels in train_size)
     return model_extrapolation(transformer, spatial[0] if spatial else "none", grid, time=time)
 
@@ -199,7 +209,7 @@ def _extrapolate(args, parser, pipe, settings) -> str:
 
     try:
         policies = extrapolation_policies(args.extrapolate, pipe.transformer, settings["frames"],
-                                          settings["train_frames"], settings["train_size"])
+                                          settings["train_frames"], settings["train_size"], args.riflex_repeat)
     except ValueError as error:
         _fail(parser, str(error))
     set_pe(pipe.transformer, "native", extrapolation=policies)

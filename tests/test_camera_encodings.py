@@ -402,7 +402,7 @@ def test_plucker_rays_and_zero_init():
     c2w = rigid(8, (2, 3))
     rays, _ = ray_grid(Pinhole(80, 80, 64, 48, 128, 96), GRID, dtype=F64)
     plucker = PluckerRays.embed(c2w, rays)
-    direction, moment = plucker[..., :3], plucker[..., 3:]
+    moment, direction = plucker[..., :3], plucker[..., 3:]  # CameraCtrl's order (o x d, d)
     assert plucker.shape == (2, tokens(3), 6)
     assert torch.allclose(direction.norm(dim=-1), torch.ones(2, tokens(3), dtype=F64), atol=1e-14)
     assert (direction * moment).sum(-1).abs().max() < 1e-14  # moment is orthogonal to the direction
@@ -415,6 +415,58 @@ def test_plucker_rays_and_zero_init():
     assert torch.equal(pe(x, c2w, rays), x)
     moved = PluckerRays.embed(rigid(2) @ c2w, rays)  # absolute: changes with the world frame
     assert (moved - plucker).abs().max() > 0.1
+
+
+def camera_ctrl_ray_condition(intrinsics, c2w, height, width):
+    """CameraCtrl's ``ray_condition`` (hehao13/CameraCtrl), re-implemented in fp64: ``intrinsics [B, V, 4]``
+    ``(fx, fy, cx, cy)``, ``c2w [B, V, 4, 4]`` -> ``[B, V, H, W, 6]``, channels ``cat([o x d, d])``, a ray
+    through every pixel centre."""
+    rows, cols = torch.meshgrid(torch.arange(height, dtype=F64) + 0.5, torch.arange(width, dtype=F64) + 0.5,
+                                indexing="ij")
+    fx, fy, cx, cy = (intrinsics[..., i, None] for i in range(4))
+    x, y = (cols.reshape(1, 1, -1) - cx) / fx, (rows.reshape(1, 1, -1) - cy) / fy
+    directions = torch.stack([x, y, torch.ones_like(x)], -1)
+    directions = directions / directions.norm(dim=-1, keepdim=True)
+    world_directions = directions @ c2w[..., :3, :3].transpose(-1, -2)
+    origins = c2w[..., None, :3, 3].expand_as(world_directions)
+    moments = torch.linalg.cross(origins, world_directions, dim=-1)
+    return torch.cat([moments, world_directions], -1).reshape(*c2w.shape[:2], height, width, 6)
+
+
+def test_plucker_maps_are_camera_ctrl_ray_condition():
+    height, width = 6, 8
+    camera = Pinhole(9.0, 7.5, 4.2, 2.9, width, height)
+    c2w = rigid(12, (2, 3))
+    rays, _ = ray_grid(camera, (height, width), dtype=F64)
+    intrinsics = torch.tensor([camera.fx, camera.fy, camera.cx, camera.cy], dtype=F64).expand(2, 3, 4)
+    expected = camera_ctrl_ray_condition(intrinsics, c2w, height, width)
+    maps = PluckerRays.maps(c2w, rays, (height, width))  # [B, V, 6, H, W]
+    torch.testing.assert_close(maps.permute(0, 1, 3, 4, 2), expected, rtol=0, atol=1e-14)
+    embedded = PluckerRays.embed(c2w, rays)
+    torch.testing.assert_close(embedded, expected.flatten(2, 3).flatten(1, 2), rtol=0, atol=1e-14)
+    swapped = PluckerRays.embed(c2w, rays, order="direction_moment")
+    assert torch.equal(swapped, torch.cat([embedded[..., 3:], embedded[..., :3]], -1))
+    pe = PluckerRays(16, zero_init=False, order="direction_moment").double()
+    x = torch.zeros(2, 3 * height * width, 16, dtype=F64)
+    torch.testing.assert_close(pe(x, c2w, rays), pe.proj(swapped), rtol=0, atol=0)
+
+
+def test_plucker_weights_reordered_give_the_same_output():
+    from mmpos.camera import reorder_plucker_inputs
+
+    g = torch.Generator().manual_seed(3)
+    weight, rays = torch.randn(5, 6, generator=g, dtype=F64), torch.randn(7, 6, generator=g, dtype=F64)
+    old_order = torch.cat([rays[:, 3:], rays[:, :3]], -1)  # the same rays as (d, o x d)
+    converted = reorder_plucker_inputs(weight, "direction_moment")
+    torch.testing.assert_close(rays @ converted.T, old_order @ weight.T, rtol=1e-15, atol=1e-15)
+    assert torch.equal(reorder_plucker_inputs(converted, "moment_direction", "direction_moment"), weight)
+    assert torch.equal(reorder_plucker_inputs(weight, "moment_direction"), weight)
+    with pytest.raises(ValueError, match="source must be one of"):
+        reorder_plucker_inputs(weight, "dm")
+    with pytest.raises(ValueError, match=r"weight must be \[out, 6"):
+        reorder_plucker_inputs(weight[:, :5], "direction_moment")
+    with pytest.raises(ValueError, match="order must be one of"):
+        PluckerRays(8, order="d_m")
 
 
 # --- registry and errors ------------------------------------------------------------------------------------

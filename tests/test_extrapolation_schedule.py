@@ -59,8 +59,8 @@ def test_dype_vision_yarn_follows_the_three_ladders_with_thresholds_times_kappa(
     d, theta, original = FLUX_AXIS.values()
     scale, kappa = extent / original, sigma ** 2  # lambda_s = 1, lambda_t = 2
     plain, ntk = ladder(d, theta), ladder(d, theta * scale ** (d / (d - 2)))
-    low_part = ramp(d, theta, original, 1.25 * kappa, 0.75 * kappa)  # 1: interpolated (PI), 0: NTK
-    high_part = ramp(d, theta, original, 16 * kappa, 2 * kappa)  # 0: plain ladder
+    low_part = dype_reference_ramp(d, theta, original, 1.25 * kappa, 0.75 * kappa)[0]  # 1: interpolated, 0: NTK
+    high_part = dype_reference_ramp(d, theta, original, 16 * kappa, 2 * kappa)[0]  # 0: plain ladder
     middle = plain / scale * low_part + ntk * (1 - low_part)
     expected = middle * high_part + plain * (1 - high_part)
     policy = ExtrapolationSchedule("vision_yarn", original, dynamic=True).policy(extent, sigma)
@@ -204,3 +204,62 @@ def test_schedules_from_config_dicts():
     with pytest.raises(TypeError, match="extrapolation schedule"):
         mmpos.create_pe("rope_axial", head_dim=24, extrapolation={"type": "schedule", "method": "ntk",
                                                                   "original_length": 4, "lamda_t": 1})
+
+
+def dype_reference_ramp(dim, theta, length, fast, slow):
+    """DyPE's ramp (guyyariv/DyPE ``get_1d_rotary_pos_embed``, re-implemented in fp64): the ends of the turn-count
+    range rounded outwards, ``low >= 0``, ``high <= dim - 1`` then ``high <= dim // 2``. Returns the ramp and
+    whether its ends are reversed (``low > high``: tiny turn counts)."""
+    index = [dim * math.log(length / (2 * math.pi * n)) / (2 * math.log(theta)) for n in (fast, slow)]
+    low, high = max(math.floor(index[0]), 0), min(math.ceil(index[1]), dim - 1, dim // 2)
+    reversed_ends = low > high
+    high = high + 0.001 if high == low else high
+    values = [min(max((j - low) / (high - low), 0.0), 1.0) for j in range(dim // 2)]
+    return torch.tensor(values, dtype=torch.float64), reversed_ends
+
+
+def dype_reference_vision_yarn(dim, theta, original, extent, sigma):
+    """DyPE's FLUX spectrum of one axis in fp64 (``kappa = sigma ** 2``, fixed magnitude), with the one documented
+    difference: a reversed ramp (reference: 1 everywhere) is 0 everywhere in mmpos. Returns
+    ``(inv_freq, magnitude, reversed ramps)``."""
+    plain = ladder(dim, theta)
+    scale = extent / original
+    if scale <= 1:
+        return plain, 1.0, 0
+    kappa = sigma ** 2
+    ntk = ladder(dim, theta * scale ** (dim / (dim - 2)))
+    low_part, low_reversed = dype_reference_ramp(dim, theta, original, 1.25 * kappa, 0.75 * kappa)
+    high_part, high_reversed = dype_reference_ramp(dim, theta, original, 16 * kappa, 2 * kappa)
+    low_part, high_part = (torch.zeros_like(p) if r else p
+                           for p, r in ((low_part, low_reversed), (high_part, high_reversed)))
+    middle = plain / scale * low_part + ntk * (1 - low_part)
+    return middle * high_part + plain * (1 - high_part), 0.1 * math.log(scale) + 1, low_reversed + high_reversed
+
+
+DYPE_SWEEP_SIGMAS = (0.01, 0.015, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+
+
+@pytest.mark.parametrize("dim", [16, 32, 42, 56, 64, 128])
+def test_dype_vision_yarn_matches_the_authors_ramp_ends_over_a_sweep(dim):
+    theta, original = 10000.0, 64
+    reversed_ramps = 0
+    for extent in (64, 80, 96, 128, 160, 192, 256):  # 1x .. 4x
+        for sigma in DYPE_SWEEP_SIGMAS:
+            schedule = ExtrapolationSchedule("vision_yarn", original, dynamic=True, schedule_magnitude=False)
+            inv_freq, magnitude = schedule.policy(extent, sigma).frequencies(dim, theta)
+            expected, expected_magnitude, reversed_here = dype_reference_vision_yarn(dim, theta, original, extent,
+                                                                                      sigma)
+            reversed_ramps += reversed_here
+            torch.testing.assert_close(inv_freq, expected, rtol=1e-13, atol=0,
+                                       msg=lambda m: f"dim={dim} extent={extent} sigma={sigma}: {m}")
+            assert magnitude == pytest.approx(expected_magnitude, rel=1e-15)
+    if dim == 16:
+        assert reversed_ramps > 0  # the sweep reaches the documented difference, too
+
+
+def test_dype_mixes_the_last_pairs_as_the_authors_do():
+    # 16 channels, 2x, sigma 0.02: the plain-ladder ramp runs over pairs 6..8 (clamped at dim // 2 = 8, not 9)
+    schedule = ExtrapolationSchedule("vision_yarn", 64, dynamic=True, schedule_magnitude=False)
+    inv_freq, _ = schedule.policy(128, 0.02).frequencies(16, 1e4)
+    plain, ntk = ladder(16, 1e4), ladder(16, 1e4 * 2 ** (16 / 14))
+    torch.testing.assert_close(inv_freq[7], 0.5 * ntk[7] + 0.5 * plain[7], rtol=1e-14, atol=0)

@@ -1,4 +1,6 @@
 """``mmpos generate video`` on the tiny offline Wan components."""
+import math
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,34 @@ def test_riflex_picks_the_time_pair_whose_period_is_closest_to_the_trained_lengt
     assert riflex_k(wan13b_head, 21) == 4
     assert riflex_k(wan13b_head, 30) == 5
     assert riflex_k(tiny_wan_transformer(), 21) == 1  # tiny: 4 time channels, periods 6.3 and 628
+
+
+def test_riflex_k_from_the_observed_repeat_hunyuan_video():
+    from mmpos.spectrum.extrapolation import riflex_intrinsic_k
+
+    periods = [2 * math.pi * 256.0 ** (2 * j / 16) for j in range(8)]  # HunyuanVideo: 16 time channels, theta 256
+    closest = [1 + min(range(8), key=lambda j: abs(periods[j] - n)) for n in range(1, 130)]
+    assert [riflex_intrinsic_k(16, 256.0, n) for n in range(1, 130)] == closest
+    assert riflex_intrinsic_k(16, 256.0, 33) == 3  # the trained 33 latents as N
+    assert riflex_intrinsic_k(16, 256.0, 38) == 4 == riflex_intrinsic_k(16, 256.0, 75)  # the authors' k = 4
+    with pytest.raises(ValueError, match="repeat_length must be a positive"):
+        riflex_intrinsic_k(16, 256.0, 0)
+    with pytest.raises(ValueError, match="time_dim must be an int >= 2"):
+        riflex_intrinsic_k(1, 256.0, 33)
+
+
+def test_riflex_repeat_sets_n_from_the_observed_repeat(tmp_path, capsys):
+    from diffusers import WanTransformer3DModel
+
+    wan13b_head = WanTransformer3DModel(num_attention_heads=1, attention_head_dim=128, in_channels=4, out_channels=4,
+                                        text_dim=16, ffn_dim=8, num_layers=1)
+    time, _, _ = extrapolation_policies(["riflex"], wan13b_head, 161, 81, (480, 832))
+    assert time["k"] == 4  # N = 21 trained latents
+    time, _, _ = extrapolation_policies(["riflex"], wan13b_head, 161, 81, (480, 832), repeat_frames=129)
+    assert time == {"type": "riflex", "k": 5, "target_length": 41}  # N = 33 latents: period 33.7 is closest
+    with pytest.raises(SystemExit) as error:
+        main(["generate", "video", "--out", str(tmp_path / "x"), *SMALL, "--riflex-repeat", "0"])
+    assert error.value.code == 2 and "--riflex-repeat" in capsys.readouterr().err
 
 
 def test_extrapolation_policies_per_axis():

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from mmpos.camera import camera_centers
-from mmpos.world.camera_following import clip_camera_errors, relative_motion, rotation_angle
-from mmpos.world.video_data import (MOTIONS, Motion, clip_trajectory, make_clips, motion_trajectory, start_pose)
+from mmpos.world.camera_following import (camera_errors, clip_camera_errors, frame_motion, relative_motion,
+                                          rotation_angle)
+from mmpos.world.video_data import (MOTIONS, Motion, clip_trajectory, make_clips, motion_trajectory, render_clip,
+                                    scene_seeds, start_pose)
 from mmpos.world.video_model import flow_loss, token_timesteps, world_video_transformer
 
 SMALL = dict(num_attention_heads=2, attention_head_dim=12, ffn_dim=16, num_layers=1)
@@ -158,6 +160,51 @@ def test_opencv_recovers_the_rendered_motion_and_rejects_the_opposite(clips):
     assert mirrored_errors and min(mirrored_errors) > 10.0 + np.mean(true_errors)
 
 
+def test_every_frame_of_a_rendered_pan_recovers_its_rotation():
+    """A pan has no baseline: the essential matrix is degenerate (``recoverPose`` returned 180 degrees on some
+    frames, and 8-15 on others); the rotation-only fit takes over, every frame within a few degrees."""
+    from mmpos.world.scene3d import sample_scene3d
+
+    worst = 0.0
+    for seed in scene_seeds("test", 4):
+        scene = sample_scene3d(seed, 4, textured=True)
+        for amount, azimuth in ((20.0, 30.0), (-15.0, 200.0)):
+            trajectory = motion_trajectory(Motion("pan", amount), start_pose(azimuth))
+            errors = camera_errors(render_clip(scene, trajectory).permute(0, 2, 3, 1).numpy(), trajectory)
+            assert errors["rotation_only"].all() and np.isnan(errors["trans_err"]).all()
+            worst = max(worst, float(np.max(errors["rot_err"])))
+    assert worst < 3.0
+
+
+def _tracks(rotation, translation, seed=0, count=60, noise=0.0):
+    """Normalised image tracks of random points 2-6 units in front of camera 0, seen from camera ``k``
+    (``x_k = R x_0 + t``)."""
+    rng = np.random.default_rng(seed)
+    points = np.concatenate([rng.uniform(-1.5, 1.5, (count, 2)), np.zeros((count, 1))], 1)
+    points[:, 2] = rng.uniform(2.0, 6.0, count)
+    points[:, :2] *= points[:, 2:] / 3
+    moved = points @ rotation.T + translation
+    first, second = points[:, :2] / points[:, 2:], moved[:, :2] / moved[:, 2:]
+    return first, second + rng.normal(0, noise, second.shape)
+
+
+def test_frame_motion_picks_the_rotation_model_only_without_parallax():
+    from mmpos.camera import axis_angle_to_matrix
+
+    focal = 128.0  # pixels: 1 px = 1 / 128 normalised units
+    axis = torch.tensor([0.1, 1.0, 0.05], dtype=torch.float64)
+    rotation = axis_angle_to_matrix(axis / axis.norm() * math.radians(12.0)).numpy()
+    assert math.isclose(rotation_angle(rotation), 12.0, abs_tol=1e-9)
+    for noise in (0.0, 0.3 / focal):  # exact tracks, then 0.3 px of noise
+        recovered, translation = frame_motion(*_tracks(rotation, np.zeros(3), noise=noise), focal)
+        assert translation is None and rotation_angle(recovered.T @ rotation) < (1e-6 if noise == 0 else 0.3)
+    step = np.array([0.4, 0.05, 0.1])  # a real baseline: the essential matrix and its translation direction
+    recovered, translation = frame_motion(*_tracks(rotation, step, count=200, noise=0.2 / focal), focal)
+    assert translation is not None and rotation_angle(recovered.T @ rotation) < 1.0
+    cosine = translation @ step / (np.linalg.norm(translation) * np.linalg.norm(step))
+    assert math.degrees(math.acos(min(1.0, cosine))) < 5.0
+
+
 def test_training_resumes_bit_identically(clips, tmp_path):
     from diffusers import AutoencoderKL
 
@@ -246,3 +293,64 @@ def _generate_video_from_the_cli(folder, tmp_path):
         with pytest.raises(SystemExit) as bad:
             main(["generate", "video", "--model", str(folder), *bad_arguments, "--out", str(tmp_path / "x")])
         assert bad.value.code == 2
+
+
+def test_shipped_plucker_adapter_reads_camera_ctrl_ordered_rays():
+    """assets/world-video/camera-plucker was trained on (d, o x d) rays and converted once to CameraCtrl's
+    (o x d, d) order: its output on today's rays equals the trained adapter's on the rays it was trained on."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from safetensors import safe_open
+
+    from mmpos.camera import reorder_plucker_inputs
+    from mmpos.encodings import PluckerRays
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+
+    folder = Path(__file__).resolve().parents[1] / "assets" / "world-video" / "camera-plucker"
+    with safe_open(str(folder / "diffusion_pytorch_model.safetensors"), "pt") as handle:
+        assert handle.metadata()["plucker_order"] == "moment_direction"
+    adapter = CameraAdapter.from_pretrained(folder).eval().double()
+    trajectory = motion_trajectory(Motion("orbit", 35.0), start_pose(30.0))
+    g = torch.Generator().manual_seed(0)
+    rays = torch.nn.functional.normalize(torch.randn(16, 3, generator=g, dtype=torch.float64), dim=-1)
+    c2w = trajectory.c2w[None, :3].double()  # [1, 3 frames, 4, 4], 16 rays per frame
+    conditioning = adapter.conditioning(SimpleNamespace(c2w=c2w, rays=rays))
+    trained_order_rays = PluckerRays.embed(c2w, rays, order="direction_moment")
+    hidden = torch.randn(1, 48, adapter.config.dim, generator=g, dtype=torch.float64)
+    for layer, module in enumerate(adapter.layers):
+        trained_weight = reorder_plucker_inputs(module.proj.weight, "moment_direction", "direction_moment")
+        trained = hidden + trained_order_rays @ trained_weight.T + module.proj.bias
+        torch.testing.assert_close(conditioning.attention_input(layer, hidden), trained, rtol=1e-12, atol=1e-12)
+    assert (conditioning.attention_input(0, hidden) - hidden).abs().max() > 1e-3  # the adapter is not zero
+
+
+def test_convert_plucker_adapter_permutes_the_input_weights_once(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from mmpos.camera import reorder_plucker_inputs
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "convert_plucker_adapter.py"
+    spec = importlib.util.spec_from_file_location("convert_plucker_adapter", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    adapter = CameraAdapter(kind="plucker", dim=8, num_layers=2)
+    with torch.no_grad():
+        for p in adapter.parameters():
+            p.normal_()
+    adapter.save_pretrained(tmp_path / "old")  # no recorded order: trained on (d, o x d)
+    assert script.main([str(tmp_path / "old")]) == 0
+    converted = CameraAdapter.from_pretrained(tmp_path / "old")
+    for before, after in zip(adapter.layers, converted.layers):
+        assert torch.equal(after.proj.weight, reorder_plucker_inputs(before.proj.weight, "direction_moment"))
+        assert torch.equal(after.proj.bias, before.proj.bias)
+    assert script.main([str(tmp_path / "old")]) == 0  # recorded: left alone
+    assert "already in moment_direction" in capsys.readouterr().out
+    assert torch.equal(CameraAdapter.from_pretrained(tmp_path / "old").layers[0].proj.weight,
+                       converted.layers[0].proj.weight)
+    CameraAdapter(kind="ucpe", dim=8, num_layers=1, head_dim=8).save_pretrained(tmp_path / "ucpe")
+    with pytest.raises(SystemExit) as error:
+        script.main([str(tmp_path / "ucpe")])
+    assert error.value.code == 2 and "expected a plucker camera adapter" in capsys.readouterr().err

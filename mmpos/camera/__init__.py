@@ -7,7 +7,7 @@ from .poses import (ROTATION_TOLERANCE, axis_angle_to_matrix, blender_to_opencv,
                     opengl_to_opencv, orthonormalize, pose_from_rotation_translation, w2c_to_c2w)
 from .presets import PRESETS, preset_trajectory
 from .ray_frames import latitude_up_map, ray_frames, relative_transforms
-from .rays import patch_pixels, plucker_rays, ray_grid, world_rays
+from .rays import PLUCKER_ORDERS, patch_pixels, plucker_rays, ray_grid, reorder_plucker_inputs, world_rays
 from .trajectory import (Trajectory, load_trajectory, read_json, read_re10k, resample, save_trajectory, write_json,
                          write_re10k)
 
@@ -17,6 +17,6 @@ __all__ = [
     "blender_to_opencv", "c2w_to_w2c", "camera_centers", "check_pose", "check_rotation", "invert_pose", "look_at",
     "opencv_to_opengl", "opengl_to_opencv", "orthonormalize", "pose_from_rotation_translation", "w2c_to_c2w",
     "PRESETS", "preset_trajectory", "latitude_up_map", "ray_frames", "relative_transforms", "patch_pixels",
-    "plucker_rays", "ray_grid", "world_rays", "Trajectory", "load_trajectory", "read_json", "read_re10k",
-    "save_trajectory", "write_json", "write_re10k", "resample", "matrix_to_axis_angle",
+    "plucker_rays", "PLUCKER_ORDERS", "reorder_plucker_inputs", "ray_grid", "world_rays", "Trajectory",
+    "load_trajectory", "read_json", "read_re10k", "save_trajectory", "write_json", "write_re10k", "resample", "matrix_to_axis_angle",
 ]

@@ -48,8 +48,35 @@ def world_rays(c2w: torch.Tensor, rays_cam: torch.Tensor):
     return origins, directions
 
 
-def plucker_rays(c2w: torch.Tensor, rays_cam: torch.Tensor) -> torch.Tensor:
-    """``[..., P, 6]`` Plücker coordinates ``(d, o x d)`` of each patch ray (unit direction ``d``, camera
-    centre ``o``), the per-pixel camera map of CameraCtrl and its successors."""
+PLUCKER_ORDERS = ("moment_direction", "direction_moment")
+
+
+def plucker_rays(c2w: torch.Tensor, rays_cam: torch.Tensor, order: str = "moment_direction") -> torch.Tensor:
+    """``[..., P, 6]`` Plücker coordinates of each patch ray (unit direction ``d``, camera centre ``o``), the
+    per-pixel camera map of CameraCtrl and its successors.
+
+    ``order``: ``"moment_direction"`` (default) is CameraCtrl's ``ray_condition`` order ``(o x d, d)``;
+    ``"direction_moment"`` gives ``(d, o x d)`` (mmpos' order before it followed CameraCtrl's)::
+
+        moment_direction: [mx my mz dx dy dz]     direction_moment: [dx dy dz mx my mz]
+    """
+    if order not in PLUCKER_ORDERS:
+        raise ValueError(f"order must be one of {PLUCKER_ORDERS}, got {order!r}")
     origins, directions = world_rays(c2w, rays_cam)
-    return torch.cat([directions, torch.cross(origins, directions, dim=-1)], -1)
+    moments = torch.cross(origins, directions, dim=-1)
+    halves = (moments, directions) if order == "moment_direction" else (directions, moments)
+    return torch.cat(halves, -1)
+
+
+def reorder_plucker_inputs(weight: torch.Tensor, source: str, target: str = "moment_direction") -> torch.Tensor:
+    """The input weight ``[out, 6]`` (a ``Linear`` or a 1x1/kxk conv flattened the same way, ``[out, 6, ...]``) of
+    a layer trained on Plücker rays in ``source`` order, rearranged to give the same output on rays in ``target``
+    order (a permutation of the input channels; a new tensor)."""
+    for name, value in (("source", source), ("target", target)):
+        if value not in PLUCKER_ORDERS:
+            raise ValueError(f"{name} must be one of {PLUCKER_ORDERS}, got {value!r}")
+    if weight.dim() < 2 or weight.shape[1] != 6:
+        raise ValueError(f"weight must be [out, 6, ...] (6 Plücker input channels), got {tuple(weight.shape)}")
+    source_halves = source.split("_")
+    columns = [3 * source_halves.index(half) + i for half in target.split("_") for i in range(3)]
+    return weight[:, columns].clone()

@@ -93,9 +93,9 @@ class VisionYaRN:
     Pairs turning more than ``gamma[0]`` times over ``original_length`` keep the plain ladder, pairs turning
     between ``beta[0]`` and ``gamma[1]`` times take the NTK ladder (``theta * factor ** (dim / (dim - 2))``),
     pairs turning fewer than ``beta[1]`` times are interpolated (``/ factor``); linear ramps over the pair
-    index join them (:func:`correction_ramp`). ``threshold_scale`` multiplies all four turn counts (DyPE's
-    ``kappa(t)``: towards 0 every pair keeps the plain ladder). cos/sin are scaled by ``attention_factor``
-    (default ``0.1 ln(factor) + 1``).
+    index join them (:func:`correction_ramp`, ends clamped at ``dim // 2`` as DyPE's code does).
+    ``threshold_scale`` multiplies all four turn counts (DyPE's ``kappa(t)``: towards 0 every pair keeps the
+    plain ladder). cos/sin are scaled by ``attention_factor`` (default ``0.1 ln(factor) + 1``).
     """
 
     factor: float
@@ -129,10 +129,10 @@ class VisionYaRN:
         ntk, _ = NTKAware(self.factor).frequencies(dim, theta)
         scale = self.threshold_scale
         low_part = correction_ramp(dim, theta, self.original_length, self.beta[0] * scale, self.beta[1] * scale,
-                                   clamp_low_end=True)
+                                   clamp_low_end=True, convention="dype")
         inv_freq = interpolated * low_part + ntk * (1 - low_part)
         high_part = correction_ramp(dim, theta, self.original_length, self.gamma[0] * scale,
-                                    self.gamma[1] * scale, clamp_low_end=True)
+                                    self.gamma[1] * scale, clamp_low_end=True, convention="dype")
         return inv_freq * high_part + plain * (1 - high_part), float(magnitude)
 
 
@@ -141,25 +141,38 @@ def yarn_attention_factor(factor: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
+RAMP_CONVENTIONS = ("transformers", "dype")
+
+
 def correction_ramp(dim: int, theta: float, original_length: float, fast: float, slow: float,
-                    truncate: bool = True, clamp_low_end: bool = False) -> torch.Tensor:
+                    truncate: bool = True, clamp_low_end: bool = False,
+                    convention: str = "transformers") -> torch.Tensor:
     """``[dim // 2]`` fp64 ramp over the pair index: 0 for pairs turning more than ``fast`` times over
     ``original_length``, 1 for pairs turning fewer than ``slow`` times, linear in between.
 
     The pair index turning ``n`` times is ``dim * ln(L / (2 pi n)) / (2 ln theta)``; the range ends are rounded
-    outwards (``truncate``) and clamped as transformers' ``_compute_yarn_parameters`` does (``low >= 0``,
-    ``high <= dim - 1``); ``clamp_low_end`` also keeps ``low <= dim - 1``, so that tiny turn counts (DyPE late in
-    sampling) give 0 everywhere instead of a reversed range.
+    outwards (``truncate``) and clamped with ``low >= 0`` and ``high <= end``, where ``end`` is ``dim - 1`` for
+    ``convention="transformers"`` (transformers' ``_compute_yarn_parameters``) and ``dim // 2``, the number of
+    pairs, for ``"dype"`` (DyPE's ``get_1d_rotary_pos_embed``). ``clamp_low_end`` also keeps ``low <= end``, so
+    that tiny turn counts (DyPE late in sampling) give 0 everywhere instead of the reversed range (``low > high``,
+    1 everywhere) the references' clamping produces there.
+
+    Example (``dim=16``, the ``"dype"`` end): ``low, high = 6, 9`` becomes ``6, 8``; pair 7 gets ``1/2``, not
+    ``1/3``.
     """
+    if convention not in RAMP_CONVENTIONS:
+        raise ValueError(f"convention must be one of {RAMP_CONVENTIONS}, got {convention!r}")
+
     def pair_index(rotations):
         return dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(theta))
 
+    end = dim - 1 if convention == "transformers" else dim // 2
     low, high = pair_index(fast), pair_index(slow)
     if truncate:
         low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
+    low, high = max(low, 0), min(high, end)
     if clamp_low_end:
-        low = min(low, dim - 1)
+        low = min(low, end)
     if low == high:
         high += 0.001
     return ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
@@ -186,6 +199,23 @@ class RIFLEx:
             raise ValueError(f"RIFLEx.k={self.k} exceeds the {inv_freq.numel()} pairs of this axis")
         inv_freq[self.k - 1] = self.factor * 2 * math.pi / self.target_length
         return inv_freq, 1.0
+
+
+def riflex_intrinsic_k(time_dim: int, theta: float, repeat_length: float) -> int:
+    """RIFLEx's intrinsic frequency (1-based pair ``k``) of a ``time_dim``-channel time axis with base ``theta``:
+    the pair whose period ``2 pi theta ** (2 (k - 1) / time_dim)`` is closest to ``repeat_length``, RIFLEx's
+    ``N``: the (latent) frame at which the model's video first repeats when generated past its training length.
+
+    The trained length is the usual proxy for ``N``; where the repeat is observed later, pass that: HunyuanVideo
+    (16 time channels, theta 256, periods 6.3, 12.6, 25.1, 50.3, ...) trained on 33 latent frames gives ``k = 3``
+    from its trained length, the authors (who observed the repeat) use ``k = 4``, i.e. ``N`` between 38 and 75.
+    """
+    if isinstance(time_dim, bool) or not (isinstance(time_dim, int) and time_dim >= 2):
+        raise ValueError(f"time_dim must be an int >= 2 (rotary channels of the time axis), got {time_dim!r}")
+    _check_positive("theta", theta)
+    _check_positive("repeat_length", repeat_length)
+    periods = [2 * math.pi * theta ** (2 * j / time_dim) for j in range(time_dim // 2)]
+    return 1 + min(range(len(periods)), key=lambda j: abs(periods[j] - repeat_length))
 
 
 POLICIES = {
