@@ -110,6 +110,24 @@ def test_tier_two_families_run_an_mmpos_encoding_through_their_processors(family
     assert torch.allclose(run(model, inputs), stock, atol=2e-5, rtol=1e-4)
 
 
+def test_tier_two_families_train_a_learned_encoding(family):
+    fam, case = get_family(family), CASES[family]
+    if fam.tier != 2 or not case.learned:
+        pytest.skip(f"{family}: no per-head learned encodings (tier {fam.tier})")
+    from mmpos.integrations.diffusers import train_only_pe
+
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = run(model, inputs)
+    set_pe(model, "rope_mixed", per_layer=True)
+    params = train_only_pe(model)
+    out = output(model(**inputs, return_dict=False))
+    assert torch.isfinite(out).all() and (out.detach() - stock).abs().max() > 1e-6
+    out.square().mean().backward()
+    assert params and all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+    assert sum(p.grad.abs().sum() for p in params) > 0
+
+
 def test_tier_one_families_refuse_what_needs_mmpos_processors(family):
     fam, case = get_family(family), CASES[family]
     if fam.tier != 1:

@@ -75,7 +75,7 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     coord_axes = check_coord_axes(coord_axes, family)
     backend = None if attention_backend is None else resolve_attention_backend(attention_backend)
     stock_position = getattr(transformer, family.position_attr)
-    if family.tier == 1:
+    if family.tier == 1 or (pe == NATIVE and family.has_tables):  # the stock processors stay
         seam = _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = transformer.register_forward_pre_hook(pe_pre_forward_hook(family), with_kwargs=True)
     else:
@@ -117,7 +117,8 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
     encoding = pe_class("rope_axial")(head_dim=sum(axes_dims), axes_dims=axes_dims,
                                       theta=options.get("theta", theta), extrapolation=options.get("extrapolation"),
                                       pair_scale=options.get("pair_scale"))
-    seam = family.make_seam(transformer, stock_position, [encoding], True, None) if family.make_seam else \
+    custom = family.make_seam if family.tier == 1 else None  # a tier-2 family's make_seam is its mmpos seam
+    seam = custom(transformer, stock_position, [encoding], True, None) if custom else \
         SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
     return _on_model(seam, transformer)
 

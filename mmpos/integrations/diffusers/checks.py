@@ -15,13 +15,14 @@ def check_model(transformer, family: Family) -> None:
 def check_stock_processors(processors, family: Family) -> None:
     """Refuse to replace processors (``(layer name, processor)`` pairs: what runs beneath the encoding level) that
     carry more than the stock one (IP-Adapter, custom code)."""
-    stock_cls = family.stock_processor()
+    stock = family.stock_processor()
+    stock = stock if isinstance(stock, tuple) else (stock,)
     for name, processor in processors:
-        if type(processor) is not stock_cls:
+        if type(processor) not in stock:
             extra = " (an IP-Adapter: its image-prompt term would be lost; unload_ip_adapter() first)" if hasattr(
                 processor, "to_k_ip") else " (its extra behaviour would be lost)"
             raise TypeError(f"{name} uses {type(processor).__name__}; set_pe replaces only the stock "
-                            f"{stock_cls.__name__}{extra}. Reset it first, e.g. transformer.set_attn_processor(...) "
+                            f"{' / '.join(c.__name__ for c in stock)}{extra}. Reset it first, e.g. transformer.set_attn_processor(...) "
                             "with the stock processors")
 
 

@@ -97,6 +97,11 @@ class Family:
     extras: dict = field(default_factory=dict)
 
     @property
+    def has_tables(self) -> bool:
+        """The family rebuilds its stock tables (``tables``): ``"native"`` keeps the stock processors."""
+        return self.tables is not _no_tables
+
+    @property
     def family(self) -> str:  # the name older code reads as ``spec.family``
         return self.name
 

@@ -1,5 +1,8 @@
 """FLUX.2 (dev, Klein; ``Flux2Transformer2DModel``): four axes ``(t, h, w, l)``, theta 2000, ``Flux2PosEmbed``.
 
+Tier 2: ``"native"`` (and its spectrum options) rebuilds the stock tables and keeps the stock processors; any
+other rotary encoding runs through :class:`Flux2PEAttnProcessor` / :class:`Flux2PEParallelSelfAttnProcessor`.
+
 The model calls ``pos_embed`` twice per forward, on ``img_ids [S_img, 4]`` and on ``txt_ids [S_txt, 4]``; each
 call returns ``(cos, sin)`` ``[S, 128]`` float32 (fp64 phases, pairs repeated). Reference images of the edit
 models are concatenated to the image tokens with ``t = 10, 20, ...``; the output image has ``t = 0``. A schedule
@@ -10,7 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from ....ops.tables import device_has_fp64
+from ....ops.tables import RotaryTable, device_has_fp64
+from ..positions import PositionSeam, pack_tables
+from ..processors import _PEProcessor
 from . import register_family
 from .base import Family, extents_of
 from .codecs import cos_sin_repeated
@@ -26,6 +31,111 @@ def flux2_tables(seam, ids: torch.Tensor):
     return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype)
 
 
+
+
+# ---- tier 2: any rotary encoding through mmpos processors ---------------------------------------------------------
+class Flux2Positions(PositionSeam):
+    """Replaces ``pos_embed`` for an mmpos encoding: each call (``img_ids``, then ``txt_ids``) returns
+    ``(packed tables [S, G, 2P], coords [S, A])``, sequence first, so that the model's ``torch.cat`` of the text
+    and image halves along dim 0 gives the joint sequence's tables (a table is per token: the tables of a
+    concatenation are the concatenation of the tables)."""
+
+    def forward(self, ids: torch.Tensor):
+        self.forwards += 1
+        if ids.dim() != 2:
+            raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, 4] (t, h, w, l)")
+        coords = ids.float()
+        if not self.encodings:
+            return None
+        tables = self.tables(coords, self.run_dtype(torch.float32, coords.device))
+        if not all(isinstance(t, RotaryTable) for t in tables):
+            raise TypeError("FLUX.2 concatenates the text and image tables: the encoding must give rotary tables "
+                            f"(got {[type(t).__name__ for t in tables]})")
+        return pack_tables(tables)[0], coords
+
+
+def _attention(model):
+    from diffusers.models.transformers.transformer_flux2 import Flux2Attention, Flux2ParallelSelfAttention
+
+    return [(name, m) for name, m in model.named_modules()
+            if isinstance(m, (Flux2Attention, Flux2ParallelSelfAttention))]
+
+
+def _stock_processors():
+    from diffusers.models.transformers.transformer_flux2 import Flux2AttnProcessor, Flux2ParallelSelfAttnProcessor
+
+    return (Flux2AttnProcessor, Flux2ParallelSelfAttnProcessor)
+
+
+def _seam(model, stock, encodings, native, coord_axes):
+    return Flux2Positions(encodings, native, coord_axes)
+
+
+class _Flux2Rotation:
+    """The encoding's rotation on the model's concatenated ``(packed [S, G, 2P], coords)``."""
+
+    def __init__(self, rotation):
+        self.rotation = rotation
+
+    def __call__(self, query, key, rotary_emb, layer):
+        packed, coords = rotary_emb
+        return self.rotation(query, key, (packed[None], coords), layer)
+
+
+class Flux2PEAttnProcessor(_PEProcessor):
+    """``Flux2AttnProcessor`` (double stream: text then image, ``[B, S, H, D]``) with the rotation from mmpos."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        from diffusers.models.transformers.transformer_flux2 import _get_qkv_projections
+
+        query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
+            attn, hidden_states, encoder_hidden_states)
+        query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
+        key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
+        value = value.unflatten(-1, (-1, attn.head_dim))
+        if attn.added_kv_proj_dim is not None:
+            query = torch.cat([attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim))), query], dim=1)
+            key = torch.cat([attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim))), key], dim=1)
+            value = torch.cat([encoder_value.unflatten(-1, (-1, attn.head_dim)), value], dim=1)
+        if image_rotary_emb is not None:
+            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        if encoder_hidden_states is not None:
+            text = encoder_hidden_states.shape[1]
+            encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+                [text, hidden_states.shape[1] - text], dim=1)
+            encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
+        return hidden_states if encoder_hidden_states is None else (hidden_states, encoder_hidden_states)
+
+
+class Flux2PEParallelSelfAttnProcessor(_PEProcessor):
+    """``Flux2ParallelSelfAttnProcessor`` (single stream: fused QKV + MLP) with the rotation from mmpos."""
+
+    def __call__(self, attn, hidden_states, attention_mask=None, image_rotary_emb=None):
+        hidden_states = attn.to_qkv_mlp_proj(hidden_states)
+        qkv_dim, mlp_dim = 3 * attn.inner_dim, attn.mlp_hidden_dim * attn.mlp_mult_factor
+        local_qkv = hidden_states.shape[-1] * qkv_dim // (qkv_dim + mlp_dim)
+        qkv, mlp_hidden_states = torch.split(hidden_states, [local_qkv, hidden_states.shape[-1] - local_qkv], dim=-1)
+        query, key, value = (t.unflatten(-1, (-1, attn.head_dim)) for t in qkv.chunk(3, dim=-1))
+        query, key = attn.norm_q(query), attn.norm_k(key)
+        if image_rotary_emb is not None:
+            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        hidden_states = torch.cat([hidden_states, attn.mlp_act_fn(mlp_hidden_states)], dim=-1)
+        return attn.to_out(hidden_states)
+
+
+def _processors(beneath, rotation, native):
+    double, _ = _stock_processors()
+    rotation = _Flux2Rotation(rotation)
+    return {layer: (Flux2PEAttnProcessor if isinstance(stock, double) else Flux2PEParallelSelfAttnProcessor)(
+                rotation, layer, getattr(stock, "_attention_backend", None), getattr(stock, "_parallel_config", None))
+            for layer, (_, stock) in enumerate(beneath)}
+
+
 FLUX2 = register_family(Family(
     name="flux2",
     classes=("diffusers.models.transformers.transformer_flux2:Flux2Transformer2DModel",),
@@ -34,11 +144,17 @@ FLUX2 = register_family(Family(
     native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
     native_theta=lambda model: float(model.config.rope_theta),
     image_axes=(1, 2),
-    tables=flux2_tables,
+    tables=flux2_tables,  # native: the stock processors stay
+    tier=2,  # any other rotary encoding: mmpos processors
+    attention_modules=_attention,
+    stock_processor=_stock_processors,
+    make_processors=_processors,
+    make_seam=_seam,
     timestep_per_sigma=1.0,  # the pipelines pass t / 1000; the model multiplies by 1000
     timestep_arg=("timestep", 2),
     pipelines=("Flux2Pipeline", "Flux2KleinPipeline"),
     train_size=1024,
     pixels_per_token=16,
-    notes="reference images at t = 10, 20, ...; scale from the output image",
+    notes="any rotary encoding (native: stock processors); reference images at t = 10, 20, ...; scale from the "
+          "output image",
 ))
