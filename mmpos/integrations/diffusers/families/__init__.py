@@ -23,6 +23,7 @@ _MODULES = (
     "wan",
     "qwen",
     "flux2",
+    "hidream",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
