@@ -24,6 +24,7 @@ _MODULES = (
     "qwen",
     "flux2",
     "hidream",
+    "kandinsky6",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
