@@ -25,6 +25,7 @@ _MODULES = (
     "flux2",
     "hidream",
     "kandinsky6",
+    "ltx",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
