@@ -14,8 +14,14 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family, extents_of
+from .base import Family, SpectrumSeam, extents_of
 from .codecs import axis_frequencies, rotation_matrices
+
+
+def _stock_rope(model):
+    """The stock position module (also while ``set_pe`` has replaced it)."""
+    rope = model.pe_embedder
+    return rope.stock[0] if isinstance(rope, SpectrumSeam) else rope
 
 
 def _phases_dtype(device) -> torch.dtype:
@@ -44,8 +50,8 @@ HIDREAM = register_family(Family(
     classes=("diffusers.models.transformers.transformer_hidream_image:HiDreamImageTransformer2DModel",),
     position_attr="pe_embedder",
     axis_names=("index", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.pe_embedder.axes_dim),
-    native_theta=lambda model: float(model.pe_embedder.theta),
+    native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dim),
+    native_theta=lambda model: float(_stock_rope(model).theta),
     image_axes=(1, 2),
     tables=hidream_tables,
     timestep_per_sigma=1000.0,  # HiDreamImagePipeline passes the scheduler's timesteps (1000 sigma)

@@ -20,8 +20,14 @@ import math
 import torch
 
 from . import register_family
-from .base import Family
+from .base import Family, SpectrumSeam
 from .codecs import axis_frequencies, rotation_matrices
+
+
+def _stock_rope(model):
+    """The stock position module (also while ``set_pe`` has replaced it)."""
+    rope = model.visual_rope_embeddings
+    return rope.stock[0] if isinstance(rope, SpectrumSeam) else rope
 
 
 def k6_ladder(dim: int, theta: float, dtype: torch.dtype, device=None) -> torch.Tensor:
@@ -62,8 +68,8 @@ KANDINSKY6 = register_family(Family(
     classes=("diffusers.models.transformers.transformer_kandinsky6:Kandinsky6Transformer3DModel",),
     position_attr="visual_rope_embeddings",
     axis_names=("t", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.visual_rope_embeddings.axes_dims),
-    native_theta=lambda model: float(model.visual_rope_embeddings.max_period),
+    native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dims),
+    native_theta=lambda model: float(_stock_rope(model).max_period),
     image_axes=(1, 2),
     time_axis=0,
     tables=kandinsky6_tables,
