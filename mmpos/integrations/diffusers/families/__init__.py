@@ -23,6 +23,9 @@ _MODULES = (
     "wan",
     "qwen",
     "flux2",
+    "hidream",
+    "kandinsky6",
+    "ltx",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

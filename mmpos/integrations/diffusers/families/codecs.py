@@ -6,6 +6,7 @@ is the stock table bit for bit), any other axis mmpos' float64 frequencies round
 
     pair layout of ``cos_sin_repeated`` (Flux, HunyuanVideo, CogView): [c0 c0 c1 c1 ...] per axis, axes in order
     ``complex_pairs`` (Wan, Qwen-Image, Lumina): [e^{i p0} e^{i p1} ...] per axis, axes in order
+    ``rotation_matrices`` (HiDream, Kandinsky 6): [[c0 -s0] [s0 c0]] [[c1 -s1] [s1 c1]] ... per pair
 """
 from __future__ import annotations
 
@@ -57,3 +58,10 @@ def complex_pairs(pos: torch.Tensor, spectra: Sequence[AxisSpectrum], axes_dims:
         phases = torch.outer(pos[:, axis].to(freqs_dtype), freqs)
         out.append(torch.polar(_scaled(torch.ones_like(phases), spectrum.magnitude), phases))
     return torch.cat(out, dim=-1)
+
+
+def rotation_matrices(cos: torch.Tensor, sin: torch.Tensor, magnitude: float = 1.0) -> torch.Tensor:
+    """``[..., P]`` cos and sin -> ``[..., P, 2, 2]`` rotation matrices ``[[cos, -sin], [sin, cos]]`` per pair, scaled
+    by ``magnitude`` (HiDream, Kandinsky 6: the processors compute ``out = R @ (x0, x1)``)."""
+    cos, sin = _scaled(cos, magnitude), _scaled(sin, magnitude)
+    return torch.stack([cos, -sin, sin, cos], dim=-1).unflatten(-1, (2, 2))
