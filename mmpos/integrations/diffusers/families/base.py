@@ -180,16 +180,24 @@ class SpectrumSeam(PositionSeam):
         return ([_identity(a) for a in args], [(k, _identity(v)) for k, v in sorted(kwargs.items())],
                 encoding.step.sigma, encoding.step.extents)
 
+    @property
+    def scheduled(self) -> bool:
+        """The spectrum follows a schedule (it needs the image tokens' extent, read with a device sync)."""
+        return self.encodings[0].schedule is not None
+
     def axis_spectra(self, image_coords: Optional[torch.Tensor] = None, extents=None) -> list[AxisSpectrum]:
         """Per axis, the frequencies of this forward: the schedule (if any) resolved at the image tokens' extent
-        (``image_coords [S, A]``, or ``extents`` per axis) and the step's sigma; :data:`STOCK` where they equal
-        the training spectrum."""
+        (``image_coords [S, A]``, or ``extents`` per axis, or a function returning them: called only with a
+        schedule, so an unscheduled seam reads no extent and compiles in one graph) and the step's sigma;
+        :data:`STOCK` where they equal the training spectrum."""
         (encoding,) = self.encodings
         schedule = encoding.schedule
         if schedule is None:
             key = None
             spectrum = encoding.spectrum
         else:
+            if callable(extents):
+                extents = extents()
             if extents is None:
                 extents = extents_of(image_coords) if image_coords is not None else [0.0] * len(self.axes_dims)
             key = schedule.policies(extents, encoding.step.sigma)

@@ -25,8 +25,10 @@ def flux2_tables(seam, ids: torch.Tensor):
     if ids.dim() != 2 or ids.shape[-1] < len(seam.axes_dims):
         raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, {len(seam.axes_dims)}] (t, h, w, l)")
     pos = ids.float()
-    output = pos[pos[:, 0] == pos[:, 0].min()] if pos.shape[0] else pos  # the output image (t = 0), not references
-    spectra = seam.axis_spectra(extents=extents_of(output) if pos.shape[0] else None)
+    extents = None
+    if seam.scheduled and pos.shape[0]:  # the output image (t = 0) gives the scale, not the references
+        extents = extents_of(pos[pos[:, 0] == pos[:, 0].min()])
+    spectra = seam.axis_spectra(extents=extents)
     freqs_dtype = torch.float64 if device_has_fp64(ids.device) else torch.float32
     return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype)
 

@@ -35,7 +35,7 @@ def hidream_tables(seam, ids: torch.Tensor) -> torch.Tensor:
     if ids.dim() != 3 or ids.shape[-1] != len(seam.axes_dims):
         raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [B, S, {len(seam.axes_dims)}] "
                          "(index, row, col)")
-    spectra = seam.axis_spectra(extents=extents_of(ids) if ids.numel() else None)
+    spectra = seam.axis_spectra(extents=lambda: extents_of(ids) if ids.numel() else None)
     dtype = _phases_dtype(ids.device)
     blocks = []
     for axis, (dim, spectrum) in enumerate(zip(seam.axes_dims, spectra)):

@@ -48,8 +48,7 @@ def _check_positions(pos, num_axes: int) -> None:
 def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
     """``pos``: ``(t [T], row [H], col [W])`` indices -> ``[T, H, W, 1, D / 2, 2, 2]`` float32 (the stock output)."""
     _check_positions(pos, len(seam.axes_dims))
-    extents = [float(p.max() - p.min()) + 1.0 if p.numel() else 0.0 for p in pos]
-    spectra = seam.axis_spectra(extents=extents)
+    spectra = seam.axis_spectra(extents=lambda: [float(p.max() - p.min()) + 1.0 if p.numel() else 0.0 for p in pos])
     sizes = tuple(int(p.shape[0]) for p in pos)
     blocks = []
     for axis, (dim, spectrum, p) in enumerate(zip(seam.axes_dims, spectra, pos)):
