@@ -1,5 +1,6 @@
 """The ``mmpos`` command tree, in the style of diffusers' ``commands/``: one module per top-level command, each
-with ``register(subparsers)`` (its parser, options and sub-commands, ``set_defaults(func=run)``) and
+(named by its command; ``listing`` and ``evaluate`` for ``list`` and ``eval``, builtins' names) with
+``register(subparsers)`` (its parser, options and sub-commands, ``set_defaults(func=run)``) and
 ``run(args) -> int``; :func:`build_parser` builds the one root parser from :data:`COMMANDS`.
 
 Parsing is light: command modules import torch, diffusers and timm only inside ``run``, so ``mmpos --help``,
@@ -14,9 +15,7 @@ import sys
 
 from mmpos._arguments import OneLineErrorParser, show_defaults
 
-from . import bench, demo, edit, generate, train, viz, world
-from . import eval as evaluate
-from . import list as listing
+from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
 from ._options import split_comma_box
 
 COMMANDS = [  # one line per command, in the order `mmpos --help` lists them

@@ -1,0 +1,68 @@
+"""The command line parses before any heavy import: ``mmpos --help``, every ``mmpos COMMAND ... --help`` and the
+argument errors caught while parsing import neither torch nor diffusers, timm, transformers or accelerate
+(checked with ``python -X importtime``, which lists every module a process imports; a property, not a timing:
+``benchmarks/bench_cli_start.py`` prints the wall-clock times)."""
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "diffusers", "timm", "transformers", "accelerate")
+
+
+def command_paths(parser, path=()):
+    """Every command word path under ``parser``: ``()``, ``("demo",)``, ..., ``("generate", "video")``."""
+    yield path
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from command_paths(sub, (*path, name))
+
+
+def _paths():
+    from mmpos.pipelines.commands import build_parser
+
+    return list(command_paths(build_parser()))
+
+
+def imported_modules(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run ``python -X importtime -m mmpos.cli ARGV``; its result and the top-level names of what it imported."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "mmpos.cli", *argv], capture_output=True,
+                            text=True, timeout=300)
+    names = {line.rpartition("|")[2].strip().split(".")[0] for line in result.stderr.splitlines()
+             if line.startswith("import time:")}
+    return result, names
+
+
+def test_the_checker_sees_a_heavy_import():  # the negative control: `mmpos list` reads the registry (torch)
+    result, names = imported_modules("list")
+    assert result.returncode == 0 and "torch" in names
+
+
+def test_every_command_path_is_covered():
+    paths = _paths()
+    assert {("generate", "image"), ("generate", "video"), ("train", "vit"), ("eval", "vit"), ("world", "clip"),
+            ("edit", "loose"), ("viz", "cameras")} <= set(paths) and len(paths) >= 23
+
+
+@pytest.mark.parametrize("words", _paths(), ids=lambda words: " ".join(words) or "mmpos")
+def test_help_imports_no_heavy_module(words):
+    result, names = imported_modules(*words, "--help")
+    assert result.returncode == 0 and "usage: mmpos" in result.stdout, result.stderr[-2000:]
+    assert not names & set(HEAVY), (words, sorted(names & set(HEAVY)))
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["generate", "video", "--height", "0"], "--height"),
+    (["generate", "--width", "-3"], "--width"),
+    (["train", "vit", "--output-dir", "run", "--steps", "zero"], "--steps"),
+    (["edit", "transplant", "--background", "b.png"], "--reference"),
+    (["world", "render", "--out", "o", "--shape", "blob", "--colour", "red", "--box", "1", "2", "3", "4"], "--shape"),
+    (["demo", "--count", "0"], "--count"),
+])
+def test_argument_errors_are_one_line_before_any_heavy_import(argv, named):
+    result, names = imported_modules(*argv)
+    message = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert result.returncode == 2 and len(message) == 1 and named in message[0], message
+    assert not names & set(HEAVY), sorted(names & set(HEAVY))
