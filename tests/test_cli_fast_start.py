@@ -35,9 +35,10 @@ def imported_modules(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]
     return result, names
 
 
-def test_the_checker_sees_a_heavy_import():  # the negative control: `mmpos list` reads the registry (torch)
+def test_list_imports_torch_for_the_registry_and_nothing_heavier():  # also the checker's negative control
     result, names = imported_modules("list")
-    assert result.returncode == 0 and "torch" in names
+    assert result.returncode == 0 and "rope_axial" in result.stdout
+    assert names & set(HEAVY) == {"torch"}
 
 
 def test_every_command_path_is_covered():
