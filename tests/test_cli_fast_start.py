@@ -67,3 +67,18 @@ def test_argument_errors_are_one_line_before_any_heavy_import(argv, named):
     message = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert result.returncode == 2 and len(message) == 1 and named in message[0], message
     assert not names & set(HEAVY), sorted(names & set(HEAVY))
+
+
+def test_a_caption_word_the_world_model_does_not_know_is_refused_before_it_loads(tmp_path, monkeypatch, capsys):
+    from mmpos.cli import main
+    from mmpos.world import models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model loaded before the caption was checked")
+
+    monkeypatch.setattr(models, "load_world_pipeline", no_loading)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["world", "sample", "--caption", "a red dragon", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1 and "['dragon']" in err[0], err
+    assert not (tmp_path / "out").exists()

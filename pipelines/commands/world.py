@@ -118,6 +118,7 @@ def _sample(args) -> list[Path]:
     from mmpos.world.models import conditioning, load_world_pipeline, trained_image_size
     from mmpos.world.samples import image_grid
 
+    check_caption_words(args.caption, args.checkpoint)  # a user error before the model loads
     pipe = load_world_pipeline("t2i", args.checkpoint)
     pipe.set_progress_bar_config(desc="world sample", leave=False)
     size = args.size or trained_image_size(args.checkpoint, "t2i")
@@ -127,6 +128,18 @@ def _sample(args) -> list[Path]:
     out = Path(args.out)
     written = [save_png(out / f"image_{i}.png", image) for i, image in enumerate(images)]
     return written + [save_png(out / "samples.png", image_grid([("generated", images)]))]
+
+
+def check_caption_words(captions, checkpoint) -> None:
+    """Raise ValueError naming the words of ``captions`` that the t2i model's saved text encoder does not know
+    (its ``config.json``'s vocabulary, null: the world's; read before the model loads; nothing to check without
+    a saved config)."""
+    from mmpos.world.models import DEFAULT_ASSETS
+    from mmpos.world.text import check_known_words, world_vocabulary
+
+    config = Path(checkpoint if checkpoint is not None else DEFAULT_ASSETS) / "world-t2i" / "text_encoder" / "config.json"
+    if config.is_file():
+        check_known_words(captions, json.loads(config.read_text()).get("vocabulary") or world_vocabulary())
 
 
 def _check_out_folder(args) -> None:
