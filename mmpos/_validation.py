@@ -1,12 +1,15 @@
 """Argument checks shared by every module: each error names the argument and what was expected."""
 from __future__ import annotations
 
-import argparse
 import math
 import numbers
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
+
+from ._arguments import (  # noqa: F401  (re-exported: the torch-free checks and argparse helpers)
+    DefaultsHelpFormatter, OneLineErrorParser, check_choice, check_even, check_non_negative_int, check_positive_int,
+    finite_float_arg, positive_int_arg, show_defaults)
 
 
 def check_finite_number(name: str, value, positive: bool = False) -> float:
@@ -39,30 +42,6 @@ def check_finite_fields(config) -> None:
         items = value if isinstance(value, (tuple, list)) else (value,)
         if any(isinstance(v, float) and not math.isfinite(v) for v in items):
             raise ValueError(f"{type(config).__name__}.{field.name}={value!r}: expected finite numbers")
-
-
-def check_choice(name: str, value, choices: Iterable) -> None:
-    choices = tuple(choices)
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not supported; expected one of {choices}")
-
-
-def check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def check_non_negative_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def check_even(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value % 2:
-        raise ValueError(f"{name} must be a non-negative even integer (channels rotate in pairs), got {value!r}")
-    return value
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:
@@ -136,35 +115,3 @@ def check_finite_loss(loss: torch.Tensor, step: int, kept) -> None:
         value = loss.detach().flatten()[~finite.flatten()][0].item()
         raise NonFiniteLossError(f"loss is {value} at step {step}: training "
                                  f"diverged (lower the learning rate?); stopped before this step's update. {kept()}")
-
-
-# ----- command lines: argparse types and a parser whose errors are one line --------------------------------------
-
-def positive_int_arg(text: str) -> int:
-    """argparse ``type=`` for counts (``--steps``, ``--count``): argparse names the option in the error."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def finite_float_arg(text: str) -> float:
-    """argparse ``type=`` for scales (``--guidance``): a finite number (``nan`` and ``inf`` are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line (``prog: error: ...``, exit code 2), without the usage
-    block; its subparsers are of the same class."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

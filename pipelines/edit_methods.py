@@ -1,5 +1,5 @@
 """The three ``mmpos edit`` methods: each loads its pipeline, runs the edit (and a strength sweep) and returns
-the images and figures to save (see :func:`mmpos.pipelines.cli.run_edit`)."""
+the images and figures to save (see :func:`mmpos.pipelines.commands.edit.run`)."""
 from __future__ import annotations
 
 import json

@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from .run_inputs import output_folder, prompt_kwargs, resolve_config, sampler_options, seeded_generator
+from .run_inputs import (output_folder, prompt_kwargs, report_written, resolve_config, sampler_options,
+                         seeded_generator)
 from .config import save_config
 from .extrapolate import extrapolate_setting, install_extrapolation, parse_extrapolate
 from .images import save_image
@@ -25,8 +26,6 @@ def run_generate(args) -> int:
     images = pipe(**call, generator=seeded_generator(config["seed"]), output_type="pt", **_call_sampler(pipe, config)).images
     written = [save_image(image, out / f"image_{i}.png") for i, image in enumerate(images)]
     written.append(save_config(config, out / "config.yaml"))
-    from .cli import report_written
-
     report_written(written, out)
     return 0
 

@@ -220,3 +220,8 @@ def fresh_folder(default: Path) -> Path:
         index += 1
         candidate = default.with_name(f"{default.name}-{index}")
     return candidate
+
+
+def report_written(paths, out: Path) -> None:
+    """Print every file a command wrote (names inside ``out``)."""
+    print(f"wrote {len(paths)} files to {out.resolve()}:", *(Path(p).name for p in paths), sep="\n  ")

@@ -4,7 +4,7 @@ Same as ``mmpos edit ...``; see ``--help`` of each method and configs/edit_*.yam
 """
 import sys
 
-from mmpos.pipelines.cli import main
+from mmpos.pipelines.commands import main
 
 if __name__ == "__main__":
     sys.exit(main(["edit", *sys.argv[1:]]))

@@ -106,7 +106,7 @@ def print_table(results: dict) -> None:
 
 
 def main(argv=None) -> int:
-    from mmpos.cli import DefaultsHelpFormatter
+    from mmpos._arguments import DefaultsHelpFormatter
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--checkpoint", help="folder with world-vae/ and world-<task>/ (default: assets/)")

@@ -4,7 +4,7 @@ Same as ``mmpos generate ...``.
 """
 import sys
 
-from mmpos.pipelines.cli import main
+from mmpos.pipelines.commands import main
 
 if __name__ == "__main__":
     sys.exit(main(["generate", *sys.argv[1:]]))

@@ -2,8 +2,10 @@
 
 Layers, lowest first: validation helpers; the three parts of an encoding (``coords``, ``spectrum``, ``ops``) and
 camera geometry (``camera``); named encodings (``encodings``); what plugs them into models (``integrations``,
-``models``, ``viz``); the applications (``world``, ``training``, ``cli``, ``demo``, and ``pipelines``, installed as
-``mmpos.pipelines``). A module may import its own layer or lower ones, never a higher one, not even lazily.
+``models``, ``viz``); the applications (``world``, ``training``, ``demo``, and ``pipelines``, installed as
+``mmpos.pipelines``); on top, the command tree (``mmpos.pipelines.commands``, the ``mmpos.cli`` console script that
+aliases it, and the deprecated old CLI paths). A module may import its own layer or lower ones, never a higher one,
+not even lazily; and no import cycle runs through a command-line module, not even through lazy imports.
 """
 import ast
 from pathlib import Path
@@ -12,12 +14,16 @@ import mmpos
 
 SOURCE_ROOT = Path(mmpos.__file__).resolve().parent.parent
 LAYERS = {
-    "_validation": 0, "_atomic": 0,
+    "_validation": 0, "_atomic": 0, "_arguments": 0, "_deprecation": 0,
     "coords": 1, "spectrum": 1, "ops": 1, "camera": 1,
     "encodings": 2, "__init__": 2,
     "integrations": 3, "models": 3, "viz": 3,
-    "world": 4, "training": 4, "cli": 4, "demo": 4, "pipelines": 4,
+    "world": 4, "training": 4, "demo": 4, "pipelines": 4,
+    "cli": 5,
 }
+COMMAND_TREE = "mmpos.pipelines.commands"
+OLD_CLI_PATHS = ("mmpos.pipelines.cli", "mmpos.pipelines.video_cli", "mmpos.pipelines.world_video_cli")  # aliases
+COMMAND_LAYER = 5
 
 
 def package_modules() -> dict[str, Path]:
@@ -49,6 +55,8 @@ def imported_names(path: Path, module: str, top_level_only: bool) -> list[str]:
 
 
 def layer_of(module: str) -> int | None:
+    if module == COMMAND_TREE or module.startswith(COMMAND_TREE + ".") or module in OLD_CLI_PATHS:
+        return COMMAND_LAYER
     parts = module.split(".")
     return LAYERS.get(parts[1] if len(parts) > 1 else "__init__")
 
@@ -67,20 +75,55 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
 
 
-def test_no_module_level_import_cycle():
+def import_graph(top_level_only: bool) -> dict[str, set[str]]:
+    """``module -> modules it imports`` over the package (``from pkg import function`` counted as ``pkg``)."""
     modules = package_modules()
     edges = {}
     for module, path in modules.items():
         targets = set()
-        for name in imported_names(path, module, top_level_only=True):
+        for name in imported_names(path, module, top_level_only=top_level_only):
             while name and name not in modules:  # `from pkg import function` -> pkg
                 name = name.rpartition(".")[0]
             # a package imported by its own submodule is already (being) initialised: not a cycle to report
             if name and name != module and not module.startswith(name + "."):
                 targets.add(name)
         edges[module] = targets
-    cycles = _cycles(edges)
+    return edges
+
+
+def is_command_line_module(module: str) -> bool:
+    """The command tree, the console script, the old CLI paths and any other ``cli`` / ``*_cli`` module."""
+    last = module.rpartition(".")[2]
+    return layer_of(module) == COMMAND_LAYER or last == "cli" or last.endswith("_cli")
+
+
+def test_no_module_level_import_cycle():
+    cycles = _cycles(import_graph(top_level_only=True))
     assert not cycles, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_import_cycle_through_a_command_line_module_even_lazily():
+    """A cycle of function-level imports (``mmpos.cli -> pipelines.cli -> mmpos.cli``, ``mmpos.cli <->
+    training.vit_cli``, ``pipelines.cli <-> pipelines.generate``) works until someone moves an import to the top."""
+    cycles = [c for c in _cycles(import_graph(top_level_only=False)) if any(map(is_command_line_module, c))]
+    assert not cycles, "import cycles through the command line:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_library_does_not_import_the_command_tree():
+    """Only the command tree itself, the ``mmpos.cli`` console script and the old CLI paths import it."""
+    importers = sorted(f"{module} -> {name}" for module, path in package_modules().items()
+                       for name in imported_names(path, module, top_level_only=False)
+                       if (name == COMMAND_TREE or name.startswith(COMMAND_TREE + "."))
+                       and layer_of(module) != COMMAND_LAYER and module != "mmpos.cli")
+    assert not importers, "the library imports the command tree:\n" + "\n".join(importers)
+
+
+def test_every_command_is_a_module_of_the_tree_with_register_and_run():
+    from mmpos.pipelines import commands
+
+    for command in commands.COMMANDS:
+        assert command.__name__.startswith(COMMAND_TREE + "."), command
+        assert callable(command.register) and callable(command.run), command.__name__
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:

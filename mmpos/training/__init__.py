@@ -1,9 +1,24 @@
-"""Training workflows built on the public mmpos API (timm conversion, the mini-world data)."""
-from .vit_config import DEFAULTS as VIT_DEFAULTS
-from .vit_config import load_config
-from .vit_eval import evaluate_resolutions, plot_results
-from .vit_model import build_vit, freeze_except
-from .vit_train import train_vit
+"""Training workflows built on the public mmpos API (timm conversion, the mini-world data).
 
+The exports are loaded on first use, so the ViT task's command line (:mod:`.vit_cli`) parses without torch."""
+from importlib import import_module
+
+_EXPORTS = {"VIT_DEFAULTS": (".vit_config", "DEFAULTS"), "load_config": (".vit_config", "load_config"),
+            "evaluate_resolutions": (".vit_eval", "evaluate_resolutions"), "plot_results": (".vit_eval", "plot_results"),
+            "build_vit": (".vit_model", "build_vit"), "freeze_except": (".vit_model", "freeze_except"),
+            "train_vit": (".vit_train", "train_vit")}
 __all__ = ["VIT_DEFAULTS", "build_vit", "evaluate_resolutions", "freeze_except", "load_config", "plot_results",
            "train_vit"]
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    value = getattr(import_module(module, __name__), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

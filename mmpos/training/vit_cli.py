@@ -1,12 +1,14 @@
-"""Command lines of the ViT trainer and evaluator (``scripts/train_vit.py``, ``scripts/eval_vit.py``,
-``mmpos train vit``, ``mmpos eval vit``)."""
+"""Command lines of the ViT trainer and evaluator (``scripts/train_vit.py``, ``scripts/eval_vit.py``; ``mmpos train
+vit`` and ``mmpos eval vit`` register the same options through :mod:`mmpos.pipelines.commands.train` / ``.eval``).
+
+Parsing imports neither torch nor timm: the trainer is imported by :func:`run_train` / :func:`run_eval`."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from .._validation import NonFiniteLossError, OneLineErrorParser, positive_int_arg
+from .._arguments import DefaultsHelpFormatter, OneLineErrorParser, positive_int_arg
 from .checkpoints import RunExistsError, UnreadableCheckpointError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
@@ -39,11 +41,18 @@ def _config(args):
                        mixed_precision=args.mixed_precision, seed=args.seed)
 
 
-def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
-    from ..cli import DefaultsHelpFormatter
+TRAIN_DESCRIPTION = "Fine-tune a timm ViT with an mmpos encoding."
+EVAL_DESCRIPTION = "Top-1/top-5 of trained ViT runs at several resolutions; JSON and a PNG plot of accuracy vs resolution."
 
-    parser = OneLineErrorParser(prog=prog, description="Fine-tune a timm ViT with an mmpos encoding.",
-                                     formatter_class=DefaultsHelpFormatter)
+
+def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
+    parser = OneLineErrorParser(prog=prog, description=TRAIN_DESCRIPTION, formatter_class=DefaultsHelpFormatter)
+    add_train_arguments(parser)
+    return parser
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``train_vit.py`` / ``mmpos train vit``."""
     add_common_arguments(parser)
     parser.add_argument("--output-dir", required=True, help="run folder (refused if it exists, see --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
@@ -53,12 +62,16 @@ def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
                         help="torch.compile the model (default: the config's compile)")
     parser.add_argument("--eval-only", action="store_true", help="evaluate --checkpoint (or the run's newest)")
     parser.add_argument("--checkpoint", help="accelerate checkpoint folder for --eval-only (default: the run's newest)")
-    return parser
 
 
 def train_main(argv=None, prog: str = "train_vit.py") -> int:
     parser = train_parser(prog)
-    args = parser.parse_args(argv)
+    return run_train(parser.parse_args(argv), parser)
+
+
+def run_train(args, parser) -> int:
+    """Train (or ``--eval-only``) from parsed ``args``; ``parser`` reports user errors (one line, exit 2)."""
+    from .._validation import NonFiniteLossError
     from .vit_train import train_vit
 
     try:
@@ -83,11 +96,13 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
 
 
 def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
-    from ..cli import DefaultsHelpFormatter
+    parser = OneLineErrorParser(prog=prog, description=EVAL_DESCRIPTION, formatter_class=DefaultsHelpFormatter)
+    add_eval_arguments(parser)
+    return parser
 
-    parser = OneLineErrorParser(prog=prog, description="Top-1/top-5 of trained ViT runs at several "
-                                "resolutions; JSON and a PNG plot of accuracy vs resolution.",
-                                formatter_class=DefaultsHelpFormatter)
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``eval_vit.py`` / ``mmpos eval vit``."""
     parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoints/)")
     parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels (default: the config's eval_sizes)")
     parser.add_argument("--scales", type=float, nargs="+", help="or multiples of the training resolution (default: the config's eval_scales)")
@@ -98,12 +113,15 @@ def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
                         help="override one key of each run's config.yaml (default: none)")
     parser.add_argument("--out", required=True, help="output folder: eval.json and eval.png are written into it "
                         "(refused if they exist)")
-    return parser
 
 
 def eval_main(argv=None, prog: str = "eval_vit.py") -> int:
     parser = eval_parser(prog)
-    args = parser.parse_args(argv)
+    return run_eval(parser.parse_args(argv), parser)
+
+
+def run_eval(args, parser) -> int:
+    """Evaluate the runs of parsed ``args``; ``parser`` reports user errors (one line, exit 2)."""
     from .vit_eval import plot_results, save_results
     from .vit_train import train_vit
 
@@ -142,17 +160,6 @@ def _print_table(rows) -> None:
         top1 = "n/a" if row["top1"] is None else f"{row['top1']:.2f}"
         top5 = "n/a" if row["top5"] is None else f"{row['top5']:.2f}"
         print(f"  {row['height']}x{row['width']} {row['extrapolation']:>5}: top-1 {top1}  top-5 {top5}")
-
-
-def add_training_commands(subparsers) -> None:
-    """``mmpos train vit ...`` and ``mmpos eval vit ...`` (the arguments of train_vit.py / eval_vit.py)."""
-    for name, main, what in (("train", train_main, "fine-tune"), ("eval", eval_main, "evaluate")):
-        parser = subparsers.add_parser(name, help=f"{what} ViTs with mmpos encodings (`mmpos {name} vit --help`)",
-                                       description=f"`mmpos {name} vit ARGS`: see `mmpos {name} vit --help` "
-                                       "for the arguments and their defaults.")
-        parser.add_argument("target", choices=("vit",), help="what to train or evaluate (default: vit, the only one)")
-        parser.add_argument("args", nargs=argparse.REMAINDER, help=f"arguments of `mmpos {name} vit`")
-        parser.set_defaults(func=lambda args, main=main, name=name: main(args.args, prog=f"mmpos {name} vit"))
 
 
 if __name__ == "__main__":

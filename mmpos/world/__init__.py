@@ -7,7 +7,8 @@ trajectories), ``metrics`` (ground-truth scores), ``models`` / ``text`` / ``trai
 ``samples`` (the small diffusers models trained on it), ``textures`` (solid textures of the 3D scenes),
 ``nvs_data`` / ``nvs_model`` / ``nvs_training`` / ``image_quality`` (the novel-view benchmark of the camera
 encodings: triples of posed views, an LVSM-style model, PSNR and SSIM), ``editing`` (the mmpos editing
-pipelines on them), ``sources`` (world checkpoints or pretrained FLUX for the demo), ``demo`` and ``cli``.
+pipelines on them), ``sources`` (world checkpoints or pretrained FLUX for the demo) and ``demo`` (the command line:
+:mod:`mmpos.pipelines.commands.world`).
 """
 from .render import Rendered, mask_box, render_scene, shape_mask
 from .scene import COLOURS, PATTERNS, SHAPES, ObjectSpec, SceneSpec, SceneStyle, sample_scene, scene_caption

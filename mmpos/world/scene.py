@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from .._validation import check_choice, check_positive_int
+from .._arguments import check_choice, check_positive_int
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40), "orange": (240, 140, 30), "yellow": (235, 215, 40), "green": (50, 170, 60),

@@ -1,12 +1,12 @@
-"""``mmpos viz ...`` subcommands (``mmpos viz cameras TRAJECTORY``)."""
+"""``mmpos viz ...``: figures of the inputs encodings see (``mmpos viz cameras TRAJECTORY``)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
 
-def _cameras(args) -> int:
-    from .cameras import camera_figures, resolve_trajectory
+def run_cameras(args) -> int:
+    from mmpos.viz.cameras import camera_figures, resolve_trajectory
 
     trajectory = resolve_trajectory(args.trajectory, args.frames)
     stem = args.trajectory.split(":", 1)[1] if args.trajectory.startswith("preset:") else Path(args.trajectory).stem
@@ -17,10 +17,11 @@ def _cameras(args) -> int:
     return 0
 
 
-def add_viz_parser(subparsers) -> argparse.ArgumentParser:
+def register(subparsers) -> argparse.ArgumentParser:
     """Register ``viz`` and its subcommands on the top-level ``mmpos`` parser."""
     viz = subparsers.add_parser("viz", help="figures of inputs to encodings (cameras)",
                                 description="Figures of the inputs encodings see.")
+    viz.set_defaults(func=run)
     kinds = viz.add_subparsers(dest="viz_command", required=True, metavar="{cameras}")
     cameras = kinds.add_parser(
         "cameras", help="camera rig and ray maps of a trajectory",
@@ -41,5 +42,9 @@ def add_viz_parser(subparsers) -> argparse.ArgumentParser:
     cameras.add_argument("--fov", type=float, default=None,
                          help="horizontal FoV (degrees) for --model unified (default: the trajectory's)")
     cameras.add_argument("--xi", type=float, default=0.0, help="xi for --model unified (0 = pinhole)")
-    cameras.set_defaults(func=_cameras)
     return viz
+
+
+def run(args) -> int:
+    """Run the chosen ``mmpos viz`` subcommand."""
+    return {"cameras": run_cameras}[args.viz_command](args)

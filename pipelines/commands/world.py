@@ -10,17 +10,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .._atomic import check_new_output
-from .._validation import finite_float_arg, positive_int_arg
-from .scene import COLOURS, PATTERNS, SHAPES, SIZES
+from mmpos._atomic import check_new_output
+from mmpos._arguments import finite_float_arg, positive_int_arg
+from mmpos.world.scene import COLOURS, PATTERNS, SHAPES, SIZES
 
 EDIT_KINDS = ("transplant", "harmonise", "style")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
 
 
 def _dataset(args) -> list[Path]:
-    from .data import write_image_folder
-    from .positional import POSITIONAL_TASKS, write_positional_folder
+    from mmpos.world.data import write_image_folder
+    from mmpos.world.positional import POSITIONAL_TASKS, write_positional_folder
 
     if args.task in POSITIONAL_TASKS:
         return write_positional_folder(args.out, args.count, args.seed, args.task, args.size, progress=True,
@@ -30,9 +30,9 @@ def _dataset(args) -> list[Path]:
 
 
 def _render(args) -> list[Path]:
-    from .images import save_png
-    from .render import render_scene
-    from .scene import ObjectSpec, SceneSpec, SceneStyle
+    from mmpos.world.images import save_png
+    from mmpos.world.render import render_scene
+    from mmpos.world.scene import ObjectSpec, SceneSpec, SceneStyle
 
     style = SceneStyle(args.background, args.background_pattern, args.pattern)
     spec = SceneSpec(args.size, style, (ObjectSpec(args.shape, args.colour, tuple(args.box), args.object_size),))
@@ -46,8 +46,8 @@ def _render(args) -> list[Path]:
 
 
 def _edits(args) -> list[Path]:
-    from . import edit_pairs
-    from .images import save_png
+    from mmpos.world import edit_pairs
+    from mmpos.world.images import save_png
 
     out, written = Path(args.out), []
     _refuse_overwrite(args)
@@ -78,9 +78,9 @@ def _edits(args) -> list[Path]:
 
 
 def _clip(args) -> list[Path]:
-    from ..camera import save_trajectory
-    from .images import save_png
-    from .scene3d import orbit_trajectory, place_trajectory, render_trajectory, sample_scene3d
+    from mmpos.camera import save_trajectory
+    from mmpos.world.images import save_png
+    from mmpos.world.scene3d import orbit_trajectory, place_trajectory, render_trajectory, sample_scene3d
 
     if args.trajectory:
         if args.degrees is not None or args.fov is not None:
@@ -102,7 +102,7 @@ def _clip(args) -> list[Path]:
 
 def _load_trajectory(value: str, frames: int):
     """A trajectory file (RealEstate10K .txt or mmpos JSON) or a preset name, with ``frames`` frames."""
-    from ..camera import PRESETS, load_trajectory, preset_trajectory, resample
+    from mmpos.camera import PRESETS, load_trajectory, preset_trajectory, resample
 
     if Path(value).is_file():
         return resample(load_trajectory(value), frames)
@@ -114,10 +114,11 @@ def _load_trajectory(value: str, frames: int):
 def _sample(args) -> list[Path]:
     import torch
 
-    from .images import save_png, to_uint8
-    from .models import conditioning, load_world_pipeline, trained_image_size
-    from .samples import image_grid
+    from mmpos.world.images import save_png, to_uint8
+    from mmpos.world.models import conditioning, load_world_pipeline, trained_image_size
+    from mmpos.world.samples import image_grid
 
+    check_caption_words(args.caption, args.checkpoint)  # a user error before the model loads
     pipe = load_world_pipeline("t2i", args.checkpoint)
     pipe.set_progress_bar_config(desc="world sample", leave=False)
     size = args.size or trained_image_size(args.checkpoint, "t2i")
@@ -127,6 +128,18 @@ def _sample(args) -> list[Path]:
     out = Path(args.out)
     written = [save_png(out / f"image_{i}.png", image) for i, image in enumerate(images)]
     return written + [save_png(out / "samples.png", image_grid([("generated", images)]))]
+
+
+def check_caption_words(captions, checkpoint) -> None:
+    """Raise ValueError naming the words of ``captions`` that the t2i model's saved text encoder does not know
+    (its ``config.json``'s vocabulary, null: the world's; read before the model loads; nothing to check without
+    a saved config)."""
+    from mmpos.world.models import DEFAULT_ASSETS
+    from mmpos.world.text import check_known_words, world_vocabulary
+
+    config = Path(checkpoint if checkpoint is not None else DEFAULT_ASSETS) / "world-t2i" / "text_encoder" / "config.json"
+    if config.is_file():
+        check_known_words(captions, json.loads(config.read_text()).get("vocabulary") or world_vocabulary())
 
 
 def _check_out_folder(args) -> None:
@@ -148,7 +161,8 @@ def _refuse_overwrite(args) -> None:
         check_new_output(path, args.overwrite)
 
 
-def _run(args) -> int:
+def run(args) -> int:
+    """Run the chosen ``mmpos world`` subcommand; user errors are one line (exit 2)."""
     try:
         _check_out_folder(args)
         written = args.world_func(args)
@@ -159,17 +173,18 @@ def _run(args) -> int:
     return 0
 
 
-def add_world_command(subparsers) -> None:
-    """Register ``mmpos world`` on the main parser's subparsers."""
+def register(subparsers) -> None:
+    """Register ``mmpos world`` and its subcommands on the root parser's subparsers."""
     world = subparsers.add_parser("world", help="procedural mini-world: datasets, scenes, edit pairs, samples",
                                   description="Generate the mini-world's data (deterministic per seed, ground truth "
                                   "kept beside every image) and sample its trained models.")
+    world.set_defaults(func=run)
     sub = world.add_subparsers(dest="world_command", required=True)
 
     def command(name, func, help_text, outputs, size_help="image side in pixels", size_default=64):
         parser = sub.add_parser(name, help=help_text, description=f"{help_text}. --out is a folder; this command "
                                 f"writes {outputs} into it.")
-        parser.set_defaults(func=_run, world_func=func, world_parser=parser, world_outputs=outputs.split()[0])
+        parser.set_defaults(world_func=func, world_parser=parser, world_outputs=outputs.split()[0])
         parser.add_argument("--size", type=positive_int_arg, default=size_default, help=size_help)
         parser.add_argument("--overwrite", action="store_true", help="replace what --out names if it exists")
         return parser

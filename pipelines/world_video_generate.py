@@ -1,0 +1,123 @@
+"""``mmpos generate video --model world``: the mini-world's image-to-video model with a camera adapter, on CPU.
+
+The first frame is ``--image`` (resized to the model's 32 px) or, by default, a view of a held-out world scene;
+``--camera`` is a world motion ``orbit[:DEGREES]``, ``dolly[:UNITS]`` or ``pan[:DEGREES]`` (the motions the model
+was trained on; default ``orbit:35``), or a trajectory file placed at the first camera. ``--adapter`` defaults to
+the model's ``camera-ucpe``; ``--adapter none`` runs the base model alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+WORLD = "world"
+WORLD_DEFAULTS = dict(frames=9, height=32, width=32, steps=24, camera="orbit:35")
+
+
+def world_model_folder(name: str) -> Path | None:
+    """The shipped world video model for ``name == "world"``, a folder holding a WorldVideoPipeline, else None."""
+    from mmpos.world.video_demo import video_model_folder
+
+    if name == WORLD:
+        return video_model_folder()
+    folder = Path(name)
+    index = folder / "model_index.json"
+    return folder if index.is_file() and '"WorldVideoPipeline"' in index.read_text() else None
+
+
+def world_settings(args, fail) -> dict:
+    import torch
+
+    values = {key: getattr(args, key, None) or default for key, default in WORLD_DEFAULTS.items()
+              if key != "camera"}
+    if args.extrapolate or args.train_frames or args.train_size:
+        fail("--extrapolate, --train-frames and --train-size are for Wan models; the world video model generates "
+             "at its trained length and size (pass --model tiny or a Wan model)")
+    try:
+        values["frames"] = int(args.frames) if args.frames else WORLD_DEFAULTS["frames"]
+    except ValueError:
+        fail(f"--frames {args.frames}: the world video model takes a frame count (default 9)")
+    for name in ("height", "width"):
+        if values[name] < 4 or values[name] % 4:
+            fail(f"--{name} {values[name]}: expected a positive multiple of 4 pixels (the world model: 32)")
+    if values["frames"] < 2:
+        fail(f"--frames {values['frames']}: expected at least 2 (the first frame is the input)")
+    if values["steps"] < 1:
+        fail(f"--steps {values['steps']}: expected at least 1")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return dict(values, device=device, dtype="float32")
+
+
+def world_trajectory(spec: str | None, frames: int, fail):
+    """``orbit[:A] | dolly[:A] | pan[:A]`` -> the world motion from the demo's start camera; a file -> that path
+    placed at the start camera."""
+    from mmpos.camera import load_trajectory, resample
+    from mmpos.world.scene3d import place_trajectory
+    from mmpos.world.video_data import MOTIONS, Motion, motion_trajectory, start_pose
+    from mmpos.world.video_demo import DEMO_START_DEGREES
+    from mmpos.world.video_eval import EVAL_MOTIONS
+
+    spec = spec or WORLD_DEFAULTS["camera"]
+    start = start_pose(DEMO_START_DEGREES)
+    kind, _, amount = spec.partition(":")
+    if kind in MOTIONS:
+        try:
+            return motion_trajectory(Motion(kind, float(amount) if amount else EVAL_MOTIONS[kind]), start, frames)
+        except ValueError as error:
+            fail(f"--camera {spec}: {error}")
+    if not Path(spec).is_file():
+        fail(f"--camera {spec}: the world model takes orbit[:DEGREES], dolly[:UNITS], pan[:DEGREES] or a "
+             "RealEstate10K .txt / mmpos .json trajectory file")
+    return resample(place_trajectory(load_trajectory(spec), start), frames)
+
+
+def world_first_frame(image_path, settings, fail):
+    """``[1, 3, H, W]`` in [0, 1]: ``--image`` resized, or the demo scene's first view."""
+    import numpy as np
+    import torch
+
+    if image_path:
+        from PIL import Image
+
+        try:
+            image = Image.open(image_path).convert("RGB").resize((settings["width"], settings["height"]))
+        except OSError as error:
+            fail(f"--image {image_path}: {error}")
+        array = np.asarray(image)
+    else:
+        from mmpos.world.video_demo import demo_clips
+
+        array = demo_clips(settings["height"])[0].truth[0]
+        print("first frame: a held-out world scene (pass --image for your own)")
+    return torch.from_numpy(array.copy()).permute(2, 0, 1)[None].float() / 255
+
+
+def run_world(args, folder: Path, paths: dict, fail, write) -> int:
+    """Generate with the world video model in ``folder`` and ``write(paths, video, trajectory, args, settings)``."""
+    import torch
+
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+
+    from .world_video import WorldVideoPipeline
+
+    settings = world_settings(args, fail)
+    print(f"model: world video model ({folder})\ndevice: {settings['device']}\ndtype: float32", flush=True)
+    args.camera = args.camera or WORLD_DEFAULTS["camera"]
+    trajectory = world_trajectory(args.camera, settings["frames"], fail)
+    first = world_first_frame(args.image, settings, fail)
+    pipe = WorldVideoPipeline.from_pretrained(folder).to(settings["device"])
+    adapter = args.adapter or str(folder / "camera-ucpe")
+    if adapter != "none":
+        try:
+            pipe.camera_adapter = CameraAdapter.from_pretrained(adapter).eval().to(settings["device"])
+        except (OSError, ValueError) as error:
+            fail(f"--adapter {adapter}: {str(error).splitlines()[0]}")
+        print(f"camera adapter: {pipe.camera_adapter.config.kind} from {adapter}")
+    else:
+        print("camera adapter: none: the camera is plotted but does not steer the video")
+    call = dict(num_frames=settings["frames"], height=settings["height"], width=settings["width"],
+                num_inference_steps=settings["steps"], generator=torch.Generator().manual_seed(args.seed),
+                output_type="pt")
+    if pipe.camera_adapter is not None:
+        call.update(camera=trajectory, camera_scale=args.camera_scale)
+    video = pipe(first, **call).frames[0]
+    return write(paths, video, trajectory, args, settings)
