@@ -50,19 +50,25 @@ def extrapolate_setting(config: dict, preset, train_size, command: str, default_
 
 
 def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:
-    """Put the per-axis ``presets`` on ``pipe.transformer``'s row and column axes (``set_pe`` native; the first
-    axis, Flux's text/index axis or Qwen-Image's frame axis, is left alone); returns what was installed, as plain values for the config."""
+    """Put the per-axis ``presets`` on ``pipe.transformer``'s image row and column axes (``set_pe`` native; the
+    family's other axes, e.g. Flux's text/index axis or Qwen-Image's frame axis, are left alone); returns what was
+    installed, as plain values for the config."""
+    from mmpos.integrations.diffusers.families import family_for
+
+    family = family_for(pipe.transformer)
     token_pixels = pipe.vae_scale_factor * 2
     train_h, train_w = (train_size, train_size) if isinstance(train_size, (int, float)) else train_size
     grid = (train_h / token_pixels, train_w / token_pixels)
     options = dict(options or {})
-    per_axis = [None]
-    for axis, length in zip(AXES, grid):
+    per_axis = [None] * len(family.axis_names)
+    image = {}
+    for axis, index, length in zip(AXES, family.image_axes, grid):
         preset = presets[axis]
-        per_axis += [None] if preset == "none" else extrapolation_preset(preset, (length,), **options)
+        image[axis] = per_axis[index] = None if preset == "none" else extrapolation_preset(preset, (length,),
+                                                                                           **options)[0]
     if all(entry is None for entry in per_axis):
         return {"presets": presets, "train_size": [train_h, train_w], "schedules": None}
     set_pe(pipe.transformer, "native", extrapolation=per_axis)
-    schedules = {axis: None if entry is None else entry.describe() for axis, entry in zip(AXES, per_axis[1:])}
+    schedules = {axis: None if entry is None else entry.describe() for axis, entry in image.items()}
     return {"presets": presets, "train_size": [train_h, train_w], "trained_grid": list(grid),
             "options": options, "schedules": schedules}

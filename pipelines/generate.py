@@ -77,4 +77,9 @@ def _train_size(config):
 
     if is_world_model(config["model"]):
         return world_image_size(model_path("generate", config["model"]))
-    return TRAIN_SIZES[config.get("pipeline", "FluxPipeline")]
+    name = config.get("pipeline", "FluxPipeline")
+    if name in TRAIN_SIZES:
+        return TRAIN_SIZES[name]
+    from mmpos.integrations.diffusers.families import family_for_pipeline
+
+    return family_for_pipeline(name).train_size  # the family's 1:1 training size

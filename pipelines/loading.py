@@ -25,8 +25,15 @@ def pipeline_class(kind: str):
     classes = {"band": BandModulationFluxPipeline, "band_kontext": BandModulationKontextPipeline,
                "transplant": PosBridgeFillPipeline, "loose": LooseRoPEKontextPipeline, "generate": FluxPipeline,
                "generate_qwen": QwenImagePipeline}
+    if kind.startswith(FAMILY_KIND):  # the stock pipeline of a registered family, by class name
+        import diffusers
+
+        return getattr(diffusers, kind[len(FAMILY_KIND):])
     check_choice("pipeline kind", kind, tuple(classes))
     return classes[kind]
+
+
+FAMILY_KIND = "generate:"  # + the pipeline class name: text-to-image with any registered family's pipeline
 
 
 GENERATE_KINDS = {"FluxPipeline": "generate", "QwenImagePipeline": "generate_qwen"}
@@ -41,9 +48,17 @@ def generate_kind(path) -> str:
         class_name = DiffusionPipeline.load_config(path).get("_class_name")
     except OSError as err:
         raise ValueError(f"--model {path}: no diffusers pipeline there ({err})") from None
-    if class_name not in GENERATE_KINDS:
-        raise ValueError(f"--model {path}: a {class_name} pipeline; expected one of {sorted(GENERATE_KINDS)}")
-    return GENERATE_KINDS[class_name]
+    if class_name in GENERATE_KINDS:
+        return GENERATE_KINDS[class_name]
+    from mmpos.integrations.diffusers.families import FAMILIES, family_for_pipeline
+
+    family = family_for_pipeline(str(class_name))
+    if family is None or family.time_axis is not None:
+        images = sorted({p for f in FAMILIES.values() if f.time_axis is None for p in f.pipelines})
+        video = " (a video pipeline: see `mmpos generate video`)" if family is not None else ""
+        raise ValueError(f"--model {path}: a {class_name} pipeline{video}; `mmpos generate` runs the image pipelines "
+                         f"of the registered diffusers families: {', '.join(images)}")
+    return FAMILY_KIND + class_name
 
 
 def missing_components(path) -> dict:

@@ -69,6 +69,12 @@ def get_family(name: str) -> Family:
     return FAMILIES[name]
 
 
+def family_for_pipeline(class_name: str) -> Family | None:
+    """The family whose ``pipelines`` name ``class_name`` (a ``model_index.json`` ``_class_name``), or ``None``."""
+    _load()
+    return next((f for f in FAMILIES.values() if class_name in f.pipelines), None)
+
+
 def family_for(model: nn.Module) -> Family:
     """The family covering ``model``'s class (exact class first, then subclasses); a clear error otherwise."""
     _load()
@@ -96,4 +102,4 @@ def markdown_table() -> str:
 
 
 __all__ = ["Family", "AxisSpectrum", "STOCK", "SpectrumSeam", "FAMILIES", "register_family", "list_families", "builtin_families",
-           "get_family", "family_for", "markdown_table"]
+           "get_family", "family_for", "family_for_pipeline", "markdown_table"]
