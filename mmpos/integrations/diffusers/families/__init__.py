@@ -23,6 +23,7 @@ _MODULES = (
     "wan",
     "qwen",
     "flux2",
+    "chroma",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
