@@ -24,6 +24,7 @@ _MODULES = (
     "qwen",
     "flux2",
     "chroma",
+    "longcat_image",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
