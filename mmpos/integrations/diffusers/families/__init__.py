@@ -25,6 +25,7 @@ _MODULES = (
     "flux2",
     "chroma",
     "longcat_image",
+    "flux3",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
