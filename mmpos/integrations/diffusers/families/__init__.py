@@ -26,6 +26,7 @@ _MODULES = (
     "chroma",
     "longcat_image",
     "flux3",
+    "krea2",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
