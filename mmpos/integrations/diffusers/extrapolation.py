@@ -25,7 +25,9 @@ def model_extrapolation(transformer: nn.Module, preset: str, trained_grid: Seque
         transformer: a transformer of a registered family (its ``image_axes`` get the schedules; Flux: axes
             ``(index, row, col)``; Wan: ``(t, row, col)``; FLUX.2: ``(t, row, col, l)``).
         preset: ``"none"`` or a name of :data:`mmpos.spectrum.schedule.PRESETS` (``"dype"``, ``"ntk"``, ...).
-        trained_grid: ``(rows, cols)`` tokens at the training resolution (FLUX.1 at 1024 px: ``(64, 64)``).
+        trained_grid: ``(rows, cols)`` tokens at the training resolution (FLUX.1 at 1024 px: ``(64, 64)``); a family
+            whose image ids step by less than 1 a token (``extras["image_coords_per_token"]``, FLUX.3: 0.5) gets
+            the schedules' original lengths in its coordinate units.
         time: video families: the time axis' policy (``{"type": "riflex", "k": 4, "target_length": 32}``).
         **overrides: schedule options (``lambda_t``, ``start_sigma``, ...).
     Returns:
@@ -40,7 +42,8 @@ def model_extrapolation(transformer: nn.Module, preset: str, trained_grid: Seque
         raise ValueError(f"time= is for video models; the {family.name} model has no time axis "
                          f"(axes {family.axis_names})")
     entries = [None] * len(family.axis_names)
-    image = [None, None] if preset == NONE else extrapolation_preset(preset, (rows, cols), **overrides)
+    unit = float(family.extras.get("image_coords_per_token", 1.0))  # FLUX.3: image ids step by 0.5 a token
+    image = [None, None] if preset == NONE else extrapolation_preset(preset, (rows * unit, cols * unit), **overrides)
     for axis, entry in zip(family.image_axes, image):
         entries[axis] = entry
     if time is not None:

@@ -26,6 +26,10 @@ _MODULES = (
     "hidream",
     "kandinsky6",
     "ltx",
+    "chroma",
+    "longcat_image",
+    "flux3",
+    "krea2",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

@@ -48,6 +48,38 @@ def cos_sin_repeated(pos: torch.Tensor, spectra: Sequence[AxisSpectrum], axes_di
     return torch.cat(cos_out, dim=-1), torch.cat(sin_out, dim=-1)
 
 
+def same_spectra(a: Sequence[AxisSpectrum], b: Sequence[AxisSpectrum]) -> bool:
+    """Whether two per-axis spectra give the same tables (same ladder or frequencies, same magnitudes)."""
+    def same(x, y):
+        if x.magnitude != y.magnitude or (x.inv_freq is None) != (y.inv_freq is None):
+            return False
+        return x.inv_freq is None or x.inv_freq is y.inv_freq or torch.equal(x.inv_freq, y.inv_freq)
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def cos_sin_repeated_blocks(pos: torch.Tensor, blocks: Sequence[tuple[int, Sequence[AxisSpectrum]]],
+                            axes_dims: Sequence[int], theta: float, freqs_dtype: torch.dtype = torch.float64,
+                            stock_ladder=ladder):
+    """:func:`cos_sin_repeated` over consecutive row blocks of ``pos [S, A]``, each with its own spectra
+    (``blocks``: ``[(rows, spectra), ...]``, rows summing to ``S``; e.g. text rows on the training spectrum, then
+    the image rows on the schedule's). Neighbouring blocks with the same spectra are computed as one. Each row's
+    values are those of :func:`cos_sin_repeated` on the whole ``pos`` with that row's spectra (rows are
+    independent), so an all-stock call is the stock table bit for bit."""
+    if sum(rows for rows, _ in blocks) != pos.shape[0]:
+        raise ValueError(f"blocks cover {sum(rows for rows, _ in blocks)} rows; pos has {pos.shape[0]}")
+    merged: list[list] = []
+    for rows, spectra in [block for block in blocks if block[0]] or blocks[:1]:
+        if merged and same_spectra(merged[-1][1], spectra):
+            merged[-1][0] += rows
+        else:
+            merged.append([rows, spectra])
+    if len(merged) == 1:
+        return cos_sin_repeated(pos, merged[0][1], axes_dims, theta, freqs_dtype, stock_ladder)
+    parts = [cos_sin_repeated(chunk, spectra, axes_dims, theta, freqs_dtype, stock_ladder)
+             for chunk, (_, spectra) in zip(pos.split([rows for rows, _ in merged]), merged)]
+    return torch.cat([c for c, _ in parts], dim=0), torch.cat([s for _, s in parts], dim=0)
+
+
 def complex_pairs(pos: torch.Tensor, spectra: Sequence[AxisSpectrum], axes_dims: Sequence[int], theta: float,
                   freqs_dtype: torch.dtype = torch.float64, stock_ladder=ladder) -> torch.Tensor:
     """Complex ``[S, D / 2]`` tables ``polar(1, pos * inv_freq)`` per axis, concatenated (the stock modules'
@@ -65,3 +97,57 @@ def rotation_matrices(cos: torch.Tensor, sin: torch.Tensor, magnitude: float = 1
     by ``magnitude`` (HiDream, Kandinsky 6: the processors compute ``out = R @ (x0, x1)``)."""
     cos, sin = _scaled(cos, magnitude), _scaled(sin, magnitude)
     return torch.stack([cos, -sin, sin, cos], dim=-1).unflatten(-1, (2, 2))
+def cos_sin_text_then_image(seam, pos: torch.Tensor, image_extents, freqs_dtype: torch.dtype = torch.float64):
+    """Flux-style tables for ids ``pos [S, A]`` whose first ``seam.text_tokens`` rows are text (Chroma, LongCat,
+    Krea2: ``cat(txt_ids, img_ids)``): the text rows on the training spectrum, the others on the spectrum resolved
+    at ``image_extents`` (per axis, from the image tokens only; ``None``: the training extent)."""
+    text = min(max(int(getattr(seam, "text_tokens", 0)), 0), pos.shape[0])
+    text_spectra = seam.training_spectra()
+    image_spectra = seam.axis_spectra(extents=image_extents)  # last: seam.encodings[0].spectrum is the image's
+    return cos_sin_repeated_blocks(pos, [(text, text_spectra), (pos.shape[0] - text, image_spectra)],
+                                   seam.axes_dims, seam.theta, freqs_dtype)
+
+
+def note_text_tokens(count):
+    """A ``Family.check_inputs`` that records ``count(args, kwargs)`` (the forward's text tokens, which the model
+    puts first in the ids it hands its rope module) as ``seam.text_tokens`` for :func:`cos_sin_text_then_image`."""
+    def check_inputs(seam, args, kwargs) -> None:
+        seam.text_tokens = int(count(args, kwargs))
+    return check_inputs
+
+
+def forward_arg(args, kwargs, name: str, index: int):
+    """The forward argument ``name`` (keyword, or ``args[index]``), or ``None``."""
+    return kwargs.get(name, args[index] if len(args) > index else None)
+
+
+def ids_positions(ids: torch.Tensor, num_axes: int) -> torch.Tensor:
+    """Flux-style ``ids [S, A]`` as the stock modules read them (``ids.float()``), after checking the shape."""
+    if ids.dim() != 2 or ids.shape[-1] != num_axes:
+        raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, {num_axes}] (one row per token, one "
+                         "column per rotary axis)")
+    return ids.float()
+
+
+def masked_extents(pos: torch.Tensor, mask: torch.Tensor) -> list[float]:
+    """``max - min + 1`` per axis of the rows of ``pos [S, A]`` where ``mask [S]`` (one device sync, no
+    data-dependent shapes)."""
+    big = torch.finfo(pos.dtype).max
+    high = torch.where(mask[:, None], pos, -big).amax(dim=0)
+    low = torch.where(mask[:, None], pos, big).amin(dim=0)
+    return (high.double() - low.double() + 1).tolist()
+
+
+def ids_rows(name: str, index: int):
+    """``count(args, kwargs)`` for :func:`note_text_tokens`: the rows of the forward's ``name`` ids tensor
+    (``[S, A]``, or the deprecated ``[1, S, A]``)."""
+    def count(args, kwargs) -> int:
+        ids = forward_arg(args, kwargs, name, index)
+        return ids.shape[-2] if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else 0
+    return count
+
+
+def scheduled(seam) -> bool:
+    """:attr:`~.base.SpectrumSeam.scheduled`: the seam's spectrum follows a schedule (only then does a forward need
+    its image tokens' extent, a host read ``torch.compile(fullgraph=True)`` cannot trace)."""
+    return seam.scheduled

@@ -1,0 +1,44 @@
+"""Chroma (``ChromaTransformer2DModel``): FLUX.1's own ``FluxPosEmbed`` on ``ids [S, 3]`` axes ``(index, row, col)``.
+
+The model calls ``pos_embed`` once per forward on ``cat(txt_ids, img_ids)``: text ids are zeros, image ids
+``(0, row, col)`` of the latent grid (2 x 2 patches: 16 px a token). Theta 10000, ``axes_dims_rope`` ``(16, 56, 56)``;
+the output is Flux-style ``(cos, sin)`` ``[S, 128]`` float32 from fp64 phases, each pair's value repeated, axes
+concatenated in order. A schedule's scale is read from the image tokens' rows and columns; the text tokens (all at
+the origin, told apart by their count: the forward's ``txt_ids``) keep the training spectrum, so a YaRN magnitude
+reaches the image tokens only. Chroma's pipelines pass ``timestep = sigma``; the model multiplies by 1000.
+"""
+from __future__ import annotations
+
+import torch
+
+from ....ops.tables import device_has_fp64
+from . import register_family
+from .base import Family, extents_of
+from .codecs import cos_sin_text_then_image, ids_positions, ids_rows, note_text_tokens, scheduled
+
+
+def chroma_tables(seam, ids: torch.Tensor):
+    """``FluxPosEmbed(ids)``: ``(cos, sin)`` ``[S, sum(axes_dims)]`` float32; text rows first (``seam.text_tokens``)."""
+    pos = ids_positions(ids, len(seam.axes_dims))
+    image = pos[min(int(getattr(seam, "text_tokens", 0)), pos.shape[0]):]
+    freqs_dtype = torch.float64 if device_has_fp64(ids.device) else torch.float32
+    return cos_sin_text_then_image(seam, pos, extents_of(image) if image.shape[0] and scheduled(seam) else None, freqs_dtype)
+
+
+CHROMA = register_family(Family(
+    name="chroma",
+    classes=("diffusers.models.transformers.transformer_chroma:ChromaTransformer2DModel",),
+    position_attr="pos_embed",
+    axis_names=("index", "row", "col"),
+    native_axes_dims=lambda model: tuple(int(d) for d in model.pos_embed.axes_dim),
+    native_theta=lambda model: float(model.pos_embed.theta),
+    image_axes=(1, 2),
+    tables=chroma_tables,
+    timestep_per_sigma=1.0,  # ChromaPipeline passes t / 1000 = sigma
+    timestep_arg=("timestep", 2),
+    check_inputs=note_text_tokens(ids_rows("txt_ids", 4)),
+    pipelines=("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
+    train_size=1024,
+    pixels_per_token=16,
+    notes="FLUX.1's FluxPosEmbed on cat(txt_ids, img_ids); text (zeros) on the training spectrum",
+))
