@@ -144,7 +144,7 @@ def test_tier_one_families_refuse_what_needs_mmpos_processors(family):
 def test_native_compiles_without_graph_breaks_where_stock_does(family):
     case = CASES[family]
     if not case.compiles:
-        pytest.skip(f"the stock {family} model does not compile with fullgraph=True")
+        pytest.skip(f"{family} does not compile with fullgraph=True (the reason: its case in fixtures/families.py)")
     model = case.model()
     inputs = case.inputs(*case.grid)
     set_pe(model, "native")  # (a schedule reads the image extent as Python numbers: one graph per extent)
