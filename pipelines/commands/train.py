@@ -5,20 +5,16 @@ from __future__ import annotations
 
 from mmpos.training import vit_cli
 
+from ._tasks import register_tasks, run_task
+
 TASKS = {"vit": (vit_cli.TRAIN_DESCRIPTION, vit_cli.add_train_arguments, vit_cli.run_train)}
 
 
 def register(subparsers) -> None:
-    train = subparsers.add_parser("train", help="fine-tune ViTs with mmpos encodings (`mmpos train vit --help`)",
-                                  description="`mmpos train vit ARGS`: see `mmpos train vit --help` for the "
-                                  "arguments and their defaults.")
-    train.set_defaults(func=run)
-    tasks = train.add_subparsers(dest="target", required=True, metavar="{vit}")
-    for name, (description, add_arguments, _) in TASKS.items():
-        task = tasks.add_parser(name, help=description, description=description)
-        add_arguments(task)
-        task.set_defaults(task_parser=task)
+    register_tasks(subparsers, "train", "fine-tune ViTs with mmpos encodings (`mmpos train vit --help`)",
+                   "`mmpos train vit ARGS`: see `mmpos train vit --help` for the "
+                   "arguments and their defaults.", TASKS, run)
 
 
 def run(args) -> int:
-    return TASKS[args.target][2](args, args.task_parser)
+    return run_task(TASKS, args)

@@ -202,13 +202,17 @@ class SpectrumSeam(PositionSeam):
                 extents = extents_of(image_coords) if image_coords is not None else [0.0] * len(self.axes_dims)
             key = schedule.policies(extents, encoding.step.sigma)
             spectrum = schedule.spectrum(key)
+        return self.split_once(key, spectrum)
+
+    def split_once(self, key, spectrum) -> list[AxisSpectrum]:
+        """``spectrum`` per axis, split once per resolved ``key``; recorded as the encoding's current spectrum."""
         cached = self._resolved.get(key)
         if cached is None or cached[0] is not spectrum:
             cached = (spectrum, self._split(spectrum))
             if len(self._resolved) > 64:
                 self._resolved.clear()
             self._resolved[key] = cached
-        encoding.spectrum = spectrum
+        self.encodings[0].spectrum = spectrum
         return cached[1]
 
     def training_spectra(self) -> list[AxisSpectrum]:

@@ -46,15 +46,7 @@ class LTXSeam(SpectrumSeam):
             return super().axis_spectra(image_coords, extents)
         key = tuple(_in_units(policy, rate) for policy, rate in
                     zip(schedule.policies(extents, encoding.step.sigma), rates))
-        cached = self._resolved.get(key)
-        spectrum = schedule.spectrum(key)
-        if cached is None or cached[0] is not spectrum:
-            cached = (spectrum, self._split(spectrum))
-            if len(self._resolved) > 64:
-                self._resolved.clear()
-            self._resolved[key] = cached
-        encoding.spectrum = spectrum
-        return cached[1]
+        return self.split_once(key, schedule.spectrum(key))
 
 
 def _in_units(policy, rate: float):
