@@ -1,5 +1,8 @@
 """Chroma (``ChromaTransformer2DModel``): FLUX.1's own ``FluxPosEmbed`` on ``ids [S, 3]`` axes ``(index, row, col)``.
 
+Tier 2: ``"native"`` rebuilds the stock tables below (stock processors); any other rotary encoding runs through
+FLUX.1's seam and processors (Chroma's attention layers are ``FluxAttention`` with ``FluxAttnProcessor``).
+
 The model calls ``pos_embed`` once per forward on ``cat(txt_ids, img_ids)``: text ids are zeros, image ids
 ``(0, row, col)`` of the latent grid (2 x 2 patches: 16 px a token). Theta 10000, ``axes_dims_rope`` ``(16, 56, 56)``;
 the output is Flux-style ``(cos, sin)`` ``[S, 128]`` float32 from fp64 phases, each pair's value repeated, axes
@@ -15,6 +18,7 @@ from ....ops.tables import device_has_fp64
 from . import register_family
 from .base import Family, extents_of
 from .codecs import cos_sin_text_then_image, ids_positions, ids_rows, note_text_tokens, scheduled
+from .flux import flux_attention_modules, flux_processors, flux_seam, flux_stock_processor
 
 
 def chroma_tables(seam, ids: torch.Tensor):
@@ -33,12 +37,18 @@ CHROMA = register_family(Family(
     native_axes_dims=lambda model: tuple(int(d) for d in model.pos_embed.axes_dim),
     native_theta=lambda model: float(model.pos_embed.theta),
     image_axes=(1, 2),
-    tables=chroma_tables,
+    tables=chroma_tables,  # native: the stock processors stay
+    tier=2,  # any other rotary encoding: FLUX.1's mmpos processors (Chroma's attention is FluxAttention)
+    attention_modules=flux_attention_modules,
+    stock_processor=flux_stock_processor,
+    make_processors=flux_processors,
+    make_seam=flux_seam,
     timestep_per_sigma=1.0,  # ChromaPipeline passes t / 1000 = sigma
     timestep_arg=("timestep", 2),
     check_inputs=note_text_tokens(ids_rows("txt_ids", 4)),
     pipelines=("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
     train_size=1024,
     pixels_per_token=16,
-    notes="FLUX.1's FluxPosEmbed on cat(txt_ids, img_ids); text (zeros) on the training spectrum",
+    notes="any rotary encoding (FLUX.1's processors; native: stock processors); text (zeros) on the training "
+          "spectrum",
 ))

@@ -13,23 +13,23 @@ from . import register_family
 from .base import Family
 
 
-def _attention(model):
+def flux_attention_modules(model):
     from diffusers.models.transformers.transformer_flux import FluxAttention
 
     return [(name, m) for name, m in model.named_modules() if isinstance(m, FluxAttention)]
 
 
-def _processor():
+def flux_stock_processor():
     from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
 
     return FluxAttnProcessor
 
 
-def _seam(model, stock, encodings, native, coord_axes):
+def flux_seam(model, stock, encodings, native, coord_axes):
     return FluxPositions(encodings, native, coord_axes)
 
 
-def _processors(beneath, rotation, native):
+def flux_processors(beneath, rotation, native):
     from ..processors import FluxPEAttnProcessor, flux_stock_rotation
 
     rotation = flux_stock_rotation if native else rotation
@@ -71,10 +71,10 @@ FLUX = register_family(Family(
     timestep_per_sigma=1.0,  # the Flux pipelines pass t / 1000 = sigma
     timestep_arg=("timestep", 3),
     tier=2,
-    attention_modules=_attention,
-    stock_processor=_processor,
-    make_processors=_processors,
-    make_seam=_seam,
+    attention_modules=flux_attention_modules,
+    stock_processor=flux_stock_processor,
+    make_processors=flux_processors,
+    make_seam=flux_seam,
     check_inputs=check_flux_ids,
     pipelines=("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
     train_size=1024,
