@@ -23,6 +23,7 @@ _MODULES = (
     "wan",
     "qwen",
     "flux2",
+    "z_image",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
