@@ -4,7 +4,7 @@ backwards (``t = 1 - sigma``)."""
 import pytest
 import torch
 
-from fixtures.families import CASES, _z_image, output
+from fixtures.families import CASES, _lumina2, _z_image, output
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 
 
@@ -18,7 +18,7 @@ def one_thread():
     torch.set_num_threads(1)
 
 
-@pytest.mark.parametrize("family, wider", [("z_image", _z_image)])
+@pytest.mark.parametrize("family, wider", [("z_image", _z_image), ("lumina2", _lumina2)])
 def test_a_grid_past_axes_lens_runs_as_a_stock_model_with_longer_tables(family, wider):
     """The stock model indexes tables precomputed up to ``axes_lens`` (8 tokens per image axis here) and fails
     past them; the seam computes the rows, so a 12 x 12 grid gives what a stock model with longer tables gives."""
@@ -38,7 +38,7 @@ def test_a_grid_past_axes_lens_runs_as_a_stock_model_with_longer_tables(family, 
     assert torch.equal(run(model, below), stock_below)
 
 
-@pytest.mark.parametrize("family", ["z_image"])
+@pytest.mark.parametrize("family", ["z_image", "lumina2"])
 def test_backwards_time_gives_the_steps_sigma(family):
     """Z-Image and Lumina 2 pipelines pass ``t = 1 - sigma``: DyPE must follow sigma, not ``t``."""
     case = CASES[family]

@@ -24,6 +24,7 @@ _MODULES = (
     "qwen",
     "flux2",
     "z_image",
+    "lumina2",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
