@@ -38,6 +38,26 @@ def test_a_grid_past_axes_lens_runs_as_a_stock_model_with_longer_tables(family, 
     assert torch.equal(run(model, below), stock_below)
 
 
+def test_qwenimage21_positions_past_the_precomputed_range_are_computed():
+    """``QwenImage21Rope`` holds positions ``0 .. 8191``: a prompt of 9000 tokens runs the text past them; the seam's
+    rows there equal the stock formula (``rope_params``) at those positions, and equal the stock table below."""
+    model = CASES["qwenimage21"].model()
+    stock = model.pos_embed
+    text, rows, cols = 9000, 2, 2
+    mask = torch.tensor([False] * 10 + [True] * (rows * cols) + [False] * (text - 10))
+    shapes = [(1, rows, cols)]
+    set_pe(model, "native")
+    tables = position_module(model)(shapes, mask, device=torch.device("cpu"))
+    positions = torch.arange(10 + max(rows, cols), text + max(rows, cols))  # the text after the image
+    text_rows = tables[~mask][10:]
+    widths = [d // 2 for d in stock.axes_dim]
+    for axis, part in enumerate(text_rows.split(widths, dim=-1)):
+        assert torch.equal(part, stock.rope_params(positions, stock.axes_dim[axis], stock.theta))
+    short = torch.tensor([False] * 10 + [True] * (rows * cols) + [False] * 50)
+    assert torch.equal(position_module(model)(shapes, short, device=torch.device("cpu")),
+                       stock(shapes, short, device=torch.device("cpu")))
+
+
 @pytest.mark.parametrize("family", ["z_image", "lumina2"])
 def test_backwards_time_gives_the_steps_sigma(family):
     """Z-Image and Lumina 2 pipelines pass ``t = 1 - sigma``: DyPE must follow sigma, not ``t``."""

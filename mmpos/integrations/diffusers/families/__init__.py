@@ -25,6 +25,7 @@ _MODULES = (
     "flux2",
     "z_image",
     "lumina2",
+    "qwenimage21",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
