@@ -24,8 +24,11 @@ def run(model, inputs):
 
 
 def cast(inputs, dtype):
-    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() and not k.endswith("ids")
-            else v for k, v in inputs.items()}
+    def to(v):  # a tensor, or a list of them (Z-Image takes its latents and captions as lists)
+        if isinstance(v, (list, tuple)):
+            return type(v)(to(item) for item in v)
+        return v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+    return {k: v if k.endswith("ids") else to(v) for k, v in inputs.items()}
 
 
 def test_every_registered_family_has_a_tiny_case():

@@ -145,6 +145,8 @@ def restore(transformer: nn.Module) -> nn.Module:
     probe = getattr(seam, "native_dtype_probe", None)
     if probe is not None:  # the stock module missed the .to() calls made while the seam was installed
         installed.position_module.to(probe.device, probe.dtype)
+    if not isinstance(installed.position_module, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
+        delattr(transformer, family.position_attr)  # the seam is a submodule, which only a module may replace
     setattr(transformer, family.position_attr, installed.position_module)
     if installed.hook is not None:
         installed.hook.remove()

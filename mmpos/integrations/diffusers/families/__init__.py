@@ -30,6 +30,9 @@ _MODULES = (
     "longcat_image",
     "flux3",
     "krea2",
+    "z_image",
+    "lumina2",
+    "qwenimage21",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

@@ -61,7 +61,9 @@ class Family:
         native_axes_dims / native_theta: the model's rotary channels per axis and base.
         image_axes: indices of the image (row, col) axes; ``time_axis``: of the time axis, or ``None``.
         tables: tier 1: ``tables(seam, *stock_args, **stock_kwargs)`` -> the stock module's output.
-        timestep_per_sigma: what the pipelines pass as ``timestep`` per unit of sigma.
+        timestep_per_sigma: what the pipelines pass as ``timestep`` per unit of sigma (negative where the model's
+            time runs backwards: Z-Image and Lumina 2 get ``1 - sigma``).
+        timestep_at_zero_sigma: the ``timestep`` the pipelines pass at sigma 0 (``1.0`` for ``1 - sigma``).
         timestep_arg: the forward argument carrying the timestep (and its position in ``args``).
         tier: 1 or 2; tier 2 also sets ``attention_modules``, ``stock_processor`` and ``make_processors``.
         make_seam: tier 2 (and families with their own seam): ``make_seam(model, stock, encodings, native,
@@ -82,6 +84,7 @@ class Family:
     time_axis: Optional[int] = None
     tables: Callable = _no_tables
     timestep_per_sigma: float = 1.0
+    timestep_at_zero_sigma: float = 0.0
     timestep_arg: tuple[str, Optional[int]] = ("timestep", None)
     tier: int = 1
     attention_modules: Optional[Callable[[nn.Module], list]] = None
@@ -126,15 +129,16 @@ class Family:
         return int(model.config.num_attention_heads)
 
     def sigma(self, args, kwargs) -> Optional[float]:
-        """The step's sigma from the forward's timestep; per-token timesteps (Wan 2.2 TI2V's
-        ``expand_timesteps``, SANA-WM's per-frame ones) are read from the noisy tokens (the largest value of the
-        first sample), not from the first token, which may be a pinned clean frame at 0."""
+        """The step's sigma from the forward's timestep: ``(timestep - timestep_at_zero_sigma) / timestep_per_sigma``.
+        Per-token timesteps (Wan 2.2 TI2V's ``expand_timesteps``, SANA-WM's per-frame ones) are read from the noisy
+        tokens (the largest sigma of the first sample), not from the first token, which may be a pinned clean frame."""
         name, index = self.timestep_arg
         timestep = kwargs.get(name, args[index] if index is not None and len(args) > index else None)
         if not isinstance(timestep, torch.Tensor) or not timestep.numel():
             return None
         first = timestep.reshape(timestep.shape[0], -1)[0] if timestep.dim() >= 2 else timestep.flatten()[:1]
-        return float(first.max()) / self.timestep_per_sigma
+        noisiest = first.max() if self.timestep_per_sigma > 0 else first.min()  # time running backwards: the least
+        return (float(noisiest) - self.timestep_at_zero_sigma) / self.timestep_per_sigma
 
 
 class SpectrumSeam(PositionSeam):

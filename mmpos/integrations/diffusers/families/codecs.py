@@ -7,6 +7,10 @@ is the stock table bit for bit), any other axis mmpos' float64 frequencies round
     pair layout of ``cos_sin_repeated`` (Flux, HunyuanVideo, CogView): [c0 c0 c1 c1 ...] per axis, axes in order
     ``complex_pairs`` (Wan, Qwen-Image, Lumina): [e^{i p0} e^{i p1} ...] per axis, axes in order
     ``rotation_matrices`` (HiDream, Kandinsky 6): [[c0 -s0] [s0 c0]] [[c1 -s1] [s1 c1]] ... per pair
+
+Modules that precompute a table on the CPU and index it by integer ids (Z-Image, Lumina 2, Qwen-Image 2.1) are
+matched by :class:`PrecomputedRows`: the same CPU arithmetic (CPU and CUDA cos / sin differ in the last bit), kept
+on the device, extended past the stock range instead of failing there.
 """
 from __future__ import annotations
 
@@ -81,13 +85,25 @@ def cos_sin_repeated_blocks(pos: torch.Tensor, blocks: Sequence[tuple[int, Seque
 
 
 def complex_pairs(pos: torch.Tensor, spectra: Sequence[AxisSpectrum], axes_dims: Sequence[int], theta: float,
-                  freqs_dtype: torch.dtype = torch.float64, stock_ladder=ladder) -> torch.Tensor:
+                  freqs_dtype: torch.dtype = torch.float64, stock_ladder=ladder, phase_dtype=None,
+                  rows=None) -> torch.Tensor:
     """Complex ``[S, D / 2]`` tables ``polar(1, pos * inv_freq)`` per axis, concatenated (the stock modules'
-    ``torch.polar(torch.ones_like(freqs), freqs)``), complex64 for float32 phases, complex128 for float64."""
+    ``torch.polar(torch.ones_like(freqs), freqs)``), complex64 for float32 phases, complex128 for float64.
+
+    ``phase_dtype``: the phases are rounded to it before ``polar`` (Z-Image: float64 phases, complex64 tables);
+    default ``freqs_dtype``. ``rows``: a :class:`PrecomputedRows` giving the stock axes (integer ``pos``); while
+    ``torch.compile`` traces, every axis is computed here instead (the table's range is data-dependent)."""
+    phase_dtype = phase_dtype or freqs_dtype
+    gathering = rows is not None and not torch.compiler.is_compiling()
+    stock = [axis for axis, spectrum in enumerate(spectra) if spectrum.is_stock] if gathering else []
+    gathered = rows.gather(pos, stock) if stock else {}
     out = []
     for axis, (dim, spectrum) in enumerate(zip(axes_dims, spectra)):
+        if axis in gathered:
+            out.append(gathered[axis])
+            continue
         freqs = axis_frequencies(spectrum, dim, theta, freqs_dtype, pos.device, stock_ladder)
-        phases = torch.outer(pos[:, axis].to(freqs_dtype), freqs)
+        phases = torch.outer(pos[:, axis].to(freqs_dtype), freqs).to(phase_dtype)
         out.append(torch.polar(_scaled(torch.ones_like(phases), spectrum.magnitude), phases))
     return torch.cat(out, dim=-1)
 
@@ -151,3 +167,57 @@ def scheduled(seam) -> bool:
     """:attr:`~.base.SpectrumSeam.scheduled`: the seam's spectrum follows a schedule (only then does a forward need
     its image tokens' extent, a host read ``torch.compile(fullgraph=True)`` cannot trace)."""
     return seam.scheduled
+class PrecomputedRows:
+    """The stock table of a module that precomputes ``polar(1, positions x ladder)`` on the CPU and indexes it by
+    integer ids, rebuilt on demand: per axis, the rows for the positions seen so far (grown, never clamped),
+    computed on the CPU with the stock expression and kept on the ids' device.
+
+        table[p] = polar(1, (p.to(freqs_dtype) * stock_ladder(dim, theta, freqs_dtype)).to(phase_dtype))
+
+    Args:
+        axes_dims, theta: the native spectrum.
+        freqs_dtype / phase_dtype / stock_ladder: as the stock module computes its table (see :func:`complex_pairs`).
+    """
+
+    def __init__(self, axes_dims: Sequence[int], theta: float, freqs_dtype: torch.dtype = torch.float64,
+                 phase_dtype=None, stock_ladder=ladder):
+        self.axes_dims, self.theta = tuple(int(d) for d in axes_dims), float(theta)
+        self.freqs_dtype, self.phase_dtype, self.stock_ladder = freqs_dtype, phase_dtype or freqs_dtype, stock_ladder
+        self._tables: dict = {}  # (axis, device) -> (first position, rows [N, d / 2])
+
+    def gather(self, pos: torch.Tensor, axes: Sequence[int]) -> dict:
+        """``{axis: rows [S, d / 2]}`` of ``pos [S, A]`` (integer-valued) for ``axes``; one device sync."""
+        if pos.is_floating_point() and not bool((pos == pos.round()).all()):
+            raise ValueError("positions must be integers here (the stock module indexes a table by them)")
+        pos = pos.long()
+        bounds = torch.stack([pos.amin(dim=0), pos.amax(dim=0)]).tolist() if pos.shape[0] else None
+        out = {}
+        for axis in axes:
+            if bounds is None:
+                out[axis] = self._table(axis, 0, 1, pos.device)[1][:0]
+                continue
+            first, table = self._table(axis, bounds[0][axis], bounds[1][axis] + 1, pos.device)
+            out[axis] = table[pos[:, axis] - first]
+        return out
+
+    def _table(self, axis: int, lo: int, hi: int, device) -> tuple[int, torch.Tensor]:
+        key = (axis, torch.device(device))
+        cached = self._tables.get(key)
+        if cached is not None:
+            first, table = cached
+            if first <= lo and hi <= first + table.shape[0]:
+                return cached
+            lo, hi = min(lo, first), max(hi, first + table.shape[0])
+        lo, hi = min(lo, 0), max(hi, 1)  # from 0 at least, as the stock tables are
+        freqs = self.stock_ladder(self.axes_dims[axis], self.theta, self.freqs_dtype, "cpu")
+        phases = torch.outer(torch.arange(lo, hi).to(self.freqs_dtype), freqs).to(self.phase_dtype)
+        cached = self._tables[key] = (lo, torch.polar(torch.ones_like(phases), phases).to(device))
+        return cached
+
+
+def precomputed_rows(seam, **stock) -> PrecomputedRows:
+    """The seam's :class:`PrecomputedRows` (made on first use with ``stock``'s arithmetic)."""
+    rows = getattr(seam, "_precomputed_rows", None)
+    if rows is None:
+        rows = seam._precomputed_rows = PrecomputedRows(seam.axes_dims, seam.theta, **stock)
+    return rows
