@@ -71,6 +71,58 @@ def eval_transform(config: dict, model, height: int, width: int):
                             mean=base["mean"], std=base["std"], crop_pct=base["crop_pct"])
 
 
+def classes_of(dataset) -> dict | None:
+    """``class_to_idx`` of a folder / tar dataset (None for datasets without named classes)."""
+    mapping = getattr(getattr(dataset, "reader", None), "class_to_idx", None)
+    return dict(mapping) if mapping else None
+
+
+class TrainLabels:
+    """Target transform: a label of the validation split -> the training split's label of the same class name."""
+
+    def __init__(self, to_train: list[int]):
+        self.to_train = to_train
+
+    def __call__(self, target):
+        return self.to_train[int(target)]
+
+
+def match_classes(dataset, train_classes: dict | None, split: str) -> None:
+    """Make ``dataset`` (an evaluation split) label its images with the training split's indices, by class name:
+    a split missing some classes is mapped (labels after a gap would otherwise be shifted); one holding a class
+    the training split does not have (or no class folders: ``val/`` absent, so timm reads the root) is refused."""
+    classes = classes_of(dataset)
+    if train_classes is None or classes is None or classes == train_classes:
+        return
+    unknown = sorted(set(classes) - set(train_classes))
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+        raise ConfigError(f"config val_split={split!r}: its classes {shown} are not classes of the training split "
+                          f"(is {split}/ missing, so that the data_dir root was read?); expected class folders named "
+                          "as in the training split")
+    to_train = [0] * len(classes)
+    for name, index in classes.items():
+        to_train[index] = train_classes[name]
+    dataset.target_transform = TrainLabels(to_train)
+
+
+def check_num_classes(config: dict, dataset) -> None:
+    """``num_classes`` set below the data's class count would give labels the head cannot score."""
+    classes = classes_of(dataset)
+    if config["num_classes"] is not None and classes and config["num_classes"] < len(classes):
+        raise ConfigError(f"config num_classes={config['num_classes']}: the training split has {len(classes)} "
+                          "classes; expected at least that many (or null)")
+
+
+def check_one_batch(config: dict, dataset, num_processes: int = 1) -> None:
+    """The loader drops the last incomplete batch: fewer images than one batch per process would train 0 steps."""
+    needed = config["batch_size"] * num_processes
+    if len(dataset) < needed:
+        raise ConfigError(f"config batch_size={config['batch_size']}: the training split has {len(dataset)} images, "
+                          f"fewer than one batch ({config['batch_size']} x {num_processes} process(es)); expected a "
+                          "smaller batch_size or more images")
+
+
 def num_classes_of(dataset) -> int:
     reader = getattr(dataset, "reader", None)
     mapping = getattr(reader, "class_to_idx", None)
