@@ -49,11 +49,33 @@ def make_dataset(config: dict, split: str, transform=None, is_training: bool = F
     ``wds/`` or ``hfds/`` names pass through)."""
     if config["data_dir"] is None and not config["dataset"]:
         raise ConfigError("config data_dir: expected the folder of the dataset (train/ and val/ inside)")
+    if not config["dataset"]:
+        check_split_folder(config["data_dir"], split, "val_split" if not is_training else "train_split")
     dataset = create_dataset(config["dataset"], root=config["data_dir"], split=split, is_training=is_training,
                              batch_size=config["batch_size"], seed=config["seed"])
     if transform is not None:
         dataset.transform = transform
     return dataset
+
+
+SPLIT_SYNONYMS = (("train", "training"), ("val", "valid", "validation", "eval", "evaluation"))  # timm's
+
+
+def check_split_folder(data_dir, split: str, key: str) -> None:
+    """A folder dataset must have the split's folder (or one of timm's synonyms for it): timm otherwise reads the
+    whole ``data_dir`` (the training images too) as that split without a word."""
+    from pathlib import Path
+
+    root = Path(data_dir)
+    if not root.exists():
+        raise ConfigError(f"config data_dir={str(data_dir)!r}: no such folder or file")
+    if not root.is_dir():
+        return  # a tar file: timm reads the split inside
+    name = split.split("[")[0]
+    names = next((group for group in SPLIT_SYNONYMS if name in group), (name,))
+    if not any((root / candidate).is_dir() for candidate in (name, *names)):
+        raise ConfigError(f"config {key}={split!r}: no folder {root / name} (nor {', '.join(n for n in names if n != name)}"
+                          f"); expected {root}/{name}/<class>/ images")
 
 
 def train_transform(config: dict, model):
@@ -90,16 +112,15 @@ class TrainLabels:
 def match_classes(dataset, train_classes: dict | None, split: str) -> None:
     """Make ``dataset`` (an evaluation split) label its images with the training split's indices, by class name:
     a split missing some classes is mapped (labels after a gap would otherwise be shifted); one holding a class
-    the training split does not have (or no class folders: ``val/`` absent, so timm reads the root) is refused."""
+    the training split does not have is refused."""
     classes = classes_of(dataset)
     if train_classes is None or classes is None or classes == train_classes:
         return
     unknown = sorted(set(classes) - set(train_classes))
     if unknown:
         shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
-        raise ConfigError(f"config val_split={split!r}: its classes {shown} are not classes of the training split "
-                          f"(is {split}/ missing, so that the data_dir root was read?); expected class folders named "
-                          "as in the training split")
+        raise ConfigError(f"config val_split={split!r}: its classes {shown} are not classes of the training split; "
+                          "expected class folders named as in the training split")
     to_train = [0] * len(classes)
     for name, index in classes.items():
         to_train[index] = train_classes[name]
