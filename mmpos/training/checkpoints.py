@@ -21,6 +21,7 @@ import torch
 
 from .._safe_state import (UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors,
                            rng_state, set_rng_state, split_optimizer_state, write_json, write_tensors)
+from .vit_model import plain_model
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 FORMAT = 1
@@ -46,11 +47,6 @@ class TrainingState:
     ema: torch.nn.Module | None = None
 
 
-def _plain(accelerator, model) -> torch.nn.Module:
-    model = accelerator.unwrap_model(model)
-    return getattr(model, "_orig_mod", model)
-
-
 def _write_state(accelerator, state: TrainingState, folder: Path) -> None:
     """Every process writes its RNG file; the main process the rest (the same on every process under DDP)."""
     write_json(folder / f"rng_{accelerator.process_index}.json", rng_state())
@@ -58,7 +54,7 @@ def _write_state(accelerator, state: TrainingState, folder: Path) -> None:
         return
     from safetensors.torch import save_model
 
-    save_model(_plain(accelerator, state.model), str(folder / "model.safetensors"))
+    save_model(plain_model(accelerator, state.model), str(folder / "model.safetensors"))
     tensors, rest = split_optimizer_state(state.optimizer.state_dict())
     write_tensors(folder / "optimizer.safetensors", tensors)
     write_json(folder / "optimizer.json", rest)
@@ -105,9 +101,9 @@ def _read_state(accelerator, folder: Path, state: TrainingState) -> None:
     saved = read_json(folder / "trainer_state.json")
     if saved.get("format") != FORMAT:
         raise UnsafeStateError(f"{folder / 'trainer_state.json'}: format {saved.get('format')!r}, expected {FORMAT}")
-    _load_model(_plain(accelerator, state.model), folder / "model.safetensors", accelerator.device)
+    _load_model(plain_model(accelerator, state.model), folder / "model.safetensors", accelerator.device)
     live = state.optimizer.state_dict()
-    tensors = read_tensors(folder / "optimizer.safetensors", accelerator.device)
+    tensors = read_tensors(folder / "optimizer.safetensors", "cpu")  # as accelerate: the optimizer moves them
     state.optimizer.load_state_dict(join_optimizer_state(tensors, read_json(folder / "optimizer.json"), live))
     if state.ema is not None:
         _load_model(state.ema, folder / "ema.safetensors", next(state.ema.parameters()).device)
@@ -131,10 +127,10 @@ def _restore_rest(accelerator, state, scheduler, progress, step, scaler) -> None
 def _read_accelerate_state(accelerator, folder: Path, state: TrainingState) -> None:
     """A checkpoint of ``accelerator.save_state`` with the scheduler, progress and EMA registered (in that order)
     as ``custom_checkpoint_0/1/2.pkl``, every file read with ``weights_only=True``."""
-    plain = _plain(accelerator, state.model)
+    plain = plain_model(accelerator, state.model)
     weights = read_tensors(folder / "model.safetensors", accelerator.device)
     plain.load_state_dict({k.removeprefix("module.").removeprefix("_orig_mod."): v for k, v in weights.items()})
-    state.optimizer.load_state_dict(load_torch_file(folder / "optimizer.bin", accelerator.device))
+    state.optimizer.load_state_dict(load_torch_file(folder / "optimizer.bin", "cpu"))
     scheduler = load_torch_file(folder / "custom_checkpoint_0.pkl")
     progress = load_torch_file(folder / "custom_checkpoint_1.pkl")
     if state.ema is not None:
