@@ -20,6 +20,7 @@ import sys
 import torch
 
 from mmpos._atomic import written_atomically
+from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos.world.image_quality import psnr, ssim
 from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
 from mmpos.world.nvs_model import NVS_ENCODINGS
@@ -43,7 +44,7 @@ def make_data(args):
 
 
 def train(args):
-    data = torch.load(os.path.join(args.out, "data.pt"), weights_only=False)["train"]
+    data = load_torch_file(os.path.join(args.out, "data.pt"))["train"]
     name = f"{args.encoding}_s{args.seed}.pt"
     os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
     checkpoint = os.path.join(args.out, args.checkpoints, name)
@@ -53,10 +54,10 @@ def train(args):
 
 
 def report(args):
-    data = torch.load(os.path.join(args.out, "data.pt"), weights_only=False)
+    data = load_torch_file(os.path.join(args.out, "data.pt"))
     rows, models = [], {}
     for path in sorted(glob.glob(os.path.join(args.out, args.checkpoints, "*.pt"))):
-        saved = torch.load(path, weights_only=False)
+        saved = load_torch_file(path)
         if saved["step"] < saved["recipe"]["steps"]:
             print(f"skipping unfinished {path}", file=sys.stderr)
             continue
@@ -149,7 +150,10 @@ def main(argv=None):
     reporting = commands.add_parser("report")
     reporting.add_argument("--figure", default=None)
     args = parser.parse_args(argv)
-    {"data": make_data, "train": train, "report": report}[args.command](args)
+    try:
+        {"data": make_data, "train": train, "report": report}[args.command](args)
+    except UnsafeStateError as error:  # a data or checkpoint file that is not plain tensors and values
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":

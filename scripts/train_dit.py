@@ -7,7 +7,7 @@ A real run (ImageNet-style folder, SD VAE latents, bf16, 4 GPUs):
         --data folder --data-dir /data/imagenet/train --vae stabilityai/sd-vae-ft-ema --resolution 256 \
         --batch-size 64 --steps 400000 --mixed-precision bf16 --objective flow --output-dir outputs/dit_b2_mixed
 Resume with the same command plus ``--resume latest``. Outputs: ``checkpoint-<step>/`` (accelerate state:
-model, optimizer, EMA, RNG), ``model/`` and ``model_ema/`` (``DiT.from_pretrained``), ``samples.png``; each is
+model, optimizer, RNG; ``ema.safetensors``; nothing unpickled on resume), ``model/`` and ``model_ema/`` (``DiT.from_pretrained``), ``samples.png``; each is
 written under a temporary name and renamed into place, so a killed run keeps its last complete checkpoint. An
 --output-dir holding an earlier run is refused without --resume or --overwrite; a NaN or inf loss stops the run
 (exit code 1) before it reaches the weights.
@@ -159,8 +159,7 @@ def main(argv=None) -> int:
     if len(loader) == 0:
         raise SystemExit(f"the data set has fewer than --batch-size={args.batch_size} images")
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    ema.to(accelerator.device)
-    accelerator.register_for_checkpointing(ema)
+    ema.to(accelerator.device)  # checkpointed as ema.safetensors (accelerate would pickle a registered object)
     scheduler = make_noise_scheduler(args.objective)
 
     step = 0
@@ -168,7 +167,7 @@ def main(argv=None) -> int:
     if args.resume == "latest":
         resume = latest_checkpoint(args.output_dir)
     if resume is not None:
-        load_checkpoint(accelerator, resume)
+        load_checkpoint(accelerator, resume, ema)
         step = int(resume.name.split("-")[-1])
         accelerator.print(f"resumed from {resume} at step {step}")
 
@@ -188,21 +187,40 @@ def main(argv=None) -> int:
         bar.set_postfix(loss=f"{loss.item():.4f}")
         done = step + 1
         if done % args.checkpoint_every == 0 or done == args.steps:
-            save_checkpoint(accelerator, args.output_dir / f"checkpoint-{done}")
+            save_checkpoint(accelerator, args.output_dir / f"checkpoint-{done}", ema)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         save_outputs(args, accelerator.unwrap_model(model), ema.model, vae)
     return 0
 
 
-def load_checkpoint(accelerator, folder: Path) -> None:
-    """``accelerator.load_state``; a missing, truncated or foreign checkpoint ends the run naming its folder."""
+def load_checkpoint(accelerator, folder: Path, ema) -> None:
+    """``accelerator.load_state`` (safetensors and ``weights_only`` loads only) and ``ema.safetensors``; a missing,
+    truncated, foreign or unsafe checkpoint ends the run naming its folder. A checkpoint of earlier versions holds the
+    EMA as accelerate's ``custom_checkpoint_0.pkl``: read with ``weights_only=True`` (a pickled object is refused)."""
+    import tempfile
+
     from safetensors import SafetensorError
+    from safetensors.torch import load_model
+
+    from mmpos._safe_state import UnsafeStateError, load_torch_file
 
     if not folder.is_dir():
         raise SystemExit(f"train_dit.py: error: --resume {folder}: no such checkpoint folder")
+    old_ema = folder / "custom_checkpoint_0.pkl"
     try:
-        accelerator.load_state(str(folder))
+        if old_ema.is_file():
+            ema.load_state_dict(load_torch_file(old_ema, accelerator.device))
+            with tempfile.TemporaryDirectory() as view:  # the rest, without the custom object accelerate unpickles
+                for part in folder.iterdir():
+                    if part != old_ema:
+                        (Path(view) / part.name).symlink_to(part.resolve())
+                accelerator.load_state(view)
+        else:
+            accelerator.load_state(str(folder))
+            load_model(ema, str(folder / "ema.safetensors"), device=str(accelerator.device))
+    except UnsafeStateError as error:
+        raise SystemExit(f"train_dit.py: error: {folder}: cannot be resumed ({error})")
     except (OSError, EOFError, RuntimeError, ValueError, KeyError, SafetensorError) as error:
         message = " ".join(str(error).split())
         raise SystemExit(f"train_dit.py: error: {folder}: cannot be resumed ({type(error).__name__}: {message})")
@@ -213,7 +231,7 @@ def kept_message(output_dir: Path) -> str:
     return f"The last checkpoint, {kept}, is kept (--resume latest)." if kept else "No checkpoint was written yet."
 
 
-def save_checkpoint(accelerator, folder: Path) -> None:
+def save_checkpoint(accelerator, folder: Path, ema) -> None:
     """``accelerator.save_state`` into a hidden temporary folder (every process writes its part), renamed to
     ``folder`` by the main process once complete."""
     partial = folder.with_name(f".{folder.name}.partial")
@@ -221,6 +239,10 @@ def save_checkpoint(accelerator, folder: Path) -> None:
         shutil.rmtree(partial, ignore_errors=True)  # left over by a killed run
     accelerator.wait_for_everyone()
     accelerator.save_state(str(partial))
+    if accelerator.is_main_process:
+        from safetensors.torch import save_model
+
+        save_model(ema, str(partial / "ema.safetensors"))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         replace_folder(partial, folder)

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from mmpos._atomic import written_atomically
+from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos.world.video_data import make_clips
 from mmpos.world.video_training import STAGES, VideoRecipe, train_stage
 
@@ -52,7 +53,7 @@ def cached_clips(out: Path, scenes: int, frames: int, size: int) -> dict:
     """The training clips, rendered once per run folder (``OUT/clips-train.pt``)."""
     path = out / "clips-train.pt"
     if path.exists():
-        data = torch.load(path)
+        data = load_torch_file(path)
         if tuple(data["frames"].shape[:2]) == (scenes * 4, frames) and data["frames"].shape[-1] == size:
             return data
     data = make_clips("train", scenes, frames=frames, size=size, progress=True)
@@ -81,11 +82,14 @@ def main(argv=None) -> int:
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     out.mkdir(parents=True, exist_ok=True)
-    data = cached_clips(out, args.scenes, args.frames, args.size)
-    vae = AutoencoderKL.from_pretrained(args.vae)
-    base = WanTransformer3DModel.from_pretrained(args.base) if args.base else None
-    state = train_stage(recipe, data, out, vae, base, max_minutes=args.max_minutes, device=args.device,
-                        log=lambda line: print(line, flush=True))
+    try:
+        data = cached_clips(out, args.scenes, args.frames, args.size)
+        vae = AutoencoderKL.from_pretrained(args.vae)
+        base = WanTransformer3DModel.from_pretrained(args.base) if args.base else None
+        state = train_stage(recipe, data, out, vae, base, max_minutes=args.max_minutes, device=args.device,
+                            log=lambda line: print(line, flush=True))
+    except UnsafeStateError as error:  # a cache or state file that is not plain tensors and values
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     done = "finished" if state["finished"] else "stopped (rerun with --resume)"
     print(f"{args.stage}: {done} at step {state['step']}, {state['cpu_seconds'] / 60:.1f} CPU minutes")
     return 0

@@ -49,11 +49,33 @@ def make_dataset(config: dict, split: str, transform=None, is_training: bool = F
     ``wds/`` or ``hfds/`` names pass through)."""
     if config["data_dir"] is None and not config["dataset"]:
         raise ConfigError("config data_dir: expected the folder of the dataset (train/ and val/ inside)")
+    if not config["dataset"]:
+        check_split_folder(config["data_dir"], split, "val_split" if not is_training else "train_split")
     dataset = create_dataset(config["dataset"], root=config["data_dir"], split=split, is_training=is_training,
                              batch_size=config["batch_size"], seed=config["seed"])
     if transform is not None:
         dataset.transform = transform
     return dataset
+
+
+SPLIT_SYNONYMS = (("train", "training"), ("val", "valid", "validation", "eval", "evaluation"))  # timm's
+
+
+def check_split_folder(data_dir, split: str, key: str) -> None:
+    """A folder dataset must have the split's folder (or one of timm's synonyms for it): timm otherwise reads the
+    whole ``data_dir`` (the training images too) as that split without a word."""
+    from pathlib import Path
+
+    root = Path(data_dir)
+    if not root.exists():
+        raise ConfigError(f"config data_dir={str(data_dir)!r}: no such folder or file")
+    if not root.is_dir():
+        return  # a tar file: timm reads the split inside
+    name = split.split("[")[0]
+    names = next((group for group in SPLIT_SYNONYMS if name in group), (name,))
+    if not any((root / candidate).is_dir() for candidate in (name, *names)):
+        raise ConfigError(f"config {key}={split!r}: no folder {root / name} (nor {', '.join(n for n in names if n != name)}"
+                          f"); expected {root}/{name}/<class>/ images")
 
 
 def train_transform(config: dict, model):
@@ -69,6 +91,57 @@ def eval_transform(config: dict, model, height: int, width: int):
     base = data_config(config, model)
     return create_transform((3, height, width), is_training=False, interpolation=base["interpolation"],
                             mean=base["mean"], std=base["std"], crop_pct=base["crop_pct"])
+
+
+def classes_of(dataset) -> dict | None:
+    """``class_to_idx`` of a folder / tar dataset (None for datasets without named classes)."""
+    mapping = getattr(getattr(dataset, "reader", None), "class_to_idx", None)
+    return dict(mapping) if mapping else None
+
+
+class TrainLabels:
+    """Target transform: a label of the validation split -> the training split's label of the same class name."""
+
+    def __init__(self, to_train: list[int]):
+        self.to_train = to_train
+
+    def __call__(self, target):
+        return self.to_train[int(target)]
+
+
+def match_classes(dataset, train_classes: dict | None, split: str) -> None:
+    """Make ``dataset`` (an evaluation split) label its images with the training split's indices, by class name:
+    a split missing some classes is mapped (labels after a gap would otherwise be shifted); one holding a class
+    the training split does not have is refused."""
+    classes = classes_of(dataset)
+    if train_classes is None or classes is None or classes == train_classes:
+        return
+    unknown = sorted(set(classes) - set(train_classes))
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+        raise ConfigError(f"config val_split={split!r}: its classes {shown} are not classes of the training split; "
+                          "expected class folders named as in the training split")
+    to_train = [0] * len(classes)
+    for name, index in classes.items():
+        to_train[index] = train_classes[name]
+    dataset.target_transform = TrainLabels(to_train)
+
+
+def check_num_classes(config: dict, dataset) -> None:
+    """``num_classes`` set below the data's class count would give labels the head cannot score."""
+    classes = classes_of(dataset)
+    if config["num_classes"] is not None and classes and config["num_classes"] < len(classes):
+        raise ConfigError(f"config num_classes={config['num_classes']}: the training split has {len(classes)} "
+                          "classes; expected at least that many (or null)")
+
+
+def check_one_batch(config: dict, dataset, num_processes: int = 1) -> None:
+    """The loader drops the last incomplete batch: fewer images than one batch per process would train 0 steps."""
+    needed = config["batch_size"] * num_processes
+    if len(dataset) < needed:
+        raise ConfigError(f"config batch_size={config['batch_size']}: the training split has {len(dataset)} images, "
+                          f"fewer than one batch ({config['batch_size']} x {num_processes} process(es)); expected a "
+                          "smaller batch_size or more images")
 
 
 def num_classes_of(dataset) -> int:

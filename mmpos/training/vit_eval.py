@@ -22,7 +22,7 @@ from timm.utils import accuracy
 
 from .._atomic import written_atomically
 from .vit_config import ConfigError
-from .vit_data import eval_loader, eval_transform, make_dataset
+from .vit_data import eval_loader, eval_transform, make_dataset, match_classes
 from .vit_model import build_vit, load_weights, patch_size_of, plain_model
 
 EXTRAPOLATIONS = ("none", "pi", "ntk", "yarn")
@@ -77,8 +77,11 @@ def _model_for(kind, factor, config, model, state_dict, num_classes, grid):
 
 
 def evaluate_resolutions(config: dict, model, accelerator, sizes, aspects=(1.0,), extrapolations=("none",),
-                         num_classes: int | None = None) -> list[dict]:
-    """One row per (size, aspect, extrapolation): ``height``, ``width``, ``scale``, ``top1``, ``top5``."""
+                         num_classes: int | None = None, train_classes: dict | None = None) -> list[dict]:
+    """One row per (size, aspect, extrapolation): ``height``, ``width``, ``scale``, ``top1``, ``top5``.
+
+    ``train_classes``: the training split's ``class_to_idx``; the evaluation split is labelled by class name
+    with it (:func:`~.vit_data.match_classes`)."""
     bad = [k for k in extrapolations if k not in EXTRAPOLATIONS]
     if bad:
         raise ConfigError(f"eval_extrapolation: unknown {bad}; expected some of {list(EXTRAPOLATIONS)}")
@@ -92,6 +95,7 @@ def evaluate_resolutions(config: dict, model, accelerator, sizes, aspects=(1.0,)
         for aspect in aspects:
             height, width = int(size), int(round(size * aspect / patch)) * patch
             dataset = make_dataset(config, config["val_split"], eval_transform(config, model, height, width))
+            match_classes(dataset, train_classes, config["val_split"])
             loader = accelerator.prepare(eval_loader(dataset, config))
             factor = max(height, width) / config["img_size"]
             for kind in extrapolations:

@@ -3,8 +3,8 @@
     from mmpos.training import load_config, train_vit
     results = train_vit(load_config("configs/vit/world_relation.yaml"), "runs/rope_mixed", )
 
-A run folder holds ``config.yaml``, ``log.csv``, ``checkpoints/step_XXXXXXX`` (accelerate state, written to a
-temporary folder and renamed into place; the newest two kept), ``model.safetensors`` and ``results.json``.
+A run folder holds ``config.yaml``, ``log.csv``, ``checkpoints/step_XXXXXXX`` (safetensors and JSON, no pickle, see
+:mod:`.checkpoints`; written to a temporary folder and renamed into place; the newest two kept), ``model.safetensors`` and ``results.json``.
 Randomness is a function of (seed, update, process) for dropout/mixup and of (seed, epoch, sample) for
 augmentation, so ``resume`` continues with the losses an uninterrupted run would have had.
 """
@@ -25,9 +25,10 @@ from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
 from .._validation import check_finite_loss
-from .checkpoints import latest_checkpoint, load_checkpoint, prepare_run_folder, save_checkpoint
-from .vit_config import eval_sizes
-from .vit_data import SeededSamples, make_dataset, make_mixup, num_classes_of, train_loader, train_transform
+from .checkpoints import TrainingState, check_run_folder, latest_checkpoint, load_checkpoint, prepare_run_folder, save_checkpoint
+from .vit_config import check_config, check_resume_config, eval_sizes
+from .vit_data import (SeededSamples, check_num_classes, check_one_batch, classes_of, make_dataset, make_mixup,
+                       match_classes, num_classes_of, train_loader, train_transform)
 from .vit_eval import evaluate_resolutions, plot_results, save_results
 from .vit_model import build_vit, count_parameters, plain_model
 
@@ -35,7 +36,7 @@ SEED_STRIDE = 1_000_003
 
 
 class Progress:
-    """Where training stands (checkpointed with the accelerate state)."""
+    """Where training stands (checkpointed as JSON in ``trainer_state.json``)."""
 
     def __init__(self):
         self.step, self.epoch, self.batch, self.micro = 0, 0, 0, 0
@@ -104,16 +105,25 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
     ``eval_only``; ``results_name=None``: nothing written)."""
     if eval_only and results_name == "results.json":
         results_name = "eval_results.json"
+    check_config(config)
     run_dir = Path(output_dir)
-    accelerator = _make_accelerator(config, run_dir)
     if not eval_only:
-        prepare_run_folder(run_dir, resume, overwrite, accelerator)
-        if accelerator.is_main_process:
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
+        check_run_folder(run_dir, resume, overwrite)
+    if resume and not eval_only:
+        check_resume_config(config, run_dir / "config.yaml")  # the run keeps the config it was started with
+    accelerator = _make_accelerator(config, run_dir)
     set_seed(config["seed"])
     probe = build_vit({**config, "pretrained": False}, 1000)
     train_set = make_dataset(config, config["train_split"], train_transform(config, probe), is_training=True)
     num_classes = config["num_classes"] or num_classes_of(train_set)
+    check_num_classes(config, train_set)
+    train_classes = classes_of(train_set)
+    if not eval_only:
+        check_one_batch(config, train_set, accelerator.num_processes)
+        match_classes(make_dataset(config, config["val_split"]), train_classes, config["val_split"])  # refused now
+        prepare_run_folder(run_dir, resume, overwrite, accelerator)
+        if accelerator.is_main_process and not resume:  # a resumed run keeps its config.yaml
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
     set_seed(config["seed"])
     model = build_vit({**config, "pretrained": False} if eval_only else config, num_classes)  # weights: checkpoint
     optimizer, scheduler = _optimizer_and_scheduler(config, model)
@@ -123,19 +133,18 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
     model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader(seeded, config))
     ema = ModelEmaV3(plain_model(accelerator, model), decay=config["ema_decay"]) if config["ema_decay"] else None
     progress = Progress()
-    accelerator.register_for_checkpointing(scheduler, progress, *([ema] if ema is not None else []))
+    state = TrainingState(model, optimizer, scheduler, progress, ema)  # checkpointed without pickle
     start = checkpoint or (latest_checkpoint(run_dir) if resume else None)
     if start is not None:
-        load_checkpoint(accelerator, start)
+        load_checkpoint(accelerator, start, state)
         accelerator.print(f"resumed from {start} at update {progress.step}")
     if not eval_only:
         if accelerator.trackers == [] and accelerator.log_with:
             accelerator.init_trackers("vit", config={k: str(v) for k, v in config.items()})
-        _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loader, seeded, ema, progress,
-                    num_classes)
+        _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes)
     evaluated = ema.module if ema is not None else model
     rows = evaluate_resolutions(config, evaluated, accelerator, eval_sizes(config), config["eval_aspects"],
-                                config["eval_extrapolation"], num_classes)
+                                config["eval_extrapolation"], num_classes, train_classes=train_classes)
     results = {"model": config["model"], "pe": config["pe"], "steps": progress.step,
                "parameters": count_parameters(plain_model(accelerator, model)), "eval": rows}
     if accelerator.is_main_process and results_name:
@@ -145,8 +154,8 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
     return results
 
 
-def _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loader, seeded, ema, progress,
-                num_classes):
+def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes):
+    model, optimizer, scheduler, progress, ema = state.model, state.optimizer, state.scheduler, state.progress, state.ema
     mixup = make_mixup(config, num_classes)
     criterion = _criterion(config, mixup)
     log = CsvLog(run_dir / "log.csv", accelerator.is_main_process)
@@ -185,7 +194,7 @@ def _train_loop(config, run_dir, accelerator, model, optimizer, scheduler, loade
             if progress.step % config["log_every"] == 0 or progress.step == config["steps"]:
                 _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started)
             if progress.step % config["checkpoint_every"] == 0 or progress.step == config["steps"]:
-                save_checkpoint(accelerator, run_dir, progress.step)
+                save_checkpoint(accelerator, run_dir, progress.step, state)
             if progress.step >= config["steps"]:
                 break
         else:

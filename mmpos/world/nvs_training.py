@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._atomic import written_atomically
+from .._safe_state import load_torch_file
 from .image_quality import psnr, ssim
 from .nvs_data import select
 from .nvs_model import NovelViewTransformer
@@ -64,14 +65,14 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
     state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, previous_steps=0,
                  previous_cpu_seconds=0.0)
     if recipe.init_from and not os.path.exists(checkpoint):
-        start = torch.load(recipe.init_from, weights_only=False)
+        start = load_torch_file(recipe.init_from)
         if start["recipe"]["encoding"] != recipe.encoding or start["step"] < start["recipe"]["steps"]:
             raise ValueError(f"init_from must be a finished {recipe.encoding} checkpoint, got {recipe.init_from}")
         model.load_state_dict(start["model"])
         state["previous_steps"] = start.get("previous_steps", 0) + start["step"]
         state["previous_cpu_seconds"] = start.get("previous_cpu_seconds", 0.0) + start["cpu_seconds"]
     if os.path.exists(checkpoint):
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = load_torch_file(checkpoint)
         if asdict(NVSRecipe(**saved["recipe"])) != state["recipe"]:
             raise ValueError(f"{checkpoint} was written by another recipe: {saved['recipe']}")
         model.load_state_dict(saved.pop("model"))
@@ -101,7 +102,7 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
 
 
 def load_trained(checkpoint: str, image_size: int = 32) -> NovelViewTransformer:
-    saved = torch.load(checkpoint, weights_only=False)
+    saved = load_torch_file(checkpoint)
     model = build_model(NVSRecipe(**saved["recipe"]), image_size)
     model.load_state_dict(saved["model"])
     return model.eval()

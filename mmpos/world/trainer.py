@@ -161,7 +161,7 @@ class WorldTrainer:
         saved = _read_part(progress_file, lambda: json.loads(progress_file.read_text()))
         _read_part(state_dir, lambda: self.accelerator.load_state(str(state_dir)))
         ema_file = state_dir / "ema.pt"
-        self.ema.load_state_dict(_read_part(ema_file, lambda: _ema_state(torch.load(ema_file,
+        self.ema.load_state_dict(_read_part(ema_file, lambda: _ema_state(torch.load(ema_file, weights_only=True,
                                                                                     map_location=self.device))))
         self.step, self.trained_seconds, self.history = saved["step"], saved["trained_seconds"], saved["history"]
         self.initial_validation = saved.get("initial_validation")

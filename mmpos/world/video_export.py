@@ -18,6 +18,7 @@ import torch
 
 from .video_data import AMOUNTS, CLIP_FRAMES, CLIP_SIZE, MOTIONS
 from .._atomic import check_new_output, folder_written_atomically
+from .._safe_state import load_torch_file
 
 SCHEDULER_SHIFT = 1.0
 
@@ -25,7 +26,7 @@ SCHEDULER_SHIFT = 1.0
 def stage_summary(run: Path, window: int = 100) -> dict:
     """What a finished stage's ``state.pt`` records: recipe, steps, CPU minutes, loss curve (means of
     ``window`` steps) and final loss (mean of the last ``window``)."""
-    state = torch.load(run / "state.pt", weights_only=False, map_location="cpu")
+    state = load_torch_file(run / "state.pt")
     if not state["finished"]:
         raise ValueError(f"{run} is not finished (step {state['step']} of {state['recipe']['steps']})")
     losses = state["losses"]

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .._atomic import folder_written_atomically, written_atomically
+from .._safe_state import load_torch_file
 from .._validation import check_choice
 from .losses import vae_loss
 from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
@@ -81,7 +82,7 @@ class VideoStage:
     def _continue_from(self, run: Path) -> None:
         """Start from the exported weights of a finished run of the same stage (a fresh optimiser and schedule)."""
         folder = run / EXPORTED.get(self.recipe.stage, "camera_adapter")
-        state = torch.load(run / "state.pt", weights_only=False, map_location="cpu") if (run / "state.pt").exists() \
+        state = load_torch_file(run / "state.pt") if (run / "state.pt").exists() \
             else None
         if state is None or not state["finished"] or state["recipe"]["stage"] != self.recipe.stage:
             raise ValueError(f"init_from must be a finished {self.recipe.stage!r} run folder, got {run}")
@@ -143,7 +144,7 @@ def train_stage(recipe: VideoRecipe, data: dict, out, vae, base=None, max_minute
     state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, finished=False)
     checkpoint = out / "state.pt"
     if checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False, map_location=stage.device)
+        saved = load_torch_file(checkpoint, map_location=stage.device)
         if saved["recipe"] != state["recipe"]:
             raise ValueError(f"{checkpoint} was written by another recipe: {saved['recipe']}; pass another out")
         stage.trained.load_state_dict(saved.pop("model"))
