@@ -26,6 +26,7 @@ _MODULES = (
     "hidream",
     "kandinsky6",
     "ltx",
+    "hunyuan_video15",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
