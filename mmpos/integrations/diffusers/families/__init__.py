@@ -27,6 +27,7 @@ _MODULES = (
     "kandinsky6",
     "ltx",
     "hunyuan_video15",
+    "hunyuan_video",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
