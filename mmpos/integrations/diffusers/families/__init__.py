@@ -28,6 +28,7 @@ _MODULES = (
     "ltx",
     "hunyuan_video15",
     "hunyuan_video",
+    "skyreels_v2",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
