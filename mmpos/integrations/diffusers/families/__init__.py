@@ -29,6 +29,7 @@ _MODULES = (
     "hunyuan_video15",
     "hunyuan_video",
     "skyreels_v2",
+    "cogview4",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
