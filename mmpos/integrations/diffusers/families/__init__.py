@@ -33,6 +33,10 @@ _MODULES = (
     "z_image",
     "lumina2",
     "qwenimage21",
+    "hunyuan_video15",
+    "hunyuan_video",
+    "skyreels_v2",
+    "cogview4",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
