@@ -11,7 +11,6 @@ holding anything but tensors and plain values is refused naming it (accelerate i
 """
 from __future__ import annotations
 
-import re
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -21,18 +20,11 @@ import torch
 
 from .._safe_state import (UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors,
                            rng_state, set_rng_state, split_optimizer_state, write_json, write_tensors)
+from .run_folders import (STEP_DIR, RunExistsError, UnreadableCheckpointError, check_run_folder,  # noqa: F401
+                          checkpoints, latest_checkpoint)
 from .vit_model import plain_model
 
-STEP_DIR = re.compile(r"^step_(\d+)$")
 FORMAT = 1
-
-
-class RunExistsError(FileExistsError):
-    """The run folder exists and neither resume nor overwrite was asked."""
-
-
-class UnreadableCheckpointError(ValueError):
-    """A checkpoint folder whose files are missing, truncated, foreign or unsafe (pickled objects)."""
 
 
 @dataclass
@@ -152,36 +144,6 @@ def prepare_run_folder(run_dir: Path, resume: bool, overwrite: bool, accelerator
             shutil.rmtree(run_dir)
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
-
-
-def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
-    """:class:`RunExistsError` / ``FileNotFoundError`` for a run folder that cannot be used as asked (nothing is
-    written); returns whether it exists and holds files."""
-    if resume and overwrite:
-        raise RunExistsError("--resume and --overwrite exclude each other")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunExistsError(f"run folder {run_dir} is a file; choose another --output-dir")
-    exists = run_dir.exists() and any(run_dir.iterdir())
-    if exists and not (resume or overwrite):
-        raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to "
-                             f"replace it")
-    if resume and latest_checkpoint(run_dir) is None:
-        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}")
-    return exists
-
-
-def checkpoints(run_dir) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(run_dir) -> Path | None:
-    found = checkpoints(run_dir)
-    return found[-1] if found else None
 
 
 def save_checkpoint(accelerator, run_dir, step: int, state: TrainingState, keep: int = 2) -> Path:

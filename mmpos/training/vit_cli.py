@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .._arguments import DefaultsHelpFormatter, OneLineErrorParser, positive_int_arg
-from .checkpoints import RunExistsError, UnreadableCheckpointError, latest_checkpoint
+from .run_folders import RunExistsError, UnreadableCheckpointError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
 USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError, UnreadableCheckpointError)

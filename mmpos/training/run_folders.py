@@ -1,0 +1,46 @@
+"""A run folder and its complete checkpoints (``checkpoints/step_<N>``), without torch: the command line checks
+``--resume`` / ``--overwrite`` before anything heavy is imported (:mod:`.checkpoints` writes and reads them)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class RunExistsError(FileExistsError):
+    """The run folder exists and neither resume nor overwrite was asked."""
+
+
+class UnreadableCheckpointError(ValueError):
+    """A checkpoint folder whose files are missing, truncated, foreign or unsafe (pickled objects)."""
+
+
+def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
+    """:class:`RunExistsError` / ``FileNotFoundError`` for a run folder that cannot be used as asked (nothing is
+    written); returns whether it exists and holds files."""
+    if resume and overwrite:
+        raise RunExistsError("--resume and --overwrite exclude each other")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunExistsError(f"run folder {run_dir} is a file; choose another --output-dir")
+    exists = run_dir.exists() and any(run_dir.iterdir())
+    if exists and not (resume or overwrite):
+        raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to "
+                             f"replace it")
+    if resume and latest_checkpoint(run_dir) is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}")
+    return exists
+
+
+def checkpoints(run_dir) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir) -> Path | None:
+    found = checkpoints(run_dir)
+    return found[-1] if found else None
