@@ -115,7 +115,7 @@ def test_a_base_install_runs_every_default_command(wheel, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": ""}
     failures = []
     for command in BASE_COMMANDS:
-        argv = [a.format(img=work, data=work / "data") for a in command]
+        argv = [a.replace("{img}", str(work)).replace("{data}", str(work / "data")) for a in command]
         result = subprocess.run([mmpos_cli, *argv], cwd=work, capture_output=True, text=True, timeout=1200, env=env)
         if result.returncode != 0:
             failures.append(f"mmpos {' '.join(argv)} -> {result.returncode}: {result.stderr[-2000:]}")
