@@ -1,13 +1,13 @@
 """Forward time of every registered diffusers family with ``set_pe`` (native, DyPE) over the stock model.
 
-Each family's tiny conformance config (``tests/fixtures/families.py``) runs a forward on a ``--grid`` token grid;
-three copies of the same model, same inputs: stock, ``set_pe(model, "native")`` and DyPE trained at half the grid
-(every step a new sigma, as in sampling, so DyPE rebuilds its tables each forward). Calls are interleaved
+Each family's tiny conformance config (``tests/fixtures/families.py``) runs a forward on ``--scale`` times its
+training grid; three copies of the same model, same inputs: stock, ``set_pe(model, "native")`` and DyPE trained at
+the case's grid (every step a new sigma, as in sampling, so DyPE rebuilds its tables each forward). Calls are interleaved
 round by round; reported: median ms per forward and the ratio to stock (target for native: <= 1.02x). Native
 builds its tables once and reuses them while the inputs stay the same tensors (as pipelines pass them), so on
 these small configs it may be faster than stock, which rebuilds them every forward.
 
-    python benchmarks/bench_families.py --grid 16 --repeats 9 --threads 1
+    python benchmarks/bench_families.py --scale 2 --repeats 9 --threads 1
 """
 from __future__ import annotations
 
@@ -25,18 +25,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tiny family cases
 
 
-def bench_family(name: str, grid: int, repeats: int) -> dict:
+def bench_family(name: str, scale: int, repeats: int) -> dict:
     from fixtures.families import CASES, output
     from mmpos.integrations.diffusers import model_extrapolation, set_pe
+    from mmpos.integrations.diffusers.families import get_family
 
     case = CASES[name]
     stock = case.model()
     native, dype = copy.deepcopy(stock), copy.deepcopy(stock)
     set_pe(native, "native")
-    set_pe(dype, "native", extrapolation=model_extrapolation(dype, "dype", (grid // 2, grid // 2)))
+    set_pe(dype, "native", extrapolation=model_extrapolation(dype, "dype", case.grid))
     sigmas = iter([1.0 - i / (4 * repeats + 8) for i in range(4 * repeats + 8)])
-    inputs = case.inputs(grid, grid)
-    timestep = next(k for k in inputs if "timestep" in k)
+    rows, cols = case.grid
+    inputs = case.inputs(scale * rows, scale * cols)
+    timestep = get_family(name).timestep_arg[0]  # the forward's timestep argument
 
     def forward(model, fresh_sigma=False):
         kwargs = inputs
@@ -66,14 +68,14 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--grid", type=int, default=16, help="image grid side in tokens (video: 2 frames)")
+    parser.add_argument("--scale", type=int, default=2, help="times each case's training grid (video: 2 frames)")
     parser.add_argument("--repeats", type=int, default=9, help="timed rounds")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--families", nargs="*", help="registered family names (default: all)")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    if args.grid < 2 or args.grid % 2:
-        parser.error(f"--grid must be an even number >= 2, got {args.grid}")
+    if args.scale < 1:
+        parser.error(f"--scale must be >= 1, got {args.scale}")
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     torch.set_num_threads(args.threads)
@@ -82,11 +84,11 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--families: unknown {unknown}; expected some of {builtin_families()}")
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"grid {args.grid}x{args.grid}, median of {args.repeats}")
+          f"{args.scale}x each case's training grid, median of {args.repeats}")
     print(f"{'family':<16} {'stock ms':>9} {'native/stock':>13} {'dype/stock':>11} {'native == stock':>16}")
     rows = []
     for name in names:
-        row = bench_family(name, args.grid, args.repeats)
+        row = bench_family(name, args.scale, args.repeats)
         rows.append(row)
         print(f"{name:<16} {row['stock_ms']:9.2f} {row['native_x']:12.3f}x {row['dype_x']:10.3f}x "
               f"{str(row['native_equals_stock']):>16}", flush=True)

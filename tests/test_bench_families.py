@@ -6,7 +6,7 @@ from bench_families import main
 
 def test_bench_families_runs_and_native_equals_stock(tmp_path, capsys):
     out = tmp_path / "rows.json"
-    assert main(["--grid", "2", "--repeats", "1", "--families", "flux2", "qwen", "--out", str(out)]) == 0
+    assert main(["--scale", "1", "--repeats", "1", "--families", "flux2", "qwen", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert [r["family"] for r in rows] == ["flux2", "qwen"]
     assert all(r["native_equals_stock"] and r["native_x"] > 0 and r["dype_x"] > 0 for r in rows)
