@@ -89,6 +89,15 @@ class _PEProcessor:
                                      parallel_config=parallel_config)
 
 
+def processors_beneath(beneath, rotation, processor_class) -> dict:
+    """One mmpos processor per layer (layer index -> processor) over ``beneath`` (``(name, stock processor)``
+    pairs), keeping each stock processor's dispatch backend and parallel config; ``processor_class(stock)`` picks
+    the class (families with several attention kinds)."""
+    return {layer: processor_class(stock)(rotation, layer, getattr(stock, "_attention_backend", None),
+                                          getattr(stock, "_parallel_config", None))
+            for layer, (_, stock) in enumerate(beneath)}
+
+
 def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
     """q, k, v as ``[B, S, H, D]`` after qk-norm, text prepended in double blocks; RoPE not yet applied.
 

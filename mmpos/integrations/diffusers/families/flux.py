@@ -30,12 +30,9 @@ def flux_seam(model, stock, encodings, native, coord_axes):
 
 
 def flux_processors(beneath, rotation, native):
-    from ..processors import FluxPEAttnProcessor, flux_stock_rotation
+    from ..processors import FluxPEAttnProcessor, flux_stock_rotation, processors_beneath
 
-    rotation = flux_stock_rotation if native else rotation
-    return {layer: FluxPEAttnProcessor(rotation, layer, getattr(stock, "_attention_backend", None),
-                                       getattr(stock, "_parallel_config", None))
-            for layer, (_, stock) in enumerate(beneath)}
+    return processors_beneath(beneath, flux_stock_rotation if native else rotation, lambda _: FluxPEAttnProcessor)
 
 
 def _positional(args, index):

@@ -15,7 +15,7 @@ import torch
 
 from ....ops.tables import RotaryTable, device_has_fp64
 from ..positions import PositionSeam, pack_tables
-from ..processors import _PEProcessor
+from ..processors import _PEProcessor, processors_beneath
 from . import register_family
 from .base import Family, extents_of
 from .codecs import cos_sin_repeated
@@ -132,10 +132,8 @@ class Flux2PEParallelSelfAttnProcessor(_PEProcessor):
 
 def _processors(beneath, rotation, native):
     double, _ = _stock_processors()
-    rotation = _Flux2Rotation(rotation)
-    return {layer: (Flux2PEAttnProcessor if isinstance(stock, double) else Flux2PEParallelSelfAttnProcessor)(
-                rotation, layer, getattr(stock, "_attention_backend", None), getattr(stock, "_parallel_config", None))
-            for layer, (_, stock) in enumerate(beneath)}
+    return processors_beneath(beneath, _Flux2Rotation(rotation), lambda stock: Flux2PEAttnProcessor
+                              if isinstance(stock, double) else Flux2PEParallelSelfAttnProcessor)
 
 
 FLUX2 = register_family(Family(

@@ -9,24 +9,17 @@ theta 256. Text tokens get no rotary position; the schedule's extents are the pa
 """
 from __future__ import annotations
 
-from . import register_family
-from .base import Family
-from .hunyuan_video15 import latent_grid_tables
+from dataclasses import replace
 
-HUNYUAN_VIDEO = register_family(Family(
+from . import register_family
+from .hunyuan_video15 import HUNYUAN_VIDEO15
+
+# HunyuanVideo 1.5's family with 1.0's classes, pipelines and training size
+HUNYUAN_VIDEO = register_family(replace(
+    HUNYUAN_VIDEO15,
     name="hunyuan_video",
     classes=("diffusers.models.transformers.transformer_hunyuan_video:HunyuanVideoTransformer3DModel",),
-    position_attr="rope",
-    axis_names=("t", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.config.rope_axes_dim),
-    native_theta=lambda model: float(model.config.rope_theta),
-    image_axes=(1, 2),
-    time_axis=0,
-    tables=latent_grid_tables,
-    timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
-    timestep_arg=("timestep", 1),
     pipelines=("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
     train_size=960,  # 720p (1280 x 720 ~ 960 x 960)
     pixels_per_token=16,  # 8x VAE, patch 2
-    notes="video tokens only (text unrotated); grid from the latent shape",
 ))

@@ -36,12 +36,9 @@ def _seam(model, stock, encodings, native, coord_axes):
 
 
 def _processors(beneath, rotation, native):
-    from ..processors import WanPEAttnProcessor, wan_stock_rotation
+    from ..processors import WanPEAttnProcessor, processors_beneath, wan_stock_rotation
 
-    rotation = wan_stock_rotation if native else rotation
-    return {layer: WanPEAttnProcessor(rotation, layer, getattr(stock, "_attention_backend", None),
-                                      getattr(stock, "_parallel_config", None))
-            for layer, (_, stock) in enumerate(beneath)}
+    return processors_beneath(beneath, wan_stock_rotation if native else rotation, lambda _: WanPEAttnProcessor)
 
 
 def check_no_sharded_seam(model) -> None:
