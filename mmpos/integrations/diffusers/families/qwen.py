@@ -46,6 +46,10 @@ class QwenPositions(PositionSeam):
     def __init__(self, encodings, native, coord_axes, theta: float):
         super().__init__(encodings, native, coord_axes)
         self.theta = float(theta)
+        self._plain_of = None  # (spectrum, whether it is the plain ladder): compared once per spectrum object
+        for encoding in encodings:  # a fixed spectrum is checked here, so a traced forward compares nothing
+            if getattr(encoding, "schedule", None) is None and native:
+                self.is_plain(encoding, encoding.spectrum)
 
     def forward(self, video_fhw, device=None, max_txt_seq_len=None):
         if max_txt_seq_len is None:
@@ -72,12 +76,18 @@ class QwenPositions(PositionSeam):
         if cached is None:
             spectrum = encoding.spectrum
             inv_freq = _stock_ladder(encoding.axes_dims, self.theta, coords.device)
-            if not _is_plain(spectrum, encoding.axes_dims, self.theta):
+            if not self.is_plain(encoding, spectrum):
                 inv_freq = spectrum.inv_freq.to(coords.device, torch.float32)
             phase = coords[:, spectrum.axis_of_pair.to(coords.device)] * inv_freq  # fp32, as torch.outer there
             magnitude = spectrum.magnitude.to(coords.device, torch.float32).expand_as(phase)
             cached = table.qwen_native = torch.polar(magnitude.contiguous(), phase)
         return cached
+
+    def is_plain(self, encoding, spectrum) -> bool:
+        """``spectrum`` is the plain ladder (the stock arithmetic applies), decided once per spectrum object."""
+        if self._plain_of is None or self._plain_of[0] is not spectrum:
+            self._plain_of = (spectrum, _is_plain(spectrum, encoding.axes_dims, self.theta))
+        return self._plain_of[1]
 
 
 def _stock_ladder(axes_dims, theta, device) -> torch.Tensor:
