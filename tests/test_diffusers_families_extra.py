@@ -4,7 +4,7 @@ backwards (``t = 1 - sigma``)."""
 import pytest
 import torch
 
-from fixtures.families import CASES, _lumina2, _z_image, output
+from fixtures.families import CASES, _lumina2, _z_image, output, randn
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 
 
@@ -68,3 +68,46 @@ def test_backwards_time_gives_the_steps_sigma(family):
     for sigma in (0.2, 0.9):
         run(model, case.inputs(2 * rows, 2 * cols, sigma=sigma))
         assert position_module(model).encodings[0].step.sigma == pytest.approx(sigma)
+
+
+def _z_image_uneven_batch():
+    """Two samples whose captions (7, 40 tokens) and images (4 x 4, 4 x 7 tokens) differ: the model pads each
+    kind to a multiple of 32, then the batch to its longest sequence (zero tables, an attention mask)."""
+    return dict(x=[randn(4, 1, 8, 8), randn(4, 1, 8, 14, seed=5)], t=torch.tensor([0.5, 0.5]),
+                cap_feats=[randn(7, 16, seed=2), randn(40, 16, seed=3)])
+
+
+def _latents(model, inputs) -> list:
+    """Z-Image's per-image outputs (a list: the images differ in size)."""
+    with torch.no_grad():
+        return list(model(**inputs, return_dict=False)[0])
+
+
+def test_z_image_mmpos_processors_carry_padded_uneven_batches():
+    """The seam's packed tables go through the model's split, padding and concatenations; with the native spectrum
+    the mmpos processors give what the stock ones give on a batch that needs batch padding and a mask."""
+    model = _z_image(axes_lens=[128, 8, 8]).eval()  # the 40-token caption's image index is past 64
+    inputs = _z_image_uneven_batch()
+    stock = _latents(model, inputs)
+    set_pe(model, "rope_axial")
+    assert type(model.layers[0].attention.processor).__name__ == "ZImagePEAttnProcessor"
+    for out, expected in zip(_latents(model, inputs), stock, strict=True):
+        assert torch.allclose(out, expected, atol=2e-5, rtol=1e-4)
+    set_pe(model, "rope_mixed", per_layer=True)  # per-head tables [B, S, H, 2P]
+    assert all(torch.isfinite(out).all() for out in _latents(model, inputs))
+
+
+def test_z_image_nope_is_the_stock_model_with_every_rotation_the_identity():
+    """``"nope"``: the seam returns no channels and the processors skip the rotation; the reference is the stock
+    model whose tables are all ``polar(1, 0) = 1``."""
+    case = CASES["z_image"]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = model.rope_embedder
+    pairs = sum(stock.axes_dims) // 2
+    model.rope_embedder = lambda ids: torch.ones(ids.shape[0], pairs, dtype=torch.complex64)
+    expected = run(model, inputs)
+    model.rope_embedder = stock
+    assert (expected - run(model, inputs)).abs().max() > 1e-4  # positions matter in the stock model
+    set_pe(model, "nope")
+    assert torch.allclose(run(model, inputs), expected, atol=2e-5, rtol=1e-4)

@@ -44,7 +44,7 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     positional encoding.
 
     Tier-1 families (the seam is replaced, the stock processors stay) take ``pe="native"`` with the spectrum
-    options; tier-2 families (FLUX.1, Wan, Qwen-Image: mmpos processors) take any rotary encoding.
+    options; tier-2 families (FLUX.1, FLUX.2, Chroma, Wan, Qwen-Image, Z-Image: mmpos processors) take any rotary encoding.
 
     Args:
         transformer: the model, changed in place (and returned).

@@ -8,11 +8,20 @@ computes the same rows from the positions instead (:class:`~.codecs.PrecomputedR
 Captions are ``(1 + j, 0, 0)`` and images ``(caption length + 1, row, col)``; padding tokens are ``(0, 0, 0)``. A
 schedule reads its scale from each call's rows and columns: captions (extent 1) keep the training spectrum.
 The pipelines pass ``t = 1 - sigma`` (time running backwards).
+
+Tier 2: ``"native"`` (and its spectrum options) rebuilds the stock tables above and keeps the stock
+``ZSingleStreamAttnProcessor``; any other rotary encoding runs through :class:`ZImagePEAttnProcessor`. The model
+splits each call's tables per sample, pads them (``pad_sequence``, zeros) and concatenates the image and caption
+halves along the sequence: :class:`ZImagePositions` returns packed real tables ``[S, G, 2P]``, sequence first, so
+those operations give each layer ``[B, L, G, 2P]``, the tables of its padded joint sequence.
 """
 from __future__ import annotations
 
 import torch
 
+from ....ops.tables import RotaryTable
+from ..positions import PositionSeam, pack_tables
+from ..processors import _PEProcessor
 from . import register_family
 from .base import Family, extents_of
 from .codecs import complex_pairs, precomputed_rows
@@ -38,7 +47,84 @@ def _spectra(seam, ids: torch.Tensor):
     return seam.training_spectra() if max(rows, cols) <= 1 else seam.axis_spectra(extents=extents)
 
 
-Z_IMAGE = register_family(Family(
+
+# ---- tier 2: any rotary encoding through mmpos processors ---------------------------------------------------------
+class ZImagePositions(PositionSeam):
+    """Replaces ``rope_embedder`` for an mmpos encoding: each call (image, caption, SigLIP ids ``[S, 3]``) returns
+    the packed tables ``[S, G, 2P]`` (:func:`~..positions.pack_tables`; ``G``: the encodings' groups), or ``[S, 0]``
+    for ``"nope"``. A table is per token, so the model's split, padding and concatenation along dim 0 carry it."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        self.forwards += 1
+        if ids.dim() != 2 or ids.shape[-1] != 3:
+            raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, 3] (index, row, col)")
+        coords = ids.float()
+        if not self.encodings:
+            return coords.new_zeros(coords.shape[0], 0)
+        tables = self.tables(coords, self.run_dtype(torch.float32, coords.device))
+        if not all(isinstance(t, RotaryTable) for t in tables):
+            raise TypeError("Z-Image pads and concatenates the tables along the sequence: the encoding must give "
+                            f"rotary tables (got {[type(t).__name__ for t in tables]})")
+        return pack_tables(tables)[0]
+
+
+def _attention(model):
+    """``(name, Attention)`` of every ``ZImageTransformerBlock`` (refiners, then the main layers, in module order)."""
+    from diffusers.models.transformers.transformer_z_image import ZImageTransformerBlock
+
+    return [(f"{name}.attention", m.attention) for name, m in model.named_modules()
+            if isinstance(m, ZImageTransformerBlock)]
+
+
+def _stock_processor():
+    from diffusers.models.transformers.transformer_z_image import ZSingleStreamAttnProcessor
+
+    return ZSingleStreamAttnProcessor
+
+
+def _seam(model, stock, encodings, native, coord_axes):
+    return ZImagePositions(encodings, native, coord_axes)
+
+
+class ZImagePEAttnProcessor(_PEProcessor):
+    """``ZSingleStreamAttnProcessor`` (self-attention on ``[B, S, H, D]``, optional qk RMS norm) with the rotation
+    from mmpos: ``freqs_cis`` is the padded packed tables ``[B, S, G, 2P]`` (``[B, S, 0]``: no encoding)."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, freqs_cis=None):
+        query = attn.to_q(hidden_states).unflatten(-1, (attn.heads, -1))
+        key = attn.to_k(hidden_states).unflatten(-1, (attn.heads, -1))
+        value = attn.to_v(hidden_states).unflatten(-1, (attn.heads, -1))
+        if attn.norm_q is not None:
+            query = attn.norm_q(query)
+        if attn.norm_k is not None:
+            key = attn.norm_k(key)
+        if freqs_cis is not None and freqs_cis.shape[-1]:
+            query, key = self.rotation(query, key, (freqs_cis, None), self.layer)
+        dtype = query.dtype
+        if attention_mask is not None and attention_mask.ndim == 2:  # [B, S] -> [B, 1, 1, S]
+            attention_mask = attention_mask[:, None, None, :]
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        output = attn.to_out[0](hidden_states.flatten(2, 3).to(dtype))
+        return attn.to_out[1](output) if len(attn.to_out) > 1 else output
+
+
+def _processors(beneath, rotation, native):
+    return {layer: ZImagePEAttnProcessor(rotation, layer, getattr(stock, "_attention_backend", None),
+                                         getattr(stock, "_parallel_config", None))
+            for layer, (_, stock) in enumerate(beneath)}
+
+
+class _ZImageFamily(Family):
+    """Z-Image's config names its heads ``n_heads`` and its width ``dim`` (no ``attention_head_dim``)."""
+
+    def head_dim(self, model) -> int:
+        return int(model.config.dim) // int(model.config.n_heads)
+
+    def num_heads(self, model) -> int:
+        return int(model.config.n_heads)
+
+
+Z_IMAGE = register_family(_ZImageFamily(
     name="z_image",
     classes=("diffusers.models.transformers.transformer_z_image:ZImageTransformer2DModel",),
     position_attr="rope_embedder",
@@ -46,7 +132,12 @@ Z_IMAGE = register_family(Family(
     native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims),
     native_theta=lambda model: float(model.config.rope_theta),
     image_axes=(1, 2),
-    tables=z_image_tables,
+    tables=z_image_tables,  # native: the stock processors stay
+    tier=2,  # any other rotary encoding: mmpos processors
+    attention_modules=_attention,
+    stock_processor=_stock_processor,
+    make_processors=_processors,
+    make_seam=_seam,
     timestep_per_sigma=-1.0,  # ZImagePipeline passes t = (1000 - timestep) / 1000 = 1 - sigma
     timestep_at_zero_sigma=1.0,
     timestep_arg=("t", 1),
@@ -54,5 +145,5 @@ Z_IMAGE = register_family(Family(
                "ZImageControlNetInpaintPipeline", "ZImageOmniPipeline"),
     train_size=1024,
     pixels_per_token=16,
-    notes="positions past axes_lens (the 2048 px wall) computed, not indexed; t = 1 - sigma",
+    notes="any rotary encoding (native: stock processors); positions past axes_lens (the 2048 px wall) computed, not indexed; t = 1 - sigma",
 ))
