@@ -20,7 +20,7 @@ $(VENV)/.test: $(VENV)/.base
 install: $(VENV)/.base
 
 demo: $(VENV)/.base
-	$(VENV)/bin/mmpos demo --out outputs/demo
+	$(VENV)/bin/mmpos demo --out outputs/demo --overwrite
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q

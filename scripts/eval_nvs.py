@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from mmpos._atomic import written_atomically
+from mmpos._atomic import check_new_output, written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos.world.image_quality import psnr, ssim
 from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
@@ -54,6 +54,10 @@ def train(args):
 
 
 def report(args):
+    results = os.path.join(args.out, "results.json")
+    for path in (results, args.figure):  # refused before the work: what it would replace, unless --overwrite
+        if path:
+            check_new_output(path, args.overwrite, "--figure" if path == args.figure else "--out")
     data = load_torch_file(os.path.join(args.out, "data.pt"))
     rows, models = [], {}
     for path in sorted(glob.glob(os.path.join(args.out, args.checkpoints, "*.pt"))):
@@ -71,11 +75,11 @@ def report(args):
         models.setdefault(row["encoding"], model)
         print(json.dumps(row), flush=True)
     rows.append(copy_context_row(data))
-    with open(os.path.join(args.out, "results.json"), "w") as handle:
+    with written_atomically(results, replace=args.overwrite) as temporary, open(temporary, "w") as handle:
         json.dump(rows, handle, indent=1)
     print(markdown_table(rows))
     if args.figure:
-        save_figure(models, data, args.figure)
+        save_figure(models, data, args.figure, replace=args.overwrite)
 
 
 def copy_context_row(data):
@@ -115,7 +119,7 @@ def markdown_table(rows):
     return "\n".join(lines)
 
 
-def save_figure(models, data, path, count=2):
+def save_figure(models, data, path, count=2, replace=True):
     from PIL import Image
 
     rows = []
@@ -126,8 +130,8 @@ def save_figure(models, data, path, count=2):
         rows.append(torch.cat([torch.cat(list(p), 1) for p in panels], 2))  # [3, count*S, columns*S]
     grid = torch.cat(rows, 1)
     image = (grid.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    Image.fromarray(image).resize((image.shape[1] * 3, image.shape[0] * 3), Image.NEAREST).save(path)
+    with written_atomically(path, replace=replace) as temporary:  # same suffix: PIL picks the format by it
+        Image.fromarray(image).resize((image.shape[1] * 3, image.shape[0] * 3), Image.NEAREST).save(temporary)
     print(f"wrote {path}: columns context 0, context 1, ground truth, " + ", ".join(models))
 
 
@@ -149,10 +153,11 @@ def main(argv=None):
     training.add_argument("--init-from", help="continue the weights of the same run in this checkpoint folder")
     reporting = commands.add_parser("report")
     reporting.add_argument("--figure", default=None)
+    reporting.add_argument("--overwrite", action="store_true", help="replace --out's results.json and the --figure")
     args = parser.parse_args(argv)
     try:
         {"data": make_data, "train": train, "report": report}[args.command](args)
-    except UnsafeStateError as error:  # a data or checkpoint file that is not plain tensors and values
+    except (UnsafeStateError, FileExistsError) as error:  # a file that is not plain tensors; an output kept
         parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 

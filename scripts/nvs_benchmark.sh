@@ -25,4 +25,4 @@ for stage in FIRST SECOND; do
   queue "${args[@]}" -- $B > "$OUT/queue_b_$stage.log" 2>&1 &
   wait
 done
-$PY scripts/eval_nvs.py --out "$OUT" --checkpoints continued report --figure assets/nvs/examples.png
+$PY scripts/eval_nvs.py --out "$OUT" --checkpoints continued report --figure assets/nvs/examples.png --overwrite

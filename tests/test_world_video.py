@@ -265,6 +265,7 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
         assert (folder / name).is_file(), name
     with pytest.raises(FileExistsError, match="overwrite"):
         export_world_video(runs, folder, adapters=("ucpe",))
+    check_a_second_export_into_one_new_folder(tmp_path / "continued", tmp_path / "raced", folder, monkeypatch)
     section = video_demo.camera_clips_section(tmp_path / "demo", root=tmp_path / "assets", steps=2)
     assert [label.split(": ")[1] for label, _ in section.rows[:3]] == ["ground truth", "no camera", "ucpe adapter"]
     assert len(section.rows) == 9 and all(frames.shape == (9, 32, 32, 3) for _, frames in section.rows)
@@ -354,3 +355,29 @@ def test_convert_plucker_adapter_permutes_the_input_weights_once(tmp_path, capsy
     with pytest.raises(SystemExit) as error:
         script.main([str(tmp_path / "ucpe")])
     assert error.value.code == 2 and "expected a plucker camera adapter" in capsys.readouterr().err
+
+
+def check_a_second_export_into_one_new_folder(runs, out, finished, monkeypatch):
+    """A second export into ``out`` started while the first writes it: a named error at once; the first's
+    export is whole (the files of ``finished``, loadable); nothing else is left beside it."""
+    from mmpos.world import video_demo, video_export
+    from mmpos.world.video_export import export_world_video
+
+    real_samples, second = video_export._write_samples, []
+
+    def samples_while_a_second_export_starts(folder):
+        if not second:  # only the first export starts a second one
+            with pytest.raises(FileExistsError, match="another process is writing it") as error:
+                second.append("started")
+                export_world_video(runs, out, adapters=("ucpe",))
+            second[0] = f"{type(error.value).__name__}: {error.value}"
+        real_samples(folder)
+
+    monkeypatch.setattr(video_export, "_write_samples", samples_while_a_second_export_starts)
+    assert export_world_video(runs, out, adapters=("ucpe",)) == out
+    assert second[0].startswith("ConcurrentWriteError: ") and str(out) in second[0]
+    monkeypatch.setattr(video_export, "_write_samples", real_samples)
+    names = lambda folder: sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))  # noqa: E731
+    assert names(out) == names(finished)
+    assert video_demo.load_video_model(out) is not None
+    assert not [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]

@@ -115,22 +115,24 @@ def frame_camera(trajectory: Trajectory, frame: int, width: int, height: int, mo
 
 
 def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame: int = 0,
-                   image_size=(180, 320), grid_size=(18, 32), model: str = "pinhole", fov=None, xi: float = 0.0):
-    """Write ``{stem}_rig.png`` and ``{stem}_rays.png`` (frame ``frame``) to ``out_dir``; returns the paths."""
+                   image_size=(180, 320), grid_size=(18, 32), model: str = "pinhole", fov=None, xi: float = 0.0,
+                   replace: bool = True):
+    """Write ``{stem}_rig.png`` and ``{stem}_rays.png`` (frame ``frame``) to ``out_dir``; returns the paths.
+    ``replace=False``: an existing figure is kept and :class:`~mmpos._atomic.OutputTakenError` raised."""
     if not -len(trajectory) <= frame < len(trajectory):
         raise ValueError(f"frame={frame} is outside the trajectory's {len(trajectory)} frames")
     plt = pyplot()
     out_dir = Path(out_dir)
     fig = plt.figure(figsize=(6, 5))
     plot_rig(fig.add_subplot(projection="3d"), trajectory, title=f"{stem}: {len(trajectory)} frames")
-    rig_path = save_figure(fig, out_dir / f"{stem}_rig.png")
+    rig_path = save_figure(fig, out_dir / f"{stem}_rig.png", replace=replace)
     height, width = image_size
     camera = frame_camera(trajectory, frame, width, height, model, fov, xi)
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")  # colour bar beside, not over, labels
     plot_ray_maps(axes, camera, trajectory.c2w[frame], grid_size)
     fig.suptitle(f"{stem}: frame {frame % len(trajectory)}, {type(camera).__name__}"
                  + (f" (xi={xi:g})" if model == "unified" else ""))
-    return [rig_path, save_figure(fig, out_dir / f"{stem}_rays.png")]
+    return [rig_path, save_figure(fig, out_dir / f"{stem}_rays.png", replace=replace)]
 
 
 @torch.no_grad()

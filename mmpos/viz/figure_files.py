@@ -17,11 +17,12 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path, dpi: int = 100) -> Path:
-    """Write ``fig`` to ``path`` (format from its suffix, PNG without one; parent folders made) and close it."""
+def save_figure(fig, path, dpi: int = 100, replace: bool = True) -> Path:
+    """Write ``fig`` to ``path`` (format from its suffix, PNG without one; parent folders made) and close it.
+    ``replace=False``: a file at ``path`` is kept and :class:`~mmpos._atomic.OutputTakenError` raised."""
     path = Path(path)
     try:
-        with written_atomically(path) as temporary:
+        with written_atomically(path, replace=replace) as temporary:
             fig.savefig(temporary, dpi=dpi, format=path.suffix.lstrip(".") or "png")
     finally:
         pyplot().close(fig)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._atomic import check_new_output, folder_written_atomically
+from .._atomic import check_new_output, output_folder_written
 from .._validation import check_choice, check_non_negative_int, check_positive_int
 from .canvas import fill_canvas_example
 from .edit_pairs import instruction_pair
@@ -81,7 +81,7 @@ def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "s
     replaced whole: no stale class folders are left)."""
     final = check_new_output(out_dir, overwrite)
     check_positive_int("num_examples", num_examples)
-    with folder_written_atomically(final) as out_dir:
+    with output_folder_written(final, overwrite) as out_dir:  # a second writer at once: ConcurrentWriteError
         written = _write_examples(out_dir, num_examples, seed, task, image_size, progress)
     return [final / p.relative_to(out_dir) for p in written]
 

@@ -19,13 +19,14 @@ def to_uint8(images) -> np.ndarray:
     return (np.clip(np.asarray(images), 0, 1) * 255).round().astype(np.uint8)
 
 
-def save_png(path, array: np.ndarray) -> Path:
+def save_png(path, array: np.ndarray, replace: bool = True) -> Path:
     """Write a uint8 ``[H, W, 3]`` (or ``[H, W]``) array as PNG (through a temporary name renamed into place),
-    creating the folder; returns the path."""
+    creating the folder; returns the path. ``replace=False``: a file at ``path`` is kept and
+    :class:`~mmpos._atomic.OutputTakenError` raised."""
     from PIL import Image
 
     from .._atomic import written_atomically
 
-    with written_atomically(path) as temporary:
+    with written_atomically(path, replace=replace) as temporary:
         Image.fromarray(array).save(temporary, format="PNG")
     return Path(path)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._atomic import check_new_output, folder_written_atomically
+from .._atomic import check_new_output, output_folder_written
 from .._validation import check_choice, check_positive_int
 from .images import save_png
 from .render import render_scene
@@ -105,7 +105,7 @@ def write_positional_folder(out_dir, num_examples: int, seed: int = 0, task: str
     check_positive_int("num_examples", num_examples)
     out_dir = check_new_output(out_dir, overwrite)
     written = []
-    with folder_written_atomically(out_dir) as tmp:
+    with output_folder_written(out_dir, overwrite) as tmp:
         for name in CLASSES[task]:
             (tmp / name).mkdir(parents=True, exist_ok=True)
         with open(tmp / "metadata.jsonl", "w") as meta:

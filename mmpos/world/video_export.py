@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .video_data import AMOUNTS, CLIP_FRAMES, CLIP_SIZE, MOTIONS
-from .._atomic import check_new_output, folder_written_atomically
+from .._atomic import check_new_output, output_folder_written
 from .._safe_state import load_torch_file
 
 SCHEDULER_SHIFT = 1.0
@@ -96,7 +96,7 @@ def export_world_video(runs: Path, out: Path, adapters=("ucpe", "plucker"), over
                   **{kind: _count(adapter) for kind, adapter in loaded.items()}}
     card = model_card(stages, parameters)
 
-    with folder_written_atomically(out) as folder:
+    with output_folder_written(out, overwrite) as folder:  # a second writer at once: ConcurrentWriteError
         pipe.save_pretrained(folder)
         for kind in adapters:
             shutil.copytree(runs / kind / "camera_adapter", folder / f"camera-{kind}")

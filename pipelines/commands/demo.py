@@ -14,7 +14,10 @@ def register(subparsers) -> None:
                                  "content-free attention logit against 2D offset) and camera figures; then, with the "
                                  "shipped world models (or --model), generate from captions and run PE transplant, "
                                  "LooseRoPE and band modulation against their baselines into world/report.html.")
-    demo.add_argument("--out", default="outputs/demo", help="output folder (default: outputs/demo)")
+    demo.add_argument("--out", help="output folder; one that holds files is refused unless --overwrite (default: "
+                      "outputs/demo, or the next free outputs/demo-2, ...)")
+    demo.add_argument("--overwrite", action="store_true", help="write into an --out that holds files, replacing the "
+                      "figures of the same names")
     demo.add_argument("--size", type=positive_int_arg, default=31, help="side of the 2D grid of offsets (default: 31)")
     demo.add_argument("--steps", type=positive_int_arg, default=20,
                       help="denoising steps of the world models (default: 20)")
@@ -34,15 +37,17 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from mmpos.demo import run_demo
+    from ..run_inputs import output_folder
 
+    out = output_folder(args, Path("outputs/demo"))  # never the user's files unless --overwrite (else exit 2)
     try:
         source = model_source(args)
-        written = run_demo(args.out, args.size, world=not args.no_world, steps=args.steps, checkpoint=args.checkpoint,
+        written = run_demo(out, args.size, world=not args.no_world, steps=args.steps, checkpoint=args.checkpoint,
                            source=source, count=args.count)
     except (FileNotFoundError, ValueError) as error:
         print(f"mmpos demo: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None  # a user error: exit code 2, as argparse's
-    print(f"wrote {len(written)} figures to {Path(args.out).resolve()}:")
+    print(f"wrote {len(written)} figures to {out.resolve()}:")
     for path in written:
         print(f"  {path}")
     return 0

@@ -6,12 +6,18 @@ from pathlib import Path
 
 
 def run_cameras(args) -> int:
+    from mmpos._atomic import check_new_output
     from mmpos.viz.cameras import camera_figures, resolve_trajectory
 
-    trajectory = resolve_trajectory(args.trajectory, args.frames)
     stem = args.trajectory.split(":", 1)[1] if args.trajectory.startswith("preset:") else Path(args.trajectory).stem
-    written = camera_figures(trajectory, args.out, stem, args.frame, tuple(args.image_size), tuple(args.grid),
-                             args.model, args.fov, args.xi)
+    try:  # the figures it would replace: refused before any work unless --overwrite
+        for name in (f"{stem}_rig.png", f"{stem}_rays.png"):
+            check_new_output(Path(args.out) / name, args.overwrite)
+        trajectory = resolve_trajectory(args.trajectory, args.frames)
+        written = camera_figures(trajectory, args.out, stem, args.frame, tuple(args.image_size), tuple(args.grid),
+                                 args.model, args.fov, args.xi, replace=args.overwrite)
+    except FileExistsError as error:  # kept, not replaced: one line, exit 2
+        args.viz_parser.error(str(error))
     for path in written:
         print(path)
     return 0
@@ -32,6 +38,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                          "(orbit, arc, pan, tilt, roll, dolly_in, dolly_out, zoom_in, zoom_out)")
     cameras.add_argument("--frame", type=int, default=0, help="frame of the ray maps (negative counts from the end)")
     cameras.add_argument("--out", default="outputs/viz", help="output folder (default: outputs/viz)")
+    cameras.add_argument("--overwrite", action="store_true", help="replace STEM_rig.png / STEM_rays.png in --out")
+    cameras.set_defaults(viz_parser=cameras)
     cameras.add_argument("--frames", type=int, default=49, help="frames of a preset (default: 49)")
     cameras.add_argument("--image-size", type=int, nargs=2, default=(180, 320), metavar=("H", "W"),
                          help="image size in pixels for the ray maps (default: 180 320)")

@@ -119,15 +119,16 @@ def _sample(args) -> list[Path]:
     from mmpos.world.samples import image_grid
 
     check_caption_words(args.caption, args.checkpoint)  # a user error before the model loads
+    _refuse_overwrite(args)
     pipe = load_world_pipeline("t2i", args.checkpoint)
     pipe.set_progress_bar_config(desc="world sample", leave=False)
     size = args.size or trained_image_size(args.checkpoint, "t2i")
     images = to_uint8(pipe(height=size, width=size, num_inference_steps=args.steps, output_type="np",
                            generator=torch.Generator().manual_seed(args.seed),
                            **conditioning(pipe, args.caption, args.guidance)).images)
-    out = Path(args.out)
-    written = [save_png(out / f"image_{i}.png", image) for i, image in enumerate(images)]
-    return written + [save_png(out / "samples.png", image_grid([("generated", images)]))]
+    out, replace = Path(args.out), args.overwrite  # not replacing: a file written there meanwhile is kept too
+    written = [save_png(out / f"image_{i}.png", image, replace) for i, image in enumerate(images)]
+    return written + [save_png(out / "samples.png", image_grid([("generated", images)]), replace)]
 
 
 def check_caption_words(captions, checkpoint) -> None:
@@ -156,7 +157,8 @@ def _refuse_overwrite(args) -> None:
     named = {"render": lambda: [out / "scene.png", out / "scene.json"],
              "edits": lambda: [out / f"{args.kind}-{seed:05d}" for seed in range(args.seed, args.seed + args.count)],
              "clip": lambda: [out / f"frame_{i:03d}.png" for i in range(args.frames)] + [out / "ground_truth.npz",
-                                                                                          out / "trajectory.json"]}
+                                                                                          out / "trajectory.json"],
+             "sample": lambda: [out / f"image_{i}.png" for i in range(len(args.caption))] + [out / "samples.png"]}
     for path in named[args.world_command]():
         check_new_output(path, args.overwrite)
 
