@@ -14,8 +14,7 @@ from .images import save_image
 
 
 def run_generate(args) -> int:
-    config = resolve_config(args)
-    _generate_overrides(args, config)
+    config = generate_config(args)
     out = output_folder(args, Path("outputs/generate"))
     pipe, call = _generate_pipeline(args, config)
     setting = config.get("extrapolate", {})
@@ -30,12 +29,13 @@ def run_generate(args) -> int:
     return 0
 
 
-def _generate_overrides(args, config) -> None:
-    sampler = config.setdefault("sampler", {})
-    for key in ("height", "width"):
-        if getattr(args, key, None):
-            sampler[key] = getattr(args, key)
+def generate_config(args) -> dict:
+    """The config a ``mmpos generate`` run uses (saved as its ``config.yaml`` with the installed schedule): the YAML
+    config, ``--set``, then each option naming a key (``--height`` sampler.height, ``--extrapolate``
+    extrapolate.preset, ...) over its own key only."""
+    config = resolve_config(args)
     extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos generate")
+    return config
 
 
 TRAIN_SIZES = {"FluxPipeline": 1024, "QwenImagePipeline": 1328}  # FLUX.1; Qwen-Image's 1:1 size (model card)

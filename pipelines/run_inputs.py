@@ -9,19 +9,43 @@ import sys
 from pathlib import Path
 
 
+_RUN_FLAG_KEYS = {"model": "model", "device": "device", "dtype": "dtype"}
+_EDIT_PROMPT = {"prompt_text": "prompt"}
+# per ``args.method``: option dest -> the (dotted) config key it sets; an option not given keeps the config's value.
+# --extrapolate / --train-size set extrapolate.preset / .train_size (:func:`~.extrapolate.extrapolate_setting`).
+FLAG_KEYS = {
+    "band": {**_RUN_FLAG_KEYS, **_EDIT_PROMPT, "target": "targets", "reference_prompt": "reference.prompt",
+             "reference_image": "reference.image", "image": "image"},
+    "transplant": {**_RUN_FLAG_KEYS, **_EDIT_PROMPT},
+    "loose": {**_RUN_FLAG_KEYS, **_EDIT_PROMPT},
+    "generate": {**_RUN_FLAG_KEYS, "prompt": "prompts", "height": "sampler.height", "width": "sampler.width"},
+}
+
+
+def apply_flags(config: dict, args) -> dict:
+    """``config`` with each option of ``FLAG_KEYS[args.method]`` that was given set at its own key (sections made
+    as needed), nothing else changed."""
+    for dest, key in FLAG_KEYS[args.method].items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        *sections, leaf = key.split(".")
+        node = config
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = value
+    return config
+
+
 def resolve_config(args) -> dict:
-    """The command's YAML config with the command line's overrides applied (cuda falls back to cpu, saying so).
-    A missing or malformed ``--config`` or a bad ``--set`` ends the command: one line, exit code 2."""
+    """The command's YAML config <- ``--set`` <- the options that name a config key (:data:`FLAG_KEYS`); cuda falls
+    back to cpu, saying so. A missing or malformed ``--config`` or a bad ``--set`` ends the command: one line, exit
+    code 2."""
     from .config import apply_overrides, check_config, default_config_path, load_config
 
     try:
         config = load_config(args.config or default_config_path(default_config_name(args)))
-        for key in ("model", "device", "dtype"):
-            if getattr(args, key, None):
-                config[key] = getattr(args, key)
-        if getattr(args, "prompt_text", None):
-            config["prompt"] = args.prompt_text
-        config = apply_overrides(config, args.set)
+        config = apply_flags(apply_overrides(config, args.set), args)
         check_prompt_source(args, config)
         check_config(config, args.config_name)
     except (FileNotFoundError, KeyError, ValueError) as error:

@@ -35,10 +35,17 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="random seed (default: the config's seed)")
 
 
-def _config(args):
-    return load_config(args.config, args.overrides, model=args.model, pe=args.pe, ape=args.ape,
-                       train_only=args.train_only, data_dir=args.data_dir, pretrained=args.pretrained,
-                       mixed_precision=args.mixed_precision, seed=args.seed)
+# option dest -> the config key it sets; an option not given (None) keeps the config's value
+TRAIN_FLAG_KEYS = {"model": "model", "pe": "pe", "ape": "ape", "train_only": "train_only", "data_dir": "data_dir",
+                   "pretrained": "pretrained", "mixed_precision": "mixed_precision", "seed": "seed", "steps": "steps",
+                   "compile": "compile"}
+
+
+def resolve_train_config(args) -> dict:
+    """The config a ``train_vit.py`` / ``mmpos train vit`` run uses: ``--config`` (or the defaults) <- ``--set`` <-
+    each option of :data:`TRAIN_FLAG_KEYS` that was given, which sets its own key and nothing else."""
+    given = {key: getattr(args, dest) for dest, key in TRAIN_FLAG_KEYS.items() if getattr(args, dest, None) is not None}
+    return load_config(args.config, args.overrides, **given)
 
 
 TRAIN_DESCRIPTION = "Fine-tune a timm ViT with an mmpos encoding."
@@ -75,11 +82,7 @@ def run_train(args, parser) -> int:
     from .vit_train import train_vit
 
     try:
-        config = _config(args)
-        if args.steps is not None:
-            config = load_config(None, [], **{**config, "steps": args.steps})
-        if args.compile:
-            config["compile"] = True
+        config = resolve_train_config(args)
         checkpoint = args.checkpoint
         if args.eval_only and checkpoint is None:
             checkpoint = latest_checkpoint(args.output_dir)

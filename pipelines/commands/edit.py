@@ -67,12 +67,9 @@ def run(args) -> int:
 
     from ..config import save_config
     from ..images import save_image
-    from ..run_inputs import output_folder, report_written, resolve_config
+    from ..run_inputs import output_folder, report_written
 
-    config = resolve_config(args)  # config errors (one line, exit 2) before diffusers is imported
-    from ..extrapolate import extrapolate_setting
-
-    extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)
+    config = edit_config(args)  # config errors (one line, exit 2) before diffusers is imported
     out = output_folder(args, Path(f"outputs/edit_{args.method}"))
     from ..edit_methods import run_band, run_loose, run_transplant
 
@@ -97,3 +94,15 @@ def run(args) -> int:
         temporary.write_text(json.dumps(summary, indent=2))
     report_written(written + [out / "summary.json"], out)
     return 0
+
+
+def edit_config(args) -> dict:
+    """The config a ``mmpos edit METHOD`` run uses (saved as its ``config.yaml``): the YAML config, ``--set``, then
+    each option naming a key (``--prompt`` prompt, ``--target`` targets, ``--extrapolate`` extrapolate.preset, ...)
+    over its own key only (:data:`mmpos.pipelines.run_inputs.FLAG_KEYS`)."""
+    from ..extrapolate import extrapolate_setting
+    from ..run_inputs import resolve_config
+
+    config = resolve_config(args)
+    extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)
+    return config
