@@ -17,15 +17,6 @@ import sys
 import time
 
 
-def command_paths(parser, path=()):
-    """Every command word path under ``parser`` (``()`` is ``mmpos`` itself)."""
-    yield path
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from command_paths(sub, (*path, name))
-
-
 def start_seconds(argv: list[str], repeats: int) -> float:
     """Median wall-clock seconds of ``python -m mmpos.cli ARGV`` in a fresh process."""
     times = []
@@ -40,7 +31,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs per command (default: 3)")
     args = parser.parse_args(argv)
-    from mmpos.pipelines.commands import build_parser
+    from mmpos.pipelines.commands import build_parser, command_paths
 
     print(f"{platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d')}: median of {args.repeats} fresh processes")

@@ -2,7 +2,6 @@
 argument errors caught while parsing import neither torch nor diffusers, timm, transformers or accelerate
 (checked with ``python -X importtime``, which lists every module a process imports; a property, not a timing:
 ``benchmarks/bench_cli_start.py`` prints the wall-clock times)."""
-import argparse
 import subprocess
 import sys
 
@@ -11,17 +10,8 @@ import pytest
 HEAVY = ("torch", "diffusers", "timm", "transformers", "accelerate")
 
 
-def command_paths(parser, path=()):
-    """Every command word path under ``parser``: ``()``, ``("demo",)``, ..., ``("generate", "video")``."""
-    yield path
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from command_paths(sub, (*path, name))
-
-
 def _paths():
-    from mmpos.pipelines.commands import build_parser
+    from mmpos.pipelines.commands import build_parser, command_paths
 
     return list(command_paths(build_parser()))
 

@@ -42,6 +42,16 @@ def build_parser(commands=None) -> argparse.ArgumentParser:
     return parser
 
 
+def command_paths(parser: argparse.ArgumentParser, path: tuple = ()):
+    """Every command word path under ``parser``: ``()`` (``mmpos`` itself), ``("demo",)``, ...,
+    ``("generate", "video")``."""
+    yield path
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from command_paths(sub, (*path, name))
+
+
 def main(argv=None) -> int:
     """``mmpos ARGS``: parse (light), then run the chosen command (heavy imports happen there)."""
     argv = split_comma_box(sys.argv[1:] if argv is None else list(argv))

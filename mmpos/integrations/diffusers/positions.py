@@ -124,7 +124,13 @@ class PositionSeam(nn.Module):
 
 
 class FluxPositions(PositionSeam):
-    """Replaces ``FluxTransformer2DModel.pos_embed``: ``ids [S, 3]`` (text then image) -> tables."""
+    """Replaces ``FluxTransformer2DModel.pos_embed``: ``ids [S, 3]`` (text then image) -> tables.
+
+    ``ids_precision`` checks the forward's 16-bit ids once per ids tensor (the family's input check)."""
+
+    def __init__(self, encodings, native, coord_axes):
+        super().__init__(encodings, native, coord_axes)
+        self.ids_precision = IdsPrecisionCheck()
 
     def forward(self, ids: torch.Tensor):
         self.forwards += 1

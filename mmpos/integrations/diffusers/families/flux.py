@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..positions import FluxPositions, IdsPrecisionCheck
+from ..positions import FluxPositions
 from . import register_family
 from .base import Family
 
@@ -42,7 +42,7 @@ def _positional(args, index):
 def check_flux_ids(seam, args, kwargs) -> None:
     """The ids match the tokens (``img_ids`` vs ``hidden_states``, ``txt_ids`` vs ``encoder_hidden_states``)
     and were not built in a 16-bit dtype that rounds them."""
-    check_precision = seam.__dict__.setdefault("_ids_precision", IdsPrecisionCheck())
+    check_precision = seam.ids_precision
     hidden_states = kwargs.get("hidden_states", _positional(args, 0))
     pairs = (("img_ids", kwargs.get("img_ids", _positional(args, 4)), "hidden_states", hidden_states),
              ("txt_ids", kwargs.get("txt_ids", _positional(args, 5)), "encoder_hidden_states",
