@@ -323,3 +323,22 @@ def test_z_image_padding_is_neither_target_nor_reference():
     main, refiner = layout["layers"], layout["noise_refiner"]
     assert (main.target, main.text, main.target_grid) == (slice(0, 15), slice(32, 64), (3, 5))
     assert (refiner.target, refiner.text_len) == (slice(0, 15), 0)
+
+
+@pytest.mark.parametrize("family", ["klein"])  # Flux2Pipeline lays out the references the same way
+def test_flux2_reference_images_band_scales_their_keys(family):
+    from PIL import Image
+
+    _, stock, band = _pipes(family)
+    images = [Image.fromarray((torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(s)) * 255).byte().numpy())
+              for s in (1, 2)]
+    reference = _run(family, stock, batch=1, image=images)
+    assert torch.equal(_run(family, band, batch=1, image=images, band={"enabled": False}), reference)
+    assert torch.equal(_run(family, band, batch=1, image=images, band={"strength": 0.0}), reference)  # scales 1
+    spy = Spy(ContextBandScaling(BandConfig(), (4, 4, 4, 4)))
+    with EditSession(stock.transformer, EditContext(rules={0: spy, 1: spy}), stock.scheduler):
+        edited = _run(family, stock, batch=1, image=images)
+    assert not torch.allclose(edited, reference)
+    segments = spy.calls[-1][0].segments
+    assert (segments.target_len, segments.context_len, len(segments.references)) == (16, 2048, 2)  # 32 x 32 each
+    torch.testing.assert_close(_run(family, band, batch=1, image=images), edited, rtol=0, atol=0)
