@@ -115,12 +115,16 @@ def test_set_pe_extrapolation_under_the_edit_off_is_the_set_pe_model(family):
     assert not torch.allclose(_run(family, band)[1:], reference[1:])
 
 
-def test_flux2_set_pe_encoding_processors_under_the_edit():
-    c, stock, band = _pipes("flux2")
+@pytest.mark.parametrize("family", ["flux2", "z_image"])
+def test_set_pe_encoding_processors_under_the_edit(family):
+    """``rope_axial`` runs through mmpos processors (packed tables): the edit rotates with the encoding's table."""
+    c, stock, band = _pipes(family)
     set_pe(c["transformer"], "rope_axial", extrapolation={"type": "yarn", "factor": 2.0, "original_length": 4})
-    reference = _run("flux2", stock)
-    assert torch.equal(_run("flux2", band, band={"enabled": False}), reference)
-    edited = _run("flux2", band)
+    processors = [m.processor for m in c["transformer"].modules() if hasattr(m, "processor")]
+    assert processors and not any(type(p).__module__.startswith("diffusers") for p in processors)
+    reference = _run(family, stock)
+    assert torch.equal(_run(family, band, band={"enabled": False}), reference)
+    edited = _run(family, band)
     assert not torch.allclose(edited[1:], reference[1:])
     torch.testing.assert_close(edited[0], reference[0], rtol=1e-5, atol=1e-5)
 
