@@ -73,6 +73,12 @@ class TrainingTask:
     def loss(self, model, batch, noise: "SampleNoise") -> torch.Tensor:
         raise NotImplementedError
 
+    def step_scope(self):
+        """A context held over one update's loss and backward pass (processors that stay installed)."""
+        from contextlib import nullcontext
+
+        return nullcontext()
+
     def checkpoint_extras(self, folder: Path, model, ema) -> None:
         """Task files in a checkpoint (main process)."""
 
@@ -253,10 +259,11 @@ def _loop(task, accelerator, state: RunState):
     for step, batch in zip(range(state.step, config.steps), _loader(task, accelerator, stream, state.step)):
         set_seed(config.seed * SEED_STRIDE + step, device_specific=True)  # what a task draws outside SampleNoise
         model.train()
-        with accelerator.autocast():
-            loss = task.loss(model, batch, SampleNoise(config.seed, step, positions, accelerator.device))
-        check_finite_loss(accelerator.gather(loss.detach().float()[None]), step + 1, lambda: _kept(out))
-        accelerator.backward(loss)
+        with task.step_scope():
+            with accelerator.autocast():
+                loss = task.loss(model, batch, SampleNoise(config.seed, step, positions, accelerator.device))
+            check_finite_loss(accelerator.gather(loss.detach().float()[None]), step + 1, lambda: _kept(out))
+            accelerator.backward(loss)
         if config.grad_clip is not None:
             accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()

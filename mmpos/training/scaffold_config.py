@@ -40,11 +40,11 @@ def yaml_value(text: str):
 
 
 def option(default, help: str = "", *, check=None, choices=None, flag: str | None = None,
-           aliases: tuple[str, ...] = (), resume_may_change: bool = False):
+           aliases: tuple[str, ...] = (), resume_may_change: bool = False, nargs: str | None = None):
     """A config field: its default, help, rule (``check(value) -> message or None``) and whether a resumed run
     may change it (``--steps`` may; the model may not)."""
     metadata = dict(help=help, check=check, choices=choices, flag=flag, aliases=aliases,
-                    resume_may_change=resume_may_change)
+                    resume_may_change=resume_may_change, nargs=nargs)
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -115,7 +115,7 @@ def check_value(cls, key: str, value):
     if not ok:
         names = " or ".join(t.__name__ for t in types) + (" or none" if nullable else "")
         raise ConfigError(f"{key}: expected {names}, got {value!r}")
-    if meta.get("choices") and value not in meta["choices"]:
+    if meta.get("choices") and any(v not in meta["choices"] for v in (value if meta.get("nargs") else [value])):
         raise ConfigError(f"{key}: expected one of {', '.join(map(str, meta['choices']))}, got {value!r}")
     problem = meta["check"](value) if meta.get("check") else None
     if problem:
@@ -148,6 +148,9 @@ def build_parser(cls, prog: str, description: str = "") -> argparse.ArgumentPars
         names = [meta.get("flag") or "--" + field.name.replace("_", "-"), *meta.get("aliases", ())]
         if _allowed(_hints(cls)[field.name])[0] == (bool,):
             p.add_argument(*names, dest=field.name, action="store_true", help=meta.get("help", ""))
+        elif meta.get("nargs"):  # a list flag: --lens-models opencv unified
+            p.add_argument(*names, dest=field.name, nargs=meta["nargs"], choices=meta.get("choices"),
+                           help=meta.get("help", ""), metavar=field.name.upper())
         else:
             p.add_argument(*names, dest=field.name, type=_flag_type(cls, field.name), help=meta.get("help", ""),
                            metavar=field.name.upper())
