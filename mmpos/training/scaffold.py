@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from .._validation import NonFiniteLossError, check_finite_loss  # noqa: F401 - the NaN stop's error
-from .scaffold_checkpoint import RunState, UnshareOutError, load_checkpoint, save_checkpoint
+from .scaffold_checkpoint import RunState, UnshareOutError, load_checkpoint, save_checkpoint, saved_config
 from .scaffold_config import ConfigError, check_resume_config, resolved
 from .scaffold_folders import check_run, latest_checkpoint, remove_earlier_run
 
@@ -218,8 +218,8 @@ def train(task: TrainingTask, resume: str | None = None, overwrite: bool = False
         ema = EMA(accelerator.unwrap_model(model), config.ema_decay).to(accelerator.device)
     state = RunState(model, optimizer, scheduler, ema)
     if start_from is not None:
-        saved = load_checkpoint(accelerator, start_from, state)
-        check_resume_config(config, saved, start_from / "config.yaml")
+        check_resume_config(config, saved_config(start_from), start_from / "config.yaml")  # before any weight
+        load_checkpoint(accelerator, start_from, state)
         accelerator.print(f"resumed from {start_from} at update {state.step}")
     losses, last = _loop(task, accelerator, state)
     accelerator.wait_for_everyone()

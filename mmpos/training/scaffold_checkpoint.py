@@ -123,6 +123,17 @@ def load_checkpoint(accelerator, folder, state: RunState) -> dict:
         raise UnreadableCheckpointError(f"{folder}: cannot be resumed ({type(error).__name__}: {message})") from None
 
 
+def saved_config(folder) -> dict:
+    """The resolved config a checkpoint was written with (``{}`` for a checkpoint of an earlier layout)."""
+    path = Path(folder) / "config.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise UnreadableCheckpointError(f"{path}: cannot be read ({' '.join(str(error).split())})") from None
+
+
 def verify(folder: Path, process_index: int) -> dict:
     """``progress.json`` after checking the folder is one step: its name, every recorded file and its size, and
     this process's RNG file (written at the same step)."""
@@ -158,7 +169,7 @@ def _read(accelerator, folder: Path, state: RunState) -> dict:
         scaler.load_state_dict(progress["scaler"])
     state.step, state.data = int(progress["step"]), dict(progress["data"])
     _restore_rng(folder / f"rng_{accelerator.process_index}.json", lambda saved: saved["rng"])
-    return yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
+    return saved_config(folder)
 
 
 def _restore_rng(path: Path, unpack) -> None:
