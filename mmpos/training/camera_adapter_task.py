@@ -37,7 +37,8 @@ class CameraAdapterConfig(TrainConfig):
     model: str = option("tiny", "Wan diffusers pipeline path or hub id (default: tiny offline)")
     kind: str = option("ucpe", "adapter kind", choices=ADAPTER_KINDS)
     head_dim: int | None = option(None, "adapter head dim (default: UCPE's sizing, dim / 8)")
-    batch_size: int = option(1, "clips per process (global batch: this x processes)", check=positive)
+    batch_size: int = option(1, "clips per process (global batch: this x processes)", check=positive,
+                            resume_may_change=True)
     grad_clip: float | None = option(None, "max gradient norm (none: no clipping)")
     frames: int = option(9, "video frames per sample, 4k+1", check=positive)
     height: int = option(32, "frame height", check=positive)

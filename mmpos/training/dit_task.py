@@ -38,7 +38,8 @@ class DiTConfig(TrainConfig):
     vae: str | None = option(None, "AutoencoderKL path or hub id: train on its latents (x scaling_factor)")
     resolution: int = option(32, "image side in pixels", check=positive)
     num_classes: int = option(10, "classes", check=positive)
-    batch_size: int = option(32, "per process (global batch: this x processes)", check=positive)
+    batch_size: int = option(32, "per process (global batch: this x processes)", check=positive,
+                            resume_may_change=True)
     ema_decay: float | None = option(0.9999, "EMA decay in [0, 1) (none: no EMA)", check=in_unit_interval)
     gradient_checkpointing: bool = option(False, "recompute the blocks in the backward pass")
     checkpoint_every: int = option(1000, "updates between checkpoints", check=positive, resume_may_change=True)

@@ -73,8 +73,8 @@ class TrainConfig:
     out: str = option("outputs/run", "run folder: checkpoints, log, outputs (one folder every node sees)",
                       flag="--out", aliases=("--output-dir",))
     steps: int = option(1000, "optimizer updates", check=positive, resume_may_change=True)
-    batch_size: int = option(8, "samples per process per update (global batch: this x the number of processes)",
-                             check=positive)
+    batch_size: int = option(8, "samples per process per update (global batch: this x the number of processes; "
+                             "a resume keeps the global batch)", check=positive, resume_may_change=True)
     lr: float = option(1e-4, "learning rate (AdamW)", check=positive)
     weight_decay: float = option(0.0, "AdamW weight decay", check=non_negative)
     grad_clip: float | None = option(1.0, "max gradient norm (none: no clipping)")
