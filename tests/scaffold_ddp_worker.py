@@ -8,7 +8,7 @@ import safetensors.torch
 import torch
 
 import mmpos.training.scaffold_checkpoint as checkpoint_module
-from mmpos.training.scaffold import JsonLog, TrainingTask, train
+from mmpos.training.scaffold import JsonLog, train
 from mmpos.training.scaffold_config import build_parser, parse_config
 
 task_name, argv, records = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])

@@ -129,8 +129,8 @@ class DataStream:
     def indices(self, step: int) -> list[int]:
         epoch, batch = divmod(step, self.per_epoch)
         if epoch != self._epoch:
-            order = torch.randperm(self.length, generator=torch.Generator().manual_seed(self.seed * SEED_STRIDE + epoch))
-            self._epoch, self._order = epoch, order.tolist()
+            generator = torch.Generator().manual_seed(self.seed * SEED_STRIDE + epoch)
+            self._epoch, self._order = epoch, torch.randperm(self.length, generator=generator).tolist()
         return self._order[batch * self.global_batch:(batch + 1) * self.global_batch]
 
 
