@@ -225,3 +225,45 @@ def test_camera_adapter_two_processes_equal_one_at_twice_the_batch(tmp_path):
     config, _ = parse_config(CameraAdapterConfig, build_parser(CameraAdapterConfig, "t"), argv(tmp_path / "one", 2))
     result = train(CameraAdapterTask(config))
     check_two_processes_equal_one(tmp_path, ranks, single_process_weights(result), tmp_path / "two", 1e-5)
+
+
+# ---------------------------------------------------------------- checkpoints of the earlier scripts
+@pytest.mark.parametrize("ema_file", ["ema.safetensors", "custom_checkpoint_0.pkl"])
+def test_a_dit_checkpoint_of_the_earlier_script_resumes(tmp_path, ema_file):
+    """``accelerator.save_state`` + the EMA, as scripts/train_dit.py wrote them before the scaffold: the weights,
+    the EMA and the step come back (resumed at its last step, the run writes exactly those weights)."""
+    from accelerate import Accelerator
+    from accelerate.utils import save
+    from safetensors.torch import save_model
+
+    from mmpos.models import EMA, DiT
+    from mmpos.training.dit_task import DiTConfig, DiTTask
+    from mmpos.training.scaffold import train
+
+    config, _ = parse_config(DiTConfig, build_parser(DiTConfig, "t"), dit_argv(tmp_path / "old", 2))
+    task = DiTTask(config)
+    model = task.build_model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    ema = EMA(model, 0.5)
+    ema.num_updates += 2
+    with torch.no_grad():
+        for p in ema.parameters():
+            p.mul_(0.5)
+    accelerator = Accelerator(cpu=True)
+    prepared, optimizer = accelerator.prepare(model, task.build_optimizer(model))
+    folder = tmp_path / "old" / "checkpoint-2"
+    accelerator.save_state(str(folder))
+    if ema_file == "ema.safetensors":
+        save_model(ema, str(folder / ema_file))
+    else:
+        save(ema.state_dict(), folder / ema_file)
+    result = train(DiTTask(config), resume="latest")
+    assert result.losses == {}  # already at its last step
+    for name, value in model.state_dict().items():
+        assert torch.equal(result.model.state_dict()[name], value), name
+    for name, value in ema.state_dict().items():
+        assert torch.equal(result.ema.state_dict()[name], value), name
+    exported = DiT.from_pretrained(tmp_path / "old" / "model_ema")
+    assert all(torch.equal(exported.state_dict()[k], v) for k, v in ema.model.state_dict().items())
