@@ -1,6 +1,7 @@
 """One process of a scaffold task under torchrun (test_training_scaffold): trains ``TASK`` with ``ARGV`` and writes
 ``rank{R}.safetensors`` (its final weights and EMA) and ``rank{R}.json`` (the files this process wrote)."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,8 @@ else:
     from mmpos.training.camera_adapter_task import CameraAdapterConfig as Config, CameraAdapterTask as Task
 torch.set_num_threads(1)
 config, args = parse_config(Config, build_parser(Config, "worker"), argv)
+if os.environ.get("SCAFFOLD_NODE_LOCAL_OUT"):  # stands for a node-local --out: the same name, another folder
+    config.out = str(Path(config.out) / f"node{os.environ['RANK']}")
 result = train(Task(config), args.resume, args.overwrite)
 rank = result.accelerator.process_index
 tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}

@@ -162,11 +162,13 @@ def test_camera_adapter_stops_at_a_nan_loss(tmp_path, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------- 2 processes
-def torchrun(task: str, argv: list, records: Path, port: int, processes: int = 2):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def torchrun(task: str, argv: list, records: Path, port: int, processes: int = 2, **env):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
                str(port), str(WORKER), task, json.dumps(argv), str(records)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if env.get("SCAFFOLD_NODE_LOCAL_OUT"):
+        return done
     assert done.returncode == 0, done.stderr[-4000:]
     return [json.loads((records / f"rank{r}.json").read_text()) for r in range(processes)]
 
@@ -202,6 +204,13 @@ def test_dit_two_processes_equal_one_at_twice_the_batch(tmp_path):
     two, one = log_of(tmp_path / "two"), log_of(tmp_path / "one")  # logged: the mean over ranks
     assert [r["step"] for r in two] == [1, 2, 3, 4]
     assert all(abs(a["loss"] - b["loss"]) < 1e-5 for a, b in zip(two, one))
+
+
+def test_an_out_folder_the_processes_do_not_share_stops_the_run_at_start(tmp_path):
+    done = torchrun("dit", dit_argv(tmp_path / "run", 2, 2), tmp_path, 29535, SCAFFOLD_NODE_LOCAL_OUT="1")
+    assert done.returncode != 0
+    assert "UnshareOutError" in done.stderr and "processes [1] do not see what process 0 wrote" in done.stderr
+    assert not checkpoints(tmp_path / "run" / "node0") and not (tmp_path / "run" / "node1").exists()
 
 
 @pytest.mark.slow
