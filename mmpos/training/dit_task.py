@@ -132,7 +132,8 @@ class DiTTask(TrainingTask):
         drop = noise.rand() < self.label_dropout
         labels = torch.where(drop, torch.full_like(labels, self.config.num_classes), labels)
         eps = noise.randn(x0.shape[1:])
-        t = noise.rand() if self.config.objective == "flow" else noise.randint(1000)
+        steps = self.noise_scheduler.config.num_train_timesteps
+        t = noise.rand() if self.config.objective == "flow" else noise.randint(steps)
         return diffusion_loss(model, x0, labels, self.config.objective, self.noise_scheduler, noise=eps, t=t)
 
     @torch.no_grad()

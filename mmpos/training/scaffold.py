@@ -229,10 +229,10 @@ def train(task: TrainingTask, resume: str | None = None, overwrite: bool = False
     return TrainResult(losses, accelerator.unwrap_model(model), ema, accelerator, last)
 
 
-def _loader(task, accelerator, stream: DataStream, start: int):
+def _loader(task, accelerator, dataset, stream: DataStream, start: int):
     config = task.config
     sampler = RankBatches(stream, start, config.steps, accelerator.process_index, config.batch_size)
-    return torch.utils.data.DataLoader(task.dataset_cached, batch_sampler=sampler, collate_fn=task.collate,
+    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=task.collate,
                                        num_workers=config.num_workers)
 
 
@@ -248,15 +248,15 @@ def _loop(task, accelerator, state: RunState):
 
     config = task.config
     out = Path(config.out)
-    task.dataset_cached = task.dataset()
-    stream = DataStream(len(task.dataset_cached), config.batch_size * accelerator.num_processes, config.seed)
+    dataset = task.dataset()
+    stream = DataStream(len(dataset), config.batch_size * accelerator.num_processes, config.seed)
     _check_stream(stream, state.data, out)
     log = JsonLog(out / "log.jsonl", accelerator.is_main_process, state.step)
     positions = list(range(accelerator.process_index * config.batch_size,
                            (accelerator.process_index + 1) * config.batch_size))
     losses, last = {}, None
     model, optimizer, ema = state.model, state.optimizer, state.ema
-    for step, batch in zip(range(state.step, config.steps), _loader(task, accelerator, stream, state.step)):
+    for step, batch in zip(range(state.step, config.steps), _loader(task, accelerator, dataset, stream, state.step)):
         set_seed(config.seed * SEED_STRIDE + step, device_specific=True)  # what a task draws outside SampleNoise
         model.train()
         with task.step_scope():
