@@ -79,7 +79,7 @@ def test_vit_checkpoints_hold_no_pickle(vit_run):
     _, root = vit_run
     names = {p.name for p in checkpoints(root / "whole")[-1].iterdir()}
     assert names == {"model.safetensors", "optimizer.safetensors", "optimizer.json", "ema.safetensors",
-                     "trainer_state.json", "rng_0.json"}
+                     "config.yaml", "progress.json", "rng_0.json"}
 
 
 def _copy_run(root: Path, name: str, keep_step: int) -> Path:
@@ -89,7 +89,7 @@ def _copy_run(root: Path, name: str, keep_step: int) -> Path:
     run = root / name
     shutil.copytree(root / "whole", run)
     for folder in checkpoints(run):
-        if not folder.name.endswith(f"{keep_step:07d}"):
+        if folder.name != f"checkpoint-{keep_step}":
             shutil.rmtree(folder)
     for leftover in ("results.json", "results.png", "model.safetensors"):
         (run / leftover).unlink()
@@ -98,11 +98,32 @@ def _copy_run(root: Path, name: str, keep_step: int) -> Path:
     return run
 
 
+def to_previous_layout(folder: Path) -> Path:
+    """Rewrite a scaffold checkpoint ``RUN/checkpoint-N`` as the ViT trainer wrote it before the scaffold:
+    ``RUN/checkpoints/step_000000N`` with ``trainer_state.json`` and plain ``rng_<r>.json`` files."""
+    progress = read_json(folder / "progress.json")
+    data = dict(progress["data"])
+    step = data.pop("accelerator_step")
+    (folder / "trainer_state.json").write_text(json.dumps({
+        "format": 1, "progress": data, "scheduler": progress["scheduler"], "accelerator_step": step,
+        "scaler": progress["scaler"]}))
+    for rng in folder.glob("rng_*.json"):
+        rng.write_text(json.dumps(read_json(rng)["rng"]))
+    for new in ("progress.json", "config.yaml"):
+        (folder / new).unlink()
+    old = folder.parent / "checkpoints" / f"step_{progress['step']:07d}"
+    old.parent.mkdir(exist_ok=True)
+    folder.rename(old)
+    return old
+
+
 def to_accelerate_layout(folder: Path) -> None:
     """Rewrite a checkpoint as ``accelerator.save_state`` wrote it before (scheduler, progress and EMA registered
     for checkpointing: ``custom_checkpoint_0/1/2.pkl``; optimizer and RNG as torch pickles)."""
     from accelerate.utils import save
 
+    if (folder / "progress.json").is_file():
+        folder = to_previous_layout(folder)
     saved = read_json(folder / "trainer_state.json")
     optimizer = join_optimizer_state(read_tensors(folder / "optimizer.safetensors"),
                                      read_json(folder / "optimizer.json"), {"param_groups": []})
@@ -132,12 +153,18 @@ def test_an_accelerate_layout_checkpoint_resumes_to_the_same_losses(vit_run):
     assert (run / "model.safetensors").read_bytes() == (root / "whole" / "model.safetensors").read_bytes()
 
 
-def test_new_layout_resume_is_bit_identical_with_ema_and_accumulation(vit_run):
+@pytest.mark.parametrize("layout", ["scaffold", "previous"])
+def test_new_layout_resume_is_bit_identical_with_ema_and_accumulation(vit_run, layout):
+    """The scaffold's ``checkpoint-2`` and the layout before it (``checkpoints/step_0000002``) resume alike."""
     config, root = vit_run
-    run = _copy_run(root, "new_layout", 2)
+    run = _copy_run(root, f"new_layout_{layout}", 2)
+    if layout == "previous":
+        to_previous_layout(checkpoints(run)[-1])
+        assert [c.name for c in checkpoints(run)] == ["step_0000002"]
     train_vit(config, run, resume=True)
     assert read_log(run) == read_log(root / "whole")  # (update, loss) to the printed digit
     assert (run / "model.safetensors").read_bytes() == (root / "whole" / "model.safetensors").read_bytes()
+    assert checkpoints(run)[-1].name == "checkpoint-4"  # a resumed old run continues in the new layout
 
 
 def _vit_commands(run: Path, out: Path, config_path: Path):

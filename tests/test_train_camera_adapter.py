@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import mmpos.training.camera_adapter_task as task_module
 from mmpos.cli import main as mmpos_main
+from mmpos.pipelines import camera_clips
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_camera_adapter.py"
@@ -42,7 +44,7 @@ def test_training_checkpoints_and_resumes_to_the_identical_next_loss(world_clips
     assert first == {1: straight[1], 2: straight[2]}
     with pytest.raises(SystemExit) as exit_info:
         script.train(args(world_clips, tmp_path / "resumed", 3))
-    assert exit_info.value.code == 2 and "has checkpoints; pass --resume" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "holds an earlier run (checkpoint-2" in capsys.readouterr().err
     resumed = script.train(args(world_clips, tmp_path / "resumed", 3, "--gradient-checkpointing", "--resume"))
     assert resumed == {3: straight[3]}
     assert all(torch.isfinite(torch.tensor(list(straight.values()))))
@@ -67,7 +69,7 @@ def test_only_the_adapter_trains(world_clips, tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.optim, "AdamW", spy)
     script.train(args(world_clips, tmp_path / "run", 1, "--kind", "plucker"))
-    pipe = script.load_parts("tiny", torch.float32)
+    pipe = task_module.load_parts("tiny", torch.float32)
     adapter = CameraAdapter.for_transformer(pipe.transformer, "plucker")
     assert seen["count"] == sum(p.numel() for p in adapter.parameters()) == 2 * (6 * 24 + 24)
 
@@ -75,7 +77,7 @@ def test_only_the_adapter_trains(world_clips, tmp_path, monkeypatch):
 def test_lens_augmentation_trains_on_rerendered_frames_with_their_models_rays(world_clips, tmp_path, monkeypatch):
     script = load_script()
     drawn, cameras = [], []
-    original_load, original_cameras = script.load_sample, script.video_cameras
+    original_load, original_cameras = camera_clips.load_sample, task_module.video_cameras
 
     def load(*a, **kwargs):
         drawn.append(kwargs.get("lens"))
@@ -85,8 +87,8 @@ def test_lens_augmentation_trains_on_rerendered_frames_with_their_models_rays(wo
         cameras.append(camera)
         return original_cameras(camera, *a, **kwargs)
 
-    monkeypatch.setattr(script, "load_sample", load)
-    monkeypatch.setattr(script, "video_cameras", record)
+    monkeypatch.setattr(camera_clips, "load_sample", load)
+    monkeypatch.setattr(task_module, "video_cameras", record)
     losses = script.train(args(world_clips, tmp_path / "lens", 4, "--lens-models", "opencv", "unified",
                                "--batch-size", "2"))
     assert all(torch.isfinite(torch.tensor(list(losses.values()))))

@@ -51,11 +51,11 @@ def test_resume_continues_with_identical_losses(data_dir, tmp_path):
     config = tiny_config(data_dir)
     whole = tmp_path / "whole"
     results = train_vit(config, whole)
-    assert [c.name for c in checkpoints(whole)] == ["step_0000004", "step_0000006"]
+    assert [c.name for c in checkpoints(whole)] == ["checkpoint-4", "checkpoint-6"]
     # an interrupted copy: the run as it was right after the update-4 checkpoint (mid-epoch: 4 batches/epoch)
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)
-    shutil.rmtree(cut / "checkpoints" / "step_0000006")
+    shutil.rmtree(cut / "checkpoint-6")
     for name in ("results.json", "model.safetensors"):
         (cut / name).unlink()
     log_lines = (whole / "log.csv").read_text().splitlines()
@@ -206,5 +206,5 @@ def test_a_truncated_checkpoint_is_named_on_resume(data_dir, tmp_path):
     train_vit(config, tmp_path / "run")
     weights = checkpoints(tmp_path / "run")[-1] / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:64])
-    with pytest.raises(UnreadableCheckpointError, match=r"cannot be resumed: .*step_0000004/model.safetensors: cannot be read \(SafetensorError"):
+    with pytest.raises(UnreadableCheckpointError, match=r"checkpoint-4: cannot be resumed \(.*checkpoint-4/model.safetensors: \d+ bytes, recorded \d+"):
         train_vit(config, tmp_path / "run", resume=True)  # was: SafetensorError without the folder

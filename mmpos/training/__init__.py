@@ -1,5 +1,9 @@
 """Training workflows built on the public mmpos API (timm conversion, the mini-world data).
 
+One scaffold (:mod:`.scaffold`: N processes, ``checkpoint-<step>/`` checkpoints, resume, the NaN stop; configs in
+:mod:`.scaffold_config`) and one module per task: :mod:`.dit_task`, :mod:`.camera_adapter_task`; the ViT trainer
+(:mod:`.vit_train`) writes the scaffold's checkpoints from its own loop.
+
 The exports are loaded on first use, so the ViT task's command line (:mod:`.vit_cli`) parses without torch."""
 from importlib import import_module
 

@@ -1,13 +1,13 @@
-"""Run folders and atomic checkpoints of the ViT trainer, without pickle.
+"""Run folders and atomic checkpoints of the ViT trainer, without pickle: the training scaffold's layout.
 
-``checkpoints/step_0000500`` holds the training state in files that load no code: ``model.safetensors``,
-``optimizer.safetensors`` + ``optimizer.json``, ``ema.safetensors`` (with ``ema_decay``), ``trainer_state.json``
-(progress, scheduler, accelerate's step, the fp16 grad scaler) and one ``rng_<process>.json`` per process (python,
-numpy and torch generators). It is written as ``checkpoints/.step_0000500.tmp`` and renamed into place once
-complete, so a crash never leaves a half-written checkpoint under a real name; the newest ``keep`` complete
-checkpoints are kept. Checkpoints of earlier versions (accelerate's ``save_state``: ``optimizer.bin``,
-``random_states_N.pkl``, ``custom_checkpoint_N.pkl``) are read with ``torch.load(weights_only=True)``: a file in them
-holding anything but tensors and plain values is refused naming it (accelerate itself unpickles custom objects).
+``checkpoint-500/`` (:mod:`.scaffold_checkpoint`: ``model.safetensors``, ``optimizer.safetensors`` +
+``optimizer.json``, ``ema.safetensors`` (with ``ema_decay``), ``config.yaml``, ``progress.json`` with the trainer's
+progress (step, epoch, batch, micro-batch, accelerate's step) as the data-stream position, the scheduler and the
+fp16 grad scaler, and one ``rng_<process>.json`` per process), written as ``.checkpoint-500.partial`` and renamed
+into place once complete; the newest ``keep`` complete checkpoints are kept. Run folders of earlier versions still
+resume: ``checkpoints/step_0000500`` with ``trainer_state.json`` (the previous layout) and accelerate's
+``save_state`` folders (``optimizer.bin``, ``random_states_N.pkl``, ``custom_checkpoint_N.pkl``, read with
+``torch.load(weights_only=True)``: a file holding anything but tensors and plain values is refused naming it).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .._safe_state import (UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors,
-                           rng_state, set_rng_state, split_optimizer_state, write_json, write_tensors)
+                           set_rng_state)
 from .run_folders import (STEP_DIR, RunExistsError, UnreadableCheckpointError, check_run_folder,  # noqa: F401
                           checkpoints, latest_checkpoint)
 from .vit_model import plain_model
@@ -39,29 +39,26 @@ class TrainingState:
     ema: torch.nn.Module | None = None
 
 
-def _write_state(accelerator, state: TrainingState, folder: Path) -> None:
-    """Every process writes its RNG file; the main process the rest (the same on every process under DDP)."""
-    write_json(folder / f"rng_{accelerator.process_index}.json", rng_state())
-    if not accelerator.is_main_process:
-        return
-    from safetensors.torch import save_model
+def _run_state(accelerator, state: TrainingState, step: int = 0):
+    from .scaffold_checkpoint import RunState
 
-    save_model(plain_model(accelerator, state.model), str(folder / "model.safetensors"))
-    tensors, rest = split_optimizer_state(state.optimizer.state_dict())
-    write_tensors(folder / "optimizer.safetensors", tensors)
-    write_json(folder / "optimizer.json", rest)
-    if state.ema is not None:
-        save_model(state.ema, str(folder / "ema.safetensors"))
-    scaler = getattr(accelerator, "scaler", None)
-    write_json(folder / "trainer_state.json", {
-        "format": FORMAT, "progress": state.progress.state_dict(), "scheduler": state.scheduler.state_dict(),
-        "accelerator_step": accelerator.step, "scaler": None if scaler is None else scaler.state_dict()})
+    data = {**state.progress.state_dict(), "accelerator_step": accelerator.step}
+    return RunState(plain_model(accelerator, state.model), state.optimizer, state.scheduler, state.ema, step, data)
 
 
 def load_checkpoint(accelerator, folder, state: TrainingState) -> None:
     """Restore ``state`` (and this process's RNG, accelerate's step) from ``folder``; a missing, truncated,
     foreign or unsafe checkpoint raises :class:`UnreadableCheckpointError` naming the file."""
     folder = Path(folder)
+    if (folder / "progress.json").is_file():  # the scaffold's layout
+        from . import scaffold_checkpoint
+
+        run = _run_state(accelerator, state)
+        scaffold_checkpoint.load_checkpoint(accelerator, folder, run)
+        data = dict(run.data)
+        accelerator.step = int(data.pop("accelerator_step"))
+        state.progress.load_state_dict(data)
+        return
     try:
         if (folder / "trainer_state.json").is_file():
             _read_state(accelerator, folder, state)
@@ -136,33 +133,24 @@ def _read_accelerate_state(accelerator, folder: Path, state: TrainingState) -> N
 
 
 def prepare_run_folder(run_dir: Path, resume: bool, overwrite: bool, accelerator) -> None:
-    """Refuse to write into an existing run without ``resume`` / ``overwrite``; ``overwrite`` empties it."""
+    """Refuse to write into an existing run without ``resume`` / ``overwrite``; ``overwrite`` empties it. Every
+    process must see the folder (:func:`~.scaffold.check_shared_out`)."""
+    from .scaffold import check_shared_out
+
     exists = check_run_folder(run_dir, resume, overwrite)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if exists and overwrite:
             shutil.rmtree(run_dir)
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
+    check_shared_out(accelerator, run_dir)
 
 
-def save_checkpoint(accelerator, run_dir, step: int, state: TrainingState, keep: int = 2) -> Path:
-    """``state`` into a temporary folder, renamed to ``checkpoints/step_{step:07d}``."""
-    folder = Path(run_dir) / "checkpoints"
-    final = folder / f"step_{step:07d}"
-    tmp = folder / f".step_{step:07d}.tmp"
-    if accelerator.is_main_process:
-        if tmp.exists():
-            shutil.rmtree(tmp)  # left over by a crash
-        tmp.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    _write_state(accelerator, state, tmp)  # every process writes its RNG state
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        for old in checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old)
-    accelerator.wait_for_everyone()
-    return final
+def save_checkpoint(accelerator, run_dir, step: int, state: TrainingState, keep: int = 2,
+                    config: dict | None = None) -> Path:
+    """``state`` as ``run_dir/checkpoint-{step}`` (:func:`.scaffold_checkpoint.save_checkpoint`)."""
+    from . import scaffold_checkpoint
+
+    return scaffold_checkpoint.save_checkpoint(accelerator, run_dir, _run_state(accelerator, state, step),
+                                               config or {}, keep)

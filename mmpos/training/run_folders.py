@@ -1,11 +1,13 @@
-"""A run folder and its complete checkpoints (``checkpoints/step_<N>``), without torch: the command line checks
-``--resume`` / ``--overwrite`` before anything heavy is imported (:mod:`.checkpoints` writes and reads them)."""
+"""A ViT run folder and its complete checkpoints, without torch: the command line checks ``--resume`` /
+``--overwrite`` before anything heavy is imported (:mod:`.checkpoints` writes and reads them). Checkpoints are the
+scaffold's ``checkpoint-<N>/``; those of earlier versions, ``checkpoints/step_<N>``, are found too."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-STEP_DIR = re.compile(r"^step_(\d+)$")
+STEP_DIR = re.compile(r"^step_(\d+)$")  # the earlier layout, under checkpoints/
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
 
 class RunExistsError(FileExistsError):
@@ -28,17 +30,19 @@ def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
         raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to "
                              f"replace it")
     if resume and latest_checkpoint(run_dir) is None:
-        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir / 'checkpoints'}")
+        raise FileNotFoundError(f"--resume: no complete checkpoint-<step> under {run_dir}")
     return exists
 
 
 def checkpoints(run_dir) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
+    """Complete checkpoints of a run, oldest first (of one step, the scaffold's ``checkpoint-<N>`` last)."""
+    found = []
+    for layout, (folder, pattern) in enumerate(((Path(run_dir) / "checkpoints", STEP_DIR),
+                                                 (Path(run_dir), CHECKPOINT_DIR))):
+        if folder.is_dir():
+            found += [(int(m.group(1)), layout, p) for p in folder.iterdir() if (m := pattern.match(p.name))
+                      and p.is_dir()]
+    return [p for *_, p in sorted(found)]
 
 
 def latest_checkpoint(run_dir) -> Path | None:

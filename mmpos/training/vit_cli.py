@@ -106,7 +106,7 @@ def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``eval_vit.py`` / ``mmpos eval vit``."""
-    parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoints/)")
+    parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoint-<step>/)")
     parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels (default: the config's eval_sizes)")
     parser.add_argument("--scales", type=float, nargs="+", help="or multiples of the training resolution (default: the config's eval_scales)")
     parser.add_argument("--aspects", type=float, nargs="+", help="width / height ratios (default 1)")
@@ -144,7 +144,7 @@ def run_eval(args, parser) -> int:
                                              ("eval_extrapolation", args.extrapolation)) if v})
             checkpoint = latest_checkpoint(run)
             if checkpoint is None:
-                raise FileNotFoundError(f"{run}: no checkpoint under {run}/checkpoints")
+                raise FileNotFoundError(f"{run}: no checkpoint-<step> under {run}")
             results = train_vit(config, run, eval_only=True, checkpoint=checkpoint, results_name=None)
             all_rows[f"{Path(run).name}"] = results["eval"]
     except USER_ERRORS as error:

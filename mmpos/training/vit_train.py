@@ -3,8 +3,9 @@
     from mmpos.training import load_config, train_vit
     results = train_vit(load_config("configs/vit/world_relation.yaml"), "runs/rope_mixed", )
 
-A run folder holds ``config.yaml``, ``log.csv``, ``checkpoints/step_XXXXXXX`` (safetensors and JSON, no pickle, see
-:mod:`.checkpoints`; written to a temporary folder and renamed into place; the newest two kept), ``model.safetensors`` and ``results.json``.
+A run folder holds ``config.yaml``, ``log.csv``, ``checkpoint-<step>/`` (the training scaffold's layout: safetensors
+and JSON, no pickle, see :mod:`.checkpoints`; written to a temporary folder and renamed into place; the newest two
+kept), ``model.safetensors`` and ``results.json``.
 Randomness is a function of (seed, update, process) for dropout/mixup and of (seed, epoch, sample) for
 augmentation, so ``resume`` continues with the losses an uninterrupted run would have had.
 """
@@ -194,7 +195,7 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
             if progress.step % config["log_every"] == 0 or progress.step == config["steps"]:
                 _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started)
             if progress.step % config["checkpoint_every"] == 0 or progress.step == config["steps"]:
-                save_checkpoint(accelerator, run_dir, progress.step, state)
+                save_checkpoint(accelerator, run_dir, progress.step, state, config=config)
             if progress.step >= config["steps"]:
                 break
         else:
