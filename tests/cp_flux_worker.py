@@ -5,7 +5,9 @@ ring); writes ``rank{R}.json``: per case, the largest difference between the two
 diffusers limitations patched here (and only these): on a machine without an accelerator
 ``torch.accelerator.device_count()`` is 0 and ``_resolve_parallel_config`` takes ``rank % 0`` (made 1); and ring
 attention needs each block's log-sum-exp, which diffusers' native (SDPA) op refuses to return and no CPU backend
-has: the native op gets it from the plain softmax formula (fp64) when asked. Ulysses runs diffusers unpatched.
+has: the native op gets it from the plain softmax formula (fp64) when asked; and gloo's ``all_gather`` takes
+equal shapes only, so the output gather of uneven shards (``*_anything``) pads to the longest shard and trims.
+Even Ulysses runs diffusers unpatched.
 """
 import json
 import sys
@@ -22,10 +24,11 @@ from mmpos.integrations.diffusers import model_extrapolation, set_pe  # noqa: E4
 
 out_dir, cases = Path(sys.argv[1]), json.loads(sys.argv[2])  # [[preset, mode, height, width, text], ...]
 torch.set_num_threads(1)
-dist.init_process_group("gloo")
+dist.init_process_group("cpu:gloo")  # "cpu:" also tells diffusers' ulysses_anything to gather sizes on the CPU
 torch.accelerator.device_count = lambda: 1  # the diffusers CPU limitation (see the module docstring)
 
 from diffusers import ContextParallelConfig  # noqa: E402
+from diffusers.hooks import context_parallel  # noqa: E402
 from diffusers.models import attention_dispatch  # noqa: E402
 
 stock_native_op = attention_dispatch._native_attention_forward_op
@@ -44,7 +47,19 @@ def native_op_with_lse(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is
     return out.permute(0, 2, 1, 3), scores.logsumexp(dim=-1).permute(0, 2, 1)
 
 
+def all_gather_padded(tensor, dim, group):
+    """diffusers' ``_all_gather_anything`` for gloo: uneven shards padded to the longest, gathered, trimmed."""
+    sizes = [torch.zeros((), dtype=torch.int64) for _ in range(dist.get_world_size(group=group))]
+    dist.all_gather(sizes, torch.tensor(tensor.shape[dim]), group=group)
+    sizes = [int(s) for s in sizes]
+    pad = [0, 0] * (tensor.dim() - 1 - dim % tensor.dim()) + [0, max(sizes) - tensor.shape[dim]]
+    gathered = [torch.empty_like(torch.nn.functional.pad(tensor, pad)) for _ in sizes]
+    dist.all_gather(gathered, torch.nn.functional.pad(tensor, pad).contiguous(), group=group)
+    return torch.cat([g.narrow(dim, 0, n) for g, n in zip(gathered, sizes)], dim=dim)
+
+
 attention_dispatch._native_attention_forward_op = native_op_with_lse
+context_parallel._all_gather_anything = all_gather_padded
 
 differences = {}
 for preset, mode, height, width, text in cases:
