@@ -39,11 +39,13 @@ class PerThread:
         """Whether this thread set a value."""
         return getattr(self._local, "value", _UNSET) is not _UNSET
 
-    def swap(self, value):
-        """Set ``value`` in this thread only (other threads' fallback stays): for transient per-call values.
-        Returns this thread's previous state for :meth:`restore`."""
+    def swap(self, value, latest: bool = False):
+        """Set ``value`` in this thread (and, with ``latest``, as the fallback of threads that set nothing);
+        returns this thread's previous state for :meth:`restore`."""
         previous = getattr(self._local, "value", _UNSET)
         self._local.value = value
+        if latest:
+            self._latest = value
         return previous
 
     def restore(self, previous) -> None:
