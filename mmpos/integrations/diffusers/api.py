@@ -85,7 +85,8 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
         seam = _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = None
     setattr(transformer, family.position_attr, seam)
-    extents_hooks = GlobalExtents(family).install(transformer) if family.global_coords is not None else ()
+    scheduled = any(getattr(e, "schedule", None) is not None for e in getattr(seam, "encodings", ()))
+    extents_hooks = GlobalExtents(family).install(transformer) if scheduled and family.global_coords else ()
     transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position, hook=hook,
                                               extents_hooks=extents_hooks)
     if backend is not None:
