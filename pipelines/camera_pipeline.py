@@ -52,13 +52,13 @@ def one_call(pipe):
     vae_lock, prompt_lock = locks
     if pipe.vae is not None:
         call.__dict__["vae"] = _Serialised(pipe.vae, vae_lock, ("encode", "decode"))
-    encode_prompt = call.encode_prompt
+    encode_prompt = getattr(call, "encode_prompt", None)
+    if encode_prompt is not None:
+        def serialised_encode_prompt(*args, **kwargs):
+            with prompt_lock:
+                return encode_prompt(*args, **kwargs)
 
-    def serialised_encode_prompt(*args, **kwargs):
-        with prompt_lock:
-            return encode_prompt(*args, **kwargs)
-
-    call.__dict__["encode_prompt"] = serialised_encode_prompt
+        call.__dict__["encode_prompt"] = serialised_encode_prompt
     return call
 
 

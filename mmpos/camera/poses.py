@@ -101,8 +101,7 @@ def orthonormalize(rotation: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(rotation).all()):
         raise ValueError("rotation has non-finite entries (NaN or inf)")
     u, singular, vh = torch.linalg.svd(rotation)
-    if rotation.numel() and not bool((singular[..., 1] > singular[..., :1].clamp_min(1e-300) * 1e-12).all()
-                                     and (singular[..., 0] > 0).all()):
+    if rotation.numel() and not bool(((singular[..., 0] > 0) & (singular[..., 1] > singular[..., 0] * 1e-12)).all()):
         raise ValueError("rotation has rank below 2 (e.g. all zeros): no unique nearest rotation; expected a "
                          "matrix close to a rotation")
     sign = torch.linalg.det(u @ vh).sign()
