@@ -28,7 +28,8 @@ class GlobalExtents:
         post = transformer.register_forward_hook(self.post_forward, always_call=True)
         return pre.id, post.id
 
-    def scheduled(self, transformer) -> list:
+    def scheduled(self, transformer) -> tuple:
+        """The seam and its encodings that follow a schedule."""
         seam = getattr(transformer, self.family.position_attr)
         return seam, [pe for pe in getattr(seam, "encodings", ()) if getattr(pe, "schedule", None) is not None]
 
