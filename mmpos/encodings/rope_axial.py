@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .._per_thread import PerThread
 from .._validation import as_int_tuple, check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
@@ -61,17 +62,37 @@ class AxialRoPE(SpectrumRoPE):
         super().__init__(head_dim, spectrum, layout, num_prefix_tokens, seq_dim, table_precision, allocation)
         self.axes_dims = axes_dims
         self.schedule, self.step = schedule, DiffusionStep()
+        if schedule is not None:  # resolved per call: the spectrum last used by this thread
+            self.__dict__["_spectrum"] = PerThread(self.__dict__["_spectrum"])
+
+    @property
+    def spectrum(self):
+        """The spectrum (with a schedule: the one this thread's last table used)."""
+        value = self.__dict__["_spectrum"]
+        return value.get() if isinstance(value, PerThread) else value
+
+    @spectrum.setter
+    def spectrum(self, value):
+        held = self.__dict__.get("_spectrum")
+        if isinstance(held, PerThread):
+            held.set(value)
+        else:
+            self.__dict__["_spectrum"] = value
+
+    def coordinate_extents(self, coords) -> list[float]:
+        """``max - min + 1`` per axis of ``coords [..., L, A]`` (what a schedule reads; one device sync)."""
+        return ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
 
     def cached_table(self, coords, complex_dtype):
         """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
-        (``max - min + 1``, or ``self.step.extents``) and ``self.step.sigma``, cached under the resolved policies
-        (exact values), so a table is rebuilt only when the schedule's value changes. ``self.spectrum`` is the
-        last one used."""
+        (:meth:`coordinate_extents`, or ``self.step.extents``) and ``self.step.sigma`` (both per thread), cached
+        under the resolved policies (exact values), so a table is rebuilt only when the schedule's value changes.
+        ``self.spectrum`` is the last one this thread used."""
         if self.schedule is None:
             return super().cached_table(coords, complex_dtype)
         extents = self.step.extents
         if extents is None:
-            extents = ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
+            extents = self.coordinate_extents(coords)
         policies = self.schedule.policies(extents, self.step.sigma)
         self.spectrum = spectrum = self.schedule.spectrum(policies)
         key = (policies, complex_dtype, self.table_precision)

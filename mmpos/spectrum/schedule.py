@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from .._per_thread import PerThread
 from .._validation import check_choice, check_finite_number, per_axis
 from ..ops.tables import KeyedCache
 from .allocation import RotarySpectrum
@@ -36,14 +37,35 @@ DYNAMIC_METHODS = ("ntk", "yarn", "vision_yarn")
 DEFAULT_LAMBDA_S = {"ntk": 2.0, "yarn": 1.0, "vision_yarn": 1.0}  # the reference code's values
 
 
-@dataclass
 class DiffusionStep:
     """The explicit step context a scheduled encoding reads: ``sigma`` in [0, 1] (1 = pure noise), or ``None``
     outside sampling; ``extents`` per axis when the scale must come from other tokens than the table's (Qwen-Image:
-    the images', also for the text table), else ``None`` (the coordinates' own extent)."""
+    the images', also for the text table; a context-parallel shard: the whole sequence's), else ``None`` (the
+    coordinates' own extent).
 
-    sigma: float | None = None
-    extents: list | None = None
+    Both are per thread (:class:`~mmpos._per_thread.PerThread`): one encoding serves concurrent calls at
+    different steps; a thread that set nothing reads the latest values any thread set."""
+
+    def __init__(self, sigma: float | None = None, extents: list | None = None):
+        self._sigma, self._extents = PerThread(sigma), PerThread(extents)
+
+    sigma = property(lambda self: self._sigma.get(), lambda self, value: self._sigma.set(value))
+    extents = property(lambda self: self._extents.get(), lambda self, value: self._extents.set(value))
+
+    def swap_extents(self, extents):
+        """``extents`` in this thread only, until :meth:`restore_extents` with the returned state."""
+        return self._extents.swap(extents)
+
+    def restore_extents(self, previous) -> None:
+        self._extents.restore(previous)
+
+    def __eq__(self, other):
+        return isinstance(other, DiffusionStep) and (self.sigma, self.extents) == (other.sigma, other.extents)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"DiffusionStep(sigma={self.sigma!r}, extents={self.extents!r})"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ At zero initialisation every kind adds exact zeros: the transformer's output is 
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -26,6 +27,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
+from ..._per_thread import PerThread
 from ...camera import invert_pose
 from ...encodings.plucker import PluckerRays
 from ...encodings.prope import PRoPE
@@ -34,8 +36,8 @@ from .installer import CAMERA, ProcessorInstaller
 from .models import spec_for
 from .video_cameras import VideoCameras
 
-__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraConditioning", "camera_conditioning", "install_camera_adapter",
-           "placed_like", "remove_camera_adapter"]
+__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraCalls", "CameraConditioning", "camera_conditioning",
+           "install_camera_adapter", "placed_like", "remove_camera_adapter", "without_camera"]
 
 ADAPTER_KINDS = ("ucpe", "prope", "plucker")
 
@@ -135,27 +137,41 @@ class CameraConditioning:
 
 
 class CameraAttnProcessor:
-    """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added."""
+    """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added.
 
-    def __init__(self, conditioning: CameraConditioning, layer: int, slot):
+    ``conditioning`` is a :class:`CameraConditioning`, or a :class:`CameraCalls` whose calling thread's
+    conditioning is read per call (``None``: the level beneath runs unchanged)."""
+
+    def __init__(self, conditioning, layer: int, slot):
         self.conditioning, self.layer, self.slot = conditioning, layer, slot
 
     def __call__(self, attn, hidden_states: torch.Tensor, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None) -> torch.Tensor:
         beneath = self.slot.below(CAMERA)
-        attention_input = self.conditioning.attention_input(self.layer, hidden_states)
+        conditioning = self.conditioning
+        if isinstance(conditioning, CameraCalls):
+            conditioning = conditioning.current()
+            if conditioning is None:
+                return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+        attention_input = conditioning.attention_input(self.layer, hidden_states)
         out = beneath(attn, attention_input, encoder_hidden_states, attention_mask, rotary_emb)
-        residual = self.conditioning.residual(self.layer, hidden_states)
+        residual = conditioning.residual(self.layer, hidden_states)
         return out if residual is None else out + residual
 
 
-def install_camera_adapter(transformer, conditioning: CameraConditioning) -> None:
-    """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer)."""
-    spec, adapter = spec_for(transformer), conditioning.adapter
+def _check_fits(transformer, adapter: CameraAdapter) -> None:
+    spec = spec_for(transformer)
     count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
     if (count, width) != (len(adapter.layers), adapter.config.dim):
         raise ValueError(f"the adapter has {len(adapter.layers)} layers of width {adapter.config.dim}; the "
                          f"transformer has {count} self-attention layers of width {width}")
+
+
+def install_camera_adapter(transformer, conditioning) -> None:
+    """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
+    ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
+    if isinstance(conditioning, CameraConditioning):
+        _check_fits(transformer, conditioning.adapter)
     installer = ProcessorInstaller.of(transformer)
     processors = {i: CameraAttnProcessor(conditioning, i, slot) for i, slot in enumerate(installer.slots)}
     installer.fill(CAMERA, processors)
@@ -168,12 +184,68 @@ def remove_camera_adapter(transformer) -> None:
         installer.clear(transformer, CAMERA)
 
 
+class CameraCalls:
+    """The camera calls running on one transformer, each in its own thread (one model serving requests).
+
+    The ``camera`` level is filled once while any call runs and emptied after the last; each layer reads the
+    calling thread's conditioning (:class:`~mmpos._per_thread.PerThread`), so a call without a camera
+    (:meth:`without_camera`) runs the level beneath unchanged while another thread's camera call runs. A thread
+    that entered no call (autograd's, recomputing a checkpointed block) reads the latest call's conditioning.
+    """
+
+    _lock = threading.Lock()  # guards the count and the level of every transformer
+
+    def __init__(self):
+        self._conditioning = PerThread(None)
+        self._running = 0
+
+    @classmethod
+    def of(cls, transformer) -> "CameraCalls":
+        with cls._lock:
+            calls = transformer.__dict__.get("_mmpos_camera_calls")
+            if calls is None:
+                calls = transformer.__dict__["_mmpos_camera_calls"] = cls()
+            return calls
+
+    def current(self) -> CameraConditioning | None:
+        return self._conditioning.get()
+
+    @contextmanager
+    def running(self, transformer, conditioning: CameraConditioning | None):
+        """``conditioning`` (``None``: no camera) for this thread's call on ``transformer``."""
+        if conditioning is not None:
+            _check_fits(transformer, conditioning.adapter)
+            with self._lock:
+                if self._running == 0:
+                    install_camera_adapter(transformer, self)
+                self._running += 1
+        previous = self._conditioning.swap(conditioning, latest=conditioning is not None)
+        try:
+            yield conditioning
+        finally:
+            self._conditioning.restore(previous)
+            if conditioning is not None:
+                with self._lock:
+                    self._running -= 1
+                    if self._running == 0:
+                        remove_camera_adapter(transformer)
+
+    def __getstate__(self):  # a copied transformer has no calls running
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+
 @contextmanager
 def camera_conditioning(transformer, adapter: CameraAdapter, cameras: VideoCameras, scale: float = 1.0):
-    """Install ``adapter`` conditioned on ``cameras`` for the duration of the block, even if it raises."""
-    conditioning = adapter.conditioning(cameras, scale)
-    install_camera_adapter(transformer, conditioning)
-    try:
+    """Install ``adapter`` conditioned on ``cameras`` for the duration of the block, even if it raises; calls in
+    other threads on the same transformer keep their own cameras (or none, :func:`without_camera`)."""
+    with CameraCalls.of(transformer).running(transformer, adapter.conditioning(cameras, scale)) as conditioning:
         yield conditioning
-    finally:
-        remove_camera_adapter(transformer)
+
+
+def without_camera(transformer):
+    """A ``with`` block in which this thread's calls of ``transformer`` get no camera, while other threads' camera
+    calls run."""
+    return CameraCalls.of(transformer).running(transformer, None)
