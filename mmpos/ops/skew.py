@@ -37,7 +37,7 @@ def skew_from_upper(values: torch.Tensor, dim: int) -> torch.Tensor:
     return upper - upper.transpose(-1, -2)
 
 
-def _scatter_upper(zeros: torch.Tensor, values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+def _scatter_upper(zeros: torch.Tensor, values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     flat = zeros.flatten(-2)
     index = (rows * zeros.shape[-1] + cols).expand(values.shape)
     return flat.scatter(-1, index, values).unflatten(-1, zeros.shape[-2:])
@@ -57,7 +57,7 @@ def hodge_dual_4(s: torch.Tensor) -> torch.Tensor:
     return skew_from_upper(dual_upper, 4)
 
 
-def self_dual_split(s: torch.Tensor):
+def self_dual_split(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``S = S+ + S-`` for ``[..., 4, 4]`` skew ``S``: the two parts commute and ``(S+-)^2 = -a+-^2 I``.
 
     Returns ``(s_plus, s_minus, a_plus, a_minus)`` with ``a`` of shape ``[...]`` (``a^2 = |S+-|_F^2 / 4``).
@@ -96,7 +96,7 @@ def exp_scaled_skew(t: torch.Tensor, s: torch.Tensor, dtype: torch.dtype | None 
     return exp_skew(t[..., None, None] * s).to(dtype or s.dtype)
 
 
-def exp_scaled_skew_4_terms(t: torch.Tensor, s: torch.Tensor):
+def exp_scaled_skew_4_terms(t: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``exp(t * S) = sum_k c_k(t) B_k`` for scalars ``t`` ``[...]`` and 4x4 skew ``S`` ``[..., 4, 4]``.
 
     ``exp(tS) = exp(tS+) exp(tS-)`` and ``exp(tS+-) = cos(t a) I + (sin(t a) / a) S+-``, so the result is a
