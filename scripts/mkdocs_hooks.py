@@ -1,6 +1,7 @@
 """mkdocs hooks of the docs site (``mkdocs.yml``): the pages stay readable on GitHub as they are, the site gets
 
-- the repository's ``README.md`` as the page ``overview.md`` (its ``docs/X.md`` links become ``X.md``);
+- the repository's ``README.md``, ``CONTRIBUTING.md`` and ``CHANGELOG.md`` as the pages ``overview.md``,
+  ``contributing.md`` and ``changelog.md`` (their ``docs/X.md`` links become ``X.md``);
 - the repository files the pages link to outside ``docs/`` (figures, scripts) copied under ``repo/``, and the
   links rewritten to them, so that ``--strict`` still fails on a link to a file that does not exist;
 - Sphinx roles of the docstrings (``:func:`~mmpos.x.f```) shown as plain code (mkdocstrings renders Markdown).
@@ -17,7 +18,7 @@ from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-OVERVIEW = "overview.md"
+ROOT_PAGES = {"README.md": "overview.md", "CONTRIBUTING.md": "contributing.md", "CHANGELOG.md": "changelog.md"}
 REPO = "repo"  # where the linked repository files appear in the site
 LINK = re.compile(r"(\]\()(?!https?:|mailto:|#)([^)\s#]+)(#[^)\s]*)?(\))")
 ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj|const):<code>~?\.?")
@@ -27,8 +28,8 @@ def _site_target(target: str, page_dir: Path) -> str | None:
     """The site path (from the docs root) a relative link of a page in ``page_dir`` points to; None: a link
     mkdocs checks as it is (e.g. to a file that does not exist)."""
     path = (page_dir / target).resolve()
-    if path == ROOT / "README.md":
-        return OVERVIEW
+    if path.parent == ROOT and path.name in ROOT_PAGES:
+        return ROOT_PAGES[path.name]
     if path.is_relative_to(DOCS):
         return path.relative_to(DOCS).as_posix()
     if path.is_relative_to(ROOT) and path.is_file():
@@ -53,14 +54,15 @@ def _rewrite(markdown: str, page_dir: Path, site_dir: str, linked: set[str]) -> 
 
 def _pages() -> list[tuple[Path, Path]]:
     """(markdown file, the folder its links are relative to) of every page."""
-    return [(ROOT / "README.md", ROOT)] + [(page, page.parent) for page in sorted(DOCS.rglob("*.md"))]
+    return [(ROOT / name, ROOT) for name in ROOT_PAGES] + [(page, page.parent) for page in sorted(DOCS.rglob("*.md"))]
 
 
 def on_files(files: Files, config: Any) -> Files:
     linked: set[str] = set()
     for page, folder in _pages():
         _rewrite(page.read_text(), folder, "", linked)
-    files.append(File.generated(config, OVERVIEW, content=(ROOT / "README.md").read_text()))
+    for name, page in ROOT_PAGES.items():
+        files.append(File.generated(config, page, content=(ROOT / name).read_text()))
     for path in sorted(linked):
         files.append(File.generated(config, f"{REPO}/{path}", abs_src_path=str(ROOT / path)))
     return files
@@ -68,7 +70,7 @@ def on_files(files: Files, config: Any) -> Files:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     site_dir = posixpath.dirname(page.file.src_uri)
-    folder = ROOT if page.file.src_uri == OVERVIEW else DOCS / site_dir
+    folder = ROOT if page.file.src_uri in ROOT_PAGES.values() else DOCS / site_dir
     return _rewrite(markdown, folder, site_dir, set())
 
 
