@@ -33,7 +33,7 @@ def unit_phasor_table(phase: torch.Tensor, complex_dtype: torch.dtype) -> Rotary
 
 def unit_phasors(phase: torch.Tensor, real: torch.dtype) -> torch.Tensor:
     """``cos(phase) + i sin(phase)`` (computed at the phase's precision, rounded to ``real``), written straight
-    into one complex buffer (``torch.complex(cos, sin)`` allocates three tensors; ~5x slower on a CPU)."""
+    into one complex buffer (``torch.complex(cos, sin)`` allocates three tensors; slower on a CPU: ``docs/results.md``)."""
     if torch.compiler.is_compiling():
         return torch.complex(phase.cos().to(real), phase.sin().to(real))
     pairs = torch.empty(*phase.shape, 2, dtype=real, device=phase.device)
@@ -110,8 +110,8 @@ def phase_gradient(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], rotary_di
     """``sum Im(g conj(y))`` over the ``(g, y)`` pairs (output gradient, rotated output), per rotation pair and
     summed down to ``phase_shape`` (the broadcast batch / head dims), in the rotation's compute dtype.
 
-    Interleaved fp32 / fp64 pairs are read as complex numbers (one vectorised complex product per tensor, ~2x
-    faster on a CPU than the real formula on strided halves); other layouts and 16-bit inputs take the real
+    Interleaved fp32 / fp64 pairs are read as complex numbers (one vectorised complex product per tensor,
+    faster on a CPU than the real formula on strided halves: ``docs/results.md``); other layouts and 16-bit inputs take the real
     formula ``g_im y_re - g_re y_im``."""
     views = [tuple(t.movedim(seq_dim, -2)[..., n:, :rotary_dim] for t in pair) for pair in pairs]
     real = compute_dtype(pairs[0][1].dtype, pairs[0][1].device)

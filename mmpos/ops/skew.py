@@ -1,7 +1,7 @@
 """Skew-symmetric generators and their exponentials (rotations), for learned rotary variants.
 
 ``exp(t * S)`` of a skew ``S`` is a rotation. Closed forms avoid ``torch.linalg.matrix_exp`` where they exist
-(it costs ~5 us per 4x4 matrix on a CPU, seconds for a Flux-sized table): ``b = 2`` is one planar rotation,
+(slow per small matrix on a CPU, for tables of many tokens: ``docs/results.md``): ``b = 2`` is one planar rotation,
 ``b = 4`` splits ``S`` into commuting self-dual and anti-self-dual parts, each squaring to ``-a^2 I``.
 """
 from __future__ import annotations

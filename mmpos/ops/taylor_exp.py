@@ -2,7 +2,7 @@
 
 ``torch.linalg.matrix_exp`` is fast forward, but its backward exponentiates the ``2n x 2n`` block matrix
 ``[[A^T, G], [0, A^T]]``: about eight times the forward's work (HARoPE's per-head ``128 x 128`` factors spent
-~90% of a training step there). Here ``exp(A) = T_m(A / 2^s)^(2^s)``: a Taylor polynomial of degree ``m``,
+most of a training step there; the measurement: ``docs/results.md``, "Numbers behind implementation choices"). Here ``exp(A) = T_m(A / 2^s)^(2^s)``: a Taylor polynomial of degree ``m``,
 evaluated Paterson-Stockmeyer style (``A^2 .. A^p``, then Horner in ``A^p``), and ``s`` squarings. Autograd
 goes back through those products by hand, two per product, after recomputing them (checkpointing: only ``A``
 is kept for the backward, as with ``matrix_exp``): the backward costs about three times the forward. Both
@@ -177,7 +177,7 @@ def _inverse_factorials(degree: int) -> list[float]:
 
 def _block_sums(powers: torch.Tensor, c: list, count: int, block: int) -> torch.Tensor:
     """``B_j = c_{jp} I + sum_{0 < i < p} c_{jp+i} x^i`` for ``j < count``, ``[count, N, n, n]``, written into one
-    buffer by scaled additions (a stacked tensordot costs ~15x more on a CPU)."""
+    buffer by scaled additions (a stacked tensordot costs more on a CPU: ``docs/results.md``)."""
     sums = powers.new_empty(count, *powers.shape[1:])
     for j in range(count):
         coefficients = c[j * block: (j + 1) * block]
