@@ -1,4 +1,5 @@
-"""Every code block of README.md and docs/*.md runs as written (markers: ``tests/doc_blocks.py``, docs/README.md).
+"""Every code block of README.md, CONTRIBUTING.md and docs/*.md runs as written (markers: ``tests/doc_blocks.py``,
+docs/README.md).
 
 Python blocks of a page run in order in one namespace, in a temporary working folder; ``needs-weights`` blocks run
 on tiny offline components (``tests/doc_tiny_weights.py``). Shell blocks run line by line with ``bash`` on the
