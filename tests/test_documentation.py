@@ -1,4 +1,5 @@
-"""Every code block of README.md and docs/*.md runs as written (markers: ``tests/doc_blocks.py``, docs/README.md).
+"""Every code block of README.md, CONTRIBUTING.md and docs/*.md runs as written (markers: ``tests/doc_blocks.py``,
+docs/README.md).
 
 Python blocks of a page run in order in one namespace, in a temporary working folder; ``needs-weights`` blocks run
 on tiny offline components (``tests/doc_tiny_weights.py``). Shell blocks run line by line with ``bash`` on the
@@ -148,12 +149,12 @@ def test_setup_commands_name_makefile_targets(block):
         assert done.returncode == 0, f"{block.where}: make -n {' '.join(words[1:])}: {done.stderr}"
 
 
-def test_readme_world_losses_are_the_model_cards():
-    """The README's "start -> end" validation losses of the shipped world models are their cards' values."""
+def test_results_world_losses_are_the_model_cards():
+    """The results page's "start -> end" validation losses of the shipped world models are their cards' values."""
     import json
     import re
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "results.md").read_text()
     for task in ("t2i", "fill", "kontext"):
         card = json.loads((ROOT / "assets" / f"world-{task}" / "model_card.json").read_text())
         row = next(line for line in text.splitlines() if line.startswith(f"| {task} | {card['total_steps']} |"))

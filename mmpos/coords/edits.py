@@ -6,6 +6,8 @@ inputs are never modified.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .grids import flux_ids
@@ -21,7 +23,10 @@ def mask_bbox(mask: torch.Tensor) -> tuple[int, int, int, int]:
     return int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1
 
 
-def box_map(source: tuple, target: tuple, fit: str = "contain"):
+Box4 = tuple[float, float, float, float]  # (top, left, bottom, right) in tokens, exclusive ends
+
+
+def box_map(source: Box4, target: Box4, fit: str = "contain") -> tuple[tuple[float, float], ...]:
     """Per-axis ``(scale, offset)`` sending token centres of the ``source`` box onto the ``target`` box.
 
     Boxes are ``(top, left, bottom, right)`` in tokens (exclusive ends); a token at index ``i`` has centre
@@ -40,7 +45,8 @@ def box_map(source: tuple, target: tuple, fit: str = "contain"):
     return tuple((s, ct - s * cs) for s, cs, ct in zip(scale, centre_s, centre_t))
 
 
-def transplant_ids(grid: tuple[int, int], sources, target_tokens: torch.Tensor, fit: str = "contain",
+def transplant_ids(grid: tuple[int, int], sources: torch.Tensor | Sequence[torch.Tensor], target_tokens: torch.Tensor,
+                   fit: str = "contain",
                    swap: bool = False, round_positions: bool = False) -> torch.Tensor:
     """Canvas ids ``[rows * cols, 3]`` float32 with each source token set moved onto the target box.
 

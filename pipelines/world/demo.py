@@ -203,7 +203,7 @@ def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: 
                    f"Columns: {scales}, nearest-resized to one size; the same seed at every scale and method. At 1x "
                    "every preset is the stock model bit for bit, so 1x is the stock image on every row. Presets via "
                    "model_extrapolation(transformer, preset, trained_grid); DyPE follows the step's sigma. The table "
-                   "over 64 captions: python scripts/eval_extrapolation.py (README).")
+                   "over 64 captions: python scripts/eval_extrapolation.py (docs/results.md).")
 
 
 SECTIONS = (("t2i", "t2i", text_to_image_section), ("transplant", "fill", transplant_section),
@@ -237,8 +237,8 @@ def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: lis
              f"<p>Models: {html.escape(models)}; run through the diffusers pipelines and the mmpos editing "
              "pipelines on scenes of mmpos.world. Ground truth comes from the scene specs; |error| is the per-pixel "
              "max channel difference. Tables: the scores of <code>python scripts/eval_editing.py</code> "
-             "(mmpos.eval.edit_scores) on the examples shown; the script's tables over more examples are in the "
-             "README.</p>"]
+             "(mmpos.eval.edit_scores) on the examples shown; the script's tables over more examples are in "
+             "docs/results.md.</p>"]
     for section, path in sections:
         parts += [f"<h2>{html.escape(section.title)}</h2>", f"<img src='{path.name}'>"]
         if section.table:
