@@ -1,0 +1,164 @@
+"""The family edits timed by ``bench_edit.py --families``: PE transplant and LooseRoPE on FLUX.2- and
+Qwen-Image-shaped transformers, on vs off, at real token counts.
+
+Shapes (heads of 128; few blocks, random weights): FLUX.2 (Klein) axes ``(32, 32, 32, 32)``, theta 2000; Qwen-Image
+axes ``(16, 56, 56)``, theta 10000. Token counts of a 1024 px edit: a ``side x side`` output image, one
+``side x side`` condition image (Klein inpainting's encoded canvas at ``t = 10``, Klein's edit reference; Qwen's
+Edit condition image; Qwen inpainting has none) and ``text`` tokens. Transplant's "off" is the same forward
+without the hooks (the stock model); "on" is inside the transplant window (ids / table rows rewritten every
+forward). LooseRoPE's "off" is its pipeline with ``enabled=False`` (edit processors installed, falling through);
+"on" is step 0 with a paste of 1/4 of the image (5 bins).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+FAMILY_SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128)
+    "real": (64, 512, 1, 1, 1),      # real token counts, one head: fits a CPU
+    "full-width": (64, 512, 1, 2, 24),
+    "small": (8, 16, 1, 1, 1),
+}
+
+
+def flux2_transformer(num_double, num_single, heads, dtype, device):
+    from diffusers import Flux2Transformer2DModel
+
+    torch.manual_seed(0)
+    return Flux2Transformer2DModel(patch_size=1, in_channels=128, num_layers=num_double,
+                                   num_single_layers=num_single, attention_head_dim=128, num_attention_heads=heads,
+                                   joint_attention_dim=256, timestep_guidance_channels=256, guidance_embeds=False,
+                                   axes_dims_rope=(32, 32, 32, 32)).to(device=device, dtype=dtype).eval()
+
+
+def qwen_transformer(num_double, heads, dtype, device):
+    from diffusers import QwenImageTransformer2DModel
+
+    torch.manual_seed(0)
+    return QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=num_double,
+                                       attention_head_dim=128, num_attention_heads=heads, joint_attention_dim=256,
+                                       axes_dims_rope=(16, 56, 56)).to(device=device, dtype=dtype).eval()
+
+
+def _rand(g, dtype, device, *shape):
+    return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+
+def flux2_inputs(side, text, condition: bool, dtype, device, sigma=1.0):
+    g = torch.Generator().manual_seed(0)
+    grid = torch.cartesian_prod(torch.arange(1), torch.arange(side), torch.arange(side), torch.arange(1))
+    ids = torch.cat([grid, grid + torch.tensor([10, 0, 0, 0])]) if condition else grid
+    txt_ids = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(text))
+    return dict(hidden_states=_rand(g, dtype, device, 1, ids.shape[0], 128),
+                encoder_hidden_states=_rand(g, dtype, device, 1, text, 256),
+                timestep=torch.full((1,), sigma, device=device, dtype=dtype), guidance=None,
+                img_ids=ids[None].to(device), txt_ids=txt_ids[None].to(device), return_dict=False)
+
+
+def qwen_inputs(side, text, condition: bool, dtype, device, sigma=1.0):
+    g = torch.Generator().manual_seed(0)
+    shapes = [(1, side, side)] + ([(1, side, side)] if condition else [])
+    tokens = sum(f * h * w for f, h, w in shapes)
+    return dict(hidden_states=_rand(g, dtype, device, 1, tokens, 64),
+                encoder_hidden_states=_rand(g, dtype, device, 1, text, 256),
+                encoder_hidden_states_mask=torch.ones(1, text, device=device, dtype=torch.long),
+                timestep=torch.full((1,), sigma, device=device, dtype=dtype), img_shapes=[shapes], return_dict=False)
+
+
+@dataclass
+class FamilyCase:
+    name: str
+    transformer: torch.nn.Module
+    inputs: dict
+    variants: dict          # name -> context manager factory (entered around the timed forwards)
+    target: tuple           # (variant, baseline, max ratio)
+    method_cost: str = ""
+
+
+def _transplant_hooks(family, side):
+    from mmpos.coords.edits import transplant_ids
+    from mmpos.pipelines.family_transplant import (Flux2TransplantIds, QwenTransplantTables,
+                                                   TransplantHooks)
+
+    source = torch.zeros(side, side, dtype=torch.bool)
+    source[: side // 4, : side // 4] = True             # the reference object in a canvas corner
+    target = torch.zeros(side, side, dtype=torch.bool)
+    target[side // 4: 3 * side // 4, side // 3: 2 * side // 3] = True
+    ids = transplant_ids((side, side), source, target)
+    if family == "flux2":
+        return lambda model: TransplantHooks(model, Flux2TransplantIds(ids, (side, side), tau=0.85))
+    return lambda model: TransplantHooks(model, QwenTransplantTables(ids, source, (side, side), tau=0.85))
+
+
+def transplant_cases(size, dtype, device) -> list:
+    side, text, num_double, num_single, heads = FAMILY_SIZES[size]
+    out = []
+    for family, model, inputs, tokens in (
+            ("flux2", flux2_transformer(num_double, num_single, heads, dtype, device),
+             flux2_inputs(side, text, True, dtype, device), "canvas + its t=10 copy"),
+            ("qwen", qwen_transformer(num_double + num_single, heads, dtype, device),
+             qwen_inputs(side, text, False, dtype, device), "canvas")):
+        hooks = _transplant_hooks(family, side)
+        out.append(FamilyCase(f"pe transplant ({family}, {tokens})", model, inputs,
+                              {"off": lambda model=model: _Nothing(), "on": lambda model=model, h=hooks: h(model)},
+                              ("on", "off", 1.05), "ids (FLUX.2) / table rows (Qwen) rewritten per forward"))
+    return out
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+def time_family_case(case: FamilyCase, repeats: int, device, timed: Callable) -> dict:
+    """Interleaved medians (ms) per variant; "off" equals the stock forward bit for bit; "on" changes it."""
+    model, inputs = case.transformer, case.inputs
+    step = lambda: model(**inputs)[0]  # noqa: E731
+    outputs, samples = {}, {name: [] for name in case.variants}
+    with torch.no_grad():
+        stock = step()
+        for name, make in case.variants.items():
+            with make():
+                outputs[name] = step()
+        for _ in range(repeats):
+            for name, make in case.variants.items():
+                with make():
+                    seconds, _ = timed(step, device)
+                samples[name].append(seconds)
+    ms = {name: statistics.median(values) * 1e3 for name, values in samples.items()}
+    return dict(ms=ms, off_equals_stock=bool(torch.equal(outputs["off"], stock)),
+                max_change=float((outputs["on"].float() - stock.float()).abs().max()))
+
+
+def run_families(size: str, dtype, device, repeats: int, timed=None) -> list[dict]:
+    timed = timed or _timed
+    rows = []
+    for case in transplant_cases(size, dtype, device):
+        result = time_family_case(case, repeats, device, timed)
+        variant, baseline, limit = case.target
+        ratio = result["ms"][variant] / result["ms"][baseline]
+        text = case.inputs["encoder_hidden_states"].shape[1]
+        rows.append(dict(case=case.name, tokens=case.inputs["hidden_states"].shape[1] + text, batch=1,
+                         ms={k: round(v, 2) for k, v in result["ms"].items()}, peak_mib={},
+                         on_vs_off=round(ratio, 3), target=f"{variant} / {baseline} <= {limit}",
+                         ratio=round(ratio, 3), met=ratio <= limit, implied_attention_work=1.0,
+                         method_cost=case.method_cost, off_equals_stock=result["off_equals_stock"],
+                         max_change=result["max_change"]))
+    return rows
+
+
+def _timed(step, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, out
