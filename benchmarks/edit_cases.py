@@ -57,7 +57,7 @@ def plain_shared_attention(config):
     from mmpos.pipelines.band import SharedBandAttention
 
     class PlainSharedAttention(SharedBandAttention):
-        def band_table(self, context, rotation, tokens):
+        def band_table(self, context, rotation, tokens, sample=0):
             return sequence_slice(rotation.table, tokens)
 
     return PlainSharedAttention(config, AXES)
