@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from edit_cases import MODEL_CHANNELS, cases
+from family_edit_cases import FAMILY_SIZES, run_families
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -159,11 +160,17 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=(), help="cases whose name contains one of these words")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--families", choices=sorted(FAMILY_SIZES), default=None,
+                        help="also time transplant and LooseRoPE on FLUX.2- and Qwen-Image-shaped transformers "
+                             "(family_edit_cases.py) at this size")
     parser.add_argument("--out", default="outputs/bench_edit.json")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = run(args.size, args.dtype, args.device, args.repeats, tuple(args.only))
+    if args.families:
+        family_rows = run_families(args.families, DTYPES[args.dtype], torch.device(args.device), args.repeats, _timed)
+        rows += [r for r in family_rows if not args.only or any(word in r["case"] for word in args.only)]
     _print(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -33,3 +33,12 @@ def test_plain_shared_attention_is_band_at_strength_zero():
     plain = step(edit_cases.plain_shared_attention(BandConfig()))
     assert torch.equal(plain, step(SharedBandAttention(BandConfig(strength=0.0), edit_cases.AXES)))
     assert not torch.equal(plain, step(SharedBandAttention(BandConfig(), edit_cases.AXES)))
+
+
+def test_family_cases_off_is_stock_and_on_edits():
+    import family_edit_cases
+
+    rows = family_edit_cases.run_families("small", torch.float32, torch.device("cpu"), repeats=1)
+    assert [r["case"].split(" (")[0] for r in rows] == ["pe transplant"] * 2 + ["looserope"] * 2
+    assert all(r["off_equals_stock"] and r["max_change"] > 0 for r in rows)
+    assert all(r["implied_attention_work"] > 1 for r in rows[2:])
