@@ -1,5 +1,5 @@
-"""The family edits timed by ``bench_edit.py --families``: PE transplant and LooseRoPE on FLUX.2- and
-Qwen-Image-shaped transformers, on vs off, at real token counts.
+"""The family edits timed by ``bench_edit.py --families`` besides band modulation: PE transplant and LooseRoPE on
+FLUX.2- and Qwen-Image-shaped transformers, on vs off, at ``bench_edit.SIZES``' token counts.
 
 Shapes (heads of 128; few blocks, random weights): FLUX.2 (Klein) axes ``(32, 32, 32, 32)``, theta 2000; Qwen-Image
 axes ``(16, 56, 56)``, theta 10000. Token counts of a 1024 px edit: a ``side x side`` output image, one
@@ -12,59 +12,35 @@ forward). LooseRoPE's "off" is its pipeline with ``enabled=False`` (edit process
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-FAMILY_SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128)
-    "real": (64, 512, 1, 1, 1),      # real token counts, one head: fits a CPU
-    "full-width": (64, 512, 1, 2, 24),
-    "small": (8, 16, 1, 1, 1),
-}
-
-
-def flux2_transformer(num_double, num_single, heads, dtype, device):
-    from diffusers import Flux2Transformer2DModel
-
-    torch.manual_seed(0)
-    return Flux2Transformer2DModel(patch_size=1, in_channels=128, num_layers=num_double,
-                                   num_single_layers=num_single, attention_head_dim=128, num_attention_heads=heads,
-                                   joint_attention_dim=256, timestep_guidance_channels=256, guidance_embeds=False,
-                                   axes_dims_rope=(32, 32, 32, 32)).to(device=device, dtype=dtype).eval()
-
-
-def qwen_transformer(num_double, heads, dtype, device):
-    from diffusers import QwenImageTransformer2DModel
-
-    torch.manual_seed(0)
-    return QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=num_double,
-                                       attention_head_dim=128, num_attention_heads=heads, joint_attention_dim=256,
-                                       axes_dims_rope=(16, 56, 56)).to(device=device, dtype=dtype).eval()
+NAMES = {"flux2": ("FLUX.2 Klein inpaint", "FLUX.2 Klein edit"), "qwen": ("Qwen-Image inpaint", "Qwen-Image-Edit")}
 
 
 def _rand(g, dtype, device, *shape):
     return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
 
 
-def flux2_inputs(side, text, condition: bool, dtype, device, sigma=1.0):
+def flux2_inputs(side, text, condition: bool, dtype, device, sigma=1.0, text_dim=256):
     g = torch.Generator().manual_seed(0)
     grid = torch.cartesian_prod(torch.arange(1), torch.arange(side), torch.arange(side), torch.arange(1))
     ids = torch.cat([grid, grid + torch.tensor([10, 0, 0, 0])]) if condition else grid
     txt_ids = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(text))
     return dict(hidden_states=_rand(g, dtype, device, 1, ids.shape[0], 128),
-                encoder_hidden_states=_rand(g, dtype, device, 1, text, 256),
+                encoder_hidden_states=_rand(g, dtype, device, 1, text, text_dim),
                 timestep=torch.full((1,), sigma, device=device, dtype=dtype), guidance=None,
                 img_ids=ids[None].to(device), txt_ids=txt_ids[None].to(device), return_dict=False)
 
 
-def qwen_inputs(side, text, condition: bool, dtype, device, sigma=1.0):
+def qwen_inputs(side, text, condition: bool, dtype, device, sigma=1.0, text_dim=256):
     g = torch.Generator().manual_seed(0)
     shapes = [(1, side, side)] + ([(1, side, side)] if condition else [])
     tokens = sum(f * h * w for f, h, w in shapes)
     return dict(hidden_states=_rand(g, dtype, device, 1, tokens, 64),
-                encoder_hidden_states=_rand(g, dtype, device, 1, text, 256),
+                encoder_hidden_states=_rand(g, dtype, device, 1, text, text_dim),
                 encoder_hidden_states_mask=torch.ones(1, text, device=device, dtype=torch.long),
                 timestep=torch.full((1,), sigma, device=device, dtype=dtype), img_shapes=[shapes], return_dict=False)
 
@@ -94,19 +70,18 @@ def _transplant_hooks(family, side):
     return lambda model: TransplantHooks(model, QwenTransplantTables(ids, source, (side, side), tau=0.85))
 
 
-def transplant_cases(size, dtype, device) -> list:
-    side, text, num_double, num_single, heads = FAMILY_SIZES[size]
-    out = []
-    for family, model, inputs, tokens in (
-            ("flux2", flux2_transformer(num_double, num_single, heads, dtype, device),
-             flux2_inputs(side, text, True, dtype, device), "canvas + its t=10 copy"),
-            ("qwen", qwen_transformer(num_double + num_single, heads, dtype, device),
-             qwen_inputs(side, text, False, dtype, device), "canvas")):
-        hooks = _transplant_hooks(family, side)
-        out.append(FamilyCase(f"pe transplant ({family}, {tokens})", model, inputs,
-                              {"off": lambda model=model: _Nothing(), "on": lambda model=model, h=hooks: h(model)},
-                              ("on", "off", 1.05), "ids (FLUX.2) / table rows (Qwen) rewritten per forward"))
-    return out
+INPUTS = {"flux2": flux2_inputs, "qwen": qwen_inputs}
+
+
+def transplant_case(family, model, size, dtype, device) -> FamilyCase:
+    """Klein inpainting: the canvas (t = 0) and its encoded copy (t = 10); Qwen-Image inpainting: the canvas."""
+    side, text, _, _, _, text_dim = size
+    inputs = INPUTS[family](side, text, family == "flux2", dtype, device, text_dim=text_dim)
+    hooks = _transplant_hooks(family, side)
+    tokens = "canvas + its t=10 copy" if family == "flux2" else "canvas"
+    return FamilyCase(f"pe transplant ({NAMES[family][0]}, {tokens})", model, inputs,
+                      {"off": lambda: _Nothing(), "on": lambda: hooks(model)}, ("on", "off", 1.05),
+                      "ids (FLUX.2) / table rows (Qwen) of the moved tokens rewritten per forward")
 
 
 class _LooseSession:
@@ -137,31 +112,25 @@ class _LooseSession:
         self._handle.remove()
 
 
-def loose_cases(size, dtype, device) -> list:
+def loose_case(family, model, size, dtype, device) -> FamilyCase:
+    """The output image and the collage (``side x side`` each), a paste of 1/4 of the image, step 0."""
     from mmpos.pipelines import LooseConfig
     from mmpos.pipelines.loose_families import POSITIONS, FamilyLooseRule, ForwardInputs
 
-    side, text, num_double, num_single, heads = FAMILY_SIZES[size]
+    side, text, _, _, _, text_dim = size
     pixels = side * 16
     crop = torch.zeros(pixels, pixels, dtype=torch.bool)
     crop[pixels // 4: 3 * pixels // 4, pixels // 4: 3 * pixels // 4] = True
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
-    out = []
-    for family, model, inputs in (
-            ("flux2", flux2_transformer(num_double, num_single, heads, dtype, device),
-             flux2_inputs(side, text, True, dtype, device)),
-            ("qwen", qwen_transformer(num_double + num_single, heads, dtype, device),
-             qwen_inputs(side, text, True, dtype, device))):
-        recorder = ForwardInputs()
-        rule = FamilyLooseRule(LooseConfig(saliency_blur=0), POSITIONS[family], model, recorder, saliency, crop)
-        case = FamilyCase(f"looserope ({family} edit, paste = 1/4 of the image)", model, inputs,
-                          {"off": lambda m=model, r=rule, i=recorder: _LooseSession(m, r, i, False),
-                           "on": lambda m=model, r=rule, i=recorder: _LooseSession(m, r, i, True)},
-                          ("on", "off", 1.50), "per saliency bin, logits from the paste's queries at twice the q/k "
-                          "width")
-        case.implied = _loose_implied
-        out.append(case)
-    return out
+    inputs = INPUTS[family](side, text, True, dtype, device, text_dim=text_dim)
+    recorder = ForwardInputs()
+    rule = FamilyLooseRule(LooseConfig(saliency_blur=0), POSITIONS[family], model, recorder, saliency, crop)
+    case = FamilyCase(f"looserope ({NAMES[family][1]}, paste = 1/4 of the image)", model, inputs,
+                      {"off": lambda: _LooseSession(model, rule, recorder, False),
+                       "on": lambda: _LooseSession(model, rule, recorder, True)},
+                      ("on", "off", 1.50), "per saliency bin, logits from the paste's queries at twice the q/k width")
+    case.implied = _loose_implied
+    return case
 
 
 def _loose_implied(context, tokens: int) -> float:
@@ -201,10 +170,17 @@ def time_family_case(case: FamilyCase, repeats: int, device, timed: Callable) ->
                 max_change=float((outputs["on"].float() - stock.float()).abs().max()))
 
 
-def run_families(size: str, dtype, device, repeats: int, timed=None) -> list[dict]:
+def family_rows(family: str, size: tuple, dtype, device, repeats: int, timed=None) -> list[dict]:
+    """Rows of ``bench_edit``'s table for ``family``'s transplant and LooseRoPE cases; ``size`` is a
+    ``bench_edit.SIZES`` entry (image side in tokens, text length, double blocks, single blocks, heads, text
+    width)."""
+    from bench_edit import build_family_transformer
+
     timed = timed or _timed
+    _, _, num_double, num_single, heads, text_dim = size
+    model = build_family_transformer(family, num_double, num_single, heads, text_dim, dtype, device)
     rows = []
-    for case in transplant_cases(size, dtype, device) + loose_cases(size, dtype, device):
+    for case in (transplant_case(family, model, size, dtype, device), loose_case(family, model, size, dtype, device)):
         result = time_family_case(case, repeats, device, timed)
         variant, baseline, limit = case.target
         ratio = result["ms"][variant] / result["ms"][baseline]
@@ -220,10 +196,6 @@ def run_families(size: str, dtype, device, repeats: int, timed=None) -> list[dic
 
 
 def _timed(step, device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, out
+    from bench_edit import _timed as timed
+
+    return timed(step, device)

@@ -144,8 +144,8 @@ def _progress(context) -> float:
 class SharedBandAttention(_BandRule):
     """Shared attention with band-modulated reference keys; batch element 0 is the reference.
 
-    With ``context.batch_groups = G`` (a pipeline that batches its CFG branches: Z-Image), the batch is ``G``
-    equal groups ``[reference, target, ...]``, each shared within itself.
+    With ``context.group_size = n`` (a pipeline that batches its CFG branches: Z-Image), the batch is groups of
+    ``n`` elements ``[reference, target, ...]``, each shared within itself.
     """
 
     def is_active(self, context) -> bool:
@@ -167,12 +167,12 @@ class SharedBandAttention(_BandRule):
 
     def attend_call(self, call, context):
         """The rule on one layer call (:class:`~mmpos.pipelines.families.LayerCall`, any family)."""
-        groups = int(getattr(context, "batch_groups", 1) or 1)
         batch = call.query.shape[0]
-        if batch % groups or batch // groups < 2:
+        size = getattr(context, "group_size", None) or batch
+        if batch % size or size < 2:
             raise ValueError("shared band attention needs a batch of [reference, target, ...]; got batch size "
-                             f"{batch}" + (f" in {groups} groups" if groups > 1 else ""))
-        size = batch // groups
+                             f"{batch}" + (f" in groups of {size}" if size != batch else ""))
+        groups = batch // size
         outs = [self._group(call, context, slice(g * size, (g + 1) * size)) for g in range(groups)]
         out = outs[0] if groups == 1 else torch.cat(outs, dim=0)
         return call.finish(out, call.query.dtype)

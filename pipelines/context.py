@@ -42,6 +42,7 @@ class EditContext:
     segments: Optional[TokenSegments] = None
     img_ids: Optional[torch.Tensor] = None   # the ids of this forward, after rewriting (FLUX.1, FLUX.2)
     layout: Optional[object] = None          # per-layer-kind segments where they differ (Z-Image)
+    group_size: Optional[int] = None         # batch elements per [reference, target, ...] group (batched CFG)
     enabled: bool = True
     cache: dict = field(default_factory=dict)  # per-forward tables shared by all layers (cleared by the hook)
 

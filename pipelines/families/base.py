@@ -100,8 +100,11 @@ class FamilyEditAttention:
         segments = self.segments(processor.context, processor.slot, inputs)
         if segments is None or segments.target_len == 0:
             return None
+        return self.make_call(attn, inputs, segments, processor.layer_rotation(self, self.rotary_emb(inputs)))
+
+    def make_call(self, attn, inputs: dict, segments: TokenSegments, rotation: LayerRotation) -> LayerCall:
+        """The :class:`LayerCall` of ``attn`` called with ``inputs`` (the stock processor's arguments by name)."""
         query, key, value, state = self.project(attn, inputs)
-        rotation = processor.layer_rotation(self, self.rotary_emb(inputs))
         mask = self.key_mask(inputs, segments, query.shape[0], query.shape[1])
         return LayerCall(attn, query, key, value, segments, rotation, mask,
                          lambda out, dtype: self.finish(attn, inputs, state, out, dtype))
