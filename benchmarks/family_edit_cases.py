@@ -134,9 +134,10 @@ def loose_case(family, model, size, dtype, device) -> FamilyCase:
 
 
 def _loose_implied(context, tokens: int) -> float:
-    """1 + per bin: the paste's queries x all keys at q/k width 2 + v width 1, over the stock's tokens^2 x 2."""
-    extra = sum(len(entry[1]) * tokens * 3 for entry in context.cache["loose"])
-    return 1 + extra / (tokens * tokens * 2)
+    """Query-key pairs times (q/k + v width) over the stock's ``tokens^2 x 2``: the stock attention of the
+    unbinned queries, plus per bin the paste's queries x all keys at q/k width 2 and v width 1."""
+    binned = sum(len(entry[1]) for entry in context.cache["loose"])
+    return ((tokens - binned) * tokens * 2 + binned * tokens * 3) / (tokens * tokens * 2)
 
 
 class _Nothing:

@@ -11,6 +11,7 @@ per family is here, in a :class:`LoosePositions`:
   (FLUX.2: ``pos_embed`` on the shrunk ids and on ``txt_ids``, concatenated text first; Qwen-Image: the complex
   table of :func:`~.family_transplant.qwen_table_at`, text table first).
 
+The stock attention is computed only for the queries no bin replaces (the binned ones get the loosened mix).
 The output image is the tokens at the smallest frame coordinate (FLUX.2 ``t = 0``, Qwen frame 0), the collage
 the first reference image (``t = 10``, frame 1); every token's grid cell is read from its coordinates, so the
 paste, the bins and the crop keys do not depend on the order of the tokens in the sequence.
@@ -170,7 +171,9 @@ class FamilyLooseRule:
     def attend_call(self, call, context):
         query, key, value, rotation = call.query, call.key, call.value, call.rotation
         q_std, k_std = rotation(query), rotation(key)
-        out = call.attend(q_std, k_std, value, call.key_mask)
+        rest = self._unbinned(context, query.shape[1], query.device)
+        stock = call.attend(q_std[:, rest], k_std, value, call.key_mask)  # the binned queries' rows are replaced
+        out = stock.new_empty(*query.shape[:-1], value.shape[-1]).index_copy_(1, rest, stock)
         collage = call.segments.references[0]
         scale = 1.0 / math.sqrt(query.shape[-1])
         standard = torch.cat([k_std, torch.zeros_like(k_std)], dim=-1)
@@ -184,6 +187,16 @@ class FamilyLooseRule:
             q_hat = torch.cat([q_std[:, tokens], q_loose], dim=-1)
             out = out.index_copy(1, tokens, attend_wide(q_hat, k_hat, value, scale, call.key_mask))
         return call.finish(out, query.dtype)
+
+    def _unbinned(self, context, length: int, device) -> torch.Tensor:
+        """Joint positions of the queries no active bin replaces (once per forward)."""
+        key = ("loose_unbinned", id(self), length)
+        if key not in context.cache:
+            keep = torch.ones(length, dtype=torch.bool, device=device)
+            for _, tokens, _, _ in context.cache["loose"]:
+                keep[tokens] = False
+            context.cache[key] = keep.nonzero().flatten()
+        return context.cache[key]
 
     def _table(self, context, rotation, bin_index, emb):
         """This layer's table of one bin's loosened embedding (once per forward per table group)."""
