@@ -72,16 +72,18 @@ class Flux2TransplantIds:
         if sigma is None or sigma < self.tau:
             return None
         native = kwargs["img_ids"]
-        flat = native.reshape(-1, native.shape[-1])
+        flat = native[0] if native.ndim == 3 else native  # the model reads the first sample's ids (shared)
         canvas = flat[:, 0] == 0
         cells = canvas_cells(flat[canvas][:, 1:3], self.grid)
         if cells.numel() != self.grid[0] * self.grid[1]:
             raise ValueError(f"img_ids hold {cells.numel()} canvas tokens (t = 0); the {self.grid[0]}x{self.grid[1]} "
                              "canvas has one per cell")
-        rewritten = flat.to(torch.float32, copy=True)  # the stock ids are int64; the transplanted positions are fractional
+        rewritten = flat.to(torch.float32, copy=True)  # stock ids are int64: fractional positions need fp32
         rewritten[canvas] = self.ids.to(flat.device)[cells]
         self.active_calls += 1
-        return args, {**kwargs, "img_ids": rewritten.reshape(native.shape)}
+        if native.ndim == 3:
+            rewritten = rewritten.expand(native.shape[0], -1, -1)
+        return args, {**kwargs, "img_ids": rewritten}
 
 
 def qwen_table_at(module, coords: torch.Tensor) -> torch.Tensor:

@@ -234,3 +234,11 @@ def test_qwen_hook_finds_canvas_rows_by_coordinates():
     assert changed.nonzero().flatten().tolist() == [3] and torch.equal(new_text, text)
     exact = _exact_qwen_table(pipe_module, torch.tensor([[0.0, 1.5 - 2, 2.0 - 2]]))
     torch.testing.assert_close(new_image[3:4].to(torch.complex128), exact, rtol=0, atol=1e-6)
+
+
+def test_klein_transplant_with_a_batch_rewrites_the_shared_ids():
+    c, pipe = _klein()
+    out = pipe(**_klein_args({"tau": 0.0}, num_images_per_prompt=2))
+    single = pipe(**_klein_args({"tau": 0.0}))
+    assert out.canvas_images.shape[0] == 2
+    assert torch.equal(out.ids, single.ids)
