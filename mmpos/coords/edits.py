@@ -78,10 +78,13 @@ def transplant_ids(grid: tuple[int, int], sources: torch.Tensor | Sequence[torch
     return result
 
 
-def shrink_ids(img_ids: torch.Tensor, factor: float, centre: tuple[float, float], bf16: bool = False) -> torch.Tensor:
-    """Spatial axes (1, 2) of ``img_ids`` ``[L, 3]`` moved toward ``centre`` by ``factor``; axis 0 (target 0 /
-    context 1) kept. fp32 (``bf16=True`` rounds the result through bf16, as some peers' ids are)."""
+def shrink_ids(img_ids: torch.Tensor, factor: float, centre: tuple[float, float], bf16: bool = False,
+               axes: tuple[int, int] = (1, 2)) -> torch.Tensor:
+    """Spatial ``axes`` (default 1, 2: rows, cols) of ``img_ids`` ``[L, A]`` moved toward ``centre`` by
+    ``factor``; the other axes kept (FLUX.1's axis 0: target 0 / context 1; FLUX.2's ``t`` and ``l``). fp32
+    (``bf16=True`` rounds the result through bf16, as some peers' ids are)."""
     ids = img_ids.float().clone()
     centre_t = torch.tensor(centre, dtype=torch.float32, device=ids.device)
-    ids[:, 1:] = centre_t + factor * (ids[:, 1:] - centre_t)
+    axes = list(axes)
+    ids[:, axes] = centre_t + factor * (ids[:, axes] - centre_t)
     return ids.to(torch.bfloat16).float() if bf16 else ids
