@@ -21,7 +21,7 @@ from diffusers import WanImageToVideoPipeline, WanPipeline
 
 from mmpos._validation import check_finite_number
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning, placed_like
-from mmpos.integrations.diffusers.video_cameras import video_cameras
+from mmpos.camera.video import video_cameras
 
 __all__ = ["CameraControlWanPipeline", "CameraControlWanImageToVideoPipeline", "load_camera_adapter"]
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmpos.integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
-from mmpos.integrations.diffusers.video_cameras import stack_cameras, video_cameras
+from mmpos.camera.video import stack_cameras, video_cameras
 from mmpos.pipelines.camera_clips import find_clips, load_sample
 from mmpos.pipelines.lens_augment import LENS_MODELS, LensAugmentation
 
