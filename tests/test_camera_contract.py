@@ -247,3 +247,18 @@ def test_nvs_model_geometry_is_the_old_one_bit_for_bit():
     ray = NovelViewTransformer("rayrope", size, patch, dim=48, depth=1, heads=2)
     assert isinstance(ray.blocks[0].attn.depth, RayDepthHead) and prope.blocks[0].attn.depth is None
     assert torch.isfinite(ray(batch)).all()
+
+
+@pytest.mark.parametrize("old_module, name, new_module", [
+    ("mmpos.integrations.diffusers.video_cameras", "video_cameras", "mmpos.camera.video"),
+    ("mmpos.integrations.diffusers.video_cameras", "CameraPath", "mmpos.camera.video"),
+    ("mmpos.viz.cameras", "frustum_lines", "mmpos.camera.frusta"),
+    ("mmpos.viz.cameras", "resolve_trajectory", "mmpos.camera.specs"),
+    ("mmpos.viz.cameras", "frame_camera", "mmpos.camera.specs"),
+])
+def test_moved_geometry_keeps_its_old_path_for_one_release(old_module, name, new_module):
+    from importlib import import_module
+
+    with pytest.warns(DeprecationWarning, match=f"{old_module}.{name} moved to {new_module}.{name}"):
+        moved = getattr(import_module(old_module), name)
+    assert moved is getattr(import_module(new_module), name) is getattr(mmpos.camera, name)
