@@ -81,15 +81,15 @@ def model_path(kind: str, model) -> str:
         return str(model)
     if kind not in WORLD_TASK_OF_KIND:
         raise ValueError(f"--model world: no world model runs {kind!r}; expected one of {sorted(WORLD_TASK_OF_KIND)}")
-    from mmpos.world.models import DEFAULT_ASSETS
+    from mmpos.models.world.image import DEFAULT_ASSETS
 
     return str(DEFAULT_ASSETS / f"world-{WORLD_TASK_OF_KIND[kind]}")
 
 
 def is_world_model(model) -> bool:
-    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.world.text`)."""
+    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`)."""
     index = Path(str(model)) / "model_index.json"
-    return str(model) == WORLD or (index.is_file() and "mmpos.world.text" in index.read_text())
+    return str(model) == WORLD or (index.is_file() and "mmpos.models.world.text" in index.read_text())
 
 
 def world_image_size(path) -> int:
@@ -108,7 +108,7 @@ def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None =
     if Path(path).is_dir() and not (Path(path) / "model_index.json").is_file():
         raise ValueError(f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
                          "(save_pretrained), a hub id, or 'world' (the shipped world models)")
-    from mmpos.world.models import world_text_encoders_accepted
+    from mmpos.models.world.image import dtype_keyword, world_text_encoders_accepted
 
     try:
         with world_text_encoders_accepted():
@@ -121,9 +121,3 @@ def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None =
     return pipe
 
 
-def dtype_keyword(cls) -> str:
-    """``dtype`` in recent diffusers (``torch_dtype`` deprecated there), ``torch_dtype`` before."""
-    import inspect
-
-    source = inspect.getsource(cls.from_pretrained)
-    return "dtype" if 'kwargs.pop("dtype"' in source else "torch_dtype"

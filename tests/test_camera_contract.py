@@ -225,7 +225,7 @@ def test_adapter_kinds_come_from_the_registry_and_take_cameras():
 
 
 def test_nvs_model_geometry_is_the_old_one_bit_for_bit():
-    from mmpos.world.nvs_model import NVS_ENCODINGS, NovelViewTransformer
+    from mmpos.models.world.nvs import NVS_ENCODINGS, NovelViewTransformer
 
     assert NVS_ENCODINGS == ("none", *mmpos.list_pes("camera"))
     size, patch, n = 16, 4, 2

@@ -11,8 +11,8 @@ from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_
 from mmpos.world.edit_runs import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
 from mmpos.world.sources import ModelSource
 from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
-from mmpos.world.models import build_pipeline, build_text_encoder, build_transformer, build_vae
-from mmpos.world.samples import generate
+from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae
+from mmpos.models.world.samples import generate
 from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 TASK_OF = {"transplant": "fill", "loose": "kontext", "band": "t2i"}

@@ -7,7 +7,7 @@
 Each returns uint8 outputs ``[N, S, S, 3]`` in example order and the last call's pipeline output (for the
 diagnostic figures); example ``i`` samples with ``seed + i``. Configs are the pipelines' own (dataclass or dict);
 ``enabled=False`` (or strength 0) runs the same pipeline as the stock model, which is the baseline every method is
-compared with. ``guidance`` is as in :func:`~mmpos.world.models.conditioning` (None: the pipeline's default; the
+compared with. ``guidance`` is as in :func:`~mmpos.models.world.image.conditioning` (None: the pipeline's default; the
 world's t2i and Kontext models sample with true CFG 3.0, see :data:`~mmpos.world.sources.WORLD_GUIDANCE`).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .canvas import WORLD_TRANSPLANT
 from .images import to_uint8
-from .models import conditioning
+from ..models.world.image import conditioning
 
 LOOSE_SCHEDULE_STEPS = 28  # LooseConfig's step indices are for the authors' 28-step Kontext schedule
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from mmpos.pipelines.loading import DTYPES, load_pipeline, pipeline_class
 
 from .._validation import check_choice
-from .models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
+from ..models.world.image import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
 
 HUB_FLUX = {"t2i": "black-forest-labs/FLUX.1-dev", "fill": "black-forest-labs/FLUX.1-Fill-dev",
             "kontext": "black-forest-labs/FLUX.1-Kontext-dev"}

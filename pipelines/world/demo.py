@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .canvas import WORLD_TRANSPLANT
-from .edit_runs import loose_for_steps, run_band, run_loose, run_transplant
-from .edit_pairs import harmonise_pair, style_set, transplant_pair
-from .images import save_png, to_chw
-from .models import DEFAULT_ASSETS
-from .samples import generate, held_out_examples, image_grid
-from .sources import ModelSource, trained_tasks
+from mmpos.world.canvas import WORLD_TRANSPLANT
+from mmpos.world.edit_runs import loose_for_steps, run_band, run_loose, run_transplant
+from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
+from mmpos.world.images import save_png, to_chw
+from mmpos.models.world.image import DEFAULT_ASSETS
+from mmpos.models.world.samples import generate, held_out_examples, image_grid
+from mmpos.world.sources import ModelSource, trained_tasks
 
 HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
 TRANSPLANT_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
@@ -82,8 +82,8 @@ def text_to_image_section(source: ModelSource, steps: int, count: int, out_dir: 
 def transplant_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
     from mmpos.pipelines.figures import transplant_diagnostic
 
-    from .canvas import insertion_canvas, scene_part
-    from .edit_scores import SCORE_NOTES, transplant_row
+    from mmpos.world.canvas import insertion_canvas, scene_part
+    from mmpos.eval.edit_scores import SCORE_NOTES, transplant_row
 
     pairs = [transplant_pair(TRANSPLANT_SEED + i, source.size("fill")) for i in range(count)]
     pipe, guidance = source.pipeline("transplant"), source.guidance("fill")
@@ -125,7 +125,7 @@ def loose_section(source: ModelSource, steps: int, count: int, out_dir: Path) ->
             ("|error| LooseRoPE", error_map(edited.outputs, truth))]
     figure = loose_diagnostic(edited.last.maps, LooseConfig(**config), out_dir / "world_loose_maps.png",
                               to_chw(pairs[-1].collage))
-    from .edit_scores import SCORE_NOTES, harmonise_row
+    from mmpos.eval.edit_scores import SCORE_NOTES, harmonise_row
 
     table = [harmonise_row("unedited collage", np.stack([p.collage for p in pairs]), pairs),
              harmonise_row("plain Kontext", plain.outputs, pairs), harmonise_row("LooseRoPE", edited.outputs, pairs),
@@ -142,7 +142,7 @@ def band_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> 
     size = source.size("t2i")
     sets = [style_set(STYLE_SEED + i, 2, size) for i in range(max(count // 2, 1))]
     pipe, guidance = source.pipeline("band"), source.guidance("t2i")
-    from .edit_scores import SCORE_NOTES, style_row
+    from mmpos.eval.edit_scores import SCORE_NOTES, style_row
 
     references = [s.reference for s in sets for _ in s.targets]
     rows = [("reference", np.stack([r.image for r in references])),
@@ -171,8 +171,8 @@ def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: 
     """One held-out caption at 1x, 2x, 3x the world t2i model's training size, a row per method (the table over
     64 captions is ``scripts/eval_extrapolation.py``'s). Pretrained models are skipped (3x of 1024 px)."""
     from .extrapolation_runs import METHODS, figure_caption_index, generate_at_size, install_method, method_scale_tiles
-    from .models import trained_image_size
-    from .scene import SceneSpec
+    from mmpos.models.world.image import trained_image_size
+    from mmpos.world.scene import SceneSpec
 
     if not source.is_world("t2i"):
         print("a pretrained t2i model: skipping the extrapolation section (it runs the world model at 3x)")
@@ -220,7 +220,7 @@ REPORT_STYLE = ("body{font-family:sans-serif;font-size:16px;max-width:1200px;mar
 
 
 def score_table(rows: list[dict], note: str) -> str:
-    """An HTML table of :mod:`~mmpos.world.edit_scores` rows (method, then one column per score)."""
+    """An HTML table of :mod:`~mmpos.eval.edit_scores` rows (method, then one column per score)."""
     columns = [k for k in rows[0] if k != "method"]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *columns])
     body = "".join("<tr>" + f"<td>{html.escape(r['method'])}</td>" + "".join(f"<td>{r[c]:.3f}</td>" for c in columns)
@@ -237,7 +237,7 @@ def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: lis
              f"<p>Models: {html.escape(models)}; run through the diffusers pipelines and the mmpos editing "
              "pipelines on scenes of mmpos.world. Ground truth comes from the scene specs; |error| is the per-pixel "
              "max channel difference. Tables: the scores of <code>python scripts/eval_editing.py</code> "
-             "(mmpos.world.edit_scores) on the examples shown; the script's tables over more examples are in the "
+             "(mmpos.eval.edit_scores) on the examples shown; the script's tables over more examples are in the "
              "README.</p>"]
     for section, path in sections:
         parts += [f"<h2>{html.escape(section.title)}</h2>", f"<img src='{path.name}'>"]
@@ -280,7 +280,7 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
     source = source if source is not None else ModelSource(root)
     available = source.tasks()
     if not available:
-        from .models import check_world_checkpoint
+        from mmpos.models.world.image import check_world_checkpoint
 
         check_world_checkpoint(source.root if source.root is not None else DEFAULT_ASSETS)  # a clear error
     done, written = [], []

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_choice
-from ..camera.cameras import Cameras
-from ..encodings import list_pes, pe_class
+from ..._validation import check_choice
+from ...camera.cameras import Cameras
+from ...encodings import list_pes, pe_class
 
 NVS_ENCODINGS = ("none", *list_pes("camera"))  # the registry's camera encodings at import
 
