@@ -141,12 +141,12 @@ class Cameras:
         if all(isinstance(m, IntrinsicsCamera) for m in models):
             k = torch.stack([m.intrinsic_matrix(dtype, device) for m in models])
             intrinsics = k.expand(pose.shape[0], -1, -1, -1)
-        c2w_checked = invert_pose(pose) if w2c is not None else pose
-        orientation = torch.stack([latitude_up_map(m, c2w_checked[:, i], grid, offset)[0]
+        poses = {"w2c": pose} if w2c is not None else {"c2w": pose}
+        cameras = cls(**poses, grid=grid, image_size=size, intrinsics=intrinsics, rays=rays, valid=valid, depth=depth)
+        orientation = torch.stack([latitude_up_map(m, cameras.c2w[:, i], grid, offset)[0]
                                    for i, m in enumerate(models)], 1).flatten(1, 2)
-        return cls(w2c=w2c if w2c is None else pose, c2w=c2w if c2w is None else pose, grid=grid,
-                   image_size=size, intrinsics=intrinsics, rays=rays, valid=valid, depth=depth,
-                   orientation=orientation)
+        cameras.orientation = cameras._checked_orientation(orientation)
+        return cameras
 
     @classmethod
     def from_pinhole(cls, intrinsics: torch.Tensor, image_size: Sequence[float], grid: Sequence[int], *,
