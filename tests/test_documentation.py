@@ -119,6 +119,26 @@ def test_the_worked_example_of_adding_an_encoding_passes_the_registry_sweep(user
             pytest.fail(f"{check.__name__} skipped rope_golden: {skipped}")
 
 
+def test_the_worked_camera_encoding_passes_the_registry_sweep(user_folder, page_namespace, capsys):
+    """The page's camera encoding (one module, one registration) runs in the consumers and passes every check of
+    the sweep that applies to a camera encoding."""
+    import test_registry_sweep as sweep
+    from mmpos.encodings import registry
+
+    run_python_blocks(ROOT / "docs" / "adding_an_encoding.md", page_namespace)
+    printed = capsys.readouterr().out
+    assert "torch.Size([1, 3, 8, 8])" in printed and "torch.Size([3, 4])" in printed
+    assert "camera_rotation" in registry.list_pes("camera")
+    checks = [sweep.test_kind_capabilities_and_example_options_agree, sweep.test_inputs_are_not_modified,
+              sweep.test_gradcheck, sweep.test_option_validation_names_the_option,
+              sweep.test_world_frame_invariance_matches_the_claim]
+    for check in checks:
+        try:
+            check("camera_rotation")
+        except pytest.skip.Exception as skipped:
+            pytest.fail(f"{check.__name__} skipped camera_rotation: {skipped}")
+
+
 def _shell_environment() -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg",
                CUDA_VISIBLE_DEVICES="")
