@@ -13,6 +13,7 @@ _EXPORTS = {
     "BandModulationKontextPipeline": ".band_pipeline", "BAND_PIPELINES": ".band_families",
     "BandModulationFlux2Pipeline": ".band_families", "BandModulationFlux2KleinPipeline": ".band_families",
     "BandModulationQwenImagePipeline": ".band_families", "BandModulationZImagePipeline": ".band_families",
+    "BandModulationQwenImage21Pipeline": ".band_families",
     "EditContext": ".context", "EditSession": ".context",
     "TokenSegments": ".context", "LooseConfig": ".loose", "LooseRoPEKontextPipeline": ".loose_pipeline",
     "LOOSE_PIPELINES": ".loose_family_pipeline", "LooseRoPEKleinPipeline": ".loose_family_pipeline",
