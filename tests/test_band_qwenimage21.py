@@ -8,14 +8,13 @@ and 1 against explicit block-causal fp64 math; condition images and the target f
 import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline
-from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21FlexAttnProcessor
+from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21FlexAttnProcessor, QwenImage21KVCache
+from fixtures.families import _qwen21, randn
 
-from fixtures.families import _qwen21
 from mmpos.integrations.diffusers import set_pe
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
-from mmpos.pipelines import (BAND_PIPELINES, BandConfig, BandModulationQwenImage21Pipeline, EditContext,
-                             EditSession)
+from mmpos.pipelines import BAND_PIPELINES, BandConfig, BandModulationQwenImage21Pipeline, EditContext, EditSession
 from mmpos.pipelines.band import SharedBandAttention
 from mmpos.pipelines.band_families import BAND_PIPELINES_BY_STOCK
 from mmpos.pipelines.families import edit_attention
@@ -69,6 +68,46 @@ def test_the_kv_cache_gives_the_edit_without_it():
     config = {"s_hf": (0.2, 0.6), "s_lf": (1.1, 1.5)}
     cached, fresh = _run(band, band=config, use_kv_cache=True), _run(band, band=config, use_kv_cache=False)
     torch.testing.assert_close(cached, fresh, rtol=1e-5, atol=1e-5)
+
+
+def _condition_inputs(sigma):
+    """Batch ``[reference, target]``: 3 text tokens, a 2 x 4 condition image, 3 text tokens (one padded), the 4 x 4
+    target; the transformer's own arguments (``t = sigma``)."""
+    vlm = [False] * 3 + [True] * 2 + [False] * 3
+    text_mask = torch.ones(2, len(vlm), dtype=torch.bool)
+    text_mask[:, -1] = False
+    return dict(hidden_states=randn(2, 8 + 16, 4), encoder_hidden_states=randn(2, len(vlm), 16, seed=2),
+                timestep=torch.tensor([sigma, sigma]), img_shapes=[[(1, 2, 4), (1, 4, 4)]] * 2,
+                img_mask=torch.tensor(vlm + [True] * 4)[None].expand(2, -1), encoder_hidden_states_mask=text_mask)
+
+
+def test_with_a_condition_image_the_cache_and_the_edit_agree():
+    """Transformer level (the pipeline's ``image=`` needs its text encoder): the edit off is stock with the cache;
+    the cached step under the edit is the uncached one (the prefix, text and condition image, stays stock)."""
+    torch.manual_seed(0)
+    model = _qwen21().eval()
+    rule = SharedBandAttention(BandConfig(s_hf=(0.2, 0.6), s_lf=(1.1, 1.5)), model.config.axes_dims_rope)
+
+    def forward(sigma, rules=None, cache=None, mode=None, enabled=True):
+        inputs = dict(_condition_inputs(sigma), kv_cache=cache, kv_cache_mode=mode)
+        if rules is None:
+            return model(**inputs).sample
+        with EditSession(model, EditContext(rules=rules, enabled=enabled)):
+            return model(**inputs).sample
+
+    with torch.no_grad():
+        stock_cache, edit_cache = QwenImage21KVCache(1), QwenImage21KVCache(1)
+        stock = [forward(0.9, cache=stock_cache, mode="extract"), forward(0.5, cache=stock_cache, mode="cached")]
+        off = [forward(0.9, {0: rule}, edit_cache, "extract", False),
+               forward(0.5, {0: rule}, edit_cache, "cached", False)]
+        assert all(torch.equal(a, b) for a, b in zip(off, stock))
+        edit_cache = QwenImage21KVCache(1)
+        forward(0.9, {0: rule}, edit_cache, "extract")
+        torch.testing.assert_close(edit_cache.get_layer(0).get()[0], stock_cache.get_layer(0).get()[0], rtol=0, atol=0)
+        cached, fresh = forward(0.5, {0: rule}, edit_cache, "cached"), forward(0.5, {0: rule})
+    torch.testing.assert_close(cached, fresh[:, -16:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fresh[0, -16:], stock[1][0], rtol=1e-5, atol=1e-5)  # the reference: stock
+    assert not torch.allclose(fresh[1, -16:], stock[1][1])
 
 
 def test_set_pe_extrapolation_under_the_edit_off_is_the_set_pe_model():

@@ -22,8 +22,7 @@ from typing import Optional
 
 import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
-from diffusers.models.transformers.transformer_qwenimage21 import (QwenImage21FlexAttnProcessor,
-                                                                    apply_rotary_emb_qwen)
+from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21FlexAttnProcessor, apply_rotary_emb_qwen
 
 from mmpos.integrations.diffusers.families.qwenimage21 import qwen21_positions
 from mmpos.integrations.diffusers.installer import EDIT
