@@ -67,7 +67,8 @@ def run(args) -> int:
 
         written.append(comparison_figure(result["inputs"], result["edited"], result["sweep"], out / "comparison.png",
                                          result["title"]))
-        written.append(result["diagnostic"](out / "diagnostic.png"))
+        if result.get("diagnostic") is not None:  # a method without a diagnostic figure gives None
+            written.append(result["diagnostic"](out / "diagnostic.png"))
     summary = {"method": args.method, "outputs": [str(p) for p in written if p.suffix == ".png"],
                "config": str(out / "config.yaml")}
     with written_atomically(out / "summary.json") as temporary:

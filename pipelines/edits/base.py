@@ -31,9 +31,9 @@ class EditMethod:
         name: ``mmpos edit NAME``, the config ``configs/edit_NAME[_world].yaml`` and the keyword of the pipeline
             call that takes its options (``pipe(band={...})``).
         help: one line for ``mmpos edit --help``.
-        config_class: ``"module:Class"`` of the options dataclass (``BandConfig``); its fields are the config's
+        config_class: ``"module:Class"`` (imported when used; or the class itself) of the options dataclass (``BandConfig``); its fields are the config's
             ``NAME:`` section.
-        pipelines: pipeline key -> ``"module:Class"`` of the mmpos pipeline that runs the method on it. A key is
+        pipelines: pipeline key -> ``"module:Class"`` (or the class) of the pipeline that runs the method on it. A key is
             a stock pipeline class name (``"FluxFillPipeline"``: that pipeline only) or a diffusers family name
             (``"flux2"``: any pipeline of the family, :mod:`mmpos.integrations.diffusers.families`); the class
             name is looked up first. Adding a family is one line here.
@@ -42,8 +42,9 @@ class EditMethod:
         flag_keys: option dest -> the (dotted) config key it sets (an option not given keeps the config's value).
         collect: ``collect(result, call) -> {"outputs": images, ...}``: the images of one pipeline call that the
             method made (``"raw"`` and ``"references"`` optional, see :class:`EditRun`).
-        cli_run: ``cli_run(args, config, pipe, tqdm) -> dict`` of ``inputs``, ``edited``, ``sweep``,
-            ``diagnostic`` (a function of the figure path) and ``title``: the CLI's inputs, then :func:`run_edit`.
+        cli_run: ``cli_run(args, config, load, tqdm) -> dict`` of ``inputs``, ``edited``, ``sweep`` (name ->
+            ``[3, H, W]`` image each), ``diagnostic`` (a function of the figure path, or None) and ``title``:
+            checks the inputs, ``pipe = load()``, then :func:`run_edit` on the CLI's inputs.
         demo_section: ``demo_section(source, steps, count, out_dir) -> Section`` of the world demo, or None.
         variants: config ``variant`` value -> :class:`Variant` (band: ``flux``, ``kontext``); ``auto`` (or no
             variant) follows the model.
@@ -87,8 +88,10 @@ class EditMethod:
         return self.world_task if chosen is None else chosen.world_task
 
 
-def load_object(spec: str):
-    """``"package.module:Name"`` -> the object (the module imported now)."""
+def load_object(spec):
+    """``"package.module:Name"`` -> the object (the module imported now); anything else (a class) as it is."""
+    if not isinstance(spec, str):
+        return spec
     module, sep, name = spec.partition(":")
     if not sep:
         raise ValueError(f"{spec!r}: expected 'module:Name'")
