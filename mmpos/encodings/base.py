@@ -59,6 +59,10 @@ class Capabilities:
         reads_image_grid: takes ``num_axes`` grid coordinates from a backbone (2 for images), so the timm and
             DiT integrations can supply (row, col).
         world_frame_invariant: (camera encodings) attention is invariant to the choice of world frame.
+        folds_into_qkv: its map of q and k can go into a fused qkv projection (HARoPE's ``M q``, ``M^-T k``):
+            it implements ``folds_into(x, projection)`` (whether folding pays for this input),
+            ``fold_into_qkv(weight, bias)`` and ``rotate_mapped_qk(q, k, table)``; attention modules with a
+            fused qkv and nothing between projection and encoding (timm ``Attention``, the DiT) then fold it.
     """
 
     relative: bool = False
@@ -69,6 +73,7 @@ class Capabilities:
     takes_extrapolation: bool = False
     reads_image_grid: bool = False
     world_frame_invariant: bool = False
+    folds_into_qkv: bool = False
 
 
 def parameters_key(params: Iterable[torch.Tensor]) -> tuple | None:
