@@ -8,6 +8,8 @@ LooseRoPE on Kontext. "off" is the pipeline with ``enabled=False`` (the edit pro
 through). The variants of a case are interleaved call by call; reported: median ms per step, the ratio to the
 case's baseline, the attention work the method implies (:mod:`edit_cases`), whether "off" equals the stock
 forward bit for bit, the largest change "on" makes (shows the edit is on) and, on CUDA, each variant's peak memory.
+``--families flux2 qwen`` times band modulation through the edit seam on FLUX.2- and Qwen-Image-shaped
+transformers at the same token counts instead.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from edit_cases import MODEL_CHANNELS, cases
+from edit_cases import MODEL_CHANNELS, cases, family_band_case
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -28,6 +30,46 @@ SIZES = {  # name: (image side in tokens, text length, double blocks, single blo
     "small": (16, 64, 1, 1, 2, 256),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+FAMILIES = ("flux2", "qwen")  # --families: band modulation on these architectures through the edit seam
+
+
+def build_family_transformer(family: str, num_double: int, num_single: int, heads: int, text_dim: int, dtype,
+                             device):
+    """A FLUX.2-shaped (``Flux2Transformer2DModel``: double + parallel single blocks, axes (32, 32, 32, 32)) or
+    Qwen-Image-shaped (``QwenImageTransformer2DModel``: ``num_double + num_single`` double-stream blocks, axes
+    (16, 56, 56), complex tables) transformer, heads of 128, random weights."""
+    from diffusers import Flux2Transformer2DModel, QwenImageTransformer2DModel
+
+    torch.manual_seed(0)
+    if family == "flux2":
+        model = Flux2Transformer2DModel(patch_size=1, in_channels=128, num_layers=num_double,
+                                        num_single_layers=num_single, attention_head_dim=128,
+                                        num_attention_heads=heads, joint_attention_dim=text_dim,
+                                        timestep_guidance_channels=256, axes_dims_rope=(32, 32, 32, 32),
+                                        guidance_embeds=False)
+    else:
+        model = QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16,
+                                            num_layers=num_double + num_single, attention_head_dim=128,
+                                            num_attention_heads=heads, joint_attention_dim=text_dim,
+                                            axes_dims_rope=(16, 56, 56))
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _family_inputs(family, batch, side, text_len, text_dim, dtype, device):
+    """One step's inputs: ``side x side`` image tokens and ``text_len`` text tokens (FLUX.2 ids ``(t, h, w, l)``;
+    Qwen-Image ``img_shapes`` and a text mask)."""
+    g = torch.Generator().manual_seed(0)
+    rand = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    timestep = torch.ones(batch, device=device, dtype=dtype)
+    if family == "flux2":
+        axis = lambda n: torch.arange(n, dtype=torch.float32)  # noqa: E731
+        img_ids = torch.cartesian_prod(axis(1), axis(side), axis(side), axis(1))
+        txt_ids = torch.cartesian_prod(axis(1), axis(1), axis(1), axis(text_len))
+        return dict(hidden_states=rand(batch, side * side, 128), encoder_hidden_states=rand(batch, text_len, text_dim),
+                    timestep=timestep, img_ids=img_ids.to(device), txt_ids=txt_ids.to(device), return_dict=False)
+    return dict(hidden_states=rand(batch, side * side, 64), encoder_hidden_states=rand(batch, text_len, text_dim),
+                encoder_hidden_states_mask=torch.ones(batch, text_len, dtype=torch.bool, device=device),
+                timestep=timestep, img_shapes=[[(1, side, side)]] * batch, return_dict=False)
 
 
 def build_transformer(num_double: int, num_single: int, heads: int, text_dim: int, dtype, device,
@@ -114,6 +156,32 @@ def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dic
                 max_change=float((outputs["on"].float() - stock.float()).abs().max()))
 
 
+def _row(case, inputs, result, text_len) -> dict:
+    variant, baseline, limit = case.target
+    ratio = result["ms"][variant] / result["ms"][baseline]
+    return dict(case=case.name, tokens=inputs["hidden_states"].shape[1] + text_len, batch=case.batch,
+                ms={k: round(v, 2) for k, v in result["ms"].items()}, peak_mib=result["peak_mib"],
+                on_vs_off=round(result["ms"]["on"] / result["ms"]["off"], 3),
+                target=f"{variant} / {baseline} <= {limit}", ratio=round(ratio, 3), met=ratio <= limit,
+                implied_attention_work=round(result["implied"], 3), method_cost=case.method_cost,
+                off_equals_stock=result["off_equals_stock"], max_change=result["max_change"])
+
+
+def run_families(families, size: str = "small", dtype: str = "bf16", device: str = "cpu",
+                 repeats: int = 5) -> list[dict]:
+    """Band modulation (on, plain shared attention, off) on FLUX.2- / Qwen-Image-shaped transformers."""
+    side, text_len, num_double, num_single, heads, text_dim = SIZES[size]
+    device, torch_dtype = torch.device(device), DTYPES[dtype]
+    scheduler = _scheduler_at_first_step(device)
+    rows = []
+    for family in families:
+        model = build_family_transformer(family, num_double, num_single, heads, text_dim, torch_dtype, device)
+        case = family_band_case(family, num_double + num_single)
+        inputs = _family_inputs(family, case.batch, side, text_len, text_dim, torch_dtype, device)
+        rows.append(_row(case, inputs, time_case(case, model, inputs, scheduler, repeats, device), text_len))
+    return rows
+
+
 def run(size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: int = 5,
         only: tuple = ()) -> list[dict]:
     side, text_len, num_double, num_single, heads, text_dim = SIZES[size]
@@ -129,14 +197,7 @@ def run(size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: 
             continue
         inputs = _inputs(case.model, case.batch, side, text_len, text_dim, torch_dtype, device)
         result = time_case(case, models[case.model], inputs, scheduler, repeats, device)
-        variant, baseline, limit = case.target
-        ratio = result["ms"][variant] / result["ms"][baseline]
-        rows.append(dict(case=case.name, tokens=inputs["hidden_states"].shape[1] + text_len, batch=case.batch,
-                         ms={k: round(v, 2) for k, v in result["ms"].items()}, peak_mib=result["peak_mib"],
-                         on_vs_off=round(result["ms"]["on"] / result["ms"]["off"], 3),
-                         target=f"{variant} / {baseline} <= {limit}", ratio=round(ratio, 3), met=ratio <= limit,
-                         implied_attention_work=round(result["implied"], 3), method_cost=case.method_cost,
-                         off_equals_stock=result["off_equals_stock"], max_change=result["max_change"]))
+        rows.append(_row(case, inputs, result, text_len))
     return rows
 
 
@@ -159,11 +220,17 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=(), help="cases whose name contains one of these words")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--families", nargs="*", choices=FAMILIES, default=None,
+                        help="time band modulation on these architectures (FLUX.2, Qwen-Image) instead of FLUX.1's "
+                             "three edits")
     parser.add_argument("--out", default="outputs/bench_edit.json")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows = run(args.size, args.dtype, args.device, args.repeats, tuple(args.only))
+    if args.families is not None:
+        rows = run_families(args.families or FAMILIES, args.size, args.dtype, args.device, args.repeats)
+    else:
+        rows = run(args.size, args.dtype, args.device, args.repeats, tuple(args.only))
     _print(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

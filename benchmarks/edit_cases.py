@@ -50,32 +50,33 @@ def _work(queries: int, keys: int, qk_width: int, v_width: int) -> int:
     return queries * keys * (qk_width + v_width)
 
 
-def plain_shared_attention(config):
+def plain_shared_attention(config, axes=AXES):
     """StyleAligned-style shared attention with the stock table on the reference keys (the band law off): the
     baseline band modulation is held to."""
     from mmpos.integrations.diffusers.layer_rotation import sequence_slice
     from mmpos.pipelines.band import SharedBandAttention
 
     class PlainSharedAttention(SharedBandAttention):
-        def band_table(self, context, rotation, tokens):
+        def band_table(self, context, rotation, tokens, sample=0):
             return sequence_slice(rotation.table, tokens)
 
-    return PlainSharedAttention(config, AXES)
+    return PlainSharedAttention(config, axes)
 
 
-def band_case(num_layers: int) -> Case:
+def band_case(num_layers: int, axes=AXES, name: str = "band (Flux, batch [reference, 2 targets])",
+              model: str = "flux") -> Case:
     from mmpos.pipelines import BandConfig
     from mmpos.pipelines.band import SharedBandAttention
 
-    band = {i: SharedBandAttention(BandConfig(), AXES) for i in range(num_layers)}
-    plain = {i: plain_shared_attention(BandConfig()) for i in range(num_layers)}
+    band = {i: SharedBandAttention(BandConfig(), axes) for i in range(num_layers)}
+    plain = {i: plain_shared_attention(BandConfig(), axes) for i in range(num_layers)}
 
     def implied(context, text_len, image_len):  # [reference, target, target]: targets see L + N keys
         tokens, targets = text_len + image_len, 2
         shared = _work(tokens, tokens, 1, 1) + targets * _work(tokens, tokens + image_len, 1, 1)
         return shared / (3 * _work(tokens, tokens, 1, 1))
 
-    return Case("band (Flux, batch [reference, 2 targets])", "flux", 3,
+    return Case(name, model, 3,
                 {"off": _variant(band, enabled=False), "plain shared": _variant(plain), "on": _variant(band)},
                 rules=band, target=("on", "plain shared", 1.10), implied=implied,
                 method_cost="shared attention: the targets also attend to the reference's image keys")
@@ -115,6 +116,15 @@ def transplant_case(side: int) -> Case:
     return Case("pe transplant (Fill, transplant window)", "fill", 1,
                 {"off": _variant(enabled=False), "on": _variant(rewriters=(rewrite,))},
                 target=("on", "off", 1.05), method_cost="none beyond the canvas (only the ids change)")
+
+
+FAMILY_AXES = {"flux2": (32, 32, 32, 32), "qwen": (16, 56, 56)}  # FLUX.2 / Klein, Qwen-Image
+
+
+def family_band_case(family: str, num_layers: int) -> Case:
+    """Band modulation through the edit seam on a FLUX.2- or Qwen-Image-shaped transformer."""
+    label = {"flux2": "FLUX.2", "qwen": "Qwen-Image"}[family]
+    return band_case(num_layers, FAMILY_AXES[family], f"band ({label}, batch [reference, 2 targets])", family)
 
 
 def cases(num_layers: int, side: int, pos_embed) -> list:

@@ -37,7 +37,7 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     if world and checkpoint is not None and not (source is not None and source.models):
-        from .world.models import check_world_checkpoint
+        from .models.world.image import check_world_checkpoint
 
         check_world_checkpoint(checkpoint, tasks=("t2i",))
     written = []
@@ -49,7 +49,7 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
                                            FIGURE_NOTES.get(name, "")))
     written += demo_camera_figures(out_dir / "cameras")
     if world:
-        from .world.demo import run_world_demo, world_models_available
+        from mmpos.pipelines.world.demo import run_world_demo, world_models_available
 
         if source is not None or checkpoint is not None or world_models_available():
             written += run_world_demo(out_dir / "world", checkpoint, steps, count, extra_figures=written,

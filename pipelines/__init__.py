@@ -9,7 +9,10 @@ from importlib import import_module
 
 _EXPORTS = {
     "BandConfig": ".band", "BandModulationFluxPipeline": ".band_pipeline",
-    "BandModulationKontextPipeline": ".band_pipeline", "EditContext": ".context", "EditSession": ".context",
+    "BandModulationKontextPipeline": ".band_pipeline", "BAND_PIPELINES": ".band_families",
+    "BandModulationFlux2Pipeline": ".band_families", "BandModulationFlux2KleinPipeline": ".band_families",
+    "BandModulationQwenImagePipeline": ".band_families", "BandModulationZImagePipeline": ".band_families",
+    "EditContext": ".context", "EditSession": ".context",
     "TokenSegments": ".context", "LooseConfig": ".loose", "LooseRoPEKontextPipeline": ".loose_pipeline",
     "TransplantConfig": ".transplant", "PosBridgeFillPipeline": ".transplant_pipeline",
     "load_pipeline": ".loading", "CameraControlWanPipeline": ".camera_pipeline",

@@ -115,14 +115,47 @@ class EditAttnProcessor:
         return out
 
     def _rotation(self, beneath, image_rotary_emb) -> LayerRotation:
+        return self._cached_rotation(beneath, image_rotary_emb, LayerRotation.of_processor)
+
+    def _cached_rotation(self, beneath, rotary_emb, build) -> LayerRotation:
+        """``build(beneath, rotary_emb, layer)`` once per forward for the layers sharing a table."""
         rotation = getattr(beneath, "rotation", None)
+        rotation = getattr(rotation, "rotation", rotation)  # FLUX.2's wrapper of the encoding's rotation
         index = self.layer_index if getattr(rotation, "per_layer", False) else 0
-        key = ("layer_rotation", id(rotation), index)
+        key = ("layer_rotation", id(rotation), index, id(rotary_emb))
         cached = self.context.cache.get(key)
-        if cached is None or cached[0] is not image_rotary_emb:  # the cache holds the emb: ids are not reused
-            cached = (image_rotary_emb, LayerRotation.of_processor(beneath, image_rotary_emb, self.layer_index))
+        if cached is None or cached[0] is not rotary_emb:  # the cache holds the emb: ids are not reused
+            cached = (rotary_emb, build(beneath, rotary_emb, self.layer_index))
             self.context.cache[key] = cached
         return cached[1]
+
+
+class FamilyEditAttnProcessor(EditAttnProcessor):
+    """The ``"edit"`` level on a family with an edit adapter (:mod:`mmpos.pipelines.families`): subclasses name
+    the stock processor's ``__call__`` parameters (diffusers hands a processor only those) and call :meth:`run`.
+
+    With no active rule, or no image tokens in this layer, it runs the processor beneath with the same arguments
+    (bit-identical to the model without the edit); else ``rule.attend_call(adapter.layer_call(...), context)``.
+    """
+
+    def __init__(self, context, layer_index: int, slot, adapter):
+        super().__init__(context, layer_index, slot)
+        self.adapter = adapter
+
+    def run(self, attn, inputs: dict):
+        rule = self.context.active_rule(self.layer_index)
+        beneath = self.beneath
+        call = None if rule is None else self.adapter.layer_call(self, attn, inputs)
+        if call is None:
+            return beneath(attn, **inputs)
+        if not hasattr(rule, "attend_call"):
+            raise NotImplementedError(f"{type(rule).__name__} runs on FLUX.1 only (it has no attend_call for the "
+                                      f"{self.adapter.family} edit seam)")
+        return rule.attend_call(call, self.context)
+
+    def layer_rotation(self, adapter, rotary_emb) -> LayerRotation:
+        """The layer's :class:`LayerRotation` (built by the adapter once per forward and shared table)."""
+        return self._cached_rotation(self.beneath, rotary_emb, adapter.rotation)
 
 
 @functools.lru_cache(maxsize=None)

@@ -26,7 +26,7 @@ from mmpos.ops.tables import RotaryTable
 from mmpos.spectrum import chunked_spectrum
 from mmpos.spectrum.bands import AXIS0_MODES, band_channel_scales, band_scale_per_pair
 
-from .attention import attend, finish_attention, project_heads
+from .families.flux import flux_layer_call
 
 
 @dataclass
@@ -113,11 +113,11 @@ class _BandRule:
         return self._per_forward(context, ("pairs",), rotation,
                                  lambda: self.config.pair_scales(rotation.axis_of_pair, _progress(context)))
 
-    def band_table(self, context, rotation: LayerRotation, tokens: slice):
-        """The layer's table at ``tokens`` with the band law in each pair's magnitude (built once per forward
-        for the layers that share a table)."""
-        return self._per_forward(context, ("table", tokens.start, tokens.stop), rotation, lambda: scale_pairs(
-            sequence_slice(rotation.table, tokens), self.pair_scales(context, rotation)))
+    def band_table(self, context, rotation: LayerRotation, tokens: slice, sample: int = 0):
+        """The layer's table at ``tokens`` (of batch element ``sample`` where the table is per sample: Z-Image)
+        with the band law in each pair's magnitude (built once per forward for the layers that share a table)."""
+        return self._per_forward(context, ("table", tokens.start, tokens.stop, sample), rotation, lambda: scale_pairs(
+            sample_rows(rotation.table, tokens, sample), self.pair_scales(context, rotation)))
 
     def _per_forward(self, context, key: tuple, rotation, build):
         """``build()`` once per forward (the pre-forward hook clears ``context.cache``) and per ``rotation`` (held
@@ -129,40 +129,77 @@ class _BandRule:
         return cached[1]
 
 
+def sample_rows(table: RotaryTable, tokens: slice, sample: int = 0) -> RotaryTable:
+    """The rows ``tokens`` of ``table``; of batch element ``sample`` only for a per-sample table ``[B, G, S, P]``."""
+    rows = sequence_slice(table, tokens)
+    if rows.cis.dim() == 4 and rows.cis.shape[0] > 1:
+        rows = RotaryTable(rows.cis[sample: sample + 1])
+    return rows
+
+
 def _progress(context) -> float:
     return 0.0 if context.progress is None else context.progress
 
 
 class SharedBandAttention(_BandRule):
-    """Shared attention with band-modulated reference keys; batch element 0 is the reference."""
+    """Shared attention with band-modulated reference keys; batch element 0 is the reference.
+
+    With ``context.group_size = n`` (a pipeline that batches its CFG branches: Z-Image), the batch is groups of
+    ``n`` elements ``[reference, target, ...]``, each shared within itself.
+    """
 
     def is_active(self, context) -> bool:
         return self.config.in_window(context.progress)
 
     def adain(self, query, key, context):
         """``adain_qk``: the targets' image q and k matched to the reference's (before RoPE)."""
+        return self._adain(query, key, context.segments)
+
+    def _adain(self, query, key, segments):
         if not self.config.adain_qk:
             return query, key
-        image = context.segments.image
-        return _adain_targets(query, image), _adain_targets(key, image)
+        return _adain_targets(query, segments.image), _adain_targets(key, segments.image)
 
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
-        query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
-        if query.shape[0] < 2:
+        """FLUX.1's processor arguments (see :meth:`attend_call`)."""
+        call = flux_layer_call(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context.segments)
+        return self.attend_call(call, context)
+
+    def attend_call(self, call, context):
+        """The rule on one layer call (:class:`~mmpos.pipelines.families.LayerCall`, any family)."""
+        batch = call.query.shape[0]
+        size = getattr(context, "group_size", None) or batch
+        if batch % size or size < 2:
             raise ValueError("shared band attention needs a batch of [reference, target, ...]; got batch size "
-                             f"{query.shape[0]}")
-        image = context.segments.image
-        rotation = LayerRotation.wrap(image_rotary_emb)
-        query, key = self.adain(query, key, context)
-        ref_key = rotation(key[:1, image], self.band_table(context, rotation, image))
-        query, key = rotation(query), rotation(key)
+                             f"{batch}" + (f" in groups of {size}" if size != batch else ""))
+        groups = batch // size
+        outs = [self._group(call, context, slice(g * size, (g + 1) * size)) for g in range(groups)]
+        out = outs[0] if groups == 1 else torch.cat(outs, dim=0)
+        return call.finish(out, call.query.dtype)
+
+    def _group(self, call, context, group: slice) -> torch.Tensor:
+        image, rotation, mask = call.segments.image, call.rotation, call.key_mask
+        query, key, value = call.query[group], call.key[group], call.value[group]
+        query, key = self._adain(query, key, call.segments)
+        ref_key = rotation(key[:1, image], self.band_table(context, rotation, image, group.start))
+        query, key = _rotate_rows(rotation, query, group), _rotate_rows(rotation, key, group)
         targets = query.shape[0] - 1
         shared_key = torch.cat([key[1:], ref_key.expand(targets, -1, -1, -1)], dim=1)
         shared_value = torch.cat([value[1:], value[:1, image].expand(targets, -1, -1, -1)], dim=1)
-        reference_out = attend(attn, query[:1], key[:1], value[:1])
-        target_out = attend(attn, query[1:], shared_key, shared_value)
-        out = torch.cat([reference_out, target_out], dim=0)
-        return finish_attention(attn, out, encoder_hidden_states, query.dtype)
+        mask = None if mask is None else mask[group]
+        shared_mask = None if mask is None else torch.cat(
+            [mask[1:], mask.new_ones(targets, image.stop - image.start)], dim=1)
+        reference_out = call.attend(query[:1], key[:1], value[:1], None if mask is None else mask[:1])
+        target_out = call.attend(query[1:], shared_key, shared_value, shared_mask)
+        return torch.cat([reference_out, target_out], dim=0)
+
+
+def _rotate_rows(rotation: LayerRotation, x: torch.Tensor, group: slice) -> torch.Tensor:
+    """``x`` (the batch elements ``group``) rotated by the layer's table (its rows ``group`` if per sample)."""
+    cis = rotation.table.cis
+    if cis.dim() == 4 and cis.shape[0] > 1:
+        return rotation(x, RotaryTable(cis[group]))
+    return rotation(x)
 
 
 def _adain_targets(x: torch.Tensor, image: slice) -> torch.Tensor:
@@ -183,27 +220,36 @@ class ContextBandScaling(_BandRule):
 
     def adain(self, query, key, context):
         """``adain_qk``: the target image's q and k matched to the context image's (before RoPE)."""
+        return self._adain(query, key, context.segments)
+
+    def _adain(self, query, key, seg):
         if not self.config.adain_qk:
             return query, key
-        seg = context.segments
         return _adain_target_to_context(query, seg), _adain_target_to_context(key, seg)
 
-    def key_table(self, context, rotation: LayerRotation) -> RotaryTable:
+    def key_table(self, context, rotation: LayerRotation, segments=None) -> RotaryTable:
         """The keys' table: the layer's, band-scaled on the context image's rows (once per forward)."""
+        seg = context.segments if segments is None else segments
+
         def build():
             cis = rotation.table.cis.clone()
-            cis[..., context.segments.context, :] = self.band_table(context, rotation, context.segments.context).cis
+            cis[..., seg.context, :] = self.band_table(context, rotation, seg.context).cis
             return RotaryTable(cis)
 
-        return self._per_forward(context, ("keys",), rotation, build)
+        return self._per_forward(context, ("keys", seg.context.start, seg.context.stop), rotation, build)
 
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
-        query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
-        rotation = LayerRotation.wrap(image_rotary_emb)
-        query, key = self.adain(query, key, context)
-        query, key = rotation(query), rotation(key, self.key_table(context, rotation))
-        out = attend(attn, query, key, value)
-        return finish_attention(attn, out, encoder_hidden_states, query.dtype)
+        """FLUX.1's processor arguments (see :meth:`attend_call`)."""
+        call = flux_layer_call(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context.segments)
+        return self.attend_call(call, context)
+
+    def attend_call(self, call, context):
+        """The rule on one layer call (:class:`~mmpos.pipelines.families.LayerCall`, any family)."""
+        rotation = call.rotation
+        query, key = self._adain(call.query, call.key, call.segments)
+        query, key = rotation(query), rotation(key, self.key_table(context, rotation, call.segments))
+        out = call.attend(query, key, call.value, call.key_mask)
+        return call.finish(out, query.dtype)
 
 
 def _adain_target_to_context(x: torch.Tensor, seg) -> torch.Tensor:

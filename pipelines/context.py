@@ -5,8 +5,10 @@ counting calls: the step is the scheduler's own index, checked against the ``tim
 (``sigma = t / 1000``), or that sigma looked up in the scheduler's timesteps in fp64 (:func:`schedule_step`), so
 true-CFG (two forwards per step), restarts and repeated calls see the same step.
 
-Token layout inside the transformer (diffusers' Flux, Fill and Kontext): ``[text (L_txt) | target (N_t) |
-context (N_c)]``; the context segment exists only in Kontext and is recognised by its ids' axis 0 (= 1).
+The session works on every family with an edit adapter (:mod:`.families`: FLUX.1, FLUX.2, Qwen-Image, Z-Image):
+the adapter reads the forward's sigma and finds the token segments from the family's coordinates (FLUX.1:
+``[text (L_txt) | target (N_t) | context (N_c)]``, Kontext's context image at id axis 0 = 1; see
+:mod:`.segments`).
 """
 from __future__ import annotations
 
@@ -17,31 +19,9 @@ import torch
 
 from mmpos.integrations.diffusers.installer import EDIT, ProcessorInstaller
 
-from .attention import EditAttnProcessor
-
-
-@dataclass
-class TokenSegments:
-    """Sequence ranges of one transformer forward; image ranges are offsets into the full ``[txt | img]``."""
-
-    text_len: int
-    target_len: int
-    context_len: int = 0
-    target_grid: tuple[int, int] = (0, 0)   # (rows, cols) of the target token grid
-    context_grid: tuple[int, int] = (0, 0)
-
-    @property
-    def target(self) -> slice:
-        return slice(self.text_len, self.text_len + self.target_len)
-
-    @property
-    def context(self) -> slice:
-        start = self.text_len + self.target_len
-        return slice(start, start + self.context_len)
-
-    @property
-    def image(self) -> slice:
-        return slice(self.text_len, self.text_len + self.target_len + self.context_len)
+from .attention import FamilyEditAttnProcessor
+from .families import edit_attention_for
+from .segments import TokenSegments, segments_from_ids  # noqa: F401  (re-exported: the names' old home)
 
 
 @dataclass
@@ -60,7 +40,9 @@ class EditContext:
     num_steps: Optional[int] = None
     sigma: Optional[float] = None
     segments: Optional[TokenSegments] = None
-    img_ids: Optional[torch.Tensor] = None   # the ids of this forward, after rewriting
+    img_ids: Optional[torch.Tensor] = None   # the ids of this forward, after rewriting (FLUX.1, FLUX.2)
+    layout: Optional[object] = None          # per-layer-kind segments where they differ (Z-Image)
+    group_size: Optional[int] = None         # batch elements per [reference, target, ...] group (batched CFG)
     enabled: bool = True
     cache: dict = field(default_factory=dict)  # per-forward tables shared by all layers (cleared by the hook)
 
@@ -78,26 +60,6 @@ class EditContext:
         if rule is None or not rule.is_active(self):
             return None
         return rule
-
-
-def segments_from_ids(text_len: int, img_ids: torch.Tensor) -> TokenSegments:
-    """Target tokens have id axis 0 == 0, Kontext context tokens == 1 (after the target, contiguous)."""
-    if img_ids.ndim == 3:
-        img_ids = img_ids[0]
-    is_context = img_ids[:, 0] != 0
-    target_len = int((~is_context).sum())
-    if bool(is_context[:target_len].any()):
-        raise ValueError("img_ids: expected the target tokens (axis 0 == 0) before the context tokens (axis 0 != 0)")
-    return TokenSegments(text_len, target_len, img_ids.shape[0] - target_len,
-                         _grid_shape(img_ids[:target_len]), _grid_shape(img_ids[target_len:]))
-
-
-def _grid_shape(ids: torch.Tensor) -> tuple[int, int]:
-    if ids.shape[0] == 0:
-        return (0, 0)
-    rows = int(ids[:, 1].max().round()) + 1
-    cols = int(ids[:, 2].max().round()) + 1
-    return (rows, cols) if rows * cols == ids.shape[0] else (0, 0)
 
 
 def schedule_step(scheduler, sigma: torch.Tensor) -> tuple[Optional[int], Optional[int]]:
@@ -124,10 +86,11 @@ def schedule_step(scheduler, sigma: torch.Tensor) -> tuple[Optional[int], Option
 
 
 class EditSession:
-    """Installs an :class:`EditContext` on a Flux transformer for the duration of a ``with`` block.
+    """Installs an :class:`EditContext` on a transformer of a family with an edit adapter (:mod:`.families`) for
+    the duration of a ``with`` block.
 
     Through the one processor installer (:class:`~mmpos.integrations.diffusers.ProcessorInstaller`), every
-    attention layer named in ``context.rules`` gets an :class:`EditAttnProcessor` in its slot's ``"edit"`` level,
+    attention layer named in ``context.rules`` gets the adapter's edit processor in its slot's ``"edit"`` level,
     which runs the processor beneath it (stock, or ``set_pe``'s) whenever its rule is inactive; the edit's
     pre-forward hook sets step, sigma and token segments and applies ``context.rewriters`` (after ``set_pe``'s
     hook). On exit, also after an exception, the edit level is emptied: the layers run what they ran before.
@@ -137,12 +100,13 @@ class EditSession:
         self.transformer = transformer
         self.context = context
         self.scheduler = scheduler
+        self.adapter = edit_attention_for(transformer)
         self._installer = None
 
     def __enter__(self) -> EditContext:
         installer = ProcessorInstaller.of(self.transformer)
         try:
-            processors = {index: EditAttnProcessor(self.context, index, installer.slots[index])
+            processors = {index: self._processor(index, installer.slots[index])
                           for index in self._checked_layers(len(installer.slots))}
             installer.fill(EDIT, processors, hook=self._pre_forward)
         except BaseException:
@@ -157,6 +121,12 @@ class EditSession:
             self._installer.clear(self.transformer, EDIT)
             self._installer = None
 
+    def _processor(self, index: int, slot):
+        cls = self.adapter.processor_class(slot)
+        if issubclass(cls, FamilyEditAttnProcessor):
+            return cls(self.context, index, slot, self.adapter)
+        return cls(self.context, index, slot)
+
     def _checked_layers(self, num_layers: int) -> list[int]:
         for index in self.context.rules:
             if not 0 <= index < num_layers:
@@ -165,18 +135,16 @@ class EditSession:
         return list(self.context.rules)
 
     def _pre_forward(self, module, args, kwargs):
-        if args:
-            raise TypeError("EditSession expects the transformer to be called with keyword arguments, as the "
-                            "diffusers Flux pipelines do")
         context = self.context
-        timestep = kwargs["timestep"]
-        context.sigma = float(timestep.flatten()[0])
-        context.step, context.num_steps = schedule_step(self.scheduler, timestep.flatten()[:1])
+        sigma = self.adapter.sigma(args, kwargs)
+        context.sigma = float(sigma[0])
+        context.step, context.num_steps = schedule_step(self.scheduler, sigma)
         context.cache.clear()
+        if context.rewriters and args:
+            raise TypeError("EditSession's rewriters expect the transformer to be called with keyword arguments")
         for rewrite in context.rewriters:
             kwargs = rewrite(context, kwargs)
-        context.img_ids = kwargs["img_ids"]
-        context.segments = segments_from_ids(kwargs["encoder_hidden_states"].shape[1], kwargs["img_ids"])
+        self.adapter.observe(context, module, args, kwargs)
         for rule in {id(r): r for r in context.rules.values()}.values():  # each rule once, not once per layer
             prepare: Optional[Callable] = getattr(rule, "prepare", None)
             if prepare is not None and context.enabled and rule.is_active(context):

@@ -110,15 +110,15 @@ def model_path(kind: str, model) -> str:
     """``model``, or for ``"world"`` the shipped world model folder that runs ``kind`` (``assets/world-<task>``)."""
     if str(model) != WORLD:
         return str(model)
-    from mmpos.world.models import DEFAULT_ASSETS
+    from mmpos.models.world.image import DEFAULT_ASSETS
 
     return str(DEFAULT_ASSETS / f"world-{world_task_of(kind)}")
 
 
 def is_world_model(model) -> bool:
-    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.world.text`)."""
+    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`)."""
     index = Path(str(model)) / "model_index.json"
-    return str(model) == WORLD or (index.is_file() and "mmpos.world.text" in index.read_text())
+    return str(model) == WORLD or (index.is_file() and "mmpos.models.world.text" in index.read_text())
 
 
 def world_image_size(path) -> int:
@@ -149,7 +149,7 @@ def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None =
     ``device``; ValueError (one line) when it cannot be loaded."""
     check_choice("dtype", dtype, tuple(DTYPES))
     check_pipeline_folder(path)
-    from mmpos.world.models import world_text_encoders_accepted
+    from mmpos.models.world.image import dtype_keyword, world_text_encoders_accepted
 
     try:
         with world_text_encoders_accepted():
@@ -162,9 +162,3 @@ def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None =
     return pipe
 
 
-def dtype_keyword(cls) -> str:
-    """``dtype`` in recent diffusers (``torch_dtype`` deprecated there), ``torch_dtype`` before."""
-    import inspect
-
-    source = inspect.getsource(cls.from_pretrained)
-    return "dtype" if 'kwargs.pop("dtype"' in source else "torch_dtype"

@@ -113,7 +113,7 @@ def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"),
 def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:
     """``prompt`` strings, or the ``--prompt-embeds`` tensors the pipeline takes: Flux ``prompt_embeds`` and
     ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L].
-    A world model gets its prompts with its sampling ``guidance`` (:func:`mmpos.world.models.conditioning`)."""
+    A world model gets its prompts with its sampling ``guidance`` (:func:`mmpos.models.world.image.conditioning`)."""
     if args.prompt_embeds:
         accepted = [k for k in EMBED_KEYS if k in stock_call_parameters(pipe)]
         required = [k for k in accepted if k != "prompt_embeds_mask"]
@@ -121,14 +121,14 @@ def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:
         dtype = pipe.transformer.dtype
         return {k: v.to(pipe.device, dtype if v.is_floating_point() else v.dtype) for k, v in embeds.items()}
     if is_world_pipeline(pipe):
-        from mmpos.world.models import conditioning
+        from mmpos.models.world.image import conditioning
 
         return conditioning(pipe, [prompts] if isinstance(prompts, str) else list(prompts), guidance)
     return {"prompt": prompts}
 
 
 def is_world_pipeline(pipe) -> bool:
-    from mmpos.world.text import WorldTextEncoder
+    from mmpos.models.world.text import WorldTextEncoder
 
     return isinstance(getattr(pipe, "text_encoder", None), WorldTextEncoder)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmpos._validation import check_choice
-from mmpos.world.models import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
+from mmpos.models.world.image import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
 
 from .edits import get_edit, list_edits, resolve_pipeline
 from .loading import DTYPES, load_pipeline, pipeline_class
@@ -42,7 +42,7 @@ def world_pipeline_class(method: str, task: str):
     """The pipeline class of ``method`` on the world model of ``task`` (its stock class, family flux)."""
     if method == GENERATE:
         return pipeline_class(GENERATE)
-    from mmpos.world.models import PIPELINES
+    from mmpos.models.world.image import PIPELINES
 
     edit = get_edit(method)
     return edit.pipeline_class(resolve_pipeline(edit, [PIPELINES[task].__name__, "flux"], where=f"the world {task} "

@@ -104,7 +104,7 @@ def _pipeline(args, parser, settings):
     import torch
 
     from . import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
-    from .loading import dtype_keyword
+    from mmpos.models.world.image import dtype_keyword
 
     cls = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline
     dtype = getattr(torch, settings["dtype"])

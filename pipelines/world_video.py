@@ -1,7 +1,7 @@
 """The mini-world's image-to-video pipeline: first frame (+ camera path) -> clip, on CPU in seconds.
 
 Components: a small ``WanTransformer3DModel``, the world ``AutoencoderKL`` (2x spatial, one latent per frame)
-and a ``FlowMatchEulerDiscreteScheduler``; conditioning as in :mod:`mmpos.world.video_model` (first latent given
+and a ``FlowMatchEulerDiscreteScheduler``; conditioning as in :mod:`mmpos.models.world.video` (first latent given
 clean at timestep 0, no prompt). With a camera adapter (``load_camera_adapter(pipe, folder)``) the call takes a
 ``camera`` path exactly as :class:`~mmpos.pipelines.CameraControlWanImageToVideoPipeline` does.
 
@@ -20,7 +20,7 @@ from diffusers.utils.torch_utils import randn_tensor
 from diffusers.video_processor import VideoProcessor
 
 from mmpos._validation import check_positive_int
-from mmpos.world.video_model import empty_prompt, latent_normalisation, token_timesteps, with_first_frame
+from mmpos.models.world.video import empty_prompt, latent_normalisation, token_timesteps, with_first_frame
 
 from .camera_pipeline import _CameraControl
 

@@ -15,7 +15,7 @@ WORLD_DEFAULTS = dict(frames=9, height=32, width=32, steps=24, camera="orbit:35"
 
 def world_model_folder(name: str) -> Path | None:
     """The shipped world video model for ``name == "world"``, a folder holding a WorldVideoPipeline, else None."""
-    from mmpos.world.video_demo import video_model_folder
+    from mmpos.pipelines.world.video_demo import video_model_folder
 
     if name == WORLD:
         return video_model_folder()
@@ -53,8 +53,8 @@ def world_trajectory(spec: str | None, frames: int, fail):
     from mmpos.camera import load_trajectory, resample
     from mmpos.world.scene3d import place_trajectory
     from mmpos.world.video_data import MOTIONS, Motion, motion_trajectory, start_pose
-    from mmpos.world.video_demo import DEMO_START_DEGREES
-    from mmpos.world.video_eval import EVAL_MOTIONS
+    from mmpos.pipelines.world.video_demo import DEMO_START_DEGREES
+    from mmpos.eval.video_eval import EVAL_MOTIONS
 
     spec = spec or WORLD_DEFAULTS["camera"]
     start = start_pose(DEMO_START_DEGREES)
@@ -84,7 +84,7 @@ def world_first_frame(image_path, settings, fail):
             fail(f"--image {image_path}: {error}")
         array = np.asarray(image)
     else:
-        from mmpos.world.video_demo import demo_clips
+        from mmpos.pipelines.world.video_demo import demo_clips
 
         array = demo_clips(settings["height"])[0].truth[0]
         print("first frame: a held-out world scene (pass --image for your own)")

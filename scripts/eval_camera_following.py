@@ -20,8 +20,8 @@ import numpy as np
 
 from mmpos._atomic import written_atomically
 from mmpos.world.images import save_png
-from mmpos.world.samples import image_grid
-from mmpos.world.video_eval import EVAL_MOTIONS, as_unit_float, evaluate_conditions, eval_clips, summarise
+from mmpos.models.world.samples import image_grid
+from mmpos.eval.video_eval import EVAL_MOTIONS, as_unit_float, evaluate_conditions, eval_clips, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 

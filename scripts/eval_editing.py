@@ -3,7 +3,7 @@
 
     python scripts/eval_editing.py --checkpoint assets --count 16 --steps 20 --device cpu
 
-Per task, every row is scored against ground truth rendered from the scene specs (mmpos.world.metrics):
+Per task, every row is scored against ground truth rendered from the scene specs (mmpos.eval.metrics):
 - transplant: inserted-object mask IoU, colour error, change outside the repainted (dilated) box (on the raw
   canvas output: the pipeline pastes the input back there, so its result is exact by construction); plain
   Fill (PosBridgeFillPipeline with transplant disabled: same canvas, same prompt) vs PE transplant at two tau.
@@ -37,7 +37,7 @@ def eval_transplant(args, pipes) -> list[dict]:
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
     from mmpos.world.edit_pairs import transplant_pair
     from mmpos.pipelines.edits.transplant import run_transplant
-    from mmpos.world.edit_scores import transplant_row
+    from mmpos.eval.edit_scores import transplant_row
 
     pairs = [transplant_pair(args.seed + i, args.sizes["fill"]) for i in range(args.count)]
     regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
@@ -58,7 +58,7 @@ def eval_transplant(args, pipes) -> list[dict]:
 def eval_harmonise(args, pipes) -> list[dict]:
     from mmpos.world.edit_pairs import harmonise_pair
     from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
-    from mmpos.world.edit_scores import harmonise_row
+    from mmpos.eval.edit_scores import harmonise_row
 
     pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
 
@@ -79,7 +79,7 @@ def eval_harmonise(args, pipes) -> list[dict]:
 def eval_style(args, pipes) -> list[dict]:
     from mmpos.world.edit_pairs import style_set
     from mmpos.pipelines.edits.band import run_band
-    from mmpos.world.edit_scores import style_row
+    from mmpos.eval.edit_scores import style_row
 
     sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]
     references = [s.reference for s in sets for _ in s.targets]
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     if args.count < 1:
         parser.error(f"--count must be at least 1, got {args.count}")
 
-    from mmpos.world.models import check_world_checkpoint, trained_image_size
+    from mmpos.models.world.image import check_world_checkpoint, trained_image_size
     from mmpos.pipelines.sources import ModelSource
 
     try:

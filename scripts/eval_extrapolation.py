@@ -2,7 +2,7 @@
 
 The world text-to-image model (``assets/world-t2i``, FluxPipeline, trained at 32 px = 8 x 8 tokens) generates
 held-out captions at 1x, 2x and 3x its training size with each extrapolation preset (same captions, same seeds
-per scale), and each image is scored against its caption's scene (:mod:`mmpos.world.layout_metrics`): object
+per scale), and each image is scored against its caption's scene (:mod:`mmpos.eval.layout_metrics`): object
 count error and duplication (repetition), position accuracy, background pattern period. At 1x every preset is
 the stock model bit for bit (checked on the first batch), so 1x runs once.
 
@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mmpos.world.extrapolation_runs import (METHODS, extrapolation_figure, figure_caption_index, generate_at_size,
+from mmpos.pipelines.world.extrapolation_runs import (METHODS, extrapolation_figure, figure_caption_index, generate_at_size,
                                             install_method)
-from mmpos.world.layout_metrics import layout_scores
-from mmpos.world.models import load_world_pipeline, trained_image_size
-from mmpos.world.samples import held_out_examples
+from mmpos.eval.layout_metrics import layout_scores
+from mmpos.models.world.image import load_world_pipeline, trained_image_size
+from mmpos.models.world.samples import held_out_examples
 from mmpos.world.scene import SceneSpec
 
 EXTRA_METHODS = ("dype_ntk", "dype_yarn")  # DyPE through NTK or YaRN, on request

@@ -21,10 +21,10 @@ import torch
 
 from mmpos._atomic import check_new_output, written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
-from mmpos.world.image_quality import psnr, ssim
+from mmpos.eval.image_quality import psnr, ssim
 from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
-from mmpos.world.nvs_model import NVS_ENCODINGS
-from mmpos.world.nvs_training import NVSRecipe, evaluate, load_trained, predict, train_nvs
+from mmpos.models.world.nvs import NVS_ENCODINGS
+from mmpos.training.world.nvs_training import NVSRecipe, evaluate, load_trained, predict, train_nvs
 
 TEST_SETS = {  # name -> make_triples options for the test scenes
     "test": dict(baseline_degrees=TRAIN_BASELINE),

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mmpos.world.video_export import export_world_video
+from mmpos.pipelines.world.video_export import export_world_video
 
 
 def main(argv=None) -> int:

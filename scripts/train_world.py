@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config entries")
     args = parser.parse_args(argv)
 
-    from mmpos.world.training import DEFAULTS, check_earlier_run, check_writable_folder, train
+    from mmpos.training.world.training import DEFAULTS, check_earlier_run, check_writable_folder, train
 
     config_path = Path(args.config)
     if not config_path.is_file():

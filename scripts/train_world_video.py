@@ -5,7 +5,7 @@
     python scripts/train_world_video.py --stage ucpe --out runs/video/ucpe --vae runs/video/vae/vae \\
         --base runs/video/base/transformer
 
-Stages, data and checkpoints: :mod:`mmpos.world.video_training`. ``--resume`` continues a run folder's
+Stages, data and checkpoints: :mod:`mmpos.training.world.video_training`. ``--resume`` continues a run folder's
 ``state.pt``; without it a folder that has one is refused. ``--max-minutes`` stops (with a checkpoint) after that
 wall time; rerun with ``--resume`` to go on. The rendered clips are cached in ``OUT/clips-train.pt``.
 """
@@ -20,7 +20,7 @@ import torch
 from mmpos._atomic import written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos.world.video_data import make_clips
-from mmpos.world.video_training import STAGES, VideoRecipe, train_stage
+from mmpos.training.world.video_training import STAGES, VideoRecipe, train_stage
 
 DEFAULT_VAE = Path(__file__).resolve().parents[1] / "assets" / "world-vae"
 

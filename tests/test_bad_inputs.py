@@ -24,7 +24,7 @@ from mmpos.pipelines.config import apply_overrides, check_config
 from mmpos.pipelines.loose import LooseConfig
 from mmpos.pipelines.transplant import TransplantConfig
 from mmpos.spectrum.extrapolation import RIFLEx, VisionYaRN, YaRN
-from mmpos.world.training import check_earlier_run, check_writable_folder
+from mmpos.training.world.training import check_earlier_run, check_writable_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -165,7 +165,7 @@ LIBRARY_ROWS = [
 def _truncated_world_vae(tmp: Path):
     import shutil
 
-    from mmpos.world.models import load_world_pipeline
+    from mmpos.models.world.image import load_world_pipeline
 
     for name in ("world-vae", "world-t2i"):
         shutil.copytree(ROOT / "assets" / name, tmp / name)

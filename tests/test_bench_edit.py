@@ -33,3 +33,13 @@ def test_plain_shared_attention_is_band_at_strength_zero():
     plain = step(edit_cases.plain_shared_attention(BandConfig()))
     assert torch.equal(plain, step(SharedBandAttention(BandConfig(strength=0.0), edit_cases.AXES)))
     assert not torch.equal(plain, step(SharedBandAttention(BandConfig(), edit_cases.AXES)))
+
+
+def test_family_band_cases_off_is_stock_and_on_edits(tmp_path, monkeypatch):
+    monkeypatch.setitem(bench_edit.SIZES, "small", (4, 8, 1, 1, 1, 32))
+    out = tmp_path / "families.json"
+    assert bench_edit.main(["--repeats", "1", "--dtype", "fp32", "--device", "cpu", "--families", "--out",
+                            str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["case"].split()[1] for r in rows] == ["(FLUX.2,", "(Qwen-Image,"]
+    assert all(r["off_equals_stock"] and r["max_change"] > 0 and r["implied_attention_work"] > 1 for r in rows)

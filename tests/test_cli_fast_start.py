@@ -61,7 +61,7 @@ def test_argument_errors_are_one_line_before_any_heavy_import(argv, named):
 
 def test_a_caption_word_the_world_model_does_not_know_is_refused_before_it_loads(tmp_path, monkeypatch, capsys):
     from mmpos.cli import main
-    from mmpos.world import models
+    from mmpos.models.world import image as models
 
     def no_loading(*args, **kwargs):
         raise AssertionError("the model loaded before the caption was checked")

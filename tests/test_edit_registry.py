@@ -17,8 +17,8 @@ from mmpos.pipelines.edits.detect import index_pipeline_keys
 from mmpos.pipelines.edits.loading import resolve_model
 from mmpos.pipelines.loose_pipeline import LooseRoPEKontextPipeline
 from mmpos.pipelines.transplant_pipeline import PosBridgeFillPipeline
-from mmpos.world.models import build_pipeline, build_text_encoder, build_transformer, build_vae, conditioning
-from mmpos.world.samples import generate
+from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae, conditioning
+from mmpos.models.world.samples import generate
 from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 

@@ -17,13 +17,21 @@ LAYERS = {
     "_validation": 0, "_atomic": 0, "_arguments": 0, "_deprecation": 0, "_safe_state": 0,
     "coords": 1, "spectrum": 1, "ops": 1, "camera": 1,
     "encodings": 2, "__init__": 2,
-    "integrations": 3, "models": 3, "viz": 3,
-    "world": 4, "training": 4, "demo": 4, "pipelines": 4,
-    "cli": 5,
+    "world": 3,
+    "integrations": 4, "models": 4, "viz": 4,
+    "training": 5, "eval": 5, "demo": 5, "pipelines": 5,
+    "cli": 6,
+}
+# upward imports still to remove (each module -> the higher package it imports); an entry that no longer holds fails
+STILL_UPWARD = {
+    ("mmpos.world.canvas", "mmpos.pipelines"),
+    ("mmpos.world.edit_runs", "mmpos.models"), ("mmpos.world.edit_runs", "mmpos.pipelines"),
+    ("mmpos.world.sources", "mmpos.models"), ("mmpos.world.sources", "mmpos.pipelines"),
+    ("mmpos.world.tokenizer", "mmpos.models"),
 }
 COMMAND_TREE = "mmpos.pipelines.commands"
 OLD_CLI_PATHS = ("mmpos.pipelines.cli", "mmpos.pipelines.video_cli", "mmpos.pipelines.world_video_cli")  # aliases
-COMMAND_LAYER = 5
+COMMAND_LAYER = 6
 
 
 def package_modules() -> dict[str, Path]:
@@ -67,12 +75,16 @@ def test_every_part_of_the_package_has_a_layer():
 
 
 def test_no_module_imports_a_higher_layer():
-    upward = []
+    upward, known = [], set()
     for module, path in package_modules().items():
         for name in imported_names(path, module, top_level_only=False):
             if layer_of(name) is not None and layer_of(name) > layer_of(module):
-                upward.append(f"{module} -> {name}")
+                if (module, ".".join(name.split(".")[:2])) in STILL_UPWARD:
+                    known.add((module, ".".join(name.split(".")[:2])))
+                else:
+                    upward.append(f"{module} -> {name}")
     assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
+    assert known == STILL_UPWARD, f"remove from STILL_UPWARD: {sorted(STILL_UPWARD - known)}"
 
 
 def import_graph(top_level_only: bool) -> dict[str, set[str]]:
@@ -163,6 +175,6 @@ def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
     source = tmp_path / "x.py"
     source.write_text("from ..pipelines import band\n\ndef f():\n    from mmpos.world import demo\n")
     names = imported_names(source, "mmpos.encodings.x", top_level_only=False)
-    assert layer_of(names[0]) == 4 and "mmpos.world.demo" in names
+    assert layer_of(names[0]) == 5 and "mmpos.world.demo" in names
     assert imported_names(source, "mmpos.encodings.x", top_level_only=True) == ["mmpos.pipelines",
                                                                                 "mmpos.pipelines.band"]

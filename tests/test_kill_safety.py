@@ -15,8 +15,8 @@ import torch
 
 from mmpos._atomic import folder_written_atomically, recover_folder, replace_folder
 from mmpos._validation import NonFiniteLossError
-from mmpos.world.trainer import WorldTrainer
-from mmpos.world.training import train
+from mmpos.training.world.trainer import WorldTrainer
+from mmpos.training.world.training import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -29,7 +29,7 @@ CONFIG = dict(task="vae", vae=TINY_VAE, image_size=32, num_examples=16, batch_si
 SAVER = """
 import sys, torch
 torch.set_num_threads(1)
-from mmpos.world.trainer import WorldTrainer
+from mmpos.training.world.trainer import WorldTrainer
 trainer = WorldTrainer({config}, sys.argv[1], progress=False)
 print("ready", flush=True)
 while True:

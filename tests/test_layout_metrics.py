@@ -1,7 +1,7 @@
-"""Layout and repetition scores against the scene's ground truth (mmpos.world.layout_metrics)."""
+"""Layout and repetition scores against the scene's ground truth (mmpos.eval.layout_metrics)."""
 import numpy as np
 
-from mmpos.world.layout_metrics import connected_components, dominant_period, layout_scores
+from mmpos.eval.layout_metrics import connected_components, dominant_period, layout_scores
 from mmpos.world.render import render_scene
 from mmpos.world.scene import ObjectSpec, SceneSpec, SceneStyle
 

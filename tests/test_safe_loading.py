@@ -195,7 +195,7 @@ def triples():
 
 
 def test_nvs_checkpoints_with_a_payload_are_refused(triples, tmp_path):
-    from mmpos.world.nvs_training import NVSRecipe, load_trained, train_nvs
+    from mmpos.training.world.nvs_training import NVSRecipe, load_trained, train_nvs
 
     marker = tmp_path / "marker"
     recipe = NVSRecipe("ucpe", seed=1, steps=2, batch_size=2, warmup=1, dim=48, depth=1)
@@ -241,8 +241,8 @@ def tiny_vae():
 
 
 def test_world_video_state_with_a_payload_is_refused(clips, tmp_path):
-    from mmpos.world.video_export import stage_summary
-    from mmpos.world.video_training import VideoRecipe, train_stage
+    from mmpos.pipelines.world.video_export import stage_summary
+    from mmpos.training.world.video_training import VideoRecipe, train_stage
 
     marker = tmp_path / "marker"
     run = tmp_path / "run"
@@ -285,8 +285,8 @@ def test_export_world_video_cli_names_the_tampered_state(tmp_path):
 def test_world_trainer_state_with_a_payload_is_refused(tmp_path, part, named):
     from test_kill_safety import CONFIG
 
-    from mmpos.world.trainer import WorldTrainer
-    from mmpos.world.training import train
+    from mmpos.training.world.trainer import WorldTrainer
+    from mmpos.training.world.training import train
 
     train({**CONFIG, "max_steps": 1, "sample_steps": 1}, tmp_path, progress=False)
     marker = tmp_path / "marker"

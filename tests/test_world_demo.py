@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mmpos.cli import main
-from mmpos.world.demo import error_map, run_world_demo
-from mmpos.world.training import train
+from mmpos.pipelines.world.demo import error_map, run_world_demo
+from mmpos.training.world.training import train
 from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 
@@ -44,7 +44,7 @@ def test_world_demo_end_to_end(tiny_world, tmp_path):
         assert method in report
     from PIL import Image
 
-    from mmpos.world.extrapolation_runs import METHODS
+    from mmpos.pipelines.world.extrapolation_runs import METHODS
 
     rows = Image.open(tmp_path / "world_extrapolation.png").height // (3 * SIZE * 3 + 2)  # 3x tiles, zoom 3
     assert rows == 1 + len(METHODS)  # ground truth, then a row per method
@@ -55,7 +55,7 @@ def test_world_demo_end_to_end(tiny_world, tmp_path):
 
 
 def test_the_transplant_box_is_outlined_on_its_edge_pixels():
-    from mmpos.world.demo import with_box
+    from mmpos.pipelines.world.demo import with_box
 
     image = np.zeros((8, 8, 3), dtype=np.uint8)
     boxed = with_box(image, (2, 1, 6, 5))  # left, top, right, bottom (exclusive)
@@ -136,7 +136,7 @@ def test_conditioning_follows_the_model():
     from diffusers import FluxTransformer2DModel
 
     from fixtures.tiny_models import components, tiny_text_components
-    from mmpos.world.models import WorldTextEncoder, conditioning
+    from mmpos.models.world.image import WorldTextEncoder, conditioning
     from test_world_editing import tiny_edit_pipeline
 
     world_t2i, world_fill = tiny_edit_pipeline("band"), tiny_edit_pipeline("transplant")

@@ -13,8 +13,8 @@ from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
 from mmpos.pipelines.edits.transplant import run_transplant
 from mmpos.pipelines.sources import ModelSource, load_world_edit as load_edit_pipeline
 from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
-from mmpos.world.models import build_pipeline, build_text_encoder, build_transformer, build_vae
-from mmpos.world.samples import generate
+from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae
+from mmpos.models.world.samples import generate
 from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 TASK_OF = {"transplant": "fill", "loose": "kontext", "band": "t2i"}

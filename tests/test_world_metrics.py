@@ -3,7 +3,7 @@ import numpy as np
 
 from mmpos.world import render_scene, sample_scene
 from mmpos.world.edit_pairs import style_set, transplant_pair
-from mmpos.world.metrics import (colour_mask, insertion_scores, iou, layout_copy, palette_similarity,
+from mmpos.eval.metrics import (colour_mask, insertion_scores, iou, layout_copy, palette_similarity,
                                  texture_similarity)
 
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from diffusers import FluxKontextPipeline
 
-from mmpos.world.models import (TASKS, build_pipeline, build_text_encoder, build_transformer, build_vae,
+from mmpos.models.world.image import (TASKS, build_pipeline, build_text_encoder, build_transformer, build_vae,
                                 load_world_pipeline, prompt_kwargs, trained_image_size)
-from mmpos.world.samples import generate, held_out_examples
-from mmpos.world.text import WorldTextEncoder
-from mmpos.world.latents import latent_ids, pack, pack_pixel_mask
-from mmpos.world.training import train
+from mmpos.models.world.samples import generate, held_out_examples
+from mmpos.models.world.text import WorldTextEncoder
+from mmpos.models.world.latents import latent_ids, pack, pack_pixel_mask
+from mmpos.training.world.training import train
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
 TINY_TRANSFORMER = dict(num_layers=1, num_single_layers=1, attention_head_dim=16, num_attention_heads=2,

@@ -7,8 +7,8 @@ import pytest
 import torch
 from diffusers import DiffusionPipeline, FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 
-from mmpos.world.models import conditioning, load_world_pipeline
-from mmpos.world.text import WorldTextEncoder
+from mmpos.models.world.image import conditioning, load_world_pipeline
+from mmpos.models.world.text import WorldTextEncoder
 from mmpos.world.tokenizer import WorldTokenizer, world_tokenizer
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -72,7 +72,7 @@ def test_the_tokenizer_gives_the_encoders_ids_and_refuses_unknown_words(tmp_path
 
 
 def test_an_older_export_still_loads_and_upgrades_to_a_pipeline_folder(tmp_path):
-    from mmpos.world.export import upgrade_model_folder
+    from mmpos.training.world.export import upgrade_model_folder
 
     shutil.copytree(ASSETS / "world-vae", tmp_path / "world-vae")
     for part in ("transformer", "text_encoder"):  # what exports wrote before model_index.json

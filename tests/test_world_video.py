@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from mmpos.camera import camera_centers
-from mmpos.world.camera_following import (camera_errors, clip_camera_errors, frame_motion, relative_motion,
+from mmpos.eval.camera_following import (camera_errors, clip_camera_errors, frame_motion, relative_motion,
                                           rotation_angle)
 from mmpos.world.video_data import (MOTIONS, Motion, clip_trajectory, make_clips, motion_trajectory, render_clip,
                                     scene_seeds, start_pose)
-from mmpos.world.video_model import flow_loss, token_timesteps, world_video_transformer
+from mmpos.models.world.video import flow_loss, token_timesteps, world_video_transformer
 
 SMALL = dict(num_attention_heads=2, attention_head_dim=12, ffn_dim=16, num_layers=1)
 
@@ -208,8 +208,8 @@ def test_frame_motion_picks_the_rotation_model_only_without_parallax():
 def test_training_resumes_bit_identically(clips, tmp_path):
     from diffusers import AutoencoderKL
 
-    from mmpos.world import video_model
-    from mmpos.world.video_training import VideoRecipe, train_stage
+    from mmpos.models.world import video as video_model
+    from mmpos.training.world.video_training import VideoRecipe, train_stage
 
     vae = AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
                         up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=4)
@@ -235,9 +235,10 @@ def test_training_resumes_bit_identically(clips, tmp_path):
 def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_path, monkeypatch):
     from diffusers import AutoencoderKL
 
-    from mmpos.world import video_demo, video_model
-    from mmpos.world.video_export import export_world_video
-    from mmpos.world.video_training import VideoRecipe, train_stage
+    from mmpos.models.world import video as video_model
+    from mmpos.pipelines.world import video_demo
+    from mmpos.pipelines.world.video_export import export_world_video
+    from mmpos.training.world.video_training import VideoRecipe, train_stage
 
     monkeypatch.setattr(video_model, "TRANSFORMER_CONFIG", {**video_model.TRANSFORMER_CONFIG, **SMALL})
     runs = tmp_path / "runs"
@@ -360,8 +361,8 @@ def test_convert_plucker_adapter_permutes_the_input_weights_once(tmp_path, capsy
 def check_a_second_export_into_one_new_folder(runs, out, finished, monkeypatch):
     """A second export into ``out`` started while the first writes it: a named error at once; the first's
     export is whole (the files of ``finished``, loadable); nothing else is left beside it."""
-    from mmpos.world import video_demo, video_export
-    from mmpos.world.video_export import export_world_video
+    from mmpos.pipelines.world import video_demo, video_export
+    from mmpos.pipelines.world.video_export import export_world_video
 
     real_samples, second = video_export._write_samples, []
 

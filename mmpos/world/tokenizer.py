@@ -1,7 +1,7 @@
 """The world's word-level tokenizer as a transformers tokenizer: what the Flux pipelines call on prompt strings.
 
 A world pipeline holds it twice (``tokenizer`` and ``tokenizer_2``, beside ``text_encoder`` and ``text_encoder_2``,
-both :class:`~mmpos.world.text.WorldTextEncoder`), so ``FluxPipeline(prompt="a red circle at top left")`` works:
+both :class:`~mmpos.models.world.text.WorldTextEncoder`), so ``FluxPipeline(prompt="a red circle at top left")`` works:
 
     caption: "A red circle"      ids: [<s>, a, red, circle, <pad>, <pad>, ...]   (padded by the pipeline)
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerFast
 
-from .text import BOS, PAD, check_known_words, world_vocabulary
+from ..models.world.text import BOS, PAD, check_known_words, world_vocabulary
 
 
 class WorldTokenizer(PreTrainedTokenizerFast):
@@ -27,7 +27,7 @@ class WorldTokenizer(PreTrainedTokenizerFast):
 
 
 def world_tokenizer(vocabulary: list[str] | None = None, max_length: int = 40) -> WorldTokenizer:
-    """The tokenizer of a :class:`~mmpos.world.text.WorldTextEncoder` with this ``vocabulary`` and ``max_length``
+    """The tokenizer of a :class:`~mmpos.models.world.text.WorldTextEncoder` with this ``vocabulary`` and ``max_length``
     (its config's; ``max_length`` becomes ``model_max_length``, the length the CLIP-slot prompt is padded to)."""
     from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordLevel

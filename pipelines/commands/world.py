@@ -115,8 +115,8 @@ def _sample(args) -> list[Path]:
     import torch
 
     from mmpos.world.images import save_png, to_uint8
-    from mmpos.world.models import conditioning, load_world_pipeline, trained_image_size
-    from mmpos.world.samples import image_grid
+    from mmpos.models.world.image import conditioning, load_world_pipeline, trained_image_size
+    from mmpos.models.world.samples import image_grid
 
     check_caption_words(args.caption, args.checkpoint)  # a user error before the model loads
     _refuse_overwrite(args)
@@ -135,8 +135,8 @@ def check_caption_words(captions, checkpoint) -> None:
     """Raise ValueError naming the words of ``captions`` that the t2i model's saved text encoder does not know
     (its ``config.json``'s vocabulary, null: the world's; read before the model loads; nothing to check without
     a saved config)."""
-    from mmpos.world.models import DEFAULT_ASSETS
-    from mmpos.world.text import check_known_words, world_vocabulary
+    from mmpos.models.world.image import DEFAULT_ASSETS
+    from mmpos.models.world.text import check_known_words, world_vocabulary
 
     config = Path(checkpoint if checkpoint is not None else DEFAULT_ASSETS) / "world-t2i" / "text_encoder" / "config.json"
     if config.is_file():

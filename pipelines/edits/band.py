@@ -42,7 +42,7 @@ def collect(result, call) -> dict:
 def world_calls(pipe, style_sets, steps: int, guidance=None, reference_mode: str = "noise", probe=None) -> list:
     """One call per :func:`~mmpos.world.edit_pairs.style_set`: its reference image shared with its targets
     (content prompts)."""
-    from mmpos.world.models import conditioning
+    from mmpos.models.world.image import conditioning
 
     calls = []
     for style in style_sets:
@@ -121,8 +121,8 @@ def demo_section(source, steps: int, count: int, out_dir):
     """Style-aligned sets: no sharing, then band modulation at :data:`STRENGTHS`, beside the ground truth."""
     import numpy as np
 
-    from mmpos.world.edit_scores import SCORE_NOTES, style_row
-    from mmpos.world.demo import Section
+    from mmpos.eval.edit_scores import SCORE_NOTES, style_row
+    from mmpos.pipelines.world.demo import Section
     from mmpos.world.edit_pairs import style_set
     from mmpos.world.images import to_chw
 

@@ -19,7 +19,7 @@ def model_folder(method: EditMethod, config) -> str:
 
     if str(config["model"]) != WORLD:
         return str(config["model"])
-    from mmpos.world.models import DEFAULT_ASSETS
+    from mmpos.models.world.image import DEFAULT_ASSETS
 
     return str(DEFAULT_ASSETS / f"world-{world_task(method, config)}")
 

@@ -42,7 +42,7 @@ def loose_for_steps(steps: int, **options) -> dict:
 
 def world_calls(pipe, pairs, steps: int, guidance=None) -> list:
     """One call per :func:`~mmpos.world.edit_pairs.harmonise_pair`: its collage, paste mask known."""
-    from mmpos.world.models import conditioning
+    from mmpos.models.world.image import conditioning
 
     calls = []
     for pair in pairs:
@@ -97,9 +97,9 @@ def demo_section(source, steps: int, count: int, out_dir):
     """Paste harmonisation: plain Kontext (strength 0) vs LooseRoPE, beside the ground truth."""
     import numpy as np
 
-    from mmpos.world.demo import Section, error_map, mask_image
+    from mmpos.pipelines.world.demo import Section, error_map, mask_image
     from mmpos.world.edit_pairs import harmonise_pair
-    from mmpos.world.edit_scores import SCORE_NOTES, harmonise_row
+    from mmpos.eval.edit_scores import SCORE_NOTES, harmonise_row
     from mmpos.world.images import to_chw
 
     from ..figures import loose_diagnostic

@@ -38,7 +38,7 @@ def collect(result, call) -> dict:
 
 def world_calls(pipe, pairs, steps: int, guidance=None) -> list:
     """One call per :func:`~mmpos.world.edit_pairs.transplant_pair`: its reference object at its box."""
-    from mmpos.world.models import conditioning
+    from mmpos.models.world.image import conditioning
 
     return [dict(image=pair.background.image, target_box=pair.box, references=[pair.reference.image],
                  reference_masks=[pair.reference.masks[0]], num_inference_steps=steps,
@@ -117,9 +117,9 @@ def demo_section(source, steps: int, count: int, out_dir):
     import numpy as np
 
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
-    from mmpos.world.demo import Section, error_map, with_box
+    from mmpos.pipelines.world.demo import Section, error_map, with_box
     from mmpos.world.edit_pairs import transplant_pair
-    from mmpos.world.edit_scores import SCORE_NOTES, transplant_row
+    from mmpos.eval.edit_scores import SCORE_NOTES, transplant_row
 
     from ..figures import transplant_diagnostic
 

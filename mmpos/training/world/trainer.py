@@ -10,15 +10,15 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 
-from .._atomic import folder_written_atomically, recover_folder
-from .._validation import check_choice, check_finite_loss
-from ..models.ema import EMA
+from ..._atomic import folder_written_atomically, recover_folder
+from ..._validation import check_choice, check_finite_loss
+from ...models.ema import EMA
 from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
                           previous_training)
 from .export import export_model
-from .latents import to_unit
+from ...models.world.latents import to_unit
 from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
-from .models import TASKS, build_text_encoder, build_transformer, build_vae, vae_scale_factor
+from ...models.world.image import TASKS, build_text_encoder, build_transformer, build_vae, vae_scale_factor
 from .training_data import TrainingData
 
 ALL_TASKS = ("vae",) + TASKS
@@ -198,7 +198,7 @@ def _data_layout(task: str) -> dict:
     """What the card records of the examples' layout: fill trains on transplant canvases."""
     if task != "fill":
         return {}
-    from .canvas import INSERTION_FRACTION, WORLD_TRANSPLANT
+    from ...world.canvas import INSERTION_FRACTION, WORLD_TRANSPLANT
 
     return {"canvas": {"transplant": WORLD_TRANSPLANT, "insertion_fraction": INSERTION_FRACTION}}
 

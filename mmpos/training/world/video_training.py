@@ -1,7 +1,7 @@
 """Training the world video model in three stages, each resumable and seeded:
 
 - ``vae``: the world VAE fine-tuned on clip frames (the textured 3D world has finer detail than its 2D scenes);
-- ``base``: the video transformer (:mod:`mmpos.world.video_model`) on clips, without camera input;
+- ``base``: the video transformer (:mod:`mmpos.models.world.video`) on clips, without camera input;
 - ``ucpe`` / ``plucker`` / ``prope``: a camera adapter (:class:`~mmpos.integrations.diffusers.camera_adapter.
   CameraAdapter`) on the frozen base, told each clip's trajectory.
 
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from .._atomic import folder_written_atomically, written_atomically
-from .._safe_state import load_torch_file
-from .._validation import check_choice
+from ..._atomic import folder_written_atomically, written_atomically
+from ..._safe_state import load_torch_file
+from ..._validation import check_choice
 from .losses import vae_loss
 from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
-from .video_model import encode_frames, flow_loss, world_video_transformer
+from ...models.world.video import encode_frames, flow_loss, world_video_transformer
 
 STAGES = ("vae", "base", "ucpe", "plucker", "prope")
 EXPORTED = {"vae": "vae", "base": "transformer"}  # camera stages export ``camera_adapter``
@@ -69,7 +69,7 @@ class VideoStage:
             if recipe.init_from is not None:
                 self._continue_from(Path(recipe.init_from))
             return
-        from ..integrations.diffusers.camera_adapter import CameraAdapter
+        from ...integrations.diffusers.camera_adapter import CameraAdapter
 
         if self.base is None:
             raise ValueError(f"stage {recipe.stage!r} trains a camera adapter: base (the trained transformer) is "
@@ -100,14 +100,14 @@ class VideoStage:
         noise = torch.randn(latents.shape, generator=generator).to(self.device)
         if self.recipe.stage == "base":
             return flow_loss(self.trained, latents, sigmas, noise)
-        from ..integrations.diffusers.camera_adapter import camera_conditioning
+        from ...integrations.diffusers.camera_adapter import camera_conditioning
 
         with camera_conditioning(self.base, self.trained, self.cameras(index, latents.shape)):
             return flow_loss(self.base, latents, sigmas, noise)
 
     def cameras(self, index: torch.Tensor, latent_shape):
-        from ..integrations.diffusers.video_cameras import stack_cameras, video_cameras
-        from .video_data import clip_trajectory
+        from ...integrations.diffusers.video_cameras import stack_cameras, video_cameras
+        from ...world.video_data import clip_trajectory
 
         _, _, frames, height, width = latent_shape
         patch = self.base.config.patch_size

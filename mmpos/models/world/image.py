@@ -1,7 +1,7 @@
 """The world's small models, built from the real diffusers classes, and loading them as real pipelines.
 
 - VAE: ``AutoencoderKL``, 64x64 RGB -> 32x32x4 latents (``vae_scale_factor`` 2) -> 256 packed tokens.
-- Text encoder: :class:`~mmpos.world.text.WorldTextEncoder` (``prompt_embeds``, ``pooled_prompt_embeds``).
+- Text encoder: :class:`~mmpos.models.world.text.WorldTextEncoder` (``prompt_embeds``, ``pooled_prompt_embeds``).
 - Transformers: ``FluxTransformer2DModel`` for ``t2i`` (``FluxPipeline``), ``fill`` (``FluxFillPipeline``:
   packed latents + packed masked-image latents + packed pixel mask on the channel axis) and ``kontext``
   (``FluxKontextPipeline``: context tokens appended with index-axis id 1).
@@ -29,15 +29,15 @@ from diffusers import (
     FluxTransformer2DModel,
 )
 
-from .._validation import check_choice
+from ..._validation import check_choice
 from .text import WorldTextEncoder
-from .tokenizer import world_tokenizer
+from ...world.tokenizer import world_tokenizer
 
 TASKS = ("t2i", "fill", "kontext")
 PIPELINES = {"t2i": FluxPipeline, "fill": FluxFillPipeline, "kontext": FluxKontextPipeline}
 def _shipped_assets() -> Path:
     """``assets/`` of a source checkout, else ``mmpos/assets`` of an installed wheel (setup.py ships it there)."""
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]  # mmpos/ (this file is mmpos/models/world/image.py)
     checkout, installed = package.parent / "assets", package / "assets"
     return installed if (installed / "world-vae").is_dir() and not (checkout / "world-vae").is_dir() else checkout
 
@@ -161,6 +161,12 @@ def load_pretrained(cls, folder: Path, **options):
                          f"{message}); re-export or re-download it") from None
 
 
+def dtype_keyword(cls) -> str:
+    """``dtype`` in recent diffusers (``torch_dtype`` deprecated there), ``torch_dtype`` before."""
+    source = inspect.getsource(cls.from_pretrained)
+    return "dtype" if 'kwargs.pop("dtype"' in source else "torch_dtype"
+
+
 def _checked_dir(path: Path, what: str) -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no {what} checkpoint at {path} (expected config.json and safetensors there); "
@@ -210,8 +216,6 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
     model_dir = root / f"world-{task}"
     cls = PIPELINES[task] if pipeline_class is None else pipeline_class
     if (model_dir / "model_index.json").is_file():
-        from mmpos.pipelines.loading import dtype_keyword
-
         with world_text_encoders_accepted():
             return load_pretrained(cls, model_dir, **{dtype_keyword(cls): dtype}).to(device)
     vae = load_pretrained(AutoencoderKL, _checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)

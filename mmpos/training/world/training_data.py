@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from .data import build_arrays
-from .latents import encode_latents
-from .models import vae_scale_factor
+from ...world.data import build_arrays
+from ...models.world.latents import encode_latents
+from ...models.world.image import vae_scale_factor
 
 
 class TrainingData:

@@ -10,11 +10,11 @@ import numpy as np
 import torch
 import yaml
 
-from .._atomic import folder_written_atomically
-from .images import save_png
-from .latents import to_unit
-from .models import build_pipeline
-from .samples import generate, held_out_examples, image_grid, inputs_row
+from ..._atomic import folder_written_atomically
+from ...world.images import save_png
+from ...models.world.latents import to_unit
+from ...models.world.image import build_pipeline
+from ...models.world.samples import generate, held_out_examples, image_grid, inputs_row
 
 WEIGHTS_DTYPE = torch.float16  # shipped transformer weights (half the size; loaders upcast to fp32)
 
@@ -55,20 +55,20 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
               f"examples, `{data['generator']}`, seed {data['seed']}.", "",
               "Loss (step: loss): " + ", ".join(f"{s}: {v}" for s, v in losses[:: max(len(losses) // 12, 1)]),
               "", "![samples](samples.png)", "",
-              "Sample grid: held-out examples (dataset seed mmpos.world.samples.HELD_OUT_SEED) through the real "
+              "Sample grid: held-out examples (dataset seed mmpos.models.world.samples.HELD_OUT_SEED) through the real "
               "diffusers pipeline."]
     return "\n".join(lines) + "\n"
 
 
 def load_line(task: str, folder_name: str) -> list[str]:
     """The model card's line on loading a pipeline folder (none for the VAE)."""
-    from .models import PIPELINES
+    from ...models.world.image import PIPELINES
 
     if task not in PIPELINES:
         return []
     return [f"A diffusers pipeline folder: `{PIPELINES[task].__name__}.from_pretrained(\"{folder_name}\")` (or "
             "`DiffusionPipeline`); prompts are strings in the world's words "
-            "(`mmpos.world.text.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
+            "(`mmpos.models.world.text.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
             ""]
 
 
@@ -106,7 +106,7 @@ def save_pipeline_folder(task: str, transformer, text_encoder, vae, folder) -> P
 def upgrade_model_folder(root, task: str) -> Path:
     """Make an older export's ``root/world-<task>/`` (``transformer/`` and ``text_encoder/`` only, VAE in
     ``root/world-vae/``) a full pipeline folder; the weights are unchanged."""
-    from .models import load_world_pipeline
+    from ...models.world.image import load_world_pipeline
 
     folder = Path(root) / f"world-{task}"
     if (folder / "model_index.json").is_file():

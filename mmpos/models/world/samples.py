@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .data import example_seed, make_example
-from .images import to_uint8
-from .models import conditioning
+from ...world.data import example_seed, make_example
+from ...world.images import to_uint8
+from .image import conditioning
 
 HELD_OUT_SEED = 987_654  # dataset seed of examples never used in training (training uses small seeds)
 
@@ -25,7 +25,7 @@ def _pil(array: np.ndarray):
 def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: float | None = 3.0, seed: int = 0,
              **call_kwargs) -> np.ndarray:
     """uint8 ``[N, H, W, 3]`` outputs of ``pipe`` (a pipeline for ``task``) on ``examples``; ``guidance`` as in
-    :func:`~mmpos.world.models.conditioning`."""
+    :func:`~mmpos.models.world.image.conditioning`."""
     height, width = examples[0]["image"].shape[:2]
     captions = [e["caption"] for e in examples]
     kwargs = dict(height=height, width=width, num_inference_steps=steps, output_type="np",

@@ -1,4 +1,4 @@
-"""Training and evaluation of :class:`~mmpos.world.nvs_model.NovelViewTransformer` (resumable, seeded).
+"""Training and evaluation of :class:`~mmpos.models.world.nvs.NovelViewTransformer` (resumable, seeded).
 
 Regression (MSE) of the target view; AdamW with linear warm-up and cosine decay; a checkpoint (model,
 optimiser, step, losses) written to a temporary name and renamed every ``checkpoint_every`` steps, so an
@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .._atomic import written_atomically
-from .._safe_state import load_torch_file
-from .image_quality import psnr, ssim
-from .nvs_data import select
-from .nvs_model import NovelViewTransformer
+from ..._atomic import written_atomically
+from ..._safe_state import load_torch_file
+from ...eval.image_quality import psnr, ssim
+from ...world.nvs_data import select
+from ...models.world.nvs import NovelViewTransformer
 
 
 @dataclass

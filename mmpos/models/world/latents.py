@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from diffusers import FluxPipeline
 
-from ..coords.grids import flux_ids
+from ...coords.grids import flux_ids
 
 
 def to_unit(images_uint8: torch.Tensor) -> torch.Tensor:

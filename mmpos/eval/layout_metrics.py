@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .metrics import colour_mask
-from .render import render_scene
-from .scene import POSITION_WORDS, SceneSpec
+from ..world.render import render_scene
+from ..world.scene import POSITION_WORDS, SceneSpec
 
 MIN_AREA = 0.004  # fraction of the image: components smaller than this are noise
 

@@ -12,7 +12,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
-from .scene import COLOURS, PATTERN_WORDS, POSITION_WORDS, SHAPES, SIZES
+from ...world.scene import COLOURS, PATTERN_WORDS, POSITION_WORDS, SHAPES, SIZES
 
 PAD, BOS = "<pad>", "<s>"
 FUNCTION_WORDS = ("a", "at", "and", "on", "background", "the", "make", "remove", "add", "objects", "blend",

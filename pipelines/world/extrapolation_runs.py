@@ -25,7 +25,7 @@ def install_method(pipe, method: str, trained_grid) -> None:
 def generate_at_size(pipe, examples, size: int, steps: int, guidance, batch: int) -> np.ndarray:
     """uint8 ``[N, size, size, 3]`` for the examples' captions; batch ``b`` uses seed ``b`` (the same noise for
     every method)."""
-    from .samples import generate
+    from mmpos.models.world.samples import generate
 
     sized = [dict(e, image=np.zeros((size, size, 3), np.uint8)) for e in examples]
     return np.concatenate([generate(pipe, "t2i", sized[i:i + batch], steps=steps, guidance=guidance, seed=i // batch)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .models import DEFAULT_ASSETS
-from .video_data import Motion, motion_trajectory, render_clip, start_pose
-from .video_eval import EvalClip, as_unit_float, generate, score
+from mmpos.models.world.image import DEFAULT_ASSETS
+from mmpos.world.video_data import Motion, motion_trajectory, render_clip, start_pose
+from mmpos.eval.video_eval import EvalClip, as_unit_float, generate, score
 
 VIDEO_MODEL = "world-video"
 DEMO_SCENE_SEED = 1_000_007  # a test-split scene (see mmpos.world.nvs_data.scene_seeds)
@@ -24,7 +24,7 @@ def video_model_folder(root=None) -> Path | None:
 
 
 def demo_clips(size: int = 32) -> list[EvalClip]:
-    from .scene3d import sample_scene3d
+    from mmpos.world.scene3d import sample_scene3d
 
     scene = sample_scene3d(DEMO_SCENE_SEED, 4, textured=True)
     start = start_pose(DEMO_START_DEGREES)
@@ -44,7 +44,7 @@ def write_gif(rows: list[np.ndarray], path: Path, zoom: int = 4, fps: int = 4) -
     """Clips ``[F, S, S, 3]`` side by side, one GIF (written atomically)."""
     from PIL import Image
 
-    from .._atomic import written_atomically
+    from mmpos._atomic import written_atomically
 
     strip = np.concatenate([np.pad(r, ((0, 0), (0, 0), (0, 2), (0, 0)), constant_values=255) for r in rows], axis=2)
     frames = [Image.fromarray(f).resize((f.shape[1] * zoom, f.shape[0] * zoom), Image.NEAREST) for f in strip]
@@ -54,8 +54,8 @@ def write_gif(rows: list[np.ndarray], path: Path, zoom: int = 4, fps: int = 4) -
 
 
 def write_rigs(clips: list[EvalClip], path: Path) -> Path:
-    from ..viz.cameras import plot_rig
-    from ..viz.figure_files import pyplot, save_figure
+    from mmpos.viz.cameras import plot_rig
+    from mmpos.viz.figure_files import pyplot, save_figure
 
     fig = pyplot().figure(figsize=(5 * len(clips), 4.5))
     for i, clip in enumerate(clips):
@@ -97,7 +97,7 @@ def labelled_rows(results) -> list[tuple[str, np.ndarray]]:
 
 
 def camera_clips_section(out_dir: Path, root=None, steps: int = 24):
-    """The section (a :class:`~mmpos.world.demo.Section`), or None without a trained video model."""
+    """The section (a :class:`~mmpos.pipelines.world.demo.Section`), or None without a trained video model."""
     from .demo import Section
 
     folder = video_model_folder(root)

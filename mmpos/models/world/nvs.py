@@ -17,12 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_choice
-from ..camera import invert_pose, plucker_rays
-from ..encodings import RayDepthHead
-from ..encodings.prope import PRoPE
-from ..encodings.rayrope import RayRoPE
-from ..encodings.ucpe import UCPE
+from ..._validation import check_choice
+from ...camera import invert_pose, plucker_rays
+from ...encodings import RayDepthHead
+from ...encodings.prope import PRoPE
+from ...encodings.rayrope import RayRoPE
+from ...encodings.ucpe import UCPE
 
 NVS_ENCODINGS = ("none", "plucker", "prope", "rayrope", "ucpe")
 

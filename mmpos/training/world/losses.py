@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoints import DenoiserWithText
-from .latents import latent_ids, pack, pack_pixel_mask, to_unit
+from ...models.world.latents import latent_ids, pack, pack_pixel_mask, to_unit
 from .training_data import TrainingData
 
 

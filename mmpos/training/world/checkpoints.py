@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .models import load_pretrained, transformer_channels
+from ...models.world.image import load_pretrained, transformer_channels
 
 
 class DenoiserWithText(nn.Module):
@@ -44,7 +44,7 @@ def load_trained_denoiser(path, task: str, device, vae_latent_channels: int = 4,
     input channels must be those of ``task`` on the VAE (``vae_latent_channels``, ``vae_factor``)."""
     from diffusers import FluxTransformer2DModel
 
-    from .text import WorldTextEncoder
+    from ...models.world.text import WorldTextEncoder
 
     folder = _task_folder(path, task)
     if not (folder / "transformer" / "config.json").is_file():

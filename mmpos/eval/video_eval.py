@@ -3,7 +3,7 @@
 Each test clip is a held-out scene (test seeds) filmed along one commanded motion of :data:`EVAL_MOTIONS` (the
 sign drawn per scene). The model gets the clip's first frame and, with an adapter, the trajectory; it is scored
 against the ground-truth render of that trajectory (PSNR of frames 1..) and against the trajectory itself
-(RotErr / TransErr, :mod:`mmpos.world.camera_following`). Conditions:
+(RotErr / TransErr, :mod:`mmpos.eval.camera_following`). Conditions:
 
 - ``ground truth``: the render itself through the OpenCV measurement (the floor of RotErr / TransErr);
 - ``no camera``: the base model alone (it cannot know the motion);
@@ -20,9 +20,9 @@ import torch
 
 from .camera_following import clip_camera_errors
 from .image_quality import psnr
-from .nvs_data import scene_seeds
-from .scene3d import sample_scene3d
-from .video_data import CLIP_FRAMES, CLIP_SIZE, Motion, motion_trajectory, render_clip, start_pose
+from ..world.nvs_data import scene_seeds
+from ..world.scene3d import sample_scene3d
+from ..world.video_data import CLIP_FRAMES, CLIP_SIZE, Motion, motion_trajectory, render_clip, start_pose
 
 EVAL_MOTIONS = {"orbit": 35.0, "dolly": 1.0, "pan": 20.0}
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .render import SHADE
-from .scene import COLOURS
+from ..world.render import SHADE
+from ..world.scene import COLOURS
 
 COLOUR_NAMES = list(COLOURS)
 _BASE = np.array([COLOURS[n] for n in COLOUR_NAMES], dtype=np.float64)  # [12, 3]

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .video_data import AMOUNTS, CLIP_FRAMES, CLIP_SIZE, MOTIONS
-from .._atomic import check_new_output, output_folder_written
-from .._safe_state import load_torch_file
+from mmpos.world.video_data import AMOUNTS, CLIP_FRAMES, CLIP_SIZE, MOTIONS
+from mmpos._atomic import check_new_output, output_folder_written
+from mmpos._safe_state import load_torch_file
 
 SCHEDULER_SHIFT = 1.0
 
@@ -81,8 +81,8 @@ def export_world_video(runs: Path, out: Path, adapters=("ucpe", "plucker"), over
     """``runs/{vae,base,<adapter>}`` (finished stage folders) -> the model folder ``out``."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, WanTransformer3DModel
 
-    from ..integrations.diffusers.camera_adapter import CameraAdapter
-    from ..pipelines import WorldVideoPipeline
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+    from .. import WorldVideoPipeline
 
     runs, out = Path(runs), Path(out)
     check_new_output(out, overwrite)
@@ -111,8 +111,8 @@ def _count(module) -> int:
 
 
 def _write_samples(folder: Path) -> None:
-    from .images import save_png
-    from .samples import image_grid
+    from mmpos.world.images import save_png
+    from mmpos.models.world.samples import image_grid
     from .video_demo import demo_outputs, labelled_rows, load_video_model
 
     rows = labelled_rows(demo_outputs(*load_video_model(folder)))

@@ -1,6 +1,6 @@
 """Training the world's models: the VAE (reconstruction + KL) and Flux transformers (rectified flow).
 
-:func:`train` runs one task (:class:`~mmpos.world.trainer.WorldTrainer`) until its step or time budget or SIGTERM.
+:func:`train` runs one task (:class:`~mmpos.training.world.trainer.WorldTrainer`) until its step or time budget or SIGTERM.
 The pieces: :mod:`.latents` (packing, ids), :mod:`.training_data`, :mod:`.losses`, :mod:`.checkpoints`
 (loading trained models), :mod:`.trainer` (the loop, EMA, resume), :mod:`.export` (writing the model).
 """
@@ -41,7 +41,7 @@ def train(config: dict, out_dir, resume: bool = False, progress: bool = True) ->
     ``val_loss_start`` is the validation loss of the starting weights (random, or ``init_from``'s on this run's
     validation data: then equal to the previous card's ``val_loss`` when the data are the same), measured before the
     first step and kept by ``resume``; ``val_loss`` is the final EMA weights'. Validation uses fixed examples, sigmas
-    and noise (:func:`~mmpos.world.losses.validation_loss`), so values of different runs compare.
+    and noise (:func:`~mmpos.training.world.losses.validation_loss`), so values of different runs compare.
     """
     check_writable_folder(out_dir)
     trainer = WorldTrainer(config, out_dir, progress)

@@ -21,9 +21,9 @@ import numpy as np
 
 from mmpos.pipelines.sources import ModelSource, trained_tasks
 
-from .images import save_png
-from .models import DEFAULT_ASSETS
-from .samples import generate, held_out_examples, image_grid
+from mmpos.world.images import save_png
+from mmpos.models.world.image import DEFAULT_ASSETS
+from mmpos.models.world.samples import generate, held_out_examples, image_grid
 
 EXTRAPOLATION_SCALES = (1, 2, 3)
 EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two objects on a patterned background
@@ -78,8 +78,8 @@ def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: 
     """One held-out caption at 1x, 2x, 3x the world t2i model's training size, a row per method (the table over
     64 captions is ``scripts/eval_extrapolation.py``'s). Pretrained models are skipped (3x of 1024 px)."""
     from .extrapolation_runs import METHODS, figure_caption_index, generate_at_size, install_method, method_scale_tiles
-    from .models import trained_image_size
-    from .scene import SceneSpec
+    from mmpos.models.world.image import trained_image_size
+    from mmpos.world.scene import SceneSpec
 
     if not source.is_world("t2i"):
         print("a pretrained t2i model: skipping the extrapolation section (it runs the world model at 3x)")
@@ -133,7 +133,7 @@ REPORT_STYLE = ("body{font-family:sans-serif;font-size:16px;max-width:1200px;mar
 
 
 def score_table(rows: list[dict], note: str) -> str:
-    """An HTML table of :mod:`~mmpos.world.edit_scores` rows (method, then one column per score)."""
+    """An HTML table of :mod:`~mmpos.eval.edit_scores` rows (method, then one column per score)."""
     columns = [k for k in rows[0] if k != "method"]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *columns])
     body = "".join("<tr>" + f"<td>{html.escape(r['method'])}</td>" + "".join(f"<td>{r[c]:.3f}</td>" for c in columns)
@@ -150,7 +150,7 @@ def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: lis
              f"<p>Models: {html.escape(models)}; run through the diffusers pipelines and the mmpos editing "
              "pipelines on scenes of mmpos.world. Ground truth comes from the scene specs; |error| is the per-pixel "
              "max channel difference. Tables: the scores of <code>python scripts/eval_editing.py</code> "
-             "(mmpos.world.edit_scores) on the examples shown; the script's tables over more examples are in the "
+             "(mmpos.eval.edit_scores) on the examples shown; the script's tables over more examples are in the "
              "README.</p>"]
     for section, path in sections:
         parts += [f"<h2>{html.escape(section.title)}</h2>", f"<img src='{path.name}'>"]
@@ -193,7 +193,7 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
     source = source if source is not None else ModelSource(root)
     available = source.tasks()
     if not available:
-        from .models import check_world_checkpoint
+        from mmpos.models.world.image import check_world_checkpoint
 
         check_world_checkpoint(source.root if source.root is not None else DEFAULT_ASSETS)  # a clear error
     done, written = [], []

@@ -1,0 +1,114 @@
+"""Band modulation (Untwisting RoPE) on FLUX.2 / Klein, Qwen-Image and Z-Image, through the edit seam.
+
+Each pipeline subclasses the stock one and keeps its call (argument order, ``return_dict``, ``output_type``); it
+adds the keyword ``band`` (a :class:`~.band.BandConfig` or dict). Text-to-image: the batch is ``[reference,
+target_1 .. target_n]`` (one prompt or prompt embedding each, ``num_images_per_prompt=1``): each target attends
+to its own tokens plus the reference's band-scaled image keys (:class:`~.band.SharedBandAttention`). FLUX.2 with
+reference images (``image=``): the reference images' keys in the sequence are band-scaled
+(:class:`~.band.ContextBandScaling`, as Kontext), found by their ``t`` coordinate. The band law per channel pair
+comes from the family's own spectrum (its ``native_axes_dims``, or the ``set_pe`` encoding's). ``BAND_PIPELINES``
+maps a family name to its text-to-image band pipeline; ``BAND_PIPELINES_BY_STOCK`` a stock pipeline class name.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+from diffusers import Flux2KleinPipeline, Flux2Pipeline, QwenImagePipeline, ZImagePipeline
+
+from mmpos.integrations.diffusers.families import family_for
+from mmpos.integrations.diffusers.models import spec_for
+
+from .attention import select_layers
+from .band import BandConfig, ContextBandScaling, SharedBandAttention
+from .band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipeline
+from .context import EditContext, EditSession
+from .edit_pipeline import coerce_config
+
+
+def family_layer_rules(transformer, layers, rule) -> dict:
+    """``{layer index: rule}`` for ``layers`` (``"all"``, ``"double"``, ``"single"``, indices, a range) over the
+    transformer's attention layers in the installer's order (FLUX.2: double blocks, then single blocks)."""
+    count = len(spec_for(transformer).attention_modules(transformer))
+    double = len(transformer.transformer_blocks) if hasattr(transformer, "single_transformer_blocks") else count
+    return {i: rule for i in select_layers(layers, count, double)}
+
+
+def _prompt_count(value) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return 1
+    if isinstance(value, torch.Tensor):
+        return value.shape[0]
+    return len(value)
+
+
+class _FamilyBandMixin:
+    """``__call__`` with ``band=``: the rule, its edit session, and the batch check before any work."""
+
+    _reference_argument = None  # the stock argument holding in-sequence reference images (FLUX.2: "image")
+
+    @torch.no_grad()
+    def __call__(self, *args, band=None, **kwargs):
+        config = coerce_config(BandConfig, band)
+        bound = inspect.signature(super().__call__).bind_partial(*args, **kwargs).arguments
+        axes = family_for(self.transformer).native_axes_dims(self.transformer)
+        with_references = self._reference_argument is not None and bound.get(self._reference_argument) is not None
+        rule = ContextBandScaling(config, axes) if with_references else SharedBandAttention(config, axes)
+        context = EditContext(rules=family_layer_rules(self.transformer, config.layers, rule),
+                              enabled=config.enabled)
+        if not with_references:
+            context.group_size = self._check_band_batch(config, bound)
+        with EditSession(self.transformer, context, self.scheduler):
+            return super().__call__(*args, **kwargs)
+
+    def _check_band_batch(self, config, bound) -> int:
+        """The ``[reference, target, ...]`` batch (at least two prompts or prompt embeddings; one image each)."""
+        per_prompt = bound.get("num_images_per_prompt", 1)
+        if per_prompt not in (None, 1):
+            raise ValueError(f"num_images_per_prompt={per_prompt}: band modulation needs 1; give one prompt per "
+                             "image (the batch is [reference, target, ...])")
+        batch = _prompt_count(bound.get("prompt")) or _prompt_count(bound.get("prompt_embeds"))
+        if config.enabled and batch < 2:
+            raise ValueError("band modulation needs a batch of [reference, target, ...]: at least two prompts or "
+                             f"prompt embeddings, got {batch}")
+        return batch
+
+
+class BandModulationFlux2Pipeline(_FamilyBandMixin, Flux2Pipeline):
+    """``Flux2Pipeline`` with band modulation: shared reference (text-to-image) or, with ``image=``, band-scaled
+    keys of the reference images (``t = 10, 20, ...``)."""
+
+    _reference_argument = "image"
+
+
+class BandModulationFlux2KleinPipeline(_FamilyBandMixin, Flux2KleinPipeline):
+    """``Flux2KleinPipeline`` with band modulation (as :class:`BandModulationFlux2Pipeline`)."""
+
+    _reference_argument = "image"
+
+
+class BandModulationQwenImagePipeline(_FamilyBandMixin, QwenImagePipeline):
+    """``QwenImagePipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``)."""
+
+
+class BandModulationZImagePipeline(_FamilyBandMixin, ZImagePipeline):
+    """``ZImagePipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``; with CFG the
+    pipeline batches ``[positive, negative]``: each half is shared within itself)."""
+
+
+BAND_PIPELINES = {
+    "flux": BandModulationFluxPipeline,
+    "flux2": BandModulationFlux2Pipeline,
+    "qwen": BandModulationQwenImagePipeline,
+    "z_image": BandModulationZImagePipeline,
+}
+BAND_PIPELINES_BY_STOCK = {
+    "FluxPipeline": BandModulationFluxPipeline,
+    "FluxKontextPipeline": BandModulationKontextPipeline,
+    "Flux2Pipeline": BandModulationFlux2Pipeline,
+    "Flux2KleinPipeline": BandModulationFlux2KleinPipeline,
+    "QwenImagePipeline": BandModulationQwenImagePipeline,
+    "ZImagePipeline": BandModulationZImagePipeline,
+}
