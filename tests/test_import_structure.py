@@ -25,8 +25,6 @@ LAYERS = {
 # upward imports still to remove (each module -> the higher package it imports); an entry that no longer holds fails
 STILL_UPWARD = {
     ("mmpos.world.canvas", "mmpos.pipelines"),
-    ("mmpos.world.edit_runs", "mmpos.models"), ("mmpos.world.edit_runs", "mmpos.pipelines"),
-    ("mmpos.world.sources", "mmpos.models"), ("mmpos.world.sources", "mmpos.pipelines"),
     ("mmpos.world.tokenizer", "mmpos.models"),
 }
 COMMAND_TREE = "mmpos.pipelines.commands"

@@ -8,8 +8,10 @@ from mmpos.pipelines.transplant import TransplantConfig
 from mmpos.pipelines.transplant_pipeline import box_to_mask
 from mmpos.pipelines.loading import pipeline_class
 from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_canvas, scene_part
-from mmpos.world.edit_runs import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
-from mmpos.world.sources import ModelSource
+from mmpos.pipelines.edits.band import run_band
+from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
+from mmpos.pipelines.edits.transplant import run_transplant
+from mmpos.pipelines.sources import ModelSource, load_world_edit as load_edit_pipeline
 from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
 from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae
 from mmpos.models.world.samples import generate
@@ -121,7 +123,7 @@ def test_loose_schedule_is_rescaled_to_the_step_count():
 
 
 def test_model_source_loads_each_model_once(tmp_path, monkeypatch):
-    import mmpos.world.sources as sources
+    import mmpos.pipelines.sources as sources
 
     pipe = tiny_edit_pipeline("band")
     loads = []
