@@ -8,6 +8,8 @@ import pytest
 import torch
 from diffusers import FluxPipeline
 
+from mmpos.pipelines.band_families import (BandModulationFlux2KleinPipeline, BandModulationFlux2Pipeline,
+                                           BandModulationQwenImagePipeline, BandModulationZImagePipeline)
 from mmpos.pipelines.band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipeline
 from mmpos.pipelines.commands import build_parser, main
 from mmpos.pipelines.commands.edit import edit_config
@@ -15,6 +17,9 @@ from mmpos.pipelines.edits import (EditMethod, UnsupportedModelError, get_edit, 
                                    register_edit, resolve_pipeline, run_edit, unregister_edit)
 from mmpos.pipelines.edits.detect import index_pipeline_keys
 from mmpos.pipelines.edits.loading import resolve_model
+from mmpos.pipelines.family_transplant_pipeline import PosBridgeKleinInpaintPipeline, PosBridgeQwenInpaintPipeline
+from mmpos.pipelines.loose_family_pipeline import (LooseRoPEKleinPipeline, LooseRoPEQwenEditPipeline,
+                                                   LooseRoPEQwenEditPlusPipeline)
 from mmpos.pipelines.loose_pipeline import LooseRoPEKontextPipeline
 from mmpos.pipelines.transplant_pipeline import PosBridgeFillPipeline
 from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae, conditioning
@@ -50,6 +55,15 @@ def saved_index(folder, class_name, transformer="FluxTransformer2DModel"):
     ("band", "FluxKontextPipeline", BandModulationKontextPipeline),
     ("transplant", "FluxFillPipeline", PosBridgeFillPipeline),
     ("loose", "FluxKontextPipeline", LooseRoPEKontextPipeline),
+    ("band", "Flux2Pipeline", BandModulationFlux2Pipeline),
+    ("band", "Flux2KleinPipeline", BandModulationFlux2KleinPipeline),
+    ("band", "QwenImagePipeline", BandModulationQwenImagePipeline),
+    ("band", "ZImagePipeline", BandModulationZImagePipeline),
+    ("transplant", "Flux2KleinInpaintPipeline", PosBridgeKleinInpaintPipeline),
+    ("transplant", "QwenImageInpaintPipeline", PosBridgeQwenInpaintPipeline),
+    ("loose", "Flux2KleinPipeline", LooseRoPEKleinPipeline),
+    ("loose", "QwenImageEditPipeline", LooseRoPEQwenEditPipeline),
+    ("loose", "QwenImageEditPlusPipeline", LooseRoPEQwenEditPlusPipeline),
 ])
 def test_the_model_index_picks_the_methods_pipeline(tmp_path, method, class_name, expected):
     assert pipeline_for(get_edit(method), saved_index(tmp_path / class_name, class_name)) is expected
@@ -58,7 +72,8 @@ def test_the_model_index_picks_the_methods_pipeline(tmp_path, method, class_name
 @pytest.mark.parametrize("method, class_name, transformer, named", [
     ("transplant", "FluxPipeline", "FluxTransformer2DModel", "a FluxPipeline (family flux)"),
     ("loose", "FluxFillPipeline", "FluxTransformer2DModel", "a FluxFillPipeline (family flux)"),
-    ("band", "QwenImagePipeline", "QwenImageTransformer2DModel", "a QwenImagePipeline (family qwen)"),
+    ("band", "QwenImageEditPipeline", "QwenImageTransformer2DModel", "a QwenImageEditPipeline (family qwen)"),
+    ("transplant", "Flux2Pipeline", "Flux2Transformer2DModel", "a Flux2Pipeline (family flux2)"),
     ("band", "MyOwnPipeline", "MyOwnTransformer", "a MyOwnPipeline;"),
 ])
 def test_a_model_the_method_does_not_run_on_is_a_named_error(tmp_path, method, class_name, transformer, named):

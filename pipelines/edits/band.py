@@ -11,6 +11,10 @@ from .base import EditMethod, Variant, run_edit
 PIPELINES = {  # pipeline key (class name or diffusers family) -> pipeline; a new family is one line
     "FluxPipeline": "mmpos.pipelines.band_pipeline:BandModulationFluxPipeline",
     "FluxKontextPipeline": "mmpos.pipelines.band_pipeline:BandModulationKontextPipeline",
+    "Flux2Pipeline": "mmpos.pipelines.band_families:BandModulationFlux2Pipeline",
+    "Flux2KleinPipeline": "mmpos.pipelines.band_families:BandModulationFlux2KleinPipeline",
+    "QwenImagePipeline": "mmpos.pipelines.band_families:BandModulationQwenImagePipeline",
+    "ZImagePipeline": "mmpos.pipelines.band_families:BandModulationZImagePipeline",
 }
 VARIANTS = {"flux": Variant("FluxPipeline", "t2i"), "kontext": Variant("FluxKontextPipeline", "kontext")}
 STRENGTHS = (0.0, 0.5, 1.0)  # the demo's rows; 0: shared attention with the bands unscaled

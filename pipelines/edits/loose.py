@@ -11,6 +11,9 @@ from .base import EditMethod, run_edit
 
 PIPELINES = {  # pipeline key (class name or diffusers family) -> pipeline; a new family is one line
     "FluxKontextPipeline": "mmpos.pipelines.loose_pipeline:LooseRoPEKontextPipeline",
+    "Flux2KleinPipeline": "mmpos.pipelines.loose_family_pipeline:LooseRoPEKleinPipeline",
+    "QwenImageEditPipeline": "mmpos.pipelines.loose_family_pipeline:LooseRoPEQwenEditPipeline",
+    "QwenImageEditPlusPipeline": "mmpos.pipelines.loose_family_pipeline:LooseRoPEQwenEditPlusPipeline",
 }
 SCHEDULE_STEPS = 28  # LooseConfig's step indices are for the authors' 28-step Kontext schedule
 DEMO_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)

@@ -12,6 +12,8 @@ from .base import EditMethod, run_edit
 
 PIPELINES = {  # pipeline key (class name or diffusers family) -> pipeline; a new family is one line
     "FluxFillPipeline": "mmpos.pipelines.transplant_pipeline:PosBridgeFillPipeline",
+    "Flux2KleinInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeKleinInpaintPipeline",
+    "QwenImageInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeQwenInpaintPipeline",
 }
 WORLD_LAYOUT = "world"  # run_transplant's default: the world Fill model's canvas layout
 DEMO_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
