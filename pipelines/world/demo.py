@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,23 +25,14 @@ from mmpos.models.world.image import DEFAULT_ASSETS
 from mmpos.models.world.samples import generate, held_out_examples, image_grid
 from mmpos.world.sources import ModelSource, trained_tasks
 
+from .section import Section
+
 HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
 TRANSPLANT_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
 STYLE_SEED = 444_444
 BAND_STRENGTHS = (0.0, 0.5, 1.0)  # 0: shared attention with the bands unscaled
 EXTRAPOLATION_SCALES = (1, 2, 3)
 EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two objects on a patterned background
-
-
-@dataclass
-class Section:
-    title: str
-    rows: list                                       # [(label, uint8 [N, H, W, 3])]
-    captions: list = field(default_factory=list)     # one per column (or one for all)
-    diagnostics: list = field(default_factory=list)  # figure paths
-    note: str = ""
-    table: list = field(default_factory=list)        # score rows {"method": ..., score: value} (edit_scores)
-    table_note: str = ""                             # what the scores measure
 
 
 def world_models_available(root=None) -> bool:
