@@ -87,9 +87,11 @@ def model_path(kind: str, model) -> str:
 
 
 def is_world_model(model) -> bool:
-    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`)."""
+    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`, or
+    its path before the world split, ``mmpos.world.text``)."""
     index = Path(str(model)) / "model_index.json"
-    return str(model) == WORLD or (index.is_file() and "mmpos.models.world.text" in index.read_text())
+    return str(model) == WORLD or (index.is_file() and any(
+        f'"{module}"' in index.read_text() for module in ("mmpos.models.world.text", "mmpos.world.text")))
 
 
 def world_image_size(path) -> int:
@@ -108,8 +110,9 @@ def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None =
     if Path(path).is_dir() and not (Path(path) / "model_index.json").is_file():
         raise ValueError(f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
                          "(save_pretrained), a hub id, or 'world' (the shipped world models)")
-    from mmpos.models.world.image import dtype_keyword, world_text_encoders_accepted
+    from mmpos.models.world.image import dtype_keyword, import_named_modules, world_text_encoders_accepted
 
+    import_named_modules(path)  # a local folder's mmpos components (a hub id: nothing to do here)
     try:
         with world_text_encoders_accepted():
             pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))
