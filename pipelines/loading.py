@@ -116,9 +116,11 @@ def model_path(kind: str, model) -> str:
 
 
 def is_world_model(model) -> bool:
-    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`)."""
+    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`, or
+    its path before the world split, ``mmpos.world.text``)."""
     index = Path(str(model)) / "model_index.json"
-    return str(model) == WORLD or (index.is_file() and "mmpos.models.world.text" in index.read_text())
+    return str(model) == WORLD or (index.is_file() and any(
+        f'"{module}"' in index.read_text() for module in ("mmpos.models.world.text", "mmpos.world.text")))
 
 
 def world_image_size(path) -> int:
@@ -149,8 +151,9 @@ def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None =
     ``device``; ValueError (one line) when it cannot be loaded."""
     check_choice("dtype", dtype, tuple(DTYPES))
     check_pipeline_folder(path)
-    from mmpos.models.world.image import dtype_keyword, world_text_encoders_accepted
+    from mmpos.models.world.image import dtype_keyword, import_named_modules, world_text_encoders_accepted
 
+    import_named_modules(path)  # a local folder's mmpos components (a hub id: nothing to do here)
     try:
         with world_text_encoders_accepted():
             pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))

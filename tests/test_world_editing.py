@@ -54,6 +54,35 @@ def test_insertion_canvas_is_the_transplant_pipelines_canvas(seed):
     assert (scene_part(example.mask) | ~pair.mask).all() and not example.mask[:, :SIZE].any()
 
 
+def pipeline_insertion_canvas(pair):
+    """The insertion canvas as the world built it before it stopped importing the pipelines: the transplant
+    pipeline's own ``compose_canvas``, with the target scene in place of the background."""
+    from mmpos.pipelines.transplant import compose_canvas
+    from mmpos.world.canvas import TOKEN_PIXELS
+    from mmpos.world.images import to_chw, to_uint8
+
+    size = pair.background.image.shape[:2]
+    canvas = compose_canvas(TransplantConfig(**WORLD_TRANSPLANT), to_chw(pair.background.image)[None],
+                            box_to_mask(pair.box, size), [to_chw(pair.reference.image)[None]],
+                            [torch.from_numpy(pair.reference.masks[0])], TOKEN_PIXELS)
+    rows, cols = canvas.layout.background.slices
+    image = canvas.image.clone()
+    image[..., rows, cols] = to_chw(pair.target.image)
+    return to_uint8(image)[0], canvas.inpaint_mask.numpy()
+
+
+@pytest.mark.parametrize("size", [SIZE, 64])
+def test_the_worlds_insertion_canvas_is_the_pipelines_compose_canvas_bit_for_bit(size):
+    from mmpos.world.canvas import FILL_VALUE, MASK_DILATE_TOKENS
+
+    assert (FILL_VALUE, MASK_DILATE_TOKENS) == (TransplantConfig().fill_value, TransplantConfig().mask_dilate_tokens)
+    for seed in range(24):
+        pair = transplant_pair(seed, size)
+        image, mask = pipeline_insertion_canvas(pair)
+        example = insertion_canvas(pair)
+        assert np.array_equal(example.image, image) and np.array_equal(example.mask, mask), seed
+
+
 def test_fill_canvas_examples_mix_insertion_and_plain_inpainting():
     examples = [fill_canvas_example(seed, SIZE) for seed in range(12)]
     assert {e.inserted for e in examples} == {True, False}

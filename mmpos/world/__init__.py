@@ -3,7 +3,7 @@
 Modules: ``scene`` (specs, sampling, captions), ``render`` (pixels and masks), ``images`` (uint8 / float arrays,
 PNG files), ``edit_pairs`` (transplant, harmonise, style and instruction pairs), ``canvas`` (Fill canvases in PE
 transplant's layout), ``data`` (torch Dataset, ImageFolder writer, training arrays), ``positional`` (positional
-classification scenes), ``tokenizer`` (the captions' tokenizer), ``scene3d`` / ``textures`` (3D scenes ray-cast
+classification scenes), ``vocabulary`` / ``tokenizer`` (the captions' words and their tokenizer), ``scene3d`` / ``textures`` (3D scenes ray-cast
 through ``mmpos.camera`` models along trajectories, their solid textures), ``nvs_data`` (posed view triples),
 ``video_data`` (camera-moving clips).
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,19 +24,10 @@ from mmpos.world.images import save_png
 from mmpos.models.world.image import DEFAULT_ASSETS
 from mmpos.models.world.samples import generate, held_out_examples, image_grid
 
+from .section import Section
+
 EXTRAPOLATION_SCALES = (1, 2, 3)
 EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two objects on a patterned background
-
-
-@dataclass
-class Section:
-    title: str
-    rows: list                                       # [(label, uint8 [N, H, W, 3])]
-    captions: list = field(default_factory=list)     # one per column (or one for all)
-    diagnostics: list = field(default_factory=list)  # figure paths
-    note: str = ""
-    table: list = field(default_factory=list)        # score rows {"method": ..., score: value} (edit_scores)
-    table_note: str = ""                             # what the scores measure
 
 
 def world_models_available(root=None) -> bool:
