@@ -213,13 +213,6 @@ def load_mask(path, size):
     return as_mask(str(path), mask, size)
 
 
-def seeded_generator(seed):
-    """A CPU generator (the same noise on every device)."""
-    import torch
-
-    return torch.Generator("cpu").manual_seed(int(seed))
-
-
 def sampler_options(config) -> dict:
     """The config's ``sampler`` section as pipeline call arguments."""
     return dict(config.get("sampler", {}))

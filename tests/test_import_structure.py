@@ -26,9 +26,11 @@ LAYERS = {
     "pipelines": 6, "demo": 6,
     "cli": 7,
 }
-# upward imports still to remove, module -> the higher package it imports (the edit runners, moving out of the world
-# in their own change); an entry that no longer holds fails, so the list only shrinks
+# upward imports still to remove, module -> the higher package it imports; an entry that no longer holds fails, so
+# the list only shrinks. The camera adapter's training task reads its clips, lens augmentation and tiny Wan from
+# `pipelines/` (data and a model that belong below the pipelines: to move with issue 26 item 3)
 STILL_UPWARD = {
+    ("mmpos.training.camera_adapter_task", "mmpos.pipelines"),
 }
 COMMAND_TREE = "mmpos.pipelines.commands"
 OLD_CLI_PATHS = ("mmpos.pipelines.cli", "mmpos.pipelines.video_cli", "mmpos.pipelines.world_video_cli")  # aliases

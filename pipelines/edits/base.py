@@ -11,8 +11,14 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Callable, Mapping, Optional
 
-from ..run_inputs import seeded_generator
 
+
+
+def seeded_generator(seed):
+    """A CPU generator (the same noise on every device)."""
+    import torch
+
+    return torch.Generator("cpu").manual_seed(int(seed))
 
 @dataclass(frozen=True)
 class Variant:
