@@ -77,14 +77,19 @@ def run_python_blocks(page: Path, namespace: dict) -> int:
 
 @pytest.fixture
 def page_namespace():
-    """A page's namespace; encodings the page registers (docs/adding_an_encoding.md) leave the registry after."""
+    """A page's namespace; encodings and edit methods the page registers (docs/adding_an_encoding.md,
+    docs/adding_an_edit.md) leave their registries after."""
     from mmpos.encodings import registry
+    from mmpos.pipelines import edits
 
     namespace = {"__name__": "doc_page"}
     yield namespace
     for name, value in list(registry._REGISTRY.items()):
         if any(value is held for held in namespace.values()):
             registry._REGISTRY.pop(name)
+    for name in edits.list_edits():
+        if any(edits.get_edit(name) is held for held in namespace.values()):
+            edits.unregister_edit(name)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)

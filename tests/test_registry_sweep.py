@@ -106,6 +106,8 @@ def test_kind_capabilities_and_example_options_agree(name):
     assert caps.takes_extrapolation == ("extrapolation" in pe_options(name))
     if not caps.needs_cameras:
         assert not caps.world_frame_invariant
+    if caps.folds_into_qkv:  # what the timm attention and the DiT call on an encoding that claims it
+        assert all(callable(getattr(pe, m, None)) for m in ("folds_into", "fold_into_qkv", "rotate_mapped_qk"))
     if cls.kind == PEKind.ROTARY:  # per-head tables have one row per head; the others none
         table = pe.table(coords_for(pe), F64)
         lead = table.cis.shape[:-2] if hasattr(table, "cis") else table.matrices.shape[:-4]

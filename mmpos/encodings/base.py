@@ -67,6 +67,10 @@ class Capabilities:
             head ``cls.depth_head(dim)`` (passed as ``depth_q=``; RayRoPE).
         adapter: (camera encodings) ``cls.adapter_layer(...)`` builds a zero-initialised per-layer adapter for a
             frozen host attention (the kinds of ``mmpos.integrations.diffusers.CameraAdapter``).
+        folds_into_qkv: its map of q and k can go into a fused qkv projection (HARoPE's ``M q``, ``M^-T k``):
+            it implements ``folds_into(x, projection)`` (whether folding pays for this input),
+            ``fold_into_qkv(weight, bias)`` and ``rotate_mapped_qk(q, k, table)``; attention modules with a
+            fused qkv and nothing between projection and encoding (timm ``Attention``, the DiT) then fold it.
     """
 
     relative: bool = False
@@ -80,6 +84,7 @@ class Capabilities:
     additive: bool = False
     predicts_depth: bool = False
     adapter: bool = False
+    folds_into_qkv: bool = False
 
 
 def parameters_key(params: Iterable[torch.Tensor]) -> tuple | None:
