@@ -9,7 +9,8 @@ import torch
 from diffusers import FluxPipeline
 
 from mmpos.pipelines.band_families import (BandModulationFlux2KleinPipeline, BandModulationFlux2Pipeline,
-                                           BandModulationQwenImagePipeline, BandModulationZImagePipeline)
+                                           BandModulationQwenImage21Pipeline, BandModulationQwenImagePipeline,
+                                           BandModulationZImagePipeline)
 from mmpos.pipelines.band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipeline
 from mmpos.pipelines.commands import build_parser, main
 from mmpos.pipelines.commands.edit import edit_config
@@ -58,6 +59,7 @@ def saved_index(folder, class_name, transformer="FluxTransformer2DModel"):
     ("band", "Flux2Pipeline", BandModulationFlux2Pipeline),
     ("band", "Flux2KleinPipeline", BandModulationFlux2KleinPipeline),
     ("band", "QwenImagePipeline", BandModulationQwenImagePipeline),
+    ("band", "QwenImage21Pipeline", BandModulationQwenImage21Pipeline),
     ("band", "ZImagePipeline", BandModulationZImagePipeline),
     ("transplant", "Flux2KleinInpaintPipeline", PosBridgeKleinInpaintPipeline),
     ("transplant", "QwenImageInpaintPipeline", PosBridgeQwenInpaintPipeline),

@@ -14,6 +14,7 @@ PIPELINES = {  # pipeline key (class name or diffusers family) -> pipeline; a ne
     "Flux2Pipeline": "mmpos.pipelines.band_families:BandModulationFlux2Pipeline",
     "Flux2KleinPipeline": "mmpos.pipelines.band_families:BandModulationFlux2KleinPipeline",
     "QwenImagePipeline": "mmpos.pipelines.band_families:BandModulationQwenImagePipeline",
+    "QwenImage21Pipeline": "mmpos.pipelines.band_families:BandModulationQwenImage21Pipeline",
     "ZImagePipeline": "mmpos.pipelines.band_families:BandModulationZImagePipeline",
 }
 VARIANTS = {"flux": Variant("FluxPipeline", "t2i"), "kontext": Variant("FluxKontextPipeline", "kontext")}
