@@ -1,5 +1,5 @@
 """One process of test_fsdp_timm under torchrun (gloo): for each encoding of ``PES`` (a JSON list), a converted tiny
-timm ViT under FSDP2 (``fully_shard`` per block, then the root; each rank reads its half of the batch) against the
+timm ViT under FSDP2 (````mt.fully_shard_blocks``: ``fully_shard`` per block, then the root; each rank reads its half of the batch) against the
 same model without FSDP on the whole batch in this process: forward, one SGD step, a second forward. Writes
 ``rank{R}.json``: per encoding, the largest differences (or the error it raised)."""
 import copy
@@ -20,8 +20,9 @@ def tiny_converted(pe: str) -> torch.nn.Module:
     torch.manual_seed(0)
     model = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, num_classes=5,
                               reg_tokens=1)
-    name, _, share = pe.partition(":")  # "rope_mixed:shared": one encoding for every block
-    model = mt.convert(model, pe=name, share_pe=True if share else None).double()
+    name, _, variant = pe.partition(":")  # "rope_mixed:checkpointed": blocks recomputed in backward
+    model = mt.convert(model, pe=name).double()
+    model.set_grad_checkpointing(variant == "checkpointed")
     with torch.no_grad():  # away from the initial values, so every parameter matters
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
@@ -57,7 +58,7 @@ def compare(pe: str, rank: int, world: int) -> dict:
     expected_params = dict(reference.named_parameters())
     params = {name: (full(p) - expected_params[name].detach()).abs().max().item()
               for name, p in sharded.named_parameters()}
-    encoding = sorted(n for n in params if ".pe." in n or n.startswith("mmpos_ape"))
+    encoding = [name for name, _ in mt.named_pe_parameters(reference)]
     return dict(out=(out - expected_out[mine]).abs().max().item(),
                 after=(after - expected_after[mine]).abs().max().item(), params=max(params.values()),
                 encoding_params=encoding,  # and how far the step moved them (the step is not a no-op)
