@@ -70,3 +70,22 @@ def test_fsdp2_per_block_equals_one_process(tmp_path):
             assert result["out"] < 1e-12 and result["after"] < 1e-12 and result["params"] < 1e-12, (pe, result)
             if pe != "rope_axial":
                 assert result["encoding_params"] and result["encoding_step"] > 1e-5, (pe, result)  # it trained
+
+
+def test_the_accelerate_fsdp2_config_shards_exactly_the_blocks():
+    """accelerate's own loader and wrap policy on configs/accelerate/fsdp2.yaml: FSDP2, one group per timm block
+    (what fully_shard_blocks does). accelerate runs FSDP on GPUs only, so the launch itself is not run here."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
+
+    config = load_config_from_file(str(Path(__file__).parents[1] / "configs/accelerate/fsdp2.yaml"))
+    fsdp = config.fsdp_config
+    assert config.distributed_type == "FSDP" and fsdp["fsdp_version"] == 2
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2, auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"].lower(),
+        transformer_cls_names_to_wrap=fsdp["fsdp_transformer_layer_cls_to_wrap"].split(","))
+    model = mt.convert(tiny_vit(), pe="rope_mixed")
+    policy = fsdp2_prepare_auto_wrap_policy(plugin, model)
+    assert [name for name, module in model.named_modules() if policy(module)] == [
+        f"blocks.{index}" for index in range(len(model.blocks))]
