@@ -73,7 +73,11 @@ def world_trajectory(spec: str | None, frames: int, fail):
     if not Path(spec).is_file():
         fail(f"--camera {spec}: the world model takes a camera motion ({vocabulary_help()}) or a RealEstate10K "
              ".txt / mmpos .json trajectory file")
-    return resample(place_trajectory(load_trajectory(spec), start), frames)
+    from .video_generate import report_resampling
+
+    placed = place_trajectory(load_trajectory(spec), start)
+    report_resampling(spec, len(placed), frames)
+    return resample(placed, frames)
 
 
 def untrained_motion_trajectory(motion, start, frames: int):
@@ -108,10 +112,12 @@ def world_first_frame(image_path, settings, fail):
         from PIL import Image
 
         try:
-            image = Image.open(image_path).convert("RGB").resize((settings["width"], settings["height"]))
+            image = Image.open(image_path).convert("RGB")
         except OSError as error:
             fail(f"--image {image_path}: {error}")
-        array = np.asarray(image)
+        from .video_generate import resized_first_frame
+
+        array = np.asarray(resized_first_frame(image, image_path, settings["width"], settings["height"]))
     else:
         from mmpos.pipelines.world.video_demo import demo_clips
 
@@ -130,6 +136,11 @@ def run_world(args, folder: Path, paths: dict, fail, write) -> int:
 
     settings = world_settings(args, fail)
     print(f"model: world video model ({folder})\ndevice: {settings['device']}\ndtype: float32", flush=True)
+    from mmpos.world.video_data import CLIP_FRAMES
+
+    from .video_generate import warn_longer_than_trained
+
+    warn_longer_than_trained(settings["frames"], CLIP_FRAMES, "expect the camera to be followed loosely past them")
     args.camera = args.camera or WORLD_DEFAULTS["camera"]
     trajectory = world_trajectory(args.camera, settings["frames"], fail)
     first = world_first_frame(args.image, settings, fail)
