@@ -107,7 +107,7 @@ def _trajectory(args, parser, frames: int):
 def report_resampling(spec, poses: int, frames: int, log=print) -> None:
     """One line when a pose file's ``poses`` are resampled to the video's ``frames``."""
     if poses != frames:
-        log(f"--camera {spec}: {poses} poses resampled to {frames} frames (linear positions, slerp rotations)")
+        log(f"--camera {spec}: {poses} poses resampled to {frames} frames (geodesic rotations, linear centres)")
 
 
 def warn_longer_than_trained(frames: int, trained: int, hint: str, log=print) -> None:
