@@ -19,7 +19,7 @@ def resolve_trajectory(spec: str, num_frames: int = 49) -> Trajectory:
         return motion_trajectory(parse_motion(spec), num_frames)
     if not Path(spec).exists():
         raise FileNotFoundError(f"trajectory {spec!r} not found; pass a RealEstate10K .txt, an mmpos .json, or "
-                                f"a camera motion: {vocabulary_help()}")
+                                f"a camera motion preset:NAME[:AMOUNT] (the prefix is optional): {vocabulary_help()}")
     return load_trajectory(spec)
 
 

@@ -39,7 +39,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         "OUT/STEM_rig.png and, for one frame, the world ray directions, latitude and image up-vectors to "
         "OUT/STEM_rays.png.")
     cameras.add_argument("trajectory", help="RealEstate10K pose .txt, mmpos .json, or a camera motion "
-                         f"[preset:]NAME[:AMOUNT]: {vocabulary_help()}")
+                         "preset:NAME[:AMOUNT] (the prefix is optional): "
+                         f"{vocabulary_help()}")
     cameras.add_argument("--frame", type=int, default=0, help="frame of the ray maps (negative counts from the end)")
     cameras.add_argument("--out", default="outputs/viz", help="output folder (default: outputs/viz)")
     cameras.add_argument("--overwrite", action="store_true", help="replace STEM_rig.png / STEM_rays.png in --out")
