@@ -1,6 +1,7 @@
 """A training run that sends itself SIGINT (test_training_interrupt): ``sigint_worker.py vit|dit ARGS...`` runs
 ``mmpos train vit ARGS`` or ``scripts/train_dit.py ARGS``; with ``MMPOS_TEST_SIGINT_AT=K`` the K-th loss evaluation
-of this process sends ``os.kill(getpid(), SIGINT)``, as a Ctrl-C arriving mid-update would."""
+of this process sends SIGINT to its process group (the test starts it in its own session), as a Ctrl-C in a
+terminal reaches the trainer and its DataLoader workers mid-update."""
 import importlib.util
 import os
 import signal
@@ -19,7 +20,7 @@ def signalling(loss_function):
         global calls
         calls += 1
         if calls == at:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.killpg(os.getpgrp(), signal.SIGINT)
         return loss_function(*args, **kwargs)
     return wrapper
 

@@ -23,7 +23,7 @@ WORKER = Path(__file__).with_name("sigint_worker.py")
 
 def run(argv, signal_at=0):
     env = {**os.environ, "MMPOS_TEST_SIGINT_AT": str(signal_at), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
 
 
 def interrupt_and_resume(trainer, args, out, signal_at):
@@ -74,7 +74,9 @@ def test_vit_run_interrupted_and_resumed_equals_an_uninterrupted_one(vit_config,
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert run([sys.executable, str(WORKER), "vit", "--config", str(vit_config), "--output-dir", str(whole)]
                ).returncode == 0
-    interrupt_and_resume("vit", ["--config", str(vit_config), "--output-dir", str(cut)], cut, signal_at=3)
+    # with DataLoader workers, which the terminal's Ctrl-C reaches too (the uninterrupted run has none)
+    interrupt_and_resume("vit", ["--config", str(vit_config), "--output-dir", str(cut), "--set", "num_workers=2"],
+                         cut, signal_at=3)
     assert (cut / "log.csv").read_text().count("\n") == (whole / "log.csv").read_text().count("\n") == 7
     strip = lambda run: [line.split(",")[:4] for line in (run / "log.csv").read_text().splitlines()]  # noqa: E731
     assert strip(cut) == strip(whole)  # step, epoch, loss, lr of all 6 updates
