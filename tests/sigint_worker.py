@@ -32,7 +32,7 @@ if trainer == "vit":
     make_criterion = vit_train._criterion
     vit_train._criterion = lambda config, mixup: signalling(make_criterion(config, mixup))
     sys.exit(vit_cli.train_main(argv, prog="sigint_worker.py"))
-from mmpos.training.dit_task import DiTTask
+from mmpos.training.dit_task import DiTTask  # noqa: E402 - after the vit branch, which exits
 
 DiTTask.loss = signalling(DiTTask.loss)
 spec = importlib.util.spec_from_file_location("train_dit", Path(__file__).parents[1] / "scripts" / "train_dit.py")

@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 
 from .._validation import NonFiniteLossError, check_finite_loss  # noqa: F401 - the NaN stop's error
+from .interrupt import StopOnSignal
 from .scaffold_checkpoint import RunState, UnshareOutError, load_checkpoint, save_checkpoint, saved_config
 from .scaffold_config import ConfigError, check_resume_config, resolved
-from .interrupt import StopOnSignal
 from .scaffold_folders import check_run, latest_checkpoint, remove_earlier_run
 
 SEED_STRIDE = 1_000_003

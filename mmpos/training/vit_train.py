@@ -27,8 +27,8 @@ from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
 from .._validation import check_finite_loss
-from .interrupt import StopOnSignal
 from .checkpoints import TrainingState, check_run_folder, latest_checkpoint, load_checkpoint, prepare_run_folder, save_checkpoint
+from .interrupt import StopOnSignal
 from .vit_config import check_config, check_resume_config, eval_sizes
 from .vit_data import (SeededSamples, check_num_classes, check_one_batch, classes_of, make_dataset, make_mixup,
                        match_classes, num_classes_of, train_loader, train_transform)
