@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("sigint_worker.py")
 
 
-def run(argv, signal_at=0):
-    env = {**os.environ, "MMPOS_TEST_SIGINT_AT": str(signal_at), "OMP_NUM_THREADS": "1"}
+def run(argv, signal_at=0, **env):
+    env = {**os.environ, "MMPOS_TEST_SIGINT_AT": str(signal_at), "OMP_NUM_THREADS": "1", **env}
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
 
 
@@ -42,10 +42,13 @@ def interrupt_and_resume(trainer, args, out, signal_at):
     assert f"resumed from {out}/checkpoint-{signal_at}" in resumed.stdout + resumed.stderr
 
 
+DIT = ["--tiny", "--data", "shapes", "--samples", "24", "--resolution", "8", "--num-classes", "4",
+       "--pe", "rope_mixed", "--sample-steps", "0", "--ema-decay", "0.5", "--lr", "1e-2", "--batch-size",
+       "4", "--steps", "8", "--checkpoint-every", "100"]
+
+
 def test_scaffold_run_interrupted_and_resumed_equals_an_uninterrupted_one(tmp_path):
-    common = ["--tiny", "--data", "shapes", "--samples", "24", "--resolution", "8", "--num-classes", "4",
-              "--pe", "rope_mixed", "--sample-steps", "0", "--ema-decay", "0.5", "--lr", "1e-2", "--batch-size",
-              "4", "--steps", "8", "--checkpoint-every", "100"]
+    common = DIT
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert run([sys.executable, str(WORKER), "dit", *common, "--out", str(whole)]).returncode == 0
     interrupt_and_resume("dit", [*common, "--out", str(cut)], cut, signal_at=3)  # mid-epoch (6 batches/epoch)
@@ -53,6 +56,20 @@ def test_scaffold_run_interrupted_and_resumed_equals_an_uninterrupted_one(tmp_pa
     for name in ("model", "model_ema"):
         files = sorted(p.relative_to(whole) for p in (whole / name).rglob("*") if p.is_file())
         assert files and all((cut / f).read_bytes() == (whole / f).read_bytes() for f in files)
+
+
+def test_a_signal_on_one_of_two_processes_stops_both_at_the_same_update(tmp_path):
+    """torchrun, gloo: only rank 1 is signalled; the request is reduced over the processes, so both write their
+    part of one checkpoint at update 3, rank 0 prints the one line, both exit 130."""
+    out = tmp_path / "two"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547",
+               str(WORKER), "dit", *DIT, "--batch-size", "2", "--out", str(out)]
+    done = run(command, signal_at=3, MMPOS_TEST_SIGINT_RANK="1")
+    assert done.returncode != 0 and "exitcode  : 130" in done.stderr + done.stdout, done.stderr[-3000:]
+    assert (done.stdout.count("resume with:") == 1 and "interrupted (a signal on another process): saved "
+            f"{out}/checkpoint-3" in done.stdout), done.stdout
+    assert [c.name for c in checkpoints(out)] == ["checkpoint-3"]
+    assert {"rng_0.json", "rng_1.json"} <= {p.name for p in (out / "checkpoint-3").iterdir()}
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@
                 folder = save_checkpoint(...)          # every process: the scaffold's barriers, rank 0 writes
                 stop.exit(accelerator, folder)         # prints the resume command once, raises TrainingInterrupted
 
-The first signal only sets a flag (the update in flight finishes); a second one interrupts at once (Python's
-default). With several processes the flag is reduced over them each update, so all stop at the same update.
+The first signal only sets a flag (the update in flight finishes); the same signal a second time interrupts at
+once (Python's default for it). With several processes the flag is reduced over them each update, so all stop at the same update.
 """
 from __future__ import annotations
 
@@ -65,9 +65,10 @@ class StopOnSignal:
         self._previous = {}
 
     def _handle(self, number, frame) -> None:
-        self.received = number
-        for s in SIGNALS:  # a second signal: the default behaviour (stop now, no checkpoint)
-            signal.signal(s, self._previous.get(s, signal.SIG_DFL))
+        self.received = self.received or number
+        # the same signal again: its default (stop now, no checkpoint); the other one keeps the request (a launcher
+        # such as torchrun answers a terminal's SIGINT with SIGTERM to every process)
+        signal.signal(number, self._previous.get(number, signal.SIG_DFL))
 
     def requested(self, accelerator) -> bool:
         """True on every process once any process has received a signal (a collective call with N processes)."""
