@@ -18,6 +18,7 @@ import mmpos
 SOURCE_ROOT = Path(mmpos.__file__).resolve().parent.parent
 LAYERS = {
     "_validation": 0, "_atomic": 0, "_arguments": 0, "_deprecation": 0, "_safe_state": 0, "_per_thread": 0,
+    "_camera_motions": 0,
     "coords": 1, "spectrum": 1, "ops": 1, "camera": 1,
     "encodings": 2, "__init__": 2,
     "world": 3,

@@ -6,19 +6,20 @@ import math
 from pathlib import Path
 
 from .fisheye import UnifiedCamera
-from .presets import PRESETS, preset_trajectory
 from .trajectory import Trajectory, load_trajectory
+from .vocabulary import is_motion, motion_trajectory, parse_motion, vocabulary_help
 
 __all__ = ["frame_camera", "resolve_trajectory"]
 
 
 def resolve_trajectory(spec: str, num_frames: int = 49) -> Trajectory:
-    """A trajectory file (RealEstate10K ``.txt`` or mmpos ``.json``) or ``preset:NAME`` (see ``PRESETS``)."""
-    if spec.startswith("preset:"):
-        return preset_trajectory(spec.split(":", 1)[1], num_frames)
+    """A trajectory file (RealEstate10K ``.txt`` or mmpos ``.json``) or a motion ``[preset:]NAME[:AMOUNT]`` of
+    :mod:`.vocabulary` (``orbit:35``, ``dolly:-0.5``, ...); an existing file of that name wins."""
+    if spec.startswith("preset:") or (is_motion(spec) and not Path(spec).exists()):
+        return motion_trajectory(parse_motion(spec), num_frames)
     if not Path(spec).exists():
         raise FileNotFoundError(f"trajectory {spec!r} not found; pass a RealEstate10K .txt, an mmpos .json, or "
-                                f"preset:NAME with NAME in {sorted(PRESETS)}")
+                                f"a camera motion preset:NAME[:AMOUNT] (the prefix is optional): {vocabulary_help()}")
     return load_trajectory(spec)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from mmpos._atomic import check_new_output
 from mmpos._arguments import finite_float_arg, positive_int_arg
+from mmpos._camera_motions import vocabulary_help
 from mmpos.world.scene import COLOURS, PATTERNS, SHAPES, SIZES
 
 EDIT_KINDS = ("transplant", "harmonise", "style")
@@ -101,14 +102,16 @@ def _clip(args) -> list[Path]:
 
 
 def _load_trajectory(value: str, frames: int):
-    """A trajectory file (RealEstate10K .txt or mmpos JSON) or a preset name, with ``frames`` frames."""
-    from mmpos.camera import PRESETS, load_trajectory, preset_trajectory, resample
+    """A trajectory file (RealEstate10K .txt or mmpos JSON) or a camera motion ``NAME[:AMOUNT]``, ``frames``
+    frames."""
+    from mmpos.camera import load_trajectory, resample
+    from mmpos.camera.vocabulary import is_motion, motion_trajectory, parse_motion
 
     if Path(value).is_file():
         return resample(load_trajectory(value), frames)
-    if value in PRESETS:
-        return preset_trajectory(value, frames)
-    raise ValueError(f"--trajectory {value!r}: not a file, and not a preset (one of {sorted(PRESETS)})")
+    if is_motion(value):
+        return motion_trajectory(parse_motion(value), frames)  # ValueError: names the vocabulary
+    raise ValueError(f"--trajectory {value!r}: not a file, and not a preset camera motion ({vocabulary_help()})")
 
 
 def _sample(args) -> list[Path]:
@@ -231,7 +234,7 @@ def register(subparsers) -> None:
     clip.add_argument("--fov", type=float, help="horizontal field of view of the default orbit in degrees "
                       "(default: 60)")
     clip.add_argument("--trajectory", help="camera path instead of the orbit: a RealEstate10K .txt or mmpos JSON "
-                      "file (resampled to --frames) or a preset name of mmpos.camera (arc, pan, dolly_in, ...); "
+                      f"file (resampled to --frames) or a camera motion NAME[:AMOUNT] ({vocabulary_help()}); "
                       "moved so that its first camera is the orbit's first (default: the orbit)")
     clip.add_argument("--scale", type=float, default=1.0, help="multiplies the --trajectory's translations")
     clip.add_argument("--textured", action="store_true",
