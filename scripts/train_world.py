@@ -6,7 +6,9 @@
     python scripts/train_world.py --config configs/world/t2i.yaml --out outputs/world --resume  # continue
 
 Writes ``<out>/world-<task>/`` (save_pretrained weights, model card, sample grid, the config used) and
-``<out>/train_state-<task>/`` (accelerate state + EMA, for --resume; not shipped).
+``<out>/train-<task>/checkpoint-<step>/`` (the training scaffold's checkpoints, for --resume; not shipped; an
+earlier ``<out>/train_state-<task>/`` resumes too). On N processes (``torchrun --nproc_per_node N``) ``batch_size``
+is per process and only the main process writes.
 Accelerate settings (mixed precision, device) come from the config or the flags below.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-minutes", type=float, help="stop after this many minutes of training")
     parser.add_argument("--mixed-precision", choices=("no", "bf16", "fp16"), help="accelerate mixed precision")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="force the device (default: accelerate's)")
-    parser.add_argument("--resume", action="store_true", help="continue from <out>/train_state-<task>")
+    parser.add_argument("--resume", action="store_true", help="continue from <out>/train-<task>/checkpoint-<step>")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run of the task in --out (its "
                         "state and export are replaced once the new ones are complete)")
     parser.add_argument("--quiet", action="store_true", help="print losses as lines instead of a progress bar")
@@ -64,10 +66,12 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as error:
         parser.error(str(error))
     try:
-        card = train(config, args.out, resume=args.resume, progress=not args.quiet)
+        card = train(config, args.out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
     except NonFiniteLossError as error:
         print(f"train_world.py: error: {error}", file=sys.stderr)
         return 1
+    if card is None:
+        return 0
     summary = {k: card.get(k) for k in ("task", "steps", "train_minutes", "final_train_loss", "val_loss_start",
                                         "val_loss", "val_l1_start", "val_l1", "parameters")}
     print(json.dumps(summary))
