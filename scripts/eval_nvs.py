@@ -175,7 +175,8 @@ def main(argv=None):
     training.add_argument("--lr", type=float, default=1e-3)
     training.add_argument("--warmup", type=int, default=50)
     training.add_argument("--init-from", help="continue the weights of the same run in this checkpoint folder")
-    training.add_argument("--resume", action="store_true", help="continue the run's newest checkpoint")
+    training.add_argument("--resume", action="store_true", help="continue the run's newest checkpoint (a run "
+                          "without one starts)")
     training.add_argument("--overwrite", action="store_true", help="replace an earlier run of this encoding and seed")
     reporting = commands.add_parser("report")
     reporting.add_argument("--figure", default=None)

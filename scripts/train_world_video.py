@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=9, help="frames per clip")
     p.add_argument("--device", default="cpu", help="where the models train (cuda on a GPU)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    p.add_argument("--resume", action="store_true", help="continue OUT's newest checkpoint-<step>/ (or state.pt)")
+    p.add_argument("--resume", action="store_true", help="continue OUT's newest checkpoint-<step>/ (or state.pt); "
+                   "a folder without one starts the run")
     p.add_argument("--overwrite", action="store_true", help="replace the run in OUT (its checkpoints and export)")
     p.add_argument("--init-from", help="a finished run folder of the same stage: start from its weights with a fresh "
                    "optimiser and schedule (continued training)")
@@ -73,7 +74,8 @@ def earlier_run(out: Path) -> list[Path]:
     """What a run left in ``out``: checkpoints (also partial ones) and a ``state.pt`` of the earlier layout."""
     if not out.is_dir():
         return []
-    return sorted(p for p in out.iterdir() if p.name == "state.pt" or p.name.startswith(("checkpoint-", ".checkpoint-")))
+    names = ("checkpoint-", ".checkpoint-")
+    return sorted(p for p in out.iterdir() if p.name == "state.pt" or p.name.startswith(names))
 
 
 def main(argv=None) -> int:

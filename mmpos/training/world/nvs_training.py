@@ -20,7 +20,7 @@ from ..._safe_state import load_torch_file, read_json, read_tensors, write_json
 from ..._validation import check_finite_loss
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
 from ..scaffold_folders import latest_checkpoint
-from .ranks import average_gradients, local, make_accelerator, mean_loss
+from .ranks import average_gradients, check_shared, local, make_accelerator, mean_loss
 from ...eval.image_quality import psnr, ssim
 from ...world.nvs_data import select
 from ...models.world.nvs import NovelViewTransformer
@@ -127,6 +127,7 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
     averaged, the main process writes. A non-finite loss stops before its update
     (:class:`~mmpos._validation.NonFiniteLossError`), keeping the last checkpoint."""
     accelerator = make_accelerator(device="cpu")
+    check_shared(accelerator, run_folder(checkpoint))
     model = build_model(recipe, data["images"].shape[-1])
     optimizer = _optimizer(model, recipe)
     state = _start(recipe, model, optimizer, accelerator, checkpoint)

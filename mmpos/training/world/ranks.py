@@ -71,3 +71,15 @@ def any_process(accelerator, flag: bool) -> bool:
     value = torch.tensor([1.0 if flag else 0.0], device=accelerator.device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def check_shared(accelerator, out) -> None:
+    """On N processes: every process must see ``out`` (one shared folder), else
+    :class:`~mmpos.training.scaffold_checkpoint.UnshareOutError` on every process before any update."""
+    if accelerator.num_processes > 1:
+        from pathlib import Path
+
+        from ..scaffold import check_shared_out
+
+        Path(out).mkdir(parents=True, exist_ok=True)
+        check_shared_out(accelerator, Path(out))

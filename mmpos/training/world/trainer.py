@@ -27,7 +27,7 @@ from .export import export_model
 from ...models.world.latents import to_unit
 from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
 from ...models.world.image import TASKS, build_text_encoder, build_transformer, build_vae, vae_scale_factor
-from .ranks import (any_process, average_gradients, generator_state, local, make_accelerator, mean_loss,
+from .ranks import (any_process, average_gradients, check_shared, generator_state, local, make_accelerator, mean_loss,
                     set_generator_state)
 from .training_data import TrainingData
 
@@ -65,6 +65,7 @@ class WorldTrainer:
         self.state_dir = self.out_dir / f"train_state-{task}"  # the layout before it (read on --resume)
         self.accelerator = make_accelerator(config["mixed_precision"], config.get("device"))
         self.device = self.accelerator.device
+        check_shared(self.accelerator, self.out_dir)
         torch.manual_seed(config["seed"])
         started = time.time()
         self.vae, model = self._build_models()

@@ -32,7 +32,7 @@ from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
 from ..scaffold_folders import latest_checkpoint
 from .losses import vae_loss
 from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
-from .ranks import any_process, average_gradients, local, make_accelerator, mean_loss
+from .ranks import any_process, average_gradients, check_shared, local, make_accelerator, mean_loss
 from ...models.world.video import encode_frames, flow_loss, world_video_transformer
 
 STAGES = ("vae", "base", "ucpe", "plucker", "prope")
@@ -168,6 +168,7 @@ def train_stage(recipe: VideoRecipe, data: dict, out, vae, base=None, max_minute
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
+    check_shared(accelerator, out)
     if accelerator.num_processes > 1:
         device = accelerator.device
     stage = VideoStage(recipe, data, vae, base, device)
