@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from mmpos.camera import Trajectory, load_trajectory
-from mmpos.integrations.diffusers.video_cameras import CameraPath
+from mmpos.camera.video import CameraPath
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 

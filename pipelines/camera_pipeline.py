@@ -13,15 +13,18 @@ size; the adapter's processors are removed after the call, also when it raises.
 """
 from __future__ import annotations
 
+import copy
 import inspect
+import threading
 from typing import Optional
 
 import torch
 from diffusers import WanImageToVideoPipeline, WanPipeline
 
 from mmpos._validation import check_finite_number
-from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning, placed_like
-from mmpos.integrations.diffusers.video_cameras import video_cameras
+from mmpos.camera.video import video_cameras
+from mmpos.integrations.diffusers.camera_adapter import (CameraAdapter, camera_conditioning, placed_like,
+                                                         without_camera)
 
 __all__ = ["CameraControlWanPipeline", "CameraControlWanImageToVideoPipeline", "load_camera_adapter"]
 
@@ -32,6 +35,49 @@ def load_camera_adapter(pipe, path, **from_pretrained_kwargs) -> CameraAdapter:
     adapter = CameraAdapter.from_pretrained(path, **from_pretrained_kwargs)
     pipe.camera_adapter = placed_like(adapter, pipe.transformer).eval()
     return pipe.camera_adapter
+
+
+_SHARED_LOCKS = threading.Lock()
+
+
+def one_call(pipe):
+    """``pipe`` for one call, so that calls from several threads do not share per-call state: a shallow copy (the
+    same models) with its own scheduler (diffusers' schedulers keep the step index) and its own ``_guidance_scale``,
+    ``_current_timestep``, ... attributes; the VAE (its causal-conv cache) and the prompt encoding (the fast
+    tokenizer's padding state) are serialised by locks shared by all calls of ``pipe``."""
+    with _SHARED_LOCKS:
+        locks = pipe.__dict__.setdefault("_mmpos_call_locks", (threading.Lock(), threading.Lock()))
+    call = copy.copy(pipe)
+    call.__dict__["scheduler"] = copy.deepcopy(pipe.scheduler)
+    vae_lock, prompt_lock = locks
+    if pipe.vae is not None:
+        call.__dict__["vae"] = _Serialised(pipe.vae, vae_lock, ("encode", "decode"))
+    encode_prompt = getattr(call, "encode_prompt", None)
+    if encode_prompt is not None:
+        def serialised_encode_prompt(*args, **kwargs):
+            with prompt_lock:
+                return encode_prompt(*args, **kwargs)
+
+        call.__dict__["encode_prompt"] = serialised_encode_prompt
+    return call
+
+
+class _Serialised:
+    """``module`` with the calls of ``methods`` taken under ``lock`` (every other attribute is the module's)."""
+
+    def __init__(self, module, lock, methods):
+        self.__dict__.update(_module=module, _lock=lock, _methods=methods)
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if name not in self._methods:
+            return value
+
+        def locked(*args, **kwargs):
+            with self._lock:
+                return value(*args, **kwargs)
+
+        return locked
 
 
 class _CameraControl:
@@ -50,15 +96,16 @@ class _CameraControl:
         Returns: what the stock pipeline returns (``WanPipelineOutput``, or a tuple with ``return_dict=False``).
         """
         if camera is None:
-            return super().__call__(*args, **kwargs)
+            with without_camera(self.transformer):  # another thread's camera call does not reach this one
+                return super(_CameraControl, one_call(self)).__call__(*args, **kwargs)
         if self.camera_adapter is None:
             raise ValueError("camera was given but the pipeline has no camera adapter; call "
                              "load_camera_adapter(pipe, path) or set pipe.camera_adapter first")
         check_finite_number("camera_scale", camera_scale)
-        self.camera_adapter = placed_like(self.camera_adapter, self.transformer)  # follows pipe.to(...)
+        adapter = placed_like(self.camera_adapter, self.transformer)  # follows pipe.to(...)
         cameras = self._video_cameras(camera, args, kwargs)
-        with camera_conditioning(self.transformer, self.camera_adapter, cameras, camera_scale):
-            return super().__call__(*args, **kwargs)
+        with camera_conditioning(self.transformer, adapter, cameras, camera_scale):
+            return super(_CameraControl, one_call(self)).__call__(*args, **kwargs)
 
     def _video_cameras(self, camera, args, kwargs):
         """Cameras on the grid the stock call will use (it rounds frames to ``4k + 1`` and sizes to 16 px)."""

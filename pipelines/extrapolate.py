@@ -21,11 +21,14 @@ def parse_extrapolate(text: str) -> dict:
     if "=" not in text:
         presets = {axis: text for axis in AXES}
     else:
-        presets = {axis: "none" for axis in AXES}
+        presets, given = {axis: "none" for axis in AXES}, set()
         for item in text.split(","):
             axis, _, preset = item.partition("=")
             if axis not in AXES:
                 raise ValueError(f"--extrapolate {text!r}: axis {axis!r} is unknown; expected {AXES}")
+            if axis in given:
+                raise ValueError(f"--extrapolate {text!r}: axis {axis!r} is given twice; name each axis once")
+            given.add(axis)
             presets[axis] = preset
     for preset in presets.values():
         if preset not in CHOICES:

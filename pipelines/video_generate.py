@@ -92,7 +92,7 @@ def _outputs(args, parser) -> dict:
 
 
 def _trajectory(args, parser, frames: int):
-    from mmpos.viz.cameras import resolve_trajectory
+    from mmpos.camera.specs import resolve_trajectory
 
     try:
         return resolve_trajectory(args.camera or "preset:orbit", frames)

@@ -68,3 +68,9 @@ def test_a_bad_preset_is_one_line_and_exit_code_2(saved, capsys):
     assert "--extrapolate 'dyp': preset 'dyp' is unknown" in capsys.readouterr().err
     with pytest.raises(ValueError, match="axis 'rows' is unknown"):
         parse_extrapolate("rows=dype")
+
+
+def test_an_axis_given_twice_is_refused_not_the_last_one_taken():
+    with pytest.raises(ValueError, match="axis 'row' is given twice"):
+        parse_extrapolate("row=dype,row=ntk")
+    assert parse_extrapolate("row=dype,col=ntk") == {"row": "dype", "col": "ntk"}

@@ -127,3 +127,19 @@ def test_tables_are_built_once_per_forward_and_match_per_layer_tables(pe, tables
         assert len(model.visual.mmpos_positions.tables) == tables  # shared: one; per block (2 layers): two
         model.visual.mmpos_positions.encodings = []  # no forward tables: each layer builds its own
         assert torch.equal(model.encode_image(x), once)
+
+
+def test_an_image_size_the_patch_does_not_divide_is_refused_not_cropped():
+    model = tiny_clip()
+    convert(model.visual, pe="rope_axial")
+    with pytest.raises(ValueError, match="36 x 36 pixels, not divisible by the patch size 8 x 8"):
+        model.encode_image(torch.randn(1, 3, 36, 36))
+    assert model.encode_image(torch.randn(1, 3, 40, 40)).shape == (1, 32)
+
+
+@pytest.mark.parametrize("pe", ["prope", "ucpe", "plucker"])
+def test_a_camera_encoding_is_refused_as_timm_refuses_it(pe):
+    model = tiny_clip()
+    with pytest.raises(TypeError, match="is a camera encoding"):
+        convert(model.visual, pe=pe)
+    assert not hasattr(model.visual, "mmpos_pe")

@@ -192,3 +192,19 @@ def test_resample_keeps_frames_and_interpolates_on_the_geodesic():
     assert torch.allclose(yaw[1::2], (original[:-1] + original[1:]) / 2, atol=1e-14)
     check_pose("c2w", resample(preset_trajectory("orbit", 7), 50).c2w, tol=1e-12)
     assert torch.allclose(resample(pan, 3).timestamps, torch.tensor([0.0, 2.0, 4.0], dtype=F64))
+
+
+@pytest.mark.parametrize("matrix", [torch.zeros(3, 3), torch.diag(torch.tensor([2.0, 0.0, 0.0])),
+                                    torch.full((2, 3, 3), float("nan"))])
+def test_orthonormalize_refuses_matrices_without_a_unique_nearest_rotation(matrix):
+    from mmpos.camera import orthonormalize
+
+    with pytest.raises(ValueError, match="rotation has"):
+        orthonormalize(matrix)
+
+
+def test_orthonormalize_of_a_rank_2_matrix_is_still_a_rotation():
+    from mmpos.camera import orthonormalize
+
+    rotation = orthonormalize(torch.diag(torch.tensor([3.0, 1.0, 0.0], dtype=torch.float64)))
+    assert torch.allclose(rotation, torch.eye(3, dtype=torch.float64))

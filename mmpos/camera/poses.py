@@ -93,8 +93,17 @@ blender_to_opencv = opengl_to_opencv
 
 
 def orthonormalize(rotation: torch.Tensor) -> torch.Tensor:
-    """Nearest rotation (Frobenius) to ``rotation [..., 3, 3]`` via SVD, with determinant +1."""
-    u, _, vh = torch.linalg.svd(rotation)
+    """Nearest rotation (Frobenius) to ``rotation [..., 3, 3]`` via SVD, with determinant +1.
+
+    Refuses matrices of rank below 2 (e.g. zeros), whose nearest rotation is not unique, and non-finite ones."""
+    if rotation.shape[-2:] != (3, 3):
+        raise ValueError(f"rotation has shape {tuple(rotation.shape)}; expected [..., 3, 3]")
+    if not bool(torch.isfinite(rotation).all()):
+        raise ValueError("rotation has non-finite entries (NaN or inf)")
+    u, singular, vh = torch.linalg.svd(rotation)
+    if rotation.numel() and not bool(((singular[..., 0] > 0) & (singular[..., 1] > singular[..., 0] * 1e-12)).all()):
+        raise ValueError("rotation has rank below 2 (e.g. all zeros): no unique nearest rotation; expected a "
+                         "matrix close to a rotation")
     sign = torch.linalg.det(u @ vh).sign()
     u = torch.cat([u[..., :2], u[..., 2:] * sign[..., None, None]], dim=-1)
     return u @ vh

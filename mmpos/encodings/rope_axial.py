@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .._per_thread import PerThread
 from .._validation import as_int_tuple, check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
 from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
@@ -33,7 +34,8 @@ class AxialRoPE(SpectrumRoPE):
             ``"yarn"``, ``"vision_yarn"``, ``"riflex"`` dicts, or objects from :mod:`mmpos.spectrum`; or
             schedules (:class:`~mmpos.spectrum.schedule.ExtrapolationSchedule`, ``{"type": "schedule", ...}``,
             :func:`~mmpos.spectrum.schedule.extrapolation_preset`): the factor then follows the coordinates'
-            extent and, for DyPE, the step's sigma read from ``self.step`` (see :meth:`cached_table`).
+            extent and, for DyPE, the step's sigma read from ``self.step`` (see :meth:`cached_table`,
+            :meth:`spectrum_at`).
         pair_scale: optional ``[rotary_dim // 2]`` magnitude per pair (multiplies cos and sin).
         num_prefix_tokens: leading tokens (cls, registers, text) left unrotated.
         seq_dim: ``-2`` for ``[B, H, L, D]``, ``-3`` for ``[B, L, H, D]``.
@@ -61,21 +63,49 @@ class AxialRoPE(SpectrumRoPE):
         super().__init__(head_dim, spectrum, layout, num_prefix_tokens, seq_dim, table_precision, allocation)
         self.axes_dims = axes_dims
         self.schedule, self.step = schedule, DiffusionStep()
+        if schedule is not None:  # a seam may set the spectrum it resolved: per thread
+            self.__dict__["_spectrum"] = PerThread(self.__dict__["_spectrum"])
+
+    @property
+    def spectrum(self):
+        """The training spectrum (with a schedule, a position seam may set the one it resolved; per thread)."""
+        value = self.__dict__["_spectrum"]
+        return value.get() if isinstance(value, PerThread) else value
+
+    @spectrum.setter
+    def spectrum(self, value):
+        held = self.__dict__.get("_spectrum")
+        if isinstance(held, PerThread):
+            held.set(value)
+        else:
+            self.__dict__["_spectrum"] = value
+
+    def coordinate_extents(self, coords) -> list[float]:
+        """``max - min + 1`` per axis of ``coords [..., L, A]`` (what a schedule reads; one device sync)."""
+        return ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
 
     def cached_table(self, coords, complex_dtype):
         """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
-        (``max - min + 1``, or ``self.step.extents``) and ``self.step.sigma``, cached under the resolved policies
-        (exact values), so a table is rebuilt only when the schedule's value changes. ``self.spectrum`` is the
-        last one used."""
+        (:meth:`coordinate_extents`, or ``self.step.extents``) and ``self.step.sigma`` (both per thread), cached
+        under the resolved policies (exact values), so a table is rebuilt only when the schedule's value changes. A
+        lookup changes nothing on the encoding (``self.spectrum`` stays the training spectrum; :meth:`spectrum_at`
+        gives the resolved one)."""
         if self.schedule is None:
             return super().cached_table(coords, complex_dtype)
+        policies = self._policies_at(coords)
+        key = (policies, complex_dtype, self.table_precision)
+        return self.cache.get(key, coords, lambda: self.table_of_spectrum(self.schedule.spectrum(policies), coords,
+                                                                          complex_dtype))
+
+    def spectrum_at(self, coords):
+        """The spectrum of ``coords``' table: with a schedule, resolved at their extent and the step's sigma."""
+        return self.spectrum if self.schedule is None else self.schedule.spectrum(self._policies_at(coords))
+
+    def _policies_at(self, coords):
         extents = self.step.extents
         if extents is None:
-            extents = ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
-        policies = self.schedule.policies(extents, self.step.sigma)
-        self.spectrum = spectrum = self.schedule.spectrum(policies)
-        key = (policies, complex_dtype, self.table_precision)
-        return self.cache.get(key, coords, lambda: self.table_of_spectrum(spectrum, coords, complex_dtype))
+            extents = self.coordinate_extents(coords)
+        return self.schedule.policies(extents, self.step.sigma)
 
 
 @register_pe("rope_1d")

@@ -29,8 +29,10 @@ import torch.nn.functional as F
 from open_clip.transformer import VisionTransformer, _expand_token
 from torch import nn
 
+from .._per_thread import PerThread
 from ..coords.grids import image_grid
 from ..encodings import create_pe, pe_class
+from ..encodings.base import PEKind
 from ..encodings.per_block import check_model_coordinates, create_block_pes, fitting_options
 from ..ops.forward_tables import ForwardTables, run_dtype
 
@@ -54,6 +56,8 @@ class PositionalMultiheadAttention(nn.MultiheadAttention):
         q, k, v = qkv.view(batch, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, N, D]
         positions = self.mmpos_positions
         prefix = tokens - positions().shape[0]
+        if prefix < 0:
+            raise ValueError(f"attention sees {tokens} tokens; this forward's patch grid has {positions().shape[0]}")
         q_patch, k_patch = self.pe.rotate_qk(q[:, :, prefix:], k[:, :, prefix:], positions.table(self.pe, q))
         q = torch.cat([q[:, :, :prefix], q_patch.to(q.dtype)], dim=2)
         k = torch.cat([k[:, :, :prefix], k_patch.to(k.dtype)], dim=2)
@@ -67,32 +71,46 @@ class PositionalMultiheadAttention(nn.MultiheadAttention):
 
 class _Positions:
     """The tower's patch coordinates and its blocks' tables, set by its embedding step each forward (checked and
-    built once for all blocks, as timm's Eva does). ``grid_scale`` multiplies the patch indices (1 / factor:
-    position interpolation); ``encodings``: the rotary encoding of every block."""
+    built once for all blocks, as timm's Eva does), per thread (:class:`~mmpos._per_thread.PerThread`): one
+    tower serves concurrent calls at different image sizes. ``grid_scale`` multiplies the patch indices
+    (1 / factor: position interpolation); ``encodings``: the rotary encoding of every block."""
 
     def __init__(self):
-        self.coords = None
-        self.tables: ForwardTables | None = None
+        self._forward = PerThread((None, None))  # (coords, tables) of this thread's forward
         self.grid_scale = 1.0
         self.encodings: list = []
 
+    @property
+    def coords(self):
+        return self._forward.get()[0]
+
+    @property
+    def tables(self) -> ForwardTables | None:
+        return self._forward.get()[1]
+
     def start(self, coords: torch.Tensor, dtype: torch.dtype) -> None:
         """A new forward on patch coordinates ``coords`` ``[N, 2]``, q and k of ``dtype``."""
-        self.coords = coords
-        self.tables = ForwardTables(self.encodings, coords, dtype, coords.device) if self.encodings else None
+        tables = ForwardTables(self.encodings, coords, dtype, coords.device) if self.encodings else None
+        self._forward.set((coords, tables))
 
     def table(self, pe: nn.Module, q: torch.Tensor):
         """``pe``'s table of this forward for ``q`` ``[B, H, N, D]``."""
-        return self.tables.get(pe, q) if self.tables is not None else pe.table(self(), q.dtype, q.device)
+        coords, tables = self._forward.get()
+        return tables.get(pe, q) if tables is not None else pe.table(self._checked(coords), q.dtype, q.device)
 
     def __call__(self) -> torch.Tensor:
-        if self.coords is None:
+        return self._checked(self.coords)
+
+    @staticmethod
+    def _checked(coords):
+        if coords is None:
             raise RuntimeError("patch coordinates are set by the converted tower's forward; call the tower")
-        return self.coords
+        return coords
 
 
 def _embeds(self, x: torch.Tensor) -> torch.Tensor:
     """open_clip's ``VisionTransformer._embeds`` with mmpos positions (bound to converted towers)."""
+    _check_divisible(x, self.conv1)
     x = self.conv1(x)  # [B, C, gh, gw]
     grid = tuple(x.shape[-2:])
     coords = image_grid(*grid, scale=self.mmpos_positions.grid_scale, device=x.device)  # [gh * gw, 2] (row, col)
@@ -108,6 +126,15 @@ def _embeds(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.positional_embedding.to(x.dtype)
     x = self.patch_dropout(x)
     return self.ln_pre(x)
+
+
+def _check_divisible(images: torch.Tensor, conv1: nn.Conv2d) -> None:
+    """Refuse an image size the patch size does not divide (the strided conv would drop the edge pixels)."""
+    size, patch = tuple(images.shape[-2:]), tuple(conv1.stride)
+    if any(n % p for n, p in zip(size, patch)):
+        raise ValueError(f"images are {size[0]} x {size[1]} pixels, not divisible by the patch size "
+                         f"{patch[0]} x {patch[1]} (the tower would silently drop the remainder); resize or pad "
+                         "them to a multiple of the patch size")
 
 
 def _absolute_embedding(ape, grid, coords):
@@ -138,6 +165,10 @@ def convert(visual: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove
     if not isinstance(visual.patch_dropout, nn.Identity):
         raise ValueError("convert does not support open_clip patch dropout (patch_dropout > 0)")
     kind = pe_class(pe).kind
+    if kind == PEKind.CAMERA:
+        raise TypeError(f"{pe!r} is a camera encoding (its inputs are cameras, not a patch grid); convert installs "
+                        "grid encodings: rotary, absolute or 'nope'. Use it through its own prepare/attention "
+                        "(docs/cameras.md) or a camera adapter")
     visual.mmpos_positions = _Positions()
     visual.mmpos_ape = None
     if kind == "rotary":

@@ -11,13 +11,18 @@ cache lookup per layer). Encodings are used through their public methods only: `
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
-from torch import nn
 
 from .rotation import compute_dtype
 from .tables import finite_checked
+
+
+class BuildsTables(Protocol):
+    """What this module uses of an encoding (an ``nn.Module`` in practice)."""
+
+    def table(self, coords: torch.Tensor, dtype: torch.dtype, device: torch.device) -> Any: ...
 
 
 def run_dtype(x: torch.Tensor) -> torch.dtype:
@@ -37,11 +42,12 @@ class ForwardTables:
         device: where q and k live.
     """
 
-    def __init__(self, encodings: Sequence[nn.Module], coords: torch.Tensor, dtype: torch.dtype, device):
+    def __init__(self, encodings: Sequence[BuildsTables], coords: torch.Tensor, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
         self.coords, self.dtype, self.device = coords, dtype, torch.device(device)
         self.compute_dtype = compute_dtype(dtype, self.device)
         distinct = list({id(pe): pe for pe in encodings}.values())
-        self._tables = {}
+        self._tables: dict[int, Any] = {}
         if distinct:  # the first table checks the coordinates; the others trust that check
             self._tables[id(distinct[0])] = distinct[0].table(coords, dtype, self.device)
         with finite_checked(coords):
@@ -51,7 +57,7 @@ class ForwardTables:
     def __len__(self) -> int:
         return len(self._tables)
 
-    def get(self, pe: nn.Module, q: torch.Tensor):
+    def get(self, pe: BuildsTables, q: torch.Tensor) -> Any:
         """``pe``'s table for ``q``; a ``q`` of a precision or device this forward did not foresee (e.g. fp32
         after qk-norm under CPU autocast) gets a table of its own, as the per-layer path would build."""
         table = self._tables.get(id(pe))

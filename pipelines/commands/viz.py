@@ -7,7 +7,8 @@ from pathlib import Path
 
 def run_cameras(args) -> int:
     from mmpos._atomic import check_new_output
-    from mmpos.viz.cameras import camera_figures, resolve_trajectory
+    from mmpos.camera.specs import resolve_trajectory
+    from mmpos.viz.cameras import camera_figures
 
     stem = args.trajectory.split(":", 1)[1] if args.trajectory.startswith("preset:") else Path(args.trajectory).stem
     try:  # the figures it would replace: refused before any work unless --overwrite

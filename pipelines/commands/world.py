@@ -136,7 +136,7 @@ def check_caption_words(captions, checkpoint) -> None:
     (its ``config.json``'s vocabulary, null: the world's; read before the model loads; nothing to check without
     a saved config)."""
     from mmpos.models.world.image import DEFAULT_ASSETS
-    from mmpos.models.world.text import check_known_words, world_vocabulary
+    from mmpos.world.vocabulary import check_known_words, world_vocabulary
 
     config = Path(checkpoint if checkpoint is not None else DEFAULT_ASSETS) / "world-t2i" / "text_encoder" / "config.json"
     if config.is_file():

@@ -20,6 +20,8 @@ from ..pe_parameters import restore_requires_grad
 from .backends import resolve_attention_backend
 from .checks import check_coord_axes, check_model, check_stock_processors, pe_pre_forward_hook
 from .families import Family, SpectrumSeam, family_for, get_family, list_families
+from .global_extents import GlobalExtents
+from .global_extents import remove as remove_global_extents
 from .installer import ENCODING, ProcessorInstaller
 from .processors import EncodingRotation
 
@@ -36,6 +38,7 @@ class _Installed:
     pe: str
     position_module: object
     hook: object = None  # tier 1: the pre-forward hook's handle (tier 2: the installer holds it)
+    extents_hooks: tuple = ()  # the ids of the global-extents hooks (:mod:`.global_extents`)
 
 
 def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False, coord_axes=None,
@@ -82,7 +85,10 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
         seam = _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = None
     setattr(transformer, family.position_attr, seam)
-    transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position, hook=hook)
+    scheduled = any(getattr(e, "schedule", None) is not None for e in getattr(seam, "encodings", ()))
+    extents_hooks = GlobalExtents(family).install(transformer) if scheduled and family.global_coords else ()
+    transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position, hook=hook,
+                                              extents_hooks=extents_hooks)
     if backend is not None:
         transformer.set_attention_backend(backend)
     return transformer
@@ -148,6 +154,7 @@ def restore(transformer: nn.Module) -> nn.Module:
     if not isinstance(installed.position_module, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
         delattr(transformer, family.position_attr)  # the seam is a submodule, which only a module may replace
     setattr(transformer, family.position_attr, installed.position_module)
+    remove_global_extents(transformer, installed.extents_hooks)
     if installed.hook is not None:
         installed.hook.remove()
     else:

@@ -1,6 +1,9 @@
 """Camera adapters on a diffusers video transformer's self-attention (Wan), installed at the installer's
 ``camera`` level (:mod:`.installer`), saved and loaded like diffusers models (safetensors + ``config.json``).
 
+The kinds are the registered camera encodings with ``capabilities.adapter`` (:func:`adapter_kinds`); each builds
+its own layers (``pe_class(kind).adapter_layer(...)``), so a new camera encoding needs no change here:
+
 =========  ==========================================================================================
 kind       what every self-attention layer gets
 =========  ==========================================================================================
@@ -11,7 +14,10 @@ kind       what every self-attention layer gets
            the attention's input
 =========  ==========================================================================================
 
-At zero initialisation every kind adds exact zeros: the transformer's output is bit-identical to stock.
+A layer follows one protocol: ``state = layer.condition(cameras)`` once per call (layer 0's state is shared),
+then per layer ``layer.input_delta(x, state)`` (added to the host attention's input) and ``layer.residual(x,
+state)`` (added to its output), each ``None`` or ``[B, L, dim]``. At zero initialisation every kind adds exact
+zeros: the transformer's output is bit-identical to stock.
 
     adapter = CameraAdapter.for_transformer(transformer, "ucpe")
     with camera_conditioning(transformer, adapter, video_cameras(traj, grid, (480, 832))):
@@ -19,6 +25,7 @@ At zero initialisation every kind adds exact zeros: the transformer's output is 
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -26,25 +33,31 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
-from ...camera import invert_pose
-from ...encodings.plucker import PluckerRays
-from ...encodings.prope import PRoPE
-from ...encodings.ucpe import UCPEAdapter
+from ..._per_thread import PerThread
+from ...camera.cameras import Cameras
+from ...camera.video import VideoCameras
+from ...encodings.registry import list_pes, pe_capabilities, pe_class
 from .installer import CAMERA, ProcessorInstaller
 from .models import spec_for
-from .video_cameras import VideoCameras
 
-__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraConditioning", "camera_conditioning", "install_camera_adapter",
-           "placed_like", "remove_camera_adapter"]
+__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraCalls", "CameraConditioning", "adapter_kinds",
+           "camera_conditioning", "install_camera_adapter", "placed_like", "remove_camera_adapter",
+           "without_camera"]
 
-ADAPTER_KINDS = ("ucpe", "prope", "plucker")
+
+def adapter_kinds() -> tuple[str, ...]:
+    """The registered camera encodings that build a camera adapter (``capabilities.adapter``), sorted."""
+    return tuple(name for name in list_pes("camera") if pe_capabilities(name).adapter)
+
+
+ADAPTER_KINDS = adapter_kinds()  # at import (argparse choices); adapter_kinds() also sees later registrations
 
 
 class CameraAdapter(ModelMixin, ConfigMixin):
     """One camera module per self-attention layer of a ``num_layers``-block transformer of width ``dim``.
 
     Args:
-        kind: ``"ucpe"``, ``"prope"`` or ``"plucker"`` (see the module docstring).
+        kind: one of :func:`adapter_kinds` (``"plucker"``, ``"prope"``, ``"ucpe"``; see the module docstring).
         dim, num_layers: the host transformer's width and block count.
         num_heads, head_dim: of the attention branch (``ucpe``/``prope``; UCPE on Wan-1.3B: 1 x 192).
         use_orientation: ``ucpe``: add ``Linear(3, dim)`` of the latitude/up map to the branch input.
@@ -58,16 +71,12 @@ class CameraAdapter(ModelMixin, ConfigMixin):
                  head_dim: int = 192, use_orientation: bool = True, rope_theta: float = 100.0,
                  qkv_bias: bool = True, ray_offset: tuple = (0.5, 0.5)):
         super().__init__()
-        if kind not in ADAPTER_KINDS:
-            raise ValueError(f"kind={kind!r} is not a camera adapter; expected one of {ADAPTER_KINDS}")
-        if kind == "plucker":
-            self.layers = nn.ModuleList(PluckerRays(dim) for _ in range(num_layers))  # zero-initialised Linear(6, dim)
-        else:
-            self.layers = nn.ModuleList(
-                UCPEAdapter(dim, num_heads, head_dim, use_orientation=kind == "ucpe" and use_orientation,
-                            qkv_bias=qkv_bias, rope_theta=rope_theta,
-                            encoding=PRoPE(head_dim, rope_theta=rope_theta) if kind == "prope" else None)
-                for _ in range(num_layers))
+        kinds = adapter_kinds()
+        if kind not in kinds:
+            raise ValueError(f"kind={kind!r} is not a camera adapter; expected one of {kinds}")
+        build = pe_class(kind).adapter_layer
+        self.layers = nn.ModuleList(build(dim, num_heads, head_dim, use_orientation=use_orientation,
+                                          rope_theta=rope_theta, qkv_bias=qkv_bias) for _ in range(num_layers))
 
     @classmethod
     def for_transformer(cls, transformer, kind: str = "ucpe", compress: int = 8, **options) -> "CameraAdapter":
@@ -81,22 +90,14 @@ class CameraAdapter(ModelMixin, ConfigMixin):
         sizes = dict(dim=dim, num_layers=config.num_layers, num_heads=heads, head_dim=head_dim)
         return placed_like(cls(kind=kind, **{**sizes, **options}), transformer)
 
-    def conditioning(self, cameras: VideoCameras, scale: float = 1.0) -> "CameraConditioning":
-        """The per-call state every layer reads: geometry built once from ``cameras``."""
-        kind = self.config.kind
-        if kind == "plucker":
-            return CameraConditioning(self, scale, plucker=PluckerRays.embed(cameras.c2w, cameras.rays))
-        rows_cols = cameras.grid[1:]
-        if kind == "ucpe":
-            geometry = self.layers[0].encoding.prepare(cameras.c2w, cameras.rays, rows_cols, cameras.valid)
-            orientation = cameras.orientation if self.config.use_orientation else None
-            return CameraConditioning(self, scale, geometry=geometry, orientation=orientation)
-        if cameras.intrinsics is None:
-            raise ValueError("camera: the prope adapter needs pinhole-like intrinsics; an equirectangular camera "
-                             "has none")
-        geometry = self.layers[0].encoding.prepare(invert_pose(cameras.c2w), rows_cols, cameras.intrinsics,
-                                                   cameras.image_size)
-        return CameraConditioning(self, scale, geometry=geometry)
+    def conditioning(self, cameras: Cameras | VideoCameras, scale: float = 1.0) -> "CameraConditioning":
+        """The per-call state every layer reads: built once from ``cameras`` (a :class:`~mmpos.camera.Cameras`, or
+        the :class:`~mmpos.camera.VideoCameras` of :func:`~mmpos.camera.video_cameras`)."""
+        if isinstance(cameras, VideoCameras):
+            cameras = cameras.cameras
+        if not isinstance(cameras, Cameras):
+            raise TypeError(f"cameras must be a mmpos.camera.Cameras or VideoCameras, got {type(cameras).__name__}")
+        return CameraConditioning(self, scale, self.layers[0].condition(cameras))
 
 
 def placed_like(adapter: CameraAdapter, transformer) -> CameraAdapter:
@@ -106,56 +107,62 @@ def placed_like(adapter: CameraAdapter, transformer) -> CameraAdapter:
 
 
 class CameraConditioning:
-    """What one call conditions on: the adapter, ``scale`` (``camera_scale``) and the geometry shared by all
-    layers (``geometry`` and ``orientation`` for ``ucpe``/``prope``, ``plucker [B, L, 6]`` rays)."""
+    """What one call conditions on: the adapter, ``scale`` (``camera_scale``) and ``state``, what the adapter's
+    layers' ``condition(cameras)`` built once for all layers."""
 
-    def __init__(self, adapter: CameraAdapter, scale: float = 1.0, geometry=None, orientation=None, plucker=None):
-        self.adapter, self.scale = adapter, float(scale)
-        self.geometry, self.orientation, self.plucker = geometry, orientation, plucker
+    def __init__(self, adapter: CameraAdapter, scale: float = 1.0, state=None):
+        self.adapter, self.scale, self.state = adapter, float(scale), state
 
     def _scaled(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.scale == 1.0 else x * self.scale
 
     def attention_input(self, layer: int, hidden_states: torch.Tensor) -> torch.Tensor:
-        """``plucker``: the hidden states plus the layer's projection of the rays (exact zeros at init)."""
-        if self.plucker is None:
-            return hidden_states
-        if self.plucker.shape[1] != hidden_states.shape[1]:
-            raise ValueError(f"the transformer has {hidden_states.shape[1]} video tokens; the cameras describe "
-                             f"{self.plucker.shape[1]} (latent frames x patch rows x patch cols)")
-        projection = self.adapter.layers[layer].proj
-        return hidden_states + self._scaled(projection(self.plucker.to(hidden_states.dtype)))
+        """The hidden states plus the layer's ``input_delta`` (``plucker``: its projection of the rays)."""
+        delta = self.adapter.layers[layer].input_delta(hidden_states, self.state)
+        return hidden_states if delta is None else hidden_states + self._scaled(delta)
 
     def residual(self, layer: int, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        """``ucpe``/``prope``: the branch's output ``[B, L, dim]`` to add to the attention output."""
-        if self.geometry is None:
-            return None
-        branch = self.adapter.layers[layer]
-        return self._scaled(branch(hidden_states, self.geometry, self.orientation))
+        """The layer's ``residual`` ``[B, L, dim]`` to add to the attention output (``ucpe``/``prope``: the branch)."""
+        residual = self.adapter.layers[layer].residual(hidden_states, self.state)
+        return None if residual is None else self._scaled(residual)
 
 
 class CameraAttnProcessor:
-    """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added."""
+    """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added.
 
-    def __init__(self, conditioning: CameraConditioning, layer: int, slot):
+    ``conditioning`` is a :class:`CameraConditioning`, or a :class:`CameraCalls` whose calling thread's
+    conditioning is read per call (``None``: the level beneath runs unchanged)."""
+
+    def __init__(self, conditioning, layer: int, slot):
         self.conditioning, self.layer, self.slot = conditioning, layer, slot
 
     def __call__(self, attn, hidden_states: torch.Tensor, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None) -> torch.Tensor:
         beneath = self.slot.below(CAMERA)
-        attention_input = self.conditioning.attention_input(self.layer, hidden_states)
+        conditioning = self.conditioning
+        if isinstance(conditioning, CameraCalls):
+            conditioning = conditioning.current()
+            if conditioning is None:
+                return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+        attention_input = conditioning.attention_input(self.layer, hidden_states)
         out = beneath(attn, attention_input, encoder_hidden_states, attention_mask, rotary_emb)
-        residual = self.conditioning.residual(self.layer, hidden_states)
+        residual = conditioning.residual(self.layer, hidden_states)
         return out if residual is None else out + residual
 
 
-def install_camera_adapter(transformer, conditioning: CameraConditioning) -> None:
-    """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer)."""
-    spec, adapter = spec_for(transformer), conditioning.adapter
+def _check_fits(transformer, adapter: CameraAdapter) -> None:
+    spec = spec_for(transformer)
     count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
     if (count, width) != (len(adapter.layers), adapter.config.dim):
         raise ValueError(f"the adapter has {len(adapter.layers)} layers of width {adapter.config.dim}; the "
                          f"transformer has {count} self-attention layers of width {width}")
+
+
+def install_camera_adapter(transformer, conditioning) -> None:
+    """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
+    ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
+    if isinstance(conditioning, CameraConditioning):
+        _check_fits(transformer, conditioning.adapter)
     installer = ProcessorInstaller.of(transformer)
     processors = {i: CameraAttnProcessor(conditioning, i, slot) for i, slot in enumerate(installer.slots)}
     installer.fill(CAMERA, processors)
@@ -168,12 +175,68 @@ def remove_camera_adapter(transformer) -> None:
         installer.clear(transformer, CAMERA)
 
 
+class CameraCalls:
+    """The camera calls running on one transformer, each in its own thread (one model serving requests).
+
+    The ``camera`` level is filled once while any call runs and emptied after the last; each layer reads the
+    calling thread's conditioning (:class:`~mmpos._per_thread.PerThread`), so a call without a camera
+    (:meth:`without_camera`) runs the level beneath unchanged while another thread's camera call runs. A thread
+    that entered no call (autograd's, recomputing a checkpointed block) reads the latest call's conditioning.
+    """
+
+    _lock = threading.Lock()  # guards the count and the level of every transformer
+
+    def __init__(self):
+        self._conditioning = PerThread(None)
+        self._running = 0
+
+    @classmethod
+    def of(cls, transformer) -> "CameraCalls":
+        with cls._lock:
+            calls = transformer.__dict__.get("_mmpos_camera_calls")
+            if calls is None:
+                calls = transformer.__dict__["_mmpos_camera_calls"] = cls()
+            return calls
+
+    def current(self) -> CameraConditioning | None:
+        return self._conditioning.get()
+
+    @contextmanager
+    def running(self, transformer, conditioning: CameraConditioning | None):
+        """``conditioning`` (``None``: no camera) for this thread's call on ``transformer``."""
+        if conditioning is not None:
+            _check_fits(transformer, conditioning.adapter)
+            with self._lock:
+                if self._running == 0:
+                    install_camera_adapter(transformer, self)
+                self._running += 1
+        previous = self._conditioning.swap(conditioning, latest=conditioning is not None)
+        try:
+            yield conditioning
+        finally:
+            self._conditioning.restore(previous)
+            if conditioning is not None:
+                with self._lock:
+                    self._running -= 1
+                    if self._running == 0:
+                        remove_camera_adapter(transformer)
+
+    def __getstate__(self):  # a copied transformer has no calls running
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+
 @contextmanager
-def camera_conditioning(transformer, adapter: CameraAdapter, cameras: VideoCameras, scale: float = 1.0):
-    """Install ``adapter`` conditioned on ``cameras`` for the duration of the block, even if it raises."""
-    conditioning = adapter.conditioning(cameras, scale)
-    install_camera_adapter(transformer, conditioning)
-    try:
+def camera_conditioning(transformer, adapter: CameraAdapter, cameras: Cameras | VideoCameras, scale: float = 1.0):
+    """Install ``adapter`` conditioned on ``cameras`` for the duration of the block, even if it raises; calls in
+    other threads on the same transformer keep their own cameras (or none, :func:`without_camera`)."""
+    with CameraCalls.of(transformer).running(transformer, adapter.conditioning(cameras, scale)) as conditioning:
         yield conditioning
-    finally:
-        remove_camera_adapter(transformer)
+
+
+def without_camera(transformer):
+    """A ``with`` block in which this thread's calls of ``transformer`` get no camera, while other threads' camera
+    calls run."""
+    return CameraCalls.of(transformer).running(transformer, None)

@@ -15,11 +15,14 @@ divides evenly, ``tensor.tensor_split`` with ``ulysses_anything`` / ``ring_anyth
 q and k are rotated on each rank before attention, so ring (K/V passed around) and Ulysses (all-to-all
 over heads) attention see already-rotated keys: RoPE's relative property holds across shards.
 
+Scheduled encodings (extrapolation presets) resolve their spectrum from the extents of the whole sequence,
+measured before the plan shards the ids (:mod:`.global_extents`), never from the shard's.
+
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
 statistics of the local shard (e.g. a grid size taken from ``ids.max()``). Wan tables of encodings whose
-table is not a ``RotaryTable`` cannot be packed and are rejected by the plan's output hook. Multi-process
-runs are not tested here (no GPUs); the single-process tests replay the sharding with
-:func:`shard_like_context_parallel`.
+table is not a ``RotaryTable`` cannot be packed and are rejected by the plan's output hook; Wan builds the full
+grid's tables on every rank. ``tests/test_context_parallel.py`` runs Flux on 2 processes (gloo); the
+single-process tests replay the sharding with :func:`shard_like_context_parallel`.
 """
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..._validation import check_choice
 from ...coords.grids import MODES, image_grid
+from ...encodings.absolute import LearnedAPE
 from ...ops.forward_tables import ForwardTables, run_dtype
 from ...ops.tables import KeyedCache, library_owned
 
@@ -225,3 +226,30 @@ class RecordingPatchDropout(nn.Module):
 
     def extra_repr(self):
         return f"prob={self.prob}, num_prefix_tokens={self.num_prefix_tokens}, returns_indices={self.returns_indices}"
+
+
+class AddAbsoluteHook:
+    """Forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens (an object, not a
+    closure, so that ``copy.deepcopy(model)`` rewires it to the copy's encoding and positions)."""
+
+    def __init__(self, ape, positions):
+        self.ape, self.positions = ape, positions
+
+    def __call__(self, module, args):
+        x = args[0]
+        coords = self.positions.coords(x.shape[1], x.device)
+        n = self.ape.num_prefix_tokens
+        embedding = _absolute_embedding(self.ape, self.positions, coords).to(x.dtype)
+        return (torch.cat([x[:, :n], x[:, n:] + embedding], dim=1),)
+
+
+def _absolute_embedding(ape, positions, coords):
+    """Embedding of the patch tokens; a learned table is resampled to a grid other than its own."""
+    if not isinstance(ape, LearnedAPE) or positions.grid is None or positions.grid == ape.grid_size:
+        return ape.embed(coords)
+    if positions.grid_mode != "index" or positions.grid_scale != 1.0:
+        raise ValueError("ape_learned on another grid resamples its table; use grid_mode='index', grid_scale=1")
+    table = ape.resample(positions.grid)  # [H * W, C]
+    if positions.keep_indices is None:
+        return table
+    return table[positions.keep_indices.to(table.device)]

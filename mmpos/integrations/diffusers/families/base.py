@@ -69,6 +69,10 @@ class Family:
         make_seam: tier 2 (and families with their own seam): ``make_seam(model, stock, encodings, native,
             coord_axes) -> nn.Module``; default: a :class:`SpectrumSeam`.
         check_inputs: optional ``check_inputs(seam, args, kwargs)`` run before each forward.
+        global_coords: optional ``global_coords(args, kwargs) -> coords [S, A]``: the whole sequence's coordinates
+            as the seam would receive them in one process, read from the forward's inputs before a
+            context-parallel plan shards them (scheduled encodings measure their extents there,
+            :mod:`..global_extents`); ``None`` where the seam's inputs are never sharded.
         pipelines: pipeline class names of the family (docs and ``mmpos generate``).
         train_size: the 1:1 training size in pixels; ``pixels_per_token``: latent patch size in pixels.
         notes: what is special (the README table).
@@ -93,6 +97,7 @@ class Family:
     make_seam: Optional[Callable] = None
     check_model: Optional[Callable] = None
     check_inputs: Optional[Callable] = None
+    global_coords: Optional[Callable] = None
     pipelines: tuple[str, ...] = ()
     train_size: int = 1024
     pixels_per_token: int = 16

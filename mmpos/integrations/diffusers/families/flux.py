@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..positions import FluxPositions
+from ..positions import FluxPositions, flux_coords
 from . import register_family
 from .base import Family
 
@@ -57,6 +57,15 @@ def check_flux_ids(seam, args, kwargs) -> None:
                              f"{tokens.shape[1]} tokens; expected [{tokens.shape[1]}, 3]")
 
 
+def flux_global_coords(args, kwargs):
+    """``[txt_ids; img_ids]`` as coordinates (what ``FluxPositions`` gets in one process), or ``None``."""
+    ids = [kwargs.get(name, _positional(args, index)) for name, index in (("txt_ids", 5), ("img_ids", 4))]
+    if not all(isinstance(i, torch.Tensor) for i in ids):
+        return None
+    ids = [i[0] if i.dim() == 3 else i for i in ids]  # the deprecated batched ids, as the stock forward reads them
+    return flux_coords(torch.cat(ids, dim=0))
+
+
 FLUX = register_family(Family(
     name="flux",
     classes=("diffusers.models.transformers.transformer_flux:FluxTransformer2DModel",),
@@ -73,6 +82,7 @@ FLUX = register_family(Family(
     make_processors=flux_processors,
     make_seam=flux_seam,
     check_inputs=check_flux_ids,
+    global_coords=flux_global_coords,
     pipelines=("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
     train_size=1024,
     pixels_per_token=16,
