@@ -404,3 +404,68 @@ def test_nvs_trainer_two_processes_equal_one_at_twice_the_batch(tmp_path):
     assert ranks[0]["losses"] == pytest.approx(state["losses"], abs=1e-5)
     assert set(ranks[1]["written"]) == {"rng_1.json"}
     assert [p.name for p in checkpoints(tmp_path / "two" / "run")] == ["checkpoint-2", "checkpoint-3"]
+
+
+# ---------------------------------------------------------------- command lines
+def load_script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_eval_nvs_train_refuses_an_earlier_run_resumes_overwrites_and_stops_at_nan(tmp_path, capsys):
+    from mmpos.world.nvs_data import make_triples
+
+    eval_nvs = load_script("eval_nvs")
+    torch.save({"train": make_triples("train", 1, 2, size=16, objects=3)}, tmp_path / "data.pt")
+    train = ["--out", str(tmp_path), "train", "--encoding", "ucpe", "--steps", "2", "--batch-size", "2"]
+    eval_nvs.main(train)
+    run = tmp_path / "checkpoints" / "ucpe_s0"
+    assert [p.name for p in checkpoints(run)] == ["checkpoint-2"]
+    with pytest.raises(SystemExit) as refused:
+        eval_nvs.main(train)
+    assert refused.value.code == 2 and "pass --resume to continue it or --overwrite" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as changed:  # --resume with another recipe
+        eval_nvs.main(train[:-2] + ["--batch-size", "1", "--resume"])
+    assert changed.value.code == 2 and "another recipe" in capsys.readouterr().err
+    eval_nvs.main(train[:5] + ["--steps", "3", "--batch-size", "1", "--overwrite"])
+    assert [p.name for p in checkpoints(run)] == ["checkpoint-3"]
+    with pytest.raises(SystemExit) as diverged:  # issue 35: trained on with NaN and exited 0
+        eval_nvs.main(train[:5] + ["--steps", "6", "--lr", "1e12", "--overwrite"])
+    err = capsys.readouterr().err
+    assert diverged.value.code == 1 and "loss is" in err and "stopped before this step's update" in err, err
+    with pytest.raises(SystemExit) as negative:
+        eval_nvs.main(train[:5] + ["--steps", "-1", "--overwrite"])
+    assert negative.value.code == 2 and "steps must be a positive integer" in capsys.readouterr().err
+
+
+def test_train_world_video_refuses_a_run_with_checkpoints(tmp_path, capsys):
+    script = load_script("train_world_video")
+    (tmp_path / "checkpoint-2").mkdir()
+    with pytest.raises(SystemExit) as refused:
+        script.main(["--stage", "vae", "--out", str(tmp_path)])
+    assert refused.value.code == 2 and "holds a run (checkpoint-2); pass --resume, --overwrite" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit) as both:
+        script.main(["--stage", "vae", "--out", str(tmp_path), "--resume", "--overwrite"])
+    assert both.value.code == 2 and "pass one" in capsys.readouterr().err
+
+
+def test_train_world_overwrite_replaces_the_earlier_checkpoints(tmp_path):
+    import yaml
+
+    config = tmp_path / "vae.yaml"
+    config.write_text(yaml.safe_dump(json.loads(json.dumps(image_config("vae", max_steps=2)))))
+    script = load_script("train_world")
+    out = tmp_path / "out"
+    assert script.main(["--config", str(config), "--out", str(out), "--quiet"]) == 0
+    (out / "train-vae" / "checkpoint-2" / "stale").write_text("from the earlier run")
+    with pytest.raises(SystemExit):
+        script.main(["--config", str(config), "--out", str(out), "--quiet"])
+    assert script.main(["--config", str(config), "--out", str(out), "--quiet", "--max-steps", "1",
+                        "--overwrite"]) == 0
+    assert [p.name for p in checkpoints(out / "train-vae")] == ["checkpoint-1"]
+    assert json.loads((out / "world-vae" / "model_card.json").read_text())["steps"] == 1
