@@ -17,13 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 from mmpos._validation import NonFiniteLossError, OneLineErrorParser, positive_int_arg
-
-
-def parse_value(text: str):
-    return yaml.safe_load(text)
 
 
 def main(argv=None) -> int:
@@ -42,24 +36,19 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config entries")
     args = parser.parse_args(argv)
 
+    from mmpos.training.scaffold_config import ConfigError
+    from mmpos.training.world.config import load_world_config
     from mmpos.training.world.training import DEFAULTS, check_earlier_run, check_writable_folder, train
 
     config_path = Path(args.config)
     if not config_path.is_file():
         parser.error(f"--config {config_path} does not exist")
-    config = yaml.safe_load(config_path.read_text()) or {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or key not in DEFAULTS:
-            parser.error(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(DEFAULTS)}")
-        config[key] = parse_value(value)
-    for key, value in (("max_steps", args.max_steps), ("max_minutes", args.max_minutes),
-                       ("mixed_precision", args.mixed_precision), ("device", args.device), ("vae_path", args.vae)):
-        if value is not None:
-            config[key] = value
-    unknown = sorted(set(config) - set(DEFAULTS) - {"device"})
-    if unknown:
-        parser.error(f"unknown config keys {unknown}; expected keys from {sorted(DEFAULTS)}")
+    flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "mixed_precision": args.mixed_precision,
+             "device": args.device, "vae_path": args.vae}
+    try:  # every key checked against its type and rule (mmpos.training.world.config), an unknown one refused
+        config = load_world_config(config_path, args.set, flags)
+    except ConfigError as error:
+        parser.error(str(error))
     try:
         check_writable_folder(args.out)
         check_earlier_run(args.out, config.get("task", DEFAULTS["task"]), args.resume, args.overwrite)
@@ -67,6 +56,8 @@ def main(argv=None) -> int:
         parser.error(str(error))
     try:
         card = train(config, args.out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
+    except ConfigError as error:  # --resume with a changed key that defines the run
+        parser.error(str(error))
     except NonFiniteLossError as error:
         print(f"train_world.py: error: {error}", file=sys.stderr)
         return 1

@@ -469,3 +469,39 @@ def test_train_world_overwrite_replaces_the_earlier_checkpoints(tmp_path):
                         "--overwrite"]) == 0
     assert [p.name for p in checkpoints(out / "train-vae")] == ["checkpoint-1"]
     assert json.loads((out / "world-vae" / "model_card.json").read_text())["steps"] == 1
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--set", "lr=abc"], "lr: expected float, got 'abc'"),
+    (["--set", "ema_decay=2"], "ema_decay: expected a number in [0, 1)"),
+    (["--set", "bogus=1"], "unknown config key 'bogus'"),
+    (["--set", "task=t2x"], "task: expected one of vae, t2i, fill, kontext"),
+    (["--set", "batch_size=0"], "batch_size: expected a positive number"),
+])
+def test_train_world_checks_every_config_key(tmp_path, capsys, argv, named):
+    config = tmp_path / "vae.yaml"
+    config.write_text("task: vae\nimage_size: 32\n")
+    with pytest.raises(SystemExit) as refused:
+        load_script("train_world").main(["--config", str(config), "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and named in err and "Traceback" not in err, err
+    assert not (tmp_path / "out" / "train-vae").exists()
+
+
+def test_train_world_refuses_an_unknown_key_in_the_file_and_a_changed_run_on_resume(tmp_path, capsys):
+    import yaml
+
+    config = tmp_path / "vae.yaml"
+    config.write_text("task: vae\nlearning_rate: 0.1\n")
+    script, out = load_script("train_world"), tmp_path / "out"
+    with pytest.raises(SystemExit):
+        script.main(["--config", str(config), "--out", str(out)])
+    assert "vae.yaml: unknown config key 'learning_rate'" in capsys.readouterr().err
+    config.write_text(yaml.safe_dump(json.loads(json.dumps(image_config("vae", max_steps=1)))))
+    assert script.main(["--config", str(config), "--out", str(out), "--quiet"]) == 0
+    with pytest.raises(SystemExit) as changed:
+        script.main(["--config", str(config), "--out", str(out), "--quiet", "--resume", "--set", "lr=0.5"])
+    err = capsys.readouterr().err
+    assert changed.value.code == 2 and "--resume: lr is 0.5 but the run was started with 0.001" in err, err
+    assert script.main(["--config", str(config), "--out", str(out), "--quiet", "--resume", "--max-steps", "2"]) == 0
+    assert [p.name for p in checkpoints(out / "train-vae")] == ["checkpoint-1", "checkpoint-2"]

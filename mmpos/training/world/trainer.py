@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from ..._atomic import recover_folder
 from ..._safe_state import UnsafeStateError, load_torch_file, read_json, read_tensors, set_rng_state, write_json
 from ..._validation import check_choice, check_finite_loss
-from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
+from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
 from ..scaffold_folders import latest_checkpoint
 from ...models.ema import EMA
 from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
@@ -189,6 +189,9 @@ class WorldTrainer:
         folder = latest_checkpoint(self.run_dir)
         if folder is None:
             return self._load_earlier_layout()
+        from .config import check_resume
+
+        check_resume(self.config, saved_config(folder), folder / "config.yaml")  # before any weight is read
         state = self._run_state()
         load_checkpoint(self.accelerator, folder, state)
         if state.data.get("global_batch") not in (None, self.config["batch_size"] * self.accelerator.num_processes):
