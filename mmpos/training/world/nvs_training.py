@@ -47,11 +47,10 @@ class NVSRecipe:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not (isinstance(self.warmup, int) and self.warmup >= 0):
             raise ValueError(f"warmup must be a non-negative integer, got {self.warmup!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay)
-                and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be a non-negative finite number, got {self.weight_decay!r}")
+        for name in ("lr", "weight_decay"):  # lr 0: continued training that keeps the weights (tested)
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
 
 
 def learning_rate(recipe: NVSRecipe, step: int) -> float:
