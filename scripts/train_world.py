@@ -14,6 +14,7 @@ Accelerate settings (mixed precision, device) come from the config or the flags 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     except NonFiniteLossError as error:
         print(f"train_world.py: error: {error}", file=sys.stderr)
         return 1
-    if card is None:
+    if int(os.environ.get("RANK", "0")) != 0:  # on N processes the main one reports
         return 0
     summary = {k: card.get(k) for k in ("task", "steps", "train_minutes", "final_train_loss", "val_loss_start",
                                         "val_loss", "val_l1_start", "val_l1", "parameters")}
