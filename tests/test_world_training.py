@@ -253,7 +253,9 @@ def video_run(out: Path, recipe: dict, stop_before: int | None = None):
     video_model.TRANSFORMER_CONFIG.update(VIDEO_SMALL)
     video_training.VideoStage.__init__, video_training.learning_rate = init, learning_rate
     try:
-        state = video_training.train_stage(video_training.VideoRecipe(**recipe), clips, out, vae,
+        torch.manual_seed(1)
+        base = None if recipe["stage"] in ("vae", "base") else video_model.world_video_transformer()
+        state = video_training.train_stage(video_training.VideoRecipe(**recipe), clips, out, vae, base=base,
                                            log=lambda _: None)
     finally:
         video_training.VideoStage.__init__, video_training.learning_rate = original_init, schedule
@@ -303,6 +305,18 @@ def test_video_trainer_resumes_an_earlier_state_pt(tmp_path):
     assert resumed["losses"] == whole["losses"]
     assert_same(trained(resumed_stage), trained(whole_stage))
     assert [p.name for p in checkpoints(tmp_path / "run")] == ["checkpoint-4"]
+
+
+def test_video_camera_adapter_two_processes_equal_one_at_twice_the_batch(tmp_path):
+    """Each process conditions its slice of the clips on their own trajectories (the adapter's hooks on the frozen
+    base)."""
+    recipe = dict(stage="ucpe", steps=2, batch_size=1, checkpoint_every=1, warmup=1)
+    ranks = torchrun("video", {"out": str(tmp_path / "two"), "recipe": recipe}, tmp_path, 29567)
+    one, one_stage = video_run(tmp_path / "one", {**recipe, "batch_size": 2})
+    check_ranks(tmp_path, {f"model.{k}": v for k, v in trained(one_stage).items()}, atol=1e-5)
+    assert ranks[0]["losses"] == pytest.approx(one["losses"], abs=1e-5)
+    assert set(ranks[1]["written"]) == {"rng_1.json"}
+    assert (tmp_path / "two" / "camera_adapter" / "config.json").is_file()
 
 
 def test_video_trainer_two_processes_equal_one_at_twice_the_batch(tmp_path):
