@@ -38,6 +38,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from mmpos.training.scaffold_config import ConfigError
+    from mmpos.training.scaffold_folders import UnreadableCheckpointError
     from mmpos.training.world.config import load_world_config
     from mmpos.training.world.training import DEFAULTS, check_earlier_run, check_writable_folder, train
 
@@ -57,8 +58,8 @@ def main(argv=None) -> int:
         parser.error(str(error))
     try:
         card = train(config, args.out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
-    except ConfigError as error:  # --resume with a changed key that defines the run
-        parser.error(str(error))
+    except (ConfigError, FileNotFoundError, UnreadableCheckpointError) as error:  # --resume: a changed key that
+        parser.error(str(error))  # defines the run, nothing to resume, a checkpoint that cannot be read
     except NonFiniteLossError as error:
         print(f"train_world.py: error: {error}", file=sys.stderr)
         return 1

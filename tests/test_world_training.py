@@ -518,4 +518,9 @@ def test_train_world_refuses_an_unknown_key_in_the_file_and_a_changed_run_on_res
     err = capsys.readouterr().err
     assert changed.value.code == 2 and "--resume: lr is 0.5 but the run was started with 0.001" in err, err
     assert script.main(["--config", str(config), "--out", str(out), "--quiet", "--resume", "--max-steps", "2"]) == 0
+    (out / "train-vae" / "checkpoint-2" / "model.safetensors").write_bytes(b"truncated")
+    with pytest.raises(SystemExit) as unreadable:
+        script.main(["--config", str(config), "--out", str(out), "--quiet", "--resume", "--max-steps", "3"])
+    err = capsys.readouterr().err
+    assert unreadable.value.code == 2 and "model.safetensors: 9 bytes, recorded" in err and "Traceback" not in err
     assert [p.name for p in checkpoints(out / "train-vae")] == ["checkpoint-1", "checkpoint-2"]

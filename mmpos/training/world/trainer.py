@@ -19,7 +19,7 @@ from ..._atomic import recover_folder
 from ..._safe_state import UnsafeStateError, load_torch_file, read_json, read_tensors, set_rng_state, write_json
 from ..._validation import check_choice, check_finite_loss
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
-from ..scaffold_folders import latest_checkpoint
+from ..scaffold_folders import UnreadableCheckpointError, latest_checkpoint
 from ...models.ema import EMA
 from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
                           previous_training)
@@ -270,8 +270,8 @@ def _read_part(path: Path, read):
         return read()
     except (OSError, EOFError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError, SafetensorError,
             UnsafeStateError) as error:
-        raise ValueError(f"{path}: cannot be read as part of a train state ({type(error).__name__}: {error}); "
-                         "delete the train state to start over") from None
+        raise UnreadableCheckpointError(f"{path}: cannot be read as part of a train state ({type(error).__name__}: "
+                                        f"{error}); delete the train state to start over") from None
 
 
 def _ema_state(saved: dict) -> dict:
