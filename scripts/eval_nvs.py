@@ -1,15 +1,15 @@
 """Novel-view benchmark of the camera encodings on the 3D mini-world (see docs/results.md, "Novel views").
 
     python scripts/eval_nvs.py data                                  # outputs/nvs/data.pt (train + 3 test sets)
-    python scripts/eval_nvs.py train --encoding rayrope --seed 0     # outputs/nvs/checkpoints/rayrope_s0.pt
+    python scripts/eval_nvs.py train --encoding rayrope --seed 0     # outputs/nvs/checkpoints/rayrope_s0/
     python scripts/eval_nvs.py --checkpoints continued train --encoding rayrope --seed 0 --steps 350 \
         --lr 5e-4 --warmup 20 --init-from checkpoints                 # continue those weights
     python scripts/eval_nvs.py --checkpoints continued report --figure assets/nvs/examples.png   # table, figure
 
 A run's checkpoints are ``checkpoints/<encoding>_s<seed>/checkpoint-<step>/``; ``train --resume`` continues one
 (also a ``.pt`` of the earlier layout), ``--overwrite`` replaces it, without either an earlier run is refused. Run
-each (encoding, seed) in its own process (or on N processes with ``torchrun``: ``--batch-size`` is per process). The whole benchmark:
-``bash scripts/nvs_benchmark.sh``.
+each (encoding, seed) in its own process (or on N processes with ``torchrun``: ``--batch-size`` is per process).
+The whole benchmark: ``bash scripts/nvs_benchmark.sh``.
 """
 from __future__ import annotations
 
