@@ -7,10 +7,9 @@ and rule, an unknown key refused by name, ``--set`` values parsed as YAML (:mod:
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from ..scaffold_config import ConfigError, check_value, finite, non_negative, positive, read_config_file, yaml_value
-from .trainer import ALL_TASKS, DEFAULTS
+from .trainer import ALL_TASKS, DEFAULTS, RESUME_MAY_CHANGE  # noqa: F401 - the keys a resume may change
 
 
 def _unit(value) -> str | None:
@@ -31,10 +30,6 @@ RULES = {"image_size": positive, "num_examples": positive, "workers": positive, 
          "caption_dropout": _unit, "style_dropout": _unit, "kl_weight": non_negative, "sample_steps": non_negative,
          "sample_guidance": finite, "num_samples": positive}
 CHOICES = {"task": ALL_TASKS, "mixed_precision": ("no", "bf16", "fp16"), "device": ("cpu", "cuda")}
-# what a resumed run may change (the rest defines the model, the data or the run's draws)
-RESUME_MAY_CHANGE = {"max_steps", "max_minutes", "log_every", "checkpoint_every", "workers", "sample_steps",
-                     "sample_guidance", "num_samples", "device", "vae_path"}
-
 
 def _field(name: str, default):
     """A field typed by its default (``None``: an optional string)."""
@@ -84,15 +79,3 @@ def _as_given(path, checked: dict) -> dict:
 
     raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_Loader) or {}  # noqa: S506 - a SafeLoader
     return {key: raw[key] for key in checked}
-
-
-def check_resume(config: dict, saved: dict, where) -> None:
-    """Refuse to resume with a changed key that defines the model, the data or the draws."""
-    now = json.loads(json.dumps({**DEFAULTS, **config}))
-    for key, value in now.items():
-        if key in RESUME_MAY_CHANGE or key not in saved:
-            continue
-        if saved[key] != value and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                        and isinstance(saved[key], (int, float)) and float(saved[key]) == value):
-            raise ConfigError(f"--resume: {key} is {value!r} but the run was started with {saved[key]!r} "
-                              f"({where}); resume with the run's value or start a new --out")

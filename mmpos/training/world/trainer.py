@@ -19,6 +19,7 @@ from ..._atomic import recover_folder
 from ..._safe_state import UnsafeStateError, load_torch_file, read_json, read_tensors, set_rng_state, write_json
 from ..._validation import check_choice, check_finite_loss
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
+from ..scaffold_config import ConfigError
 from ..scaffold_folders import UnreadableCheckpointError, latest_checkpoint
 from ...models.ema import EMA
 from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
@@ -40,6 +41,9 @@ DEFAULTS = {
     "sample_steps": 20, "sample_guidance": 3.0, "num_samples": 8, "vae_path": None, "init_from": None,
     "transformer": {}, "text_encoder": {}, "vae": {},
 }
+# what a resumed run may change (the rest defines the model, the data or the run's draws)
+RESUME_MAY_CHANGE = {"max_steps", "max_minutes", "log_every", "checkpoint_every", "workers", "sample_steps",
+                     "sample_guidance", "num_samples", "device", "vae_path"}
 
 
 def _lr_lambda(warmup: int):
@@ -189,9 +193,7 @@ class WorldTrainer:
         folder = latest_checkpoint(self.run_dir)
         if folder is None:
             return self._load_earlier_layout()
-        from .config import check_resume
-
-        check_resume(self.config, saved_config(folder), folder / "config.yaml")  # before any weight is read
+        _check_resume(self.config, saved_config(folder), folder / "config.yaml")  # before any weight is read
         state = self._run_state()
         load_checkpoint(self.accelerator, folder, state)
         if state.data.get("global_batch") not in (None, self.config["batch_size"] * self.accelerator.num_processes):
@@ -253,6 +255,17 @@ class WorldTrainer:
             export_model(task, final, self.vae, config, card, self.out_dir)
         self.accelerator.wait_for_everyone()
         return card
+
+
+def _check_resume(config: dict, saved: dict, where) -> None:
+    """Refuse to resume with a changed key that defines the model, the data or the draws."""
+    for key, value in json.loads(json.dumps(config)).items():
+        if key in RESUME_MAY_CHANGE or key not in saved or saved[key] == value:
+            continue
+        if isinstance(value, (int, float)) and isinstance(saved[key], (int, float)) and float(saved[key]) == value:
+            continue  # 1 and 1.0
+        raise ConfigError(f"--resume: {key} is {value!r} but the run was started with {saved[key]!r} ({where}); "
+                          "resume with the run's value or start a new --out")
 
 
 def _data_layout(task: str) -> dict:
