@@ -1,13 +1,15 @@
 """Novel-view benchmark of the camera encodings on the 3D mini-world (see docs/results.md, "Novel views").
 
     python scripts/eval_nvs.py data                                  # outputs/nvs/data.pt (train + 3 test sets)
-    python scripts/eval_nvs.py train --encoding rayrope --seed 0     # outputs/nvs/checkpoints/rayrope_s0.pt
+    python scripts/eval_nvs.py train --encoding rayrope --seed 0     # outputs/nvs/checkpoints/rayrope_s0/
     python scripts/eval_nvs.py --checkpoints continued train --encoding rayrope --seed 0 --steps 350 \
         --lr 5e-4 --warmup 20 --init-from checkpoints                 # continue those weights
     python scripts/eval_nvs.py --checkpoints continued report --figure assets/nvs/examples.png   # table, figure
 
-Training resumes from its checkpoint; run each (encoding, seed) in its own process. The whole benchmark:
-``bash scripts/nvs_benchmark.sh``.
+A run's checkpoints are ``checkpoints/<encoding>_s<seed>/checkpoint-<step>/``; ``train --resume`` continues one
+(also a ``.pt`` of the earlier layout), ``--overwrite`` replaces it, without either an earlier run is refused. Run
+each (encoding, seed) in its own process (or on N processes with ``torchrun``: ``--batch-size`` is per process).
+The whole benchmark: ``bash scripts/nvs_benchmark.sh``.
 """
 from __future__ import annotations
 
@@ -15,16 +17,20 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import sys
 
 import torch
 
 from mmpos._atomic import check_new_output, written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
+from mmpos._validation import NonFiniteLossError
+from mmpos.training.run_folders import RunExistsError, UnreadableCheckpointError
 from mmpos.eval.image_quality import psnr, ssim
 from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
 from mmpos.models.world.nvs import NVS_ENCODINGS
-from mmpos.training.world.nvs_training import NVSRecipe, evaluate, load_trained, predict, train_nvs
+from mmpos.training.world.nvs_training import (NVSRecipe, evaluate, load_trained, predict, read_run, run_folder,
+                                               train_nvs)
 
 TEST_SETS = {  # name -> make_triples options for the test scenes
     "test": dict(baseline_degrees=TRAIN_BASELINE),
@@ -44,13 +50,32 @@ def make_data(args):
 
 
 def train(args):
-    data = load_torch_file(os.path.join(args.out, "data.pt"))["train"]
     name = f"{args.encoding}_s{args.seed}.pt"
-    os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
     checkpoint = os.path.join(args.out, args.checkpoints, name)
-    start = os.path.join(args.out, args.init_from, name) if args.init_from else None
-    recipe = NVSRecipe(args.encoding, args.seed, args.steps, args.batch_size, args.lr, args.warmup, init_from=start)
+    earlier = [p for p in (checkpoint, run_folder(checkpoint)) if os.path.exists(p)]
+    if args.resume and args.overwrite:
+        raise RunExistsError("--resume continues the earlier run and --overwrite replaces it: pass one")
+    if earlier and not (args.resume or args.overwrite):
+        raise RunExistsError(f"{earlier[0]} holds an earlier run; pass --resume to continue it or --overwrite to "
+                             "replace it")
+    recipe = NVSRecipe(args.encoding, args.seed, args.steps, args.batch_size, args.lr, args.warmup,
+                       init_from=os.path.join(args.out, args.init_from, name) if args.init_from else None)
+    data = load_torch_file(os.path.join(args.out, "data.pt"))["train"]
+    os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
+    if args.overwrite and int(os.environ.get("RANK", "0")) == 0:
+        for path in earlier:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     train_nvs(recipe, data, checkpoint, log=lambda line: print(line, flush=True))
+
+
+def finished_runs(folder):
+    """``(name, saved state)`` of every run in a checkpoint folder: run folders (``<name>/checkpoint-<step>/``)
+    and ``<name>.pt`` files of the earlier layout (a run folder wins over a file of its name)."""
+    names = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(folder, "*.pt"))}
+    names |= {os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(folder, "*", "checkpoint-*"))}
+    for name in sorted(names):
+        path = os.path.join(folder, name + ".pt")
+        yield path, read_run(path)
 
 
 def report(args):
@@ -60,8 +85,7 @@ def report(args):
             check_new_output(path, args.overwrite, "--figure" if path == args.figure else "--out")
     data = load_torch_file(os.path.join(args.out, "data.pt"))
     rows, models = [], {}
-    for path in sorted(glob.glob(os.path.join(args.out, args.checkpoints, "*.pt"))):
-        saved = load_torch_file(path)
+    for path, saved in finished_runs(os.path.join(args.out, args.checkpoints)):
         if saved["step"] < saved["recipe"]["steps"]:
             print(f"skipping unfinished {path}", file=sys.stderr)
             continue
@@ -151,14 +175,19 @@ def main(argv=None):
     training.add_argument("--lr", type=float, default=1e-3)
     training.add_argument("--warmup", type=int, default=50)
     training.add_argument("--init-from", help="continue the weights of the same run in this checkpoint folder")
+    training.add_argument("--resume", action="store_true", help="continue the run's newest checkpoint (a run "
+                          "without one starts)")
+    training.add_argument("--overwrite", action="store_true", help="replace an earlier run of this encoding and seed")
     reporting = commands.add_parser("report")
     reporting.add_argument("--figure", default=None)
     reporting.add_argument("--overwrite", action="store_true", help="replace --out's results.json and the --figure")
     args = parser.parse_args(argv)
     try:
         {"data": make_data, "train": train, "report": report}[args.command](args)
-    except (UnsafeStateError, FileExistsError) as error:  # a file that is not plain tensors; an output kept
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except (UnsafeStateError, FileExistsError, UnreadableCheckpointError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")  # a file that is not plain tensors; an output kept
+    except NonFiniteLossError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ export OMP_NUM_THREADS=1
 queue() {  # queue STAGE_ARGS... -- JOBS...
   local stage=()
   while [ "$1" != "--" ]; do stage+=("$1"); shift; done; shift
-  for job in "$@"; do
+  for job in "$@"; do  # --resume: continue the run if it has a checkpoint (else start it)
     $PY scripts/eval_nvs.py --out "$OUT" "${stage[@]:0:2}" train --encoding "${job%:*}" --seed "${job#*:}" \
-      "${stage[@]:2}"
+      "${stage[@]:2}" --resume
   done
 }
 A="rayrope:0 none:0 prope:0 plucker:1 ucpe:1 rayrope:2 none:2 prope:2"

@@ -6,12 +6,16 @@
         --base runs/video/base/transformer
 
 Stages, data and checkpoints: :mod:`mmpos.training.world.video_training`. ``--resume`` continues a run folder's
-``state.pt``; without it a folder that has one is refused. ``--max-minutes`` stops (with a checkpoint) after that
-wall time; rerun with ``--resume`` to go on. The rendered clips are cached in ``OUT/clips-train.pt``.
+newest ``checkpoint-<step>/`` (or a ``state.pt`` of the earlier layout), ``--overwrite`` replaces the run; without
+either a folder that has one is refused. ``--max-minutes`` stops (with a checkpoint) after that wall time; rerun
+with ``--resume`` to go on. The rendered clips are cached in ``OUT/clips-train.pt``. On N processes
+(``torchrun --nproc_per_node N``) ``--batch-size`` is per process and only the main process writes.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=9, help="frames per clip")
     p.add_argument("--device", default="cpu", help="where the models train (cuda on a GPU)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    p.add_argument("--resume", action="store_true", help="continue OUT/state.pt")
+    p.add_argument("--resume", action="store_true", help="continue OUT's newest checkpoint-<step>/ (or state.pt); "
+                   "a folder without one starts the run")
+    p.add_argument("--overwrite", action="store_true", help="replace the run in OUT (its checkpoints and export)")
     p.add_argument("--init-from", help="a finished run folder of the same stage: start from its weights with a fresh "
                    "optimiser and schedule (continued training)")
     return p
@@ -56,10 +62,20 @@ def cached_clips(out: Path, scenes: int, frames: int, size: int) -> dict:
         data = load_torch_file(path)
         if tuple(data["frames"].shape[:2]) == (scenes * 4, frames) and data["frames"].shape[-1] == size:
             return data
-    data = make_clips("train", scenes, frames=frames, size=size, progress=True)
-    with written_atomically(path) as temporary:
-        torch.save(data, temporary)
+    main = int(os.environ.get("RANK", "0")) == 0  # every process renders the same clips; the main one caches them
+    data = make_clips("train", scenes, frames=frames, size=size, progress=main)
+    if main:
+        with written_atomically(path) as temporary:
+            torch.save(data, temporary)
     return data
+
+
+def earlier_run(out: Path) -> list[Path]:
+    """What a run left in ``out``: checkpoints (also partial ones) and a ``state.pt`` of the earlier layout."""
+    if not out.is_dir():
+        return []
+    names = ("checkpoint-", ".checkpoint-")
+    return sorted(p for p in out.iterdir() if p.name == "state.pt" or p.name.startswith(names))
 
 
 def main(argv=None) -> int:
@@ -68,8 +84,13 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     out = Path(args.out)
-    if (out / "state.pt").exists() and not args.resume:
-        parser.exit(2, f"{parser.prog}: error: {out} holds a run (state.pt); pass --resume or another --out\n")
+    earlier = earlier_run(out)
+    if args.resume and args.overwrite:
+        parser.exit(2, f"{parser.prog}: error: --resume continues the earlier run and --overwrite replaces it: "
+                       "pass one\n")
+    if earlier and not (args.resume or args.overwrite):
+        parser.exit(2, f"{parser.prog}: error: {out} holds a run ({earlier[0].name}); pass --resume, --overwrite or "
+                       "another --out\n")
     if args.stage not in ("vae", "base") and not args.base:
         parser.exit(2, f"{parser.prog}: error: --stage {args.stage} trains a camera adapter: pass --base "
                        "(the transformer folder of a finished base run)\n")
@@ -82,14 +103,19 @@ def main(argv=None) -> int:
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     out.mkdir(parents=True, exist_ok=True)
+    if args.overwrite and int(os.environ.get("RANK", "0")) == 0:
+        for path in earlier:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     try:
         data = cached_clips(out, args.scenes, args.frames, args.size)
         vae = AutoencoderKL.from_pretrained(args.vae)
         base = WanTransformer3DModel.from_pretrained(args.base) if args.base else None
         state = train_stage(recipe, data, out, vae, base, max_minutes=args.max_minutes, device=args.device,
                             log=lambda line: print(line, flush=True))
-    except UnsafeStateError as error:  # a cache or state file that is not plain tensors and values
+    except (UnsafeStateError, ValueError) as error:  # a cache or state that is not plain tensors; another recipe
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except FloatingPointError as error:  # the NaN stop
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
     done = "finished" if state["finished"] else "stopped (rerun with --resume)"
     print(f"{args.stage}: {done} at step {state['step']}, {state['cpu_seconds'] / 60:.1f} CPU minutes")
     return 0

@@ -1,7 +1,7 @@
-"""A training run killed while it writes keeps a resumable state: the world trainer's state folder is written to a
-temporary folder and renamed into place, so a kill (SIGKILL from a watcher, or a writer failing mid-write) leaves
-the previous complete state, never a 0-byte ``ema.pt`` or parts of two steps; a NaN loss stops the run before it
-reaches the weights."""
+"""A training run killed while it writes keeps a resumable state: the world trainer's checkpoint
+(``train-<task>/checkpoint-<step>/``, the training scaffold's) is written to a temporary folder and renamed into
+place, so a kill (SIGKILL from a watcher, or a writer failing mid-write) leaves the previous complete checkpoint,
+never a truncated part or parts of two steps; a NaN loss stops the run before it reaches the weights."""
 import json
 import os
 import signal
@@ -46,6 +46,11 @@ def saved_step(state_dir: Path) -> int:
     return json.loads((state_dir / "progress.json").read_text())["step"]
 
 
+def complete(run_dir: Path) -> dict:
+    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and not p.relative_to(run_dir).parts[0].startswith(".")}
+
+
 def resumed(out_dir) -> WorldTrainer:
     trainer = WorldTrainer(CONFIG, out_dir, progress=False)
     trainer.load_state()
@@ -57,18 +62,23 @@ def test_sigkill_while_the_state_is_written_leaves_a_resumable_state(tmp_path):
     with open(log, "w") as errors:
         child = subprocess.Popen([sys.executable, "-c", SAVER.format(config=repr(CONFIG)), str(out)],
                                  stdout=subprocess.PIPE, stderr=errors, text=True)
-    state_dir, partial = out / "train_state-vae", out / ".train_state-vae.partial"
+    run_dir = out / "train-vae"
+
+    def later_save_under_way():
+        return any((p / "model.safetensors").exists() for p in run_dir.glob(".checkpoint-*.partial")) and \
+            any(run_dir.glob("checkpoint-*"))
+
     try:
         assert child.stdout.readline().strip() == "ready", log.read_text()
         deadline = time.time() + 60
-        while not (state_dir.is_dir() and (partial / "model.safetensors").exists()):  # a later save is under way
+        while not later_save_under_way():
             assert time.time() < deadline and child.poll() is None, log.read_text()
             time.sleep(0.001)
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.kill()
         child.wait()
-    trainer = resumed(out)  # was: EOFError on a 0-byte ema.pt, or weights of one step with progress of another
+    trainer = resumed(out)  # a truncated part or weights of one step with progress of another: never
     step = trainer.step
     assert step >= 1 and trainer.history == [[s, 0.0] for s in range(1, step + 1)]
     assert bool((next(trainer.raw.parameters()) == step).all())  # the weights of the same step
@@ -76,45 +86,47 @@ def test_sigkill_while_the_state_is_written_leaves_a_resumable_state(tmp_path):
 
 
 def test_a_writer_failing_mid_write_keeps_the_previous_state(tmp_path, monkeypatch):
+    import mmpos.training.world.trainer as trainer_module
+
     train({**CONFIG, "max_steps": 2, "sample_steps": 1}, tmp_path, progress=False)
-    state_dir = tmp_path / "train_state-vae"
-    before = {p.name: p.read_bytes() for p in state_dir.iterdir()}
+    run_dir = tmp_path / "train-vae"
+    before = complete(run_dir)
     trainer = resumed(tmp_path)
     trainer.step += 1
     with torch.no_grad():
         next(trainer.raw.parameters()).fill_(3.0)  # step 3's weights: written before the failing part
 
-    def failing_save(*args, **kwargs):  # the disk fills up (or the process dies) while ema.pt is written
+    def failing_save(*args, **kwargs):  # the disk fills up (or the process dies) while a part is written
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(torch, "save", failing_save)
+    monkeypatch.setattr(trainer_module, "write_json", failing_save)
     with pytest.raises(OSError, match="No space left"):
         trainer.save_state()
     monkeypatch.undo()
-    assert {p.name: p.read_bytes() for p in state_dir.iterdir()} == before
-    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # the partial folder is gone
+    assert complete(run_dir) == before  # the complete checkpoints untouched; the partial one is not a checkpoint
+    assert [p.name for p in run_dir.glob("checkpoint-*")] == ["checkpoint-2"]
     assert resumed(tmp_path).step == 2
 
 
 def test_a_truncated_part_is_named(tmp_path):
     train({**CONFIG, "max_steps": 1, "sample_steps": 1}, tmp_path, progress=False)
-    (tmp_path / "train_state-vae" / "ema.pt").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"ema\.pt: cannot be read as part of a train state"):
+    (tmp_path / "train-vae" / "checkpoint-1" / "ema.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"ema\.safetensors: 0 bytes, recorded \d+"):
         resumed(tmp_path)
 
 
 def test_a_nan_loss_stops_before_the_update_and_keeps_the_last_state(tmp_path):
     train({**CONFIG, "max_steps": 2, "sample_steps": 1}, tmp_path, progress=False)
-    state_dir = tmp_path / "train_state-vae"
-    before = {p.name: p.read_bytes() for p in state_dir.iterdir()}
+    run_dir = tmp_path / "train-vae"
+    before = complete(run_dir)
     trainer = resumed(tmp_path)
     trainer.config["max_steps"] = 4
     weights = [p.detach().clone() for p in trainer.raw.parameters()]
     trainer.loss = lambda index, generator: torch.tensor(float("nan"), requires_grad=True)
-    with pytest.raises(NonFiniteLossError, match=r"loss is nan at step 3.*kept in .*train_state-vae"):
+    with pytest.raises(NonFiniteLossError, match=r"loss is nan at step 3.*kept in .*train-vae/checkpoint-2"):
         trainer.run({"stop": False})
     assert all(torch.equal(a, b) for a, b in zip(weights, trainer.raw.parameters()))
-    assert {p.name: p.read_bytes() for p in state_dir.iterdir()} == before
+    assert complete(run_dir) == before
 
 
 def test_a_kill_between_the_two_renames_is_recovered(tmp_path, monkeypatch):

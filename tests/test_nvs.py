@@ -1,5 +1,6 @@
 """Novel-view benchmark: textured scenes, train/test disjointness, the model's forward per camera encoding,
 SE(3) invariance of the relative encodings (fp64), resumable training, PSNR/SSIM against known values."""
+import json
 import math
 
 import numpy as np
@@ -97,9 +98,13 @@ def test_interrupted_training_resumes_to_the_same_weights(triples, tmp_path):
     recipe = NVSRecipe("ucpe", seed=1, steps=4, batch_size=2, warmup=2, dim=48, depth=1)
     straight, _ = train_nvs(recipe, triples, str(tmp_path / "a.pt"), checkpoint_every=4, log=lambda _: None)
     train_nvs(NVSRecipe(**dict(vars(recipe), steps=2)), triples, str(tmp_path / "b.pt"), log=lambda _: None)
-    saved = torch.load(tmp_path / "b.pt", weights_only=False)  # a run stopped after 2 of 4 steps
-    saved["recipe"]["steps"] = 4
-    torch.save(saved, tmp_path / "b.pt")
+    stopped = tmp_path / "b" / "checkpoint-2"  # a run stopped after 2 of 4 steps
+    for name in ("nvs_progress.json", "config.yaml"):
+        text = (stopped / name).read_text().replace('"steps": 2', '"steps": 4').replace("steps: 2", "steps: 4")
+        (stopped / name).write_text(text)
+    progress = json.loads((stopped / "progress.json").read_text())  # the sizes it records, as if written so
+    progress["files"].update({n: (stopped / n).stat().st_size for n in ("nvs_progress.json", "config.yaml")})
+    (stopped / "progress.json").write_text(json.dumps(progress))
     resumed, state = train_nvs(recipe, triples, str(tmp_path / "b.pt"), log=lambda _: None)
     assert state["step"] == 4 and len(state["losses"]) == 4
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):

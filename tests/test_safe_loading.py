@@ -313,9 +313,11 @@ def test_world_trainer_state_with_a_payload_is_refused(tmp_path, part, named):
     from test_kill_safety import CONFIG
 
     from mmpos.training.world.trainer import WorldTrainer
-    from mmpos.training.world.training import train
 
-    train({**CONFIG, "max_steps": 1, "sample_steps": 1}, tmp_path, progress=False)
+    from test_world_training import write_earlier_layout
+
+    trainer = WorldTrainer({**CONFIG, "checkpoint_every": 100}, tmp_path, progress=False)  # the earlier layout
+    write_earlier_layout(trainer)
     marker = tmp_path / "marker"
     plant(tmp_path / "train_state-vae" / part, marker, wrap=lambda p: p)
     with pytest.raises(ValueError, match=named):

@@ -24,9 +24,13 @@ SCHEDULER_SHIFT = 1.0
 
 
 def stage_summary(run: Path, window: int = 100) -> dict:
-    """What a finished stage's ``state.pt`` records: recipe, steps, CPU minutes, loss curve (means of
-    ``window`` steps) and final loss (mean of the last ``window``)."""
-    state = load_torch_file(run / "state.pt")
+    """What a finished stage's newest checkpoint (or ``state.pt`` of the earlier layout) records: recipe, steps,
+    CPU minutes, loss curve (means of ``window`` steps) and final loss (mean of the last ``window``)."""
+    from mmpos.training.world.video_training import read_stage_state
+
+    state = read_stage_state(run)
+    if state is None:
+        state = load_torch_file(Path(run) / "state.pt")  # names the missing file
     if not state["finished"]:
         raise ValueError(f"{run} is not finished (step {state['step']} of {state['recipe']['steps']})")
     losses = state["losses"]

@@ -1,4 +1,9 @@
-"""One world model's training run: models, data, optimiser (accelerate), EMA, progress, resume and export."""
+"""One world model's training run: models, data, optimiser (accelerate), EMA, progress, resume and export.
+
+On the training scaffold's checkpoints (``train-<task>/checkpoint-<step>/``) and on N processes (:mod:`.ranks`:
+every process draws the global batch's indices and noise from the one generator and keeps its slice; one process
+draws what it always drew). The VAE's posterior noise is each process's own generator's (on N processes seeded per
+process), so a VAE run equals one process at N times the batch in distribution, not to float tolerance."""
 from __future__ import annotations
 
 import copy
@@ -10,8 +15,12 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 
-from ..._atomic import folder_written_atomically, recover_folder
+from ..._atomic import recover_folder
+from ..._safe_state import UnsafeStateError, load_torch_file, read_json, read_tensors, set_rng_state, write_json
 from ..._validation import check_choice, check_finite_loss
+from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
+from ..scaffold_config import ConfigError
+from ..scaffold_folders import UnreadableCheckpointError, latest_checkpoint
 from ...models.ema import EMA
 from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
                           previous_training)
@@ -19,6 +28,8 @@ from .export import export_model
 from ...models.world.latents import to_unit
 from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
 from ...models.world.image import TASKS, build_text_encoder, build_transformer, build_vae, vae_scale_factor
+from .ranks import (any_process, average_gradients, check_shared, generator_state, local, make_accelerator, mean_loss,
+                    set_generator_state)
 from .training_data import TrainingData
 
 ALL_TASKS = ("vae",) + TASKS
@@ -30,6 +41,9 @@ DEFAULTS = {
     "sample_steps": 20, "sample_guidance": 3.0, "num_samples": 8, "vae_path": None, "init_from": None,
     "transformer": {}, "text_encoder": {}, "vae": {},
 }
+# what a resumed run may change (the rest defines the model, the data or the run's draws)
+RESUME_MAY_CHANGE = {"max_steps", "max_minutes", "log_every", "checkpoint_every", "workers", "sample_steps",
+                     "sample_guidance", "num_samples", "device", "vae_path"}
 
 
 def _lr_lambda(warmup: int):
@@ -47,27 +61,32 @@ class WorldTrainer:
     """One task's model, data, optimiser (prepared by accelerate), EMA and progress."""
 
     def __init__(self, config: dict, out_dir, progress: bool = True):
-        from accelerate import Accelerator
-
         self.config = config = {**DEFAULTS, **config}
         self.task = task = config["task"]
         check_choice("task", task, ALL_TASKS)
         self.out_dir, self.progress = Path(out_dir), progress
-        self.state_dir = self.out_dir / f"train_state-{task}"
-        self.accelerator = Accelerator(mixed_precision=config["mixed_precision"], cpu=config.get("device") == "cpu")
+        self.run_dir = self.out_dir / f"train-{task}"  # checkpoint-<step>/ (the training scaffold's layout)
+        self.state_dir = self.out_dir / f"train_state-{task}"  # the layout before it (read on --resume)
+        self.accelerator = make_accelerator(config["mixed_precision"], config.get("device"))
         self.device = self.accelerator.device
+        check_shared(self.accelerator, self.out_dir)
         torch.manual_seed(config["seed"])
         started = time.time()
         self.vae, model = self._build_models()
         self.data = TrainingData(config, self.device, self.vae, getattr(model, "text_encoder", None))
         self.data_seconds = time.time() - started
+        if self.accelerator.num_processes > 1:  # each process its own VAE posterior noise (one process: unchanged)
+            torch.manual_seed(config["seed"] * 1_000_003 + self.accelerator.process_index)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config["warmup_steps"]))
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
-        self.raw = self.accelerator.unwrap_model(self.model)
+        # not prepared: accelerate's scheduler steps once per process and update; the model is not DDP-wrapped (the
+        # losses call its parts): the gradients are averaged over the processes after the backward pass (.ranks)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config["warmup_steps"]))
+        self.model = self.raw = model.to(self.device)
+        self.optimizer = self.accelerator.prepare(optimizer)
         self.ema = EMA(self.raw, config["ema_decay"], warmup=True)
         self.step, self.trained_seconds, self.history = 0, 0.0, []
         self.initial_validation = None
+        self.generator = None  # the batch and noise draws; seeded at seed + step when a run starts (or restored)
 
     def _build_models(self):
         config = self.config
@@ -91,42 +110,48 @@ class WorldTrainer:
         return vae_validation_l1(model, self.data) if self.task == "vae" else validation_loss(model, self.data)
 
     def loss(self, index: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """This process's loss; ``index``: the global batch (``batch_size`` x processes), whose noise is drawn in
+        full on every process (one process at N times the batch draws the same) and sliced (:func:`.ranks.local`)."""
         config, data, device = self.config, self.data, self.device
+        mine = local(self.accelerator, config["batch_size"])
         if self.task == "vae":
-            return vae_loss(self.model, to_unit(data.images[index]), config["kl_weight"])[0]
+            return vae_loss(self.raw, to_unit(data.images[index[mine]]), config["kl_weight"])[0]
         sigmas = torch.sigmoid(torch.randn(len(index), device=device, generator=generator))
         noise = torch.randn(data.latents[index].shape, device=device, generator=generator)
         tokens = data.tokens_for(index, generator, config["caption_dropout"], config["style_dropout"])
-        model = self.raw if self.accelerator.num_processes == 1 else self.model
-        return denoiser_loss(model, data, index, sigmas, noise, tokens)
+        return denoiser_loss(self.raw, data, index[mine], sigmas[mine], noise[mine], tokens[mine])
 
     def run(self, signals: dict) -> None:
-        """Optimiser steps until max_steps, the time budget or ``signals["stop"]``."""
+        """Optimiser steps until max_steps, the time budget or ``signals["stop"]`` (on any process)."""
         from tqdm.auto import tqdm
 
         config, accelerator = self.config, self.accelerator
         if self.initial_validation is None:  # a resumed run keeps the first start's value
             self.initial_validation = self.validation(self.raw)
-        generator = torch.Generator(device=self.device).manual_seed(config["seed"] + self.step)
+        if self.generator is None:
+            self.generator = torch.Generator(device=self.device).manual_seed(config["seed"] + self.step)
+        global_batch = config["batch_size"] * accelerator.num_processes
         bar = tqdm(total=config["max_steps"], initial=self.step, desc=f"train {self.task}",
-                   disable=not self.progress)
+                   disable=not (self.progress and accelerator.is_main_process))
         loop_start = time.time() - self.trained_seconds
-        while (self.step < config["max_steps"] and time.time() - loop_start < config["max_minutes"] * 60
-               and not signals["stop"]):
-            index = torch.randint(0, self.data.num, (config["batch_size"],), device=self.device, generator=generator)
+        while self.step < config["max_steps"] and not any_process(
+                accelerator, time.time() - loop_start >= config["max_minutes"] * 60 or signals["stop"]):
+            index = torch.randint(0, self.data.num, (global_batch,), device=self.device, generator=self.generator)
             with accelerator.autocast():
-                loss = self.loss(index, generator)
+                loss = self.loss(index, self.generator)
             check_finite_loss(accelerator.gather(loss.detach()[None]), self.step + 1, self._kept)
             accelerator.backward(loss)
-            accelerator.clip_grad_norm_(self.model.parameters(), 1.0)
+            average_gradients(accelerator, self.raw.parameters())
+            accelerator.clip_grad_norm_(self.raw.parameters(), 1.0)
             self.optimizer.step()
-            self.scheduler.step()
+            if not accelerator.optimizer_step_was_skipped:
+                self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.ema.update(self.raw)
             self.step += 1
             self.trained_seconds = time.time() - loop_start
             if self.step % config["log_every"] == 0 or self.step == 1:
-                self._log(loss.item(), bar)
+                self._log(mean_loss(accelerator, loss), bar)
             bar.update(1)
             if self.step % config["checkpoint_every"] == 0:
                 self.save_state()
@@ -135,36 +160,72 @@ class WorldTrainer:
     def _log(self, value: float, bar) -> None:
         self.history.append([self.step, round(value, 5)])
         bar.set_postfix(loss=f"{value:.4f}")
-        if not self.progress:
+        if not self.progress and self.accelerator.is_main_process:
             print(f"[{self.task}] step {self.step} loss {value:.5f}", flush=True)
 
     def _kept(self) -> str:
+        kept = latest_checkpoint(self.run_dir)
+        if kept is not None:
+            return f"The last checkpoint is kept in {kept} (--resume continues from it)."
         if (self.state_dir / "progress.json").is_file():
             return f"The last checkpoint is kept in {self.state_dir} (--resume continues from it)."
         return "No checkpoint was written yet."
 
+    def _run_state(self) -> RunState:
+        return RunState(self.raw, self.optimizer, self.scheduler, self.ema, self.step, {})
+
     def save_state(self) -> None:
-        """Accelerate state (model, optimiser, scheduler, RNG), EMA and progress, for ``load_state``: written to a
-        temporary folder renamed into place, so a kill keeps the previous state whole (never parts of two steps)."""
+        """``train-<task>/checkpoint-<step>/`` (:mod:`mmpos.training.scaffold_checkpoint`: written by the main
+        process, renamed into place once complete; every process's generators): model, optimiser, scheduler, EMA,
+        the draws' generator and ``world_progress.json`` (time, loss history, first validation). Collective."""
+        state = self._run_state()
+        state.data = {"generator": None if self.generator is None else generator_state(self.generator),
+                      "global_batch": self.config["batch_size"] * self.accelerator.num_processes}
         progress = {"step": self.step, "trained_seconds": self.trained_seconds, "history": self.history,
                     "initial_validation": self.initial_validation}
-        with folder_written_atomically(self.state_dir) as folder:
-            self.accelerator.save_state(str(folder))
-            torch.save(self.ema.state_dict(), folder / "ema.pt")
-            (folder / "progress.json").write_text(json.dumps(progress))
+        save_checkpoint(self.accelerator, self.run_dir, state, json.loads(json.dumps(self.config)), keep=2,
+                        extras=lambda folder: write_json(folder / "world_progress.json", progress))
 
     def load_state(self) -> None:
+        """Resume from the newest ``train-<task>/checkpoint-<step>/``, else from a ``train_state-<task>/`` of the
+        earlier layout (read without unpickling anything but tensors; its run re-seeds the draws at seed + step, as
+        it did)."""
+        folder = latest_checkpoint(self.run_dir)
+        if folder is None:
+            return self._load_earlier_layout()
+        _check_resume(self.config, saved_config(folder), folder / "config.yaml")  # before any weight is read
+        state = self._run_state()
+        load_checkpoint(self.accelerator, folder, state)
+        if state.data.get("global_batch") not in (None, self.config["batch_size"] * self.accelerator.num_processes):
+            raise ValueError(f"--resume: {folder} was written at a global batch of {state.data['global_batch']} "
+                             "(batch_size x processes); keep it to continue the run's draws")
+        saved = _read_part(folder / "world_progress.json", lambda: read_json(folder / "world_progress.json"))
+        self._restore_progress(saved)
+        if state.data.get("generator") is not None:
+            self.generator = torch.Generator(device=self.device)
+            set_generator_state(self.generator, state.data["generator"])
+
+    def _restore_progress(self, saved: dict) -> None:
+        self.step, self.trained_seconds, self.history = saved["step"], saved["trained_seconds"], saved["history"]
+        self.initial_validation = saved.get("initial_validation")
+
+    def _load_earlier_layout(self) -> None:
         state_dir = recover_folder(self.state_dir)
         progress_file = state_dir / "progress.json"
         if not progress_file.is_file():
-            raise FileNotFoundError(f"nothing to resume: no {progress_file}")
+            raise FileNotFoundError(f"nothing to resume: no {self.run_dir}/checkpoint-<step> and no {progress_file}")
         saved = _read_part(progress_file, lambda: json.loads(progress_file.read_text()))
-        _read_part(state_dir, lambda: self.accelerator.load_state(str(state_dir)))
+        weights = _read_part(state_dir / "model.safetensors", lambda: read_tensors(state_dir / "model.safetensors"))
+        _read_part(state_dir, lambda: self.raw.load_state_dict(
+            {k.removeprefix("module."): v for k, v in weights.items()}))
+        self.optimizer.load_state_dict(_read_part(state_dir, lambda: load_torch_file(state_dir / "optimizer.bin")))
+        self.scheduler.load_state_dict(_read_part(state_dir, lambda: load_torch_file(state_dir / "scheduler.bin")))
+        rng = state_dir / f"random_states_{self.accelerator.process_index}.pkl"
+        if rng.is_file():
+            set_rng_state(_read_part(rng, lambda: load_torch_file(rng, allow_numpy=True)))
         ema_file = state_dir / "ema.pt"
-        self.ema.load_state_dict(_read_part(ema_file, lambda: _ema_state(torch.load(ema_file, weights_only=True,
-                                                                                    map_location=self.device))))
-        self.step, self.trained_seconds, self.history = saved["step"], saved["trained_seconds"], saved["history"]
-        self.initial_validation = saved.get("initial_validation")
+        self.ema.load_state_dict(_read_part(ema_file, lambda: _ema_state(load_torch_file(ema_file, self.device))))
+        self._restore_progress(saved)
 
     def finish(self) -> dict:
         """EMA weights -> final model; model card; export under ``out_dir/world-<task>/``."""
@@ -190,8 +251,21 @@ class WorldTrainer:
                         val_l1=round(self.validation(final), 5))
         else:
             card.update(val_loss_start=start, val_loss=round(self.validation(final), 5))
-        export_model(task, final, self.vae, config, card, self.out_dir)
+        if self.accelerator.is_main_process:
+            export_model(task, final, self.vae, config, card, self.out_dir)
+        self.accelerator.wait_for_everyone()
         return card
+
+
+def _check_resume(config: dict, saved: dict, where) -> None:
+    """Refuse to resume with a changed key that defines the model, the data or the draws."""
+    for key, value in json.loads(json.dumps(config)).items():
+        if key in RESUME_MAY_CHANGE or key not in saved or saved[key] == value:
+            continue
+        if isinstance(value, (int, float)) and isinstance(saved[key], (int, float)) and float(saved[key]) == value:
+            continue  # 1 and 1.0
+        raise ConfigError(f"--resume: {key} is {value!r} but the run was started with {saved[key]!r} ({where}); "
+                          "resume with the run's value or start a new --out")
 
 
 def _data_layout(task: str) -> dict:
@@ -207,9 +281,10 @@ def _read_part(path: Path, read):
     """``read()``, with an unreadable (truncated, foreign) file named in the error."""
     try:
         return read()
-    except (OSError, EOFError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError, SafetensorError) as error:
-        raise ValueError(f"{path}: cannot be read as part of a train state ({type(error).__name__}: {error}); "
-                         "delete the train state to start over") from None
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError, SafetensorError,
+            UnsafeStateError) as error:
+        raise UnreadableCheckpointError(f"{path}: cannot be read as part of a train state ({type(error).__name__}: "
+                                        f"{error}); delete the train state to start over") from None
 
 
 def _ema_state(saved: dict) -> dict:

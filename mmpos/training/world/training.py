@@ -7,6 +7,7 @@ The pieces: :mod:`.latents` (packing, ids), :mod:`.training_data`, :mod:`.losses
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 from contextlib import contextmanager
@@ -32,8 +33,13 @@ def stop_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def train(config: dict, out_dir, resume: bool = False, progress: bool = True) -> dict:
+def train(config: dict, out_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
     """Train ``config['task']``; write the model (EMA weights), model card and samples under ``out_dir``.
+
+    Runs on N processes (torchrun / ``accelerate launch``): ``batch_size`` is per process; every process draws the
+    global batch and trains on its slice, only the main process writes (checkpoints ``out_dir/train-<task>/
+    checkpoint-<step>/``, the export). ``resume`` continues the newest checkpoint (or an earlier layout's
+    ``train_state-<task>/``); ``overwrite`` deletes the earlier run's checkpoints first.
 
     Stops at ``max_steps``, after ``max_minutes`` of training or on SIGTERM; a NaN or inf loss raises
     :class:`~mmpos._validation.NonFiniteLossError`, keeping the last checkpoint. An ``out_dir`` that is a file or
@@ -45,6 +51,12 @@ def train(config: dict, out_dir, resume: bool = False, progress: bool = True) ->
     """
     check_writable_folder(out_dir)
     trainer = WorldTrainer(config, out_dir, progress)
+    if overwrite and not resume:  # the earlier run's checkpoints go; its export is replaced once the new one is whole
+        trainer.accelerator.wait_for_everyone()
+        if trainer.accelerator.is_main_process:
+            for folder in (trainer.run_dir, trainer.state_dir):
+                shutil.rmtree(folder, ignore_errors=True)
+        trainer.accelerator.wait_for_everyone()
     if resume:
         trainer.load_state()
     with stop_on_sigterm() as signals:
@@ -70,7 +82,7 @@ def check_earlier_run(out_dir, task: str, resume: bool, overwrite: bool) -> None
     if resume and overwrite:
         raise ValueError("--resume continues the earlier run and --overwrite replaces it: pass one")
     out = Path(out_dir)
-    earlier = [p for p in (out / f"train_state-{task}", out / f"world-{task}") if p.exists()]
+    earlier = [p for p in (out / f"train-{task}", out / f"train_state-{task}", out / f"world-{task}") if p.exists()]
     if earlier and not (resume or overwrite):
         raise FileExistsError(f"--out {out} holds an earlier {task} run ({', '.join(p.name for p in earlier)}); "
                               "pass --resume to continue it or --overwrite to replace it")
