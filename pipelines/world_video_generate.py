@@ -67,7 +67,10 @@ def world_trajectory(spec: str | None, frames: int, fail):
     if not Path(spec).is_file():
         fail(f"--camera {spec}: the world model takes orbit[:DEGREES], dolly[:UNITS], pan[:DEGREES] or a "
              "RealEstate10K .txt / mmpos .json trajectory file")
-    return resample(place_trajectory(load_trajectory(spec), start), frames)
+    try:
+        return resample(place_trajectory(load_trajectory(spec), start), frames)
+    except ValueError as error:  # the file's message names it
+        fail(f"--camera {spec}: {error}")
 
 
 def world_first_frame(image_path, settings, fail):
