@@ -94,8 +94,9 @@ class CameraAdapter(ModelMixin, ConfigMixin):
             orientation = cameras.orientation if self.config.use_orientation else None
             return CameraConditioning(self, scale, geometry=geometry, orientation=orientation)
         if cameras.intrinsics is None:
-            raise ValueError("camera: the prope adapter needs pinhole-like intrinsics; an equirectangular camera "
-                             "has none")
+            raise ValueError("camera: the prope adapter needs pinhole intrinsics; an equirectangular camera has "
+                             "none, and an OpenCV camera with distortion (k1, k2, p1, p2, k3) is not a pinhole: PRoPE "
+                             "would drop the distortion (undistort the frames, or use a ucpe adapter)")
         geometry = self.layers[0].encoding.prepare(invert_pose(cameras.c2w), rows_cols, cameras.intrinsics,
                                                    cameras.image_size)
         return CameraConditioning(self, scale, geometry=geometry)

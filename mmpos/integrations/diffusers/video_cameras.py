@@ -16,6 +16,7 @@ from typing import Sequence, Union
 import torch
 
 from ...camera import CameraModel, Trajectory, check_pose, latitude_up_map, ray_grid, resample
+from ...camera.perspective import OpenCVCamera
 
 __all__ = ["CameraPath", "VideoCameras", "video_cameras"]
 
@@ -84,8 +85,8 @@ def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence
                              f"the {rows}x{cols} patch grid; expected intrinsics that image the {width}x{height} "
                              "output")
     orientation = torch.stack([latitude_up_map(m, c2w[i], (rows, cols), offset)[0] for i, m in enumerate(models)])
-    intrinsics = None
-    if all(hasattr(m, "intrinsic_matrix") for m in models):
+    intrinsics = None  # a K only where it is the whole projection: a distorted OpenCV camera's K would drop it
+    if all(hasattr(m, "intrinsic_matrix") and not _distorted(m) for m in models):
         intrinsics = torch.stack([m.intrinsic_matrix(torch.float64) for m in models])
 
     def put(t):
@@ -93,6 +94,11 @@ def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence
 
     return VideoCameras(put(c2w), put(rays), put(valid), put(intrinsics), put(orientation.flatten(0, 1)),
                         (frames, rows, cols), (height, width))
+
+
+def _distorted(model) -> bool:
+    """An OpenCV camera with a non-zero distortion coefficient (its K alone is not its projection)."""
+    return isinstance(model, OpenCVCamera) and any(getattr(model, name) != 0 for name in ("k1", "k2", "p1", "p2", "k3"))
 
 
 def stack_cameras(items: Sequence[VideoCameras]) -> VideoCameras:
