@@ -164,17 +164,17 @@ def read_text(path) -> str:
         raise ValueError(f"{path}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
 
 
-def _numbers(path, where: str, value, shape: tuple) -> list:
-    """``value`` as a nested list of ``shape`` holding only numbers (not strings, not bools)."""
+def _numbers(path, where: str, value, shape: tuple, expected: str):
+    """``value`` as a nested list of ``shape`` (an entry may be a tuple of allowed lengths) holding only numbers
+    (not strings, not bools); ValueError ``{path}: {where} must be {expected}`` otherwise."""
     if len(shape) == 0:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{path}: {where} must be a number, got {value!r}")
         return value
     lengths = shape[0] if isinstance(shape[0], tuple) else (shape[0],)
     if not (isinstance(value, list) and len(value) in lengths):
-        expected = " or ".join(str(n) for n in lengths)
-        raise ValueError(f"{path}: {where} must be a list of {expected} items, got {value!r:.80}")
-    return [_numbers(path, f"{where}[{i}]", item, shape[1:]) for i, item in enumerate(value)]
+        raise ValueError(f"{path}: {where} must be {expected}, got {value!r:.80}")
+    return [_numbers(path, f"{where}[{i}]", item, shape[1:], expected) for i, item in enumerate(value)]
 
 
 def read_json(path, dtype=torch.float64) -> Trajectory:
@@ -196,10 +196,10 @@ def read_json(path, dtype=torch.float64) -> Trajectory:
     for i, frame in enumerate(frames):
         if not isinstance(frame, dict):
             raise ValueError(f"{path}: frames[{i}] must be an object with c2w and intrinsics, got {frame!r:.80}")
-        c2w.append(_numbers(path, f"frames[{i}].c2w", frame.get("c2w"), ((3, 4), 4)))
-        intrinsics.append(_numbers(path, f"frames[{i}].intrinsics (fx/W, fy/H, cx/W, cy/H)",
-                                   frame.get("intrinsics"), (4,)))
-        timestamps.append(_numbers(path, f"frames[{i}].timestamp", frame.get("timestamp", i), ()))
+        c2w.append(_numbers(path, f"frames[{i}].c2w", frame.get("c2w"), ((3, 4), 4), "a 4x4 (or 3x4) nested list"))
+        intrinsics.append(_numbers(path, f"frames[{i}].intrinsics", frame.get("intrinsics"), (4,),
+                                   "4 numbers (fx/W, fy/H, cx/W, cy/H)"))
+        timestamps.append(_numbers(path, f"frames[{i}].timestamp", frame.get("timestamp", i), (), "a number"))
     c2w = torch.stack([check_pose(f"{path}: frames[{i}].c2w", torch.tensor(m, dtype=torch.float64))
                        for i, m in enumerate(c2w)])
     url = data.get("url", "")
