@@ -135,6 +135,17 @@ def test_mismatched_camera_adapter_is_refused_when_loaded():
     assert pipe.camera_adapter is None
 
 
+@pytest.mark.skipif(not (ROOT / "assets" / "world-video" / "model_index.json").is_file(), reason="no world video model")
+def test_generate_video_world_mismatched_adapter(capsys, tmp_path):
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+
+    other = tmp_path / "other-adapter"
+    CameraAdapter(kind="ucpe", dim=32, num_layers=2, num_heads=2, head_dim=16).save_pretrained(other)
+    _one_line_exit_2(capsys, ["generate", "video", "--model", "world", "--adapter", str(other), "--out",
+                              str(tmp_path / "out")], "--adapter", "2 layers of width 32")
+    assert not (tmp_path / "out").exists()
+
+
 # ----- mmpos generate: the config's extrapolate section, non-UTF-8 configs ------------------------------------------
 
 GENERATE_CASES = {
