@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # torch is pinned here (a local wheel on the project's machines); the package itself asks for a range.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-fast test-install bench install clean
+.PHONY: demo test test-fast test-install bench install clean style quality typecheck docs
 
 $(VENV)/.base: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,11 @@ $(VENV)/.base: pyproject.toml setup.py
 
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+# ruff, mypy, pre-commit and the docs site (the `dev` extra)
+$(VENV)/.dev: $(VENV)/.test
+	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $@
 
 install: $(VENV)/.base
@@ -39,6 +44,25 @@ test-install: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_rotary.py --out outputs/bench_rotary.json
+
+# as in diffusers: `make style` rewrites (import order, lint fixes, format), `make quality` only checks
+CHECK_DIRS := mmpos pipelines tests benchmarks scripts setup.py
+style: $(VENV)/.dev
+	$(VENV)/bin/ruff check $(CHECK_DIRS) --fix
+	$(VENV)/bin/ruff format $(CHECK_DIRS)
+
+quality: $(VENV)/.dev
+	$(VENV)/bin/ruff check $(CHECK_DIRS)
+	$(VENV)/bin/ruff format --check $(CHECK_DIRS)
+	$(MAKE) typecheck
+
+# mypy on the core packages (the files and rules are in pyproject.toml, [tool.mypy])
+typecheck: $(VENV)/.dev
+	$(VENV)/bin/mypy
+
+# the API reference and guide site (mkdocs.yml); --strict: a broken reference or link fails the build
+docs: $(VENV)/.dev
+	$(VENV)/bin/mkdocs build --strict --site-dir outputs/site
 
 clean:
 	rm -rf $(VENV) outputs

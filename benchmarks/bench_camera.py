@@ -26,7 +26,14 @@ SHAPES = {  # name: (batch, heads, head_dim, cameras, (rows, cols), image (H, W)
     "lvsm": (1, 8, 144, 3, (32, 32), (256, 256)),  # RayRoPE's NVS setting: 2 context + 1 target view
     "wan1.3b": (1, 12, 96, 21, (30, 52), (480, 832)),  # 480x832, 81 frames -> 21 latent frames (PRoPE/UCPE)
 }
-ENCODINGS = ("plucker", "prope", "ucpe", "rayrope")
+VIDEO_SHAPES = ("wan1.3b",)  # many cameras: encodings that attend once per query camera (predicts_depth) are left out
+
+
+def camera_encodings() -> list[str]:
+    """Every registered camera encoding (the registry is the one list of kinds)."""
+    from mmpos.encodings import list_pes
+
+    return list_pes("camera")
 
 
 def make_rig(cameras: int, batch: int, dtype=torch.float64, seed: int = 0):
@@ -41,32 +48,28 @@ def make_rig(cameras: int, batch: int, dtype=torch.float64, seed: int = 0):
 
 
 def build(name: str, head_dim: int, cameras: int, batch: int, grid, image, dtype, device):
-    """(encoding, run(q, k, v) -> output) with geometry in ``dtype`` on ``device``."""
-    from mmpos.camera.poses import invert_pose
+    """(encoding, run(q, k, v) -> output) with geometry in ``dtype`` on ``device``, through the contract: the
+    attention output, or for an additive encoding its geometry (the embedded rays)."""
+    from mmpos.camera import Cameras
     from mmpos.camera.rays import ray_grid
-    from mmpos.encodings import create_pe
+    from mmpos.encodings import pe_class
 
     c2w, trajectory = make_rig(cameras, batch)
     height, width = image
     k_pixels = trajectory.intrinsic_matrices(width, height)[None].repeat(batch, 1, 1, 1)
-    c2w, k_pixels = c2w.to(device, dtype), k_pixels.to(device, dtype)
-    w2c = invert_pose(c2w)
-    tokens = cameras * grid[0] * grid[1]
     rays, valid = ray_grid(trajectory.camera(0, width, height), grid, dtype=dtype, device=device)
-    if name == "plucker":
-        pe = create_pe("plucker", embed_dim=head_dim)
-        return pe, lambda q, k, v: pe.embed(c2w, rays)
-    pe = create_pe(name, head_dim=head_dim).to(device)
-    if name == "prope":
-        geo = pe.prepare(w2c, grid, k_pixels, image)
-        return pe, lambda q, k, v: pe.attention(q, k, v, geo)
-    if name == "ucpe":
-        geo = pe.prepare(c2w, rays, grid, valid)
-        return pe, lambda q, k, v: pe.attention(q, k, v, geo)
-    side = pe.prepare(w2c, k_pixels, image, grid)
-    g = torch.Generator().manual_seed(3)
-    raw = (torch.randn(batch, tokens, 2, generator=g, dtype=torch.float64) * 0.5).to(device, dtype)
-    return pe, lambda q, k, v: pe.attention(q, k, v, side, depth_q=raw)
+    rig = Cameras(c2w=c2w.to(device, dtype), grid=grid, image_size=image, intrinsics=k_pixels.to(device, dtype),
+                  rays=rays, valid=valid)
+    pe = pe_class(name).for_head_dim(head_dim).to(device)
+    geometry = pe.prepare(rig)
+    if pe.capabilities.additive:
+        return pe, lambda q, k, v: geometry
+    per_layer = {}
+    if pe.capabilities.predicts_depth:
+        g = torch.Generator().manual_seed(3)
+        raw = torch.randn(batch, rig.num_tokens, 2, generator=g, dtype=torch.float64) * 0.5
+        per_layer["depth_q"] = raw.to(device, dtype)
+    return pe, lambda q, k, v: pe.attention(q, k, v, geometry, **per_layer)
 
 
 def check_accuracy(device: str, shape: str = "tiny") -> list[dict]:
@@ -78,7 +81,7 @@ def check_accuracy(device: str, shape: str = "tiny") -> list[dict]:
     q16, k16, v16 = (t.to(device, torch.bfloat16) for t in (q64, k64, v64))
     sdpa_err = _relative_error(F.scaled_dot_product_attention(q16, k16, v16), sdpa_ref)
     rows = []
-    for name in ENCODINGS:
+    for name in camera_encodings():
         _, reference_fn = build(name, head_dim, cameras, batch, grid, image, torch.float64, "cpu")
         _, device_fn = build(name, head_dim, cameras, batch, grid, image, torch.float32, device)
         reference = reference_fn(q64, k64, v64)
@@ -101,18 +104,23 @@ def _median_ms(fn, device: str, repeats: int) -> float:
 
 @torch.no_grad()
 def benchmark(device: str, shapes, dtype: torch.dtype, repeats: int) -> list[dict]:
+    from mmpos.encodings import pe_capabilities
+
     rows = []
     for shape in shapes:
         batch, heads, head_dim, cameras, grid, image = SHAPES[shape]
         tokens = cameras * grid[0] * grid[1]
         q, k, v = (torch.randn(batch, heads, tokens, head_dim, device=device, dtype=dtype) for _ in range(3))
         sdpa_ms = _median_ms(lambda: F.scaled_dot_product_attention(q, k, v), device, repeats)
-        names = ("prope", "ucpe", "rayrope") if shape != "wan1.3b" else ("prope", "ucpe")
-        for name in names:
-            if name == "rayrope" and head_dim % 24:
-                continue
+        for name in camera_encodings():
+            caps = pe_capabilities(name)
+            if caps.additive or (caps.predicts_depth and shape in VIDEO_SHAPES):
+                continue  # no attention to time / one SDPA per each of the video's cameras
             start = time.perf_counter()
-            _, run = build(name, head_dim, cameras, batch, grid, image, torch.float32, device)
+            try:
+                _, run = build(name, head_dim, cameras, batch, grid, image, torch.float32, device)
+            except ValueError:  # head_dim does not suit the encoding (RayRoPE: a multiple of 2 * D_c)
+                continue
             prepare_ms = (time.perf_counter() - start) * 1e3
             ms = _median_ms(lambda: run(q, k, v), device, repeats)
             rows.append({"shape": shape, "tokens": tokens, "encoding": name, "device": device,

@@ -21,7 +21,7 @@ import torch
 
 from mmpos.camera import preset_trajectory
 from mmpos.integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
-from mmpos.integrations.diffusers.video_cameras import video_cameras
+from mmpos.camera.video import video_cameras
 
 WAN_13B_BLOCK = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16,
                      out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=8960, cross_attn_norm=True,

@@ -8,8 +8,9 @@ LooseRoPE on Kontext. "off" is the pipeline with ``enabled=False`` (the edit pro
 through). The variants of a case are interleaved call by call; reported: median ms per step, the ratio to the
 case's baseline, the attention work the method implies (:mod:`edit_cases`), whether "off" equals the stock
 forward bit for bit, the largest change "on" makes (shows the edit is on) and, on CUDA, each variant's peak memory.
-``--families flux2 qwen`` times band modulation through the edit seam on FLUX.2- and Qwen-Image-shaped
-transformers at the same token counts instead.
+``--families flux2 qwen`` times band modulation through the edit seam, PE transplant (Klein / Qwen-Image
+inpainting) and LooseRoPE (Klein edit / Qwen-Image-Edit; :mod:`family_edit_cases`) on FLUX.2- and
+Qwen-Image-shaped transformers at the same token counts instead.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 
 from edit_cases import MODEL_CHANNELS, cases, family_band_case
+from family_edit_cases import family_rows
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -169,7 +171,8 @@ def _row(case, inputs, result, text_len) -> dict:
 
 def run_families(families, size: str = "small", dtype: str = "bf16", device: str = "cpu",
                  repeats: int = 5) -> list[dict]:
-    """Band modulation (on, plain shared attention, off) on FLUX.2- / Qwen-Image-shaped transformers."""
+    """Band modulation (on, plain shared attention, off), then PE transplant and LooseRoPE (on, off), on FLUX.2- /
+    Qwen-Image-shaped transformers."""
     side, text_len, num_double, num_single, heads, text_dim = SIZES[size]
     device, torch_dtype = torch.device(device), DTYPES[dtype]
     scheduler = _scheduler_at_first_step(device)
@@ -179,6 +182,7 @@ def run_families(families, size: str = "small", dtype: str = "bf16", device: str
         case = family_band_case(family, num_double + num_single)
         inputs = _family_inputs(family, case.batch, side, text_len, text_dim, torch_dtype, device)
         rows.append(_row(case, inputs, time_case(case, model, inputs, scheduler, repeats, device), text_len))
+        rows += family_rows(family, SIZES[size], torch_dtype, device, repeats, _timed)
     return rows
 
 
@@ -221,8 +225,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="*", default=(), help="cases whose name contains one of these words")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--families", nargs="*", choices=FAMILIES, default=None,
-                        help="time band modulation on these architectures (FLUX.2, Qwen-Image) instead of FLUX.1's "
-                             "three edits")
+                        help="time band modulation, PE transplant and LooseRoPE on these architectures (FLUX.2, "
+                             "Qwen-Image) instead of FLUX.1's three edits")
     parser.add_argument("--out", default="outputs/bench_edit.json")
     args = parser.parse_args(argv)
     if args.threads:

@@ -9,7 +9,6 @@ parses its arguments before any heavy import.
 """
 from importlib import import_module
 
-__version__ = "0.1.0"
 _EXPORTS = {name: ".encodings" for name in ("Capabilities", "PEKind", "RotaryPE", "create_pe", "list_pes",
                                             "pe_capabilities", "pe_class", "register_pe")}
 __all__ = ["create_pe", "list_pes", "pe_capabilities", "pe_class", "register_pe", "Capabilities", "PEKind",
@@ -19,7 +18,20 @@ __all__ = ["create_pe", "list_pes", "pe_capabilities", "pe_class", "register_pe"
 _SUBPACKAGES = ("camera", "coords", "encodings", "integrations", "models", "ops", "spectrum", "training", "viz", "world")
 
 
+def _installed_version() -> str:
+    """The version of the installed distribution: pyproject.toml is the one place it is written."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mmpos")
+    except PackageNotFoundError:  # a checkout imported without `pip install -e .`
+        return "0+unknown"
+
+
 def __getattr__(name):
+    if name == "__version__":
+        globals()["__version__"] = value = _installed_version()
+        return value
     if name in _SUBPACKAGES:  # `import mmpos; mmpos.encodings.RotaryPE` as when the exports were imported eagerly
         return import_module(f".{name}", __name__)
     if name not in _EXPORTS:
@@ -30,4 +42,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | {"__version__"})

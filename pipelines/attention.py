@@ -195,7 +195,7 @@ def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.T
 def attend_wide(attn, query, key, value, scale: float) -> torch.Tensor:
     """Attention whose q and k (``[B, L, H, E]``) are wider than v (``[B, L, H, Ev]``, ``Ev < E``): v gets zero
     channels up to ``E`` and the output loses them again, so that PyTorch SDPA runs its fused kernel (it takes
-    the unfused math path, ~2x slower on a CPU, when the widths differ); the kept channels are the same
+    the unfused math path, slower on a CPU (``docs/results.md``), when the widths differ); the kept channels are the same
     weighted sums of v."""
     width = query.shape[-1] - value.shape[-1]
     padded = torch.cat([value, value.new_zeros(*value.shape[:-1], width)], dim=-1) if width > 0 else value

@@ -1,4 +1,4 @@
-"""Band modulation (Untwisting RoPE) on FLUX.2 / Klein, Qwen-Image and Z-Image, through the edit seam.
+"""Band modulation (Untwisting RoPE) on FLUX.2 / Klein, Qwen-Image, Qwen-Image 2.1 and Z-Image, through the edit seam.
 
 Each pipeline subclasses the stock one and keeps its call (argument order, ``return_dict``, ``output_type``); it
 adds the keyword ``band`` (a :class:`~.band.BandConfig` or dict). Text-to-image: the batch is ``[reference,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 
 import torch
-from diffusers import Flux2KleinPipeline, Flux2Pipeline, QwenImagePipeline, ZImagePipeline
+from diffusers import Flux2KleinPipeline, Flux2Pipeline, QwenImage21Pipeline, QwenImagePipeline, ZImagePipeline
 
 from mmpos.integrations.diffusers.families import family_for
 from mmpos.integrations.diffusers.models import spec_for
@@ -93,6 +93,12 @@ class BandModulationQwenImagePipeline(_FamilyBandMixin, QwenImagePipeline):
     """``QwenImagePipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``)."""
 
 
+class BandModulationQwenImage21Pipeline(_FamilyBandMixin, QwenImage21Pipeline):
+    """``QwenImage21Pipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``): each
+    target image's queries also see the reference's band-scaled target-image keys; the prefix (text, condition
+    images) stays block-causal and stock, so the KV cache (``use_kv_cache``) and ``image=`` work unchanged."""
+
+
 class BandModulationZImagePipeline(_FamilyBandMixin, ZImagePipeline):
     """``ZImagePipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``; with CFG the
     pipeline batches ``[positive, negative]``: each half is shared within itself)."""
@@ -102,6 +108,7 @@ BAND_PIPELINES = {
     "flux": BandModulationFluxPipeline,
     "flux2": BandModulationFlux2Pipeline,
     "qwen": BandModulationQwenImagePipeline,
+    "qwenimage21": BandModulationQwenImage21Pipeline,
     "z_image": BandModulationZImagePipeline,
 }
 BAND_PIPELINES_BY_STOCK = {
@@ -110,5 +117,6 @@ BAND_PIPELINES_BY_STOCK = {
     "Flux2Pipeline": BandModulationFlux2Pipeline,
     "Flux2KleinPipeline": BandModulationFlux2KleinPipeline,
     "QwenImagePipeline": BandModulationQwenImagePipeline,
+    "QwenImage21Pipeline": BandModulationQwenImage21Pipeline,
     "ZImagePipeline": BandModulationZImagePipeline,
 }

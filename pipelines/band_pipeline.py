@@ -45,6 +45,22 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
     @torch.no_grad()
     def __call__(self, *args, band=None, reference_image=None, reference_latents: Optional[torch.Tensor] = None,
                  reference_seed: int = 0, reference_mode: str = "noise", probe: Optional[tuple] = None, **kwargs):
+        """``FluxPipeline.__call__`` with band-modulated shared attention over the batch ``[reference, target, ...]``.
+
+        Args:
+            *args, **kwargs: ``FluxPipeline.__call__``'s (one prompt or prompt embedding per image, at least two;
+                ``num_images_per_prompt`` must be 1).
+            band: a :class:`BandConfig` or a dict of its fields (``None``: the defaults).
+            reference_image: a given reference (image or ``[1, 3, H, W]`` tensor in [0, 1]) for element 0.
+            reference_latents: the same as packed latents ``[1, L, C]`` (as the transformer sees them).
+            reference_seed: seed of the fixed noise of ``reference_mode="noise"``.
+            reference_mode: ``"noise"`` (the reference noised to each step's sigma) or ``"invert"`` (inverse
+                Euler of the unedited model, one extra forward per step).
+            probe: ``(layer, progress)``: record that layer's q/k at that fraction of sampling (``self.probe``).
+
+        Returns:
+            The ``FluxPipelineOutput`` (images in batch order, reference first).
+        """
         config = coerce_config(BandConfig, band)
         rule = SharedBandAttention(config, self.transformer.config.axes_dims_rope)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
@@ -165,6 +181,16 @@ class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextP
 
     @torch.no_grad()
     def __call__(self, *args, band=None, probe: Optional[tuple] = None, **kwargs):
+        """``FluxKontextPipeline.__call__`` with the context image's keys band-modulated.
+
+        Args:
+            *args, **kwargs: ``FluxKontextPipeline.__call__``'s (``image`` is the context / reference image).
+            band: a :class:`BandConfig` or a dict of its fields (``None``: the defaults).
+            probe: ``(layer, progress)``: record that layer's q/k at that fraction of sampling (``self.probe``).
+
+        Returns:
+            The ``FluxPipelineOutput``.
+        """
         config = coerce_config(BandConfig, band)
         rule = ContextBandScaling(config, self.transformer.config.axes_dims_rope)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)

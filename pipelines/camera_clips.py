@@ -25,7 +25,7 @@ import torch
 
 from mmpos.camera import Trajectory, load_trajectory
 from mmpos.camera.trajectory import read_text
-from mmpos.integrations.diffusers.video_cameras import CameraPath
+from mmpos.camera.video import CameraPath
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 

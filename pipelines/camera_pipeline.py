@@ -22,9 +22,9 @@ import torch
 from diffusers import WanImageToVideoPipeline, WanPipeline
 
 from mmpos._validation import check_finite_number
+from mmpos.camera.video import video_cameras
 from mmpos.integrations.diffusers.camera_adapter import (CameraAdapter, camera_conditioning, check_adapter_fits,
                                                          placed_like, without_camera)
-from mmpos.integrations.diffusers.video_cameras import video_cameras
 
 __all__ = ["CameraControlWanPipeline", "CameraControlWanImageToVideoPipeline", "load_camera_adapter"]
 

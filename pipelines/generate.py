@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from .run_inputs import (output_folder, prompt_kwargs, report_written, resolve_config, sampler_options,
-                         seeded_generator)
+from .edits.base import seeded_generator
+from .run_inputs import output_folder, prompt_kwargs, report_written, resolve_config, sampler_options
 from .config import save_config
 from .extrapolate import extrapolate_setting, install_extrapolation, parse_extrapolate
 from .images import save_image

@@ -12,24 +12,43 @@ TEXT_COMPONENTS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def pipeline_class(kind: str):
+EDIT_KINDS = {"band_kontext": ("band", "kontext")}  # old kind names: edit method, variant
+
+
+def edit_kind(kind: str):
+    """``(EditMethod, variant)`` for an edit kind (a registered edit method's name, or ``band_kontext``), else
+    None."""
+    from .edits import get_edit, list_edits
+
+    if kind in EDIT_KINDS:
+        name, variant = EDIT_KINDS[kind]
+        return get_edit(name), variant
+    return (get_edit(kind), None) if kind in list_edits() else None
+
+
+def pipeline_class(kind: str, path=None):
+    """The pipeline class for ``kind``: an edit method (``band``, ``band_kontext``, ``transplant``, ``loose``, or
+    any registered one: for the model at ``path`` when given, from its ``model_index.json``; else the method's
+    first pipeline), ``generate`` (FluxPipeline), ``generate_qwen`` or ``generate:<class name>``."""
     from diffusers import FluxPipeline, QwenImagePipeline
 
-    from . import (
-        BandModulationFluxPipeline,
-        BandModulationKontextPipeline,
-        LooseRoPEKontextPipeline,
-        PosBridgeFillPipeline,
-    )
+    edit = edit_kind(kind)
+    if edit is not None:
+        from .edits import pipeline_for
 
-    classes = {"band": BandModulationFluxPipeline, "band_kontext": BandModulationKontextPipeline,
-               "transplant": PosBridgeFillPipeline, "loose": LooseRoPEKontextPipeline, "generate": FluxPipeline,
-               "generate_qwen": QwenImagePipeline}
+        method, variant = edit
+        if path is not None:
+            return pipeline_for(method, path, variant)
+        chosen = method.variant(variant)
+        return method.pipeline_class(chosen.pipeline if chosen is not None else next(iter(method.pipelines)))
+    classes = {"generate": FluxPipeline, "generate_qwen": QwenImagePipeline}
     if kind.startswith(FAMILY_KIND):  # the stock pipeline of a registered family, by class name
         import diffusers
 
         return getattr(diffusers, kind[len(FAMILY_KIND):])
-    check_choice("pipeline kind", kind, tuple(classes))
+    from .edits import list_edits
+
+    check_choice("pipeline kind", kind, (*classes, *list_edits(), *EDIT_KINDS))
     return classes[kind]
 
 
@@ -71,25 +90,37 @@ def missing_components(path) -> dict:
 
 
 WORLD = "world"  # --model world: the shipped world model of the command's task
-WORLD_TASK_OF_KIND = {"band": "t2i", "band_kontext": "kontext", "transplant": "fill", "loose": "kontext",
-                      "generate": "t2i"}
+WORLD_TASK_OF_KIND = {"generate": "t2i"}  # edit methods: their EditMethod.world_task (or variant's)
+
+
+def world_task_of(kind: str) -> str:
+    """The world model task (``t2i``, ``fill``, ``kontext``) that runs ``kind``; ValueError otherwise."""
+    edit = edit_kind(kind)
+    if edit is not None:
+        return edit[0].world_task_for(edit[1])
+    if kind not in WORLD_TASK_OF_KIND:
+        from .edits import list_edits
+
+        raise ValueError(f"--model world: no world model runs {kind!r}; expected one of "
+                         f"{sorted({*WORLD_TASK_OF_KIND, *list_edits(), *EDIT_KINDS})}")
+    return WORLD_TASK_OF_KIND[kind]
 
 
 def model_path(kind: str, model) -> str:
     """``model``, or for ``"world"`` the shipped world model folder that runs ``kind`` (``assets/world-<task>``)."""
     if str(model) != WORLD:
         return str(model)
-    if kind not in WORLD_TASK_OF_KIND:
-        raise ValueError(f"--model world: no world model runs {kind!r}; expected one of {sorted(WORLD_TASK_OF_KIND)}")
     from mmpos.models.world.image import DEFAULT_ASSETS
 
-    return str(DEFAULT_ASSETS / f"world-{WORLD_TASK_OF_KIND[kind]}")
+    return str(DEFAULT_ASSETS / f"world-{world_task_of(kind)}")
 
 
 def is_world_model(model) -> bool:
-    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`)."""
+    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`, or
+    its path before the world split, ``mmpos.world.text``)."""
     index = Path(str(model)) / "model_index.json"
-    return str(model) == WORLD or (index.is_file() and "mmpos.models.world.text" in index.read_text())
+    return str(model) == WORLD or (index.is_file() and any(
+        f'"{module}"' in index.read_text() for module in ("mmpos.models.world.text", "mmpos.world.text")))
 
 
 def world_image_size(path) -> int:
@@ -99,17 +130,30 @@ def world_image_size(path) -> int:
 
 
 def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None = None):
-    """``from_pretrained`` of the pipeline for ``kind`` (band, band_kontext, transplant, loose, generate,
-    generate_qwen) from ``path`` (a pipeline folder, a hub id, or ``"world"``: the shipped world model).
-    A local folder without ``model_index.json``, or a path that cannot be loaded, raises ValueError."""
+    """``from_pretrained`` of the pipeline for ``kind`` (an edit method, band_kontext, generate, generate_qwen)
+    from ``path`` (a pipeline folder, a hub id, or ``"world"``: the shipped world model); an edit method's class
+    follows the model (:func:`mmpos.pipelines.edits.pipeline_for`). A local folder without ``model_index.json``,
+    a model the method does not run on, or a path that cannot be loaded, raises ValueError."""
     check_choice("dtype", dtype, tuple(DTYPES))
-    cls = pipeline_class(kind)
     path = model_path(kind, path)
+    check_pipeline_folder(path)
+    return load_pipeline_class(pipeline_class(kind, path if edit_kind(kind) else None), path, dtype, device)
+
+
+def check_pipeline_folder(path) -> None:
     if Path(path).is_dir() and not (Path(path) / "model_index.json").is_file():
         raise ValueError(f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
                          "(save_pretrained), a hub id, or 'world' (the shipped world models)")
-    from mmpos.models.world.image import dtype_keyword, world_text_encoders_accepted
 
+
+def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None = None):
+    """``cls.from_pretrained(path)`` in ``dtype`` (text components a local folder lacks passed as None), moved to
+    ``device``; ValueError (one line) when it cannot be loaded."""
+    check_choice("dtype", dtype, tuple(DTYPES))
+    check_pipeline_folder(path)
+    from mmpos.models.world.image import dtype_keyword, import_named_modules, world_text_encoders_accepted
+
+    import_named_modules(path)  # a local folder's mmpos components (a hub id: nothing to do here)
     try:
         with world_text_encoders_accepted():
             pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))

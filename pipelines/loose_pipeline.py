@@ -77,6 +77,21 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
     @torch.no_grad()
     def __call__(self, image=None, crop_mask=None, original=None, saliency=None, loose=None,
                  verdict: Optional[Callable] = None, **kwargs):
+        """Harmonise a pasted object into its collage (see the class docstring for sizes and the verdict loop).
+
+        Args:
+            image: the collage (PIL image or ``[1, 3, H, W]`` tensor in [0, 1]); H and W multiples of the token size.
+            crop_mask: the pasted region, ``[H, W]`` bool (or an image); give it or ``original``.
+            original: the image before pasting; the crop mask is where the collage differs from it.
+            saliency: an ``[H, W]`` map in [0, 1] or a provider; default from ``loose.saliency``.
+            loose: a :class:`LooseConfig` or a dict of its fields.
+            verdict: ``verdict(images, attempt) -> "success" | "neglect" | "suppression"`` (optional VLM loop).
+            **kwargs: ``FluxKontextPipeline.__call__``'s (the prompt defaults to the authors' harmonisation prompt).
+
+        Returns:
+            A :class:`LooseRoPEOutput`, or with ``return_dict=False`` ``(images, saliency, crop_mask, maps,
+            verdicts)``.
+        """
         config = coerce_config(LooseConfig, loose)
         collage = as_image_batch("image", image)
         size = tuple(collage.shape[-2:])

@@ -10,22 +10,27 @@ from pathlib import Path
 
 
 _RUN_FLAG_KEYS = {"model": "model", "device": "device", "dtype": "dtype"}
-_EDIT_PROMPT = {"prompt_text": "prompt"}
+EDIT_FLAG_KEYS = {**_RUN_FLAG_KEYS, "prompt_text": "prompt"}  # every `mmpos edit METHOD`, then the method's own
 # per ``args.method``: option dest -> the (dotted) config key it sets; an option not given keeps the config's value.
 # --extrapolate / --train-size set extrapolate.preset / .train_size (:func:`~.extrapolate.extrapolate_setting`).
 FLAG_KEYS = {
-    "band": {**_RUN_FLAG_KEYS, **_EDIT_PROMPT, "target": "targets", "reference_prompt": "reference.prompt",
-             "reference_image": "reference.image", "image": "image"},
-    "transplant": {**_RUN_FLAG_KEYS, **_EDIT_PROMPT},
-    "loose": {**_RUN_FLAG_KEYS, **_EDIT_PROMPT},
     "generate": {**_RUN_FLAG_KEYS, "prompt": "prompts", "height": "sampler.height", "width": "sampler.width"},
 }
 
 
+def flag_keys(method: str) -> dict:
+    """Option dest -> config key of ``mmpos generate`` or of ``mmpos edit METHOD`` (its EditMethod.flag_keys)."""
+    if method in FLAG_KEYS:
+        return FLAG_KEYS[method]
+    from .edits import get_edit
+
+    return {**EDIT_FLAG_KEYS, **get_edit(method).flag_keys}
+
+
 def apply_flags(config: dict, args) -> dict:
-    """``config`` with each option of ``FLAG_KEYS[args.method]`` that was given set at its own key (sections made
-    as needed), nothing else changed."""
-    for dest, key in FLAG_KEYS[args.method].items():
+    """``config`` with each option of :func:`flag_keys` of ``args.method`` that was given set at its own key
+    (sections made as needed), nothing else changed."""
+    for dest, key in flag_keys(args.method).items():
         value = getattr(args, dest, None)
         if value is None:
             continue
@@ -38,7 +43,7 @@ def apply_flags(config: dict, args) -> dict:
 
 
 def resolve_config(args) -> dict:
-    """The command's YAML config <- ``--set`` <- the options that name a config key (:data:`FLAG_KEYS`); cuda falls
+    """The command's YAML config <- ``--set`` <- the options that name a config key (:func:`flag_keys`); cuda falls
     back to cpu, saying so. A missing or malformed ``--config`` or a bad ``--set`` ends the command: one line, exit
     code 2."""
     from .config import apply_overrides, check_config, default_config_path, load_config
@@ -206,13 +211,6 @@ def load_mask(path, size):
         print(f"mask {path}: resized {mask.height}x{mask.width} to {size[0]}x{size[1]} (nearest)")
         mask = mask.resize((size[1], size[0]), Image.NEAREST)
     return as_mask(str(path), mask, size)
-
-
-def seeded_generator(seed):
-    """A CPU generator (the same noise on every device)."""
-    import torch
-
-    return torch.Generator("cpu").manual_seed(int(seed))
 
 
 def sampler_options(config) -> dict:

@@ -74,6 +74,27 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
                  joint_attention_kwargs=None, callback_on_step_end=None,
                  callback_on_step_end_tensor_inputs=("latents",), max_sequence_length: int = 512, *,
                  references=None, reference_masks=None, target_box=None, transplant=None):
+        """Insert the ``references``' object into the target region of ``image`` (see the class docstring).
+
+        Args:
+            prompt: and ``prompt_2``, ``strength``, ``num_inference_steps``, ``sigmas``, ``guidance_scale``,
+                ``num_images_per_prompt``, ``generator``, ``latents``, ``prompt_embeds``, ``pooled_prompt_embeds``,
+                ``joint_attention_kwargs``, ``callback_on_step_end``, ``callback_on_step_end_tensor_inputs``,
+                ``max_sequence_length``: as ``FluxFillPipeline.__call__``.
+            image: the background (one image, sides multiples of the token size).
+            mask_image: the target region (white = insert here); or give ``target_box``.
+            masked_image_latents, height, width: set from the canvas; passing them is an error.
+            output_type: ``"pil"``, ``"np"``, ``"pt"`` or ``"latent"`` (Fill's packed canvas latents).
+            return_dict: a :class:`TransplantOutput` (True) or a tuple.
+            references: one reference view or a list of them (images of the object).
+            reference_masks: the object in each view (default: the whole view).
+            target_box: ``(left, top, right, bottom)`` pixels, PIL order, instead of ``mask_image``.
+            transplant: a :class:`TransplantConfig` or a dict of its fields.
+
+        Returns:
+            :class:`TransplantOutput` ``(images, canvas_images, canvas, ids, native_ids)``; ``images`` is the
+            background with the target region replaced (pixels outside it are the input's, exactly).
+        """
         config = coerce_config(TransplantConfig, transplant)
         for name, value in (("height", height), ("width", width), ("masked_image_latents", masked_image_latents)):
             if value is not None:

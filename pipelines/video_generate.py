@@ -5,7 +5,9 @@
         --adapter path/to/adapter --prompt "a slow orbit around a house" --out outputs/video
     mmpos generate video --model ... --frames 2x --width 1664 --extrapolate riflex dype   # beyond the training size
 
-writes ``video.mp4``, ``frames.png`` (a grid of frames) and ``rig.png`` (the camera path) into ``--out``. Without
+writes ``video.mp4`` (H.264 where OpenCV has it), ``video.gif``, ``frames.png`` (a labelled grid of frames, upscaled)
+and ``rig.png`` (the camera path) into ``--out``; every resize of ``--image`` and resampling of a pose file is
+reported in one line, and more frames than trained in a warning. Without
 ``--model`` it runs the mini-world's trained image-to-video model with its UCPE camera adapter
 (:mod:`.world_video_generate`; 32 px, seconds on a CPU), or, without that asset, tiny random Wan components built
 offline (``--model tiny``: the frames are noise-like, the plumbing is the real one). It prints the model, device and dtype first, and never replaces existing files
@@ -18,7 +20,7 @@ from pathlib import Path
 
 
 TINY = "tiny"
-OUTPUT_NAMES = ("video.mp4", "frames.png", "rig.png")
+OUTPUT_NAMES = ("video.mp4", "video.gif", "frames.png", "rig.png")
 SPATIAL = ("pi", "ntk", "yarn", "vision_yarn", "dype", "dype_ntk", "dype_yarn")  # mmpos.spectrum.schedule.PRESETS
 PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
@@ -94,12 +96,25 @@ def _outputs(args, parser) -> dict:
 
 
 def _trajectory(args, parser, frames: int):
-    from mmpos.viz.cameras import resolve_trajectory
+    from mmpos.camera.specs import resolve_trajectory
 
     try:
-        return resolve_trajectory(args.camera or "preset:orbit", frames)
+        trajectory = resolve_trajectory(args.camera or "preset:orbit", frames)
     except (FileNotFoundError, ValueError) as error:
         _fail(parser, f"--camera {args.camera}: {error}")
+    report_resampling(args.camera, len(trajectory), frames)
+    return trajectory
+
+
+def report_resampling(spec, poses: int, frames: int, log=print) -> None:
+    """One line when a pose file's ``poses`` are resampled to the video's ``frames``."""
+    if poses != frames:
+        log(f"--camera {spec}: {poses} poses resampled to {frames} frames (geodesic rotations, linear centres)")
+
+
+def warn_longer_than_trained(frames: int, trained: int, hint: str, log=print) -> None:
+    if frames > trained:
+        log(f"warning: --frames {frames} is more than the {trained} frames the model was trained on; {hint}")
 
 
 def _pipeline(args, parser, settings):
@@ -183,6 +198,9 @@ def run_video(args, parser) -> int:
     paths = _outputs(args, parser)
     shown = "tiny offline Wan components (random weights, no download)" if settings["tiny"] else args.model
     print(f"model: {shown}\ndevice: {settings['device']}\ndtype: {settings['dtype']}", flush=True)
+    if not args.extrapolate:
+        warn_longer_than_trained(settings["frames"], settings["train_frames"], "expect repeats or drift past them "
+                                 "(--extrapolate riflex adapts the time axis)")
     trajectory = _trajectory(args, parser, settings["frames"])
     image = _first_frame(args, parser, settings)
     import torch
@@ -221,16 +239,26 @@ def _first_frame(args, parser, settings):
         image = Image.open(args.image).convert("RGB")
     except (FileNotFoundError, OSError) as error:
         _fail(parser, f"--image {args.image}: {error}")
-    return image.resize((settings["width"], settings["height"]))
+    return resized_first_frame(image, args.image, settings["width"], settings["height"])
+
+
+def resized_first_frame(image, name, width: int, height: int, log=print):
+    """``image`` (PIL) resized to ``width x height``, said in one line when its size changes."""
+    if image.size != (width, height):
+        log(f"--image {name}: resized {image.size[0]}x{image.size[1]} -> {width}x{height} (the model's size"
+            + (", aspect changed)" if image.size[0] * height != image.size[1] * width else ")"))
+        image = image.resize((width, height))
+    return image
 
 
 def _write(paths, video, trajectory, args, settings) -> int:
     from mmpos.camera import resample
 
-    from .video_outputs import frame_grid, write_mp4, write_png, write_rig_plot
+    from .video_outputs import frame_grid, write_gif, write_mp4, write_png, write_rig_plot
 
     paths["video.mp4"].parent.mkdir(parents=True, exist_ok=True)
     write_mp4(video, paths["video.mp4"], args.fps)
+    write_gif(video, paths["video.gif"], args.fps)
     write_png(frame_grid(video), paths["frames.png"])
     write_rig_plot(resample(trajectory, len(video)), paths["rig.png"], f"{args.camera}: {len(video)} frames")
     for path in paths.values():

@@ -1,8 +1,9 @@
 """``mmpos generate video --model world``: the mini-world's image-to-video model with a camera adapter, on CPU.
 
 The first frame is ``--image`` (resized to the model's 32 px) or, by default, a view of a held-out world scene;
-``--camera`` is a world motion ``orbit[:DEGREES]``, ``dolly[:UNITS]`` or ``pan[:DEGREES]`` (the motions the model
-was trained on; default ``orbit:35``), or a trajectory file placed at the first camera. ``--adapter`` defaults to
+``--camera`` is a motion of :mod:`mmpos.camera.vocabulary` (``orbit``, ``dolly`` and ``pan`` are what the model
+was trained on, default ``orbit:35``; ``arc``, ``tilt``, ``roll`` and ``zoom`` run with a one-line note), or a
+trajectory file placed at the first camera. ``--adapter`` defaults to
 the model's ``camera-ucpe``; ``--adapter none`` runs the base model alone.
 """
 from __future__ import annotations
@@ -48,9 +49,10 @@ def world_settings(args, fail) -> dict:
 
 
 def world_trajectory(spec: str | None, frames: int, fail):
-    """``orbit[:A] | dolly[:A] | pan[:A]`` -> the world motion from the demo's start camera; a file -> that path
-    placed at the start camera."""
+    """A motion of :mod:`mmpos.camera.vocabulary` -> that motion from the demo's start camera (``orbit``, ``dolly``
+    and ``pan`` as trained, the others with a one-line note); a file -> that path placed at the start camera."""
     from mmpos.camera import load_trajectory, resample
+    from mmpos.camera.vocabulary import is_motion, parse_motion, vocabulary_help
     from mmpos.world.scene3d import place_trajectory
     from mmpos.world.video_data import MOTIONS, Motion, motion_trajectory, start_pose
     from mmpos.pipelines.world.video_demo import DEMO_START_DEGREES
@@ -58,19 +60,50 @@ def world_trajectory(spec: str | None, frames: int, fail):
 
     spec = spec or WORLD_DEFAULTS["camera"]
     start = start_pose(DEMO_START_DEGREES)
-    kind, _, amount = spec.partition(":")
-    if kind in MOTIONS:
+    if is_motion(spec) and not Path(spec).is_file():
         try:
-            return motion_trajectory(Motion(kind, float(amount) if amount else EVAL_MOTIONS[kind]), start, frames)
+            motion = parse_motion(spec, defaults=EVAL_MOTIONS)
         except ValueError as error:
             fail(f"--camera {spec}: {error}")
+        if motion.name in MOTIONS:
+            return motion_trajectory(Motion(motion.name, motion.amount), start, frames)
+        print(f"camera: the world video model was trained on {', '.join(MOTIONS[:-1])} and {MOTIONS[-1]} only; running {motion} anyway "
+              "(expect the video to follow it loosely)")
+        return untrained_motion_trajectory(motion, start, frames)
     if not Path(spec).is_file():
-        fail(f"--camera {spec}: the world model takes orbit[:DEGREES], dolly[:UNITS], pan[:DEGREES] or a "
-             "RealEstate10K .txt / mmpos .json trajectory file")
+        fail(f"--camera {spec}: the world model takes a camera motion ({vocabulary_help()}) or a RealEstate10K "
+             ".txt / mmpos .json trajectory file")
+    from .video_generate import report_resampling
+
     try:
-        return resample(place_trajectory(load_trajectory(spec), start), frames)
+        placed = place_trajectory(load_trajectory(spec), start)
     except ValueError as error:  # the file's message names it
         fail(f"--camera {spec}: {error}")
+    report_resampling(spec, len(placed), frames)
+    return resample(placed, frames)
+
+
+def untrained_motion_trajectory(motion, start, frames: int):
+    """``motion`` (a :class:`~mmpos.camera.vocabulary.CameraMotion`) from ``start``, with the world clips' square
+    intrinsics (scaled by the motion's zoom) and, for ``arc``, the orbit radius of the world clips."""
+    import math
+
+    import torch
+
+    from mmpos.camera import Trajectory, preset_trajectory
+    from mmpos.camera.vocabulary import motion_trajectory
+    from mmpos.world.scene3d import place_trajectory
+    from mmpos.world.video_data import FOV_DEGREES, RING_HEIGHT, RING_RADIUS
+
+    if motion.name == "arc":
+        relative = preset_trajectory("arc", frames, degrees=motion.amount,
+                                     radius=math.hypot(RING_RADIUS, RING_HEIGHT - 0.4))
+    else:
+        relative = motion_trajectory(motion, frames)
+    placed = place_trajectory(relative, start)
+    fx = 0.5 / math.tan(math.radians(FOV_DEGREES) / 2) * relative.intrinsics[:, 0] / relative.intrinsics[0, 0]
+    half = torch.full_like(fx, 0.5)
+    return Trajectory(placed.c2w, torch.stack([fx, fx, half, half], -1))
 
 
 def world_first_frame(image_path, settings, fail):
@@ -82,10 +115,12 @@ def world_first_frame(image_path, settings, fail):
         from PIL import Image
 
         try:
-            image = Image.open(image_path).convert("RGB").resize((settings["width"], settings["height"]))
+            image = Image.open(image_path).convert("RGB")
         except OSError as error:
             fail(f"--image {image_path}: {error}")
-        array = np.asarray(image)
+        from .video_generate import resized_first_frame
+
+        array = np.asarray(resized_first_frame(image, image_path, settings["width"], settings["height"]))
     else:
         from mmpos.pipelines.world.video_demo import demo_clips
 
@@ -104,6 +139,11 @@ def run_world(args, folder: Path, paths: dict, fail, write) -> int:
 
     settings = world_settings(args, fail)
     print(f"model: world video model ({folder})\ndevice: {settings['device']}\ndtype: float32", flush=True)
+    from mmpos.world.video_data import CLIP_FRAMES
+
+    from .video_generate import warn_longer_than_trained
+
+    warn_longer_than_trained(settings["frames"], CLIP_FRAMES, "expect the camera to be followed loosely past them")
     args.camera = args.camera or WORLD_DEFAULTS["camera"]
     trajectory = world_trajectory(args.camera, settings["frames"], fail)
     first = world_first_frame(args.image, settings, fail)

@@ -1,4 +1,4 @@
-"""Camera following of the world video model against ground truth (README, "Camera-controlled clips").
+"""Camera following of the world video model against ground truth (docs/results.md, "Camera-controlled clips").
 
     python scripts/eval_camera_following.py                       # assets/world-video, 20 test scenes x 3 motions
     python scripts/eval_camera_following.py --scenes 4 --out outputs/camera_following --overwrite

@@ -12,7 +12,8 @@ Per task, every row is scored against ground truth rendered from the scene specs
   strength 0), LooseRoPE at strengths 0.5, 1, 2.
 - style: palette / texture similarity to the reference vs layout copy (IoU with the reference's objects);
   copying the reference, no sharing (content prompts alone), shared attention, band modulation as s_hf falls.
-Every method row runs the mmpos editing pipeline on the world model (mmpos.world.edit_runs).
+Every method row runs the edit method's runner (mmpos.pipelines.edits: the one the CLI and the demo run) on
+the world model.
 Writes JSON (default outputs/eval_editing.json) and prints a table.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from mmpos.world.sources import WORLD_GUIDANCE
+from mmpos.pipelines.sources import WORLD_GUIDANCE
 
 MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}  # evaluation task -> world model
 LOOSE_STRENGTHS = (0.5, 1.0, 2.0)
@@ -35,7 +36,7 @@ BAND_ROWS = (("shared attention (band strength 0)", {"strength": 0.0}),
 def eval_transplant(args, pipes) -> list[dict]:
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
     from mmpos.world.edit_pairs import transplant_pair
-    from mmpos.world.edit_runs import run_transplant
+    from mmpos.pipelines.edits.transplant import run_transplant
     from mmpos.eval.edit_scores import transplant_row
 
     pairs = [transplant_pair(args.seed + i, args.sizes["fill"]) for i in range(args.count)]
@@ -56,7 +57,7 @@ def eval_transplant(args, pipes) -> list[dict]:
 
 def eval_harmonise(args, pipes) -> list[dict]:
     from mmpos.world.edit_pairs import harmonise_pair
-    from mmpos.world.edit_runs import loose_for_steps, run_loose
+    from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
     from mmpos.eval.edit_scores import harmonise_row
 
     pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
@@ -77,7 +78,7 @@ def eval_harmonise(args, pipes) -> list[dict]:
 
 def eval_style(args, pipes) -> list[dict]:
     from mmpos.world.edit_pairs import style_set
-    from mmpos.world.edit_runs import run_band
+    from mmpos.pipelines.edits.band import run_band
     from mmpos.eval.edit_scores import style_row
 
     sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
         parser.error(f"--count must be at least 1, got {args.count}")
 
     from mmpos.models.world.image import check_world_checkpoint, trained_image_size
-    from mmpos.world.sources import ModelSource
+    from mmpos.pipelines.sources import ModelSource
 
     try:
         root = check_world_checkpoint(args.checkpoint or Path(__file__).resolve().parents[1] / "assets",

@@ -1,4 +1,4 @@
-"""Novel-view benchmark of the camera encodings on the 3D mini-world (see README, "Novel views").
+"""Novel-view benchmark of the camera encodings on the 3D mini-world (see docs/results.md, "Novel views").
 
     python scripts/eval_nvs.py data                                  # outputs/nvs/data.pt (train + 3 test sets)
     python scripts/eval_nvs.py train --encoding rayrope --seed 0     # outputs/nvs/checkpoints/rayrope_s0.pt

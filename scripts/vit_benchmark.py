@@ -7,6 +7,9 @@ extrapolation, and summarised as mean ± std over seeds:
     OMP_NUM_THREADS=1 python scripts/vit_benchmark.py run --out runs/vit_bench --jobs 2
     python scripts/vit_benchmark.py summarize --out runs/vit_bench --assets assets/vit_bench
 
+``summarize`` writes the plot into ``--assets`` and the tables (``results.md``, ``results.json``) into
+``--results`` (default ``assets/results/vit_bench``).
+
 ``run`` writes the data set if missing (``mmpos world dataset --task relation``), skips runs that have a
 ``results.json`` (so it can be restarted) and records each run's CPU seconds (user + system) in
 ``cpu_seconds.json``.
@@ -138,8 +141,9 @@ def summarize(args) -> None:
     footer = f"\n\n{len(cpu)} runs, {sum(cpu) / 60:.1f} CPU minutes in total ({sum(cpu) / max(len(cpu), 1):.0f} s each)"
     print(table + footer)
     args.assets.mkdir(parents=True, exist_ok=True)
-    (args.assets / "results.md").write_text(table + footer + "\n")
-    (args.assets / "results.json").write_text(json.dumps(collected, indent=1))
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "results.md").write_text(table + footer + "\n")
+    (args.results / "results.json").write_text(json.dumps(collected, indent=1))
     plot(collected, args.assets / "accuracy_vs_resolution.png")
 
 
@@ -156,7 +160,9 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     parser.add_argument("--nice", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], help="config override for every run")
-    parser.add_argument("--assets", type=Path, default=ROOT / "assets" / "vit_bench")
+    parser.add_argument("--assets", type=Path, default=ROOT / "assets" / "vit_bench", help="folder of the plot")
+    parser.add_argument("--results", type=Path, default=ROOT / "assets" / "results" / "vit_bench",
+                        help="folder of results.md and results.json")
     args = parser.parse_args(argv)
     run_all(args) if args.action == "run" else summarize(args)
     return 0

@@ -1,4 +1,4 @@
-"""Code blocks of README.md and docs/*.md, with the ``<!-- doc-test: ... -->`` marker written before each.
+"""Code blocks of README.md, CONTRIBUTING.md and docs/*.md, with the ``<!-- doc-test: ... -->`` marker written before each.
 
 The markers (documented in ``docs/README.md``, "Writing docs"):
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"^<!--\s*doc-test:\s*(?P<kind>[\w-]+)\s*(?P<reason>.*?)\s*-->\s*$")
 MARKER_KINDS = {"run", "slow", "needs-weights", "setup", "skip"}
 SMALL = re.compile(r"`(?P<old>[^`]+)`\s*->\s*`(?P<new>[^`]*)`")

@@ -56,12 +56,12 @@ def coords_with(value):
 
 
 def rayrope_with(raw=None, known=None, name="depth_q"):
-    from mmpos.camera import invert_pose
+    from mmpos.camera import Cameras, invert_pose
 
     rope = RayRoPE(48, num_rays=1)
     w2c = invert_pose(torch.eye(4, dtype=F64).expand(1, 2, 4, 4))
     k = torch.tensor([[100.0, 0, 60], [0, 110, 50], [0, 0, 1]], dtype=F64).expand(1, 2, 3, 3)
-    side = rope.prepare(w2c, k, (96, 128), (3, 4))
+    side = rope.prepare(Cameras(w2c=w2c, grid=(3, 4), image_size=(96, 128), intrinsics=k))
     q = torch.randn(1, 2, 24, 48, dtype=F64)
     depth = torch.zeros(1, 24, 2, dtype=F64)
     if raw is not None:
@@ -333,7 +333,9 @@ def test_ucpe_with_zero_and_nan_rays_keeps_attention_finite():
     ucpe = UCPE(head_dim=16)
     rays = torch.nn.functional.normalize(torch.randn(12, 3, dtype=F64), dim=-1)
     rays[2], rays[5, 0] = 0.0, NAN
-    geo = ucpe.prepare(torch.eye(4, dtype=F64).expand(1, 2, 4, 4), rays, (3, 4))
+    from mmpos.camera import Cameras
+
+    geo = ucpe.prepare(Cameras(c2w=torch.eye(4, dtype=F64).expand(1, 2, 4, 4), grid=(3, 4), rays=rays))
     q, k, v = (torch.randn(1, 2, 24, 16, dtype=F64) for _ in range(3))
     assert torch.isfinite(ucpe.attention(q, k, v, geo)).all()
     assert not geo.valid[0, 2] and not geo.valid[0, 5] and geo.valid[0, 0]

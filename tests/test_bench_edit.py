@@ -40,6 +40,16 @@ def test_family_band_cases_off_is_stock_and_on_edits(tmp_path, monkeypatch):
     out = tmp_path / "families.json"
     assert bench_edit.main(["--repeats", "1", "--dtype", "fp32", "--device", "cpu", "--families", "--out",
                             str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["case"].startswith("band")]
     assert [r["case"].split()[1] for r in rows] == ["(FLUX.2,", "(Qwen-Image,"]
     assert all(r["off_equals_stock"] and r["max_change"] > 0 and r["implied_attention_work"] > 1 for r in rows)
+
+
+def test_family_cases_off_is_stock_and_on_edits():
+    import family_edit_cases
+
+    rows = [row for family in ("flux2", "qwen") for row in family_edit_cases.family_rows(
+        family, (8, 16, 1, 1, 1, 32), torch.float32, torch.device("cpu"), 1, bench_edit._timed)]
+    assert [r["case"].split(" (")[0] for r in rows] == ["pe transplant", "looserope"] * 2
+    assert all(r["off_equals_stock"] and r["max_change"] > 0 for r in rows)
+    assert [r["implied_attention_work"] > 1 for r in rows] == [False, True] * 2

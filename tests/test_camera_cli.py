@@ -4,7 +4,8 @@ import torch
 
 from mmpos.camera import preset_trajectory, save_trajectory
 from mmpos.cli import main
-from mmpos.viz.cameras import encoding_logit_maps, frustum_lines
+from mmpos.camera import frustum_lines
+from mmpos.viz.cameras import encoding_logit_maps
 
 
 def test_viz_cameras_from_a_re10k_file_and_a_preset(tmp_path, capsys):

@@ -1,10 +1,11 @@
 """Each camera encoding against an independent fp64 implementation of its reference formula, the sign of the
 2D-RoPE / ray rotations included (q, k, v by -theta, output by +theta; ``tests/camera_reference.py``), on random
-cameras."""
+cameras, through the contract (``pe.prepare(cameras)``; the old signatures equal it bit for bit:
+``tests/test_camera_contract.py``)."""
 import pytest
 import torch
 
-from mmpos.camera import invert_pose, orthonormalize, pose_from_rotation_translation
+from mmpos.camera import Cameras, invert_pose, orthonormalize, pose_from_rotation_translation
 from mmpos.encodings import PRoPE, RayRoPE, UCPE
 
 import camera_reference as ref
@@ -51,8 +52,9 @@ def test_prope_and_gta_match_the_reference_formula(seed, with_intrinsics):
     w2c = invert_pose(random_c2w(seed))
     k_mat = random_intrinsics(seed + 10) if with_intrinsics else None
     q, k, v = qkv(16, seed=seed)
-    pe = PRoPE(head_dim=16)
-    ours = pe.attention(q, k, v, pe.prepare(w2c, GRID, k_mat, IMAGE))
+    pe = PRoPE(head_dim=16, gta=not with_intrinsics)
+    cameras = Cameras(w2c=w2c, grid=GRID, image_size=IMAGE, intrinsics=random_intrinsics(seed + 10))
+    ours = pe.attention(q, k, v, pe.prepare(cameras))
     expected = ref.projective_attention(q, k, v, ref.prope_matrices(w2c, GRID, k_mat, IMAGE), CAMERAS, GRID)
     assert (ours - expected).abs().max() < 1e-12
 
@@ -62,7 +64,7 @@ def test_ucpe_matches_the_reference_formula(seed):
     c2w, rays = random_c2w(seed), random_rays(seed)
     q, k, v = qkv(32, seed=seed)
     pe = UCPE(head_dim=32)
-    ours = pe.attention(q, k, v, pe.prepare(c2w, rays, GRID))
+    ours = pe.attention(q, k, v, pe.prepare(Cameras(c2w=c2w, grid=GRID, rays=rays)))
     expected = ref.projective_attention(q, k, v, ref.ucpe_ray_frames(c2w, rays), CAMERAS, GRID)
     assert (ours - expected).abs().max() < 1e-12
 
@@ -75,7 +77,8 @@ def test_rayrope_matches_the_reference_formula(num_rays):
     raw = torch.randn(1, TOKENS, 2, generator=g, dtype=F64) * 0.5
     q, k, v = qkv(head_dim, batch=1)
     pe = RayRoPE(head_dim, num_rays=num_rays)
-    ours = pe.attention(q, k, v, pe.prepare(w2c, k_mat, IMAGE, GRID), depth_q=raw)[0]
+    ours = pe.attention(q, k, v, pe.prepare(Cameras(w2c=w2c, grid=GRID, image_size=IMAGE, intrinsics=k_mat)),
+                        depth_q=raw)[0]
     expected = ref.rayrope_attention(q[0], k[0], v[0], w2c[0], k_mat[0], IMAGE, GRID, raw[0], num_rays)
     assert (ours - expected).abs().max() < 1e-9  # the reference's small-spread fallback is O(spread^2)
 

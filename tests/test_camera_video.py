@@ -7,7 +7,7 @@ from diffusers import WanImageToVideoPipeline, WanPipeline
 
 from mmpos.camera import UnifiedCamera, orthonormalize, pose_from_rotation_translation, preset_trajectory
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning
-from mmpos.integrations.diffusers.video_cameras import CameraPath, video_cameras
+from mmpos.camera.video import CameraPath, video_cameras
 from mmpos.pipelines import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline, load_camera_adapter
 from mmpos.pipelines.tiny_wan import tiny_wan_components, tiny_wan_transformer
 

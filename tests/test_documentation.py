@@ -1,4 +1,5 @@
-"""Every code block of README.md and docs/*.md runs as written (markers: ``tests/doc_blocks.py``, docs/README.md).
+"""Every code block of README.md, CONTRIBUTING.md and docs/*.md runs as written (markers: ``tests/doc_blocks.py``,
+docs/README.md).
 
 Python blocks of a page run in order in one namespace, in a temporary working folder; ``needs-weights`` blocks run
 on tiny offline components (``tests/doc_tiny_weights.py``). Shell blocks run line by line with ``bash`` on the
@@ -76,14 +77,19 @@ def run_python_blocks(page: Path, namespace: dict) -> int:
 
 @pytest.fixture
 def page_namespace():
-    """A page's namespace; encodings the page registers (docs/adding_an_encoding.md) leave the registry after."""
+    """A page's namespace; encodings and edit methods the page registers (docs/adding_an_encoding.md,
+    docs/adding_an_edit.md) leave their registries after."""
     from mmpos.encodings import registry
+    from mmpos.pipelines import edits
 
     namespace = {"__name__": "doc_page"}
     yield namespace
     for name, value in list(registry._REGISTRY.items()):
         if any(value is held for held in namespace.values()):
             registry._REGISTRY.pop(name)
+    for name in edits.list_edits():
+        if any(edits.get_edit(name) is held for held in namespace.values()):
+            edits.unregister_edit(name)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)
@@ -118,6 +124,26 @@ def test_the_worked_example_of_adding_an_encoding_passes_the_registry_sweep(user
             pytest.fail(f"{check.__name__} skipped rope_golden: {skipped}")
 
 
+def test_the_worked_camera_encoding_passes_the_registry_sweep(user_folder, page_namespace, capsys):
+    """The page's camera encoding (one module, one registration) runs in the consumers and passes every check of
+    the sweep that applies to a camera encoding."""
+    import test_registry_sweep as sweep
+    from mmpos.encodings import registry
+
+    run_python_blocks(ROOT / "docs" / "adding_an_encoding.md", page_namespace)
+    printed = capsys.readouterr().out
+    assert "torch.Size([1, 3, 8, 8])" in printed and "torch.Size([3, 4])" in printed
+    assert "camera_rotation" in registry.list_pes("camera")
+    checks = [sweep.test_kind_capabilities_and_example_options_agree, sweep.test_inputs_are_not_modified,
+              sweep.test_gradcheck, sweep.test_option_validation_names_the_option,
+              sweep.test_world_frame_invariance_matches_the_claim]
+    for check in checks:
+        try:
+            check("camera_rotation")
+        except pytest.skip.Exception as skipped:
+            pytest.fail(f"{check.__name__} skipped camera_rotation: {skipped}")
+
+
 def _shell_environment() -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg",
                CUDA_VISIBLE_DEVICES="")
@@ -148,12 +174,12 @@ def test_setup_commands_name_makefile_targets(block):
         assert done.returncode == 0, f"{block.where}: make -n {' '.join(words[1:])}: {done.stderr}"
 
 
-def test_readme_world_losses_are_the_model_cards():
-    """The README's "start -> end" validation losses of the shipped world models are their cards' values."""
+def test_results_world_losses_are_the_model_cards():
+    """The results page's "start -> end" validation losses of the shipped world models are their cards' values."""
     import json
     import re
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "results.md").read_text()
     for task in ("t2i", "fill", "kontext"):
         card = json.loads((ROOT / "assets" / f"world-{task}" / "model_card.json").read_text())
         row = next(line for line in text.splitlines() if line.startswith(f"| {task} | {card['total_steps']} |"))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import mmpos
-from mmpos.coords.grids import image_grid
+from mmpos.coords.grids import image_grid, video_grid
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 from mmpos.spectrum import rope_inv_freq
@@ -112,10 +112,12 @@ def test_the_scale_is_per_axis_from_the_coordinates_extent():
     assert extrapolation[0] is None and [e.original_length for e in extrapolation[1:]] == [64, 64]
     pe = mmpos.create_pe("rope_axial", head_dim=28, axes_dims=(4, 12, 12), extrapolation=extrapolation)
     coords = torch.cat([torch.zeros(128 * 64, 1), image_grid(128, 64)], dim=1).double()
-    pe.table(coords, torch.float64)
+    training = pe.spectrum
     static = mmpos.create_pe("rope_axial", head_dim=28, axes_dims=(4, 12, 12),
                              extrapolation=[None, {"type": "ntk", "factor": 2.0}, None])
-    assert torch.equal(pe.spectrum.inv_freq, static.spectrum.inv_freq)
+    assert torch.equal(pe.table(coords, torch.float64).cis, static.table(coords, torch.float64).cis)
+    assert torch.equal(pe.spectrum_at(coords).inv_freq, static.spectrum.inv_freq)
+    assert pe.spectrum is training  # a lookup leaves the encoding as it was
 
 
 def run(model, inputs):
@@ -170,7 +172,9 @@ def test_wan_riflex_on_time_and_a_resolution_schedule_on_rows_and_columns():
     cos, _ = model.rope(tiny_wan_inputs(frames=6, height=8, width=6)["hidden_states"])  # grid (6, 4, 3)
     expected = mmpos.create_pe("rope_axial", head_dim=12, axes_dims=(4, 4, 4), extrapolation=[
         riflex, {"type": "ntk", "factor": 2.0}, {"type": "ntk", "factor": 1.5}])
-    assert torch.equal(model.rope.encodings[0].spectrum.inv_freq, expected.spectrum.inv_freq)
+    encoding = model.rope.encodings[0]
+    assert torch.equal(encoding.spectrum_at(video_grid(6, 4, 3)).inv_freq, expected.spectrum.inv_freq)
+    assert torch.equal(cos, model.rope(tiny_wan_inputs(frames=6, height=8, width=6)["hidden_states"])[0])
     restore(model)
     stock = model.rope(tiny_wan_inputs(frames=6, height=8, width=6)["hidden_states"])[0]
     assert not torch.equal(cos, stock)

@@ -61,3 +61,30 @@ def test_run_dtype_follows_autocast():
     assert run_dtype(x) == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert run_dtype(x) == torch.bfloat16
+
+
+@pytest.mark.parametrize("shared_first", [True, False])
+def test_in_block_encodings_build_when_asked_with_one_check(monkeypatch, shared_first):
+    """``in_block`` tables are built by ``get`` (in the block, where a sharded model gathered the encoding), equal
+    to tables built up front, with the coordinates still checked once, also when every table is in-block."""
+    checks = []
+    monkeypatch.setattr(tables, "check_finite", lambda name, t: checks.append(name))
+    learned = encodings("rope_mixed", 3, seed=0)
+    shared = encodings("rope_axial", 1) if shared_first else []
+    coords = image_grid(3, 4)
+    built = ForwardTables(shared + learned, coords, torch.float32, "cpu", in_block=learned)
+    assert len(built) == len(shared) and checks == ["coords"]
+    q, k = torch.randn(2, 1, 2, 12, 16)
+    upfront = ForwardTables(learned, coords, torch.float32, "cpu")
+    for pe in learned:
+        for got, expected in zip(pe.rotate_qk(q, k, built.get(pe, q)), pe.rotate_qk(q, k, upfront.get(pe, q))):
+            assert torch.equal(got, expected)
+    assert checks == ["coords", "coords"]  # one per ForwardTables, none per in-block table
+
+
+def test_in_block_coordinates_that_are_not_finite_are_refused_before_any_block():
+    coords = image_grid(3, 4)
+    coords[0, 0] = float("inf")
+    learned = encodings("rope_mixed", 2, seed=0)
+    with pytest.raises(ValueError, match=r"coords contains 1 non-finite value\(s\)"):
+        ForwardTables(learned, coords, torch.float32, "cpu", in_block=learned)

@@ -272,3 +272,35 @@ def test_no_fold_through_adapters_or_hooks(monkeypatch):
     pe = model.blocks[1].attn.pe
     assert pe.folds_into(torch.zeros(4, 17, 32), model.blocks[1].attn.qkv)
     assert not pe.folds_into(torch.zeros(4, 17, 32), LoRALinear(32, 96))
+
+
+def test_folding_is_a_declared_capability_that_the_attention_modules_read(monkeypatch):
+    """``capabilities.folds_into_qkv`` (not the presence of a method) decides folding in the DiT and timm
+    attention: HARoPE claims it (with ``fold_qkv``), the other encodings do not, and an instance that withdraws
+    it is applied per token, with the same output."""
+    from dataclasses import replace
+
+    from mmpos.encodings import pe_capabilities
+    from mmpos.models.dit import DiTAttention
+    from mmpos.ops.forward_tables import ForwardTables
+
+    assert pe_capabilities("harope").folds_into_qkv and not pe_capabilities("rope_axial").folds_into_qkv
+    assert _harope(BASES["axial_2d"], num_heads=2).capabilities.folds_into_qkv
+    assert not mmpos.create_pe("harope", num_heads=2, fold_qkv=False, **BASES["axial_2d"]).capabilities.folds_into_qkv
+    pe = _harope(BASES["axial_2d"], num_heads=2)
+    attention = DiTAttention(32, 2).double()
+    x = torch.randn(3, 12, 32, dtype=torch.float64)  # 36 tokens >= 32 channels: folding pays
+    tables = ForwardTables([pe], image_grid(3, 4, dtype=torch.float64), torch.float64, "cpu")
+    calls = _count_transforms(monkeypatch)
+    folded = attention(x, pe, tables)
+    assert not calls
+    pe.capabilities = replace(pe.capabilities, folds_into_qkv=False)
+    per_token = attention(x, pe, tables)
+    assert len(calls) == 1
+    torch.testing.assert_close(folded, per_token, rtol=0, atol=1e-13)
+    model = _tiny_vit()
+    for block in model.blocks:
+        block.attn.pe.capabilities = replace(block.attn.pe.capabilities, folds_into_qkv=False)
+    calls.clear()
+    model(torch.randn(4, 3, 32, 32, dtype=torch.float64))  # a batch that would fold
+    assert len(calls) == len(model.blocks)

@@ -1,11 +1,14 @@
-"""The package's import structure: layers only import downward, and no module-level import cycle exists.
+"""The package's import structure: layers only import downward, and no import cycle exists, not even lazily.
 
 Layers, lowest first: validation helpers; the three parts of an encoding (``coords``, ``spectrum``, ``ops``) and
-camera geometry (``camera``); named encodings (``encodings``); what plugs them into models (``integrations``,
-``models``, ``viz``); the applications (``world``, ``training``, ``demo``, and ``pipelines``, installed as
-``mmpos.pipelines``); on top, the command tree (``mmpos.pipelines.commands``, the ``mmpos.cli`` console script that
-aliases it, and the deprecated old CLI paths). A module may import its own layer or lower ones, never a higher one,
-not even lazily; and no import cycle runs through a command-line module, not even through lazy imports.
+camera geometry (``camera``); named encodings (``encodings``); the mini-world as data (``world``: scenes, renders,
+edit pairs, datasets); what plugs encodings into models and the models themselves (``integrations``, ``models``,
+including the world's models, ``viz``); training and evaluation (``training``, ``eval``); the application
+(``pipelines``, installed as ``mmpos.pipelines``, with the world's demo and exports, and ``demo``); on top, the
+command tree (``mmpos.pipelines.commands``, the ``mmpos.cli`` console script that aliases it, and the deprecated
+old CLI paths). A module may import its own layer or lower ones, never a higher one, not even lazily (imports of
+``mmpos.pipelines`` count like any other, however they are written); and no two modules import each other, not
+even through function-level imports.
 """
 import ast
 from pathlib import Path
@@ -15,23 +18,24 @@ import mmpos
 SOURCE_ROOT = Path(mmpos.__file__).resolve().parent.parent
 LAYERS = {
     "_validation": 0, "_atomic": 0, "_arguments": 0, "_deprecation": 0, "_safe_state": 0, "_per_thread": 0,
+    "_camera_motions": 0,
     "coords": 1, "spectrum": 1, "ops": 1, "camera": 1,
     "encodings": 2, "__init__": 2,
     "world": 3,
     "integrations": 4, "models": 4, "viz": 4,
-    "training": 5, "eval": 5, "demo": 5, "pipelines": 5,
-    "cli": 6,
+    "training": 5, "eval": 5,
+    "pipelines": 6, "demo": 6,
+    "cli": 7,
 }
-# upward imports still to remove (each module -> the higher package it imports); an entry that no longer holds fails
+# upward imports still to remove, module -> the higher package it imports; an entry that no longer holds fails, so
+# the list only shrinks. The camera adapter's training task reads its clips, lens augmentation and tiny Wan from
+# `pipelines/` (data and a model that belong below the pipelines: to move with issue 26 item 3)
 STILL_UPWARD = {
-    ("mmpos.world.canvas", "mmpos.pipelines"),
-    ("mmpos.world.edit_runs", "mmpos.models"), ("mmpos.world.edit_runs", "mmpos.pipelines"),
-    ("mmpos.world.sources", "mmpos.models"), ("mmpos.world.sources", "mmpos.pipelines"),
-    ("mmpos.world.tokenizer", "mmpos.models"),
+    ("mmpos.training.camera_adapter_task", "mmpos.pipelines"),
 }
 COMMAND_TREE = "mmpos.pipelines.commands"
 OLD_CLI_PATHS = ("mmpos.pipelines.cli", "mmpos.pipelines.video_cli", "mmpos.pipelines.world_video_cli")  # aliases
-COMMAND_LAYER = 6
+COMMAND_LAYER = 7
 
 
 def package_modules() -> dict[str, Path]:
@@ -59,6 +63,7 @@ def imported_names(path: Path, module: str, top_level_only: bool) -> list[str]:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parent + ([base] if base else []))
             names += [base] + [f"{base}.{alias.name}" for alias in node.names]
+    names = [f"mmpos.{n}" if n == "pipelines" or n.startswith("pipelines.") else n for n in names]  # its folder name
     return [n for n in names if n == "mmpos" or n.startswith("mmpos.")]
 
 
@@ -103,22 +108,16 @@ def import_graph(top_level_only: bool) -> dict[str, set[str]]:
     return edges
 
 
-def is_command_line_module(module: str) -> bool:
-    """The command tree, the console script, the old CLI paths and any other ``cli`` / ``*_cli`` module."""
-    last = module.rpartition(".")[2]
-    return layer_of(module) == COMMAND_LAYER or last == "cli" or last.endswith("_cli")
-
-
 def test_no_module_level_import_cycle():
     cycles = _cycles(import_graph(top_level_only=True))
     assert not cycles, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_no_import_cycle_through_a_command_line_module_even_lazily():
-    """A cycle of function-level imports (``mmpos.cli -> pipelines.cli -> mmpos.cli``, ``mmpos.cli <->
-    training.vit_cli``, ``pipelines.cli <-> pipelines.generate``) works until someone moves an import to the top."""
-    cycles = [c for c in _cycles(import_graph(top_level_only=False)) if any(map(is_command_line_module, c))]
-    assert not cycles, "import cycles through the command line:\n" + "\n".join(" -> ".join(c) for c in cycles)
+def test_no_import_cycle_even_lazily():
+    """A cycle of function-level imports (``timm.convert <-> timm.restore``, ``world.demo <-> world.video_demo``,
+    ``pipelines.cli <-> pipelines.generate``) works until someone moves an import to the top."""
+    cycles = _cycles(import_graph(top_level_only=False))
+    assert not cycles, "import cycles (function-level imports included):\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_the_library_does_not_import_the_command_tree():
@@ -173,8 +172,9 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     source = tmp_path / "x.py"
-    source.write_text("from ..pipelines import band\n\ndef f():\n    from mmpos.world import demo\n")
+    source.write_text("from ..pipelines import band\n\ndef f():\n    from mmpos.world import demo\n"
+                      "    import pipelines.loading\n")
     names = imported_names(source, "mmpos.encodings.x", top_level_only=False)
-    assert layer_of(names[0]) == 5 and "mmpos.world.demo" in names
+    assert layer_of(names[0]) == 6 and "mmpos.world.demo" in names and "mmpos.pipelines.loading" in names
     assert imported_names(source, "mmpos.encodings.x", top_level_only=True) == ["mmpos.pipelines",
                                                                                 "mmpos.pipelines.band"]

@@ -51,6 +51,15 @@ def test_the_wheel_holds_the_configs_and_world_models(wheel):
     assert not any(n.startswith(("configs/", "assets/", "pipelines/")) for n in names)  # nothing at the top level
 
 
+def test_the_wheel_holds_the_licence_and_the_type_marker(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "mmpos/py.typed" in names
+    licences = [n for n in names if ".dist-info/" in n and n.rsplit("/", 1)[-1] in ("LICENSE", "NOTICE")]
+    assert {n.rsplit("/", 1)[-1] for n in licences} == {"LICENSE", "NOTICE"}, sorted(n for n in names if "dist-info" in n)
+    text = zipfile.ZipFile(wheel).read(next(n for n in licences if n.endswith("LICENSE"))).decode()
+    assert text == (ROOT / "LICENSE").read_text()
+
+
 def test_installed_code_finds_its_data(wheel, tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],

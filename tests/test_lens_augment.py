@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from mmpos.camera import OpenCVCamera, Pinhole, Trajectory, UnifiedCamera, write_json
-from mmpos.integrations.diffusers.video_cameras import CameraPath, video_cameras
+from mmpos.camera.video import CameraPath, video_cameras
 from mmpos.pipelines.camera_clips import load_sample, read_clip
 from mmpos.pipelines.lens_augment import (LensAugmentation, lens_camera, pixel_centres, sees_inside,
                                           warp_to_camera)

@@ -61,7 +61,9 @@ def test_presets_act_above_the_training_grid_with_the_images_scale():
     assert (run(model, inputs([(1, 4, 6)])) - stock).abs().max() > 1e-4
     expected = mmpos.create_pe("rope_axial", head_dim=16, axes_dims=(8, 4, 4), extrapolation=[
         None, {"type": "ntk", "factor": 2.0}, {"type": "ntk", "factor": 3.0}])  # 4 x 6 over 2 x 2, text ignored
-    assert torch.equal(model.pos_embed.encodings[0].spectrum.inv_freq, expected.spectrum.inv_freq)
+    encoding = model.pos_embed.encodings[0]
+    assert encoding.step.extents == [1.0, 4.0, 6.0]  # the seam's last: the images' extents (text first)
+    assert torch.equal(encoding.spectrum_at(torch.zeros(1, 3)).inv_freq, expected.spectrum.inv_freq)
     set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", (2, 2)))
     for sigma in (1.0, 1.0, 0.5):
         run(model, inputs([(1, 4, 6)], sigma))

@@ -11,7 +11,7 @@ import timm
 import torch
 from torch.func import functional_call
 
-from mmpos.camera import invert_pose, orthonormalize, pose_from_rotation_translation
+from mmpos.camera import Cameras, invert_pose, orthonormalize, pose_from_rotation_translation
 from mmpos.coords.grids import image_grid
 from mmpos.encodings import Capabilities, PEKind, create_pe, list_pes, pe_capabilities, pe_class, pe_options
 from mmpos.integrations.diffusers import set_pe
@@ -67,25 +67,25 @@ def rig(world: torch.Tensor):
 
 
 def camera_forward(name, pe, x, world=None):
-    """The encoding's output for tokens ``x`` (``[1, L, C]`` for ``plucker``, else ``q = k = v [1, H, L, D]``)."""
+    """The encoding's output for tokens ``x`` through the camera contract (``geometry = pe.prepare(cameras)``):
+    ``pe.embed_tokens(x [1, L, C], geometry)`` for an additive encoding, else ``pe.attention`` of ``q = k = v = x
+    [1, H, L, D]`` (with per-token depths where it reads them)."""
     world = torch.eye(4, dtype=F64) if world is None else world
-    c2w, w2c, k, rays = rig(world)
-    if name == "plucker":
-        return pe(x, c2w, rays)
-    if name == "prope":
-        return pe.attention(x, x, x, pe.prepare(w2c, GRID, k, IMAGE))
-    if name == "ucpe":
-        return pe.attention(x, x, x, pe.prepare(c2w, rays, GRID))
-    if name == "rayrope":
-        depth = torch.linspace(-1, 1, 2 * x.shape[-2], dtype=F64).reshape(1, -1, 2)
-        return pe.attention(x, x, x, pe.prepare(w2c, k, IMAGE, GRID), depth_q=depth)
-    raise AssertionError(f"camera encoding {name!r} is new: add its inputs to camera_forward in this test")
+    c2w, _, k, rays = rig(world)
+    cameras = Cameras(c2w=c2w, grid=GRID, image_size=IMAGE, intrinsics=k, rays=rays)
+    geometry = pe.prepare(cameras)
+    if pe.capabilities.additive:
+        return pe.embed_tokens(x, geometry)
+    per_layer = {}
+    if pe.capabilities.predicts_depth:
+        per_layer["depth_q"] = torch.linspace(-1, 1, 2 * x.shape[-2], dtype=F64).reshape(1, -1, 2)
+    return pe.attention(x, x, x, geometry, **per_layer)
 
 
 def camera_tokens(name, pe, seed=0):
     g = torch.Generator().manual_seed(seed)
     length = CAMERAS * GRID[0] * GRID[1]
-    shape = (1, length, pe.embed_dim) if name == "plucker" else (1, 2, length, pe.head_dim)
+    shape = (1, length, pe.embed_dim) if pe.capabilities.additive else (1, 2, length, pe.head_dim)
     return torch.randn(shape, generator=g, dtype=F64)
 
 
@@ -106,6 +106,8 @@ def test_kind_capabilities_and_example_options_agree(name):
     assert caps.takes_extrapolation == ("extrapolation" in pe_options(name))
     if not caps.needs_cameras:
         assert not caps.world_frame_invariant
+    if caps.folds_into_qkv:  # what the timm attention and the DiT call on an encoding that claims it
+        assert all(callable(getattr(pe, m, None)) for m in ("folds_into", "fold_into_qkv", "rotate_mapped_qk"))
     if cls.kind == PEKind.ROTARY:  # per-head tables have one row per head; the others none
         table = pe.table(coords_for(pe), F64)
         lead = table.cis.shape[:-2] if hasattr(table, "cis") else table.matrices.shape[:-4]

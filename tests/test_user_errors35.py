@@ -277,7 +277,7 @@ def test_prope_refuses_a_distorted_opencv_camera():
     from mmpos.camera import preset_trajectory
     from mmpos.camera.perspective import OpenCVCamera
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
-    from mmpos.integrations.diffusers.video_cameras import video_cameras
+    from mmpos.camera.video import video_cameras
 
     c2w = preset_trajectory("orbit", 3).c2w
     plain = OpenCVCamera(40.0, 40.0, 32.0, 32.0, 64, 64)

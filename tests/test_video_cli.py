@@ -36,7 +36,7 @@ def test_tiny_text_to_video_writes_mp4_grid_and_rig_and_refuses_to_overwrite(tmp
         main(["generate", "video", "--out", str(out), *SMALL])
     assert refused.value.code == 2 and "--overwrite" in capsys.readouterr().err
     assert (out / "video.mp4").read_bytes() == before
-    assert sorted(p.name for p in out.iterdir()) == ["frames.png", "rig.png", "video.mp4"]  # no temporary left
+    assert sorted(p.name for p in out.iterdir()) == ["frames.png", "rig.png", "video.gif", "video.mp4"]  # no temporary left
 
 
 def test_image_to_video_with_an_adapter_and_riflex(tmp_path, capsys):

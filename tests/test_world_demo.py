@@ -104,7 +104,7 @@ def pretrained_folders(tmp_path_factory):
 
 
 def test_world_demo_runs_pretrained_pipelines_on_prompt_strings(pretrained_folders, tmp_path):
-    from mmpos.world.sources import ModelSource, parse_model_args
+    from mmpos.pipelines.sources import ModelSource, parse_model_args
 
     models = parse_model_args([f"{t}={pretrained_folders / t}" for t in ("t2i", "fill", "kontext")])
     source = ModelSource(models=models, image_size=64)
@@ -116,7 +116,7 @@ def test_world_demo_runs_pretrained_pipelines_on_prompt_strings(pretrained_folde
 
 
 def test_model_arguments_and_errors(capsys):
-    from mmpos.world.sources import HUB_FLUX, parse_model_args
+    from mmpos.pipelines.sources import HUB_FLUX, parse_model_args
 
     assert parse_model_args(["flux"]) == HUB_FLUX
     assert parse_model_args(["flux", "fill=my/fill"]) == {**HUB_FLUX, "fill": "my/fill"}

@@ -8,8 +8,10 @@ from mmpos.pipelines.transplant import TransplantConfig
 from mmpos.pipelines.transplant_pipeline import box_to_mask
 from mmpos.pipelines.loading import pipeline_class
 from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_canvas, scene_part
-from mmpos.world.edit_runs import load_edit_pipeline, loose_for_steps, run_band, run_loose, run_transplant
-from mmpos.world.sources import ModelSource
+from mmpos.pipelines.edits.band import run_band
+from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
+from mmpos.pipelines.edits.transplant import run_transplant
+from mmpos.pipelines.sources import ModelSource, load_world_edit as load_edit_pipeline
 from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
 from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae
 from mmpos.models.world.samples import generate
@@ -50,6 +52,35 @@ def test_insertion_canvas_is_the_transplant_pipelines_canvas(seed):
     assert np.array_equal(example.image[unchanged], as_uint8(canvas.image)[unchanged])
     assert np.array_equal(scene_part(example.image), pair.target.image)
     assert (scene_part(example.mask) | ~pair.mask).all() and not example.mask[:, :SIZE].any()
+
+
+def pipeline_insertion_canvas(pair):
+    """The insertion canvas as the world built it before it stopped importing the pipelines: the transplant
+    pipeline's own ``compose_canvas``, with the target scene in place of the background."""
+    from mmpos.pipelines.transplant import compose_canvas
+    from mmpos.world.canvas import TOKEN_PIXELS
+    from mmpos.world.images import to_chw, to_uint8
+
+    size = pair.background.image.shape[:2]
+    canvas = compose_canvas(TransplantConfig(**WORLD_TRANSPLANT), to_chw(pair.background.image)[None],
+                            box_to_mask(pair.box, size), [to_chw(pair.reference.image)[None]],
+                            [torch.from_numpy(pair.reference.masks[0])], TOKEN_PIXELS)
+    rows, cols = canvas.layout.background.slices
+    image = canvas.image.clone()
+    image[..., rows, cols] = to_chw(pair.target.image)
+    return to_uint8(image)[0], canvas.inpaint_mask.numpy()
+
+
+@pytest.mark.parametrize("size", [SIZE, 64])
+def test_the_worlds_insertion_canvas_is_the_pipelines_compose_canvas_bit_for_bit(size):
+    from mmpos.world.canvas import FILL_VALUE, MASK_DILATE_TOKENS
+
+    assert (FILL_VALUE, MASK_DILATE_TOKENS) == (TransplantConfig().fill_value, TransplantConfig().mask_dilate_tokens)
+    for seed in range(24):
+        pair = transplant_pair(seed, size)
+        image, mask = pipeline_insertion_canvas(pair)
+        example = insertion_canvas(pair)
+        assert np.array_equal(example.image, image) and np.array_equal(example.mask, mask), seed
 
 
 def test_fill_canvas_examples_mix_insertion_and_plain_inpainting():
@@ -121,7 +152,7 @@ def test_loose_schedule_is_rescaled_to_the_step_count():
 
 
 def test_model_source_loads_each_model_once(tmp_path, monkeypatch):
-    import mmpos.world.sources as sources
+    import mmpos.pipelines.sources as sources
 
     pipe = tiny_edit_pipeline("band")
     loads = []

@@ -301,11 +301,10 @@ def test_shipped_plucker_adapter_reads_camera_ctrl_ordered_rays():
     """assets/world-video/camera-plucker was trained on (d, o x d) rays and converted once to CameraCtrl's
     (o x d, d) order: its output on today's rays equals the trained adapter's on the rays it was trained on."""
     from pathlib import Path
-    from types import SimpleNamespace
 
     from safetensors import safe_open
 
-    from mmpos.camera import reorder_plucker_inputs
+    from mmpos.camera import Cameras, reorder_plucker_inputs
     from mmpos.encodings import PluckerRays
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 
@@ -317,8 +316,9 @@ def test_shipped_plucker_adapter_reads_camera_ctrl_ordered_rays():
     g = torch.Generator().manual_seed(0)
     rays = torch.nn.functional.normalize(torch.randn(16, 3, generator=g, dtype=torch.float64), dim=-1)
     c2w = trajectory.c2w[None, :3].double()  # [1, 3 frames, 4, 4], 16 rays per frame
-    conditioning = adapter.conditioning(SimpleNamespace(c2w=c2w, rays=rays))
-    trained_order_rays = PluckerRays.embed(c2w, rays, order="direction_moment")
+    cameras = Cameras(c2w=c2w, grid=(4, 4), rays=rays)
+    conditioning = adapter.conditioning(cameras)
+    trained_order_rays = PluckerRays(None, order="direction_moment").prepare(cameras)
     hidden = torch.randn(1, 48, adapter.config.dim, generator=g, dtype=torch.float64)
     for layer, module in enumerate(adapter.layers):
         trained_weight = reorder_plucker_inputs(module.proj.weight, "moment_direction", "direction_moment")

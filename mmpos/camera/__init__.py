@@ -1,5 +1,7 @@
-"""Cameras: models (project/unproject with validity masks), poses (OpenCV axes), patch rays, ray frames,
+"""Cameras: the :class:`Cameras` value every camera encoding's ``prepare`` takes, models (project/unproject with validity masks), poses (OpenCV axes), patch rays, ray frames,
 the latitude/up map, and trajectories (RealEstate10K text, JSON, presets)."""
+from .cameras import Cameras
+from .frusta import frustum_lines
 from .models import (CAMERA_MODELS, CameraModel, Equirectangular, KannalaBrandt, OpenCVCamera, Pinhole,
                      UnifiedCamera, check_intrinsic_matrix, normalized_intrinsics)
 from .poses import (ROTATION_TOLERANCE, axis_angle_to_matrix, blender_to_opencv, c2w_to_w2c, camera_centers,
@@ -8,10 +10,14 @@ from .poses import (ROTATION_TOLERANCE, axis_angle_to_matrix, blender_to_opencv,
 from .presets import PRESETS, preset_trajectory
 from .ray_frames import latitude_up_map, ray_frames, relative_transforms
 from .rays import PLUCKER_ORDERS, patch_pixels, plucker_rays, ray_grid, reorder_plucker_inputs, world_rays
+from .specs import frame_camera, resolve_trajectory
+from .video import CameraPath, VideoCameras, stack_cameras, video_cameras
 from .trajectory import (Trajectory, load_trajectory, read_json, read_re10k, resample, save_trajectory, write_json,
                          write_re10k)
 
 __all__ = [
+    "Cameras", "CameraPath", "VideoCameras", "stack_cameras", "video_cameras", "frustum_lines", "frame_camera",
+    "resolve_trajectory",
     "CAMERA_MODELS", "CameraModel", "Equirectangular", "KannalaBrandt", "OpenCVCamera", "Pinhole", "UnifiedCamera",
     "check_intrinsic_matrix", "normalized_intrinsics", "ROTATION_TOLERANCE", "axis_angle_to_matrix",
     "blender_to_opencv", "c2w_to_w2c", "camera_centers", "check_pose", "check_rotation", "invert_pose", "look_at",

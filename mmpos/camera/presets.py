@@ -89,7 +89,8 @@ def arc(num_frames: int, degrees: float = 60.0, radius: float = 2.0, dtype=torch
 
 
 PRESETS = {
-    "orbit": orbit, "arc": arc, "pan": pan, "tilt": tilt, "roll": roll,
+    "orbit": orbit, "arc": arc, "dolly": dolly, "pan": pan, "tilt": tilt, "roll": roll, "zoom": zoom,
+    # the earlier names (mmpos.camera.vocabulary parses them as aliases of dolly / zoom)
     "dolly_in": lambda n, distance=1.0, dtype=torch.float64: dolly(n, abs(distance), dtype),
     "dolly_out": lambda n, distance=1.0, dtype=torch.float64: dolly(n, -abs(distance), dtype),
     "zoom_in": lambda n, factor=2.0, dtype=torch.float64: zoom(n, max(factor, 1 / factor), dtype),
@@ -98,6 +99,7 @@ PRESETS = {
 
 
 def preset_trajectory(name: str, num_frames: int, **options) -> Trajectory:
-    """``preset_trajectory("orbit", 49, degrees=90)``; names: see ``PRESETS``."""
+    """``preset_trajectory("orbit", 49, degrees=90)``; names: see ``PRESETS`` (from a command line's
+    ``NAME[:AMOUNT]``: :func:`mmpos.camera.vocabulary.parse_motion`)."""
     check_choice("name", name, tuple(PRESETS))
     return PRESETS[name](num_frames, **options)

@@ -6,6 +6,8 @@ inputs are never modified.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .grids import flux_ids
@@ -21,7 +23,10 @@ def mask_bbox(mask: torch.Tensor) -> tuple[int, int, int, int]:
     return int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1
 
 
-def box_map(source: tuple, target: tuple, fit: str = "contain"):
+Box4 = tuple[float, float, float, float]  # (top, left, bottom, right) in tokens, exclusive ends
+
+
+def box_map(source: Box4, target: Box4, fit: str = "contain") -> tuple[tuple[float, float], ...]:
     """Per-axis ``(scale, offset)`` sending token centres of the ``source`` box onto the ``target`` box.
 
     Boxes are ``(top, left, bottom, right)`` in tokens (exclusive ends); a token at index ``i`` has centre
@@ -40,7 +45,8 @@ def box_map(source: tuple, target: tuple, fit: str = "contain"):
     return tuple((s, ct - s * cs) for s, cs, ct in zip(scale, centre_s, centre_t))
 
 
-def transplant_ids(grid: tuple[int, int], sources, target_tokens: torch.Tensor, fit: str = "contain",
+def transplant_ids(grid: tuple[int, int], sources: torch.Tensor | Sequence[torch.Tensor], target_tokens: torch.Tensor,
+                   fit: str = "contain",
                    swap: bool = False, round_positions: bool = False) -> torch.Tensor:
     """Canvas ids ``[rows * cols, 3]`` float32 with each source token set moved onto the target box.
 
@@ -72,10 +78,13 @@ def transplant_ids(grid: tuple[int, int], sources, target_tokens: torch.Tensor, 
     return result
 
 
-def shrink_ids(img_ids: torch.Tensor, factor: float, centre: tuple[float, float], bf16: bool = False) -> torch.Tensor:
-    """Spatial axes (1, 2) of ``img_ids`` ``[L, 3]`` moved toward ``centre`` by ``factor``; axis 0 (target 0 /
-    context 1) kept. fp32 (``bf16=True`` rounds the result through bf16, as some peers' ids are)."""
+def shrink_ids(img_ids: torch.Tensor, factor: float, centre: tuple[float, float], bf16: bool = False,
+               axes: tuple[int, int] = (1, 2)) -> torch.Tensor:
+    """Spatial ``axes`` (default 1, 2: rows, cols) of ``img_ids`` ``[L, A]`` moved toward ``centre`` by
+    ``factor``; the other axes kept (FLUX.1's axis 0: target 0 / context 1; FLUX.2's ``t`` and ``l``). fp32
+    (``bf16=True`` rounds the result through bf16, as some peers' ids are)."""
     ids = img_ids.float().clone()
     centre_t = torch.tensor(centre, dtype=torch.float32, device=ids.device)
-    ids[:, 1:] = centre_t + factor * (ids[:, 1:] - centre_t)
+    axes = list(axes)
+    ids[:, axes] = centre_t + factor * (ids[:, axes] - centre_t)
     return ids.to(torch.bfloat16).float() if bf16 else ids

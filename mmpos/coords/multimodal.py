@@ -25,9 +25,10 @@ frames into T single-frame blocks, because timestamps (text tokens) separate its
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
+from torch.types import Device
 
 from .._validation import check_choice, check_positive_int
 from .vrope import NUM_VARIANTS, diagonal_variants
@@ -46,7 +47,7 @@ def multimodal_position_ids(
     spatial_merge_size: int = 1,
     design: str = "mrope",
     spatial_reset: bool = False,
-    video_time_interval=1.0,
+    video_time_interval: float | torch.Tensor = 1.0,
     split_video_frames: bool = False,
     vision_advance: str = "max",
     pad_position: int = 0,
@@ -105,7 +106,8 @@ def multimodal_position_ids(
     return position_ids, rope_deltas
 
 
-def _frame_indices(runs, grids, local):
+def _frame_indices(runs: _Runs, grids: torch.Tensor,
+                   local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(frame, row, col) of every token inside its block (frame-major, row-major)."""
     height, width = grids[runs.of_token, 1], grids[runs.of_token, 2]
     return local // (height * width), (local // width) % height, local % width
@@ -127,7 +129,8 @@ def temporal_ids(frame: torch.Tensor, interval: torch.Tensor) -> torch.Tensor:
     return (frame * interval).long()
 
 
-def _mrope_layout(runs, grids, intervals, local, vision_advance):
+def _mrope_layout(runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, local: torch.Tensor,
+                  vision_advance: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Local ``(temporal id, row, col)`` ids ``[N, 3]`` and each block's advance ``[R]``."""
     frame, row, col = _frame_indices(runs, grids, local)
     t_ids = temporal_ids(frame, intervals[runs.of_token])
@@ -140,7 +143,8 @@ def _mrope_layout(runs, grids, intervals, local, vision_advance):
     return torch.stack([t_ids, row, col], dim=-1), span
 
 
-def _vrope_layout(runs, grids, intervals, local, vision_advance):
+def _vrope_layout(runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, local: torch.Tensor,
+                  vision_advance: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Local VRoPE variant ids ``t K + v`` ``[N, 4]`` (``K = H + W - 1``) and each block's advance ``T K``."""
     frame, row, col = _frame_indices(runs, grids, local)
     frames, height, width = grids.unbind(-1)
@@ -149,7 +153,8 @@ def _vrope_layout(runs, grids, intervals, local, vision_advance):
     return variants + (frame * span[runs.of_token]).unsqueeze(-1), frames * span
 
 
-def decode_position_ids(rope_deltas: torch.Tensor, past_length, num_new: int = 1, num_axes: int = 3):
+def decode_position_ids(rope_deltas: torch.Tensor, past_length: int | torch.Tensor, num_new: int = 1,
+                        num_axes: int = 3) -> torch.Tensor:
     """Ids ``(A, B, num_new)`` of the next generated text tokens: ``past + step + rope_deltas``.
 
     ``past_length``: tokens already seen per sample, not counting padding (an int, or ``(B,)``, e.g.
@@ -161,16 +166,19 @@ def decode_position_ids(rope_deltas: torch.Tensor, past_length, num_new: int = 1
     return (steps + rope_deltas.reshape(-1, 1)).unsqueeze(0).expand(num_axes, -1, -1)
 
 
-def segment_token_types(segments: Iterable[Sequence], device=None):
+def segment_token_types(segments: Iterable[Sequence],
+                        device: Device = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Token types ``[L]`` and grids of a segment list, in language-model tokens (merge size 1).
 
     Segments: ``("text", n)``, ``("image", h, w)``, ``("video", T, h, w)``. Returns
     ``(token_types, image_grid_thw or None, video_grid_thw or None)``.
     """
-    types, images, videos = [], [], []
+    types: list[torch.Tensor] = []
+    images: list[tuple[int, ...]] = []
+    videos: list[tuple[int, ...]] = []
     for position, segment in enumerate(segments):
         kind, sizes = (segment[0], tuple(segment[1:])) if isinstance(segment, (tuple, list)) and segment else (None, ())
-        expected = {"text": 1, "image": 2, "video": 3}.get(kind)
+        expected = {"text": 1, "image": 2, "video": 3}.get(kind) if isinstance(kind, str) else None
         if expected is None or len(sizes) != expected or any(not isinstance(s, int) or s <= 0 for s in sizes):
             raise ValueError(f"segments[{position}]={segment!r}: expected ('text', n), ('image', h, w) or "
                              "('video', T, h, w) with positive integer sizes")
@@ -184,11 +192,14 @@ def segment_token_types(segments: Iterable[Sequence], device=None):
             types.append(torch.full((sizes[0] * sizes[1] * sizes[2],), VIDEO))
     if not types:
         raise ValueError("segments is empty")
-    grid = lambda rows: torch.tensor(rows, dtype=torch.int64, device=device) if rows else None
+    def grid(rows: list[tuple[int, ...]]) -> torch.Tensor | None:
+        return torch.tensor(rows, dtype=torch.int64, device=device) if rows else None
+
     return torch.cat(types).to(device), grid(images), grid(videos)
 
 
-def sequence_coords(segments: Iterable[Sequence], design: str = "mrope", device=None, **options) -> torch.Tensor:
+def sequence_coords(segments: Iterable[Sequence], design: str = "mrope", device: Device = None,
+                    **options: Any) -> torch.Tensor:
     """Float32 coordinates ``[L, A]`` of one segment list (see :func:`segment_token_types`), for
     ``create_pe("mrope"/"mrope_interleave"/"mhrope"/"vrope")``; ``options`` as :func:`multimodal_position_ids`."""
     types, images, videos = segment_token_types(segments, device)
@@ -207,7 +218,7 @@ def split_frames(video_grid_thw: torch.Tensor) -> torch.Tensor:
 class _Runs:
     """Maximal runs of equal token type within a sample, over the flattened valid tokens."""
 
-    def __init__(self, types: torch.Tensor, sample: torch.Tensor):
+    def __init__(self, types: torch.Tensor, sample: torch.Tensor) -> None:
         boundary = torch.ones_like(types, dtype=torch.bool)
         boundary[1:] = (types[1:] != types[:-1]) | (sample[1:] != sample[:-1])
         self.start = boundary.nonzero().squeeze(-1)  # [R]
@@ -218,7 +229,9 @@ class _Runs:
         self.sample = sample[self.start]
 
 
-def _run_grids(runs, image_grid_thw, video_grid_thw, video_time_interval, split_video_frames, merge, device):
+def _run_grids(runs: _Runs, image_grid_thw: torch.Tensor | None, video_grid_thw: torch.Tensor | None,
+               video_time_interval: float | torch.Tensor, split_video_frames: bool, merge: int,
+               device: Device) -> tuple[torch.Tensor, torch.Tensor]:
     """Per run: language-model grid ``[R, 3]`` (text: ``(len, 1, 1)``) and temporal interval ``[R]`` (in the
     dtype the video interval has, see :func:`temporal_ids`)."""
     grids = torch.stack([runs.length, torch.ones_like(runs.length), torch.ones_like(runs.length)], dim=-1)
@@ -232,7 +245,7 @@ def _run_grids(runs, image_grid_thw, video_grid_thw, video_time_interval, split_
             continue
         grid = _check_grid(name, grid_thw).to(device)
         step = _per_block_interval(video_time_interval, grid.shape[0], device) if kind == VIDEO else None
-        if kind == VIDEO and split_video_frames:
+        if step is not None and split_video_frames:
             step = torch.repeat_interleave(step, grid[:, 0])
             grid = split_frames(grid)
         if grid.shape[0] != count:
@@ -253,7 +266,7 @@ def _run_grids(runs, image_grid_thw, video_grid_thw, video_time_interval, split_
     return grids, intervals
 
 
-def _interval_tensor(value) -> torch.Tensor:
+def _interval_tensor(value: float | torch.Tensor) -> torch.Tensor:
     """The interval as PyTorch would hold it: a tensor keeps its dtype, Python floats become float32."""
     step = torch.as_tensor(value)
     if step.dtype == torch.bool or step.is_complex():
@@ -261,7 +274,7 @@ def _interval_tensor(value) -> torch.Tensor:
     return step
 
 
-def _per_block_interval(value, count, device) -> torch.Tensor:
+def _per_block_interval(value: float | torch.Tensor, count: int, device: Device) -> torch.Tensor:
     step = _interval_tensor(value).to(device).flatten()
     if step.numel() == 1:
         step = step.expand(count)
@@ -272,7 +285,7 @@ def _per_block_interval(value, count, device) -> torch.Tensor:
     return step
 
 
-def _check_grid(name, grid) -> torch.Tensor:
+def _check_grid(name: str, grid: object) -> torch.Tensor:
     if not isinstance(grid, torch.Tensor) or grid.dim() != 2 or grid.shape[-1] != 3:
         raise ValueError(f"{name} must be an integer tensor of shape (n, 3) (T, H, W), got "
                          f"{tuple(getattr(grid, 'shape', ()))}")
@@ -281,7 +294,8 @@ def _check_grid(name, grid) -> torch.Tensor:
     return grid.to(torch.int64)
 
 
-def _check_tokens(token_types, attention_mask):
+def _check_tokens(token_types: object,
+                  attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(token_types, torch.Tensor) or token_types.dim() != 2 or token_types.is_floating_point():
         shape = tuple(getattr(token_types, "shape", ()))
         raise ValueError(f"token_types must be an integer tensor (B, L), got shape {shape}")

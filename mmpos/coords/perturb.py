@@ -14,7 +14,8 @@ from .._validation import check_positive_int
 
 
 def perturb_grid_coords(coords: torch.Tensor, grid_size: Sequence[int], batch_size: int, intensity: float = 1.0,
-                        offset_std: float = 0.0, fixed_axes: Sequence[int] = (), generator=None) -> torch.Tensor:
+                        offset_std: float = 0.0, fixed_axes: Sequence[int] = (),
+                        generator: torch.Generator | None = None) -> torch.Tensor:
     """Perturbed copies of grid coordinates, one per sample.
 
     Args:

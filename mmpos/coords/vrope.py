@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
+from torch.types import Device
 
 from .._validation import check_non_negative_int, check_positive_int
 
@@ -26,7 +27,8 @@ NUM_VARIANTS = 4
 SEGMENT_KINDS = ("text", "shared_text", "image", "video")
 
 
-def diagonal_variants(row: torch.Tensor, col: torch.Tensor, height, width) -> torch.Tensor:
+def diagonal_variants(row: torch.Tensor, col: torch.Tensor, height: int | torch.Tensor,
+                      width: int | torch.Tensor) -> torch.Tensor:
     """``[..., 4]`` variants ``(v0, v1, v2, v3)`` of tokens at ``row``, ``col`` of ``height x width`` frames.
 
     ``height`` and ``width`` may be ints or tensors broadcastable against ``row`` (one frame size per token).
@@ -35,7 +37,7 @@ def diagonal_variants(row: torch.Tensor, col: torch.Tensor, height, width) -> to
     return torch.stack([row + col, row + flipped_col, flipped_row + col, flipped_row + flipped_col], dim=-1)
 
 
-def video_block_ids(frames: int, height: int, width: int, start: int = 0, device=None) -> torch.Tensor:
+def video_block_ids(frames: int, height: int, width: int, start: int = 0, device: Device = None) -> torch.Tensor:
     """``[frames * height * width, 4]`` int64 ids of one video (frame-major, then row-major) at index ``start``."""
     for name, value in (("frames", frames), ("height", height), ("width", width)):
         check_positive_int(name, value)
@@ -45,7 +47,7 @@ def video_block_ids(frames: int, height: int, width: int, start: int = 0, device
     return ids.reshape(-1, NUM_VARIANTS)
 
 
-def video_grid_ids(frames: int, height: int, width: int, device=None) -> torch.Tensor:
+def video_grid_ids(frames: int, height: int, width: int, device: Device = None) -> torch.Tensor:
     """VRoPE coordinates ``[frames * height * width, 4]`` float32 of a video DiT's (t, row, col) patch grid."""
     return video_block_ids(frames, height, width, 0, device).float()
 
@@ -59,7 +61,7 @@ class VRoPEState:
 
     index: int = 0
 
-    def ids(self, segments: Iterable[Sequence], device=None) -> torch.Tensor:
+    def ids(self, segments: Iterable[Sequence], device: Device = None) -> torch.Tensor:
         """``[L, 4]`` int64 ids of ``segments``; advances :attr:`index` (shared text does not advance it).
 
         Segments: ``("text", n)``, ``("shared_text", n)``, ``("image", h, w)``, ``("video", T, h, w)``, with
@@ -79,12 +81,12 @@ class VRoPEState:
                 self.index += frames * (height + width - 1)
         return torch.cat(pieces)
 
-    def next_text(self, length: int = 1, device=None) -> torch.Tensor:
+    def next_text(self, length: int = 1, device: Device = None) -> torch.Tensor:
         """Ids ``[length, 4]`` of the next generated text tokens; advances :attr:`index`."""
         return self.ids([("text", length)], device)
 
 
-def sequence_ids(segments: Iterable[Sequence], start: int = 0, device=None) -> tuple[torch.Tensor, VRoPEState]:
+def sequence_ids(segments: Iterable[Sequence], start: int = 0, device: Device = None) -> tuple[torch.Tensor, VRoPEState]:
     """Ids ``[L, 4]`` of a whole sequence from index ``start``, and the state to continue decoding from."""
     state = VRoPEState(check_non_negative_int("start", start))
     return state.ids(segments, device), state
@@ -118,7 +120,7 @@ def _check_variant_ids(ids: torch.Tensor) -> None:
                          f"{tuple(getattr(ids, 'shape', ()))}")
 
 
-def _parse_segment(segment, position: int):
+def _parse_segment(segment: object, position: int) -> tuple[str, tuple[int, ...]]:
     if not isinstance(segment, (tuple, list)) or not segment or segment[0] not in SEGMENT_KINDS:
         raise ValueError(f"segments[{position}]={segment!r}: expected (kind, *sizes) with kind in {SEGMENT_KINDS}")
     kind, sizes = segment[0], tuple(segment[1:])

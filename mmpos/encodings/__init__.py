@@ -1,7 +1,9 @@
 """Named encodings assembled from coordinates, spectrum and operator, and their registry.
 
 Every registered encoding has a :class:`PEKind`, :class:`Capabilities` and ``example_options``
-(see ``docs/adding_an_encoding.md``). Camera encodings: ``plucker``, ``prope``, ``rayrope``, ``ucpe``.
+(see ``docs/adding_an_encoding.md``). Camera encodings (``plucker``, ``prope``, ``rayrope``, ``ucpe``) share one
+contract, ``geometry = pe.prepare(cameras)`` of a :class:`mmpos.camera.Cameras` then ``pe.attention(q, k, v,
+geometry)`` (:class:`CameraPE`, ``docs/cameras.md``).
 """
 from .absolute import AbsolutePE, LearnedAPE, SinCosAPE
 from .base import Capabilities, CameraPE, PEKind, parameters_key

@@ -5,7 +5,7 @@ kind           base class                                  call
 =============  ==========================================  =============================================
 ``rotary``     :class:`~.rotary_base.RotaryPE`             ``q, k = pe(q, k, coords)``
 ``absolute``   :class:`~.absolute.AbsolutePE`              ``x = pe(x, coords)``
-``camera``     :class:`CameraPE`                           ``geo = pe.prepare(cameras...)``, then attention
+``camera``     :class:`CameraPE`                           ``geo = pe.prepare(cameras)``, ``pe.attention(q, k, v, geo)``
 ``none``       :class:`~.nope.NoPE`                        ``q, k = pe(q, k)`` (unchanged)
 =============  ==========================================  =============================================
 
@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+import warnings
 from typing import Iterable
 
 import torch
 from torch import nn
 
+from ..camera.cameras import Cameras
 from ..ops.tables import ParameterValues
 
 
@@ -59,6 +61,16 @@ class Capabilities:
         reads_image_grid: takes ``num_axes`` grid coordinates from a backbone (2 for images), so the timm and
             DiT integrations can supply (row, col).
         world_frame_invariant: (camera encodings) attention is invariant to the choice of world frame.
+        additive: (camera encodings) the encoding is an embedding added to the tokens (``embed_tokens``); its
+            ``attention`` is plain SDPA (Plücker rays).
+        predicts_depth: (camera encodings) ``attention`` reads per-token depths predicted in every layer by the
+            head ``cls.depth_head(dim)`` (passed as ``depth_q=``; RayRoPE).
+        adapter: (camera encodings) ``cls.adapter_layer(...)`` builds a zero-initialised per-layer adapter for a
+            frozen host attention (the kinds of ``mmpos.integrations.diffusers.CameraAdapter``).
+        folds_into_qkv: its map of q and k can go into a fused qkv projection (HARoPE's ``M q``, ``M^-T k``):
+            it implements ``folds_into(x, projection)`` (whether folding pays for this input),
+            ``fold_into_qkv(weight, bias)`` and ``rotate_mapped_qk(q, k, table)``; attention modules with a
+            fused qkv and nothing between projection and encoding (timm ``Attention``, the DiT) then fold it.
     """
 
     relative: bool = False
@@ -69,6 +81,10 @@ class Capabilities:
     takes_extrapolation: bool = False
     reads_image_grid: bool = False
     world_frame_invariant: bool = False
+    additive: bool = False
+    predicts_depth: bool = False
+    adapter: bool = False
+    folds_into_qkv: bool = False
 
 
 def parameters_key(params: Iterable[torch.Tensor]) -> tuple | None:
@@ -89,8 +105,65 @@ def parameters_key(params: Iterable[torch.Tensor]) -> tuple | None:
 
 class CameraPE(nn.Module):
     """Base of camera encodings (``plucker``, ``prope``, ``rayrope``, ``ucpe``): no grid coordinates; the inputs
-    are cameras, turned into per-token geometry by the subclass' ``prepare`` (or ``embed``)."""
+    are cameras, one :class:`mmpos.camera.Cameras` value. The contract (``docs/cameras.md``)::
+
+        geometry = pe.prepare(cameras)              # once per step; every layer shares it
+        x = pe.embed_tokens(x, geometry)            # tokens [B, L, dim]: + the embedding (additive); else x
+        out = pe.attention(q, k, v, geometry)       # [B, H, L, D]: SDPA with the encoding (additive: plain SDPA)
+        scores = pe.logits(q, k, geometry)          # [B, H, Lq, Lk] encoded dot products, for tests and plots
+
+    ``attention(q, k, v, query, key=None, attn_mask=None, scale=None)``: ``key`` is the key side's geometry
+    (cross-attention; default ``query``). An encoding with ``capabilities.predicts_depth`` also takes the
+    per-layer depth head's output, ``attention(..., depth_q=head(x))`` with ``head = cls.depth_head(dim)``.
+    Subclasses implement ``_prepare(cameras)``; the old per-encoding tensor signatures of ``prepare`` still
+    work for one release (``_prepare_tensors``, with a ``DeprecationWarning``).
+    """
 
     kind = PEKind.CAMERA
     capabilities = Capabilities(needs_cameras=True)
-    num_axes = None  # no grid coordinates: inputs are cameras (see prepare / embed)
+    num_axes = None  # no grid coordinates: inputs are cameras (see prepare)
+
+    def prepare(self, *args, **kwargs):
+        """``prepare(cameras)`` -> the encoding's geometry of a :class:`mmpos.camera.Cameras`."""
+        if len(args) + len(kwargs) == 1 and isinstance(next(iter((*args, *kwargs.values()))), Cameras):
+            return self._prepare(next(iter((*args, *kwargs.values()))))
+        warn_old_signature(f"{type(self).__name__}.prepare", "prepare(cameras) with a mmpos.camera.Cameras")
+        return self._prepare_tensors(*args, **kwargs)
+
+    def _prepare(self, cameras: Cameras):
+        raise NotImplementedError(f"{type(self).__name__} must implement _prepare(cameras)")
+
+    def _prepare_tensors(self, *args, **kwargs):
+        raise TypeError(f"{type(self).__name__}.prepare takes one mmpos.camera.Cameras, got "
+                        f"{[type(a).__name__ for a in args]} {sorted(kwargs)}")
+
+    def attention(self, q, k, v, query, key=None, attn_mask=None, scale=None):
+        raise NotImplementedError
+
+    def embed_tokens(self, x: torch.Tensor, geometry) -> torch.Tensor:
+        """Tokens ``x [B, L, dim]`` with the encoding's additive part: unchanged for an attention encoding."""
+        return x
+
+    @classmethod
+    def depth_head(cls, dim: int) -> nn.Module | None:
+        """The per-layer module whose output ``attention`` takes as ``depth_q`` (``None``: no depth read)."""
+        return None
+
+    @classmethod
+    def for_head_dim(cls, head_dim: int) -> "CameraPE":
+        """An instance with default options for attention heads of ``head_dim`` channels (what a model that
+        swaps camera encodings builds; an additive encoding builds its geometry-only form)."""
+        return cls(head_dim=head_dim)
+
+    @classmethod
+    def adapter_layer(cls, dim: int, num_heads: int, head_dim: int, use_orientation: bool = True,
+                      rope_theta: float = 100.0, qkv_bias: bool = True) -> nn.Module:
+        """A zero-initialised per-layer camera adapter for a frozen host attention of width ``dim`` (only where
+        ``capabilities.adapter``): a module with ``condition(cameras) -> state``, ``input_delta(x, state)`` and
+        ``residual(x, state)`` (each ``None`` or ``[B, L, dim]``; see :mod:`mmpos.integrations.diffusers`)."""
+        raise NotImplementedError(f"{cls.__name__} has no camera adapter (capabilities.adapter is False)")
+
+
+def warn_old_signature(old: str, new: str) -> None:
+    warnings.warn(f"{old}(tensors...) is deprecated: use {new}; the old signature goes in the next release",
+                  DeprecationWarning, stacklevel=3)

@@ -50,13 +50,13 @@ class HARoPE(RotaryPE):
             (:meth:`folds_into`); ``False`` applies ``M`` to every token (equal in exact arithmetic).
     Parameters: ``u_skew``, ``v_skew`` ``[num_heads, head_dim * (head_dim - 1) / 2]`` (zeros), ``sigma``
     ``[num_heads, head_dim]`` (zeros). ``M`` and ``M^-T`` are cached while no gradient is needed.
-    Capabilities: the base's (relative when it is), plus learnable.
+    Capabilities: the base's (relative when it is), plus learnable, plus ``folds_into_qkv`` (with ``fold_qkv``).
     """
 
     description = "HARoPE: a learned per-head map M on q and M^-T on k around any rotary encoding."
 
     example_options = dict(head_dim=16, num_heads=2)
-    capabilities = Capabilities(relative=True, learnable=True)
+    capabilities = Capabilities(relative=True, learnable=True, folds_into_qkv=True)
 
     def __init__(self, head_dim: int, num_heads: int, base="rope_axial", base_options: dict | None = None,
                  eps: float = 1e-6, num_prefix_tokens: int | None = None, seq_dim: int | None = None,
@@ -77,7 +77,7 @@ class HARoPE(RotaryPE):
         self.sigma = nn.Parameter(torch.zeros(num_heads, head_dim))
         self._cached: tuple | None = None
         self.capabilities = replace(base.capabilities, learnable=True, takes_extrapolation=False,
-                                    reads_image_grid=False)
+                                    reads_image_grid=False, folds_into_qkv=self.fold_qkv)
 
     # ----- the head-wise matrices ---------------------------------------------------------------------------
     def singular_values(self) -> torch.Tensor:

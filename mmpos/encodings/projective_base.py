@@ -22,7 +22,7 @@ q, k and v), so weights trained with them load unchanged.
 Usage, shapes ``q [B, H, Lq, D]``, ``k, v [B, H, Lk, D]`` with tokens camera-major (frames of a video are
 cameras), row-major inside an image::
 
-    geo = pe.prepare(...)                     # once per step; shared by every layer
+    geo = pe.prepare(cameras)                 # a mmpos.camera.Cameras; once per step, shared by every layer
     out = pe.attention(q, k, v, geo)          # SDPA in between; or, with any attention kernel:
     q = pe.apply_q(q, geo); k, v = pe.apply_kv(k, v, geo); out = pe.apply_output(attn(q, k, v), geo)
 """
@@ -138,6 +138,11 @@ class ProjectiveRoPE(CameraPE):
         attn_mask = merge_key_mask(attn_mask, key.valid)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
         return self.apply_output(out, query)
+
+    def logits(self, q, k, query: CameraTransforms, key: CameraTransforms | None = None) -> torch.Tensor:
+        """``[B, H, Lq, Lk]`` encoded dot products (unscaled; invalid keys not masked), for tests and plots."""
+        key = query if key is None else key
+        return self.apply_q(q, query) @ self.apply_kv(k, None, key)[0].transpose(-1, -2)
 
     def forward(self, q, k, v, query: CameraTransforms, key: CameraTransforms | None = None, attn_mask=None):
         return self.attention(q, k, v, query, key, attn_mask)

@@ -8,15 +8,18 @@ RoPE channels plus a plain dot product on the projective ones.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
 
 from .._validation import as_int_tuple
+from ..camera.cameras import Cameras
 from ..camera.models import check_intrinsic_matrix, normalized_intrinsics
 from ..camera.poses import check_pose, invert_pose
 from .projective_base import CameraTransforms, ProjectiveRoPE, lift_intrinsics
 from .registry import register_pe
+from .ucpe import UCPEAdapter
 
 
 @register_pe("prope")
@@ -29,17 +32,39 @@ class PRoPE(ProjectiveRoPE):
         rope_theta: base of the 2D RoPE on the other channels (100 as in PRoPE).
         layout: pair layout of the RoPE channels (``"half"`` or ``"interleaved"``).
         apply_vo: also transform values and outputs (default True, as the paper).
+        gta: poses only (GTA): ``prepare`` ignores the cameras' intrinsics (default False: they are required).
+
+    ``prepare(cameras)`` reads ``cameras.w2c``, ``cameras.grid`` and (unless ``gta``) ``cameras.intrinsics`` of
+    ``cameras.image_size`` images.
     """
 
+    capabilities = dataclasses.replace(ProjectiveRoPE.capabilities, adapter=True)
     description = "PRoPE: projective camera frames on q, k, v and the output, 2D RoPE on the rest of each head."
 
     def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
-                 layout: str = "half", apply_vo: bool = True):
+                 layout: str = "half", apply_vo: bool = True, gta: bool = False):
         super().__init__(head_dim, projective_dim, rope_theta, layout, apply_vo)
+        self.gta = bool(gta)
 
-    def prepare(self, w2c: torch.Tensor, grid_size: Sequence[int], intrinsics: torch.Tensor | None = None,
+    def _prepare(self, cameras: Cameras) -> CameraTransforms:
+        if self.gta:
+            return self._prepare_tensors(cameras.w2c, cameras.grid)
+        if cameras.intrinsics is None:
+            raise ValueError("cameras: prope needs pixel intrinsics (cameras.intrinsics); this camera model has none "
+                             "(an equirectangular camera, or an OpenCV camera with distortion, which a K alone would "
+                             "drop); PRoPE(..., gta=True) uses the poses alone")
+        return self._prepare_tensors(cameras.w2c, cameras.grid, cameras.intrinsics, cameras.image_size)
+
+    @classmethod
+    def adapter_layer(cls, dim, num_heads, head_dim, use_orientation=True, rope_theta=100.0, qkv_bias=True):
+        """UCPE's adapter branch with PRoPE's per-camera frames (the PRoPE baseline; no orientation map)."""
+        return UCPEAdapter(dim, num_heads, head_dim, use_orientation=False, qkv_bias=qkv_bias, rope_theta=rope_theta,
+                           encoding=cls(head_dim, rope_theta=rope_theta))
+
+    def _prepare_tensors(self, w2c: torch.Tensor, grid_size: Sequence[int], intrinsics: torch.Tensor | None = None,
                 image_size: Sequence[float] | None = None) -> CameraTransforms:
-        """Geometry of ``C`` cameras with ``rows x cols`` patches each (``L = C * rows * cols`` tokens).
+        """Deprecated form of ``prepare(cameras)``: ``C`` cameras with ``rows x cols`` patches each (``L = C * rows
+        * cols`` tokens).
 
         Args:
             w2c: ``[B, C, 4, 4]`` world-to-camera (OpenCV axes), float32/float64.

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from .._validation import check_choice, check_positive_int
 from ..ops.rotation import rotate
 from ..ops.tables import RotaryTable
+from ..camera.cameras import Cameras
 from .base import Capabilities, CameraPE
 from .rayrope_rays import (RAY_OFFSETS, RayDepthHead, RaySide, depth_hypotheses, ray_side,
                            sample_ray_depths)
@@ -59,7 +60,7 @@ class RayRoPE(CameraPE):
 
     description = "RayRoPE: rays at predicted depth in each query camera's frame, rotated in expectation over depth."
 
-    capabilities = Capabilities(needs_cameras=True, world_frame_invariant=True)
+    capabilities = Capabilities(needs_cameras=True, world_frame_invariant=True, predicts_depth=True)
     example_options = dict(head_dim=24)
 
     def __init__(self, head_dim: int, num_rays: int = 3, freq_base: float = 3.0, apply_vo: bool = True,
@@ -80,11 +81,28 @@ class RayRoPE(CameraPE):
         self._frequencies: dict = {}  # (dtype, device) -> [F * D_c], see frequencies()
 
     # --- geometry -------------------------------------------------------------------------------------------
-    def prepare(self, w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float],
-                grid_size: Sequence[int]) -> RaySide:
-        """``w2c [B, C, 4, 4]``, pixel ``intrinsics [B, C, 3, 3]`` of ``image_size = (H, W)`` images cut into
-        ``grid_size = (rows, cols)`` patches (:func:`~.rayrope_rays.ray_side`)."""
+    def _prepare(self, cameras: Cameras) -> RaySide:
+        """``prepare(cameras)``: ``cameras.w2c``, pixel ``cameras.intrinsics`` of ``cameras.image_size`` images cut
+        into ``cameras.grid`` patches (:func:`~.rayrope_rays.ray_side`); ``cameras.depth`` maps, when given, are
+        read at the ray points as known depths (:func:`~.rayrope_rays.sample_ray_depths`)."""
+        if cameras.intrinsics is None:
+            raise ValueError("cameras: rayrope needs pixel intrinsics (cameras.intrinsics); this camera model has "
+                             "none (an equirectangular camera?)")
+        side = ray_side(cameras.w2c, cameras.intrinsics, cameras.image_size, cameras.grid, self.num_rays)
+        if cameras.depth is not None:
+            side.known_depth = sample_ray_depths(cameras.depth, cameras.grid, self.num_rays)
+        return side
+
+    def _prepare_tensors(self, w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float],
+                         grid_size: Sequence[int]) -> RaySide:
+        """Deprecated form of ``prepare(cameras)``: ``w2c [B, C, 4, 4]``, pixel ``intrinsics [B, C, 3, 3]`` of
+        ``image_size = (H, W)`` images cut into ``grid_size = (rows, cols)`` patches."""
         return ray_side(w2c, intrinsics, image_size, grid_size, self.num_rays)
+
+    @classmethod
+    def depth_head(cls, dim: int) -> RayDepthHead:
+        """The per-layer depth head (:class:`~.rayrope_rays.RayDepthHead`) whose output is ``depth_q``."""
+        return RayDepthHead(dim)
 
     def depths(self, raw: torch.Tensor, side: RaySide, known: torch.Tensor | None = None,
                names: tuple[str, str] = ("raw", "known")):
@@ -146,7 +164,8 @@ class RayRoPE(CameraPE):
 
         ``key`` defaults to ``query`` (self-attention; then ``depth_k`` defaults to ``depth_q``). ``depth_q/k``:
         raw depth-head outputs ``[B, L, 2]`` of the query and key inputs (for cross-attention the key side's
-        comes from the key input). ``attn_mask``: ``[.., Lq, Lk]`` bool (True attends) or additive.
+        comes from the key input). ``known_depth_q/k`` default to the sides' ``known_depth`` (``Cameras.depth``).
+        ``attn_mask``: ``[.., Lq, Lk]`` bool (True attends) or additive.
         """
         plan = self._plan(q, k, v, query, key, depth_q, depth_k, known_depth_q, known_depth_k)
         key, q_table, key_depths = plan
@@ -177,6 +196,9 @@ class RayRoPE(CameraPE):
     def _plan(self, q, k, v, query, key, depth_q, depth_k, known_depth_q, known_depth_k):
         self_attention = key is None
         key = query if key is None else key
+        known_depth_q = query.known_depth if known_depth_q is None else known_depth_q
+        if not self_attention and known_depth_k is None:
+            known_depth_k = key.known_depth
         for name, x, side in (("q", q, query), ("k", k, key), ("v", v, key)):
             if x is None:
                 continue

@@ -24,7 +24,9 @@ class RaySide:
 
     w2c ``[B, C, 4, 4]``; k_norm ``[B, C, 3, 3]`` (normalised intrinsics); centers ``[B, C, 3]`` (world);
     ray_steps ``[B, C, P, R, 3]``: world displacement per unit of z-depth along each ray; own_dirs ``[P, R, 2]``:
-    each ray's direction code in its own camera (``normalize(u, v, 1)[:2]``, independent of depth and K).
+    each ray's direction code in its own camera (``normalize(u, v, 1)[:2]``, independent of depth and K);
+    known_depth ``[B, L_known, R]`` or ``None``: known z-depths of the first tokens (from ``Cameras.depth``), the
+    default of ``attention``'s ``known_depth_q`` / ``known_depth_k`` for this side.
     """
 
     w2c: torch.Tensor
@@ -32,6 +34,7 @@ class RaySide:
     centers: torch.Tensor
     ray_steps: torch.Tensor
     own_dirs: torch.Tensor
+    known_depth: torch.Tensor | None = None
 
     @property
     def num_cameras(self) -> int:

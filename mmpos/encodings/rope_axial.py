@@ -34,7 +34,8 @@ class AxialRoPE(SpectrumRoPE):
             ``"yarn"``, ``"vision_yarn"``, ``"riflex"`` dicts, or objects from :mod:`mmpos.spectrum`; or
             schedules (:class:`~mmpos.spectrum.schedule.ExtrapolationSchedule`, ``{"type": "schedule", ...}``,
             :func:`~mmpos.spectrum.schedule.extrapolation_preset`): the factor then follows the coordinates'
-            extent and, for DyPE, the step's sigma read from ``self.step`` (see :meth:`cached_table`).
+            extent and, for DyPE, the step's sigma read from ``self.step`` (see :meth:`cached_table`,
+            :meth:`spectrum_at`).
         pair_scale: optional ``[rotary_dim // 2]`` magnitude per pair (multiplies cos and sin).
         num_prefix_tokens: leading tokens (cls, registers, text) left unrotated.
         seq_dim: ``-2`` for ``[B, H, L, D]``, ``-3`` for ``[B, L, H, D]``.
@@ -62,12 +63,12 @@ class AxialRoPE(SpectrumRoPE):
         super().__init__(head_dim, spectrum, layout, num_prefix_tokens, seq_dim, table_precision, allocation)
         self.axes_dims = axes_dims
         self.schedule, self.step = schedule, DiffusionStep()
-        if schedule is not None:  # resolved per call: the spectrum last used by this thread
+        if schedule is not None:  # a seam may set the spectrum it resolved: per thread
             self.__dict__["_spectrum"] = PerThread(self.__dict__["_spectrum"])
 
     @property
     def spectrum(self):
-        """The spectrum (with a schedule: the one this thread's last table used)."""
+        """The training spectrum (with a schedule, a position seam may set the one it resolved; per thread)."""
         value = self.__dict__["_spectrum"]
         return value.get() if isinstance(value, PerThread) else value
 
@@ -86,17 +87,25 @@ class AxialRoPE(SpectrumRoPE):
     def cached_table(self, coords, complex_dtype):
         """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
         (:meth:`coordinate_extents`, or ``self.step.extents``) and ``self.step.sigma`` (both per thread), cached
-        under the resolved policies (exact values), so a table is rebuilt only when the schedule's value changes.
-        ``self.spectrum`` is the last one this thread used."""
+        under the resolved policies (exact values), so a table is rebuilt only when the schedule's value changes. A
+        lookup changes nothing on the encoding (``self.spectrum`` stays the training spectrum; :meth:`spectrum_at`
+        gives the resolved one)."""
         if self.schedule is None:
             return super().cached_table(coords, complex_dtype)
+        policies = self._policies_at(coords)
+        key = (policies, complex_dtype, self.table_precision)
+        return self.cache.get(key, coords, lambda: self.table_of_spectrum(self.schedule.spectrum(policies), coords,
+                                                                          complex_dtype))
+
+    def spectrum_at(self, coords):
+        """The spectrum of ``coords``' table: with a schedule, resolved at their extent and the step's sigma."""
+        return self.spectrum if self.schedule is None else self.schedule.spectrum(self._policies_at(coords))
+
+    def _policies_at(self, coords):
         extents = self.step.extents
         if extents is None:
             extents = self.coordinate_extents(coords)
-        policies = self.schedule.policies(extents, self.step.sigma)
-        self.spectrum = spectrum = self.schedule.spectrum(policies)
-        key = (policies, complex_dtype, self.table_precision)
-        return self.cache.get(key, coords, lambda: self.table_of_spectrum(spectrum, coords, complex_dtype))
+        return self.schedule.policies(extents, self.step.sigma)
 
 
 @register_pe("rope_1d")

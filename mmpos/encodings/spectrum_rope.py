@@ -45,6 +45,11 @@ class SpectrumRoPE(RotaryPE):
     def compute_table(self, coords, complex_dtype):
         return self.table_of_spectrum(self.spectrum, coords, complex_dtype)
 
+    def spectrum_at(self, coords: torch.Tensor) -> RotarySpectrum:
+        """The spectrum the table of ``coords`` ``[..., L, A]`` uses: ``self.spectrum`` (an encoding whose
+        spectrum follows a schedule resolves it here, without changing ``self.spectrum``)."""
+        return self.spectrum
+
     def table_of_spectrum(self, spectrum: RotarySpectrum, coords: torch.Tensor, complex_dtype: torch.dtype):
         """The table of ``spectrum`` on validated ``coords`` ``[L, A]`` or ``[B, L, A]``."""
         use_fp64 = self.table_precision == "fp64" or (

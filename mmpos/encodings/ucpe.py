@@ -11,31 +11,52 @@ branch run in parallel with a frozen host attention (:class:`ParallelAdapter`).
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 from torch import nn
 
 from .._validation import as_int_tuple, check_positive_int
+from ..camera.cameras import Cameras
 from ..camera.poses import check_pose, invert_pose
 from ..camera.ray_frames import latitude_up_map, ray_frames
+from .base import warn_old_signature
 from .projective_base import CameraTransforms, ProjectiveRoPE
 from .registry import register_pe
 
 
 @register_pe("ucpe")
 class UCPE(ProjectiveRoPE):
-    """UCPE's relative ray encoding of q, k, v and the output (arguments as :class:`PRoPE`)."""
+    """UCPE's relative ray encoding of q, k, v and the output (arguments as :class:`PRoPE`).
 
+    ``prepare(cameras)`` reads ``cameras.c2w``, ``cameras.rays`` (any camera model), ``cameras.valid`` and
+    ``cameras.grid``. Tokens whose ray is invalid or whose frame is degenerate are masked out as keys.
+    """
+
+    capabilities = dataclasses.replace(ProjectiveRoPE.capabilities, adapter=True)
     description = "UCPE: relative ray frames from any camera model on q, k, v and the output, plus 2D RoPE."
 
     def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
                  layout: str = "half", apply_vo: bool = True):
         super().__init__(head_dim, projective_dim, rope_theta, layout, apply_vo)
 
-    def prepare(self, c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int],
+    def _prepare(self, cameras: Cameras) -> CameraTransforms:
+        if cameras.rays is None:
+            raise ValueError("cameras: ucpe needs the patches' rays (cameras.rays; e.g. Cameras.from_models)")
+        return self._prepare_tensors(cameras.c2w, cameras.rays, cameras.grid, cameras.valid)
+
+    @classmethod
+    def adapter_layer(cls, dim, num_heads, head_dim, use_orientation=True, rope_theta=100.0, qkv_bias=True):
+        """UCPE's zero-initialised parallel attention branch (:class:`UCPEAdapter`)."""
+        return UCPEAdapter(dim, num_heads, head_dim, use_orientation=use_orientation, qkv_bias=qkv_bias,
+                           rope_theta=rope_theta)
+
+    def _prepare_tensors(self, c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int],
                 valid: torch.Tensor | None = None) -> CameraTransforms:
-        """Geometry of ``C`` cameras (or video frames) with ``P = rows * cols`` patches each.
+        """Deprecated form of ``prepare(cameras)``: ``C`` cameras (or video frames) with ``P = rows * cols``
+        patches each.
 
         Args:
             c2w: ``[B, C, 4, 4]`` camera-to-world (OpenCV axes), float32/float64.
@@ -97,8 +118,31 @@ class UCPEAdapter(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
         self.cam_encoder = nn.Linear(3, dim) if use_orientation else None
 
-    def prepare(self, c2w, rays_cam, grid_size, valid=None) -> CameraTransforms:
-        return self.encoding.prepare(c2w, rays_cam, grid_size, valid)
+    def prepare(self, *args, **kwargs) -> CameraTransforms:
+        """``prepare(cameras)``: the branch encoding's geometry (``ParallelAdapter.set_camera``'s ``camera``)."""
+        if len(args) + len(kwargs) == 1:
+            return self.encoding.prepare(*args, **kwargs)
+        warn_old_signature("UCPEAdapter.prepare", "prepare(cameras) with a mmpos.camera.Cameras")
+        return self.encoding._prepare_tensors(*args, **kwargs)
+
+    # --- the per-layer adapter protocol of mmpos.integrations.diffusers.CameraAdapter --------------------------
+    def condition(self, cameras: Cameras) -> "BranchCondition":
+        """What every layer reads for one call: the geometry and (with ``use_orientation``) the latitude/up map."""
+        orientation = None
+        if self.cam_encoder is not None:
+            if cameras.orientation is None:
+                raise ValueError("cameras: this adapter adds the latitude/up map; build the cameras with an "
+                                 "orientation (Cameras.from_models, video_cameras)")
+            orientation = cameras.orientation
+        return BranchCondition(self.encoding.prepare(cameras), orientation)
+
+    def input_delta(self, x: torch.Tensor, condition: "BranchCondition"):
+        """Nothing is added to the host attention's input (the branch runs beside it)."""
+        return None
+
+    def residual(self, x: torch.Tensor, condition: "BranchCondition") -> torch.Tensor:
+        """The branch output ``[B, L, dim]``, added to the host attention's output."""
+        return self(x, condition.geometry, condition.orientation)
 
     @staticmethod
     def orientation_map(camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5),
@@ -124,6 +168,14 @@ class UCPEAdapter(nn.Module):
         if geo.valid is not None:
             out = out * geo.valid[..., None].to(out.dtype)
         return out
+
+
+@dataclass(eq=False)
+class BranchCondition:
+    """One call's input of every :class:`UCPEAdapter` layer: ``geometry`` and ``orientation [B, L, 3]`` or None."""
+
+    geometry: CameraTransforms
+    orientation: torch.Tensor | None = None
 
 
 class ParallelAdapter(nn.Module):

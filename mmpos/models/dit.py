@@ -73,7 +73,7 @@ class DiTAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, pe: nn.Module | None, tables: ForwardTables | None) -> torch.Tensor:
         B, L, C = x.shape
-        folds = pe is not None and hasattr(pe, "fold_into_qkv") and pe.folds_into(x, self.qkv)  # HARoPE
+        folds = pe is not None and pe.capabilities.folds_into_qkv and pe.folds_into(x, self.qkv)  # HARoPE
         qkv = F.linear(x, *pe.fold_into_qkv(self.qkv.weight, self.qkv.bias)) if folds else self.qkv(x)
         q, k, v = qkv.reshape(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if folds:

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import os
 import warnings
+from collections.abc import Iterator
 
 ROTARY_BACKENDS = ("auto", "triton", "torch")
 
@@ -62,7 +63,7 @@ def get_rotary_backend() -> str:
 
 
 @contextlib.contextmanager
-def rotary_backend(name: str):
+def rotary_backend(name: str) -> Iterator[None]:
     """Use backend ``name`` inside the block, then restore the previous one."""
     previous = get_rotary_backend()
     set_rotary_backend(name)

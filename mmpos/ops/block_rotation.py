@@ -82,7 +82,7 @@ def _rotate_blocks(blocks: torch.Tensor, matrices: torch.Tensor, real: torch.dty
     return out.movedim(list(range(-len(shared), 0)), shared)
 
 
-def _check(x, table, seq_dim, num_prefix_tokens):
+def _check(x: torch.Tensor, table: object, seq_dim: int, num_prefix_tokens: int) -> torch.Tensor:
     if not isinstance(table, BlockRotationTable):
         raise TypeError(f"table must be a BlockRotationTable, got {type(table).__name__}")
     if not isinstance(x, torch.Tensor) or x.dim() < 2:

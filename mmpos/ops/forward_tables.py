@@ -7,17 +7,26 @@ cache lookup per layer). Encodings are used through their public methods only: `
 
     tables = ForwardTables([block.pe for block in blocks], coords, run_dtype, device)   # once per forward
     q, k = pe.rotate_qk(q, k, tables.get(pe, q))                                       # in each attention
+
+Encodings named ``in_block`` (a block's own learned encoding) build their table inside ``get``, i.e. in their
+block's forward: where FSDP2 (``fully_shard`` per block) or ZeRO-3 has gathered the block's parameters, and where
+activation checkpointing recomputes it. The values are the same as a table built up front.
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
-from torch import nn
 
 from .rotation import compute_dtype
-from .tables import finite_checked
+from .tables import check_coords, finite_checked
+
+
+class BuildsTables(Protocol):
+    """What this module uses of an encoding (an ``nn.Module`` in practice)."""
+
+    def table(self, coords: torch.Tensor, dtype: torch.dtype, device: torch.device) -> Any: ...
 
 
 def run_dtype(x: torch.Tensor) -> torch.dtype:
@@ -35,15 +44,22 @@ class ForwardTables:
         coords: ``[L, A]`` or ``[B, L, A]`` coordinates of the tokens, checked once for all encodings.
         dtype: the dtype q and k will have (see :func:`run_dtype`); only its compute precision matters.
         device: where q and k live.
+        in_block: encodings among ``encodings`` whose table ``get`` builds when their block asks for it (not
+            kept: a block's own learned encoding, whose parameters a sharded model gathers only in that block).
     """
 
-    def __init__(self, encodings: Sequence[nn.Module], coords: torch.Tensor, dtype: torch.dtype, device):
+    def __init__(self, encodings: Sequence[BuildsTables], coords: torch.Tensor, dtype: torch.dtype,
+                 device: torch.device | str, in_block: Sequence[BuildsTables] = ()) -> None:
         self.coords, self.dtype, self.device = coords, dtype, torch.device(device)
         self.compute_dtype = compute_dtype(dtype, self.device)
-        distinct = list({id(pe): pe for pe in encodings}.values())
-        self._tables = {}
+        deferred = {id(pe) for pe in in_block}
+        distinct = [pe for key, pe in {id(pe): pe for pe in encodings}.items() if key not in deferred]
+        self._tables: dict[int, Any] = {}
+        self._checked = bool(distinct or deferred)
         if distinct:  # the first table checks the coordinates; the others trust that check
             self._tables[id(distinct[0])] = distinct[0].table(coords, dtype, self.device)
+        elif deferred:  # every table is built in its block: check the coordinates here, once
+            check_coords(coords, coords.shape[-1] if coords.dim() > 1 else 1)
         with finite_checked(coords):
             for pe in distinct[1:]:
                 self._tables[id(pe)] = pe.table(coords, dtype, self.device)
@@ -51,11 +67,13 @@ class ForwardTables:
     def __len__(self) -> int:
         return len(self._tables)
 
-    def get(self, pe: nn.Module, q: torch.Tensor):
-        """``pe``'s table for ``q``; a ``q`` of a precision or device this forward did not foresee (e.g. fp32
-        after qk-norm under CPU autocast) gets a table of its own, as the per-layer path would build."""
+    def get(self, pe: BuildsTables, q: torch.Tensor) -> Any:
+        """``pe``'s table for ``q``: the one built up front, or an ``in_block`` encoding's, built now at the
+        forward's dtype; a ``q`` of a precision or device this forward did not foresee (e.g. fp32 after qk-norm
+        under CPU autocast) gets a table of its own, as the per-layer path would build."""
+        foreseen = q.device == self.device and compute_dtype(q.dtype, q.device) == self.compute_dtype
         table = self._tables.get(id(pe))
-        if table is None or q.device != self.device or compute_dtype(q.dtype, q.device) != self.compute_dtype:
-            with finite_checked(self.coords) if self._tables else nullcontext():  # checked in __init__
-                return pe.table(self.coords, q.dtype, q.device)
-        return table
+        if table is not None and foreseen:
+            return table
+        with finite_checked(self.coords) if self._checked else nullcontext():  # checked in __init__
+            return pe.table(self.coords, self.dtype if foreseen else q.dtype, q.device)

@@ -24,7 +24,8 @@ def check_block_matrices(name: str, matrices: torch.Tensor, x: torch.Tensor, seq
     return seq_len // groups
 
 
-def transform_blocks(x: torch.Tensor, matrices: torch.Tensor, num_channels: int, transpose: bool = False):
+def transform_blocks(x: torch.Tensor, matrices: torch.Tensor, num_channels: int,
+                     transpose: bool = False) -> torch.Tensor:
     """``x [B, H, L, D]`` with ``x[..., :num_channels]`` chunks of 4 replaced by ``M @ chunk`` (or ``M^T @
     chunk`` when ``transpose``); the other channels are copied. Returns a new tensor in ``x``'s dtype.
 

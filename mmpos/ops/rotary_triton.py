@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 import torch
 
@@ -20,12 +21,12 @@ from .backends import fused_kernel_enabled
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel():
+def _kernel() -> Any:
     import triton
     import triton.language as tl
 
     @triton.jit
-    def rotate_pairs(x_ptr, out_ptr, cs_ptr, heads, length, pairs, half_offset,
+    def rotate_pairs(x_ptr, out_ptr, cs_ptr, heads, length, pairs, half_offset,  # type: ignore[no-untyped-def]
                      xs_b, xs_h, xs_l, xs_d, os_b, os_h, os_l, os_d, cs_b, cs_h, cs_l, cs_p,
                      INTERLEAVED: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_P: tl.constexpr):
         bh = tl.program_id(0)

@@ -12,6 +12,9 @@ checked on a GPU) reads each pair once.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from .._validation import check_choice, sequence_length_error
@@ -53,7 +56,7 @@ def compute_dtype(x_dtype: torch.dtype, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def _check_and_move(x, table, seq_dim, num_prefix_tokens):
+def _check_and_move(x: torch.Tensor, table: RotaryTable, seq_dim: int, num_prefix_tokens: int) -> torch.Tensor:
     if not isinstance(getattr(table, "cis", None), torch.Tensor):  # a RotaryTable (or one alike: its .cis)
         hint = " (pass the RotaryTable itself, not its .cis)" if isinstance(table, torch.Tensor) else ""
         raise TypeError(f"table must be a RotaryTable, got {type(table).__name__}{hint}")
@@ -92,7 +95,8 @@ def _pairs(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t.unflatten(-1, (2, -1)).transpose(-1, -2)
 
 
-def _rotate_into(out, x, xv, cis, layout, seq_dim, num_prefix_tokens):
+def _rotate_into(out: torch.Tensor, x: torch.Tensor, xv: torch.Tensor, cis: torch.Tensor, layout: str, seq_dim: int,
+                 num_prefix_tokens: int) -> torch.Tensor:
     """Write the rotation of ``x`` into ``out`` (same shape and dtype); no autograd."""
     ov = out.movedim(seq_dim, -2)
     rotary_dim = 2 * cis.shape[-1]
@@ -119,15 +123,17 @@ def _rotate_into(out, x, xv, cis, layout, seq_dim, num_prefix_tokens):
     return out
 
 
-def _rotate_traceable(x, table, layout, seq_dim, num_prefix_tokens):
+def _rotate_traceable(x: torch.Tensor, table: RotaryTable, layout: str, seq_dim: int,
+                      num_prefix_tokens: int) -> torch.Tensor:
     """The same rotation in plain real arithmetic (no complex views, no writes into buffers), which
     ``torch.compile`` traces and fuses; its autograd is PyTorch's own. A table of learned phases
     (``table.phase``) is read as ``cos``/``sin`` of them, so that no complex tensor enters the graph."""
     xv = x.movedim(seq_dim, -2)
     n, rotary_dim = num_prefix_tokens, 2 * table.num_pairs
     real = compute_dtype(x.dtype, x.device)
-    if getattr(table, "phase", None) is not None:
-        cos, sin = table.phase.cos().to(real), table.phase.sin().to(real)
+    phase = getattr(table, "phase", None)
+    if phase is not None:
+        cos, sin = phase.cos().to(real), phase.sin().to(real)
     else:
         cos_sin = torch.view_as_real(table.cis.to(x.device)).to(real)
         cos, sin = cos_sin[..., 0], cos_sin[..., 1]
@@ -139,7 +145,8 @@ def _rotate_traceable(x, table, layout, seq_dim, num_prefix_tokens):
     return torch.cat([xv[..., :n, :], body], dim=-2).movedim(-2, seq_dim)
 
 
-def _chunks(src: torch.Tensor, cis: torch.Tensor, dst: torch.Tensor):
+def _chunks(src: torch.Tensor, cis: torch.Tensor,
+            dst: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(src, table, dst) pieces sized to stay in cache on the CPU; the whole tensors elsewhere.
 
     ``src``/``dst``: ``[..., L, P, 2]`` views; ``cis``: ``[..., L, P]``. Short sequences with many batch
@@ -163,14 +170,15 @@ class _RotateFunction(torch.autograd.Function):
     """Rotation with the fast kernel forward and backward (the backward rotates by the conjugate)."""
 
     @staticmethod
-    def forward(ctx, x, cis, layout, seq_dim, num_prefix_tokens):
+    def forward(ctx: Any, x: torch.Tensor, cis: torch.Tensor, layout: str, seq_dim: int,
+                num_prefix_tokens: int) -> torch.Tensor:
         xv = x.movedim(seq_dim, -2)
         ctx.save_for_backward(x, cis)
         ctx.args = (layout, seq_dim, num_prefix_tokens)
         return _rotate_into(torch.empty_like(x), x, xv, cis.detach(), layout, seq_dim, num_prefix_tokens)
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
         x, cis = ctx.saved_tensors
         layout, seq_dim, n = ctx.args
         grad_x = grad_cis = None
@@ -189,7 +197,7 @@ class _RotateFunction(torch.autograd.Function):
         return grad_x, grad_cis, None, None, None
 
 
-def sum_to_shape(t: torch.Tensor, shape) -> torch.Tensor:
+def sum_to_shape(t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """Sum the broadcast dims of ``t`` down to ``shape`` (the batch and head dims a table shares): the gradient of
     a broadcast operand."""
     extra = t.dim() - len(shape)

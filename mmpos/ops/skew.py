@@ -1,7 +1,7 @@
 """Skew-symmetric generators and their exponentials (rotations), for learned rotary variants.
 
 ``exp(t * S)`` of a skew ``S`` is a rotation. Closed forms avoid ``torch.linalg.matrix_exp`` where they exist
-(it costs ~5 us per 4x4 matrix on a CPU, seconds for a Flux-sized table): ``b = 2`` is one planar rotation,
+(slow per small matrix on a CPU, for tables of many tokens: ``docs/results.md``): ``b = 2`` is one planar rotation,
 ``b = 4`` splits ``S`` into commuting self-dual and anti-self-dual parts, each squaring to ``-a^2 I``.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def skew_from_upper(values: torch.Tensor, dim: int) -> torch.Tensor:
     return upper - upper.transpose(-1, -2)
 
 
-def _scatter_upper(zeros: torch.Tensor, values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+def _scatter_upper(zeros: torch.Tensor, values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     flat = zeros.flatten(-2)
     index = (rows * zeros.shape[-1] + cols).expand(values.shape)
     return flat.scatter(-1, index, values).unflatten(-1, zeros.shape[-2:])
@@ -57,7 +57,7 @@ def hodge_dual_4(s: torch.Tensor) -> torch.Tensor:
     return skew_from_upper(dual_upper, 4)
 
 
-def self_dual_split(s: torch.Tensor):
+def self_dual_split(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``S = S+ + S-`` for ``[..., 4, 4]`` skew ``S``: the two parts commute and ``(S+-)^2 = -a+-^2 I``.
 
     Returns ``(s_plus, s_minus, a_plus, a_minus)`` with ``a`` of shape ``[...]`` (``a^2 = |S+-|_F^2 / 4``).
@@ -96,7 +96,7 @@ def exp_scaled_skew(t: torch.Tensor, s: torch.Tensor, dtype: torch.dtype | None 
     return exp_skew(t[..., None, None] * s).to(dtype or s.dtype)
 
 
-def exp_scaled_skew_4_terms(t: torch.Tensor, s: torch.Tensor):
+def exp_scaled_skew_4_terms(t: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``exp(t * S) = sum_k c_k(t) B_k`` for scalars ``t`` ``[...]`` and 4x4 skew ``S`` ``[..., 4, 4]``.
 
     ``exp(tS) = exp(tS+) exp(tS-)`` and ``exp(tS+-) = cos(t a) I + (sin(t a) / a) S+-``, so the result is a

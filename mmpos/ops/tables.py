@@ -10,12 +10,16 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 
 from .._validation import check_finite, check_float_coords
+
+_T = TypeVar("_T")
 
 
 @dataclass(eq=False)
@@ -59,7 +63,7 @@ _finite_checked = threading.local()
 
 
 @contextmanager
-def finite_checked(coords: torch.Tensor):
+def finite_checked(coords: torch.Tensor) -> Iterator[torch.Tensor]:
     """Inside the block, :func:`check_coords` skips the finiteness test (a host sync on CUDA) for this very
     tensor, on this thread: for a model that checked its coordinates once and builds one table per block."""
     if torch.compiler.is_compiling():  # the test is skipped while tracing; no thread-local state to guard on
@@ -117,7 +121,7 @@ def phases_fp32_reduced(coords: torch.Tensor, freq_matrix: torch.Tensor) -> torc
         return frac * (2 * math.pi)
 
 
-def _two_product(a: torch.Tensor, b: torch.Tensor):
+def _two_product(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Error-free product: ``a * b == s + e`` exactly (fp32, no FMA needed)."""
     s = a * b
     a_hi, a_lo = _split(a)
@@ -126,7 +130,7 @@ def _two_product(a: torch.Tensor, b: torch.Tensor):
     return s, e
 
 
-def _split(x: torch.Tensor):
+def _split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     big = x * 4097.0  # 2**12 + 1
     hi = big - (big - x)
     return hi, x - hi
@@ -151,7 +155,7 @@ class KeyedCache:
         self._entries: OrderedDict = OrderedDict()
         self._lock = threading.RLock()
 
-    def get(self, key, build):
+    def get(self, key: object, build: Callable[[], _T]) -> _T:
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -161,14 +165,14 @@ class KeyedCache:
                 self._entries.popitem(last=False)
             return value
 
-    def __getstate__(self):  # copies start empty (a lock cannot be copied)
+    def __getstate__(self) -> dict[str, Any]:  # copies start empty (a lock cannot be copied)
         return {"max_entries": self.max_entries}
 
-    def __setstate__(self, state):
-        self.__init__(state["max_entries"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        KeyedCache.__init__(self, state["max_entries"])
 
 
-def _version(tensor: torch.Tensor):
+def _version(tensor: torch.Tensor) -> int | None:
     """In-place version counter; None for inference tensors (``torch.inference_mode``), which have none."""
     return None if tensor.is_inference() else tensor._version
 
@@ -181,14 +185,14 @@ class ParameterValues:
     per parameter; a device sync on GPUs, once per table lookup).
     """
 
-    def __init__(self, tensors, _identity: tuple | None = None):
+    def __init__(self, tensors: Iterable[torch.Tensor], _identity: tuple | None = None) -> None:
         self.tensors = tuple(tensors)
         self.identity = _identity or tuple((id(t), tuple(t.shape), t.dtype, t.device) for t in self.tensors)
 
     def frozen(self) -> "ParameterValues":
         return ParameterValues([t.detach().clone() for t in self.tensors], self.identity)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, ParameterValues) or self.identity != other.identity:
             return False
         return all(torch.equal(a, b) for a, b in zip(self.tensors, other.tensors))
@@ -207,7 +211,7 @@ def library_owned(coords: torch.Tensor) -> torch.Tensor:
     :class:`TableCache` then finds them by identity and version alone, without reading their values (a device
     sync on GPUs). Never mark a tensor a caller can write: writes through ``.data`` or a ``.numpy()`` view
     leave the version unchanged. Returns ``coords``."""
-    coords._mmpos_library_owned = True
+    coords._mmpos_library_owned = True  # type: ignore[attr-defined]
     return coords
 
 
@@ -231,7 +235,7 @@ class TableCache:
         self._lock = threading.RLock()
         self.builds = 0
 
-    def get(self, key: tuple, coords: torch.Tensor, build):
+    def get(self, key: tuple, coords: torch.Tensor, build: Callable[[], _T]) -> _T:
         if torch.compiler.is_compiling():  # the build is traced into the graph; no lookups, locks or copies
             return build()
         if coords.requires_grad and torch.is_grad_enabled():
@@ -242,7 +246,7 @@ class TableCache:
         with self._lock:  # threads share an encoding's cache (one model served from several threads)
             return self._get(key, coords, build)
 
-    def _get(self, key: tuple, coords: torch.Tensor, build):
+    def _get(self, key: tuple, coords: torch.Tensor, build: Callable[[], _T]) -> _T:
         # tables built under inference_mode are inference tensors, unusable by autograd: kept apart
         full_key = key + (tuple(coords.shape), coords.dtype, coords.device, torch.is_inference_mode_enabled())
         owned = _is_library_owned(coords)
@@ -261,12 +265,12 @@ class TableCache:
             self._entries.popitem(last=False)
         return table
 
-    def clear(self):
+    def clear(self) -> None:
         with self._lock:
             self._entries.clear()
 
-    def __getstate__(self):  # deep copies and pickles of an encoding start with an empty cache
+    def __getstate__(self) -> dict[str, Any]:  # deep copies and pickles of an encoding start with an empty cache
         return {"max_entries": self.max_entries, "builds": 0}
 
-    def __setstate__(self, state):
-        self.__init__(state["max_entries"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        TableCache.__init__(self, state["max_entries"])

@@ -2,7 +2,7 @@
 
 ``torch.linalg.matrix_exp`` is fast forward, but its backward exponentiates the ``2n x 2n`` block matrix
 ``[[A^T, G], [0, A^T]]``: about eight times the forward's work (HARoPE's per-head ``128 x 128`` factors spent
-~90% of a training step there). Here ``exp(A) = T_m(A / 2^s)^(2^s)``: a Taylor polynomial of degree ``m``,
+most of a training step there; the measurement: ``docs/results.md``, "Numbers behind implementation choices"). Here ``exp(A) = T_m(A / 2^s)^(2^s)``: a Taylor polynomial of degree ``m``,
 evaluated Paterson-Stockmeyer style (``A^2 .. A^p``, then Horner in ``A^p``), and ``s`` squarings. Autograd
 goes back through those products by hand, two per product, after recomputing them (checkpointing: only ``A``
 is kept for the backward, as with ``matrix_exp``): the backward costs about three times the forward. Both
@@ -18,7 +18,9 @@ generators (rotations), whose exponential is perfectly conditioned; accurate to 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 import torch
 
@@ -46,6 +48,7 @@ def taylor_plan(theta: float, dtype: torch.dtype) -> tuple[int, int, int]:
         cost = (block - 1) + (degree // block - 1) + squarings
         if best is None or cost <= best[0]:  # ties: the higher degree, fewer squarings
             best = (cost, degree, block, squarings)
+    assert best is not None  # PATERSON_STOCKMEYER is not empty
     return best[1:]
 
 
@@ -68,20 +71,20 @@ def _exp_backward_op(a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
 
 
 @_exp_op.register_fake
-def _(a):
+def _(a: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(a)
 
 
 @_exp_backward_op.register_fake
-def _(a, grad):
+def _(a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(a)
 
 
-def _save_input(ctx, inputs, output):
+def _save_input(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
     ctx.save_for_backward(inputs[0])
 
 
-def _exp_backward(ctx, grad):
+def _exp_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     (a,) = ctx.saved_tensors
     return _exp_backward_op(a, grad)
 
@@ -89,7 +92,7 @@ def _exp_backward(ctx, grad):
 _exp_op.register_autograd(_exp_backward, setup_context=_save_input)
 
 
-def _per_plan(compute, a: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+def _per_plan(compute: Callable[..., torch.Tensor], a: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     """``compute(a, *others, degree, block, squarings)`` with each matrix's own plan (matrices sharing one are
     computed together), so that a matrix's result never depends on the others in the batch."""
     norms = a.abs().sum(-2).amax(-1).flatten().tolist()  # 1-norm of each matrix (one host read)
@@ -110,7 +113,10 @@ def _per_plan(compute, a: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)[inverse.to(a.device)].reshape(a.shape)
 
 
-def _expm_parts(a: torch.Tensor, degree: int, block: int, squarings: int):
+_Saved = tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
+
+
+def _expm_parts(a: torch.Tensor, degree: int, block: int, squarings: int) -> tuple[torch.Tensor, _Saved]:
     """``exp(a)`` and what the backward needs: ``(x = a / 2^s, powers x..x^p, Horner inputs, squaring inputs)``.
 
     ``T(x) = (((c_m x^p + B_{q-1}) x^p + B_{q-2}) x^p + ...) + B_0`` with ``B_j = sum_{i < p} c_{jp+i} x^i``
@@ -171,7 +177,7 @@ def _inverse_factorials(degree: int) -> list[float]:
 
 def _block_sums(powers: torch.Tensor, c: list, count: int, block: int) -> torch.Tensor:
     """``B_j = c_{jp} I + sum_{0 < i < p} c_{jp+i} x^i`` for ``j < count``, ``[count, N, n, n]``, written into one
-    buffer by scaled additions (a stacked tensordot costs ~15x more on a CPU)."""
+    buffer by scaled additions (a stacked tensordot costs more on a CPU: ``docs/results.md``)."""
     sums = powers.new_empty(count, *powers.shape[1:])
     for j in range(count):
         coefficients = c[j * block: (j + 1) * block]
@@ -182,7 +188,7 @@ def _block_sums(powers: torch.Tensor, c: list, count: int, block: int) -> torch.
     return sums
 
 
-def _accumulate(total, term):
+def _accumulate(total: torch.Tensor | None, term: torch.Tensor) -> torch.Tensor:
     return term if total is None else total.add_(term)
 
 

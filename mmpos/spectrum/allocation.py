@@ -37,7 +37,7 @@ class RotarySpectrum:
         matrix[self.axis_of_pair, torch.arange(self.num_pairs)] = self.inv_freq
         return matrix
 
-    def with_pair_scale(self, pair_scale) -> "RotarySpectrum":
+    def with_pair_scale(self, pair_scale: torch.Tensor | Sequence[float]) -> "RotarySpectrum":
         """Multiply each pair's magnitude by ``pair_scale`` (``[P]``)."""
         scale = torch.as_tensor(pair_scale, dtype=torch.float64).flatten()
         if scale.numel() != self.num_pairs:
@@ -61,7 +61,8 @@ def default_axes_dims(rotary_dim: int, num_axes: int) -> tuple[int, ...]:
     return (rotary_dim - per * (num_axes - 1),) + (per,) * (num_axes - 1)
 
 
-def chunked_spectrum(axes_dims: Sequence[int], theta=10000.0, extrapolation=None) -> RotarySpectrum:
+def chunked_spectrum(axes_dims: Sequence[int], theta: float | Sequence[float] = 10000.0,
+                     extrapolation: object = None) -> RotarySpectrum:
     """Each axis owns a contiguous block of pairs with its own ladder ``theta_a ** (-2i / d_a)`` (Flux, Wan, timm).
 
     Args:
@@ -81,7 +82,8 @@ def chunked_spectrum(axes_dims: Sequence[int], theta=10000.0, extrapolation=None
     return RotarySpectrum(torch.cat(axes), torch.cat(freqs), torch.cat(mags), len(axes_dims))
 
 
-def interleaved_spectrum(axes_dims: Sequence[int], theta=10000.0, extrapolation=None) -> RotarySpectrum:
+def interleaved_spectrum(axes_dims: Sequence[int], theta: float | Sequence[float] = 10000.0,
+                         extrapolation: object = None) -> RotarySpectrum:
     """One ladder over all pairs; axes take turns (Qwen3-VL MRoPE-I, generalised to any number of axes).
 
     Pair ``j`` belongs to axis ``a >= 1`` when ``j % A == a`` and ``j < A * n_a`` (``n_a`` = pairs of axis
@@ -115,7 +117,7 @@ def interleaved_spectrum(axes_dims: Sequence[int], theta=10000.0, extrapolation=
 ALLOCATIONS = {"chunked": chunked_spectrum, "interleaved": interleaved_spectrum}
 
 
-def _check_axes_dims(axes_dims) -> tuple[int, ...]:
+def _check_axes_dims(axes_dims: Sequence[int]) -> tuple[int, ...]:
     dims = as_int_tuple("axes_dims", axes_dims)
     if not dims:
         raise ValueError("axes_dims must name at least one axis")

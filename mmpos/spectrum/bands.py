@@ -59,7 +59,8 @@ def band_pair_scales(axes_dims: Sequence[int], s_hf: float, s_lf: float, beta: f
     return band_scale_per_pair(axis_of_pair, s_hf, s_lf, beta, spatial_axes, axis0_mode)
 
 
-def band_channel_scales(axes_dims, s_hf, s_lf, beta=2.0, spatial_axes=(1, 2), axis0_mode="low") -> torch.Tensor:
+def band_channel_scales(axes_dims: Sequence[int], s_hf: float, s_lf: float, beta: float = 2.0,
+                        spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> torch.Tensor:
     """Per-channel ``[head_dim]`` float64: each pair's scale on both of its (adjacent) channels."""
     return band_pair_scales(axes_dims, s_hf, s_lf, beta, spatial_axes, axis0_mode).repeat_interleave(2)
 

@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
 from .frequencies import rope_inv_freq
+
+
+class Policy(Protocol):
+    """What every extrapolation policy is: one axis' ``(inv_freq [dim // 2] fp64, magnitude)``."""
+
+    def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]: ...
 
 
 @dataclass(frozen=True)
@@ -27,10 +34,10 @@ class PositionInterpolation:
 
     factor: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_factor("PositionInterpolation", self.factor)
 
-    def frequencies(self, dim, theta):
+    def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]:
         return rope_inv_freq(dim, theta) / self.factor, 1.0
 
 
@@ -40,10 +47,10 @@ class NTKAware:
 
     factor: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_factor("NTKAware", self.factor)
 
-    def frequencies(self, dim, theta):
+    def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]:
         if dim <= 2:
             raise ValueError(f"NTKAware needs an axis with more than 2 rotary dims, got dim={dim}")
         return rope_inv_freq(dim, theta * self.factor ** (dim / (dim - 2))), 1.0
@@ -59,14 +66,14 @@ class YaRN:
     """
 
     factor: float
-    original_length: int
+    original_length: float
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
     truncate: bool = True
     clamp_low_end: bool = False  # see correction_ramp; set by DyPE, whose turn counts shrink towards 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_factor("YaRN", self.factor)
         _check_positive("YaRN.original_length", self.original_length)
         _check_positive("YaRN.beta_fast", self.beta_fast)
@@ -74,7 +81,7 @@ class YaRN:
         if self.attention_factor is not None:
             _check_positive("YaRN.attention_factor", self.attention_factor)
 
-    def frequencies(self, dim, theta):
+    def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]:
         extrapolated = rope_inv_freq(dim, theta)
         ramp = correction_ramp(dim, theta, self.original_length, self.beta_fast, self.beta_slow, self.truncate,
                                self.clamp_low_end)
@@ -105,7 +112,7 @@ class VisionYaRN:
     threshold_scale: float = 1.0
     attention_factor: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_factor("VisionYaRN", self.factor)
         _check_positive("VisionYaRN.original_length", self.original_length)
         if self.attention_factor is not None:
@@ -118,7 +125,7 @@ class VisionYaRN:
                 raise ValueError(f"VisionYaRN.{name} must be (fast, slow) turn counts with fast > slow > 0, "
                                  f"got {getattr(self, name)!r}")
 
-    def frequencies(self, dim, theta):
+    def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]:
         if dim <= 2:
             raise ValueError(f"VisionYaRN needs an axis with more than 2 rotary dims, got dim={dim}")
         plain = rope_inv_freq(dim, theta)
@@ -163,7 +170,7 @@ def correction_ramp(dim: int, theta: float, original_length: float, fast: float,
     if convention not in RAMP_CONVENTIONS:
         raise ValueError(f"convention must be one of {RAMP_CONVENTIONS}, got {convention!r}")
 
-    def pair_index(rotations):
+    def pair_index(rotations: float) -> float:
         return dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(theta))
 
     end = dim - 1 if convention == "transformers" else dim // 2
@@ -187,13 +194,13 @@ class RIFLEx:
     target_length: int
     factor: float = 0.9
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.k, int) and self.k >= 1):
             raise ValueError(f"RIFLEx.k is a 1-based pair index, got {self.k!r}")
         _check_positive("RIFLEx.target_length", self.target_length)
         _check_factor("RIFLEx", self.factor)
 
-    def frequencies(self, dim, theta):
+    def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]:
         inv_freq = rope_inv_freq(dim, theta)
         if self.k > inv_freq.numel():
             raise ValueError(f"RIFLEx.k={self.k} exceeds the {inv_freq.numel()} pairs of this axis")
@@ -218,7 +225,7 @@ def riflex_intrinsic_k(time_dim: int, theta: float, repeat_length: float) -> int
     return 1 + min(range(len(periods)), key=lambda j: abs(periods[j] - repeat_length))
 
 
-POLICIES = {
+POLICIES: dict[str, type[Any]] = {
     "none": NoExtrapolation,
     "pi": PositionInterpolation,
     "linear": PositionInterpolation,
@@ -229,12 +236,12 @@ POLICIES = {
 }
 
 
-def make_policy(spec):
+def make_policy(spec: object) -> Policy:
     """``None``, a policy object, or a dict like ``{"type": "yarn", "factor": 2, "original_length": 64}``."""
     if spec is None:
         return NoExtrapolation()
     if hasattr(spec, "frequencies"):
-        return spec
+        return spec  # a policy object (duck-typed)
     if isinstance(spec, str):
         spec = {"type": spec}
     if not isinstance(spec, dict) or "type" not in spec:
@@ -249,10 +256,10 @@ def make_policy(spec):
         raise TypeError(f"extrapolation {kind!r}: {err}") from None
 
 
-def _check_factor(name, factor):
+def _check_factor(name: str, factor: object) -> None:
     _check_positive(f"{name}.factor", factor)
 
 
-def _check_positive(name, value):
+def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")

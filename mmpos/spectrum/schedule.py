@@ -23,13 +23,13 @@ from a :class:`DiffusionStep` the caller sets (``set_pe``'s pre-forward hook doe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .._per_thread import PerThread
 from .._validation import check_choice, check_finite_number, per_axis
 from ..ops.tables import KeyedCache
 from .allocation import RotarySpectrum
-from .extrapolation import (NoExtrapolation, NTKAware, PositionInterpolation, VisionYaRN, YaRN, make_policy,
+from .extrapolation import (NoExtrapolation, NTKAware, Policy, PositionInterpolation, VisionYaRN, YaRN, make_policy,
                             yarn_attention_factor)
 
 METHODS = ("pi", "ntk", "yarn", "vision_yarn")
@@ -91,7 +91,7 @@ class ExtrapolationSchedule:
     start_sigma: float = 1.0
     schedule_magnitude: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
         check_finite_number("original_length", self.original_length, positive=True)
         if self.dynamic and self.method not in DYNAMIC_METHODS:
@@ -108,7 +108,7 @@ class ExtrapolationSchedule:
         t = min(sigma / self.start_sigma, 1.0)
         return self.lambda_s * t ** self.lambda_t
 
-    def policy(self, extent: float, sigma: float | None = None):
+    def policy(self, extent: float, sigma: float | None = None) -> Policy:
         """The static policy for an axis spanning ``extent`` coordinate units at noise level ``sigma``."""
         scale = extent / self.original_length
         if scale <= 1:
@@ -128,7 +128,7 @@ class ExtrapolationSchedule:
             return YaRN(scale, self.original_length, 32.0 * kappa, 1.0 * kappa, magnitude, clamp_low_end=True)
         return VisionYaRN(scale, self.original_length, threshold_scale=kappa, attention_factor=magnitude)
 
-    def _static(self, scale: float):
+    def _static(self, scale: float) -> Policy:
         if self.method == "pi":
             return PositionInterpolation(scale)
         if self.method == "ntk":
@@ -146,7 +146,7 @@ class ExtrapolationSchedule:
         return out
 
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     "pi": dict(method="pi"),
     "ntk": dict(method="ntk"),
     "yarn": dict(method="yarn"),
@@ -157,7 +157,8 @@ PRESETS = {
 }
 
 
-def extrapolation_preset(name: str, original_lengths: Sequence[float | None], **overrides) -> list:
+def extrapolation_preset(name: str, original_lengths: Sequence[float | None],
+                         **overrides: Any) -> list[ExtrapolationSchedule | None]:
     """Per-axis extrapolation for a preset: a schedule on each axis with an original length, ``None`` elsewhere.
 
     ``extrapolation_preset("dype", (None, 64, 64))`` is DyPE on FLUX.1's row and column axes (1024 px training
@@ -169,11 +170,11 @@ def extrapolation_preset(name: str, original_lengths: Sequence[float | None], **
             for length in original_lengths]
 
 
-def is_schedule(spec) -> bool:
+def is_schedule(spec: object) -> bool:
     return isinstance(spec, ExtrapolationSchedule) or (isinstance(spec, dict) and spec.get("type") == "schedule")
 
 
-def make_schedule(spec) -> ExtrapolationSchedule:
+def make_schedule(spec: ExtrapolationSchedule | dict[str, Any]) -> ExtrapolationSchedule:
     """An :class:`ExtrapolationSchedule` or a dict ``{"type": "schedule", "method": "ntk", ...}`` (configs)."""
     if isinstance(spec, ExtrapolationSchedule):
         return spec
@@ -202,7 +203,7 @@ class ScheduledSpectrum:
     finish: Callable[[RotarySpectrum], RotarySpectrum] = lambda spectrum: spectrum
     entries: tuple = field(init=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         entries = per_axis("extrapolation", self.extrapolation, len(self.axes_dims))
         self.entries = tuple(make_schedule(e) if is_schedule(e) else make_policy(e) for e in entries)
         self._spectra = KeyedCache(max_entries=64)
@@ -226,7 +227,7 @@ class ScheduledSpectrum:
         return [e.describe() if isinstance(e, ExtrapolationSchedule) else repr(e) for e in self.entries]
 
 
-def has_schedule(extrapolation) -> bool:
+def has_schedule(extrapolation: object) -> bool:
     """``extrapolation`` (one spec or one per axis) holds an :class:`ExtrapolationSchedule`."""
     entries = extrapolation if isinstance(extrapolation, (list, tuple)) else [extrapolation]
     return any(is_schedule(e) for e in entries)

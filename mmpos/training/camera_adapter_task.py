@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
-from ..integrations.diffusers.video_cameras import stack_cameras, video_cameras
+from ..camera.video import stack_cameras, video_cameras
 from mmpos.pipelines.lens_augment import LENS_MODELS
 
 from .scaffold import SampleNoise, TrainingTask

@@ -21,6 +21,8 @@ What every task gets (:func:`train`):
 * **Checkpoints** ``checkpoint-<step>/`` (:mod:`.scaffold_checkpoint`), written by the main process (every process
   writes only its ``rng_<r>.json``), renamed into place once complete; ``--out`` must be one folder every process
   sees (checked at start: :class:`UnshareOutError`).
+* **Ctrl-C / SIGTERM**: the update in flight finishes, a checkpoint is written, one line prints the resume
+  command, and every process exits with code 130 (:mod:`.interrupt`).
 * **A NaN stop**: the first non-finite loss on any process stops every process before the update
   (:class:`~mmpos._validation.NonFiniteLossError`, naming the step and the last checkpoint, which is kept).
 * **Logged losses are the mean over the processes** (``log.jsonl``, main process; a resumed run drops the lines
@@ -36,6 +38,7 @@ from pathlib import Path
 import torch
 
 from .._validation import NonFiniteLossError, check_finite_loss  # noqa: F401 - the NaN stop's error
+from .interrupt import StopOnSignal
 from .scaffold_checkpoint import RunState, UnshareOutError, load_checkpoint, save_checkpoint, saved_config
 from .scaffold_config import ConfigError, check_resume_config, resolved
 from .scaffold_folders import check_run, latest_checkpoint, remove_earlier_run
@@ -244,8 +247,6 @@ def _check_stream(stream: DataStream, saved: dict, where) -> None:
 
 
 def _loop(task, accelerator, state: RunState):
-    from accelerate.utils import set_seed
-
     config = task.config
     out = Path(config.out)
     dataset = task.dataset()
@@ -255,31 +256,50 @@ def _loop(task, accelerator, state: RunState):
     positions = list(range(accelerator.process_index * config.batch_size,
                            (accelerator.process_index + 1) * config.batch_size))
     losses, last = {}, None
-    model, optimizer, ema = state.model, state.optimizer, state.ema
-    for step, batch in zip(range(state.step, config.steps), _loader(task, accelerator, dataset, stream, state.step)):
-        set_seed(config.seed * SEED_STRIDE + step, device_specific=True)  # what a task draws outside SampleNoise
-        model.train()
-        with task.step_scope():
-            with accelerator.autocast():
-                loss = task.loss(model, batch, SampleNoise(config.seed, step, positions, accelerator.device))
-            check_finite_loss(accelerator.gather(loss.detach().float()[None]), step + 1, lambda: _kept(out))
-            accelerator.backward(loss)
-        if config.grad_clip is not None:
-            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        if state.scheduler is not None:
-            state.scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema.update(accelerator.unwrap_model(model))
-        state.step, state.data = step + 1, stream.position(step + 1)
-        losses[state.step] = accelerator.reduce(loss.detach().float(), reduction="mean").item()
-        if state.step % config.log_every == 0 or state.step == config.steps:
-            log.write({"step": state.step, "loss": losses[state.step], "lr": optimizer.param_groups[0]["lr"]})
-        if state.step % config.checkpoint_every == 0 or state.step == config.steps:
-            last = save_checkpoint(accelerator, out, state, resolved(config), config.keep,
-                                   lambda folder: task.checkpoint_extras(folder, accelerator.unwrap_model(model), ema))
+    with StopOnSignal() as stop:  # SIGINT / SIGTERM: checkpoint at the update boundary, exit 130
+        for step, batch in zip(range(state.step, config.steps),
+                               _loader(task, accelerator, dataset, stream, state.step)):
+            saved = _update(task, accelerator, state, stream, log, positions, step, batch, losses)
+            last = saved or last
+            if stop.requested(accelerator) and state.step < config.steps:
+                stop.exit(accelerator, saved or _save(task, accelerator, state))
     return losses, last
+
+
+def _update(task, accelerator, state: RunState, stream, log, positions, step: int, batch, losses) -> Path | None:
+    """Update ``step`` (0-based) in place of ``state``; returns the checkpoint it wrote, if any."""
+    from accelerate.utils import set_seed
+
+    config, out = task.config, Path(task.config.out)
+    model, optimizer, ema = state.model, state.optimizer, state.ema
+    set_seed(config.seed * SEED_STRIDE + step, device_specific=True)  # what a task draws outside SampleNoise
+    model.train()
+    with task.step_scope():
+        with accelerator.autocast():
+            loss = task.loss(model, batch, SampleNoise(config.seed, step, positions, accelerator.device))
+        check_finite_loss(accelerator.gather(loss.detach().float()[None]), step + 1, lambda: _kept(out))
+        accelerator.backward(loss)
+    if config.grad_clip is not None:
+        accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+    optimizer.step()
+    if state.scheduler is not None:
+        state.scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    if ema is not None:
+        ema.update(accelerator.unwrap_model(model))
+    state.step, state.data = step + 1, stream.position(step + 1)
+    losses[state.step] = accelerator.reduce(loss.detach().float(), reduction="mean").item()
+    if state.step % config.log_every == 0 or state.step == config.steps:
+        log.write({"step": state.step, "loss": losses[state.step], "lr": optimizer.param_groups[0]["lr"]})
+    if state.step % config.checkpoint_every == 0 or state.step == config.steps:
+        return _save(task, accelerator, state)
+    return None
+
+
+def _save(task, accelerator, state: RunState) -> Path:
+    config, model, ema = task.config, state.model, state.ema
+    return save_checkpoint(accelerator, Path(config.out), state, resolved(config), config.keep,
+                           lambda folder: task.checkpoint_extras(folder, accelerator.unwrap_model(model), ema))
 
 
 def _kept(out: Path) -> str:

@@ -5,7 +5,8 @@
 
 A run folder holds ``config.yaml``, ``log.csv``, ``checkpoint-<step>/`` (the training scaffold's layout: safetensors
 and JSON, no pickle, see :mod:`.checkpoints`; written to a temporary folder and renamed into place; the newest two
-kept), ``model.safetensors`` and ``results.json``.
+kept), ``model.safetensors`` and ``results.json``. Ctrl-C / SIGTERM writes a checkpoint at the next update, prints the
+resume command and exits with code 130 (:mod:`.interrupt`).
 Randomness is a function of (seed, update, process) for dropout/mixup and of (seed, epoch, sample) for
 augmentation, so ``resume`` continues with the losses an uninterrupted run would have had.
 """
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 
 from .._validation import check_finite_loss
 from .checkpoints import TrainingState, check_run_folder, latest_checkpoint, load_checkpoint, prepare_run_folder, save_checkpoint
+from .interrupt import StopOnSignal
 from .vit_config import check_config, check_resume_config, eval_sizes
 from .vit_data import (SeededSamples, check_num_classes, check_one_batch, classes_of, make_dataset, make_mixup,
                        match_classes, num_classes_of, train_loader, train_transform)
@@ -163,44 +165,51 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
     bar = tqdm(total=config["steps"], initial=progress.step, disable=not accelerator.is_main_process,
                desc="train", dynamic_ncols=True)
     started, images_seen = time.time(), 0
-    while progress.step < config["steps"]:
-        loader.set_epoch(progress.epoch)
-        seeded.set_epoch(progress.epoch)
-        epoch_loader = accelerator.skip_first_batches(loader, progress.batch) if progress.batch else loader
-        for images, targets in epoch_loader:
-            model.train()
-            set_seed(config["seed"] * SEED_STRIDE + progress.micro, device_specific=True)
-            if mixup is not None:
-                images, targets = mixup(images, targets)
-            with accelerator.accumulate(model):
-                with accelerator.autocast():
-                    loss = criterion(model(images), targets)
-                check_finite_loss(accelerator.gather(loss.detach()[None]), progress.step + 1, lambda: _kept(run_dir))
-                accelerator.backward(loss)
-                grad_norm = None
-                if accelerator.sync_gradients and config["clip_grad"]:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config["clip_grad"])
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            progress.batch += 1
-            progress.micro += 1
-            images_seen += len(images) * accelerator.num_processes
-            if not accelerator.sync_gradients:
-                continue
-            progress.step += 1
-            scheduler.step_update(progress.step)
-            if ema is not None:
-                ema.update(plain_model(accelerator, model), step=progress.step)
-            bar.update(1)
-            if progress.step % config["log_every"] == 0 or progress.step == config["steps"]:
-                _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started)
-            if progress.step % config["checkpoint_every"] == 0 or progress.step == config["steps"]:
-                save_checkpoint(accelerator, run_dir, progress.step, state, config=config)
-            if progress.step >= config["steps"]:
-                break
-        else:
-            progress.epoch += 1
-            progress.batch = 0
+    with StopOnSignal() as stop:  # SIGINT / SIGTERM: checkpoint at the update boundary, exit 130
+        while progress.step < config["steps"]:
+            loader.set_epoch(progress.epoch)
+            seeded.set_epoch(progress.epoch)
+            epoch_loader = accelerator.skip_first_batches(loader, progress.batch) if progress.batch else loader
+            for images, targets in epoch_loader:
+                model.train()
+                set_seed(config["seed"] * SEED_STRIDE + progress.micro, device_specific=True)
+                if mixup is not None:
+                    images, targets = mixup(images, targets)
+                with accelerator.accumulate(model):
+                    with accelerator.autocast():
+                        loss = criterion(model(images), targets)
+                    check_finite_loss(accelerator.gather(loss.detach()[None]), progress.step + 1,
+                                      lambda: _kept(run_dir))
+                    accelerator.backward(loss)
+                    grad_norm = None
+                    if accelerator.sync_gradients and config["clip_grad"]:
+                        grad_norm = accelerator.clip_grad_norm_(model.parameters(), config["clip_grad"])
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                progress.batch += 1
+                progress.micro += 1
+                images_seen += len(images) * accelerator.num_processes
+                if not accelerator.sync_gradients:
+                    continue
+                progress.step += 1
+                scheduler.step_update(progress.step)
+                if ema is not None:
+                    ema.update(plain_model(accelerator, model), step=progress.step)
+                bar.update(1)
+                if progress.step % config["log_every"] == 0 or progress.step == config["steps"]:
+                    _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started)
+                saved = None
+                if progress.step % config["checkpoint_every"] == 0 or progress.step == config["steps"]:
+                    saved = save_checkpoint(accelerator, run_dir, progress.step, state, config=config)
+                if progress.step >= config["steps"]:
+                    break
+                if stop.requested(accelerator):
+                    bar.close()
+                    stop.exit(accelerator, saved or save_checkpoint(accelerator, run_dir, progress.step, state,
+                                                                    config=config))
+            else:
+                progress.epoch += 1
+                progress.batch = 0
     bar.close()
     accelerator.wait_for_everyone()
     accelerator.save_model(ema.module if ema is not None else plain_model(accelerator, model), str(run_dir))

@@ -2,42 +2,24 @@
 latitude/up maps, and the attention pattern each camera encoding imposes across two views."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
 
-from ..camera.models import UnifiedCamera
-from ..camera.presets import PRESETS, preset_trajectory
+from .._deprecation import moved_names
+from ..camera.cameras import Cameras
+from ..camera.frusta import frustum_lines as _frustum_lines
+from ..camera.presets import preset_trajectory
 from ..camera.ray_frames import latitude_up_map
 from ..camera.rays import ray_grid, world_rays
-from ..camera.trajectory import Trajectory, load_trajectory
+from ..camera.specs import frame_camera as _frame_camera
+from ..camera.trajectory import Trajectory
 from .figure_files import pyplot, save_figure
 
-
-def resolve_trajectory(spec: str, num_frames: int = 49) -> Trajectory:
-    """A trajectory file (RealEstate10K ``.txt`` or mmpos ``.json``) or ``preset:NAME`` (see ``PRESETS``)."""
-    if spec.startswith("preset:"):
-        return preset_trajectory(spec.split(":", 1)[1], num_frames)
-    if not Path(spec).exists():
-        raise FileNotFoundError(f"trajectory {spec!r} not found; pass a RealEstate10K .txt, an mmpos .json, or "
-                                f"preset:NAME with NAME in {sorted(PRESETS)}")
-    return load_trajectory(spec)
-
-
-def frustum_lines(c2w: torch.Tensor, intrinsics: torch.Tensor, depth: float) -> torch.Tensor:
-    """``[8, 2, 3]`` world segments of a camera's frustum (4 edges from the centre, 4 around the image plane at
-    z-depth ``depth``); ``intrinsics``: normalised ``(fx/W, fy/H, cx/W, cy/H)``."""
-    fx, fy, cx, cy = intrinsics.tolist()
-    corners = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]], dtype=c2w.dtype)
-    x = (corners[:, 0] - cx) / fx * depth
-    y = (corners[:, 1] - cy) / fy * depth
-    cam = torch.stack([x, y, torch.full_like(x, depth)], -1)
-    world = cam @ c2w[:3, :3].T + c2w[:3, 3]
-    centre = c2w[:3, 3].expand(4, 3)
-    edges = torch.stack([centre, world], 1)
-    rim = torch.stack([world, world.roll(-1, 0)], 1)
-    return torch.cat([edges, rim])
+# pure geometry moved to mmpos.camera (old paths kept for one release)
+__getattr__ = moved_names("mmpos.viz.cameras", {"frustum_lines": "mmpos.camera.frusta",
+                                                 "resolve_trajectory": "mmpos.camera.specs",
+                                                 "frame_camera": "mmpos.camera.specs"})
 
 
 def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "camera rig") -> None:
@@ -54,7 +36,7 @@ def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "cam
     ax.plot(centres[:, 0].numpy(), centres[:, 2].numpy(), -centres[:, 1].numpy(), color="0.6", lw=1)
     drawn = [centres]
     for i in picks:
-        segments = frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth)
+        segments = _frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth)
         drawn.append(segments.reshape(-1, 3))
         for segment in segments:
             ax.plot(segment[:, 0].numpy(), segment[:, 2].numpy(), -segment[:, 1].numpy(), color=colours[i], lw=1)
@@ -102,18 +84,6 @@ def plot_ray_maps(axes, camera, c2w: torch.Tensor, grid_size) -> None:
         ax.set_ylabel("patch row")
 
 
-def frame_camera(trajectory: Trajectory, frame: int, width: int, height: int, model: str = "pinhole",
-                 fov: float | None = None, xi: float = 0.0):
-    """The camera model of ``frame``: the trajectory's pinhole, or a unified camera of ``fov``/``xi``."""
-    if model == "pinhole":
-        return trajectory.camera(frame, width, height)
-    if model != "unified":
-        raise ValueError(f"model={model!r} is not supported; expected 'pinhole' or 'unified'")
-    if fov is None:
-        fov = math.degrees(2 * math.atan(0.5 / float(trajectory.intrinsics[frame, 0])))
-    return UnifiedCamera.from_fov(width, height, fov, xi)
-
-
 def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame: int = 0,
                    image_size=(180, 320), grid_size=(18, 32), model: str = "pinhole", fov=None, xi: float = 0.0,
                    replace: bool = True):
@@ -127,7 +97,7 @@ def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame
     plot_rig(fig.add_subplot(projection="3d"), trajectory, title=f"{stem}: {len(trajectory)} frames")
     rig_path = save_figure(fig, out_dir / f"{stem}_rig.png", replace=replace)
     height, width = image_size
-    camera = frame_camera(trajectory, frame, width, height, model, fov, xi)
+    camera = _frame_camera(trajectory, frame, width, height, model, fov, xi)
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")  # colour bar beside, not over, labels
     plot_ray_maps(axes, camera, trajectory.c2w[frame], grid_size)
     fig.suptitle(f"{stem}: frame {frame % len(trajectory)}, {type(camera).__name__}"
@@ -138,38 +108,28 @@ def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame
 @torch.no_grad()
 def encoding_logit_maps(name: str, grid_size=(9, 16), image_size=(90, 160)) -> tuple[torch.Tensor, torch.Tensor]:
     """Content-free logits (q = k = ones, fp64) from the centre token of view 0 to every token of view 0 and of
-    view 1 (an arc of 40 degrees away), ``2 x [rows, cols]``. ``plucker`` is additive: with content-free tokens and
-    identity projections its logit is ``e_i . e_j`` of the 6D rays, shown normalised (cosine), as for the
-    absolute encodings."""
-    from ..encodings import create_pe
+    view 1 (an arc of 40 degrees away), ``2 x [rows, cols]``, for any camera encoding (depth known at 2 where it
+    reads depth). An additive encoding (``plucker``) leaves attention plain: its map is the cosine ``e_i . e_j``
+    of the embedded geometry (the 6D rays), as for the absolute encodings."""
+    from ..encodings import pe_class
 
     views = preset_trajectory("arc", 2, degrees=40.0)
-    c2w = views.c2w[None]
     height, width = image_size
-    rows, cols = grid_size
-    camera = views.camera(0, width, height)
-    rays, valid = ray_grid(camera, grid_size, dtype=torch.float64)
-    tokens = rows * cols
-    centre = (rows // 2) * cols + cols // 2
-    if name == "plucker":
-        plucker = create_pe("plucker", embed_dim=8).embed(c2w, rays)[0]
-        unit = plucker / plucker.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    rays, valid = ray_grid(views.camera(0, width, height), grid_size, dtype=torch.float64)
+    cameras = Cameras(c2w=views.c2w[None], grid=grid_size, image_size=image_size, rays=rays, valid=valid,
+                      intrinsics=views.intrinsic_matrices(width, height)[None],
+                      depth=torch.full((1, 2, height, width), 2.0, dtype=torch.float64))
+    tokens, head_dim = cameras.num_tokens // 2, 48
+    centre = (grid_size[0] // 2) * grid_size[1] + grid_size[1] // 2
+    pe = pe_class(name).for_head_dim(head_dim).double()
+    geometry = pe.prepare(cameras)
+    if pe.capabilities.additive:
+        unit = geometry[0] / geometry[0].norm(dim=-1, keepdim=True).clamp_min(1e-12)
         row = unit @ unit[centre]
-        return row[:tokens].reshape(rows, cols), row[tokens:].reshape(rows, cols)
-    head_dim = 48
-    pe = create_pe(name, head_dim=head_dim).double()
-    ones = torch.ones(1, 1, 2 * tokens, head_dim, dtype=torch.float64)
-    k_pixels = views.intrinsic_matrices(width, height)[None]
-    if name == "rayrope":
-        side = pe.prepare(views.w2c[None], k_pixels, image_size, grid_size)
-        known = torch.full((1, 2 * tokens, pe.num_rays), 2.0, dtype=torch.float64)
-        scores = pe.logits(ones, ones, side, known_depth_q=known)
     else:
-        geo = (pe.prepare(views.w2c[None], grid_size, k_pixels, image_size) if name == "prope"
-               else pe.prepare(c2w, rays, grid_size, valid))
-        scores = pe.apply_q(ones, geo) @ pe.apply_kv(ones, None, geo)[0].transpose(-1, -2)
-    row = scores[0, 0, centre] / head_dim
-    return row[:tokens].reshape(rows, cols), row[tokens:].reshape(rows, cols)
+        ones = torch.ones(1, 1, 2 * tokens, head_dim, dtype=torch.float64)
+        row = pe.logits(ones, ones, geometry)[0, 0, centre] / head_dim
+    return row[:tokens].reshape(grid_size), row[tokens:].reshape(grid_size)
 
 
 def camera_encoding_figure(name: str, path) -> Path:
@@ -177,7 +137,10 @@ def camera_encoding_figure(name: str, path) -> Path:
     plt = pyplot()
     same, other = encoding_logit_maps(name)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
-    label = "cosine of the 6D rays with the query's" if name == "plucker" else "logit with the query"
+    from ..encodings import pe_capabilities
+
+    additive = pe_capabilities(name).additive
+    label = "cosine of the embedded rays with the query's" if additive else "logit with the query"
     low, high = float(min(same.min(), other.min())), float(max(same.max(), other.max()))
     for ax, values, title in zip(axes, (same, other), ("view 0", "view 1 (arc, 40 deg)")):
         image = ax.imshow(values.numpy(), cmap="RdBu_r", vmin=low, vmax=high)

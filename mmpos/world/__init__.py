@@ -3,13 +3,14 @@
 Modules: ``scene`` (specs, sampling, captions), ``render`` (pixels and masks), ``images`` (uint8 / float arrays,
 PNG files), ``edit_pairs`` (transplant, harmonise, style and instruction pairs), ``canvas`` (Fill canvases in PE
 transplant's layout), ``data`` (torch Dataset, ImageFolder writer, training arrays), ``positional`` (positional
-classification scenes), ``tokenizer`` (the captions' tokenizer), ``scene3d`` / ``textures`` (3D scenes ray-cast
+classification scenes), ``vocabulary`` / ``tokenizer`` (the captions' words and their tokenizer), ``scene3d`` / ``textures`` (3D scenes ray-cast
 through ``mmpos.camera`` models along trajectories, their solid textures), ``nvs_data`` (posed view triples),
-``video_data`` (camera-moving clips). Still here until they move: ``edit_runs`` and ``sources`` (the edit runners
-and the demo's model sources).
+``video_data`` (camera-moving clips).
 
 The models trained on the world are :mod:`mmpos.models.world`, their training :mod:`mmpos.training.world`, the
-metrics :mod:`mmpos.eval`, the demo and exports :mod:`mmpos.pipelines.world`. Their old paths here
+metrics :mod:`mmpos.eval`, the demo and exports :mod:`mmpos.pipelines.world`, the demo's model sources
+:mod:`mmpos.pipelines.sources` and the edit runners the edit methods (:mod:`mmpos.pipelines.edits`;
+``mmpos.world.edit_runs`` names them, with a ``DeprecationWarning``). Their old paths here
 (``mmpos.world.models``, ``mmpos.world.trainer``, ...; :data:`MOVED`) still import, with a ``DeprecationWarning``,
 for one release.
 """
@@ -30,7 +31,7 @@ MOVED = {  # old submodule -> its new module (the old path goes in the next rele
     "camera_following": "mmpos.eval.camera_following", "video_eval": "mmpos.eval.video_eval",
     "demo": "mmpos.pipelines.world.demo", "video_demo": "mmpos.pipelines.world.video_demo",
     "extrapolation_runs": "mmpos.pipelines.world.extrapolation_runs",
-    "video_export": "mmpos.pipelines.world.video_export",
+    "video_export": "mmpos.pipelines.world.video_export", "sources": "mmpos.pipelines.sources",
 }
 moved_modules(__name__, MOVED)
 

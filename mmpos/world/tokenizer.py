@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerFast
 
-from ..models.world.text import BOS, PAD, check_known_words, world_vocabulary
+from .vocabulary import BOS, PAD, check_known_words, world_vocabulary
 
 
 class WorldTokenizer(PreTrainedTokenizerFast):

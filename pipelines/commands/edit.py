@@ -1,6 +1,7 @@
-"""``mmpos edit {band,transplant,loose}``: config-driven training-free PE edits that save images, the resolved
-config, a comparison figure (inputs, edited, strength sweep) and a method diagnostic. torch and diffusers are
-imported when the command runs."""
+"""``mmpos edit METHOD``: config-driven training-free PE edits, one sub-command per registered edit method
+(:mod:`mmpos.pipelines.edits`: band, transplant, loose, ...), that save images, the resolved config, a comparison
+figure (inputs, edited, strength sweep) and a method diagnostic. The model's pipeline class follows
+``--model`` (its ``model_index.json``). torch and diffusers are imported when the command runs."""
 from __future__ import annotations
 
 import sys
@@ -10,43 +11,23 @@ from mmpos._arguments import positive_int_arg
 
 from ._options import add_run_options
 
-METHODS = ("band", "transplant", "loose")
+
+from ..edits import get_edit, list_edits
+
+METHODS = tuple(list_edits())  # the shipped methods; `mmpos edit` lists those registered when it is built
 
 
 def register(subparsers) -> None:
-    """Register ``edit`` and its methods on the root parser's subparsers."""
-    edit = subparsers.add_parser("edit", help="training-free PE edits on Flux: band | transplant | loose",
+    """Register ``edit`` and one sub-command per registered edit method on the root parser's subparsers."""
+    names = list_edits()
+    edit = subparsers.add_parser("edit", help=f"training-free PE edits on Flux: {' | '.join(names)}",
                                  description="Run a training-free PE edit from a YAML config (configs/edit_*.yaml).")
     edit.set_defaults(func=run)
-    methods = edit.add_subparsers(dest="method", required=True, metavar="{band,transplant,loose}")
-    band = methods.add_parser("band", help="band modulation (Untwisting RoPE): style-aligned shared attention")
-    band.add_argument("--reference-image", help="real reference image (output size) (default: the config's "
-                      "reference.image, else generated from the reference prompt)")
-    band.add_argument("--reference-prompt", help="reference prompt (default: the config's reference.prompt)")
-    band.add_argument("--target", action="append", help="target prompt, repeat for more (default: the config's "
-                      "targets)")
-    band.add_argument("--image", help="Kontext variant (variant: kontext): the context image (default: the "
-                      "config's image)")
-    transplant = methods.add_parser("transplant", help="PE transplant (PosBridge) object insertion on Fill")
-    transplant.add_argument("--background", required=True, help="background image")
-    where = transplant.add_mutually_exclusive_group(required=True)
-    where.add_argument("--mask", help="target region mask (white = insert here), same size as the background "
-                       "(this or --box is required)")
-    where.add_argument("--box", type=int, nargs=4, metavar=("L", "T", "R", "B"),
-                       help="target box: left top right bottom in pixels of the --background file (exclusive "
-                       "ends; rescaled with the background when it is resized; this or --mask is required)")
-    transplant.add_argument("--reference", action="append", required=True, help="reference view (repeat for more)")
-    transplant.add_argument("--reference-mask", action="append", help="object mask per reference, repeat "
-                            "(default: the whole reference is the object)")
-    loose = methods.add_parser("loose", help="LooseRoPE cut-and-paste harmonisation on Kontext")
-    loose.add_argument("--image", required=True, help="the collage (object pasted)")
-    pasted = loose.add_mutually_exclusive_group(required=True)
-    pasted.add_argument("--mask", help="mask of the pasted region (this or --original is required)")
-    pasted.add_argument("--original", help="the image before pasting: the mask is where they differ "
-                        "(this or --mask is required)")
-    loose.add_argument("--saliency", help="saliency map image, grey levels (default: the config's "
-                       "loose.saliency provider)")
-    for name, sub in (("band", band), ("transplant", transplant), ("loose", loose)):
+    methods = edit.add_subparsers(dest="method", required=True, metavar="{" + ",".join(names) + "}")
+    for name in names:
+        method = get_edit(name)
+        sub = methods.add_parser(name, help=method.help)
+        method.add_options(sub)
         sub.add_argument("--prompt", dest="prompt_text", help="prompt, band: of the Kontext variant (default: the "
                          "config's prompt)")
         sub.add_argument("--extrapolate", help="edit above the training size: the RoPE extrapolation of "
@@ -66,17 +47,16 @@ def run(args) -> int:
     from mmpos._atomic import written_atomically
 
     from ..config import save_config
+    from ..edits.loading import load_edit_pipeline
     from ..images import save_image
     from ..run_inputs import output_folder, report_written
 
+    method = get_edit(args.method)
     config = edit_config(args)  # config errors (one line, exit 2) before diffusers is imported
     out = output_folder(args, Path(f"outputs/edit_{args.method}"))
-    from ..edit_methods import run_band, run_loose, run_transplant
-
-    runner = {"band": run_band, "transplant": run_transplant, "loose": run_loose}[args.method]
-    try:
-        result = runner(args, config, tqdm)
-    except (OSError, ValueError) as error:  # unreadable inputs, a box outside the image, words unknown to a model
+    try:  # unreadable inputs, a box outside the image, a model the method does not run on, unknown words
+        result = method.cli_run(args, config, lambda: load_edit_pipeline(method, config), tqdm)
+    except (OSError, ValueError) as error:
         print(f"mmpos edit {args.method}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     out.mkdir(parents=True, exist_ok=True)  # after the work: a failed run leaves no folder behind
@@ -87,7 +67,8 @@ def run(args) -> int:
 
         written.append(comparison_figure(result["inputs"], result["edited"], result["sweep"], out / "comparison.png",
                                          result["title"]))
-        written.append(result["diagnostic"](out / "diagnostic.png"))
+        if result.get("diagnostic") is not None:  # a method without a diagnostic figure gives None
+            written.append(result["diagnostic"](out / "diagnostic.png"))
     summary = {"method": args.method, "outputs": [str(p) for p in written if p.suffix == ".png"],
                "config": str(out / "config.yaml")}
     with written_atomically(out / "summary.json") as temporary:
@@ -99,7 +80,7 @@ def run(args) -> int:
 def edit_config(args) -> dict:
     """The config a ``mmpos edit METHOD`` run uses (saved as its ``config.yaml``): the YAML config, ``--set``, then
     each option naming a key (``--prompt`` prompt, ``--target`` targets, ``--extrapolate`` extrapolate.preset, ...)
-    over its own key only (:data:`mmpos.pipelines.run_inputs.FLAG_KEYS`)."""
+    over its own key only (:func:`mmpos.pipelines.run_inputs.flag_keys`)."""
     from ..extrapolate import extrapolate_setting
     from ..run_inputs import resolve_config
 

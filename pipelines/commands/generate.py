@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from mmpos._arguments import finite_float_arg, positive_int_arg
+from mmpos._camera_motions import vocabulary_help
 
 from ..video_generate import SPATIAL
 from ._options import add_run_options
@@ -65,9 +66,9 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
                         "length: 2x = twice --train-frames' duration (81 -> 161)")
     parser.add_argument("--height", type=positive_int_arg, help="pixels, multiple of 16 (default: 480; tiny: 64)")
     parser.add_argument("--width", type=positive_int_arg, help="pixels, multiple of 16 (default: 832; tiny: 96)")
-    parser.add_argument("--camera", help="preset:NAME, a RealEstate10K .txt or an mmpos .json trajectory (default: "
-                        "preset:orbit); --model world: orbit[:DEGREES], dolly[:UNITS], pan[:DEGREES] or a file "
-                        "(default: orbit:35)")
+    parser.add_argument("--camera", help=f"a camera motion [preset:]NAME[:AMOUNT]: {vocabulary_help()}; or a "
+                        "RealEstate10K .txt / mmpos .json trajectory (default: orbit; --model world: orbit:35, and "
+                        "it was trained on orbit, dolly and pan only: the others run with a note)")
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
                         "camera is plotted but does not steer the video (default: none; --model world: "
                         "MODEL/camera-ucpe, 'none' for the base model alone)")

@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mmpos._camera_motions import is_motion, vocabulary_help
 from mmpos._arguments import finite_float_arg, positive_int_arg
 
 
 def _trajectory(args):
-    from mmpos.viz.cameras import resolve_trajectory
+    from mmpos.camera.specs import resolve_trajectory
 
     try:
         return resolve_trajectory(args.trajectory, args.frames)
@@ -22,7 +23,8 @@ def run_cameras(args) -> int:
     from mmpos._atomic import check_new_output
     from mmpos.viz.cameras import camera_figures
 
-    stem = args.trajectory.split(":", 1)[1] if args.trajectory.startswith("preset:") else Path(args.trajectory).stem
+    motion = is_motion(args.trajectory) and not Path(args.trajectory).exists()
+    stem = args.trajectory.removeprefix("preset:").replace(":", "_") if motion else Path(args.trajectory).stem
     try:  # the figures it would replace: refused before any work unless --overwrite
         for name in (f"{stem}_rig.png", f"{stem}_rays.png"):
             check_new_output(Path(args.out) / name, args.overwrite)
@@ -49,8 +51,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="Draw the camera rig of TRAJECTORY (frusta along the path, coloured by time) to "
         "OUT/STEM_rig.png and, for one frame, the world ray directions, latitude and image up-vectors to "
         "OUT/STEM_rays.png.")
-    cameras.add_argument("trajectory", help="RealEstate10K pose .txt, mmpos .json, or preset:NAME "
-                         "(orbit, arc, pan, tilt, roll, dolly_in, dolly_out, zoom_in, zoom_out)")
+    cameras.add_argument("trajectory", help="RealEstate10K pose .txt, mmpos .json, or a camera motion "
+                         "preset:NAME[:AMOUNT] (the prefix is optional): "
+                         f"{vocabulary_help()}")
     cameras.add_argument("--frame", type=int, default=0, help="frame of the ray maps (negative counts from the end)")
     cameras.add_argument("--out", default="outputs/viz", help="output folder (default: outputs/viz)")
     cameras.add_argument("--overwrite", action="store_true", help="replace STEM_rig.png / STEM_rays.png in --out")

@@ -12,6 +12,7 @@ import numpy as np
 
 from mmpos._atomic import check_new_output
 from mmpos._arguments import finite_float_arg, positive_int_arg
+from mmpos._camera_motions import vocabulary_help
 from mmpos.world.scene import COLOURS, PATTERNS, SHAPES, SIZES
 
 EDIT_KINDS = ("transplant", "harmonise", "style")
@@ -114,14 +115,16 @@ def _remove_stale_frames(out: Path, count: int) -> None:
 
 
 def _load_trajectory(value: str, frames: int):
-    """A trajectory file (RealEstate10K .txt or mmpos JSON) or a preset name, with ``frames`` frames."""
-    from mmpos.camera import PRESETS, load_trajectory, preset_trajectory, resample
+    """A trajectory file (RealEstate10K .txt or mmpos JSON) or a camera motion ``NAME[:AMOUNT]``, ``frames``
+    frames."""
+    from mmpos.camera import load_trajectory, resample
+    from mmpos.camera.vocabulary import is_motion, motion_trajectory, parse_motion
 
     if Path(value).is_file():
         return resample(load_trajectory(value), frames)
-    if value in PRESETS:
-        return preset_trajectory(value, frames)
-    raise ValueError(f"--trajectory {value!r}: not a file, and not a preset (one of {sorted(PRESETS)})")
+    if is_motion(value):
+        return motion_trajectory(parse_motion(value), frames)  # ValueError: names the vocabulary
+    raise ValueError(f"--trajectory {value!r}: not a file, and not a preset camera motion ({vocabulary_help()})")
 
 
 def _sample(args) -> list[Path]:
@@ -149,7 +152,7 @@ def check_caption_words(captions, checkpoint) -> None:
     (its ``config.json``'s vocabulary, null: the world's; read before the model loads; nothing to check without
     a saved config)."""
     from mmpos.models.world.image import DEFAULT_ASSETS
-    from mmpos.models.world.text import check_known_words, world_vocabulary
+    from mmpos.world.vocabulary import check_known_words, world_vocabulary
 
     config = Path(checkpoint if checkpoint is not None else DEFAULT_ASSETS) / "world-t2i" / "text_encoder" / "config.json"
     if config.is_file():
@@ -244,7 +247,7 @@ def register(subparsers) -> None:
     clip.add_argument("--fov", type=float, help="horizontal field of view of the default orbit in degrees "
                       "(default: 60)")
     clip.add_argument("--trajectory", help="camera path instead of the orbit: a RealEstate10K .txt or mmpos JSON "
-                      "file (resampled to --frames) or a preset name of mmpos.camera (arc, pan, dolly_in, ...); "
+                      f"file (resampled to --frames) or a camera motion NAME[:AMOUNT] ({vocabulary_help()}); "
                       "moved so that its first camera is the orbit's first (default: the orbit)")
     clip.add_argument("--scale", type=float, default=1.0, help="multiplies the --trajectory's translations")
     clip.add_argument("--textured", action="store_true",

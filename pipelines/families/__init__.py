@@ -12,7 +12,8 @@ from importlib import import_module
 
 from .base import FamilyEditAttention, LayerCall
 
-EDIT_FAMILIES = {"flux": ".flux", "flux2": ".flux2", "qwen": ".qwen", "z_image": ".z_image"}
+EDIT_FAMILIES = {"flux": ".flux", "flux2": ".flux2", "qwen": ".qwen", "qwenimage21": ".qwenimage21",
+                 "z_image": ".z_image"}
 _ADAPTERS: dict[str, FamilyEditAttention] = {}
 
 

@@ -2,10 +2,11 @@
 
 Sections, each beside its ground truth and with the method's diagnostic maps:
 - text to image from captions (``FluxPipeline``);
-- object insertion: plain Fill vs PE transplant (``PosBridgeFillPipeline``), with the transplanted ids;
-- paste harmonisation: plain Kontext vs LooseRoPE (``LooseRoPEKontextPipeline``), with saliency bins and factors;
-- style-aligned sets: no sharing vs band modulation at two strengths (``BandModulationFluxPipeline``), with the
-  attention of one target query over the reference per frequency band;
+- one per registered edit method (its ``demo_section``, :mod:`mmpos.pipelines.edits`): object insertion, plain Fill
+  vs PE transplant (``PosBridgeFillPipeline``), with the transplanted ids; paste harmonisation, plain Kontext vs
+  LooseRoPE (``LooseRoPEKontextPipeline``), with saliency bins and factors; style-aligned sets, no sharing vs band
+  modulation at three strengths (``BandModulationFluxPipeline``), with the attention of one target query over the
+  reference per frequency band;
 - above the training size: one caption at 1x, 2x and 3x with stock RoPE, PI, NTK, YaRN, vision YaRN and DyPE;
 - camera-controlled clips: the world video model without / with camera adapters along three trajectories.
 """
@@ -13,36 +14,20 @@ from __future__ import annotations
 
 import html
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from mmpos.world.canvas import WORLD_TRANSPLANT
-from mmpos.world.edit_runs import loose_for_steps, run_band, run_loose, run_transplant
-from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
-from mmpos.world.images import save_png, to_chw
+from mmpos.pipelines.sources import ModelSource, trained_tasks
+
+from mmpos.world.images import save_png
 from mmpos.models.world.image import DEFAULT_ASSETS
 from mmpos.models.world.samples import generate, held_out_examples, image_grid
-from mmpos.world.sources import ModelSource, trained_tasks
 
-HARMONISE_SEED = 424_242  # harmonise pairs never seen in training (those come from instruction_pair seeds)
-TRANSPLANT_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
-STYLE_SEED = 444_444
-BAND_STRENGTHS = (0.0, 0.5, 1.0)  # 0: shared attention with the bands unscaled
+from .section import Section
+
 EXTRAPOLATION_SCALES = (1, 2, 3)
 EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two objects on a patterned background
-
-
-@dataclass
-class Section:
-    title: str
-    rows: list                                       # [(label, uint8 [N, H, W, 3])]
-    captions: list = field(default_factory=list)     # one per column (or one for all)
-    diagnostics: list = field(default_factory=list)  # figure paths
-    note: str = ""
-    table: list = field(default_factory=list)        # score rows {"method": ..., score: value} (edit_scores)
-    table_note: str = ""                             # what the scores measure
 
 
 def world_models_available(root=None) -> bool:
@@ -77,94 +62,6 @@ def text_to_image_section(source: ModelSource, steps: int, count: int, out_dir: 
     truth = np.stack([e["image"] for e in examples])
     return Section("Text to image (FluxPipeline)", [("generated", outputs), ("ground truth", truth)],
                    [e["caption"] for e in examples])
-
-
-def transplant_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
-    from mmpos.pipelines.figures import transplant_diagnostic
-
-    from mmpos.world.canvas import insertion_canvas, scene_part
-    from mmpos.eval.edit_scores import SCORE_NOTES, transplant_row
-
-    pairs = [transplant_pair(TRANSPLANT_SEED + i, source.size("fill")) for i in range(count)]
-    pipe, guidance = source.pipeline("transplant"), source.guidance("fill")
-    options = WORLD_TRANSPLANT if source.is_world("fill") else {}  # pretrained Fill: the paper's layout
-    plain = run_transplant(pipe, pairs, steps, {**options, "enabled": False}, guidance)
-    edited = run_transplant(pipe, pairs, steps, options, guidance)
-    truth = np.stack([p.target.image for p in pairs])
-    rows = [("background, target box", np.stack([with_box(p.background.image, p.box) for p in pairs])),
-            ("reference", np.stack([p.reference.image for p in pairs])), ("plain Fill", plain.outputs),
-            ("PE transplant", edited.outputs), ("ground truth", truth),
-            ("|error| transplant", error_map(edited.outputs, truth))]
-    last = edited.last
-    figure = transplant_diagnostic(last.canvas, last.ids, last.native_ids, out_dir / "world_transplant_ids.png")
-    regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
-    table = [transplant_row("plain Fill", plain.outputs, pairs, regions, plain.raw),
-             transplant_row("PE transplant", edited.outputs, pairs, regions, edited.raw),
-             transplant_row("ground truth", truth, pairs, regions)]
-    return Section("Object insertion: plain Fill vs PE transplant (PosBridgeFillPipeline)", rows,
-                   [p.caption for p in pairs], [figure],
-                   "Both rows run the same pipeline on the same canvas (reference tile left of the scene); plain "
-                   "Fill is transplant.enabled=False. The red outline is the target box. The figure shows the last "
-                   "example's canvas and the ids its tokens carry while sigma >= tau.",
-                   table, SCORE_NOTES["transplant"])
-
-
-def loose_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
-    from mmpos.pipelines import LooseConfig
-    from mmpos.pipelines.figures import loose_diagnostic
-
-    pairs = [harmonise_pair(HARMONISE_SEED + i, source.size("kontext")) for i in range(count)]
-    pipe, guidance = source.pipeline("loose"), source.guidance("kontext")
-    plain = run_loose(pipe, pairs, steps, loose_for_steps(steps, strength=0.0), guidance)
-    config = loose_for_steps(steps)
-    edited = run_loose(pipe, pairs, steps, config, guidance)
-    truth = np.stack([p.target.image for p in pairs])
-    rows = [("pasted", np.stack([p.collage for p in pairs])), ("plain Kontext", plain.outputs),
-            ("LooseRoPE", edited.outputs), ("ground truth", truth),
-            ("paste mask", mask_image(np.stack([p.paste_mask for p in pairs]))),
-            ("|error| LooseRoPE", error_map(edited.outputs, truth))]
-    figure = loose_diagnostic(edited.last.maps, LooseConfig(**config), out_dir / "world_loose_maps.png",
-                              to_chw(pairs[-1].collage))
-    from mmpos.eval.edit_scores import SCORE_NOTES, harmonise_row
-
-    table = [harmonise_row("unedited collage", np.stack([p.collage for p in pairs]), pairs),
-             harmonise_row("plain Kontext", plain.outputs, pairs), harmonise_row("LooseRoPE", edited.outputs, pairs),
-             harmonise_row("ground truth", truth, pairs)]
-    return Section("Paste harmonisation: plain Kontext vs LooseRoPE (LooseRoPEKontextPipeline)", rows,
-                   [pairs[0].instruction], [figure],
-                   "Plain Kontext is the same pipeline at strength 0. The figure shows the last example's token "
-                   "saliency, bins and per-token factors.", table, SCORE_NOTES["harmonise"])
-
-
-def band_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
-    from mmpos.pipelines.figures import band_attention_maps, band_diagnostic
-
-    size = source.size("t2i")
-    sets = [style_set(STYLE_SEED + i, 2, size) for i in range(max(count // 2, 1))]
-    pipe, guidance = source.pipeline("band"), source.guidance("t2i")
-    from mmpos.eval.edit_scores import SCORE_NOTES, style_row
-
-    references = [s.reference for s in sets for _ in s.targets]
-    rows = [("reference", np.stack([r.image for r in references])),
-            ("no sharing", run_band(pipe, sets, steps, {"enabled": False}, guidance).outputs)]
-    for strength in BAND_STRENGTHS:
-        probe = (0, 0.5) if strength == BAND_STRENGTHS[-1] else None
-        rows.append((f"band strength {strength}", run_band(pipe, sets, steps, {"strength": strength}, guidance,
-                                                            probe=probe).outputs))
-    rows.append(("ground truth", np.stack([t.image for s in sets for t in s.targets])))
-    table = [style_row(label, images, references) for label, images in rows[1:]]
-    grid = (size // pipe.token_pixels,) * 2
-    token = grid[0] // 2 * grid[1] + grid[1] // 2
-    maps = band_attention_maps(pipe.probe.query, pipe.probe.key, pipe.transformer.config.axes_dims_rope, grid, token)
-    figure = band_diagnostic(maps, grid, token, out_dir / "world_band_attention.png", to_chw(sets[-1].reference.image))
-    strengths = ", ".join(str(s) for s in BAND_STRENGTHS)
-    return Section(f"Style-aligned sets: band modulation at strengths {strengths} (BandModulationFluxPipeline)", rows,
-                   [p for s in sets for p in s.prompts], [figure],
-                   "Targets get their content prompt only; the style comes from the shared reference image (no "
-                   "sharing: no attention to it; strength 0: shared attention with the bands unscaled). The "
-                   "figure: attention of the centre query of the last set's first target over its reference "
-                   f"(layer 0, strength {BAND_STRENGTHS[-1]}, half-way through sampling), per frequency band.",
-                   table, SCORE_NOTES["style"])
 
 
 def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section | None:
@@ -203,12 +100,18 @@ def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: 
                    f"Columns: {scales}, nearest-resized to one size; the same seed at every scale and method. At 1x "
                    "every preset is the stock model bit for bit, so 1x is the stock image on every row. Presets via "
                    "model_extrapolation(transformer, preset, trained_grid); DyPE follows the step's sigma. The table "
-                   "over 64 captions: python scripts/eval_extrapolation.py (README).")
+                   "over 64 captions: python scripts/eval_extrapolation.py (docs/results.md).")
 
 
-SECTIONS = (("t2i", "t2i", text_to_image_section), ("transplant", "fill", transplant_section),
-            ("loose", "kontext", loose_section), ("band", "t2i", band_section),
-            ("extrapolation", "t2i", extrapolation_section))
+def sections() -> list:
+    """``(name, task, build)`` of every section in report order: text to image, each registered edit method's
+    demo section (:attr:`~mmpos.pipelines.edits.EditMethod.demo_section`, by ``demo_order``), extrapolation."""
+    from mmpos.pipelines.edits import get_edit, list_edits
+
+    edits = sorted((get_edit(name) for name in list_edits()), key=lambda method: method.demo_order)
+    return [("t2i", "t2i", text_to_image_section),
+            *[(m.name, m.world_task, m.demo_section) for m in edits if m.demo_section is not None],
+            ("extrapolation", "t2i", extrapolation_section)]
 
 
 REPORT_STYLE = ("body{font-family:sans-serif;font-size:16px;max-width:1200px;margin:auto;padding:0 12px}"
@@ -237,8 +140,8 @@ def write_report(out_dir: Path, sections: list[tuple[Section, Path]], extra: lis
              f"<p>Models: {html.escape(models)}; run through the diffusers pipelines and the mmpos editing "
              "pipelines on scenes of mmpos.world. Ground truth comes from the scene specs; |error| is the per-pixel "
              "max channel difference. Tables: the scores of <code>python scripts/eval_editing.py</code> "
-             "(mmpos.eval.edit_scores) on the examples shown; the script's tables over more examples are in the "
-             "README.</p>"]
+             "(mmpos.eval.edit_scores) on the examples shown; the script's tables over more examples are in "
+             "docs/results.md.</p>"]
     for section, path in sections:
         parts += [f"<h2>{html.escape(section.title)}</h2>", f"<img src='{path.name}'>"]
         if section.table:
@@ -284,7 +187,7 @@ def run_world_demo(out_dir, root=None, steps: int = 20, count: int = 6, extra_fi
 
         check_world_checkpoint(source.root if source.root is not None else DEFAULT_ASSETS)  # a clear error
     done, written = [], []
-    for name, task, build in tqdm(SECTIONS, desc="world demo", unit="section"):
+    for name, task, build in tqdm(sections(), desc="world demo", unit="section"):
         if task not in available:
             print(f"no {task} model; skipping the {name} section")
             continue

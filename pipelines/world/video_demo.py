@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mmpos.eval.video_eval import EvalClip, as_unit_float, generate, score
 from mmpos.models.world.image import DEFAULT_ASSETS
 from mmpos.world.video_data import Motion, motion_trajectory, render_clip, start_pose
-from mmpos.eval.video_eval import EvalClip, as_unit_float, generate, score
+
+from .section import Section
 
 VIDEO_MODEL = "world-video"
 DEMO_SCENE_SEED = 1_000_007  # a test-split scene (see mmpos.world.nvs_data.scene_seeds)
@@ -97,9 +99,7 @@ def labelled_rows(results) -> list[tuple[str, np.ndarray]]:
 
 
 def camera_clips_section(out_dir: Path, root=None, steps: int = 24):
-    """The section (a :class:`~mmpos.pipelines.world.demo.Section`), or None without a trained video model."""
-    from .demo import Section
-
+    """The section (a :class:`~mmpos.pipelines.world.section.Section`), or None without a trained video model."""
     folder = video_model_folder(root)
     if folder is None:
         print("no world video model in assets/; skipping the camera-controlled clips section")

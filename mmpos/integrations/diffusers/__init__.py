@@ -9,7 +9,7 @@
     restore(pipe.transformer)                                                       # back to stock
 
 Camera adapters on Wan (``ucpe``, ``prope``, ``plucker``): :class:`CameraAdapter`, :func:`camera_conditioning`,
-:func:`video_cameras` (see ``docs/video.md``).
+:func:`video_cameras` (from :mod:`mmpos.camera.video`; see ``docs/video.md``).
 """
 from .api import position_module, restore, set_pe
 from .backends import resolve_attention_backend
@@ -22,7 +22,7 @@ from .models import supported_classes
 from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
 from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
 from .ucpe_checkpoint import load_ucpe_checkpoint
-from .video_cameras import CameraPath, VideoCameras, video_cameras
+from ...camera.video import CameraPath, VideoCameras, video_cameras  # re-exported (home: mmpos.camera.video)
 
 __all__ = ["set_pe", "restore", "model_extrapolation", "cast_keeping_pe_fp32", "position_module", "pe_parameters",
            "train_only_pe", "resolve_attention_backend",

@@ -1,6 +1,9 @@
 """Camera adapters on a diffusers video transformer's self-attention (Wan), installed at the installer's
 ``camera`` level (:mod:`.installer`), saved and loaded like diffusers models (safetensors + ``config.json``).
 
+The kinds are the registered camera encodings with ``capabilities.adapter`` (:func:`adapter_kinds`); each builds
+its own layers (``pe_class(kind).adapter_layer(...)``), so a new camera encoding needs no change here:
+
 =========  ==========================================================================================
 kind       what every self-attention layer gets
 =========  ==========================================================================================
@@ -11,7 +14,10 @@ kind       what every self-attention layer gets
            the attention's input
 =========  ==========================================================================================
 
-At zero initialisation every kind adds exact zeros: the transformer's output is bit-identical to stock.
+A layer follows one protocol: ``state = layer.condition(cameras)`` once per call (layer 0's state is shared),
+then per layer ``layer.input_delta(x, state)`` (added to the host attention's input) and ``layer.residual(x,
+state)`` (added to its output), each ``None`` or ``[B, L, dim]``. At zero initialisation every kind adds exact
+zeros: the transformer's output is bit-identical to stock.
 
     adapter = CameraAdapter.for_transformer(transformer, "ucpe")
     with camera_conditioning(transformer, adapter, video_cameras(traj, grid, (480, 832))):
@@ -28,25 +34,30 @@ from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
 from ..._per_thread import PerThread
-from ...camera import invert_pose
-from ...encodings.plucker import PluckerRays
-from ...encodings.prope import PRoPE
-from ...encodings.ucpe import UCPEAdapter
+from ...camera.cameras import Cameras
+from ...camera.video import VideoCameras
+from ...encodings.registry import list_pes, pe_capabilities, pe_class
 from .installer import CAMERA, ProcessorInstaller
 from .models import spec_for
-from .video_cameras import VideoCameras
 
-__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraCalls", "CameraConditioning", "camera_conditioning",
-           "install_camera_adapter", "placed_like", "remove_camera_adapter", "without_camera"]
+__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraCalls", "CameraConditioning", "adapter_kinds",
+           "camera_conditioning", "install_camera_adapter", "placed_like", "remove_camera_adapter",
+           "without_camera"]
 
-ADAPTER_KINDS = ("ucpe", "prope", "plucker")
+
+def adapter_kinds() -> tuple[str, ...]:
+    """The registered camera encodings that build a camera adapter (``capabilities.adapter``), sorted."""
+    return tuple(name for name in list_pes("camera") if pe_capabilities(name).adapter)
+
+
+ADAPTER_KINDS = adapter_kinds()  # at import (argparse choices); adapter_kinds() also sees later registrations
 
 
 class CameraAdapter(ModelMixin, ConfigMixin):
     """One camera module per self-attention layer of a ``num_layers``-block transformer of width ``dim``.
 
     Args:
-        kind: ``"ucpe"``, ``"prope"`` or ``"plucker"`` (see the module docstring).
+        kind: one of :func:`adapter_kinds` (``"plucker"``, ``"prope"``, ``"ucpe"``; see the module docstring).
         dim, num_layers: the host transformer's width and block count.
         num_heads, head_dim: of the attention branch (``ucpe``/``prope``; UCPE on Wan-1.3B: 1 x 192).
         use_orientation: ``ucpe``: add ``Linear(3, dim)`` of the latitude/up map to the branch input.
@@ -60,16 +71,12 @@ class CameraAdapter(ModelMixin, ConfigMixin):
                  head_dim: int = 192, use_orientation: bool = True, rope_theta: float = 100.0,
                  qkv_bias: bool = True, ray_offset: tuple = (0.5, 0.5)):
         super().__init__()
-        if kind not in ADAPTER_KINDS:
-            raise ValueError(f"kind={kind!r} is not a camera adapter; expected one of {ADAPTER_KINDS}")
-        if kind == "plucker":
-            self.layers = nn.ModuleList(PluckerRays(dim) for _ in range(num_layers))  # zero-initialised Linear(6, dim)
-        else:
-            self.layers = nn.ModuleList(
-                UCPEAdapter(dim, num_heads, head_dim, use_orientation=kind == "ucpe" and use_orientation,
-                            qkv_bias=qkv_bias, rope_theta=rope_theta,
-                            encoding=PRoPE(head_dim, rope_theta=rope_theta) if kind == "prope" else None)
-                for _ in range(num_layers))
+        kinds = adapter_kinds()
+        if kind not in kinds:
+            raise ValueError(f"kind={kind!r} is not a camera adapter; expected one of {kinds}")
+        build = pe_class(kind).adapter_layer
+        self.layers = nn.ModuleList(build(dim, num_heads, head_dim, use_orientation=use_orientation,
+                                          rope_theta=rope_theta, qkv_bias=qkv_bias) for _ in range(num_layers))
 
     @classmethod
     def for_transformer(cls, transformer, kind: str = "ucpe", compress: int = 8, **options) -> "CameraAdapter":
@@ -83,23 +90,14 @@ class CameraAdapter(ModelMixin, ConfigMixin):
         sizes = dict(dim=dim, num_layers=config.num_layers, num_heads=heads, head_dim=head_dim)
         return placed_like(cls(kind=kind, **{**sizes, **options}), transformer)
 
-    def conditioning(self, cameras: VideoCameras, scale: float = 1.0) -> "CameraConditioning":
-        """The per-call state every layer reads: geometry built once from ``cameras``."""
-        kind = self.config.kind
-        if kind == "plucker":
-            return CameraConditioning(self, scale, plucker=PluckerRays.embed(cameras.c2w, cameras.rays))
-        rows_cols = cameras.grid[1:]
-        if kind == "ucpe":
-            geometry = self.layers[0].encoding.prepare(cameras.c2w, cameras.rays, rows_cols, cameras.valid)
-            orientation = cameras.orientation if self.config.use_orientation else None
-            return CameraConditioning(self, scale, geometry=geometry, orientation=orientation)
-        if cameras.intrinsics is None:
-            raise ValueError("camera: the prope adapter needs pinhole intrinsics; an equirectangular camera has "
-                             "none, and an OpenCV camera with distortion (k1, k2, p1, p2, k3) is not a pinhole: PRoPE "
-                             "would drop the distortion (undistort the frames, or use a ucpe adapter)")
-        geometry = self.layers[0].encoding.prepare(invert_pose(cameras.c2w), rows_cols, cameras.intrinsics,
-                                                   cameras.image_size)
-        return CameraConditioning(self, scale, geometry=geometry)
+    def conditioning(self, cameras: Cameras | VideoCameras, scale: float = 1.0) -> "CameraConditioning":
+        """The per-call state every layer reads: built once from ``cameras`` (a :class:`~mmpos.camera.Cameras`, or
+        the :class:`~mmpos.camera.VideoCameras` of :func:`~mmpos.camera.video_cameras`)."""
+        if isinstance(cameras, VideoCameras):
+            cameras = cameras.cameras
+        if not isinstance(cameras, Cameras):
+            raise TypeError(f"cameras must be a mmpos.camera.Cameras or VideoCameras, got {type(cameras).__name__}")
+        return CameraConditioning(self, scale, self.layers[0].condition(cameras))
 
 
 def placed_like(adapter: CameraAdapter, transformer) -> CameraAdapter:
@@ -109,32 +107,24 @@ def placed_like(adapter: CameraAdapter, transformer) -> CameraAdapter:
 
 
 class CameraConditioning:
-    """What one call conditions on: the adapter, ``scale`` (``camera_scale``) and the geometry shared by all
-    layers (``geometry`` and ``orientation`` for ``ucpe``/``prope``, ``plucker [B, L, 6]`` rays)."""
+    """What one call conditions on: the adapter, ``scale`` (``camera_scale``) and ``state``, what the adapter's
+    layers' ``condition(cameras)`` built once for all layers."""
 
-    def __init__(self, adapter: CameraAdapter, scale: float = 1.0, geometry=None, orientation=None, plucker=None):
-        self.adapter, self.scale = adapter, float(scale)
-        self.geometry, self.orientation, self.plucker = geometry, orientation, plucker
+    def __init__(self, adapter: CameraAdapter, scale: float = 1.0, state=None):
+        self.adapter, self.scale, self.state = adapter, float(scale), state
 
     def _scaled(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.scale == 1.0 else x * self.scale
 
     def attention_input(self, layer: int, hidden_states: torch.Tensor) -> torch.Tensor:
-        """``plucker``: the hidden states plus the layer's projection of the rays (exact zeros at init)."""
-        if self.plucker is None:
-            return hidden_states
-        if self.plucker.shape[1] != hidden_states.shape[1]:
-            raise ValueError(f"the transformer has {hidden_states.shape[1]} video tokens; the cameras describe "
-                             f"{self.plucker.shape[1]} (latent frames x patch rows x patch cols)")
-        projection = self.adapter.layers[layer].proj
-        return hidden_states + self._scaled(projection(self.plucker.to(hidden_states.dtype)))
+        """The hidden states plus the layer's ``input_delta`` (``plucker``: its projection of the rays)."""
+        delta = self.adapter.layers[layer].input_delta(hidden_states, self.state)
+        return hidden_states if delta is None else hidden_states + self._scaled(delta)
 
     def residual(self, layer: int, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        """``ucpe``/``prope``: the branch's output ``[B, L, dim]`` to add to the attention output."""
-        if self.geometry is None:
-            return None
-        branch = self.adapter.layers[layer]
-        return self._scaled(branch(hidden_states, self.geometry, self.orientation))
+        """The layer's ``residual`` ``[B, L, dim]`` to add to the attention output (``ucpe``/``prope``: the branch)."""
+        residual = self.adapter.layers[layer].residual(hidden_states, self.state)
+        return None if residual is None else self._scaled(residual)
 
 
 class CameraAttnProcessor:
@@ -240,7 +230,7 @@ class CameraCalls:
 
 
 @contextmanager
-def camera_conditioning(transformer, adapter: CameraAdapter, cameras: VideoCameras, scale: float = 1.0):
+def camera_conditioning(transformer, adapter: CameraAdapter, cameras: Cameras | VideoCameras, scale: float = 1.0):
     """Install ``adapter`` conditioned on ``cameras`` for the duration of the block, even if it raises; calls in
     other threads on the same transformer keep their own cameras (or none, :func:`without_camera`)."""
     with CameraCalls.of(transformer).running(transformer, adapter.conditioning(cameras, scale)) as conditioning:

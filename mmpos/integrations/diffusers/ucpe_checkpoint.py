@@ -12,7 +12,7 @@ one head of 192). The mmpos adapter has the same projections under ``layers.{i}.
 cam_encoder}``; the attention in between is the same formula (UCPE's relative ray encoding with the references'
 sign, ``docs/cameras.md``). The head count is not in the weights: pass it (``num_heads``). The reference casts
 rays through integer patch indices with the principal point at the grid centre (its half-cell offset): the
-converted adapter's ``ray_offset`` is ``(0, 0)``, which the pipelines pass to :func:`~.video_cameras.video_cameras`.
+converted adapter's ``ray_offset`` is ``(0, 0)``, which the pipelines pass to :func:`mmpos.camera.video.video_cameras`.
 """
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ from .convert import convert
 from .models import register_timm_models, timm_model_name
 from .restore import restore
 from .positions import TokenPositions
+from .sharding import fully_shard_blocks, shared_encoding_params
 
 register_timm_models()
 
-__all__ = ["convert", "freeze_all_but_pe", "named_pe_parameters", "no_weight_decay_names", "pe_parameters",
-           "train_only_pe", "PositionalAttention",
-           "PositionalAttentionRope", "PositionalEvaAttention", "register_timm_models", "restore", "timm_model_name",
-           "TokenPositions"]
+__all__ = ["convert", "freeze_all_but_pe", "fully_shard_blocks", "named_pe_parameters", "no_weight_decay_names",
+           "pe_parameters", "train_only_pe", "PositionalAttention", "PositionalAttentionRope", "PositionalEvaAttention",
+           "register_timm_models", "restore", "shared_encoding_params", "timm_model_name", "TokenPositions"]

@@ -32,8 +32,9 @@ class _PositionalAttention:
 
     def _folds_pe(self, x: torch.Tensor) -> bool:
         """Whether the encoding's linear map goes into the fused qkv weights (:meth:`HARoPE.fold_into_qkv`): the
-        encoding can, nothing sits between projection and encoding (no qk-norm), and folding is cheaper."""
-        return (hasattr(self.pe, "fold_into_qkv") and isinstance(self, PositionalAttention)
+        encoding can (``capabilities.folds_into_qkv``), nothing sits between projection and encoding (no
+        qk-norm), and folding is cheaper."""
+        return (self.pe.capabilities.folds_into_qkv and isinstance(self, PositionalAttention)
                 and isinstance(self.q_norm, torch.nn.Identity) and isinstance(self.k_norm, torch.nn.Identity)
                 and self.pe.folds_into(x, self.qkv))
 

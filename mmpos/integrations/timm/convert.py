@@ -35,7 +35,8 @@ from ...encodings.base import PEKind
 from ...encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.registry import pe_class
 from .attention import check_convertible, make_positional
-from .positions import BlockTablesHook, NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout, TokenPositions
+from .positions import (AddAbsoluteHook, BlockTablesHook, NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout,
+                        TokenPositions)
 from .restore import OriginalState
 
 SUPPORTED_MODELS = (VisionTransformer, Eva, NaFlexVit)
@@ -184,33 +185,6 @@ def _install_absolute(model, pe, positions, grid, abs_pos, options):
         _take_over_learned_pos_embed(model, ape)
     model.mmpos_ape = ape
     model.norm_pre.register_forward_pre_hook(AddAbsoluteHook(ape, positions))
-
-
-class AddAbsoluteHook:
-    """Forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens (an object, not a
-    closure, so that ``copy.deepcopy(model)`` rewires it to the copy's encoding and positions)."""
-
-    def __init__(self, ape, positions):
-        self.ape, self.positions = ape, positions
-
-    def __call__(self, module, args):
-        x = args[0]
-        coords = self.positions.coords(x.shape[1], x.device)
-        n = self.ape.num_prefix_tokens
-        embedding = _absolute_embedding(self.ape, self.positions, coords).to(x.dtype)
-        return (torch.cat([x[:, :n], x[:, n:] + embedding], dim=1),)
-
-
-def _absolute_embedding(ape, positions, coords):
-    """Embedding of the patch tokens; a learned table is resampled to a grid other than its own."""
-    if not isinstance(ape, LearnedAPE) or positions.grid is None or positions.grid == ape.grid_size:
-        return ape.embed(coords)
-    if positions.grid_mode != "index" or positions.grid_scale != 1.0:
-        raise ValueError("ape_learned on another grid resamples its table; use grid_mode='index', grid_scale=1")
-    table = ape.resample(positions.grid)  # [H * W, C]
-    if positions.keep_indices is None:
-        return table
-    return table[positions.keep_indices.to(table.device)]
 
 
 def _take_over_learned_pos_embed(model, ape):

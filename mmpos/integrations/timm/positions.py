@@ -5,7 +5,9 @@ Hooks set it, attention blocks read it:
 * the patch embedding reports the patch grid (static size, ``dynamic_img_size`` or NaFlex ``patch_coord``);
 * PatchDropout reports which patch tokens each sample kept;
 * right before the blocks (``norm_pre``), :class:`BlockTablesHook` checks the coordinates once and builds one
-  table per distinct encoding (as timm's Eva builds its rope in ``_pos_embed``);
+  table per distinct shared encoding (as timm's Eva builds its rope in ``_pos_embed``); a block's own learned
+  encoding builds its table in that block's attention, where FSDP2 / ZeRO-3 gathered the block's parameters
+  (and where activation checkpointing recomputes it);
 * every converted attention block takes its encoding's table and only applies it (prefix tokens, i.e. cls and
   registers, get no coordinates and stay unrotated).
 
@@ -25,6 +27,7 @@ from torch import nn
 
 from ..._validation import check_choice
 from ...coords.grids import MODES, image_grid
+from ...encodings.absolute import LearnedAPE
 from ...ops.forward_tables import ForwardTables, run_dtype
 from ...ops.tables import KeyedCache, library_owned
 
@@ -116,10 +119,12 @@ class TokenPositions:
                              f"tokens with {self.num_prefix_tokens} prefix token(s), i.e. {expected}")
         return state.coords
 
-    def build_tables(self, encodings: Sequence[nn.Module], num_tokens: int, dtype: torch.dtype, device) -> None:
-        """This forward's tables for its blocks' ``encodings`` (coordinates checked once, one table each)."""
+    def build_tables(self, encodings: Sequence[nn.Module], num_tokens: int, dtype: torch.dtype, device,
+                     in_block: Sequence[nn.Module] = ()) -> None:
+        """This forward's tables for its blocks' ``encodings`` (coordinates checked once, one table each;
+        those of ``in_block`` encodings are built when their block asks, see :class:`ForwardTables`)."""
         state = self.current
-        state.tables = ForwardTables(encodings, self.coords(num_tokens, device), dtype, device)
+        state.tables = ForwardTables(encodings, self.coords(num_tokens, device), dtype, device, in_block)
         state.table_tokens = num_tokens
 
     def table(self, pe: nn.Module, num_tokens: int, q: torch.Tensor):
@@ -164,15 +169,26 @@ class TokenPositions:
 
 class BlockTablesHook:
     """Forward pre-hook for ``norm_pre`` (the last module before the blocks, outside any checkpointed block):
-    build this forward's tables for the blocks' ``encodings`` (an object, not a closure, so that
-    ``copy.deepcopy(model)`` rewires it to the copy's encodings and positions)."""
+    check the coordinates and build this forward's tables for the blocks' shared ``encodings``; an encoding
+    with parameters that only one block uses builds its table in that block (FSDP2 / ZeRO-3 shard it with the
+    block and gather it for the block's forward only). An object, not a closure, so that ``copy.deepcopy(model)``
+    rewires it to the copy's encodings and positions."""
 
     def __init__(self, positions: TokenPositions, encodings: Sequence[nn.Module]):
         self.positions, self.encodings = positions, list(encodings)
+        self.in_block = block_owned(self.encodings)
 
     def __call__(self, module, args):
         x = args[0]
-        self.positions.build_tables(self.encodings, x.shape[1], run_dtype(x), x.device)
+        self.positions.build_tables(self.encodings, x.shape[1], run_dtype(x), x.device, getattr(self, "in_block", ()))
+
+
+def block_owned(encodings: Sequence[nn.Module]) -> list[nn.Module]:
+    """The ``encodings`` (one per block) that have parameters and belong to one block only."""
+    uses: dict[int, int] = {}
+    for pe in encodings:
+        uses[id(pe)] = uses.get(id(pe), 0) + 1
+    return [pe for pe in encodings if uses[id(pe)] == 1 and any(True for _ in pe.parameters())]
 
 
 class PatchGridHook:
@@ -225,3 +241,30 @@ class RecordingPatchDropout(nn.Module):
 
     def extra_repr(self):
         return f"prob={self.prob}, num_prefix_tokens={self.num_prefix_tokens}, returns_indices={self.returns_indices}"
+
+
+class AddAbsoluteHook:
+    """Forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens (an object, not a
+    closure, so that ``copy.deepcopy(model)`` rewires it to the copy's encoding and positions)."""
+
+    def __init__(self, ape, positions):
+        self.ape, self.positions = ape, positions
+
+    def __call__(self, module, args):
+        x = args[0]
+        coords = self.positions.coords(x.shape[1], x.device)
+        n = self.ape.num_prefix_tokens
+        embedding = _absolute_embedding(self.ape, self.positions, coords).to(x.dtype)
+        return (torch.cat([x[:, :n], x[:, n:] + embedding], dim=1),)
+
+
+def _absolute_embedding(ape, positions, coords):
+    """Embedding of the patch tokens; a learned table is resampled to a grid other than its own."""
+    if not isinstance(ape, LearnedAPE) or positions.grid is None or positions.grid == ape.grid_size:
+        return ape.embed(coords)
+    if positions.grid_mode != "index" or positions.grid_scale != 1.0:
+        raise ValueError("ape_learned on another grid resamples its table; use grid_mode='index', grid_scale=1")
+    table = ape.resample(positions.grid)  # [H * W, C]
+    if positions.keep_indices is None:
+        return table
+    return table[positions.keep_indices.to(table.device)]

@@ -13,7 +13,7 @@ from timm.models.naflexvit import NaFlexVit
 from torch import nn
 
 from ..pe_parameters import restore_requires_grad
-from .positions import BlockTablesHook, PatchGridHook
+from .positions import AddAbsoluteHook, BlockTablesHook, PatchGridHook
 
 _ADDED = ("mmpos_positions", "mmpos_pe", "mmpos_ape", "no_weight_decay")
 
@@ -76,8 +76,6 @@ def restore(model: nn.Module) -> nn.Module:
 
 
 def _remove_hooks(model: nn.Module) -> None:
-    from .convert import AddAbsoluteHook  # convert imports this module
-
     mmpos_hooks = (BlockTablesHook, AddAbsoluteHook, PatchGridHook)  # NaFlexEmbedsHook is a PatchGridHook
     for module in model.modules():
         for hooks in (module._forward_pre_hooks, module._forward_hooks):

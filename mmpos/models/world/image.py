@@ -15,8 +15,10 @@ existed (``world-<task>/{transformer,text_encoder}/`` only) still load with :fun
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from contextlib import contextmanager
+from importlib import import_module
 from pathlib import Path
 
 import torch
@@ -161,6 +163,21 @@ def load_pretrained(cls, folder: Path, **options):
                          f"{message}); re-export or re-download it") from None
 
 
+def import_named_modules(folder) -> None:
+    """Import the ``mmpos`` modules ``folder/model_index.json`` names for its components (diffusers loads classes
+    only from imported modules): a folder exported before a module moved names its old path, which imports, with a
+    ``DeprecationWarning``, for one release. A name that does not import is left to diffusers' own error."""
+    index = Path(folder) / "model_index.json"
+    if not index.is_file():
+        return
+    for value in json.loads(index.read_text()).values():
+        if isinstance(value, list) and value and isinstance(value[0], str) and value[0].startswith("mmpos."):
+            try:
+                import_module(value[0])
+            except ModuleNotFoundError:
+                pass
+
+
 def dtype_keyword(cls) -> str:
     """``dtype`` in recent diffusers (``torch_dtype`` deprecated there), ``torch_dtype`` before."""
     source = inspect.getsource(cls.from_pretrained)
@@ -216,6 +233,7 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
     model_dir = root / f"world-{task}"
     cls = PIPELINES[task] if pipeline_class is None else pipeline_class
     if (model_dir / "model_index.json").is_file():
+        import_named_modules(model_dir)
         with world_text_encoders_accepted():
             return load_pretrained(cls, model_dir, **{dtype_keyword(cls): dtype}).to(device)
     vae = load_pretrained(AutoencoderKL, _checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)

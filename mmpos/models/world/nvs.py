@@ -3,13 +3,15 @@
 Tokens: the patches of 2 posed context views (RGB) and of the target view (a learned query token); every
 token gets a learned in-image patch position and a role (context / target) embedding, shared by all encodings.
 A stack of pre-norm self-attention blocks over all ``3 * P`` tokens; the target tokens are decoded to RGB
-patches by regression (sigmoid). The camera reaches the model only through the encoding:
+patches by regression (sigmoid). The camera reaches the model only through the encoding, any registered camera
+encoding (:data:`NVS_ENCODINGS`: ``"none"`` and the registry's camera kinds), through its contract:
 
-    none      no camera at all (a baseline: it can only guess the view)
-    plucker   per-pixel Plücker rays (6 * patch^2 per token, LVSM's input) added to every token
-    prope     PRoPE on q, k, v, output (pixel intrinsics, w2c)
-    ucpe      UCPE's ray frames from the true rays of each patch (any lens)
-    rayrope   RayRoPE (3 rays per patch) with a depth head per layer
+- an attention encoding (``prope``, ``ucpe``, ``rayrope``) gets ``pe.prepare(cameras)`` of the patch grid (the
+  true rays of each patch, any lens; pixel intrinsics) and acts in every layer (``pe.attention``), with a
+  per-layer depth head where it reads depth (``cls.depth_head``: RayRoPE);
+- an additive encoding (``plucker``) gets ``pe.prepare(cameras)`` of the pixel grid: per-pixel rays (6 * patch^2
+  channels per token, LVSM's input) embedded by the model's ``Linear`` and added to every token;
+- ``none``: no camera at all (a baseline: it can only guess the view).
 """
 from __future__ import annotations
 
@@ -18,13 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..._validation import check_choice
-from ...camera import invert_pose, plucker_rays
-from ...encodings import RayDepthHead
-from ...encodings.prope import PRoPE
-from ...encodings.rayrope import RayRoPE
-from ...encodings.ucpe import UCPE
+from ...camera.cameras import Cameras
+from ...encodings import list_pes, pe_class
 
-NVS_ENCODINGS = ("none", "plucker", "prope", "rayrope", "ucpe")
+NVS_ENCODINGS = ("none", *list_pes("camera"))  # the registry's camera encodings at import
 
 
 def patchify(images: torch.Tensor, patch: int) -> torch.Tensor:
@@ -39,6 +38,12 @@ def unpatchify(tokens: torch.Tensor, patch: int, size: int) -> torch.Tensor:
     return F.fold(tokens.transpose(1, 2), (size, size), patch, stride=patch)
 
 
+def encoding_class(encoding: str):
+    """The camera encoding's class, or ``None`` for ``"none"``."""
+    check_choice("encoding", encoding, ("none", *list_pes("camera")))
+    return None if encoding == "none" else pe_class(encoding)
+
+
 class CameraAttention(nn.Module):
     """Multi-head self-attention whose q, k, v and output pass through the camera encoding."""
 
@@ -46,16 +51,16 @@ class CameraAttention(nn.Module):
         super().__init__()
         self.heads, self.head_dim, self.encoding = heads, dim // heads, encoding
         self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.depth = RayDepthHead(dim) if encoding == "rayrope" else None
+        cls = encoding_class(encoding)
+        self.depth = None if cls is None else cls.depth_head(dim)  # RayRoPE's per-layer depth head
 
     def forward(self, x: torch.Tensor, pe, geometry) -> torch.Tensor:
         q, k, v = self.qkv(x).unflatten(-1, (3, self.heads, self.head_dim)).permute(2, 0, 3, 1, 4)
-        if self.encoding in ("prope", "ucpe"):
-            out = pe.attention(q, k, v, geometry)
-        elif self.encoding == "rayrope":
-            out = pe.attention(q, k, v, geometry, depth_q=self.depth(x))
-        else:
+        if pe is None:
             out = F.scaled_dot_product_attention(q, k, v)
+        else:
+            per_layer = {} if self.depth is None else {"depth_q": self.depth(x)}
+            out = pe.attention(q, k, v, geometry, **per_layer)
         return self.out(out.transpose(1, 2).flatten(2))
 
 
@@ -75,7 +80,7 @@ class NovelViewTransformer(nn.Module):
     """Predicts the target view ``[B, 3, S, S]`` of a batch of triples (see :mod:`mmpos.world.nvs_data`).
 
     Args:
-        encoding: one of :data:`NVS_ENCODINGS`.
+        encoding: ``"none"`` or a registered camera encoding (:data:`NVS_ENCODINGS`).
         image_size, patch: square views of ``image_size`` pixels cut into ``patch``-pixel patches.
         dim, depth, heads: transformer width, blocks, heads (``dim / heads`` must suit the encoding: a multiple
             of 24 for ``rayrope`` with 3 rays, of 8 for ``prope`` / ``ucpe``).
@@ -84,7 +89,7 @@ class NovelViewTransformer(nn.Module):
     def __init__(self, encoding: str, image_size: int = 32, patch: int = 4, dim: int = 96, depth: int = 4,
                  heads: int = 2):
         super().__init__()
-        check_choice("encoding", encoding, NVS_ENCODINGS)
+        cls = encoding_class(encoding)
         if image_size % patch or dim % heads:
             raise ValueError(f"image_size must be a multiple of patch and dim of heads, got {image_size}, "
                              f"{patch}, {dim}, {heads}")
@@ -95,24 +100,28 @@ class NovelViewTransformer(nn.Module):
         self.target_token = nn.Parameter(torch.zeros(dim))
         self.position = nn.Parameter(0.02 * torch.randn(patches, dim))
         self.role = nn.Parameter(0.02 * torch.randn(2, dim))  # context, target
-        self.rays = nn.Linear(6 * patch * patch, dim) if encoding == "plucker" else None
-        attention_encodings = {"prope": PRoPE, "ucpe": UCPE, "rayrope": RayRoPE}
-        self.pe = attention_encodings[encoding](dim // heads) if encoding in attention_encodings else None
+        self.additive = cls is not None and cls.capabilities.additive
+        self.rays = nn.Linear(6 * patch * patch, dim) if self.additive else None  # the additive encoding's embedding
+        self.pe = None if cls is None else cls.for_head_dim(dim // heads)
         self.blocks = nn.ModuleList(Block(dim, heads, encoding) for _ in range(depth))
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, 3 * patch * patch)
 
-    def geometry(self, batch: dict):
-        """The encoding's per-forward geometry (computed once, shared by every block), in the model's dtype."""
+    def cameras(self, batch: dict) -> Cameras:
+        """The batch's views at the patch grid, in the model's dtype: poses, pixel intrinsics, each patch's ray."""
         dtype = self.head.weight.dtype
-        c2w = batch["c2w"].to(dtype)
-        size = (self.image_size, self.image_size)
-        if self.encoding == "prope":
-            return self.pe.prepare(invert_pose(c2w), self.grid, batch["intrinsics"].to(dtype), size)
-        if self.encoding == "ucpe":
-            return self.pe.prepare(c2w, batch["patch_rays"].to(dtype), self.grid)
-        if self.encoding == "rayrope":
-            return self.pe.prepare(invert_pose(c2w), batch["intrinsics"].to(dtype), size, self.grid)
-        return None
+        return Cameras(c2w=batch["c2w"].to(dtype), grid=self.grid, image_size=(self.image_size, self.image_size),
+                       intrinsics=batch["intrinsics"].to(dtype), rays=batch["patch_rays"].to(dtype))
+
+    def pixel_cameras(self, batch: dict) -> Cameras:
+        """The batch's views at the pixel grid (a ray per pixel, the batch's dtype): an additive encoding's input."""
+        return Cameras(c2w=batch["c2w"], grid=(self.image_size, self.image_size), rays=batch["pixel_rays"])
+
+    def geometry(self, batch: dict):
+        """The attention encoding's per-forward geometry (computed once, shared by every block); ``None`` without
+        one (an additive encoding acts on the tokens, :meth:`tokens`)."""
+        if self.pe is None or self.additive:
+            return None
+        return self.pe.prepare(self.cameras(batch))
 
     def tokens(self, batch: dict) -> torch.Tensor:
         """``[B, 3 * P, dim]``: context patches and target queries with positions, roles (and Plücker rays)."""
@@ -121,9 +130,10 @@ class NovelViewTransformer(nn.Module):
         target = self.target_token.expand(batch_size, patches, -1)
         roles = self.role.repeat_interleave(torch.tensor([2 * patches, patches]), dim=0)
         x = torch.cat([context, target], 1) + self.position.repeat(3, 1) + roles
-        if self.rays is not None:
-            rays = plucker_rays(batch["c2w"][:, :, None], batch["pixel_rays"][:, :, None]).to(x.dtype)
-            maps = rays[:, :, 0].unflatten(2, (self.image_size, self.image_size)).permute(0, 1, 4, 2, 3)
+        if self.additive:
+            size = self.image_size
+            rays = self.pe.prepare(self.pixel_cameras(batch)).to(x.dtype)  # [B, 3 * S * S, channels]
+            maps = rays.unflatten(1, (3, size, size)).permute(0, 1, 4, 2, 3)
             x = x + self.rays(patchify(maps, self.patch))
         return x
 

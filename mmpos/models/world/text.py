@@ -12,28 +12,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
-from ...world.scene import COLOURS, PATTERN_WORDS, POSITION_WORDS, SHAPES, SIZES
-
-PAD, BOS = "<pad>", "<s>"
-FUNCTION_WORDS = ("a", "at", "and", "on", "background", "the", "make", "remove", "add", "objects", "blend",
-                  "pasted", "object", "into", "image")
-
-
-def world_vocabulary() -> list[str]:
-    """Every word the world's captions and instructions use, after the pad and start tokens."""
-    words = set(FUNCTION_WORDS) | set(COLOURS) | set(SHAPES) | set(SIZES) | set(PATTERN_WORDS.values())
-    words |= {w for row in POSITION_WORDS for phrase in row for w in phrase.split()}
-    return [PAD, BOS] + sorted(words)
-
-
-def check_known_words(captions, vocabulary) -> None:
-    """Raise ValueError naming the words of ``captions`` (a string or a list of them) outside ``vocabulary``."""
-    captions = [captions] if isinstance(captions, str) else list(captions or [])
-    for row, caption in enumerate(captions):
-        unknown = sorted({w for w in caption.lower().split() if w not in vocabulary})
-        if unknown:
-            raise ValueError(f"captions[{row}] has words outside the world's vocabulary: {unknown}; "
-                             f"expected words from WorldTextEncoder.config.vocabulary")
+from ...world.vocabulary import BOS, PAD, check_known_words, world_vocabulary
 
 
 class WorldTextOutput(NamedTuple):

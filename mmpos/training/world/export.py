@@ -68,7 +68,7 @@ def load_line(task: str, folder_name: str) -> list[str]:
         return []
     return [f"A diffusers pipeline folder: `{PIPELINES[task].__name__}.from_pretrained(\"{folder_name}\")` (or "
             "`DiffusionPipeline`); prompts are strings in the world's words "
-            "(`mmpos.models.world.text.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
+            "(`mmpos.world.vocabulary.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
             ""]
 
 

@@ -106,7 +106,7 @@ class VideoStage:
             return flow_loss(self.base, latents, sigmas, noise)
 
     def cameras(self, index: torch.Tensor, latent_shape):
-        from ...integrations.diffusers.video_cameras import stack_cameras, video_cameras
+        from ...camera.video import stack_cameras, video_cameras
         from ...world.video_data import clip_trajectory
 
         _, _, frames, height, width = latent_shape

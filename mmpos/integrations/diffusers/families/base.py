@@ -65,7 +65,8 @@ class Family:
             time runs backwards: Z-Image and Lumina 2 get ``1 - sigma``).
         timestep_at_zero_sigma: the ``timestep`` the pipelines pass at sigma 0 (``1.0`` for ``1 - sigma``).
         timestep_arg: the forward argument carrying the timestep (and its position in ``args``).
-        tier: 1 or 2; tier 2 also sets ``attention_modules``, ``stock_processor`` and ``make_processors``.
+        tier: 1 or 2; tier 2 also sets ``attention_modules``, ``stock_processor`` and ``make_processors``
+            (a tier-1 family with an edit adapter sets ``attention_modules`` too: the edit installs there).
         make_seam: tier 2 (and families with their own seam): ``make_seam(model, stock, encodings, native,
             coord_axes) -> nn.Module``; default: a :class:`SpectrumSeam`.
         check_inputs: optional ``check_inputs(seam, args, kwargs)`` run before each forward.

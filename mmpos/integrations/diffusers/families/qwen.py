@@ -61,7 +61,7 @@ class QwenPositions(PositionSeam):
         (encoding,) = self.encodings
         image, text = self.encoding_coords(image), self.encoding_coords(text)
         scheduled = getattr(encoding, "schedule", None) is not None
-        tables = []  # text first, so that encoding.spectrum ends as the images' (the last one used)
+        tables = []
         for coords, extents in ((text, [0.0] * image.shape[-1]), (image, extents_of(image) if scheduled else None)):
             if scheduled:  # text: extent 0, i.e. the training spectrum; images: their own scale
                 encoding.step.extents = extents
@@ -70,11 +70,12 @@ class QwenPositions(PositionSeam):
         return tables[1], tables[0]
 
     def _native_table(self, encoding, coords):
-        """The stock arithmetic on ``encoding``'s spectrum (resolved at this step through its table cache)."""
-        table = self.counted(encoding.table(coords, torch.float32, coords.device))  # resolves the spectrum
+        """The stock arithmetic on ``encoding``'s spectrum at ``coords`` (a schedule's resolved at this step),
+        cached on the encoding's table of them."""
+        table = self.counted(encoding.table(coords, torch.float32, coords.device))
         cached = getattr(table, "qwen_native", None)
         if cached is None:
-            spectrum = encoding.spectrum
+            spectrum = encoding.spectrum_at(coords)
             inv_freq = _stock_ladder(encoding.axes_dims, self.theta, coords.device)
             if not self.is_plain(encoding, spectrum):
                 inv_freq = spectrum.inv_freq.to(coords.device, torch.float32)

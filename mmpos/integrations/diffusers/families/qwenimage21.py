@@ -69,6 +69,11 @@ def qwen21_tables(seam, img_shapes, image_pad_mask: torch.Tensor, device) -> tor
     return table
 
 
+def qwen21_attention_modules(model) -> list:
+    """``(name, attention module)`` of each block, in order (the edit seam installs its processors there)."""
+    return [(f"transformer_blocks.{i}.attn", block.attn) for i, block in enumerate(model.transformer_blocks)]
+
+
 QWEN_IMAGE21 = register_family(Family(
     name="qwenimage21",
     classes=("diffusers.models.transformers.transformer_qwenimage21:QwenImage21Transformer2DModel",),
@@ -78,6 +83,7 @@ QWEN_IMAGE21 = register_family(Family(
     native_theta=lambda model: float(model.pos_embed.theta),
     image_axes=(1, 2),
     tables=qwen21_tables,
+    attention_modules=qwen21_attention_modules,  # tier 1 still: set_pe keeps the stock processors
     timestep_per_sigma=1.0,  # QwenImage21Pipeline passes t / 1000 = sigma
     timestep_arg=("timestep", 2),
     pipelines=("QwenImage21Pipeline",),

@@ -1,4 +1,4 @@
-"""Where the demo's models come from: the trained world checkpoints (default) or ``from_pretrained`` FLUX models.
+"""Where the world demo's and the editing evaluation's models come from: the trained world checkpoints (default) or ``from_pretrained`` FLUX models.
 
     ModelSource()                                      # assets/: world-vae, world-t2i, world-fill, world-kontext
     ModelSource(models=HUB_FLUX, device="cuda", dtype="bfloat16", image_size=512)   # FLUX.1 dev / Fill / Kontext
@@ -13,16 +13,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmpos.pipelines.loading import DTYPES, load_pipeline, pipeline_class
+from mmpos._validation import check_choice
+from mmpos.models.world.image import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
 
-from .._validation import check_choice
-from ..models.world.image import DEFAULT_ASSETS, TASKS, load_world_pipeline, trained_image_size
+from .edits import get_edit, list_edits, resolve_pipeline
+from .loading import DTYPES, load_pipeline, pipeline_class
 
 HUB_FLUX = {"t2i": "black-forest-labs/FLUX.1-dev", "fill": "black-forest-labs/FLUX.1-Fill-dev",
             "kontext": "black-forest-labs/FLUX.1-Kontext-dev"}
-TASK_OF_METHOD = {"generate": "t2i", "band": "t2i", "transplant": "fill", "loose": "kontext"}
+GENERATE = "generate"  # text to image with the stock FluxPipeline; every other method is a registered edit
 WORLD_GUIDANCE = {"t2i": 3.0, "fill": None, "kontext": 3.0}  # true CFG of the world models (Fill: none)
 PRETRAINED_IMAGE_SIZE = 512
+
+
+def task_of_method(method: str) -> str:
+    """The task (``t2i``, ``fill``, ``kontext``) whose model runs ``method`` (generate or an edit method)."""
+    check_choice("method", method, (GENERATE, *list_edits()))
+    return "t2i" if method == GENERATE else get_edit(method).world_task
+
+
+def __getattr__(name):
+    if name == "TASK_OF_METHOD":  # method -> task, of the methods registered now
+        return {method: task_of_method(method) for method in (GENERATE, *list_edits())}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def world_pipeline_class(method: str, task: str):
+    """The pipeline class of ``method`` on the world model of ``task`` (its stock class, family flux)."""
+    if method == GENERATE:
+        return pipeline_class(GENERATE)
+    from mmpos.models.world.image import PIPELINES
+
+    edit = get_edit(method)
+    return edit.pipeline_class(resolve_pipeline(edit, [PIPELINES[task].__name__, "flux"], where=f"the world {task} "
+                                                "model"))
 
 
 def trained_tasks(root=None) -> list[str]:
@@ -80,11 +104,13 @@ class ModelSource:
         return WORLD_GUIDANCE[task] if self.is_world(task) else None
 
     def pipeline(self, method: str):
-        """The pipeline for ``method`` (generate, band, transplant, loose), progress bar off; the task's model is
-        loaded on the first call and shared by later ones."""
-        check_choice("method", method, tuple(TASK_OF_METHOD))
-        task = TASK_OF_METHOD[method]
-        cls = pipeline_class(method)
+        """The pipeline for ``method`` (generate, or a registered edit method: band, transplant, loose, ...),
+        progress bar off; the task's model is loaded on the first call and shared by later ones."""
+        task = task_of_method(method)
+        if self.is_world(task):
+            cls = world_pipeline_class(method, task)
+        else:
+            cls = pipeline_class(method, self.models[task] if method != GENERATE else None)
         if task in self._loaded:
             pipe = cls(**self._loaded[task].components)
         elif self.is_world(task):
@@ -95,3 +121,8 @@ class ModelSource:
         self._loaded.setdefault(task, pipe)
         pipe.set_progress_bar_config(disable=True)
         return pipe
+
+
+def load_world_edit(method: str, root=None, device="cpu"):
+    """The editing pipeline for ``method`` (transplant, loose, band, ...) on the world model it needs."""
+    return ModelSource(root, device=device).pipeline(method)
