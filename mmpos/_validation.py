@@ -13,8 +13,9 @@ from ._arguments import (  # noqa: F401  (re-exported: the torch-free checks and
 
 
 def check_finite_number(name: str, value, positive: bool = False) -> float:
-    """``value`` as a float: a finite real number (not a bool), and ``> 0`` when ``positive``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """``value`` as a float: a finite real number (not a bool; numpy scalars are numbers), and ``> 0`` when
+    ``positive``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     if positive and value <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")

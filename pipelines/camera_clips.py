@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from mmpos.camera import Trajectory, load_trajectory
+from mmpos.camera.trajectory import read_text
 from mmpos.camera.video import CameraPath
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -59,7 +60,7 @@ def read_clip(folder: Path) -> Clip:
     if len(trajectory) != len(frames):
         raise ValueError(f"clip {folder}: {len(frames)} frames but {len(trajectory)} poses in {poses[0].name}")
     caption_file = folder / "caption.txt"
-    caption = caption_file.read_text().strip() if caption_file.is_file() else ""
+    caption = read_text(caption_file).strip() if caption_file.is_file() else ""
     return Clip(folder, frames, trajectory, caption)
 
 

@@ -23,8 +23,8 @@ from diffusers import WanImageToVideoPipeline, WanPipeline
 
 from mmpos._validation import check_finite_number
 from mmpos.camera.video import video_cameras
-from mmpos.integrations.diffusers.camera_adapter import (CameraAdapter, camera_conditioning, placed_like,
-                                                         without_camera)
+from mmpos.integrations.diffusers.camera_adapter import (CameraAdapter, camera_conditioning, check_adapter_fits,
+                                                         placed_like, without_camera)
 
 __all__ = ["CameraControlWanPipeline", "CameraControlWanImageToVideoPipeline", "load_camera_adapter"]
 
@@ -33,6 +33,7 @@ def load_camera_adapter(pipe, path, **from_pretrained_kwargs) -> CameraAdapter:
     """Load a saved :class:`CameraAdapter` (folder or Hub id) onto ``pipe`` (its transformer's device and
     dtype) and return it; ``pipe.camera_adapter = None`` unloads."""
     adapter = CameraAdapter.from_pretrained(path, **from_pretrained_kwargs)
+    check_adapter_fits(pipe.transformer, adapter)  # a mismatched adapter: a ValueError now, not at the first call
     pipe.camera_adapter = placed_like(adapter, pipe.transformer).eval()
     return pipe.camera_adapter
 

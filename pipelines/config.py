@@ -22,8 +22,10 @@ def load_config(path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"config {path} does not exist")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             config = yaml.safe_load(f) or {}
+    except UnicodeDecodeError as error:
+        raise ValueError(f"config {path} is not a UTF-8 text file ({error.reason} at byte {error.start})") from None
     except yaml.YAMLError as error:
         raise ValueError(f"config {path} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(config, dict):

@@ -45,11 +45,41 @@ def extrapolate_setting(config: dict, preset, train_size, command: str, default_
     if train_size:
         setting["train_size"] = train_size
     try:
-        parse_extrapolate(str(setting.get("preset", "none")))
+        check_extrapolate_setting(setting, parse_extrapolate(str(setting.get("preset", "none"))))
     except ValueError as err:
         print(f"{command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     return setting
+
+
+OPTION_KEYS = ("lambda_s", "lambda_t", "start_sigma", "schedule_magnitude")  # ExtrapolationSchedule's tunables
+
+
+def check_extrapolate_setting(setting, presets: dict) -> None:
+    """ValueError naming the key unless ``setting`` (the config's ``extrapolate``) is a mapping whose ``train_size``
+    is ``auto``, a positive number of pixels or ``[height, width]``, and whose ``options`` are schedule keywords
+    (:data:`OPTION_KEYS`) that each chosen preset accepts."""
+    import math
+
+    if not isinstance(setting, dict):
+        raise ValueError(f"extrapolate: expected a mapping (preset, train_size, options), got {setting!r}")
+    size = setting.get("train_size", "auto")
+    items = size if isinstance(size, (list, tuple)) and len(size) == 2 else [size]
+    if size != "auto" and not all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+                                  and v > 0 for v in items):
+        raise ValueError(f"extrapolate.train_size={size!r}: expected 'auto', a positive number of pixels or "
+                         "[height, width]")
+    options = setting.get("options") or {}
+    if not isinstance(options, dict):
+        raise ValueError(f"extrapolate.options={options!r}: expected a mapping of {', '.join(OPTION_KEYS)}")
+    unknown = sorted(set(options) - set(OPTION_KEYS))
+    if unknown:
+        raise ValueError(f"extrapolate.options: unknown key(s) {unknown}; expected some of {list(OPTION_KEYS)}")
+    for preset in set(presets.values()) - {"none"}:
+        try:
+            extrapolation_preset(preset, (64.0,), **options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"extrapolate.options={options!r} with preset {preset!r}: {error}") from None
 
 
 def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:

@@ -86,6 +86,8 @@ def _train_size(text: str, parser) -> tuple:
 
 def _outputs(args, parser) -> dict:
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        _fail(parser, f"--out {out}: a file; expected a folder (video.mp4, frames.png and rig.png are written into it)")
     paths = {name: out / name for name in OUTPUT_NAMES}
     existing = [str(p) for p in paths.values() if p.exists()]
     if existing and not args.overwrite:

@@ -75,7 +75,10 @@ def world_trajectory(spec: str | None, frames: int, fail):
              ".txt / mmpos .json trajectory file")
     from .video_generate import report_resampling
 
-    placed = place_trajectory(load_trajectory(spec), start)
+    try:
+        placed = place_trajectory(load_trajectory(spec), start)
+    except ValueError as error:  # the file's message names it
+        fail(f"--camera {spec}: {error}")
     report_resampling(spec, len(placed), frames)
     return resample(placed, frames)
 
@@ -130,7 +133,7 @@ def run_world(args, folder: Path, paths: dict, fail, write) -> int:
     """Generate with the world video model in ``folder`` and ``write(paths, video, trajectory, args, settings)``."""
     import torch
 
-    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, check_adapter_fits
 
     from .world_video import WorldVideoPipeline
 
@@ -148,7 +151,9 @@ def run_world(args, folder: Path, paths: dict, fail, write) -> int:
     adapter = args.adapter or str(folder / "camera-ucpe")
     if adapter != "none":
         try:
-            pipe.camera_adapter = CameraAdapter.from_pretrained(adapter).eval().to(settings["device"])
+            loaded = CameraAdapter.from_pretrained(adapter)
+            check_adapter_fits(pipe.transformer, loaded)  # another model's adapter: named now, not mid-sampling
+            pipe.camera_adapter = loaded.eval().to(settings["device"])
         except (OSError, ValueError) as error:
             fail(f"--adapter {adapter}: {str(error).splitlines()[0]}")
         print(f"camera adapter: {pipe.camera_adapter.config.kind} from {adapter}")

@@ -22,6 +22,7 @@ import sys
 
 import torch
 
+from mmpos._arguments import OneLineErrorParser, positive_int_arg
 from mmpos._atomic import check_new_output, written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos._validation import NonFiniteLossError
@@ -160,7 +161,7 @@ def save_figure(models, data, path, count=2, replace=True):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineErrorParser(prog="eval_nvs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/nvs")
     parser.add_argument("--checkpoints", default="checkpoints", help="checkpoint folder inside --out")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -170,8 +171,8 @@ def main(argv=None):
     training = commands.add_parser("train")
     training.add_argument("--encoding", choices=NVS_ENCODINGS, required=True)
     training.add_argument("--seed", type=int, default=0)
-    training.add_argument("--steps", type=int, default=450)
-    training.add_argument("--batch-size", type=int, default=8)
+    training.add_argument("--steps", type=positive_int_arg, default=450)
+    training.add_argument("--batch-size", type=positive_int_arg, default=8)
     training.add_argument("--lr", type=float, default=1e-3)
     training.add_argument("--warmup", type=int, default=50)
     training.add_argument("--init-from", help="continue the weights of the same run in this checkpoint folder")

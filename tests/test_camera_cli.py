@@ -21,15 +21,16 @@ def test_viz_cameras_from_a_re10k_file_and_a_preset(tmp_path, capsys):
             assert figure.stat().st_size > 10_000
 
 
-def test_viz_cameras_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="preset:NAME"):
-        main(["viz", "cameras", str(tmp_path / "missing.txt")])
+def test_viz_cameras_errors(tmp_path, capsys):
+    """User errors are one line naming the input, exit code 2 (issue 35; they were tracebacks)."""
     bad = tmp_path / "bad.txt"
     bad.write_text("url\n1 2 3 4\n")
-    with pytest.raises(ValueError, match="4 columns"):
-        main(["viz", "cameras", str(bad)])
-    with pytest.raises(ValueError, match="frame=9"):
-        main(["viz", "cameras", "preset:roll", "--frames", "4", "--frame", "9", "--out", str(tmp_path)])
+    for argv, match in ([str(tmp_path / "missing.txt")], "preset:NAME"), ([str(bad)], "4 columns"), \
+            (["preset:roll", "--frames", "4", "--frame", "9"], "--frame 9"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["viz", "cameras", *argv, "--out", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and match in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_frustum_of_the_identity_camera():

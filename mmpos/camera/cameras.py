@@ -27,7 +27,8 @@ import torch
 
 from .._validation import as_int_tuple, check_finite_number, check_float_coords, check_positive_int
 from .base import CameraModel
-from .intrinsics import IntrinsicsCamera, check_intrinsic_matrix
+from .intrinsics import check_intrinsic_matrix
+from .perspective import is_linear_projection
 from .poses import check_pose, invert_pose, opengl_to_opencv
 from .ray_frames import latitude_up_map
 from .rays import patch_pixels, ray_grid
@@ -138,7 +139,7 @@ class Cameras:
         device = pose.device
         rays, valid = (torch.stack(t, 0) for t in zip(*(ray_grid(m, grid, offset, dtype, device) for m in models)))
         intrinsics = None
-        if all(isinstance(m, IntrinsicsCamera) for m in models):
+        if all(is_linear_projection(m) for m in models):
             k = torch.stack([m.intrinsic_matrix(dtype, device) for m in models])
             intrinsics = k.expand(pose.shape[0], -1, -1, -1)
         poses = {"w2c": pose} if w2c is not None else {"c2w": pose}

@@ -93,3 +93,4 @@ def normalized_intrinsics(matrix: torch.Tensor, image_size) -> torch.Tensor:
     scale = torch.tensor([[1 / width, 0, -0.5], [0, 1 / height, -0.5], [0, 0, 1]], dtype=matrix.dtype,
                          device=matrix.device)
     return scale @ matrix
+

@@ -104,3 +104,11 @@ class OpenCVCamera(IntrinsicsCamera):
         valid = valid & (xy.norm(dim=-1) < self._fold_radius)
         xy = torch.where(valid[..., None], xy, torch.zeros_like(xy))
         return self._to_pixels(self._distort(xy)), valid
+
+
+def is_linear_projection(model) -> bool:
+    """``model`` projects through its ``K`` alone (an :class:`IntrinsicsCamera` that is not an OpenCV camera with
+    a non-zero distortion coefficient): a PRoPE-style ``K`` describes it exactly."""
+    if not isinstance(model, IntrinsicsCamera):
+        return False
+    return not (isinstance(model, OpenCVCamera) and any(getattr(model, k) != 0 for k in ("k1", "k2", "p1", "p2", "k3")))

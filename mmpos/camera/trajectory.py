@@ -110,7 +110,7 @@ def resample(trajectory: Trajectory, num_frames: int) -> Trajectory:
 
 def read_re10k(path, dtype=torch.float64) -> Trajectory:
     """Read a RealEstate10K pose file (see the module docstring)."""
-    lines = Path(path).read_text().splitlines()
+    lines = read_text(path).splitlines()
     if not lines:
         raise ValueError(f"{path}: empty file; expected a URL line then {RE10K_COLUMNS}-column pose lines")
     first_is_pose = _is_pose_line(lines[0])
@@ -156,9 +156,32 @@ def write_re10k(trajectory: Trajectory, path) -> Path:
     return Path(path)
 
 
-def read_json(path, dtype=torch.float64) -> Trajectory:
+def read_text(path) -> str:
+    """The UTF-8 text of ``path``; a file in another encoding (or binary) is a ValueError naming it."""
     try:
-        data = json.loads(Path(path).read_text())
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
+
+
+def _numbers(path, where: str, value, shape: tuple, expected: str):
+    """``value`` as a nested list of ``shape`` (an entry may be a tuple of allowed lengths) holding only numbers
+    (not strings, not bools); ValueError ``{path}: {where} must be {expected}`` otherwise."""
+    if len(shape) == 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{path}: {where} must be a number, got {value!r}")
+        return value
+    lengths = shape[0] if isinstance(shape[0], tuple) else (shape[0],)
+    if not (isinstance(value, list) and len(value) in lengths):
+        raise ValueError(f"{path}: {where} must be {expected}, got {value!r:.80}")
+    return [_numbers(path, f"{where}[{i}]", item, shape[1:], expected) for i, item in enumerate(value)]
+
+
+def read_json(path, dtype=torch.float64) -> Trajectory:
+    """Read an ``mmpos.trajectory`` JSON file (see the module docstring); a wrong layout is a ValueError naming
+    the file and the field."""
+    try:
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
@@ -166,20 +189,25 @@ def read_json(path, dtype=torch.float64) -> Trajectory:
     if data.get("convention", "opencv") != "opencv" or data.get("pose", "c2w") != "c2w":
         raise ValueError(f"{path}: expected convention 'opencv' and pose 'c2w', got "
                          f"{data.get('convention')!r} / {data.get('pose')!r}")
-    frames = data.get("frames") or []
-    if not frames:
-        raise ValueError(f"{path}: no frames")
+    frames = data.get("frames")
+    if not isinstance(frames, list) or not frames:
+        raise ValueError(f"{path}: frames must be a non-empty list of frame objects, got {frames!r:.80}")
+    c2w, intrinsics, timestamps = [], [], []
     for i, frame in enumerate(frames):
-        c2w, intr = frame.get("c2w"), frame.get("intrinsics")
-        if not (isinstance(c2w, list) and len(c2w) in (3, 4) and all(isinstance(r, list) and len(r) == 4 for r in c2w)):
-            raise ValueError(f"{path}: frames[{i}].c2w must be a 4x4 (or 3x4) nested list")
-        if not (isinstance(intr, list) and len(intr) == 4):
-            raise ValueError(f"{path}: frames[{i}].intrinsics must be 4 numbers (fx/W, fy/H, cx/W, cy/H)")
-    c2w = torch.stack([check_pose(f"frames[{i}].c2w", torch.tensor(f["c2w"], dtype=torch.float64))
-                       for i, f in enumerate(frames)])
-    intrinsics = torch.tensor([f["intrinsics"] for f in frames], dtype=torch.float64)
-    timestamps = torch.tensor([float(f.get("timestamp", i)) for i, f in enumerate(frames)], dtype=torch.float64)
-    return Trajectory(c2w.to(dtype), intrinsics.to(dtype), timestamps, data.get("url", ""))
+        if not isinstance(frame, dict):
+            raise ValueError(f"{path}: frames[{i}] must be an object with c2w and intrinsics, got {frame!r:.80}")
+        c2w.append(_numbers(path, f"frames[{i}].c2w", frame.get("c2w"), ((3, 4), 4), "a 4x4 (or 3x4) nested list"))
+        intrinsics.append(_numbers(path, f"frames[{i}].intrinsics", frame.get("intrinsics"), (4,),
+                                   "4 numbers (fx/W, fy/H, cx/W, cy/H)"))
+        timestamps.append(_numbers(path, f"frames[{i}].timestamp", frame.get("timestamp", i), (), "a number"))
+    c2w = torch.stack([check_pose(f"{path}: frames[{i}].c2w", torch.tensor(m, dtype=torch.float64))
+                       for i, m in enumerate(c2w)])
+    url = data.get("url", "")
+    if not isinstance(url, str):
+        raise ValueError(f"{path}: url must be a string, got {url!r:.80}")
+    intrinsics = torch.tensor(intrinsics, dtype=torch.float64)
+    check_finite(f"{path}: intrinsics", intrinsics)
+    return Trajectory(c2w.to(dtype), intrinsics.to(dtype), torch.tensor(timestamps, dtype=torch.float64), url)
 
 
 def write_json(trajectory: Trajectory, path) -> Path:

@@ -18,7 +18,7 @@ import torch
 
 from .base import CameraModel
 from .cameras import Cameras
-from .intrinsics import IntrinsicsCamera
+from .perspective import is_linear_projection
 from .poses import check_pose
 from .ray_frames import latitude_up_map
 from .rays import ray_grid
@@ -98,7 +98,7 @@ def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence
                              "output")
     orientation = torch.stack([latitude_up_map(m, c2w[i], (rows, cols), offset)[0] for i, m in enumerate(models)])
     intrinsics = None
-    if all(isinstance(m, IntrinsicsCamera) for m in models):
+    if all(is_linear_projection(m) for m in models):
         intrinsics = torch.stack([m.intrinsic_matrix(torch.float64) for m in models])
 
     def put(t):

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from torch.types import Device
 
-from .._validation import check_choice, check_positive_int, per_axis
+from .._validation import check_choice, check_non_negative_int, check_positive_int, per_axis
 
 MODES = ("index", "centered", "normalized")
 PerAxis = float | Sequence[float]  # one value for every axis, or one per axis
@@ -79,6 +79,7 @@ def flux_ids(height: int, width: int, text_length: int = 0, index: float = 0.0,
              dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
     """Flux-style ids ``[text_length + height * width, 3]``: text tokens at (0, 0, 0), image tokens at
     ``(index, row, col)`` (Kontext puts its context image at ``index=1``)."""
+    check_non_negative_int("text_length", text_length)
     image = grid_coords((height, width), dtype=dtype, device=device)
     image = torch.cat([torch.full_like(image[:, :1], index), image], dim=-1)
     text = torch.zeros(text_length, 3, dtype=dtype, device=device)

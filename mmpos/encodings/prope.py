@@ -51,7 +51,8 @@ class PRoPE(ProjectiveRoPE):
             return self._prepare_tensors(cameras.w2c, cameras.grid)
         if cameras.intrinsics is None:
             raise ValueError("cameras: prope needs pixel intrinsics (cameras.intrinsics); this camera model has none "
-                             "(an equirectangular camera?); PRoPE(..., gta=True) uses the poses alone")
+                             "(an equirectangular camera, or an OpenCV camera with distortion, which a K alone would "
+                             "drop); PRoPE(..., gta=True) uses the poses alone")
         return self._prepare_tensors(cameras.w2c, cameras.grid, cameras.intrinsics, cameras.image_size)
 
     @classmethod

@@ -59,6 +59,9 @@ class RotaryPE(nn.Module):
         """The rotation table for activations of ``dtype`` on ``device`` (cached where :meth:`table_key` allows)."""
         coords = check_coords(coords, self.num_axes)
         device = torch.device(device) if device is not None else coords.device
+        if device.type == "meta":  # autocast and the phases need data: torch says only "unsupported scalarType"
+            raise ValueError("q/k (or device=) are on the meta device: tables hold values; materialise the model "
+                             "(to_empty + load the weights) or pass tensors on cpu/cuda")
         coords = coords.to(device)
         real = compute_dtype(dtype, device)
         return self.cached_table(coords, torch.complex128 if real == torch.float64 else torch.complex64)

@@ -57,6 +57,9 @@ def compute_dtype(x_dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
 
 def _check_and_move(x: torch.Tensor, table: RotaryTable, seq_dim: int, num_prefix_tokens: int) -> torch.Tensor:
+    if not isinstance(getattr(table, "cis", None), torch.Tensor):  # a RotaryTable (or one alike: its .cis)
+        hint = " (pass the RotaryTable itself, not its .cis)" if isinstance(table, torch.Tensor) else ""
+        raise TypeError(f"table must be a RotaryTable, got {type(table).__name__}{hint}")
     if not isinstance(x, torch.Tensor) or x.dim() < 2:
         raise ValueError(f"x must be a tensor with a sequence and a channel dim, got shape {getattr(x, 'shape', x)}")
     if seq_dim not in (-2, -3) and seq_dim != x.dim() - 2 and seq_dim != x.dim() - 3:

@@ -3,6 +3,7 @@
 scaffold's ``checkpoint-<N>/``; those of earlier versions, ``checkpoints/step_<N>``, are found too."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -25,6 +26,9 @@ def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
         raise RunExistsError("--resume and --overwrite exclude each other")
     if run_dir.exists() and not run_dir.is_dir():
         raise RunExistsError(f"run folder {run_dir} is a file; choose another --output-dir")
+    if overwrite and run_dir.is_symlink():  # rmtree refuses links; the target is not ours to empty
+        raise RunExistsError(f"--output-dir {run_dir}: a symbolic link (to {os.readlink(run_dir)}); --overwrite "
+                             "does not empty a link's target (left untouched): pass the real folder")
     exists = run_dir.exists() and any(run_dir.iterdir())
     if exists and not (resume or overwrite):
         raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to "

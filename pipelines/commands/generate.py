@@ -72,7 +72,7 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
                         "camera is plotted but does not steer the video (default: none; --model world: "
                         "MODEL/camera-ucpe, 'none' for the base model alone)")
-    parser.add_argument("--camera-scale", type=float, default=1.0, help="strength of the adapter (default: 1)")
+    parser.add_argument("--camera-scale", type=finite_float_arg, default=1.0, help="strength of the adapter (default: 1)")
     parser.add_argument("--extrapolate", nargs="+", choices=("riflex", *SPATIAL), default=[], metavar="METHOD",
                         help="beyond the trained length and size without training (set_pe): riflex on time; one of "
                         f"{', '.join(SPATIAL)} on rows and columns larger than trained (dype*: follows the "

@@ -5,11 +5,22 @@ import argparse
 from pathlib import Path
 
 from mmpos._camera_motions import is_motion, vocabulary_help
+from mmpos._arguments import finite_float_arg, positive_int_arg
+
+
+def _trajectory(args):
+    from mmpos.camera.specs import resolve_trajectory
+
+    try:
+        return resolve_trajectory(args.trajectory, args.frames)
+    except ValueError as error:  # the file's own message names it; a preset's names its parameter
+        message = str(error)
+        raise ValueError(message if message.startswith(args.trajectory) else f"TRAJECTORY {args.trajectory}: "
+                         f"{message}") from None
 
 
 def run_cameras(args) -> int:
     from mmpos._atomic import check_new_output
-    from mmpos.camera.specs import resolve_trajectory
     from mmpos.viz.cameras import camera_figures
 
     motion = is_motion(args.trajectory) and not Path(args.trajectory).exists()
@@ -17,10 +28,12 @@ def run_cameras(args) -> int:
     try:  # the figures it would replace: refused before any work unless --overwrite
         for name in (f"{stem}_rig.png", f"{stem}_rays.png"):
             check_new_output(Path(args.out) / name, args.overwrite)
-        trajectory = resolve_trajectory(args.trajectory, args.frames)
+        trajectory = _trajectory(args)
+        if not -len(trajectory) <= args.frame < len(trajectory):
+            raise ValueError(f"--frame {args.frame}: outside the trajectory's {len(trajectory)} frames")
         written = camera_figures(trajectory, args.out, stem, args.frame, tuple(args.image_size), tuple(args.grid),
                                  args.model, args.fov, args.xi, replace=args.overwrite)
-    except FileExistsError as error:  # kept, not replaced: one line, exit 2
+    except (OSError, ValueError) as error:  # a file kept (not replaced), a bad trajectory or option: one line, exit 2
         args.viz_parser.error(str(error))
     for path in written:
         print(path)
@@ -45,16 +58,16 @@ def register(subparsers) -> argparse.ArgumentParser:
     cameras.add_argument("--out", default="outputs/viz", help="output folder (default: outputs/viz)")
     cameras.add_argument("--overwrite", action="store_true", help="replace STEM_rig.png / STEM_rays.png in --out")
     cameras.set_defaults(viz_parser=cameras)
-    cameras.add_argument("--frames", type=int, default=49, help="frames of a preset (default: 49)")
-    cameras.add_argument("--image-size", type=int, nargs=2, default=(180, 320), metavar=("H", "W"),
+    cameras.add_argument("--frames", type=positive_int_arg, default=49, help="frames of a preset (default: 49)")
+    cameras.add_argument("--image-size", type=positive_int_arg, nargs=2, default=(180, 320), metavar=("H", "W"),
                          help="image size in pixels for the ray maps (default: 180 320)")
-    cameras.add_argument("--grid", type=int, nargs=2, default=(18, 32), metavar=("ROWS", "COLS"),
+    cameras.add_argument("--grid", type=positive_int_arg, nargs=2, default=(18, 32), metavar=("ROWS", "COLS"),
                          help="patch grid of the ray maps (default: 18 32)")
     cameras.add_argument("--model", choices=("pinhole", "unified"), default="pinhole",
                          help="camera model of the ray maps: the trajectory's pinhole or a unified camera")
-    cameras.add_argument("--fov", type=float, default=None,
+    cameras.add_argument("--fov", type=finite_float_arg, default=None,
                          help="horizontal FoV (degrees) for --model unified (default: the trajectory's)")
-    cameras.add_argument("--xi", type=float, default=0.0, help="xi for --model unified (0 = pinhole)")
+    cameras.add_argument("--xi", type=finite_float_arg, default=0.0, help="xi for --model unified (0 = pinhole)")
     return viz
 
 

@@ -94,11 +94,24 @@ def _clip(args) -> list[Path]:
     frames = render_trajectory(sample_scene3d(args.seed, args.objects, args.textured), trajectory, args.size)
     _refuse_overwrite(args)
     out = Path(args.out)
+    _remove_stale_frames(out, len(frames))
     written = [save_png(out / f"frame_{i:03d}.png", f.image) for i, f in enumerate(frames)]
     np.savez_compressed(out / "ground_truth.npz", depth=np.stack([f.depth for f in frames]),
                         ids=np.stack([f.ids for f in frames]), intrinsics=np.stack([f.intrinsics for f in frames]),
                         poses=np.stack([f.pose for f in frames]))
     return written + [out / "ground_truth.npz", save_trajectory(trajectory, out / "trajectory.json")]
+
+
+def _remove_stale_frames(out: Path, count: int) -> None:
+    """``--overwrite`` of a longer clip: its ``frame_NNN.png`` past the new ``count`` go (a clip folder is frames
+    plus one pose per frame; stale frames would pair with no pose)."""
+    import re
+
+    if out.is_dir():
+        for path in out.glob("frame_*.png"):
+            match = re.fullmatch(r"frame_(\d{3,})\.png", path.name)
+            if match and int(match.group(1)) >= count:
+                path.unlink()
 
 
 def _load_trajectory(value: str, frames: int):

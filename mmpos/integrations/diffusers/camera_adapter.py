@@ -150,7 +150,8 @@ class CameraAttnProcessor:
         return out if residual is None else out + residual
 
 
-def _check_fits(transformer, adapter: CameraAdapter) -> None:
+def check_adapter_fits(transformer, adapter: CameraAdapter) -> None:
+    """Raise ValueError unless ``adapter`` has one layer per self-attention layer of ``transformer``, of its width."""
     spec = spec_for(transformer)
     count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
     if (count, width) != (len(adapter.layers), adapter.config.dim):
@@ -162,7 +163,7 @@ def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
     if isinstance(conditioning, CameraConditioning):
-        _check_fits(transformer, conditioning.adapter)
+        check_adapter_fits(transformer, conditioning.adapter)
     installer = ProcessorInstaller.of(transformer)
     processors = {i: CameraAttnProcessor(conditioning, i, slot) for i, slot in enumerate(installer.slots)}
     installer.fill(CAMERA, processors)
@@ -205,7 +206,7 @@ class CameraCalls:
     def running(self, transformer, conditioning: CameraConditioning | None):
         """``conditioning`` (``None``: no camera) for this thread's call on ``transformer``."""
         if conditioning is not None:
-            _check_fits(transformer, conditioning.adapter)
+            check_adapter_fits(transformer, conditioning.adapter)
             with self._lock:
                 if self._running == 0:
                     install_camera_adapter(transformer, self)

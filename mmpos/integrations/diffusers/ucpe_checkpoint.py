@@ -59,18 +59,31 @@ def convert_ucpe_state_dict(state_dict: dict, num_heads: int = 1) -> tuple[dict,
 def load_ucpe_checkpoint(path, num_heads: int = 1, dtype: torch.dtype | None = None) -> CameraAdapter:
     """A :class:`CameraAdapter` from a reference checkpoint (``.safetensors``, or a torch/Lightning ``.ckpt``/``.pt``
     with the weights at the top level or under ``state_dict``), in ``dtype`` (default: the checkpoint's)."""
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    from mmpos._safe_state import load_torch_file, read_tensors
 
-        state_dict = load_file(str(path))
-    else:
-        state_dict = torch.load(path, map_location="cpu", weights_only=True)
-        state_dict = state_dict.get("state_dict", state_dict)
-    config, converted = convert_ucpe_state_dict(state_dict, num_heads)
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a checkpoint file (missing, or a folder)")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    # a truncated, foreign or pickled file: UnsafeStateError (a ValueError) naming it
+    state_dict = read_tensors(path) if path.suffix == ".safetensors" else load_torch_file(path)
+    if isinstance(state_dict, dict) and isinstance(state_dict.get("state_dict"), dict):
+        state_dict = state_dict["state_dict"]
+    if not isinstance(state_dict, dict) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
+        raise ValueError(f"{path}: expected a dict of tensors (at the top level or under 'state_dict'), got "
+                         f"{type(state_dict).__name__}")
+    try:
+        config, converted = convert_ucpe_state_dict(state_dict, num_heads)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
     adapter = CameraAdapter(**config)
     dtype = dtype or converted["layers.0.to_q.weight"].dtype
     if dtype != adapter.dtype:
         adapter = adapter.to(dtype=dtype)
-    adapter.load_state_dict(converted, strict=True)
+    try:
+        adapter.load_state_dict(converted, strict=True)
+    except RuntimeError as error:  # missing projections or shapes that disagree between layers
+        raise ValueError(f"{path}: the UCPE adapter weights do not fit one adapter ({' '.join(str(error).split())[:300]})") \
+            from None
     return adapter
