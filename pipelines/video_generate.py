@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .video_reports import report_resampling, resized_first_frame, warn_longer_than_trained
+
 
 TINY = "tiny"
 OUTPUT_NAMES = ("video.mp4", "video.gif", "frames.png", "rig.png")
@@ -104,17 +106,6 @@ def _trajectory(args, parser, frames: int):
         _fail(parser, f"--camera {args.camera}: {error}")
     report_resampling(args.camera, len(trajectory), frames)
     return trajectory
-
-
-def report_resampling(spec, poses: int, frames: int, log=print) -> None:
-    """One line when a pose file's ``poses`` are resampled to the video's ``frames``."""
-    if poses != frames:
-        log(f"--camera {spec}: {poses} poses resampled to {frames} frames (geodesic rotations, linear centres)")
-
-
-def warn_longer_than_trained(frames: int, trained: int, hint: str, log=print) -> None:
-    if frames > trained:
-        log(f"warning: --frames {frames} is more than the {trained} frames the model was trained on; {hint}")
 
 
 def _pipeline(args, parser, settings):
@@ -240,15 +231,6 @@ def _first_frame(args, parser, settings):
     except (FileNotFoundError, OSError) as error:
         _fail(parser, f"--image {args.image}: {error}")
     return resized_first_frame(image, args.image, settings["width"], settings["height"])
-
-
-def resized_first_frame(image, name, width: int, height: int, log=print):
-    """``image`` (PIL) resized to ``width x height``, said in one line when its size changes."""
-    if image.size != (width, height):
-        log(f"--image {name}: resized {image.size[0]}x{image.size[1]} -> {width}x{height} (the model's size"
-            + (", aspect changed)" if image.size[0] * height != image.size[1] * width else ")"))
-        image = image.resize((width, height))
-    return image
 
 
 def _write(paths, video, trajectory, args, settings) -> int:

@@ -73,7 +73,7 @@ def world_trajectory(spec: str | None, frames: int, fail):
     if not Path(spec).is_file():
         fail(f"--camera {spec}: the world model takes a camera motion ({vocabulary_help()}) or a RealEstate10K "
              ".txt / mmpos .json trajectory file")
-    from .video_generate import report_resampling
+    from .video_reports import report_resampling
 
     try:
         placed = place_trajectory(load_trajectory(spec), start)
@@ -118,7 +118,7 @@ def world_first_frame(image_path, settings, fail):
             image = Image.open(image_path).convert("RGB")
         except OSError as error:
             fail(f"--image {image_path}: {error}")
-        from .video_generate import resized_first_frame
+        from .video_reports import resized_first_frame
 
         array = np.asarray(resized_first_frame(image, image_path, settings["width"], settings["height"]))
     else:
@@ -141,7 +141,7 @@ def run_world(args, folder: Path, paths: dict, fail, write) -> int:
     print(f"model: world video model ({folder})\ndevice: {settings['device']}\ndtype: float32", flush=True)
     from mmpos.world.video_data import CLIP_FRAMES
 
-    from .video_generate import warn_longer_than_trained
+    from .video_reports import warn_longer_than_trained
 
     warn_longer_than_trained(settings["frames"], CLIP_FRAMES, "expect the camera to be followed loosely past them")
     args.camera = args.camera or WORLD_DEFAULTS["camera"]
