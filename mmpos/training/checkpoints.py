@@ -74,16 +74,9 @@ def load_checkpoint(accelerator, folder, state: TrainingState) -> None:
 
 
 def _load_model(model, path: Path, device) -> None:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_model
+    from .scaffold_checkpoint import _load_model as load_model_file  # the one safetensors model reader
 
-    if not path.is_file():
-        raise UnsafeStateError(f"{path}: missing")
-    try:
-        load_model(model, str(path), device=str(device))
-    except (OSError, RuntimeError, ValueError, SafetensorError) as error:
-        raise UnsafeStateError(f"{path}: cannot be read ({type(error).__name__}: {' '.join(str(error).split())})") \
-            from None
+    load_model_file(model, path, device)
 
 
 def _read_state(accelerator, folder: Path, state: TrainingState) -> None:

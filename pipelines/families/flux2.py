@@ -71,21 +71,12 @@ class Flux2EditAttention(FamilyEditAttention):
         context.segments = flux2_segments(hidden.shape[1], img_ids)
 
     def project(self, attn, inputs):
-        from diffusers.models.transformers.transformer_flux2 import _get_qkv_projections
+        from mmpos.integrations.diffusers.families.flux2 import flux2_project_heads
 
         hidden_states, encoder_hidden_states = inputs["hidden_states"], inputs.get("encoder_hidden_states")
         if "encoder_hidden_states" not in inputs:  # parallel single block: fused QKV + MLP input
             return _parallel_project(attn, hidden_states)
-        query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
-            attn, hidden_states, encoder_hidden_states)
-        query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
-        key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
-        value = value.unflatten(-1, (-1, attn.head_dim))
-        if attn.added_kv_proj_dim is not None:
-            query = torch.cat([attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim))), query], dim=1)
-            key = torch.cat([attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim))), key], dim=1)
-            value = torch.cat([encoder_value.unflatten(-1, (-1, attn.head_dim)), value], dim=1)
-        return query, key, value, None
+        return (*flux2_project_heads(attn, hidden_states, encoder_hidden_states), None)
 
     def rotary_emb(self, inputs):
         return inputs["image_rotary_emb"]

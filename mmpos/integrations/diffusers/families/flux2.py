@@ -84,21 +84,28 @@ class _Flux2Rotation:
         return self.rotation(query, key, (packed[None], coords), layer)
 
 
+def flux2_project_heads(attn, hidden_states, encoder_hidden_states):
+    """q, k, v ``[B, S, H, D]`` of a FLUX.2 double block as ``Flux2AttnProcessor`` forms them (normed, before
+    RoPE; text first when the block has added projections)."""
+    from diffusers.models.transformers.transformer_flux2 import _get_qkv_projections
+
+    query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
+        attn, hidden_states, encoder_hidden_states)
+    query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
+    key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
+    value = value.unflatten(-1, (-1, attn.head_dim))
+    if attn.added_kv_proj_dim is not None:
+        query = torch.cat([attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim))), query], dim=1)
+        key = torch.cat([attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim))), key], dim=1)
+        value = torch.cat([encoder_value.unflatten(-1, (-1, attn.head_dim)), value], dim=1)
+    return query, key, value
+
+
 class Flux2PEAttnProcessor(_PEProcessor):
     """``Flux2AttnProcessor`` (double stream: text then image, ``[B, S, H, D]``) with the rotation from mmpos."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
-        from diffusers.models.transformers.transformer_flux2 import _get_qkv_projections
-
-        query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
-            attn, hidden_states, encoder_hidden_states)
-        query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
-        key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
-        value = value.unflatten(-1, (-1, attn.head_dim))
-        if attn.added_kv_proj_dim is not None:
-            query = torch.cat([attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim))), query], dim=1)
-            key = torch.cat([attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim))), key], dim=1)
-            value = torch.cat([encoder_value.unflatten(-1, (-1, attn.head_dim)), value], dim=1)
+        query, key, value = flux2_project_heads(attn, hidden_states, encoder_hidden_states)
         if image_rotary_emb is not None:
             query, key = self.rotation(query, key, image_rotary_emb, self.layer)
         hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
