@@ -125,7 +125,7 @@ def test_resume_continues_from_the_saved_step(trained):
     root, _, card = trained
     config = dict(image_size=SIZE, num_examples=32, batch_size=8, device="cpu", num_samples=1, sample_steps=1,
                   log_every=1, task="t2i", vae_path=str(root), transformer=TINY_TRANSFORMER,
-                  text_encoder=TINY_TEXT, max_steps=14, warmup_steps=1)
+                  text_encoder=TINY_TEXT, max_steps=14, warmup_steps=1, lr=3e-3, ema_decay=0.5)  # the run's values
     resumed = train(config, root, resume=True, progress=False)
     assert resumed["steps"] == 14 and resumed["loss_history"][: len(card["loss_history"])] == card["loss_history"]
     assert resumed["val_loss_start"] == card["val_loss_start"]  # the first start's, not the resumed model's

@@ -453,7 +453,7 @@ def test_eval_nvs_train_refuses_an_earlier_run_resumes_overwrites_and_stops_at_n
     assert diverged.value.code == 1 and "loss is" in err and "stopped before this step's update" in err, err
     with pytest.raises(SystemExit) as negative:
         eval_nvs.main(train[:5] + ["--steps", "-1", "--overwrite"])
-    assert negative.value.code == 2 and "steps must be a positive integer" in capsys.readouterr().err
+    assert negative.value.code == 2 and "--steps: expected a positive integer, got '-1'" in capsys.readouterr().err
 
 
 def test_train_world_video_refuses_a_run_with_checkpoints(tmp_path, capsys):
