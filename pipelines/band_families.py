@@ -8,6 +8,7 @@ reference images (``image=``): the reference images' keys in the sequence are ba
 (:class:`~.band.ContextBandScaling`, as Kontext), found by their ``t`` coordinate. The band law per channel pair
 comes from the family's own spectrum (its ``native_axes_dims``, or the ``set_pe`` encoding's). ``BAND_PIPELINES``
 maps a family name to its text-to-image band pipeline; ``BAND_PIPELINES_BY_STOCK`` a stock pipeline class name.
+FLUX.2 text-to-image also takes ``reference_image`` (:mod:`.band_reference`): element 0 follows that image, noised.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mmpos.integrations.diffusers.models import spec_for
 from .attention import select_layers
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
 from .band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipeline
+from .band_reference import Flux2GivenReferenceMixin
 from .context import EditContext, EditSession
 from .edit_pipeline import coerce_config
 
@@ -50,7 +52,10 @@ class _FamilyBandMixin:
     _reference_argument = None  # the stock argument holding in-sequence reference images (FLUX.2: "image")
 
     @torch.no_grad()
-    def __call__(self, *args, band=None, **kwargs):
+    def __call__(self, *args, band=None, reference_image=None, reference_seed: int = 0,
+                 reference_mode: str = "noise", probe=None, **kwargs):
+        if probe is not None:
+            raise ValueError(f"probe={probe!r}: attention probes run on the FLUX.1 band pipelines only")
         config = coerce_config(BandConfig, band)
         bound = inspect.signature(super().__call__).bind_partial(*args, **kwargs).arguments
         axes = family_for(self.transformer).native_axes_dims(self.transformer)
@@ -60,6 +65,11 @@ class _FamilyBandMixin:
                               enabled=config.enabled)
         if not with_references:
             context.group_size = self._check_band_batch(config, bound)
+        if reference_image is not None and config.enabled:  # element 0 follows the given image, noised
+            if with_references or not hasattr(self, "_given_reference"):
+                raise ValueError(f"reference_image: {type(self).__name__} takes a given reference for "
+                                 "text-to-image band on FLUX.2 only (not with image=)")
+            context.rewriters.append(self._given_reference(reference_image, reference_seed, reference_mode, bound))
         with EditSession(self.transformer, context, self.scheduler):
             return super().__call__(*args, **kwargs)
 
@@ -76,14 +86,14 @@ class _FamilyBandMixin:
         return batch
 
 
-class BandModulationFlux2Pipeline(_FamilyBandMixin, Flux2Pipeline):
+class BandModulationFlux2Pipeline(Flux2GivenReferenceMixin, _FamilyBandMixin, Flux2Pipeline):
     """``Flux2Pipeline`` with band modulation: shared reference (text-to-image) or, with ``image=``, band-scaled
     keys of the reference images (``t = 10, 20, ...``)."""
 
     _reference_argument = "image"
 
 
-class BandModulationFlux2KleinPipeline(_FamilyBandMixin, Flux2KleinPipeline):
+class BandModulationFlux2KleinPipeline(Flux2GivenReferenceMixin, _FamilyBandMixin, Flux2KleinPipeline):
     """``Flux2KleinPipeline`` with band modulation (as :class:`BandModulationFlux2Pipeline`)."""
 
     _reference_argument = "image"

@@ -13,7 +13,9 @@ Per task, every row is scored against ground truth rendered from the scene specs
 - style: palette / texture similarity to the reference vs layout copy (IoU with the reference's objects);
   copying the reference, no sharing (content prompts alone), shared attention, band modulation as s_hf falls.
 Every method row runs the edit method's runner (mmpos.pipelines.edits: the one the CLI and the demo run) on
-the world model.
+the world model. A FLUX.2-architecture
+t2i model (configs/world/cpu/t2i_flux2.yaml; --checkpoint a folder with world-vae/ and its world-t2i/) runs the
+style rows through BandModulationFlux2KleinPipeline.
 Writes JSON (default outputs/eval_editing.json) and prints a table.
 """
 from __future__ import annotations
@@ -98,6 +100,23 @@ def eval_style(args, pipes) -> list[dict]:
     return rows + [row(name, run(band)) for name, band in BAND_ROWS]
 
 
+def world_pipelines(root, device: str):
+    """``method -> pipeline`` on the world models in ``root``; a FLUX.2-architecture t2i model (an
+    ``architecture: flux2`` export) runs band modulation through ``BandModulationFlux2KleinPipeline`` (true CFG
+    as the FLUX.1 world model, the reference given and noised as there)."""
+    from mmpos.models.world.image import load_world_pipeline, world_architecture
+    from mmpos.pipelines.sources import ModelSource
+
+    source = ModelSource(root, device=device).pipeline
+    if world_architecture(root, "t2i") != "flux2":
+        return source
+    from mmpos.pipelines import BandModulationFlux2KleinPipeline
+
+    band = load_world_pipeline("t2i", root, device, pipeline_class=BandModulationFlux2KleinPipeline)
+    band.set_progress_bar_config(disable=True)
+    return lambda method: band if method == "band" else source(method)
+
+
 def print_table(results: dict) -> None:
     for task, rows in results.items():
         print(f"\n== {task}")
@@ -132,7 +151,7 @@ def main(argv=None) -> int:
         parser.error(str(error))
     args.sizes = {task: trained_image_size(root, task) for task in MODEL_OF_TASK.values()}  # trained sides
 
-    pipes = ModelSource(root, device=args.device).pipeline
+    pipes = world_pipelines(root, args.device)
 
     evaluators = {"transplant": eval_transplant, "harmonise": eval_harmonise, "style": eval_style}
     from tqdm.auto import tqdm

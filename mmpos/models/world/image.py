@@ -32,6 +32,7 @@ from diffusers import (
 )
 
 from ..._validation import check_choice
+from .flux2 import FLUX2_PIPELINE, build_flux2_pipeline, flux2_conditioning, is_flux2
 from .text import WorldTextEncoder
 from ...world.tokenizer import world_tokenizer
 
@@ -81,9 +82,10 @@ def build_transformer(task: str, latent_channels: int = 4, scale_factor: int = 2
 
 
 def build_text_encoder(transformer: FluxTransformer2DModel, **overrides) -> WorldTextEncoder:
-    config = transformer.config
+    config = transformer.config  # FLUX.2 has no pooled input: the unused pooled output keeps the text width
     return WorldTextEncoder(joint_attention_dim=config.joint_attention_dim,
-                            pooled_projection_dim=config.pooled_projection_dim, **overrides)
+                            pooled_projection_dim=config.get("pooled_projection_dim", config.joint_attention_dim),
+                            **overrides)
 
 
 def build_scheduler(**overrides) -> FlowMatchEulerDiscreteScheduler:
@@ -95,6 +97,8 @@ def build_pipeline(task: str, vae, transformer, text_encoder, pipeline_class=Non
     pipeline). ``text_encoder`` and its tokenizer fill both Flux text slots (CLIP's pooled and T5's sequence
     embeddings come from the one world encoder), so prompts go in as strings or as embeddings."""
     check_choice("task", task, TASKS)
+    if is_flux2(transformer):
+        return build_flux2_pipeline(vae, transformer, text_encoder, pipeline_class or FLUX2_PIPELINE)
     cls = PIPELINES[task] if pipeline_class is None else pipeline_class
     if not issubclass(cls, PIPELINES[task]):
         raise TypeError(f"pipeline_class={cls.__name__} does not run a {task} model: expected a subclass of "
@@ -120,6 +124,8 @@ def conditioning(pipe, captions, guidance=None) -> dict:
     Kontext), else to true CFG against the empty caption where the pipeline has it (world t2i and Kontext;
     the world's Fill model runs without guidance).
     """
+    if is_flux2(pipe.transformer):
+        return flux2_conditioning(pipe, captions, guidance)
     distilled = bool(pipe.transformer.config.guidance_embeds)
     true_cfg = (guidance is not None and not distilled
                 and "true_cfg_scale" in inspect.signature(stock_pipeline_class(pipe).__call__).parameters)
@@ -223,6 +229,29 @@ def world_text_encoders_accepted():
         logger.removeFilter(accepted)
 
 
+def world_architecture(root, task: str) -> str:
+    """``"flux2"`` when ``root/world-<task>`` is a FLUX.2 pipeline folder (its ``model_index.json`` names a
+    ``Flux2*`` pipeline), else ``"flux"``."""
+    import json
+
+    index = Path(root if root is not None else DEFAULT_ASSETS) / f"world-{task}" / "model_index.json"
+    name = json.loads(index.read_text()).get("_class_name", "") if index.is_file() else ""
+    return "flux2" if name.startswith("Flux2") else "flux"
+
+
+def load_flux2_pipeline(model_dir: Path, device="cpu", dtype=torch.float32, pipeline_class=None):
+    """The FLUX.2-architecture world t2i folder as ``pipeline_class`` (default ``Flux2KleinPipeline``; any
+    subclass of it or of ``Flux2Pipeline``)."""
+    from diffusers import Flux2KleinPipeline, Flux2Pipeline
+
+    cls = FLUX2_PIPELINE if pipeline_class is None else pipeline_class
+    if not issubclass(cls, (Flux2Pipeline, Flux2KleinPipeline)):
+        raise TypeError(f"{model_dir} is a FLUX.2 world model: pipeline_class={cls.__name__} does not run it, "
+                        "expected a subclass of Flux2KleinPipeline or Flux2Pipeline")
+    with world_text_encoders_accepted():
+        return load_pretrained(cls, model_dir, **{dtype_keyword(cls): dtype}).to(device)
+
+
 def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32,
                         pipeline_class=None):
     """The real diffusers pipeline for ``task`` (or ``pipeline_class``, see :func:`build_pipeline`) with the
@@ -231,6 +260,8 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
     check_choice("task", task, TASKS)
     root = Path(root) if root is not None else DEFAULT_ASSETS
     model_dir = root / f"world-{task}"
+    if world_architecture(root, task) == "flux2":
+        return load_flux2_pipeline(model_dir, device, dtype, pipeline_class)
     cls = PIPELINES[task] if pipeline_class is None else pipeline_class
     if (model_dir / "model_index.json").is_file():
         import_named_modules(model_dir)

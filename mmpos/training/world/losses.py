@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoints import DenoiserWithText
+from .flux2_losses import flux2_denoiser_loss
+from ...models.world.flux2 import is_flux2
 from ...models.world.latents import latent_ids, pack, pack_pixel_mask, to_unit
 from .training_data import TrainingData
 
@@ -40,6 +42,8 @@ def flow_matching_inputs(data: TrainingData, index: torch.Tensor, sigmas: torch.
 
 
 def denoiser_loss(model: DenoiserWithText, data: TrainingData, index, sigmas, noise, tokens) -> torch.Tensor:
+    if is_flux2(model.transformer):  # FLUX.2 architecture: its own layout (same objective)
+        return flux2_denoiser_loss(model, data, index, sigmas, noise, tokens)
     hidden, ids, target, num_target = flow_matching_inputs(data, index, sigmas, noise)
     embeds, pooled = model.text_encoder(tokens)
     dtype = next(model.transformer.parameters()).dtype

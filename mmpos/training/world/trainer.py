@@ -27,7 +27,8 @@ from .checkpoints import (DenoiserWithText, check_same_config, load_trained_deno
 from .export import export_model
 from ...models.world.latents import to_unit
 from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
-from ...models.world.image import TASKS, build_text_encoder, build_transformer, build_vae, vae_scale_factor
+from ...models.world.architectures import build_world_transformer
+from ...models.world.image import TASKS, build_text_encoder, build_vae, vae_scale_factor
 from .ranks import (any_process, average_gradients, check_shared, generator_state, local, make_accelerator, mean_loss,
                     set_generator_state)
 from .training_data import TrainingData
@@ -39,7 +40,7 @@ DEFAULTS = {
     "max_steps": 100000, "max_minutes": 10.0, "mixed_precision": "no", "seed": 0, "log_every": 50,
     "checkpoint_every": 1000, "caption_dropout": 0.1, "style_dropout": 0.25, "kl_weight": 1e-6,
     "sample_steps": 20, "sample_guidance": 3.0, "num_samples": 8, "vae_path": None, "init_from": None,
-    "transformer": {}, "text_encoder": {}, "vae": {},
+    "transformer": {}, "text_encoder": {}, "vae": {}, "architecture": "flux",
 }
 # what a resumed run may change (the rest defines the model, the data or the run's draws)
 RESUME_MAY_CHANGE = {"max_steps", "max_minutes", "log_every", "checkpoint_every", "workers", "sample_steps",
@@ -102,8 +103,8 @@ class WorldTrainer:
             for part in ("transformer", "text_encoder"):  # the config's architecture must be the checkpoint's
                 check_same_config(f"{part} option", config[part], getattr(model, part).config)
             return vae, model
-        transformer = build_transformer(self.task, vae.config.latent_channels, vae_scale_factor(vae),
-                                        **config["transformer"])
+        transformer = build_world_transformer(config["architecture"], self.task, vae.config.latent_channels,
+                                              vae_scale_factor(vae), **config["transformer"])
         return vae, DenoiserWithText(transformer, build_text_encoder(transformer, **config["text_encoder"]))
 
     def validation(self, model) -> float:
