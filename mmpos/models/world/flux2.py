@@ -86,7 +86,7 @@ def build_flux2_pipeline(vae, transformer, text_encoder, pipeline_class=FLUX2_PI
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     from ...world.tokenizer import world_tokenizer
-    from .image import SCHEDULER_CONFIG
+    from .scheduler import SCHEDULER_CONFIG
 
     if not isinstance(vae, AutoencoderKLFlux2):
         vae = flux2_vae(vae)

@@ -32,6 +32,7 @@ from diffusers import (
 )
 
 from ..._validation import check_choice
+from .scheduler import SCHEDULER_CONFIG
 from .flux2 import FLUX2_PIPELINE, build_flux2_pipeline, flux2_conditioning, is_flux2
 from .text import WorldTextEncoder
 from ...world.tokenizer import world_tokenizer
@@ -54,8 +55,6 @@ VAE_CONFIG = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderB
 TRANSFORMER_CONFIG = dict(patch_size=1, num_layers=2, num_single_layers=4, attention_head_dim=32,
                           num_attention_heads=5, joint_attention_dim=64, pooled_projection_dim=64,
                           guidance_embeds=False, axes_dims_rope=(8, 12, 12))
-SCHEDULER_CONFIG = dict(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
-                        base_image_seq_len=256, max_image_seq_len=4096)
 
 
 def vae_scale_factor(vae: AutoencoderKL) -> int:
