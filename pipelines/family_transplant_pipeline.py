@@ -19,7 +19,7 @@ from .edit_pipeline import coerce_config
 from .family_transplant import (Flux2TransplantIds, QwenTransplantTables, TransplantHooks, flux2_canvas_ids,
                                 qwen_canvas_coords)
 from .transplant import TransplantConfig, token_sets
-from .transplant_pipeline import PosBridgeFillPipeline, TransplantOutput, _convert, composite
+from .transplant_pipeline import PosBridgeFillPipeline, transplant_output
 
 KLEIN_MAX_AREA = 1024 * 1024  # Flux2KleinInpaintPipeline resizes a larger image to this area
 
@@ -44,13 +44,7 @@ class _CanvasMixin:
         return canvas, ids, moved
 
     def _finish(self, canvas, canvas_images, ids, native, output_type, return_dict):
-        if output_type == "latent":
-            images, canvas_images = canvas_images, None
-        else:
-            images = _convert(composite(canvas, canvas_images), output_type)
-        if not return_dict:
-            return images, canvas_images, canvas, ids, native
-        return TransplantOutput(images, canvas_images, canvas, ids, native)
+        return transplant_output(canvas, canvas_images, ids, native, output_type, return_dict)
 
 
 def _check_set_by_canvas(**values):

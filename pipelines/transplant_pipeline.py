@@ -122,13 +122,7 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
                 image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(), height=height, width=width,
                 output_type="latent" if output_type == "latent" else "pt", **fill_arguments).images
         native = self._prepare_latent_image_ids(1, *canvas.layout.grid, ids.device, ids.dtype)
-        if output_type == "latent":
-            images, canvas_images = canvas_images, None
-        else:
-            images = _convert(composite(canvas, canvas_images), output_type)
-        if not return_dict:
-            return images, canvas_images, canvas, ids, native
-        return TransplantOutput(images, canvas_images, canvas, ids, native)
+        return transplant_output(canvas, canvas_images, ids, native, output_type, return_dict)
 
     def prepare_canvas(self, config, background, target_mask, references, reference_masks, target_box) -> Canvas:
         """The canvas from the background ``image``, the target ``mask_image`` or ``target_box`` and the views."""
@@ -153,6 +147,18 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
                         else as_mask(f"reference_masks[{i}]", m, tuple(r.shape[-2:]))
                         for i, (r, m) in enumerate(zip(references, reference_masks))]
         return compose_canvas(config, background, mask, references, object_masks, self.token_pixels)
+
+
+def transplant_output(canvas: Canvas, canvas_images, ids, native, output_type: str, return_dict: bool):
+    """The pipelines' result: the composited images (or the latents with ``output_type="latent"``), the canvas
+    images, the canvas and the moved / native ids, as a :class:`TransplantOutput` or a tuple."""
+    if output_type == "latent":
+        images, canvas_images = canvas_images, None
+    else:
+        images = _convert(composite(canvas, canvas_images), output_type)
+    if not return_dict:
+        return images, canvas_images, canvas, ids, native
+    return TransplantOutput(images, canvas_images, canvas, ids, native)
 
 
 def composite(canvas: Canvas, canvas_images: torch.Tensor) -> torch.Tensor:

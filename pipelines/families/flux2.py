@@ -98,14 +98,9 @@ class Flux2EditAttention(FamilyEditAttention):
         if "encoder_hidden_states" not in inputs:
             hidden_states = torch.cat([hidden_states, attn.mlp_act_fn(state)], dim=-1)
             return attn.to_out(hidden_states)
-        encoder_hidden_states = inputs["encoder_hidden_states"]
-        if encoder_hidden_states is not None:
-            text = encoder_hidden_states.shape[1]
-            encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-                [text, hidden_states.shape[1] - text], dim=1)
-            encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
-        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
-        return hidden_states if encoder_hidden_states is None else (hidden_states, encoder_hidden_states)
+        from mmpos.integrations.diffusers.families.flux2 import flux2_finish_attention
+
+        return flux2_finish_attention(attn, hidden_states, inputs["encoder_hidden_states"])
 
 
 def _parallel_project(attn, hidden_states):

@@ -101,6 +101,18 @@ def flux2_project_heads(attn, hidden_states, encoder_hidden_states):
     return query, key, value
 
 
+def flux2_finish_attention(attn, hidden_states, encoder_hidden_states):
+    """A FLUX.2 double block's attention output ``[B, S, H * D]`` split into text and image and projected, as
+    ``Flux2AttnProcessor`` returns it."""
+    if encoder_hidden_states is not None:
+        text = encoder_hidden_states.shape[1]
+        encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+            [text, hidden_states.shape[1] - text], dim=1)
+        encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+    hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
+    return hidden_states if encoder_hidden_states is None else (hidden_states, encoder_hidden_states)
+
+
 class Flux2PEAttnProcessor(_PEProcessor):
     """``Flux2AttnProcessor`` (double stream: text then image, ``[B, S, H, D]``) with the rotation from mmpos."""
 
@@ -109,14 +121,7 @@ class Flux2PEAttnProcessor(_PEProcessor):
         if image_rotary_emb is not None:
             query, key = self.rotation(query, key, image_rotary_emb, self.layer)
         hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
-        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
-        if encoder_hidden_states is not None:
-            text = encoder_hidden_states.shape[1]
-            encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-                [text, hidden_states.shape[1] - text], dim=1)
-            encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
-        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
-        return hidden_states if encoder_hidden_states is None else (hidden_states, encoder_hidden_states)
+        return flux2_finish_attention(attn, hidden_states.flatten(2, 3).to(query.dtype), encoder_hidden_states)
 
 
 class Flux2PEParallelSelfAttnProcessor(_PEProcessor):
