@@ -4,6 +4,7 @@ code finds them after a non-editable ``pip install .`` (a checkout reads them in
 
 Metadata lives in pyproject.toml; only the package-dir mapping needs code.
 """
+
 from setuptools import find_packages, setup
 
 library = find_packages(include=["mmpos", "mmpos.*"])
@@ -17,7 +18,11 @@ data = {
 
 setup(
     packages=library + pipelines + [name for name in data if name != "mmpos"],
-    package_dir={"mmpos": "mmpos", "mmpos.pipelines": "pipelines", "mmpos.configs": "configs",
-                 "mmpos.assets": "assets"},
+    package_dir={
+        "mmpos": "mmpos",
+        "mmpos.pipelines": "pipelines",
+        "mmpos.configs": "configs",
+        "mmpos.assets": "assets",
+    },
     package_data=data,
 )

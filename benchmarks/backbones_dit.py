@@ -9,6 +9,7 @@ A step is forward + MSE + backward (a denoising loss on random latents). Encodin
 (one step each per round, median). Learned encodings start away from their identity initialisation
 (HARoPE's parameters ~N(0, 0.02^2)), as after some training: at ``M = I`` its exponentials are free.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from backbones_vit import DTYPES, VARIANTS, away_from_identity  # beside this script
 
 BASELINE = "nope"
@@ -33,19 +33,25 @@ PRESETS = {  # name: (DiT options, real depth)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="bench_backbones.py --part dit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bench_backbones.py --part dit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--dtype", choices=list(DTYPES), default=None, help="autocast dtype (default: bf16 on "
-                        "cuda, fp32 on cpu)")
+    parser.add_argument(
+        "--dtype", choices=list(DTYPES), default=None, help="autocast dtype (default: bf16 on cuda, fp32 on cpu)"
+    )
     parser.add_argument("--preset", choices=list(PRESETS), nargs="+", default=["dit-b2"])
     parser.add_argument("--depth", type=int, default=None, help="blocks (default: 2 on cpu, the preset's on cuda)")
     parser.add_argument("--batch-size", type=int, default=None, help="default: 2 on cpu, 16 on cuda")
     parser.add_argument("--encodings", nargs="+", default=ENCODINGS)
     parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds over the encodings")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (cpu)")
-    parser.add_argument("--clock", choices=("wall", "process"), default="wall",
-                        help="'process': this process's CPU time (steadier with --threads 1 on a loaded machine)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "process"),
+        default="wall",
+        help="'process': this process's CPU time (steadier with --threads 1 on a loaded machine)",
+    )
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_backbones_dit.json"))
     args = parser.parse_args(argv)
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
@@ -66,8 +72,11 @@ def run_preset(args, preset: str, device, log=print) -> list[dict]:
     depth = args.depth or (2 if device.type == "cpu" else PRESETS[preset][1])
     batch = args.batch_size or (2 if device.type == "cpu" else 16)
     names = [BASELINE] + [n for n in args.encodings if n != BASELINE]
-    models = {label: build_model(name, preset, depth, device, options)
-              for name in names for label, options in VARIANTS.get(name, {name: {}}).items()}
+    models = {
+        label: build_model(name, preset, depth, device, options)
+        for name in names
+        for label, options in VARIANTS.get(name, {name: {}}).items()
+    }
     size = PRESETS[preset][0]["sample_size"]
     g = torch.Generator().manual_seed(0)
     latents = torch.randn(batch, 4, size, size, generator=g).to(device)
@@ -99,17 +108,34 @@ def run_preset(args, preset: str, device, log=print) -> list[dict]:
     rows = []
     for name in models:
         ms = statistics.median(times[name]) * 1e3
-        rows.append(dict(part="dit", preset=preset, encoding=name, depth=depth, batch=batch, tokens=tokens,
-                         device=device.type, dtype=args.dtype, ms=ms, vs_nope=ms / (base * 1e3)))
+        rows.append(
+            dict(
+                part="dit",
+                preset=preset,
+                encoding=name,
+                depth=depth,
+                batch=batch,
+                tokens=tokens,
+                device=device.type,
+                dtype=args.dtype,
+                ms=ms,
+                vs_nope=ms / (base * 1e3),
+            )
+        )
         log(f"  {preset} {name:12s} {ms:9.1f} ms/step  x{ms / (base * 1e3):.3f} vs nope")
     return rows
 
 
 def summary(rows: list[dict]) -> str:
-    lines = ["| preset | tokens | depth | batch | encoding | ms / step (fwd+bwd) | vs NoPE |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| preset | tokens | depth | batch | encoding | ms / step (fwd+bwd) | vs NoPE |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['preset']} | {r['tokens']} | {r['depth']} | {r['batch']} | {r['encoding']} | "
-                     f"{r['ms']:.1f} | {r['vs_nope']:.3f} |")
+        lines.append(
+            f"| {r['preset']} | {r['tokens']} | {r['depth']} | {r['batch']} | {r['encoding']} | "
+            f"{r['ms']:.1f} | {r['vs_nope']:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -118,13 +144,22 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    print(f"torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}, {args.dtype}")
+    print(
+        f"torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}, {args.dtype}"
+    )
     rows = [row for preset in args.preset for row in run_preset(args, preset, device)]
     print(summary(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(torch=torch.__version__, device=args.device, dtype=args.dtype, threads=torch.get_num_threads(),
-                machine=platform.machine(), rounds=args.rounds, clock=args.clock)
+    meta = dict(
+        torch=torch.__version__,
+        device=args.device,
+        dtype=args.dtype,
+        threads=torch.get_num_threads(),
+        machine=platform.machine(),
+        rounds=args.rounds,
+        clock=args.clock,
+    )
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0

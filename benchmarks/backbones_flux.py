@@ -15,6 +15,7 @@ variant (rotating order) after a warm-up that caches its table, as in sampling.
 
 Target: mmpos processors at most 3% over stock.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,10 +43,17 @@ def build_flux(heads: int, double_blocks: int, single_blocks: int, device, dtype
 
     torch.manual_seed(0)
     with torch.device(device):  # initialise on the device: a 24-head model has ~1e9 parameters
-        model = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=double_blocks,
-                                       num_single_layers=single_blocks, attention_head_dim=128,
-                                       num_attention_heads=heads, joint_attention_dim=256, pooled_projection_dim=64,
-                                       axes_dims_rope=(16, 56, 56))
+        model = FluxTransformer2DModel(
+            patch_size=1,
+            in_channels=64,
+            num_layers=double_blocks,
+            num_single_layers=single_blocks,
+            attention_head_dim=128,
+            num_attention_heads=heads,
+            joint_attention_dim=256,
+            pooled_projection_dim=64,
+            axes_dims_rope=(16, 56, 56),
+        )
     return model.to(device, dtype).eval()
 
 
@@ -54,9 +62,11 @@ def flux_inputs(side: int, text: int, device, dtype) -> dict:
 
     gen = torch.Generator().manual_seed(0)
     ids = flux_ids(side, side, text_length=text, device=device)
-    tensors = dict(hidden_states=torch.randn(1, side * side, 64, generator=gen),
-                   encoder_hidden_states=torch.randn(1, text, 256, generator=gen),
-                   pooled_projections=torch.randn(1, 64, generator=gen))
+    tensors = dict(
+        hidden_states=torch.randn(1, side * side, 64, generator=gen),
+        encoder_hidden_states=torch.randn(1, text, 256, generator=gen),
+        pooled_projections=torch.randn(1, 64, generator=gen),
+    )
     inputs = {k: v.to(device, dtype) for k, v in tensors.items()}
     return dict(inputs, timestep=torch.tensor([0.5], device=device), img_ids=ids[text:], txt_ids=ids[:text])
 
@@ -91,12 +101,14 @@ def bench(base, inputs, device, rounds: int, log=print) -> dict[str, list[float]
     samples = {name: [] for name in VARIANTS}
     names = list(VARIANTS)
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             samples[name].append(timed_forward(models[name], inputs, device))
         if (r + 1) % max(1, rounds // 4) == 0 or r + 1 == rounds:
-            log(f"  {r + 1}/{rounds} rounds: " + ", ".join(f"{n} {statistics.median(s) * 1e3:.1f} ms"
-                                                         for n, s in samples.items()))
+            log(
+                f"  {r + 1}/{rounds} rounds: "
+                + ", ".join(f"{n} {statistics.median(s) * 1e3:.1f} ms" for n, s in samples.items())
+            )
     return samples
 
 
@@ -104,9 +116,17 @@ def summarise(samples: dict[str, list[float]]) -> list[dict]:
     """Per variant: median and minimum time, and the median over rounds of (variant / stock) in the same round
     (paired: robust to drift on a shared machine; the minimum resists noise, which only ever adds time)."""
     stock = samples["stock"]
-    return [dict(variant=name, ms=statistics.median(s) * 1e3, ms_min=min(s) * 1e3,
-                 vs_stock=statistics.median(a / b for a, b in zip(s, stock)), vs_stock_min=min(s) / min(stock),
-                 samples=len(s)) for name, s in samples.items()]
+    return [
+        dict(
+            variant=name,
+            ms=statistics.median(s) * 1e3,
+            ms_min=min(s) * 1e3,
+            vs_stock=statistics.median(a / b for a, b in zip(s, stock)),
+            vs_stock_min=min(s) / min(stock),
+            samples=len(s),
+        )
+        for name, s in samples.items()
+    ]
 
 
 def check_native_output(base, inputs) -> bool:
@@ -116,11 +136,14 @@ def check_native_output(base, inputs) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_backbones --part flux", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bench_backbones --part flux", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--dtype", choices=list(DTYPES), default=None, help="default: bf16 on cuda, fp32 on cpu")
-    parser.add_argument("--heads", type=int, default=None, help="attention heads (default: 24 = Flux on cuda, 2 on cpu)")
+    parser.add_argument(
+        "--heads", type=int, default=None, help="attention heads (default: 24 = Flux on cuda, 2 on cpu)"
+    )
     parser.add_argument("--double-blocks", type=int, default=2)
     parser.add_argument("--single-blocks", type=int, default=2)
     parser.add_argument("--side", type=int, default=64, help="image tokens per side (64 -> 4096 tokens)")
@@ -136,20 +159,34 @@ def main(argv=None) -> int:
     heads = args.heads or (24 if device.type == "cuda" else 2)
     model = build_flux(heads, args.double_blocks, args.single_blocks, device, dtype)
     inputs = flux_inputs(args.side, args.text, device, dtype)
-    print(f"Flux: {args.double_blocks}+{args.single_blocks} blocks, {heads} heads x 128, "
-          f"{args.side * args.side}+{args.text} tokens, {dtype}, {device}, torch {torch.__version__}")
+    print(
+        f"Flux: {args.double_blocks}+{args.single_blocks} blocks, {heads} heads x 128, "
+        f"{args.side * args.side}+{args.text} tokens, {dtype}, {device}, torch {torch.__version__}"
+    )
     native_exact = check_native_output(model, inputs)
     samples = bench(model, inputs, device, args.rounds)
     rows = summarise(samples)
-    print("| variant | ms / forward (median) | ms (min) | vs stock (median of paired ratios) | vs stock (min) |\n"
-          "|---|---|---|---|---|")
+    print(
+        "| variant | ms / forward (median) | ms (min) | vs stock (median of paired ratios) | vs stock (min) |\n"
+        "|---|---|---|---|---|"
+    )
     for row in rows:
-        print(f"| {row['variant']} | {row['ms']:.1f} | {row['ms_min']:.1f} | {row['vs_stock']:.3f} | "
-              f"{row['vs_stock_min']:.3f} |")
+        print(
+            f"| {row['variant']} | {row['ms']:.1f} | {row['ms_min']:.1f} | {row['vs_stock']:.3f} | "
+            f"{row['vs_stock_min']:.3f} |"
+        )
     print(f"pe='native' output bit-identical to stock: {native_exact}")
-    meta = dict(device=str(device), dtype=str(dtype), heads=heads, blocks=[args.double_blocks, args.single_blocks],
-                tokens=[args.side * args.side, args.text], torch=torch.__version__, machine=platform.machine(),
-                threads=torch.get_num_threads(), native_bit_identical=native_exact)
+    meta = dict(
+        device=str(device),
+        dtype=str(dtype),
+        heads=heads,
+        blocks=[args.double_blocks, args.single_blocks],
+        tokens=[args.side * args.side, args.text],
+        torch=torch.__version__,
+        machine=platform.machine(),
+        threads=torch.get_num_threads(),
+        native_bit_identical=native_exact,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")

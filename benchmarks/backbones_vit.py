@@ -7,6 +7,7 @@ A step is forward + cross-entropy + backward. Models are timed round-robin (one 
 ``rounds`` rounds of ``repeats`` steps, median reported) so that load drift on a shared machine hits all of them alike.
 Targets (issue 4): rotary encodings at most 10 % over NoPE, HARoPE and ComRoPE at most 25 %.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,22 +31,32 @@ VARIANTS = {"harope": {"harope": {}, "harope (map per token)": {"fold_qkv": Fals
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="bench_backbones.py --part vit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bench_backbones.py --part vit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--dtype", choices=list(DTYPES), default=None, help="autocast dtype (default: bf16 on cuda, "
-                        "fp32 on cpu)")
+    parser.add_argument(
+        "--dtype", choices=list(DTYPES), default=None, help="autocast dtype (default: bf16 on cuda, fp32 on cpu)"
+    )
     parser.add_argument("--model", default="vit_small_patch16_224", help="timm architecture")
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=None, help="default: 8 on cpu, 64 on cuda")
-    parser.add_argument("--encodings", nargs="+", default=None,
-                        help="default: every registered encoding that reads 2D coordinates, and harope")
+    parser.add_argument(
+        "--encodings",
+        nargs="+",
+        default=None,
+        help="default: every registered encoding that reads 2D coordinates, and harope",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds over the encodings")
     parser.add_argument("--repeats", type=int, default=1, help="timed steps per encoding and round")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (cpu)")
-    parser.add_argument("--clock", choices=("wall", "process"), default="wall",
-                        help="'process' counts this process's CPU time (with --threads 1 on a shared, loaded "
-                        "machine it is far less noisy than wall time); cuda always uses wall time")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "process"),
+        default="wall",
+        help="'process' counts this process's CPU time (with --threads 1 on a shared, loaded "
+        "machine it is far less noisy than wall time); cuda always uses wall time",
+    )
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_backbones_vit.json"))
     args = parser.parse_args(argv)
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
@@ -56,13 +67,23 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}")
+    print(
+        f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}"
+    )
     rows = run(args)
     print(summary(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(torch=torch.__version__, device=args.device, dtype=args.dtype, threads=torch.get_num_threads(),
-                machine=platform.machine(), rounds=args.rounds, repeats=args.repeats, clock=args.clock)
+    meta = dict(
+        torch=torch.__version__,
+        device=args.device,
+        dtype=args.dtype,
+        threads=torch.get_num_threads(),
+        machine=platform.machine(),
+        rounds=args.rounds,
+        repeats=args.repeats,
+        clock=args.clock,
+    )
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0
@@ -88,8 +109,7 @@ def build_models(args, device) -> dict:
     for name in names:
         for label, options in VARIANTS.get(name, {name: {}}).items():
             torch.manual_seed(0)
-            model = convert(timm.create_model(args.model, img_size=args.img_size, num_classes=1000), pe=name,
-                            **options)
+            model = convert(timm.create_model(args.model, img_size=args.img_size, num_classes=1000), pe=name, **options)
             models[label] = (away_from_identity(model).to(device).train(), pe_class(name).kind)
     return models
 
@@ -114,7 +134,7 @@ def run(args, log=print) -> list[dict]:
     g = torch.Generator().manual_seed(0)
     images = torch.randn(batch, 3, args.img_size, args.img_size, generator=g).to(device)
     labels = torch.randint(0, 1000, (batch,), generator=g).to(device)
-    autocast = (torch.autocast(device.type, dtype=DTYPES[args.dtype]) if args.dtype != "fp32" else nullcontext())
+    autocast = torch.autocast(device.type, dtype=DTYPES[args.dtype]) if args.dtype != "fp32" else nullcontext()
 
     def step(model):
         with autocast:
@@ -142,9 +162,22 @@ def run(args, log=print) -> list[dict]:
         ms = statistics.median(times[name]) * 1e3
         ratio = ms / (base * 1e3)
         limit = target_for(name, kind)
-        rows.append(dict(part="vit", model=args.model, encoding=name, kind=kind, batch=batch,
-                         img_size=args.img_size, device=device.type, dtype=args.dtype, ms=ms, vs_nope=ratio,
-                         target=limit, meets_target=None if limit is None else ratio <= limit))
+        rows.append(
+            dict(
+                part="vit",
+                model=args.model,
+                encoding=name,
+                kind=kind,
+                batch=batch,
+                img_size=args.img_size,
+                device=device.type,
+                dtype=args.dtype,
+                ms=ms,
+                vs_nope=ratio,
+                target=limit,
+                meets_target=None if limit is None else ratio <= limit,
+            )
+        )
         log(f"  vit {name:14s} {kind:9s} {ms:9.1f} ms/step  x{ratio:.3f} vs nope")
     return rows
 
@@ -156,8 +189,9 @@ def summary(rows: list[dict]) -> str:
         met = "-" if r["meets_target"] is None else ("yes" if r["meets_target"] else "NO")
         lines.append(f"| {r['encoding']} | {r['kind']} | {r['ms']:.1f} | {r['vs_nope']:.3f} | {target} | {met} |")
     first = rows[0]
-    lines.append(f"\n{first['model']}, batch {first['batch']}, {first['img_size']} px, {first['device']}, "
-                 f"{first['dtype']}")
+    lines.append(
+        f"\n{first['model']}, batch {first['batch']}, {first['img_size']} px, {first['device']}, {first['dtype']}"
+    )
     return "\n".join(lines)
 
 

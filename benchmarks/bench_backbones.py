@@ -2,6 +2,7 @@
 Flux-like block stacks at real token counts, step time per learned encoding vs NoPE), ``--part flux`` (Flux
 forward with mmpos processors vs stock diffusers), ``--part all``. Other arguments go to each part
 (``python benchmarks/bench_backbones.py --part flux --help``)."""
+
 import argparse
 import importlib
 import sys

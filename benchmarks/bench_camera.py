@@ -8,6 +8,7 @@ The error is ``max |out - ref| / max |ref|``; the same measure for plain SDPA in
 Speed: median milliseconds of one attention call with the encoding (geometry prepared once, as it is shared
 by all layers and steps) and of plain SDPA on the same q, k, v, and their ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from timing import median_seconds
 
 SHAPES = {  # name: (batch, heads, head_dim, cameras, (rows, cols), image (H, W))
@@ -58,8 +58,14 @@ def build(name: str, head_dim: int, cameras: int, batch: int, grid, image, dtype
     height, width = image
     k_pixels = trajectory.intrinsic_matrices(width, height)[None].repeat(batch, 1, 1, 1)
     rays, valid = ray_grid(trajectory.camera(0, width, height), grid, dtype=dtype, device=device)
-    rig = Cameras(c2w=c2w.to(device, dtype), grid=grid, image_size=image, intrinsics=k_pixels.to(device, dtype),
-                  rays=rays, valid=valid)
+    rig = Cameras(
+        c2w=c2w.to(device, dtype),
+        grid=grid,
+        image_size=image,
+        intrinsics=k_pixels.to(device, dtype),
+        rays=rays,
+        valid=valid,
+    )
     pe = pe_class(name).for_head_dim(head_dim).to(device)
     geometry = pe.prepare(rig)
     if pe.capabilities.additive:
@@ -88,9 +94,16 @@ def check_accuracy(device: str, shape: str = "tiny") -> list[dict]:
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
             out = device_fn(q16, k16, v16)
         error = _relative_error(out, reference)
-        rows.append({"encoding": name, "device": device, "dtype": str(out.dtype).replace("torch.", ""),
-                     "rel_max_error": error, "sdpa_bf16_rel_max_error": sdpa_err if name != "plucker" else None,
-                     "finite": bool(torch.isfinite(out).all())})
+        rows.append(
+            {
+                "encoding": name,
+                "device": device,
+                "dtype": str(out.dtype).replace("torch.", ""),
+                "rel_max_error": error,
+                "sdpa_bf16_rel_max_error": sdpa_err if name != "plucker" else None,
+                "finite": bool(torch.isfinite(out).all()),
+            }
+        )
     return rows
 
 
@@ -123,9 +136,19 @@ def benchmark(device: str, shapes, dtype: torch.dtype, repeats: int) -> list[dic
                 continue
             prepare_ms = (time.perf_counter() - start) * 1e3
             ms = _median_ms(lambda: run(q, k, v), device, repeats)
-            rows.append({"shape": shape, "tokens": tokens, "encoding": name, "device": device,
-                         "dtype": str(dtype).replace("torch.", ""), "ms": ms, "sdpa_ms": sdpa_ms,
-                         "ratio_vs_sdpa": ms / sdpa_ms, "prepare_ms": prepare_ms})
+            rows.append(
+                {
+                    "shape": shape,
+                    "tokens": tokens,
+                    "encoding": name,
+                    "device": device,
+                    "dtype": str(dtype).replace("torch.", ""),
+                    "ms": ms,
+                    "sdpa_ms": sdpa_ms,
+                    "ratio_vs_sdpa": ms / sdpa_ms,
+                    "prepare_ms": prepare_ms,
+                }
+            )
     return rows
 
 

@@ -8,6 +8,7 @@ forwards are interleaved within each repeat, so a change of machine load hits th
     python benchmarks/bench_camera_adapter.py                                   # CPU: 2 blocks, 3 x 8 x 12 tokens
     python benchmarks/bench_camera_adapter.py --device cuda --dtype bfloat16 --frames 21 --rows 30 --cols 52
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,12 +21,22 @@ from pathlib import Path
 import torch
 
 from mmpos.camera import preset_trajectory
-from mmpos.integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
 from mmpos.camera.video import video_cameras
+from mmpos.integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
 
-WAN_13B_BLOCK = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16,
-                     out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=8960, cross_attn_norm=True,
-                     qk_norm="rms_norm_across_heads", eps=1e-6)
+WAN_13B_BLOCK = dict(
+    patch_size=(1, 2, 2),
+    num_attention_heads=12,
+    attention_head_dim=128,
+    in_channels=16,
+    out_channels=16,
+    text_dim=4096,
+    freq_dim=256,
+    ffn_dim=8960,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+)
 
 
 def milliseconds(fn, device: str) -> float:
@@ -63,15 +74,21 @@ def main(argv=None) -> int:
     text = torch.randn(1, args.text, 4096, generator=g).to(args.device, dtype)
     timestep = torch.tensor([500], device=args.device)
     tokens = args.frames * args.rows * args.cols
-    cameras = video_cameras(preset_trajectory("orbit", 4 * args.frames - 3), (args.frames, args.rows, args.cols),
-                            (16 * args.rows, 16 * args.cols), device=args.device)
+    cameras = video_cameras(
+        preset_trajectory("orbit", 4 * args.frames - 3),
+        (args.frames, args.rows, args.cols),
+        (16 * args.rows, 16 * args.cols),
+        device=args.device,
+    )
 
     def forward():
         with torch.no_grad():
             transformer(hidden_states=latents, timestep=timestep, encoder_hidden_states=text)
 
-    print(f"Wan-1.3B-like blocks x {args.layers}, {tokens} video tokens + {args.text} text, {args.device} "
-          f"{args.dtype}, median of {args.repeats}")
+    print(
+        f"Wan-1.3B-like blocks x {args.layers}, {tokens} video tokens + {args.text} text, {args.device} "
+        f"{args.dtype}, median of {args.repeats}"
+    )
     adapters = {kind: CameraAdapter.for_transformer(transformer, kind).eval() for kind in args.kinds}
 
     def run(kind):

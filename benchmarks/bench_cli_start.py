@@ -7,6 +7,7 @@ Issue 31 asks for every ``--help`` under 2 s on a 2-core machine; the test (``te
 checks the deterministic property behind it (no torch, diffusers, timm, transformers or accelerate imported
 while parsing), this script only prints times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from mmpos.pipelines.commands import build_parser, command_paths
 
-    print(f"{platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d')}: median of {args.repeats} fresh processes")
+    print(
+        f"{platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d')}: median of {args.repeats} fresh processes"
+    )
     helps = {}
     for words in command_paths(build_parser()):
         helps[words] = start_seconds([*words, "--help"], args.repeats)

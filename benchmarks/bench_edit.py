@@ -12,6 +12,7 @@ forward bit for bit, the largest change "on" makes (shows the edit is on) and, o
 inpainting) and LooseRoPE (Klein edit / Qwen-Image-Edit; :mod:`family_edit_cases`) on FLUX.2- and
 Qwen-Image-shaped transformers at the same token counts instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,21 +23,19 @@ import time
 from pathlib import Path
 
 import torch
-
 from edit_cases import MODEL_CHANNELS, cases, family_band_case
 from family_edit_cases import family_rows
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
-    "flux-tokens": (64, 512, 1, 1, 1, 256),   # real token counts, one head: fits a CPU
+    "flux-tokens": (64, 512, 1, 1, 1, 256),  # real token counts, one head: fits a CPU
     "small": (16, 64, 1, 1, 2, 256),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 FAMILIES = ("flux2", "qwen")  # --families: band modulation on these architectures through the edit seam
 
 
-def build_family_transformer(family: str, num_double: int, num_single: int, heads: int, text_dim: int, dtype,
-                             device):
+def build_family_transformer(family: str, num_double: int, num_single: int, heads: int, text_dim: int, dtype, device):
     """A FLUX.2-shaped (``Flux2Transformer2DModel``: double + parallel single blocks, axes (32, 32, 32, 32)) or
     Qwen-Image-shaped (``QwenImageTransformer2DModel``: ``num_double + num_single`` double-stream blocks, axes
     (16, 56, 56), complex tables) transformer, heads of 128, random weights."""
@@ -44,16 +43,29 @@ def build_family_transformer(family: str, num_double: int, num_single: int, head
 
     torch.manual_seed(0)
     if family == "flux2":
-        model = Flux2Transformer2DModel(patch_size=1, in_channels=128, num_layers=num_double,
-                                        num_single_layers=num_single, attention_head_dim=128,
-                                        num_attention_heads=heads, joint_attention_dim=text_dim,
-                                        timestep_guidance_channels=256, axes_dims_rope=(32, 32, 32, 32),
-                                        guidance_embeds=False)
+        model = Flux2Transformer2DModel(
+            patch_size=1,
+            in_channels=128,
+            num_layers=num_double,
+            num_single_layers=num_single,
+            attention_head_dim=128,
+            num_attention_heads=heads,
+            joint_attention_dim=text_dim,
+            timestep_guidance_channels=256,
+            axes_dims_rope=(32, 32, 32, 32),
+            guidance_embeds=False,
+        )
     else:
-        model = QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16,
-                                            num_layers=num_double + num_single, attention_head_dim=128,
-                                            num_attention_heads=heads, joint_attention_dim=text_dim,
-                                            axes_dims_rope=(16, 56, 56))
+        model = QwenImageTransformer2DModel(
+            patch_size=2,
+            in_channels=64,
+            out_channels=16,
+            num_layers=num_double + num_single,
+            attention_head_dim=128,
+            num_attention_heads=heads,
+            joint_attention_dim=text_dim,
+            axes_dims_rope=(16, 56, 56),
+        )
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -67,22 +79,42 @@ def _family_inputs(family, batch, side, text_len, text_dim, dtype, device):
         axis = lambda n: torch.arange(n, dtype=torch.float32)  # noqa: E731
         img_ids = torch.cartesian_prod(axis(1), axis(side), axis(side), axis(1))
         txt_ids = torch.cartesian_prod(axis(1), axis(1), axis(1), axis(text_len))
-        return dict(hidden_states=rand(batch, side * side, 128), encoder_hidden_states=rand(batch, text_len, text_dim),
-                    timestep=timestep, img_ids=img_ids.to(device), txt_ids=txt_ids.to(device), return_dict=False)
-    return dict(hidden_states=rand(batch, side * side, 64), encoder_hidden_states=rand(batch, text_len, text_dim),
-                encoder_hidden_states_mask=torch.ones(batch, text_len, dtype=torch.bool, device=device),
-                timestep=timestep, img_shapes=[[(1, side, side)]] * batch, return_dict=False)
+        return dict(
+            hidden_states=rand(batch, side * side, 128),
+            encoder_hidden_states=rand(batch, text_len, text_dim),
+            timestep=timestep,
+            img_ids=img_ids.to(device),
+            txt_ids=txt_ids.to(device),
+            return_dict=False,
+        )
+    return dict(
+        hidden_states=rand(batch, side * side, 64),
+        encoder_hidden_states=rand(batch, text_len, text_dim),
+        encoder_hidden_states_mask=torch.ones(batch, text_len, dtype=torch.bool, device=device),
+        timestep=timestep,
+        img_shapes=[[(1, side, side)]] * batch,
+        return_dict=False,
+    )
 
 
-def build_transformer(num_double: int, num_single: int, heads: int, text_dim: int, dtype, device,
-                      in_channels: int = 64):
+def build_transformer(
+    num_double: int, num_single: int, heads: int, text_dim: int, dtype, device, in_channels: int = 64
+):
     from diffusers import FluxTransformer2DModel
 
     torch.manual_seed(0)
-    model = FluxTransformer2DModel(in_channels=in_channels, out_channels=64, num_layers=num_double,
-                                   num_single_layers=num_single, attention_head_dim=128, num_attention_heads=heads,
-                                   joint_attention_dim=text_dim, pooled_projection_dim=768, guidance_embeds=True,
-                                   axes_dims_rope=(16, 56, 56))
+    model = FluxTransformer2DModel(
+        in_channels=in_channels,
+        out_channels=64,
+        num_layers=num_double,
+        num_single_layers=num_single,
+        attention_head_dim=128,
+        num_attention_heads=heads,
+        joint_attention_dim=text_dim,
+        pooled_projection_dim=768,
+        guidance_embeds=True,
+        axes_dims_rope=(16, 56, 56),
+    )
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -94,11 +126,16 @@ def _inputs(model, batch, side, text_len, text_dim, dtype, device):
         ids = torch.cat([ids, flux_ids(side, side, index=1.0)])
     g = torch.Generator().manual_seed(0)
     rand = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
-    return dict(hidden_states=rand(batch, ids.shape[0], MODEL_CHANNELS[model]),
-                encoder_hidden_states=rand(batch, text_len, text_dim), pooled_projections=rand(batch, 768),
-                timestep=torch.ones(batch, device=device, dtype=dtype),  # sigma 1: the first step
-                guidance=torch.full((batch,), 3.5, device=device, dtype=torch.float32),
-                img_ids=ids.to(device), txt_ids=torch.zeros(text_len, 3, device=device), return_dict=False)
+    return dict(
+        hidden_states=rand(batch, ids.shape[0], MODEL_CHANNELS[model]),
+        encoder_hidden_states=rand(batch, text_len, text_dim),
+        pooled_projections=rand(batch, 768),
+        timestep=torch.ones(batch, device=device, dtype=dtype),  # sigma 1: the first step
+        guidance=torch.full((batch,), 3.5, device=device, dtype=torch.float32),
+        img_ids=ids.to(device),
+        txt_ids=torch.zeros(text_len, 3, device=device),
+        return_dict=False,
+    )
 
 
 def _scheduler_at_first_step(device):
@@ -146,31 +183,47 @@ def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dic
                 outputs[name] = step()
                 peaks[name] = _peak_mib(device)
                 if name == "on":
-                    implied = case.implied(context, inputs["encoder_hidden_states"].shape[1],
-                                           inputs["hidden_states"].shape[1])
+                    implied = case.implied(
+                        context, inputs["encoder_hidden_states"].shape[1], inputs["hidden_states"].shape[1]
+                    )
             for _ in range(repeats):
                 for name, configure in case.variants.items():
                     configure(context)
                     seconds, _ = _timed(step, device)
                     samples[name].append(seconds)
     ms = {name: statistics.median(values) * 1e3 for name, values in samples.items()}
-    return dict(ms=ms, peak_mib=peaks, implied=implied, off_equals_stock=bool(torch.equal(outputs["off"], stock)),
-                max_change=float((outputs["on"].float() - stock.float()).abs().max()))
+    return dict(
+        ms=ms,
+        peak_mib=peaks,
+        implied=implied,
+        off_equals_stock=bool(torch.equal(outputs["off"], stock)),
+        max_change=float((outputs["on"].float() - stock.float()).abs().max()),
+    )
 
 
 def _row(case, inputs, result, text_len) -> dict:
     variant, baseline, limit = case.target
     ratio = result["ms"][variant] / result["ms"][baseline]
-    return dict(case=case.name, tokens=inputs["hidden_states"].shape[1] + text_len, batch=case.batch,
-                ms={k: round(v, 2) for k, v in result["ms"].items()}, peak_mib=result["peak_mib"],
-                on_vs_off=round(result["ms"]["on"] / result["ms"]["off"], 3),
-                target=f"{variant} / {baseline} <= {limit}", ratio=round(ratio, 3), met=ratio <= limit,
-                implied_attention_work=round(result["implied"], 3), method_cost=case.method_cost,
-                off_equals_stock=result["off_equals_stock"], max_change=result["max_change"])
+    return dict(
+        case=case.name,
+        tokens=inputs["hidden_states"].shape[1] + text_len,
+        batch=case.batch,
+        ms={k: round(v, 2) for k, v in result["ms"].items()},
+        peak_mib=result["peak_mib"],
+        on_vs_off=round(result["ms"]["on"] / result["ms"]["off"], 3),
+        target=f"{variant} / {baseline} <= {limit}",
+        ratio=round(ratio, 3),
+        met=ratio <= limit,
+        implied_attention_work=round(result["implied"], 3),
+        method_cost=case.method_cost,
+        off_equals_stock=result["off_equals_stock"],
+        max_change=result["max_change"],
+    )
 
 
-def run_families(families, size: str = "small", dtype: str = "bf16", device: str = "cpu",
-                 repeats: int = 5) -> list[dict]:
+def run_families(
+    families, size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: int = 5
+) -> list[dict]:
     """Band modulation (on, plain shared attention, off), then PE transplant and LooseRoPE (on, off), on FLUX.2- /
     Qwen-Image-shaped transformers."""
     side, text_len, num_double, num_single, heads, text_dim = SIZES[size]
@@ -186,12 +239,20 @@ def run_families(families, size: str = "small", dtype: str = "bf16", device: str
     return rows
 
 
-def run(size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: int = 5,
-        only: tuple = ()) -> list[dict]:
+def run(
+    size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: int = 5, only: tuple = ()
+) -> list[dict]:
     side, text_len, num_double, num_single, heads, text_dim = SIZES[size]
     device, torch_dtype = torch.device(device), DTYPES[dtype]
-    build = lambda channels: build_transformer(num_double, num_single, heads, text_dim, torch_dtype,  # noqa: E731
-                                               device, channels)
+    build = lambda channels: build_transformer(
+        num_double,
+        num_single,
+        heads,
+        text_dim,
+        torch_dtype,  # noqa: E731
+        device,
+        channels,
+    )
     models = {"flux": build(64), "fill": build(384)}
     models["kontext"] = models["flux"]  # Kontext is the Flux architecture on [target | context] tokens
     scheduler = _scheduler_at_first_step(device)
@@ -206,12 +267,16 @@ def run(size: str = "small", dtype: str = "bf16", device: str = "cpu", repeats: 
 
 
 def _print(rows) -> None:
-    print(f"{'case':46s} {'tokens':>6s} {'ms per step':32s} {'on/off':>6s} {'target':26s} {'ratio':>6s} "
-          f"{'implied':>7s} {'off==stock':>10s} {'max change':>10s}")
+    print(
+        f"{'case':46s} {'tokens':>6s} {'ms per step':32s} {'on/off':>6s} {'target':26s} {'ratio':>6s} "
+        f"{'implied':>7s} {'off==stock':>10s} {'max change':>10s}"
+    )
     for r in rows:
         ms = " ".join(f"{k} {v:.0f}" for k, v in r["ms"].items())
-        print(f"{r['case']:46s} {r['tokens']:6d} {ms:32s} {r['on_vs_off']:6.2f} {r['target']:26s} {r['ratio']:6.2f} "
-              f"{r['implied_attention_work']:7.2f} {str(r['off_equals_stock']):>10s} {r['max_change']:10.3g}")
+        print(
+            f"{r['case']:46s} {r['tokens']:6d} {ms:32s} {r['on_vs_off']:6.2f} {r['target']:26s} {r['ratio']:6.2f} "
+            f"{r['implied_attention_work']:7.2f} {str(r['off_equals_stock']):>10s} {r['max_change']:10.3g}"
+        )
         if any(r["peak_mib"].values()):
             print("    peak MiB: " + ", ".join(f"{k} {v}" for k, v in r["peak_mib"].items()))
 
@@ -224,9 +289,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=(), help="cases whose name contains one of these words")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
-    parser.add_argument("--families", nargs="*", choices=FAMILIES, default=None,
-                        help="time band modulation, PE transplant and LooseRoPE on these architectures (FLUX.2, "
-                             "Qwen-Image) instead of FLUX.1's three edits")
+    parser.add_argument(
+        "--families",
+        nargs="*",
+        choices=FAMILIES,
+        default=None,
+        help="time band modulation, PE transplant and LooseRoPE on these architectures (FLUX.2, "
+        "Qwen-Image) instead of FLUX.1's three edits",
+    )
     parser.add_argument("--out", default="outputs/bench_edit.json")
     args = parser.parse_args(argv)
     if args.threads:
@@ -238,8 +308,15 @@ def main(argv=None) -> int:
     _print(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(size=args.size, dtype=args.dtype, device=args.device, repeats=args.repeats, torch=torch.__version__,
-                threads=torch.get_num_threads(), platform=platform.platform())
+    meta = dict(
+        size=args.size,
+        dtype=args.dtype,
+        device=args.device,
+        repeats=args.repeats,
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        platform=platform.platform(),
+    )
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {out}")
     return 0

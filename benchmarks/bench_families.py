@@ -9,6 +9,7 @@ these small configs it may be faster than stock, which rebuilds them every forwa
 
     python benchmarks/bench_families.py --scale 2 --repeats 9 --threads 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the ti
 
 def bench_family(name: str, scale: int, repeats: int) -> dict:
     from fixtures.families import CASES, output
+
     from mmpos.integrations.diffusers import model_extrapolation, set_pe
     from mmpos.integrations.diffusers.families import get_family
 
@@ -47,8 +49,11 @@ def bench_family(name: str, scale: int, repeats: int) -> dict:
         with torch.no_grad():
             return output(model(**kwargs, return_dict=False))
 
-    runs = {"stock": lambda: forward(stock), "native": lambda: forward(native),
-            "dype": lambda: forward(dype, fresh_sigma=True)}
+    runs = {
+        "stock": lambda: forward(stock),
+        "native": lambda: forward(native),
+        "dype": lambda: forward(dype, fresh_sigma=True),
+    }
     for fn in runs.values():
         fn()
     times = {k: [] for k in runs}
@@ -59,15 +64,21 @@ def bench_family(name: str, scale: int, repeats: int) -> dict:
             times[label].append(time.perf_counter() - start)
     median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     same = torch.equal(forward(native), forward(stock))
-    return {"family": name, "stock_ms": median["stock"], "native_x": median["native"] / median["stock"],
-            "dype_x": median["dype"] / median["stock"], "native_equals_stock": same}
+    return {
+        "family": name,
+        "stock_ms": median["stock"],
+        "native_x": median["native"] / median["stock"],
+        "dype_x": median["dype"] / median["stock"],
+        "native_equals_stock": same,
+    }
 
 
 def main(argv=None) -> int:
     from mmpos.integrations.diffusers.families import builtin_families
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--scale", type=int, default=2, help="times each case's training grid (video: 2 frames)")
     parser.add_argument("--repeats", type=int, default=9, help="timed rounds")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -83,15 +94,20 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(builtin_families()))
     if unknown:
         parser.error(f"--families: unknown {unknown}; expected some of {builtin_families()}")
-    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"{args.scale}x each case's training grid, median of {args.repeats}")
+    print(
+        f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
+        f"{args.scale}x each case's training grid, median of {args.repeats}"
+    )
     print(f"{'family':<16} {'stock ms':>9} {'native/stock':>13} {'dype/stock':>11} {'native == stock':>16}")
     rows = []
     for name in names:
         row = bench_family(name, args.scale, args.repeats)
         rows.append(row)
-        print(f"{name:<16} {row['stock_ms']:9.2f} {row['native_x']:12.3f}x {row['dype_x']:10.3f}x "
-              f"{str(row['native_equals_stock']):>16}", flush=True)
+        print(
+            f"{name:<16} {row['stock_ms']:9.2f} {row['native_x']:12.3f}x {row['dype_x']:10.3f}x "
+            f"{str(row['native_equals_stock']):>16}",
+            flush=True,
+        )
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=1))
     return 0

@@ -8,6 +8,7 @@ the rotation computed in fp64 from fp64 tables, in units of the dtype's ulp at t
 bf16 criterion; near-cancelled fp32 outputs make it large for every fp32 method) and at the norm of
 the channel's rotation pair.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,6 @@ import platform
 from pathlib import Path
 
 import torch
-
 from timing import median_seconds
 
 SHAPES = {  # name: (B, H, L, D, axes_dims)
@@ -77,8 +77,10 @@ def optional_peer(module: str, attribute: str, package: str):
     except ImportError:
         if package not in _NOTED:
             _NOTED.add(package)
-            print(f"note: {package} is not installed; its rows are skipped "
-                  f"(pip install 'mmpos[bench]' or pip install {package})")
+            print(
+                f"note: {package} is not installed; its rows are skipped "
+                f"(pip install 'mmpos[bench]' or pip install {package})"
+            )
         return None
 
 
@@ -139,12 +141,23 @@ def bench_shape(name: str, dtype_name: str, repeats: int, log=print, device: str
             abs_err = (fn(q).double() - exact).abs()
             err = (abs_err / spacing).max().item()
             norm_err = (abs_err / norm_spacing).max().item()
-        rows.append(dict(shape=name, dims=[b, h, length, d], dtype=dtype_name, device=device, method=method,
-                         ms=seconds * 1e3,
-                         gb_per_s=2 * 2 * q.numel() * q.element_size() / seconds / 1e9, max_err_ulp=err,
-                         max_err_norm_ulp=norm_err))
-        log(f"  {name:8s} {dtype_name:5s} {method:28s} {seconds * 1e3:9.2f} ms"
-            + (f"  max err {err:10.3f} ulp, {norm_err:7.3f} ulp of |pair|" if err is not None else ""))
+        rows.append(
+            dict(
+                shape=name,
+                dims=[b, h, length, d],
+                dtype=dtype_name,
+                device=device,
+                method=method,
+                ms=seconds * 1e3,
+                gb_per_s=2 * 2 * q.numel() * q.element_size() / seconds / 1e9,
+                max_err_ulp=err,
+                max_err_norm_ulp=norm_err,
+            )
+        )
+        log(
+            f"  {name:8s} {dtype_name:5s} {method:28s} {seconds * 1e3:9.2f} ms"
+            + (f"  max err {err:10.3f} ulp, {norm_err:7.3f} ulp of |pair|" if err is not None else "")
+        )
     by = {r["method"]: r["ms"] for r in rows}
     for r in rows:
         r["vs_floor"] = r["ms"] / by["copy (floor)"]
@@ -153,19 +166,23 @@ def bench_shape(name: str, dtype_name: str, repeats: int, log=print, device: str
 
 
 def summary(rows: list[dict]) -> str:
-    lines = ["| shape | dtype | method | ms (q+k) | GB/s | x copy | mmpos speed-up | max err (ulp) "
-             "| max err (ulp of pair norm) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| shape | dtype | method | ms (q+k) | GB/s | x copy | mmpos speed-up | max err (ulp) "
+        "| max err (ulp of pair norm) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         err = "-" if r["max_err_ulp"] is None else f"{r['max_err_ulp']:.3g}"
         norm_err = "-" if r["max_err_norm_ulp"] is None else f"{r['max_err_norm_ulp']:.3g}"
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['method']} | {r['ms']:.1f} | {r['gb_per_s']:.2f} | "
-                     f"{r['vs_floor']:.2f} | {r['mmpos_speedup']:.1f}x | {err} | {norm_err} |")
+        lines.append(
+            f"| {r['shape']} | {r['dtype']} | {r['method']} | {r['ms']:.1f} | {r['gb_per_s']:.2f} | "
+            f"{r['vs_floor']:.2f} | {r['mmpos_speedup']:.1f}x | {err} | {norm_err} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per method (median reported)")
@@ -182,8 +199,12 @@ def main(argv=None) -> int:
             rows += bench_shape(name, dtype_name, args.repeats, device=args.device)
     print(summary(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(torch=torch.__version__, threads=torch.get_num_threads(), machine=platform.machine(),
-                device=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu")
+    meta = dict(
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        machine=platform.machine(),
+        device=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+    )
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0

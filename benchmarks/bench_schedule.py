@@ -9,6 +9,7 @@ step (the forward scaled by blocks; a lower bound of the real step, so the share
     OMP_NUM_THREADS=1 python scripts/bench_schedule.py            # CPU, fp32
     python scripts/bench_schedule.py --device cuda --dtype bfloat16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,10 +53,22 @@ def main(argv=None) -> int:
     device, dtype = args.device, DTYPES[args.dtype]
 
     torch.manual_seed(0)
-    model = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=args.double,
-                                   num_single_layers=args.single, attention_head_dim=128, num_attention_heads=24,
-                                   joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
-                                   axes_dims_rope=(16, 56, 56)).to(device, dtype).eval()
+    model = (
+        FluxTransformer2DModel(
+            patch_size=1,
+            in_channels=64,
+            num_layers=args.double,
+            num_single_layers=args.single,
+            attention_head_dim=128,
+            num_attention_heads=24,
+            joint_attention_dim=4096,
+            pooled_projection_dim=768,
+            guidance_embeds=True,
+            axes_dims_rope=(16, 56, 56),
+        )
+        .to(device, dtype)
+        .eval()
+    )
     # trained at half the grid: DyPE at 2x, a new sigma at every call forces a rebuild
     set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", (args.grid // 2, args.grid // 2)))
     ids = flux_ids(args.grid, args.grid, text_length=args.text, device=device)
@@ -67,22 +80,32 @@ def main(argv=None) -> int:
 
     rebuild_s = timed(rebuild, args.repeats * 4, device)
     tokens = args.grid * args.grid
-    inputs = dict(hidden_states=torch.randn(1, tokens, 64, device=device, dtype=dtype),
-                  encoder_hidden_states=torch.randn(1, args.text, 4096, device=device, dtype=dtype),
-                  pooled_projections=torch.randn(1, 768, device=device, dtype=dtype),
-                  timestep=torch.tensor([0.5], device=device), guidance=torch.tensor([3.5], device=device),
-                  img_ids=ids[args.text:], txt_ids=ids[:args.text])
+    inputs = dict(
+        hidden_states=torch.randn(1, tokens, 64, device=device, dtype=dtype),
+        encoder_hidden_states=torch.randn(1, args.text, 4096, device=device, dtype=dtype),
+        pooled_projections=torch.randn(1, 768, device=device, dtype=dtype),
+        timestep=torch.tensor([0.5], device=device),
+        guidance=torch.tensor([3.5], device=device),
+        img_ids=ids[args.text :],
+        txt_ids=ids[: args.text],
+    )
     with torch.inference_mode():
         forward_s = timed(lambda: model(**inputs), args.repeats, device, warmup=device != "cpu")
     blocks = args.double + args.single
     step_s = forward_s * 57 / blocks
-    print(f"shape: {tokens} image + {args.text} text tokens, axes (16, 56, 56), {device} {args.dtype}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"shape: {tokens} image + {args.text} text tokens, axes (16, 56, 56), {device} {args.dtype}, "
+        f"{torch.get_num_threads()} threads"
+    )
     print(f"table rebuild (DyPE, new sigma): {rebuild_s * 1e3:.2f} ms")
-    print(f"forward with {args.double} + {args.single} blocks: {forward_s * 1e3:.0f} ms; "
-          f"FLUX.1 step (19 + 38 blocks, scaled): {step_s:.1f} s")
-    print(f"rebuild / {blocks}-block forward: {100 * rebuild_s / forward_s:.3f}%   "
-          f"rebuild / full step: {100 * rebuild_s / step_s:.4f}%")
+    print(
+        f"forward with {args.double} + {args.single} blocks: {forward_s * 1e3:.0f} ms; "
+        f"FLUX.1 step (19 + 38 blocks, scaled): {step_s:.1f} s"
+    )
+    print(
+        f"rebuild / {blocks}-block forward: {100 * rebuild_s / forward_s:.3f}%   "
+        f"rebuild / full step: {100 * rebuild_s / step_s:.4f}%"
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ On the CPU (no allocator statistics), the bytes of the tensors autograd saves fo
 storage, excluding q, k and the parameters: the activation memory a training step holds, the term the
 dense formulation blows up. Both are reported on CUDA.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -118,6 +119,7 @@ def measure_interleaved(steps: dict, device, repeats: int, clock: str = "wall") 
 
 def training_step(encode, q, k, params):
     """Forward of ``encode(q, k)`` and backward of a fixed random projection of both outputs."""
+
     def step():
         for t in (q, k, *params):
             t.grad = None
@@ -149,6 +151,7 @@ def comrope_rows(shape_name, shape_spec, device, repeats, log, dense=True, clock
     def add(method, pe, encode, inference=False):
         params = list(pe.parameters())
         if inference:  # no gradients: tables are cached, as in evaluation or sampling
+
             def step():
                 with torch.no_grad():
                     encode(q, k)
@@ -163,8 +166,9 @@ def comrope_rows(shape_name, shape_spec, device, repeats, log, dense=True, clock
     mixed = mmpos.create_pe("rope_mixed", head_dim=d, num_heads=h, num_prefix_tokens=prefix, seed=0).to(device)
     add("rope_mixed (learned frequencies)", mixed, lambda q, k: mixed(q, k, coords))
     for name, size in COMROPE:
-        pe = mmpos.create_pe(name, head_dim=d, num_heads=h, block_size=size, num_prefix_tokens=prefix,
-                             seed=0).to(device)
+        pe = mmpos.create_pe(name, head_dim=d, num_heads=h, block_size=size, num_prefix_tokens=prefix, seed=0).to(
+            device
+        )
         add(f"{name} b={size}", pe, lambda q, k, pe=pe: pe(q, k, coords))
         add(f"{name} b={size}, no grad", pe, lambda q, k, pe=pe: pe(q, k, coords), inference=True)
         if size == 4 and dense:
@@ -172,10 +176,13 @@ def comrope_rows(shape_name, shape_spec, device, repeats, log, dense=True, clock
     times = measure_interleaved(steps, device, repeats, clock)
     rows = []
     for method, ms in times.items():
-        rows.append(dict(section="comrope", shape=shape_name, dims=[b, h, length, d], method=method, ms=ms,
-                         **memory[method]))
-        log(f"  {shape_name:6s} {method:34s} {ms:9.2f} ms  saved {memory[method]['saved_mb']:9.2f} MB"
-            + ("" if memory[method]["peak_mb"] is None else f"  peak {memory[method]['peak_mb']:9.2f} MB"))
+        rows.append(
+            dict(section="comrope", shape=shape_name, dims=[b, h, length, d], method=method, ms=ms, **memory[method])
+        )
+        log(
+            f"  {shape_name:6s} {method:34s} {ms:9.2f} ms  saved {memory[method]['saved_mb']:9.2f} MB"
+            + ("" if memory[method]["peak_mb"] is None else f"  peak {memory[method]['peak_mb']:9.2f} MB")
+        )
     return rows
 
 
@@ -205,6 +212,7 @@ def harope_rows(shape_name, shape_spec, device, repeats, log, clock="wall") -> l
             pe.eval()
             with torch.no_grad():
                 attention(pe)(q, k)
+
         return step
 
     def train_step(pe):
@@ -213,6 +221,7 @@ def harope_rows(shape_name, shape_spec, device, repeats, log, clock="wall") -> l
         def step():
             pe.train()
             inner()
+
         return step
 
     steps, memory = {}, {}
@@ -226,8 +235,17 @@ def harope_rows(shape_name, shape_spec, device, repeats, log, clock="wall") -> l
         memory[name] = memory_of(step, device, exclude=params)
     rows = []
     for name, ms in measure_interleaved(steps, device, repeats, clock).items():
-        rows.append(dict(section="harope", shape=shape_name, dims=[b, h, length, d], method=name,
-                         dtype=str(dtype).replace("torch.", ""), ms=ms, **memory[name]))
+        rows.append(
+            dict(
+                section="harope",
+                shape=shape_name,
+                dims=[b, h, length, d],
+                method=name,
+                dtype=str(dtype).replace("torch.", ""),
+                ms=ms,
+                **memory[name],
+            )
+        )
         log(f"  {shape_name:6s} {name:36s} {ms:9.2f} ms")
     return rows
 
@@ -256,12 +274,19 @@ def layer_steps(plain, harope, shape_spec, coords, device, dtype):
             else:
                 q, k, v = split(qkv(x))
                 q, k = pe(q, k, coords)
-            return F.scaled_dot_product_attention(q, k, v) if seq_dim == -2 else F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            return (
+                F.scaled_dot_product_attention(q, k, v)
+                if seq_dim == -2
+                else F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            )
+
         return forward
 
-    for name, pe, fold in (("plain rotary", plain, False), ("harope, map per token", harope, False),
-                           ("harope, map folded into qkv", harope, True)):
+    for name, pe, fold in (
+        ("plain rotary", plain, False),
+        ("harope, map per token", harope, False),
+        ("harope, map folded into qkv", harope, True),
+    ):
         params = [x, *qkv.parameters(), *pe.parameters()]
 
         def step(forward=layer(pe, fold), pe=pe, params=params):
@@ -269,6 +294,7 @@ def layer_steps(plain, harope, shape_spec, coords, device, dtype):
             for t in params:
                 t.grad = None
             forward(x).backward(grad)
+
         yield f"{name}, layer train fwd+bwd", step, params
 
 
@@ -292,31 +318,44 @@ def add_ratios(rows: list[dict]) -> None:
 
 
 def summary(rows: list[dict]) -> str:
-    lines = ["| shape | method | ms | saved MB | peak MB | x plain | dense time / this | dense memory / this |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| shape | method | ms | saved MB | peak MB | x plain | dense time / this | dense memory / this |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     fmt = lambda v, spec: "-" if v is None else format(v, spec)
     for r in rows:
-        lines.append(f"| {r['shape']} {'x'.join(map(str, r['dims']))} | {r['method']} | {r['ms']:.1f} | "
-                     f"{r['saved_mb']:.1f} | {fmt(r['peak_mb'], '.1f')} | "
-                     f"{fmt(r.get('time_vs_plain_axial', r.get('time_vs_plain')), '.2f')} | "
-                     f"{fmt(r.get('dense_time_over_this'), '.1f')} | {fmt(r.get('dense_memory_over_this'), '.1f')} |")
+        lines.append(
+            f"| {r['shape']} {'x'.join(map(str, r['dims']))} | {r['method']} | {r['ms']:.1f} | "
+            f"{r['saved_mb']:.1f} | {fmt(r['peak_mb'], '.1f')} | "
+            f"{fmt(r.get('time_vs_plain_axial', r.get('time_vs_plain')), '.2f')} | "
+            f"{fmt(r.get('dense_time_over_this'), '.1f')} | {fmt(r.get('dense_memory_over_this'), '.1f')} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_variants", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bench_variants", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--size", choices=list(SHAPES), default=None,
-                        help="shape preset: full (ViT-B 64x12x197x64, Flux 1x24x4096x128; default on cuda), "
-                        "cpu (ViT-B batch 8, Flux 1024 tokens; default on cpu), quick (smallest)")
+    parser.add_argument(
+        "--size",
+        choices=list(SHAPES),
+        default=None,
+        help="shape preset: full (ViT-B 64x12x197x64, Flux 1x24x4096x128; default on cuda), "
+        "cpu (ViT-B batch 8, Flux 1024 tokens; default on cpu), quick (smallest)",
+    )
     parser.add_argument("--quick", action="store_true", help="same as --size quick (2 repeats unless --repeats)")
     parser.add_argument("--shapes", nargs="+", default=["vit-b", "flux"], choices=["vit-b", "flux"])
     parser.add_argument("--sections", nargs="+", default=["comrope", "harope"], choices=["comrope", "harope"])
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats, median reported (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
-    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
-                        help="wall (default) or cpu: this thread's CPU time, steadier for --threads 1 on a loaded CPU")
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="wall (default) or cpu: this thread's CPU time, steadier for --threads 1 on a loaded CPU",
+    )
     parser.add_argument("--no-dense", action="store_true", help="skip the dense d x d ComRoPE rows (the slowest)")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_variants.json"), help="JSON results file")
     args = parser.parse_args(argv)
@@ -342,10 +381,16 @@ def main(argv=None) -> int:
     add_ratios(rows)
     print(summary(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(torch=torch.__version__, device=str(device), device_name=name, size=size, repeats=repeats,
-                clock=args.clock,
-                threads=torch.get_num_threads(), memory="cuda peak above baseline" if device.type == "cuda"
-                else "bytes saved for backward (CPU)")
+    meta = dict(
+        torch=torch.__version__,
+        device=str(device),
+        device_name=name,
+        size=size,
+        repeats=repeats,
+        clock=args.clock,
+        threads=torch.get_num_threads(),
+        memory="cuda peak above baseline" if device.type == "cuda" else "bytes saved for backward (CPU)",
+    )
     args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
     print(f"wrote {args.out}")
     return 0

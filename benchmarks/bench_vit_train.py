@@ -16,6 +16,7 @@ Prints images/s per model, the ratio to timm's model and the step time relative 
 (issue 16 targets: mmpos rope_mixed >= 0.95x timm's throughput; rotary <= 1.10x NoPE's step time,
 1.25x for HARoPE/ComRoPE).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,11 +93,16 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|")
     rows = {}
     for name, seconds in medians.items():
-        rows[name] = {"ms_per_step": 1000 * seconds, "images_per_s": args.batch_size / seconds,
-                      "vs_timm": medians["timm rope_mixed"] / seconds, "vs_nope": seconds / medians["mmpos nope"]}
+        rows[name] = {
+            "ms_per_step": 1000 * seconds,
+            "images_per_s": args.batch_size / seconds,
+            "vs_timm": medians["timm rope_mixed"] / seconds,
+            "vs_nope": seconds / medians["mmpos nope"],
+        }
         r = rows[name]
-        print(f"| {name} | {r['ms_per_step']:.0f} | {r['images_per_s']:.2f} | {r['vs_timm']:.2f}x | "
-              f"{r['vs_nope']:.2f}x |")
+        print(
+            f"| {name} | {r['ms_per_step']:.0f} | {r['images_per_s']:.2f} | {r['vs_timm']:.2f}x | {r['vs_nope']:.2f}x |"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)

@@ -13,6 +13,7 @@ timm's patch embedding formats the image size into an assertion message, which m
 (one recompilation per size, stock timm too). Under inductor on a CPU, PyTorch's lowering of that patch
 convolution adds a size guard of its own (a larger image recompiles once).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ def explain(name: str, depth: int, img_size: int):
     from mmpos.integrations.timm import convert
 
     torch._dynamo.reset()
-    model = convert(timm.create_model("vit_tiny_patch16_224", img_size=img_size, depth=depth, num_classes=10),
-                    pe=name).train()
+    model = convert(
+        timm.create_model("vit_tiny_patch16_224", img_size=img_size, depth=depth, num_classes=10), pe=name
+    ).train()
     images = torch.randn(2, 3, img_size, img_size)
     return torch._dynamo.explain(model)(images)
 
@@ -42,8 +44,9 @@ def _model(name, depth, img_size, arch="vit_tiny_patch16_224"):
     from mmpos.integrations.timm import convert
 
     torch.manual_seed(0)
-    model = timm.create_model(arch, img_size=img_size, depth=depth, num_classes=10,
-                              dynamic_img_size=True, dynamic_img_pad=True)  # unpadded, timm pins the size
+    model = timm.create_model(
+        arch, img_size=img_size, depth=depth, num_classes=10, dynamic_img_size=True, dynamic_img_pad=True
+    )  # unpadded, timm pins the size
     return convert(model, pe=name).train()
 
 
@@ -83,8 +86,9 @@ def time_compiled(name: str, depth: int, sizes: tuple, repeats: int, arch: str, 
     eager, fast = median_ms(model, sizes[0]), median_ms(compiled, sizes[0])
     before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     step(compiled, sizes[1])
-    return dict(eager_ms=eager, compiled_ms=fast,
-                new_graphs=torch._dynamo.utils.counters["stats"]["unique_graphs"] - before)
+    return dict(
+        eager_ms=eager, compiled_ms=fast, new_graphs=torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+    )
 
 
 def main(argv=None) -> int:
@@ -99,17 +103,22 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=2, help="batch for --time")
     args = parser.parse_args(argv)
     sizes = (args.img_size, args.img_size2, args.img_size + 16)
-    print(f"| encoding | graphs | graph breaks | reasons | traced graphs for sizes {sizes} |"
-          + (" eager ms | compiled ms | inductor graphs for a new size |" if args.time else ""))
+    print(
+        f"| encoding | graphs | graph breaks | reasons | traced graphs for sizes {sizes} |"
+        + (" eager ms | compiled ms | inductor graphs for a new size |" if args.time else "")
+    )
     print("|---|---|---|---|---|" + ("---|---|---|" if args.time else ""))
     for name in args.encodings:
         result = explain(name, args.depth, args.img_size)
         reasons = sorted({str(b.reason).splitlines()[0][:120] for b in result.break_reasons})
-        line = (f"| {name} | {result.graph_count} | {result.graph_break_count} | {'; '.join(reasons) or '-'} | "
-                f"{traced_graphs_over_sizes(name, args.depth, sizes)} |")
+        line = (
+            f"| {name} | {result.graph_count} | {result.graph_break_count} | {'; '.join(reasons) or '-'} | "
+            f"{traced_graphs_over_sizes(name, args.depth, sizes)} |"
+        )
         if args.time:
-            t = time_compiled(name, args.depth, (args.img_size, args.img_size2), args.repeats, args.model,
-                              args.batch_size)
+            t = time_compiled(
+                name, args.depth, (args.img_size, args.img_size2), args.repeats, args.model, args.batch_size
+            )
             line += f" {t['eager_ms']:.1f} | {t['compiled_ms']:.1f} | {t['new_graphs']} |"
         print(line, flush=True)
     return 0

@@ -11,6 +11,7 @@ band law itself only rescales the reference keys' table); LooseRoPE adds, per sa
 paste's queries over all keys at twice the q/k width (standard and loosened logits side by side); PE transplant
 only changes ids (its cost is the canvas, which on and off share).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -63,8 +64,9 @@ def plain_shared_attention(config, axes=AXES):
     return PlainSharedAttention(config, axes)
 
 
-def band_case(num_layers: int, axes=AXES, name: str = "band (Flux, batch [reference, 2 targets])",
-              model: str = "flux") -> Case:
+def band_case(
+    num_layers: int, axes=AXES, name: str = "band (Flux, batch [reference, 2 targets])", model: str = "flux"
+) -> Case:
     from mmpos.pipelines import BandConfig
     from mmpos.pipelines.band import SharedBandAttention
 
@@ -76,10 +78,16 @@ def band_case(num_layers: int, axes=AXES, name: str = "band (Flux, batch [refere
         shared = _work(tokens, tokens, 1, 1) + targets * _work(tokens, tokens + image_len, 1, 1)
         return shared / (3 * _work(tokens, tokens, 1, 1))
 
-    return Case(name, model, 3,
-                {"off": _variant(band, enabled=False), "plain shared": _variant(plain), "on": _variant(band)},
-                rules=band, target=("on", "plain shared", 1.10), implied=implied,
-                method_cost="shared attention: the targets also attend to the reference's image keys")
+    return Case(
+        name,
+        model,
+        3,
+        {"off": _variant(band, enabled=False), "plain shared": _variant(plain), "on": _variant(band)},
+        rules=band,
+        target=("on", "plain shared", 1.10),
+        implied=implied,
+        method_cost="shared attention: the targets also attend to the reference's image keys",
+    )
 
 
 def loose_case(num_layers: int, side: int, pos_embed) -> Case:
@@ -88,20 +96,26 @@ def loose_case(num_layers: int, side: int, pos_embed) -> Case:
 
     pixels = side * 16
     crop = torch.zeros(pixels, pixels, dtype=torch.bool)
-    crop[pixels // 4: 3 * pixels // 4, pixels // 4: 3 * pixels // 4] = True
+    crop[pixels // 4 : 3 * pixels // 4, pixels // 4 : 3 * pixels // 4] = True
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
     rule = LooseRoPERule(LooseConfig(saliency_blur=0), pos_embed, saliency, crop)
-    rules = {i: rule for i in range(num_layers)}
+    rules = dict.fromkeys(range(num_layers), rule)
 
     def implied(context, text_len, image_len):  # + per bin: paste queries x all keys at 2d (q/k) + d (v)
         tokens = text_len + image_len
         extra = sum(_work(len(entry[1]), tokens, 2, 1) for entry in context.cache["loose"])
         return 1 + extra / _work(tokens, tokens, 1, 1)
 
-    return Case("looserope (Kontext, paste = 1/4 of the image)", "kontext", 1,
-                {"off": _variant(rules, enabled=False), "on": _variant(rules)}, rules=rules,
-                target=("on", "off", 1.50), implied=implied,
-                method_cost="per saliency bin, logits from the paste's queries at twice the q/k width")
+    return Case(
+        "looserope (Kontext, paste = 1/4 of the image)",
+        "kontext",
+        1,
+        {"off": _variant(rules, enabled=False), "on": _variant(rules)},
+        rules=rules,
+        target=("on", "off", 1.50),
+        implied=implied,
+        method_cost="per saliency bin, logits from the paste's queries at twice the q/k width",
+    )
 
 
 def transplant_case(side: int) -> Case:
@@ -109,13 +123,18 @@ def transplant_case(side: int) -> Case:
     from mmpos.pipelines.transplant import TransplantIds
 
     source = torch.zeros(side, side, dtype=torch.bool)
-    source[: side // 4, : side // 4] = True             # the reference object in a canvas corner
+    source[: side // 4, : side // 4] = True  # the reference object in a canvas corner
     target = torch.zeros(side, side, dtype=torch.bool)
-    target[side // 4: 3 * side // 4, side // 3: 2 * side // 3] = True
+    target[side // 4 : 3 * side // 4, side // 3 : 2 * side // 3] = True
     rewrite = TransplantIds(transplant_ids((side, side), source, target), tau=0.85)
-    return Case("pe transplant (Fill, transplant window)", "fill", 1,
-                {"off": _variant(enabled=False), "on": _variant(rewriters=(rewrite,))},
-                target=("on", "off", 1.05), method_cost="none beyond the canvas (only the ids change)")
+    return Case(
+        "pe transplant (Fill, transplant window)",
+        "fill",
+        1,
+        {"off": _variant(enabled=False), "on": _variant(rewriters=(rewrite,))},
+        target=("on", "off", 1.05),
+        method_cost="none beyond the canvas (only the ids change)",
+    )
 
 
 FAMILY_AXES = {"flux2": (32, 32, 32, 32), "qwen": (16, 56, 56)}  # FLUX.2 / Klein, Qwen-Image

@@ -9,6 +9,7 @@ without the hooks (the stock model); "on" is inside the transplant window (ids /
 forward). LooseRoPE's "off" is its pipeline with ``enabled=False`` (edit processors installed, falling through);
 "on" is step 0 with a paste of 1/4 of the image (5 bins).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -29,20 +30,29 @@ def flux2_inputs(side, text, condition: bool, dtype, device, sigma=1.0, text_dim
     grid = torch.cartesian_prod(torch.arange(1), torch.arange(side), torch.arange(side), torch.arange(1))
     ids = torch.cat([grid, grid + torch.tensor([10, 0, 0, 0])]) if condition else grid
     txt_ids = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(text))
-    return dict(hidden_states=_rand(g, dtype, device, 1, ids.shape[0], 128),
-                encoder_hidden_states=_rand(g, dtype, device, 1, text, text_dim),
-                timestep=torch.full((1,), sigma, device=device, dtype=dtype), guidance=None,
-                img_ids=ids[None].to(device), txt_ids=txt_ids[None].to(device), return_dict=False)
+    return dict(
+        hidden_states=_rand(g, dtype, device, 1, ids.shape[0], 128),
+        encoder_hidden_states=_rand(g, dtype, device, 1, text, text_dim),
+        timestep=torch.full((1,), sigma, device=device, dtype=dtype),
+        guidance=None,
+        img_ids=ids[None].to(device),
+        txt_ids=txt_ids[None].to(device),
+        return_dict=False,
+    )
 
 
 def qwen_inputs(side, text, condition: bool, dtype, device, sigma=1.0, text_dim=256):
     g = torch.Generator().manual_seed(0)
     shapes = [(1, side, side)] + ([(1, side, side)] if condition else [])
     tokens = sum(f * h * w for f, h, w in shapes)
-    return dict(hidden_states=_rand(g, dtype, device, 1, tokens, 64),
-                encoder_hidden_states=_rand(g, dtype, device, 1, text, text_dim),
-                encoder_hidden_states_mask=torch.ones(1, text, device=device, dtype=torch.long),
-                timestep=torch.full((1,), sigma, device=device, dtype=dtype), img_shapes=[shapes], return_dict=False)
+    return dict(
+        hidden_states=_rand(g, dtype, device, 1, tokens, 64),
+        encoder_hidden_states=_rand(g, dtype, device, 1, text, text_dim),
+        encoder_hidden_states_mask=torch.ones(1, text, device=device, dtype=torch.long),
+        timestep=torch.full((1,), sigma, device=device, dtype=dtype),
+        img_shapes=[shapes],
+        return_dict=False,
+    )
 
 
 @dataclass
@@ -50,20 +60,19 @@ class FamilyCase:
     name: str
     transformer: torch.nn.Module
     inputs: dict
-    variants: dict          # name -> context manager factory (entered around the timed forwards)
-    target: tuple           # (variant, baseline, max ratio)
+    variants: dict  # name -> context manager factory (entered around the timed forwards)
+    target: tuple  # (variant, baseline, max ratio)
     method_cost: str = ""
 
 
 def _transplant_hooks(family, side):
     from mmpos.coords.edits import transplant_ids
-    from mmpos.pipelines.family_transplant import (Flux2TransplantIds, QwenTransplantTables,
-                                                   TransplantHooks)
+    from mmpos.pipelines.family_transplant import Flux2TransplantIds, QwenTransplantTables, TransplantHooks
 
     source = torch.zeros(side, side, dtype=torch.bool)
-    source[: side // 4, : side // 4] = True             # the reference object in a canvas corner
+    source[: side // 4, : side // 4] = True  # the reference object in a canvas corner
     target = torch.zeros(side, side, dtype=torch.bool)
-    target[side // 4: 3 * side // 4, side // 3: 2 * side // 3] = True
+    target[side // 4 : 3 * side // 4, side // 3 : 2 * side // 3] = True
     ids = transplant_ids((side, side), source, target)
     if family == "flux2":
         return lambda model: TransplantHooks(model, Flux2TransplantIds(ids, (side, side), tau=0.85))
@@ -79,9 +88,14 @@ def transplant_case(family, model, size, dtype, device) -> FamilyCase:
     inputs = INPUTS[family](side, text, family == "flux2", dtype, device, text_dim=text_dim)
     hooks = _transplant_hooks(family, side)
     tokens = "canvas + its t=10 copy" if family == "flux2" else "canvas"
-    return FamilyCase(f"pe transplant ({NAMES[family][0]}, {tokens})", model, inputs,
-                      {"off": lambda: _Nothing(), "on": lambda: hooks(model)}, ("on", "off", 1.05),
-                      "ids (FLUX.2) / table rows (Qwen) of the moved tokens rewritten per forward")
+    return FamilyCase(
+        f"pe transplant ({NAMES[family][0]}, {tokens})",
+        model,
+        inputs,
+        {"off": lambda: _Nothing(), "on": lambda: hooks(model)},
+        ("on", "off", 1.05),
+        "ids (FLUX.2) / table rows (Qwen) of the moved tokens rewritten per forward",
+    )
 
 
 class _LooseSession:
@@ -96,7 +110,7 @@ class _LooseSession:
         self.scheduler = FlowMatchEulerDiscreteScheduler()
         self.scheduler.set_timesteps(28)
         layers = len(model.transformer_blocks) + len(getattr(model, "single_transformer_blocks", ()))
-        self.context = EditContext(rules={i: rule for i in range(layers)}, enabled=enabled)
+        self.context = EditContext(rules=dict.fromkeys(range(layers), rule), enabled=enabled)
         self._session = self._handle = None
 
     def __enter__(self):
@@ -120,15 +134,22 @@ def loose_case(family, model, size, dtype, device) -> FamilyCase:
     side, text, _, _, _, text_dim = size
     pixels = side * 16
     crop = torch.zeros(pixels, pixels, dtype=torch.bool)
-    crop[pixels // 4: 3 * pixels // 4, pixels // 4: 3 * pixels // 4] = True
+    crop[pixels // 4 : 3 * pixels // 4, pixels // 4 : 3 * pixels // 4] = True
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
     inputs = INPUTS[family](side, text, True, dtype, device, text_dim=text_dim)
     recorder = ForwardInputs()
     rule = FamilyLooseRule(LooseConfig(saliency_blur=0), POSITIONS[family], model, recorder, saliency, crop)
-    case = FamilyCase(f"looserope ({NAMES[family][1]}, paste = 1/4 of the image)", model, inputs,
-                      {"off": lambda: _LooseSession(model, rule, recorder, False),
-                       "on": lambda: _LooseSession(model, rule, recorder, True)},
-                      ("on", "off", 1.50), "per saliency bin, logits from the paste's queries at twice the q/k width")
+    case = FamilyCase(
+        f"looserope ({NAMES[family][1]}, paste = 1/4 of the image)",
+        model,
+        inputs,
+        {
+            "off": lambda: _LooseSession(model, rule, recorder, False),
+            "on": lambda: _LooseSession(model, rule, recorder, True),
+        },
+        ("on", "off", 1.50),
+        "per saliency bin, logits from the paste's queries at twice the q/k width",
+    )
     case.implied = _loose_implied
     return case
 
@@ -168,8 +189,13 @@ def time_family_case(case: FamilyCase, repeats: int, device, timed: Callable) ->
                 samples[name].append(seconds)
     ms = {name: statistics.median(values) * 1e3 for name, values in samples.items()}
     fastest = {name: min(values) * 1e3 for name, values in samples.items()}  # robust to a loaded machine
-    return dict(ms=ms, min_ms=fastest, implied=implied, off_equals_stock=bool(torch.equal(outputs["off"], stock)),
-                max_change=float((outputs["on"].float() - stock.float()).abs().max()))
+    return dict(
+        ms=ms,
+        min_ms=fastest,
+        implied=implied,
+        off_equals_stock=bool(torch.equal(outputs["off"], stock)),
+        max_change=float((outputs["on"].float() - stock.float()).abs().max()),
+    )
 
 
 def family_rows(family: str, size: tuple, dtype, device, repeats: int, timed=None) -> list[dict]:
@@ -187,15 +213,25 @@ def family_rows(family: str, size: tuple, dtype, device, repeats: int, timed=Non
         variant, baseline, limit = case.target
         ratio = result["ms"][variant] / result["ms"][baseline]
         text = case.inputs["encoder_hidden_states"].shape[1]
-        rows.append(dict(case=case.name, tokens=case.inputs["hidden_states"].shape[1] + text, batch=1,
-                         ms={k: round(v, 2) for k, v in result["ms"].items()}, peak_mib={},
-                         min_ms={k: round(v, 2) for k, v in result["min_ms"].items()},
-                         min_on_vs_off=round(result["min_ms"]["on"] / result["min_ms"]["off"], 3),
-                         on_vs_off=round(ratio, 3), target=f"{variant} / {baseline} <= {limit}",
-                         ratio=round(ratio, 3), met=ratio <= limit,
-                         implied_attention_work=round(result["implied"], 3),
-                         method_cost=case.method_cost, off_equals_stock=result["off_equals_stock"],
-                         max_change=result["max_change"]))
+        rows.append(
+            dict(
+                case=case.name,
+                tokens=case.inputs["hidden_states"].shape[1] + text,
+                batch=1,
+                ms={k: round(v, 2) for k, v in result["ms"].items()},
+                peak_mib={},
+                min_ms={k: round(v, 2) for k, v in result["min_ms"].items()},
+                min_on_vs_off=round(result["min_ms"]["on"] / result["min_ms"]["off"], 3),
+                on_vs_off=round(ratio, 3),
+                target=f"{variant} / {baseline} <= {limit}",
+                ratio=round(ratio, 3),
+                met=ratio <= limit,
+                implied_attention_work=round(result["implied"], 3),
+                method_cost=case.method_cost,
+                off_equals_stock=result["off_equals_stock"],
+                max_change=result["max_change"],
+            )
+        )
     return rows
 
 

@@ -4,15 +4,15 @@ medians noisy; CPU only).
 
     OMP_NUM_THREADS=1 python benchmarks/profile_family_edit.py --size flux-tokens
 """
+
 from __future__ import annotations
 
 import argparse
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
 import bench_edit
 import family_edit_cases
+import torch
+from torch.profiler import ProfilerActivity, profile
 
 
 def cpu_seconds(step) -> float:
@@ -31,15 +31,19 @@ def main(argv=None) -> int:
     size, dtype, device = bench_edit.SIZES[args.size], bench_edit.DTYPES[args.dtype], torch.device("cpu")
     for family in bench_edit.FAMILIES:
         model = bench_edit.build_family_transformer(family, *size[2:6], dtype, device)
-        for case in (family_edit_cases.transplant_case(family, model, size, dtype, device),
-                     family_edit_cases.loose_case(family, model, size, dtype, device)):
+        for case in (
+            family_edit_cases.transplant_case(family, model, size, dtype, device),
+            family_edit_cases.loose_case(family, model, size, dtype, device),
+        ):
             seconds = {}
             with torch.no_grad():
                 for name, make in case.variants.items():
                     with make():
                         seconds[name] = cpu_seconds(lambda: model(**case.inputs)[0])
-            print(f"{case.name:62s} off {seconds['off']:.2f} s  on {seconds['on']:.2f} s  "
-                  f"on/off {seconds['on'] / seconds['off']:.3f}")
+            print(
+                f"{case.name:62s} off {seconds['off']:.2f} s  on {seconds['on']:.2f} s  "
+                f"on/off {seconds['on'] / seconds['off']:.3f}"
+            )
     return 0
 
 

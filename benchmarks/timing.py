@@ -1,4 +1,5 @@
 """One timing loop for the benchmarks: median wall time, synchronising CUDA around each call."""
+
 from __future__ import annotations
 
 import statistics

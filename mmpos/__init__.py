@@ -7,15 +7,38 @@
 The exports below are loaded on first use (``import mmpos`` alone imports no torch), so the ``mmpos`` command
 parses its arguments before any heavy import.
 """
+
 from importlib import import_module
 
-_EXPORTS = {name: ".encodings" for name in ("Capabilities", "PEKind", "RotaryPE", "create_pe", "list_pes",
-                                            "pe_capabilities", "pe_class", "register_pe")}
-__all__ = ["create_pe", "list_pes", "pe_capabilities", "pe_class", "register_pe", "Capabilities", "PEKind",
-           "RotaryPE", "__version__"]
+_EXPORTS = dict.fromkeys(
+    ("Capabilities", "PEKind", "RotaryPE", "create_pe", "list_pes", "pe_capabilities", "pe_class", "register_pe"),
+    ".encodings",
+)
+__all__ = [
+    "create_pe",
+    "list_pes",
+    "pe_capabilities",
+    "pe_class",
+    "register_pe",
+    "Capabilities",
+    "PEKind",
+    "RotaryPE",
+    "__version__",
+]
 
 
-_SUBPACKAGES = ("camera", "coords", "encodings", "integrations", "models", "ops", "spectrum", "training", "viz", "world")
+_SUBPACKAGES = (
+    "camera",
+    "coords",
+    "encodings",
+    "integrations",
+    "models",
+    "ops",
+    "spectrum",
+    "training",
+    "viz",
+    "world",
+)
 
 
 def _installed_version() -> str:

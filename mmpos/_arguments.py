@@ -1,5 +1,6 @@
 """Argument checks and ``argparse`` helpers that need no torch: the command tree parses and validates its
 arguments with them before any heavy module is imported (``mmpos --help`` imports neither torch nor diffusers)."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,6 +33,7 @@ def check_even(name: str, value: int) -> int:
 
 
 # ----- command lines: argparse types and a parser whose errors are one line --------------------------------------
+
 
 def positive_int_arg(text: str) -> int:
     """argparse ``type=`` for counts (``--steps``, ``--count``): argparse names the option in the error."""

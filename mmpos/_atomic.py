@@ -5,6 +5,7 @@ A file writer not told to replace (``replace=False``) publishes with an exclusiv
 name meanwhile (another process's output) is kept and :class:`OutputTakenError` raised. A command's output folder
 (:func:`output_folder_written`) is written under a lock beside it (``.<name>.lock``, released by the kernel if the
 process dies): a second writer of the same folder gets :class:`ConcurrentWriteError` at once."""
+
 from __future__ import annotations
 
 import errno
@@ -124,8 +125,10 @@ def output_lock(path) -> Iterator[Path]:
         except OSError as error:
             os.close(handle)
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise ConcurrentWriteError(f"{path}: another process is writing it now (it holds {lock}); wait for "
-                                           "it to finish or choose another --out") from None
+                raise ConcurrentWriteError(
+                    f"{path}: another process is writing it now (it holds {lock}); wait for "
+                    "it to finish or choose another --out"
+                ) from None
             raise
         try:
             same = os.fstat(handle).st_ino == os.stat(lock).st_ino

@@ -8,6 +8,7 @@ below 1 out). The earlier names ``dolly_in``, ``dolly_out``, ``zoom_in`` and ``z
 amount is a size; the name gives the direction). Plain Python (no torch): ``--help`` texts read it; the
 trajectories are :func:`mmpos.camera.vocabulary.motion_trajectory`.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,11 +16,25 @@ from dataclasses import dataclass
 
 MOTIONS = ("orbit", "arc", "dolly", "pan", "tilt", "roll", "zoom")
 DEFAULT_AMOUNTS = {"orbit": 360.0, "arc": 60.0, "dolly": 1.0, "pan": 45.0, "tilt": 30.0, "roll": 30.0, "zoom": 2.0}
-UNITS = {"orbit": "DEGREES", "arc": "DEGREES", "dolly": "UNITS", "pan": "DEGREES", "tilt": "DEGREES",
-         "roll": "DEGREES", "zoom": "FACTOR"}
+UNITS = {
+    "orbit": "DEGREES",
+    "arc": "DEGREES",
+    "dolly": "UNITS",
+    "pan": "DEGREES",
+    "tilt": "DEGREES",
+    "roll": "DEGREES",
+    "zoom": "FACTOR",
+}
 ALIASES = {"dolly_in": "dolly", "dolly_out": "dolly", "zoom_in": "zoom", "zoom_out": "zoom"}
-KEYWORDS = {"orbit": "degrees", "arc": "degrees", "pan": "degrees", "tilt": "degrees", "roll": "degrees",
-            "dolly": "distance", "zoom": "factor"}  # the amount's argument in mmpos.camera.presets
+KEYWORDS = {
+    "orbit": "degrees",
+    "arc": "degrees",
+    "pan": "degrees",
+    "tilt": "degrees",
+    "roll": "degrees",
+    "dolly": "distance",
+    "zoom": "factor",
+}  # the amount's argument in mmpos.camera.presets
 
 
 @dataclass(frozen=True)
@@ -36,8 +51,10 @@ class CameraMotion:
 def vocabulary_help() -> str:
     """One line for ``--help``: every name with its amount's unit and default."""
     names = ", ".join(f"{name}[:{UNITS[name]}]" for name in MOTIONS)
-    return (f"{names} (signed; defaults {', '.join(f'{n}:{a:g}' for n, a in DEFAULT_AMOUNTS.items())}; "
-            "aliases dolly_in, dolly_out, zoom_in, zoom_out)")
+    return (
+        f"{names} (signed; defaults {', '.join(f'{n}:{a:g}' for n, a in DEFAULT_AMOUNTS.items())}; "
+        "aliases dolly_in, dolly_out, zoom_in, zoom_out)"
+    )
 
 
 def is_motion(spec: str) -> bool:
@@ -51,8 +68,10 @@ def parse_motion(spec: str, defaults: dict | None = None) -> CameraMotion:
     ``defaults``: a model's own amounts for names given without one (else :data:`DEFAULT_AMOUNTS`)."""
     name, _, amount_text = spec.removeprefix("preset:").partition(":")
     if name not in MOTIONS and name not in ALIASES:
-        raise ValueError(f"unknown camera motion {name!r}; expected one of {', '.join(MOTIONS)} "
-                         f"(aliases: {', '.join(ALIASES)}), e.g. orbit:35 or dolly:-0.5")
+        raise ValueError(
+            f"unknown camera motion {name!r}; expected one of {', '.join(MOTIONS)} "
+            f"(aliases: {', '.join(ALIASES)}), e.g. orbit:35 or dolly:-0.5"
+        )
     motion = ALIASES.get(name, name)
     try:
         amount = float(amount_text) if amount_text else {**DEFAULT_AMOUNTS, **(defaults or {})}[motion]

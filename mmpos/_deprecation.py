@@ -1,5 +1,6 @@
 """Old import paths kept for one release, each warning (``DeprecationWarning``) with both paths: a module's
 ``__getattr__`` for moved names (:func:`moved_names`), an import hook for moved submodules (:func:`moved_modules`)."""
+
 from __future__ import annotations
 
 import importlib.abc
@@ -17,8 +18,11 @@ def moved_names(old_module: str, new_homes: dict[str, str]):
         if name not in new_homes:
             raise AttributeError(f"module {old_module!r} has no attribute {name!r}")
         new_module, _, new_name = new_homes[name].partition(":")
-        warnings.warn(f"{old_module}.{name} moved to {new_module}.{new_name or name}; the old path goes in the next "
-                      "release", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{old_module}.{name} moved to {new_module}.{new_name or name}; the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(import_module(new_module), new_name or name)
 
     return __getattr__
@@ -40,8 +44,9 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         new_name = self.moves[spec.name.rpartition(".")[2]]
-        warnings.warn(f"{spec.name} moved to {new_name}; the old path goes in the next release", DeprecationWarning,
-                      stacklevel=2)  # the import machinery's frames are skipped: this names the importing line
+        warnings.warn(
+            f"{spec.name} moved to {new_name}; the old path goes in the next release", DeprecationWarning, stacklevel=2
+        )  # the import machinery's frames are skipped: this names the importing line
         module = import_module(new_name)
         self._specs[spec.name] = module.__spec__
         return module

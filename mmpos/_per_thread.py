@@ -3,6 +3,7 @@
 Modules shared by several threads (one model serving requests) keep their per-call state (a diffusion step's
 sigma, a forward's patch grid, its camera) in a :class:`PerThread`, never in a plain attribute.
 """
+
 from __future__ import annotations
 
 import threading

@@ -6,6 +6,7 @@ file of its per-parameter tensors plus JSON for the rest. Files in a torch forma
 read with ``torch.load(weights_only=True)`` (tensors, containers, numbers and strings only): one that holds any
 other object is refused naming the file, and nothing in it runs.
 """
+
 from __future__ import annotations
 
 import base64
@@ -36,11 +37,14 @@ def load_torch_file(path, map_location="cpu", allow_numpy: bool = False):
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UnsafeStateError(f"{path}: refused: it holds pickled objects other than tensors and plain values "
-                               f"(loading it could run code; {first})") from None
+        raise UnsafeStateError(
+            f"{path}: refused: it holds pickled objects other than tensors and plain values "
+            f"(loading it could run code; {first})"
+        ) from None
     except (OSError, EOFError, RuntimeError, ValueError, KeyError) as error:
-        raise UnsafeStateError(f"{path}: cannot be read ({type(error).__name__}: {' '.join(str(error).split())})") \
-            from None
+        raise UnsafeStateError(
+            f"{path}: cannot be read ({type(error).__name__}: {' '.join(str(error).split())})"
+        ) from None
 
 
 def _numpy_globals() -> list:
@@ -90,6 +94,7 @@ def write_tensors(path, tensors: dict[str, torch.Tensor]) -> None:
 
 # ---------------------------------------------------------------------------------------------------- RNG
 
+
 def _bytes_to_text(state: torch.Tensor) -> str:
     return base64.b64encode(state.cpu().numpy().tobytes()).decode("ascii")
 
@@ -102,9 +107,11 @@ def rng_state() -> dict:
     """The generators of python, numpy, torch (CPU and every CUDA device) as JSON-able values."""
     version, internal, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"python": [version, list(internal), gauss],
-             "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-             "torch": _bytes_to_text(torch.get_rng_state())}
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": _bytes_to_text(torch.get_rng_state()),
+    }
     if torch.cuda.is_available():
         state["cuda"] = [_bytes_to_text(s) for s in torch.cuda.get_rng_state_all()]
     return state
@@ -130,6 +137,7 @@ def set_rng_state(state: dict) -> None:
 
 # ---------------------------------------------------------------------------------------------------- optimizer
 
+
 def split_optimizer_state(state_dict: dict) -> tuple[dict[str, torch.Tensor], dict]:
     """``optimizer.state_dict()`` -> (tensors ``{"<param id>/<name>": tensor}``, JSON-able rest)."""
     tensors, values = {}, {}
@@ -152,6 +160,7 @@ def join_optimizer_state(tensors: dict[str, torch.Tensor], rest: dict, like: dic
         state.setdefault(int(param_id), {})[name] = tensor
     groups = []
     for saved, live in zip(rest["param_groups"], like["param_groups"] + [{}] * len(rest["param_groups"])):
-        groups.append({k: tuple(v) if isinstance(live.get(k), tuple) and isinstance(v, list) else v
-                       for k, v in saved.items()})
+        groups.append(
+            {k: tuple(v) if isinstance(live.get(k), tuple) and isinstance(v, list) else v for k, v in saved.items()}
+        )
     return {"state": state, "param_groups": groups}

@@ -1,4 +1,5 @@
 """Argument checks shared by every module: each error names the argument and what was expected."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,16 @@ from typing import Sequence
 import torch
 
 from ._arguments import (  # noqa: F401  (re-exported: the torch-free checks and argparse helpers)
-    DefaultsHelpFormatter, OneLineErrorParser, check_choice, check_even, check_non_negative_int, check_positive_int,
-    finite_float_arg, positive_int_arg, show_defaults)
+    DefaultsHelpFormatter,
+    OneLineErrorParser,
+    check_choice,
+    check_even,
+    check_non_negative_int,
+    check_positive_int,
+    finite_float_arg,
+    positive_int_arg,
+    show_defaults,
+)
 
 
 def check_finite_number(name: str, value, positive: bool = False) -> float:
@@ -94,12 +103,13 @@ def sequence_length_error(table_length: int, x_shape, seq_dim: int, num_prefix_t
     the other attention layout's token dim fits, it names the ``seq_dim`` to pass ([B, H, L, D]: -2, the default;
     diffusers' Flux / Wan processors' [B, L, H, D]: -3)."""
     ndim = len(x_shape)
-    message = (f"the table has {table_length} positions but x has {x_shape[seq_dim]} tokens with "
-               f"{num_prefix_tokens} prefix token(s), i.e. {x_shape[seq_dim] - num_prefix_tokens} to rotate")
+    message = (
+        f"the table has {table_length} positions but x has {x_shape[seq_dim]} tokens with "
+        f"{num_prefix_tokens} prefix token(s), i.e. {x_shape[seq_dim] - num_prefix_tokens} to rotate"
+    )
     other = -3 if seq_dim in (-2, ndim - 2) else -2
     if ndim >= 3 and x_shape[other] - num_prefix_tokens == table_length:
-        layout = ("[B, L, H, D] (diffusers' Flux / Wan layout)" if other == -3
-                  else "[B, H, L, D] (the default layout)")
+        layout = "[B, L, H, D] (diffusers' Flux / Wan layout)" if other == -3 else "[B, H, L, D] (the default layout)"
         message += f"; x {tuple(x_shape)} looks like {layout}: pass seq_dim={other}"
     return ValueError(message)
 
@@ -114,5 +124,7 @@ def check_finite_loss(loss: torch.Tensor, step: int, kept) -> None:
     finite = torch.isfinite(loss.detach())
     if not bool(finite.all()):
         value = loss.detach().flatten()[~finite.flatten()][0].item()
-        raise NonFiniteLossError(f"loss is {value} at step {step}: training "
-                                 f"diverged (lower the learning rate?); stopped before this step's update. {kept()}")
+        raise NonFiniteLossError(
+            f"loss is {value} at step {step}: training "
+            f"diverged (lower the learning rate?); stopped before this step's update. {kept()}"
+        )

@@ -1,5 +1,6 @@
 """The ``mmpos`` console script (``mmpos.cli:main``): a thin alias of the command tree,
 :mod:`mmpos.pipelines.commands` (one module per command; ``mmpos --help`` lists them)."""
+
 from __future__ import annotations
 
 import sys
@@ -9,10 +10,14 @@ from mmpos.pipelines.commands import build_parser, main
 
 __all__ = ["build_parser", "main"]
 
-__getattr__ = moved_names(__name__, {
-    "DefaultsHelpFormatter": "mmpos._arguments", "show_defaults": "mmpos._arguments",
-    "BENCH_SCRIPT": "mmpos.pipelines.commands.bench",
-})
+__getattr__ = moved_names(
+    __name__,
+    {
+        "DefaultsHelpFormatter": "mmpos._arguments",
+        "show_defaults": "mmpos._arguments",
+        "BENCH_SCRIPT": "mmpos.pipelines.commands.bench",
+    },
+)
 
 if __name__ == "__main__":
     sys.exit(main())

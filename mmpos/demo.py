@@ -1,5 +1,6 @@
 """``mmpos demo``: a figure per registered encoding (spectrum and logit-vs-offset pattern; for camera
 encodings, the pattern across two views), and camera figures (rig, ray and latitude/up maps) in ``cameras/``."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ DEMO_OPTIONS = {"head_dim": 64, "embed_dim": 64, "num_heads": 4, "grid_size": (1
 DEMO_OVERRIDES = {"rayrope": {"head_dim": 48}}  # head_dim must be a multiple of 24 (12 coordinates x 2)
 FIGURE_NOTES = {  # what a figure would leave unexplained
     "mrope": "chunked (t, row, col): rows read pairs 12-21 (0.03-0.002 rad/px), columns pairs 22-31 (< 0.002 rad/px), "
-             "so over +-15 px the logit barely moves, least along columns; MRoPE-I interleaves the axes",
+    "so over +-15 px the logit barely moves, least along columns; MRoPE-I interleaves the axes",
 }
 
 
@@ -23,8 +24,9 @@ def demo_encoding(name: str):
     return create_pe(name, **{k: v for k, v in options.items() if k in valid})
 
 
-def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20, checkpoint=None, source=None,
-             count: int = 6) -> list[Path]:
+def run_demo(
+    out_dir: Path, size: int = 31, world: bool = False, steps: int = 20, checkpoint=None, source=None, count: int = 6
+) -> list[Path]:
     """Spectrum and camera figures; with ``world``, also the mini-world generation/editing figures and
     report.html (from ``source``, a :class:`~mmpos.world.sources.ModelSource`, else ``checkpoint``, else the
     shipped assets when they are there)."""
@@ -45,15 +47,15 @@ def run_demo(out_dir: Path, size: int = 31, world: bool = False, steps: int = 20
         if pe_class(name).capabilities.needs_cameras:
             written.append(camera_encoding_figure(name, out_dir / f"{name}.png"))
         else:
-            written.append(encoding_figure(demo_encoding(name), name, out_dir / f"{name}.png", size,
-                                           FIGURE_NOTES.get(name, "")))
+            written.append(
+                encoding_figure(demo_encoding(name), name, out_dir / f"{name}.png", size, FIGURE_NOTES.get(name, ""))
+            )
     written += demo_camera_figures(out_dir / "cameras")
     if world:
         from mmpos.pipelines.world.demo import run_world_demo, world_models_available
 
         if source is not None or checkpoint is not None or world_models_available():
-            written += run_world_demo(out_dir / "world", checkpoint, steps, count, extra_figures=written,
-                                      source=source)
+            written += run_world_demo(out_dir / "world", checkpoint, steps, count, extra_figures=written, source=source)
         else:
             print("no trained world models in assets/; wrote the encoding figures only")
     return written

@@ -6,24 +6,37 @@ camera-controlled Wan video (:mod:`.camera_pipeline`) and the mini-world's image
 all share an explicit edit context set by a transformer pre-forward hook (:mod:`.context`). Exports are loaded on
 first use, so ``mmpos`` commands that do not edit never import diffusers.
 """
+
 from importlib import import_module
 
 _EXPORTS = {
-    "BandConfig": ".band", "BandModulationFluxPipeline": ".band_pipeline",
-    "BandModulationKontextPipeline": ".band_pipeline", "BAND_PIPELINES": ".band_families",
-    "BandModulationFlux2Pipeline": ".band_families", "BandModulationFlux2KleinPipeline": ".band_families",
-    "BandModulationQwenImagePipeline": ".band_families", "BandModulationZImagePipeline": ".band_families",
+    "BandConfig": ".band",
+    "BandModulationFluxPipeline": ".band_pipeline",
+    "BandModulationKontextPipeline": ".band_pipeline",
+    "BAND_PIPELINES": ".band_families",
+    "BandModulationFlux2Pipeline": ".band_families",
+    "BandModulationFlux2KleinPipeline": ".band_families",
+    "BandModulationQwenImagePipeline": ".band_families",
+    "BandModulationZImagePipeline": ".band_families",
     "BandModulationQwenImage21Pipeline": ".band_families",
-    "EditContext": ".context", "EditSession": ".context",
-    "TokenSegments": ".context", "LooseConfig": ".loose", "LooseRoPEKontextPipeline": ".loose_pipeline",
-    "LOOSE_PIPELINES": ".loose_family_pipeline", "LooseRoPEKleinPipeline": ".loose_family_pipeline",
-    "LooseRoPEQwenEditPipeline": ".loose_family_pipeline", "LooseRoPEQwenEditPlusPipeline": ".loose_family_pipeline",
-    "TransplantConfig": ".transplant", "PosBridgeFillPipeline": ".transplant_pipeline",
+    "EditContext": ".context",
+    "EditSession": ".context",
+    "TokenSegments": ".context",
+    "LooseConfig": ".loose",
+    "LooseRoPEKontextPipeline": ".loose_pipeline",
+    "LOOSE_PIPELINES": ".loose_family_pipeline",
+    "LooseRoPEKleinPipeline": ".loose_family_pipeline",
+    "LooseRoPEQwenEditPipeline": ".loose_family_pipeline",
+    "LooseRoPEQwenEditPlusPipeline": ".loose_family_pipeline",
+    "TransplantConfig": ".transplant",
+    "PosBridgeFillPipeline": ".transplant_pipeline",
     "TRANSPLANT_PIPELINES": ".family_transplant_pipeline",
     "PosBridgeKleinInpaintPipeline": ".family_transplant_pipeline",
     "PosBridgeQwenInpaintPipeline": ".family_transplant_pipeline",
-    "load_pipeline": ".loading", "CameraControlWanPipeline": ".camera_pipeline",
-    "CameraControlWanImageToVideoPipeline": ".camera_pipeline", "load_camera_adapter": ".camera_pipeline",
+    "load_pipeline": ".loading",
+    "CameraControlWanPipeline": ".camera_pipeline",
+    "CameraControlWanImageToVideoPipeline": ".camera_pipeline",
+    "load_camera_adapter": ".camera_pipeline",
     "WorldVideoPipeline": ".world_video",
 }
 

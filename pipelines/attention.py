@@ -14,6 +14,7 @@ the IP-Adapter term (a decoupled cross-attention from the image queries, before 
 it has no positions) is computed as the IP-Adapter processor beneath computes it and returned beside the rule's
 output, so a loaded IP-Adapter keeps acting on edited layers unchanged.
 """
+
 from __future__ import annotations
 
 import functools
@@ -97,8 +98,16 @@ class EditAttnProcessor:
     def _parallel_config(self, config):
         self.beneath._parallel_config = config
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None,
-                 ip_hidden_states=None, ip_adapter_masks=None):
+    def __call__(
+        self,
+        attn,
+        hidden_states,
+        encoder_hidden_states=None,
+        attention_mask=None,
+        image_rotary_emb=None,
+        ip_hidden_states=None,
+        ip_adapter_masks=None,
+    ):
         rule = self.context.active_rule(self.layer_index)
         beneath = self.beneath
         given = {"ip_hidden_states": ip_hidden_states, "ip_adapter_masks": ip_adapter_masks}
@@ -149,8 +158,10 @@ class FamilyEditAttnProcessor(EditAttnProcessor):
         if call is None:
             return beneath(attn, **inputs)
         if not hasattr(rule, "attend_call"):
-            raise NotImplementedError(f"{type(rule).__name__} runs on FLUX.1 only (it has no attend_call for the "
-                                      f"{self.adapter.family} edit seam)")
+            raise NotImplementedError(
+                f"{type(rule).__name__} runs on FLUX.1 only (it has no attend_call for the "
+                f"{self.adapter.family} edit seam)"
+            )
         return rule.attend_call(call, self.context)
 
     def layer_rotation(self, adapter, rotary_emb) -> LayerRotation:
@@ -170,13 +181,15 @@ def ip_adapter_term(processor, attn, hidden_states, ip_hidden_states) -> torch.T
     before RoPE, and ``k_i, v_i`` projected from each adapter's image-prompt tokens ``ip_hidden_states[i]``."""
     batch = hidden_states.shape[0]
     query = attn.norm_q(_get_qkv_projections(attn, hidden_states, None)[0].unflatten(-1, (attn.heads, -1)))
-    total = torch.zeros(batch, hidden_states.shape[1], attn.heads * attn.head_dim, dtype=query.dtype,
-                        device=query.device)
+    total = torch.zeros(
+        batch, hidden_states.shape[1], attn.heads * attn.head_dim, dtype=query.dtype, device=query.device
+    )
     for states, scale, to_k, to_v in zip(ip_hidden_states, processor.scale, processor.to_k_ip, processor.to_v_ip):
         key = to_k(states).view(batch, -1, attn.heads, attn.head_dim)
         value = to_v(states).view(batch, -1, attn.heads, attn.head_dim)
-        out = dispatch_attention_fn(query, key, value, backend=processor._attention_backend,
-                                    parallel_config=processor._parallel_config)
+        out = dispatch_attention_fn(
+            query, key, value, backend=processor._attention_backend, parallel_config=processor._parallel_config
+        )
         total += scale * out.reshape(batch, -1, attn.heads * attn.head_dim).to(query.dtype)
     return total
 
@@ -188,8 +201,14 @@ def attend(attn, query, key, value, scale=None, native: bool = False) -> torch.T
     """
     processor = attn.processor
     backend = AttentionBackendName.NATIVE if native else getattr(processor, "_attention_backend", None)
-    return dispatch_attention_fn(query, key, value, scale=scale, backend=backend,
-                                 parallel_config=None if native else getattr(processor, "_parallel_config", None))
+    return dispatch_attention_fn(
+        query,
+        key,
+        value,
+        scale=scale,
+        backend=backend,
+        parallel_config=None if native else getattr(processor, "_parallel_config", None),
+    )
 
 
 def attend_wide(attn, query, key, value, scale: float) -> torch.Tensor:

@@ -13,6 +13,7 @@ Two rules:
   plus the reference's scaled image keys, never to other targets.
 - :class:`ContextBandScaling` (Kontext): the reference is the in-sequence context image; its keys are scaled.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -102,22 +103,28 @@ class _BandRule:
 
     def stock_pair_scales(self, context) -> torch.Tensor:
         """Per-pair scales ``[P]`` float64 of the stock (chunked ``axes_dims``) spectrum at the context's step."""
-        return self._per_forward(context, ("stock",), None,
-                                 lambda: self.config.pair_scales(self.stock_axis_of_pair, _progress(context)))
+        return self._per_forward(
+            context, ("stock",), None, lambda: self.config.pair_scales(self.stock_axis_of_pair, _progress(context))
+        )
 
     def pair_scales(self, context, rotation: LayerRotation) -> torch.Tensor:
         """Per-pair scales ``[P]`` float64 of the layer's spectrum (the ``set_pe`` encoding's, else the stock
         chunked one) at the context's step."""
         if rotation.axis_of_pair is None:
             return self.stock_pair_scales(context)
-        return self._per_forward(context, ("pairs",), rotation,
-                                 lambda: self.config.pair_scales(rotation.axis_of_pair, _progress(context)))
+        return self._per_forward(
+            context, ("pairs",), rotation, lambda: self.config.pair_scales(rotation.axis_of_pair, _progress(context))
+        )
 
     def band_table(self, context, rotation: LayerRotation, tokens: slice, sample: int = 0):
         """The layer's table at ``tokens`` (of batch element ``sample`` where the table is per sample: Z-Image)
         with the band law in each pair's magnitude (built once per forward for the layers that share a table)."""
-        return self._per_forward(context, ("table", tokens.start, tokens.stop, sample), rotation, lambda: scale_pairs(
-            sample_rows(rotation.table, tokens, sample), self.pair_scales(context, rotation)))
+        return self._per_forward(
+            context,
+            ("table", tokens.start, tokens.stop, sample),
+            rotation,
+            lambda: scale_pairs(sample_rows(rotation.table, tokens, sample), self.pair_scales(context, rotation)),
+        )
 
     def _per_forward(self, context, key: tuple, rotation, build):
         """``build()`` once per forward (the pre-forward hook clears ``context.cache``) and per ``rotation`` (held
@@ -133,7 +140,7 @@ def sample_rows(table: RotaryTable, tokens: slice, sample: int = 0) -> RotaryTab
     """The rows ``tokens`` of ``table``; of batch element ``sample`` only for a per-sample table ``[B, G, S, P]``."""
     rows = sequence_slice(table, tokens)
     if rows.cis.dim() == 4 and rows.cis.shape[0] > 1:
-        rows = RotaryTable(rows.cis[sample: sample + 1])
+        rows = RotaryTable(rows.cis[sample : sample + 1])
     return rows
 
 
@@ -170,8 +177,10 @@ class SharedBandAttention(_BandRule):
         batch = call.query.shape[0]
         size = getattr(context, "group_size", None) or batch
         if batch % size or size < 2:
-            raise ValueError("shared band attention needs a batch of [reference, target, ...]; got batch size "
-                             f"{batch}" + (f" in groups of {size}" if size != batch else ""))
+            raise ValueError(
+                "shared band attention needs a batch of [reference, target, ...]; got batch size "
+                f"{batch}" + (f" in groups of {size}" if size != batch else "")
+            )
         groups = batch // size
         outs = [self._group(call, context, slice(g * size, (g + 1) * size)) for g in range(groups)]
         out = outs[0] if groups == 1 else torch.cat(outs, dim=0)
@@ -187,8 +196,9 @@ class SharedBandAttention(_BandRule):
         shared_key = torch.cat([key[1:], ref_key.expand(targets, -1, -1, -1)], dim=1)
         shared_value = torch.cat([value[1:], value[:1, image].expand(targets, -1, -1, -1)], dim=1)
         mask = None if mask is None else mask[group]
-        shared_mask = None if mask is None else torch.cat(
-            [mask[1:], mask.new_ones(targets, image.stop - image.start)], dim=1)
+        shared_mask = (
+            None if mask is None else torch.cat([mask[1:], mask.new_ones(targets, image.stop - image.start)], dim=1)
+        )
         reference_out = call.attend(query[:1], key[:1], value[:1], None if mask is None else mask[:1])
         target_out = call.attend(query[1:], shared_key, shared_value, shared_mask)
         return torch.cat([reference_out, target_out], dim=0)
@@ -205,7 +215,7 @@ def _rotate_rows(rotation: LayerRotation, x: torch.Tensor, group: slice) -> torc
 def _adain_targets(x: torch.Tensor, image: slice) -> torch.Tensor:
     """AdaIN of the targets' image tokens toward the reference's (element 0), before RoPE."""
     targets = adain(x[1:, image], x[:1, image])
-    return torch.cat([x[:1], torch.cat([x[1:, : image.start], targets, x[1:, image.stop:]], dim=1)], dim=0)
+    return torch.cat([x[:1], torch.cat([x[1:, : image.start], targets, x[1:, image.stop :]], dim=1)], dim=0)
 
 
 class ContextBandScaling(_BandRule):
@@ -254,4 +264,4 @@ class ContextBandScaling(_BandRule):
 
 def _adain_target_to_context(x: torch.Tensor, seg) -> torch.Tensor:
     target = adain(x[:, seg.target], x[:, seg.context])
-    return torch.cat([x[:, : seg.target.start], target, x[:, seg.target.stop:]], dim=1)
+    return torch.cat([x[:, : seg.target.start], target, x[:, seg.target.stop :]], dim=1)

@@ -10,6 +10,7 @@ comes from the family's own spectrum (its ``native_axes_dims``, or the ``set_pe`
 maps a family name to its text-to-image band pipeline; ``BAND_PIPELINES_BY_STOCK`` a stock pipeline class name.
 FLUX.2 text-to-image also takes ``reference_image`` (:mod:`.band_reference`): element 0 follows that image, noised.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -33,7 +34,7 @@ def family_layer_rules(transformer, layers, rule) -> dict:
     transformer's attention layers in the installer's order (FLUX.2: double blocks, then single blocks)."""
     count = len(spec_for(transformer).attention_modules(transformer))
     double = len(transformer.transformer_blocks) if hasattr(transformer, "single_transformer_blocks") else count
-    return {i: rule for i in select_layers(layers, count, double)}
+    return dict.fromkeys(select_layers(layers, count, double), rule)
 
 
 def _prompt_count(value) -> int:
@@ -52,8 +53,16 @@ class _FamilyBandMixin:
     _reference_argument = None  # the stock argument holding in-sequence reference images (FLUX.2: "image")
 
     @torch.no_grad()
-    def __call__(self, *args, band=None, reference_image=None, reference_seed: int = 0,
-                 reference_mode: str = "noise", probe=None, **kwargs):
+    def __call__(
+        self,
+        *args,
+        band=None,
+        reference_image=None,
+        reference_seed: int = 0,
+        reference_mode: str = "noise",
+        probe=None,
+        **kwargs,
+    ):
         if probe is not None:
             raise ValueError(f"probe={probe!r}: attention probes run on the FLUX.1 band pipelines only")
         config = coerce_config(BandConfig, band)
@@ -61,14 +70,15 @@ class _FamilyBandMixin:
         axes = family_for(self.transformer).native_axes_dims(self.transformer)
         with_references = self._reference_argument is not None and bound.get(self._reference_argument) is not None
         rule = ContextBandScaling(config, axes) if with_references else SharedBandAttention(config, axes)
-        context = EditContext(rules=family_layer_rules(self.transformer, config.layers, rule),
-                              enabled=config.enabled)
+        context = EditContext(rules=family_layer_rules(self.transformer, config.layers, rule), enabled=config.enabled)
         if not with_references:
             context.group_size = self._check_band_batch(config, bound)
         if reference_image is not None and config.enabled:  # element 0 follows the given image, noised
             if with_references or not hasattr(self, "_given_reference"):
-                raise ValueError(f"reference_image: {type(self).__name__} takes a given reference for "
-                                 "text-to-image band on FLUX.2 only (not with image=)")
+                raise ValueError(
+                    f"reference_image: {type(self).__name__} takes a given reference for "
+                    "text-to-image band on FLUX.2 only (not with image=)"
+                )
             context.rewriters.append(self._given_reference(reference_image, reference_seed, reference_mode, bound))
         with EditSession(self.transformer, context, self.scheduler):
             return super().__call__(*args, **kwargs)
@@ -77,12 +87,16 @@ class _FamilyBandMixin:
         """The ``[reference, target, ...]`` batch (at least two prompts or prompt embeddings; one image each)."""
         per_prompt = bound.get("num_images_per_prompt", 1)
         if per_prompt not in (None, 1):
-            raise ValueError(f"num_images_per_prompt={per_prompt}: band modulation needs 1; give one prompt per "
-                             "image (the batch is [reference, target, ...])")
+            raise ValueError(
+                f"num_images_per_prompt={per_prompt}: band modulation needs 1; give one prompt per "
+                "image (the batch is [reference, target, ...])"
+            )
         batch = _prompt_count(bound.get("prompt")) or _prompt_count(bound.get("prompt_embeds"))
         if config.enabled and batch < 2:
-            raise ValueError("band modulation needs a batch of [reference, target, ...]: at least two prompts or "
-                             f"prompt embeddings, got {batch}")
+            raise ValueError(
+                "band modulation needs a batch of [reference, target, ...]: at least two prompts or "
+                f"prompt embeddings, got {batch}"
+            )
         return batch
 
 

@@ -1,4 +1,5 @@
 """Band modulation pipelines: Flux text-to-image with a shared reference, and Kontext with its context image."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -9,8 +10,8 @@ from diffusers import FluxKontextPipeline, FluxPipeline
 from mmpos._validation import check_choice
 
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
-from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
+from .edit_pipeline import EditPipelineMixin, coerce_config
 from .figures import AttentionProbe
 from .images import as_image_batch, check_token_grid
 
@@ -43,8 +44,17 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
     """
 
     @torch.no_grad()
-    def __call__(self, *args, band=None, reference_image=None, reference_latents: Optional[torch.Tensor] = None,
-                 reference_seed: int = 0, reference_mode: str = "noise", probe: Optional[tuple] = None, **kwargs):
+    def __call__(
+        self,
+        *args,
+        band=None,
+        reference_image=None,
+        reference_latents: Optional[torch.Tensor] = None,
+        reference_seed: int = 0,
+        reference_mode: str = "noise",
+        probe: Optional[tuple] = None,
+        **kwargs,
+    ):
         """``FluxPipeline.__call__`` with band-modulated shared attention over the batch ``[reference, target, ...]``.
 
         Args:
@@ -69,8 +79,9 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
             check_choice("reference_mode", reference_mode, ("noise", "invert"))
             x0 = self._reference_latents(reference_image, reference_latents, kwargs)
             if reference_mode == "noise":
-                noise = torch.randn(x0.shape, generator=torch.Generator("cpu").manual_seed(reference_seed),
-                                    dtype=torch.float32).to(x0.device)
+                noise = torch.randn(
+                    x0.shape, generator=torch.Generator("cpu").manual_seed(reference_seed), dtype=torch.float32
+                ).to(x0.device)
                 context.rewriters.append(_NoisedReference(x0, noise))
             else:
                 context.rewriters.append(_InvertedReference(x0, self.transformer, self.scheduler))
@@ -87,13 +98,24 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
         super().check_inputs(prompt, prompt_2, height, width, *args, prompt_embeds=prompt_embeds, **kwargs)
         enabled, num_images_per_prompt = getattr(self, "_band_batch_check", None) or (True, 1)  # outside a call
         if num_images_per_prompt not in (None, 1):
-            raise ValueError(f"num_images_per_prompt={num_images_per_prompt}: band modulation needs 1; give one "
-                             "prompt per image (the batch is [reference, target, ...])")
-        batch = len(prompt) if isinstance(prompt, list) else 1 if prompt is not None else \
-            prompt_embeds.shape[0] if prompt_embeds is not None else 0
+            raise ValueError(
+                f"num_images_per_prompt={num_images_per_prompt}: band modulation needs 1; give one "
+                "prompt per image (the batch is [reference, target, ...])"
+            )
+        batch = (
+            len(prompt)
+            if isinstance(prompt, list)
+            else 1
+            if prompt is not None
+            else prompt_embeds.shape[0]
+            if prompt_embeds is not None
+            else 0
+        )
         if enabled and batch < 2:
-            raise ValueError(f"band modulation needs a batch of [reference, target, ...]: at least two prompts or "
-                             f"prompt embeddings, got {batch}")
+            raise ValueError(
+                f"band modulation needs a batch of [reference, target, ...]: at least two prompts or "
+                f"prompt embeddings, got {batch}"
+            )
 
     def _reference_latents(self, image, latents, kwargs) -> torch.Tensor:
         height = kwargs.get("height") or self.default_sample_size * self.vae_scale_factor
@@ -103,12 +125,16 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
         if latents is None:
             pixels = as_image_batch("reference_image", image)
             if tuple(pixels.shape[-2:]) != (height, width):
-                raise ValueError(f"reference_image is {pixels.shape[-2]}x{pixels.shape[-1]} pixels; expected the "
-                                 f"output size {height}x{width} (resize it first)")
+                raise ValueError(
+                    f"reference_image is {pixels.shape[-2]}x{pixels.shape[-1]} pixels; expected the "
+                    f"output size {height}x{width} (resize it first)"
+                )
             latents = self.encode_packed(pixels * 2 - 1)
         if latents.ndim != 3 or latents.shape[0] != 1 or latents.shape[1] != expected:
-            raise ValueError(f"reference_latents must be packed [1, {expected}, C] for a {height}x{width} output, "
-                             f"got {tuple(latents.shape)}")
+            raise ValueError(
+                f"reference_latents must be packed [1, {expected}, C] for a {height}x{width} output, "
+                f"got {tuple(latents.shape)}"
+            )
         return latents.float()
 
 
@@ -153,8 +179,10 @@ class _InvertedReference:
 
     def _invert(self, context, kwargs) -> list:
         saved = (context.step, context.num_steps, context.sigma, context.enabled)
-        single = {k: (v[:1] if k in ("encoder_hidden_states", "pooled_projections", "guidance") and v is not None
-                      else v) for k, v in kwargs.items()}
+        single = {
+            k: (v[:1] if k in ("encoder_hidden_states", "pooled_projections", "guidance") and v is not None else v)
+            for k, v in kwargs.items()
+        }
         sigmas = self.scheduler.sigmas.flip(0).tolist()  # 0 = sigma_N < ... < sigma_0
         x = self.x0.to(kwargs["hidden_states"].device, torch.float32)
         states = [x]
@@ -162,8 +190,9 @@ class _InvertedReference:
         try:
             for low, high in zip(sigmas[:-1], sigmas[1:]):
                 timestep = torch.full((1,), low, device=x.device, dtype=kwargs["hidden_states"].dtype)
-                velocity = self.transformer(**{**single, "hidden_states": x.to(kwargs["hidden_states"].dtype),
-                                               "timestep": timestep})[0]
+                velocity = self.transformer(
+                    **{**single, "hidden_states": x.to(kwargs["hidden_states"].dtype), "timestep": timestep}
+                )[0]
                 x = x + (high - low) * velocity.float()
                 states.append(x)
         finally:

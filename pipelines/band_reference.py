@@ -6,6 +6,7 @@ image's, noised to that forward's sigma, ``(1 - sigma) x0 + sigma * eps`` with a
 ``Flux2Pipeline`` encodes reference images (VAE mode, FLUX.2's 2x2 patchify, batch-norm normalisation), packed
 one token per position ``[1, h/2 * w/2, 4C]``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,10 @@ class Flux2GivenReferenceMixin:
         height, width = bound.get("height"), bound.get("width")
         pixels = as_image_batch("reference_image", image)
         if pixels.shape[0] != 1 or (height, width) != tuple(pixels.shape[-2:]):
-            raise ValueError(f"reference_image is {tuple(pixels.shape)}; expected one image of the output size "
-                             f"height={height}, width={width} (pass both, resize the image first)")
+            raise ValueError(
+                f"reference_image is {tuple(pixels.shape)}; expected one image of the output size "
+                f"height={height}, width={width} (pass both, resize the image first)"
+            )
         x0 = self.encode_reference(pixels * 2 - 1)
         noise = torch.randn(x0.shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
         return _NoisedReference(x0, noise.to(x0.device))

@@ -15,6 +15,7 @@ crops the centre by a random factor and scales the intrinsics to match, so image
 ``lens`` augmentation (UCPE's random camera models, :mod:`.lens_augment`) re-renders each frame with another
 camera model (pinhole, OpenCV radial, unified) and returns that model with the poses, for the adapter's rays.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,11 +52,16 @@ def find_clips(root) -> list[Clip]:
 
 def read_clip(folder: Path) -> Clip:
     frames = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    poses = [folder / "trajectory.json"] if (folder / "trajectory.json").is_file() else sorted(
-        p for p in folder.glob("*.txt") if p.name != "caption.txt")
+    poses = (
+        [folder / "trajectory.json"]
+        if (folder / "trajectory.json").is_file()
+        else sorted(p for p in folder.glob("*.txt") if p.name != "caption.txt")
+    )
     if not frames or len(poses) != 1:
-        raise ValueError(f"clip {folder}: expected frames (.png/.jpg) and one pose file (RealEstate10K .txt or "
-                         f"trajectory.json), found {len(frames)} frame(s) and {len(poses)} pose file(s)")
+        raise ValueError(
+            f"clip {folder}: expected frames (.png/.jpg) and one pose file (RealEstate10K .txt or "
+            f"trajectory.json), found {len(frames)} frame(s) and {len(poses)} pose file(s)"
+        )
     trajectory = load_trajectory(poses[0])
     if len(trajectory) != len(frames):
         raise ValueError(f"clip {folder}: {len(frames)} frames but {len(trajectory)} poses in {poses[0].name}")

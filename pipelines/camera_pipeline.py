@@ -11,6 +11,7 @@ size; the adapter's processors are removed after the call, also when it raises.
     load_camera_adapter(pipe, "path/to/adapter")                     # save_pretrained output
     video = pipe("a slow orbit around a house", num_frames=49, camera=preset_trajectory("orbit", 49)).frames[0]
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,13 @@ from diffusers import WanImageToVideoPipeline, WanPipeline
 
 from mmpos._validation import check_finite_number
 from mmpos.camera.video import video_cameras
-from mmpos.integrations.diffusers.camera_adapter import (CameraAdapter, camera_conditioning, check_adapter_fits,
-                                                         placed_like, without_camera)
+from mmpos.integrations.diffusers.camera_adapter import (
+    CameraAdapter,
+    camera_conditioning,
+    check_adapter_fits,
+    placed_like,
+    without_camera,
+)
 
 __all__ = ["CameraControlWanPipeline", "CameraControlWanImageToVideoPipeline", "load_camera_adapter"]
 
@@ -55,6 +61,7 @@ def one_call(pipe):
         call.__dict__["vae"] = _Serialised(pipe.vae, vae_lock, ("encode", "decode"))
     encode_prompt = getattr(call, "encode_prompt", None)
     if encode_prompt is not None:
+
         def serialised_encode_prompt(*args, **kwargs):
             with prompt_lock:
                 return encode_prompt(*args, **kwargs)
@@ -100,8 +107,10 @@ class _CameraControl:
             with without_camera(self.transformer):  # another thread's camera call does not reach this one
                 return super(_CameraControl, one_call(self)).__call__(*args, **kwargs)
         if self.camera_adapter is None:
-            raise ValueError("camera was given but the pipeline has no camera adapter; call "
-                             "load_camera_adapter(pipe, path) or set pipe.camera_adapter first")
+            raise ValueError(
+                "camera was given but the pipeline has no camera adapter; call "
+                "load_camera_adapter(pipe, path) or set pipe.camera_adapter first"
+            )
         check_finite_number("camera_scale", camera_scale)
         adapter = placed_like(self.camera_adapter, self.transformer)  # follows pipe.to(...)
         cameras = self._video_cameras(camera, args, kwargs)
@@ -121,9 +130,14 @@ class _CameraControl:
             num_frames = num_frames // temporal * temporal + 1
         frames = (num_frames - 1) // temporal + 1
         geometry_dtype = torch.float64 if self.transformer.dtype == torch.float64 else torch.float32
-        return video_cameras(camera, (frames, rows, cols), (rows * spatial * patch_h, cols * spatial * patch_w),
-                             dtype=geometry_dtype, device=self.transformer.device,
-                             offset=tuple(self.camera_adapter.config.ray_offset))
+        return video_cameras(
+            camera,
+            (frames, rows, cols),
+            (rows * spatial * patch_h, cols * spatial * patch_w),
+            dtype=geometry_dtype,
+            device=self.transformer.device,
+            offset=tuple(self.camera_adapter.config.ray_offset),
+        )
 
 
 class CameraControlWanPipeline(_CameraControl, WanPipeline):

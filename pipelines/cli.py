@@ -1,5 +1,6 @@
 """Deprecated (one release): ``mmpos edit`` and ``mmpos generate`` moved to :mod:`mmpos.pipelines.commands`
 (``.edit``, ``.generate``); the names below still import from here, with a ``DeprecationWarning``."""
+
 from __future__ import annotations
 
 import sys
@@ -7,22 +8,32 @@ import warnings
 
 from mmpos._deprecation import moved_names
 
-__getattr__ = moved_names(__name__, {
-    "main": "mmpos.pipelines.commands", "METHODS": "mmpos.pipelines.commands.edit",
-    "run_edit": "mmpos.pipelines.commands.edit:run",
-    "split_comma_box": "mmpos.pipelines.commands._options", "report_written": "mmpos.pipelines.run_inputs",
-    "run_generate": "mmpos.pipelines.generate",
-})
+__getattr__ = moved_names(
+    __name__,
+    {
+        "main": "mmpos.pipelines.commands",
+        "METHODS": "mmpos.pipelines.commands.edit",
+        "run_edit": "mmpos.pipelines.commands.edit:run",
+        "split_comma_box": "mmpos.pipelines.commands._options",
+        "report_written": "mmpos.pipelines.run_inputs",
+        "run_generate": "mmpos.pipelines.generate",
+    },
+)
 
 
 def add_commands(subparsers) -> None:
     """Register ``edit`` and ``generate`` on ``subparsers`` (deprecated: their modules' ``register``)."""
-    warnings.warn("mmpos.pipelines.cli.add_commands moved: mmpos.pipelines.commands.edit.register and "
-                  ".generate.register; the old path goes in the next release", DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        "mmpos.pipelines.cli.add_commands moved: mmpos.pipelines.commands.edit.register and "
+        ".generate.register; the old path goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     from mmpos.pipelines.commands import edit, generate
 
     edit.register(subparsers)
     generate.register(subparsers)
+
 
 if __name__ == "__main__":
     from mmpos.pipelines.commands import main

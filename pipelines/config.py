@@ -1,4 +1,5 @@
 """YAML run configs: load, apply ``key.sub=value`` overrides, save next to the outputs."""
+
 from __future__ import annotations
 
 import copy
@@ -44,8 +45,10 @@ def check_config(config: dict, name: str) -> None:
         known |= set(load_config(path))
     unknown = sorted(set(config) - known) if known != set(DERIVED_KEYS) else []
     if unknown:
-        raise ValueError(f"config has unknown top-level key(s) {unknown}; expected keys of configs/{name}.yaml: "
-                         f"{sorted(known - set(DERIVED_KEYS))}")
+        raise ValueError(
+            f"config has unknown top-level key(s) {unknown}; expected keys of configs/{name}.yaml: "
+            f"{sorted(known - set(DERIVED_KEYS))}"
+        )
     for key, value in _leaves(config):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"config key {key} is {value}; expected a finite number")
@@ -79,12 +82,15 @@ def apply_overrides(config: dict, overrides) -> dict:
                 raise KeyError(f"override {item!r}: {part!r} is not a section of the config")
             node = node[part]
         if parts[-1] not in node and not add:
-            raise KeyError(f"override {item!r}: unknown key {parts[-1]!r}; known: {sorted(node)} (use key+=value "
-                           "to add one)")
+            raise KeyError(
+                f"override {item!r}: unknown key {parts[-1]!r}; known: {sorted(node)} (use key+=value to add one)"
+            )
         parsed = yaml.safe_load(value)
         if isinstance(node.get(parts[-1]), dict) and not isinstance(parsed, dict):
-            raise ValueError(f"override {item!r}: {parts[-1]!r} is a section of the config; set its keys "
-                             f"({parts[-1]}.KEY=VALUE) or give a mapping")
+            raise ValueError(
+                f"override {item!r}: {parts[-1]!r} is a section of the config; set its keys "
+                f"({parts[-1]}.KEY=VALUE) or give a mapping"
+            )
         node[parts[-1]] = parsed
     return config
 

@@ -10,6 +10,7 @@ the adapter reads the forward's sigma and finds the token segments from the fami
 ``[text (L_txt) | target (N_t) | context (N_c)]``, Kontext's context image at id axis 0 = 1; see
 :mod:`.segments`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,9 +41,9 @@ class EditContext:
     num_steps: Optional[int] = None
     sigma: Optional[float] = None
     segments: Optional[TokenSegments] = None
-    img_ids: Optional[torch.Tensor] = None   # the ids of this forward, after rewriting (FLUX.1, FLUX.2)
-    layout: Optional[object] = None          # per-layer-kind segments where they differ (Z-Image)
-    group_size: Optional[int] = None         # batch elements per [reference, target, ...] group (batched CFG)
+    img_ids: Optional[torch.Tensor] = None  # the ids of this forward, after rewriting (FLUX.1, FLUX.2)
+    layout: Optional[object] = None  # per-layer-kind segments where they differ (Z-Image)
+    group_size: Optional[int] = None  # batch elements per [reference, target, ...] group (batched CFG)
     enabled: bool = True
     cache: dict = field(default_factory=dict)  # per-forward tables shared by all layers (cleared by the hook)
 
@@ -106,8 +107,10 @@ class EditSession:
     def __enter__(self) -> EditContext:
         installer = ProcessorInstaller.of(self.transformer)
         try:
-            processors = {index: self._processor(index, installer.slots[index])
-                          for index in self._checked_layers(len(installer.slots))}
+            processors = {
+                index: self._processor(index, installer.slots[index])
+                for index in self._checked_layers(len(installer.slots))
+            }
             installer.fill(EDIT, processors, hook=self._pre_forward)
         except BaseException:
             if not installer.filled(EDIT):
@@ -130,8 +133,10 @@ class EditSession:
     def _checked_layers(self, num_layers: int) -> list[int]:
         for index in self.context.rules:
             if not 0 <= index < num_layers:
-                raise ValueError(f"layer index {index} is out of range; the transformer has {num_layers} attention "
-                                 "layers (double blocks first, then single blocks)")
+                raise ValueError(
+                    f"layer index {index} is out of range; the transformer has {num_layers} attention "
+                    "layers (double blocks first, then single blocks)"
+                )
         return list(self.context.rules)
 
     def _pre_forward(self, module, args, kwargs):

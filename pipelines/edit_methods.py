@@ -1,19 +1,25 @@
 """Deprecated (one release): the ``mmpos edit`` methods are registered edit methods now,
 :mod:`mmpos.pipelines.edits` (one module each, its ``cli_run``); the functions below keep their old signatures and
 warn (``DeprecationWarning``)."""
+
 from __future__ import annotations
 
 import warnings
 
 from mmpos._deprecation import moved_names
 
-__getattr__ = moved_names(__name__, {"target_box": "mmpos.pipelines.edits.transplant",
-                                     "image_height_width": "mmpos.pipelines.edits.transplant"})
+__getattr__ = moved_names(
+    __name__,
+    {"target_box": "mmpos.pipelines.edits.transplant", "image_height_width": "mmpos.pipelines.edits.transplant"},
+)
 
 
 def _warn(old: str, new: str) -> None:
-    warnings.warn(f"mmpos.pipelines.edit_methods.{old} moved to {new}; the old path goes in the next release",
-                  DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"mmpos.pipelines.edit_methods.{old} moved to {new}; the old path goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def load_edit_pipeline(kind: str, config):

@@ -1,5 +1,6 @@
 """What every editing pipeline shares: `EditPipelineMixin` (layer rules, an `EditSession` over the pipeline's
 transformer, VAE packing) and `coerce_config` (a config dataclass from an instance, a dict or None)."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -33,7 +34,7 @@ class EditPipelineMixin:
         transformer = self.transformer
         names = attention_layer_names(transformer)
         indices = select_layers(layers, len(names), len(transformer.transformer_blocks))
-        return {i: rule for i in indices}
+        return dict.fromkeys(indices, rule)
 
     def edit_session(self, context: EditContext) -> EditSession:
         return EditSession(self.transformer, context, self.scheduler)

@@ -5,6 +5,7 @@ The preset goes to the transformer's row and column axes through ``set_pe(..., "
 the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, Qwen-Image:
 1328 px -> 83 x 83, the world t2i model: 32 px -> 8 x 8). Above it the chosen schedule acts; at or below it the model is stock, bit for bit.
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,9 +20,9 @@ AXES = ("row", "col")
 def parse_extrapolate(text: str) -> dict:
     """``"dype"`` -> ``{"row": "dype", "col": "dype"}``; ``"row=dype,col=ntk"`` per axis (an axis left out: none)."""
     if "=" not in text:
-        presets = {axis: text for axis in AXES}
+        presets = dict.fromkeys(AXES, text)
     else:
-        presets, given = {axis: "none" for axis in AXES}, set()
+        presets, given = dict.fromkeys(AXES, "none"), set()
         for item in text.split(","):
             axis, _, preset = item.partition("=")
             if axis not in AXES:
@@ -65,10 +66,12 @@ def check_extrapolate_setting(setting, presets: dict) -> None:
         raise ValueError(f"extrapolate: expected a mapping (preset, train_size, options), got {setting!r}")
     size = setting.get("train_size", "auto")
     items = size if isinstance(size, (list, tuple)) and len(size) == 2 else [size]
-    if size != "auto" and not all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-                                  and v > 0 for v in items):
-        raise ValueError(f"extrapolate.train_size={size!r}: expected 'auto', a positive number of pixels or "
-                         "[height, width]")
+    if size != "auto" and not all(
+        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in items
+    ):
+        raise ValueError(
+            f"extrapolate.train_size={size!r}: expected 'auto', a positive number of pixels or [height, width]"
+        )
     options = setting.get("options") or {}
     if not isinstance(options, dict):
         raise ValueError(f"extrapolate.options={options!r}: expected a mapping of {', '.join(OPTION_KEYS)}")
@@ -97,11 +100,17 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
     image = {}
     for axis, index, length in zip(AXES, family.image_axes, grid):
         preset = presets[axis]
-        image[axis] = per_axis[index] = None if preset == "none" else extrapolation_preset(preset, (length,),
-                                                                                           **options)[0]
+        image[axis] = per_axis[index] = (
+            None if preset == "none" else extrapolation_preset(preset, (length,), **options)[0]
+        )
     if all(entry is None for entry in per_axis):
         return {"presets": presets, "train_size": [train_h, train_w], "schedules": None}
     set_pe(pipe.transformer, "native", extrapolation=per_axis)
     schedules = {axis: None if entry is None else entry.describe() for axis, entry in image.items()}
-    return {"presets": presets, "train_size": [train_h, train_w], "trained_grid": list(grid),
-            "options": options, "schedules": schedules}
+    return {
+        "presets": presets,
+        "train_size": [train_h, train_w],
+        "trained_grid": list(grid),
+        "options": options,
+        "schedules": schedules,
+    }

@@ -16,6 +16,7 @@ transplant_ids` gives ``(index, row, col)`` per canvas token; here they become t
 Both are active while ``sigma >= tau`` (sigma read from the forward's timestep by the family); below ``tau`` and
 with the transplant off every table is the model's own, bit for bit.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -51,9 +52,11 @@ def canvas_cells(coords: torch.Tensor, grid: tuple[int, int], offset: tuple[floa
     r = coords[:, 0].double() - offset[0]
     c = coords[:, 1].double() - offset[1]
     if bool(((r != r.round()) | (c != c.round()) | (r < 0) | (r >= rows) | (c < 0) | (c >= cols)).any()):
-        raise ValueError(f"the canvas tokens' coordinates do not form the {rows}x{cols} canvas grid; the canvas and "
-                         "the pipeline's height/width disagree")
-    return (r.long() * cols + c.long())
+        raise ValueError(
+            f"the canvas tokens' coordinates do not form the {rows}x{cols} canvas grid; the canvas and "
+            "the pipeline's height/width disagree"
+        )
+    return r.long() * cols + c.long()
 
 
 class Flux2TransplantIds:
@@ -76,8 +79,10 @@ class Flux2TransplantIds:
         canvas = flat[:, 0] == 0
         cells = canvas_cells(flat[canvas][:, 1:3], self.grid)
         if cells.numel() != self.grid[0] * self.grid[1]:
-            raise ValueError(f"img_ids hold {cells.numel()} canvas tokens (t = 0); the {self.grid[0]}x{self.grid[1]} "
-                             "canvas has one per cell")
+            raise ValueError(
+                f"img_ids hold {cells.numel()} canvas tokens (t = 0); the {self.grid[0]}x{self.grid[1]} "
+                "canvas has one per cell"
+            )
         rewritten = flat.to(torch.float32, copy=True)  # stock ids are int64: fractional positions need fp32
         rewritten[canvas] = self.ids.to(flat.device)[cells]
         self.active_calls += 1

@@ -5,6 +5,7 @@
 - transplant: the canvas, the inpaint region and the row / column ids every token has while transplanting;
 - LooseRoPE: token saliency, bins, loosening factor and logit factor per token.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -68,8 +69,9 @@ class AttentionProbe:
         return self.rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context)
 
 
-def band_attention_maps(query: torch.Tensor, key: torch.Tensor, axes_dims, grid, token: int, target: int = 1,
-                        spatial_axes=(1, 2)) -> dict:
+def band_attention_maps(
+    query: torch.Tensor, key: torch.Tensor, axes_dims, grid, token: int, target: int = 1, spatial_axes=(1, 2)
+) -> dict:
     """Head-averaged softmax over reference tokens of one target query, from pair groups of the spatial axes:
     ``{"high": .., "mid": .., "low": .., "all": ..}`` each ``[rows, cols]``; high = first third of each axis."""
     from mmpos.spectrum import chunked_spectrum
@@ -79,8 +81,12 @@ def band_attention_maps(query: torch.Tensor, key: torch.Tensor, axes_dims, grid,
     size = torch.tensor([int((axis_of_pair == a).sum()) for a in axis_of_pair.tolist()])
     third = (3 * index_in_axis) // size  # 0 high, 1 mid, 2 low
     spatial = torch.isin(axis_of_pair, torch.tensor(list(spatial_axes)))
-    groups = {"high": spatial & (third == 0), "mid": spatial & (third == 1), "low": spatial & (third == 2),
-              "all": torch.ones_like(spatial)}
+    groups = {
+        "high": spatial & (third == 0),
+        "mid": spatial & (third == 1),
+        "low": spatial & (third == 2),
+        "all": torch.ones_like(spatial),
+    }
     q = query[target, token]  # [H, D]
     k = key[min(target, key.shape[0] - 1) if key.shape[0] > 1 else 0]  # [N, H, D]
     maps = {}
@@ -136,11 +142,15 @@ def loose_diagnostic(maps, config, path, collage: torch.Tensor | None = None) ->
 
     plt = pyplot()
     shrink, attention = config.factors(0)
-    panels = [("token saliency", maps.saliency, "magma"), ("bin (-1: not pasted)", maps.bins.float(), "tab10"),
-              ("loosening sigma", per_token(maps.bins, shrink), "viridis"),
-              ("logit factor to paste", per_token(maps.bins, attention), "coolwarm")]
-    fig, axes = plt.subplots(1, len(panels) + (collage is not None), figsize=(2.6 * (len(panels) + 1), 2.7),
-                             squeeze=False)
+    panels = [
+        ("token saliency", maps.saliency, "magma"),
+        ("bin (-1: not pasted)", maps.bins.float(), "tab10"),
+        ("loosening sigma", per_token(maps.bins, shrink), "viridis"),
+        ("logit factor to paste", per_token(maps.bins, attention), "coolwarm"),
+    ]
+    fig, axes = plt.subplots(
+        1, len(panels) + (collage is not None), figsize=(2.6 * (len(panels) + 1), 2.7), squeeze=False
+    )
     axes = list(axes[0])
     if collage is not None:
         _show(axes.pop(0), collage, "collage")

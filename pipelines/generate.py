@@ -1,16 +1,17 @@
 """``mmpos generate``: FLUX.1, Qwen-Image or the world t2i model, text to image, optionally above the training size
 (``--extrapolate``, :mod:`.extrapolate`); saves the images and the resolved config (with the installed schedule)."""
+
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
-from .edits.base import seeded_generator
-from .run_inputs import output_folder, prompt_kwargs, report_written, resolve_config, sampler_options
 from .config import save_config
+from .edits.base import seeded_generator
 from .extrapolate import extrapolate_setting, install_extrapolation, parse_extrapolate
 from .images import save_image
+from .run_inputs import output_folder, prompt_kwargs, report_written, resolve_config, sampler_options
 
 
 def run_generate(args) -> int:
@@ -18,11 +19,14 @@ def run_generate(args) -> int:
     out = output_folder(args, Path("outputs/generate"))
     pipe, call = _generate_pipeline(args, config)
     setting = config.get("extrapolate", {})
-    installed = install_extrapolation(pipe, parse_extrapolate(str(setting.get("preset", "none"))),
-                                      _train_size(config), setting.get("options"))
+    installed = install_extrapolation(
+        pipe, parse_extrapolate(str(setting.get("preset", "none"))), _train_size(config), setting.get("options")
+    )
     config["extrapolate"]["installed"] = installed
     print(f"extrapolation: {json.dumps(installed)}")
-    images = pipe(**call, generator=seeded_generator(config["seed"]), output_type="pt", **_call_sampler(pipe, config)).images
+    images = pipe(
+        **call, generator=seeded_generator(config["seed"]), output_type="pt", **_call_sampler(pipe, config)
+    ).images
     written = [save_image(image, out / f"image_{i}.png") for i, image in enumerate(images)]
     written.append(save_config(config, out / "config.yaml"))
     report_written(written, out)
@@ -64,8 +68,10 @@ def _call_sampler(pipe, config) -> dict:
     sampler = sampler_options(config)
     distilled = getattr(pipe.transformer.config, "guidance_embeds", True)
     if type(pipe).__name__ == "QwenImagePipeline" and not distilled and "guidance_scale" in sampler:
-        print(f"sampler.guidance_scale={sampler.pop('guidance_scale')} dropped: this Qwen-Image transformer has no "
-              "guidance embedding (use --set sampler.true_cfg_scale=... with sampler.negative_prompt)")
+        print(
+            f"sampler.guidance_scale={sampler.pop('guidance_scale')} dropped: this Qwen-Image transformer has no "
+            "guidance embedding (use --set sampler.true_cfg_scale=... with sampler.negative_prompt)"
+        )
     return sampler
 
 

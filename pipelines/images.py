@@ -3,6 +3,7 @@
 Images are ``[B, 3, H, W]`` float in [0, 1]; masks are ``[H, W]`` bool (True = selected). A token covers
 ``token_pixels x token_pixels`` pixels (16 for FLUX.1: VAE factor 8 times 2x2 packing).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,10 +17,12 @@ from mmpos._atomic import written_atomically
 
 def check_token_grid(name: str, height: int, width: int, token_pixels: int = 16) -> None:
     if height % token_pixels or width % token_pixels or height <= 0 or width <= 0:
-        raise ValueError(f"{name} is {height}x{width} pixels; both sides must be positive multiples of the "
-                         f"{token_pixels}-pixel token grid (resize or crop to e.g. "
-                         f"{max(token_pixels, height // token_pixels * token_pixels)}x"
-                         f"{max(token_pixels, width // token_pixels * token_pixels)})")
+        raise ValueError(
+            f"{name} is {height}x{width} pixels; both sides must be positive multiples of the "
+            f"{token_pixels}-pixel token grid (resize or crop to e.g. "
+            f"{max(token_pixels, height // token_pixels * token_pixels)}x"
+            f"{max(token_pixels, width // token_pixels * token_pixels)})"
+        )
 
 
 def as_image_batch(name: str, image) -> torch.Tensor:

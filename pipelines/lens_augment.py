@@ -9,6 +9,7 @@ imaged, so no pixel is invented.
 
     models: pinhole (focal only), opencv (radial k1, k2), unified (Mei / Geyer-Daniilidis xi: fisheye-like)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -81,8 +82,9 @@ def lens_camera(source: Pinhole, lens: dict) -> CameraModel:
 
 
 def _build(source: Pinhole, lens: dict, zoom: float):
-    base = dict(fx=source.fx * zoom, fy=source.fy * zoom, cx=source.cx, cy=source.cy, width=source.width,
-                height=source.height)
+    base = dict(
+        fx=source.fx * zoom, fy=source.fy * zoom, cx=source.cx, cy=source.cy, width=source.width, height=source.height
+    )
     try:
         if lens["model"] == "pinhole":
             return Pinhole(**base)
@@ -97,8 +99,9 @@ def _build(source: Pinhole, lens: dict, zoom: float):
 
 def pixel_centres(width: int, height: int) -> torch.Tensor:
     """``[H, W, 2]`` fp64 ``(u, v)`` of the pixel centres (``j + 0.5, i + 0.5``)."""
-    v, u = torch.meshgrid(torch.arange(height, dtype=torch.float64) + 0.5,
-                          torch.arange(width, dtype=torch.float64) + 0.5, indexing="ij")
+    v, u = torch.meshgrid(
+        torch.arange(height, dtype=torch.float64) + 0.5, torch.arange(width, dtype=torch.float64) + 0.5, indexing="ij"
+    )
     return torch.stack([u, v], -1)
 
 
@@ -115,13 +118,19 @@ def sees_inside(target: CameraModel, source: CameraModel) -> bool:
     width, height = target.width, target.height
     edge_u = torch.linspace(0, width, 4 * int(width) + 1, dtype=torch.float64)
     edge_v = torch.linspace(0, height, 4 * int(height) + 1, dtype=torch.float64)
-    border = torch.cat([torch.stack([edge_u, torch.full_like(edge_u, v)], -1) for v in (0.0, height)]
-                       + [torch.stack([torch.full_like(edge_v, u), edge_v], -1) for u in (0.0, width)])
+    border = torch.cat(
+        [torch.stack([edge_u, torch.full_like(edge_u, v)], -1) for v in (0.0, height)]
+        + [torch.stack([torch.full_like(edge_v, u), edge_v], -1) for u in (0.0, width)]
+    )
     rays, seen = target.unproject(border)
     pixels, imaged = source.project(rays)
     eps = 1e-9 * max(source.width, source.height)
-    inside = ((pixels[..., 0] >= -eps) & (pixels[..., 0] <= source.width + eps) & (pixels[..., 1] >= -eps)
-              & (pixels[..., 1] <= source.height + eps))
+    inside = (
+        (pixels[..., 0] >= -eps)
+        & (pixels[..., 0] <= source.width + eps)
+        & (pixels[..., 1] >= -eps)
+        & (pixels[..., 1] <= source.height + eps)
+    )
     return bool((seen & imaged & inside).all())
 
 
@@ -132,5 +141,10 @@ def warp_to_camera(image: np.ndarray, source: CameraModel, target: CameraModel) 
 
     pixels, _ = source_pixels(target, source)
     maps = (pixels - 0.5).to(torch.float32).numpy()
-    return cv2.remap(np.ascontiguousarray(image, dtype=np.float32), maps[..., 0], maps[..., 1], cv2.INTER_LINEAR,
-                     borderMode=cv2.BORDER_REPLICATE)
+    return cv2.remap(
+        np.ascontiguousarray(image, dtype=np.float32),
+        maps[..., 0],
+        maps[..., 1],
+        cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_REPLICATE,
+    )

@@ -1,4 +1,5 @@
 """Load editing pipelines from a path or hub id; components missing from a saved pipeline are passed as None."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def pipeline_class(kind: str, path=None):
     if kind.startswith(FAMILY_KIND):  # the stock pipeline of a registered family, by class name
         import diffusers
 
-        return getattr(diffusers, kind[len(FAMILY_KIND):])
+        return getattr(diffusers, kind[len(FAMILY_KIND) :])
     from .edits import list_edits
 
     check_choice("pipeline kind", kind, (*classes, *list_edits(), *EDIT_KINDS))
@@ -75,8 +76,10 @@ def generate_kind(path) -> str:
     if family is None or family.time_axis is not None:
         images = sorted({p for f in FAMILIES.values() if f.time_axis is None for p in f.pipelines})
         video = " (a video pipeline: see `mmpos generate video`)" if family is not None else ""
-        raise ValueError(f"--model {path}: a {class_name} pipeline{video}; `mmpos generate` runs the image pipelines "
-                         f"of the registered diffusers families: {', '.join(images)}")
+        raise ValueError(
+            f"--model {path}: a {class_name} pipeline{video}; `mmpos generate` runs the image pipelines "
+            f"of the registered diffusers families: {', '.join(images)}"
+        )
     return FAMILY_KIND + class_name
 
 
@@ -101,8 +104,10 @@ def world_task_of(kind: str) -> str:
     if kind not in WORLD_TASK_OF_KIND:
         from .edits import list_edits
 
-        raise ValueError(f"--model world: no world model runs {kind!r}; expected one of "
-                         f"{sorted({*WORLD_TASK_OF_KIND, *list_edits(), *EDIT_KINDS})}")
+        raise ValueError(
+            f"--model world: no world model runs {kind!r}; expected one of "
+            f"{sorted({*WORLD_TASK_OF_KIND, *list_edits(), *EDIT_KINDS})}"
+        )
     return WORLD_TASK_OF_KIND[kind]
 
 
@@ -119,8 +124,10 @@ def is_world_model(model) -> bool:
     """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`, or
     its path before the world split, ``mmpos.world.text``)."""
     index = Path(str(model)) / "model_index.json"
-    return str(model) == WORLD or (index.is_file() and any(
-        f'"{module}"' in index.read_text() for module in ("mmpos.models.world.text", "mmpos.world.text")))
+    return str(model) == WORLD or (
+        index.is_file()
+        and any(f'"{module}"' in index.read_text() for module in ("mmpos.models.world.text", "mmpos.world.text"))
+    )
 
 
 def world_image_size(path) -> int:
@@ -142,8 +149,10 @@ def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None =
 
 def check_pipeline_folder(path) -> None:
     if Path(path).is_dir() and not (Path(path) / "model_index.json").is_file():
-        raise ValueError(f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
-                         "(save_pretrained), a hub id, or 'world' (the shipped world models)")
+        raise ValueError(
+            f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
+            "(save_pretrained), a hub id, or 'world' (the shipped world models)"
+        )
 
 
 def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None = None):
@@ -163,5 +172,3 @@ def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None =
     if device is not None:
         pipe = pipe.to(device)
     return pipe
-
-

@@ -17,6 +17,7 @@ The authors' optional VLM verdict-and-restart loop is an optional callable here 
 The exact attention is computed without forming the logit matrix: per bin, queries ``[q_std ; q_i]`` and keys
 ``[k_std ; 0]`` (text and target) or ``[0 ; c * k_i]`` (context, ``c = a_i`` inside the paste) in one SDPA call.
 """
+
 from __future__ import annotations
 
 import math
@@ -138,14 +139,15 @@ def per_token(bins: torch.Tensor, table: torch.Tensor, outside: float = 1.0) -> 
 class LooseMaps:
     """Token-space maps on the target grid (and the paste on the context grid)."""
 
-    saliency: torch.Tensor       # [rows, cols] float in [0, 1]
-    bins: torch.Tensor           # [rows, cols] int64, -1 outside the paste
+    saliency: torch.Tensor  # [rows, cols] float in [0, 1]
+    bins: torch.Tensor  # [rows, cols] int64, -1 outside the paste
     target_region: torch.Tensor  # [rows, cols] bool
-    context_region: torch.Tensor # [rows_c, cols_c] bool
+    context_region: torch.Tensor  # [rows_c, cols_c] bool
 
 
-def token_maps(config: LooseConfig, saliency: torch.Tensor, crop_mask: torch.Tensor, target_grid,
-               context_grid) -> LooseMaps:
+def token_maps(
+    config: LooseConfig, saliency: torch.Tensor, crop_mask: torch.Tensor, target_grid, context_grid
+) -> LooseMaps:
     """Pixel saliency and crop mask ``[H, W]`` -> token maps (area resize, blur, renormalise, bin); the token
     masks are dilated by ``config.mask_dilation`` tokens."""
     target_region = dilate(mask_to_tokens(crop_mask, target_grid, config.mask_threshold), config.mask_dilation)
@@ -170,8 +172,7 @@ class LooseRoPERule:
     def maps_for(self, segments) -> LooseMaps:
         grids = (segments.target_grid, segments.context_grid)
         if 0 in grids[0] or 0 in grids[1]:
-            raise ValueError("LooseRoPE needs full target and context token grids (Kontext ids); got grids "
-                             f"{grids}")
+            raise ValueError(f"LooseRoPE needs full target and context token grids (Kontext ids); got grids {grids}")
         if self.maps is None or self.maps.bins.shape != grids[0] or self.maps.context_region.shape != grids[1]:
             self.maps = token_maps(self.config, self.saliency, self.crop_mask, *grids)
         return self.maps
@@ -237,7 +238,12 @@ class LooseRoPERule:
             q_loose = rotation(query[:, tokens], sequence_slice(table, tokens))
             k_loose = rotation(key[:, ctx], sequence_slice(table, ctx)) * key_scale.to(key.dtype)[None, :, None, None]
             q_hat = torch.cat([q_std[:, tokens], q_loose], dim=-1)
-            k_hat = torch.cat([torch.cat([head, torch.zeros_like(head)], dim=-1),
-                               torch.cat([torch.zeros_like(k_loose), k_loose], dim=-1)], dim=1)
+            k_hat = torch.cat(
+                [
+                    torch.cat([head, torch.zeros_like(head)], dim=-1),
+                    torch.cat([torch.zeros_like(k_loose), k_loose], dim=-1),
+                ],
+                dim=1,
+            )
             out = out.index_copy(1, tokens, attend_wide(attn, q_hat, k_hat, value, scale))
         return finish_attention(attn, out, encoder_hidden_states, query.dtype)

@@ -16,6 +16,7 @@ The output image is the tokens at the smallest frame coordinate (FLUX.2 ``t = 0`
 the first reference image (``t = 10``, frame 1); every token's grid cell is read from its coordinates, so the
 paste, the bins and the crop keys do not depend on the order of the tokens in the sequence.
 """
+
 from __future__ import annotations
 
 import math
@@ -86,8 +87,7 @@ class QwenPositions(LoosePositions):
 
     def joint_emb(self, transformer, inputs, image_coords):
         text_len = inputs["encoder_hidden_states"].shape[1]
-        _, text = transformer.pos_embed(inputs["img_shapes"], max_txt_seq_len=text_len,
-                                        device=image_coords.device)
+        _, text = transformer.pos_embed(inputs["img_shapes"], max_txt_seq_len=text_len, device=image_coords.device)
         return RotaryTable(torch.cat([text, qwen_table_at(transformer.pos_embed, image_coords)], dim=0))
 
 
@@ -109,8 +109,15 @@ def grid_cells(coords: torch.Tensor, axes=(1, 2)) -> tuple[torch.Tensor, tuple[i
 class FamilyLooseRule:
     """LooseRoPE on one family's layers (see the module docstring); ``inputs`` records the forward's kwargs."""
 
-    def __init__(self, config: LooseConfig, positions: LoosePositions, transformer, inputs: ForwardInputs,
-                 saliency: torch.Tensor, crop_mask: torch.Tensor):
+    def __init__(
+        self,
+        config: LooseConfig,
+        positions: LoosePositions,
+        transformer,
+        inputs: ForwardInputs,
+        saliency: torch.Tensor,
+        crop_mask: torch.Tensor,
+    ):
         self.config, self.positions, self.transformer, self.inputs = config, positions, transformer, inputs
         self.saliency, self.crop_mask = saliency, crop_mask
         self.maps: Optional[LooseMaps] = None
@@ -133,8 +140,11 @@ class FamilyLooseRule:
             collage = torch.arange(collage.start - start, collage.stop - start)
             target_cells, target_grid = grid_cells(coords[target], self.positions.spatial_axes)
             collage_cells, collage_grid = grid_cells(coords[collage], self.positions.spatial_axes)
-            if self.maps is None or self.maps.bins.shape != target_grid \
-                    or self.maps.context_region.shape != collage_grid:
+            if (
+                self.maps is None
+                or self.maps.bins.shape != target_grid
+                or self.maps.context_region.shape != collage_grid
+            ):
                 self.maps = token_maps(self.config, self.saliency, self.crop_mask, target_grid, collage_grid)
             context.cache[key] = (coords, target, target_cells, collage, collage_cells)
         return context.cache[key]

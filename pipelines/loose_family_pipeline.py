@@ -10,6 +10,7 @@ on Kontext only (:class:`~.loose_pipeline.LooseRoPEKontextPipeline`).
 :data:`LOOSE_PIPELINES` maps a family name to its pipeline class; :data:`LOOSE_PIPELINES_BY_STOCK` the stock
 pipeline class name (``model_index.json``'s ``_class_name``) to ours, for Qwen-Image-Edit-Plus (2509).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -67,13 +68,14 @@ class _FamilyLooseMixin:
             raise ValueError("give exactly one of crop_mask and original (the image before pasting)")
         if crop_mask is not None:
             return as_mask("crop_mask", crop_mask, size)
-        return as_mask("crop_mask (from original)",
-                       crop_mask_from_original(collage, as_image_batch("original", original)), size)
+        return as_mask(
+            "crop_mask (from original)", crop_mask_from_original(collage, as_image_batch("original", original)), size
+        )
 
     def _family_layer_rules(self, layers, rule) -> dict:
         modules = get_family(self.family).attention_modules(self.transformer)
         indices = select_layers(layers, len(modules), len(self.transformer.transformer_blocks))
-        return {i: rule for i in indices}
+        return dict.fromkeys(indices, rule)
 
 
 class LooseRoPEKleinPipeline(_FamilyLooseMixin, Flux2KleinPipeline):
@@ -106,11 +108,12 @@ class LooseRoPEQwenEditPlusPipeline(_FamilyLooseMixin, QwenImageEditPlusPipeline
 
     @torch.no_grad()
     def __call__(self, *args, crop_mask=None, original=None, saliency=None, loose=None, **kwargs):
-        return self._loose_call(QwenImageEditPlusPipeline.__call__, args, kwargs, crop_mask, original, saliency,
-                                loose)
+        return self._loose_call(QwenImageEditPlusPipeline.__call__, args, kwargs, crop_mask, original, saliency, loose)
 
 
 LOOSE_PIPELINES = {"flux2": LooseRoPEKleinPipeline, "qwen": LooseRoPEQwenEditPipeline}
-LOOSE_PIPELINES_BY_STOCK = {"Flux2KleinPipeline": LooseRoPEKleinPipeline,
-                            "QwenImageEditPipeline": LooseRoPEQwenEditPipeline,
-                            "QwenImageEditPlusPipeline": LooseRoPEQwenEditPlusPipeline}
+LOOSE_PIPELINES_BY_STOCK = {
+    "Flux2KleinPipeline": LooseRoPEKleinPipeline,
+    "QwenImageEditPipeline": LooseRoPEQwenEditPipeline,
+    "QwenImageEditPlusPipeline": LooseRoPEQwenEditPlusPipeline,
+}

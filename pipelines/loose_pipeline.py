@@ -1,4 +1,5 @@
 """LooseRoPE harmonisation pipeline on FLUX.1-Kontext."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -9,15 +10,16 @@ from diffusers import FluxKontextPipeline
 from diffusers.pipelines.flux.pipeline_flux_kontext import PREFERRED_KONTEXT_RESOLUTIONS
 from diffusers.utils import BaseOutput
 
-from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
+from .edit_pipeline import EditPipelineMixin, coerce_config
 from .images import as_image_batch, as_mask, check_token_grid
 from .loose import LooseConfig, LooseMaps, LooseRoPERule
 from .loose_verdict import Restart, VerdictProbe, next_boost
 from .saliency import make_saliency
 
-DEFAULT_PROMPT = ("blend the cropped objects into the image in a convincing manner without changing the style of "
-                  "the image")
+DEFAULT_PROMPT = (
+    "blend the cropped objects into the image in a convincing manner without changing the style of the image"
+)
 
 
 @dataclass
@@ -25,10 +27,10 @@ class LooseRoPEOutput(BaseOutput):
     """``images`` as the stock pipeline returns them; with ``return_dict=False`` the pipeline returns the tuple
     ``(images, saliency, crop_mask, maps, verdicts)`` (diffusers' convention: the output's fields in order)."""
 
-    images: object              # as the stock pipeline returns them (output_type)
-    saliency: torch.Tensor      # [H, W] pixel saliency used
-    crop_mask: torch.Tensor     # [H, W] bool
-    maps: Optional[LooseMaps]   # token-space maps (None when the rule never ran)
+    images: object  # as the stock pipeline returns them (output_type)
+    saliency: torch.Tensor  # [H, W] pixel saliency used
+    crop_mask: torch.Tensor  # [H, W] bool
+    maps: Optional[LooseMaps]  # token-space maps (None when the rule never ran)
     verdicts: Optional[list] = None  # with a verdict callable: (saliency_boost, answer) per attempt
 
 
@@ -45,8 +47,10 @@ def kontext_context_size(height: int, width: int, auto_resize: bool = True, mult
 def crop_mask_from_original(collage: torch.Tensor, original: torch.Tensor, threshold: float = 5 / 255) -> torch.Tensor:
     """Pixels where the collage differs from the original by more than ``threshold`` in any channel."""
     if collage.shape != original.shape:
-        raise ValueError(f"original is {tuple(original.shape[-2:])} but the collage is {tuple(collage.shape[-2:])}; "
-                         "they must have the same size")
+        raise ValueError(
+            f"original is {tuple(original.shape[-2:])} but the collage is {tuple(collage.shape[-2:])}; "
+            "they must have the same size"
+        )
     return ((collage - original).abs() > threshold).any(1)[0]
 
 
@@ -75,8 +79,16 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
     """
 
     @torch.no_grad()
-    def __call__(self, image=None, crop_mask=None, original=None, saliency=None, loose=None,
-                 verdict: Optional[Callable] = None, **kwargs):
+    def __call__(
+        self,
+        image=None,
+        crop_mask=None,
+        original=None,
+        saliency=None,
+        loose=None,
+        verdict: Optional[Callable] = None,
+        **kwargs,
+    ):
         """Harmonise a pasted object into its collage (see the class docstring for sizes and the verdict loop).
 
         Args:
@@ -101,8 +113,11 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
         if crop_mask is not None:
             mask = as_mask("crop_mask", crop_mask, size)
         else:
-            mask = as_mask("crop_mask (from original)",
-                           crop_mask_from_original(collage, as_image_batch("original", original)), size)
+            mask = as_mask(
+                "crop_mask (from original)",
+                crop_mask_from_original(collage, as_image_batch("original", original)),
+                size,
+            )
         saliency_map = self._saliency(config, saliency, collage, mask)
         if kwargs.get("prompt") is None and kwargs.get("prompt_embeds") is None:
             kwargs["prompt"] = DEFAULT_PROMPT
@@ -114,8 +129,13 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
         verdicts = [] if verdict is not None else None
         for attempt in range(config.verdict_retries + 1 if verdict is not None else 1):
             boost = config.saliency_boost
-            probe = None if verdict is None else VerdictProbe(self, verdict, config.verdict_step, attempt,
-                                                              can_restart=attempt < config.verdict_retries)
+            probe = (
+                None
+                if verdict is None
+                else VerdictProbe(
+                    self, verdict, config.verdict_step, attempt, can_restart=attempt < config.verdict_retries
+                )
+            )
             try:
                 images, maps = self._harmonise(config, collage, saliency_map, mask, probe, kwargs)
                 break

@@ -8,6 +8,7 @@ metric, a person); :class:`VerdictProbe` is a transformer forward hook that deco
 it, and stops the run with :class:`Restart` when it is not a success. The step comes from the edit context (the
 scheduler), so a restart needs no counter reset.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional

@@ -3,11 +3,11 @@ embeddings, images and masks on the pipeline's token grid, seeded generators, th
 
 Imports of torch/diffusers happen inside the functions, so importing this module costs nothing.
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-
 
 _RUN_FLAG_KEYS = {"model": "model", "device": "device", "dtype": "dtype"}
 EDIT_FLAG_KEYS = {**_RUN_FLAG_KEYS, "prompt_text": "prompt"}  # every `mmpos edit METHOD`, then the method's own
@@ -70,8 +70,10 @@ def check_prompt_source(args, config) -> None:
     from .loading import is_world_model
 
     if getattr(args, "prompt_embeds", None) and is_world_model(config.get("model", "")):
-        raise ValueError("--prompt-embeds is for FLUX.1 / Qwen-Image pipelines; the world model encodes --prompt "
-                         "itself (its tokenizer and text encoder are in the model folder)")
+        raise ValueError(
+            "--prompt-embeds is for FLUX.1 / Qwen-Image pipelines; the world model encodes --prompt "
+            "itself (its tokenizer and text encoder are in the model folder)"
+        )
 
 
 def default_config_name(args) -> str:
@@ -84,8 +86,10 @@ def default_config_name(args) -> str:
 
         if torch.cuda.is_available():
             return args.config_name
-        print("no CUDA GPU: running the shipped world models (small Flux-class models, 32 px); pass --model for "
-              "another model (e.g. black-forest-labs/FLUX.1-dev)")
+        print(
+            "no CUDA GPU: running the shipped world models (small Flux-class models, 32 px); pass --model for "
+            "another model (e.g. black-forest-labs/FLUX.1-dev)"
+        )
         return f"{args.config_name}_world"
     return f"{args.config_name}_world" if is_world_model(args.model) else args.config_name
 
@@ -194,10 +198,16 @@ def rescale_box(box, from_size, to_size) -> tuple[int, int, int, int]:
     left, top, right, bottom = (int(v) for v in box)
     (h0, w0), (h1, w1) = from_size, to_size
     if not (0 <= left < right <= w0 and 0 <= top < bottom <= h0):
-        raise ValueError(f"--box {left} {top} {right} {bottom}: expected left < right <= {w0} and top < bottom <= "
-                         f"{h0} (L T R B pixels inside the {h0}x{w0} background)")
-    return (math.floor(left * w1 / w0), math.floor(top * h1 / h0), math.ceil(right * w1 / w0),
-            math.ceil(bottom * h1 / h0))
+        raise ValueError(
+            f"--box {left} {top} {right} {bottom}: expected left < right <= {w0} and top < bottom <= "
+            f"{h0} (L T R B pixels inside the {h0}x{w0} background)"
+        )
+    return (
+        math.floor(left * w1 / w0),
+        math.floor(top * h1 / h0),
+        math.ceil(right * w1 / w0),
+        math.ceil(bottom * h1 / h0),
+    )
 
 
 def load_mask(path, size):

@@ -9,6 +9,7 @@
 Every provider sees the image with the outside of the mask zeroed, and its raw map is normalised inside the mask
 (:func:`normalise_in_mask`), so values outside the mask never decide a bin.
 """
+
 from __future__ import annotations
 
 import torch
@@ -110,6 +111,8 @@ def make_saliency(spec):
         name, _, checkpoint = spec[5:].partition("@")
         return FeatureEnergySaliency.from_timm(name, checkpoint or None)
     if spec not in PROVIDERS:
-        raise ValueError(f"saliency={spec!r}: expected one of {sorted(PROVIDERS)}, 'timm:<model>[@<checkpoint>]' "
-                         "or a callable provider")
+        raise ValueError(
+            f"saliency={spec!r}: expected one of {sorted(PROVIDERS)}, 'timm:<model>[@<checkpoint>]' "
+            "or a callable provider"
+        )
     return PROVIDERS[spec]()

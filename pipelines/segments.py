@@ -6,6 +6,7 @@ one attention layer sees. Each family's edit adapter (:mod:`mmpos.pipelines.fami
 family's coordinates (FLUX.1: id axis 0; FLUX.2: ``t``; Qwen-Image: the frame index), never by the order of the
 images in the inputs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ class TokenSegments:
     text_len: int
     target_len: int
     context_len: int = 0
-    target_grid: tuple[int, int] = (0, 0)   # (rows, cols) of the target token grid
+    target_grid: tuple[int, int] = (0, 0)  # (rows, cols) of the target token grid
     context_grid: tuple[int, int] = (0, 0)
     text_start: int = 0
     image_start: Optional[int] = None
@@ -71,8 +72,13 @@ def segments_from_ids(text_len: int, img_ids: torch.Tensor) -> TokenSegments:
     target_len = int((~is_context).sum())
     if bool(is_context[:target_len].any()):
         raise ValueError("img_ids: expected the target tokens (axis 0 == 0) before the context tokens (axis 0 != 0)")
-    return TokenSegments(text_len, target_len, img_ids.shape[0] - target_len,
-                         _grid_from_zero(img_ids[:target_len]), _grid_from_zero(img_ids[target_len:]))
+    return TokenSegments(
+        text_len,
+        target_len,
+        img_ids.shape[0] - target_len,
+        _grid_from_zero(img_ids[:target_len]),
+        _grid_from_zero(img_ids[target_len:]),
+    )
 
 
 def _grid_from_zero(ids: torch.Tensor) -> tuple[int, int]:

@@ -8,6 +8,7 @@ the text encoders included) and fed the world's captions as prompts; without, ev
 is there. One model per task is loaded once: the methods on the same model (generate and band on t2i) share its
 components.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,8 +20,11 @@ from mmpos.models.world.image import DEFAULT_ASSETS, TASKS, load_world_pipeline,
 from .edits import get_edit, list_edits, resolve_pipeline
 from .loading import DTYPES, load_pipeline, pipeline_class
 
-HUB_FLUX = {"t2i": "black-forest-labs/FLUX.1-dev", "fill": "black-forest-labs/FLUX.1-Fill-dev",
-            "kontext": "black-forest-labs/FLUX.1-Kontext-dev"}
+HUB_FLUX = {
+    "t2i": "black-forest-labs/FLUX.1-dev",
+    "fill": "black-forest-labs/FLUX.1-Fill-dev",
+    "kontext": "black-forest-labs/FLUX.1-Kontext-dev",
+}
 GENERATE = "generate"  # text to image with the stock FluxPipeline; every other method is a registered edit
 WORLD_GUIDANCE = {"t2i": 3.0, "fill": None, "kontext": 3.0}  # true CFG of the world models (Fill: none)
 PRETRAINED_IMAGE_SIZE = 512
@@ -45,8 +49,9 @@ def world_pipeline_class(method: str, task: str):
     from mmpos.models.world.image import PIPELINES
 
     edit = get_edit(method)
-    return edit.pipeline_class(resolve_pipeline(edit, [PIPELINES[task].__name__, "flux"], where=f"the world {task} "
-                                                "model"))
+    return edit.pipeline_class(
+        resolve_pipeline(edit, [PIPELINES[task].__name__, "flux"], where=f"the world {task} model")
+    )
 
 
 def trained_tasks(root=None) -> list[str]:
@@ -66,8 +71,10 @@ def parse_model_args(values) -> dict:
             continue
         task, sep, path = value.partition("=")
         if not sep or not path:
-            raise ValueError(f"--model {value!r}: expected TASK=PATH_OR_HUB_ID with TASK one of {list(TASKS)}, "
-                             "or 'flux' for the three FLUX.1 models")
+            raise ValueError(
+                f"--model {value!r}: expected TASK=PATH_OR_HUB_ID with TASK one of {list(TASKS)}, "
+                "or 'flux' for the three FLUX.1 models"
+            )
         check_choice("--model task", task, TASKS)
         models[task] = path
     return models
@@ -75,11 +82,11 @@ def parse_model_args(values) -> dict:
 
 @dataclass
 class ModelSource:
-    root: str | Path | None = None              # world checkpoint folder (None: the shipped assets)
+    root: str | Path | None = None  # world checkpoint folder (None: the shipped assets)
     models: dict = field(default_factory=dict)  # task -> from_pretrained path or hub id
     device: str = "cpu"
     dtype: str = "float32"
-    image_size: int | None = None               # None: the world models' trained size, 512 for the others
+    image_size: int | None = None  # None: the world models' trained size, 512 for the others
     _loaded: dict = field(default_factory=dict, repr=False)  # task -> the first pipeline built on its model
 
     def tasks(self) -> list[str]:
@@ -88,8 +95,9 @@ class ModelSource:
 
     def describe(self) -> str:
         world = "small Flux-class models trained on mmpos.world"
-        return "; ".join(f"{task}: {self.models[task]}" if task in self.models else f"{task}: {world}"
-                         for task in self.tasks())
+        return "; ".join(
+            f"{task}: {self.models[task]}" if task in self.models else f"{task}: {world}" for task in self.tasks()
+        )
 
     def is_world(self, task: str) -> bool:
         return task not in self.models

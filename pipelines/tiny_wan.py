@@ -3,6 +3,7 @@
 offline, and for image-to-video a tiny CLIP vision encoder. For tests and for ``mmpos generate video`` on a
 machine without weights: the videos are noise-like, the plumbing is the real one.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -13,8 +14,26 @@ import torch
 LATENT_CHANNELS = 4
 TEXT_DIM = 32
 IMAGE_DIM = 8
-WORDS = ("a", "the", "on", "at", "of", "and", "camera", "orbit", "room", "house", "street", "video", "slow",
-         "moving", "around", "into", "view", "scene")
+WORDS = (
+    "a",
+    "the",
+    "on",
+    "at",
+    "of",
+    "and",
+    "camera",
+    "orbit",
+    "room",
+    "house",
+    "street",
+    "video",
+    "slow",
+    "moving",
+    "around",
+    "into",
+    "view",
+    "scene",
+)
 
 
 def tiny_wan_transformer(image_to_video: bool = False, seed: int = 0, num_layers: int = 2):
@@ -23,19 +42,36 @@ def tiny_wan_transformer(image_to_video: bool = False, seed: int = 0, num_layers
     torch.manual_seed(seed)
     extra = dict(image_dim=IMAGE_DIM, added_kv_proj_dim=24) if image_to_video else {}
     in_channels = 2 * LATENT_CHANNELS + 4 if image_to_video else LATENT_CHANNELS  # + mask (temporal factor 4)
-    return WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
-                                 in_channels=in_channels, out_channels=LATENT_CHANNELS, text_dim=TEXT_DIM,
-                                 freq_dim=256, ffn_dim=32, num_layers=num_layers, cross_attn_norm=True,
-                                 qk_norm="rms_norm_across_heads", rope_max_seq_len=32, **extra).eval()
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=12,
+        in_channels=in_channels,
+        out_channels=LATENT_CHANNELS,
+        text_dim=TEXT_DIM,
+        freq_dim=256,
+        ffn_dim=32,
+        num_layers=num_layers,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+        **extra,
+    ).eval()
 
 
 def tiny_wan_vae(seed: int = 0):
     from diffusers import AutoencoderKLWan
 
     torch.manual_seed(seed)
-    return AutoencoderKLWan(base_dim=3, z_dim=LATENT_CHANNELS, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-                            temperal_downsample=[False, True, True], latents_mean=[0.0] * LATENT_CHANNELS,
-                            latents_std=[1.0] * LATENT_CHANNELS).eval()
+    return AutoencoderKLWan(
+        base_dim=3,
+        z_dim=LATENT_CHANNELS,
+        dim_mult=[1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.0] * LATENT_CHANNELS,
+        latents_std=[1.0] * LATENT_CHANNELS,
+    ).eval()
 
 
 def tiny_umt5(seed: int = 0):
@@ -50,10 +86,25 @@ def tiny_umt5(seed: int = 0):
         unigram.pre_tokenizer = pre_tokenizers.Whitespace()
         path = str(Path(folder) / "tokenizer.json")
         unigram.save(path)
-        tokenizer = T5TokenizerFast(tokenizer_file=path, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-                                    extra_ids=0, model_max_length=512)
-        encoder = UMT5EncoderModel(UMT5Config(vocab_size=len(vocab), d_model=TEXT_DIM, d_kv=8, d_ff=37,
-                                              num_layers=1, num_heads=2, relative_attention_num_buckets=8))
+        tokenizer = T5TokenizerFast(
+            tokenizer_file=path,
+            eos_token="</s>",
+            pad_token="<pad>",
+            unk_token="<unk>",
+            extra_ids=0,
+            model_max_length=512,
+        )
+        encoder = UMT5EncoderModel(
+            UMT5Config(
+                vocab_size=len(vocab),
+                d_model=TEXT_DIM,
+                d_kv=8,
+                d_ff=37,
+                num_layers=1,
+                num_heads=2,
+                relative_attention_num_buckets=8,
+            )
+        )
     return encoder.eval(), tokenizer
 
 
@@ -62,8 +113,15 @@ def tiny_clip_vision(seed: int = 0):
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
     torch.manual_seed(seed)
-    config = CLIPVisionConfig(hidden_size=IMAGE_DIM, projection_dim=IMAGE_DIM, num_hidden_layers=2,
-                              num_attention_heads=2, image_size=32, patch_size=16, intermediate_size=16)
+    config = CLIPVisionConfig(
+        hidden_size=IMAGE_DIM,
+        projection_dim=IMAGE_DIM,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=16,
+        intermediate_size=16,
+    )
     return CLIPVisionModel(config).eval(), CLIPImageProcessor(crop_size=32, size=32)
 
 
@@ -72,8 +130,13 @@ def tiny_wan_components(image_to_video: bool = False, seed: int = 0, num_layers:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     text_encoder, tokenizer = tiny_umt5(seed)
-    parts = dict(transformer=tiny_wan_transformer(image_to_video, seed, num_layers), vae=tiny_wan_vae(seed),
-                 text_encoder=text_encoder, tokenizer=tokenizer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
+    parts = dict(
+        transformer=tiny_wan_transformer(image_to_video, seed, num_layers),
+        vae=tiny_wan_vae(seed),
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    )
     if image_to_video:
         parts["image_encoder"], parts["image_processor"] = tiny_clip_vision(seed)
     return parts

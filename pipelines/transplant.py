@@ -15,6 +15,7 @@ early-step window (``t >= tau``) and the FLUX.1-Fill base. Inferred and kept as 
 corner-centred geometry (background centred, views in the canvas corners, margin = tile side), tile size, ``tau``,
 mask dilation and the box-fit rule.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,13 +40,13 @@ class TransplantConfig:
     layout: str = "corner_centered"
     tile_fraction: float = 0.4
     tau: float = 0.85
-    apply_to: str = "object_mask"         # or "tile": every token of the reference tile
-    transplant_views: str = "primary"     # or "all"
-    mode: str = "transplant"              # or "swap": target tokens also take the reference's native ids
-    fit: str = "contain"                  # uniform scale (aspect kept) or "stretch" per axis
+    apply_to: str = "object_mask"  # or "tile": every token of the reference tile
+    transplant_views: str = "primary"  # or "all"
+    mode: str = "transplant"  # or "swap": target tokens also take the reference's native ids
+    fit: str = "contain"  # uniform scale (aspect kept) or "stretch" per axis
     round_positions: bool = False
     mask_dilate_tokens: int = 1
-    object_coverage: float = 0.5          # a reference token is transplanted when the object covers more of it
+    object_coverage: float = 0.5  # a reference token is transplanted when the object covers more of it
     fill_value: float = 0.5
     enabled: bool = True
 
@@ -79,22 +80,23 @@ def place_reference(reference: torch.Tensor, object_mask: torch.Tensor, tile: Bo
     pixels = torch.full((1, 3, tile.height, tile.width), fill_value, dtype=reference.dtype)
     mask = torch.zeros(tile.height, tile.width, dtype=torch.bool)
     y, x = (tile.height - h) // 2, (tile.width - w) // 2
-    pixels[..., y:y + h, x:x + w] = resize_image(crop, (h, w))
+    pixels[..., y : y + h, x : x + w] = resize_image(crop, (h, w))
     resized_mask = torch.nn.functional.interpolate(crop_mask[None, None].float(), size=(h, w), mode="nearest")
-    mask[y:y + h, x:x + w] = resized_mask[0, 0] > 0.5
+    mask[y : y + h, x : x + w] = resized_mask[0, 0] > 0.5
     return pixels, mask
 
 
 @dataclass
 class Canvas:
-    image: torch.Tensor          # [1, 3, Hc, Wc] in [0, 1]
-    inpaint_mask: torch.Tensor   # [Hc, Wc] bool: the (dilated) target region, the only pixels Fill repaints
-    object_masks: list           # per view, [Hc, Wc] bool: the reference object on the canvas
+    image: torch.Tensor  # [1, 3, Hc, Wc] in [0, 1]
+    inpaint_mask: torch.Tensor  # [Hc, Wc] bool: the (dilated) target region, the only pixels Fill repaints
+    object_masks: list  # per view, [Hc, Wc] bool: the reference object on the canvas
     layout: CanvasLayout
 
 
-def compose_canvas(config: TransplantConfig, background, target_mask, references, reference_masks,
-                   token_pixels: int) -> Canvas:
+def compose_canvas(
+    config: TransplantConfig, background, target_mask, references, reference_masks, token_pixels: int
+) -> Canvas:
     """Build the canvas, its inpaint mask (target mask dilated by ``mask_dilate_tokens``) and object masks."""
     height, width = background.shape[-2:]
     layout = make_layout(config, height, width, len(references), token_pixels)
@@ -128,8 +130,10 @@ class TransplantIds:
         if not self.active(context.sigma):
             return kwargs
         if native.shape[-2:] != self.ids.shape:
-            raise ValueError(f"transplanted ids {tuple(self.ids.shape)} do not match the pipeline's img_ids "
-                             f"{tuple(native.shape)}; the canvas and the call's height/width disagree")
+            raise ValueError(
+                f"transplanted ids {tuple(self.ids.shape)} do not match the pipeline's img_ids "
+                f"{tuple(native.shape)}; the canvas and the call's height/width disagree"
+            )
         return {**kwargs, "img_ids": self.ids.to(device=native.device, dtype=native.dtype)}
 
 

@@ -1,4 +1,5 @@
 """PosBridge-style object insertion on FLUX.1-Fill: canvas, PE transplant, crop and composite."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from diffusers.utils import BaseOutput
 
 from mmpos.coords.edits import transplant_ids
 
-from .edit_pipeline import EditPipelineMixin, coerce_config
 from .context import EditContext
+from .edit_pipeline import EditPipelineMixin, coerce_config
 from .images import as_image_batch, as_mask, check_token_grid, to_pil
 from .transplant import Canvas, TransplantConfig, TransplantIds, compose_canvas, token_sets
 
@@ -21,10 +22,10 @@ class TransplantOutput(BaseOutput):
     """``images``: composited results in the requested ``output_type`` (``"latent"``: Fill's packed latents of
     the canvas, uncomposited, as ``FluxFillPipeline`` returns them; then ``canvas_images`` is None)."""
 
-    images: object               # composited results, in the requested output_type
+    images: object  # composited results, in the requested output_type
     canvas_images: Optional[torch.Tensor]  # [B, 3, Hc, Wc] raw Fill outputs on the canvas, [0, 1]
     canvas: Canvas
-    ids: torch.Tensor            # [Hc/t * Wc/t, 3] transplanted ids used while sigma >= tau (t: token pixels)
+    ids: torch.Tensor  # [Hc/t * Wc/t, 3] transplanted ids used while sigma >= tau (t: token pixels)
     native_ids: torch.Tensor
 
 
@@ -35,8 +36,10 @@ def box_to_mask(box, size: tuple[int, int]) -> torch.Tensor:
         raise ValueError(f"target_box={tuple(box)}: expected 4 numbers (left, top, right, bottom)")
     left, top, right, bottom = (int(v) for v in box)
     if not (0 <= top < bottom <= size[0] and 0 <= left < right <= size[1]):
-        raise ValueError(f"target_box={tuple(box)} (left, top, right, bottom) must lie inside the "
-                         f"{size[0]}x{size[1]} (HxW) image with left < right and top < bottom")
+        raise ValueError(
+            f"target_box={tuple(box)} (left, top, right, bottom) must lie inside the "
+            f"{size[0]}x{size[1]} (HxW) image with left < right and top < bottom"
+        )
     mask = torch.zeros(size, dtype=torch.bool)
     mask[top:bottom, left:right] = True
     return mask
@@ -67,13 +70,36 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
     """
 
     @torch.no_grad()
-    def __call__(self, prompt=None, prompt_2=None, image=None, mask_image=None, masked_image_latents=None,
-                 height=None, width=None, strength: float = 1.0, num_inference_steps: int = 50, sigmas=None,
-                 guidance_scale: float = 30.0, num_images_per_prompt: int = 1, generator=None, latents=None,
-                 prompt_embeds=None, pooled_prompt_embeds=None, output_type: str = "pil", return_dict: bool = True,
-                 joint_attention_kwargs=None, callback_on_step_end=None,
-                 callback_on_step_end_tensor_inputs=("latents",), max_sequence_length: int = 512, *,
-                 references=None, reference_masks=None, target_box=None, transplant=None):
+    def __call__(
+        self,
+        prompt=None,
+        prompt_2=None,
+        image=None,
+        mask_image=None,
+        masked_image_latents=None,
+        height=None,
+        width=None,
+        strength: float = 1.0,
+        num_inference_steps: int = 50,
+        sigmas=None,
+        guidance_scale: float = 30.0,
+        num_images_per_prompt: int = 1,
+        generator=None,
+        latents=None,
+        prompt_embeds=None,
+        pooled_prompt_embeds=None,
+        output_type: str = "pil",
+        return_dict: bool = True,
+        joint_attention_kwargs=None,
+        callback_on_step_end=None,
+        callback_on_step_end_tensor_inputs=("latents",),
+        max_sequence_length: int = 512,
+        *,
+        references=None,
+        reference_masks=None,
+        target_box=None,
+        transplant=None,
+    ):
         """Insert the ``references``' object into the target region of ``image`` (see the class docstring).
 
         Args:
@@ -103,24 +129,43 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
             raise ValueError(f"output_type={output_type!r}: expected 'pil', 'np', 'pt' or 'latent'")
         canvas = self.prepare_canvas(config, image, mask_image, references, reference_masks, target_box)
         sources, target = token_sets(canvas, config)
-        ids = transplant_ids(canvas.layout.grid, sources, target, config.fit, config.mode == "swap",
-                             config.round_positions)
+        ids = transplant_ids(
+            canvas.layout.grid, sources, target, config.fit, config.mode == "swap", config.round_positions
+        )
         context = EditContext(enabled=config.enabled)
         if config.enabled:
             context.rewriters.append(TransplantIds(ids, config.tau))
         height, width = canvas.layout.canvas_size
         fill_arguments = dict(
-            prompt=prompt, prompt_2=prompt_2, strength=strength, num_inference_steps=num_inference_steps,
-            sigmas=sigmas, guidance_scale=guidance_scale, num_images_per_prompt=num_images_per_prompt,
-            generator=generator, latents=latents, prompt_embeds=prompt_embeds,
-            pooled_prompt_embeds=pooled_prompt_embeds, joint_attention_kwargs=joint_attention_kwargs,
+            prompt=prompt,
+            prompt_2=prompt_2,
+            strength=strength,
+            num_inference_steps=num_inference_steps,
+            sigmas=sigmas,
+            guidance_scale=guidance_scale,
+            num_images_per_prompt=num_images_per_prompt,
+            generator=generator,
+            latents=latents,
+            prompt_embeds=prompt_embeds,
+            pooled_prompt_embeds=pooled_prompt_embeds,
+            joint_attention_kwargs=joint_attention_kwargs,
             callback_on_step_end=callback_on_step_end,
             callback_on_step_end_tensor_inputs=list(callback_on_step_end_tensor_inputs),
-            max_sequence_length=max_sequence_length)
+            max_sequence_length=max_sequence_length,
+        )
         with self.edit_session(context):
-            canvas_images = super().__call__(
-                image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(), height=height, width=width,
-                output_type="latent" if output_type == "latent" else "pt", **fill_arguments).images
+            canvas_images = (
+                super()
+                .__call__(
+                    image=canvas.image,
+                    mask_image=canvas.inpaint_mask[None, None].float(),
+                    height=height,
+                    width=width,
+                    output_type="latent" if output_type == "latent" else "pt",
+                    **fill_arguments,
+                )
+                .images
+            )
         native = self._prepare_latent_image_ids(1, *canvas.layout.grid, ids.device, ids.dtype)
         return transplant_output(canvas, canvas_images, ids, native, output_type, return_dict)
 
@@ -143,9 +188,12 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
         reference_masks = reference_masks if isinstance(reference_masks, (list, tuple)) else [reference_masks]
         if len(reference_masks) != len(references):
             raise ValueError(f"got {len(reference_masks)} reference_masks for {len(references)} references")
-        object_masks = [torch.ones(r.shape[-2:], dtype=torch.bool) if m is None
-                        else as_mask(f"reference_masks[{i}]", m, tuple(r.shape[-2:]))
-                        for i, (r, m) in enumerate(zip(references, reference_masks))]
+        object_masks = [
+            torch.ones(r.shape[-2:], dtype=torch.bool)
+            if m is None
+            else as_mask(f"reference_masks[{i}]", m, tuple(r.shape[-2:]))
+            for i, (r, m) in enumerate(zip(references, reference_masks))
+        ]
         return compose_canvas(config, background, mask, references, object_masks, self.token_pixels)
 
 
@@ -178,4 +226,3 @@ def _convert(images: torch.Tensor, output_type: str):
     if output_type == "pil":
         return [to_pil(image) for image in images]
     raise ValueError(f"output_type={output_type!r}: expected 'pil', 'np' or 'pt'")
-

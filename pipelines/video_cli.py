@@ -1,6 +1,7 @@
 """Deprecated (one release): ``mmpos generate video`` moved; its options are in
 :mod:`mmpos.pipelines.commands.generate`, its run in :mod:`mmpos.pipelines.video_generate`. The names below still
 import from here, with a ``DeprecationWarning``."""
+
 from __future__ import annotations
 
 import sys
@@ -9,17 +10,38 @@ import warnings
 from mmpos._deprecation import moved_names
 
 _RUN = "mmpos.pipelines.video_generate"
-__getattr__ = moved_names(__name__, {
-    "build_parser": "mmpos.pipelines.commands.generate:video_parser",
-    **{name: _RUN for name in ("TINY", "OUTPUT_NAMES", "SPATIAL", "PATCH_PIXELS", "riflex_k", "extrapolation_policies",
-                               "_frame_count", "_train_size", "_settings", "_given", "_outputs")},
-})
+__getattr__ = moved_names(
+    __name__,
+    {
+        "build_parser": "mmpos.pipelines.commands.generate:video_parser",
+        **dict.fromkeys(
+            (
+                "TINY",
+                "OUTPUT_NAMES",
+                "SPATIAL",
+                "PATCH_PIXELS",
+                "riflex_k",
+                "extrapolation_policies",
+                "_frame_count",
+                "_train_size",
+                "_settings",
+                "_given",
+                "_outputs",
+            ),
+            _RUN,
+        ),
+    },
+)
 
 
 def run(argv=None) -> int:
     """``mmpos generate video ARGS`` (deprecated: ``mmpos.pipelines.commands.main(["generate", "video", ...])``)."""
-    warnings.warn("mmpos.pipelines.video_cli.run moved: call mmpos.pipelines.commands.main(['generate', 'video', "
-                  "...]); the old path goes in the next release", DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        "mmpos.pipelines.video_cli.run moved: call mmpos.pipelines.commands.main(['generate', 'video', "
+        "...]); the old path goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     from mmpos.pipelines.commands.generate import video_parser
     from mmpos.pipelines.video_generate import run_video
 

@@ -13,13 +13,13 @@ reported in one line, and more frames than trained in a warning. Without
 offline (``--model tiny``: the frames are noise-like, the plumbing is the real one). It prints the model, device and dtype first, and never replaces existing files
 unless ``--overwrite`` is given.
 """
+
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
 from .video_reports import report_resampling, resized_first_frame, warn_longer_than_trained
-
 
 TINY = "tiny"
 OUTPUT_NAMES = ("video.mp4", "video.gif", "frames.png", "rig.png")
@@ -42,10 +42,14 @@ def _settings(args, parser) -> dict:
     train_frames = _given(args.train_frames, 17 if tiny else 81)
     if train_frames < 1 or (train_frames - 1) % 4:
         _fail(parser, f"--train-frames {train_frames}: expected 4k + 1 frames (5, 9, ..., 81)")
-    values = dict(frames=_frame_count(args.frames, train_frames, tiny, parser), train_frames=train_frames,
-                  train_size=_train_size(args.train_size or ("64x96" if tiny else "480x832"), parser),
-                  height=_given(args.height, 64 if tiny else 480), width=_given(args.width, 96 if tiny else 832),
-                  steps=_given(args.steps, 4 if tiny else 50))
+    values = dict(
+        frames=_frame_count(args.frames, train_frames, tiny, parser),
+        train_frames=train_frames,
+        train_size=_train_size(args.train_size or ("64x96" if tiny else "480x832"), parser),
+        height=_given(args.height, 64 if tiny else 480),
+        width=_given(args.width, 96 if tiny else 832),
+        steps=_given(args.steps, 4 if tiny else 50),
+    )
     if values["frames"] < 1 or (values["frames"] - 1) % 4:
         _fail(parser, f"--frames {values['frames']}: expected 4k + 1 frames (5, 9, ..., 81)")
     for name in ("height", "width"):
@@ -111,8 +115,9 @@ def _trajectory(args, parser, frames: int):
 def _pipeline(args, parser, settings):
     import torch
 
-    from . import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
     from mmpos.models.world.image import dtype_keyword
+
+    from . import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
 
     cls = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline
     dtype = getattr(torch, settings["dtype"])
@@ -140,8 +145,9 @@ def riflex_k(transformer, repeat_latent_frames: int) -> int:
     return riflex_intrinsic_k(time_dim, theta, repeat_latent_frames)
 
 
-def extrapolation_policies(methods, transformer, frames: int, train_frames: int, train_size,
-                           repeat_frames: int | None = None) -> list:
+def extrapolation_policies(
+    methods, transformer, frames: int, train_frames: int, train_size, repeat_frames: int | None = None
+) -> list:
     """``set_pe``'s per-axis ``(t, row, col)`` extrapolation: RIFLEx on time (a static policy for ``frames``, only
     when longer than trained: at or below the trained length the time axis stays stock; its ``k`` from
     ``repeat_frames``, the video frame where the stock model repeats, else from ``train_frames``); the spatial
@@ -165,8 +171,14 @@ def _extrapolate(args, parser, pipe, settings) -> str:
     from mmpos.integrations.diffusers import set_pe
 
     try:
-        policies = extrapolation_policies(args.extrapolate, pipe.transformer, settings["frames"],
-                                          settings["train_frames"], settings["train_size"], args.riflex_repeat)
+        policies = extrapolation_policies(
+            args.extrapolate,
+            pipe.transformer,
+            settings["frames"],
+            settings["train_frames"],
+            settings["train_size"],
+            args.riflex_repeat,
+        )
     except ValueError as error:
         _fail(parser, str(error))
     set_pe(pipe.transformer, "native", extrapolation=policies)
@@ -190,8 +202,11 @@ def run_video(args, parser) -> int:
     shown = "tiny offline Wan components (random weights, no download)" if settings["tiny"] else args.model
     print(f"model: {shown}\ndevice: {settings['device']}\ndtype: {settings['dtype']}", flush=True)
     if not args.extrapolate:
-        warn_longer_than_trained(settings["frames"], settings["train_frames"], "expect repeats or drift past them "
-                                 "(--extrapolate riflex adapts the time axis)")
+        warn_longer_than_trained(
+            settings["frames"],
+            settings["train_frames"],
+            "expect repeats or drift past them (--extrapolate riflex adapts the time axis)",
+        )
     trajectory = _trajectory(args, parser, settings["frames"])
     image = _first_frame(args, parser, settings)
     import torch
@@ -209,9 +224,17 @@ def run_video(args, parser) -> int:
         print("camera adapter: none (pass --adapter): the camera is plotted but does not steer the video")
     if args.extrapolate:
         print(_extrapolate(args, parser, pipe, settings))
-    call = dict(prompt=args.prompt, negative_prompt=args.negative_prompt, height=settings["height"],
-                width=settings["width"], num_frames=settings["frames"], num_inference_steps=settings["steps"],
-                guidance_scale=args.guidance, generator=torch.Generator().manual_seed(args.seed), output_type="pt")
+    call = dict(
+        prompt=args.prompt,
+        negative_prompt=args.negative_prompt,
+        height=settings["height"],
+        width=settings["width"],
+        num_frames=settings["frames"],
+        num_inference_steps=settings["steps"],
+        guidance_scale=args.guidance,
+        generator=torch.Generator().manual_seed(args.seed),
+        output_type="pt",
+    )
     if settings["tiny"] and image is None:
         call["max_sequence_length"] = 16  # the stock I2V processor needs the full 512 text tokens
     if image is not None:

@@ -4,6 +4,7 @@ labelled grid of frames (PNG, upscaled nearest-neighbour to a viewable size) and
 Every file is written to a temporary name beside its target and renamed into place, so a crash never leaves a
 half-written file under the final name.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,7 @@ def _open_writer(path: Path, fps: float, size: tuple[int, int]):
         if writer.isOpened():
             return writer, fourcc
         writer.release()
-    raise RuntimeError(f"OpenCV could not open a video writer for {path} with any of "
-                       f"{', '.join(c for c, _ in CODECS)}")
+    raise RuntimeError(f"OpenCV could not open a video writer for {path} with any of {', '.join(c for c, _ in CODECS)}")
 
 
 def write_mp4(frames: torch.Tensor, path, fps: int = 16, log=print) -> Path:
@@ -70,8 +70,10 @@ def write_mp4(frames: torch.Tensor, path, fps: int = 16, log=print) -> Path:
             writer.release()
     if fourcc != "avc1":
         name = dict(CODECS)[fourcc]
-        log(f"{Path(path).name}: this OpenCV build has no H.264 (avc1) encoder; wrote {fourcc} ({name}) instead "
-            "(the GIF beside it plays anywhere)")
+        log(
+            f"{Path(path).name}: this OpenCV build has no H.264 (avc1) encoder; wrote {fourcc} ({name}) instead "
+            "(the GIF beside it plays anywhere)"
+        )
     return Path(path)
 
 
@@ -93,8 +95,15 @@ def write_gif(frames: torch.Tensor, path, fps: int = 16) -> Path:
     big = upscale(rgb, upscale_factor(*rgb.shape[1:3]))
     images = [Image.fromarray(frame) for frame in big]
     with written_atomically(path) as temporary:
-        images[0].save(temporary, format="GIF", save_all=True, append_images=images[1:], loop=0,
-                       duration=max(round(1000 / fps), 20), disposal=1)
+        images[0].save(
+            temporary,
+            format="GIF",
+            save_all=True,
+            append_images=images[1:],
+            loop=0,
+            duration=max(round(1000 / fps), 20),
+            disposal=1,
+        )
     return Path(path)
 
 

@@ -9,6 +9,7 @@ clean at timestep 0, no prompt). With a camera adapter (``load_camera_adapter(pi
     load_camera_adapter(pipe, "assets/world-video/camera-ucpe")
     clip = pipe(first_frame, num_frames=9, camera=trajectory, generator=torch.Generator().manual_seed(0)).frames[0]
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -30,19 +31,28 @@ __all__ = ["WorldVideoPipeline"]
 class _WorldImageToVideo(DiffusionPipeline):
     model_cpu_offload_seq = "transformer->vae"
 
-    def __init__(self, transformer: WanTransformer3DModel, vae: AutoencoderKL,
-                 scheduler: FlowMatchEulerDiscreteScheduler):
+    def __init__(
+        self, transformer: WanTransformer3DModel, vae: AutoencoderKL, scheduler: FlowMatchEulerDiscreteScheduler
+    ):
         super().__init__()
         self.register_modules(transformer=transformer, vae=vae, scheduler=scheduler)
         self.vae_scale_factor_spatial = 2 ** (len(vae.config.block_out_channels) - 1)
         self.vae_scale_factor_temporal = 1
         self.video_processor = VideoProcessor(vae_scale_factor=self.vae_scale_factor_spatial)
 
-
     @torch.no_grad()
-    def __call__(self, image, num_frames: int = 9, height: int = 32, width: int = 32,
-                 num_inference_steps: int = 24, generator: Optional[torch.Generator] = None,
-                 latents: Optional[torch.Tensor] = None, output_type: str = "np", return_dict: bool = True):
+    def __call__(
+        self,
+        image,
+        num_frames: int = 9,
+        height: int = 32,
+        width: int = 32,
+        num_inference_steps: int = 24,
+        generator: Optional[torch.Generator] = None,
+        latents: Optional[torch.Tensor] = None,
+        output_type: str = "np",
+        return_dict: bool = True,
+    ):
         r"""Generate a clip that starts at ``image``.
 
         Args:
@@ -75,8 +85,9 @@ class _WorldImageToVideo(DiffusionPipeline):
         for t in self.progress_bar(self.scheduler.timesteps):
             noisy = with_first_frame(latents, first)
             timestep = token_timesteps(t.expand(len(pixels)), noisy.shape, self.transformer.config.patch_size)
-            velocity = self.transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=prompt,
-                                        return_dict=False)[0]
+            velocity = self.transformer(
+                hidden_states=noisy, timestep=timestep, encoder_hidden_states=prompt, return_dict=False
+            )[0]
             latents = self.scheduler.step(velocity, t, latents, return_dict=False)[0]
         latents = with_first_frame(latents, first)
         if output_type == "latent":

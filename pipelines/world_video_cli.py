@@ -1,7 +1,20 @@
 """Deprecated (one release): moved to :mod:`mmpos.pipelines.world_video_generate` (the names import from here,
 with a ``DeprecationWarning``)."""
+
 from mmpos._deprecation import moved_names
 
-__getattr__ = moved_names(__name__, {name: "mmpos.pipelines.world_video_generate" for name in (
-    "WORLD", "WORLD_DEFAULTS", "world_model_folder", "world_settings", "world_trajectory", "world_first_frame",
-    "run_world")})
+__getattr__ = moved_names(
+    __name__,
+    dict.fromkeys(
+        (
+            "WORLD",
+            "WORLD_DEFAULTS",
+            "world_model_folder",
+            "world_settings",
+            "world_trajectory",
+            "world_first_frame",
+            "run_world",
+        ),
+        "mmpos.pipelines.world_video_generate",
+    ),
+)

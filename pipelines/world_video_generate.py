@@ -6,6 +6,7 @@ was trained on, default ``orbit:35``; ``arc``, ``tilt``, ``roll`` and ``zoom`` r
 trajectory file placed at the first camera. ``--adapter`` defaults to
 the model's ``camera-ucpe``; ``--adapter none`` runs the base model alone.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,11 +29,12 @@ def world_model_folder(name: str) -> Path | None:
 def world_settings(args, fail) -> dict:
     import torch
 
-    values = {key: getattr(args, key, None) or default for key, default in WORLD_DEFAULTS.items()
-              if key != "camera"}
+    values = {key: getattr(args, key, None) or default for key, default in WORLD_DEFAULTS.items() if key != "camera"}
     if args.extrapolate or args.train_frames or args.train_size:
-        fail("--extrapolate, --train-frames and --train-size are for Wan models; the world video model generates "
-             "at its trained length and size (pass --model tiny or a Wan model)")
+        fail(
+            "--extrapolate, --train-frames and --train-size are for Wan models; the world video model generates "
+            "at its trained length and size (pass --model tiny or a Wan model)"
+        )
     try:
         values["frames"] = int(args.frames) if args.frames else WORLD_DEFAULTS["frames"]
     except ValueError:
@@ -53,10 +55,10 @@ def world_trajectory(spec: str | None, frames: int, fail):
     and ``pan`` as trained, the others with a one-line note); a file -> that path placed at the start camera."""
     from mmpos.camera import load_trajectory, resample
     from mmpos.camera.vocabulary import is_motion, parse_motion, vocabulary_help
+    from mmpos.eval.video_eval import EVAL_MOTIONS
+    from mmpos.pipelines.world.video_demo import DEMO_START_DEGREES
     from mmpos.world.scene3d import place_trajectory
     from mmpos.world.video_data import MOTIONS, Motion, motion_trajectory, start_pose
-    from mmpos.pipelines.world.video_demo import DEMO_START_DEGREES
-    from mmpos.eval.video_eval import EVAL_MOTIONS
 
     spec = spec or WORLD_DEFAULTS["camera"]
     start = start_pose(DEMO_START_DEGREES)
@@ -67,12 +69,16 @@ def world_trajectory(spec: str | None, frames: int, fail):
             fail(f"--camera {spec}: {error}")
         if motion.name in MOTIONS:
             return motion_trajectory(Motion(motion.name, motion.amount), start, frames)
-        print(f"camera: the world video model was trained on {', '.join(MOTIONS[:-1])} and {MOTIONS[-1]} only; running {motion} anyway "
-              "(expect the video to follow it loosely)")
+        print(
+            f"camera: the world video model was trained on {', '.join(MOTIONS[:-1])} and {MOTIONS[-1]} only; running {motion} anyway "
+            "(expect the video to follow it loosely)"
+        )
         return untrained_motion_trajectory(motion, start, frames)
     if not Path(spec).is_file():
-        fail(f"--camera {spec}: the world model takes a camera motion ({vocabulary_help()}) or a RealEstate10K "
-             ".txt / mmpos .json trajectory file")
+        fail(
+            f"--camera {spec}: the world model takes a camera motion ({vocabulary_help()}) or a RealEstate10K "
+            ".txt / mmpos .json trajectory file"
+        )
     from .video_reports import report_resampling
 
     try:
@@ -96,8 +102,9 @@ def untrained_motion_trajectory(motion, start, frames: int):
     from mmpos.world.video_data import FOV_DEGREES, RING_HEIGHT, RING_RADIUS
 
     if motion.name == "arc":
-        relative = preset_trajectory("arc", frames, degrees=motion.amount,
-                                     radius=math.hypot(RING_RADIUS, RING_HEIGHT - 0.4))
+        relative = preset_trajectory(
+            "arc", frames, degrees=motion.amount, radius=math.hypot(RING_RADIUS, RING_HEIGHT - 0.4)
+        )
     else:
         relative = motion_trajectory(motion, frames)
     placed = place_trajectory(relative, start)
@@ -159,9 +166,14 @@ def run_world(args, folder: Path, paths: dict, fail, write) -> int:
         print(f"camera adapter: {pipe.camera_adapter.config.kind} from {adapter}")
     else:
         print("camera adapter: none: the camera is plotted but does not steer the video")
-    call = dict(num_frames=settings["frames"], height=settings["height"], width=settings["width"],
-                num_inference_steps=settings["steps"], generator=torch.Generator().manual_seed(args.seed),
-                output_type="pt")
+    call = dict(
+        num_frames=settings["frames"],
+        height=settings["height"],
+        width=settings["width"],
+        num_inference_steps=settings["steps"],
+        generator=torch.Generator().manual_seed(args.seed),
+        output_type="pt",
+    )
     if pipe.camera_adapter is not None:
         call.update(camera=trajectory, camera_scale=args.camera_scale)
     video = pipe(first, **call).frames[0]

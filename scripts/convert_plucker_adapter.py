@@ -7,6 +7,7 @@ trained on the former ``(d, o x d)`` order (``"direction_moment"``) give the sam
 weights (every ``*.proj.weight`` with 6 input channels) are permuted. The order is recorded in the safetensors
 metadata (``plucker_order``); a file already in the target order is left alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,12 @@ ORDER_KEY = "plucker_order"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="convert_plucker_adapter", description=__doc__.split("\n\n")[0])
     p.add_argument("folder", help=f"a CameraAdapter folder (config.json, {WEIGHTS}) of kind plucker")
-    p.add_argument("--source", choices=PLUCKER_ORDERS, default="direction_moment",
-                   help="the order the adapter was trained on (when its file does not record one)")
+    p.add_argument(
+        "--source",
+        choices=PLUCKER_ORDERS,
+        default="direction_moment",
+        help="the order the adapter was trained on (when its file does not record one)",
+    )
     p.add_argument("--target", choices=PLUCKER_ORDERS, default="moment_direction", help="the order to convert to")
     return p
 
@@ -40,8 +45,11 @@ def convert(path: Path, source: str, target: str) -> bool:
     source = metadata.get(ORDER_KEY, source)
     if source == target:
         return False
-    projections = [key for key, value in tensors.items()
-                   if key.endswith("proj.weight") and value.dim() == 2 and value.shape[1] == 6]
+    projections = [
+        key
+        for key, value in tensors.items()
+        if key.endswith("proj.weight") and value.dim() == 2 and value.shape[1] == 6
+    ]
     if not projections:
         raise ValueError(f"{path} has no Plücker input weights (*.proj.weight [out, 6])")
     for key in projections:

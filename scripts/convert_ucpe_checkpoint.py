@@ -5,6 +5,7 @@
 
 Wan2.1-1.3B with UCPE's default attn_compress 8 has 12 // 8 = 1 adapter head (pass --num-heads for others).
 """
+
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def main(argv=None) -> int:
     temporary = out.with_name(f".{out.name}.partial")
     adapter.save_pretrained(temporary)
     temporary.rename(out)
-    print(f"wrote {out}: {dict((k, v) for k, v in adapter.config.items() if not k.startswith('_'))}")
+    print(f"wrote {out}: { {k: v for k, v in adapter.config.items() if not k.startswith('_')} }")
     return 0
 
 

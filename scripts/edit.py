@@ -2,6 +2,7 @@
 
 Same as ``mmpos edit ...``; see ``--help`` of each method and configs/edit_*.yaml.
 """
+
 import sys
 
 from mmpos.pipelines.commands import main

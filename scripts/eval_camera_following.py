@@ -8,6 +8,7 @@ trajectory, and with it told the opposite motion; outputs are scored against the
 the commanded motion recovered with OpenCV (RotErr / TransErr; the render itself gives the floor). Writes
 ``OUT/results.json`` and ``OUT/examples.png`` (one clip per motion, a row per condition); prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,19 +20,26 @@ from pathlib import Path
 import numpy as np
 
 from mmpos._atomic import written_atomically
-from mmpos.world.images import save_png
+from mmpos.eval.video_eval import EVAL_MOTIONS, as_unit_float, eval_clips, evaluate_conditions, summarise
 from mmpos.models.world.samples import image_grid
-from mmpos.eval.video_eval import EVAL_MOTIONS, as_unit_float, evaluate_conditions, eval_clips, summarise
+from mmpos.world.images import save_png
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eval_camera_following", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="eval_camera_following",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--model", default=str(ROOT / "assets" / "world-video"), help="WorldVideoPipeline folder")
-    p.add_argument("--adapters", nargs="+", default=["ucpe", "plucker"],
-                   help="camera adapters: names of MODEL/camera-<name> folders, or folders")
+    p.add_argument(
+        "--adapters",
+        nargs="+",
+        default=["ucpe", "plucker"],
+        help="camera adapters: names of MODEL/camera-<name> folders, or folders",
+    )
     p.add_argument("--scenes", type=int, default=20, help="held-out scenes (one clip per motion each)")
     p.add_argument("--steps", type=int, default=24, help="sampling steps")
     p.add_argument("--out", default="outputs/camera_following", help="folder for results.json and examples.png")
@@ -49,16 +57,19 @@ def load(args):
         folder = Path(name) if Path(name).is_dir() else Path(args.model) / f"camera-{name}"
         if not (folder / "config.json").is_file():
             raise SystemExit(f"eval_camera_following: error: no camera adapter at {folder} (expected config.json)")
-        adapters[CameraAdapter.load_config(folder)["kind"] if Path(name).is_dir() else name] = \
+        adapters[CameraAdapter.load_config(folder)["kind"] if Path(name).is_dir() else name] = (
             CameraAdapter.from_pretrained(folder).eval()
+        )
     return pipe, adapters
 
 
 def table(summary: dict) -> str:
     lines = ["| condition | PSNR (dB) | RotErr (deg) | TransErr (deg) |", "|---|---|---|---|"]
     for name, entry in summary.items():
-        cells = [f"{entry[m]:.2f} ± {entry[m + '_std']:.2f}" if entry[m] is not None else "n/a"
-                 for m in ("psnr", "rot_err", "trans_err")]
+        cells = [
+            f"{entry[m]:.2f} ± {entry[m + '_std']:.2f}" if entry[m] is not None else "n/a"
+            for m in ("psnr", "rot_err", "trans_err")
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -84,8 +95,14 @@ def main(argv=None) -> int:
     clips = eval_clips(args.scenes)
     scores, outputs = evaluate_conditions(pipe, adapters, clips, args.steps)
     summary = summarise(scores)
-    result = dict(scenes=args.scenes, clips=len(clips), steps=args.steps, motions=EVAL_MOTIONS,
-                  cpu_minutes=round((time.process_time() - started) / 60, 2), summary=summary)
+    result = dict(
+        scenes=args.scenes,
+        clips=len(clips),
+        steps=args.steps,
+        motions=EVAL_MOTIONS,
+        cpu_minutes=round((time.process_time() - started) / 60, 2),
+        summary=summary,
+    )
     with written_atomically(out / "results.json") as temporary:
         temporary.write_text(json.dumps(result, indent=1))
     figure(outputs, clips, out / "examples.png")

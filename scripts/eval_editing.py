@@ -18,6 +18,7 @@ t2i model (configs/world/cpu/t2i_flux2.yaml; --checkpoint a folder with world-va
 style rows through BandModulationFlux2KleinPipeline.
 Writes JSON (default outputs/eval_editing.json) and prints a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,21 @@ from mmpos.pipelines.sources import WORLD_GUIDANCE
 
 MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}  # evaluation task -> world model
 LOOSE_STRENGTHS = (0.5, 1.0, 2.0)
-BAND_ROWS = (("shared attention (band strength 0)", {"strength": 0.0}),
-             ("band s_hf=0.75", {"s_hf": (0.75, 0.75)}), ("band s_hf=0.5", {"s_hf": (0.5, 0.5)}),
-             ("band s_hf=0.25", {"s_hf": (0.25, 0.25)}),
-             ("band s_hf=0", {"s_hf": (0.0, 0.0)}), ("band paper schedule s_hf 0.25->0.75", {}))
+BAND_ROWS = (
+    ("shared attention (band strength 0)", {"strength": 0.0}),
+    ("band s_hf=0.75", {"s_hf": (0.75, 0.75)}),
+    ("band s_hf=0.5", {"s_hf": (0.5, 0.5)}),
+    ("band s_hf=0.25", {"s_hf": (0.25, 0.25)}),
+    ("band s_hf=0", {"s_hf": (0.0, 0.0)}),
+    ("band paper schedule s_hf 0.25->0.75", {}),
+)
 
 
 def eval_transplant(args, pipes) -> list[dict]:
+    from mmpos.eval.edit_scores import transplant_row
+    from mmpos.pipelines.edits.transplant import run_transplant
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
     from mmpos.world.edit_pairs import transplant_pair
-    from mmpos.pipelines.edits.transplant import run_transplant
-    from mmpos.eval.edit_scores import transplant_row
 
     pairs = [transplant_pair(args.seed + i, args.sizes["fill"]) for i in range(args.count)]
     regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
@@ -53,14 +58,18 @@ def eval_transplant(args, pipes) -> list[dict]:
         result = run_transplant(pipe, pairs, args.steps, {**WORLD_TRANSPLANT, **options})
         return row(method, result.outputs, result.raw)
 
-    return [row("ground truth", [p.target.image for p in pairs]), run("plain Fill (same canvas)", enabled=False),
-            run("PE transplant tau=0.85"), run("PE transplant tau=0.5", tau=0.5)]
+    return [
+        row("ground truth", [p.target.image for p in pairs]),
+        run("plain Fill (same canvas)", enabled=False),
+        run("PE transplant tau=0.85"),
+        run("PE transplant tau=0.5", tau=0.5),
+    ]
 
 
 def eval_harmonise(args, pipes) -> list[dict]:
-    from mmpos.world.edit_pairs import harmonise_pair
-    from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
     from mmpos.eval.edit_scores import harmonise_row
+    from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
+    from mmpos.world.edit_pairs import harmonise_pair
 
     pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
 
@@ -70,18 +79,21 @@ def eval_harmonise(args, pipes) -> list[dict]:
     pipe = pipes("loose")
 
     def run(strength):
-        return run_loose(pipe, pairs, args.steps, loose_for_steps(args.steps, strength=strength),
-                         WORLD_GUIDANCE["kontext"]).outputs
+        return run_loose(
+            pipe, pairs, args.steps, loose_for_steps(args.steps, strength=strength), WORLD_GUIDANCE["kontext"]
+        ).outputs
 
-    return [row("ground truth", [p.target.image for p in pairs]), row("unedited collage", [p.collage for p in pairs]),
-            row("plain Kontext (LooseRoPE strength 0)", run(0.0))] + \
-        [row(f"LooseRoPE strength {s}", run(s)) for s in LOOSE_STRENGTHS]
+    return [
+        row("ground truth", [p.target.image for p in pairs]),
+        row("unedited collage", [p.collage for p in pairs]),
+        row("plain Kontext (LooseRoPE strength 0)", run(0.0)),
+    ] + [row(f"LooseRoPE strength {s}", run(s)) for s in LOOSE_STRENGTHS]
 
 
 def eval_style(args, pipes) -> list[dict]:
-    from mmpos.world.edit_pairs import style_set
-    from mmpos.pipelines.edits.band import run_band
     from mmpos.eval.edit_scores import style_row
+    from mmpos.pipelines.edits.band import run_band
+    from mmpos.world.edit_pairs import style_set
 
     sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]
     references = [s.reference for s in sets for _ in s.targets]
@@ -94,9 +106,11 @@ def eval_style(args, pipes) -> list[dict]:
     def run(band):
         return run_band(pipe, sets, args.steps, band, WORLD_GUIDANCE["t2i"]).outputs
 
-    rows = [row("ground truth (target in reference style)", [t.image for s in sets for t in s.targets]),
-            row("copy the reference", [r.image for r in references]),
-            row("no sharing (content prompt)", run({"enabled": False}))]
+    rows = [
+        row("ground truth (target in reference style)", [t.image for s in sets for t in s.targets]),
+        row("copy the reference", [r.image for r in references]),
+        row("no sharing (content prompt)", run({"enabled": False})),
+    ]
     return rows + [row(name, run(band)) for name, band in BAND_ROWS]
 
 
@@ -134,19 +148,25 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="denoising steps")
     parser.add_argument("--seed", type=int, default=555_000, help="first example seed (held out from training)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the models")
-    parser.add_argument("--tasks", nargs="+", default=["transplant", "harmonise", "style"],
-                        choices=("transplant", "harmonise", "style"), help="which evaluations to run")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=["transplant", "harmonise", "style"],
+        choices=("transplant", "harmonise", "style"),
+        help="which evaluations to run",
+    )
     parser.add_argument("--out", default="outputs/eval_editing.json", help="output JSON file (the scores)")
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error(f"--count must be at least 1, got {args.count}")
 
     from mmpos.models.world.image import check_world_checkpoint, trained_image_size
-    from mmpos.pipelines.sources import ModelSource
 
     try:
-        root = check_world_checkpoint(args.checkpoint or Path(__file__).resolve().parents[1] / "assets",
-                                      tasks=[MODEL_OF_TASK[t] for t in args.tasks])
+        root = check_world_checkpoint(
+            args.checkpoint or Path(__file__).resolve().parents[1] / "assets",
+            tasks=[MODEL_OF_TASK[t] for t in args.tasks],
+        )
     except FileNotFoundError as error:
         parser.error(str(error))
     args.sizes = {task: trained_image_size(root, task) for task in MODEL_OF_TASK.values()}  # trained sides

@@ -9,6 +9,7 @@ the stock model bit for bit (checked on the first batch), so 1x runs once.
     OMP_NUM_THREADS=1 nice -n 10 python scripts/eval_extrapolation.py --count 64 --steps 10 \\
         --out outputs/extrapolation --figure assets/extrapolation/world_t2i.png
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mmpos.pipelines.world.extrapolation_runs import (METHODS, extrapolation_figure, figure_caption_index, generate_at_size,
-                                            install_method)
 from mmpos.eval.layout_metrics import layout_scores
 from mmpos.models.world.image import load_world_pipeline, trained_image_size
 from mmpos.models.world.samples import held_out_examples
+from mmpos.pipelines.world.extrapolation_runs import (
+    METHODS,
+    extrapolation_figure,
+    figure_caption_index,
+    generate_at_size,
+    install_method,
+)
 from mmpos.world.scene import SceneSpec
 
 EXTRA_METHODS = ("dype_ntk", "dype_yarn")  # DyPE through NTK or YaRN, on request
@@ -37,12 +43,20 @@ def summarise(images, specs) -> dict:
     out = {}
     for name in SCORES:
         values = np.array([r[name] for r in rows if r[name] is not None], dtype=np.float64)
-        out[name] = {"mean": float(values.mean()), "std": float(values.std()), "median": float(np.median(values)),
-                     "n": int(values.size)}
+        out[name] = {
+            "mean": float(values.mean()),
+            "std": float(values.std()),
+            "median": float(np.median(values)),
+            "n": int(values.size),
+        }
     ratios = np.array([r["period_ratio"] for r in rows if r["period_ratio"] is not None])
     kept = (np.abs(ratios - 1) <= 0.25).astype(np.float64)
-    out["period_kept"] = {"mean": float(kept.mean()), "std": float(kept.std()), "median": float(np.median(kept)),
-                          "n": int(kept.size)}
+    out["period_kept"] = {
+        "mean": float(kept.mean()),
+        "std": float(kept.std()),
+        "median": float(np.median(kept)),
+        "n": int(kept.size),
+    }
     return out
 
 
@@ -55,14 +69,16 @@ def rescore(out: Path, specs) -> tuple[dict, dict, dict]:
         scale, method = key.split("x/")
         generated = np.load(out / f"images_{scale}x_{method}.npz")["images"]
         images.setdefault(method, {})[int(scale)] = generated
-        results[(int(scale), method)] = summarise(generated, specs[:len(generated)])
+        results[(int(scale), method)] = summarise(generated, specs[: len(generated)])
         cpu[(int(scale), method)] = seconds
     return results, cpu, images
 
 
 def markdown(results, cpu) -> str:
-    lines = ["| scale | method | count error | duplicated | position acc | period ratio (median) | period kept "
-             "| CPU s |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scale | method | count error | duplicated | position acc | period ratio (median) | period kept | CPU s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for (scale, method), scores in results.items():
         cells = [f"{scores[n]['mean']:.2f} ± {scores[n]['std']:.2f}" for n in SCORES[:3]]
         cells.append(f"{scores['period_ratio']['median']:.2f}")
@@ -82,8 +98,11 @@ def main(argv=None) -> int:
     parser.add_argument("--figure-index", type=int, default=None, help="caption shown in the figure")
     parser.add_argument("--out", default="outputs/extrapolation", help="folder for results.json, table.md, images")
     parser.add_argument("--figure", default=None, help="PNG path of the figure (default: OUT/figure.png)")
-    parser.add_argument("--rescore", action="store_true",
-                        help="recompute the table (and --figure) from the images an earlier run saved in --out")
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="recompute the table (and --figure) from the images an earlier run saved in --out",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.rescore:
@@ -119,13 +138,16 @@ def main(argv=None) -> int:
             images[method][scale] = generated
             results[(scale, method)] = summarise(generated, specs)
             np.savez_compressed(out / f"images_{scale}x_{method}.npz", images=generated)
-            print(f"{scale}x {method:12s} " + "  ".join(f"{n} {results[(scale, method)][n]['mean']:.3f}"
-                                                        for n in SCORES) + f"  cpu {cpu[(scale, method)]:.0f}s",
-                  flush=True)
+            print(
+                f"{scale}x {method:12s} "
+                + "  ".join(f"{n} {results[(scale, method)][n]['mean']:.3f}" for n in SCORES)
+                + f"  cpu {cpu[(scale, method)]:.0f}s",
+                flush=True,
+            )
         if scale == 1 and "dype" in args.methods and args.count >= args.batch:  # 1x: every preset is stock
             install_method(pipe, "dype", (tokens, tokens))
-            first = generate_at_size(pipe, examples[:args.batch], trained, args.steps, args.guidance, args.batch)
-            identical = bool(np.array_equal(first, images["stock"][1][:args.batch]))
+            first = generate_at_size(pipe, examples[: args.batch], trained, args.steps, args.guidance, args.batch)
+            identical = bool(np.array_equal(first, images["stock"][1][: args.batch]))
             print(f"1x dype == stock on the first batch: {identical}")
             results[("1", "dype == stock")] = identical
     install_method(pipe, "stock", (tokens, tokens))
@@ -133,9 +155,16 @@ def main(argv=None) -> int:
     figure_path = Path(args.figure) if args.figure else out / "figure.png"
     extrapolation_figure(images, examples[index]["image"], index, figure_path)
     table = {f"{s}x/{m}": v for (s, m), v in results.items()}
-    meta = {"count": args.count, "steps": args.steps, "guidance": args.guidance, "trained_px": trained,
-            "figure_caption": examples[index]["caption"], "cpu_seconds": {f"{s}x/{m}": v for (s, m), v in cpu.items()},
-            "cpu_minutes_total": sum(cpu.values()) / 60, "threads": torch.get_num_threads()}
+    meta = {
+        "count": args.count,
+        "steps": args.steps,
+        "guidance": args.guidance,
+        "trained_px": trained,
+        "figure_caption": examples[index]["caption"],
+        "cpu_seconds": {f"{s}x/{m}": v for (s, m), v in cpu.items()},
+        "cpu_minutes_total": sum(cpu.values()) / 60,
+        "threads": torch.get_num_threads(),
+    }
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": table}, indent=1))
     (out / "table.md").write_text(markdown({k: v for k, v in results.items() if isinstance(v, dict)}, cpu) + "\n")
     print(markdown({k: v for k, v in results.items() if isinstance(v, dict)}, cpu))

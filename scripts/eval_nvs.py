@@ -11,6 +11,7 @@ A run's checkpoints are ``checkpoints/<encoding>_s<seed>/checkpoint-<step>/``; `
 each (encoding, seed) in its own process (or on N processes with ``torchrun``: ``--batch-size`` is per process).
 The whole benchmark: ``bash scripts/nvs_benchmark.sh``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,12 +27,19 @@ from mmpos._arguments import OneLineErrorParser, positive_int_arg
 from mmpos._atomic import check_new_output, written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos._validation import NonFiniteLossError
-from mmpos.training.run_folders import RunExistsError, UnreadableCheckpointError
 from mmpos.eval.image_quality import psnr, ssim
-from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
 from mmpos.models.world.nvs import NVS_ENCODINGS
-from mmpos.training.world.nvs_training import (NVSRecipe, evaluate, load_trained, predict, read_run, run_folder,
-                                               train_nvs)
+from mmpos.training.run_folders import RunExistsError, UnreadableCheckpointError
+from mmpos.training.world.nvs_training import (
+    NVSRecipe,
+    evaluate,
+    load_trained,
+    predict,
+    read_run,
+    run_folder,
+    train_nvs,
+)
+from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
 
 TEST_SETS = {  # name -> make_triples options for the test scenes
     "test": dict(baseline_degrees=TRAIN_BASELINE),
@@ -57,10 +65,18 @@ def train(args):
     if args.resume and args.overwrite:
         raise RunExistsError("--resume continues the earlier run and --overwrite replaces it: pass one")
     if earlier and not (args.resume or args.overwrite):
-        raise RunExistsError(f"{earlier[0]} holds an earlier run; pass --resume to continue it or --overwrite to "
-                             "replace it")
-    recipe = NVSRecipe(args.encoding, args.seed, args.steps, args.batch_size, args.lr, args.warmup,
-                       init_from=os.path.join(args.out, args.init_from, name) if args.init_from else None)
+        raise RunExistsError(
+            f"{earlier[0]} holds an earlier run; pass --resume to continue it or --overwrite to replace it"
+        )
+    recipe = NVSRecipe(
+        args.encoding,
+        args.seed,
+        args.steps,
+        args.batch_size,
+        args.lr,
+        args.warmup,
+        init_from=os.path.join(args.out, args.init_from, name) if args.init_from else None,
+    )
     data = load_torch_file(os.path.join(args.out, "data.pt"))["train"]
     os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
     if args.overwrite and int(os.environ.get("RANK", "0")) == 0:
@@ -91,9 +107,13 @@ def report(args):
             print(f"skipping unfinished {path}", file=sys.stderr)
             continue
         model = load_trained(path)
-        row = dict(saved["recipe"], total_steps=saved.get("previous_steps", 0) + saved["step"],
-                   cpu_seconds=saved.get("previous_cpu_seconds", 0.0) + saved["cpu_seconds"],
-                   final_loss=sum(saved["losses"][-50:]) / 50, parameters=sum(p.numel() for p in model.parameters()))
+        row = dict(
+            saved["recipe"],
+            total_steps=saved.get("previous_steps", 0) + saved["step"],
+            cpu_seconds=saved.get("previous_cpu_seconds", 0.0) + saved["cpu_seconds"],
+            final_loss=sum(saved["losses"][-50:]) / 50,
+            parameters=sum(p.numel() for p in model.parameters()),
+        )
         for name in TEST_SETS:
             row.update({f"{name}_{k}": v for k, v in evaluate(model, data[name]).items()})
         rows.append(row)
@@ -113,7 +133,7 @@ def copy_context_row(data):
     for name in TEST_SETS:
         images = data[name]["images"].double()
         centres = data[name]["c2w"][:, :, :3, 3]
-        nearer = ((centres[:, :2] - centres[:, 2:]).norm(dim=-1).argmin(1))
+        nearer = (centres[:, :2] - centres[:, 2:]).norm(dim=-1).argmin(1)
         guess = images[torch.arange(images.shape[0]), nearer]
         row[f"{name}_psnr"] = psnr(guess, images[:, 2]).mean().item()
         row[f"{name}_ssim"] = ssim(guess, images[:, 2]).mean().item()
@@ -129,8 +149,12 @@ def summary(values, digits):
 
 def markdown_table(rows):
     columns = [f"{name}_{metric}" for name in TEST_SETS for metric in ("psnr", "ssim")]
-    lines = ["| encoding | seeds | params | steps | CPU min / run | " + " | ".join(columns)
-             + " | wide - test PSNR | fisheye - test PSNR |", "|---" * (7 + len(columns)) + "|"]
+    lines = [
+        "| encoding | seeds | params | steps | CPU min / run | "
+        + " | ".join(columns)
+        + " | wide - test PSNR | fisheye - test PSNR |",
+        "|---" * (7 + len(columns)) + "|",
+    ]
     for encoding in (*NVS_ENCODINGS, "copy context"):
         group = [r for r in rows if r["encoding"] == encoding]
         if not group:
@@ -161,7 +185,9 @@ def save_figure(models, data, path, count=2, replace=True):
 
 
 def main(argv=None):
-    parser = OneLineErrorParser(prog="eval_nvs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineErrorParser(
+        prog="eval_nvs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default="outputs/nvs")
     parser.add_argument("--checkpoints", default="checkpoints", help="checkpoint folder inside --out")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -176,8 +202,9 @@ def main(argv=None):
     training.add_argument("--lr", type=float, default=1e-3)
     training.add_argument("--warmup", type=int, default=50)
     training.add_argument("--init-from", help="continue the weights of the same run in this checkpoint folder")
-    training.add_argument("--resume", action="store_true", help="continue the run's newest checkpoint (a run "
-                          "without one starts)")
+    training.add_argument(
+        "--resume", action="store_true", help="continue the run's newest checkpoint (a run without one starts)"
+    )
     training.add_argument("--overwrite", action="store_true", help="replace an earlier run of this encoding and seed")
     reporting = commands.add_parser("report")
     reporting.add_argument("--figure", default=None)

@@ -5,6 +5,7 @@
 
 The logic lives in :mod:`mmpos.training` (also ``mmpos eval vit``).
 """
+
 import sys
 
 from mmpos.training.vit_cli import eval_main

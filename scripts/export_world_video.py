@@ -1,7 +1,8 @@
 """Assemble finished world-video training stages into one model folder (pipeline, adapters, model card).
 
-    python scripts/export_world_video.py --runs runs/video --out assets/world-video --overwrite
+python scripts/export_world_video.py --runs runs/video --out assets/world-video --overwrite
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,11 @@ from mmpos.pipelines.world.video_export import export_world_video
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="export_world_video", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="export_world_video",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--runs", required=True, help="folder holding the vae, base and adapter stage folders")
     p.add_argument("--out", required=True, help="model folder to write")
     p.add_argument("--adapters", nargs="+", default=["ucpe", "plucker"], help="adapter stages to include")

@@ -2,6 +2,7 @@
 
 Same as ``mmpos generate ...``.
 """
+
 import sys
 
 from mmpos.pipelines.commands import main

@@ -11,6 +11,7 @@ Only the adapter's parameters train (mmpos.training.camera_adapter_task). The ru
 checkpoint, bit-identical to an uninterrupted run; --batch-size is per process. Any key can also come from
 ``--config FILE.yaml`` or ``--set key=value``.
 """
+
 from __future__ import annotations
 
 import sys

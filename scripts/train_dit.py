@@ -13,6 +13,7 @@ then ``model/`` and ``model_ema/`` (``DiT.from_pretrained``) and ``samples.png``
 run is refused without --resume or --overwrite; a NaN or inf loss stops the run (exit code 1) before it reaches the
 weights, keeping the last checkpoint.
 """
+
 from __future__ import annotations
 
 import sys

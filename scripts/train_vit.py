@@ -7,6 +7,7 @@
 
 The logic lives in :mod:`mmpos.training` (also ``mmpos train vit``).
 """
+
 import sys
 
 from mmpos.training.vit_cli import train_main

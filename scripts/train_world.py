@@ -11,6 +11,7 @@ earlier ``<out>/train_state-<task>/`` resumes too). On N processes (``torchrun -
 is per process and only the main process writes.
 Accelerate settings (mixed precision, device) come from the config or the flags below.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,12 @@ def main(argv=None) -> int:
     parser.add_argument("--mixed-precision", choices=("no", "bf16", "fp16"), help="accelerate mixed precision")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="force the device (default: accelerate's)")
     parser.add_argument("--resume", action="store_true", help="continue from <out>/train-<task>/checkpoint-<step>")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run of the task in --out (its "
-                        "state and export are replaced once the new ones are complete)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier run of the task in --out (its "
+        "state and export are replaced once the new ones are complete)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print losses as lines instead of a progress bar")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config entries")
     args = parser.parse_args(argv)
@@ -45,8 +50,13 @@ def main(argv=None) -> int:
     config_path = Path(args.config)
     if not config_path.is_file():
         parser.error(f"--config {config_path} does not exist")
-    flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "mixed_precision": args.mixed_precision,
-             "device": args.device, "vae_path": args.vae}
+    flags = {
+        "max_steps": args.max_steps,
+        "max_minutes": args.max_minutes,
+        "mixed_precision": args.mixed_precision,
+        "device": args.device,
+        "vae_path": args.vae,
+    }
     try:  # every key checked against its type and rule (mmpos.training.world.config), an unknown one refused
         config = load_world_config(config_path, args.set, flags)
     except ConfigError as error:
@@ -65,8 +75,20 @@ def main(argv=None) -> int:
         return 1
     if int(os.environ.get("RANK", "0")) != 0:  # on N processes the main one reports
         return 0
-    summary = {k: card.get(k) for k in ("task", "steps", "train_minutes", "final_train_loss", "val_loss_start",
-                                        "val_loss", "val_l1_start", "val_l1", "parameters")}
+    summary = {
+        k: card.get(k)
+        for k in (
+            "task",
+            "steps",
+            "train_minutes",
+            "final_train_loss",
+            "val_loss_start",
+            "val_loss",
+            "val_l1_start",
+            "val_l1",
+            "parameters",
+        )
+    }
     print(json.dumps(summary))
     return 0
 

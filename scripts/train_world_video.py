@@ -11,6 +11,7 @@ either a folder that has one is refused. ``--max-minutes`` stops (with a checkpo
 with ``--resume`` to go on. The rendered clips are cached in ``OUT/clips-train.pt``. On N processes
 (``torchrun --nproc_per_node N``) ``--batch-size`` is per process and only the main process writes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,15 +24,18 @@ import torch
 
 from mmpos._atomic import written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
-from mmpos.world.video_data import make_clips
 from mmpos.training.world.video_training import STAGES, VideoRecipe, train_stage
+from mmpos.world.video_data import make_clips
 
 DEFAULT_VAE = Path(__file__).resolve().parents[1] / "assets" / "world-vae"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="train_world_video", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="train_world_video",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--stage", required=True, choices=STAGES)
     p.add_argument("--out", required=True, help="run folder (state.pt, clips cache, exported model)")
     p.add_argument("--vae", default=str(DEFAULT_VAE), help="AutoencoderKL folder (the vae stage starts from it)")
@@ -47,11 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=9, help="frames per clip")
     p.add_argument("--device", default="cpu", help="where the models train (cuda on a GPU)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    p.add_argument("--resume", action="store_true", help="continue OUT's newest checkpoint-<step>/ (or state.pt); "
-                   "a folder without one starts the run")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue OUT's newest checkpoint-<step>/ (or state.pt); a folder without one starts the run",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace the run in OUT (its checkpoints and export)")
-    p.add_argument("--init-from", help="a finished run folder of the same stage: start from its weights with a fresh "
-                   "optimiser and schedule (continued training)")
+    p.add_argument(
+        "--init-from",
+        help="a finished run folder of the same stage: start from its weights with a fresh "
+        "optimiser and schedule (continued training)",
+    )
     return p
 
 
@@ -86,20 +96,34 @@ def main(argv=None) -> int:
     out = Path(args.out)
     earlier = earlier_run(out)
     if args.resume and args.overwrite:
-        parser.exit(2, f"{parser.prog}: error: --resume continues the earlier run and --overwrite replaces it: "
-                       "pass one\n")
+        parser.exit(
+            2, f"{parser.prog}: error: --resume continues the earlier run and --overwrite replaces it: pass one\n"
+        )
     if earlier and not (args.resume or args.overwrite):
-        parser.exit(2, f"{parser.prog}: error: {out} holds a run ({earlier[0].name}); pass --resume, --overwrite or "
-                       "another --out\n")
+        parser.exit(
+            2,
+            f"{parser.prog}: error: {out} holds a run ({earlier[0].name}); pass --resume, --overwrite or "
+            "another --out\n",
+        )
     if args.stage not in ("vae", "base") and not args.base:
-        parser.exit(2, f"{parser.prog}: error: --stage {args.stage} trains a camera adapter: pass --base "
-                       "(the transformer folder of a finished base run)\n")
+        parser.exit(
+            2,
+            f"{parser.prog}: error: --stage {args.stage} trains a camera adapter: pass --base "
+            "(the transformer folder of a finished base run)\n",
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        recipe = VideoRecipe(args.stage, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                             train_scenes=args.scenes, checkpoint_every=args.checkpoint_every,
-                             init_from=args.init_from)
+        recipe = VideoRecipe(
+            args.stage,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=args.seed,
+            train_scenes=args.scenes,
+            checkpoint_every=args.checkpoint_every,
+            init_from=args.init_from,
+        )
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     out.mkdir(parents=True, exist_ok=True)
@@ -110,8 +134,16 @@ def main(argv=None) -> int:
         data = cached_clips(out, args.scenes, args.frames, args.size)
         vae = AutoencoderKL.from_pretrained(args.vae)
         base = WanTransformer3DModel.from_pretrained(args.base) if args.base else None
-        state = train_stage(recipe, data, out, vae, base, max_minutes=args.max_minutes, device=args.device,
-                            log=lambda line: print(line, flush=True))
+        state = train_stage(
+            recipe,
+            data,
+            out,
+            vae,
+            base,
+            max_minutes=args.max_minutes,
+            device=args.device,
+            log=lambda line: print(line, flush=True),
+        )
     except (UnsafeStateError, ValueError) as error:  # a cache or state that is not plain tensors; another recipe
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     except FloatingPointError as error:  # the NaN stop

@@ -14,6 +14,7 @@ extrapolation, and summarised as mean ± std over seeds:
 ``results.json`` (so it can be restarted) and records each run's CPU seconds (user + system) in
 ``cpu_seconds.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,23 @@ def ensure_data(data_dir: Path, train_count: int, val_count: int) -> None:
 
 
 def run_command(args, pe: str, seed: int, run_dir: Path) -> list[str]:
-    command = ["nice", "-n", str(args.nice), sys.executable, str(ROOT / "scripts" / "train_vit.py"),
-               "--config", str(args.config), "--pe", pe, "--seed", str(seed), "--data-dir", str(args.data_dir),
-               "--output-dir", str(run_dir)]
+    command = [
+        "nice",
+        "-n",
+        str(args.nice),
+        sys.executable,
+        str(ROOT / "scripts" / "train_vit.py"),
+        "--config",
+        str(args.config),
+        "--pe",
+        pe,
+        "--seed",
+        str(seed),
+        "--data-dir",
+        str(args.data_dir),
+        "--output-dir",
+        str(run_dir),
+    ]
     if (run_dir / "checkpoints").exists():
         command.append("--overwrite")  # an unfinished run starts over (the budget is whole runs)
     return command + [item for text in args.set for item in ("--set", text)]
@@ -48,8 +63,12 @@ def run_command(args, pe: str, seed: int, run_dir: Path) -> list[str]:
 
 def run_all(args) -> None:
     ensure_data(args.data_dir, args.train_count, args.val_count)
-    todo = [(pe, seed) for seed in args.seeds for pe in args.pes
-            if not (args.out / f"{pe}_s{seed}" / "results.json").exists()]
+    todo = [
+        (pe, seed)
+        for seed in args.seeds
+        for pe in args.pes
+        if not (args.out / f"{pe}_s{seed}" / "results.json").exists()
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     running: dict[int, tuple[str, Path, object]] = {}
     while todo or running:
@@ -58,8 +77,9 @@ def run_all(args) -> None:
             run_dir = args.out / f"{pe}_s{seed}"
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             log = open(args.out / f"{pe}_s{seed}.log", "w")
-            process = subprocess.Popen(run_command(args, pe, seed, run_dir), env=env, stdout=log,
-                                       stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                run_command(args, pe, seed, run_dir), env=env, stdout=log, stderr=subprocess.STDOUT
+            )
             running[process.pid] = (f"{pe} seed {seed}", run_dir, log)
         pid, status, usage = os.wait4(-1, 0)
         if pid not in running:
@@ -122,8 +142,15 @@ def plot(collected: dict, path: Path) -> None:
             points = [(s, _mean_std(cells.get(f"{s:g}/{'none' if s == 1 else kind}", []))) for s in (1.0, 1.5, 2.0)]
             points = [(s, m) for s, m in points if m is not None]
             if len(points) > 1:
-                ax.errorbar([s for s, _ in points], [m[0] for _, m in points], yerr=[m[1] for _, m in points],
-                            marker="o", capsize=3, label=pe, color=colours[pe])
+                ax.errorbar(
+                    [s for s, _ in points],
+                    [m[0] for _, m in points],
+                    yerr=[m[1] for _, m in points],
+                    marker="o",
+                    capsize=3,
+                    label=pe,
+                    color=colours[pe],
+                )
         ax.set_title("no extrapolation" if kind == "none" else "position interpolation (pi)")
         ax.set_xlabel("evaluation resolution / training resolution")
         ax.grid(alpha=0.3)
@@ -161,8 +188,12 @@ def main(argv=None) -> int:
     parser.add_argument("--nice", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], help="config override for every run")
     parser.add_argument("--assets", type=Path, default=ROOT / "assets" / "vit_bench", help="folder of the plot")
-    parser.add_argument("--results", type=Path, default=ROOT / "assets" / "results" / "vit_bench",
-                        help="folder of results.md and results.json")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=ROOT / "assets" / "results" / "vit_bench",
+        help="folder of results.md and results.json",
+    )
     args = parser.parse_args(argv)
     run_all(args) if args.action == "run" else summarize(args)
     return 0

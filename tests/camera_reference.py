@@ -7,6 +7,7 @@ Reference convention, split layout ``x = [x1 | x2]`` of a channel block, ``c, s`
     rot_minus(x) = [x1 c + x2 s, -x1 s + x2 c]     applied to q, k, v  (rotation by -theta)
     rot_plus(x)  = [x1 c - x2 s,  x1 s + x2 c]     applied to the attention output (rotation by +theta)
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,11 @@ def prope_matrices(w2c, grid, intrinsics=None, image_size=None):
     if intrinsics is not None:
         h, w = image_size
         lift = torch.zeros_like(w2c)
-        lift[..., 0, 0], lift[..., 0, 1], lift[..., 0, 2] = intrinsics[..., 0, 0] / w, intrinsics[..., 0, 1] / w, \
-            intrinsics[..., 0, 2] / w - 0.5
+        lift[..., 0, 0], lift[..., 0, 1], lift[..., 0, 2] = (
+            intrinsics[..., 0, 0] / w,
+            intrinsics[..., 0, 1] / w,
+            intrinsics[..., 0, 2] / w - 0.5,
+        )
         lift[..., 1, 1], lift[..., 1, 2] = intrinsics[..., 1, 1] / h, intrinsics[..., 1, 2] / h - 0.5
         lift[..., 2, 2] = lift[..., 3, 3] = 1.0
         frames = lift @ w2c

@@ -3,8 +3,11 @@ import torch
 
 
 def pytest_addoption(parser):
-    parser.addoption("--device", default="cuda", help="device of the tests marked cuda (tests/cuda/); "
-                     "--device cpu runs the same checks on the CPU as a dry run")
+    parser.addoption(
+        "--device",
+        default="cuda",
+        help="device of the tests marked cuda (tests/cuda/); --device cpu runs the same checks on the CPU as a dry run",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

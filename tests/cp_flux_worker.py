@@ -9,6 +9,7 @@ has: the native op gets it from the plain softmax formula (fp64) when asked; and
 equal shapes only, so the output gather of uneven shards (``*_anything``) pads to the longest shard and trims.
 Even Ulysses runs diffusers unpatched.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -34,12 +35,36 @@ from diffusers.models import attention_dispatch  # noqa: E402
 stock_native_op = attention_dispatch._native_attention_forward_op
 
 
-def native_op_with_lse(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                       enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+def native_op_with_lse(
+    ctx,
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    return_lse=False,
+    _save_ctx=True,
+    _parallel_config=None,
+):
     """The native op, plus ``lse [B, S, H]`` from the softmax formula when ring attention asks for it."""
     if not return_lse:
-        return stock_native_op(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, False,
-                               _save_ctx, _parallel_config)
+        return stock_native_op(
+            ctx,
+            query,
+            key,
+            value,
+            attn_mask,
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+            False,
+            _save_ctx,
+            _parallel_config,
+        )
     assert attn_mask is None and not is_causal and dropout_p == 0.0
     q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))  # [B, H, S, D]
     scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)

@@ -14,6 +14,7 @@ The markers (documented in ``docs/README.md``, "Writing docs"):
 Any marker may end with ``small: `old` -> `new`, ...``: the test replaces each ``old`` text by ``new`` before running
 the block (smaller shapes or fewer steps than the page shows; the page's text says so).
 """
+
 from __future__ import annotations
 
 import re
@@ -32,10 +33,10 @@ FENCE = re.compile(r"^```(?P<language>[\w-]*)\s*$")
 @dataclass(frozen=True)
 class Block:
     page: Path
-    line: int                 # 1-based line of the opening fence
-    language: str             # "" for a fence without a language
+    line: int  # 1-based line of the opening fence
+    language: str  # "" for a fence without a language
     code: str
-    marker: str = ""          # "", "needs-weights", "setup" or "skip"
+    marker: str = ""  # "", "needs-weights", "setup" or "skip"
     reason: str = ""
 
     @property
@@ -65,7 +66,7 @@ def page_blocks(page: Path) -> list[Block]:
             continue
         end = next(j for j in range(index + 1, len(lines)) if lines[j].startswith("```"))
         marker = _marker_before(lines, index)
-        blocks.append(Block(page, index + 1, fence["language"], "\n".join(lines[index + 1:end]) + "\n", *marker))
+        blocks.append(Block(page, index + 1, fence["language"], "\n".join(lines[index + 1 : end]) + "\n", *marker))
         index = end + 1
     return blocks
 

@@ -14,6 +14,7 @@ Inside :func:`tiny_offline_weights`:
   their fixed text-image-video input;
 - ``.to("cuda")`` and dtype casts of a pipeline are ignored when no GPU is present (tiny parts: fp32, CPU).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,16 +27,22 @@ FLUX_SAMPLE_SIZE = 4  # default height = width = 4 x the tiny VAE's scale 8 = 32
 
 def _tiny_pipeline(cls, *args, **kwargs):
     from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline, WanImageToVideoPipeline, WanPipeline
-
     from fixtures.tiny_models import components, tiny_text_components
+
     from mmpos.pipelines.tiny_wan import tiny_wan_components
 
     if issubclass(cls, WanImageToVideoPipeline):
         return cls(**tiny_wan_components(image_to_video=True))
     if issubclass(cls, WanPipeline):
         return cls(**{**tiny_wan_components(), "transformer": _tiny_wan_transformer(None)})
-    kind = next((name for base, name in ((FluxFillPipeline, "fill"), (FluxKontextPipeline, "kontext"),
-                                         (FluxPipeline, "flux")) if issubclass(cls, base)), None)
+    kind = next(
+        (
+            name
+            for base, name in ((FluxFillPipeline, "fill"), (FluxKontextPipeline, "kontext"), (FluxPipeline, "flux"))
+            if issubclass(cls, base)
+        ),
+        None,
+    )
     if kind is None:
         raise NotImplementedError(f"no tiny offline components for {cls.__name__}")
     pipe = cls(**{**components(kind), **tiny_text_components()})
@@ -85,6 +92,7 @@ class _TinyProcessor:
 def _create_model(create):
     def create_with_random_weights(*args, pretrained=False, **kwargs):
         return create(*args, pretrained=False, **kwargs)
+
     return create_with_random_weights
 
 
@@ -97,6 +105,7 @@ def _to_without_gpu(to):
             args = tuple(a for a in args if not isinstance(a, torch.dtype))  # tiny parts stay fp32 on the CPU
             kwargs.pop("dtype", None)
         return to(self, *args, **kwargs)
+
     return to_available_device
 
 
@@ -108,19 +117,29 @@ def tiny_offline_weights():
 
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 
-    qwen_classes = [getattr(transformers, name) for name in (
-        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration")]
+    qwen_classes = [
+        getattr(transformers, name)
+        for name in (
+            "Qwen2VLForConditionalGeneration",
+            "Qwen2_5_VLForConditionalGeneration",
+            "Qwen3VLForConditionalGeneration",
+        )
+    ]
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(diffusers.DiffusionPipeline, "from_pretrained",
-                                              classmethod(_tiny_pipeline)))
-        stack.enter_context(mock.patch.object(diffusers.DiffusionPipeline, "to",
-                                              _to_without_gpu(diffusers.DiffusionPipeline.to)))
+        stack.enter_context(
+            mock.patch.object(diffusers.DiffusionPipeline, "from_pretrained", classmethod(_tiny_pipeline))
+        )
+        stack.enter_context(
+            mock.patch.object(diffusers.DiffusionPipeline, "to", _to_without_gpu(diffusers.DiffusionPipeline.to))
+        )
         stack.enter_context(mock.patch.object(timm, "create_model", _create_model(timm.create_model)))
-        stack.enter_context(mock.patch.object(diffusers.WanTransformer3DModel, "from_pretrained",
-                                              classmethod(_tiny_wan_transformer)))
+        stack.enter_context(
+            mock.patch.object(diffusers.WanTransformer3DModel, "from_pretrained", classmethod(_tiny_wan_transformer))
+        )
         stack.enter_context(mock.patch.object(CameraAdapter, "from_pretrained", classmethod(_tiny_camera_adapter)))
         for cls in qwen_classes:
             stack.enter_context(mock.patch.object(cls, "from_pretrained", classmethod(_tiny_qwen_vl)))
-        stack.enter_context(mock.patch.object(transformers.AutoProcessor, "from_pretrained",
-                                              lambda *args, **kwargs: _TinyProcessor()))
+        stack.enter_context(
+            mock.patch.object(transformers.AutoProcessor, "from_pretrained", lambda *args, **kwargs: _TinyProcessor())
+        )
         yield

@@ -2,6 +2,7 @@
 timm ViT under FSDP2 (````mt.fully_shard_blocks``: ``fully_shard`` per block, then the root; each rank reads its half of the batch) against the
 same model without FSDP on the whole batch in this process: forward, one SGD step, a second forward. Writes
 ``rank{R}.json``: per encoding, the largest differences (or the error it raised)."""
+
 import copy
 import json
 import sys
@@ -18,8 +19,9 @@ pes, records = json.loads(sys.argv[1]), Path(sys.argv[2])
 
 def tiny_converted(pe: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, num_classes=5,
-                              reg_tokens=1)
+    model = VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, num_classes=5, reg_tokens=1
+    )
     name, _, variant = pe.partition(":")  # "rope_mixed:checkpointed": blocks recomputed in backward
     model = mt.convert(model, pe=name).double()
     model.set_grad_checkpointing(variant == "checkpointed")
@@ -56,15 +58,20 @@ def compare(pe: str, rank: int, world: int) -> dict:
     expected_out, expected_after = step(reference, images, labels)
     out, after = step(sharded, images[mine], labels[mine])
     expected_params = dict(reference.named_parameters())
-    params = {name: (full(p) - expected_params[name].detach()).abs().max().item()
-              for name, p in sharded.named_parameters()}
+    params = {
+        name: (full(p) - expected_params[name].detach()).abs().max().item() for name, p in sharded.named_parameters()
+    }
     encoding = [name for name, _ in mt.named_pe_parameters(reference)]
-    return dict(out=(out - expected_out[mine]).abs().max().item(),
-                after=(after - expected_after[mine]).abs().max().item(), params=max(params.values()),
-                encoding_params=encoding,  # and how far the step moved them (the step is not a no-op)
-                encoding_step=min((expected_params[n].detach() - before[n]).abs().max().item() for n in encoding)
-                if encoding else None,
-                sharded=is_sharded)
+    return dict(
+        out=(out - expected_out[mine]).abs().max().item(),
+        after=(after - expected_after[mine]).abs().max().item(),
+        params=max(params.values()),
+        encoding_params=encoding,  # and how far the step moved them (the step is not a no-op)
+        encoding_step=min((expected_params[n].detach() - before[n]).abs().max().item() for n in encoding)
+        if encoding
+        else None,
+        sharded=is_sharded,
+    )
 
 
 def main():

@@ -1,5 +1,6 @@
 """One process of a scaffold task under torchrun (test_training_scaffold): trains ``TASK`` with ``ARGV`` and writes
 ``rank{R}.safetensors`` (its final weights and EMA) and ``rank{R}.json`` (the files this process wrote)."""
+
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ def recording(function, name_of):
         if name is not None:
             written.append(Path(name).name)
         return function(*args, **kwargs)
+
     return wrapper
 
 
@@ -30,10 +32,13 @@ checkpoint_module.write_tensors = recording(checkpoint_module.write_tensors, lam
 safetensors.torch.save_model = recording(safetensors.torch.save_model, lambda model, path, *a, **k: path)
 JsonLog.write = recording(JsonLog.write, lambda self, row: self.path if self.enabled else None)
 if task_name == "dit":
-    from mmpos.training.dit_task import DiTConfig as Config, DiTTask as Task
+    from mmpos.training.dit_task import DiTConfig as Config
+    from mmpos.training.dit_task import DiTTask as Task
+
     Task.finish = recording(Task.finish, lambda self, *a: "finish")
 else:
-    from mmpos.training.camera_adapter_task import CameraAdapterConfig as Config, CameraAdapterTask as Task
+    from mmpos.training.camera_adapter_task import CameraAdapterConfig as Config
+    from mmpos.training.camera_adapter_task import CameraAdapterTask as Task
 torch.set_num_threads(1)
 config, args = parse_config(Config, build_parser(Config, "worker"), argv)
 if os.environ.get("SCAFFOLD_NODE_LOCAL_OUT"):  # stands for a node-local --out: the same name, another folder
@@ -44,5 +49,6 @@ tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in result.model.
 if result.ema is not None:
     tensors.update({f"ema.{k}": v.detach().cpu().contiguous() for k, v in result.ema.state_dict().items()})
 safetensors.torch.save_file(tensors, str(records / f"rank{rank}.safetensors"))
-(records / f"rank{rank}.json").write_text(json.dumps({"written": written, "losses": result.losses,
-                                                       "num_processes": result.accelerator.num_processes}))
+(records / f"rank{rank}.json").write_text(
+    json.dumps({"written": written, "losses": result.losses, "num_processes": result.accelerator.num_processes})
+)

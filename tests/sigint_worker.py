@@ -3,6 +3,7 @@
 of this process sends SIGINT to its process group (the test starts it in its own session), as a Ctrl-C in a
 terminal reaches the trainer and its DataLoader workers mid-update; with ``MMPOS_TEST_SIGINT_RANK=R`` only process
 ``R`` of a torchrun signals itself."""
+
 import importlib.util
 import os
 import signal
@@ -27,6 +28,7 @@ def signalling(loss_function):
         elif calls == at:
             os.killpg(os.getpgrp(), signal.SIGINT)
         return loss_function(*args, **kwargs)
+
     return wrapper
 
 

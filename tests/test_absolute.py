@@ -1,4 +1,5 @@
 """Absolute encodings: sin-cos against diffusers, learned lookup and resampling against timm."""
+
 import torch
 
 import mmpos
@@ -19,8 +20,7 @@ def test_sincos_3d_and_prefix_untouched():
     x = torch.randn(2, 1 + 2 * 3 * 4, 48)
     out = pe(x, grid_coords((2, 3, 4)))
     assert torch.equal(out[:, 0], x[:, 0])
-    assert torch.allclose(out[:, 1:] - x[:, 1:], pe.embed(grid_coords((2, 3, 4))).expand(2, -1, -1),
-                          atol=1e-6)
+    assert torch.allclose(out[:, 1:] - x[:, 1:], pe.embed(grid_coords((2, 3, 4))).expand(2, -1, -1), atol=1e-6)
 
 
 def test_learned_lookup_and_resample_match_timm():
@@ -29,8 +29,9 @@ def test_learned_lookup_and_resample_match_timm():
     pe = mmpos.create_pe("ape_learned", embed_dim=16, grid_size=(4, 5))
     coords = image_grid(4, 5)
     assert torch.equal(pe.embed(coords), pe.weight.reshape(20, 16))
-    expected = resample_abs_pos_embed(pe.weight.reshape(1, 20, 16), new_size=[6, 8], old_size=[4, 5],
-                                      num_prefix_tokens=0)
+    expected = resample_abs_pos_embed(
+        pe.weight.reshape(1, 20, 16), new_size=[6, 8], old_size=[4, 5], num_prefix_tokens=0
+    )
     assert torch.allclose(pe.resample((6, 8)), expected[0], atol=1e-6)
 
 

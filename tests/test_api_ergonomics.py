@@ -1,19 +1,23 @@
 """Calls as users write them: the layout hint of the shape error, transformers' position ids as they come, q alone."""
+
 import pytest
+import tiny_qwen_vl
 import torch
 
 import mmpos
-import tiny_qwen_vl
 from mmpos.coords import image_grid
 
 F64 = torch.float64
 
 
 # --- the shape error names seq_dim when the other layout fits ---------------------------------------------------
-@pytest.mark.parametrize("name,options,coords", [
-    ("rope_axial", dict(head_dim=16, num_axes=2), image_grid(4, 4)),
-    ("comrope_ap", dict(head_dim=16, num_heads=2, block_size=4), image_grid(4, 4)),
-])
+@pytest.mark.parametrize(
+    "name,options,coords",
+    [
+        ("rope_axial", dict(head_dim=16, num_axes=2), image_grid(4, 4)),
+        ("comrope_ap", dict(head_dim=16, num_heads=2, block_size=4), image_grid(4, 4)),
+    ],
+)
 def test_shape_error_suggests_the_other_layout(name, options, coords):
     diffusers_layout = torch.randn(1, 16, 2, 16)  # [B, L, H, D]
     pe = mmpos.create_pe(name, **options)
@@ -34,8 +38,9 @@ def _rope_index(kind):
     ids = torch.cat([inputs["input_ids"], inputs["input_ids"].flip(-1)])  # a batch of 2 different sequences
     types = torch.cat([inputs["mm_token_type_ids"], inputs["mm_token_type_ids"].flip(-1)])
     with torch.no_grad():
-        position_ids, _ = model.model.get_rope_index(ids, types, torch.cat([inputs["image_grid_thw"]] * 2),
-                                                     torch.cat([inputs["video_grid_thw"]] * 2))
+        position_ids, _ = model.model.get_rope_index(
+            ids, types, torch.cat([inputs["image_grid_thw"]] * 2), torch.cat([inputs["video_grid_thw"]] * 2)
+        )
     return model, position_ids  # [3, B, L]
 
 
@@ -44,10 +49,13 @@ def _rotate_half(x):
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-@pytest.mark.parametrize("kind,name,options", [
-    ("qwen2_vl", "mrope", dict(mrope_section=(2, 3, 3))),
-    ("qwen3_vl", "mrope_interleave", dict(mrope_section=(4, 2, 2))),
-])
+@pytest.mark.parametrize(
+    "kind,name,options",
+    [
+        ("qwen2_vl", "mrope", dict(mrope_section=(2, 3, 3))),
+        ("qwen3_vl", "mrope_interleave", dict(mrope_section=(4, 2, 2))),
+    ],
+)
 def test_mrope_takes_get_rope_index_ids_as_they_come(kind, name, options):
     model, position_ids = _rope_index(kind)
     assert position_ids.shape[0] == 3 and position_ids.dim() == 3
@@ -101,11 +109,18 @@ def test_ambiguous_position_ids_are_refused():
 
 
 # --- q alone ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,options", [
-    ("rope_1d", dict(head_dim=16)), ("rope_axial", dict(head_dim=16, num_axes=2)),
-    ("rope_mixed", dict(head_dim=16, num_heads=2)), ("comrope_ld", dict(head_dim=16, num_heads=2, block_size=4)),
-    ("harope", dict(head_dim=16, num_heads=2)), ("mrope", dict(head_dim=16)), ("nope", dict(head_dim=16)),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("rope_1d", dict(head_dim=16)),
+        ("rope_axial", dict(head_dim=16, num_axes=2)),
+        ("rope_mixed", dict(head_dim=16, num_heads=2)),
+        ("comrope_ld", dict(head_dim=16, num_heads=2, block_size=4)),
+        ("harope", dict(head_dim=16, num_heads=2)),
+        ("mrope", dict(head_dim=16)),
+        ("nope", dict(head_dim=16)),
+    ],
+)
 def test_q_alone_is_encoded_as_with_a_key(name, options):
     """Decoding against cached keys: ``pe(q, None, coords)`` gives the q that ``pe(q, k, coords)`` gives."""
     pe = mmpos.create_pe(name, **options)
@@ -141,7 +156,7 @@ def test_description_falls_back_to_the_docstrings_first_sentence():
 
     class Undocumented(mmpos.encodings.RotaryPE):
         """Args:
-            head_dim: channels.
+        head_dim: channels.
         """
 
     try:

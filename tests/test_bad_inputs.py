@@ -2,6 +2,7 @@
 and what was expected); the command lines exit with code 2 and one line on stderr, no traceback; camera geometry
 masks non-finite inputs instead of returning NaN. Rows marked "was:" record the outcome before issue 14.
 """
+
 import importlib.util
 import json
 import math
@@ -18,7 +19,7 @@ from mmpos.camera.ray_frames import ray_frames
 from mmpos.camera.trajectory import Trajectory, read_json, read_re10k
 from mmpos.cli import main
 from mmpos.coords import image_grid
-from mmpos.encodings import RayRoPE, UCPE
+from mmpos.encodings import UCPE, RayRoPE
 from mmpos.pipelines.band import BandConfig
 from mmpos.pipelines.config import apply_overrides, check_config
 from mmpos.pipelines.loose import LooseConfig
@@ -74,8 +75,11 @@ def rayrope_with(raw=None, known=None, name="depth_q"):
 
 
 def trajectory(timestamps=None, intrinsics=(0.5, 0.9, 0.5, 0.5)):
-    return Trajectory(torch.eye(4, dtype=F64)[None], torch.tensor([intrinsics], dtype=F64),
-                      None if timestamps is None else torch.tensor(timestamps, dtype=F64))
+    return Trajectory(
+        torch.eye(4, dtype=F64)[None],
+        torch.tensor([intrinsics], dtype=F64),
+        None if timestamps is None else torch.tensor(timestamps, dtype=F64),
+    )
 
 
 def write(path: Path, text: str) -> Path:
@@ -83,8 +87,13 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-EDIT_CONFIG = {"model": "m", "seed": 0, "prompt": "p", "sampler": {"guidance_scale": 3.5},
-               "transplant": {"tau": 0.5, "layout": "side"}}
+EDIT_CONFIG = {
+    "model": "m",
+    "seed": 0,
+    "prompt": "p",
+    "sampler": {"guidance_scale": 3.5},
+    "transplant": {"tau": 0.5, "layout": "side"},
+}
 
 # (id, call, error type, text the message must hold)
 LIBRARY_ROWS = [
@@ -93,34 +102,70 @@ LIBRARY_ROWS = [
     ("theta nan", lambda tmp: pe("rope_1d", head_dim=16, theta=NAN), ValueError, "theta must be a finite"),
     ("theta text", lambda tmp: pe("rope_axial", head_dim=16, theta="big"), TypeError, "theta must be a number"),
     ("rope_mixed theta 0", lambda tmp: pe("rope_mixed", head_dim=16, num_heads=2, theta=0.0), ValueError, "theta"),
-    ("rope_mixed theta < 0", lambda tmp: pe("rope_mixed", head_dim=16, num_heads=2, theta=-10.0), ValueError,
-     "theta must be a finite number above 0"),
+    (
+        "rope_mixed theta < 0",
+        lambda tmp: pe("rope_mixed", head_dim=16, num_heads=2, theta=-10.0),
+        ValueError,
+        "theta must be a finite number above 0",
+    ),
     ("ape_sincos theta inf", lambda tmp: pe("ape_sincos", embed_dim=16, theta=INF), ValueError, "theta"),
     ("mrope theta 0", lambda tmp: pe("mrope", head_dim=32, theta=0), ValueError, "theta"),
-    ("axes_dims 16.5", lambda tmp: pe("rope_axial", head_dim=64, axes_dims=(16.5, 16)), ValueError,
-     "axes_dims must contain integers"),
+    (
+        "axes_dims 16.5",
+        lambda tmp: pe("rope_axial", head_dim=64, axes_dims=(16.5, 16)),
+        ValueError,
+        "axes_dims must contain integers",
+    ),
     ("axes_dims nan", lambda tmp: pe("rope_axial", head_dim=64, axes_dims=(NAN, 16)), ValueError, "axes_dims"),
     ("axes_dims empty", lambda tmp: pe("rope_axial", head_dim=64, axes_dims=()), ValueError, "axes_dims"),
-    ("rope_axial num_axes 0", lambda tmp: pe("rope_axial", head_dim=16, num_axes=0), ValueError,
-     "num_axes must be a positive integer"),
-    ("rope_mixed num_axes 0", lambda tmp: pe("rope_mixed", head_dim=16, num_heads=2, num_axes=0), ValueError,
-     "num_axes"),
+    (
+        "rope_axial num_axes 0",
+        lambda tmp: pe("rope_axial", head_dim=16, num_axes=0),
+        ValueError,
+        "num_axes must be a positive integer",
+    ),
+    (
+        "rope_mixed num_axes 0",
+        lambda tmp: pe("rope_mixed", head_dim=16, num_heads=2, num_axes=0),
+        ValueError,
+        "num_axes",
+    ),
     ("ape_sincos num_axes 0", lambda tmp: pe("ape_sincos", embed_dim=16, num_axes=0), ValueError, "num_axes"),
     ("RIFLEx factor < 0", lambda tmp: RIFLEx(k=1, target_length=10, factor=-0.9), ValueError, "RIFLEx.factor"),
     ("RIFLEx target inf", lambda tmp: RIFLEx(k=1, target_length=INF), ValueError, "RIFLEx.target_length"),
     ("YaRN attention nan", lambda tmp: YaRN(2.0, 64, attention_factor=NAN), ValueError, "YaRN.attention_factor"),
     ("YaRN beta_fast nan", lambda tmp: YaRN(2.0, 64, beta_fast=NAN), ValueError, "YaRN.beta_fast"),
     ("YaRN length 0", lambda tmp: YaRN(2.0, 0), ValueError, "YaRN.original_length"),
-    ("VisionYaRN attention < 0", lambda tmp: VisionYaRN(2.0, 64, attention_factor=-1.0), ValueError,
-     "VisionYaRN.attention_factor"),
-    ("yarn dict nan", lambda tmp: pe("rope_axial", head_dim=16, extrapolation={
-        "type": "yarn", "factor": 2, "original_length": 8, "attention_factor": NAN}), ValueError, "attention_factor"),
+    (
+        "VisionYaRN attention < 0",
+        lambda tmp: VisionYaRN(2.0, 64, attention_factor=-1.0),
+        ValueError,
+        "VisionYaRN.attention_factor",
+    ),
+    (
+        "yarn dict nan",
+        lambda tmp: pe(
+            "rope_axial",
+            head_dim=16,
+            extrapolation={"type": "yarn", "factor": 2, "original_length": 8, "attention_factor": NAN},
+        ),
+        ValueError,
+        "attention_factor",
+    ),
     ("PRoPE rope_theta nan", lambda tmp: pe("prope", head_dim=16, rope_theta=NAN), ValueError, "rope_theta must be"),
     ("UCPE rope_theta 0", lambda tmp: pe("ucpe", head_dim=16, rope_theta=0.0), ValueError, "rope_theta must be"),
-    ("image_grid scale nan", lambda tmp: image_grid(2, 3, mode="normalized", scale=NAN), ValueError,
-     "scale=nan: expected finite"),
-    ("video_grid offset inf", lambda tmp: __import__("mmpos.coords", fromlist=["x"]).video_grid(2, 2, 2, offset=INF),
-     ValueError, "offset=inf"),
+    (
+        "image_grid scale nan",
+        lambda tmp: image_grid(2, 3, mode="normalized", scale=NAN),
+        ValueError,
+        "scale=nan: expected finite",
+    ),
+    (
+        "video_grid offset inf",
+        lambda tmp: __import__("mmpos.coords", fromlist=["x"]).video_grid(2, 2, 2, offset=INF),
+        ValueError,
+        "offset=inf",
+    ),
     # operator inputs (was: silent)
     ("fp64 q, fp32 table", lambda tmp: rotate_fp64_with_an_fp32_table(), TypeError, "float64 x needs a complex128"),
     ("table of fewer pairs", lambda tmp: rotate_with_a_table_of_fewer_pairs(), ValueError, "rotary_dim=16"),
@@ -131,33 +176,70 @@ LIBRARY_ROWS = [
     ("RayRoPE known depth inf", lambda tmp: rayrope_with(known=INF), ValueError, "known_depth_q contains 1"),
     ("timestamps nan", lambda tmp: trajectory([NAN]), ValueError, "timestamps contains 1 non-finite"),
     ("focal length < 0", lambda tmp: trajectory(intrinsics=(-0.5, 0.9, 0.5, 0.5)), ValueError, "focal lengths"),
-    ("trajectory JSON truncated", lambda tmp: read_json(write(tmp / "t.json", '{"format": "mmpos.traj')),
-     ValueError, "t.json: not valid JSON"),
-    ("RE10K short line", lambda tmp: read_re10k(write(tmp / "t.txt", "url\n1 2 3\n")), ValueError,
-     "t.txt:2: 3 columns"),
+    (
+        "trajectory JSON truncated",
+        lambda tmp: read_json(write(tmp / "t.json", '{"format": "mmpos.traj')),
+        ValueError,
+        "t.json: not valid JSON",
+    ),
+    (
+        "RE10K short line",
+        lambda tmp: read_re10k(write(tmp / "t.txt", "url\n1 2 3\n")),
+        ValueError,
+        "t.txt:2: 3 columns",
+    ),
     # configs of mmpos edit / generate (was: ignored, or NaN images)
-    ("config unknown key", lambda tmp: check_config({**EDIT_CONFIG, "trasnplant": {}}, "edit_transplant"),
-     ValueError, "unknown top-level key(s) ['trasnplant']"),
-    ("config tau .nan", lambda tmp: check_config(apply_overrides(EDIT_CONFIG, ["transplant.tau=.nan"]),
-                                                 "edit_transplant"), ValueError, "config key transplant.tau is nan"),
-    ("config guidance .inf", lambda tmp: check_config(apply_overrides(EDIT_CONFIG, ["sampler.guidance_scale=.inf"]),
-                                                      "edit_transplant"), ValueError, "sampler.guidance_scale is inf"),
-    ("override unknown key", lambda tmp: apply_overrides(EDIT_CONFIG, ["sampler.guidance=1"]), KeyError,
-     "unknown key 'guidance'"),
+    (
+        "config unknown key",
+        lambda tmp: check_config({**EDIT_CONFIG, "trasnplant": {}}, "edit_transplant"),
+        ValueError,
+        "unknown top-level key(s) ['trasnplant']",
+    ),
+    (
+        "config tau .nan",
+        lambda tmp: check_config(apply_overrides(EDIT_CONFIG, ["transplant.tau=.nan"]), "edit_transplant"),
+        ValueError,
+        "config key transplant.tau is nan",
+    ),
+    (
+        "config guidance .inf",
+        lambda tmp: check_config(apply_overrides(EDIT_CONFIG, ["sampler.guidance_scale=.inf"]), "edit_transplant"),
+        ValueError,
+        "sampler.guidance_scale is inf",
+    ),
+    (
+        "override unknown key",
+        lambda tmp: apply_overrides(EDIT_CONFIG, ["sampler.guidance=1"]),
+        KeyError,
+        "unknown key 'guidance'",
+    ),
     ("TransplantConfig tau nan", lambda tmp: TransplantConfig(tau=NAN), ValueError, "TransplantConfig.tau=nan"),
     ("BandConfig s_hf inf", lambda tmp: BandConfig(s_hf=(0.25, INF)), ValueError, "BandConfig.s_hf"),
     ("LooseConfig strength nan", lambda tmp: LooseConfig(strength=NAN), ValueError, "LooseConfig.strength=nan"),
     # writing outputs and training (was: silent overwrite, NaN weights exported with exit 0)
     ("--out is a file", lambda tmp: check_writable_folder(write(tmp / "f", "x")), NotADirectoryError, "is a file"),
-    ("earlier run, no --resume", lambda tmp: check_earlier_run(
-        (tmp / "train_state-t2i").mkdir() or tmp, "t2i", False, False), FileExistsError, "pass --resume"),
+    (
+        "earlier run, no --resume",
+        lambda tmp: check_earlier_run((tmp / "train_state-t2i").mkdir() or tmp, "t2i", False, False),
+        FileExistsError,
+        "pass --resume",
+    ),
     ("--resume and --overwrite", lambda tmp: check_earlier_run(tmp, "t2i", True, True), ValueError, "pass one"),
-    ("existing output file", lambda tmp: check_new_output(write(tmp / "a.png", "x"), False), FileExistsError,
-     "--out"),
-    ("NaN loss", lambda tmp: check_finite_loss(torch.tensor([1.0, NAN]), 7, lambda: "kept"), NonFiniteLossError,
-     "loss is nan at step 7"),
-    ("dataset into a full folder", lambda tmp: __import__("mmpos.world.data", fromlist=["x"]).write_image_folder(
-        write(tmp / "old.png", "x").parent, 1), FileExistsError, "--overwrite"),
+    ("existing output file", lambda tmp: check_new_output(write(tmp / "a.png", "x"), False), FileExistsError, "--out"),
+    (
+        "NaN loss",
+        lambda tmp: check_finite_loss(torch.tensor([1.0, NAN]), 7, lambda: "kept"),
+        NonFiniteLossError,
+        "loss is nan at step 7",
+    ),
+    (
+        "dataset into a full folder",
+        lambda tmp: __import__("mmpos.world.data", fromlist=["x"]).write_image_folder(
+            write(tmp / "old.png", "x").parent, 1
+        ),
+        FileExistsError,
+        "--overwrite",
+    ),
     ("world checkpoint truncated", lambda tmp: _truncated_world_vae(tmp), ValueError, "cannot load this FluxPipeline"),
 ]
 
@@ -187,28 +269,97 @@ CLI_ROWS = [
     ("demo --count -1", ["demo", "--count", "-1"], "argument --count"),
     ("demo --size x", ["demo", "--size", "x"], "argument --size"),
     ("world sample --steps 0", ["world", "sample", "--caption", "a red star", "--steps", "0"], "argument --steps"),
-    ("world sample --guidance nan", ["world", "sample", "--caption", "a red star", "--guidance", "nan"],
-     "argument --guidance: expected a finite number"),
-    ("world render over a PNG", ["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40",
-                                 "--out", "{tmp}/taken.png"], "expected a folder"),
-    ("world render over its JSON", ["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40",
-                                  "40", "--out", "{tmp}/rendered"], "scene.json: this file exists"),
+    (
+        "world sample --guidance nan",
+        ["world", "sample", "--caption", "a red star", "--guidance", "nan"],
+        "argument --guidance: expected a finite number",
+    ),
+    (
+        "world render over a PNG",
+        [
+            "world",
+            "render",
+            "--shape",
+            "star",
+            "--colour",
+            "red",
+            "--box",
+            "8",
+            "8",
+            "40",
+            "40",
+            "--out",
+            "{tmp}/taken.png",
+        ],
+        "expected a folder",
+    ),
+    (
+        "world render over its JSON",
+        [
+            "world",
+            "render",
+            "--shape",
+            "star",
+            "--colour",
+            "red",
+            "--box",
+            "8",
+            "8",
+            "40",
+            "40",
+            "--out",
+            "{tmp}/rendered",
+        ],
+        "scene.json: this file exists",
+    ),
     ("world dataset into a full folder", ["world", "dataset", "--count", "2", "--out", "{tmp}/full"], "--overwrite"),
-    ("world edits over a pair", ["world", "edits", "--kind", "style", "--count", "1", "--out", "{tmp}/pairs"],
-     "style-00000: this folder holds files"),
+    (
+        "world edits over a pair",
+        ["world", "edits", "--kind", "style", "--count", "1", "--out", "{tmp}/pairs"],
+        "style-00000: this folder holds files",
+    ),
     ("edit: unknown config key", ["edit", "band", "--config", "{tmp}/typo.yaml"], "unknown top-level key(s) ['bnad']"),
-    ("edit: tau nan", ["edit", "transplant", "--background", "b.png", "--box", "0", "0", "8", "8", "--reference", "r.png",
-                       "--set", "transplant.tau=.nan"], "transplant.tau is nan"),
+    (
+        "edit: tau nan",
+        [
+            "edit",
+            "transplant",
+            "--background",
+            "b.png",
+            "--box",
+            "0",
+            "0",
+            "8",
+            "8",
+            "--reference",
+            "r.png",
+            "--set",
+            "transplant.tau=.nan",
+        ],
+        "transplant.tau is nan",
+    ),
     ("edit: guidance nan", ["edit", "band", "--set", "guidance=.nan"], "guidance is nan"),
-    ("edit: FLUX guidance nan", ["edit", "band", "--model", "black-forest-labs/FLUX.1-dev", "--set",
-                                 "sampler.guidance_scale=.nan"], "guidance_scale is nan"),
-    ("edit: --out holds files", ["edit", "band", "--out", "{tmp}/full", "--set", "band.strength=0.5"],
-     "already holds files"),
-    ("generate: unknown key", ["generate", "--config", "{tmp}/typo_generate.yaml"],
-     "unknown top-level key(s) ['promts']"),
+    (
+        "edit: FLUX guidance nan",
+        ["edit", "band", "--model", "black-forest-labs/FLUX.1-dev", "--set", "sampler.guidance_scale=.nan"],
+        "guidance_scale is nan",
+    ),
+    (
+        "edit: --out holds files",
+        ["edit", "band", "--out", "{tmp}/full", "--set", "band.strength=0.5"],
+        "already holds files",
+    ),
+    (
+        "generate: unknown key",
+        ["generate", "--config", "{tmp}/typo_generate.yaml"],
+        "unknown top-level key(s) ['promts']",
+    ),
     ("generate video --guidance inf", ["generate", "video", "--guidance", "inf"], "argument --guidance"),
-    ("generate video --steps 0", ["generate", "video", "--steps", "0", "--out", "{tmp}/video"],
-     "argument --steps"),  # was: the default 4 steps, silently
+    (
+        "generate video --steps 0",
+        ["generate", "video", "--steps", "0", "--out", "{tmp}/video"],
+        "argument --steps",
+    ),  # was: the default 4 steps, silently
     ("generate video --height 0", ["generate", "video", "--height", "0", "--out", "{tmp}/video"], "argument --height"),
     ("generate --width -16", ["generate", "--width", "-16"], "argument --width"),
     ("world sample --size 0", ["world", "sample", "--caption", "a red star", "--size", "0"], "argument --size"),
@@ -288,8 +439,23 @@ def test_training_scripts_refuse_before_training(script, argv, message, tmp_path
 
 def test_train_dit_names_a_truncated_checkpoint(tmp_path, capsys):
     script = load_script("train_dit")
-    common = ["--tiny", "--data", "random", "--resolution", "8", "--batch-size", "4", "--num-classes", "4",
-              "--checkpoint-every", "1", "--sample-steps", "0", "--output-dir", str(tmp_path)]
+    common = [
+        "--tiny",
+        "--data",
+        "random",
+        "--resolution",
+        "8",
+        "--batch-size",
+        "4",
+        "--num-classes",
+        "4",
+        "--checkpoint-every",
+        "1",
+        "--sample-steps",
+        "0",
+        "--output-dir",
+        str(tmp_path),
+    ]
     assert script.main(common + ["--steps", "1"]) == 0
     (tmp_path / "checkpoint-1" / "model.safetensors").write_bytes(b"\0" * 10)
     with pytest.raises(SystemExit) as exit_info:  # was: SafetensorError without the file's folder

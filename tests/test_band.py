@@ -1,16 +1,17 @@
 """Band modulation (Untwisting RoPE): scale vector, schedule, shared attention, pipelines vs stock diffusers."""
+
 import pytest
 import torch
 from diffusers import FluxKontextPipeline, FluxPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAttnProcessor, FluxPosEmbed
-from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulationKontextPipeline
-from mmpos.pipelines.band import SharedBandAttention
-from mmpos.spectrum.bands import band_channel_scales, band_pair_scales
-from mmpos.pipelines.context import EditContext, segments_from_ids
 from fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
 from mmpos.coords import flux_ids
+from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulationKontextPipeline
+from mmpos.pipelines.band import SharedBandAttention
+from mmpos.pipelines.context import EditContext, segments_from_ids
+from mmpos.spectrum.bands import band_channel_scales, band_pair_scales
 
 FLUX_AXES = (16, 56, 56)
 
@@ -21,18 +22,21 @@ def test_scale_vector_shape_pairs_endpoints_and_spec_values():
     pairs = scales.view(64, 2)
     assert torch.equal(pairs[:, 0], pairs[:, 1])
     for axis_start in (8, 36):  # h and w pairs: 28 each
-        axis = pairs[axis_start:axis_start + 28, 0]
+        axis = pairs[axis_start : axis_start + 28, 0]
         assert axis[0] == 0.25 and axis[-1] == 1.0
         assert (axis.diff() > 0).all()
         expected = torch.tensor([0.25, 0.30, 0.45, 0.70, 1.0], dtype=torch.float64)
         assert torch.allclose(axis[[0, 7, 14, 21, 27]], expected, atol=5e-3)
     assert (pairs[:8, 0] == 1.0).all()  # axis 0 takes s_lf ("low")
     end = band_pair_scales(FLUX_AXES, 0.75, 1.4)[8:36]
-    assert torch.allclose(end[[0, 7, 14, 21, 27]], torch.tensor([0.75, 0.79, 0.93, 1.14, 1.40], dtype=torch.float64),
-                          atol=6e-3)
+    assert torch.allclose(
+        end[[0, 7, 14, 21, 27]], torch.tensor([0.75, 0.79, 0.93, 1.14, 1.40], dtype=torch.float64), atol=6e-3
+    )
     assert (band_pair_scales(FLUX_AXES, 0.5, 2.0, axis0_mode="one")[:8] == 1).all()
-    assert torch.equal(band_pair_scales(FLUX_AXES, 0.5, 2.0, axis0_mode="formula")[:8],
-                       0.5 + 1.5 * (torch.arange(8, dtype=torch.float64) / 7) ** 2)
+    assert torch.equal(
+        band_pair_scales(FLUX_AXES, 0.5, 2.0, axis0_mode="formula")[:8],
+        0.5 + 1.5 * (torch.arange(8, dtype=torch.float64) / 7) ** 2,
+    )
     with pytest.raises(ValueError, match="axis0_mode"):
         band_pair_scales(FLUX_AXES, 0.5, 1.0, axis0_mode="mid")
 
@@ -65,8 +69,12 @@ def test_scaling_before_or_after_rotation_is_the_same():
 
     torch.testing.assert_close(rotate_fp64(key * scales), rotate_fp64(key) * scales, rtol=1e-14, atol=1e-14)
     key32, scales32 = key.float(), scales.float()  # diffusers' own rotation runs in float32
-    torch.testing.assert_close(apply_rotary_emb(key32 * scales32, rotary, sequence_dim=1),
-                               apply_rotary_emb(key32, rotary, sequence_dim=1) * scales32, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        apply_rotary_emb(key32 * scales32, rotary, sequence_dim=1),
+        apply_rotary_emb(key32, rotary, sequence_dim=1) * scales32,
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def rotate_fp64(x, rotary):
@@ -79,8 +87,16 @@ def rotate_fp64(x, rotary):
 
 def _shared_attention_setup(double: bool):
     torch.manual_seed(0)
-    attn = FluxAttention(query_dim=32, heads=2, dim_head=16, added_kv_proj_dim=32 if double else None,
-                         bias=True, out_dim=32 if not double else None, pre_only=not double, eps=1e-6).double()
+    attn = FluxAttention(
+        query_dim=32,
+        heads=2,
+        dim_head=16,
+        added_kv_proj_dim=32 if double else None,
+        bias=True,
+        out_dim=32 if not double else None,
+        pre_only=not double,
+        eps=1e-6,
+    ).double()
     text_len, grid = 3, (2, 3)
     ids = flux_ids(*grid, text_length=text_len, dtype=torch.float64)
     rotary = tuple(t.double() for t in FluxPosEmbed(10000, [4, 4, 8])(ids))
@@ -107,9 +123,9 @@ def test_shared_attention_matches_explicit_math(double):
     scales = band_channel_scales((4, 4, 8), *config.endpoints(0.5))
     expected = [softmax_attention(q[:1], k[:1], v[:1])]
     for t in (1, 2):
-        keys = torch.cat([k[t:t + 1], k[:1, image] * scales], dim=1)
-        values = torch.cat([v[t:t + 1], v[:1, image]], dim=1)
-        expected.append(softmax_attention(q[t:t + 1], keys, values))
+        keys = torch.cat([k[t : t + 1], k[:1, image] * scales], dim=1)
+        values = torch.cat([v[t : t + 1], v[:1, image]], dim=1)
+        expected.append(softmax_attention(q[t : t + 1], keys, values))
     expected = torch.cat(expected).flatten(2)
     exact = dict(rtol=1e-12, atol=1e-12)
     if double:
@@ -145,8 +161,15 @@ def flux_pipes():
 
 
 def _run(pipe, embeds, **kwargs):
-    return pipe(height=32, width=48, num_inference_steps=3, output_type="latent",
-                generator=torch.Generator().manual_seed(0), **embeds, **kwargs).images
+    return pipe(
+        height=32,
+        width=48,
+        num_inference_steps=3,
+        output_type="latent",
+        generator=torch.Generator().manual_seed(0),
+        **embeds,
+        **kwargs,
+    ).images
 
 
 def test_band_disabled_is_bit_identical_to_stock_flux(flux_pipes):
@@ -171,9 +194,12 @@ def test_targets_are_independent_in_the_pipeline(flux_pipes):
 def test_reference_image_mode_feeds_noised_reference(flux_pipes):
     _, band = flux_pipes
     sigmas, latents = [], []  # the embedder sees the latents after the edit's pre-forward hook
-    hooks = [band.transformer.register_forward_pre_hook(
-        lambda m, a, kw: sigmas.append(float(kw["timestep"][0])), with_kwargs=True),
-        band.transformer.x_embedder.register_forward_pre_hook(lambda m, a: latents.append(a[0].clone()))]
+    hooks = [
+        band.transformer.register_forward_pre_hook(
+            lambda m, a, kw: sigmas.append(float(kw["timestep"][0])), with_kwargs=True
+        ),
+        band.transformer.x_embedder.register_forward_pre_hook(lambda m, a: latents.append(a[0].clone())),
+    ]
     x0 = torch.randn(1, 6, 4)
     try:
         _run(band, embeddings(2), reference_latents=x0, reference_seed=3)
@@ -204,7 +230,9 @@ def test_band_batch_is_checked_in_check_inputs_before_any_work(flux_pipes, monke
     _, band = flux_pipes
     encoded = []
     encode = type(band).encode_prompt
-    monkeypatch.setattr(type(band), "encode_prompt", lambda self, *a, **k: (encoded.append(1), encode(self, *a, **k))[1])
+    monkeypatch.setattr(
+        type(band), "encode_prompt", lambda self, *a, **k: (encoded.append(1), encode(self, *a, **k))[1]
+    )
     for bad, match in (({}, "batch of"), ({"num_images_per_prompt": 2}, "num_images_per_prompt=2")):
         embeds = embeddings(1) if not bad else embeddings(2)
         with pytest.raises(ValueError, match=match) as error:
@@ -220,8 +248,16 @@ def test_kontext_band_strength_zero_is_stock_and_scales_only_context_keys():
     c = components("kontext")
     stock, band = FluxKontextPipeline(**c), BandModulationKontextPipeline(**c)
     e, picture = embeddings(1), image(32, 48)
-    kwargs = dict(image=picture, height=32, width=48, max_area=32 * 48, _auto_resize=False, num_inference_steps=2,
-                  output_type="latent", **e)
+    kwargs = dict(
+        image=picture,
+        height=32,
+        width=48,
+        max_area=32 * 48,
+        _auto_resize=False,
+        num_inference_steps=2,
+        output_type="latent",
+        **e,
+    )
     reference = stock(generator=torch.Generator().manual_seed(0), **kwargs).images
     same = band(generator=torch.Generator().manual_seed(0), band={"strength": 0.0}, **kwargs).images
     assert torch.equal(same, reference)
@@ -233,9 +269,12 @@ def test_inverted_reference_follows_inverse_euler(flux_pipes):
     _, band = flux_pipes
     e = embeddings(2)
     seen, sigmas = [], []
-    hooks = [band.transformer.register_forward_pre_hook(
-        lambda m, a, kw: sigmas.append(float(kw["timestep"][0])), with_kwargs=True),
-        band.transformer.x_embedder.register_forward_pre_hook(lambda m, a: seen.append(a[0][0].clone()))]
+    hooks = [
+        band.transformer.register_forward_pre_hook(
+            lambda m, a, kw: sigmas.append(float(kw["timestep"][0])), with_kwargs=True
+        ),
+        band.transformer.x_embedder.register_forward_pre_hook(lambda m, a: seen.append(a[0][0].clone())),
+    ]
     x0 = torch.randn(1, 6, 4)
     try:
         _run(band, e, reference_latents=x0, reference_mode="invert")
@@ -247,10 +286,15 @@ def test_inverted_reference_follows_inverse_euler(flux_pipes):
     step_sigmas = [sigmas[0], sigmas[4], sigmas[5]]
     with torch.no_grad():
         ids = FluxPipeline._prepare_latent_image_ids(1, 2, 3, "cpu", torch.float32)
-        velocity = band.transformer(hidden_states=x0, timestep=torch.zeros(1),
-                                    encoder_hidden_states=e["prompt_embeds"][:1],
-                                    pooled_projections=e["pooled_prompt_embeds"][:1], txt_ids=torch.zeros(6, 3),
-                                    img_ids=ids, return_dict=False)[0]
+        velocity = band.transformer(
+            hidden_states=x0,
+            timestep=torch.zeros(1),
+            encoder_hidden_states=e["prompt_embeds"][:1],
+            pooled_projections=e["pooled_prompt_embeds"][:1],
+            txt_ids=torch.zeros(6, 3),
+            img_ids=ids,
+            return_dict=False,
+        )[0]
     torch.testing.assert_close(seen[-1], (x0 + step_sigmas[-1] * velocity)[0])
     assert torch.equal(seen[0], x0[0]) and torch.equal(seen[1], seen[-1]) and torch.equal(seen[2], seen[4])
     with pytest.raises(ValueError, match="reference_mode"):

@@ -5,19 +5,34 @@ rotation is the family's spectrum at the family's coordinates, scaled by the ban
 attention at strength 0 is plain shared attention and at strength 1 the band law, against explicit fp64 math on
 each family's token layout; reference tokens are found by their coordinates, not their place in the sequence.
 """
+
 import pytest
 import torch
-from diffusers import (AutoencoderKL, AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline,
-                       Flux2Pipeline, QwenImagePipeline, ZImagePipeline)
-
+from diffusers import (
+    AutoencoderKL,
+    AutoencoderKLFlux2,
+    FlowMatchEulerDiscreteScheduler,
+    Flux2KleinPipeline,
+    Flux2Pipeline,
+    QwenImagePipeline,
+    ZImagePipeline,
+)
 from fixtures.families import _flux2, _flux2_inputs, _z_image, randn
 from fixtures.tiny_qwen_image import qwen_prompt_embeds, tiny_qwen_image_components
+
 from mmpos.integrations.diffusers import set_pe
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
-from mmpos.pipelines import (BAND_PIPELINES, BandConfig, BandModulationFlux2KleinPipeline,
-                             BandModulationFlux2Pipeline, BandModulationQwenImagePipeline,
-                             BandModulationZImagePipeline, EditContext, EditSession)
+from mmpos.pipelines import (
+    BAND_PIPELINES,
+    BandConfig,
+    BandModulationFlux2KleinPipeline,
+    BandModulationFlux2Pipeline,
+    BandModulationQwenImagePipeline,
+    BandModulationZImagePipeline,
+    EditContext,
+    EditSession,
+)
 from mmpos.pipelines.band import ContextBandScaling, SharedBandAttention
 from mmpos.pipelines.families import LayerCall, edit_attention
 from mmpos.pipelines.families.flux2 import flux2_segments
@@ -33,34 +48,60 @@ NTK = {"type": "ntk", "factor": 2.0}
 # ---- tiny pipelines ---------------------------------------------------------------------------------------------
 def _flux2_vae():
     torch.manual_seed(0)
-    return AutoencoderKLFlux2(block_out_channels=(4,), down_block_types=("DownEncoderBlock2D",),
-                              up_block_types=("UpDecoderBlock2D",), layers_per_block=1, latent_channels=1,
-                              norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False)
+    return AutoencoderKLFlux2(
+        block_out_channels=(4,),
+        down_block_types=("DownEncoderBlock2D",),
+        up_block_types=("UpDecoderBlock2D",),
+        layers_per_block=1,
+        latent_channels=1,
+        norm_num_groups=1,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
 
 
 def _z_image_vae():
     torch.manual_seed(0)
-    return AutoencoderKL(block_out_channels=(4,), down_block_types=("DownEncoderBlock2D",),
-                         up_block_types=("UpDecoderBlock2D",), layers_per_block=1, latent_channels=4,
-                         norm_num_groups=1, shift_factor=0.0, scaling_factor=1.0)
+    return AutoencoderKL(
+        block_out_channels=(4,),
+        down_block_types=("DownEncoderBlock2D",),
+        up_block_types=("UpDecoderBlock2D",),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=1,
+        shift_factor=0.0,
+        scaling_factor=1.0,
+    )
 
 
 def _components(family):
     if family in ("flux2", "klein"):
         torch.manual_seed(0)
-        return dict(scheduler=FlowMatchEulerDiscreteScheduler(), vae=_flux2_vae(), text_encoder=None,
-                    tokenizer=None, transformer=_flux2().eval())
+        return dict(
+            scheduler=FlowMatchEulerDiscreteScheduler(),
+            vae=_flux2_vae(),
+            text_encoder=None,
+            tokenizer=None,
+            transformer=_flux2().eval(),
+        )
     if family == "qwen":
         return tiny_qwen_image_components(text_encoder=False)
     torch.manual_seed(0)
-    return dict(scheduler=FlowMatchEulerDiscreteScheduler(), vae=_z_image_vae(), text_encoder=None, tokenizer=None,
-                transformer=_z_image().eval())
+    return dict(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=_z_image_vae(),
+        text_encoder=None,
+        tokenizer=None,
+        transformer=_z_image().eval(),
+    )
 
 
-PIPES = {"flux2": (Flux2Pipeline, BandModulationFlux2Pipeline),
-         "klein": (Flux2KleinPipeline, BandModulationFlux2KleinPipeline),
-         "qwen": (QwenImagePipeline, BandModulationQwenImagePipeline),
-         "z_image": (ZImagePipeline, BandModulationZImagePipeline)}
+PIPES = {
+    "flux2": (Flux2Pipeline, BandModulationFlux2Pipeline),
+    "klein": (Flux2KleinPipeline, BandModulationFlux2KleinPipeline),
+    "qwen": (QwenImagePipeline, BandModulationQwenImagePipeline),
+    "z_image": (ZImagePipeline, BandModulationZImagePipeline),
+}
 
 
 def _pipes(family):
@@ -189,8 +230,9 @@ def _flux2_coords(text, rows, cols):
 
 def _qwen_coords(text, rows, cols):
     """Qwen-Image's centred ``[text | image]`` coordinates: rows ``r - (h - h // 2)``, text ``m + j`` on all axes."""
-    r, c = torch.meshgrid(torch.arange(rows) - (rows - rows // 2), torch.arange(cols) - (cols - cols // 2),
-                          indexing="ij")
+    r, c = torch.meshgrid(
+        torch.arange(rows) - (rows - rows // 2), torch.arange(cols) - (cols - cols // 2), indexing="ij"
+    )
     img = torch.stack([torch.zeros(rows * cols), r.flatten().float(), c.flatten().float()], dim=-1)
     start = max(rows // 2, cols // 2)
     return torch.cat([(start + torch.arange(text).float())[:, None].expand(-1, 3), img])
@@ -202,8 +244,11 @@ def test_the_rules_rotation_is_the_familys_spectrum_scaled_by_the_band_law(famil
     transformer = stock.transformer
     config = BandConfig(s_hf=(0.2, 0.6), s_lf=(1.1, 1.5))
     axes = tuple(transformer.config.axes_dims_rope if family != "z_image" else transformer.config.axes_dims)
-    theta = {"flux2": transformer.config.get("rope_theta", None), "qwen": 10000.0,
-             "z_image": transformer.config.get("rope_theta", None)}[family]
+    theta = {
+        "flux2": transformer.config.get("rope_theta", None),
+        "qwen": 10000.0,
+        "z_image": transformer.config.get("rope_theta", None),
+    }[family]
     spy = Spy(SharedBandAttention(config, axes))
     with EditSession(transformer, EditContext(rules={0: spy}), stock.scheduler):
         _run(family, stock, batch=2)
@@ -223,8 +268,7 @@ def test_the_rules_rotation_is_the_familys_spectrum_scaled_by_the_band_law(famil
     cis = cis[0, 0] if cis.dim() == 4 else cis
     exact = _exact_cis(spectrum, coords)
     torch.testing.assert_close(cis[: exact.shape[0]].to(torch.complex128), exact, rtol=1e-6, atol=1e-6)
-    banded = band_spectrum(spectrum, *config.endpoints(progress), config.beta, config.spatial_axes,
-                           config.axis0_mode)
+    banded = band_spectrum(spectrum, *config.endpoints(progress), config.beta, config.spatial_axes, config.axis0_mode)
     got = spy.rule.band_table(EditContext(step=round(progress * 100), num_steps=101), call.rotation, image).cis
     got = got[0, 0] if got.dim() == 4 else got
     torch.testing.assert_close(got.to(torch.complex128), _exact_cis(banded, coords)[image], rtol=1e-6, atol=1e-6)
@@ -242,9 +286,11 @@ def _layouts():
     mask[1, -3:] = False
     qwen_mask = torch.ones(3, 12, dtype=torch.bool)
     qwen_mask[:, 3] = False
-    return [("flux2", TokenSegments(4, 8), 12, None),
-            ("qwen", TokenSegments(4, 8), 12, qwen_mask),
-            ("z_image", TokenSegments(14, 8, text_start=16, target_start=0), 30, mask)]
+    return [
+        ("flux2", TokenSegments(4, 8), 12, None),
+        ("qwen", TokenSegments(4, 8), 12, qwen_mask),
+        ("z_image", TokenSegments(14, 8, text_start=16, target_start=0), 30, mask),
+    ]
 
 
 def _softmax_attention(q, k, v, mask=None):
@@ -278,24 +324,34 @@ def test_shared_band_attention_matches_explicit_math(layout, strength):
     ref_k = rotate(k[:1, image], cis[image] * scales)
     expected = [_softmax_attention(rq[:1], rk[:1], v[:1], None if mask is None else mask[:1])]
     for t in (1, 2):
-        keys, values = torch.cat([rk[t:t + 1], ref_k], 1), torch.cat([v[t:t + 1], v[:1, image]], 1)
-        key_mask = None if mask is None else torch.cat([mask[t:t + 1], torch.ones(1, 8, dtype=torch.bool)], 1)
-        expected.append(_softmax_attention(rq[t:t + 1], keys, values, key_mask))
+        keys, values = torch.cat([rk[t : t + 1], ref_k], 1), torch.cat([v[t : t + 1], v[:1, image]], 1)
+        key_mask = None if mask is None else torch.cat([mask[t : t + 1], torch.ones(1, 8, dtype=torch.bool)], 1)
+        expected.append(_softmax_attention(rq[t : t + 1], keys, values, key_mask))
     torch.testing.assert_close(out, torch.cat(expected), rtol=1e-12, atol=1e-12)
 
 
 # ---- reference tokens found by their coordinates ------------------------------------------------------------------
 def test_flux2_references_are_found_by_t_not_by_their_place():
-    ids = torch.cat([_flux2_coords(0, 2, 2)[:, :] + torch.tensor([20.0, 0, 0, 0]),   # reference t = 20 first
-                     _flux2_coords(0, 3, 3), _flux2_coords(0, 2, 3) + torch.tensor([10.0, 0, 0, 0])])
+    ids = torch.cat(
+        [
+            _flux2_coords(0, 2, 2)[:, :] + torch.tensor([20.0, 0, 0, 0]),  # reference t = 20 first
+            _flux2_coords(0, 3, 3),
+            _flux2_coords(0, 2, 3) + torch.tensor([10.0, 0, 0, 0]),
+        ]
+    )
     with pytest.raises(ValueError, match="before or after"):
         flux2_segments(5, ids)
-    ids = torch.cat([_flux2_coords(0, 3, 3), _flux2_coords(0, 2, 2) + torch.tensor([20.0, 0, 0, 0]),
-                     _flux2_coords(0, 2, 3) + torch.tensor([10.0, 0, 0, 0])])
+    ids = torch.cat(
+        [
+            _flux2_coords(0, 3, 3),
+            _flux2_coords(0, 2, 2) + torch.tensor([20.0, 0, 0, 0]),
+            _flux2_coords(0, 2, 3) + torch.tensor([10.0, 0, 0, 0]),
+        ]
+    )
     seg = flux2_segments(5, ids)
     assert (seg.target, seg.context) == (slice(5, 14), slice(14, 24))
     assert seg.references == (slice(18, 24), slice(14, 18))  # t = 10 first, although it comes last
-    seg = flux2_segments(5, torch.cat([ids[9:], ids[:9]]))   # references before the target
+    seg = flux2_segments(5, torch.cat([ids[9:], ids[:9]]))  # references before the target
     assert (seg.target, seg.context, seg.target_grid) == (slice(15, 24), slice(5, 15), (3, 3))
 
 
@@ -334,8 +390,10 @@ def test_flux2_reference_images_band_scales_their_keys(family):
     from PIL import Image
 
     _, stock, band = _pipes(family)
-    images = [Image.fromarray((torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(s)) * 255).byte().numpy())
-              for s in (1, 2)]
+    images = [
+        Image.fromarray((torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(s)) * 255).byte().numpy())
+        for s in (1, 2)
+    ]
     reference = _run(family, stock, batch=1, image=images)
     assert torch.equal(_run(family, band, batch=1, image=images, band={"enabled": False}), reference)
     assert torch.equal(_run(family, band, batch=1, image=images, band={"strength": 0.0}), reference)  # scales 1

@@ -5,6 +5,7 @@ processors); the reference's trajectory is the stock one; the KV cache gives the
 rule's rotation is the spectrum at 2.1's coordinates times the band law (fp64); shared attention at strength 0
 and 1 against explicit block-causal fp64 math; condition images and the target found by their frame positions.
 """
+
 import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline
@@ -40,15 +41,27 @@ class _Processor:
 
 def _pipes():
     torch.manual_seed(0)
-    c = dict(scheduler=FlowMatchEulerDiscreteScheduler(), vae=None, text_encoder=None, processor=_Processor(),
-             transformer=_qwen21().eval())
+    c = dict(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=None,
+        text_encoder=None,
+        processor=_Processor(),
+        transformer=_qwen21().eval(),
+    )
     return c, QwenImage21Pipeline(**c), BandModulationQwenImage21Pipeline(**c)
 
 
 def _run(pipe, batch=3, **extra):
     embeds = torch.randn(batch, 5, 16, generator=torch.Generator().manual_seed(3))
-    return pipe(prompt_embeds=embeds, height=64, width=64, num_inference_steps=3, output_type="latent",
-                generator=torch.Generator().manual_seed(0), **extra).images  # 4 x 4 target tokens
+    return pipe(
+        prompt_embeds=embeds,
+        height=64,
+        width=64,
+        num_inference_steps=3,
+        output_type="latent",
+        generator=torch.Generator().manual_seed(0),
+        **extra,
+    ).images  # 4 x 4 target tokens
 
 
 @pytest.mark.parametrize("use_kv_cache", [True, False])
@@ -76,9 +89,14 @@ def _condition_inputs(sigma):
     vlm = [False] * 3 + [True] * 2 + [False] * 3
     text_mask = torch.ones(2, len(vlm), dtype=torch.bool)
     text_mask[:, -1] = False
-    return dict(hidden_states=randn(2, 8 + 16, 4), encoder_hidden_states=randn(2, len(vlm), 16, seed=2),
-                timestep=torch.tensor([sigma, sigma]), img_shapes=[[(1, 2, 4), (1, 4, 4)]] * 2,
-                img_mask=torch.tensor(vlm + [True] * 4)[None].expand(2, -1), encoder_hidden_states_mask=text_mask)
+    return dict(
+        hidden_states=randn(2, 8 + 16, 4),
+        encoder_hidden_states=randn(2, len(vlm), 16, seed=2),
+        timestep=torch.tensor([sigma, sigma]),
+        img_shapes=[[(1, 2, 4), (1, 4, 4)]] * 2,
+        img_mask=torch.tensor(vlm + [True] * 4)[None].expand(2, -1),
+        encoder_hidden_states_mask=text_mask,
+    )
 
 
 def test_with_a_condition_image_the_cache_and_the_edit_agree():
@@ -98,8 +116,10 @@ def test_with_a_condition_image_the_cache_and_the_edit_agree():
     with torch.no_grad():
         stock_cache, edit_cache = QwenImage21KVCache(1), QwenImage21KVCache(1)
         stock = [forward(0.9, cache=stock_cache, mode="extract"), forward(0.5, cache=stock_cache, mode="cached")]
-        off = [forward(0.9, {0: rule}, edit_cache, "extract", False),
-               forward(0.5, {0: rule}, edit_cache, "cached", False)]
+        off = [
+            forward(0.9, {0: rule}, edit_cache, "extract", False),
+            forward(0.5, {0: rule}, edit_cache, "cached", False),
+        ]
         assert all(torch.equal(a, b) for a, b in zip(off, stock))
         edit_cache = QwenImage21KVCache(1)
         forward(0.9, {0: rule}, edit_cache, "extract")
@@ -165,8 +185,9 @@ def _exact_cis(spectrum, coords):
 def _coords(text, rows, cols):
     """``[text | target]``, written out: text ``j`` on all three axes, the image at frame ``text``, rows and cols
     centred (``-(h - h // 2) .. h // 2 - 1``)."""
-    r, c = torch.meshgrid(torch.arange(rows) - (rows - rows // 2), torch.arange(cols) - (cols - cols // 2),
-                          indexing="ij")
+    r, c = torch.meshgrid(
+        torch.arange(rows) - (rows - rows // 2), torch.arange(cols) - (cols - cols // 2), indexing="ij"
+    )
     image = torch.stack([torch.full((rows * cols,), float(text)), r.flatten().float(), c.flatten().float()], -1)
     return torch.cat([torch.arange(text).float()[:, None].expand(-1, 3), image])
 
@@ -188,11 +209,11 @@ def test_the_rules_rotation_is_the_spectrum_scaled_by_the_band_law(use_kv_cache)
     torch.testing.assert_close(cis[image], exact[image], rtol=1e-6, atol=1e-6)
     prefix = torch.ones_like(exact[:5]) if use_kv_cache else exact[:5]  # cached: identity rows (keys rotated)
     torch.testing.assert_close(cis[:5], prefix, rtol=1e-6, atol=1e-6)
-    banded = band_spectrum(spectrum, *config.endpoints(progress), config.beta, config.spatial_axes,
-                           config.axis0_mode)
+    banded = band_spectrum(spectrum, *config.endpoints(progress), config.beta, config.spatial_axes, config.axis0_mode)
     got = spy.rule.band_table(EditContext(step=round(progress * 100), num_steps=101), call.rotation, image).cis
-    torch.testing.assert_close(got.to(torch.complex128), _exact_cis(banded, _coords(5, 4, 4))[image],
-                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        got.to(torch.complex128), _exact_cis(banded, _coords(5, 4, 4))[image], rtol=1e-6, atol=1e-6
+    )
 
 
 # ---- shared attention against explicit block-causal fp64 math -----------------------------------------------------
@@ -212,7 +233,7 @@ def _allowed(blocks, length, extra):
     allowed = torch.ones(length, length + extra, dtype=torch.bool)
     for start, stop, is_text in blocks:
         for row in range(start, stop):
-            allowed[row, (row + 1 if is_text else stop):] = False
+            allowed[row, (row + 1 if is_text else stop) :] = False
     return allowed
 
 
@@ -227,8 +248,9 @@ def test_shared_band_attention_matches_explicit_block_causal_math(strength):
     key_mask[:, 1] = False  # a padded text token
     spectrum = chunked_spectrum(axes, 100.0)
     cis = _exact_cis(spectrum, torch.randn(length, 3, dtype=torch.float64) * 4)
-    call = Qwen21LayerCall(_Attn(), q, k, v, segments, LayerRotation(RotaryTable(cis)), key_mask,
-                           lambda out, dtype: out, blocks=blocks)
+    call = Qwen21LayerCall(
+        _Attn(), q, k, v, segments, LayerRotation(RotaryTable(cis)), key_mask, lambda out, dtype: out, blocks=blocks
+    )
     config = BandConfig(s_hf=(0.2, 0.6), s_lf=(1.1, 1.5), strength=strength)
     out = SharedBandAttention(config, axes).attend_call(call, EditContext(step=2, num_steps=5))
 
@@ -243,8 +265,8 @@ def test_shared_band_attention_matches_explicit_block_causal_math(strength):
     expected = [_softmax_attention(rq[:1], rk[:1], v[:1], own)]
     shared = _allowed(blocks, length, 8)[None] & torch.cat([key_mask[:1], torch.ones(1, 8, dtype=torch.bool)], 1)
     for t in (1, 2):
-        keys, values = torch.cat([rk[t:t + 1], ref_k], 1), torch.cat([v[t:t + 1], v[:1, target]], 1)
-        expected.append(_softmax_attention(rq[t:t + 1], keys, values, shared))
+        keys, values = torch.cat([rk[t : t + 1], ref_k], 1), torch.cat([v[t : t + 1], v[:1, target]], 1)
+        expected.append(_softmax_attention(rq[t : t + 1], keys, values, shared))
     torch.testing.assert_close(out, torch.cat(expected), rtol=1e-12, atol=1e-12)
 
 

@@ -1,11 +1,11 @@
 """The DiT backbone benchmark runs end to end on a tiny preset and writes one row per encoding (HARoPE twice: its
 map folded into qkv and per token), with HARoPE started away from its identity (so that its exponentials are
 exercised)."""
+
 import json
 
-import torch
-
 import backbones_dit as dit  # benchmarks/ is on the test path (pyproject)
+import torch
 
 
 def test_tiny_run_writes_a_row_per_encoding(tmp_path, monkeypatch):

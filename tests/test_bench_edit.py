@@ -1,11 +1,11 @@
 """The editing benchmark times what it says: its "off" step is the stock forward bit for bit, its "on" step
 changes the output, and band modulation's baseline is shared attention with the band law off."""
-import json
 
-import torch
+import json
 
 import bench_edit  # benchmarks/ is on the test path (pyproject)
 import edit_cases
+import torch
 
 
 def test_off_is_stock_and_on_edits(tmp_path, monkeypatch):
@@ -38,8 +38,9 @@ def test_plain_shared_attention_is_band_at_strength_zero():
 def test_family_band_cases_off_is_stock_and_on_edits(tmp_path, monkeypatch):
     monkeypatch.setitem(bench_edit.SIZES, "small", (4, 8, 1, 1, 1, 32))
     out = tmp_path / "families.json"
-    assert bench_edit.main(["--repeats", "1", "--dtype", "fp32", "--device", "cpu", "--families", "--out",
-                            str(out)]) == 0
+    assert (
+        bench_edit.main(["--repeats", "1", "--dtype", "fp32", "--device", "cpu", "--families", "--out", str(out)]) == 0
+    )
     rows = [r for r in json.loads(out.read_text())["rows"] if r["case"].startswith("band")]
     assert [r["case"].split()[1] for r in rows] == ["(FLUX.2,", "(Qwen-Image,"]
     assert all(r["off_equals_stock"] and r["max_change"] > 0 and r["implied_attention_work"] > 1 for r in rows)
@@ -48,8 +49,13 @@ def test_family_band_cases_off_is_stock_and_on_edits(tmp_path, monkeypatch):
 def test_family_cases_off_is_stock_and_on_edits():
     import family_edit_cases
 
-    rows = [row for family in ("flux2", "qwen") for row in family_edit_cases.family_rows(
-        family, (8, 16, 1, 1, 1, 32), torch.float32, torch.device("cpu"), 1, bench_edit._timed)]
+    rows = [
+        row
+        for family in ("flux2", "qwen")
+        for row in family_edit_cases.family_rows(
+            family, (8, 16, 1, 1, 1, 32), torch.float32, torch.device("cpu"), 1, bench_edit._timed
+        )
+    ]
     assert [r["case"].split(" (")[0] for r in rows] == ["pe transplant", "looserope"] * 2
     assert all(r["off_equals_stock"] and r["max_change"] > 0 for r in rows)
     assert [r["implied_attention_work"] > 1 for r in rows] == [False, True] * 2

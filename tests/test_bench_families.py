@@ -1,4 +1,5 @@
 """The families benchmark runs on its smallest setting and checks native == stock for what it times."""
+
 import json
 
 from bench_families import main

@@ -1,4 +1,5 @@
 """``mmpos bench`` without its optional peer (rotary-embedding-torch, the ``bench`` extra): a note, not a crash."""
+
 import sys
 
 import bench_rotary

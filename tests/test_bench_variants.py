@@ -1,10 +1,11 @@
 """The variants benchmark: its dense reference formulation is the same rotation; a tiny run writes ratios."""
+
 import json
 
+import bench_variants as variants  # benchmarks/ is on the test path (pyproject)
 import torch
 
 import mmpos
-import bench_variants as variants  # benchmarks/ is on the test path (pyproject)
 
 
 def test_dense_reference_formulation_equals_comrope():

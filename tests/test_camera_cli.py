@@ -1,10 +1,10 @@
 """`mmpos viz cameras` and the camera figures of the demo."""
+
 import pytest
 import torch
 
-from mmpos.camera import preset_trajectory, save_trajectory
+from mmpos.camera import frustum_lines, preset_trajectory, save_trajectory
 from mmpos.cli import main
-from mmpos.camera import frustum_lines
 from mmpos.viz.cameras import encoding_logit_maps
 
 
@@ -13,8 +13,26 @@ def test_viz_cameras_from_a_re10k_file_and_a_preset(tmp_path, capsys):
     assert main(["viz", "cameras", str(path), "--out", str(tmp_path / "a"), "--frame", "-1", "--grid", "6", "8"]) == 0
     printed = capsys.readouterr().out.split()
     assert printed == [str(tmp_path / "a" / "arc_clip_rig.png"), str(tmp_path / "a" / "arc_clip_rays.png")]
-    assert main(["viz", "cameras", "preset:pan", "--out", str(tmp_path / "b"), "--frames", "5", "--model", "unified",
-                 "--fov", "190", "--xi", "1.8"]) == 0
+    assert (
+        main(
+            [
+                "viz",
+                "cameras",
+                "preset:pan",
+                "--out",
+                str(tmp_path / "b"),
+                "--frames",
+                "5",
+                "--model",
+                "unified",
+                "--fov",
+                "190",
+                "--xi",
+                "1.8",
+            ]
+        )
+        == 0
+    )
     for folder, stem in (("a", "arc_clip"), ("b", "pan")):
         for kind in ("rig", "rays"):
             figure = tmp_path / folder / f"{stem}_{kind}.png"
@@ -25,8 +43,11 @@ def test_viz_cameras_errors(tmp_path, capsys):
     """User errors are one line naming the input, exit code 2 (issue 35; they were tracebacks)."""
     bad = tmp_path / "bad.txt"
     bad.write_text("url\n1 2 3 4\n")
-    for argv, match in ([str(tmp_path / "missing.txt")], "preset:NAME"), ([str(bad)], "4 columns"), \
-            (["preset:roll", "--frames", "4", "--frame", "9"], "--frame 9"):
+    for argv, match in (
+        ([str(tmp_path / "missing.txt")], "preset:NAME"),
+        ([str(bad)], "4 columns"),
+        (["preset:roll", "--frames", "4", "--frame", "9"], "--frame 9"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(["viz", "cameras", *argv, "--out", str(tmp_path)])
         err = capsys.readouterr().err
@@ -34,7 +55,9 @@ def test_viz_cameras_errors(tmp_path, capsys):
 
 
 def test_frustum_of_the_identity_camera():
-    lines = frustum_lines(torch.eye(4, dtype=torch.float64), torch.tensor([1.0, 1.0, 0.5, 0.5], dtype=torch.float64), 2.0)
+    lines = frustum_lines(
+        torch.eye(4, dtype=torch.float64), torch.tensor([1.0, 1.0, 0.5, 0.5], dtype=torch.float64), 2.0
+    )
     far = lines[:4, 1]
     assert torch.allclose(far[:, 2], torch.full((4,), 2.0, dtype=torch.float64))
     assert torch.allclose(far[:, :2].abs(), torch.ones(4, 2, dtype=torch.float64))  # half-width 0.5/1 at depth 2

@@ -2,6 +2,7 @@
 users have), ``prepare(cameras)`` / ``attention(q, k, v, geometry)`` for every camera encoding, the old
 signatures bit-identical to the contract in fp64 (with a DeprecationWarning), and consumers that take their
 kinds from the registry."""
+
 import warnings
 
 import pytest
@@ -9,10 +10,21 @@ import torch
 import torch.nn.functional as F
 
 import mmpos
-from mmpos.camera import (Cameras, Equirectangular, Pinhole, UnifiedCamera, invert_pose, opengl_to_opencv,
-                          orthonormalize, pose_from_rotation_translation, preset_trajectory, ray_grid, video_cameras)
+from mmpos.camera import (
+    Cameras,
+    Equirectangular,
+    Pinhole,
+    UnifiedCamera,
+    invert_pose,
+    opengl_to_opencv,
+    orthonormalize,
+    pose_from_rotation_translation,
+    preset_trajectory,
+    ray_grid,
+    video_cameras,
+)
 from mmpos.camera.rays import plucker_rays
-from mmpos.encodings import PRoPE, PluckerRays, RayDepthHead, RayRoPE, UCPE, UCPEAdapter, sample_ray_depths
+from mmpos.encodings import UCPE, PluckerRays, PRoPE, RayDepthHead, RayRoPE, UCPEAdapter, sample_ray_depths
 
 F64 = torch.float64
 IMAGE, GRID, B, C = (48, 64), (3, 4), 2, 3
@@ -72,8 +84,10 @@ def test_prope_old_signature_equals_the_contract(gta):
     assert_same_geometry(before, now)
     assert torch.equal(pe.attention(q, k, v, before), pe.attention(q, k, v, now))
     from_c2w = pe.prepare(Cameras(c2w=c2w, grid=GRID, image_size=IMAGE, intrinsics=k_mat))  # w2c derived
-    assert torch.equal(pe.attention(q, k, v, old(pe.prepare, invert_pose(c2w), GRID, None if gta else k_mat,
-                                                  None if gta else IMAGE)), pe.attention(q, k, v, from_c2w))
+    assert torch.equal(
+        pe.attention(q, k, v, old(pe.prepare, invert_pose(c2w), GRID, None if gta else k_mat, None if gta else IMAGE)),
+        pe.attention(q, k, v, from_c2w),
+    )
 
 
 def test_ucpe_old_signature_equals_the_contract():
@@ -86,8 +100,10 @@ def test_ucpe_old_signature_equals_the_contract():
     assert_same_geometry(before, now)
     assert torch.equal(pe.attention(q, k, v, before), pe.attention(q, k, v, now))
     adapter = UCPEAdapter(32, num_heads=2, head_dim=16).double()
-    assert_same_geometry(old(adapter.prepare, c2w, rays, GRID, valid),
-                         adapter.prepare(Cameras(c2w=c2w, grid=GRID, rays=rays, valid=valid)))
+    assert_same_geometry(
+        old(adapter.prepare, c2w, rays, GRID, valid),
+        adapter.prepare(Cameras(c2w=c2w, grid=GRID, rays=rays, valid=valid)),
+    )
 
 
 @pytest.mark.parametrize("num_rays", [1, 3])
@@ -180,23 +196,27 @@ def test_converters_agree_with_the_camera_models():
     assert torch.allclose(video.rays, direct.rays, atol=1e-12) and torch.allclose(video.c2w, direct.c2w)
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda kw: kw.update(c2w=kw["c2w"].clone().index_fill_(2, torch.tensor([0]), float("nan"))), "non-finite|NaN"),
-    (lambda kw: kw["c2w"].__setitem__((0, 1, 0, 1), 0.3), r"c2w\[\.\.\., :3, :3\] is not a rotation"),
-    (lambda kw: kw.update(c2w=kw["c2w"][0]), r"c2w must be \[B, C, 4, 4\]"),
-    (lambda kw: kw.update(w2c=kw["c2w"]), "exactly one of w2c"),
-    (lambda kw: kw.update(rays=torch.randn(P + 1, 3, dtype=F64)), r"rays must be .* P = rows \* cols = 12"),
-    (lambda kw: kw.update(valid=torch.ones(P)), "valid must be a bool mask"),
-    (lambda kw: kw.update(intrinsics=random_k(0)[:, :2]), r"intrinsics must be \[B, C, 3, 3\]"),
-    (lambda kw: kw.update(image_size=None), "pass image_size"),
-    (lambda kw: kw.update(grid=(3, 0)), r"grid\[1\] \(cols\)"),
-    (lambda kw: kw.update(depth=torch.ones(B, C + 1, 8, 8, dtype=F64)), "depth must be"),
-    (lambda kw: kw.update(orientation=torch.zeros(B, P, 3, dtype=F64)), "orientation must be"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda kw: kw.update(c2w=kw["c2w"].clone().index_fill_(2, torch.tensor([0]), float("nan"))), "non-finite|NaN"),
+        (lambda kw: kw["c2w"].__setitem__((0, 1, 0, 1), 0.3), r"c2w\[\.\.\., :3, :3\] is not a rotation"),
+        (lambda kw: kw.update(c2w=kw["c2w"][0]), r"c2w must be \[B, C, 4, 4\]"),
+        (lambda kw: kw.update(w2c=kw["c2w"]), "exactly one of w2c"),
+        (lambda kw: kw.update(rays=torch.randn(P + 1, 3, dtype=F64)), r"rays must be .* P = rows \* cols = 12"),
+        (lambda kw: kw.update(valid=torch.ones(P)), "valid must be a bool mask"),
+        (lambda kw: kw.update(intrinsics=random_k(0)[:, :2]), r"intrinsics must be \[B, C, 3, 3\]"),
+        (lambda kw: kw.update(image_size=None), "pass image_size"),
+        (lambda kw: kw.update(grid=(3, 0)), r"grid\[1\] \(cols\)"),
+        (lambda kw: kw.update(depth=torch.ones(B, C + 1, 8, 8, dtype=F64)), "depth must be"),
+        (lambda kw: kw.update(orientation=torch.zeros(B, P, 3, dtype=F64)), "orientation must be"),
+    ],
+)
 def test_cameras_refuse_bad_inputs_by_name(change, match):
     rays, valid = fisheye_rays()
-    fields = dict(c2w=random_c2w(0).clone(), grid=GRID, image_size=IMAGE, intrinsics=random_k(0), rays=rays,
-                  valid=valid)
+    fields = dict(
+        c2w=random_c2w(0).clone(), grid=GRID, image_size=IMAGE, intrinsics=random_k(0), rays=rays, valid=valid
+    )
     Cameras(**fields)  # the unchanged fields are fine
     change(fields)
     with pytest.raises((ValueError, TypeError), match=match):
@@ -232,12 +252,17 @@ def test_nvs_model_geometry_is_the_old_one_bit_for_bit():
     c2w = random_c2w(4, batch=n)
     k_mat = torch.tensor([[14.0, 0, 8], [0, 14, 8], [0, 0, 1]], dtype=F64).expand(n, 3, 3, 3)
     camera = Pinhole(14.0, 14.0, 8.0, 8.0, size, size)
-    batch = dict(images=torch.rand(n, 3, 3, size, size), c2w=c2w, intrinsics=k_mat,
-                 patch_rays=ray_grid(camera, (4, 4), dtype=F64)[0].expand(n, 3, -1, -1),
-                 pixel_rays=ray_grid(camera, (size, size), dtype=F64)[0].expand(n, 3, -1, -1))
+    batch = dict(
+        images=torch.rand(n, 3, 3, size, size),
+        c2w=c2w,
+        intrinsics=k_mat,
+        patch_rays=ray_grid(camera, (4, 4), dtype=F64)[0].expand(n, 3, -1, -1),
+        pixel_rays=ray_grid(camera, (size, size), dtype=F64)[0].expand(n, 3, -1, -1),
+    )
     prope = NovelViewTransformer("prope", size, patch, dim=32, depth=1, heads=2)
-    assert_same_geometry(prope.geometry(batch), old(prope.pe.prepare, invert_pose(c2w.float()), (4, 4),
-                                                    k_mat.float(), (size, size)))
+    assert_same_geometry(
+        prope.geometry(batch), old(prope.pe.prepare, invert_pose(c2w.float()), (4, 4), k_mat.float(), (size, size))
+    )
     plucker = NovelViewTransformer("plucker", size, patch, dim=32, depth=1, heads=2)
     rays = plucker_rays(c2w[:, :, None], batch["pixel_rays"][:, :, None]).float()  # the model's former formula
     maps = rays[:, :, 0].unflatten(2, (size, size)).permute(0, 1, 4, 2, 3)
@@ -249,13 +274,16 @@ def test_nvs_model_geometry_is_the_old_one_bit_for_bit():
     assert torch.isfinite(ray(batch)).all()
 
 
-@pytest.mark.parametrize("old_module, name, new_module", [
-    ("mmpos.integrations.diffusers.video_cameras", "video_cameras", "mmpos.camera.video"),
-    ("mmpos.integrations.diffusers.video_cameras", "CameraPath", "mmpos.camera.video"),
-    ("mmpos.viz.cameras", "frustum_lines", "mmpos.camera.frusta"),
-    ("mmpos.viz.cameras", "resolve_trajectory", "mmpos.camera.specs"),
-    ("mmpos.viz.cameras", "frame_camera", "mmpos.camera.specs"),
-])
+@pytest.mark.parametrize(
+    "old_module, name, new_module",
+    [
+        ("mmpos.integrations.diffusers.video_cameras", "video_cameras", "mmpos.camera.video"),
+        ("mmpos.integrations.diffusers.video_cameras", "CameraPath", "mmpos.camera.video"),
+        ("mmpos.viz.cameras", "frustum_lines", "mmpos.camera.frusta"),
+        ("mmpos.viz.cameras", "resolve_trajectory", "mmpos.camera.specs"),
+        ("mmpos.viz.cameras", "frame_camera", "mmpos.camera.specs"),
+    ],
+)
 def test_moved_geometry_keeps_its_old_path_for_one_release(old_module, name, new_module):
     from importlib import import_module
 

@@ -1,18 +1,27 @@
 """Camera encodings in fp64: SE(3) invariance, reductions, own-frame identities, expected encoding vs Monte
 Carlo, cross-attention with different camera counts, zero-init adapter, masks and errors."""
+
 import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import logits
 
 import mmpos
-from mmpos.camera import (Cameras, Pinhole, UnifiedCamera, invert_pose, latitude_up_map, orthonormalize,
-                          pose_from_rotation_translation, ray_frames, ray_grid)
-from mmpos.encodings import PRoPE, RayDepthHead, RayRoPE, UCPE, ParallelAdapter, PluckerRays, UCPEAdapter
-
-from conftest import logits
+from mmpos.camera import (
+    Cameras,
+    Pinhole,
+    UnifiedCamera,
+    invert_pose,
+    latitude_up_map,
+    orthonormalize,
+    pose_from_rotation_translation,
+    ray_frames,
+    ray_grid,
+)
+from mmpos.encodings import UCPE, ParallelAdapter, PluckerRays, PRoPE, RayDepthHead, RayRoPE, UCPEAdapter
 
 F64 = torch.float64
 IMAGE = (96, 128)  # (H, W)
@@ -79,13 +88,14 @@ def test_prope_with_one_camera_is_2d_rope():
     q_y, k_y = rope(q[..., 12:], k[..., 12:], -row.reshape(-1))
     expected = logits(q[..., :8], k[..., :8]) + logits(q_x, k_x) + logits(q_y, k_y)
     assert (prope_logits(pe, q, k, geo) - expected).abs().max() < 1e-12
-    reference = F.scaled_dot_product_attention(torch.cat([q[..., :8], q_x, q_y], -1),
-                                               torch.cat([k[..., :8], k_x, k_y], -1), v)
+    reference = F.scaled_dot_product_attention(
+        torch.cat([q[..., :8], q_x, q_y], -1), torch.cat([k[..., :8], k_x, k_y], -1), v
+    )
     assert (pe.attention(q, k, v, geo) - reference).abs().max() < 1e-12
     two = pe.prepare(pin(invert_pose(rigid(3, (1, 2))), intrinsics(1, 2)))
     q2, k2, _ = qkv(1, tokens(2), 16)
-    across = prope_logits(pe, q2, k2, two)[..., : tokens(1), tokens(1):]  # two cameras: not plain RoPE any more
-    same_camera = prope_logits(pe, q2[..., : tokens(1), :], k2[..., tokens(1):, :], geo)
+    across = prope_logits(pe, q2, k2, two)[..., : tokens(1), tokens(1) :]  # two cameras: not plain RoPE any more
+    same_camera = prope_logits(pe, q2[..., : tokens(1), :], k2[..., tokens(1) :, :], geo)
     assert (across - same_camera).abs().max() > 1e-3
 
 
@@ -110,7 +120,9 @@ def test_projective_value_path_is_relative():
     geo = pe.prepare(pin(invert_pose(rigid(4, (1, 2))), intrinsics(1, 2)))
     q, _, v = qkv(1, tokens(2), 16)
     eye = torch.eye(tokens(2), dtype=torch.bool)
-    out = pe.apply_output(F.scaled_dot_product_attention(pe.apply_q(q, geo), *pe.apply_kv(q, v, geo), attn_mask=eye), geo)
+    out = pe.apply_output(
+        F.scaled_dot_product_attention(pe.apply_q(q, geo), *pe.apply_kv(q, v, geo), attn_mask=eye), geo
+    )
     assert (out - v).abs().max() < 1e-12
 
 
@@ -141,7 +153,9 @@ def test_ray_frames_are_rigid_and_the_optical_axis_frame_is_w2c():
     w2l, ok = ray_frames(rays, c2w)
     assert ok.all()
     rotation = w2l[..., :3, :3]
-    assert torch.allclose(rotation @ rotation.transpose(-1, -2), torch.eye(3, dtype=F64).expand_as(rotation), atol=1e-14)
+    assert torch.allclose(
+        rotation @ rotation.transpose(-1, -2), torch.eye(3, dtype=F64).expand_as(rotation), atol=1e-14
+    )
     assert torch.allclose(torch.linalg.det(rotation), torch.ones(4, 10, dtype=F64), atol=1e-14)
     assert torch.allclose(w2l[:, 0], invert_pose(c2w), atol=1e-14)
     world_dirs = (c2w[:, None, :3, :3] @ rays[..., None])[..., 0]
@@ -153,7 +167,9 @@ def test_ray_parallel_to_the_vertical_axis_is_finite_and_masked():
     w2l, ok = ray_frames(rays, rigid(4, (1,)))
     assert torch.isfinite(w2l).all() and ok.tolist() == [[False, False, True]]
     rotation = w2l[..., :3, :3]
-    assert torch.allclose(rotation @ rotation.transpose(-1, -2), torch.eye(3, dtype=F64).expand_as(rotation), atol=1e-14)
+    assert torch.allclose(
+        rotation @ rotation.transpose(-1, -2), torch.eye(3, dtype=F64).expand_as(rotation), atol=1e-14
+    )
 
 
 def _rotation(axis, degrees):
@@ -209,8 +225,9 @@ def test_zero_init_adapter_leaves_the_host_bit_identical():
     x = torch.randn(2, tokens(2), 32, dtype=F64)
     rays, valid = fisheye_rays()
     geo = block.adapter.prepare(Cameras(c2w=rigid(6, (2, 2)), grid=GRID, rays=rays, valid=valid))
-    orientation = block.adapter.orientation_map(UnifiedCamera.from_fov(IMAGE[1], IMAGE[0], 200, xi=2.3),
-                                                rigid(6, (2, 2)), GRID, offset=(0.0, 0.0))
+    orientation = block.adapter.orientation_map(
+        UnifiedCamera.from_fov(IMAGE[1], IMAGE[0], 200, xi=2.3), rigid(6, (2, 2)), GRID, offset=(0.0, 0.0)
+    )
     assert orientation.shape == (2, tokens(2), 3) and orientation.abs().sum() > 0
     with torch.no_grad():
         host_only = block.host(x)
@@ -314,13 +331,18 @@ def test_rayrope_expected_encoding_matches_monte_carlo():
     g = torch.Generator().manual_seed(0)
     near = torch.full((1, tokens(2), 1), 1.5, dtype=F64)
     far = near + torch.rand(1, tokens(2), 1, generator=g, dtype=F64) * 2
-    expected = pe.expected_table(pe.key_coordinates(side, 0, side, near),
-                                 pe.key_coordinates(side, 0, side, far)).cis[0, 0]  # [L, F * D_c]
+    expected = pe.expected_table(pe.key_coordinates(side, 0, side, near), pe.key_coordinates(side, 0, side, far)).cis[
+        0, 0
+    ]  # [L, F * D_c]
     samples = 40000
     t = torch.rand(samples, 1, 1, generator=g, dtype=F64)
-    many = dataclasses.replace(side, w2c=side.w2c.expand(samples, -1, -1, -1), k_norm=side.k_norm.expand(samples, -1, -1, -1),
-                               centers=side.centers.expand(samples, -1, -1),
-                               ray_steps=side.ray_steps.expand(samples, -1, -1, -1, -1))
+    many = dataclasses.replace(
+        side,
+        w2c=side.w2c.expand(samples, -1, -1, -1),
+        k_norm=side.k_norm.expand(samples, -1, -1, -1),
+        centers=side.centers.expand(samples, -1, -1),
+        ray_steps=side.ray_steps.expand(samples, -1, -1, -1, -1),
+    )
     coords = pe.key_coordinates(many, 0, many, near + t * (far - near))  # depth uniform in [near, far]
     angles = coords.repeat(1, 1, pe.num_freqs) * pe.frequencies(F64)
     monte_carlo = torch.polar(torch.ones_like(angles), angles).mean(0)
@@ -348,7 +370,7 @@ def test_rayrope_known_depth_gives_orthogonal_rotations():
     assert torch.isfinite(out).all()
     partial = pe.depths(raw, side, known[:, : tokens(1)])  # RGB-D for the first camera only
     assert torch.equal(partial[0][:, : tokens(1)], partial[1][:, : tokens(1)])
-    assert not torch.equal(partial[0][:, tokens(1):], partial[1][:, tokens(1):])
+    assert not torch.equal(partial[0][:, tokens(1) :], partial[1][:, tokens(1) :])
 
 
 def test_rayrope_depth_head_initialisation():
@@ -357,7 +379,9 @@ def test_rayrope_depth_head_initialisation():
     assert torch.equal(raw, torch.tensor([0.0, 3.0]).expand(3, 10, 2))
     pe, _, side, _ = ray_setup(batch=1)
     near, far = pe.depths(RayDepthHead(8).double()(torch.randn(1, tokens(3), 8, dtype=F64)), side)
-    assert torch.allclose(near, torch.full_like(near, math.exp(-3))) and torch.allclose(far, torch.full_like(far, math.exp(3)))
+    assert torch.allclose(near, torch.full_like(near, math.exp(-3))) and torch.allclose(
+        far, torch.full_like(far, math.exp(3))
+    )
 
 
 def test_rayrope_depth_head_receives_gradients():
@@ -419,7 +443,9 @@ def test_plucker_rays_and_zero_init():
     pe = mmpos.create_pe("plucker", embed_dim=16).double()
     x = torch.randn(2, tokens(3), 16, dtype=F64)
     assert torch.equal(pe(x, pe.prepare(cameras)), x)
-    moved = PluckerRays(None).prepare(Cameras(c2w=rigid(2) @ c2w, grid=GRID, rays=rays))  # absolute: changes with the world frame
+    moved = PluckerRays(None).prepare(
+        Cameras(c2w=rigid(2) @ c2w, grid=GRID, rays=rays)
+    )  # absolute: changes with the world frame
     assert (moved - plucker).abs().max() > 0.1
 
 
@@ -427,8 +453,9 @@ def camera_ctrl_ray_condition(intrinsics, c2w, height, width):
     """CameraCtrl's ``ray_condition`` (hehao13/CameraCtrl), re-implemented in fp64: ``intrinsics [B, V, 4]``
     ``(fx, fy, cx, cy)``, ``c2w [B, V, 4, 4]`` -> ``[B, V, H, W, 6]``, channels ``cat([o x d, d])``, a ray
     through every pixel centre."""
-    rows, cols = torch.meshgrid(torch.arange(height, dtype=F64) + 0.5, torch.arange(width, dtype=F64) + 0.5,
-                                indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(height, dtype=F64) + 0.5, torch.arange(width, dtype=F64) + 0.5, indexing="ij"
+    )
     fx, fy, cx, cy = (intrinsics[..., i, None] for i in range(4))
     x, y = (cols.reshape(1, 1, -1) - cx) / fx, (rows.reshape(1, 1, -1) - cy) / fy
     directions = torch.stack([x, y, torch.ones_like(x)], -1)
@@ -483,13 +510,16 @@ def test_camera_encodings_are_registered():
     assert mmpos.create_pe("rayrope", head_dim=144).num_freqs == 6  # the paper's LVSM setting
 
 
-@pytest.mark.parametrize("build, match", [
-    (lambda: RayRoPE(64), "multiple of 2 \\* D_c = 24"),
-    (lambda: RayRoPE(48, num_rays=4), "num_rays=4"),
-    (lambda: PRoPE(12), "multiple of 4"),
-    (lambda: UCPE(20), "head_dim % 8"),
-    (lambda: UCPEAdapter(32, num_heads=0, head_dim=16), "num_heads must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: RayRoPE(64), "multiple of 2 \\* D_c = 24"),
+        (lambda: RayRoPE(48, num_rays=4), "num_rays=4"),
+        (lambda: PRoPE(12), "multiple of 4"),
+        (lambda: UCPE(20), "head_dim % 8"),
+        (lambda: UCPEAdapter(32, num_heads=0, head_dim=16), "num_heads must be a positive integer"),
+    ],
+)
 def test_bad_options_raise(build, match):
     with pytest.raises(ValueError, match=match):
         build()

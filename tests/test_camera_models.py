@@ -1,4 +1,5 @@
 """Camera models in fp64: round trips, reductions, unit rays, masks, resize/crop, and OpenCV as the peer."""
+
 import math
 
 import cv2
@@ -6,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmpos.camera import (Equirectangular, KannalaBrandt, OpenCVCamera, Pinhole, UnifiedCamera, patch_pixels,
-                          ray_grid)
+from mmpos.camera import Equirectangular, KannalaBrandt, OpenCVCamera, Pinhole, UnifiedCamera, patch_pixels, ray_grid
 
 F64 = torch.float64
 W, H = 128.0, 96.0
@@ -41,8 +41,11 @@ def test_project_unproject_round_trip_and_unit_rays(name):
 @pytest.mark.parametrize("name", [n for n in MODELS if n != "equirectangular"])
 def test_unproject_project_round_trip_on_rays(name):
     camera = MODELS[name]
-    directions = torch.nn.functional.normalize(torch.randn(500, 3, dtype=F64) * torch.tensor([0.4, 0.3, 1.0],
-                                               dtype=F64) + torch.tensor([0, 0, 1.0], dtype=F64), dim=-1)
+    directions = torch.nn.functional.normalize(
+        torch.randn(500, 3, dtype=F64) * torch.tensor([0.4, 0.3, 1.0], dtype=F64)
+        + torch.tensor([0, 0, 1.0], dtype=F64),
+        dim=-1,
+    )
     pixels, valid = camera.project(directions)
     rays, ok = camera.unproject(pixels)
     both = valid & ok
@@ -95,8 +98,9 @@ def test_opencv_distortion_matches_cv2():
     expected, _ = cv2.projectPoints(points, np.zeros(3), np.zeros(3), k, dist)
     ours, _ = camera.project(torch.tensor(points))
     assert np.abs(ours.numpy() - expected[:, 0]).max() < 1e-9
-    undistorted = cv2.undistortPoints(expected, k, dist, criteria=(cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS,
-                                                                   100, 1e-14))[:, 0]
+    undistorted = cv2.undistortPoints(
+        expected, k, dist, criteria=(cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 100, 1e-14)
+    )[:, 0]
     rays, valid = camera.unproject(torch.tensor(expected[:, 0]))
     assert valid.all()
     assert np.abs((rays[:, :2] / rays[:, 2:]).numpy() - undistorted).max() < 1e-8
@@ -138,18 +142,21 @@ def test_ray_grid_patch_centre_convention():
     assert corner[5].tolist() == [16.0, 16.0]
 
 
-@pytest.mark.parametrize("build, match", [
-    (lambda: Pinhole(-100, 100, 64, 48, W, H), "fx must be positive"),
-    (lambda: Pinhole(float("nan"), 100, 64, 48, W, H), "fx must be a finite number"),
-    (lambda: Pinhole(100, float("inf"), 64, 48, W, H), "fy must be a finite number"),
-    (lambda: UnifiedCamera(100, 100, 64, 48, W, H, xi=-0.5), "xi must be >= 0"),
-    (lambda: OpenCVCamera(30, 30, 64, 48, W, H, k1=-0.5), "outside the valid range"),
-    (lambda: KannalaBrandt(40, 40, 64, 48, W, H, k1=-0.5), "outside the valid range"),
-    (lambda: KannalaBrandt(40, 40, 64, 48, W, H, max_angle=3.2), "max_angle must be below pi"),
-    (lambda: UnifiedCamera.from_fov(W, H, 200, xi=0.1), "not reachable"),
-    (lambda: MODELS["pinhole"].cropped(100, 0, 64, 48), "outside"),
-    (lambda: MODELS["equirectangular"].cropped(0, 0, 10, 10), "360 x 180"),
-])
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: Pinhole(-100, 100, 64, 48, W, H), "fx must be positive"),
+        (lambda: Pinhole(float("nan"), 100, 64, 48, W, H), "fx must be a finite number"),
+        (lambda: Pinhole(100, float("inf"), 64, 48, W, H), "fy must be a finite number"),
+        (lambda: UnifiedCamera(100, 100, 64, 48, W, H, xi=-0.5), "xi must be >= 0"),
+        (lambda: OpenCVCamera(30, 30, 64, 48, W, H, k1=-0.5), "outside the valid range"),
+        (lambda: KannalaBrandt(40, 40, 64, 48, W, H, k1=-0.5), "outside the valid range"),
+        (lambda: KannalaBrandt(40, 40, 64, 48, W, H, max_angle=3.2), "max_angle must be below pi"),
+        (lambda: UnifiedCamera.from_fov(W, H, 200, xi=0.1), "not reachable"),
+        (lambda: MODELS["pinhole"].cropped(100, 0, 64, 48), "outside"),
+        (lambda: MODELS["equirectangular"].cropped(0, 0, 10, 10), "360 x 180"),
+    ],
+)
 def test_invalid_parameters_raise_clear_errors(build, match):
     with pytest.raises(ValueError, match=match):
         build()

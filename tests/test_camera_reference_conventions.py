@@ -2,13 +2,13 @@
 2D-RoPE / ray rotations included (q, k, v by -theta, output by +theta; ``tests/camera_reference.py``), on random
 cameras, through the contract (``pe.prepare(cameras)``; the old signatures equal it bit for bit:
 ``tests/test_camera_contract.py``)."""
+
+import camera_reference as ref
 import pytest
 import torch
 
 from mmpos.camera import Cameras, invert_pose, orthonormalize, pose_from_rotation_translation
-from mmpos.encodings import PRoPE, RayRoPE, UCPE
-
-import camera_reference as ref
+from mmpos.encodings import UCPE, PRoPE, RayRoPE
 
 F64 = torch.float64
 IMAGE = (96, 128)  # (H, W)
@@ -77,8 +77,9 @@ def test_rayrope_matches_the_reference_formula(num_rays):
     raw = torch.randn(1, TOKENS, 2, generator=g, dtype=F64) * 0.5
     q, k, v = qkv(head_dim, batch=1)
     pe = RayRoPE(head_dim, num_rays=num_rays)
-    ours = pe.attention(q, k, v, pe.prepare(Cameras(w2c=w2c, grid=GRID, image_size=IMAGE, intrinsics=k_mat)),
-                        depth_q=raw)[0]
+    ours = pe.attention(
+        q, k, v, pe.prepare(Cameras(w2c=w2c, grid=GRID, image_size=IMAGE, intrinsics=k_mat)), depth_q=raw
+    )[0]
     expected = ref.rayrope_attention(q[0], k[0], v[0], w2c[0], k_mat[0], IMAGE, GRID, raw[0], num_rays)
     assert (ours - expected).abs().max() < 1e-9  # the reference's small-spread fallback is O(spread^2)
 

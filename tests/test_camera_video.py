@@ -1,4 +1,5 @@
 """Camera-controlled Wan pipelines and camera adapters on tiny offline Wan components (no downloads)."""
+
 import math
 
 import pytest
@@ -6,14 +7,23 @@ import torch
 from diffusers import WanImageToVideoPipeline, WanPipeline
 
 from mmpos.camera import UnifiedCamera, orthonormalize, pose_from_rotation_translation, preset_trajectory
-from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning
 from mmpos.camera.video import CameraPath, video_cameras
+from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning
 from mmpos.pipelines import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline, load_camera_adapter
 from mmpos.pipelines.tiny_wan import tiny_wan_components, tiny_wan_transformer
 
 F64 = torch.float64
-CALL = dict(prompt="a slow camera orbit around a house", negative_prompt="", height=32, width=48, num_frames=9,
-            num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16, output_type="pt")
+CALL = dict(
+    prompt="a slow camera orbit around a house",
+    negative_prompt="",
+    height=32,
+    width=48,
+    num_frames=9,
+    num_inference_steps=2,
+    guidance_scale=3.0,
+    max_sequence_length=16,
+    output_type="pt",
+)
 KINDS = ["ucpe", "prope", "plucker"]
 
 
@@ -145,8 +155,11 @@ def test_whole_transformer_output_is_invariant_to_the_world_frame():
     c2w, _ = random_path(2)
     model = preset_trajectory("orbit", 5).camera(0, 48, 32)
     g = torch.Generator().manual_seed(8)
-    inputs = dict(hidden_states=torch.randn(1, 4, *GRID[:1], 4, 6, generator=g, dtype=F64),
-                  encoder_hidden_states=torch.randn(1, 5, 32, generator=g, dtype=F64), timestep=torch.tensor([500]))
+    inputs = dict(
+        hidden_states=torch.randn(1, 4, *GRID[:1], 4, 6, generator=g, dtype=F64),
+        encoder_hidden_states=torch.randn(1, 5, 32, generator=g, dtype=F64),
+        timestep=torch.tensor([500]),
+    )
 
     def run(poses):
         with camera_conditioning(transformer, adapter, video_cameras(CameraPath(poses, model), GRID, IMAGE, F64)):
@@ -162,8 +175,11 @@ def test_camera_level_composes_with_set_pe_and_leaves_it_installed():
     stock, ours = tiny_wan_transformer(), tiny_wan_transformer()
     set_pe(ours, "native")
     g = torch.Generator().manual_seed(13)
-    inputs = dict(hidden_states=torch.randn(1, 4, 3, 4, 6, generator=g), timestep=torch.tensor([500]),
-                  encoder_hidden_states=torch.randn(1, 5, 32, generator=g))
+    inputs = dict(
+        hidden_states=torch.randn(1, 4, 3, 4, 6, generator=g),
+        timestep=torch.tensor([500]),
+        encoder_hidden_states=torch.randn(1, 5, 32, generator=g),
+    )
     cams = video_cameras(preset_trajectory("orbit", 9), GRID, IMAGE)
     with camera_conditioning(ours, adapter_for(ours, "ucpe"), cams):
         assert torch.equal(ours(**inputs).sample, stock(**inputs).sample)
@@ -182,8 +198,11 @@ def test_save_and_load_round_trip(t2v, kind, tmp_path):
     adapter.save_pretrained(tmp_path / kind)
     assert (tmp_path / kind / "diffusion_pytorch_model.safetensors").is_file()
     loaded = load_camera_adapter(pipe, tmp_path / kind)
-    public = lambda config: {k: list(v) if isinstance(v, tuple) else v  # noqa: E731  (JSON keeps lists)
-                             for k, v in config.items() if not k.startswith("_")}
+    public = lambda config: {
+        k: list(v) if isinstance(v, tuple) else v  # noqa: E731  (JSON keeps lists)
+        for k, v in config.items()
+        if not k.startswith("_")
+    }
     assert public(loaded.config) == public(adapter.config)
     assert all(torch.equal(a, b) for a, b in zip(adapter.state_dict().values(), loaded.state_dict().values()))
     camera = preset_trajectory("tilt", 9)
@@ -231,8 +250,13 @@ def test_trajectory_is_resampled_to_the_latent_frames_and_intrinsics_follow_the_
 def reference_checkpoint(layers=2, dim=24, attn_dim=16, prefix="dit.", seed=11):
     """A state dict with UCPE's key names and shapes (DiffSynth Wan blocks with a ``cam_self_attn`` module)."""
     g = torch.Generator().manual_seed(seed)
-    shapes = {"q_proj": (attn_dim, dim), "k_proj": (attn_dim, dim), "v_proj": (attn_dim, dim),
-              "out_proj": (dim, attn_dim), "cam_encoder": (dim, 3)}
+    shapes = {
+        "q_proj": (attn_dim, dim),
+        "k_proj": (attn_dim, dim),
+        "v_proj": (attn_dim, dim),
+        "out_proj": (dim, attn_dim),
+        "cam_encoder": (dim, 3),
+    }
     state = {f"{prefix}blocks.{i}.self_attn.q.weight": torch.randn(dim, dim, generator=g) for i in range(layers)}
     for i in range(layers):
         for name, shape in shapes.items():
@@ -259,7 +283,9 @@ def test_ucpe_checkpoint_converts_and_matches_the_reference_layer_formula(tmp_pa
     residual = adapter.conditioning(cams).residual(1, x)
 
     def linear(name, t):  # the reference layer's own weights, by their reference names
-        return t @ state[f"dit.blocks.1.cam_self_attn.{name}.weight"].T + state[f"dit.blocks.1.cam_self_attn.{name}.bias"]
+        return (
+            t @ state[f"dit.blocks.1.cam_self_attn.{name}.weight"].T + state[f"dit.blocks.1.cam_self_attn.{name}.bias"]
+        )
 
     h = x + linear("cam_encoder", cams.orientation)
     q, k, v = (linear(n, h)[:, None] for n in ("q_proj", "k_proj", "v_proj"))  # one head: [B, 1, L, 16]

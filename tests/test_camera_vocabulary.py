@@ -2,6 +2,7 @@
 ``pan``, ``tilt``, ``roll``, ``zoom`` with signed amounts, the earlier ``dolly_in`` ... names as aliases, on the
 Wan / tiny path, the world video model (trained on orbit, dolly, pan: the others run with one note line),
 ``viz cameras`` and ``world clip``, and in every ``--help``."""
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,9 @@ from mmpos.camera.specs import resolve_trajectory
 from mmpos.cli import main
 
 AMOUNTS = {"orbit": 35.0, "arc": 50.0, "dolly": -0.5, "pan": -20.0, "tilt": 10.0, "roll": 15.0, "zoom": 0.5}
-SPECS = [f"{prefix}{name}{suffix}" for name in (*MOTIONS, *ALIASES) for prefix in ("", "preset:")
-         for suffix in ("", ":0.8")]
+SPECS = [
+    f"{prefix}{name}{suffix}" for name in (*MOTIONS, *ALIASES) for prefix in ("", "preset:") for suffix in ("", ":0.8")
+]
 
 
 def rotation_degrees(c2w) -> float:
@@ -52,9 +54,14 @@ def test_aliases_are_dolly_and_zoom_with_their_direction():
     assert parse_motion("zoom_in") == parse_motion("zoom:2")
 
 
-@pytest.mark.parametrize("bad,message", [("preset:spin", "unknown camera motion 'spin'; expected one of orbit, arc, "
-                                          "dolly, pan, tilt, roll, zoom"), ("orbit:fast", "finite number"),
-                                         ("zoom:-2", "zoom factor must be positive")])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ("preset:spin", "unknown camera motion 'spin'; expected one of orbit, arc, dolly, pan, tilt, roll, zoom"),
+        ("orbit:fast", "finite number"),
+        ("zoom:-2", "zoom factor must be positive"),
+    ],
+)
 def test_bad_motions_are_refused_naming_the_vocabulary(bad, message):
     with pytest.raises(ValueError, match=message):
         resolve_trajectory(bad, 5)
@@ -83,8 +90,10 @@ def test_every_name_on_the_world_video_model_path(capsys):
         untrained = parse_motion(spec).name not in ("orbit", "dolly", "pan")
         assert len(trajectory) == 9 and len(note) == int(untrained), (spec, note)
         if untrained:
-            assert note[0].startswith("camera: the world video model was trained on orbit, dolly and pan only; "
-                                      f"running {parse_motion(spec)} anyway")
+            assert note[0].startswith(
+                "camera: the world video model was trained on orbit, dolly and pan only; "
+                f"running {parse_motion(spec)} anyway"
+            )
         assert torch.allclose(trajectory.intrinsics[:, 0], trajectory.intrinsics[:, 1])  # square world frames
     messages = []
     with pytest.raises(AssertionError):
@@ -115,5 +124,20 @@ def test_help_lists_the_vocabulary(capsys):
 def test_viz_cameras_and_world_clip_take_the_vocabulary(tmp_path):
     assert main(["viz", "cameras", "tilt:-15", "--frames", "3", "--out", str(tmp_path / "viz")]) == 0
     assert (tmp_path / "viz" / "tilt_-15_rig.png").is_file()
-    assert main(["world", "clip", "--trajectory", "zoom:1.5", "--frames", "2", "--size", "16",
-                 "--out", str(tmp_path / "clip")]) == 0
+    assert (
+        main(
+            [
+                "world",
+                "clip",
+                "--trajectory",
+                "zoom:1.5",
+                "--frames",
+                "2",
+                "--size",
+                "16",
+                "--out",
+                str(tmp_path / "clip"),
+            ]
+        )
+        == 0
+    )

@@ -1,4 +1,5 @@
 """The `mmpos` command: demo figures, list, and --help on each subcommand."""
+
 import subprocess
 import sys
 
@@ -59,15 +60,22 @@ def test_every_subcommand_help_states_its_defaults():
     from mmpos.pipelines.video_cli import build_parser as video_parser
     from mmpos.training.vit_cli import eval_parser, train_parser
 
-    parsers = [*_leaf_parsers(build_parser()), (("generate", "video"), video_parser()),
-               (("train", "vit"), train_parser()), (("eval", "vit"), eval_parser())]
+    parsers = [
+        *_leaf_parsers(build_parser()),
+        (("generate", "video"), video_parser()),
+        (("train", "vit"), train_parser()),
+        (("eval", "vit"), eval_parser()),
+    ]
     assert len(parsers) >= 18
     for words, parser in parsers:
         assert "default" in parser.format_help(), words
         formatter = parser.formatter_class(parser.prog)
         for action in parser._actions:  # every option with a value says its default or that it is required
-            if not action.option_strings or action.help == argparse.SUPPRESS or isinstance(
-                    action, (argparse._HelpAction, argparse._StoreConstAction)):  # flags (store_true): off
+            if (
+                not action.option_strings
+                or action.help == argparse.SUPPRESS
+                or isinstance(action, (argparse._HelpAction, argparse._StoreConstAction))
+            ):  # flags (store_true): off
                 continue
             text = formatter._get_help_string(action) or ""
             assert "default" in text or "required" in text or action.required, (words, action.option_strings)

@@ -2,6 +2,7 @@
 argument errors caught while parsing import neither torch nor diffusers, timm, transformers or accelerate
 (checked with ``python -X importtime``, which lists every module a process imports; a property, not a timing:
 ``benchmarks/bench_cli_start.py`` prints the wall-clock times)."""
+
 import subprocess
 import sys
 
@@ -18,10 +19,14 @@ def _paths():
 
 def imported_modules(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     """Run ``python -X importtime -m mmpos.cli ARGV``; its result and the top-level names of what it imported."""
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "mmpos.cli", *argv], capture_output=True,
-                            text=True, timeout=300)
-    names = {line.rpartition("|")[2].strip().split(".")[0] for line in result.stderr.splitlines()
-             if line.startswith("import time:")}
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mmpos.cli", *argv], capture_output=True, text=True, timeout=300
+    )
+    names = {
+        line.rpartition("|")[2].strip().split(".")[0]
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     return result, names
 
 
@@ -33,8 +38,15 @@ def test_list_imports_torch_for_the_registry_and_nothing_heavier():  # also the 
 
 def test_every_command_path_is_covered():
     paths = _paths()
-    assert {("generate", "image"), ("generate", "video"), ("train", "vit"), ("eval", "vit"), ("world", "clip"),
-            ("edit", "loose"), ("viz", "cameras")} <= set(paths) and len(paths) >= 23
+    assert {
+        ("generate", "image"),
+        ("generate", "video"),
+        ("train", "vit"),
+        ("eval", "vit"),
+        ("world", "clip"),
+        ("edit", "loose"),
+        ("viz", "cameras"),
+    } <= set(paths) and len(paths) >= 23
 
 
 @pytest.mark.parametrize("words", _paths(), ids=lambda words: " ".join(words) or "mmpos")
@@ -44,14 +56,20 @@ def test_help_imports_no_heavy_module(words):
     assert not names & set(HEAVY), (words, sorted(names & set(HEAVY)))
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["generate", "video", "--height", "0"], "--height"),
-    (["generate", "--width", "-3"], "--width"),
-    (["train", "vit", "--output-dir", "run", "--steps", "zero"], "--steps"),
-    (["edit", "transplant", "--background", "b.png"], "--reference"),
-    (["world", "render", "--out", "o", "--shape", "blob", "--colour", "red", "--box", "1", "2", "3", "4"], "--shape"),
-    (["demo", "--count", "0"], "--count"),
-])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["generate", "video", "--height", "0"], "--height"),
+        (["generate", "--width", "-3"], "--width"),
+        (["train", "vit", "--output-dir", "run", "--steps", "zero"], "--steps"),
+        (["edit", "transplant", "--background", "b.png"], "--reference"),
+        (
+            ["world", "render", "--out", "o", "--shape", "blob", "--colour", "red", "--box", "1", "2", "3", "4"],
+            "--shape",
+        ),
+        (["demo", "--count", "0"], "--count"),
+    ],
+)
 def test_argument_errors_are_one_line_before_any_heavy_import(argv, named):
     result, names = imported_modules(*argv)
     message = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]

@@ -2,6 +2,7 @@
 option of ``mmpos train vit``, ``mmpos edit METHOD`` and ``mmpos generate`` that maps to a config key,
 ``--config C OPTION VALUE`` resolves to the config of ``--config C`` alone with exactly that key changed. No model is
 built and nothing is trained: the ViT trainer is replaced by one that records the config it is given."""
+
 import copy
 from pathlib import Path
 
@@ -30,33 +31,53 @@ VIT_OPTIONS = {
 }
 VIT_RUN_OPTIONS = {"help", "config", "overrides", "output_dir", "resume", "overwrite", "eval_only", "checkpoint"}
 
-RUN_OPTIONS = {"model": ("model", ["world", "someone/another-model"]), "device": ("device", ["cpu", "cuda"]),
-               "dtype": ("dtype", ["float32", "bfloat16"]),
-               "extrapolate": ("extrapolate.preset", ["ntk", "yarn"]),
-               "train_size": ("extrapolate.train_size", ["48", "64"])}
+RUN_OPTIONS = {
+    "model": ("model", ["world", "someone/another-model"]),
+    "device": ("device", ["cpu", "cuda"]),
+    "dtype": ("dtype", ["float32", "bfloat16"]),
+    "extrapolate": ("extrapolate.preset", ["ntk", "yarn"]),
+    "train_size": ("extrapolate.train_size", ["48", "64"]),
+}
 EDIT_PROMPT = {"prompt_text": ("prompt", ["a red star", "a blue circle"])}
 EDIT_OPTIONS = {
-    "band": {**RUN_OPTIONS, **EDIT_PROMPT, "target": ("targets", ["a green square"]),
-             "reference_prompt": ("reference.prompt", ["a red star", "a blue circle"]),
-             "reference_image": ("reference.image", ["ref.png", "ref2.png"]), "image": ("image", ["ctx.png", "c2.png"])},
+    "band": {
+        **RUN_OPTIONS,
+        **EDIT_PROMPT,
+        "target": ("targets", ["a green square"]),
+        "reference_prompt": ("reference.prompt", ["a red star", "a blue circle"]),
+        "reference_image": ("reference.image", ["ref.png", "ref2.png"]),
+        "image": ("image", ["ctx.png", "c2.png"]),
+    },
     "transplant": {**RUN_OPTIONS, **EDIT_PROMPT},
     "loose": {**RUN_OPTIONS, **EDIT_PROMPT},
-    "generate": {**RUN_OPTIONS, "prompt": ("prompts", ["a green square"]), "height": ("sampler.height", ["48", "64"]),
-                 "width": ("sampler.width", ["48", "64"])},
+    "generate": {
+        **RUN_OPTIONS,
+        "prompt": ("prompts", ["a green square"]),
+        "height": ("sampler.height", ["48", "64"]),
+        "width": ("sampler.width", ["48", "64"]),
+    },
 }
 # options that name inputs or outputs of a run, not config keys
 INPUT_OPTIONS = {"help", "config", "config_name", "prompt_embeds", "set", "out", "overwrite", "no_figures"}
-REQUIRED = {"band": [], "generate": [], "transplant": ["--background", "bg.png", "--box", "0", "0", "8", "8",
-                                                       "--reference", "ref.png"],
-            "loose": ["--image", "collage.png", "--mask", "mask.png"]}
-METHOD_INPUTS = {"band": set(), "generate": set(), "transplant": {"background", "mask", "box", "reference",
-                                                                   "reference_mask"},
-                 "loose": {"image", "mask", "original", "saliency"}}
+REQUIRED = {
+    "band": [],
+    "generate": [],
+    "transplant": ["--background", "bg.png", "--box", "0", "0", "8", "8", "--reference", "ref.png"],
+    "loose": ["--image", "collage.png", "--mask", "mask.png"],
+}
+METHOD_INPUTS = {
+    "band": set(),
+    "generate": set(),
+    "transplant": {"background", "mask", "box", "reference", "reference_mask"},
+    "loose": {"image", "mask", "original", "saliency"},
+}
 
 
 def _option_strings(parser) -> dict:
     """dest -> the option's first long spelling."""
-    return {a.dest: next(s for s in a.option_strings if s.startswith("--")) for a in parser._actions if a.option_strings}
+    return {
+        a.dest: next(s for s in a.option_strings if s.startswith("--")) for a in parser._actions if a.option_strings
+    }
 
 
 def _subparser(parser, *names):

@@ -1,5 +1,6 @@
 """The CLI helpers that moved into the command tree still import from their old paths for one release, each
 access warning (``DeprecationWarning``) and giving the very object of the new home."""
+
 import importlib
 import sys
 
@@ -73,8 +74,11 @@ def test_the_old_runner_paths_keep_their_signatures():
     for name in ("run_band", "run_transplant", "run_loose"):
         with pytest.warns(DeprecationWarning):
             world = getattr(importlib.import_module("mmpos.world.edit_runs"), name)
-        assert list(inspect.signature(world).parameters)[:3] == ["pipe", "style_sets" if name == "run_band" else
-                                                                 "pairs", "steps"]
+        assert list(inspect.signature(world).parameters)[:3] == [
+            "pipe",
+            "style_sets" if name == "run_band" else "pairs",
+            "steps",
+        ]
         assert list(inspect.signature(getattr(edit_methods, name)).parameters) == ["args", "config", "tqdm"]
     with pytest.warns(DeprecationWarning, match="mmpos.world.sources moved to mmpos.pipelines.sources"):
         sys.modules.pop("mmpos.world.sources", None)

@@ -1,4 +1,5 @@
 """torch.compile traces the rotary operator (real-arithmetic path) on attention-style views."""
+
 import pytest
 import torch
 
@@ -72,8 +73,9 @@ def test_dynamic_compile_takes_new_image_sizes_without_recompiling(name):
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", img_size=64, depth=1, num_classes=4, dynamic_img_size=True,
-                              dynamic_img_pad=True)
+    model = timm.create_model(
+        "vit_tiny_patch16_224", img_size=64, depth=1, num_classes=4, dynamic_img_size=True, dynamic_img_pad=True
+    )
     compiled = torch.compile(convert(model, pe=name).train(), dynamic=True, backend="eager")
     before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for size in (64, 96, 128):
@@ -81,9 +83,16 @@ def test_dynamic_compile_takes_new_image_sizes_without_recompiling(name):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1
 
 
-@pytest.mark.parametrize("name,options", [("rope_axial", {}), ("rope_mixed", dict(per_layer=True)),
-                                          ("comrope_ap", dict(per_layer=True, coord_axes=(1, 2))),
-                                          ("comrope_ld", dict(per_layer=True)), ("harope", dict(per_layer=True))])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("rope_axial", {}),
+        ("rope_mixed", dict(per_layer=True)),
+        ("comrope_ap", dict(per_layer=True, coord_axes=(1, 2))),
+        ("comrope_ld", dict(per_layer=True)),
+        ("harope", dict(per_layer=True)),
+    ],
+)
 def test_set_pe_flux_traces_in_one_graph_and_matches_eager(name, options):
     """A diffusers Flux with an mmpos encoding (``set_pe``) traces without graph breaks (the position module's
     table count is not kept while tracing), and the compiled forward and encoding gradients equal eager's."""

@@ -1,22 +1,29 @@
 """ComRoPE-AP/LD and LieRE in fp64: relative property (LieRE as negative control), commuting and orthogonal
 generators, reductions to axial RoPE / RoPE-Mixed, closed forms against matrix_exp, gradients, coordinates."""
+
 import pytest
 import torch
+from conftest import logits
 
 import mmpos
 from mmpos.coords import grid_coords, image_grid
 from mmpos.ops.block_rotation import BlockRotationTable
 from mmpos.ops.skew import skew_part
 
-from conftest import logits
-
-COMROPE = [("comrope_ap", 2, 2), ("comrope_ap", 4, 3), ("comrope_ap", 6, 2), ("comrope_ld", 2, 2),
-           ("comrope_ld", 4, 3), ("comrope_ld", 3, 2)]
+COMROPE = [
+    ("comrope_ap", 2, 2),
+    ("comrope_ap", 4, 3),
+    ("comrope_ap", 6, 2),
+    ("comrope_ld", 2, 2),
+    ("comrope_ld", 4, 3),
+    ("comrope_ld", 3, 2),
+]
 
 
 def _pe(name, block_size, num_axes=2, head_dim=24, num_heads=3, **options):
-    return mmpos.create_pe(name, head_dim=head_dim, num_heads=num_heads, num_axes=num_axes, block_size=block_size,
-                           seed=0, **options).double()
+    return mmpos.create_pe(
+        name, head_dim=head_dim, num_heads=num_heads, num_axes=num_axes, block_size=block_size, seed=0, **options
+    ).double()
 
 
 def _qk(pe, length, batch=2):
@@ -117,8 +124,9 @@ def test_zero_parameters_or_zero_coordinates_are_the_identity(block_size):
     assert torch.equal(pe(q, k, torch.randn(6, 2, dtype=torch.float64))[0], q)
 
 
-@pytest.mark.parametrize("name,block_size", [("comrope_ap", 2), ("comrope_ap", 4), ("comrope_ld", 4),
-                                             ("comrope_ld", 6), ("liere", 4)])
+@pytest.mark.parametrize(
+    "name,block_size", [("comrope_ap", 2), ("comrope_ap", 4), ("comrope_ld", 4), ("comrope_ld", 6), ("liere", 4)]
+)
 def test_gradients_reach_only_the_skew_part(name, block_size):
     pe = _pe(name, block_size)
     q, k = _qk(pe, 9)
@@ -143,8 +151,10 @@ def test_gradcheck_through_parameters_and_inputs(block_size):
 
 def _with_params(pe, p, theta):
     """pe's forward with P and theta replaced by (differentiable) tensors."""
+
     def run(q, coords):
         return torch.func.functional_call(pe, {"P": p, "theta": theta}, (q, q, coords))[0]
+
     return run
 
 
@@ -210,8 +220,10 @@ def test_layouts_seq_dim_and_inputs_untouched():
     half = _pe("comrope_ap", 2, layout="half")
     perm = torch.arange(24).view(12, 2).t().flatten()
     inter = _pe("comrope_ap", 2)
-    assert torch.equal(half(q[..., perm], k[..., perm], coords[:7].repeat(2, 1)[:9])[0],
-                       inter(q, k, coords[:7].repeat(2, 1)[:9])[0][..., perm])
+    assert torch.equal(
+        half(q[..., perm], k[..., perm], coords[:7].repeat(2, 1)[:9])[0],
+        inter(q, k, coords[:7].repeat(2, 1)[:9])[0][..., perm],
+    )
 
 
 def test_batched_coordinates_and_bf16():
@@ -220,7 +232,7 @@ def test_batched_coordinates_and_bf16():
     coords = torch.rand(2, 6, 2, dtype=torch.float64)
     batched = pe(q, k, coords)[0]
     for b in range(2):
-        assert torch.allclose(batched[b], pe(q[b:b + 1], k[b:b + 1], coords[b])[0][0], atol=1e-15)
+        assert torch.allclose(batched[b], pe(q[b : b + 1], k[b : b + 1], coords[b])[0][0], atol=1e-15)
     low = pe.float()(q.bfloat16(), k.bfloat16(), coords.float())[0]
     assert low.dtype == torch.bfloat16
     assert torch.allclose(low.double(), batched, atol=0.04, rtol=0.01)
@@ -241,16 +253,19 @@ def test_tables_are_cached_without_grad_and_rebuilt_after_an_update():
     assert pe.cache.builds == 2  # with gradients the table is built fresh, not cached
 
 
-@pytest.mark.parametrize("name,options,match", [
-    ("comrope_ap", dict(head_dim=24, block_size=5), "block_size=5 must be >= 2 and divide head_dim=24"),
-    ("comrope_ap", dict(head_dim=24, block_size=8), "head_dim / num_axes to be a multiple of block_size"),
-    ("comrope_ld", dict(head_dim=24, block_size=1), "block_size=1"),
-    ("comrope_ld", dict(head_dim=24, block_size=4, layout="half"), "only exists for block_size=2"),
-    ("comrope_ld", dict(head_dim=24, grid_size=(3, 4, 5)), "grid_size=.* has 3 axes; expected num_axes=2"),
-    ("comrope_ld", dict(head_dim=24, perturbation=1.0), "set grid_size"),
-    ("comrope_ld", dict(head_dim=24, num_heads=0), "num_heads must be a positive integer"),
-    ("liere", dict(head_dim=24, block_size=7), "block_size=7"),
-])
+@pytest.mark.parametrize(
+    "name,options,match",
+    [
+        ("comrope_ap", dict(head_dim=24, block_size=5), "block_size=5 must be >= 2 and divide head_dim=24"),
+        ("comrope_ap", dict(head_dim=24, block_size=8), "head_dim / num_axes to be a multiple of block_size"),
+        ("comrope_ld", dict(head_dim=24, block_size=1), "block_size=1"),
+        ("comrope_ld", dict(head_dim=24, block_size=4, layout="half"), "only exists for block_size=2"),
+        ("comrope_ld", dict(head_dim=24, grid_size=(3, 4, 5)), "grid_size=.* has 3 axes; expected num_axes=2"),
+        ("comrope_ld", dict(head_dim=24, perturbation=1.0), "set grid_size"),
+        ("comrope_ld", dict(head_dim=24, num_heads=0), "num_heads must be a positive integer"),
+        ("liere", dict(head_dim=24, block_size=7), "block_size=7"),
+    ],
+)
 def test_bad_options(name, options, match):
     options.setdefault("num_heads", 2)
     with pytest.raises((ValueError, TypeError), match=match):
@@ -280,11 +295,9 @@ def test_block_rotation_operator_prefix_pass_through_and_shared_tables():
     assert torch.equal(out[:, :, :2], x[:, :, :2]) and torch.equal(out[..., 8:], x[..., 8:])
     expected = torch.einsum("hlmij,bhlmj->bhlmi", shared, x[:, :, 2:, :8].unflatten(-1, (2, 4))).flatten(-2)
     assert torch.allclose(out[:, :, 2:, :8], expected, atol=1e-14)
-    per_sample = apply_block_rotation(x, BlockRotationTable(shared.expand(3, -1, -1, -1, -1, -1)),
-                                      num_prefix_tokens=2)
+    per_sample = apply_block_rotation(x, BlockRotationTable(shared.expand(3, -1, -1, -1, -1, -1)), num_prefix_tokens=2)
     assert torch.allclose(per_sample, out, atol=1e-14)
     with pytest.raises(ValueError, match="table leading dims"):
         apply_block_rotation(x[:, :1], BlockRotationTable(shared), num_prefix_tokens=2)
     with pytest.raises(ValueError, match="rotates 12 channels but x has only 10"):
-        apply_block_rotation(x, BlockRotationTable(torch.zeros(4, 3, 4, 4, dtype=torch.float64)),
-                             num_prefix_tokens=2)
+        apply_block_rotation(x, BlockRotationTable(torch.zeros(4, 3, 4, 4, dtype=torch.float64)), num_prefix_tokens=2)

@@ -4,6 +4,7 @@
 named in its docstring): a tiny fp64 Flux with ``set_pe("native", extrapolation=model_extrapolation(...))`` under
 ``enable_parallelism`` (Ulysses and ring, even and uneven sequence lengths) gives the one-process output.
 """
+
 import json
 import os
 import subprocess
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
+
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 
 WORKER = Path(__file__).with_name("cp_flux_worker.py")
@@ -26,8 +27,18 @@ CASES += [("dype", "ulysses", 5, 5, 7), ("dype", "ring", 5, 5, 7), ("yarn", "uly
 
 def test_two_process_context_parallel_equals_one_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29523",
-               str(WORKER), str(tmp_path), json.dumps(CASES)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29523",
+        str(WORKER),
+        str(tmp_path),
+        json.dumps(CASES),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):

@@ -5,12 +5,13 @@ registered family without a tiny case fails. Rows: native == stock bit for bit (
 every preset at the training grid == stock; DyPE at twice the grid finite and different, with a table build per
 distinct sigma; the seam runs as often as the stock position module; tier 2: an mmpos processor path == stock.
 """
+
 import os
 
 import pytest
 import torch
-
 from fixtures.families import CASES, output
+
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 from mmpos.integrations.diffusers.families import builtin_families, get_family
 from mmpos.spectrum.schedule import PRESETS
@@ -28,6 +29,7 @@ def cast(inputs, dtype):
         if isinstance(v, (list, tuple)):
             return type(v)(to(item) for item in v)
         return v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
     return {k: v if k.endswith("ids") else to(v) for k, v in inputs.items()}
 
 

@@ -1,12 +1,13 @@
 """Properties of the HiDream, Kandinsky 6 and LTX-Video family tables the conformance suite does not reach: positions
 beyond Kandinsky 6's 128-entry buffers, and LTX's mapping of mmpos' ladder onto its fractional-coordinate frequencies
 (fp64 references written from the stock formulas)."""
+
 import math
 
 import pytest
 import torch
-
 from fixtures.families import CASES
+
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 
 
@@ -27,8 +28,13 @@ def _ltx_seam(preset):
 
 def _ltx_phases(seam, inputs):
     """The seam's cos table, back to per-axis phases' cosines ``[S, 3, F]`` (padding and repeats dropped)."""
-    cos, _ = seam(inputs["hidden_states"], inputs["num_frames"], inputs["height"], inputs["width"],
-                  inputs["rope_interpolation_scale"])
+    cos, _ = seam(
+        inputs["hidden_states"],
+        inputs["num_frames"],
+        inputs["height"],
+        inputs["width"],
+        inputs["rope_interpolation_scale"],
+    )
     pad = cos.shape[-1] % 6
     return cos[0, :, pad::2].reshape(cos.shape[1], -1, 3).transpose(1, 2).double()
 
@@ -61,4 +67,3 @@ def test_ltx_position_interpolation_divides_every_image_frequency():
     count = seam.axes_dims[0] // 2
     expected = _ltx_reference(count, 10000.0, rows, cols, 2, inputs["rope_interpolation_scale"], (1.0, 2.0, 2.0))
     assert torch.allclose(_ltx_phases(seam, inputs), expected.cos(), atol=5e-3)  # f32 phases up to 1e4 rad
-

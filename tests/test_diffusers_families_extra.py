@@ -1,10 +1,11 @@
 """Family rows the conformance suite cannot state for every family: positions past a stock module's precomputed
 range (Z-Image's and Lumina 2's ``axes_lens``, Qwen-Image 2.1's ``0 .. 8191``), and pipelines whose time runs
 backwards (``t = 1 - sigma``)."""
+
 import pytest
 import torch
-
 from fixtures.families import CASES, _lumina2, _z_image, output, randn
+
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 
 
@@ -54,8 +55,10 @@ def test_qwenimage21_positions_past_the_precomputed_range_are_computed():
     for axis, part in enumerate(text_rows.split(widths, dim=-1)):
         assert torch.equal(part, stock.rope_params(positions, stock.axes_dim[axis], stock.theta))
     short = torch.tensor([False] * 10 + [True] * (rows * cols) + [False] * 50)
-    assert torch.equal(position_module(model)(shapes, short, device=torch.device("cpu")),
-                       stock(shapes, short, device=torch.device("cpu")))
+    assert torch.equal(
+        position_module(model)(shapes, short, device=torch.device("cpu")),
+        stock(shapes, short, device=torch.device("cpu")),
+    )
 
 
 @pytest.mark.parametrize("family", ["z_image", "lumina2"])
@@ -73,8 +76,11 @@ def test_backwards_time_gives_the_steps_sigma(family):
 def _z_image_uneven_batch():
     """Two samples whose captions (7, 40 tokens) and images (4 x 4, 4 x 7 tokens) differ: the model pads each
     kind to a multiple of 32, then the batch to its longest sequence (zero tables, an attention mask)."""
-    return dict(x=[randn(4, 1, 8, 8), randn(4, 1, 8, 14, seed=5)], t=torch.tensor([0.5, 0.5]),
-                cap_feats=[randn(7, 16, seed=2), randn(40, 16, seed=3)])
+    return dict(
+        x=[randn(4, 1, 8, 8), randn(4, 1, 8, 14, seed=5)],
+        t=torch.tensor([0.5, 0.5]),
+        cap_feats=[randn(7, 16, seed=2), randn(40, 16, seed=3)],
+    )
 
 
 def _latents(model, inputs) -> list:

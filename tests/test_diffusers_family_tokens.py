@@ -1,10 +1,11 @@
 """Which tokens get which spectrum in the Flux-style families whose ids mix text, output and reference images
 (Chroma, LongCat-Image, Krea 2, FLUX.3), and the row-block codec they share. The conformance suite checks each
 family against stock; these check the token roles the suite's single inputs cannot tell apart."""
+
 import pytest
 import torch
-
 from fixtures.families import CASES
+
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 from mmpos.integrations.diffusers.families import STOCK, AxisSpectrum, get_family
 from mmpos.integrations.diffusers.families.codecs import cos_sin_repeated, cos_sin_repeated_blocks
@@ -40,7 +41,7 @@ def image_channels(axes_dims, image_axes):
     starts = [sum(axes_dims[:a]) for a in range(len(axes_dims))]
     mask = torch.zeros(sum(axes_dims), dtype=torch.bool)
     for axis in image_axes:
-        mask[starts[axis]:starts[axis] + axes_dims[axis]] = True
+        mask[starts[axis] : starts[axis] + axes_dims[axis]] = True
     return mask
 
 

@@ -1,15 +1,23 @@
 """mmpos encodings in diffusers' Flux and Wan transformers (tiny configs from diffusers' own tests, no downloads)."""
+
 import copy
 
 import pytest
 import torch
-
-from mmpos.integrations.diffusers import (cast_keeping_pe_fp32, pe_parameters, position_module, restore, set_pe,
-                                          shard_like_context_parallel, train_only_pe)
-from mmpos.integrations.diffusers.positions import LayerTables, unpack_table
-from fixtures.tiny_models import tiny_flux, tiny_flux_inputs as flux_inputs, tiny_wan
+from fixtures.tiny_models import tiny_flux, tiny_wan
+from fixtures.tiny_models import tiny_flux_inputs as flux_inputs
 from fixtures.tiny_models import tiny_wan_inputs as wan_inputs
 
+from mmpos.integrations.diffusers import (
+    cast_keeping_pe_fp32,
+    pe_parameters,
+    position_module,
+    restore,
+    set_pe,
+    shard_like_context_parallel,
+    train_only_pe,
+)
+from mmpos.integrations.diffusers.positions import LayerTables, unpack_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,6 +31,7 @@ MODELS = {"flux": (tiny_flux, flux_inputs), "wan": (tiny_wan, wan_inputs)}
 
 
 # ---------------------------------------------------------------- pe="native" is the stock model, bit for bit
+
 
 @pytest.mark.parametrize("family", ["flux", "wan"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -80,11 +89,28 @@ def tiny_flux_pipeline(transformer):
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline
 
     torch.manual_seed(0)
-    vae = AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
-                        latent_channels=1, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
-                        shift_factor=0.0609, scaling_factor=1.5035)
-    return FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=None, tokenizer=None,
-                        text_encoder_2=None, tokenizer_2=None, transformer=transformer)
+    vae = AutoencoderKL(
+        sample_size=32,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=(4,),
+        layers_per_block=1,
+        latent_channels=1,
+        norm_num_groups=1,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.0609,
+        scaling_factor=1.5035,
+    )
+    return FluxPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=None,
+        tokenizer=None,
+        text_encoder_2=None,
+        tokenizer_2=None,
+        transformer=transformer,
+    )
 
 
 def sample(pipe, steps):
@@ -92,8 +118,16 @@ def sample(pipe, steps):
     prompt = torch.randn(1, 8, 32, generator=gen)
     pooled = torch.randn(1, 32, generator=gen)
     pipe.set_progress_bar_config(disable=True)
-    return pipe(prompt_embeds=prompt, pooled_prompt_embeds=pooled, height=8, width=8, num_inference_steps=steps,
-                guidance_scale=3.5, generator=torch.Generator().manual_seed(3), output_type="pt").images
+    return pipe(
+        prompt_embeds=prompt,
+        pooled_prompt_embeds=pooled,
+        height=8,
+        width=8,
+        num_inference_steps=steps,
+        guidance_scale=3.5,
+        generator=torch.Generator().manual_seed(3),
+        output_type="pt",
+    ).images
 
 
 def test_flux_pipeline_native_is_bit_identical_and_builds_one_table_in_28_steps():
@@ -108,6 +142,7 @@ def test_flux_pipeline_native_is_bit_identical_and_builds_one_table_in_28_steps(
 
 
 # ---------------------------------------------------------------- restore
+
 
 @pytest.mark.parametrize("family", ["flux", "wan"])
 def test_restore_puts_the_stock_modules_back(family):
@@ -140,13 +175,17 @@ def test_restore_after_a_cast_gives_the_stock_model_cast_the_same_way():
 
 # ---------------------------------------------------------------- other encodings
 
+
 @pytest.mark.parametrize("family", ["flux", "wan"])
-@pytest.mark.parametrize("pe,options", [
-    ("rope_axial", {"allocation": "interleaved", "axes_dims": (8, 4, 4)}),  # MRoPE-I-style (Wan: (4, 4, 4))
-    ("rope_mixed", {}),
-    ("rope_axial", {"extrapolation": {"type": "ntk", "factor": 3.0}}),
-    ("native", {"extrapolation": [None, {"type": "yarn", "factor": 2.0, "original_length": 2}, None]}),
-])
+@pytest.mark.parametrize(
+    "pe,options",
+    [
+        ("rope_axial", {"allocation": "interleaved", "axes_dims": (8, 4, 4)}),  # MRoPE-I-style (Wan: (4, 4, 4))
+        ("rope_mixed", {}),
+        ("rope_axial", {"extrapolation": {"type": "ntk", "factor": 3.0}}),
+        ("native", {"extrapolation": [None, {"type": "yarn", "factor": 2.0, "original_length": 2}, None]}),
+    ],
+)
 def test_other_encodings_run_and_change_the_output(family, pe, options):
     make, inputs_of = MODELS[family]
     model, inputs = make(), inputs_of()
@@ -184,8 +223,11 @@ def test_flux_output_is_invariant_to_a_global_shift_of_positions(pe, options):
     """Relative property end to end (fp64): moving every token by the same offset changes nothing."""
     model, inputs = tiny_flux(torch.float64), flux_inputs(torch.float64)
     set_pe(model, pe, **options)
-    shifted = dict(inputs, img_ids=inputs["img_ids"] + torch.tensor([3.0, -5.0, 7.0]),
-                   txt_ids=inputs["txt_ids"] + torch.tensor([3.0, -5.0, 7.0]))
+    shifted = dict(
+        inputs,
+        img_ids=inputs["img_ids"] + torch.tensor([3.0, -5.0, 7.0]),
+        txt_ids=inputs["txt_ids"] + torch.tensor([3.0, -5.0, 7.0]),
+    )
     tolerance = 1e-5 if pe == "native" else 1e-10  # native keeps the stock fp32 cos/sin tables
     torch.testing.assert_close(run(model, shifted), run(model, inputs), rtol=0, atol=tolerance)
     moved_image_only = dict(inputs, img_ids=inputs["img_ids"] + torch.tensor([0.0, 4.0, 0.0]))
@@ -204,6 +246,7 @@ def test_riflex_on_wan_time_axis_changes_only_its_pair():
 
 
 # ---------------------------------------------------------------- tables: once per forward, cached across steps
+
 
 def count_table_calls(encoding):
     calls = []
@@ -256,6 +299,7 @@ def test_learned_encoding_rebuilds_its_table_once_per_training_forward():
 
 # ---------------------------------------------------------------- training only the PE
 
+
 @pytest.mark.parametrize("family,per_layer", [("flux", False), ("wan", True)])
 def test_gradients_reach_only_pe_parameters(family, per_layer):
     make, inputs_of = MODELS[family]
@@ -306,8 +350,9 @@ def test_seeded_per_layer_encodings_get_distinct_seeds():
     encodings = position_module(model).encodings
     assert len(encodings) > 1
     for index, encoding in enumerate(encodings):  # seed + layer index, as create_block_pes seeds timm/DiT blocks
-        expected = create_pe("rope_mixed", head_dim=encoding.head_dim, num_heads=encoding.num_heads, num_axes=3,
-                             seed=7 + index).freqs
+        expected = create_pe(
+            "rope_mixed", head_dim=encoding.head_dim, num_heads=encoding.num_heads, num_axes=3, seed=7 + index
+        ).freqs
         assert torch.equal(encoding.freqs.detach().cpu(), expected.detach())
 
 
@@ -326,6 +371,7 @@ def test_gradient_checkpointing_gives_the_same_pe_gradients():
 
 
 # ---------------------------------------------------------------- attention backends
+
 
 def test_attention_backend_option_reaches_every_processor():
     from diffusers.models.attention_dispatch import AttentionBackendName
@@ -352,6 +398,7 @@ def test_processors_keep_a_backend_set_before_set_pe():
 
 # ---------------------------------------------------------------- context parallelism (single-process replay)
 
+
 @pytest.mark.parametrize("pe", ["rope_axial", "rope_mixed"])
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_wan_sharded_tables_match_tables_of_the_sharded_grid(pe, world_size):
@@ -368,12 +415,16 @@ def test_wan_sharded_tables_match_tables_of_the_sharded_grid(pe, world_size):
     for rank in range(world_size):
         shard = tuple(shard_like_context_parallel(t, 1, world_size, rank) for t in (packed, coords))
         own = seam.encodings[0].table(shard_like_context_parallel(full_coords, 0, world_size, rank))
-        torch.testing.assert_close(unpack_table(shard[0], 0, rotation.group_sizes[0]).cis,
-                                   own.cis.reshape(unpack_table(shard[0], 0, rotation.group_sizes[0]).cis.shape),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            unpack_table(shard[0], 0, rotation.group_sizes[0]).cis,
+            own.cis.reshape(unpack_table(shard[0], 0, rotation.group_sizes[0]).cis.shape),
+            rtol=0,
+            atol=0,
+        )
         q_rank = shard_like_context_parallel(q, 1, world_size, rank)
-        assert torch.equal(rotation(q_rank, q_rank, shard, 0)[0], shard_like_context_parallel(q_full, 1, world_size,
-                                                                                               rank))
+        assert torch.equal(
+            rotation(q_rank, q_rank, shard, 0)[0], shard_like_context_parallel(q_full, 1, world_size, rank)
+        )
 
 
 def test_flux_ranks_rotate_their_tokens_with_their_global_ids_and_attention_matches():
@@ -394,13 +445,21 @@ def test_flux_ranks_rotate_their_tokens_with_their_global_ids_and_attention_matc
 
     def rank_rows(rank):  # token indices of rank's [txt shard, img shard] in the joint sequence
         rows = torch.arange(24)
-        return torch.cat([shard_like_context_parallel(rows[:8], 0, world_size, rank),
-                          shard_like_context_parallel(rows[8:], 0, world_size, rank)])
+        return torch.cat(
+            [
+                shard_like_context_parallel(rows[:8], 0, world_size, rank),
+                shard_like_context_parallel(rows[8:], 0, world_size, rank),
+            ]
+        )
 
     local = []
     for rank in range(world_size):
-        ids = torch.cat([shard_like_context_parallel(txt, 0, world_size, rank),
-                         shard_like_context_parallel(img, 0, world_size, rank)])
+        ids = torch.cat(
+            [
+                shard_like_context_parallel(txt, 0, world_size, rank),
+                shard_like_context_parallel(img, 0, world_size, rank),
+            ]
+        )
         rows = rank_rows(rank)
         local.append((rows, *rotation(q[:, rows], k[:, rows], model.pos_embed(ids), 0), v[:, rows]))
     keys, values = torch.cat([r[2] for r in local], dim=1), torch.cat([r[3] for r in local], dim=1)
@@ -428,22 +487,29 @@ def replay_context_parallel_plan(model, world_size, rank, monkeypatch):
 
     from diffusers.hooks import context_parallel as cp
 
-    monkeypatch.setattr(cp.EquipartitionSharder, "shard", classmethod(
-        lambda cls, t, dim, mesh: shard_like_context_parallel(t, dim, world_size, rank)))
+    monkeypatch.setattr(
+        cp.EquipartitionSharder,
+        "shard",
+        classmethod(lambda cls, t, dim, mesh: shard_like_context_parallel(t, dim, world_size, rank)),
+    )
     monkeypatch.setattr(cp.EquipartitionSharder, "unshard", classmethod(lambda cls, t, dim, mesh: t))
     config = types.SimpleNamespace(ulysses_anything=False, ring_anything=False, _flattened_mesh=None, _mesh=None)
     cp.apply_context_parallel(model, config, model._cp_plan)
 
 
-@pytest.mark.parametrize("family,pe", [("wan", "rope_mixed"), ("wan", "native"), ("flux", "rope_mixed"),
-                                       ("flux", "native")])
+@pytest.mark.parametrize(
+    "family,pe", [("wan", "rope_mixed"), ("wan", "native"), ("flux", "rope_mixed"), ("flux", "native")]
+)
 def test_diffusers_cp_plan_shards_tables_with_their_tokens(family, pe, monkeypatch):
     """Under the model's real ``_cp_plan`` hooks, each rank's first-layer q and k are rotated exactly like its rows
     of the unsharded sequence: coordinates are global and tables are sharded with the tokens."""
     tiny, inputs_of = MODELS[family]
     world_size = 2
-    inputs = inputs_of(torch.float64, height=4, width=4, text=8) if family == "flux" else inputs_of(
-        torch.float64, frames=2, height=8, width=8)
+    inputs = (
+        inputs_of(torch.float64, height=4, width=4, text=8)
+        if family == "flux"
+        else inputs_of(torch.float64, frames=2, height=8, width=8)
+    )
     model = tiny(torch.float64)
     set_pe(model, pe)
     captured = capture_first_rotation(model)
@@ -457,8 +523,12 @@ def test_diffusers_cp_plan_shards_tables_with_their_tokens(family, pe, monkeypat
         with torch.no_grad():
             ranked(**inputs, return_dict=False)  # as pipelines call it (the plan's hooks need tuples)
         if family == "flux":  # the joint sequence of rank r is [text shard r, image shard r]
-            own = torch.cat([shard_like_context_parallel(rows[:8], 0, world_size, rank),
-                             shard_like_context_parallel(rows[8:], 0, world_size, rank)])
+            own = torch.cat(
+                [
+                    shard_like_context_parallel(rows[:8], 0, world_size, rank),
+                    shard_like_context_parallel(rows[8:], 0, world_size, rank),
+                ]
+            )
         else:
             own = shard_like_context_parallel(rows, 0, world_size, rank)
         q_rank, k_rank = captured[0]
@@ -486,23 +556,30 @@ def test_shard_like_context_parallel_mirrors_diffusers_sharders():
 
 # ---------------------------------------------------------------- bad input
 
+
 def test_unknown_model_class_is_refused():
-    with pytest.raises(TypeError, match=r"supports the diffusers families .*FluxTransformer2DModel.*WanTransformer3DModel.*; got Linear"):
+    with pytest.raises(
+        TypeError,
+        match=r"supports the diffusers families .*FluxTransformer2DModel.*WanTransformer3DModel.*; got Linear",
+    ):
         set_pe(torch.nn.Linear(2, 2), "native")
 
 
-@pytest.mark.parametrize("pe,options,error,match", [
-    ("rope_axial", {"head_dim": 32}, ValueError, "head_dim=32.*attention_head_dim=16"),
-    ("rope_axial", {"num_axes": 2}, ValueError, r"reads 2 coordinate axes.*gives 3 \('index', 'row', 'col'\)"),
-    ("rope_axial", {"axes_dims": (8, 8, 8)}, ValueError, "exceed head_dim=16"),
-    ("rope_mixed", {"num_heads": 3}, ValueError, "one per head"),
-    ("ape_sincos", {}, TypeError, "'absolute' encoding"),
-    ("rope_axial", {"seq_dim": -2}, ValueError, "seq_dim=-3"),
-    ("native", {"allocation": "interleaved"}, TypeError, "pe='rope_axial'"),
-    ("rope_axial", {"coord_axes": (0, 3)}, ValueError, "coord_axes"),
-    ("rope_axial", {"colour": 1}, TypeError, r"unknown option\(s\) \['colour'\]"),
-    ("no_such_pe", {}, ValueError, "unknown encoding"),
-])
+@pytest.mark.parametrize(
+    "pe,options,error,match",
+    [
+        ("rope_axial", {"head_dim": 32}, ValueError, "head_dim=32.*attention_head_dim=16"),
+        ("rope_axial", {"num_axes": 2}, ValueError, r"reads 2 coordinate axes.*gives 3 \('index', 'row', 'col'\)"),
+        ("rope_axial", {"axes_dims": (8, 8, 8)}, ValueError, "exceed head_dim=16"),
+        ("rope_mixed", {"num_heads": 3}, ValueError, "one per head"),
+        ("ape_sincos", {}, TypeError, "'absolute' encoding"),
+        ("rope_axial", {"seq_dim": -2}, ValueError, "seq_dim=-3"),
+        ("native", {"allocation": "interleaved"}, TypeError, "pe='rope_axial'"),
+        ("rope_axial", {"coord_axes": (0, 3)}, ValueError, "coord_axes"),
+        ("rope_axial", {"colour": 1}, TypeError, r"unknown option\(s\) \['colour'\]"),
+        ("no_such_pe", {}, ValueError, "unknown encoding"),
+    ],
+)
 def test_encodings_that_do_not_fit_flux_are_refused(pe, options, error, match):
     model = tiny_flux()
     with pytest.raises(error, match=match):
@@ -544,6 +621,7 @@ def test_unknown_attention_backend_is_refused():
 def test_xformers_backend_without_xformers_is_a_clear_error():
     try:
         import xformers.ops  # noqa: F401
+
         pytest.skip("xformers is installed here")
     except ImportError:
         pass

@@ -1,12 +1,13 @@
 """What the suite cannot see in the latent-grid families (HunyuanVideo 1.0 / 1.5, SkyReels-V2, CogView4): the time
 axis' own policy, grids beyond SkyReels' precomputed buffers, per-frame timesteps, the tables following a dtype
 cast, CogView4's normalised positions and its schedule scale from token counts. References in float64 math."""
+
 import math
 
 import pytest
 import torch
-
 from fixtures.families import CASES, COGVIEW4_CONFIG, SKYREELS_V2_CONFIG
+
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 
 

@@ -1,15 +1,16 @@
 """Reference DiT: presets, encodings, save/load, training steps, sampling with diffusers schedulers."""
+
 import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler, FlowMatchEulerDiscreteScheduler
+from fixtures.asserts import assert_grads_match
 
 from mmpos.encodings import list_pes, pe_class
 from mmpos.integrations.timm.models import image_pes
 from mmpos.models import DIT_PRESETS, EMA, DiT, ProceduralShapes, diffusion_loss, make_noise_scheduler, sample_dit
-from fixtures.asserts import assert_grads_match
 
 TINY = dict(sample_size=8, patch_size=2, in_channels=3, hidden_size=32, depth=2, num_heads=2, num_classes=4)
 
@@ -88,8 +89,15 @@ def test_training_steps_lower_the_loss(objective):
     assert held_out_loss() < 0.8 * before
 
 
-@pytest.mark.parametrize("scheduler", [DDPMScheduler(num_train_timesteps=1000), DDIMScheduler(num_train_timesteps=1000),
-                                       FlowMatchEulerDiscreteScheduler()], ids=["ddpm", "ddim", "flow"])
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        DDPMScheduler(num_train_timesteps=1000),
+        DDIMScheduler(num_train_timesteps=1000),
+        FlowMatchEulerDiscreteScheduler(),
+    ],
+    ids=["ddpm", "ddim", "flow"],
+)
 def test_sampling_returns_images_of_the_right_shape(scheduler):
     model = tiny_dit(pe="rope_axial")
     with torch.no_grad():
@@ -99,8 +107,14 @@ def test_sampling_returns_images_of_the_right_shape(scheduler):
     assert out.shape == (3, 3, 8, 8) and torch.isfinite(out).all()
     wide = sample_dit(model, scheduler, [2], num_inference_steps=2, height=8, width=12, generator=g)
     assert wide.shape == (1, 3, 8, 12)
-    again = sample_dit(model, scheduler, [0, 1, 3], num_inference_steps=4, guidance_scale=3.0,
-                       generator=torch.Generator().manual_seed(0))
+    again = sample_dit(
+        model,
+        scheduler,
+        [0, 1, 3],
+        num_inference_steps=4,
+        guidance_scale=3.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(out, again)  # seeded sampling is reproducible
 
 
@@ -135,8 +149,23 @@ def test_train_script_runs_and_resumes(tmp_path):
     spec = importlib.util.spec_from_file_location("train_dit", Path(__file__).parents[1] / "scripts/train_dit.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    common = ["--tiny", "--data", "random", "--resolution", "8", "--batch-size", "4", "--num-classes", "4",
-              "--pe", "rope_mixed", "--checkpoint-every", "2", "--output-dir", str(tmp_path)]
+    common = [
+        "--tiny",
+        "--data",
+        "random",
+        "--resolution",
+        "8",
+        "--batch-size",
+        "4",
+        "--num-classes",
+        "4",
+        "--pe",
+        "rope_mixed",
+        "--checkpoint-every",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+    ]
     assert script.main(common + ["--steps", "2", "--sample-steps", "0"]) == 0
     assert (tmp_path / "checkpoint-2").is_dir()
     first = DiT.from_pretrained(tmp_path / "model")
@@ -199,12 +228,21 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 def test_learned_ape_refuses_non_index_grids():
     """A learned table is indexed by patch index: normalised coordinates would read only its first cell."""
-    import mmpos.integrations.timm as mt
     import timm
 
+    import mmpos.integrations.timm as mt
+
     with pytest.raises(ValueError, match="grid_mode"):
-        DiT(sample_size=8, patch_size=2, in_channels=4, hidden_size=32, depth=1, num_heads=2, pe="ape_learned",
-            grid_mode="normalized")
+        DiT(
+            sample_size=8,
+            patch_size=2,
+            in_channels=4,
+            hidden_size=32,
+            depth=1,
+            num_heads=2,
+            pe="ape_learned",
+            grid_mode="normalized",
+        )
     vit = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1, num_classes=2)
     with pytest.raises(ValueError, match="grid_mode"):
         mt.convert(vit, pe="ape_learned", grid_mode="centered")
@@ -217,8 +255,10 @@ def _count_calls(monkeypatch, owner, name):
     return calls
 
 
-@pytest.mark.parametrize("pe,share,distinct", [("rope_axial", None, 1), ("rope_mixed", None, 4),
-                                                ("rope_mixed", True, 1), ("harope", None, 4)])
+@pytest.mark.parametrize(
+    "pe,share,distinct",
+    [("rope_axial", None, 1), ("rope_mixed", None, 4), ("rope_mixed", True, 1), ("harope", None, 4)],
+)
 def test_coordinates_checked_and_tables_built_once_per_forward(monkeypatch, pe, share, distinct):
     """One finiteness check per forward and one table per distinct encoding, with checkpointing on or off."""
     import mmpos.ops.tables as tables
@@ -253,14 +293,14 @@ def _per_layer_attention(self, x, pe, tables):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("pe,share", [("rope_axial", None), ("rope_mixed", None), ("comrope_ap", None),
-                                      ("harope", None), ("liere", True)])
+@pytest.mark.parametrize(
+    "pe,share", [("rope_axial", None), ("rope_mixed", None), ("comrope_ap", None), ("harope", None), ("liere", True)]
+)
 def test_tables_once_per_forward_match_the_per_layer_path_bit_for_bit(monkeypatch, pe, share, dtype):
     """Outputs equal the per-layer ``pe(q, k, coords)`` path exactly; gradients too, except the order in which a
     shared learned table sums its blocks' gradients."""
-    from mmpos.models.dit import DiTAttention
-
     from mmpos.encodings.harope import HARoPE
+    from mmpos.models.dit import DiTAttention
 
     torch.manual_seed(0)
     model = tiny_dit(pe=pe, share_pe=share, depth=3).to(dtype)

@@ -5,6 +5,7 @@ Python blocks of a page run in order in one namespace, in a temporary working fo
 on tiny offline components (``tests/doc_tiny_weights.py``). Shell blocks run line by line with ``bash`` on the
 CPU, in a temporary folder that links the repository's scripts, configs, assets and benchmarks.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from doc_blocks import MARKER_KINDS, PAGES, ROOT, SHELL_LANGUAGES, all_blocks, page_blocks, shell_commands
 from doc_tiny_weights import tiny_offline_weights
 
@@ -25,10 +25,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 BLOCKS = all_blocks()
 PYTHON_PAGES = [page for page in PAGES if any(b.language == "python" for b in page_blocks(page))]
 SHELL_BLOCKS = [b for b in BLOCKS if b.language in SHELL_LANGUAGES]
-LINKED = ("scripts", "configs", "assets", "benchmarks", "mmpos", "pipelines", "Makefile", "pyproject.toml",
-          "setup.py")
-USER_IMAGES = ("background.png", "where.png", "object.png", "object_mask.png", "collage.png", "original.png",
-               "my.png", "obj.png")
+LINKED = ("scripts", "configs", "assets", "benchmarks", "mmpos", "pipelines", "Makefile", "pyproject.toml", "setup.py")
+USER_IMAGES = (
+    "background.png",
+    "where.png",
+    "object.png",
+    "object_mask.png",
+    "collage.png",
+    "original.png",
+    "my.png",
+    "obj.png",
+)
 
 
 def _name(page: Path) -> str:
@@ -109,14 +116,21 @@ def test_python_blocks_run(page, user_folder, page_namespace):
 
 def test_the_worked_example_of_adding_an_encoding_passes_the_registry_sweep(user_folder, page_namespace, capsys):
     import test_registry_sweep as sweep
+
     from mmpos.encodings import registry
 
     run_python_blocks(ROOT / "docs" / "adding_an_encoding.md", page_namespace)
     assert "torch.Size([1, 3])" in capsys.readouterr().out
     assert "rope_golden" in registry.list_pes()
-    checks = [sweep.test_kind_capabilities_and_example_options_agree, sweep.test_relative_property_matches_the_claim,
-              sweep.test_inputs_are_not_modified, sweep.test_gradcheck, sweep.test_option_validation_names_the_option,
-              sweep.test_forward_inside_a_timm_vit, sweep.test_forward_inside_a_tiny_flux]
+    checks = [
+        sweep.test_kind_capabilities_and_example_options_agree,
+        sweep.test_relative_property_matches_the_claim,
+        sweep.test_inputs_are_not_modified,
+        sweep.test_gradcheck,
+        sweep.test_option_validation_names_the_option,
+        sweep.test_forward_inside_a_timm_vit,
+        sweep.test_forward_inside_a_tiny_flux,
+    ]
     for check in checks:  # every check applies to a relative 2D rotary encoding: none may skip
         try:
             check("rope_golden")
@@ -128,15 +142,20 @@ def test_the_worked_camera_encoding_passes_the_registry_sweep(user_folder, page_
     """The page's camera encoding (one module, one registration) runs in the consumers and passes every check of
     the sweep that applies to a camera encoding."""
     import test_registry_sweep as sweep
+
     from mmpos.encodings import registry
 
     run_python_blocks(ROOT / "docs" / "adding_an_encoding.md", page_namespace)
     printed = capsys.readouterr().out
     assert "torch.Size([1, 3, 8, 8])" in printed and "torch.Size([3, 4])" in printed
     assert "camera_rotation" in registry.list_pes("camera")
-    checks = [sweep.test_kind_capabilities_and_example_options_agree, sweep.test_inputs_are_not_modified,
-              sweep.test_gradcheck, sweep.test_option_validation_names_the_option,
-              sweep.test_world_frame_invariance_matches_the_claim]
+    checks = [
+        sweep.test_kind_capabilities_and_example_options_agree,
+        sweep.test_inputs_are_not_modified,
+        sweep.test_gradcheck,
+        sweep.test_option_validation_names_the_option,
+        sweep.test_world_frame_invariance_matches_the_claim,
+    ]
     for check in checks:
         try:
             check("camera_rotation")
@@ -145,20 +164,32 @@ def test_the_worked_camera_encoding_passes_the_registry_sweep(user_folder, page_
 
 
 def _shell_environment() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg",
-               CUDA_VISIBLE_DEVICES="")
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg", CUDA_VISIBLE_DEVICES="")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, marks=[pytest.mark.slow] if b.marker == "slow" else [])
-                                   for b in SHELL_BLOCKS if b.marker in ("", "run", "slow")], ids=lambda b: b.where)
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b, marks=[pytest.mark.slow] if b.marker == "slow" else [])
+        for b in SHELL_BLOCKS
+        if b.marker in ("", "run", "slow")
+    ],
+    ids=lambda b: b.where,
+)
 def test_shell_lines_run(block, user_folder):
     commands = shell_commands(block)
     assert commands
     for command in commands:
-        done = subprocess.run(["bash", "-c", "set -e; " + command], cwd=user_folder, env=_shell_environment(),
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            ["bash", "-c", "set -e; " + command],
+            cwd=user_folder,
+            env=_shell_environment(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, f"{block.where}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
 
 

@@ -1,15 +1,16 @@
 """`mmpos edit {band,transplant,loose}` / `mmpos generate` on tiny pipelines saved to disk (from_pretrained)."""
+
 import json
 
 import pytest
 import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
-from mmpos.pipelines.loading import load_pipeline
 from fixtures.tiny_models import components, embeddings, image
 from PIL import Image
 from safetensors.torch import save_file
 
 from mmpos.cli import main
+from mmpos.pipelines.loading import load_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +48,35 @@ COMMON = ["--device", "cpu", "--dtype", "float32", "--set", "sampler.num_inferen
 def test_edit_band_cli(saved, tmp_path):
     root, paths = saved
     out = tmp_path / "band"
-    assert main(["edit", "band", "--model", str(paths["flux"]), "--prompt-embeds", str(root / "embeds3.safetensors"),
-                 "--out", str(out), "--set", "sampler.height=32", "--set", "sampler.width=48",
-                 "--set", "figure.sweep=[0.0, 1.0]", *COMMON]) == 0
+    assert (
+        main(
+            [
+                "edit",
+                "band",
+                "--model",
+                str(paths["flux"]),
+                "--prompt-embeds",
+                str(root / "embeds3.safetensors"),
+                "--out",
+                str(out),
+                "--set",
+                "sampler.height=32",
+                "--set",
+                "sampler.width=48",
+                "--set",
+                "figure.sweep=[0.0, 1.0]",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
-    assert {p.split("/")[-1] for p in summary["outputs"]} == {"edited_0.png", "edited_1.png", "comparison.png",
-                                                              "diagnostic.png"}
+    assert {p.split("/")[-1] for p in summary["outputs"]} == {
+        "edited_0.png",
+        "edited_1.png",
+        "comparison.png",
+        "diagnostic.png",
+    }
     assert Image.open(out / "edited_0.png").size == (48, 32)
     assert "band" in (out / "config.yaml").read_text()
 
@@ -62,8 +86,22 @@ def test_a_named_out_that_holds_files_is_refused_unless_overwrite(saved, tmp_pat
     out = tmp_path / "mine"
     out.mkdir()
     (out / "config.yaml").write_text("my own notes\n")
-    args = ["edit", "band", "--model", str(paths["flux"]), "--prompt-embeds", str(root / "embeds3.safetensors"),
-            "--out", str(out), "--set", "sampler.height=32", "--set", "sampler.width=48", "--no-figures", *COMMON]
+    args = [
+        "edit",
+        "band",
+        "--model",
+        str(paths["flux"]),
+        "--prompt-embeds",
+        str(root / "embeds3.safetensors"),
+        "--out",
+        str(out),
+        "--set",
+        "sampler.height=32",
+        "--set",
+        "sampler.width=48",
+        "--no-figures",
+        *COMMON,
+    ]
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2
@@ -81,10 +119,32 @@ def test_edit_transplant_cli_resizes_off_grid_inputs(saved, tmp_path, capsys):
     Image.open(root / "bg.png").resize((50, 34)).save(tmp_path / "bg.png")
     Image.open(root / "mask.png").resize((50, 34), Image.NEAREST).save(tmp_path / "mask.png")
     out = tmp_path / "transplant"
-    assert main(["edit", "transplant", "--model", str(paths["fill"]), "--background", str(tmp_path / "bg.png"),
-                 "--mask", str(tmp_path / "mask.png"), "--reference", str(root / "ref.png"),
-                 "--prompt-embeds", str(root / "embeds1.safetensors"), "--out", str(out),
-                 "--set", "transplant.tile_fraction=0.5", "--set", "figure.sweep=[1.01]", *COMMON]) == 0
+    assert (
+        main(
+            [
+                "edit",
+                "transplant",
+                "--model",
+                str(paths["fill"]),
+                "--background",
+                str(tmp_path / "bg.png"),
+                "--mask",
+                str(tmp_path / "mask.png"),
+                "--reference",
+                str(root / "ref.png"),
+                "--prompt-embeds",
+                str(root / "embeds1.safetensors"),
+                "--out",
+                str(out),
+                "--set",
+                "transplant.tile_fraction=0.5",
+                "--set",
+                "figure.sweep=[1.01]",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "background: resized 34x50 to 32x48" in printed and "resized 34x50 to 32x48 (nearest)" in printed
     assert Image.open(out / "edited_0.png").size == (48, 32)
@@ -94,13 +154,51 @@ def test_edit_transplant_cli_resizes_off_grid_inputs(saved, tmp_path, capsys):
 def test_edit_loose_and_generate_cli(saved, tmp_path, capsys):
     root, paths = saved
     out = tmp_path / "loose"
-    assert main(["edit", "loose", "--model", str(paths["kontext"]), "--image", str(root / "bg.png"),
-                 "--mask", str(root / "mask.png"), "--prompt-embeds", str(root / "embeds1.safetensors"),
-                 "--out", str(out), "--set", "loose.step_range=[0, 1]", "--set", "figure.sweep=[0.0]", *COMMON]) == 0
+    assert (
+        main(
+            [
+                "edit",
+                "loose",
+                "--model",
+                str(paths["kontext"]),
+                "--image",
+                str(root / "bg.png"),
+                "--mask",
+                str(root / "mask.png"),
+                "--prompt-embeds",
+                str(root / "embeds1.safetensors"),
+                "--out",
+                str(out),
+                "--set",
+                "loose.step_range=[0, 1]",
+                "--set",
+                "figure.sweep=[0.0]",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     assert (out / "comparison.png").is_file() and (out / "diagnostic.png").is_file()
     gen = tmp_path / "gen"
-    assert main(["generate", "--model", str(paths["flux"]), "--prompt-embeds", str(root / "embeds1.safetensors"),
-                 "--out", str(gen), "--set", "sampler.height=32", "--set", "sampler.width=32", *COMMON]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(paths["flux"]),
+                "--prompt-embeds",
+                str(root / "embeds1.safetensors"),
+                "--out",
+                str(gen),
+                "--set",
+                "sampler.height=32",
+                "--set",
+                "sampler.width=32",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     assert Image.open(gen / "image_0.png").size == (32, 32)
     capsys.readouterr()
     with pytest.raises(SystemExit) as error:  # a user error: one line, exit code 2
@@ -111,19 +209,41 @@ def test_edit_loose_and_generate_cli(saved, tmp_path, capsys):
 def test_edit_band_kontext_variant_cli(saved, tmp_path):
     root, paths = saved
     out = tmp_path / "band_kontext"
-    assert main(["edit", "band", "--model", str(paths["kontext"]), "--image", str(root / "bg.png"),
-                 "--prompt-embeds", str(root / "embeds1.safetensors"), "--out", str(out), "--set", "variant=kontext",
-                 "--set", "figure.sweep=[]", *COMMON]) == 0
+    assert (
+        main(
+            [
+                "edit",
+                "band",
+                "--model",
+                str(paths["kontext"]),
+                "--image",
+                str(root / "bg.png"),
+                "--prompt-embeds",
+                str(root / "embeds1.safetensors"),
+                "--out",
+                str(out),
+                "--set",
+                "variant=kontext",
+                "--set",
+                "figure.sweep=[]",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     assert Image.open(out / "edited_0.png").size == (48, 32)  # the context image's size, not sampler's 1024
     assert (out / "diagnostic.png").is_file()
 
 
-@pytest.mark.parametrize("command,bad,message", [
-    ("generate", ["--config", "/nonexistent/generate.yaml"], "config /nonexistent/generate.yaml does not exist"),
-    ("generate", ["--set", "sampler=3"], "'sampler' is a section"),
-    ("edit band", ["--set", "band.nosuch=1"], "unknown key 'nosuch'"),
-    ("generate", ["--config", "BAD_YAML"], "is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "command,bad,message",
+    [
+        ("generate", ["--config", "/nonexistent/generate.yaml"], "config /nonexistent/generate.yaml does not exist"),
+        ("generate", ["--set", "sampler=3"], "'sampler' is a section"),
+        ("edit band", ["--set", "band.nosuch=1"], "unknown key 'nosuch'"),
+        ("generate", ["--config", "BAD_YAML"], "is not valid YAML"),
+    ],
+)
 def test_config_errors_are_one_line_with_exit_2(tmp_path, capsys, command, bad, message):
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("a: [1\n")

@@ -1,13 +1,14 @@
 """Edit context machinery: step lookup from sigma, token segments, processor install/restore, layer selection."""
+
 import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
-from mmpos.pipelines.attention import EditAttnProcessor, attention_layer_names, select_layers
-from mmpos.pipelines.context import EditContext, EditSession, schedule_step, segments_from_ids
 from fixtures.tiny_models import components, embeddings
 
 from mmpos.coords import flux_ids
+from mmpos.pipelines.attention import EditAttnProcessor, attention_layer_names, select_layers
+from mmpos.pipelines.context import EditContext, EditSession, schedule_step, segments_from_ids
 
 
 class StepSpy:
@@ -17,8 +18,15 @@ class StepSpy:
         self.seen = []
 
     def is_active(self, context):
-        self.seen.append((context.step, context.num_steps, round(context.sigma, 6), context.segments.text_len,
-                          context.segments.target_len))
+        self.seen.append(
+            (
+                context.step,
+                context.num_steps,
+                round(context.sigma, 6),
+                context.segments.text_len,
+                context.segments.target_len,
+            )
+        )
         return False
 
 
@@ -62,9 +70,16 @@ def test_hook_step_is_the_scheduler_step_under_true_cfg_and_restarts():
     e = embeddings(1)
     for _ in range(2):  # a restart must not continue a count
         with EditSession(pipe.transformer, EditContext(rules={0: spy}), pipe.scheduler):
-            pipe(height=32, width=32, num_inference_steps=3, output_type="latent", true_cfg_scale=2.0,
-                 negative_prompt_embeds=e["prompt_embeds"], negative_pooled_prompt_embeds=e["pooled_prompt_embeds"],
-                 **e)
+            pipe(
+                height=32,
+                width=32,
+                num_inference_steps=3,
+                output_type="latent",
+                true_cfg_scale=2.0,
+                negative_prompt_embeds=e["prompt_embeds"],
+                negative_pooled_prompt_embeds=e["pooled_prompt_embeds"],
+                **e,
+            )
     steps = [s[0] for s in spy.seen]
     assert steps == [0, 0, 1, 1, 2, 2] * 2
     assert {s[1] for s in spy.seen} == {3}
@@ -83,7 +98,9 @@ def test_select_layers():
         with pytest.raises(ValueError):
             select_layers(bad, 5, 2)
     assert attention_layer_names(components()["transformer"]) == [
-        "transformer_blocks.0.attn.processor", "single_transformer_blocks.0.attn.processor"]
+        "transformer_blocks.0.attn.processor",
+        "single_transformer_blocks.0.attn.processor",
+    ]
 
 
 def test_step_index_at_100_steps_in_bf16():

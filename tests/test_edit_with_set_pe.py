@@ -1,18 +1,20 @@
 """Edits and ``set_pe`` share one processor installer: they compose, and uninstalling restores what was there."""
+
 import pytest
 import torch
 from diffusers import FluxKontextPipeline
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
+from fixtures.tiny_models import TEXT_LEN, components, embeddings, image
+
+from mmpos.coords.edits import shrink_ids
 from mmpos.integrations.diffusers import FluxPEAttnProcessor, position_module, restore, set_pe
 from mmpos.integrations.diffusers.installer import ATTRIBUTE, ProcessorInstaller
 from mmpos.pipelines import BandModulationKontextPipeline, LooseRoPEKontextPipeline
 from mmpos.pipelines.attention import EditAttnProcessor
 from mmpos.pipelines.band import BandConfig, ContextBandScaling
-from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines.context import EditContext, EditSession
 from mmpos.pipelines.loose import LooseConfig, LooseRoPERule
 from mmpos.pipelines.saliency import UniformSaliency
-from fixtures.tiny_models import TEXT_LEN, components, embeddings, image
 from mmpos.spectrum.bands import band_spectrum
 
 YARN = {"type": "yarn", "factor": 2.0, "original_length": 64}
@@ -43,8 +45,16 @@ def _kontext(seed=0):
 
 
 def _run(pipe, **extra):
-    kwargs = dict(image=extra.pop("image", image(32, 48)), height=32, width=48, max_area=32 * 48, _auto_resize=False,
-                  num_inference_steps=2, output_type="latent", **embeddings(1))
+    kwargs = dict(
+        image=extra.pop("image", image(32, 48)),
+        height=32,
+        width=48,
+        max_area=32 * 48,
+        _auto_resize=False,
+        num_inference_steps=2,
+        output_type="latent",
+        **embeddings(1),
+    )
     return pipe(generator=torch.Generator().manual_seed(0), **kwargs, **extra).images
 
 
@@ -81,13 +91,15 @@ def test_band_rotates_with_the_set_pe_spectrum_and_scales_its_magnitude():
     rotation, progress, img_ids, segments = spy.seen[-1]
     assert rotation.encoding is encoding
     ids = torch.cat([torch.zeros(TEXT_LEN, 3), img_ids.float()])
-    torch.testing.assert_close(rotation.table.cis.to(torch.complex128), _exact_cis(encoding.spectrum, ids),
-                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        rotation.table.cis.to(torch.complex128), _exact_cis(encoding.spectrum, ids), rtol=1e-6, atol=1e-6
+    )
     s_hf, s_lf = config.endpoints(progress)
     banded = band_spectrum(encoding.spectrum, s_hf, s_lf, config.beta, config.spatial_axes, config.axis0_mode)
     got = spy.rule.band_table(_at_progress(progress), rotation, segments.context).cis
-    torch.testing.assert_close(got.to(torch.complex128), _exact_cis(banded, ids)[segments.context],
-                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        got.to(torch.complex128), _exact_cis(banded, ids)[segments.context], rtol=1e-6, atol=1e-6
+    )
 
 
 def _at_progress(progress: float) -> EditContext:
@@ -104,8 +116,18 @@ def test_loose_over_set_pe_is_identity_at_strength_zero_and_uses_its_tables(pe, 
     schedule = dict(cutoffs=(1, 2), step_range=(0, 2), saliency="spectral_residual")
 
     def run(pipe, **extra):
-        return pipe(image=collage, height=48, width=48, max_area=48 * 48, num_inference_steps=4, _auto_resize=False,
-                    output_type="latent", generator=torch.Generator().manual_seed(0), **embeddings(1), **extra).images
+        return pipe(
+            image=collage,
+            height=48,
+            width=48,
+            max_area=48 * 48,
+            num_inference_steps=4,
+            _auto_resize=False,
+            output_type="latent",
+            generator=torch.Generator().manual_seed(0),
+            **embeddings(1),
+            **extra,
+        ).images
 
     set_pe(c["transformer"], pe, **options)
     reference = run(stock)
@@ -132,8 +154,12 @@ def test_loose_tables_come_from_the_set_pe_spectrum():
     for b, _, loose_emb, _ in context.cache["loose"]:
         shrink = float(config.factors_at(context.step)[0][b])
         ids = torch.cat([torch.zeros(TEXT_LEN, 3), shrink_ids(img_ids, shrink, ((rows - 1) / 2, (cols - 1) / 2))])
-        torch.testing.assert_close(rotation.table_of(loose_emb).cis.to(torch.complex128),
-                                   _exact_cis(encoding.spectrum, ids), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            rotation.table_of(loose_emb).cis.to(torch.complex128),
+            _exact_cis(encoding.spectrum, ids),
+            rtol=1e-6,
+            atol=1e-6,
+        )
 
 
 def test_uninstall_restores_what_was_there_in_any_order():

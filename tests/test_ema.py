@@ -1,4 +1,5 @@
 """The one EMA (mmpos.models.ema): the DiT's constant decay and the world trainer's warm-up, state round trips."""
+
 import pytest
 import torch
 from torch import nn

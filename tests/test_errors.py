@@ -1,4 +1,5 @@
 """Bad input gets an error that names the argument and what was expected."""
+
 import pytest
 import torch
 
@@ -6,19 +7,22 @@ import mmpos
 from mmpos.coords import image_grid
 
 
-@pytest.mark.parametrize("options,match", [
-    (dict(head_dim=31), "rotary_dim must be a non-negative even"),
-    (dict(head_dim=64, axes_dims=(16, 17)), r"axes_dims\[1\]"),
-    (dict(head_dim=64, axes_dims=(16, 16), rotary_dim=64), "add up to 32, not rotary_dim=64"),
-    (dict(head_dim=32, axes_dims=(16, 16, 16)), "exceed head_dim=32"),
-    (dict(head_dim=64, layout="diagonal"), "layout='diagonal'"),
-    (dict(head_dim=64, allocation="zigzag"), "allocation='zigzag'"),
-    (dict(head_dim=64, axes_dims=(8, 28, 28), allocation="interleaved"), "axis 1 needs pair index"),
-    (dict(head_dim=64, extrapolation={"type": "warp"}), "extrapolation type 'warp'"),
-    (dict(head_dim=64, extrapolation={"type": "ntk", "factor": -1}), "NTKAware.factor"),
-    (dict(head_dim=64, theta=(100.0, 100.0, 100.0)), "theta has 3 entries"),
-    (dict(head_dim=64, pair_scale=[1.0] * 3), "pair_scale has 3 entries"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        (dict(head_dim=31), "rotary_dim must be a non-negative even"),
+        (dict(head_dim=64, axes_dims=(16, 17)), r"axes_dims\[1\]"),
+        (dict(head_dim=64, axes_dims=(16, 16), rotary_dim=64), "add up to 32, not rotary_dim=64"),
+        (dict(head_dim=32, axes_dims=(16, 16, 16)), "exceed head_dim=32"),
+        (dict(head_dim=64, layout="diagonal"), "layout='diagonal'"),
+        (dict(head_dim=64, allocation="zigzag"), "allocation='zigzag'"),
+        (dict(head_dim=64, axes_dims=(8, 28, 28), allocation="interleaved"), "axis 1 needs pair index"),
+        (dict(head_dim=64, extrapolation={"type": "warp"}), "extrapolation type 'warp'"),
+        (dict(head_dim=64, extrapolation={"type": "ntk", "factor": -1}), "NTKAware.factor"),
+        (dict(head_dim=64, theta=(100.0, 100.0, 100.0)), "theta has 3 entries"),
+        (dict(head_dim=64, pair_scale=[1.0] * 3), "pair_scale has 3 entries"),
+    ],
+)
 def test_bad_rope_axial_options(options, match):
     with pytest.raises((ValueError, TypeError), match=match):
         mmpos.create_pe("rope_axial", **options)

@@ -1,14 +1,15 @@
 """DyPE and resolution-aware extrapolation schedules: the paper's formulas in fp64, stock bits at the training
 size, one table per distinct schedule value, and the same options on Flux and Wan through ``set_pe``."""
+
 import math
 
 import pytest
 import torch
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
 import mmpos
 from mmpos.coords.grids import image_grid, video_grid
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
-from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 from mmpos.spectrum import rope_inv_freq
 from mmpos.spectrum.schedule import ExtrapolationSchedule, extrapolation_preset
 
@@ -36,8 +37,9 @@ def ramp(dim, theta, length, fast, slow):
 @pytest.mark.parametrize("sigma", SIGMAS)
 @pytest.mark.parametrize("lambda_s,lambda_t,start", [(1.0, 2.0, 1.0), (2.0, 2.0, 1.0), (1.0, 1.5, 0.6)])
 def test_kappa_is_lambda_s_t_to_the_lambda_t(sigma, lambda_s, lambda_t, start):
-    schedule = ExtrapolationSchedule("vision_yarn", 64, dynamic=True, lambda_s=lambda_s, lambda_t=lambda_t,
-                                     start_sigma=start)
+    schedule = ExtrapolationSchedule(
+        "vision_yarn", 64, dynamic=True, lambda_s=lambda_s, lambda_t=lambda_t, start_sigma=start
+    )
     assert schedule.kappa(sigma) == pytest.approx(lambda_s * min(sigma / start, 1.0) ** lambda_t, rel=1e-15)
 
 
@@ -46,7 +48,7 @@ def test_kappa_is_lambda_s_t_to_the_lambda_t(sigma, lambda_s, lambda_t, start):
 def test_dype_ntk_follows_theta_times_scale_to_kappa_d_over_d_minus_2(sigma, extent):
     d, theta, original = FLUX_AXIS.values()
     schedule = ExtrapolationSchedule("ntk", original, dynamic=True)  # lambda_s = 2, lambda_t = 2
-    kappa = 2.0 * sigma ** 2
+    kappa = 2.0 * sigma**2
     expected = ladder(d, theta * (extent / original) ** (kappa * d / (d - 2)))
     inv_freq, magnitude = schedule.policy(extent, sigma).frequencies(d, theta)
     torch.testing.assert_close(inv_freq, expected, rtol=1e-13, atol=0)
@@ -57,7 +59,7 @@ def test_dype_ntk_follows_theta_times_scale_to_kappa_d_over_d_minus_2(sigma, ext
 @pytest.mark.parametrize("extent", [128, 192, 256])
 def test_dype_vision_yarn_follows_the_three_ladders_with_thresholds_times_kappa(sigma, extent):
     d, theta, original = FLUX_AXIS.values()
-    scale, kappa = extent / original, sigma ** 2  # lambda_s = 1, lambda_t = 2
+    scale, kappa = extent / original, sigma**2  # lambda_s = 1, lambda_t = 2
     plain, ntk = ladder(d, theta), ladder(d, theta * scale ** (d / (d - 2)))
     low_part = dype_reference_ramp(d, theta, original, 1.25 * kappa, 0.75 * kappa)[0]  # 1: interpolated, 0: NTK
     high_part = dype_reference_ramp(d, theta, original, 16 * kappa, 2 * kappa)[0]  # 0: plain ladder
@@ -72,7 +74,7 @@ def test_dype_vision_yarn_follows_the_three_ladders_with_thresholds_times_kappa(
 @pytest.mark.parametrize("sigma", SIGMAS)
 def test_dype_yarn_scales_beta_fast_and_slow_by_kappa(sigma):
     d, theta, original = FLUX_AXIS.values()
-    kappa = sigma ** 2
+    kappa = sigma**2
     part = ramp(d, theta, original, 32 * kappa, 1 * kappa)
     expected = ladder(d, theta) / 3 * part + ladder(d, theta) * (1 - part)
     inv_freq, magnitude = ExtrapolationSchedule("yarn", original, dynamic=True).policy(192, sigma).frequencies(d, theta)
@@ -94,8 +96,9 @@ def test_dype_strength_decays_from_full_extrapolation_to_the_plain_ladder():
 
 @pytest.mark.parametrize("preset", ["dype", "dype_ntk", "dype_yarn", "ntk", "yarn", "vision_yarn", "pi"])
 def test_at_or_below_the_training_extent_every_preset_is_the_plain_ladder(preset):
-    pe = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12),
-                         extrapolation=extrapolation_preset(preset, (8, 8)))
+    pe = mmpos.create_pe(
+        "rope_axial", head_dim=24, axes_dims=(12, 12), extrapolation=extrapolation_preset(preset, (8, 8))
+    )
     stock = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12))
     coords = image_grid(8, 6, dtype=torch.float64)
     for sigma in SIGMAS:
@@ -113,8 +116,9 @@ def test_the_scale_is_per_axis_from_the_coordinates_extent():
     pe = mmpos.create_pe("rope_axial", head_dim=28, axes_dims=(4, 12, 12), extrapolation=extrapolation)
     coords = torch.cat([torch.zeros(128 * 64, 1), image_grid(128, 64)], dim=1).double()
     training = pe.spectrum
-    static = mmpos.create_pe("rope_axial", head_dim=28, axes_dims=(4, 12, 12),
-                             extrapolation=[None, {"type": "ntk", "factor": 2.0}, None])
+    static = mmpos.create_pe(
+        "rope_axial", head_dim=28, axes_dims=(4, 12, 12), extrapolation=[None, {"type": "ntk", "factor": 2.0}, None]
+    )
     assert torch.equal(pe.table(coords, torch.float64).cis, static.table(coords, torch.float64).cis)
     assert torch.equal(pe.spectrum_at(coords).inv_freq, static.spectrum.inv_freq)
     assert pe.spectrum is training  # a lookup leaves the encoding as it was
@@ -170,8 +174,12 @@ def test_wan_riflex_on_time_and_a_resolution_schedule_on_rows_and_columns():
     riflex = {"type": "riflex", "k": 2, "target_length": 6}
     set_pe(model, "native", extrapolation=model_extrapolation(model, "ntk", (2, 2), time=riflex))
     cos, _ = model.rope(tiny_wan_inputs(frames=6, height=8, width=6)["hidden_states"])  # grid (6, 4, 3)
-    expected = mmpos.create_pe("rope_axial", head_dim=12, axes_dims=(4, 4, 4), extrapolation=[
-        riflex, {"type": "ntk", "factor": 2.0}, {"type": "ntk", "factor": 1.5}])
+    expected = mmpos.create_pe(
+        "rope_axial",
+        head_dim=12,
+        axes_dims=(4, 4, 4),
+        extrapolation=[riflex, {"type": "ntk", "factor": 2.0}, {"type": "ntk", "factor": 1.5}],
+    )
     encoding = model.rope.encodings[0]
     assert torch.equal(encoding.spectrum_at(video_grid(6, 4, 3)).inv_freq, expected.spectrum.inv_freq)
     assert torch.equal(cos, model.rope(tiny_wan_inputs(frames=6, height=8, width=6)["hidden_states"])[0])
@@ -191,23 +199,35 @@ def test_bad_schedules_name_the_argument():
         extrapolation_preset("dyp", (64, 64))
     with pytest.raises(ValueError, match="time= is for video"):
         model_extrapolation(tiny_flux(), "ntk", (4, 4), time={"type": "riflex", "k": 1, "target_length": 4})
-    pe = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12),
-                         extrapolation=extrapolation_preset("dype", (4, 4)))
+    pe = mmpos.create_pe(
+        "rope_axial", head_dim=24, axes_dims=(12, 12), extrapolation=extrapolation_preset("dype", (4, 4))
+    )
     with pytest.raises(ValueError, match="sigma"):
         pe.table(image_grid(8, 8), torch.float32)  # above the training size without a step
 
 
 def test_schedules_from_config_dicts():
-    from_dict = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12), extrapolation=[
-        {"type": "schedule", "method": "ntk", "original_length": 4, "dynamic": True}, None])
-    from_object = mmpos.create_pe("rope_axial", head_dim=24, axes_dims=(12, 12), extrapolation=[
-        ExtrapolationSchedule("ntk", 4, dynamic=True), None])
+    from_dict = mmpos.create_pe(
+        "rope_axial",
+        head_dim=24,
+        axes_dims=(12, 12),
+        extrapolation=[{"type": "schedule", "method": "ntk", "original_length": 4, "dynamic": True}, None],
+    )
+    from_object = mmpos.create_pe(
+        "rope_axial",
+        head_dim=24,
+        axes_dims=(12, 12),
+        extrapolation=[ExtrapolationSchedule("ntk", 4, dynamic=True), None],
+    )
     coords = image_grid(8, 8, dtype=torch.float64)
     from_dict.step.sigma = from_object.step.sigma = 0.6
     assert torch.equal(from_dict.table(coords, torch.float64).cis, from_object.table(coords, torch.float64).cis)
     with pytest.raises(TypeError, match="extrapolation schedule"):
-        mmpos.create_pe("rope_axial", head_dim=24, extrapolation={"type": "schedule", "method": "ntk",
-                                                                  "original_length": 4, "lamda_t": 1})
+        mmpos.create_pe(
+            "rope_axial",
+            head_dim=24,
+            extrapolation={"type": "schedule", "method": "ntk", "original_length": 4, "lamda_t": 1},
+        )
 
 
 def dype_reference_ramp(dim, theta, length, fast, slow):
@@ -230,12 +250,13 @@ def dype_reference_vision_yarn(dim, theta, original, extent, sigma):
     scale = extent / original
     if scale <= 1:
         return plain, 1.0, 0
-    kappa = sigma ** 2
+    kappa = sigma**2
     ntk = ladder(dim, theta * scale ** (dim / (dim - 2)))
     low_part, low_reversed = dype_reference_ramp(dim, theta, original, 1.25 * kappa, 0.75 * kappa)
     high_part, high_reversed = dype_reference_ramp(dim, theta, original, 16 * kappa, 2 * kappa)
-    low_part, high_part = (torch.zeros_like(p) if r else p
-                           for p, r in ((low_part, low_reversed), (high_part, high_reversed)))
+    low_part, high_part = (
+        torch.zeros_like(p) if r else p for p, r in ((low_part, low_reversed), (high_part, high_reversed))
+    )
     middle = plain / scale * low_part + ntk * (1 - low_part)
     return middle * high_part + plain * (1 - high_part), 0.1 * math.log(scale) + 1, low_reversed + high_reversed
 
@@ -251,11 +272,13 @@ def test_dype_vision_yarn_matches_the_authors_ramp_ends_over_a_sweep(dim):
         for sigma in DYPE_SWEEP_SIGMAS:
             schedule = ExtrapolationSchedule("vision_yarn", original, dynamic=True, schedule_magnitude=False)
             inv_freq, magnitude = schedule.policy(extent, sigma).frequencies(dim, theta)
-            expected, expected_magnitude, reversed_here = dype_reference_vision_yarn(dim, theta, original, extent,
-                                                                                      sigma)
+            expected, expected_magnitude, reversed_here = dype_reference_vision_yarn(
+                dim, theta, original, extent, sigma
+            )
             reversed_ramps += reversed_here
-            torch.testing.assert_close(inv_freq, expected, rtol=1e-13, atol=0,
-                                       msg=lambda m: f"dim={dim} extent={extent} sigma={sigma}: {m}")
+            torch.testing.assert_close(
+                inv_freq, expected, rtol=1e-13, atol=0, msg=lambda m: f"dim={dim} extent={extent} sigma={sigma}: {m}"
+            )
             assert magnitude == pytest.approx(expected_magnitude, rel=1e-15)
     if dim == 16:
         assert reversed_ramps > 0  # the sweep reaches the documented difference, too

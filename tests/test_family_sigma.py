@@ -1,7 +1,8 @@
 """The step's sigma a scheduled encoding (DyPE) reads from each family's forward arguments."""
-import torch
 
+import torch
 from fixtures.tiny_models import tiny_wan, tiny_wan_inputs
+
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 from mmpos.integrations.diffusers.families import get_family
 

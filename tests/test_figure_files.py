@@ -1,4 +1,5 @@
 """Figures are written under a temporary name and renamed into place."""
+
 import pytest
 
 from mmpos.viz.figure_files import pyplot, save_figure

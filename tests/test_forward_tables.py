@@ -1,4 +1,5 @@
 """ForwardTables: coordinates checked once per forward, one table per distinct encoding, applied by rotate_qk."""
+
 import pytest
 import torch
 

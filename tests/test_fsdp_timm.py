@@ -1,5 +1,6 @@
 """FSDP2 (``fully_shard`` per block) with converted timm ViTs: every learned encoding of the registry, 2 processes
 (torchrun, gloo) equal to one process without FSDP on the whole batch, forward and one optimizer step (fp64)."""
+
 import json
 import os
 import subprocess
@@ -17,8 +18,9 @@ WORKER = Path(__file__).with_name("fsdp_timm_worker.py")
 
 
 def tiny_vit(**kw):
-    return VisionTransformer(**{**dict(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2,
-                                       num_classes=5), **kw})
+    return VisionTransformer(
+        **{**dict(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, num_classes=5), **kw}
+    )
 
 
 def learned_image_pes() -> list[str]:
@@ -38,8 +40,9 @@ def test_a_blocks_own_encoding_builds_its_table_inside_that_block(monkeypatch):
         block.register_forward_pre_hook(lambda m, a, i=index: running.__setitem__(0, i))
         block.register_forward_hook(lambda m, a, o: running.__setitem__(0, None))
         original = block.attn.pe.table
-        monkeypatch.setattr(block.attn.pe, "table", lambda *a, f=original, i=index, **k: built_in.append(
-            (i, running[0])) or f(*a, **k))
+        monkeypatch.setattr(
+            block.attn.pe, "table", lambda *a, f=original, i=index, **k: built_in.append((i, running[0])) or f(*a, **k)
+        )
     model(torch.randn(2, 3, 32, 32))
     assert built_in == [(0, 0), (1, 1), (2, 2)]
 
@@ -57,8 +60,18 @@ def test_fsdp2_per_block_equals_one_process(tmp_path):
     # and a shared encoding without parameters, and activation checkpointing (tables rebuilt in the recomputation)
     pes = learned_image_pes() + ["rope_axial", "rope_mixed:checkpointed"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29561",
-               str(WORKER), json.dumps(pes), str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29561",
+        str(WORKER),
+        json.dumps(pes),
+        str(tmp_path),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     for rank in (0, 1):
@@ -83,9 +96,12 @@ def test_the_accelerate_fsdp2_config_shards_exactly_the_blocks():
     fsdp = config.fsdp_config
     assert config.distributed_type == "FSDP" and fsdp["fsdp_version"] == 2
     plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"].lower(),
-        transformer_cls_names_to_wrap=fsdp["fsdp_transformer_layer_cls_to_wrap"].split(","))
+        fsdp_version=2,
+        auto_wrap_policy=fsdp["fsdp_auto_wrap_policy"].lower(),
+        transformer_cls_names_to_wrap=fsdp["fsdp_transformer_layer_cls_to_wrap"].split(","),
+    )
     model = mt.convert(tiny_vit(), pe="rope_mixed")
     policy = fsdp2_prepare_auto_wrap_policy(plugin, model)
     assert [name for name, module in model.named_modules() if policy(module)] == [
-        f"blocks.{index}" for index in range(len(model.blocks))]
+        f"blocks.{index}" for index in range(len(model.blocks))
+    ]

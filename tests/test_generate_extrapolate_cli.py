@@ -1,19 +1,30 @@
 """`mmpos generate --height/--width --extrapolate` on a tiny FLUX pipeline saved to disk."""
+
 import numpy as np
 import pytest
 import torch
 import yaml
 from diffusers import FluxPipeline
-from mmpos.pipelines.extrapolate import parse_extrapolate
-from mmpos.pipelines.run_inputs import fresh_folder
 from fixtures.tiny_models import components, embeddings
 from PIL import Image
 from safetensors.torch import save_file
 
 from mmpos.cli import main
+from mmpos.pipelines.extrapolate import parse_extrapolate
+from mmpos.pipelines.run_inputs import fresh_folder
 
-COMMON = ["--device", "cpu", "--dtype", "float32", "--set", "sampler.num_inference_steps=2",
-          "--set", "sampler.max_sequence_length=6", "--train-size", "32"]
+COMMON = [
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
+    "--set",
+    "sampler.num_inference_steps=2",
+    "--set",
+    "sampler.max_sequence_length=6",
+    "--train-size",
+    "32",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +42,43 @@ def pixels(folder):
 def test_generate_with_dype_saves_the_schedule_and_is_stock_at_the_training_size(saved, tmp_path, capsys):
     torch.set_num_threads(1)
     for preset in ("none", "dype"):
-        assert main(["generate", *saved, *COMMON, "--height", "32", "--width", "32", "--extrapolate", preset,
-                     "--out", str(tmp_path / f"1x_{preset}")]) == 0
+        assert (
+            main(
+                [
+                    "generate",
+                    *saved,
+                    *COMMON,
+                    "--height",
+                    "32",
+                    "--width",
+                    "32",
+                    "--extrapolate",
+                    preset,
+                    "--out",
+                    str(tmp_path / f"1x_{preset}"),
+                ]
+            )
+            == 0
+        )
     assert np.array_equal(pixels(tmp_path / "1x_none"), pixels(tmp_path / "1x_dype"))
-    assert main(["generate", *saved, *COMMON, "--height", "64", "--width", "96", "--extrapolate", "row=dype,col=ntk",
-                 "--out", str(tmp_path / "big")]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                *saved,
+                *COMMON,
+                "--height",
+                "64",
+                "--width",
+                "96",
+                "--extrapolate",
+                "row=dype,col=ntk",
+                "--out",
+                str(tmp_path / "big"),
+            ]
+        )
+        == 0
+    )
     assert Image.open(tmp_path / "big" / "image_0.png").size == (96, 64)
     installed = yaml.safe_load((tmp_path / "big" / "config.yaml").read_text())["extrapolate"]["installed"]
     assert installed["trained_grid"] == [2.0, 2.0]  # 32 px / 16 px per token
@@ -55,8 +98,17 @@ def test_unnamed_outputs_never_overwrite_an_earlier_run(saved, tmp_path, monkeyp
 
 def test_prompt_embeds_with_the_world_model_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["generate", "--model", "world", "--prompt-embeds", str(tmp_path / "embeds.pt"), "--out",
-              str(tmp_path / "out")])
+        main(
+            [
+                "generate",
+                "--model",
+                "world",
+                "--prompt-embeds",
+                str(tmp_path / "embeds.pt"),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     assert exit_info.value.code == 2 and "--prompt-embeds is for FLUX.1 / Qwen-Image" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

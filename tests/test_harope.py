@@ -3,12 +3,11 @@ zero-offset neutrality, factor properties, head-wise independence, gradients, re
 
 import pytest
 import torch
+from conftest import logits
 from torch.nn import functional as F
 
 import mmpos
 from mmpos.coords import flux_ids, image_grid
-
-from conftest import logits
 
 BASES = {
     "axial_2d": dict(head_dim=16, base="rope_axial"),
@@ -187,8 +186,16 @@ def _tiny_vit(pe="harope", dtype=torch.float64, randomise=True):
     from mmpos.integrations.timm import convert
 
     torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
-                              depth=2, num_heads=2, num_classes=5).to(dtype)
+    model = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        img_size=32,
+        patch_size=8,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        num_classes=5,
+    ).to(dtype)
     convert(model, pe)
     if randomise:
         with torch.no_grad():
@@ -201,7 +208,9 @@ def _tiny_vit(pe="harope", dtype=torch.float64, randomise=True):
 def _count_transforms(monkeypatch):
     calls = []
     original = mmpos.encodings.harope.HARoPE.transform
-    monkeypatch.setattr(mmpos.encodings.harope.HARoPE, "transform", lambda self, *a: calls.append(1) or original(self, *a))
+    monkeypatch.setattr(
+        mmpos.encodings.harope.HARoPE, "transform", lambda self, *a: calls.append(1) or original(self, *a)
+    )
     return calls
 
 
@@ -212,11 +221,11 @@ def test_folded_projection_equals_the_map_per_token_fp64(monkeypatch):
     calls = _count_transforms(monkeypatch)
     folded = model(x)
     assert not calls  # no per-token map
-    per_token = torch.cat([model(x[i:i + 1]) for i in range(4)])
+    per_token = torch.cat([model(x[i : i + 1]) for i in range(4)])
     assert len(calls) == 2 * 4  # two blocks, four single-image calls
     torch.testing.assert_close(folded, per_token, rtol=0, atol=1e-13)
     grads, weights = [], torch.randn(4, 5, dtype=torch.float64)
-    for run in (lambda: model(x), lambda: torch.cat([model(x[i:i + 1]) for i in range(4)])):
+    for run in (lambda: model(x), lambda: torch.cat([model(x[i : i + 1]) for i in range(4)])):
         model.zero_grad()
         (run() * weights).sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
@@ -246,7 +255,7 @@ def test_dit_folds_the_map_and_matches_per_token(monkeypatch):
     calls = _count_transforms(monkeypatch)
     folded = attention(x, pe, tables)
     assert not calls
-    per_token = torch.cat([attention(x[i:i + 1], pe, tables) for i in range(3)])  # 12 tokens each
+    per_token = torch.cat([attention(x[i : i + 1], pe, tables) for i in range(3)])  # 12 tokens each
     assert len(calls) == 3
     torch.testing.assert_close(folded, per_token, rtol=0, atol=1e-13)
 

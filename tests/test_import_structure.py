@@ -10,6 +10,7 @@ old CLI paths). A module may import its own layer or lower ones, never a higher 
 ``mmpos.pipelines`` count like any other, however they are written); and no two modules import each other, not
 even through function-level imports.
 """
+
 import ast
 from pathlib import Path
 
@@ -17,14 +18,27 @@ import mmpos
 
 SOURCE_ROOT = Path(mmpos.__file__).resolve().parent.parent
 LAYERS = {
-    "_validation": 0, "_atomic": 0, "_arguments": 0, "_deprecation": 0, "_safe_state": 0, "_per_thread": 0,
+    "_validation": 0,
+    "_atomic": 0,
+    "_arguments": 0,
+    "_deprecation": 0,
+    "_safe_state": 0,
+    "_per_thread": 0,
     "_camera_motions": 0,
-    "coords": 1, "spectrum": 1, "ops": 1, "camera": 1,
-    "encodings": 2, "__init__": 2,
+    "coords": 1,
+    "spectrum": 1,
+    "ops": 1,
+    "camera": 1,
+    "encodings": 2,
+    "__init__": 2,
     "world": 3,
-    "integrations": 4, "models": 4, "viz": 4,
-    "training": 5, "eval": 5,
-    "pipelines": 6, "demo": 6,
+    "integrations": 4,
+    "models": 4,
+    "viz": 4,
+    "training": 5,
+    "eval": 5,
+    "pipelines": 6,
+    "demo": 6,
     "cli": 7,
 }
 # upward imports still to remove, module -> the higher package it imports; an entry that no longer holds fails, so
@@ -54,7 +68,7 @@ def imported_names(path: Path, module: str, top_level_only: bool) -> list[str]:
     tree = ast.parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = []
-    for node in (tree.body if top_level_only else ast.walk(tree)):
+    for node in tree.body if top_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -122,10 +136,14 @@ def test_no_import_cycle_even_lazily():
 
 def test_the_library_does_not_import_the_command_tree():
     """Only the command tree itself, the ``mmpos.cli`` console script and the old CLI paths import it."""
-    importers = sorted(f"{module} -> {name}" for module, path in package_modules().items()
-                       for name in imported_names(path, module, top_level_only=False)
-                       if (name == COMMAND_TREE or name.startswith(COMMAND_TREE + "."))
-                       and layer_of(module) != COMMAND_LAYER and module != "mmpos.cli")
+    importers = sorted(
+        f"{module} -> {name}"
+        for module, path in package_modules().items()
+        for name in imported_names(path, module, top_level_only=False)
+        if (name == COMMAND_TREE or name.startswith(COMMAND_TREE + "."))
+        and layer_of(module) != COMMAND_LAYER
+        and module != "mmpos.cli"
+    )
     assert not importers, "the library imports the command tree:\n" + "\n".join(importers)
 
 
@@ -172,9 +190,12 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     source = tmp_path / "x.py"
-    source.write_text("from ..pipelines import band\n\ndef f():\n    from mmpos.world import demo\n"
-                      "    import pipelines.loading\n")
+    source.write_text(
+        "from ..pipelines import band\n\ndef f():\n    from mmpos.world import demo\n    import pipelines.loading\n"
+    )
     names = imported_names(source, "mmpos.encodings.x", top_level_only=False)
     assert layer_of(names[0]) == 6 and "mmpos.world.demo" in names and "mmpos.pipelines.loading" in names
-    assert imported_names(source, "mmpos.encodings.x", top_level_only=True) == ["mmpos.pipelines",
-                                                                                "mmpos.pipelines.band"]
+    assert imported_names(source, "mmpos.encodings.x", top_level_only=True) == [
+        "mmpos.pipelines",
+        "mmpos.pipelines.band",
+    ]

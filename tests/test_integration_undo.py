@@ -1,17 +1,18 @@
 """Every integration's switch has a way back to the original model, bit for bit, trainable flags included:
 timm ``convert`` -> ``restore``, diffusers ``set_pe`` -> ``restore``, transformers ``use_multimodal_rope`` ->
 ``.restore()`` (or the end of its ``with`` block)."""
+
 import copy
 
 import pytest
+import tiny_qwen_vl
 import torch
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
+from test_timm_integration import IMG, MODELS
 
 import mmpos.integrations.timm as mt
-import tiny_qwen_vl
-from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 from mmpos.integrations.diffusers import restore, set_pe, train_only_pe
 from mmpos.integrations.transformers_vlm import use_multimodal_rope
-from test_timm_integration import IMG, MODELS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -24,11 +25,19 @@ def _flags(model):
     return {name: param.requires_grad for name, param in model.named_parameters()}
 
 
-@pytest.mark.parametrize("family,pe,options", [
-    ("vit", "rope_mixed", dict(dynamic_img_size=True)), ("vit", "ape_learned", {}), ("vit", "ape_sincos", {}),
-    ("vit", "nope", {}), ("eva", "rope_axial", {}), ("eva", "comrope_ld", dict(abs_pos="keep")),
-    ("naflexvit", "rope_mixed", {}), ("vit", "rope_axial", dict(reg_tokens=2, no_embed_class=True)),
-])
+@pytest.mark.parametrize(
+    "family,pe,options",
+    [
+        ("vit", "rope_mixed", dict(dynamic_img_size=True)),
+        ("vit", "ape_learned", {}),
+        ("vit", "ape_sincos", {}),
+        ("vit", "nope", {}),
+        ("eva", "rope_axial", {}),
+        ("eva", "comrope_ld", dict(abs_pos="keep")),
+        ("naflexvit", "rope_mixed", {}),
+        ("vit", "rope_axial", dict(reg_tokens=2, no_embed_class=True)),
+    ],
+)
 def test_timm_restore_gives_back_the_model_bit_for_bit(family, pe, options):
     build_options = {k: options.pop(k) for k in ("reg_tokens", "no_embed_class") if k in options}
     model = MODELS[family](**build_options).eval()
@@ -73,8 +82,9 @@ def test_diffusers_restore_after_train_only_pe_gives_back_trainable_stock_weight
         stock = transformer(**inputs).sample
     set_pe(transformer, "rope_mixed")
     trainable = train_only_pe(transformer)
-    assert trainable and not any(p.requires_grad for n, p in transformer.named_parameters() if ".pe" not in n
-                                 and "encodings" not in n)
+    assert trainable and not any(
+        p.requires_grad for n, p in transformer.named_parameters() if ".pe" not in n and "encodings" not in n
+    )
     restore(transformer)
     assert _flags(transformer) == flags
     with torch.no_grad():

@@ -1,5 +1,6 @@
 """Editing pipelines on a tiny Flux with an IP-Adapter (built offline with diffusers' loader): off == stock bit for
 bit; on, the IP-Adapter term is the IP-Adapter processor's own."""
+
 import pytest
 import torch
 from diffusers import FluxKontextPipeline, FluxPipeline
@@ -23,8 +24,9 @@ def _with_ip_adapter(kind):
 
 
 def _run(pipe, **kwargs):
-    return pipe(generator=torch.Generator().manual_seed(0), num_inference_steps=2, output_type="latent", **IP,
-                **kwargs).images
+    return pipe(
+        generator=torch.Generator().manual_seed(0), num_inference_steps=2, output_type="latent", **IP, **kwargs
+    ).images
 
 
 def test_band_t2i_off_equals_stock_flux_with_an_ip_adapter():
@@ -37,10 +39,17 @@ def test_band_t2i_off_equals_stock_flux_with_an_ip_adapter():
     assert torch.isfinite(edited).all() and not torch.equal(edited, expected)
 
 
-@pytest.mark.parametrize("pipeline, off, on", [
-    (BandModulationKontextPipeline, {"band": {"strength": 0.0}}, {"band": {"strength": 1.0}}),
-    (LooseRoPEKontextPipeline, {"loose": {"enabled": False}, "crop_mask": MASK},
-     {"loose": {"step_range": (0, 1)}, "crop_mask": MASK})])
+@pytest.mark.parametrize(
+    "pipeline, off, on",
+    [
+        (BandModulationKontextPipeline, {"band": {"strength": 0.0}}, {"band": {"strength": 1.0}}),
+        (
+            LooseRoPEKontextPipeline,
+            {"loose": {"enabled": False}, "crop_mask": MASK},
+            {"loose": {"step_range": (0, 1)}, "crop_mask": MASK},
+        ),
+    ],
+)
 def test_kontext_edits_off_equal_stock_kontext_with_an_ip_adapter(pipeline, off, on):
     parts = _with_ip_adapter("kontext")
     common = dict(image=image(48, 48), height=48, width=48, max_area=48 * 48, _auto_resize=False, **embeddings(1))

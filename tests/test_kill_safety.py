@@ -2,6 +2,7 @@
 (``train-<task>/checkpoint-<step>/``, the training scaffold's) is written to a temporary folder and renamed into
 place, so a kill (SIGKILL from a watcher, or a writer failing mid-write) leaves the previous complete checkpoint,
 never a truncated part or parts of two steps; a NaN loss stops the run before it reaches the weights."""
+
 import json
 import os
 import signal
@@ -21,8 +22,19 @@ from mmpos.training.world.training import train
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
-CONFIG = dict(task="vae", vae=TINY_VAE, image_size=32, num_examples=16, batch_size=4, device="cpu", num_samples=1,
-              log_every=1, warmup_steps=1, max_minutes=5.0, lr=1e-3)
+CONFIG = dict(
+    task="vae",
+    vae=TINY_VAE,
+    image_size=32,
+    num_examples=16,
+    batch_size=4,
+    device="cpu",
+    num_samples=1,
+    log_every=1,
+    warmup_steps=1,
+    max_minutes=5.0,
+    lr=1e-3,
+)
 
 # a child that saves its state over and over until it is killed; at step n every part holds n: the progress, the
 # first weight of the model (accelerate's model.safetensors) and the EMA's update count (ema.pt)
@@ -47,8 +59,11 @@ def saved_step(state_dir: Path) -> int:
 
 
 def complete(run_dir: Path) -> dict:
-    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and not p.relative_to(run_dir).parts[0].startswith(".")}
+    return {
+        p.relative_to(run_dir).as_posix(): p.read_bytes()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and not p.relative_to(run_dir).parts[0].startswith(".")
+    }
 
 
 def resumed(out_dir) -> WorldTrainer:
@@ -60,13 +75,18 @@ def resumed(out_dir) -> WorldTrainer:
 def test_sigkill_while_the_state_is_written_leaves_a_resumable_state(tmp_path):
     out, log = tmp_path / "run", tmp_path / "child.log"
     with open(log, "w") as errors:
-        child = subprocess.Popen([sys.executable, "-c", SAVER.format(config=repr(CONFIG)), str(out)],
-                                 stdout=subprocess.PIPE, stderr=errors, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", SAVER.format(config=repr(CONFIG)), str(out)],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
     run_dir = out / "train-vae"
 
     def later_save_under_way():
-        return any((p / "model.safetensors").exists() for p in run_dir.glob(".checkpoint-*.partial")) and \
-            any(run_dir.glob("checkpoint-*"))
+        return any((p / "model.safetensors").exists() for p in run_dir.glob(".checkpoint-*.partial")) and any(
+            run_dir.glob("checkpoint-*")
+        )
 
     try:
         assert child.stdout.readline().strip() == "ready", log.read_text()

@@ -1,4 +1,5 @@
 """Layout and repetition scores against the scene's ground truth (mmpos.eval.layout_metrics)."""
+
 import numpy as np
 
 from mmpos.eval.layout_metrics import connected_components, dominant_period, layout_scores
@@ -8,8 +9,11 @@ from mmpos.world.scene import ObjectSpec, SceneSpec, SceneStyle
 
 def scene():
     style = SceneStyle("white", "stripes", "flat")
-    return SceneSpec(32, style, (ObjectSpec("square", "red", (2, 2, 12, 12), "small"),
-                                 ObjectSpec("circle", "blue", (18, 18, 30, 30), "small")))
+    return SceneSpec(
+        32,
+        style,
+        (ObjectSpec("square", "red", (2, 2, 12, 12), "small"), ObjectSpec("circle", "blue", (18, 18, 30, 30), "small")),
+    )
 
 
 def test_connected_components_are_four_connected():
@@ -22,8 +26,12 @@ def test_connected_components_are_four_connected():
 def test_ground_truth_scores_perfectly_and_a_tiled_scene_is_a_repetition():
     spec = scene()
     image = render_scene(spec).image
-    assert layout_scores(image, spec) == {"count_error": 0.0, "duplicated": 0.0, "position_acc": 1.0,
-                                          "period_ratio": 1.0}
+    assert layout_scores(image, spec) == {
+        "count_error": 0.0,
+        "duplicated": 0.0,
+        "position_acc": 1.0,
+        "period_ratio": 1.0,
+    }
     tiled = layout_scores(np.tile(image, (2, 2, 1)), spec)
     assert tiled["duplicated"] == 1.0 and tiled["count_error"] >= 2 and tiled["position_acc"] < 1
     zoomed = layout_scores(image.repeat(2, 0).repeat(2, 1), spec)  # the same scene, twice the size

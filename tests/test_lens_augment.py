@@ -1,6 +1,7 @@
 """Camera-model augmentation: a pinhole frame re-rendered by another camera model (OpenCV radial, unified)
 agrees with that model's rays, the fitted camera sees only what the frame imaged, and a training sample hands
 the adapter the same model's rays."""
+
 import math
 
 import numpy as np
@@ -11,8 +12,7 @@ from PIL import Image
 from mmpos.camera import OpenCVCamera, Pinhole, Trajectory, UnifiedCamera, write_json
 from mmpos.camera.video import CameraPath, video_cameras
 from mmpos.pipelines.camera_clips import load_sample, read_clip
-from mmpos.pipelines.lens_augment import (LensAugmentation, lens_camera, pixel_centres, sees_inside,
-                                          warp_to_camera)
+from mmpos.pipelines.lens_augment import LensAugmentation, lens_camera, pixel_centres, sees_inside, warp_to_camera
 
 WIDTH, HEIGHT = 96, 64
 SOURCE = Pinhole(60.0, 60.0, 48.0, 32.0, WIDTH, HEIGHT)  # about 77 x 56 degrees
@@ -23,8 +23,9 @@ def world_colour(rays: torch.Tensor) -> torch.Tensor:
     pose sees in that direction."""
     x, y, z = rays.unbind(-1)
     azimuth, elevation = torch.atan2(x, z), torch.asin(y.clamp(-1, 1))
-    return 127.5 + 120 * torch.stack([torch.sin(4 * azimuth), torch.cos(5 * elevation),
-                                      torch.sin(3 * azimuth + 2 * elevation)], -1)
+    return 127.5 + 120 * torch.stack(
+        [torch.sin(4 * azimuth), torch.cos(5 * elevation), torch.sin(3 * azimuth + 2 * elevation)], -1
+    )
 
 
 def render(camera) -> np.ndarray:
@@ -33,9 +34,15 @@ def render(camera) -> np.ndarray:
     return world_colour(rays).numpy().astype(np.float32)
 
 
-@pytest.mark.parametrize("lens", [dict(model="opencv", zoom=1.0, k1=-0.2, k2=0.03),
-                                  dict(model="opencv", zoom=1.2, k1=0.15, k2=-0.04),
-                                  dict(model="unified", zoom=1.0, xi=0.8), dict(model="pinhole", zoom=1.3)])
+@pytest.mark.parametrize(
+    "lens",
+    [
+        dict(model="opencv", zoom=1.0, k1=-0.2, k2=0.03),
+        dict(model="opencv", zoom=1.2, k1=0.15, k2=-0.04),
+        dict(model="unified", zoom=1.0, xi=0.8),
+        dict(model="pinhole", zoom=1.3),
+    ],
+)
 def test_the_warped_frame_is_what_the_new_camera_sees(lens):
     target = lens_camera(SOURCE, lens)
     assert sees_inside(target, SOURCE) and target.fx >= SOURCE.fx * lens["zoom"]
@@ -82,15 +89,17 @@ def test_a_training_sample_hands_the_adapter_the_warped_frames_rays(tmp_path):
     for i in range(frames):
         Image.fromarray(picture.round().clip(0, 255).astype(np.uint8)).save(clip / f"frame_{i:03d}.png")
     normalised = torch.tensor([[60 / WIDTH, 60 / HEIGHT, 0.5, 0.5]], dtype=torch.float64).expand(frames, 4)
-    write_json(Trajectory(torch.eye(4, dtype=torch.float64).expand(frames, 4, 4).clone(), normalised.clone()),
-               clip / "trajectory.json")
+    write_json(
+        Trajectory(torch.eye(4, dtype=torch.float64).expand(frames, 4, 4).clone(), normalised.clone()),
+        clip / "trajectory.json",
+    )
     lens = dict(model="unified", zoom=1.1, xi=0.7)
     video, camera, _ = load_sample(read_clip(clip), frames, (HEIGHT, WIDTH), lens=lens)
     assert isinstance(camera, CameraPath) and camera.models[0] == lens_camera(SOURCE, lens)
     cameras = video_cameras(camera, (frames, HEIGHT // 16, WIDTH // 16), (HEIGHT, WIDTH), dtype=torch.float64)
     warped = (video[:, 0].permute(1, 2, 0).double() + 1) * 127.5  # frame 0, [H, W, 3]
     # a patch centre (u, v) = (16 c + 8, 16 r + 8) is the corner of four pixels: their mean is the bilinear value
-    at_patches = sum(warped[7 + dr::16, 7 + dc::16] for dr in (0, 1) for dc in (0, 1)).reshape(-1, 3) / 4
+    at_patches = sum(warped[7 + dr :: 16, 7 + dc :: 16] for dr in (0, 1) for dc in (0, 1)).reshape(-1, 3) / 4
     seen = world_colour(cameras.rays[0, 0])  # [P, 3]: what the adapter's rays see
     error = (at_patches - seen).abs()
     assert error.mean() < 1.0 and error.max() < 6

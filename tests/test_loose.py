@@ -1,4 +1,5 @@
 """LooseRoPE: factor tables, bins, token maps, the concatenated-q/k logit mix, Kontext bit-identity, step tracking."""
+
 import math
 
 import pytest
@@ -6,14 +7,14 @@ import torch
 from diffusers import FluxKontextPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxPosEmbed
-from mmpos.pipelines import LooseConfig, LooseRoPEKontextPipeline
-from mmpos.pipelines.context import EditContext, segments_from_ids
-from mmpos.coords.edits import shrink_ids
-from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, tanh_ramp, token_maps
-from mmpos.pipelines.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
 from fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
 from mmpos.coords import flux_ids
+from mmpos.coords.edits import shrink_ids
+from mmpos.pipelines import LooseConfig, LooseRoPEKontextPipeline
+from mmpos.pipelines.context import EditContext, segments_from_ids
+from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, tanh_ramp, token_maps
+from mmpos.pipelines.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
 
 
 def test_factor_tables_and_phases_match_the_reference_numbers():
@@ -31,8 +32,12 @@ def test_factor_tables_and_phases_match_the_reference_numbers():
     steps = (0, 9, 10, 11, 17, 18, 19, 27)
     assert [config.shrink_phase(s) for s in steps] == [0, 0, 1, 1, 1, 2, 2, 2]
     assert [config.logit_phase(s) for s in steps] == [0, 0, 0, 1, 1, 1, 2, 2]
-    for step, (shrink_table, logit_table) in {10: (shrink1, attention), 18: ((shrink2), attention1),
-                                              11: (shrink1, attention1), 19: (shrink2, attention2)}.items():
+    for step, (shrink_table, logit_table) in {
+        10: (shrink1, attention),
+        18: ((shrink2), attention1),
+        11: (shrink1, attention1),
+        19: (shrink2, attention2),
+    }.items():
         at_step = config.factors_at(step)
         assert torch.equal(at_step[0], shrink_table) and torch.equal(at_step[1], logit_table), step
     assert all((t == 1).all() for t in LooseConfig(strength=0.0).factors(0))
@@ -57,10 +62,13 @@ def test_token_maps_from_pixels():
     mask[16:48, 0:32] = True
     saliency = torch.zeros(64, 64)
     saliency[16:48, 16:32] = 1.0
-    maps = token_maps(LooseConfig(saliency_blur=0, saliency_boost=1.0, mask_dilation=0), saliency, mask, (4, 4),
-                      (4, 2))
-    assert maps.target_region.tolist() == [[False] * 4, [True, True, False, False], [True, True, False, False],
-                                           [False] * 4]
+    maps = token_maps(LooseConfig(saliency_blur=0, saliency_boost=1.0, mask_dilation=0), saliency, mask, (4, 4), (4, 2))
+    assert maps.target_region.tolist() == [
+        [False] * 4,
+        [True, True, False, False],
+        [True, True, False, False],
+        [False] * 4,
+    ]
     assert maps.context_region.tolist() == [[False, False], [True, False], [True, False], [False, False]]
     assert maps.bins[1, 0] == 0 and maps.bins[1, 1] == 4 and maps.bins[0, 0] == -1
 
@@ -90,26 +98,38 @@ def test_shrunk_ids_equal_frequency_scaled_rope():
     pos_embed = FluxPosEmbed(10000, [4, 4, 8])
     cos, sin = pos_embed(shrunk)
     q, k = torch.randn(1, 24, 1, 16), torch.randn(1, 24, 1, 16)
-    loosened = torch.einsum("bqhd,bkhd->qk", apply_rotary_emb(q, (cos, sin), sequence_dim=1),
-                            apply_rotary_emb(k, (cos, sin), sequence_dim=1))
+    loosened = torch.einsum(
+        "bqhd,bkhd->qk",
+        apply_rotary_emb(q, (cos, sin), sequence_dim=1),
+        apply_rotary_emb(k, (cos, sin), sequence_dim=1),
+    )
     # the logit depends on sigma * (p - p'): RoPE whose spatial frequencies are scaled by sigma on native ids
     angles = []
     for axis, dim in enumerate([4, 4, 8]):
         freqs = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
         scale = 0.6 if axis else 1.0
-        angles.append(ids[:, axis:axis + 1] * freqs * scale)
+        angles.append(ids[:, axis : axis + 1] * freqs * scale)
     angles = torch.cat(angles, dim=1).repeat_interleave(2, dim=1)
     scaled = (angles.cos().float(), angles.sin().float())
-    expected = torch.einsum("bqhd,bkhd->qk", apply_rotary_emb(q, scaled, sequence_dim=1),
-                            apply_rotary_emb(k, scaled, sequence_dim=1))
+    expected = torch.einsum(
+        "bqhd,bkhd->qk", apply_rotary_emb(q, scaled, sequence_dim=1), apply_rotary_emb(k, scaled, sequence_dim=1)
+    )
     torch.testing.assert_close(loosened, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("double", [True, False])
 def test_logit_mix_matches_explicit_attention(double):
     torch.manual_seed(0)
-    attn = FluxAttention(query_dim=32, heads=2, dim_head=16, added_kv_proj_dim=32 if double else None, bias=True,
-                         out_dim=None if double else 32, pre_only=not double, eps=1e-6).double()
+    attn = FluxAttention(
+        query_dim=32,
+        heads=2,
+        dim_head=16,
+        added_kv_proj_dim=32 if double else None,
+        bias=True,
+        out_dim=None if double else 32,
+        pre_only=not double,
+        eps=1e-6,
+    ).double()
     text_len, grid = 2, (3, 3)
     img_ids = torch.cat([flux_ids(*grid), flux_ids(*grid, index=1.0)])
     ids = torch.cat([torch.zeros(text_len, 3), img_ids])
@@ -133,8 +153,9 @@ def test_logit_mix_matches_explicit_attention(double):
     out = rule.attend(attn, hidden, text, rotary, context)
 
     q, k, v = explicit_qkv(attn, hidden, text)
-    standard = torch.einsum("bqhd,bkhd->bhqk", apply_rotary_emb(q, rotary, sequence_dim=1),
-                            apply_rotary_emb(k, rotary, sequence_dim=1))
+    standard = torch.einsum(
+        "bqhd,bkhd->bhqk", apply_rotary_emb(q, rotary, sequence_dim=1), apply_rotary_emb(k, rotary, sequence_dim=1)
+    )
     bins = rule.maps.bins.flatten()
     shrink, attention = config.factors(0)
     logits = standard.clone()
@@ -161,8 +182,10 @@ def test_logit_mix_matches_explicit_attention(double):
     rotated_q, rotated_k = (apply_rotary_emb(x, rotary, sequence_dim=1) for x in (q, k))
     outside = softmax_attention(rotated_q, rotated_k, v).flatten(2)
     row = text_len + 8  # token (2, 2): not pasted
-    torch.testing.assert_close((out[0] if double else out)[:, (8 if double else row)],
-                               attn.to_out[0](outside[:, row]) if double else outside[:, row])
+    torch.testing.assert_close(
+        (out[0] if double else out)[:, (8 if double else row)],
+        attn.to_out[0](outside[:, row]) if double else outside[:, row],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -183,14 +206,17 @@ def _kwargs(**extra):
 
 def test_disabled_or_zero_strength_is_bit_identical_to_stock_kontext(kontext_pipes):
     stock, loose = kontext_pipes
-    expected = stock(image=COLLAGE, height=48, width=48, max_area=48 * 48, generator=torch.Generator().manual_seed(0),
-                     **_kwargs()).images
+    expected = stock(
+        image=COLLAGE, height=48, width=48, max_area=48 * 48, generator=torch.Generator().manual_seed(0), **_kwargs()
+    ).images
     for config in ({**SCHEDULE, "enabled": False}, {**SCHEDULE, "strength": 0.0}, {**SCHEDULE, "step_range": (9, 9)}):
-        out = loose(image=COLLAGE, crop_mask=MASK, loose=config, generator=torch.Generator().manual_seed(0),
-                    **_kwargs())
+        out = loose(
+            image=COLLAGE, crop_mask=MASK, loose=config, generator=torch.Generator().manual_seed(0), **_kwargs()
+        )
         assert torch.equal(out.images, expected), config
-    edited = loose(image=COLLAGE, crop_mask=MASK, loose=SCHEDULE, generator=torch.Generator().manual_seed(0),
-                   **_kwargs())
+    edited = loose(
+        image=COLLAGE, crop_mask=MASK, loose=SCHEDULE, generator=torch.Generator().manual_seed(0), **_kwargs()
+    )
     assert not torch.allclose(edited.images, expected)
     assert edited.maps.bins.shape == (3, 3) and (edited.maps.bins >= 0).sum() == 2  # tokens over half covered
 
@@ -198,15 +224,24 @@ def test_disabled_or_zero_strength_is_bit_identical_to_stock_kontext(kontext_pip
 def test_behaviour_is_independent_of_calls_per_step(kontext_pipes):
     _, loose = kontext_pipes
     e = embeddings(1)
-    once = loose(image=COLLAGE, crop_mask=MASK, loose=SCHEDULE, generator=torch.Generator().manual_seed(0),
-                 **_kwargs()).images
+    once = loose(
+        image=COLLAGE, crop_mask=MASK, loose=SCHEDULE, generator=torch.Generator().manual_seed(0), **_kwargs()
+    ).images
     # true-CFG with a negative equal to the positive: two forwards per step, same prediction
-    twice = loose(image=COLLAGE, crop_mask=MASK, loose=SCHEDULE, generator=torch.Generator().manual_seed(0),
-                  true_cfg_scale=3.0, negative_prompt_embeds=e["prompt_embeds"],
-                  negative_pooled_prompt_embeds=e["pooled_prompt_embeds"], **_kwargs()).images
+    twice = loose(
+        image=COLLAGE,
+        crop_mask=MASK,
+        loose=SCHEDULE,
+        generator=torch.Generator().manual_seed(0),
+        true_cfg_scale=3.0,
+        negative_prompt_embeds=e["prompt_embeds"],
+        negative_pooled_prompt_embeds=e["pooled_prompt_embeds"],
+        **_kwargs(),
+    ).images
     assert torch.equal(once, twice)
-    again = loose(image=COLLAGE, crop_mask=MASK, loose=SCHEDULE, generator=torch.Generator().manual_seed(0),
-                  **_kwargs()).images
+    again = loose(
+        image=COLLAGE, crop_mask=MASK, loose=SCHEDULE, generator=torch.Generator().manual_seed(0), **_kwargs()
+    ).images
     assert torch.equal(once, again)  # a restart starts from step 0
 
 
@@ -218,6 +253,7 @@ def test_saliency_providers():
     s = SpectralResidualSaliency()(COLLAGE, mask)
     assert s[mask].min() == 0 and s[mask].max() == 1
     import timm
+
     from mmpos.pipelines.saliency import FeatureEnergySaliency
 
     backbone = timm.create_model("resnet10t", pretrained=False, features_only=True, out_indices=(1,))
@@ -243,8 +279,10 @@ def test_loose_input_errors(kontext_pipes):
         loose(image=COLLAGE, **_kwargs())
 
 
-@pytest.mark.parametrize("bad, name", [({"shrink": (0.5, 3.0)}, "shrink"), ({"shrink": (0.0, 1.0)}, "shrink"),
-                                       ({"saliency_blur": 4}, "saliency_blur")])
+@pytest.mark.parametrize(
+    "bad, name",
+    [({"shrink": (0.5, 3.0)}, "shrink"), ({"shrink": (0.0, 1.0)}, "shrink"), ({"saliency_blur": 4}, "saliency_blur")],
+)
 def test_config_refuses_out_of_range_shrink_and_even_blur(bad, name):
     with pytest.raises(ValueError, match=name):
         LooseConfig(**bad)
@@ -254,8 +292,15 @@ class _LatentsPrepared(Exception):
     pass
 
 
-@pytest.mark.parametrize("size, auto_resize, grid", [((512, 512), True, (64, 64)), ((512, 512), False, (32, 32)),
-                                                     ((48, 80), True, (50, 83)), ((48, 80), False, (3, 5))])
+@pytest.mark.parametrize(
+    "size, auto_resize, grid",
+    [
+        ((512, 512), True, (64, 64)),
+        ((512, 512), False, (32, 32)),
+        ((48, 80), True, (50, 83)),
+        ((48, 80), False, (3, 5)),
+    ],
+)
 def test_default_output_grid_equals_the_context_grid(kontext_pipes, monkeypatch, size, auto_resize, grid):
     """By default the output is generated at the size Kontext gives the collage as context: equal token grids
     (512x512 with auto-resize: 64x64 and 64x64, as stock Kontext and the authors' code; 48x80: 50x83 or 3x5)."""
@@ -272,8 +317,14 @@ def test_default_output_grid_equals_the_context_grid(kontext_pipes, monkeypatch,
     mask = torch.zeros(*size, dtype=torch.bool)
     mask[: size[0] // 2, : size[1] // 2] = True
     with pytest.raises(_LatentsPrepared):
-        loose(image=image(*size), crop_mask=mask, num_inference_steps=1, output_type="latent", _auto_resize=auto_resize,
-              **embeddings(1))
+        loose(
+            image=image(*size),
+            crop_mask=mask,
+            num_inference_steps=1,
+            output_type="latent",
+            _auto_resize=auto_resize,
+            **embeddings(1),
+        )
     assert seen["output"] == seen["context"] == grid
 
 
@@ -283,8 +334,14 @@ def _grid_of(ids):
 
 def test_return_dict_false_gives_a_tuple(kontext_pipes):
     _, loose = kontext_pipes
-    run = lambda **extra: loose(image=COLLAGE, crop_mask=MASK, loose=SCHEDULE,  # noqa: E731
-                                generator=torch.Generator().manual_seed(0), **_kwargs(), **extra)
+    run = lambda **extra: loose(
+        image=COLLAGE,
+        crop_mask=MASK,
+        loose=SCHEDULE,  # noqa: E731
+        generator=torch.Generator().manual_seed(0),
+        **_kwargs(),
+        **extra,
+    )
     output, as_tuple = run(), run(return_dict=False)
     from diffusers.utils import BaseOutput
 
@@ -307,8 +364,13 @@ def test_verdict_loop_restarts_with_the_same_noise_and_a_moved_boost(kontext_pip
     _, loose = kontext_pipes
     config = {**SCHEDULE, "verdict_step": 1, "verdict_retries": 2}
     run = lambda boost, **extra: loose(  # noqa: E731
-        image=COLLAGE, crop_mask=MASK, loose={**config, "saliency_boost": boost},
-        generator=torch.Generator().manual_seed(0), **_kwargs(), **extra)
+        image=COLLAGE,
+        crop_mask=MASK,
+        loose={**config, "saliency_boost": boost},
+        generator=torch.Generator().manual_seed(0),
+        **_kwargs(),
+        **extra,
+    )
     judge = _Judge("neglect", "suppression", "success")
     judged = run(0.83, verdict=judge)
     assert [s[:2] for s in judge.seen] == [((1, 3, 48, 48), 0), ((1, 3, 48, 48), 1), ((1, 3, 48, 48), 2)]

@@ -1,37 +1,70 @@
 """LooseRoPE on FLUX.2 Klein's edit mode and Qwen-Image-Edit(-Plus) (tiny offline pipelines)."""
+
 import math
 
 import pytest
 import torch
-from diffusers import (FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Transformer2DModel,
-                       QwenImageEditPipeline, QwenImageEditPlusPipeline)
+from diffusers import (
+    FlowMatchEulerDiscreteScheduler,
+    Flux2KleinPipeline,
+    Flux2Transformer2DModel,
+    QwenImageEditPipeline,
+)
+from fixtures.tiny_edit_families import (
+    KLEIN_TRANSFORMER,
+    klein_prompt_embeds,
+    pil_image,
+    qwen_prompt_embeds,
+    tiny_klein_components,
+    tiny_qwen_image_components,
+)
+
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.integrations.diffusers.families.qwen import qwen_coords
 from mmpos.pipelines.context import EditContext, EditSession
 from mmpos.pipelines.loose import LooseConfig
 from mmpos.pipelines.loose_families import POSITIONS, FamilyLooseRule, ForwardInputs, grid_cells
-from mmpos.pipelines.loose_family_pipeline import (LOOSE_PIPELINES, LOOSE_PIPELINES_BY_STOCK, LooseRoPEKleinPipeline,
-                                                   LooseRoPEQwenEditPipeline, LooseRoPEQwenEditPlusPipeline)
-from fixtures.tiny_edit_families import (KLEIN_TRANSFORMER, klein_prompt_embeds, pil_image, qwen_prompt_embeds,
-                                         tiny_klein_components, tiny_qwen_image_components)
+from mmpos.pipelines.loose_family_pipeline import (
+    LOOSE_PIPELINES,
+    LOOSE_PIPELINES_BY_STOCK,
+    LooseRoPEKleinPipeline,
+    LooseRoPEQwenEditPipeline,
+    LooseRoPEQwenEditPlusPipeline,
+)
 
 YARN = {"type": "yarn", "factor": 2.0, "original_length": 8}
 
 
 def _paste(size):
     mask = torch.zeros(size, size, dtype=torch.bool)
-    mask[size // 4: 3 * size // 4, size // 4: 5 * size // 8] = True
+    mask[size // 4 : 3 * size // 4, size // 4 : 5 * size // 8] = True
     return mask
 
 
 def _klein_run(pipe, **extra):
-    return pipe(image=pil_image(64, 64), prompt_embeds=klein_prompt_embeds(), num_inference_steps=3,
-                guidance_scale=1.0, generator=torch.Generator().manual_seed(0), output_type="pt", **extra)
+    return pipe(
+        image=pil_image(64, 64),
+        prompt_embeds=klein_prompt_embeds(),
+        num_inference_steps=3,
+        guidance_scale=1.0,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+        **extra,
+    )
 
 
 def _qwen_run(pipe, image=None, **extra):
-    return pipe(image=image or pil_image(64, 64), height=64, width=64, **qwen_prompt_embeds(), true_cfg_scale=1.0,
-                num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="pt", **extra)
+    return pipe(
+        image=image or pil_image(64, 64),
+        height=64,
+        width=64,
+        **qwen_prompt_embeds(),
+        true_cfg_scale=1.0,
+        num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+        **extra,
+    )
 
 
 def test_registries_map_families_and_stock_classes_to_subclasses():
@@ -55,9 +88,16 @@ def test_klein_loose_off_is_the_stock_pipeline(loose):
 def test_klein_keeps_the_stock_call_conventions():
     c = tiny_klein_components()
     pipe = LooseRoPEKleinPipeline(**c)
-    images, saliency, mask, maps, verdicts = pipe(pil_image(64, 64), None, prompt_embeds=klein_prompt_embeds(),
-                                                  num_inference_steps=2, guidance_scale=1.0, output_type="np",
-                                                  return_dict=False, crop_mask=_paste(64))
+    images, saliency, mask, maps, verdicts = pipe(
+        pil_image(64, 64),
+        None,
+        prompt_embeds=klein_prompt_embeds(),
+        num_inference_steps=2,
+        guidance_scale=1.0,
+        output_type="np",
+        return_dict=False,
+        crop_mask=_paste(64),
+    )
     assert images.shape == (1, 64, 64, 3) and saliency.shape == mask.shape == (64, 64) and verdicts is None
     with pytest.raises(ValueError, match="exactly one of crop_mask and original"):
         pipe(pil_image(64, 64), prompt_embeds=klein_prompt_embeds(), num_inference_steps=2)
@@ -92,9 +132,19 @@ def _flux2_forward(order_seed=None, dtype=torch.float32):
     txt_ids = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(5))
     scheduler = FlowMatchEulerDiscreteScheduler()
     scheduler.set_timesteps(28)
-    return scheduler, dict(hidden_states=hidden[:, order], encoder_hidden_states=text, img_ids=ids[order][None],
-                           txt_ids=txt_ids[None], timestep=(scheduler.timesteps[:1] / 1000).to(dtype),
-                           guidance=None, return_dict=False), order
+    return (
+        scheduler,
+        dict(
+            hidden_states=hidden[:, order],
+            encoder_hidden_states=text,
+            img_ids=ids[order][None],
+            txt_ids=txt_ids[None],
+            timestep=(scheduler.timesteps[:1] / 1000).to(dtype),
+            guidance=None,
+            return_dict=False,
+        ),
+        order,
+    )
 
 
 def _run_rule(model, scheduler, kwargs, config, record=None):
@@ -217,10 +267,12 @@ def test_qwen_edit_loose_off_under_set_pe_is_the_set_pe_model():
     set_pe(c["transformer"], "native", extrapolation={"type": "ntk", "factor": 2.0})
     try:
         stock = _qwen_run(QwenImageEditPipeline(processor=None, **c)).images
-        off = _qwen_run(LooseRoPEQwenEditPipeline(processor=None, **c), crop_mask=_paste(64),
-                        loose={"enabled": False}).images
-        on = _qwen_run(LooseRoPEQwenEditPipeline(processor=None, **c), crop_mask=_paste(64),
-                       loose={"step_range": (0, 2)}).images
+        off = _qwen_run(
+            LooseRoPEQwenEditPipeline(processor=None, **c), crop_mask=_paste(64), loose={"enabled": False}
+        ).images
+        on = _qwen_run(
+            LooseRoPEQwenEditPipeline(processor=None, **c), crop_mask=_paste(64), loose={"step_range": (0, 2)}
+        ).images
     finally:
         restore(c["transformer"])
     assert torch.equal(off, stock)
@@ -244,8 +296,12 @@ def test_qwen_edit_plus_collage_is_the_first_condition_image_by_frame_index():
     try:
         for images in ([pil_image(64, 64), pil_image(32, 64, seed=4)], [pil_image(32, 64), pil_image(64, 64, seed=4)]):
             layouts.clear()
-            out = _qwen_run(pipe, image=images, crop_mask=_paste(64) if images[0].size == (64, 64) else
-                            _paste(64)[:32], loose={"step_range": (0, 1)})
+            out = _qwen_run(
+                pipe,
+                image=images,
+                crop_mask=_paste(64) if images[0].size == (64, 64) else _paste(64)[:32],
+                loose={"step_range": (0, 1)},
+            )
             (_, _, _, collage, _), shapes = layouts[0]
             coords = qwen_coords(shapes, 1)[0]
             assert torch.equal(collage, torch.nonzero(coords[:, 0] == 1).flatten())

@@ -1,5 +1,6 @@
 """`make test-fast` leaves out named test files: each of them exists (a renamed file would otherwise come back into
 the fast lane unnoticed, or a typo leave out nothing)."""
+
 import re
 from pathlib import Path
 
@@ -18,4 +19,3 @@ def test_fast_lane_excludes_existing_files_only():
     assert excluded, "FAST_EXCLUDE is empty"
     missing = [path for path in excluded if not (ROOT / path).is_file()]
     assert not missing, f"Makefile FAST_EXCLUDE names files that do not exist: {missing}"
-

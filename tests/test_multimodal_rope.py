@@ -1,10 +1,11 @@
 """MRoPE, MRoPE-I and MHRoPE encodings: allocation maps, text priors, relative property, transformers' tables."""
+
 import pytest
+import tiny_qwen_vl
 import torch
+from conftest import logits
 
 import mmpos
-import tiny_qwen_vl
-from conftest import logits
 from mmpos.coords import video_grid
 from mmpos.coords.multimodal import multimodal_position_ids, sequence_coords
 from mmpos.ops import RotaryTable, rotate
@@ -24,11 +25,14 @@ def test_interleaved_allocation_maps():
     assert chunked.tolist() == [0] * 16 + [1] * 24 + [2] * 24
 
 
-@pytest.mark.parametrize("name,options", [
-    ("mrope", dict(mrope_section=(16, 24, 24))),
-    ("mrope_interleave", dict(mrope_section=(24, 20, 20))),
-    ("mhrope", dict(num_kv_heads=8, num_heads=16, head_section=(2, 3, 3))),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("mrope", dict(mrope_section=(16, 24, 24))),
+        ("mrope_interleave", dict(mrope_section=(24, 20, 20))),
+        ("mhrope", dict(num_kv_heads=8, num_heads=16, head_section=(2, 3, 3))),
+    ],
+)
 def test_text_prior_is_plain_rope_bit_for_bit(name, options):
     pe = mmpos.create_pe(name, head_dim=128, theta=5e6, **options)
     plain = mmpos.create_pe("rope_1d", head_dim=128, theta=5e6)
@@ -53,15 +57,19 @@ def test_phases_follow_the_allocation_fp64(name):
     coords = sequence_coords(SEGMENTS).double()
     axis = section_axis_of_pair(section, "chunked" if name == "mrope" else "interleaved")
     phase = coords[:, axis] * rope_inv_freq(32, 1e4)
-    assert torch.allclose(pe.table(coords, torch.float64).cis, torch.polar(torch.ones_like(phase), phase),
-                          atol=1e-14, rtol=0)
+    assert torch.allclose(
+        pe.table(coords, torch.float64).cis, torch.polar(torch.ones_like(phase), phase), atol=1e-14, rtol=0
+    )
 
 
-@pytest.mark.parametrize("name,options", [
-    ("mrope", dict(mrope_section=(4, 6, 6))),
-    ("mrope_interleave", dict(mrope_section=(6, 5, 5))),
-    ("mhrope", dict(num_kv_heads=4, num_heads=8, head_section=(1, 1, 1))),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("mrope", dict(mrope_section=(4, 6, 6))),
+        ("mrope_interleave", dict(mrope_section=(6, 5, 5))),
+        ("mhrope", dict(num_kv_heads=4, num_heads=8, head_section=(1, 1, 1))),
+    ],
+)
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_relative_property_per_axis_fp64(name, options, axis):
     """Moving every token along one axis leaves all logits unchanged, and logits depend only on offsets."""
@@ -103,8 +111,9 @@ def test_mhrope_head_mapping_nope_heads_and_gqa():
 
 
 def test_partial_rotary_qwen35():
-    pe = mmpos.create_pe("mrope_interleave", head_dim=256, partial_rotary_factor=0.25, mrope_section=(11, 11, 10),
-                         theta=1e7)
+    pe = mmpos.create_pe(
+        "mrope_interleave", head_dim=256, partial_rotary_factor=0.25, mrope_section=(11, 11, 10), theta=1e7
+    )
     assert pe.rotary_dim == 64
     x = torch.randn(1, 2, 6, 256)
     out, _ = pe(x, x, sequence_coords([("text", 2), ("image", 2, 2)]))
@@ -125,15 +134,17 @@ def _host_tables(kind):
     model = tiny_qwen_vl.build(kind)
     inputs = tiny_qwen_vl.mixed_inputs(kind)
     with torch.no_grad():
-        ids, _ = model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
-                                            inputs["image_grid_thw"], inputs["video_grid_thw"])
+        ids, _ = model.model.get_rope_index(
+            inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"]
+        )
         rotary = model.model.language_model.rotary_emb
         cos, sin = rotary(torch.zeros(1, dtype=torch.float32), ids)
     return model, rotary, ids, cos, sin
 
 
-@pytest.mark.parametrize("kind,name,section", [("qwen2_vl", "mrope", (2, 3, 3)),
-                                               ("qwen3_vl", "mrope_interleave", (4, 2, 2))])
+@pytest.mark.parametrize(
+    "kind,name,section", [("qwen2_vl", "mrope", (2, 3, 3)), ("qwen3_vl", "mrope_interleave", (4, 2, 2))]
+)
 def test_tables_equal_transformers_rotary_embedding(kind, name, section):
     model, rotary, ids, cos, sin = _host_tables(kind)
     pe = mmpos.create_pe(name, head_dim=tiny_qwen_vl.HEAD_DIM, mrope_section=section, theta=10000.0)
@@ -169,16 +180,28 @@ def test_qwen35_partial_rotary_matches_transformers():
     from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedding
 
-    config = Qwen3_5TextConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
-                               rope_parameters={"rope_type": "default", "rope_theta": 1e7, "mrope_section": [3, 3, 2],
-                                                "partial_rotary_factor": 0.25, "mrope_interleaved": True})
+    config = Qwen3_5TextConfig(
+        hidden_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 1e7,
+            "mrope_section": [3, 3, 2],
+            "partial_rotary_factor": 0.25,
+            "mrope_interleaved": True,
+        },
+    )
     rotary = Qwen3_5TextRotaryEmbedding(config)
     types = torch.tensor([[0] * 5 + [1] * 4 + [0] * 3 + [2] * 4 + [0] * 2])
-    ids, _ = multimodal_position_ids(types, torch.tensor([[1, 4, 4]]), torch.tensor([[1, 4, 4]]),
-                                     spatial_merge_size=2, split_video_frames=True)
+    ids, _ = multimodal_position_ids(
+        types, torch.tensor([[1, 4, 4]]), torch.tensor([[1, 4, 4]]), spatial_merge_size=2, split_video_frames=True
+    )
     cos, _ = rotary(torch.zeros(1), ids)
-    pe = mmpos.create_pe("mrope_interleave", head_dim=64, partial_rotary_factor=0.25, mrope_section=(3, 3, 2),
-                         theta=1e7)
+    pe = mmpos.create_pe(
+        "mrope_interleave", head_dim=64, partial_rotary_factor=0.25, mrope_section=(3, 3, 2), theta=1e7
+    )
     assert cos.shape[-1] == 16 and pe.rotary_dim == 16
     coords = ids[:, 0].T.double()
     phase = coords[:, section_axis_of_pair((3, 3, 2), "interleaved")] * pe.spectrum.inv_freq
@@ -186,16 +209,19 @@ def test_qwen35_partial_rotary_matches_transformers():
     assert ((pe.table(coords).cos - cos[0, :, :8]).abs() <= tol).all()
 
 
-@pytest.mark.parametrize("name,options,match", [
-    ("mrope", dict(head_dim=32, mrope_section=(4, 6, 5)), r"adds up to 15 pairs .* temporal count must be 5"),
-    ("mrope_interleave", dict(head_dim=32, mrope_section=(2, 7, 7)), "axis 1 needs pair index 19"),
-    ("mrope", dict(head_dim=32, partial_rotary_factor=0.1), "3 rotary channels"),
-    ("mrope", dict(head_dim=32, partial_rotary_factor=1.5), r"partial_rotary_factor must be in \(0, 1\]"),
-    ("mrope", dict(head_dim=32, mrope_section=(8, -1, 9)), "non-negative"),
-    ("mhrope", dict(head_dim=32, num_kv_heads=4, num_heads=6), "num_heads=6 is not a multiple of num_kv_heads=4"),
-    ("mhrope", dict(head_dim=32, num_kv_heads=4, head_section=(2, 2, 1)), "assigns 5 heads .* num_kv_heads=4"),
-    ("mhrope", dict(head_dim=32, num_kv_heads=2), "pass head_section"),
-])
+@pytest.mark.parametrize(
+    "name,options,match",
+    [
+        ("mrope", dict(head_dim=32, mrope_section=(4, 6, 5)), r"adds up to 15 pairs .* temporal count must be 5"),
+        ("mrope_interleave", dict(head_dim=32, mrope_section=(2, 7, 7)), "axis 1 needs pair index 19"),
+        ("mrope", dict(head_dim=32, partial_rotary_factor=0.1), "3 rotary channels"),
+        ("mrope", dict(head_dim=32, partial_rotary_factor=1.5), r"partial_rotary_factor must be in \(0, 1\]"),
+        ("mrope", dict(head_dim=32, mrope_section=(8, -1, 9)), "non-negative"),
+        ("mhrope", dict(head_dim=32, num_kv_heads=4, num_heads=6), "num_heads=6 is not a multiple of num_kv_heads=4"),
+        ("mhrope", dict(head_dim=32, num_kv_heads=4, head_section=(2, 2, 1)), "assigns 5 heads .* num_kv_heads=4"),
+        ("mhrope", dict(head_dim=32, num_kv_heads=2), "pass head_section"),
+    ],
+)
 def test_bad_options(name, options, match):
     with pytest.raises(ValueError, match=match):
         mmpos.create_pe(name, **options)

@@ -1,6 +1,7 @@
 """No command replaces what it was not told to (one line naming --out and --overwrite, exit 2; the user's file
 unchanged), and two writers of one new output folder never leave a half or mixed folder: one wins whole, the
 other gets a named error (issue 35, "Data loss")."""
+
 import json
 import os
 import subprocess
@@ -38,10 +39,12 @@ def assert_names_out_and_overwrite(line: str, path: Path) -> None:
 
 # ------------------------------------------------------------------------------------ refused, file unchanged
 
+
 def test_world_sample_keeps_the_users_image(tmp_path, capsys):
     mine = users_file(tmp_path / "image_0.png")
-    line = refused(["world", "sample", "--caption", "a large red star at center", "--steps", "1",
-                    "--out", str(tmp_path)], capsys)
+    line = refused(
+        ["world", "sample", "--caption", "a large red star at center", "--steps", "1", "--out", str(tmp_path)], capsys
+    )
     assert_names_out_and_overwrite(line, mine)
     assert mine.read_bytes() == USERS and sorted(p.name for p in tmp_path.iterdir()) == ["image_0.png"]
 
@@ -58,8 +61,19 @@ def test_viz_cameras_keeps_the_users_figure_and_replaces_it_when_told(tmp_path, 
 
     trajectory = save_trajectory(preset_trajectory("orbit", 4), tmp_path / "good.json")
     mine = users_file(tmp_path / "out" / "good_rig.png")
-    argv = ["viz", "cameras", str(trajectory), "--image-size", "18", "32", "--grid", "3", "4",
-            "--out", str(tmp_path / "out")]
+    argv = [
+        "viz",
+        "cameras",
+        str(trajectory),
+        "--image-size",
+        "18",
+        "32",
+        "--grid",
+        "3",
+        "4",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     line = refused(argv, capsys)
     assert_names_out_and_overwrite(line, mine)
     assert mine.read_bytes() == USERS and [p.name for p in mine.parent.iterdir()] == ["good_rig.png"]
@@ -68,8 +82,12 @@ def test_viz_cameras_keeps_the_users_figure_and_replaces_it_when_told(tmp_path, 
 
 
 def eval_nvs(out: Path, *command: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_nvs.py"), "--out", str(out), *command],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "eval_nvs.py"), "--out", str(out), *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_eval_nvs_report_keeps_the_users_results_and_replaces_them_when_told(tmp_path):
@@ -113,6 +131,7 @@ def test_two_file_writers_of_one_name_use_two_temporary_names(tmp_path):
 
 # ------------------------------------------------------------------------- two writers of one new folder
 
+
 def test_a_second_writer_of_an_output_folder_gets_a_named_error_and_the_first_wins_whole(tmp_path):
     out = tmp_path / "new"
     with _atomic.output_folder_written(out, overwrite=False) as folder:
@@ -152,11 +171,26 @@ def test_world_dataset_second_writer_during_the_first_gets_a_named_error(tmp_pat
 
 def test_two_world_dataset_processes_into_one_new_folder(tmp_path):
     out = tmp_path / "data"
-    command = [sys.executable, "-m", "mmpos.cli", "world", "dataset", "--count", "40", "--size", "32", "--out",
-               str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "mmpos.cli",
+        "world",
+        "dataset",
+        "--count",
+        "40",
+        "--size",
+        "32",
+        "--out",
+        str(out),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    runs = [subprocess.Popen([*command, "--seed", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env) for seed in (0, 1)]
+    runs = [
+        subprocess.Popen(
+            [*command, "--seed", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for seed in (0, 1)
+    ]
     results = [(run.wait(timeout=300), run.stderr.read()) for run in runs]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 2], results

@@ -1,5 +1,6 @@
 """Novel-view benchmark: textured scenes, train/test disjointness, the model's forward per camera encoding,
 SE(3) invariance of the relative encodings (fp64), resumable training, PSNR/SSIM against known values."""
+
 import json
 import math
 
@@ -9,9 +10,9 @@ import torch
 
 from mmpos.camera import axis_angle_to_matrix, pose_from_rotation_translation
 from mmpos.eval.image_quality import gaussian_window, psnr, ssim
-from mmpos.world.nvs_data import make_camera, make_triples, scene_seeds
 from mmpos.models.world.nvs import NVS_ENCODINGS, NovelViewTransformer
 from mmpos.training.world.nvs_training import NVSRecipe, train_nvs
+from mmpos.world.nvs_data import make_camera, make_triples, scene_seeds
 from mmpos.world.scene3d import GROUND_ID, LIGHT, Scene3D, orbit_trajectory, render_view, sample_scene3d
 from mmpos.world.textures import solid_texture
 
@@ -33,8 +34,9 @@ def small_model(encoding, dtype=torch.float32):
 
 def test_textured_scene_keeps_geometry_and_is_seeded():
     flat, textured = sample_scene3d(4, 4), sample_scene3d(4, 4, textured=True)
-    assert [(p.colour, getattr(p, "radius", None)) for p in flat.primitives] == \
-        [(p.colour, getattr(p, "radius", None)) for p in textured.primitives]
+    assert [(p.colour, getattr(p, "radius", None)) for p in flat.primitives] == [
+        (p.colour, getattr(p, "radius", None)) for p in textured.primitives
+    ]
     assert all(p.texture == "flat" for p in flat.primitives) and flat.ground_texture == "flat"
     assert textured == sample_scene3d(4, 4, textured=True)
     with pytest.raises(ValueError, match="texture"):
@@ -125,8 +127,8 @@ def test_ssim_known_values():
     images = torch.rand(3, 3, 16, 16, dtype=torch.float64)
     assert ssim(images, images).tolist() == pytest.approx([1.0] * 3, abs=1e-12)
     a, b = torch.full((1, 1, 12, 12), 0.2, dtype=torch.float64), torch.full((1, 1, 12, 12), 0.6, dtype=torch.float64)
-    c1 = 0.01 ** 2  # constant images: zero variance, SSIM = luminance term only
-    assert ssim(a, b).item() == pytest.approx((2 * 0.2 * 0.6 + c1) / (0.2 ** 2 + 0.6 ** 2 + c1), abs=1e-12)
+    c1 = 0.01**2  # constant images: zero variance, SSIM = luminance term only
+    assert ssim(a, b).item() == pytest.approx((2 * 0.2 * 0.6 + c1) / (0.2**2 + 0.6**2 + c1), abs=1e-12)
 
 
 def test_ssim_matches_a_direct_windowed_computation():
@@ -136,12 +138,12 @@ def test_ssim_matches_a_direct_windowed_computation():
     values = []
     for i in range(3):
         for j in range(3):
-            px, py = x[0, 0, i:i + 11, j:j + 11], y[0, 0, i:i + 11, j:j + 11]
+            px, py = x[0, 0, i : i + 11, j : j + 11], y[0, 0, i : i + 11, j : j + 11]
             mx, my = (w * px).sum(), (w * py).sum()
             vx, vy = (w * (px - mx) ** 2).sum(), (w * (py - my) ** 2).sum()
             cov = (w * (px - mx) * (py - my)).sum()
-            c1, c2 = 0.01 ** 2, 0.03 ** 2
-            values.append((2 * mx * my + c1) * (2 * cov + c2) / ((mx ** 2 + my ** 2 + c1) * (vx + vy + c2)))
+            c1, c2 = 0.01**2, 0.03**2
+            values.append((2 * mx * my + c1) * (2 * cov + c2) / ((mx**2 + my**2 + c1) * (vx + vy + c2)))
     assert ssim(x, y).item() == pytest.approx(torch.stack(values).mean().item(), abs=1e-12)
     assert math.isclose(gaussian_window().sum().item(), 1.0, abs_tol=1e-15)
 

@@ -1,4 +1,5 @@
 """open_clip vision towers converted with mmpos (random tiny towers built offline), and a converted timm Eva."""
+
 from __future__ import annotations
 
 import pytest
@@ -76,8 +77,9 @@ def test_converted_tower_forward_backward(pe):
         features = model.encode_image(torch.randn(2, 3, size, size))
         assert features.shape == (2, 32) and torch.isfinite(features).all()
     features.square().sum().backward()
-    encoding_grads = [p.grad for name, p in model.visual.named_parameters()
-                      if ".pe." in name or name.startswith("mmpos_ape")]
+    encoding_grads = [
+        p.grad for name, p in model.visual.named_parameters() if ".pe." in name or name.startswith("mmpos_ape")
+    ]
     assert all(g is not None and torch.isfinite(g).all() for g in encoding_grads)
     if pe in ("rope_mixed", "comrope_ld", "harope", "ape_learned"):
         assert encoding_grads and any(g.abs().sum() > 0 for g in encoding_grads)

@@ -1,4 +1,5 @@
 """The core never imports the application layer (``mmpos.pipelines``), and both come from one installation."""
+
 import ast
 import sys
 from pathlib import Path
@@ -36,8 +37,11 @@ def test_absolute_imports_resolves_relative_imports():
     source = "from ..pipelines import band\nfrom . import x\nimport mmpos.pipelines.loose\n"
     names = absolute_imports(source, "mmpos.integrations")
     assert "mmpos.pipelines" in names and "mmpos.integrations.x" in names and "mmpos.pipelines.loose" in names
-    assert [n for n in names if is_application_layer(n)] == ["mmpos.pipelines", "mmpos.pipelines.band",
-                                                             "mmpos.pipelines.loose"]
+    assert [n for n in names if is_application_layer(n)] == [
+        "mmpos.pipelines",
+        "mmpos.pipelines.band",
+        "mmpos.pipelines.loose",
+    ]
 
 
 @pytest.mark.parametrize("part", CORE)
@@ -58,7 +62,10 @@ def test_pipelines_come_from_the_same_installation_as_mmpos():
     pipelines_init = Path(mmpos.pipelines.__file__).resolve()
     # setup.py maps mmpos.pipelines to the top-level pipelines/ folder: beside mmpos/ in a checkout (editable),
     # inside mmpos/ in a built wheel
-    assert pipelines_init in (PACKAGE_ROOT.parent / "pipelines" / "__init__.py",
-                              PACKAGE_ROOT / "pipelines" / "__init__.py")
-    assert not [name for name in sys.modules if name == "pipelines" or name.startswith("pipelines.")], \
+    assert pipelines_init in (
+        PACKAGE_ROOT.parent / "pipelines" / "__init__.py",
+        PACKAGE_ROOT / "pipelines" / "__init__.py",
+    )
+    assert not [name for name in sys.modules if name == "pipelines" or name.startswith("pipelines.")], (
         "pipelines/ was also imported as a bare top-level package (two copies of every class)"
+    )

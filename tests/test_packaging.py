@@ -4,6 +4,7 @@ type marker in the package, mypy clean on the core packages, and the docs site b
 The mypy and docs-site checks need the ``dev`` extra (``pip install -e '.[dev]'``, ``make quality`` / ``make docs``)
 and are skipped without it.
 """
+
 import importlib.metadata
 import os
 import re
@@ -55,8 +56,9 @@ def test_the_mypy_files_are_the_core_packages_and_exist():
 @pytest.mark.slow
 def test_mypy_finds_nothing_in_the_core_packages():
     pytest.importorskip("mypy", reason="mypy is in the dev extra (pip install -e '.[dev]')")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
@@ -71,19 +73,27 @@ def test_the_docs_hook_points_links_at_the_site():
     linked: set[str] = set()
     readme = "[a](docs/video.md#x) [b](assets/nvs/examples.png) [c](nowhere.md) [d](https://x.org/y.md)"
     assert hooks._rewrite(readme, ROOT, "", linked) == (
-        "[a](video.md#x) [b](repo/assets/nvs/examples.png) [c](nowhere.md) [d](https://x.org/y.md)")
+        "[a](video.md#x) [b](repo/assets/nvs/examples.png) [c](nowhere.md) [d](https://x.org/y.md)"
+    )
     assert linked == {"assets/nvs/examples.png"}  # copied into the site; a missing file is left for --strict
     page = "[r](../../README.md) [f](../../assets/nvs/examples.png) [i](index.md) [h](../README.md)"
     assert hooks._rewrite(page, ROOT / "docs" / "api", "api", set()) == (  # a page of docs/api/
-        "[r](../overview.md) [f](../repo/assets/nvs/examples.png) [i](index.md) [h](../README.md)")
+        "[r](../overview.md) [f](../repo/assets/nvs/examples.png) [i](index.md) [h](../README.md)"
+    )
 
 
 @pytest.mark.slow
 def test_the_docs_site_builds_in_strict_mode(tmp_path):
     pytest.importorskip("mkdocstrings", reason="mkdocs and mkdocstrings are in the dev extra")
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
-    done = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    done = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     api = (tmp_path / "site" / "api" / "pipelines" / "index.html").read_text()
     for name in ("PosBridgeFillPipeline.__call__", "BandModulationFluxPipeline.__call__"):

@@ -1,13 +1,13 @@
 """One PE-parameter / freeze API (mmpos.integrations.pe_parameters) for timm ViTs, the DiT and diffusers."""
+
 import pytest
+from fixtures.tiny_models import tiny_flux
 from timm.models.vision_transformer import VisionTransformer
 
 import mmpos.integrations.timm as mt
 from mmpos.integrations import diffusers as md
 from mmpos.integrations.pe_parameters import freeze_all_but_pe, named_pe_parameters, pe_parameters, train_only_pe
 from mmpos.models import DiT
-
-from fixtures.tiny_models import tiny_flux
 
 
 def vit(pe):
@@ -40,7 +40,8 @@ def test_diffusers_names_are_the_shared_functions_after_set_pe():
     model = flux("rope_mixed")
     assert [id(p) for p in md.pe_parameters(model)] == [id(p) for p in pe_parameters(model)]
     assert [id(p) for p in md.train_only_pe(model, also=["proj_out"])] == [
-        id(p) for p in train_only_pe(model, also=["proj_out"])]
+        id(p) for p in train_only_pe(model, also=["proj_out"])
+    ]
     with pytest.raises(ValueError, match="has no mmpos encoding installed"):
         md.pe_parameters(tiny_flux())
 

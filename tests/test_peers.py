@@ -1,4 +1,5 @@
 """Equivalence with the peers' own code (diffusers, timm, transformers, rotary-embedding-torch)."""
+
 import pytest
 import torch
 
@@ -18,8 +19,7 @@ class TestDiffusersFlux:
 
         self.ids = flux_ids(6, 5, text_length=7, index=1.0)
         self.cos, self.sin = FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])(self.ids)
-        self.pe = mmpos.create_pe("rope_axial", head_dim=128, axes_dims=(16, 56, 56), theta=10000,
-                                  layout="interleaved")
+        self.pe = mmpos.create_pe("rope_axial", head_dim=128, axes_dims=(16, 56, 56), theta=10000, layout="interleaved")
 
     def test_tables_are_bit_identical(self):
         table = self.pe.table(self.ids, torch.float32)
@@ -88,17 +88,27 @@ def _llama(rope_parameters, head_dim=32):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    config = LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2, head_dim=head_dim,
-                         max_position_embeddings=256, rope_parameters=rope_parameters)
+    config = LlamaConfig(
+        hidden_size=head_dim * 2,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        max_position_embeddings=256,
+        rope_parameters=rope_parameters,
+    )
     return LlamaRotaryEmbedding(config)
 
 
-@pytest.mark.parametrize("extrapolation,rope_parameters", [
-    (None, {"rope_type": "default", "rope_theta": 10000.0}),
-    ({"type": "pi", "factor": 4.0}, {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}),
-    ({"type": "yarn", "factor": 4.0, "original_length": 64},
-     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0}),
-])
+@pytest.mark.parametrize(
+    "extrapolation,rope_parameters",
+    [
+        (None, {"rope_type": "default", "rope_theta": 10000.0}),
+        ({"type": "pi", "factor": 4.0}, {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}),
+        (
+            {"type": "yarn", "factor": 4.0, "original_length": 64},
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0},
+        ),
+    ],
+)
 def test_transformers_rotate_half(extrapolation, rope_parameters):
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 

@@ -1,6 +1,7 @@
 """Learned phases: rotate_pair (one backward for q and k) gives the gradients of two separate rotations, passes
 gradcheck in fp64 with prefix tokens, partial rotary, both layouts and broadcast tables; the table is bitwise
 cos + i sin."""
+
 import pytest
 import torch
 
@@ -26,8 +27,9 @@ def test_gradcheck_with_prefix_partial_rotary_and_a_broadcast_table(layout, seq_
     assert torch.autograd.gradcheck(run, (q, k, phase), fast_mode=True)
     separate = unit_phasor_table(phase, torch.complex128)
     separate.phase = None  # the per-tensor path, differentiating through cis
-    for fused, alone in zip(run(q, k, phase), rotate_pair(q, k, separate, layout, seq_dim=seq_dim,
-                                                          num_prefix_tokens=prefix)):
+    for fused, alone in zip(
+        run(q, k, phase), rotate_pair(q, k, separate, layout, seq_dim=seq_dim, num_prefix_tokens=prefix)
+    ):
         assert torch.equal(fused, alone)
 
 
@@ -58,7 +60,9 @@ def test_only_one_output_used():
     rq, _ = rotate_pair(q, k, unit_phasor_table(phase, torch.complex128))
     (rq * torch.arange(6.0, dtype=torch.float64)).sum().backward()
     expected_phase = phase.detach().clone().requires_grad_(True)
-    (rotate(q, unit_phasor_table(expected_phase, torch.complex128)) * torch.arange(6.0, dtype=torch.float64)).sum().backward()
+    (
+        rotate(q, unit_phasor_table(expected_phase, torch.complex128)) * torch.arange(6.0, dtype=torch.float64)
+    ).sum().backward()
     torch.testing.assert_close(phase.grad, expected_phase.grad, rtol=1e-12, atol=1e-12)
 
 
@@ -69,8 +73,9 @@ def test_no_grad_and_fixed_tables_take_the_plain_path():
     assert not trains_phases(unit_phasor_table(phase.detach(), torch.complex64))
 
 
-@pytest.mark.parametrize("phase_dtype,real", [(torch.float32, torch.float32), (torch.float64, torch.float32),
-                                              (torch.float32, torch.float64)])
+@pytest.mark.parametrize(
+    "phase_dtype,real", [(torch.float32, torch.float32), (torch.float64, torch.float32), (torch.float32, torch.float64)]
+)
 def test_unit_phasors_are_bitwise_cos_and_sin(phase_dtype, real):
     phase = torch.randn(3, 7, 5, dtype=phase_dtype) * 100
     expected = torch.complex(phase.cos().to(real), phase.sin().to(real))

@@ -1,12 +1,25 @@
 """Poses (OpenCV convention, converters, validation) and trajectories (RealEstate10K, JSON, presets)."""
+
 import math
 
 import pytest
 import torch
 
-from mmpos.camera import (PRESETS, Trajectory, axis_angle_to_matrix, check_pose, invert_pose, load_trajectory,
-                          look_at, opengl_to_opencv, orthonormalize, pose_from_rotation_translation, preset_trajectory,
-                          read_re10k, save_trajectory)
+from mmpos.camera import (
+    PRESETS,
+    Trajectory,
+    axis_angle_to_matrix,
+    check_pose,
+    invert_pose,
+    load_trajectory,
+    look_at,
+    opengl_to_opencv,
+    orthonormalize,
+    pose_from_rotation_translation,
+    preset_trajectory,
+    read_re10k,
+    save_trajectory,
+)
 
 F64 = torch.float64
 
@@ -45,12 +58,15 @@ def test_look_at_points_the_optical_axis_at_the_target():
     assert c2w[1, 1] > 0  # camera y (down) has a positive world-y (down) component
 
 
-@pytest.mark.parametrize("matrix, match", [
-    (torch.diag(torch.tensor([1.0, 1.0, 1.01, 1.0], dtype=F64)), "not a rotation"),
-    (torch.diag(torch.tensor([1.0, 1.0, -1.0, 1.0], dtype=F64)), "not a rotation"),  # a reflection
-    (torch.full((4, 4), float("nan"), dtype=F64), "non-finite"),
-    (torch.eye(3, dtype=F64), r"\[..., 4, 4\]"),
-])
+@pytest.mark.parametrize(
+    "matrix, match",
+    [
+        (torch.diag(torch.tensor([1.0, 1.0, 1.01, 1.0], dtype=F64)), "not a rotation"),
+        (torch.diag(torch.tensor([1.0, 1.0, -1.0, 1.0], dtype=F64)), "not a rotation"),  # a reflection
+        (torch.full((4, 4), float("nan"), dtype=F64), "non-finite"),
+        (torch.eye(3, dtype=F64), r"\[..., 4, 4\]"),
+    ],
+)
 def test_invalid_poses_raise(matrix, match):
     with pytest.raises(ValueError, match=match):
         check_pose("c2w", matrix)
@@ -90,12 +106,15 @@ def test_re10k_layout_is_world_to_camera_with_normalised_intrinsics(tmp_path):
     assert k[0, 0] == pytest.approx(512) and k[1, 1] == pytest.approx(504) and k[1, 2] == pytest.approx(198)
 
 
-@pytest.mark.parametrize("content, match", [
-    ("url\n1 2 3\n", r"clip.txt:2: 3 columns; a RealEstate10K pose line has 19"),
-    ("url\n" + " ".join(["0"] * 20) + "\n", "20 columns"),
-    ("url\n" + " ".join(["1"] * 19) + "\n", "not a rotation"),
-    ("", "empty file"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("url\n1 2 3\n", r"clip.txt:2: 3 columns; a RealEstate10K pose line has 19"),
+        ("url\n" + " ".join(["0"] * 20) + "\n", "20 columns"),
+        ("url\n" + " ".join(["1"] * 19) + "\n", "not a rotation"),
+        ("", "empty file"),
+    ],
+)
 def test_bad_re10k_files_raise(tmp_path, content, match):
     path = tmp_path / "clip.txt"
     path.write_text(content)
@@ -137,7 +156,9 @@ def test_preset_directions():
     assert preset_trajectory("dolly_in", 5).c2w[-1, 2, 3] > 0 > preset_trajectory("dolly_out", 5).c2w[-1, 2, 3]
     assert preset_trajectory("pan", 5, degrees=30).c2w[-1, 0, 2] == pytest.approx(math.sin(math.radians(30)))
     assert preset_trajectory("tilt", 5, degrees=20).c2w[-1, 1, 2] == pytest.approx(-math.sin(math.radians(20)))
-    assert preset_trajectory("zoom_in", 5).intrinsics[-1, 0] == pytest.approx(2 * preset_trajectory("zoom_in", 5).intrinsics[0, 0])
+    assert preset_trajectory("zoom_in", 5).intrinsics[-1, 0] == pytest.approx(
+        2 * preset_trajectory("zoom_in", 5).intrinsics[0, 0]
+    )
     orbit = preset_trajectory("orbit", 9, degrees=180)
     target = torch.tensor([0, 0, 2.0], dtype=F64)
     to_target = target - orbit.c2w[:, :3, 3]
@@ -194,8 +215,9 @@ def test_resample_keeps_frames_and_interpolates_on_the_geodesic():
     assert torch.allclose(resample(pan, 3).timestamps, torch.tensor([0.0, 2.0, 4.0], dtype=F64))
 
 
-@pytest.mark.parametrize("matrix", [torch.zeros(3, 3), torch.diag(torch.tensor([2.0, 0.0, 0.0])),
-                                    torch.full((2, 3, 3), float("nan"))])
+@pytest.mark.parametrize(
+    "matrix", [torch.zeros(3, 3), torch.diag(torch.tensor([2.0, 0.0, 0.0])), torch.full((2, 3, 3), float("nan"))]
+)
 def test_orthonormalize_refuses_matrices_without_a_unique_nearest_rotation(matrix):
     from mmpos.camera import orthonormalize
 

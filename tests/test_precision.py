@@ -1,12 +1,12 @@
 """bf16 results stay within 1 bf16 ulp of the rotation computed in fp64 from fp64 tables."""
+
 import pytest
 import torch
+from conftest import bf16_ulp
 
 import mmpos
 from mmpos.coords import image_grid
 from mmpos.ops import axial_phases
-
-from conftest import bf16_ulp
 
 
 def _exact(pe, x, coords):
@@ -23,8 +23,9 @@ def _max_ulps(pe, x, coords):
 @pytest.mark.parametrize("table_precision", ["fp64", "fp32_reduced"])
 def test_1d_positions_up_to_1e6(layout, table_precision):
     pe = mmpos.create_pe("rope_1d", head_dim=64, layout=layout, table_precision=table_precision)
-    positions = torch.cat([torch.arange(0, 2048.0), torch.linspace(2048, 1e6, 2048).round(),
-                           torch.tensor([999_999.0, 1e6])])
+    positions = torch.cat(
+        [torch.arange(0, 2048.0), torch.linspace(2048, 1e6, 2048).round(), torch.tensor([999_999.0, 1e6])]
+    )
     x = torch.randn(1, 4, positions.numel(), 64).bfloat16()
     assert _max_ulps(pe, x, positions) <= 1.0
 

@@ -1,6 +1,7 @@
 """``set_pe`` on diffusers' ``QwenImageTransformer2DModel`` (tiny config of diffusers' own tests, no downloads):
 ``"native"`` is the stock model bit for bit, DyPE/NTK/YaRN presets act above the training grid only, and the scale
 comes from the images' extent (not the text positions that follow them)."""
+
 import pytest
 import torch
 from diffusers import QwenImageTransformer2DModel
@@ -9,8 +10,17 @@ import mmpos
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 from mmpos.integrations.diffusers.families.qwen import qwen_coords
 
-CONFIG = dict(patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16,
-              num_attention_heads=3, joint_attention_dim=16, guidance_embeds=False, axes_dims_rope=(8, 4, 4))
+CONFIG = dict(
+    patch_size=2,
+    in_channels=16,
+    out_channels=4,
+    num_layers=2,
+    attention_head_dim=16,
+    num_attention_heads=3,
+    joint_attention_dim=16,
+    guidance_embeds=False,
+    axes_dims_rope=(8, 4, 4),
+)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -24,9 +34,13 @@ def tiny_qwen():
 def inputs(shapes, sigma=0.5, text=7):
     gen = torch.Generator().manual_seed(1)
     tokens = sum(f * h * w for f, h, w in shapes)
-    return dict(hidden_states=torch.randn(1, tokens, 16, generator=gen),
-                encoder_hidden_states=torch.randn(1, text, 16, generator=gen),
-                encoder_hidden_states_mask=torch.ones(1, text), timestep=torch.tensor([sigma]), img_shapes=[shapes])
+    return dict(
+        hidden_states=torch.randn(1, tokens, 16, generator=gen),
+        encoder_hidden_states=torch.randn(1, text, 16, generator=gen),
+        encoder_hidden_states_mask=torch.ones(1, text),
+        timestep=torch.tensor([sigma]),
+        img_shapes=[shapes],
+    )
 
 
 def run(model, kwargs):
@@ -59,8 +73,12 @@ def test_presets_act_above_the_training_grid_with_the_images_scale():
     stock = run(model, inputs([(1, 4, 6)]))
     set_pe(model, "native", extrapolation=model_extrapolation(model, "ntk", (2, 2)))
     assert (run(model, inputs([(1, 4, 6)])) - stock).abs().max() > 1e-4
-    expected = mmpos.create_pe("rope_axial", head_dim=16, axes_dims=(8, 4, 4), extrapolation=[
-        None, {"type": "ntk", "factor": 2.0}, {"type": "ntk", "factor": 3.0}])  # 4 x 6 over 2 x 2, text ignored
+    expected = mmpos.create_pe(
+        "rope_axial",
+        head_dim=16,
+        axes_dims=(8, 4, 4),
+        extrapolation=[None, {"type": "ntk", "factor": 2.0}, {"type": "ntk", "factor": 3.0}],
+    )  # 4 x 6 over 2 x 2, text ignored
     encoding = model.pos_embed.encodings[0]
     assert encoding.step.extents == [1.0, 4.0, 6.0]  # the seam's last: the images' extents (text first)
     assert torch.equal(encoding.spectrum_at(torch.zeros(1, 3)).inv_freq, expected.spectrum.inv_freq)

@@ -4,21 +4,21 @@ Each encoding is built from its ``example_options`` and checked against what its
 claim: relative property (fp64), no input mutation, gradcheck, option validation, and a forward inside a timm
 ViT and a tiny Flux. A check that does not apply is skipped with the capability that rules it out.
 """
+
 import math
 
 import pytest
 import timm
 import torch
+from conftest import logits
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 from torch.func import functional_call
 
 from mmpos.camera import Cameras, invert_pose, orthonormalize, pose_from_rotation_translation
 from mmpos.coords.grids import image_grid
 from mmpos.encodings import Capabilities, PEKind, create_pe, list_pes, pe_capabilities, pe_class, pe_options
 from mmpos.integrations.diffusers import set_pe
-from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 from mmpos.integrations.timm import convert, pe_parameters
-
-from conftest import logits
 
 F64 = torch.float64
 NAMES = list_pes()
@@ -184,7 +184,7 @@ def test_gradcheck(name):
     assert pe.capabilities.learnable == bool(params)
 
     def run(*args):
-        values = args[len(activations):]
+        values = args[len(activations) :]
         return functional_call(module, dict(zip(params, values)), args[: len(activations)])
 
     inputs = [t.detach().clone().requires_grad_() for t in (*activations, *params.values())]
@@ -208,8 +208,16 @@ def test_forward_inside_a_timm_vit(name):
         pytest.skip(f"{name} needs cameras; a ViT has only a patch grid")
     if not caps.reads_image_grid:
         pytest.skip(f"{name} does not read the (row, col) grid a ViT supplies (capabilities.reads_image_grid)")
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
-                              depth=2, num_heads=2, num_classes=3)
+    model = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        img_size=32,
+        patch_size=8,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        num_classes=3,
+    )
     model = convert(model, pe=name)
     out = model(torch.randn(2, 3, 32, 32))
     assert out.shape == (2, 3) and torch.isfinite(out).all()
@@ -228,8 +236,7 @@ def reads_flux_grid(pe) -> bool:
 def test_forward_inside_a_tiny_flux(name):
     pe = build(name)
     if pe.kind not in ON_QK:
-        pytest.skip(f"{name} is of kind {pe.kind!s}; the diffusers integration applies rotary encodings in "
-                    "attention")
+        pytest.skip(f"{name} is of kind {pe.kind!s}; the diffusers integration applies rotary encodings in attention")
     options = {}
     if reads_flux_grid(pe):
         options["coord_axes"] = (1, 2)  # Flux's (h, w) ids
@@ -250,8 +257,9 @@ def test_world_frame_invariance_matches_the_claim(name):
     others' (Plücker rays are absolute)."""
     pe = build(name).double()
     x = camera_tokens(name, pe)
-    rotation = torch.tensor([[math.cos(0.7), -math.sin(0.7), 0], [math.sin(0.7), math.cos(0.7), 0], [0, 0, 1]],
-                            dtype=F64)
+    rotation = torch.tensor(
+        [[math.cos(0.7), -math.sin(0.7), 0], [math.sin(0.7), math.cos(0.7), 0], [0, 0, 1]], dtype=F64
+    )
     world = pose_from_rotation_translation(rotation, torch.tensor([0.3, -1.0, 2.0], dtype=F64))
     with torch.no_grad():
         err = (camera_forward(name, pe, x) - camera_forward(name, pe, x, world)).abs().max().item()

@@ -1,23 +1,31 @@
 """fp64 properties of the rotary baselines: relative property, reductions, no mutation, layouts, autograd."""
+
 import pytest
 import torch
+from conftest import logits
 
 import mmpos
 from mmpos.coords import image_grid, video_grid
 from mmpos.ops import RotaryTable, rotate
-
-from conftest import logits
 
 VARIANTS = {
     "rope_1d": dict(name="rope_1d", head_dim=32),
     "rope_1d_interleaved": dict(name="rope_1d", head_dim=32, layout="interleaved"),
     "axial_2d": dict(name="rope_axial", head_dim=32),
     "axial_2d_half_theta": dict(name="rope_axial", head_dim=32, layout="half", theta=(100.0, 1000.0)),
-    "axial_3d_interleaved_alloc": dict(name="rope_axial", head_dim=48, axes_dims=(16, 16, 16),
-                                       allocation="interleaved"),
-    "axial_3d_ntk_riflex": dict(name="rope_axial", head_dim=64, num_axes=3, extrapolation=[
-        {"type": "riflex", "k": 2, "target_length": 40}, {"type": "ntk", "factor": 2.0},
-        {"type": "yarn", "factor": 2.0, "original_length": 16}]),
+    "axial_3d_interleaved_alloc": dict(
+        name="rope_axial", head_dim=48, axes_dims=(16, 16, 16), allocation="interleaved"
+    ),
+    "axial_3d_ntk_riflex": dict(
+        name="rope_axial",
+        head_dim=64,
+        num_axes=3,
+        extrapolation=[
+            {"type": "riflex", "k": 2, "target_length": 40},
+            {"type": "ntk", "factor": 2.0},
+            {"type": "yarn", "factor": 2.0, "original_length": 16},
+        ],
+    ),
     "axial_partial_prefix": dict(name="rope_axial", head_dim=40, rotary_dim=32, num_prefix_tokens=2),
     "mixed": dict(name="rope_mixed", head_dim=32, num_heads=3),
 }

@@ -1,13 +1,13 @@
 """The fused CUDA kernel, run on the CPU by Triton's interpreter (TRITON_INTERPRET=1)."""
+
 import pytest
 import torch
+from conftest import bf16_ulp
 
 import mmpos
 from mmpos.coords.grids import grid_coords
-from mmpos.ops import get_rotary_backend, rotary_backend, rotary_triton, rotation, set_rotary_backend
 from mmpos.ops import backends as backend_module
-
-from conftest import bf16_ulp
+from mmpos.ops import get_rotary_backend, rotary_backend, rotary_triton, rotation, set_rotary_backend
 
 pytest.importorskip("triton")
 
@@ -30,8 +30,9 @@ def _count_kernel_calls(monkeypatch) -> list:
 @pytest.mark.parametrize("seq_dim", [-2, -3])
 def test_kernel_matches_fp64_rotation(interpreter, monkeypatch, layout, seq_dim):
     """fp32 in, fp32 out through rotate(): the kernel is taken and agrees with the fp64 rotation."""
-    pe = mmpos.create_pe("rope_axial", head_dim=40, axes_dims=(8, 8), layout=layout, seq_dim=seq_dim,
-                         num_prefix_tokens=1)  # partial rotary: channels 16.. pass through
+    pe = mmpos.create_pe(
+        "rope_axial", head_dim=40, axes_dims=(8, 8), layout=layout, seq_dim=seq_dim, num_prefix_tokens=1
+    )  # partial rotary: channels 16.. pass through
     coords = grid_coords((3, 5))
     q = torch.randn((2, 4, 16, 40) if seq_dim == -2 else (2, 16, 4, 40))
     calls = _count_kernel_calls(monkeypatch)

@@ -2,6 +2,7 @@
 marker file) placed where each loader reads is never executed, and is refused with an error naming the file.
 Also: ViT checkpoints hold no pickle at all, and checkpoints of the earlier accelerate layout still resume, to the
 same losses."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from test_train_vit import read_log, tiny_config
 
 from mmpos._safe_state import UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors
@@ -55,6 +55,7 @@ def test_the_payload_is_real_and_load_torch_file_refuses_it(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ ViT trainer
 
+
 @pytest.fixture(scope="module")
 def vit_run(tmp_path_factory):
     """A finished 4-update run with EMA and gradient accumulation (checkpoints at 2 and 4), and its data (3 batches
@@ -64,8 +65,16 @@ def vit_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("safe_vit")
     write_positional_folder(root / "data" / "train", 32, seed=0, task="relation", image_size=32)
     write_positional_folder(root / "data" / "val", 12, seed=1, task="relation", image_size=32)
-    config = tiny_config(root / "data", steps=4, checkpoint_every=2, ema_decay=0.9, grad_accum=2, batch_size=10,
-                         eval_sizes=[32], eval_extrapolation=["none"])
+    config = tiny_config(
+        root / "data",
+        steps=4,
+        checkpoint_every=2,
+        ema_decay=0.9,
+        grad_accum=2,
+        batch_size=10,
+        eval_sizes=[32],
+        eval_extrapolation=["none"],
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the tests' resumed runs (one_thread): the same reductions, bit for bit
     try:
@@ -78,8 +87,15 @@ def vit_run(tmp_path_factory):
 def test_vit_checkpoints_hold_no_pickle(vit_run):
     _, root = vit_run
     names = {p.name for p in checkpoints(root / "whole")[-1].iterdir()}
-    assert names == {"model.safetensors", "optimizer.safetensors", "optimizer.json", "ema.safetensors",
-                     "config.yaml", "progress.json", "rng_0.json"}
+    assert names == {
+        "model.safetensors",
+        "optimizer.safetensors",
+        "optimizer.json",
+        "ema.safetensors",
+        "config.yaml",
+        "progress.json",
+        "rng_0.json",
+    }
 
 
 def _copy_run(root: Path, name: str, keep_step: int) -> Path:
@@ -94,7 +110,7 @@ def _copy_run(root: Path, name: str, keep_step: int) -> Path:
     for leftover in ("results.json", "results.png", "model.safetensors"):
         (run / leftover).unlink()
     lines = (run / "log.csv").read_text().splitlines()
-    (run / "log.csv").write_text("\n".join(lines[:keep_step + 1]) + "\n")
+    (run / "log.csv").write_text("\n".join(lines[: keep_step + 1]) + "\n")
     return run
 
 
@@ -104,9 +120,17 @@ def to_previous_layout(folder: Path) -> Path:
     progress = read_json(folder / "progress.json")
     data = dict(progress["data"])
     step = data.pop("accelerator_step")
-    (folder / "trainer_state.json").write_text(json.dumps({
-        "format": 1, "progress": data, "scheduler": progress["scheduler"], "accelerator_step": step,
-        "scaler": progress["scaler"]}))
+    (folder / "trainer_state.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "progress": data,
+                "scheduler": progress["scheduler"],
+                "accelerator_step": step,
+                "scaler": progress["scaler"],
+            }
+        )
+    )
     for rng in folder.glob("rng_*.json"):
         rng.write_text(json.dumps(read_json(rng)["rng"]))
     for new in ("progress.json", "config.yaml"):
@@ -125,8 +149,9 @@ def to_accelerate_layout(folder: Path) -> None:
     if (folder / "progress.json").is_file():
         folder = to_previous_layout(folder)
     saved = read_json(folder / "trainer_state.json")
-    optimizer = join_optimizer_state(read_tensors(folder / "optimizer.safetensors"),
-                                     read_json(folder / "optimizer.json"), {"param_groups": []})
+    optimizer = join_optimizer_state(
+        read_tensors(folder / "optimizer.safetensors"), read_json(folder / "optimizer.json"), {"param_groups": []}
+    )
     save(optimizer, folder / "optimizer.bin")
     save(saved["scheduler"], folder / "custom_checkpoint_0.pkl")
     save(saved["progress"], folder / "custom_checkpoint_1.pkl")
@@ -135,9 +160,15 @@ def to_accelerate_layout(folder: Path) -> None:
     version, internal, gauss = rng["python"]
     name, keys, pos, has_gauss, cached = rng["numpy"]
     torch_state = torch.frombuffer(bytearray(__import__("base64").b64decode(rng["torch"])), dtype=torch.uint8)
-    save({"step": saved["accelerator_step"], "random_state": (version, tuple(internal), gauss),
-          "numpy_random_seed": (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached),
-          "torch_manual_seed": torch_state}, folder / "random_states_0.pkl")
+    save(
+        {
+            "step": saved["accelerator_step"],
+            "random_state": (version, tuple(internal), gauss),
+            "numpy_random_seed": (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached),
+            "torch_manual_seed": torch_state,
+        },
+        folder / "random_states_0.pkl",
+    )
     for new in ("optimizer.safetensors", "optimizer.json", "ema.safetensors", "trainer_state.json", "rng_0.json"):
         (folder / new).unlink()
 
@@ -169,9 +200,11 @@ def test_new_layout_resume_is_bit_identical_with_ema_and_accumulation(vit_run, l
 
 def _vit_commands(run: Path, out: Path, config_path: Path):
     base = ["--config", str(config_path), "--output-dir", str(run)]
-    return {"train --resume": lambda: train_main(base + ["--resume"]),
-            "train --eval-only": lambda: train_main(base + ["--eval-only"]),
-            "eval_vit RUN": lambda: eval_main([str(run), "--out", str(out)])}
+    return {
+        "train --resume": lambda: train_main(base + ["--resume"]),
+        "train --eval-only": lambda: train_main(base + ["--eval-only"]),
+        "eval_vit RUN": lambda: eval_main([str(run), "--out", str(out)]),
+    }
 
 
 @pytest.mark.parametrize("command", ["train --resume", "train --eval-only", "eval_vit RUN"])
@@ -214,6 +247,7 @@ def test_other_tampered_parts_of_an_old_checkpoint_are_refused(vit_run, tmp_path
 
 # ------------------------------------------------------------------------------------------------ NVS
 
+
 @pytest.fixture(scope="module")
 def triples():
     from mmpos.world.nvs_data import make_triples
@@ -244,14 +278,19 @@ def test_nvs_checkpoints_with_a_payload_are_refused(triples, tmp_path):
 def test_eval_nvs_refuses_a_tampered_data_file(tmp_path, command):
     marker = tmp_path / "marker"
     plant(tmp_path / "out" / "data.pt", marker, wrap=lambda p: {"train": p, "test": p})
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "eval_nvs.py"), "--out", str(tmp_path / "out"),
-                           *command], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "eval_nvs.py"), "--out", str(tmp_path / "out"), *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "data.pt: refused" in done.stderr and "Traceback" not in done.stderr
     assert not marker.exists()
 
 
 # ------------------------------------------------------------------------------------------------ world video
+
 
 @pytest.fixture(scope="module")
 def clips():
@@ -263,8 +302,13 @@ def clips():
 def tiny_vae():
     from diffusers import AutoencoderKL
 
-    return AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
-                         up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=4)
+    return AutoencoderKL(
+        block_out_channels=(8, 8),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+    )
 
 
 def test_world_video_state_with_a_payload_is_refused(clips, tmp_path):
@@ -278,8 +322,13 @@ def test_world_video_state_with_a_payload_is_refused(clips, tmp_path):
     with pytest.raises(UnsafeStateError, match=r"state\.pt: refused"):  # --resume
         train_stage(recipe, clips, run, tiny_vae(), log=lambda _: None)
     with pytest.raises(UnsafeStateError, match=r"state\.pt: refused"):  # --init-from
-        train_stage(VideoRecipe("base", steps=1, batch_size=2, init_from=str(run)), clips, tmp_path / "next",
-                    tiny_vae(), log=lambda _: None)
+        train_stage(
+            VideoRecipe("base", steps=1, batch_size=2, init_from=str(run)),
+            clips,
+            tmp_path / "next",
+            tiny_vae(),
+            log=lambda _: None,
+        )
     with pytest.raises(UnsafeStateError, match=r"state\.pt: refused"):  # export_world_video.py --runs
         stage_summary(run)
     assert not marker.exists()
@@ -299,22 +348,32 @@ def test_world_video_clip_cache_with_a_payload_is_refused(tmp_path):
 def test_export_world_video_cli_names_the_tampered_state(tmp_path):
     marker = tmp_path / "marker"
     plant(tmp_path / "runs" / "vae" / "state.pt", marker, wrap=lambda p: {"finished": p})
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_world_video.py"), "--runs",
-                           str(tmp_path / "runs"), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "export_world_video.py"),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and "state.pt: refused" in done.stderr, done.stderr[-2000:]
     assert not marker.exists()
 
 
 # ------------------------------------------------------------------------------------------------ world trainer
 
+
 @pytest.mark.parametrize("part, named", [("ema.pt", "ema.pt"), ("optimizer.bin", "train_state-vae")])
 def test_world_trainer_state_with_a_payload_is_refused(tmp_path, part, named):
     from test_kill_safety import CONFIG
+    from test_world_training import write_earlier_layout
 
     from mmpos.training.world.trainer import WorldTrainer
-
-    from test_world_training import write_earlier_layout
 
     trainer = WorldTrainer({**CONFIG, "checkpoint_every": 100}, tmp_path, progress=False)  # the earlier layout
     write_earlier_layout(trainer)
@@ -330,8 +389,11 @@ def test_pickle_module_is_not_used_to_load(tmp_path):
     import re
 
     offenders = []
-    for path in [*ROOT.joinpath("mmpos").rglob("*.py"), *ROOT.joinpath("scripts").glob("*.py"),
-                 *ROOT.joinpath("pipelines").rglob("*.py")]:
+    for path in [
+        *ROOT.joinpath("mmpos").rglob("*.py"),
+        *ROOT.joinpath("scripts").glob("*.py"),
+        *ROOT.joinpath("pipelines").rglob("*.py"),
+    ]:
         text = path.read_text()
         offenders += [f"{path}: pickle.load" for _ in re.finditer(r"pickle\.loads?\(", text)]
         for call in re.finditer(r"torch\.load\(([^()]|\([^()]*\))*\)", text):

@@ -1,5 +1,6 @@
 """The table caches never return a table for other values: parameter writes that bypass the version counter
 (``p.data.copy_``, as diffusers' ``EMAModel.copy_to`` does), and several threads sharing one encoding."""
+
 import copy
 import threading
 
@@ -112,6 +113,7 @@ def test_coordinates_refilled_in_place_get_a_new_table(refill):
 
 def test_library_owned_coordinates_hit_by_identity(monkeypatch):
     from mmpos.ops.tables import library_owned
+
     pe = create_pe("rope_axial", head_dim=16)
     coords = library_owned(torch.rand(6, 2))
     first = pe.table(coords)

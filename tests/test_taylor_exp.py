@@ -1,5 +1,6 @@
 """taylor_matrix_exp: equals torch.linalg.matrix_exp (values and gradients) in fp64 across norms, is exactly the
 identity at zero, stays accurate in fp32, and uses few products."""
+
 import pytest
 import torch
 

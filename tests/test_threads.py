@@ -3,13 +3,14 @@ camera) is per thread, so every output equals the sequential run's, bit for bit.
 
 Each test starts its threads together (a barrier) and repeats calls, so that calls interleave.
 """
+
 import threading
 
 import pytest
 import torch
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 
 import mmpos
-from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 from mmpos.integrations.diffusers import model_extrapolation, set_pe
 from mmpos.spectrum import extrapolation_preset
 
@@ -38,14 +39,17 @@ def in_threads(work, arguments, repeats):
 
 
 def assert_all_equal(outputs, expected):
-    differing = [(a, i) for a, outs in outputs.items() for i, out in enumerate(outs) if not torch.equal(out, expected[a])]
+    differing = [
+        (a, i) for a, outs in outputs.items() for i, out in enumerate(outs) if not torch.equal(out, expected[a])
+    ]
     total = sum(len(outs) for outs in outputs.values())
     assert not differing, f"{len(differing)} of {total} outputs differ from the sequential run: {differing[:5]}"
 
 
 def test_one_dype_encoding_at_four_sigmas():
-    pe = mmpos.create_pe("rope_axial", head_dim=32, axes_dims=(16, 16),
-                         extrapolation=extrapolation_preset("dype", (4, 4)))
+    pe = mmpos.create_pe(
+        "rope_axial", head_dim=32, axes_dims=(16, 16), extrapolation=extrapolation_preset("dype", (4, 4))
+    )
     coords = mmpos.coords.image_grid(12, 12)
     q, k = torch.randn(2, 1, 2, 144, 32, dtype=torch.float64).unbind(0)
     sigmas = (1.0, 0.7, 0.4, 0.1)
@@ -83,8 +87,11 @@ def test_open_clip_tower_at_four_image_sizes():
     from mmpos.integrations.open_clip import convert
 
     torch.manual_seed(0)
-    model = CLIP(embed_dim=32, vision_cfg=dict(image_size=32, layers=2, width=64, head_width=16, patch_size=8),
-                 text_cfg=dict(context_length=8, vocab_size=100, width=32, heads=2, layers=1)).eval()
+    model = CLIP(
+        embed_dim=32,
+        vision_cfg=dict(image_size=32, layers=2, width=64, head_width=16, patch_size=8),
+        text_cfg=dict(context_length=8, vocab_size=100, width=32, heads=2, layers=1),
+    ).eval()
     convert(model.visual, pe="rope_axial")
     sizes = (16, 32, 40, 64)
     images = {s: torch.randn(1, 3, s, s, generator=torch.Generator().manual_seed(s)) for s in sizes}
@@ -115,9 +122,18 @@ def test_camera_control_wan_pipeline_with_orbit_pan_and_no_camera():
     cameras = {"orbit": preset_trajectory("orbit", 9, degrees=90), "pan": preset_trajectory("pan", 9), "none": None}
 
     def video(name):
-        return pipe(prompt="a slow camera orbit around a house", height=32, width=48, num_frames=9,
-                    num_inference_steps=2, guidance_scale=3.0, max_sequence_length=16, output_type="pt",
-                    camera=cameras[name], generator=torch.Generator().manual_seed(0)).frames
+        return pipe(
+            prompt="a slow camera orbit around a house",
+            height=32,
+            width=48,
+            num_frames=9,
+            num_inference_steps=2,
+            guidance_scale=3.0,
+            max_sequence_length=16,
+            output_type="pt",
+            camera=cameras[name],
+            generator=torch.Generator().manual_seed(0),
+        ).frames
 
     expected = {name: video(name) for name in cameras}
     assert not torch.equal(expected["orbit"], expected["none"]) and not torch.equal(expected["pan"], expected["none"])

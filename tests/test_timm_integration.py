@@ -1,9 +1,11 @@
 """mmpos encodings inside timm ViTs (VisionTransformer, Eva, NaFlexVit) through ``convert``."""
+
 import copy
 
 import pytest
 import timm
 import torch
+from fixtures.asserts import assert_grads_match
 from timm.models.eva import Eva
 from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
 from timm.models.vision_transformer import VisionTransformer
@@ -12,7 +14,6 @@ import mmpos
 import mmpos.integrations.timm as mt
 from mmpos.encodings import pe_class
 from mmpos.integrations.timm.models import image_pes
-from fixtures.asserts import assert_grads_match
 
 ROTARY = [pe for pe in image_pes() if pe_class(pe).kind == "rotary"]
 RELATIVE = [pe for pe in ROTARY if pe != "liere"]  # LieRE is not relative by design (the negative control)
@@ -25,8 +26,16 @@ def tiny_vit(**kw):
 
 
 def tiny_eva(**kw):
-    args = dict(img_size=IMG, patch_size=PATCH, embed_dim=32, depth=2, num_heads=2, num_classes=5,
-                use_rot_pos_emb=True, use_abs_pos_emb=True)
+    args = dict(
+        img_size=IMG,
+        patch_size=PATCH,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        num_classes=5,
+        use_rot_pos_emb=True,
+        use_abs_pos_emb=True,
+    )
     if "reg_tokens" in kw:
         kw["num_reg_tokens"] = kw.pop("reg_tokens")
     return Eva(**{**args, **kw})
@@ -192,8 +201,13 @@ def test_pretrained_checkpoint_through_registered_name(tmp_path):
     source = timm.create_model("vit_tiny_patch16_224", **kw)
     path = tmp_path / "vit_tiny.pth"
     torch.save(source.state_dict(), path)
-    model = timm.create_model("vit_tiny_patch16_224_mmpos_rope_mixed", pretrained=True,
-                              pretrained_cfg_overlay=dict(file=str(path)), pe_theta=100.0, **kw)
+    model = timm.create_model(
+        "vit_tiny_patch16_224_mmpos_rope_mixed",
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file=str(path)),
+        pe_theta=100.0,
+        **kw,
+    )
     assert isinstance(model.blocks[0].attn, mt.PositionalAttention) and model.pos_embed is None
     magnitudes = model.blocks[1].attn.pe.freqs.norm(dim=1)  # [H, P]: theta ** (-4p / head_dim)
     torch.testing.assert_close(magnitudes[:, 1], torch.full((3,), 100.0 ** (-4 / 64)))
@@ -239,10 +253,18 @@ def test_no_weight_decay_reaches_timm_optimizer():
 
 
 def test_registered_names_pass_options():
-    model = timm.create_model("vit_tiny_patch16_224_mmpos_rope_axial", img_size=IMG, patch_size=PATCH, depth=1,
-                              pe_theta=100.0, abs_pos="keep", dynamic_img_size=True)
+    model = timm.create_model(
+        "vit_tiny_patch16_224_mmpos_rope_axial",
+        img_size=IMG,
+        patch_size=PATCH,
+        depth=1,
+        pe_theta=100.0,
+        abs_pos="keep",
+        dynamic_img_size=True,
+    )
     assert model.pos_embed is not None and model.blocks[0].attn.pe.spectrum.inv_freq[1].item() == pytest.approx(
-        100.0 ** (-2 / 32))  # head_dim 64: 16 pairs per axis
+        100.0 ** (-2 / 32)
+    )  # head_dim 64: 16 pairs per axis
     assert model(torch.randn(1, 3, 48, 40)).shape == (1, 1000)
     assert "vit_small_patch16_224_mmpos_rope_mixed" in timm.list_models("*_mmpos_*")
     assert not any(name.endswith("_mmpos_rope_1d") for name in timm.list_models("*_mmpos_*"))
@@ -252,8 +274,10 @@ def test_train_wrapper_runs_a_timm_script_with_the_names(tmp_path, capsys):
     from mmpos.integrations.timm.train import main
 
     script = tmp_path / "train.py"
-    script.write_text("import sys, timm\nm = timm.create_model(sys.argv[1], img_size=32, patch_size=8, depth=1)\n"
-                      "print('built', type(m.blocks[0].attn).__name__)\n")
+    script.write_text(
+        "import sys, timm\nm = timm.create_model(sys.argv[1], img_size=32, patch_size=8, depth=1)\n"
+        "print('built', type(m.blocks[0].attn).__name__)\n"
+    )
     main([str(script), "vit_tiny_patch16_224_mmpos_rope_mixed"])
     assert "built PositionalAttention" in capsys.readouterr().out
 
@@ -266,8 +290,11 @@ def test_unknown_model_class():
 
 def test_encoding_that_does_not_fit_the_heads():
     model = tiny_vit(embed_dim=12, num_heads=2)  # head_dim 6
-    with pytest.raises(ValueError, match="encoding 'rope_mixed' does not fit VisionTransformer attention "
-                                         r"\(head_dim=6.*multiple of 4"):
+    with pytest.raises(
+        ValueError,
+        match="encoding 'rope_mixed' does not fit VisionTransformer attention "
+        r"\(head_dim=6.*multiple of 4",
+    ):
         mt.convert(model, pe="rope_mixed")
     with pytest.raises(ValueError, match="built for head_dim=32 but block 0's attention has head_dim=16"):
         mt.convert(tiny_vit(), pe="rope_axial", head_dim=32)
@@ -289,8 +316,11 @@ def test_grid_that_does_not_match_the_tokens():
     model = mt.convert(tiny_vit(), pe="rope_axial")
     x = torch.randn(1, 1 + 16, 32)
     model.mmpos_positions.start(grid=(3, 5))
-    with pytest.raises(ValueError, match="a 3x5 patch grid gives 15 patch tokens but attention sees 17 tokens "
-                                         r"with 1 prefix token\(s\), i.e. 16"):
+    with pytest.raises(
+        ValueError,
+        match="a 3x5 patch grid gives 15 patch tokens but attention sees 17 tokens "
+        r"with 1 prefix token\(s\), i.e. 16",
+    ):
         model.blocks[0].attn(x)
 
 
@@ -326,8 +356,7 @@ def test_static_model_follows_set_input_size(pe):
 @pytest.fixture
 def new_learned_encoding():
     """A rotary encoding with parameters registered after import (as ComRoPE/HARoPE will be)."""
-    from mmpos.encodings import MixedRoPE
-    from mmpos.encodings import registry
+    from mmpos.encodings import MixedRoPE, registry
 
     cls = mmpos.register_pe("test_late_learned_rope")(type("LateLearnedRoPE", (MixedRoPE,), {}))
     yield cls.pe_name
@@ -360,8 +389,17 @@ def test_timm_rope_models_keep_their_function(timm_rope, pe, temperature, indexi
     """A timm rope Eva (rope-vit port layouts) converted to the matching mmpos encoding computes timm's own
     features: RoPE-Mixed frequencies are taken over, axial gets timm's temperature and axis order (timm
     computes angles in fp32, hence 1e-6)."""
-    reference = tiny_eva(use_abs_pos_emb=False, rope_type=timm_rope, attn_type="rope", rope_temperature=temperature,
-                         rope_grid_indexing=indexing).double().eval()
+    reference = (
+        tiny_eva(
+            use_abs_pos_emb=False,
+            rope_type=timm_rope,
+            attn_type="rope",
+            rope_temperature=temperature,
+            rope_grid_indexing=indexing,
+        )
+        .double()
+        .eval()
+    )
     with torch.no_grad():
         if timm_rope == "mixed":
             reference.rope.freqs.mul_(3.0)  # away from mmpos' own init
@@ -475,8 +513,10 @@ def _per_layer_encoded_qkv(self, x):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("pe,share", [("rope_axial", None), ("rope_mixed", None), ("comrope_ld", None),
-                                      ("liere", None), ("rope_mixed", True)])
+@pytest.mark.parametrize(
+    "pe,share",
+    [("rope_axial", None), ("rope_mixed", None), ("comrope_ld", None), ("liere", None), ("rope_mixed", True)],
+)
 @pytest.mark.parametrize("family", ["vit", "eva", "naflexvit"])
 def test_tables_once_per_forward_match_the_per_layer_path_bit_for_bit(monkeypatch, family, pe, share, dtype):
     """Outputs (with PatchDropout in training, at two resolutions) equal the per-layer ``pe(q, k, coords)`` path

@@ -1,5 +1,6 @@
 """scripts/train_camera_adapter.py on `mmpos world clip` output with the tiny offline Wan: a few steps,
 checkpoints, and a resume that takes exactly the step an uninterrupted run takes."""
+
 import importlib.util
 import json
 from pathlib import Path
@@ -9,8 +10,8 @@ import torch
 
 import mmpos.training.camera_adapter_task as task_module
 from mmpos.cli import main as mmpos_main
-from mmpos.pipelines import camera_clips
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+from mmpos.pipelines import camera_clips
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_camera_adapter.py"
 
@@ -26,15 +27,49 @@ def load_script():
 def world_clips(tmp_path_factory):
     data = tmp_path_factory.mktemp("clips")
     for seed in range(2):
-        assert mmpos_main(["world", "clip", "--out", str(data / f"clip_{seed}"), "--frames", "6", "--size", "64",
-                           "--seed", str(seed)]) == 0
+        assert (
+            mmpos_main(
+                [
+                    "world",
+                    "clip",
+                    "--out",
+                    str(data / f"clip_{seed}"),
+                    "--frames",
+                    "6",
+                    "--size",
+                    "64",
+                    "--seed",
+                    str(seed),
+                ]
+            )
+            == 0
+        )
     (data / "clip_1" / "caption.txt").write_text("a camera orbit around the scene")
     return data
 
 
 def args(data, out, steps, *extra):
-    return ["--data", str(data), "--out", str(out), "--steps", str(steps), "--checkpoint-every", "2", "--frames", "5",
-            "--max-sequence-length", "16", "--head-dim", "16", "--max-zoom", "1.3", "--lr", "1e-2", *extra]
+    return [
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        "2",
+        "--frames",
+        "5",
+        "--max-sequence-length",
+        "16",
+        "--head-dim",
+        "16",
+        "--max-zoom",
+        "1.3",
+        "--lr",
+        "1e-2",
+        *extra,
+    ]
 
 
 def test_training_checkpoints_and_resumes_to_the_identical_next_loss(world_clips, tmp_path, capsys):
@@ -89,8 +124,9 @@ def test_lens_augmentation_trains_on_rerendered_frames_with_their_models_rays(wo
 
     monkeypatch.setattr(camera_clips, "load_sample", load)
     monkeypatch.setattr(task_module, "video_cameras", record)
-    losses = script.train(args(world_clips, tmp_path / "lens", 4, "--lens-models", "opencv", "unified",
-                               "--batch-size", "2"))
+    losses = script.train(
+        args(world_clips, tmp_path / "lens", 4, "--lens-models", "opencv", "unified", "--batch-size", "2")
+    )
     assert all(torch.isfinite(torch.tensor(list(losses.values()))))
     assert {lens["model"] for lens in drawn} <= {"opencv", "unified"} and len(drawn) == 8
     assert all(type(c.models[0]).__name__ in ("OpenCVCamera", "UnifiedCamera") for c in cameras)

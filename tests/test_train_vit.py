@@ -1,5 +1,6 @@
 """The ViT trainer on a generated ImageFolder: resume to identical losses, refusal to overwrite, evaluation at
 two resolutions, frozen parts and weight decay, and a 2-process gloo run (torchrun)."""
+
 from __future__ import annotations
 
 import csv
@@ -19,8 +20,7 @@ from mmpos.training.vit_cli import train_main
 from mmpos.training.vit_config import ConfigError
 from mmpos.world.positional import write_positional_folder
 
-TINY_MODEL = {"patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2, "class_token": False,
-              "global_pool": "avg"}
+TINY_MODEL = {"patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2, "class_token": False, "global_pool": "avg"}
 WORKER = Path(__file__).with_name("vit_ddp_worker.py")
 
 
@@ -34,10 +34,25 @@ def data_dir(tmp_path_factory):
 
 def tiny_config(data_dir, **changes) -> dict:
     """Every random part on (RandAugment, erasing, mixup/CutMix, drop path, random crops) to test resume."""
-    overrides = {"model": "vit_tiny_patch16_224", "model_kwargs": TINY_MODEL, "pe": "rope_mixed",
-                 "data_dir": str(data_dir), "img_size": 32, "batch_size": 8, "num_workers": 0, "steps": 6,
-                 "warmup_steps": 2, "checkpoint_every": 4, "log_every": 1, "scale": [0.5, 1.0], "drop_path": 0.1,
-                 "mean": [0.5] * 3, "std": [0.5] * 3, "eval_sizes": [32, 48], "eval_extrapolation": ["none", "pi"]}
+    overrides = {
+        "model": "vit_tiny_patch16_224",
+        "model_kwargs": TINY_MODEL,
+        "pe": "rope_mixed",
+        "data_dir": str(data_dir),
+        "img_size": 32,
+        "batch_size": 8,
+        "num_workers": 0,
+        "steps": 6,
+        "warmup_steps": 2,
+        "checkpoint_every": 4,
+        "log_every": 1,
+        "scale": [0.5, 1.0],
+        "drop_path": 0.1,
+        "mean": [0.5] * 3,
+        "std": [0.5] * 3,
+        "eval_sizes": [32, 48],
+        "eval_extrapolation": ["none", "pi"],
+    }
     config = load_config(None, [f"{k}={json.dumps(v)}" for k, v in {**overrides, **changes}.items()])
     return config
 
@@ -78,15 +93,35 @@ def test_eval_vit_on_a_trained_run(data_dir, tmp_path, capsys):
     run = tmp_path / "run"
     results = train_vit(tiny_config(data_dir, steps=2, checkpoint_every=2), run)
     out = tmp_path / "eval" / "eval.json"
-    eval_main([str(run), "--sizes", "32", "64", "--aspects", "1", "1.5", "--extrapolation", "none", "pi",
-               "--out", str(out.parent)])
+    eval_main(
+        [
+            str(run),
+            "--sizes",
+            "32",
+            "64",
+            "--aspects",
+            "1",
+            "1.5",
+            "--extrapolation",
+            "none",
+            "pi",
+            "--out",
+            str(out.parent),
+        ]
+    )
     rows = json.loads(out.read_text())["run"]
     trained_32 = next(r for r in results["eval"] if r["size"] == 32)
     evaluated_32 = next(r for r in rows if r["size"] == 32 and r["aspect"] == 1)
     assert evaluated_32["top1"] == trained_32["top1"]  # the checkpoint is the trained model
     assert {(r["height"], r["width"], r["extrapolation"]) for r in rows} == {
-        (32, 32, "none"), (32, 48, "none"), (32, 48, "pi"), (64, 64, "none"), (64, 64, "pi"), (64, 96, "none"),
-        (64, 96, "pi")}
+        (32, 32, "none"),
+        (32, 48, "none"),
+        (32, 48, "pi"),
+        (64, 64, "none"),
+        (64, 64, "pi"),
+        (64, 96, "none"),
+        (64, 96, "pi"),
+    }
     assert out.with_suffix(".png").exists()
     assert not (run / "eval_results.json").exists()  # eval_vit writes only --out
     with pytest.raises(SystemExit):  # and never over an existing file
@@ -172,8 +207,19 @@ def test_two_process_gloo_run(data_dir, tmp_path):
     config = tiny_config(data_dir, steps=3, eval_sizes=[32], eval_extrapolation=["none"])
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(config))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
-               str(WORKER), str(config_path), str(tmp_path / "run"), str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29517",
+        str(WORKER),
+        str(config_path),
+        str(tmp_path / "run"),
+        str(tmp_path),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -189,9 +235,11 @@ def test_two_process_gloo_run(data_dir, tmp_path):
 
 
 def test_open_clip_tower_trains_and_evaluates(data_dir, tmp_path):
-    tiny = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16,
-                                            "patch_size": 8},
-            "text_cfg": {"context_length": 8, "vocab_size": 50, "width": 16, "heads": 2, "layers": 1}}
+    tiny = {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 8},
+        "text_cfg": {"context_length": 8, "vocab_size": 50, "width": 16, "heads": 2, "layers": 1},
+    }
     config = tiny_config(data_dir, model="open_clip:ViT-B-32", model_kwargs=tiny, steps=2, mixup=0.0, cutmix=0.0)
     results = train_vit(config, tmp_path / "clip")
     rows = {(r["size"], r["extrapolation"]): r["top1"] for r in results["eval"]}
@@ -206,5 +254,8 @@ def test_a_truncated_checkpoint_is_named_on_resume(data_dir, tmp_path):
     train_vit(config, tmp_path / "run")
     weights = checkpoints(tmp_path / "run")[-1] / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:64])
-    with pytest.raises(UnreadableCheckpointError, match=r"checkpoint-4: cannot be resumed \(.*checkpoint-4/model.safetensors: \d+ bytes, recorded \d+"):
+    with pytest.raises(
+        UnreadableCheckpointError,
+        match=r"checkpoint-4: cannot be resumed \(.*checkpoint-4/model.safetensors: \d+ bytes, recorded \d+",
+    ):
         train_vit(config, tmp_path / "run", resume=True)  # was: SafetensorError without the folder

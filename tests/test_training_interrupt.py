@@ -2,6 +2,7 @@
 boundary, prints one line with the resume command and exits 130 without a traceback; running that command
 finishes the run with the losses and weights of an uninterrupted one. Both trainers: the scaffold (DiT) and the
 ViT loop (one helper, :mod:`mmpos.training.interrupt`)."""
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,31 @@ def interrupt_and_resume(trainer, args, out, signal_at):
     assert f"resumed from {out}/checkpoint-{signal_at}" in resumed.stdout + resumed.stderr
 
 
-DIT = ["--tiny", "--data", "shapes", "--samples", "24", "--resolution", "8", "--num-classes", "4",
-       "--pe", "rope_mixed", "--sample-steps", "0", "--ema-decay", "0.5", "--lr", "1e-2", "--batch-size",
-       "4", "--steps", "8", "--checkpoint-every", "100"]
+DIT = [
+    "--tiny",
+    "--data",
+    "shapes",
+    "--samples",
+    "24",
+    "--resolution",
+    "8",
+    "--num-classes",
+    "4",
+    "--pe",
+    "rope_mixed",
+    "--sample-steps",
+    "0",
+    "--ema-decay",
+    "0.5",
+    "--lr",
+    "1e-2",
+    "--batch-size",
+    "4",
+    "--steps",
+    "8",
+    "--checkpoint-every",
+    "100",
+]
 
 
 def test_scaffold_run_interrupted_and_resumed_equals_an_uninterrupted_one(tmp_path):
@@ -62,12 +85,28 @@ def test_a_signal_on_one_of_two_processes_stops_both_at_the_same_update(tmp_path
     """torchrun, gloo: only rank 1 is signalled; the request is reduced over the processes, so both write their
     part of one checkpoint at update 3, rank 0 prints the one line, both exit 130."""
     out = tmp_path / "two"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547",
-               str(WORKER), "dit", *DIT, "--batch-size", "2", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29547",
+        str(WORKER),
+        "dit",
+        *DIT,
+        "--batch-size",
+        "2",
+        "--out",
+        str(out),
+    ]
     done = run(command, signal_at=3, MMPOS_TEST_SIGINT_RANK="1")
     assert done.returncode != 0 and "exitcode  : 130" in done.stderr + done.stdout, done.stderr[-3000:]
-    assert (done.stdout.count("resume with:") == 1 and "interrupted (a signal on another process): saved "
-            f"{out}/checkpoint-3" in done.stdout), done.stdout
+    assert (
+        done.stdout.count("resume with:") == 1
+        and f"interrupted (a signal on another process): saved {out}/checkpoint-3" in done.stdout
+    ), done.stdout
     assert [c.name for c in checkpoints(out)] == ["checkpoint-3"]
     assert {"rng_0.json", "rng_1.json"} <= {p.name for p in (out / "checkpoint-3").iterdir()}
 
@@ -89,22 +128,29 @@ def vit_config(tmp_path_factory):
 
 def test_vit_run_interrupted_and_resumed_equals_an_uninterrupted_one(vit_config, tmp_path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    assert run([sys.executable, str(WORKER), "vit", "--config", str(vit_config), "--output-dir", str(whole)]
-               ).returncode == 0
+    assert (
+        run([sys.executable, str(WORKER), "vit", "--config", str(vit_config), "--output-dir", str(whole)]).returncode
+        == 0
+    )
     # with DataLoader workers, which the terminal's Ctrl-C reaches too (the uninterrupted run has none)
-    interrupt_and_resume("vit", ["--config", str(vit_config), "--output-dir", str(cut), "--set", "num_workers=2"],
-                         cut, signal_at=3)
+    interrupt_and_resume(
+        "vit", ["--config", str(vit_config), "--output-dir", str(cut), "--set", "num_workers=2"], cut, signal_at=3
+    )
     assert (cut / "log.csv").read_text().count("\n") == (whole / "log.csv").read_text().count("\n") == 7
     strip = lambda run: [line.split(",")[:4] for line in (run / "log.csv").read_text().splitlines()]  # noqa: E731
     assert strip(cut) == strip(whole)  # step, epoch, loss, lr of all 6 updates
     assert (cut / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
-    assert json.loads((cut / "results.json").read_text())["eval"] == json.loads(
-        (whole / "results.json").read_text())["eval"]
+    assert (
+        json.loads((cut / "results.json").read_text())["eval"]
+        == json.loads((whole / "results.json").read_text())["eval"]
+    )
 
 
 def test_resume_command_drops_overwrite_and_an_explicit_checkpoint():
-    assert resume_command(["/venv/bin/mmpos", "train", "vit", "--overwrite", "--output-dir", "run dir"]) == \
-        "mmpos train vit --output-dir 'run dir' --resume"
+    assert (
+        resume_command(["/venv/bin/mmpos", "train", "vit", "--overwrite", "--output-dir", "run dir"])
+        == "mmpos train vit --output-dir 'run dir' --resume"
+    )
     command = resume_command(["scripts/train_dit.py", "--resume", "out/checkpoint-4", "--out", "out"])
     assert command.endswith("scripts/train_dit.py --out out --resume")
 

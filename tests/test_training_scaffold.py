@@ -2,6 +2,7 @@
 one config style, a kill and a resume bit-identical to an uninterrupted run (mid-epoch, the data stream
 included), the NaN stop, a checkpoint that mixes steps refused, and 2 processes (torchrun, gloo) equal to one
 process at twice the batch, with equal weights and EMA on both ranks and only rank 0 writing."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,14 +17,38 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mmpos.training.scaffold_config import (ConfigError, TrainConfig, build_parser, check_value, option,
-                                            parse_config, positive)
+from mmpos.training.scaffold_config import (
+    ConfigError,
+    TrainConfig,
+    build_parser,
+    check_value,
+    option,
+    parse_config,
+    positive,
+)
 from mmpos.training.scaffold_folders import checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("scaffold_ddp_worker.py")
-TINY_DIT = ["--tiny", "--data", "shapes", "--samples", "24", "--resolution", "8", "--num-classes", "4",
-            "--pe", "rope_mixed", "--sample-steps", "0", "--ema-decay", "0.5", "--lr", "1e-2"]
+TINY_DIT = [
+    "--tiny",
+    "--data",
+    "shapes",
+    "--samples",
+    "24",
+    "--resolution",
+    "8",
+    "--num-classes",
+    "4",
+    "--pe",
+    "rope_mixed",
+    "--sample-steps",
+    "0",
+    "--ema-decay",
+    "0.5",
+    "--lr",
+    "1e-2",
+]
 
 
 def load_script(name):
@@ -34,8 +59,17 @@ def load_script(name):
 
 
 def dit_argv(out, steps, batch=4, *extra):
-    return TINY_DIT + ["--batch-size", str(batch), "--steps", str(steps), "--checkpoint-every", "2",
-                       "--out", str(out), *extra]
+    return TINY_DIT + [
+        "--batch-size",
+        str(batch),
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        "2",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 # ---------------------------------------------------------------- one config style
@@ -53,11 +87,13 @@ def test_config_layers_and_refusals(tmp_path, capsys):
     assert (config.width, config.lr, config.options, args.resume) == (48, 1e-3, {"theta": 100}, None)
     assert parse_config(Toy, parser, ["--resume"])[1].resume == "latest"
     file.write_text("widht: 32\n")
-    for argv, message in ((["--config", str(file)], "unknown config key 'widht'"),
-                          (["--set", "depth=2"], "unknown config key 'depth'"),
-                          (["--set", "width=0"], "width: expected a positive number, got 0"),
-                          (["--set", "lr=fast"], "lr: expected float, got 'fast'"),
-                          (["--width", "1.5"], "argument --width: expected int, got 1.5")):
+    for argv, message in (
+        (["--config", str(file)], "unknown config key 'widht'"),
+        (["--set", "depth=2"], "unknown config key 'depth'"),
+        (["--set", "width=0"], "width: expected a positive number, got 0"),
+        (["--set", "lr=fast"], "lr: expected float, got 'fast'"),
+        (["--width", "1.5"], "argument --width: expected int, got 1.5"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             parse_config(Toy, build_parser(Toy, "toy"), argv)
         err = capsys.readouterr().err.strip()
@@ -68,8 +104,9 @@ def test_config_layers_and_refusals(tmp_path, capsys):
 
 # ---------------------------------------------------------------- kill and resume
 def digest(folder: Path) -> dict:
-    return {name: (folder / name).read_bytes() for name in ("model.safetensors", "ema.safetensors",
-                                                             "optimizer.safetensors")}
+    return {
+        name: (folder / name).read_bytes() for name in ("model.safetensors", "ema.safetensors", "optimizer.safetensors")
+    }
 
 
 def log_of(out: Path) -> list:
@@ -107,8 +144,15 @@ def test_dit_killed_mid_epoch_resumes_bit_identical(tmp_path, monkeypatch):
     progress = json.loads((killed / "checkpoint-8" / "progress.json").read_text())
     assert progress["data"] == {"epoch": 1, "batch": 2, "global_batch": 4, "length": 24, "seed": 0}
     saved = {p.name for p in (killed / "checkpoint-8").iterdir()}
-    assert saved == {"model.safetensors", "optimizer.safetensors", "optimizer.json", "ema.safetensors",
-                     "config.yaml", "progress.json", "rng_0.json"}  # no pickle
+    assert saved == {
+        "model.safetensors",
+        "optimizer.safetensors",
+        "optimizer.json",
+        "ema.safetensors",
+        "config.yaml",
+        "progress.json",
+        "rng_0.json",
+    }  # no pickle
     assert (killed / "model_ema" / "config.json").is_file()
 
 
@@ -150,12 +194,39 @@ def test_camera_adapter_stops_at_a_nan_loss(tmp_path, monkeypatch, capsys):
 
     data = tmp_path / "clips"
     for seed in range(2):
-        assert mmpos_main(["world", "clip", "--out", str(data / f"clip_{seed}"), "--frames", "6", "--size", "64",
-                           "--seed", str(seed)]) == 0
+        assert (
+            mmpos_main(
+                [
+                    "world",
+                    "clip",
+                    "--out",
+                    str(data / f"clip_{seed}"),
+                    "--frames",
+                    "6",
+                    "--size",
+                    "64",
+                    "--seed",
+                    str(seed),
+                ]
+            )
+            == 0
+        )
     original = CameraAdapterTask.loss
     monkeypatch.setattr(CameraAdapterTask, "loss", lambda self, *a: original(self, *a) * float("inf"))
-    argv = ["--data", str(data), "--out", str(tmp_path / "run"), "--steps", "2", "--frames", "5",
-            "--max-sequence-length", "16", "--head-dim", "16"]
+    argv = [
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "2",
+        "--frames",
+        "5",
+        "--max-sequence-length",
+        "16",
+        "--head-dim",
+        "16",
+    ]
     assert load_script("train_camera_adapter").main(argv) == 1
     assert "NonFiniteLossError: loss is inf at step 1" in capsys.readouterr().err
     assert not checkpoints(tmp_path / "run")
@@ -164,8 +235,19 @@ def test_camera_adapter_stops_at_a_nan_loss(tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------- 2 processes
 def torchrun(task: str, argv: list, records: Path, port: int, processes: int = 2, **env):
     env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
-               str(port), str(WORKER), task, json.dumps(argv), str(records)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(processes),
+        "--master_port",
+        str(port),
+        str(WORKER),
+        task,
+        json.dumps(argv),
+        str(records),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     if env.get("SCAFFOLD_NODE_LOCAL_OUT"):
         return done
@@ -222,13 +304,47 @@ def test_camera_adapter_two_processes_equal_one_at_twice_the_batch(tmp_path):
 
     data = tmp_path / "clips"
     for seed in range(4):
-        assert mmpos_main(["world", "clip", "--out", str(data / f"clip_{seed}"), "--frames", "6", "--size", "64",
-                           "--seed", str(seed)]) == 0
+        assert (
+            mmpos_main(
+                [
+                    "world",
+                    "clip",
+                    "--out",
+                    str(data / f"clip_{seed}"),
+                    "--frames",
+                    "6",
+                    "--size",
+                    "64",
+                    "--seed",
+                    str(seed),
+                ]
+            )
+            == 0
+        )
 
     def argv(out, batch):
-        return ["--data", str(data), "--out", str(out), "--steps", "2", "--checkpoint-every", "1", "--frames", "5",
-                "--max-sequence-length", "16", "--head-dim", "16", "--max-zoom", "1.3", "--lr", "1e-2",
-                "--batch-size", str(batch)]
+        return [
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--steps",
+            "2",
+            "--checkpoint-every",
+            "1",
+            "--frames",
+            "5",
+            "--max-sequence-length",
+            "16",
+            "--head-dim",
+            "16",
+            "--max-zoom",
+            "1.3",
+            "--lr",
+            "1e-2",
+            "--batch-size",
+            str(batch),
+        ]
 
     ranks = torchrun("camera", argv(tmp_path / "two", 1), tmp_path, 29533)
     config, _ = parse_config(CameraAdapterConfig, build_parser(CameraAdapterConfig, "t"), argv(tmp_path / "one", 2))

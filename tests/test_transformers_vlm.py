@@ -1,9 +1,10 @@
 """Switching a Qwen-VL model's RoPE (tiny configs built here, no weights): forward, text prior, restore, decoding."""
+
 import pytest
+import tiny_qwen_vl
 import torch
 
 import mmpos
-import tiny_qwen_vl
 from mmpos.coords import vrope
 from mmpos.integrations.transformers_vlm import ENCODINGS, use_multimodal_rope
 
@@ -19,8 +20,10 @@ def models():
 @pytest.fixture(scope="module")
 def host_logits(models):
     """Unpatched logits per model: (mixed text-image-video input, text-only input)."""
-    return {kind: (_logits(model, **tiny_qwen_vl.mixed_inputs(kind)), _logits(model, input_ids=TEXT_IDS))
-            for kind, model in models.items()}
+    return {
+        kind: (_logits(model, **tiny_qwen_vl.mixed_inputs(kind)), _logits(model, input_ids=TEXT_IDS))
+        for kind, model in models.items()
+    }
 
 
 def _logits(model, **inputs):
@@ -60,8 +63,9 @@ def test_spatial_reset_and_nope_heads_take_effect(models, host_logits):
     host, host_text = host_logits["qwen3_vl"]
     with use_multimodal_rope(model, "mrope_interleave", spatial_reset=True):
         reset = _logits(model, **inputs)
-        ids, _ = model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
-                                            inputs["image_grid_thw"], inputs["video_grid_thw"])
+        ids, _ = model.model.get_rope_index(
+            inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"]
+        )
     image = inputs["input_ids"][0] == tiny_qwen_vl.IMAGE_TOKEN
     assert ids[1:, 0, image].tolist() == [[0, 0, 1, 1], [0, 1, 0, 1]] and not torch.equal(reset, host)
     with use_multimodal_rope(model, "mhrope", head_section=(1, 1, 1)):  # 4 KV heads: the last is NoPE
@@ -76,8 +80,9 @@ def test_vrope_adapter_matches_the_vrope_encoding(models):
     model = models["qwen2_vl"]
     inputs = tiny_qwen_vl.mixed_inputs("qwen2_vl")
     with use_multimodal_rope(model, "vrope"):
-        ids, _ = model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],
-                                            inputs["image_grid_thw"], inputs["video_grid_thw"])
+        ids, _ = model.model.get_rope_index(
+            inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"], inputs["video_grid_thw"]
+        )
         cos, sin = model.model.language_model.rotary_emb(torch.zeros(1), ids)
     variants = vrope.expand_ids(ids[:, 0].T)
     pe = mmpos.create_pe("vrope", head_dim=tiny_qwen_vl.HEAD_DIM)
@@ -85,24 +90,35 @@ def test_vrope_adapter_matches_the_vrope_encoding(models):
     assert torch.allclose(cos[0, :, :8].double(), table.cos, atol=4e-6, rtol=0)  # fp32 phases up to ~30
     assert torch.allclose(sin[0, :, 8:].double(), table.sin, atol=4e-6, rtol=0)
     first_video = int((inputs["input_ids"][0] == tiny_qwen_vl.VIDEO_TOKEN).nonzero()[0])
-    assert variants[first_video].tolist() == [variants[first_video - 1, 0].item() + 1] * 1 + variants[
-        first_video, 1:].tolist()  # the video's top-left v0 continues the text
+    assert (
+        variants[first_video].tolist()
+        == [variants[first_video - 1, 0].item() + 1] * 1 + variants[first_video, 1:].tolist()
+    )  # the video's top-left v0 continues the text
 
 
-@pytest.mark.parametrize("kind,encoding", [("qwen3_vl", "mrope_interleave"), ("qwen3_vl", "vrope"),
-                                           ("qwen2_vl", "mhrope"), ("qwen2_5_vl", "vrope")])
+@pytest.mark.parametrize(
+    "kind,encoding",
+    [("qwen3_vl", "mrope_interleave"), ("qwen3_vl", "vrope"), ("qwen2_vl", "mhrope"), ("qwen2_5_vl", "vrope")],
+)
 def test_cached_decoding_continues_positions(models, kind, encoding):
     """Logits of a token decoded with the KV cache (positions from rope_deltas) equal a full forward's."""
     model = models[kind]
     inputs = tiny_qwen_vl.mixed_inputs(kind)
     next_token = torch.tensor([[9]])
-    full = dict(inputs, input_ids=torch.cat([inputs["input_ids"], next_token], 1),
-                mm_token_type_ids=torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(next_token).int()], 1))
+    full = dict(
+        inputs,
+        input_ids=torch.cat([inputs["input_ids"], next_token], 1),
+        mm_token_type_ids=torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(next_token).int()], 1),
+    )
     with use_multimodal_rope(model, encoding, spatial_reset=encoding != "vrope"), torch.no_grad():
         expected = model(**full).logits[:, -1]
         prefix = model(**inputs, use_cache=True)
-        step = model(input_ids=next_token, cache=prefix.past_key_values, use_cache=True,
-                     mm_token_type_ids=torch.zeros_like(next_token).int()).logits[:, -1]
+        step = model(
+            input_ids=next_token,
+            cache=prefix.past_key_values,
+            use_cache=True,
+            mm_token_type_ids=torch.zeros_like(next_token).int(),
+        ).logits[:, -1]
     assert torch.allclose(step, expected, atol=1e-5, rtol=1e-4)
 
 
@@ -140,8 +156,9 @@ def test_bad_use(models):
             use_multimodal_rope(model, "vrope")
     inputs = tiny_qwen_vl.mixed_inputs("qwen2_vl")
     with use_multimodal_rope(model, "mrope"), pytest.raises(ValueError, match=r"video_grid_thw\[0\] covers 12"):
-        model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"],
-                                   torch.tensor([[2, 4, 6]]))
+        model.model.get_rope_index(
+            inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"], torch.tensor([[2, 4, 6]])
+        )
 
 
 def test_state_dict_keys_are_unchanged_by_the_patch(models):

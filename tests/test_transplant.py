@@ -1,13 +1,15 @@
 """PE transplant (PosBridge): layouts, id maps, sigma window, Fill bit-identity, compositing, input errors."""
+
 import pytest
 import torch
 from diffusers import FluxFillPipeline, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxPosEmbed
-from mmpos.pipelines import PosBridgeFillPipeline
 from fixtures.tiny_models import components, embeddings, image
+
 from mmpos.coords import flux_ids
 from mmpos.coords.canvas import corner_centered_layout, side_by_side_layout
 from mmpos.coords.edits import transplant_ids
+from mmpos.pipelines import PosBridgeFillPipeline
 
 
 def test_native_ids_match_diffusers():
@@ -83,8 +85,9 @@ TRANSPLANT = dict(tile_fraction=0.5, mask_dilate_tokens=0)
 
 def _edit(pipe, **kwargs):
     args = {**BACKGROUND, **kwargs}
-    return pipe(num_inference_steps=3, generator=torch.Generator().manual_seed(0), output_type="pt", **args,
-                **embeddings(1))
+    return pipe(
+        num_inference_steps=3, generator=torch.Generator().manual_seed(0), output_type="pt", **args, **embeddings(1)
+    )
 
 
 def test_disabled_transplant_is_bit_identical_to_stock_fill(fill_pipes):
@@ -92,9 +95,16 @@ def test_disabled_transplant_is_bit_identical_to_stock_fill(fill_pipes):
     out = _edit(posbridge, transplant={**TRANSPLANT, "enabled": False})
     canvas = out.canvas
     assert canvas.image.shape[-2:] == (64, 80)
-    expected = stock(image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(), height=64, width=80,
-                     num_inference_steps=3, generator=torch.Generator().manual_seed(0), output_type="pt",
-                     **embeddings(1)).images
+    expected = stock(
+        image=canvas.image,
+        mask_image=canvas.inpaint_mask[None, None].float(),
+        height=64,
+        width=80,
+        num_inference_steps=3,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+        **embeddings(1),
+    ).images
     assert torch.equal(out.canvas_images, expected)
     same = _edit(posbridge, transplant={**TRANSPLANT, "tau": 1.01})  # empty window
     assert torch.equal(same.canvas_images, expected)
@@ -108,7 +118,8 @@ def test_ids_are_transplanted_above_tau_and_native_below(fill_pipes):
     hook = posbridge.transformer.pos_embed.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
     sigmas = []
     hook2 = posbridge.transformer.register_forward_pre_hook(
-        lambda m, a, kw: sigmas.append(float(kw["timestep"][0])), with_kwargs=True)
+        lambda m, a, kw: sigmas.append(float(kw["timestep"][0])), with_kwargs=True
+    )
     try:
         out = _edit(posbridge, transplant={**TRANSPLANT, "tau": 0.6})
     finally:
@@ -164,8 +175,15 @@ def test_transplant_and_loose_on_a_4_pixel_token_grid():
 
     pipe = PosBridgeFillPipeline(**components("fill", vae_levels=2))
     assert pipe.token_pixels == 4
-    out = pipe(image=image(16, 24), target_box=(8, 4, 20, 12), references=image(10, 10, seed=3),
-               transplant={"tau": 0.5}, num_inference_steps=2, output_type="pt", **embeddings(1))
+    out = pipe(
+        image=image(16, 24),
+        target_box=(8, 4, 20, 12),
+        references=image(10, 10, seed=3),
+        transplant={"tau": 0.5},
+        num_inference_steps=2,
+        output_type="pt",
+        **embeddings(1),
+    )
     assert out.canvas.layout.canvas_size == (16 + 2 * 8, 24 + 2 * 8) and out.images.shape[-2:] == (16, 24)
     assert (out.ids != out.native_ids).any()
     with pytest.raises(ValueError, match="4-pixel token grid"):
@@ -173,8 +191,15 @@ def test_transplant_and_loose_on_a_4_pixel_token_grid():
     loose = LooseRoPEKontextPipeline(**components("kontext", vae_levels=2))
     mask = torch.zeros(16, 16, dtype=torch.bool)
     mask[4:12, 4:12] = True
-    result = loose(image=image(16, 16), crop_mask=mask, loose={"step_range": (0, 1), "mask_dilation": 0}, num_inference_steps=2,
-                   _auto_resize=False, output_type="latent", **embeddings(1))
+    result = loose(
+        image=image(16, 16),
+        crop_mask=mask,
+        loose={"step_range": (0, 1), "mask_dilation": 0},
+        num_inference_steps=2,
+        _auto_resize=False,
+        output_type="latent",
+        **embeddings(1),
+    )
     assert result.maps.bins.shape == (4, 4) and (result.maps.bins >= 0).sum() == 4
 
 
@@ -196,10 +221,18 @@ def test_fill_argument_order_and_return_conventions(fill_pipes):
     from diffusers.utils import BaseOutput
 
     stock, posbridge = fill_pipes
-    common = dict(references=BACKGROUND["references"], target_box=BACKGROUND["target_box"],
-                  transplant={**TRANSPLANT, "enabled": False}, num_inference_steps=2, **embeddings(1))
-    run = lambda *args, **kwargs: posbridge(*args, generator=torch.Generator().manual_seed(0),  # noqa: E731
-                                            **{**common, **kwargs})
+    common = dict(
+        references=BACKGROUND["references"],
+        target_box=BACKGROUND["target_box"],
+        transplant={**TRANSPLANT, "enabled": False},
+        num_inference_steps=2,
+        **embeddings(1),
+    )
+    run = lambda *args, **kwargs: posbridge(
+        *args,
+        generator=torch.Generator().manual_seed(0),  # noqa: E731
+        **{**common, **kwargs},
+    )
     output = run(None, None, BACKGROUND["image"], output_type="pt")
     assert isinstance(output, BaseOutput) and output.images.shape == (1, 3, 32, 48)
     as_tuple = run(None, None, BACKGROUND["image"], output_type="pt", return_dict=False)
@@ -207,13 +240,43 @@ def test_fill_argument_order_and_return_conventions(fill_pipes):
     assert torch.equal(as_tuple[0], output.images) and torch.equal(as_tuple[1], output.canvas_images)
     latent = run(image=BACKGROUND["image"], output_type="latent")
     canvas = output.canvas
-    expected = stock(image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(), height=64, width=80,
-                     num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="latent",
-                     **embeddings(1)).images
+    expected = stock(
+        image=canvas.image,
+        mask_image=canvas.inpaint_mask[None, None].float(),
+        height=64,
+        width=80,
+        num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+        output_type="latent",
+        **embeddings(1),
+    ).images
     assert latent.canvas_images is None and torch.equal(latent.images, expected)
     with pytest.raises(TypeError):
-        posbridge(None, None, BACKGROUND["image"], None, None, None, None, 1.0, 2, None, 30.0, 1, None, None, None,
-                  None, "pt", True, None, None, ["latents"], 512, BACKGROUND["references"])  # references: keyword
+        posbridge(
+            None,
+            None,
+            BACKGROUND["image"],
+            None,
+            None,
+            None,
+            None,
+            1.0,
+            2,
+            None,
+            30.0,
+            1,
+            None,
+            None,
+            None,
+            None,
+            "pt",
+            True,
+            None,
+            None,
+            ["latents"],
+            512,
+            BACKGROUND["references"],
+        )  # references: keyword
     with pytest.raises(ValueError, match="output_type"):
         run(image=BACKGROUND["image"], output_type="tensor")
 
@@ -224,11 +287,25 @@ def test_prompt_is_the_first_positional_argument_as_in_fill():
 
     parts = {**components("fill"), **tiny_text_components()}
     posbridge, stock = PosBridgeFillPipeline(**parts), FluxFillPipeline(**parts)
-    out = posbridge("the object on the background", image=BACKGROUND["image"], target_box=BACKGROUND["target_box"],
-                    references=BACKGROUND["references"], transplant={**TRANSPLANT, "enabled": False},
-                    num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="pt")
+    out = posbridge(
+        "the object on the background",
+        image=BACKGROUND["image"],
+        target_box=BACKGROUND["target_box"],
+        references=BACKGROUND["references"],
+        transplant={**TRANSPLANT, "enabled": False},
+        num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+    )
     canvas = out.canvas
-    expected = stock("the object on the background", image=canvas.image, height=64, width=80,
-                     mask_image=canvas.inpaint_mask[None, None].float(), num_inference_steps=2,
-                     generator=torch.Generator().manual_seed(0), output_type="pt").images
+    expected = stock(
+        "the object on the background",
+        image=canvas.image,
+        height=64,
+        width=80,
+        mask_image=canvas.inpaint_mask[None, None].float(),
+        num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+    ).images
     assert torch.equal(out.canvas_images, expected)

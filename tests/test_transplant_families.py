@@ -1,15 +1,24 @@
 """PE transplant on FLUX.2 Klein inpainting and Qwen-Image inpainting (tiny offline pipelines)."""
+
 import numpy as np
 import pytest
 import torch
 from diffusers import Flux2KleinInpaintPipeline, QwenImageInpaintPipeline
+from fixtures.tiny_edit_families import (
+    klein_prompt_embeds,
+    qwen_prompt_embeds,
+    tiny_klein_components,
+    tiny_qwen_image_components,
+)
+
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.pipelines.family_transplant import Flux2TransplantIds, QwenTransplantTables, flux2_canvas_ids
-from mmpos.pipelines.family_transplant_pipeline import (TRANSPLANT_PIPELINES, PosBridgeKleinInpaintPipeline,
-                                                        PosBridgeQwenInpaintPipeline)
+from mmpos.pipelines.family_transplant_pipeline import (
+    TRANSPLANT_PIPELINES,
+    PosBridgeKleinInpaintPipeline,
+    PosBridgeQwenInpaintPipeline,
+)
 from mmpos.pipelines.images import mask_to_tokens
-from fixtures.tiny_edit_families import (klein_prompt_embeds, qwen_prompt_embeds, tiny_klein_components,
-                                         tiny_qwen_image_components)
 
 YARN = {"type": "yarn", "factor": 2.0, "original_length": 8}
 
@@ -29,15 +38,29 @@ def _klein(**kwargs):
 
 
 def _klein_args(transplant=None, **extra):
-    return dict(prompt_embeds=klein_prompt_embeds(), num_inference_steps=3, guidance_scale=1.0,
-                generator=torch.Generator().manual_seed(0), output_type="pt", transplant=transplant,
-                **_inputs(32, (8, 8, 24, 20)), **extra)
+    return dict(
+        prompt_embeds=klein_prompt_embeds(),
+        num_inference_steps=3,
+        guidance_scale=1.0,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+        transplant=transplant,
+        **_inputs(32, (8, 8, 24, 20)),
+        **extra,
+    )
 
 
 def _qwen_args(transplant=None, **extra):
-    return dict(**qwen_prompt_embeds(), true_cfg_scale=1.0, num_inference_steps=3,
-                generator=torch.Generator().manual_seed(0), output_type="pt", transplant=transplant,
-                **_inputs(64, (16, 16, 48, 40)), **extra)
+    return dict(
+        **qwen_prompt_embeds(),
+        true_cfg_scale=1.0,
+        num_inference_steps=3,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+        transplant=transplant,
+        **_inputs(64, (16, 16, 48, 40)),
+        **extra,
+    )
 
 
 def _stock_on_canvas(stock, out, args, **extra):
@@ -79,8 +102,7 @@ def _placement_fp64(out, token_pixels):
 
     (st, sl, sb, sr), (tt, tl, tb, tr) = bounds(source), bounds(target)
     scale = min((tb - tt) / (sb - st), (tr - tl) / (sr - sl))
-    rows, cols = np.meshgrid(np.arange(grid[0], dtype=np.float64), np.arange(grid[1], dtype=np.float64),
-                             indexing="ij")
+    rows, cols = np.meshgrid(np.arange(grid[0], dtype=np.float64), np.arange(grid[1], dtype=np.float64), indexing="ij")
     new_r = (tt + tb) / 2 + scale * (rows + 0.5 - (st + sb) / 2) - 0.5
     new_c = (tl + tr) / 2 + scale * (cols + 0.5 - (sl + sr) / 2) - 0.5
     expected = np.stack([np.where(source, new_r, rows), np.where(source, new_c, cols)], -1).reshape(-1, 2)
@@ -103,15 +125,17 @@ def test_klein_reference_ids_equal_the_canvas_placement_fp64():
         canvas = ids[:n]
         assert torch.equal(canvas[:, 1:3], expected.float())  # fp64 placement, rounded once to the ids' fp32
         assert bool((canvas[:, [0, 3]] == 0).all())
-        assert torch.equal(ids[n:], pipe._prepare_image_ids([torch.zeros(1, 1, *out.canvas.layout.grid)], 1)[0]
-                           .to(ids.dtype))  # the condition copy (t = 10) keeps its native ids
+        assert torch.equal(
+            ids[n:], pipe._prepare_image_ids([torch.zeros(1, 1, *out.canvas.layout.grid)], 1)[0].to(ids.dtype)
+        )  # the condition copy (t = 10) keeps its native ids
     assert bool(source.any()) and torch.equal(out.ids[:, 1:3], expected.float())
 
 
 def test_klein_canvas_tokens_found_by_coordinates_not_sequence_order():
     grid = (4, 6)
-    ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(4.0), torch.arange(6.0), torch.zeros(1),
-                                     indexing="ij"), -1).reshape(-1, 4)
+    ids = torch.stack(
+        torch.meshgrid(torch.zeros(1), torch.arange(4.0), torch.arange(6.0), torch.zeros(1), indexing="ij"), -1
+    ).reshape(-1, 4)
     moved = ids[:, :3].clone()
     moved[5, 1:3] = torch.tensor([2.25, 3.5])
     moved[7, 1:3] = torch.tensor([0.5, 1.0])
@@ -195,8 +219,9 @@ def test_qwen_reference_rows_are_the_table_at_the_canvas_placement():
     expected, source = _placement_fp64(out, pipe.token_pixels)
     centred = expected - torch.tensor([grid[0] - grid[0] // 2, grid[1] - grid[1] // 2], dtype=torch.float64)
     assert torch.equal(out.ids[:, 1:].double(), centred.float().double())
-    exact = _exact_qwen_table(pipe.transformer.pos_embed, torch.cat([torch.zeros(len(centred), 1,
-                                                                                 dtype=torch.float64), centred], 1))
+    exact = _exact_qwen_table(
+        pipe.transformer.pos_embed, torch.cat([torch.zeros(len(centred), 1, dtype=torch.float64), centred], 1)
+    )
     for table, stock in zip(spy.tables, stock_rows.tables):
         assert torch.equal(table[~source], stock[~source])  # untouched rows: the stock table, bit for bit
         assert not torch.equal(table[source], stock[source])
@@ -220,8 +245,9 @@ def test_qwen_edit_off_under_set_pe_is_the_set_pe_model():
 
 def test_qwen_hook_finds_canvas_rows_by_coordinates():
     grid = (4, 4)
-    ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(4.0), torch.arange(4.0), indexing="ij"),
-                      -1).reshape(-1, 3)
+    ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(4.0), torch.arange(4.0), indexing="ij"), -1).reshape(
+        -1, 3
+    )
     moved_ids = ids.clone()
     moved_ids[3, 1:] = torch.tensor([1.5, 2.0])
     moved = (moved_ids != ids).any(-1).reshape(grid)

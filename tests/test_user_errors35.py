@@ -1,5 +1,6 @@
 """Issue 35: a user error is one line naming the argument (exit code 2), never a traceback; library misuse raises a
 named ValueError / TypeError; numpy scalars are numbers."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,11 +37,15 @@ BAD_TRAJECTORIES = {  # name -> (file contents, what the message must say)
     "not_utf8.txt": (dict(raw=b"\xff\xfe 1 2 3"), "UTF-8"),
     "frames_dict.json": (dict(frames={"a": 1}), "frames must be a non-empty list"),
     "frames_ints.json": (dict(frames=[1, 2]), "frames[0] must be an object"),
-    "strings.json": (dict(frames=_frames(c2w=[["1", 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])),
-                     "frames[0].c2w[0][0] must be a number"),
+    "strings.json": (
+        dict(frames=_frames(c2w=[["1", 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])),
+        "frames[0].c2w[0][0] must be a number",
+    ),
     "string_focal.json": (dict(frames=_frames(intrinsics=("1", 1, 0.5, 0.5))), "frames[0].intrinsics"),
-    "nan_pose.json": (dict(frames=_frames(c2w=[[1, 0, 0, float("nan")], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])),
-                      "non-finite"),
+    "nan_pose.json": (
+        dict(frames=_frames(c2w=[[1, 0, 0, float("nan")], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])),
+        "non-finite",
+    ),
 }
 
 
@@ -58,6 +63,7 @@ def _one_line_exit_2(capsys, argv, *named, runner=main):
 
 
 # ----- trajectory files: the loader names the file and the field ---------------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(BAD_TRAJECTORIES))
 def test_bad_trajectory_file_is_a_named_value_error(tmp_path, name):
@@ -105,6 +111,7 @@ def test_viz_cameras_bad_trajectory_files(tmp_path, capsys, name):
 
 # ----- mmpos generate video --------------------------------------------------------------------------------------
 
+
 def test_generate_video_nan_camera_scale(capsys, tmp_path):
     _one_line_exit_2(capsys, ["generate", "video", "--camera-scale", "nan", "--out", str(tmp_path)], "--camera-scale")
 
@@ -121,8 +128,12 @@ def test_generate_video_out_is_a_file(capsys, tmp_path):
 def test_generate_video_bad_camera_file(capsys, tmp_path, name):
     contents, expected = BAD_TRAJECTORIES[name]
     path = _trajectory_file(tmp_path, name, **contents)
-    _one_line_exit_2(capsys, ["generate", "video", "--model", "world", "--camera", path, "--out",
-                              str(tmp_path / "out")], "--camera", expected)
+    _one_line_exit_2(
+        capsys,
+        ["generate", "video", "--model", "world", "--camera", path, "--out", str(tmp_path / "out")],
+        "--camera",
+        expected,
+    )
 
 
 def test_mismatched_camera_adapter_is_refused_when_loaded():
@@ -141,8 +152,12 @@ def test_generate_video_world_mismatched_adapter(capsys, tmp_path):
 
     other = tmp_path / "other-adapter"
     CameraAdapter(kind="ucpe", dim=32, num_layers=2, num_heads=2, head_dim=16).save_pretrained(other)
-    _one_line_exit_2(capsys, ["generate", "video", "--model", "world", "--adapter", str(other), "--out",
-                              str(tmp_path / "out")], "--adapter", "2 layers of width 32")
+    _one_line_exit_2(
+        capsys,
+        ["generate", "video", "--model", "world", "--adapter", str(other), "--out", str(tmp_path / "out")],
+        "--adapter",
+        "2 layers of width 32",
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -150,10 +165,14 @@ def test_generate_video_world_mismatched_adapter(capsys, tmp_path):
 
 GENERATE_CASES = {
     "train_size text": (["--set", "extrapolate.train_size=abc"], ["extrapolate.train_size='abc'"]),
-    "unknown option": (["--extrapolate", "ntk", "--set", "extrapolate.options={bogus: 1}"],
-                       ["extrapolate.options", "bogus", "lambda_t"]),
-    "option text": (["--extrapolate", "dype", "--set", "extrapolate.options={lambda_t: abc}"],
-                    ["extrapolate.options", "lambda_t"]),
+    "unknown option": (
+        ["--extrapolate", "ntk", "--set", "extrapolate.options={bogus: 1}"],
+        ["extrapolate.options", "bogus", "lambda_t"],
+    ),
+    "option text": (
+        ["--extrapolate", "dype", "--set", "extrapolate.options={lambda_t: abc}"],
+        ["extrapolate.options", "lambda_t"],
+    ),
 }
 
 
@@ -166,11 +185,16 @@ def test_generate_extrapolate_setting(capsys, tmp_path, case):
 def test_generate_non_utf8_config(capsys, tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_bytes(b"prompts: [\xff\xfe]\n")
-    _one_line_exit_2(capsys, ["generate", "--model", "world", "--config", str(config), "--out", str(tmp_path / "o")],
-                     str(config), "UTF-8")
+    _one_line_exit_2(
+        capsys,
+        ["generate", "--model", "world", "--config", str(config), "--out", str(tmp_path / "o")],
+        str(config),
+        "UTF-8",
+    )
 
 
 # ----- scripts -----------------------------------------------------------------------------------------------------
+
 
 def _script(name):
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
@@ -185,14 +209,16 @@ def _ucpe_files(tmp_path) -> dict:
     torch.save({"blocks.0.cam_self_attn.q_proj.weight": torch.zeros(16, 8)}, tmp_path / "partial.pt")
     (tmp_path / "garbage.safetensors").write_bytes(b"not a safetensors file")
     (tmp_path / "taken").mkdir()
-    return {"missing": (["nope.ckpt", "o"], ["nope.ckpt"]),
-            "folder": ([str(tmp_path), "o"], [str(tmp_path)]),
-            "list": ([str(tmp_path / "list.pt"), "o"], ["list.pt", "dict of tensors"]),
-            "foreign": ([str(tmp_path / "foreign.pt"), "o"], ["foreign.pt", "no UCPE adapter keys"]),
-            "partial": ([str(tmp_path / "partial.pt"), "o"], ["partial.pt", "do not fit"]),
-            "garbage": ([str(tmp_path / "garbage.safetensors"), "o"], ["garbage.safetensors", "cannot be read"]),
-            "heads": ([str(tmp_path / "foreign.pt"), "o", "--num-heads", "0"], ["--num-heads"]),
-            "out exists": ([str(tmp_path / "foreign.pt"), str(tmp_path / "taken")], ["OUT", "taken"])}
+    return {
+        "missing": (["nope.ckpt", "o"], ["nope.ckpt"]),
+        "folder": ([str(tmp_path), "o"], [str(tmp_path)]),
+        "list": ([str(tmp_path / "list.pt"), "o"], ["list.pt", "dict of tensors"]),
+        "foreign": ([str(tmp_path / "foreign.pt"), "o"], ["foreign.pt", "no UCPE adapter keys"]),
+        "partial": ([str(tmp_path / "partial.pt"), "o"], ["partial.pt", "do not fit"]),
+        "garbage": ([str(tmp_path / "garbage.safetensors"), "o"], ["garbage.safetensors", "cannot be read"]),
+        "heads": ([str(tmp_path / "foreign.pt"), "o", "--num-heads", "0"], ["--num-heads"]),
+        "out exists": ([str(tmp_path / "foreign.pt"), str(tmp_path / "taken")], ["OUT", "taken"]),
+    }
 
 
 @pytest.mark.parametrize("case", ["missing", "folder", "list", "foreign", "partial", "garbage", "heads", "out exists"])
@@ -204,8 +230,12 @@ def test_convert_ucpe_checkpoint_user_errors(tmp_path, capsys, monkeypatch, case
 
 
 def test_eval_nvs_negative_steps(capsys, tmp_path):
-    _one_line_exit_2(capsys, ["--out", str(tmp_path), "train", "--encoding", "rayrope", "--steps", "-1"], "--steps",
-                     runner=_script("eval_nvs").main)
+    _one_line_exit_2(
+        capsys,
+        ["--out", str(tmp_path), "train", "--encoding", "rayrope", "--steps", "-1"],
+        "--steps",
+        runner=_script("eval_nvs").main,
+    )
 
 
 def test_overwrite_through_a_symlinked_run_folder_is_named(tmp_path):
@@ -235,6 +265,7 @@ def test_world_clip_overwrite_leaves_no_stale_frames(tmp_path, capsys):
 
 
 # ----- library ----------------------------------------------------------------------------------------------------
+
 
 def test_numpy_scalars_are_numbers():
     from mmpos.camera.models import Pinhole
@@ -276,8 +307,8 @@ def test_meta_device_q_is_a_named_error():
 def test_prope_refuses_a_distorted_opencv_camera():
     from mmpos.camera import preset_trajectory
     from mmpos.camera.perspective import OpenCVCamera
-    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
     from mmpos.camera.video import video_cameras
+    from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 
     c2w = preset_trajectory("orbit", 3).c2w
     plain = OpenCVCamera(40.0, 40.0, 32.0, 32.0, 64, 64)

@@ -1,4 +1,5 @@
 """``mmpos generate video`` on the tiny offline Wan components."""
+
 import math
 
 import numpy as np
@@ -36,7 +37,12 @@ def test_tiny_text_to_video_writes_mp4_grid_and_rig_and_refuses_to_overwrite(tmp
         main(["generate", "video", "--out", str(out), *SMALL])
     assert refused.value.code == 2 and "--overwrite" in capsys.readouterr().err
     assert (out / "video.mp4").read_bytes() == before
-    assert sorted(p.name for p in out.iterdir()) == ["frames.png", "rig.png", "video.gif", "video.mp4"]  # no temporary left
+    assert sorted(p.name for p in out.iterdir()) == [
+        "frames.png",
+        "rig.png",
+        "video.gif",
+        "video.mp4",
+    ]  # no temporary left
 
 
 def test_image_to_video_with_an_adapter_and_riflex(tmp_path, capsys):
@@ -46,17 +52,41 @@ def test_image_to_video_with_an_adapter_and_riflex(tmp_path, capsys):
     adapter.save_pretrained(tmp_path / "adapter")
     Image.fromarray(np.full((40, 60, 3), 128, np.uint8)).save(tmp_path / "first.png")
     out = tmp_path / "i2v"
-    assert main(["generate", "video", "--out", str(out), "--image", str(tmp_path / "first.png"), "--adapter",
-                 str(tmp_path / "adapter"), "--extrapolate", "riflex", "--train-frames", "5", *SMALL]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "video",
+                "--out",
+                str(out),
+                "--image",
+                str(tmp_path / "first.png"),
+                "--adapter",
+                str(tmp_path / "adapter"),
+                "--extrapolate",
+                "riflex",
+                "--train-frames",
+                "5",
+                *SMALL,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "camera adapter: ucpe" in printed and "'type': 'riflex'" in printed
     assert read_video(out / "video.mp4").shape == (9, 32, 48, 3)
 
 
-@pytest.mark.parametrize("bad,message", [(["--frames", "10"], "4k + 1"), (["--height", "40"], "multiple of 16"),
-                                         (["--camera", "nowhere.txt"], "--camera nowhere.txt"),
-                                         (["--adapter", "/nonexistent/adapter"], "--adapter /nonexistent/adapter"),
-                                         (["--model", "/nonexistent/wan"], "--model /nonexistent/wan")])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (["--frames", "10"], "4k + 1"),
+        (["--height", "40"], "multiple of 16"),
+        (["--camera", "nowhere.txt"], "--camera nowhere.txt"),
+        (["--adapter", "/nonexistent/adapter"], "--adapter /nonexistent/adapter"),
+        (["--model", "/nonexistent/wan"], "--model /nonexistent/wan"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, bad, message):
     with pytest.raises(SystemExit) as error:
         main(["generate", "video", "--out", str(tmp_path / "x"), *SMALL, *bad])
@@ -67,8 +97,15 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, bad, message):
 def test_riflex_picks_the_time_pair_whose_period_is_closest_to_the_trained_length():
     from diffusers import WanTransformer3DModel
 
-    wan13b_head = WanTransformer3DModel(num_attention_heads=1, attention_head_dim=128, in_channels=4, out_channels=4,
-                                        text_dim=16, ffn_dim=8, num_layers=1)  # Wan2.1-1.3B's head: 44 time channels
+    wan13b_head = WanTransformer3DModel(
+        num_attention_heads=1,
+        attention_head_dim=128,
+        in_channels=4,
+        out_channels=4,
+        text_dim=16,
+        ffn_dim=8,
+        num_layers=1,
+    )  # Wan2.1-1.3B's head: 44 time channels
     # periods 2 pi 10000^(2j/44): 6.3, 9.5, 14.5, 22.1, 33.7, ...: 21 latent frames (81 video frames) -> pair 4
     assert riflex_k(wan13b_head, 21) == 4
     assert riflex_k(wan13b_head, 30) == 5
@@ -92,8 +129,15 @@ def test_riflex_k_from_the_observed_repeat_hunyuan_video():
 def test_riflex_repeat_sets_n_from_the_observed_repeat(tmp_path, capsys):
     from diffusers import WanTransformer3DModel
 
-    wan13b_head = WanTransformer3DModel(num_attention_heads=1, attention_head_dim=128, in_channels=4, out_channels=4,
-                                        text_dim=16, ffn_dim=8, num_layers=1)
+    wan13b_head = WanTransformer3DModel(
+        num_attention_heads=1,
+        attention_head_dim=128,
+        in_channels=4,
+        out_channels=4,
+        text_dim=16,
+        ffn_dim=8,
+        num_layers=1,
+    )
     time, _, _ = extrapolation_policies(["riflex"], wan13b_head, 161, 81, (480, 832))
     assert time["k"] == 4  # N = 21 trained latents
     time, _, _ = extrapolation_policies(["riflex"], wan13b_head, 161, 81, (480, 832), repeat_frames=129)
@@ -104,10 +148,9 @@ def test_riflex_repeat_sets_n_from_the_observed_repeat(tmp_path, capsys):
 
 
 def test_extrapolation_policies_per_axis():
+    from mmpos.pipelines.video_cli import SPATIAL
     from mmpos.spectrum.extrapolation import make_policy
     from mmpos.spectrum.schedule import PRESETS
-
-    from mmpos.pipelines.video_cli import SPATIAL
 
     assert SPATIAL == tuple(PRESETS)
     wan = tiny_wan_transformer()
@@ -139,8 +182,20 @@ def test_twice_the_length_and_size_with_riflex_and_dype_from_the_command(tmp_pat
 
     """At the trained length and size every preset is the stock pipeline bit for bit (same frames); at 2x
     frames (RIFLEx) and 2x rows (DyPE) the video has the requested shape and differs."""
-    trained = ["--model", "tiny", "--train-frames", "5", "--train-size", "16x32", "--height", "16", "--width", "32",
-               "--steps", "2"]
+    trained = [
+        "--model",
+        "tiny",
+        "--train-frames",
+        "5",
+        "--train-size",
+        "16x32",
+        "--height",
+        "16",
+        "--width",
+        "32",
+        "--steps",
+        "2",
+    ]
     for name, extra in (("stock", []), ("dype_1x", ["--extrapolate", "dype", "riflex"])):
         assert main(["generate", "video", "--out", str(tmp_path / name), "--frames", "1x", *trained, *extra]) == 0
     assert np.array_equal(read_video(tmp_path / "stock/video.mp4"), read_video(tmp_path / "dype_1x/video.mp4"))
@@ -158,7 +213,11 @@ def test_twice_the_length_and_size_with_riflex_and_dype_from_the_command(tmp_pat
 
 def test_ntk_extrapolation_runs_from_the_command(tmp_path, capsys):
     out = tmp_path / "ntk"
-    assert main(["generate", "video", "--out", str(out), "--extrapolate", "ntk", "riflex", "--train-size", "16x32",
-                 *SMALL]) == 0
+    assert (
+        main(
+            ["generate", "video", "--out", str(out), "--extrapolate", "ntk", "riflex", "--train-size", "16x32", *SMALL]
+        )
+        == 0
+    )
     assert "'method': 'ntk', 'original_length': 1.0" in capsys.readouterr().out  # rows: 32 px against 16 trained
     assert (out / "video.mp4").is_file()

@@ -2,6 +2,7 @@
 in one line), a GIF beside the mp4, ``frames.png`` upscaled nearest-neighbour with frame labels, and one line for
 every resize of ``--image``, every resampling of poses to frames and more frames than trained; with a motion
 the world model was not trained on (item 5) on both model paths."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,8 +47,9 @@ def test_mp4_is_the_first_codec_this_build_opens_and_a_fallback_says_so(tmp_path
     opened = []
     for fourcc, _ in CODECS:
         with video_outputs._quiet_native_stderr():
-            writer = cv2.VideoWriter(str(tmp_path / f"probe-{fourcc}.mp4"), cv2.VideoWriter_fourcc(*fourcc), 8.0,
-                                     (24, 16))
+            writer = cv2.VideoWriter(
+                str(tmp_path / f"probe-{fourcc}.mp4"), cv2.VideoWriter_fourcc(*fourcc), 8.0, (24, 16)
+            )
         opened.append(writer.isOpened())
         writer.release()
     notes = []
@@ -94,9 +96,9 @@ def test_frame_grid_tiles_are_upscaled_and_labelled():
     for slot, index in enumerate((0, 3, 5, 8)):  # evenly spaced picks of 9 frames
         r, c = divmod(slot, 2)
         top = r * (label + tile_h)
-        tile = grid[top + label:top + label + tile_h, c * tile_w:(c + 1) * tile_w]
+        tile = grid[top + label : top + label + tile_h, c * tile_w : (c + 1) * tile_w]
         assert np.array_equal(tile, expected[index].repeat(factor, 0).repeat(factor, 1))
-        strip = grid[top:top + label, c * tile_w:(c + 1) * tile_w]
+        strip = grid[top : top + label, c * tile_w : (c + 1) * tile_w]
         assert (strip < 128).any()  # text drawn
         strips.append(strip.tobytes())
     assert len(set(strips)) == 4  # each label differs ("frame i / 9")
@@ -110,23 +112,55 @@ def test_tiny_wan_reports_resize_resampling_and_length(tmp_path, capsys):
     from mmpos.pipelines.tiny_wan import tiny_wan_transformer
 
     CameraAdapter.for_transformer(tiny_wan_transformer(image_to_video=True), "ucpe", head_dim=16).save_pretrained(
-        tmp_path / "adapter")
+        tmp_path / "adapter"
+    )
     Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(tmp_path / "first.png")
     write_re10k(preset_trajectory("arc", 17), tmp_path / "poses.txt")
-    small = ["--model", "tiny", "--height", "32", "--width", "32", "--steps", "1", "--train-frames", "5",
-             "--image", str(tmp_path / "first.png"), "--adapter", str(tmp_path / "adapter")]
-    assert main(["generate", "video", *small, "--frames", "9", "--camera", str(tmp_path / "poses.txt"),
-                 "--out", str(tmp_path / "a")]) == 0
+    small = [
+        "--model",
+        "tiny",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--steps",
+        "1",
+        "--train-frames",
+        "5",
+        "--image",
+        str(tmp_path / "first.png"),
+        "--adapter",
+        str(tmp_path / "adapter"),
+    ]
+    assert (
+        main(
+            [
+                "generate",
+                "video",
+                *small,
+                "--frames",
+                "9",
+                "--camera",
+                str(tmp_path / "poses.txt"),
+                "--out",
+                str(tmp_path / "a"),
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert f"--image {tmp_path / 'first.png'}: resized 60x40 -> 32x32 (the model's size, aspect changed)" in lines
     assert [line for line in lines if "resampled" in line] == [
-        f"--camera {tmp_path / 'poses.txt'}: 17 poses resampled to 9 frames (geodesic rotations, linear centres)"]
+        f"--camera {tmp_path / 'poses.txt'}: 17 poses resampled to 9 frames (geodesic rotations, linear centres)"
+    ]
     assert [line for line in lines if line.startswith("warning: --frames")] == [
         "warning: --frames 9 is more than the 5 frames the model was trained on; expect repeats or drift past them "
-        "(--extrapolate riflex adapts the time axis)"]
+        "(--extrapolate riflex adapts the time axis)"
+    ]
     assert {p.name for p in (tmp_path / "a").iterdir()} == {"video.mp4", "video.gif", "frames.png", "rig.png"}
-    assert main(["generate", "video", *small, "--frames", "5", "--camera", "zoom_out", "--out",
-                 str(tmp_path / "b")]) == 0  # an old name, steering through the adapter
+    assert (
+        main(["generate", "video", *small, "--frames", "5", "--camera", "zoom_out", "--out", str(tmp_path / "b")]) == 0
+    )  # an old name, steering through the adapter
     lines = capsys.readouterr().out.splitlines()
     assert not [line for line in lines if "resampled" in line or line.startswith("warning:")]
 
@@ -139,12 +173,35 @@ def test_world_video_model_runs_an_untrained_motion_and_reports(tmp_path, capsys
     if world_model_folder("world") is None:
         pytest.skip("assets/world-video is not in this checkout")
     Image.fromarray(np.full((48, 64, 3), 200, np.uint8)).save(tmp_path / "first.png")
-    assert main(["generate", "video", "--model", "world", "--camera", "tilt:10", "--frames", "10", "--steps", "1",
-                 "--image", str(tmp_path / "first.png"), "--out", str(tmp_path / "w")]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "video",
+                "--model",
+                "world",
+                "--camera",
+                "tilt:10",
+                "--frames",
+                "10",
+                "--steps",
+                "1",
+                "--image",
+                str(tmp_path / "first.png"),
+                "--out",
+                str(tmp_path / "w"),
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
-    assert "camera: the world video model was trained on orbit, dolly and pan only; running tilt:10 anyway " \
+    assert (
+        "camera: the world video model was trained on orbit, dolly and pan only; running tilt:10 anyway "
         "(expect the video to follow it loosely)" in lines
-    assert "warning: --frames 10 is more than the 9 frames the model was trained on; expect the camera to be " \
+    )
+    assert (
+        "warning: --frames 10 is more than the 9 frames the model was trained on; expect the camera to be "
         "followed loosely past them" in lines
+    )
     assert any(line.startswith("--image ") and "resized 64x48 -> 32x32" in line for line in lines)
     assert fourcc_of(tmp_path / "w" / "video.mp4")[1] == 10 and (tmp_path / "w" / "video.gif").is_file()

@@ -1,13 +1,13 @@
 """The ViT trainer's inputs: every config value checked (type and range) before anything is built, YAML scalars for
 ``--set``, unreadable config files named, evaluation classes matched to the training classes by name, too few
 images for one batch refused, and a resumed run keeping the config it was started with."""
+
 from __future__ import annotations
 
 import json
 import shutil
 
 import pytest
-
 from test_train_vit import TINY_MODEL, tiny_config
 
 from mmpos.training import load_config, train_vit
@@ -19,21 +19,33 @@ from mmpos.world.positional import write_positional_folder
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 BAD_VALUES = [  # (--set text, key named, what the message says was expected)
-    ("ema_decay=2.0", "ema_decay", "[0, 1)"), ("ema_decay=-0.1", "ema_decay", "[0, 1)"),
-    ("clip_grad=-1", "clip_grad", ">= 0"), ("weight_decay=-1", "weight_decay", ">= 0"),
-    ("drop_path=1.5", "drop_path", "[0, 1)"), ("drop_path=1", "drop_path", "[0, 1)"),
-    ("eval_aspects=[0]", "eval_aspects", "positive"), ("eval_aspects=[1, -2]", "eval_aspects", "positive"),
-    ("checkpoint_every=0", "checkpoint_every", "positive integer"), ("log_every=0", "log_every", "positive integer"),
-    ("lr=abc", "lr", "positive finite number"), ("lr=.nan", "lr", "positive finite number"),
-    ("lr=-1e-3", "lr", "positive finite number"), ("steps=1.5", "steps", "positive integer"),
-    ("batch_size=true", "batch_size", "positive integer"), ("opt=adamz", "opt", "timm optimizer name"),
-    ("sched=cosin", "sched", "one of"), ("num_classes=0", "num_classes", "positive integer"),
-    ("eval_sizes=[32, 0]", "eval_sizes", "positive integers"), ("eval_extrapolation=[pix]", "eval_extrapolation",
-                                                                "some of"),
-    ("scale=[0.9, 0.1]", "scale", "min <= max"), ("hflip=2", "hflip", "[0, 1]"), ("pretrained=1", "pretrained",
-                                                                                   "true or false"),
-    ("model_kwargs=[1]", "model_kwargs", "mapping"), ("momentum=1", "momentum", "[0, 1)"),
-    ("seed=-1", "seed", "integer >= 0"), ("num_workers=-1", "num_workers", "integer >= 0"),
+    ("ema_decay=2.0", "ema_decay", "[0, 1)"),
+    ("ema_decay=-0.1", "ema_decay", "[0, 1)"),
+    ("clip_grad=-1", "clip_grad", ">= 0"),
+    ("weight_decay=-1", "weight_decay", ">= 0"),
+    ("drop_path=1.5", "drop_path", "[0, 1)"),
+    ("drop_path=1", "drop_path", "[0, 1)"),
+    ("eval_aspects=[0]", "eval_aspects", "positive"),
+    ("eval_aspects=[1, -2]", "eval_aspects", "positive"),
+    ("checkpoint_every=0", "checkpoint_every", "positive integer"),
+    ("log_every=0", "log_every", "positive integer"),
+    ("lr=abc", "lr", "positive finite number"),
+    ("lr=.nan", "lr", "positive finite number"),
+    ("lr=-1e-3", "lr", "positive finite number"),
+    ("steps=1.5", "steps", "positive integer"),
+    ("batch_size=true", "batch_size", "positive integer"),
+    ("opt=adamz", "opt", "timm optimizer name"),
+    ("sched=cosin", "sched", "one of"),
+    ("num_classes=0", "num_classes", "positive integer"),
+    ("eval_sizes=[32, 0]", "eval_sizes", "positive integers"),
+    ("eval_extrapolation=[pix]", "eval_extrapolation", "some of"),
+    ("scale=[0.9, 0.1]", "scale", "min <= max"),
+    ("hflip=2", "hflip", "[0, 1]"),
+    ("pretrained=1", "pretrained", "true or false"),
+    ("model_kwargs=[1]", "model_kwargs", "mapping"),
+    ("momentum=1", "momentum", "[0, 1)"),
+    ("seed=-1", "seed", "integer >= 0"),
+    ("num_workers=-1", "num_workers", "integer >= 0"),
 ]
 
 
@@ -54,8 +66,9 @@ def test_the_command_line_reports_a_bad_value_in_one_line(text, key, expected, t
 
 
 def test_set_values_are_yaml_scalars_with_exponents_as_numbers(tmp_path):
-    config = load_config(None, ["lr=1e-3", "min_lr=5E-7", "warmup_lr=2e+0", "eval_sizes=[32,48]",
-                                "model_kwargs={depth: 4}"])
+    config = load_config(
+        None, ["lr=1e-3", "min_lr=5E-7", "warmup_lr=2e+0", "eval_sizes=[32,48]", "model_kwargs={depth: 4}"]
+    )
     assert config["lr"] == 0.001 and isinstance(config["lr"], float)  # was the string '1e-3': a TypeError later
     assert config["min_lr"] == 5e-7 and config["warmup_lr"] == 2.0
     assert config["eval_sizes"] == [32, 48] and config["model_kwargs"] == {"depth": 4}
@@ -64,13 +77,16 @@ def test_set_values_are_yaml_scalars_with_exponents_as_numbers(tmp_path):
     assert load_config(path)["lr"] == 0.001
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"lr: [1e-3\n", r"not valid YAML at line 2"),
-    (b"lr: 1e-3\n\tsteps: 3\n", r"not valid YAML"),
-    (b"lr: \xff\xfe\n", r"not UTF-8 text"),
-    (b"lr: !!python/object/apply:os.system ['true']\n", r"not valid YAML.*python/object/apply"),
-    (b"- 1\n- 2\n", r"expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"lr: [1e-3\n", r"not valid YAML at line 2"),
+        (b"lr: 1e-3\n\tsteps: 3\n", r"not valid YAML"),
+        (b"lr: \xff\xfe\n", r"not UTF-8 text"),
+        (b"lr: !!python/object/apply:os.system ['true']\n", r"not valid YAML.*python/object/apply"),
+        (b"- 1\n- 2\n", r"expected a mapping"),
+    ],
+)
 def test_unreadable_config_files_are_named(tmp_path, capsys, content, expected):
     path = tmp_path / "config.yaml"
     path.write_bytes(content)
@@ -88,6 +104,7 @@ def test_a_missing_config_file_is_named(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- data
+
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
@@ -141,6 +158,7 @@ def test_num_classes_below_the_data_is_refused(data_dir, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- resume
 
+
 @pytest.fixture(scope="module")
 def stopped_run(data_dir, tmp_path_factory):
     run = tmp_path_factory.mktemp("stopped") / "run"
@@ -149,8 +167,16 @@ def stopped_run(data_dir, tmp_path_factory):
     return config, run
 
 
-@pytest.mark.parametrize("change", [{"lr": 1e-2}, {"steps": 3}, {"pe": "rope_axial"},
-                                    {"pe_options": {"theta": 10.0}}, {"model_kwargs": {**TINY_MODEL, "depth": 2}}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"lr": 1e-2},
+        {"steps": 3},
+        {"pe": "rope_axial"},
+        {"pe_options": {"theta": 10.0}},
+        {"model_kwargs": {**TINY_MODEL, "depth": 2}},
+    ],
+)
 def test_resume_with_a_changed_config_is_refused_and_keeps_the_config(stopped_run, change):
     config, run = stopped_run
     before = (run / "config.yaml").read_bytes()
@@ -175,8 +201,7 @@ def test_resume_from_the_command_line_names_the_changed_keys(stopped_run, tmp_pa
     path = tmp_path / "config.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     with pytest.raises(SystemExit) as exit_info:
-        train_main(["--config", str(path), "--output-dir", str(run), "--resume", "--set", "lr=1e-3",
-                    "--steps", "5"])
+        train_main(["--config", str(path), "--output-dir", str(run), "--resume", "--set", "lr=1e-3", "--steps", "5"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "lr: 0.0005 -> 0.001" in err and "steps: 2 -> 5" in err

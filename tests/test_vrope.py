@@ -1,12 +1,13 @@
 """VRoPE: the worked example of the notes, index invariants, relative property, decoding state, DiT grids."""
+
 import pytest
 import torch
+from conftest import logits
 
 import mmpos
-from conftest import logits
 from mmpos.coords import vrope
-from mmpos.spectrum import rope_inv_freq
 from mmpos.coords.multimodal import multimodal_position_ids, sequence_coords
+from mmpos.spectrum import rope_inv_freq
 
 # rope-variants.md 3.2: text 3, video T=2 h=2 w=3 (K = 4), text 2; pairs 0-3 (pairs 4+ repeat)
 WORKED_EXAMPLE = [
@@ -87,8 +88,10 @@ def test_relative_property_fp64():
     pair of tokens with the same per-variant offsets gives the same logit wherever it sits."""
     pe = mmpos.create_pe("vrope", head_dim=32, theta=100.0)
     ids, _ = vrope.sequence_ids([("text", 4), ("video", 2, 3, 4), ("text", 3)])
-    q, k = torch.randn(2, 2, ids.shape[0], 32, dtype=torch.float64), torch.randn(2, 2, ids.shape[0], 32,
-                                                                              dtype=torch.float64)
+    q, k = (
+        torch.randn(2, 2, ids.shape[0], 32, dtype=torch.float64),
+        torch.randn(2, 2, ids.shape[0], 32, dtype=torch.float64),
+    )
     base = logits(*pe(q, k, ids.double()))
     shifted = logits(*pe(q, k, ids.double() + 1234))
     assert torch.allclose(base, shifted, atol=1e-10, rtol=0)
@@ -112,15 +115,22 @@ def test_video_dit_grid():
     assert torch.allclose(out_q.norm(dim=-1), q.norm(dim=-1), atol=1e-5)  # rotations keep norms
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: vrope.sequence_ids([("text", 2), ("video", 2, 3)]), r"segments\[1\].*takes 3 size"),
-    (lambda: vrope.sequence_ids([("audio", 2)]), r"segments\[0\]"),
-    (lambda: vrope.sequence_ids([("image", 0, 3)]), "positive integer"),
-    (lambda: vrope.pair_ids(torch.zeros(5, 3), 8), r"\[\.\.\., 4\]"),
-    (lambda: vrope.expand_ids(torch.zeros(5, 4)), "3 entries"),
-    (lambda: mmpos.create_pe("vrope", head_dim=32)(torch.randn(1, 1, 5, 32), torch.randn(1, 1, 5, 32),
-                                                    torch.zeros(5, 3)), r"\[L, 4\]"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: vrope.sequence_ids([("text", 2), ("video", 2, 3)]), r"segments\[1\].*takes 3 size"),
+        (lambda: vrope.sequence_ids([("audio", 2)]), r"segments\[0\]"),
+        (lambda: vrope.sequence_ids([("image", 0, 3)]), "positive integer"),
+        (lambda: vrope.pair_ids(torch.zeros(5, 3), 8), r"\[\.\.\., 4\]"),
+        (lambda: vrope.expand_ids(torch.zeros(5, 4)), "3 entries"),
+        (
+            lambda: mmpos.create_pe("vrope", head_dim=32)(
+                torch.randn(1, 1, 5, 32), torch.randn(1, 1, 5, 32), torch.zeros(5, 3)
+            ),
+            r"\[L, 4\]",
+        ),
+    ],
+)
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -1,4 +1,5 @@
 """``mmpos world``: files written with their ground truth; bad input is a clear usage error."""
+
 import json
 
 import numpy as np
@@ -17,8 +18,28 @@ def run_error(argv, capsys) -> str:
 
 def test_render_writes_image_and_ground_truth(tmp_path):
     out = tmp_path / "star"
-    assert main(["world", "render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40",
-                 "--pattern", "stripes", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "world",
+                "render",
+                "--shape",
+                "star",
+                "--colour",
+                "red",
+                "--box",
+                "8",
+                "8",
+                "40",
+                "40",
+                "--pattern",
+                "stripes",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert {p.name for p in out.iterdir()} == {"scene.png", "scene.json"}
     truth = json.loads((out / "scene.json").read_text())
     x0, y0, x1, y1 = truth["boxes"][0]
@@ -28,12 +49,15 @@ def test_render_writes_image_and_ground_truth(tmp_path):
     assert (image[0, 0] == 245).all() and (image[24, 24] != 245).any()  # white background, object inside
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--shape", "blob"], "invalid choice: 'blob'"),
-    (["--pattern", "plaid"], "invalid choice: 'plaid'"),
-    (["--box", "10", "10", "80", "40"], "is not a box inside the 64x64 image"),
-    (["--box", "30", "10", "20", "40"], "is not a box inside"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--shape", "blob"], "invalid choice: 'blob'"),
+        (["--pattern", "plaid"], "invalid choice: 'plaid'"),
+        (["--box", "10", "10", "80", "40"], "is not a box inside the 64x64 image"),
+        (["--box", "30", "10", "20", "40"], "is not a box inside"),
+    ],
+)
 def test_render_bad_input(argv, message, tmp_path, capsys):
     base = {"--shape": "star", "--colour": "red", "--box": ["8", "8", "40", "40"], "--out": str(tmp_path / "x")}
     args = ["world", "render"]
@@ -48,15 +72,22 @@ def test_edits_write_pairs_and_reject_impossible_box(tmp_path, capsys):
     assert main(["world", "edits", "--kind", "harmonise", "--count", "1", "--out", str(tmp_path)]) == 0
     folder = tmp_path / "harmonise-00000"
     assert {"collage.png", "target.png", "ground_truth.json"} <= {p.name for p in folder.iterdir()}
-    err = run_error(["world", "edits", "--kind", "transplant", "--box", "60", "60", "70", "70", "--out",
-                     str(tmp_path)], capsys)
+    err = run_error(
+        ["world", "edits", "--kind", "transplant", "--box", "60", "60", "70", "70", "--out", str(tmp_path)], capsys
+    )
     assert "box=(60, 60, 70, 70) is not a box inside" in err
 
 
-@pytest.mark.parametrize("command", [
-    ["sample", "--caption", "a red star", "--checkpoint", "/nonexistent"],  # refused before loading anything
-    ["render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40"],
-    ["dataset", "--count", "1"], ["edits", "--kind", "style"], ["clip", "--frames", "1"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sample", "--caption", "a red star", "--checkpoint", "/nonexistent"],  # refused before loading anything
+        ["render", "--shape", "star", "--colour", "red", "--box", "8", "8", "40", "40"],
+        ["dataset", "--count", "1"],
+        ["edits", "--kind", "style"],
+        ["clip", "--frames", "1"],
+    ],
+)
 def test_out_is_a_folder_in_every_world_command_and_a_file_name_is_refused_first(command, tmp_path, capsys):
     err = run_error(["world", *command, "--out", str(tmp_path / "samples.png")], capsys)
     assert f"--out {tmp_path / 'samples.png'}: expected a folder" in err
@@ -89,16 +120,34 @@ def test_clip_writes_frames_and_cameras(tmp_path, capsys):
     assert (tmp_path / "frame_001.png").is_file()
     assert "fov_degrees" in run_error(["world", "clip", "--fov", "200", "--out", str(tmp_path)], capsys)
     saved = tmp_path / "trajectory.json"  # the clip's cameras, reloadable as a trajectory file
-    assert main(["world", "clip", "--frames", "3", "--size", "16", "--trajectory", str(saved),
-                 "--out", str(tmp_path / "again")]) == 0
+    assert (
+        main(
+            [
+                "world",
+                "clip",
+                "--frames",
+                "3",
+                "--size",
+                "16",
+                "--trajectory",
+                str(saved),
+                "--out",
+                str(tmp_path / "again"),
+            ]
+        )
+        == 0
+    )
     assert np.load(tmp_path / "again" / "ground_truth.npz")["poses"].shape == (3, 4, 4)
-    assert main(["world", "clip", "--frames", "2", "--size", "16", "--trajectory", "pan",
-                 "--out", str(tmp_path / "pan")]) == 0
+    assert (
+        main(["world", "clip", "--frames", "2", "--size", "16", "--trajectory", "pan", "--out", str(tmp_path / "pan")])
+        == 0
+    )
     ids = np.load(tmp_path / "pan" / "ground_truth.npz")["ids"]
     assert (ids == -1).any() and (ids >= 0).any()  # placed on the scene: ground and objects in view
     assert "not a preset" in run_error(["world", "clip", "--trajectory", "spin", "--out", str(tmp_path)], capsys)
     assert "--degrees and --fov shape the default orbit" in run_error(
-        ["world", "clip", "--trajectory", "pan", "--fov", "50", "--out", str(tmp_path)], capsys)
+        ["world", "clip", "--trajectory", "pan", "--fov", "50", "--out", str(tmp_path)], capsys
+    )
 
 
 def test_clip_textured_keeps_depth_and_changes_colours(tmp_path):

@@ -1,26 +1,38 @@
 """The world demo and the editing evaluation end to end on tiny trained checkpoints (reduced steps)."""
+
 import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 from mmpos.cli import main
 from mmpos.pipelines.world.demo import error_map, run_world_demo
 from mmpos.training.world.training import train
-from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 
 @pytest.fixture(scope="module")
 def tiny_world(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_world")
-    common = dict(image_size=SIZE, num_examples=16, batch_size=4, device="cpu", num_samples=1, sample_steps=1,
-                  warmup_steps=1, max_steps=1)
+    common = dict(
+        image_size=SIZE,
+        num_examples=16,
+        batch_size=4,
+        device="cpu",
+        num_samples=1,
+        sample_steps=1,
+        warmup_steps=1,
+        max_steps=1,
+    )
     train(dict(common, task="vae", vae=TINY_VAE), root, progress=False)
     for task in ("t2i", "fill", "kontext"):
-        train(dict(common, task=task, vae_path=str(root), transformer=TINY_TRANSFORMER, text_encoder=TINY_TEXT),
-              root, progress=False)
+        train(
+            dict(common, task=task, vae_path=str(root), transformer=TINY_TRANSFORMER, text_encoder=TINY_TEXT),
+            root,
+            progress=False,
+        )
     return root
 
 
@@ -49,8 +61,15 @@ def test_world_demo_end_to_end(tiny_world, tmp_path):
     rows = Image.open(tmp_path / "world_extrapolation.png").height // (3 * SIZE * 3 + 2)  # 3x tiles, zoom 3
     assert rows == 1 + len(METHODS)  # ground truth, then a row per method
     assert report.count("<table>") == 3  # a score table under each editing section, on the shown examples
-    for row in ("<td>PE transplant</td>", "<td>LooseRoPE</td>", "<td>band strength 0.0</td>", "<td>no sharing</td>",
-                "<th>outside_change</th>", "<th>identity_iou</th>", "<th>layout_copy</th>"):
+    for row in (
+        "<td>PE transplant</td>",
+        "<td>LooseRoPE</td>",
+        "<td>band strength 0.0</td>",
+        "<td>no sharing</td>",
+        "<th>outside_change</th>",
+        "<th>identity_iou</th>",
+        "<th>layout_copy</th>",
+    ):
         assert row in report, row
 
 
@@ -93,12 +112,14 @@ def test_eval_editing_script_scores_ground_truth_perfectly(tiny_world, tmp_path)
 def pretrained_folders(tmp_path_factory):
     """FLUX-style saved pipelines (tiny, with CLIP/T5 text encoders and tokenizers) for t2i, fill and kontext."""
     from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
-
     from fixtures.tiny_models import components, tiny_text_components
 
     root = tmp_path_factory.mktemp("pretrained")
-    for task, kind, cls in (("t2i", "flux", FluxPipeline), ("fill", "fill", FluxFillPipeline),
-                            ("kontext", "kontext", FluxKontextPipeline)):
+    for task, kind, cls in (
+        ("t2i", "flux", FluxPipeline),
+        ("fill", "fill", FluxFillPipeline),
+        ("kontext", "kontext", FluxKontextPipeline),
+    ):
         cls(**{**components(kind), **tiny_text_components()}).save_pretrained(root / task)
     return root
 
@@ -124,9 +145,10 @@ def test_model_arguments_and_errors(capsys):
         parse_model_args(["video=x"])
     with pytest.raises(ValueError, match="expected TASK=PATH_OR_HUB_ID"):
         parse_model_args(["t2i"])
-    for args, message in ((["--model", "fill"], "expected TASK=PATH_OR_HUB_ID"),
-                          (["--model", "flux", "--image-size", "500"], "--image-size 500: expected a multiple of 16 "
-                                                                        "pixels")):
+    for args, message in (
+        (["--model", "fill"], "expected TASK=PATH_OR_HUB_ID"),
+        (["--model", "flux", "--image-size", "500"], "--image-size 500: expected a multiple of 16 pixels"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(["demo", "--out", "unused", "--size", "5", *args])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
@@ -134,10 +156,10 @@ def test_model_arguments_and_errors(capsys):
 
 def test_conditioning_follows_the_model():
     from diffusers import FluxTransformer2DModel
-
     from fixtures.tiny_models import components, tiny_text_components
-    from mmpos.models.world.image import WorldTextEncoder, conditioning
     from test_world_editing import tiny_edit_pipeline
+
+    from mmpos.models.world.image import WorldTextEncoder, conditioning
 
     world_t2i, world_fill = tiny_edit_pipeline("band"), tiny_edit_pipeline("transplant")
     kwargs = conditioning(world_t2i, ["a red star"], 3.0)

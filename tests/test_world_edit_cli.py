@@ -1,4 +1,5 @@
 """`mmpos edit` / `mmpos generate` on the shipped world models: `--model world`, the no-CUDA default, `--box`."""
+
 import json
 
 import numpy as np
@@ -36,9 +37,29 @@ def written_names(printed: str) -> set[str]:
 
 def test_transplant_with_a_box_runs_on_the_world_fill_model(images, tmp_path, capsys):
     out = tmp_path / "transplant"
-    assert main(["edit", "transplant", "--model", "world", "--background", str(images / "my.png"),
-                 "--reference", str(images / "obj.png"), "--box", "8", "8", "40", "40", "--out", str(out),
-                 *FAST]) == 0
+    assert (
+        main(
+            [
+                "edit",
+                "transplant",
+                "--model",
+                "world",
+                "--background",
+                str(images / "my.png"),
+                "--reference",
+                str(images / "obj.png"),
+                "--box",
+                "8",
+                "8",
+                "40",
+                "40",
+                "--out",
+                str(out),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "(PosBridgeFillPipeline), device cpu, dtype float32" in printed
     assert "--box 8 8 40 40 of the 64x64 background is 4 4 20 20 of the 32x32 model input" in printed
@@ -48,11 +69,41 @@ def test_transplant_with_a_box_runs_on_the_world_fill_model(images, tmp_path, ca
 
 
 def test_band_and_loose_run_on_the_world_models_with_prompt_strings(images, tmp_path, capsys):
-    assert main(["edit", "band", "--model", "world", "--target", "a large blue square at center",
-                 "--out", str(tmp_path / "band"), *FAST]) == 0
+    assert (
+        main(
+            [
+                "edit",
+                "band",
+                "--model",
+                "world",
+                "--target",
+                "a large blue square at center",
+                "--out",
+                str(tmp_path / "band"),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     assert Image.open(tmp_path / "band" / "edited_0.png").size == (32, 32)
-    assert main(["edit", "loose", "--model", "world", "--image", str(images / "collage.png"),
-                 "--mask", str(images / "mask.png"), "--out", str(tmp_path / "loose"), *FAST]) == 0
+    assert (
+        main(
+            [
+                "edit",
+                "loose",
+                "--model",
+                "world",
+                "--image",
+                str(images / "collage.png"),
+                "--mask",
+                str(images / "mask.png"),
+                "--out",
+                str(tmp_path / "loose"),
+                *FAST,
+            ]
+        )
+        == 0
+    )
     assert Image.open(tmp_path / "loose" / "edited_0.png").size == (32, 32)
     assert "(LooseRoPEKontextPipeline)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:  # a word the world model does not know: one line
@@ -66,8 +117,20 @@ def test_without_cuda_and_without_model_generate_uses_the_world_model(tmp_path, 
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = tmp_path / "generate"
-    assert main(["generate", "--prompt", "a small blue circle at top left", "--out", str(out),
-                 "--set", "sampler.num_inference_steps=2"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--prompt",
+                "a small blue circle at top left",
+                "--out",
+                str(out),
+                "--set",
+                "sampler.num_inference_steps=2",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "no CUDA GPU: running the shipped world models" in printed
     assert "world-t2i (FluxPipeline), device cpu, dtype float32" in printed
@@ -79,8 +142,25 @@ def test_a_folder_without_model_index_is_one_line_naming_what_is_expected(images
     folder = tmp_path / "not_a_pipeline"
     (folder / "transformer").mkdir(parents=True)
     with pytest.raises(SystemExit) as exit_info:
-        main(["edit", "transplant", "--model", str(folder), "--background", str(images / "my.png"),
-              "--reference", str(images / "obj.png"), "--box", "8", "8", "40", "40", "--out", str(tmp_path / "o")])
+        main(
+            [
+                "edit",
+                "transplant",
+                "--model",
+                str(folder),
+                "--background",
+                str(images / "my.png"),
+                "--reference",
+                str(images / "obj.png"),
+                "--box",
+                "8",
+                "8",
+                "40",
+                "40",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "no model_index.json there; expected a diffusers pipeline folder" in err
@@ -88,10 +168,12 @@ def test_a_folder_without_model_index_is_one_line_naming_what_is_expected(images
 
 @pytest.mark.parametrize("argv", [["--box", "8", "8", "40", "40"], ["--box", "8,8,40,40"], ["--box=8,8,40,40"]])
 def test_box_is_four_integers_in_edit_and_world_render_and_the_comma_form_still_parses(argv, capsys):
-    edit = build_parser().parse_args(split_comma_box(["edit", "transplant", "--background", "b.png",
-                                                      "--reference", "r.png", *argv]))
-    render = build_parser().parse_args(split_comma_box(["world", "render", "--shape", "star", "--colour", "red",
-                                                        "--out", "x.png", *argv]))
+    edit = build_parser().parse_args(
+        split_comma_box(["edit", "transplant", "--background", "b.png", "--reference", "r.png", *argv])
+    )
+    render = build_parser().parse_args(
+        split_comma_box(["world", "render", "--shape", "star", "--colour", "red", "--out", "x.png", *argv])
+    )
     assert edit.box == render.box == [8, 8, 40, 40]
     assert ("deprecated" in capsys.readouterr().err) == ("," in "".join(argv))
 
@@ -105,8 +187,25 @@ def test_rescale_box_rounds_outwards_and_refuses_a_box_outside_the_image():
 
 def test_a_box_outside_the_background_fails_before_the_model_loads(images, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["edit", "transplant", "--model", "world", "--background", str(images / "my.png"),
-              "--reference", str(images / "obj.png"), "--box", "8", "8", "80", "40", "--out", str(tmp_path / "o")])
+        main(
+            [
+                "edit",
+                "transplant",
+                "--model",
+                "world",
+                "--background",
+                str(images / "my.png"),
+                "--reference",
+                str(images / "obj.png"),
+                "--box",
+                "8",
+                "8",
+                "80",
+                "40",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
     captured = capsys.readouterr()
     assert exit_info.value.code == 2 and "--box 8 8 80 40: expected left < right <= 64" in captured.err
     assert "model:" not in captured.out and not (tmp_path / "o").exists()

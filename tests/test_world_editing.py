@@ -1,21 +1,23 @@
 """The mmpos editing pipelines on world models (tiny random configs): canvases match the transplant pipeline's,
 boxes agree across conventions, and a disabled edit is the stock diffusers pipeline, pixel for pixel."""
+
 import numpy as np
 import pytest
 import torch
+from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
-from mmpos.pipelines.transplant import TransplantConfig
-from mmpos.pipelines.transplant_pipeline import box_to_mask
-from mmpos.pipelines.loading import pipeline_class
-from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_canvas, scene_part
+from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae
+from mmpos.models.world.samples import generate
 from mmpos.pipelines.edits.band import run_band
 from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
 from mmpos.pipelines.edits.transplant import run_transplant
-from mmpos.pipelines.sources import ModelSource, load_world_edit as load_edit_pipeline
+from mmpos.pipelines.loading import pipeline_class
+from mmpos.pipelines.sources import ModelSource
+from mmpos.pipelines.sources import load_world_edit as load_edit_pipeline
+from mmpos.pipelines.transplant import TransplantConfig
+from mmpos.pipelines.transplant_pipeline import box_to_mask
+from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_canvas, scene_part
 from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
-from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae
-from mmpos.models.world.samples import generate
-from test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 TASK_OF = {"transplant": "fill", "loose": "kontext", "band": "t2i"}
 
@@ -24,8 +26,13 @@ def tiny_edit_pipeline(method, seed=0):
     torch.manual_seed(seed)
     task = TASK_OF[method]
     transformer = build_transformer(task, **TINY_TRANSFORMER)
-    pipe = build_pipeline(task, build_vae(**TINY_VAE), transformer, build_text_encoder(transformer, **TINY_TEXT),
-                          pipeline_class=pipeline_class(method))
+    pipe = build_pipeline(
+        task,
+        build_vae(**TINY_VAE),
+        transformer,
+        build_text_encoder(transformer, **TINY_TEXT),
+        pipeline_class=pipeline_class(method),
+    )
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -44,8 +51,14 @@ def as_uint8(image: torch.Tensor) -> np.ndarray:
 def test_insertion_canvas_is_the_transplant_pipelines_canvas(seed):
     pair = transplant_pair(seed, SIZE)
     pipe = tiny_edit_pipeline("transplant")
-    canvas = pipe.prepare_canvas(TransplantConfig(**WORLD_TRANSPLANT), pair.background.image, None,
-                                 [pair.reference.image], [pair.reference.masks[0]], pair.box)
+    canvas = pipe.prepare_canvas(
+        TransplantConfig(**WORLD_TRANSPLANT),
+        pair.background.image,
+        None,
+        [pair.reference.image],
+        [pair.reference.masks[0]],
+        pair.box,
+    )
     example = insertion_canvas(pair)
     assert np.array_equal(example.mask, canvas.inpaint_mask.numpy())
     unchanged = ~example.mask
@@ -62,9 +75,14 @@ def pipeline_insertion_canvas(pair):
     from mmpos.world.images import to_chw, to_uint8
 
     size = pair.background.image.shape[:2]
-    canvas = compose_canvas(TransplantConfig(**WORLD_TRANSPLANT), to_chw(pair.background.image)[None],
-                            box_to_mask(pair.box, size), [to_chw(pair.reference.image)[None]],
-                            [torch.from_numpy(pair.reference.masks[0])], TOKEN_PIXELS)
+    canvas = compose_canvas(
+        TransplantConfig(**WORLD_TRANSPLANT),
+        to_chw(pair.background.image)[None],
+        box_to_mask(pair.box, size),
+        [to_chw(pair.reference.image)[None]],
+        [torch.from_numpy(pair.reference.masks[0])],
+        TOKEN_PIXELS,
+    )
     rows, cols = canvas.layout.background.slices
     image = canvas.image.clone()
     image[..., rows, cols] = to_chw(pair.target.image)
@@ -123,8 +141,12 @@ def test_loose_at_strength_zero_is_stock_kontext():
     pair = harmonise_pair(7, SIZE)
     pipe = tiny_edit_pipeline("loose")
     loose = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3, strength=0.0), guidance=3.0)
-    plain = generate(stock(pipe, "kontext"), "kontext",
-                     [{"image": pair.target.image, "context": pair.collage, "caption": pair.instruction}], steps=3)
+    plain = generate(
+        stock(pipe, "kontext"),
+        "kontext",
+        [{"image": pair.target.image, "context": pair.collage, "caption": pair.instruction}],
+        steps=3,
+    )
     assert np.array_equal(loose.outputs, plain)
     edited = run_loose(pipe, [pair], steps=3, loose=loose_for_steps(3), guidance=3.0)
     assert not np.array_equal(edited.outputs, plain) and (edited.last.maps.bins >= 0).any()
@@ -135,8 +157,9 @@ def test_band_disabled_is_stock_flux_and_enabled_differs():
     pipe = tiny_edit_pipeline("band")
     disabled = run_band(pipe, sets, steps=2, band={"enabled": False}, guidance=3.0)
     captions = [sets[0].reference.spec.caption()] + sets[0].prompts
-    plain = generate(stock(pipe, "t2i"), "t2i", [{"image": sets[0].reference.image, "caption": c} for c in captions],
-                     steps=2)
+    plain = generate(
+        stock(pipe, "t2i"), "t2i", [{"image": sets[0].reference.image, "caption": c} for c in captions], steps=2
+    )
     assert np.array_equal(disabled.outputs, plain[1:])
     shared = run_band(pipe, sets, steps=2, band={"strength": 1.0}, guidance=3.0)
     assert shared.outputs.shape == disabled.outputs.shape and not np.array_equal(shared.outputs, disabled.outputs)

@@ -1,5 +1,6 @@
 """The FLUX.2-architecture world t2i model: training inputs in Flux2Pipeline's layout, a training step, the exported
 folder as a FLUX.2 pipeline, band modulation on it (edit off == stock bit for bit, the given reference)."""
+
 import json
 
 import numpy as np
@@ -8,7 +9,7 @@ import torch
 from diffusers import Flux2KleinPipeline, Flux2Pipeline
 
 from mmpos.models.world.architectures import ARCHITECTURES, build_world_transformer
-from mmpos.models.world.flux2 import flux2_conditioning, flux2_image_ids, flux2_text_ids, flux2_tokens, flux2_vae
+from mmpos.models.world.flux2 import flux2_conditioning, flux2_text_ids, flux2_tokens, flux2_vae
 from mmpos.models.world.image import build_vae, load_world_pipeline, world_architecture
 from mmpos.models.world.latents import encode_latents
 from mmpos.pipelines import BandModulationFlux2KleinPipeline, BandModulationFlux2Pipeline
@@ -16,8 +17,15 @@ from mmpos.training.world.flux2_losses import flux2_flow_matching_inputs
 from mmpos.training.world.training import train
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
-TINY_FLUX2 = dict(num_layers=1, num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
-                  axes_dims_rope=(4, 4, 4, 4), joint_attention_dim=32, timestep_guidance_channels=16)
+TINY_FLUX2 = dict(
+    num_layers=1,
+    num_single_layers=1,
+    attention_head_dim=16,
+    num_attention_heads=2,
+    axes_dims_rope=(4, 4, 4, 4),
+    joint_attention_dim=32,
+    timestep_guidance_channels=16,
+)
 TINY_TEXT = dict(width=32, num_layers=1, num_heads=2)
 SIZE = 32
 CAPTIONS = ["a large red star at center", "a small blue circle at left", "a green square at right"]
@@ -31,9 +39,26 @@ def trained(tmp_path_factory):
     vae = build_vae(**TINY_VAE)
     vae.register_to_config(shift_factor=0.25, scaling_factor=0.5)
     vae.save_pretrained(root / "world-vae")
-    card = train(dict(task="t2i", architecture="flux2", image_size=SIZE, num_examples=16, batch_size=4,
-                      device="cpu", num_samples=2, sample_steps=2, log_every=1, warmup_steps=1, max_steps=2,
-                      vae_path=str(root), transformer=TINY_FLUX2, text_encoder=TINY_TEXT), root, progress=False)
+    card = train(
+        dict(
+            task="t2i",
+            architecture="flux2",
+            image_size=SIZE,
+            num_examples=16,
+            batch_size=4,
+            device="cpu",
+            num_samples=2,
+            sample_steps=2,
+            log_every=1,
+            warmup_steps=1,
+            max_steps=2,
+            vae_path=str(root),
+            transformer=TINY_FLUX2,
+            text_encoder=TINY_TEXT,
+        ),
+        root,
+        progress=False,
+    )
     return root, card
 
 
@@ -50,9 +75,15 @@ def _world_vae(root):
 
 
 def _images(pipe, captions=CAPTIONS, guidance=None, **kwargs):
-    return pipe(height=SIZE, width=SIZE, num_inference_steps=2, output_type="pt",
-                generator=torch.Generator().manual_seed(0), **flux2_conditioning(pipe, captions, guidance),
-                **kwargs).images
+    return pipe(
+        height=SIZE,
+        width=SIZE,
+        num_inference_steps=2,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(0),
+        **flux2_conditioning(pipe, captions, guidance),
+        **kwargs,
+    ).images
 
 
 def test_the_architecture_key_selects_the_transformer():
@@ -75,6 +106,7 @@ def test_training_step_runs_and_exports_a_flux2_folder(trained):
     assert isinstance(load_world_pipeline("t2i", root), Flux2KleinPipeline)
     with pytest.raises(TypeError, match="FLUX.2 world model"):
         from diffusers import FluxPipeline
+
         load_world_pipeline("t2i", root, pipeline_class=FluxPipeline)
 
 
@@ -91,6 +123,7 @@ def test_training_inputs_are_the_pipelines_layout(trained):
 
     class Data:  # one example, noise and sigma
         task, latents = "t2i", world
+
     sigma, noise = torch.tensor([0.3]), torch.randn_like(world)
     hidden, ids, target = flux2_flow_matching_inputs(Data, torch.tensor([0]), sigma, noise)
     torch.testing.assert_close(hidden, flux2_tokens(0.7 * world + 0.3 * noise))
@@ -108,13 +141,19 @@ def test_vae_conversion_keeps_the_decoder():
     torch.testing.assert_close(converted.decode(z).sample, vae.decode(z).sample, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("stock, band, guidance", [(Flux2Pipeline, BandModulationFlux2Pipeline, None),
-                                                    (Flux2KleinPipeline, BandModulationFlux2KleinPipeline, 3.0)])
+@pytest.mark.parametrize(
+    "stock, band, guidance",
+    [(Flux2Pipeline, BandModulationFlux2Pipeline, None), (Flux2KleinPipeline, BandModulationFlux2KleinPipeline, 3.0)],
+)
 def test_band_off_is_the_stock_pipeline_bit_for_bit(trained, stock, band, guidance):
     root, _ = trained
     plain = _images(_pipe(stock, root), guidance=guidance)
-    off = _images(_pipe(band, root), guidance=guidance, band={"enabled": False},
-                  reference_image=np.zeros((SIZE, SIZE, 3), np.uint8))
+    off = _images(
+        _pipe(band, root),
+        guidance=guidance,
+        band={"enabled": False},
+        reference_image=np.zeros((SIZE, SIZE, 3), np.uint8),
+    )
     assert torch.equal(plain, off)
     on = _images(_pipe(band, root), guidance=guidance, band={})
     assert torch.isfinite(on).all() and not torch.equal(on[1:], plain[1:])
@@ -127,9 +166,12 @@ def test_given_reference_is_what_element_0_sees(trained):
     image = np.random.default_rng(0).integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
     x0 = flux2_tokens(encode_latents(_world_vae(root), torch.from_numpy(image)[None]))
     sigmas, seen = [], []  # the forward's sigma; the tokens its input projection gets (after the edit's rewrite)
-    hooks = [pipe.transformer.register_forward_pre_hook(
-                 lambda module, args, kwargs: sigmas.append(float(kwargs["timestep"][0])), with_kwargs=True),
-             pipe.transformer.x_embedder.register_forward_pre_hook(lambda module, args: seen.append(args[0][0]))]
+    hooks = [
+        pipe.transformer.register_forward_pre_hook(
+            lambda module, args, kwargs: sigmas.append(float(kwargs["timestep"][0])), with_kwargs=True
+        ),
+        pipe.transformer.x_embedder.register_forward_pre_hook(lambda module, args: seen.append(args[0][0])),
+    ]
     try:
         _images(pipe, CAPTIONS[:2], band={}, reference_image=image, reference_seed=5)
     finally:

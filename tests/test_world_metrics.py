@@ -1,10 +1,10 @@
 """Ground-truth metrics on rendered scenes, where the right answer is known."""
+
 import numpy as np
 
+from mmpos.eval.metrics import colour_mask, insertion_scores, iou, layout_copy, palette_similarity, texture_similarity
 from mmpos.world import render_scene, sample_scene
 from mmpos.world.edit_pairs import style_set, transplant_pair
-from mmpos.eval.metrics import (colour_mask, insertion_scores, iou, layout_copy, palette_similarity,
-                                 texture_similarity)
 
 
 def test_colour_mask_recovers_rendered_object_masks():
@@ -20,11 +20,15 @@ def test_style_metrics_separate_style_from_layout():
     reference = styles.reference
     other_style = style_set(11, count=1).reference
     for target in styles.targets:
-        assert palette_similarity(target.image, reference.image) > palette_similarity(other_style.image,
-                                                                                       reference.image)
+        assert palette_similarity(target.image, reference.image) > palette_similarity(
+            other_style.image, reference.image
+        )
         assert texture_similarity(target.image, reference.image) > 0.8
-        assert layout_copy(target.image, reference.masks, reference.spec.style.background) < \
-            layout_copy(reference.image, reference.masks, reference.spec.style.background) == 1.0
+        assert (
+            layout_copy(target.image, reference.masks, reference.spec.style.background)
+            < layout_copy(reference.image, reference.masks, reference.spec.style.background)
+            == 1.0
+        )
     assert texture_similarity(reference.image, reference.image) == 1.0
 
 

@@ -1,4 +1,5 @@
 """World models: real diffusers pipelines on tiny configs, pipeline-exact training inputs, training, loading."""
+
 import json
 from pathlib import Path
 
@@ -7,16 +8,31 @@ import pytest
 import torch
 from diffusers import FluxKontextPipeline
 
-from mmpos.models.world.image import (TASKS, build_pipeline, build_text_encoder, build_transformer, build_vae,
-                                load_world_pipeline, prompt_kwargs, trained_image_size)
+from mmpos.models.world.image import (
+    TASKS,
+    build_pipeline,
+    build_text_encoder,
+    build_transformer,
+    build_vae,
+    load_world_pipeline,
+    prompt_kwargs,
+    trained_image_size,
+)
+from mmpos.models.world.latents import latent_ids, pack, pack_pixel_mask
 from mmpos.models.world.samples import generate, held_out_examples
 from mmpos.models.world.text import WorldTextEncoder
-from mmpos.models.world.latents import latent_ids, pack, pack_pixel_mask
 from mmpos.training.world.training import train
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
-TINY_TRANSFORMER = dict(num_layers=1, num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
-                        axes_dims_rope=(4, 6, 6), joint_attention_dim=32, pooled_projection_dim=32)
+TINY_TRANSFORMER = dict(
+    num_layers=1,
+    num_single_layers=1,
+    attention_head_dim=16,
+    num_attention_heads=2,
+    axes_dims_rope=(4, 6, 6),
+    joint_attention_dim=32,
+    pooled_projection_dim=32,
+)
 TINY_TEXT = dict(width=32, num_layers=1, num_heads=2)
 SIZE = 32
 
@@ -84,12 +100,32 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
 def trained(tmp_path_factory):
     """A tiny VAE and t2i model trained for a few steps (the real script path), in one folder."""
     root = tmp_path_factory.mktemp("world")
-    common = dict(image_size=SIZE, num_examples=32, batch_size=8, device="cpu", num_samples=2, sample_steps=2,
-                  log_every=1, warmup_steps=1, max_minutes=5.0)
-    vae_card = train(dict(common, task="vae", vae=TINY_VAE, max_steps=6, lr=3e-3, ema_decay=0.5), root,
-                     progress=False)
-    card = train(dict(common, task="t2i", vae_path=str(root), transformer=TINY_TRANSFORMER,
-                      text_encoder=TINY_TEXT, max_steps=12, lr=3e-3, ema_decay=0.5), root, progress=False)
+    common = dict(
+        image_size=SIZE,
+        num_examples=32,
+        batch_size=8,
+        device="cpu",
+        num_samples=2,
+        sample_steps=2,
+        log_every=1,
+        warmup_steps=1,
+        max_minutes=5.0,
+    )
+    vae_card = train(dict(common, task="vae", vae=TINY_VAE, max_steps=6, lr=3e-3, ema_decay=0.5), root, progress=False)
+    card = train(
+        dict(
+            common,
+            task="t2i",
+            vae_path=str(root),
+            transformer=TINY_TRANSFORMER,
+            text_encoder=TINY_TEXT,
+            max_steps=12,
+            lr=3e-3,
+            ema_decay=0.5,
+        ),
+        root,
+        progress=False,
+    )
     return root, vae_card, card
 
 
@@ -104,28 +140,55 @@ def test_trained_checkpoint_loads_and_samples(trained):
     root, _, _ = trained
     for name in ("world-vae", "world-t2i"):
         assert {"README.md", "model_card.json", "samples.png", "train_config.yaml"} <= {
-            p.name for p in (root / name).iterdir()}
+            p.name for p in (root / name).iterdir()
+        }
     pipe = load_world_pipeline("t2i", root)
     pipe.set_progress_bar_config(disable=True)
     assert pipe.transformer.dtype == torch.float32
-    out = pipe(height=SIZE, width=SIZE, num_inference_steps=2, output_type="pt",
-               generator=torch.Generator().manual_seed(0), **prompt_kwargs(pipe, ["a large red star at center"])).images
+    out = pipe(
+        height=SIZE,
+        width=SIZE,
+        num_inference_steps=2,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(0),
+        **prompt_kwargs(pipe, ["a large red star at center"]),
+    ).images
     assert out.shape == (1, 3, SIZE, SIZE) and torch.isfinite(out).all()
     from diffusers import FluxPipeline  # the export is a pipeline folder: from_pretrained, prompt strings
 
     exported = FluxPipeline.from_pretrained(root / "world-t2i")
     exported.set_progress_bar_config(disable=True)
     assert (root / "world-t2i" / "model_index.json").is_file() and exported.tokenizer is not None
-    same = exported(height=SIZE, width=SIZE, num_inference_steps=2, output_type="pt",
-                    generator=torch.Generator().manual_seed(0), prompt=["a large red star at center"]).images
+    same = exported(
+        height=SIZE,
+        width=SIZE,
+        num_inference_steps=2,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(0),
+        prompt=["a large red star at center"],
+    ).images
     assert torch.equal(same, out)
 
 
 def test_resume_continues_from_the_saved_step(trained):
     root, _, card = trained
-    config = dict(image_size=SIZE, num_examples=32, batch_size=8, device="cpu", num_samples=1, sample_steps=1,
-                  log_every=1, task="t2i", vae_path=str(root), transformer=TINY_TRANSFORMER,
-                  text_encoder=TINY_TEXT, max_steps=14, warmup_steps=1, lr=3e-3, ema_decay=0.5)  # the run's values
+    config = dict(
+        image_size=SIZE,
+        num_examples=32,
+        batch_size=8,
+        device="cpu",
+        num_samples=1,
+        sample_steps=1,
+        log_every=1,
+        task="t2i",
+        vae_path=str(root),
+        transformer=TINY_TRANSFORMER,
+        text_encoder=TINY_TEXT,
+        max_steps=14,
+        warmup_steps=1,
+        lr=3e-3,
+        ema_decay=0.5,
+    )  # the run's values
     resumed = train(config, root, resume=True, progress=False)
     assert resumed["steps"] == 14 and resumed["loss_history"][: len(card["loss_history"])] == card["loss_history"]
     assert resumed["val_loss_start"] == card["val_loss_start"]  # the first start's, not the resumed model's
@@ -134,9 +197,21 @@ def test_resume_continues_from_the_saved_step(trained):
 def test_init_from_continues_a_trained_model(trained, tmp_path):
     root = trained[0]
     card = json.loads((root / "world-t2i" / "model_card.json").read_text())  # the latest export in root
-    config = dict(image_size=SIZE, num_examples=32, batch_size=8, device="cpu", num_samples=1, sample_steps=1,
-                  task="t2i", vae_path=str(root), init_from=str(root), max_steps=2, warmup_steps=1,
-                  transformer=TINY_TRANSFORMER, text_encoder=TINY_TEXT)  # as the checkpoint's: accepted
+    config = dict(
+        image_size=SIZE,
+        num_examples=32,
+        batch_size=8,
+        device="cpu",
+        num_samples=1,
+        sample_steps=1,
+        task="t2i",
+        vae_path=str(root),
+        init_from=str(root),
+        max_steps=2,
+        warmup_steps=1,
+        transformer=TINY_TRANSFORMER,
+        text_encoder=TINY_TEXT,
+    )  # as the checkpoint's: accepted
     continued = train(config, tmp_path, progress=False)
     # starts where the source ended (its weights were shipped in fp16, hence the tolerance)
     assert continued["val_loss_start"] == pytest.approx(card["val_loss"], rel=0.02)

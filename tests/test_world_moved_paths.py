@@ -1,5 +1,6 @@
 """The old ``mmpos.world.<module>`` paths of the modules that moved out of the world still import, for one release:
 the same module object as the new path, with a DeprecationWarning naming both paths."""
+
 import importlib
 import subprocess
 import sys
@@ -22,21 +23,23 @@ def test_an_old_path_is_the_new_module_with_a_deprecation_warning(old):
 
 
 def test_every_import_form_of_an_old_path_works_in_a_fresh_interpreter():
-    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-            "import mmpos.training.world.trainer as new, mmpos.models.world.image as image\n"
-            "for statement in ('import mmpos.world.trainer', 'from mmpos.world import trainer',\n"
-            "                  'from mmpos.world.models import load_world_pipeline'):\n"
-            "    try:\n"
-            "        exec(statement)\n"
-            "        raise SystemExit(statement + ': no warning')\n"
-            "    except DeprecationWarning as warning:\n"
-            "        assert 'moved to' in str(warning), warning\n"
-            "warnings.simplefilter('ignore', DeprecationWarning)\n"
-            "import mmpos.world.trainer as old\n"
-            "from mmpos.world.models import load_world_pipeline\n"
-            "assert old is new and load_world_pipeline is image.load_world_pipeline\n"
-            "import mmpos.world\n"
-            "assert mmpos.world.trainer is new\n")
+    code = (
+        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+        "import mmpos.training.world.trainer as new, mmpos.models.world.image as image\n"
+        "for statement in ('import mmpos.world.trainer', 'from mmpos.world import trainer',\n"
+        "                  'from mmpos.world.models import load_world_pipeline'):\n"
+        "    try:\n"
+        "        exec(statement)\n"
+        "        raise SystemExit(statement + ': no warning')\n"
+        "    except DeprecationWarning as warning:\n"
+        "        assert 'moved to' in str(warning), warning\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)\n"
+        "import mmpos.world.trainer as old\n"
+        "from mmpos.world.models import load_world_pipeline\n"
+        "assert old is new and load_world_pipeline is image.load_world_pipeline\n"
+        "import mmpos.world\n"
+        "assert mmpos.world.trainer is new\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

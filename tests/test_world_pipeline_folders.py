@@ -1,4 +1,5 @@
 """The shipped world models are diffusers pipeline folders: from_pretrained, prompt strings, the world tokenizer."""
+
 import shutil
 from pathlib import Path
 
@@ -41,15 +42,30 @@ def test_each_shipped_model_loads_with_from_pretrained_and_takes_a_prompt_string
     assert type(pipe) is CLASSES[task]
     assert isinstance(pipe.text_encoder, WorldTextEncoder) and isinstance(pipe.tokenizer_2, WorldTokenizer)
     assert pipe.transformer.dtype == torch.float32  # shipped in fp16, loaded in fp32 by default
-    images = pipe(prompt=CAPTION, height=32, width=32, num_inference_steps=2, output_type="np",
-                  generator=torch.Generator().manual_seed(0), **call_inputs(task)).images
+    images = pipe(
+        prompt=CAPTION,
+        height=32,
+        width=32,
+        num_inference_steps=2,
+        output_type="np",
+        generator=torch.Generator().manual_seed(0),
+        **call_inputs(task),
+    ).images
     assert images.shape == (1, 32, 32, 3) and np.isfinite(images).all()
 
 
 def test_prompt_strings_give_the_images_of_the_embeddings_the_world_code_passes():
     pipe = quiet(FluxPipeline.from_pretrained(ASSETS / "world-t2i"))
-    run = lambda **kw: pipe(height=32, width=32, num_inference_steps=2, output_type="pt",  # noqa: E731
-                            generator=torch.Generator().manual_seed(0), **kw).images
+    run = lambda **kw: (
+        pipe(
+            height=32,
+            width=32,
+            num_inference_steps=2,
+            output_type="pt",  # noqa: E731
+            generator=torch.Generator().manual_seed(0),
+            **kw,
+        ).images
+    )
     from_strings = run(prompt=[CAPTION], negative_prompt=[""], true_cfg_scale=3.0)
     assert torch.equal(from_strings, run(**conditioning(pipe, [CAPTION], 3.0)))
 
@@ -61,8 +77,9 @@ def test_the_tokenizer_gives_the_encoders_ids_and_refuses_unknown_words(tmp_path
     tokenizer.save_pretrained(tmp_path)
     loaded = WorldTokenizer.from_pretrained(tmp_path)
     for max_length in (40, 512):  # Flux pads CLIP's slot to model_max_length, T5's to max_sequence_length
-        ids = loaded(captions, padding="max_length", max_length=max_length, truncation=True,
-                     return_tensors="pt").input_ids
+        ids = loaded(
+            captions, padding="max_length", max_length=max_length, truncation=True, return_tensors="pt"
+        ).input_ids
         assert torch.equal(ids[:, :40], encoder.tokenize(captions)) and not ids[:, 40:].any()
         assert torch.equal(encoder(ids)[0], encoder(encoder.tokenize(captions))[0])
     with pytest.raises(ValueError, match=r"outside the world's vocabulary: \['zebra'\]"):

@@ -1,4 +1,5 @@
 """Positional classification scenes: labels follow the objects' positions, deterministic per seed."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ def test_relation_label_is_where_blue_is_relative_to_red(seed):
     (rx, ry), (bx, by) = centre(red), centre(blue)
     dx, dy = bx - rx, by - ry
     assert abs(abs(dx) - abs(dy)) >= 64 / 8  # never ambiguous
-    expected = ("blue_right" if dx > 0 else "blue_left") if abs(dx) > abs(dy) else (
-        "blue_below" if dy > 0 else "blue_above")
+    expected = (
+        ("blue_right" if dx > 0 else "blue_left") if abs(dx) > abs(dy) else ("blue_below" if dy > 0 else "blue_above")
+    )
     assert label == expected and image.shape == (64, 64, 3)
     assert (image == np.array([220, 40, 40])).all(-1).any()  # the red object is visible
 
@@ -47,8 +49,12 @@ def test_examples_are_deterministic_and_classes_balanced_enough():
 
 
 def test_world_dataset_command_writes_an_image_folder(tmp_path):
-    assert main(["world", "dataset", "--task", "relation", "--count", "6", "--size", "32", "--out",
-                 str(tmp_path / "train")]) == 0
+    assert (
+        main(
+            ["world", "dataset", "--task", "relation", "--count", "6", "--size", "32", "--out", str(tmp_path / "train")]
+        )
+        == 0
+    )
     assert sorted(p.name for p in (tmp_path / "train").iterdir() if p.is_dir()) == sorted(CLASSES["relation"])
     records = [json.loads(line) for line in (tmp_path / "train" / "metadata.jsonl").read_text().splitlines()]
     assert len(records) == 6 and all((tmp_path / "train" / r["file_name"]).exists() for r in records)

@@ -1,4 +1,5 @@
 """The mini-world: determinism per seed, ground truth against pixels, edit pairs, datasets, bad input."""
+
 import json
 
 import numpy as np
@@ -58,10 +59,16 @@ def test_spec_round_trips_through_dict():
     assert SceneSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(shape="blob"), "shape='blob'"), (dict(colour="teal"), "colour='teal'"),
-    (dict(box=(10, 10, 5, 20)), "box="), (dict(box=(50, 50, 70, 60)), "inside the 64x64"),
-    (dict(box=(1, 1, 3, 3)), "too small")])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(shape="blob"), "shape='blob'"),
+        (dict(colour="teal"), "colour='teal'"),
+        (dict(box=(10, 10, 5, 20)), "box="),
+        (dict(box=(50, 50, 70, 60)), "inside the 64x64"),
+        (dict(box=(1, 1, 3, 3)), "too small"),
+    ],
+)
 def test_bad_object_is_a_clear_error(kwargs, words):
     obj = dict(shape="star", colour="red", box=(4, 4, 20, 20), **{})
     obj.update(kwargs)

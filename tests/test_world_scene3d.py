@@ -1,13 +1,24 @@
 """3D mini-world: ray-cast depth and ids agree with the pinhole camera model and the primitives (fp64)."""
+
 import numpy as np
 import pytest
-
 import torch
 
 from mmpos.camera import KannalaBrandt, Pinhole, look_at, preset_trajectory
-from mmpos.world.scene3d import (GROUND_ID, INVALID_ID, SKY_ID, Box, Scene3D, Sphere, camera_rays,
-                                 orbit_trajectory, place_trajectory, render_trajectory, render_view,
-                                 sample_scene3d)
+from mmpos.world.scene3d import (
+    GROUND_ID,
+    INVALID_ID,
+    SKY_ID,
+    Box,
+    Scene3D,
+    Sphere,
+    camera_rays,
+    orbit_trajectory,
+    place_trajectory,
+    render_trajectory,
+    render_view,
+    sample_scene3d,
+)
 
 
 def pinhole(size, fov_degrees=60.0):

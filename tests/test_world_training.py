@@ -4,6 +4,7 @@ One process draws what it drew before the port (a reference loop written here fr
 same losses and weights, bit for bit); a run stopped and resumed equals an uninterrupted one bit for bit; the
 earlier state layouts still resume; 2 processes (torchrun, gloo) read disjoint slices of the global batch, keep
 equal weights, equal one process at twice the batch, and only rank 0 writes."""
+
 import json
 import os
 import subprocess
@@ -21,11 +22,30 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("world_ddp_worker.py")
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
-TINY_TRANSFORMER = dict(num_layers=1, num_single_layers=1, attention_head_dim=8, num_attention_heads=2,
-                        joint_attention_dim=16, pooled_projection_dim=16, axes_dims_rope=(2, 2, 4))
+TINY_TRANSFORMER = dict(
+    num_layers=1,
+    num_single_layers=1,
+    attention_head_dim=8,
+    num_attention_heads=2,
+    joint_attention_dim=16,
+    pooled_projection_dim=16,
+    axes_dims_rope=(2, 2, 4),
+)
 TINY_TEXT = dict(width=16, num_layers=1, num_heads=2)
-BASE = dict(image_size=32, num_examples=16, batch_size=4, device="cpu", num_samples=1, log_every=1,
-            warmup_steps=2, max_minutes=5.0, lr=1e-3, max_steps=4, sample_steps=1, checkpoint_every=2)
+BASE = dict(
+    image_size=32,
+    num_examples=16,
+    batch_size=4,
+    device="cpu",
+    num_samples=1,
+    log_every=1,
+    warmup_steps=2,
+    max_minutes=5.0,
+    lr=1e-3,
+    max_steps=4,
+    sample_steps=1,
+    checkpoint_every=2,
+)
 
 
 class Stop(Exception):
@@ -44,8 +64,14 @@ def vae_folder(tmp_path_factory):
 def image_config(task: str, vae_folder=None, **changes) -> dict:
     if task == "vae":
         return {**BASE, "task": "vae", "vae": TINY_VAE, **changes}
-    return {**BASE, "task": task, "transformer": TINY_TRANSFORMER, "text_encoder": TINY_TEXT,
-            "vae_path": str(vae_folder), **changes}
+    return {
+        **BASE,
+        "task": task,
+        "transformer": TINY_TRANSFORMER,
+        "text_encoder": TINY_TEXT,
+        "vae_path": str(vae_folder),
+        **changes,
+    }
 
 
 def recorded_losses(trainer) -> list:
@@ -113,8 +139,10 @@ def test_image_trainer_draws_what_the_recipe_draws(tmp_path, vae_folder, task):
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
     assert losses == expected
-    assert_same({k: v for k, v in state_of(trainer).items() if k.startswith("model.")},
-                {f"model.{k}": v for k, v in model.state_dict().items()})
+    assert_same(
+        {k: v for k, v in state_of(trainer).items() if k.startswith("model.")},
+        {f"model.{k}": v for k, v in model.state_dict().items()},
+    )
 
 
 # ---------------------------------------------------------------- image models: resume
@@ -129,8 +157,9 @@ def test_image_trainer_killed_and_resumed_equals_uninterrupted(tmp_path, vae_fol
 
     killed = WorldTrainer(config, tmp_path / "run", progress=False)
     original = killed.loss
-    killed.loss = lambda index, generator: (_ for _ in ()).throw(Stop()) if killed.step == 3 else \
-        original(index, generator)
+    killed.loss = lambda index, generator: (
+        (_ for _ in ()).throw(Stop()) if killed.step == 3 else original(index, generator)
+    )
     with pytest.raises(Stop):
         killed.run({"stop": False})
     assert [p.name for p in checkpoints(tmp_path / "run" / f"train-{task}")] == ["checkpoint-2"]
@@ -154,8 +183,11 @@ def write_earlier_layout(trainer) -> Path:
     folder = trainer.state_dir
     accelerator.save_state(str(folder))
     torch.save(trainer.ema.state_dict(), folder / "ema.pt")
-    (folder / "progress.json").write_text(json.dumps({"step": trainer.step, "trained_seconds": 1.0,
-                                                      "history": trainer.history, "initial_validation": 0.5}))
+    (folder / "progress.json").write_text(
+        json.dumps(
+            {"step": trainer.step, "trained_seconds": 1.0, "history": trainer.history, "initial_validation": 0.5}
+        )
+    )
     return folder
 
 
@@ -167,8 +199,9 @@ def test_an_earlier_train_state_folder_resumes(tmp_path):
     first.config["max_steps"] = 2
     first.run({"stop": False})
     folder = write_earlier_layout(first)
-    assert {"model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"} <= \
-        {p.name for p in folder.iterdir()}
+    assert {"model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"} <= {
+        p.name for p in folder.iterdir()
+    }
     resumed = WorldTrainer(config, tmp_path, progress=False)
     resumed.load_state()
     assert (resumed.step, resumed.history, resumed.initial_validation) == (2, first.history, 0.5)
@@ -182,10 +215,26 @@ def test_an_earlier_train_state_folder_resumes(tmp_path):
 
 # ---------------------------------------------------------------- 2 processes
 def torchrun(kind: str, spec: dict, records: Path, port: int, processes: int = 2):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(WORKER.parent)] + [
-        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
-               str(port), str(WORKER), kind, json.dumps(spec), str(records)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(
+            [str(WORKER.parent)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(processes),
+        "--master_port",
+        str(port),
+        str(WORKER),
+        kind,
+        json.dumps(spec),
+        str(records),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return [json.loads((records / f"rank{r}.json").read_text()) for r in range(processes)]
@@ -236,8 +285,13 @@ def video_run(out: Path, recipe: dict, stop_before: int | None = None):
 
     clips = make_clips("test", 2, 2)
     torch.manual_seed(0)
-    vae = AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=4)
+    vae = AutoencoderKL(
+        block_out_channels=(8, 8),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+    )
     captured, original_init, schedule = {}, video_training.VideoStage.__init__, video_training.learning_rate
 
     def init(self, *args, **kwargs):
@@ -255,8 +309,9 @@ def video_run(out: Path, recipe: dict, stop_before: int | None = None):
     try:
         torch.manual_seed(1)
         base = None if recipe["stage"] in ("vae", "base") else video_model.world_video_transformer()
-        state = video_training.train_stage(video_training.VideoRecipe(**recipe), clips, out, vae, base=base,
-                                           log=lambda _: None)
+        state = video_training.train_stage(
+            video_training.VideoRecipe(**recipe), clips, out, vae, base=base, log=lambda _: None
+        )
     finally:
         video_training.VideoStage.__init__, video_training.learning_rate = original_init, schedule
         video_model.TRANSFORMER_CONFIG.clear()
@@ -292,10 +347,13 @@ def test_video_trainer_resumes_an_earlier_state_pt(tmp_path):
     from mmpos._safe_state import join_optimizer_state, read_json, read_tensors
 
     progress = read_json(latest / "video_progress.json")
-    optimizer = join_optimizer_state(read_tensors(latest / "optimizer.safetensors"),
-                                     read_json(latest / "optimizer.json"), {"param_groups": []})
-    torch.save(dict(progress, model=read_tensors(latest / "model.safetensors"), optimizer=optimizer),
-               tmp_path / "run" / "state.pt")
+    optimizer = join_optimizer_state(
+        read_tensors(latest / "optimizer.safetensors"), read_json(latest / "optimizer.json"), {"param_groups": []}
+    )
+    torch.save(
+        dict(progress, model=read_tensors(latest / "model.safetensors"), optimizer=optimizer),
+        tmp_path / "run" / "state.pt",
+    )
     for folder in checkpoints(tmp_path / "run"):
         import shutil
 
@@ -325,8 +383,12 @@ def test_video_trainer_two_processes_equal_one_at_twice_the_batch(tmp_path):
     one, one_stage = video_run(tmp_path / "one", {**recipe, "batch_size": 2})
     # the empty prompt is one constant text: the cross-attention's keys are all equal, so its queries and keys (and
     # norm2, before the queries) get no gradient but round-off
-    check_ranks(tmp_path, {f"model.{k}": v for k, v in trained(one_stage).items()}, atol=1e-5,
-                round_off_only=("attn2.to_q", "attn2.to_k", "attn2.norm_q", "attn2.norm_k", ".norm2."))
+    check_ranks(
+        tmp_path,
+        {f"model.{k}": v for k, v in trained(one_stage).items()},
+        atol=1e-5,
+        round_off_only=("attn2.to_q", "attn2.to_k", "attn2.norm_q", "attn2.norm_k", ".norm2."),
+    )
     assert ranks[0]["losses"] == pytest.approx(one["losses"], abs=1e-5)  # the mean over the ranks
     assert set(ranks[1]["written"]) == {"rng_1.json"}
     assert {"rng_0.json", "model.safetensors"} <= set(ranks[0]["written"])
@@ -351,8 +413,9 @@ def nvs_run(out: Path, recipe: dict, stop_before: int | None = None):
 
     nvs_training.learning_rate = learning_rate
     try:
-        model, state = nvs_training.train_nvs(nvs_training.NVSRecipe(**recipe), triples, str(out / "run.pt"),
-                                              checkpoint_every=2, log=lambda _: None)
+        model, state = nvs_training.train_nvs(
+            nvs_training.NVSRecipe(**recipe), triples, str(out / "run.pt"), checkpoint_every=2, log=lambda _: None
+        )
     finally:
         nvs_training.learning_rate = schedule
     return model, state, PartialState()
@@ -378,10 +441,17 @@ def test_nvs_trainer_resumes_an_earlier_pt_file(tmp_path):
     with pytest.raises(Stop):
         nvs_run(tmp_path / "cut", NVS_RECIPE, stop_before=3)
     latest = checkpoints(tmp_path / "cut" / "run")[-1]  # the same state as the earlier layout's file
-    optimizer = join_optimizer_state(read_tensors(latest / "optimizer.safetensors"),
-                                     read_json(latest / "optimizer.json"), {"param_groups": []})
-    torch.save(dict(read_json(latest / "nvs_progress.json"), model=read_tensors(latest / "model.safetensors"),
-                    optimizer=optimizer), tmp_path / "cut" / "run.pt")
+    optimizer = join_optimizer_state(
+        read_tensors(latest / "optimizer.safetensors"), read_json(latest / "optimizer.json"), {"param_groups": []}
+    )
+    torch.save(
+        dict(
+            read_json(latest / "nvs_progress.json"),
+            model=read_tensors(latest / "model.safetensors"),
+            optimizer=optimizer,
+        ),
+        tmp_path / "cut" / "run.pt",
+    )
     import shutil
 
     shutil.rmtree(tmp_path / "cut" / "run")
@@ -461,8 +531,9 @@ def test_train_world_video_refuses_a_run_with_checkpoints(tmp_path, capsys):
     (tmp_path / "checkpoint-2").mkdir()
     with pytest.raises(SystemExit) as refused:
         script.main(["--stage", "vae", "--out", str(tmp_path)])
-    assert refused.value.code == 2 and "holds a run (checkpoint-2); pass --resume, --overwrite" in \
-        capsys.readouterr().err
+    assert (
+        refused.value.code == 2 and "holds a run (checkpoint-2); pass --resume, --overwrite" in capsys.readouterr().err
+    )
     with pytest.raises(SystemExit) as both:
         script.main(["--stage", "vae", "--out", str(tmp_path), "--resume", "--overwrite"])
     assert both.value.code == 2 and "pass one" in capsys.readouterr().err
@@ -479,19 +550,21 @@ def test_train_world_overwrite_replaces_the_earlier_checkpoints(tmp_path):
     (out / "train-vae" / "checkpoint-2" / "stale").write_text("from the earlier run")
     with pytest.raises(SystemExit):
         script.main(["--config", str(config), "--out", str(out), "--quiet"])
-    assert script.main(["--config", str(config), "--out", str(out), "--quiet", "--max-steps", "1",
-                        "--overwrite"]) == 0
+    assert script.main(["--config", str(config), "--out", str(out), "--quiet", "--max-steps", "1", "--overwrite"]) == 0
     assert [p.name for p in checkpoints(out / "train-vae")] == ["checkpoint-1"]
     assert json.loads((out / "world-vae" / "model_card.json").read_text())["steps"] == 1
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--set", "lr=abc"], "lr: expected float, got 'abc'"),
-    (["--set", "ema_decay=2"], "ema_decay: expected a number in [0, 1)"),
-    (["--set", "bogus=1"], "unknown config key 'bogus'"),
-    (["--set", "task=t2x"], "task: expected one of vae, t2i, fill, kontext"),
-    (["--set", "batch_size=0"], "batch_size: expected a positive number"),
-])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--set", "lr=abc"], "lr: expected float, got 'abc'"),
+        (["--set", "ema_decay=2"], "ema_decay: expected a number in [0, 1)"),
+        (["--set", "bogus=1"], "unknown config key 'bogus'"),
+        (["--set", "task=t2x"], "task: expected one of vae, t2i, fill, kontext"),
+        (["--set", "batch_size=0"], "batch_size: expected a positive number"),
+    ],
+)
 def test_train_world_checks_every_config_key(tmp_path, capsys, argv, named):
     config = tmp_path / "vae.yaml"
     config.write_text("task: vae\nimage_size: 32\n")

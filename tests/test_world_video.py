@@ -1,4 +1,5 @@
 """The world video model: clips, conditioning, pipeline, training resume, camera-following measurement."""
+
 from __future__ import annotations
 
 import json
@@ -9,11 +10,18 @@ import pytest
 import torch
 
 from mmpos.camera import camera_centers
-from mmpos.eval.camera_following import (camera_errors, clip_camera_errors, frame_motion, relative_motion,
-                                          rotation_angle)
-from mmpos.world.video_data import (MOTIONS, Motion, clip_trajectory, make_clips, motion_trajectory, render_clip,
-                                    scene_seeds, start_pose)
+from mmpos.eval.camera_following import camera_errors, clip_camera_errors, frame_motion, relative_motion, rotation_angle
 from mmpos.models.world.video import flow_loss, token_timesteps, world_video_transformer
+from mmpos.world.video_data import (
+    MOTIONS,
+    Motion,
+    clip_trajectory,
+    make_clips,
+    motion_trajectory,
+    render_clip,
+    scene_seeds,
+    start_pose,
+)
 
 SMALL = dict(num_attention_heads=2, attention_head_dim=12, ffn_dim=16, num_layers=1)
 
@@ -85,16 +93,27 @@ def pipe():
     from mmpos.pipelines import WorldVideoPipeline
 
     torch.manual_seed(0)
-    vae = AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=4).eval()
+    vae = AutoencoderKL(
+        block_out_channels=(8, 8),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+    ).eval()
     pipeline = WorldVideoPipeline(world_video_transformer(**SMALL).eval(), vae, FlowMatchEulerDiscreteScheduler())
     pipeline.set_progress_bar_config(disable=True)
     return pipeline
 
 
 def _clip(pipe, first, **options):
-    return pipe(first, num_frames=5, num_inference_steps=2, generator=torch.Generator().manual_seed(0),
-                output_type="pt", **options).frames
+    return pipe(
+        first,
+        num_frames=5,
+        num_inference_steps=2,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+        **options,
+    ).frames
 
 
 def test_pipeline_keeps_the_first_frame_and_a_zero_adapter_changes_nothing(pipe, clips):
@@ -211,8 +230,13 @@ def test_training_resumes_bit_identically(clips, tmp_path):
     from mmpos.models.world import video as video_model
     from mmpos.training.world.video_training import VideoRecipe, train_stage
 
-    vae = AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=4)
+    vae = AutoencoderKL(
+        block_out_channels=(8, 8),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+    )
     original = dict(video_model.TRANSFORMER_CONFIG)
     video_model.TRANSFORMER_CONFIG.update(SMALL)
     try:
@@ -228,8 +252,13 @@ def test_training_resumes_bit_identically(clips, tmp_path):
     assert whole["losses"] == resumed["losses"] and whole["finished"] and resumed["finished"]
     assert (tmp_path / "whole" / "transformer" / "config.json").is_file()
     with pytest.raises(ValueError, match="init_from must be a finished"):
-        train_stage(VideoRecipe("base", steps=1, batch_size=2, init_from=str(tmp_path / "nothing")), clips,
-                    tmp_path / "bad", vae, log=lambda _: None)
+        train_stage(
+            VideoRecipe("base", steps=1, batch_size=2, init_from=str(tmp_path / "nothing")),
+            clips,
+            tmp_path / "bad",
+            vae,
+            log=lambda _: None,
+        )
 
 
 def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_path, monkeypatch):
@@ -242,21 +271,39 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
 
     monkeypatch.setattr(video_model, "TRANSFORMER_CONFIG", {**video_model.TRANSFORMER_CONFIG, **SMALL})
     runs = tmp_path / "runs"
-    vae = AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=4)
+    vae = AutoencoderKL(
+        block_out_channels=(8, 8),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+    )
     quiet = dict(log=lambda _: None)
     train_stage(VideoRecipe("vae", steps=1, batch_size=2), clips, runs / "vae", vae, **quiet)
     train_stage(VideoRecipe("base", steps=1, batch_size=2), clips, runs / "base", vae, **quiet)
     with pytest.raises(ValueError, match="not finished"):  # an unfinished stage is not exported
-        train_stage(VideoRecipe("ucpe", steps=2, batch_size=2), clips, runs / "ucpe", vae,
-                    base=world_video_transformer(**SMALL), stop_at=1, **quiet)
+        train_stage(
+            VideoRecipe("ucpe", steps=2, batch_size=2),
+            clips,
+            runs / "ucpe",
+            vae,
+            base=world_video_transformer(**SMALL),
+            stop_at=1,
+            **quiet,
+        )
         export_world_video(runs, tmp_path / "model", adapters=("ucpe",))
     from diffusers import WanTransformer3DModel
 
     base = WanTransformer3DModel.from_pretrained(runs / "base" / "transformer")
     train_stage(VideoRecipe("ucpe", steps=2, batch_size=2), clips, runs / "ucpe", vae, base=base, **quiet)
-    train_stage(VideoRecipe("ucpe", steps=1, batch_size=2, init_from=str(runs / "ucpe")), clips,
-                tmp_path / "continued" / "ucpe", vae, base=base, **quiet)  # continued training of the adapter
+    train_stage(
+        VideoRecipe("ucpe", steps=1, batch_size=2, init_from=str(runs / "ucpe")),
+        clips,
+        tmp_path / "continued" / "ucpe",
+        vae,
+        base=base,
+        **quiet,
+    )  # continued training of the adapter
     for name in ("vae", "base"):
         (tmp_path / "continued" / name).symlink_to(runs / name)
     folder = export_world_video(tmp_path / "continued", tmp_path / "assets" / "world-video", adapters=("ucpe",))
@@ -281,8 +328,10 @@ def _generate_video_from_the_cli(folder, tmp_path):
     from mmpos.cli import main
 
     out = tmp_path / "video"
-    assert main(["generate", "video", "--model", str(folder), "--camera", "pan:-20", "--steps", "2",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["generate", "video", "--model", str(folder), "--camera", "pan:-20", "--steps", "2", "--out", str(out)])
+        == 0
+    )
     capture, count = cv2.VideoCapture(str(out / "video.mp4")), 0
     while True:
         ok, frame = capture.read()
@@ -350,8 +399,9 @@ def test_convert_plucker_adapter_permutes_the_input_weights_once(tmp_path, capsy
         assert torch.equal(after.proj.bias, before.proj.bias)
     assert script.main([str(tmp_path / "old")]) == 0  # recorded: left alone
     assert "already in moment_direction" in capsys.readouterr().out
-    assert torch.equal(CameraAdapter.from_pretrained(tmp_path / "old").layers[0].proj.weight,
-                       converted.layers[0].proj.weight)
+    assert torch.equal(
+        CameraAdapter.from_pretrained(tmp_path / "old").layers[0].proj.weight, converted.layers[0].proj.weight
+    )
     CameraAdapter(kind="ucpe", dim=8, num_layers=1, head_dim=8).save_pretrained(tmp_path / "ucpe")
     with pytest.raises(SystemExit) as error:
         script.main([str(tmp_path / "ucpe")])

@@ -1,5 +1,6 @@
 """One rank of test_train_vit's 2-process run: trains through ``train_vit`` and writes ``rank{R}.json`` with
 the (epoch, sample index) pairs this rank read and a hash of its final weights."""
+
 import hashlib
 import json
 import sys

@@ -1,6 +1,7 @@
 """One process of a world trainer under torchrun (test_world_training): ``KIND`` (image / video / nvs) with the JSON
 ``SPEC``; writes ``rank{R}.safetensors`` (final weights, and EMA for image) and ``rank{R}.json`` (the files this
 process wrote, its losses)."""
+
 import json
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ def recording(function, name_of):
     def wrapper(*args, **kwargs):
         written.append(Path(name_of(*args, **kwargs)).name)
         return function(*args, **kwargs)
+
     return wrapper
 
 
@@ -57,7 +59,9 @@ else:
     losses = state["losses"]
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
 rank = accelerator.process_index
-safetensors.torch.save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
-                            str(records / f"rank{rank}.safetensors"))
-(records / f"rank{rank}.json").write_text(json.dumps({"written": written, "losses": losses,
-                                                       "num_processes": accelerator.num_processes}))
+safetensors.torch.save_file(
+    {k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(records / f"rank{rank}.safetensors")
+)
+(records / f"rank{rank}.json").write_text(
+    json.dumps({"written": written, "losses": losses, "num_processes": accelerator.num_processes})
+)

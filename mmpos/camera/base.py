@@ -10,6 +10,7 @@ Conventions (one for the whole package):
   entries hold finite placeholders (the optical axis for rays, the principal point for pixels).
 - Arithmetic runs in the input's dtype (float32 or float64; 16-bit is refused) with autocast off.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,9 @@ NEWTON_STEPS = 12  # Newton iterations of the distortion inverses (quadratic con
 def check_last_dim(name: str, tensor: torch.Tensor, size: int) -> None:
     check_float_coords(name, tensor)
     if not tensor.is_floating_point() or tensor.dim() < 1 or tensor.shape[-1] != size:
-        raise ValueError(f"{name} must be a float32/float64 tensor [..., {size}], got {tuple(tensor.shape)} "
-                         f"{tensor.dtype}")
+        raise ValueError(
+            f"{name} must be a float32/float64 tensor [..., {size}], got {tuple(tensor.shape)} {tensor.dtype}"
+        )
 
 
 def no_autocast(tensor: torch.Tensor):

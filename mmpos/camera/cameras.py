@@ -19,6 +19,7 @@ by name), intrinsics finite with positive focal lengths. Converters: :meth:`Came
 any lens), :meth:`Cameras.from_pinhole` (``K`` + image size), :meth:`Cameras.from_opengl` (OpenGL / Blender /
 NeRF camera-to-world), :meth:`Cameras.from_trajectory` (a :class:`~.trajectory.Trajectory`).
 """
+
 from __future__ import annotations
 
 from typing import Sequence, Union
@@ -54,14 +55,23 @@ class Cameras:
         orientation: ``[B or 1, C * P, 3]`` UCPE's latitude/up map (:func:`~.ray_frames.latitude_up_map`).
     """
 
-    def __init__(self, *, w2c: torch.Tensor | None = None, c2w: torch.Tensor | None = None,
-                 grid: Sequence[int], image_size: Sequence[float] | None = None,
-                 intrinsics: torch.Tensor | None = None, rays: torch.Tensor | None = None,
-                 valid: torch.Tensor | None = None, depth: torch.Tensor | None = None,
-                 orientation: torch.Tensor | None = None):
+    def __init__(
+        self,
+        *,
+        w2c: torch.Tensor | None = None,
+        c2w: torch.Tensor | None = None,
+        grid: Sequence[int],
+        image_size: Sequence[float] | None = None,
+        intrinsics: torch.Tensor | None = None,
+        rays: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
+        depth: torch.Tensor | None = None,
+        orientation: torch.Tensor | None = None,
+    ):
         if (w2c is None) == (c2w is None):
-            raise ValueError("Cameras: pass exactly one of w2c (world-to-camera) or c2w (camera-to-world); the "
-                             "other is derived")
+            raise ValueError(
+                "Cameras: pass exactly one of w2c (world-to-camera) or c2w (camera-to-world); the other is derived"
+            )
         self._given = "w2c" if w2c is not None else "c2w"
         pose = _checked_pose(self._given, w2c if w2c is not None else c2w)
         self._w2c, self._c2w = (pose, None) if w2c is not None else (None, pose)
@@ -119,21 +129,26 @@ class Cameras:
 
     # --- converters -----------------------------------------------------------------------------------------
     @classmethod
-    def from_models(cls, models: Models, grid: Sequence[int], *, w2c=None, c2w=None, offset=(0.5, 0.5),
-                    depth=None, dtype=None) -> "Cameras":
+    def from_models(
+        cls, models: Models, grid: Sequence[int], *, w2c=None, c2w=None, offset=(0.5, 0.5), depth=None, dtype=None
+    ) -> "Cameras":
         """Cameras seen through camera models: one :class:`~.base.CameraModel` for every camera or a list of
         ``C`` (any lens; all imaging ``H x W`` images). Rays pass through the point ``offset`` of each patch
         (the centre by default); ``intrinsics`` are the models' ``K`` when every model has one; ``orientation``
         is computed. ``dtype``: of the geometry (default the pose's)."""
         pose = w2c if w2c is not None else c2w
         if not isinstance(pose, torch.Tensor) or pose.dim() != 4:
-            raise ValueError(f"Cameras.from_models: pass w2c= or c2w= as [B, C, 4, 4], got "
-                             f"{None if pose is None else tuple(pose.shape)}")
+            raise ValueError(
+                f"Cameras.from_models: pass w2c= or c2w= as [B, C, 4, 4], got "
+                f"{None if pose is None else tuple(pose.shape)}"
+            )
         models = _per_camera(models, pose.shape[1])
         size = (models[0].height, models[0].width)
         if any((m.height, m.width) != size for m in models):
-            raise ValueError(f"Cameras.from_models: every model must image the same size; got "
-                             f"{sorted({(m.height, m.width) for m in models})} (H, W)")
+            raise ValueError(
+                f"Cameras.from_models: every model must image the same size; got "
+                f"{sorted({(m.height, m.width) for m in models})} (H, W)"
+            )
         dtype = pose.dtype if dtype is None else dtype
         pose = pose.to(dtype)
         device = pose.device
@@ -144,14 +159,24 @@ class Cameras:
             intrinsics = k.expand(pose.shape[0], -1, -1, -1)
         poses = {"w2c": pose} if w2c is not None else {"c2w": pose}
         cameras = cls(**poses, grid=grid, image_size=size, intrinsics=intrinsics, rays=rays, valid=valid, depth=depth)
-        orientation = torch.stack([latitude_up_map(m, cameras.c2w[:, i], grid, offset)[0]
-                                   for i, m in enumerate(models)], 1).flatten(1, 2)
+        orientation = torch.stack(
+            [latitude_up_map(m, cameras.c2w[:, i], grid, offset)[0] for i, m in enumerate(models)], 1
+        ).flatten(1, 2)
         cameras.orientation = cameras._checked_orientation(orientation)
         return cameras
 
     @classmethod
-    def from_pinhole(cls, intrinsics: torch.Tensor, image_size: Sequence[float], grid: Sequence[int], *,
-                     w2c=None, c2w=None, offset=(0.5, 0.5), depth=None) -> "Cameras":
+    def from_pinhole(
+        cls,
+        intrinsics: torch.Tensor,
+        image_size: Sequence[float],
+        grid: Sequence[int],
+        *,
+        w2c=None,
+        c2w=None,
+        offset=(0.5, 0.5),
+        depth=None,
+    ) -> "Cameras":
         """Pinhole cameras from pixel ``K [B, C, 3, 3]`` of ``image_size = (H, W)`` images: rays ``K^-1 (u, v,
         1)`` normalised, through the point ``offset`` of each patch (every ray valid)."""
         check_intrinsic_matrix("intrinsics", intrinsics)
@@ -159,8 +184,7 @@ class Cameras:
         homogeneous = torch.cat([pixels, torch.ones_like(pixels[..., :1])], -1)  # [P, 3]
         rays = homogeneous @ torch.linalg.inv(intrinsics).transpose(-1, -2)  # [B, C, P, 3]
         rays = rays / rays.norm(dim=-1, keepdim=True)
-        return cls(w2c=w2c, c2w=c2w, grid=grid, image_size=image_size, intrinsics=intrinsics, rays=rays,
-                   depth=depth)
+        return cls(w2c=w2c, c2w=c2w, grid=grid, image_size=image_size, intrinsics=intrinsics, rays=rays, depth=depth)
 
     @classmethod
     def from_opengl(cls, c2w_gl: torch.Tensor, **fields) -> "Cameras":
@@ -172,8 +196,9 @@ class Cameras:
     from_blender = from_opengl
 
     @classmethod
-    def from_trajectory(cls, trajectory, grid: Sequence[int], image_size: Sequence[int], *, offset=(0.5, 0.5),
-                        depth=None, dtype=None) -> "Cameras":
+    def from_trajectory(
+        cls, trajectory, grid: Sequence[int], image_size: Sequence[int], *, offset=(0.5, 0.5), depth=None, dtype=None
+    ) -> "Cameras":
         """One sample (``B = 1``) of the :class:`~.trajectory.Trajectory`'s frames as pinhole cameras imaging
         ``image_size = (H, W)``."""
         height, width = _checked_size(image_size)
@@ -184,20 +209,30 @@ class Cameras:
     def to(self, device=None, dtype: torch.dtype | None = None) -> "Cameras":
         """The same cameras on ``device`` / in ``dtype`` (floating fields; the given pose form is converted and the
         other re-derived)."""
+
         def move(t):
             if t is None:
                 return None
             return t.to(device=device, dtype=dtype if (dtype is not None and t.is_floating_point()) else t.dtype)
 
         pose = {self._given: move(self._pose)}
-        return Cameras(**pose, grid=self.grid, image_size=self.image_size, intrinsics=move(self.intrinsics),
-                       rays=move(self.rays), valid=move(self.valid), depth=move(self.depth),
-                       orientation=move(self.orientation))
+        return Cameras(
+            **pose,
+            grid=self.grid,
+            image_size=self.image_size,
+            intrinsics=move(self.intrinsics),
+            rays=move(self.rays),
+            valid=move(self.valid),
+            depth=move(self.depth),
+            orientation=move(self.orientation),
+        )
 
     def __repr__(self) -> str:
         extras = [name for name in ("intrinsics", "rays", "depth", "orientation") if getattr(self, name) is not None]
-        return (f"Cameras(B={self.batch_size}, C={self.num_cameras}, grid={self.grid}, image_size={self.image_size}, "
-                f"{self.dtype}, with {extras})")
+        return (
+            f"Cameras(B={self.batch_size}, C={self.num_cameras}, grid={self.grid}, image_size={self.image_size}, "
+            f"{self.dtype}, with {extras})"
+        )
 
     # --- validation -----------------------------------------------------------------------------------------
     def _checked_intrinsics(self, intrinsics):
@@ -205,8 +240,10 @@ class Cameras:
             return None
         check_intrinsic_matrix("intrinsics", intrinsics)
         if intrinsics.shape != self._pose.shape[:2] + (3, 3):
-            raise ValueError(f"intrinsics must be [B, C, 3, 3] = {list(self._pose.shape[:2]) + [3, 3]} like the "
-                             f"poses, got {tuple(intrinsics.shape)}")
+            raise ValueError(
+                f"intrinsics must be [B, C, 3, 3] = {list(self._pose.shape[:2]) + [3, 3]} like the "
+                f"poses, got {tuple(intrinsics.shape)}"
+            )
         if self.image_size is None:
             raise ValueError("intrinsics are pixel K of an image: pass image_size=(H, W) with them")
         return intrinsics
@@ -218,14 +255,22 @@ class Cameras:
             return None, None
         check_float_coords("rays", rays)
         lead = rays.shape[:-2]
-        if (rays.dim() not in (2, 3, 4) or rays.shape[-1] != 3 or rays.shape[-2] != self.patches
-                or not _broadcasts(lead, self._pose.shape[:2])):
-            raise ValueError(f"rays must be [P, 3], [C, P, 3] or [B, C, P, 3] with P = rows * cols = {self.patches} "
-                             f"and B, C = {tuple(self._pose.shape[:2])} (or 1), got {tuple(rays.shape)}")
+        if (
+            rays.dim() not in (2, 3, 4)
+            or rays.shape[-1] != 3
+            or rays.shape[-2] != self.patches
+            or not _broadcasts(lead, self._pose.shape[:2])
+        ):
+            raise ValueError(
+                f"rays must be [P, 3], [C, P, 3] or [B, C, P, 3] with P = rows * cols = {self.patches} "
+                f"and B, C = {tuple(self._pose.shape[:2])} (or 1), got {tuple(rays.shape)}"
+            )
         if valid is not None:
             if valid.dtype != torch.bool or not _broadcasts(valid.shape, tuple(self._pose.shape[:2]) + (self.patches,)):
-                raise ValueError(f"valid must be a bool mask broadcastable to [B, C, P] = "
-                                 f"{list(self._pose.shape[:2]) + [self.patches]}, got {tuple(valid.shape)} {valid.dtype}")
+                raise ValueError(
+                    f"valid must be a bool mask broadcastable to [B, C, P] = "
+                    f"{list(self._pose.shape[:2]) + [self.patches]}, got {tuple(valid.shape)} {valid.dtype}"
+                )
         return rays, valid
 
     def _checked_depth(self, depth):
@@ -233,21 +278,30 @@ class Cameras:
             return None
         check_float_coords("depth", depth)
         if depth.dim() != 4 or depth.shape[0] not in (1, self.batch_size) or depth.shape[1] > self.num_cameras:
-            raise ValueError(f"depth must be [B, C_known <= {self.num_cameras}, H, W] z-depth maps of the first "
-                             f"cameras, got {tuple(depth.shape)}")
+            raise ValueError(
+                f"depth must be [B, C_known <= {self.num_cameras}, H, W] z-depth maps of the first "
+                f"cameras, got {tuple(depth.shape)}"
+            )
         if not bool(torch.isfinite(depth).all()):
-            raise ValueError("depth contains NaN or inf; expected finite z-depths (mask unknown views out by passing "
-                             "only the first C_known cameras' maps)")
+            raise ValueError(
+                "depth contains NaN or inf; expected finite z-depths (mask unknown views out by passing "
+                "only the first C_known cameras' maps)"
+            )
         return depth
 
     def _checked_orientation(self, orientation):
         if orientation is None:
             return None
         check_float_coords("orientation", orientation)
-        if (orientation.dim() != 3 or orientation.shape[1:] != (self.num_tokens, 3)
-                or orientation.shape[0] not in (1, self.batch_size)):
-            raise ValueError(f"orientation must be [B or 1, C * P = {self.num_tokens}, 3] (latitude/up map), got "
-                             f"{tuple(orientation.shape)}")
+        if (
+            orientation.dim() != 3
+            or orientation.shape[1:] != (self.num_tokens, 3)
+            or orientation.shape[0] not in (1, self.batch_size)
+        ):
+            raise ValueError(
+                f"orientation must be [B or 1, C * P = {self.num_tokens}, 3] (latitude/up map), got "
+                f"{tuple(orientation.shape)}"
+            )
         return orientation
 
 
@@ -264,7 +318,10 @@ def _checked_size(image_size) -> tuple:
         height, width = image_size
     except (TypeError, ValueError):
         raise ValueError(f"image_size must be (H, W), got {image_size!r}") from None
-    return (check_finite_number("image_size[0] (H)", height, True), check_finite_number("image_size[1] (W)", width, True))
+    return (
+        check_finite_number("image_size[0] (H)", height, True),
+        check_finite_number("image_size[1] (W)", width, True),
+    )
 
 
 def _broadcasts(shape, target) -> bool:
@@ -279,6 +336,7 @@ def _per_camera(models: Models, count: int) -> list:
         return [models] * count
     models = list(models)
     if len(models) != count or not all(isinstance(m, CameraModel) for m in models):
-        raise ValueError(f"models: expected one CameraModel or a list of {count} (one per camera), got "
-                         f"{len(models)} item(s)")
+        raise ValueError(
+            f"models: expected one CameraModel or a list of {count} (one per camera), got {len(models)} item(s)"
+        )
     return models

@@ -1,4 +1,5 @@
 """Wide-angle cameras: Kannala-Brandt fisheye and the unified camera model (pinhole through beyond 180 degrees)."""
+
 from __future__ import annotations
 
 import math
@@ -38,12 +39,15 @@ class KannalaBrandt(IntrinsicsCamera):
     def _check_distortion(self):
         check_finite_number("max_angle", self.max_angle, positive=True)
         if self.max_angle >= math.pi:
-            raise ValueError(f"max_angle must be below pi (a ray straight backwards has no image), "
-                             f"got {self.max_angle}")
+            raise ValueError(
+                f"max_angle must be below pi (a ray straight backwards has no image), got {self.max_angle}"
+            )
         samples = torch.linspace(0, self.max_angle, 2001, dtype=torch.float64)
         if bool((self._theta_d_slope(samples) <= 0).any()):
-            raise ValueError(f"fisheye coefficients (k1={self.k1}, k2={self.k2}, k3={self.k3}, k4={self.k4}) are "
-                             f"outside the valid range: r(theta) must increase on [0, max_angle={self.max_angle:.4f}]")
+            raise ValueError(
+                f"fisheye coefficients (k1={self.k1}, k2={self.k2}, k3={self.k3}, k4={self.k4}) are "
+                f"outside the valid range: r(theta) must increase on [0, max_angle={self.max_angle:.4f}]"
+            )
         object.__setattr__(self, "_max_radius", self._theta_d(self.max_angle))
 
     def _unproject(self, pixels):
@@ -94,8 +98,9 @@ class UnifiedCamera(IntrinsicsCamera):
         check_finite_number("fov_degrees", fov_degrees, True)
         half = math.radians(fov_degrees) / 2
         if not 0 < half < math.pi or math.cos(half) + xi <= 0:
-            raise ValueError(f"fov_degrees={fov_degrees} is not reachable with xi={xi}: expected "
-                             f"cos(fov / 2) + xi > 0 and fov < 360")
+            raise ValueError(
+                f"fov_degrees={fov_degrees} is not reachable with xi={xi}: expected cos(fov / 2) + xi > 0 and fov < 360"
+            )
         focal = (width / 2) * (math.cos(half) + xi) / math.sin(half)
         return cls(focal, focal, width / 2, height / 2, width, height, xi)
 

@@ -1,4 +1,5 @@
 """Camera frusta as world line segments (for figures of a rig; moved from ``mmpos.viz.cameras``)."""
+
 from __future__ import annotations
 
 import torch

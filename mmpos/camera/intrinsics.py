@@ -1,4 +1,5 @@
 """Cameras described by focal lengths and a principal point in pixels, and intrinsic matrices ``K``."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from .._validation import check_float_coords
-from .._validation import check_finite_number
+from .._validation import check_finite_number, check_float_coords
 from .base import CameraModel
 
 
@@ -34,14 +34,22 @@ class IntrinsicsCamera(CameraModel):
 
     def intrinsic_matrix(self, dtype=torch.float32, device=None) -> torch.Tensor:
         """``K [3, 3]`` in pixels."""
-        return torch.tensor([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]], dtype=dtype,
-                            device=device)
+        return torch.tensor(
+            [[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]], dtype=dtype, device=device
+        )
 
     def resized(self, width, height):
         sx = check_finite_number("width", width, True) / self.width
         sy = check_finite_number("height", height, True) / self.height
-        return replace(self, fx=self.fx * sx, fy=self.fy * sy, cx=self.cx * sx, cy=self.cy * sy,
-                       width=float(width), height=float(height))
+        return replace(
+            self,
+            fx=self.fx * sx,
+            fy=self.fy * sy,
+            cx=self.cx * sx,
+            cy=self.cy * sy,
+            width=float(width),
+            height=float(height),
+        )
 
     def cropped(self, left, top, width, height):
         check_crop(self, left, top, width, height)
@@ -55,8 +63,9 @@ class IntrinsicsCamera(CameraModel):
 
     def _max_image_radius(self) -> float:
         """Largest normalised radius of the image's corners."""
-        corners = [((u - self.cx) / self.fx, (v - self.cy) / self.fy) for u in (0, self.width)
-                   for v in (0, self.height)]
+        corners = [
+            ((u - self.cx) / self.fx, (v - self.cy) / self.fy) for u in (0, self.width) for v in (0, self.height)
+        ]
         return max(math.hypot(x, y) for x, y in corners)
 
 
@@ -66,8 +75,10 @@ def check_crop(camera, left, top, width, height):
     check_finite_number("width", width, True)
     check_finite_number("height", height, True)
     if left < 0 or top < 0 or left + width > camera.width or top + height > camera.height:
-        raise ValueError(f"crop [{left}, {left + width}) x [{top}, {top + height}) lies outside the "
-                         f"{camera.width:g} x {camera.height:g} image")
+        raise ValueError(
+            f"crop [{left}, {left + width}) x [{top}, {top + height}) lies outside the "
+            f"{camera.width:g} x {camera.height:g} image"
+        )
 
 
 def check_intrinsic_matrix(name: str, matrix: torch.Tensor) -> None:
@@ -90,7 +101,7 @@ def normalized_intrinsics(matrix: torch.Tensor, image_size) -> torch.Tensor:
     height, width = (float(s) for s in image_size)
     if not (height > 0 and width > 0 and math.isfinite(height) and math.isfinite(width)):
         raise ValueError(f"image_size must be positive (height, width), got {tuple(image_size)}")
-    scale = torch.tensor([[1 / width, 0, -0.5], [0, 1 / height, -0.5], [0, 0, 1]], dtype=matrix.dtype,
-                         device=matrix.device)
+    scale = torch.tensor(
+        [[1 / width, 0, -0.5], [0, 1 / height, -0.5], [0, 0, 1]], dtype=matrix.dtype, device=matrix.device
+    )
     return scale @ matrix
-

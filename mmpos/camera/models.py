@@ -9,14 +9,29 @@ Models: :class:`Pinhole`, :class:`OpenCVCamera` (radial-tangential), :class:`Kan
 :class:`UnifiedCamera` (xi: pinhole at 0 through beyond-180-degree fisheye above 1),
 :class:`Equirectangular` (full 360 x 180 panorama).
 """
+
 from .base import CameraModel
 from .fisheye import KannalaBrandt, UnifiedCamera
 from .intrinsics import check_intrinsic_matrix, normalized_intrinsics
 from .panorama import Equirectangular
 from .perspective import OpenCVCamera, Pinhole
 
-CAMERA_MODELS = {"pinhole": Pinhole, "opencv": OpenCVCamera, "kannala_brandt": KannalaBrandt,
-                 "unified": UnifiedCamera, "equirectangular": Equirectangular}
+CAMERA_MODELS = {
+    "pinhole": Pinhole,
+    "opencv": OpenCVCamera,
+    "kannala_brandt": KannalaBrandt,
+    "unified": UnifiedCamera,
+    "equirectangular": Equirectangular,
+}
 
-__all__ = ["CAMERA_MODELS", "CameraModel", "Equirectangular", "KannalaBrandt", "OpenCVCamera", "Pinhole",
-           "UnifiedCamera", "check_intrinsic_matrix", "normalized_intrinsics"]
+__all__ = [
+    "CAMERA_MODELS",
+    "CameraModel",
+    "Equirectangular",
+    "KannalaBrandt",
+    "OpenCVCamera",
+    "Pinhole",
+    "UnifiedCamera",
+    "check_intrinsic_matrix",
+    "normalized_intrinsics",
+]

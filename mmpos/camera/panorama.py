@@ -1,4 +1,5 @@
 """The full 360 x 180 degree equirectangular panorama."""
+
 from __future__ import annotations
 
 import math
@@ -24,12 +25,12 @@ class Equirectangular(CameraModel):
         check_finite_number("height", self.height, True)
 
     def resized(self, width, height):
-        return Equirectangular(check_finite_number("width", width, True),
-                               check_finite_number("height", height, True))
+        return Equirectangular(check_finite_number("width", width, True), check_finite_number("height", height, True))
 
     def cropped(self, left, top, width, height):
-        raise ValueError("an equirectangular panorama must cover 360 x 180 degrees; crop after reprojecting "
-                         "to a perspective camera")
+        raise ValueError(
+            "an equirectangular panorama must cover 360 x 180 degrees; crop after reprojecting to a perspective camera"
+        )
 
     def _unproject(self, pixels):
         lon = (pixels[..., 0] / self.width - 0.5) * (2 * math.pi)

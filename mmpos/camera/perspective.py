@@ -1,4 +1,5 @@
 """Perspective cameras: the ideal pinhole and OpenCV's radial-tangential distortion."""
+
 from __future__ import annotations
 
 import math
@@ -56,7 +57,8 @@ class OpenCVCamera(IntrinsicsCamera):
             raise ValueError(
                 f"distortion (k1={self.k1}, k2={self.k2}, k3={self.k3}) is outside the valid range for this "
                 f"image: the radial map folds at normalised radius {fold:.3f} (distorted {reach:.3f}) inside the "
-                f"image (corner radius {self._max_image_radius():.3f}); expected a map increasing over the image")
+                f"image (corner radius {self._max_image_radius():.3f}); expected a map increasing over the image"
+            )
 
     def _distort(self, xy):
         x, y = xy.unbind(-1)
@@ -83,8 +85,16 @@ class OpenCVCamera(IntrinsicsCamera):
             dxx, cross, dyy = self._distort_jacobian(xy)
             det = dxx * dyy - cross * cross
             det = torch.where(det.abs() > 1e-12, det, torch.full_like(det, 1e-12))
-            step = torch.stack([dyy * residual[..., 0] - cross * residual[..., 1],
-                                dxx * residual[..., 1] - cross * residual[..., 0]], -1) / det[..., None]
+            step = (
+                torch.stack(
+                    [
+                        dyy * residual[..., 0] - cross * residual[..., 1],
+                        dxx * residual[..., 1] - cross * residual[..., 0],
+                    ],
+                    -1,
+                )
+                / det[..., None]
+            )
             xy = (xy - step).clamp(-1e6, 1e6)
         error = (self._distort(xy) - target).norm(dim=-1)
         tol = 1e-5 if target.dtype == torch.float32 else 1e-10

@@ -11,6 +11,7 @@
 Converters: :func:`opengl_to_opencv` (OpenGL, Blender, NeRF/three.js cameras: x right, y up, looking
 down -z) and the RealEstate10K row layout in :mod:`mmpos.camera.trajectory`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,9 +32,11 @@ def check_rotation(name: str, rotation: torch.Tensor, tol: float = ROTATION_TOLE
     gram_error = (r.transpose(-1, -2) @ r - torch.eye(3, dtype=r.dtype, device=r.device)).abs().amax()
     det_error = (torch.linalg.det(r) - 1).abs().amax() if r.numel() else r.new_zeros(())
     if gram_error > tol or det_error > tol:
-        raise ValueError(f"{name} is not a rotation: max |R^T R - I| = {gram_error.item():.2e}, "
-                         f"max |det R - 1| = {det_error.item():.2e}; expected both <= {tol:g} (orthonormal, "
-                         "right-handed; see mmpos.camera.orthonormalize)")
+        raise ValueError(
+            f"{name} is not a rotation: max |R^T R - I| = {gram_error.item():.2e}, "
+            f"max |det R - 1| = {det_error.item():.2e}; expected both <= {tol:g} (orthonormal, "
+            "right-handed; see mmpos.camera.orthonormalize)"
+        )
 
 
 def check_pose(name: str, pose: torch.Tensor, tol: float = ROTATION_TOLERANCE) -> torch.Tensor:
@@ -102,8 +105,10 @@ def orthonormalize(rotation: torch.Tensor) -> torch.Tensor:
         raise ValueError("rotation has non-finite entries (NaN or inf)")
     u, singular, vh = torch.linalg.svd(rotation)
     if rotation.numel() and not bool(((singular[..., 0] > 0) & (singular[..., 1] > singular[..., 0] * 1e-12)).all()):
-        raise ValueError("rotation has rank below 2 (e.g. all zeros): no unique nearest rotation; expected a "
-                         "matrix close to a rotation")
+        raise ValueError(
+            "rotation has rank below 2 (e.g. all zeros): no unique nearest rotation; expected a "
+            "matrix close to a rotation"
+        )
     sign = torch.linalg.det(u @ vh).sign()
     u = torch.cat([u[..., :2], u[..., 2:] * sign[..., None, None]], dim=-1)
     return u @ vh
@@ -126,8 +131,14 @@ def matrix_to_axis_angle(rotation: torch.Tensor) -> torch.Tensor:
     (stable near 0 and at pi, where the axis comes from ``(R + I) / 2 = a a^T``)."""
     trace = rotation[..., 0, 0] + rotation[..., 1, 1] + rotation[..., 2, 2]
     angle = torch.acos(((trace - 1) / 2).clamp(-1, 1))
-    vee = torch.stack([rotation[..., 2, 1] - rotation[..., 1, 2], rotation[..., 0, 2] - rotation[..., 2, 0],
-                       rotation[..., 1, 0] - rotation[..., 0, 1]], -1)  # 2 sin(angle) axis
+    vee = torch.stack(
+        [
+            rotation[..., 2, 1] - rotation[..., 1, 2],
+            rotation[..., 0, 2] - rotation[..., 2, 0],
+            rotation[..., 1, 0] - rotation[..., 0, 1],
+        ],
+        -1,
+    )  # 2 sin(angle) axis
     sine = vee.norm(dim=-1) / 2
     regular = sine > 1e-6
     factor = torch.where(regular, angle / (2 * sine.clamp_min(1e-6)), 0.5 + angle**2 / 12)

@@ -4,6 +4,7 @@ Every preset starts at (or, for ``arc``, is centred on) the identity camera: at 
 +z with y down (OpenCV axes). Positive angles turn right (pan), up (tilt), and the camera's x axis
 towards its y axis (roll).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ def ease(num_frames: int, dtype=torch.float64) -> torch.Tensor:
     return (1 - torch.cos(math.pi * s)) / 2
 
 
-def base_intrinsics(num_frames: int, fov_degrees: float = 60.0, aspect: float = 16 / 9, zoom=None,
-                    dtype=torch.float64) -> torch.Tensor:
+def base_intrinsics(
+    num_frames: int, fov_degrees: float = 60.0, aspect: float = 16 / 9, zoom=None, dtype=torch.float64
+) -> torch.Tensor:
     """``[N, 4]`` normalised pinhole intrinsics with horizontal FoV ``fov_degrees`` and square pixels."""
     fx = 0.5 / math.tan(math.radians(fov_degrees) / 2)
     scale = torch.ones(num_frames, dtype=dtype) if zoom is None else zoom
@@ -71,8 +73,9 @@ def zoom(num_frames: int, factor: float = 2.0, dtype=torch.float64) -> Trajector
     return Trajectory(c2w, base_intrinsics(num_frames, zoom=scale, dtype=dtype))
 
 
-def orbit(num_frames: int, degrees: float = 360.0, radius: float = 2.0, start_degrees: float = 0.0,
-          dtype=torch.float64) -> Trajectory:
+def orbit(
+    num_frames: int, degrees: float = 360.0, radius: float = 2.0, start_degrees: float = 0.0, dtype=torch.float64
+) -> Trajectory:
     """Circle the point ``(0, 0, radius)`` at distance ``radius`` in the horizontal plane, looking at it
     (positive ``degrees``: the camera moves left and turns right)."""
     if not radius > 0:
@@ -89,7 +92,13 @@ def arc(num_frames: int, degrees: float = 60.0, radius: float = 2.0, dtype=torch
 
 
 PRESETS = {
-    "orbit": orbit, "arc": arc, "dolly": dolly, "pan": pan, "tilt": tilt, "roll": roll, "zoom": zoom,
+    "orbit": orbit,
+    "arc": arc,
+    "dolly": dolly,
+    "pan": pan,
+    "tilt": tilt,
+    "roll": roll,
+    "zoom": zoom,
     # the earlier names (mmpos.camera.vocabulary parses them as aliases of dolly / zoom)
     "dolly_in": lambda n, distance=1.0, dtype=torch.float64: dolly(n, abs(distance), dtype),
     "dolly_out": lambda n, distance=1.0, dtype=torch.float64: dolly(n, -abs(distance), dtype),

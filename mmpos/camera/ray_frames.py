@@ -4,6 +4,7 @@ Both work for any camera model of :mod:`mmpos.camera.models`, and both return a 
 model cannot produce, and rays where the frame or the up direction is undefined, are flagged instead of
 yielding NaN or an arbitrary frame.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,9 @@ def ray_frames(rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | 
     return w2l, ok
 
 
-def latitude_up_map(camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5),
-                    world_up=(0.0, -1.0, 0.0), step: float = 0.1):
+def latitude_up_map(
+    camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5), world_up=(0.0, -1.0, 0.0), step: float = 0.1
+):
     """UCPE's absolute orientation map ``[..., P, 3]``: ``(up_x, up_y, latitude)`` per patch.
 
     ``latitude = asin(d_w . up)`` of the world ray ``d_w``; ``(up_x, up_y)`` is the unit image direction (in

@@ -7,6 +7,7 @@ units: ``(0.5, 0.5)`` (default) is the patch centre ``u = (c + 0.5) W / cols``; 
 the corners ``(0, 0), (1, 0), (0, 1)``. Tokens are row-major (column fastest). UCPE's reference casts
 rays at integer indices with ``cx = W/2`` (offset ``(0, 0)``): pass that offset to reproduce it.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -17,8 +18,9 @@ from .._validation import as_int_tuple, check_positive_int
 from .poses import check_pose
 
 
-def patch_pixels(grid_size: Sequence[int], image_size: Sequence[float], offset=(0.5, 0.5),
-                 dtype=torch.float32, device=None) -> torch.Tensor:
+def patch_pixels(
+    grid_size: Sequence[int], image_size: Sequence[float], offset=(0.5, 0.5), dtype=torch.float32, device=None
+) -> torch.Tensor:
     """``[rows * cols, 2]`` pixel coordinates (u, v) of the point ``offset`` inside every patch."""
     rows, cols = as_int_tuple("grid_size", grid_size)
     check_positive_int("grid_size[0]", rows), check_positive_int("grid_size[1]", cols)

@@ -1,5 +1,6 @@
 """Cameras from the short specs a command line gives (moved from ``mmpos.viz.cameras``): a trajectory named by a
 file or ``preset:NAME``, and the camera model of one of its frames (its pinhole, or a unified fisheye)."""
+
 from __future__ import annotations
 
 import math
@@ -18,13 +19,22 @@ def resolve_trajectory(spec: str, num_frames: int = 49) -> Trajectory:
     if spec.startswith("preset:") or (is_motion(spec) and not Path(spec).exists()):
         return motion_trajectory(parse_motion(spec), num_frames)
     if not Path(spec).exists():
-        raise FileNotFoundError(f"trajectory {spec!r} not found; pass a RealEstate10K .txt, an mmpos .json, or "
-                                f"a camera motion preset:NAME[:AMOUNT] (the prefix is optional): {vocabulary_help()}")
+        raise FileNotFoundError(
+            f"trajectory {spec!r} not found; pass a RealEstate10K .txt, an mmpos .json, or "
+            f"a camera motion preset:NAME[:AMOUNT] (the prefix is optional): {vocabulary_help()}"
+        )
     return load_trajectory(spec)
 
 
-def frame_camera(trajectory: Trajectory, frame: int, width: int, height: int, model: str = "pinhole",
-                 fov: float | None = None, xi: float = 0.0):
+def frame_camera(
+    trajectory: Trajectory,
+    frame: int,
+    width: int,
+    height: int,
+    model: str = "pinhole",
+    fov: float | None = None,
+    xi: float = 0.0,
+):
     """The camera model of ``frame``: the trajectory's pinhole, or a unified camera of ``fov``/``xi`` (``fov``
     defaults to the frame's horizontal field of view)."""
     if model == "pinhole":

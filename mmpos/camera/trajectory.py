@@ -11,6 +11,7 @@ JSON layout (``mmpos.trajectory`` version 1)::
     {"format": "mmpos.trajectory", "version": 1, "convention": "opencv", "pose": "c2w", "url": "",
      "frames": [{"timestamp": 0, "c2w": [[...4 numbers] x 4], "intrinsics": [fx/W, fy/H, cx/W, cy/H]}, ...]}
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,9 @@ class Trajectory:
         n = self.c2w.shape[0]
         check_float_coords("intrinsics", self.intrinsics)
         if self.intrinsics.shape != (n, 4):
-            raise ValueError(f"intrinsics must be [N={n}, 4] (fx/W, fy/H, cx/W, cy/H), "
-                             f"got {tuple(self.intrinsics.shape)}")
+            raise ValueError(
+                f"intrinsics must be [N={n}, 4] (fx/W, fy/H, cx/W, cy/H), got {tuple(self.intrinsics.shape)}"
+            )
         check_finite("intrinsics", self.intrinsics)
         if not bool((self.intrinsics[:, :2] > 0).all()):
             raise ValueError("intrinsics: focal lengths (columns 0 and 1) must be positive")
@@ -104,8 +106,12 @@ def resample(trajectory: Trajectory, num_frames: int) -> Trajectory:
     def blend(values):
         return torch.lerp(values[left], values[right], frac.to(values.dtype).reshape(-1, *[1] * (values.dim() - 1)))
 
-    return Trajectory(pose_from_rotation_translation(rotation, centre), blend(trajectory.intrinsics),
-                      blend(trajectory.timestamps), trajectory.url)
+    return Trajectory(
+        pose_from_rotation_translation(rotation, centre),
+        blend(trajectory.intrinsics),
+        blend(trajectory.timestamps),
+        trajectory.url,
+    )
 
 
 def read_re10k(path, dtype=torch.float64) -> Trajectory:
@@ -120,8 +126,10 @@ def read_re10k(path, dtype=torch.float64) -> Trajectory:
             continue
         values = line.split()
         if len(values) != RE10K_COLUMNS:
-            raise ValueError(f"{path}:{number}: {len(values)} columns; a RealEstate10K pose line has "
-                             f"{RE10K_COLUMNS} (timestamp fx fy cx cy 0 0 and a 3x4 world-to-camera matrix)")
+            raise ValueError(
+                f"{path}:{number}: {len(values)} columns; a RealEstate10K pose line has "
+                f"{RE10K_COLUMNS} (timestamp fx fy cx cy 0 0 and a 3x4 world-to-camera matrix)"
+            )
         try:
             rows.append([float(v) for v in values])
         except ValueError:
@@ -185,10 +193,12 @@ def read_json(path, dtype=torch.float64) -> Trajectory:
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
-        raise ValueError(f"{path}: not a {JSON_FORMAT} file (missing \"format\": \"{JSON_FORMAT}\")")
+        raise ValueError(f'{path}: not a {JSON_FORMAT} file (missing "format": "{JSON_FORMAT}")')
     if data.get("convention", "opencv") != "opencv" or data.get("pose", "c2w") != "c2w":
-        raise ValueError(f"{path}: expected convention 'opencv' and pose 'c2w', got "
-                         f"{data.get('convention')!r} / {data.get('pose')!r}")
+        raise ValueError(
+            f"{path}: expected convention 'opencv' and pose 'c2w', got "
+            f"{data.get('convention')!r} / {data.get('pose')!r}"
+        )
     frames = data.get("frames")
     if not isinstance(frames, list) or not frames:
         raise ValueError(f"{path}: frames must be a non-empty list of frame objects, got {frames!r:.80}")
@@ -197,11 +207,15 @@ def read_json(path, dtype=torch.float64) -> Trajectory:
         if not isinstance(frame, dict):
             raise ValueError(f"{path}: frames[{i}] must be an object with c2w and intrinsics, got {frame!r:.80}")
         c2w.append(_numbers(path, f"frames[{i}].c2w", frame.get("c2w"), ((3, 4), 4), "a 4x4 (or 3x4) nested list"))
-        intrinsics.append(_numbers(path, f"frames[{i}].intrinsics", frame.get("intrinsics"), (4,),
-                                   "4 numbers (fx/W, fy/H, cx/W, cy/H)"))
+        intrinsics.append(
+            _numbers(
+                path, f"frames[{i}].intrinsics", frame.get("intrinsics"), (4,), "4 numbers (fx/W, fy/H, cx/W, cy/H)"
+            )
+        )
         timestamps.append(_numbers(path, f"frames[{i}].timestamp", frame.get("timestamp", i), (), "a number"))
-    c2w = torch.stack([check_pose(f"{path}: frames[{i}].c2w", torch.tensor(m, dtype=torch.float64))
-                       for i, m in enumerate(c2w)])
+    c2w = torch.stack(
+        [check_pose(f"{path}: frames[{i}].c2w", torch.tensor(m, dtype=torch.float64)) for i, m in enumerate(c2w)]
+    )
     url = data.get("url", "")
     if not isinstance(url, str):
         raise ValueError(f"{path}: url must be a string, got {url!r:.80}")
@@ -211,11 +225,20 @@ def read_json(path, dtype=torch.float64) -> Trajectory:
 
 
 def write_json(trajectory: Trajectory, path) -> Path:
-    frames = [{"timestamp": t, "c2w": c, "intrinsics": k} for t, c, k in
-              zip(trajectory.timestamps.tolist(), trajectory.c2w.double().tolist(),
-                  trajectory.intrinsics.double().tolist())]
-    data = {"format": JSON_FORMAT, "version": 1, "convention": "opencv", "pose": "c2w", "url": trajectory.url,
-            "frames": frames}
+    frames = [
+        {"timestamp": t, "c2w": c, "intrinsics": k}
+        for t, c, k in zip(
+            trajectory.timestamps.tolist(), trajectory.c2w.double().tolist(), trajectory.intrinsics.double().tolist()
+        )
+    ]
+    data = {
+        "format": JSON_FORMAT,
+        "version": 1,
+        "convention": "opencv",
+        "pose": "c2w",
+        "url": trajectory.url,
+        "frames": frames,
+    }
     with written_atomically(path) as temporary:
         temporary.write_text(json.dumps(data, indent=1))
     return Path(path)

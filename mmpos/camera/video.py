@@ -9,6 +9,7 @@ flattens its patches.
 
     cameras = video_cameras(preset_trajectory("orbit", 49), grid=(13, 30, 52), image_size=(480, 832))
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,12 +67,25 @@ class VideoCameras:
     @property
     def cameras(self) -> Cameras:
         """The same cameras as the :class:`~.cameras.Cameras` every camera encoding's ``prepare`` takes."""
-        return Cameras(c2w=self.c2w, grid=self.grid[1:], image_size=self.image_size, intrinsics=self.intrinsics,
-                       rays=self.rays, valid=self.valid, orientation=self.orientation)
+        return Cameras(
+            c2w=self.c2w,
+            grid=self.grid[1:],
+            image_size=self.image_size,
+            intrinsics=self.intrinsics,
+            rays=self.rays,
+            valid=self.valid,
+            orientation=self.orientation,
+        )
 
 
-def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence[int], dtype=torch.float32,
-                  device=None, offset: Sequence[float] = (0.5, 0.5)) -> VideoCameras:
+def video_cameras(
+    camera: CameraInput,
+    grid: Sequence[int],
+    image_size: Sequence[int],
+    dtype=torch.float32,
+    device=None,
+    offset: Sequence[float] = (0.5, 0.5),
+) -> VideoCameras:
     """Resample ``camera`` to ``grid[0]`` latent frames and describe it at the ``(rows, cols)`` patch grid.
 
     Args:
@@ -93,9 +107,11 @@ def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence
     rays, valid = torch.stack(rays), torch.stack(valid)
     for i in range(frames):
         if not bool(valid[i].any()) or not bool(torch.isfinite(rays[i][valid[i]]).all()):
-            raise ValueError(f"camera: frame {i} (after resampling to {frames} latent frames) has no valid ray on "
-                             f"the {rows}x{cols} patch grid; expected intrinsics that image the {width}x{height} "
-                             "output")
+            raise ValueError(
+                f"camera: frame {i} (after resampling to {frames} latent frames) has no valid ray on "
+                f"the {rows}x{cols} patch grid; expected intrinsics that image the {width}x{height} "
+                "output"
+            )
     orientation = torch.stack([latitude_up_map(m, c2w[i], (rows, cols), offset)[0] for i, m in enumerate(models)])
     intrinsics = None
     if all(is_linear_projection(m) for m in models):
@@ -104,8 +120,15 @@ def video_cameras(camera: CameraInput, grid: Sequence[int], image_size: Sequence
     def put(t):
         return None if t is None else t[None].to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
-    return VideoCameras(put(c2w), put(rays), put(valid), put(intrinsics), put(orientation.flatten(0, 1)),
-                        (frames, rows, cols), (height, width))
+    return VideoCameras(
+        put(c2w),
+        put(rays),
+        put(valid),
+        put(intrinsics),
+        put(orientation.flatten(0, 1)),
+        (frames, rows, cols),
+        (height, width),
+    )
 
 
 def stack_cameras(items: Sequence[VideoCameras]) -> VideoCameras:
@@ -114,9 +137,15 @@ def stack_cameras(items: Sequence[VideoCameras]) -> VideoCameras:
     if any(c.grid != first.grid or c.image_size != first.image_size for c in items):
         raise ValueError("cameras: every item must have the same grid and image size")
     intrinsics = None if any(c.intrinsics is None for c in items) else torch.cat([c.intrinsics for c in items])
-    return VideoCameras(torch.cat([c.c2w for c in items]), torch.cat([c.rays for c in items]),
-                        torch.cat([c.valid for c in items]), intrinsics, torch.cat([c.orientation for c in items]),
-                        first.grid, first.image_size)
+    return VideoCameras(
+        torch.cat([c.c2w for c in items]),
+        torch.cat([c.rays for c in items]),
+        torch.cat([c.valid for c in items]),
+        intrinsics,
+        torch.cat([c.orientation for c in items]),
+        first.grid,
+        first.image_size,
+    )
 
 
 def _poses_and_models(camera, frames: int):
@@ -128,16 +157,19 @@ def _poses_and_models(camera, frames: int):
         path = resample(camera, frames)
         return path.c2w.double(), [path.camera(i, 1.0, 1.0) for i in range(frames)]
     if not isinstance(camera, CameraPath):
-        raise TypeError(f"camera must be a mmpos.camera.Trajectory, a CameraPath or a (c2w, model) tuple, got "
-                        f"{type(camera).__name__}")
+        raise TypeError(
+            f"camera must be a mmpos.camera.Trajectory, a CameraPath or a (c2w, model) tuple, got "
+            f"{type(camera).__name__}"
+        )
     c2w = _checked_poses(torch.as_tensor(camera.c2w).double())
     models = camera.models
     if isinstance(models, CameraModel):
         models = [models] * c2w.shape[0]
     models = list(models)
     if len(models) != c2w.shape[0] or not all(isinstance(m, CameraModel) for m in models):
-        raise ValueError(f"camera: expected one CameraModel or a list of {c2w.shape[0]} (one per pose), got "
-                         f"{len(models)} item(s)")
+        raise ValueError(
+            f"camera: expected one CameraModel or a list of {c2w.shape[0]} (one per pose), got {len(models)} item(s)"
+        )
     dummy = torch.tensor([[1.0, 1.0, 0.5, 0.5]], dtype=torch.float64).expand(c2w.shape[0], 4)
     path = resample(Trajectory(c2w, dummy), frames)
     nearest = torch.linspace(0, len(models) - 1, frames).round().long().tolist()

@@ -4,6 +4,7 @@ Pixel geometry snapped to whole tokens (``token_pixels`` per side); the ids of t
 :func:`~mmpos.coords.grids.flux_ids` of :attr:`CanvasLayout.grid`, rewritten by
 :func:`~mmpos.coords.edits.transplant_ids`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,20 +42,26 @@ def _snap(pixels: float, token_pixels: int) -> int:
     return max(token_pixels, int(round(pixels / token_pixels)) * token_pixels)
 
 
-def corner_centered_layout(height: int, width: int, num_views: int = 1, tile_fraction: float = 0.4,
-                           token_pixels: int = 16) -> CanvasLayout:
+def corner_centered_layout(
+    height: int, width: int, num_views: int = 1, tile_fraction: float = 0.4, token_pixels: int = 16
+) -> CanvasLayout:
     """Background centred in a frame one tile wide; views in the corners (TL, TR, BL, BR), at most 4."""
     if not 1 <= num_views <= 4:
         raise ValueError(f"the corner-centred layout holds 1 to 4 reference views, got {num_views}")
     tile = _snap(tile_fraction * min(height, width), token_pixels)
     canvas = (height + 2 * tile, width + 2 * tile)
-    corners = [Box(0, 0, tile, tile), Box(0, canvas[1] - tile, tile, tile),
-               Box(canvas[0] - tile, 0, tile, tile), Box(canvas[0] - tile, canvas[1] - tile, tile, tile)]
+    corners = [
+        Box(0, 0, tile, tile),
+        Box(0, canvas[1] - tile, tile, tile),
+        Box(canvas[0] - tile, 0, tile, tile),
+        Box(canvas[0] - tile, canvas[1] - tile, tile, tile),
+    ]
     return CanvasLayout(canvas, Box(tile, tile, height, width), corners[:num_views], token_pixels)
 
 
-def side_by_side_layout(height: int, width: int, num_views: int = 1, tile_fraction: float = 1.0,
-                        token_pixels: int = 16) -> CanvasLayout:
+def side_by_side_layout(
+    height: int, width: int, num_views: int = 1, tile_fraction: float = 1.0, token_pixels: int = 16
+) -> CanvasLayout:
     """Reference views stacked in a column left of the background (tile side ``height / num_views``);
     ``tile_fraction`` is accepted for a common signature with :func:`corner_centered_layout` and unused."""
     if num_views < 1:

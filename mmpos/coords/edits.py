@@ -4,6 +4,7 @@ PE transplant (PosBridge) moves a reference object's tokens onto the target regi
 LooseRoPE shrinks the spatial coordinates toward a centre (:func:`shrink_ids`). Both return new fp32 tensors;
 inputs are never modified.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -16,8 +17,10 @@ from .grids import flux_ids
 def mask_bbox(mask: torch.Tensor) -> tuple[int, int, int, int]:
     """``(top, left, bottom, right)`` of the selected cells of a 2-D bool ``mask`` (bottom/right exclusive)."""
     if mask.dim() != 2 or not bool(mask.any()):
-        raise ValueError(f"mask must be a 2-D bool tensor with at least one selected cell, got shape "
-                         f"{tuple(mask.shape)} with {int(mask.sum()) if mask.numel() else 0} selected")
+        raise ValueError(
+            f"mask must be a 2-D bool tensor with at least one selected cell, got shape "
+            f"{tuple(mask.shape)} with {int(mask.sum()) if mask.numel() else 0} selected"
+        )
     rows = torch.nonzero(mask.any(1)).flatten()
     cols = torch.nonzero(mask.any(0)).flatten()
     return int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1
@@ -45,9 +48,14 @@ def box_map(source: Box4, target: Box4, fit: str = "contain") -> tuple[tuple[flo
     return tuple((s, ct - s * cs) for s, cs, ct in zip(scale, centre_s, centre_t))
 
 
-def transplant_ids(grid: tuple[int, int], sources: torch.Tensor | Sequence[torch.Tensor], target_tokens: torch.Tensor,
-                   fit: str = "contain",
-                   swap: bool = False, round_positions: bool = False) -> torch.Tensor:
+def transplant_ids(
+    grid: tuple[int, int],
+    sources: torch.Tensor | Sequence[torch.Tensor],
+    target_tokens: torch.Tensor,
+    fit: str = "contain",
+    swap: bool = False,
+    round_positions: bool = False,
+) -> torch.Tensor:
     """Canvas ids ``[rows * cols, 3]`` float32 with each source token set moved onto the target box.
 
     ``sources`` is one ``[rows, cols]`` bool mask or a list (one per reference view, each mapped by its own
@@ -57,8 +65,10 @@ def transplant_ids(grid: tuple[int, int], sources: torch.Tensor | Sequence[torch
     """
     sources = [sources] if isinstance(sources, torch.Tensor) else list(sources)
     if not sources or any(not bool(s.any()) for s in sources):
-        raise ValueError("a reference object covers no token (more than object_coverage of one); enlarge the "
-                         "object mask or tile_fraction, or lower object_coverage")
+        raise ValueError(
+            "a reference object covers no token (more than object_coverage of one); enlarge the "
+            "object mask or tile_fraction, or lower object_coverage"
+        )
     if not bool(target_tokens.any()):
         raise ValueError("the target region covers no token; enlarge the target mask")
     ids = flux_ids(*grid)
@@ -78,8 +88,13 @@ def transplant_ids(grid: tuple[int, int], sources: torch.Tensor | Sequence[torch
     return result
 
 
-def shrink_ids(img_ids: torch.Tensor, factor: float, centre: tuple[float, float], bf16: bool = False,
-               axes: tuple[int, int] = (1, 2)) -> torch.Tensor:
+def shrink_ids(
+    img_ids: torch.Tensor,
+    factor: float,
+    centre: tuple[float, float],
+    bf16: bool = False,
+    axes: tuple[int, int] = (1, 2),
+) -> torch.Tensor:
     """Spatial ``axes`` (default 1, 2: rows, cols) of ``img_ids`` ``[L, A]`` moved toward ``centre`` by
     ``factor``; the other axes kept (FLUX.1's axis 0: target 0 / context 1; FLUX.2's ``t`` and ``l``). fp32
     (``bf16=True`` rounds the result through bf16, as some peers' ids are)."""

@@ -4,6 +4,7 @@ Token order is row-major over the grid (last axis fastest), as patchified images
 Prefix tokens (cls, registers, text) get no coordinates here: rotary encodings skip them
 (``num_prefix_tokens``), so their count is never hidden inside the coordinates.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,14 @@ MODES = ("index", "centered", "normalized")
 PerAxis = float | Sequence[float]  # one value for every axis, or one per axis
 
 
-def axis_positions(size: int, mode: str = "index", offset: float = 0.0, scale: float = 1.0,
-                   dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
+def axis_positions(
+    size: int,
+    mode: str = "index",
+    offset: float = 0.0,
+    scale: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
+) -> torch.Tensor:
     """Positions along one axis, ``[size]``.
 
     Modes: ``index`` gives ``0 .. size-1``; ``centered`` gives ``i - (size - 1) / 2`` (symmetric about 0);
@@ -38,8 +45,14 @@ def axis_positions(size: int, mode: str = "index", offset: float = 0.0, scale: f
     return (index * scale + offset).to(dtype)
 
 
-def grid_coords(shape: Sequence[int], mode: str = "index", offset: PerAxis = 0.0, scale: PerAxis = 1.0,
-                dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
+def grid_coords(
+    shape: Sequence[int],
+    mode: str = "index",
+    offset: PerAxis = 0.0,
+    scale: PerAxis = 1.0,
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
+) -> torch.Tensor:
     """Coordinates of every cell of an N-D grid, ``[prod(shape), len(shape)]``, row-major.
 
     ``offset`` and ``scale`` are one value or one per axis (position interpolation is ``scale=1/factor``).
@@ -57,26 +70,48 @@ def grid_coords(shape: Sequence[int], mode: str = "index", offset: PerAxis = 0.0
     return torch.stack(mesh, dim=-1).reshape(-1, len(shape))
 
 
-def positions_1d(length: int, offset: float = 0.0, scale: float = 1.0, dtype: torch.dtype = torch.float32,
-                 device: Device = None) -> torch.Tensor:
+def positions_1d(
+    length: int, offset: float = 0.0, scale: float = 1.0, dtype: torch.dtype = torch.float32, device: Device = None
+) -> torch.Tensor:
     """Sequence positions ``[length, 1]``: ``offset + scale * i``."""
     return grid_coords((length,), "index", offset, scale, dtype, device)
 
 
-def image_grid(height: int, width: int, mode: str = "index", offset: PerAxis = 0.0, scale: PerAxis = 1.0,
-               dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
+def image_grid(
+    height: int,
+    width: int,
+    mode: str = "index",
+    offset: PerAxis = 0.0,
+    scale: PerAxis = 1.0,
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
+) -> torch.Tensor:
     """(row, col) coordinates of an image's patch grid, ``[height * width, 2]``."""
     return grid_coords((height, width), mode, offset, scale, dtype, device)
 
 
-def video_grid(frames: int, height: int, width: int, mode: str = "index", offset: PerAxis = 0.0, scale: PerAxis = 1.0,
-               dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
+def video_grid(
+    frames: int,
+    height: int,
+    width: int,
+    mode: str = "index",
+    offset: PerAxis = 0.0,
+    scale: PerAxis = 1.0,
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
+) -> torch.Tensor:
     """(t, row, col) coordinates of a video's patch grid, ``[frames * height * width, 3]``."""
     return grid_coords((frames, height, width), mode, offset, scale, dtype, device)
 
 
-def flux_ids(height: int, width: int, text_length: int = 0, index: float = 0.0,
-             dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
+def flux_ids(
+    height: int,
+    width: int,
+    text_length: int = 0,
+    index: float = 0.0,
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
+) -> torch.Tensor:
     """Flux-style ids ``[text_length + height * width, 3]``: text tokens at (0, 0, 0), image tokens at
     ``(index, row, col)`` (Kontext puts its context image at ``index=1``)."""
     check_non_negative_int("text_length", text_length)

@@ -23,6 +23,7 @@ frames into T single-frame blocks, because timestamps (text tokens) separate its
 ``rope_deltas = max id + 1 - length`` per sample continues positions while decoding
 (:func:`decode_position_ids`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
@@ -82,8 +83,9 @@ def multimodal_position_ids(
     types = token_types[valid]  # [N] valid tokens, sample-major
     sample = torch.arange(batch, device=device).unsqueeze(1).expand(batch, length)[valid]
     runs = _Runs(types, sample)
-    grids, intervals = _run_grids(runs, image_grid_thw, video_grid_thw, video_time_interval, split_video_frames,
-                                  spatial_merge_size, device)
+    grids, intervals = _run_grids(
+        runs, image_grid_thw, video_grid_thw, video_time_interval, split_video_frames, spatial_merge_size, device
+    )
 
     local = torch.arange(types.numel(), device=device) - runs.start[runs.of_token]  # index inside its run
     layout = _mrope_layout if design == "mrope" else _vrope_layout
@@ -106,8 +108,9 @@ def multimodal_position_ids(
     return position_ids, rope_deltas
 
 
-def _frame_indices(runs: _Runs, grids: torch.Tensor,
-                   local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _frame_indices(
+    runs: _Runs, grids: torch.Tensor, local: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(frame, row, col) of every token inside its block (frame-major, row-major)."""
     height, width = grids[runs.of_token, 1], grids[runs.of_token, 2]
     return local // (height * width), (local // width) % height, local % width
@@ -129,8 +132,9 @@ def temporal_ids(frame: torch.Tensor, interval: torch.Tensor) -> torch.Tensor:
     return (frame * interval).long()
 
 
-def _mrope_layout(runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, local: torch.Tensor,
-                  vision_advance: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _mrope_layout(
+    runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, local: torch.Tensor, vision_advance: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Local ``(temporal id, row, col)`` ids ``[N, 3]`` and each block's advance ``[R]``."""
     frame, row, col = _frame_indices(runs, grids, local)
     t_ids = temporal_ids(frame, intervals[runs.of_token])
@@ -143,8 +147,9 @@ def _mrope_layout(runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, loc
     return torch.stack([t_ids, row, col], dim=-1), span
 
 
-def _vrope_layout(runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, local: torch.Tensor,
-                  vision_advance: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _vrope_layout(
+    runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, local: torch.Tensor, vision_advance: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Local VRoPE variant ids ``t K + v`` ``[N, 4]`` (``K = H + W - 1``) and each block's advance ``T K``."""
     frame, row, col = _frame_indices(runs, grids, local)
     frames, height, width = grids.unbind(-1)
@@ -153,8 +158,9 @@ def _vrope_layout(runs: _Runs, grids: torch.Tensor, intervals: torch.Tensor, loc
     return variants + (frame * span[runs.of_token]).unsqueeze(-1), frames * span
 
 
-def decode_position_ids(rope_deltas: torch.Tensor, past_length: int | torch.Tensor, num_new: int = 1,
-                        num_axes: int = 3) -> torch.Tensor:
+def decode_position_ids(
+    rope_deltas: torch.Tensor, past_length: int | torch.Tensor, num_new: int = 1, num_axes: int = 3
+) -> torch.Tensor:
     """Ids ``(A, B, num_new)`` of the next generated text tokens: ``past + step + rope_deltas``.
 
     ``past_length``: tokens already seen per sample, not counting padding (an int, or ``(B,)``, e.g.
@@ -166,8 +172,9 @@ def decode_position_ids(rope_deltas: torch.Tensor, past_length: int | torch.Tens
     return (steps + rope_deltas.reshape(-1, 1)).unsqueeze(0).expand(num_axes, -1, -1)
 
 
-def segment_token_types(segments: Iterable[Sequence],
-                        device: Device = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def segment_token_types(
+    segments: Iterable[Sequence], device: Device = None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Token types ``[L]`` and grids of a segment list, in language-model tokens (merge size 1).
 
     Segments: ``("text", n)``, ``("image", h, w)``, ``("video", T, h, w)``. Returns
@@ -180,8 +187,10 @@ def segment_token_types(segments: Iterable[Sequence],
         kind, sizes = (segment[0], tuple(segment[1:])) if isinstance(segment, (tuple, list)) and segment else (None, ())
         expected = {"text": 1, "image": 2, "video": 3}.get(kind) if isinstance(kind, str) else None
         if expected is None or len(sizes) != expected or any(not isinstance(s, int) or s <= 0 for s in sizes):
-            raise ValueError(f"segments[{position}]={segment!r}: expected ('text', n), ('image', h, w) or "
-                             "('video', T, h, w) with positive integer sizes")
+            raise ValueError(
+                f"segments[{position}]={segment!r}: expected ('text', n), ('image', h, w) or "
+                "('video', T, h, w) with positive integer sizes"
+            )
         if kind == "text":
             types.append(torch.full((sizes[0],), TEXT))
         elif kind == "image":
@@ -192,14 +201,16 @@ def segment_token_types(segments: Iterable[Sequence],
             types.append(torch.full((sizes[0] * sizes[1] * sizes[2],), VIDEO))
     if not types:
         raise ValueError("segments is empty")
+
     def grid(rows: list[tuple[int, ...]]) -> torch.Tensor | None:
         return torch.tensor(rows, dtype=torch.int64, device=device) if rows else None
 
     return torch.cat(types).to(device), grid(images), grid(videos)
 
 
-def sequence_coords(segments: Iterable[Sequence], design: str = "mrope", device: Device = None,
-                    **options: Any) -> torch.Tensor:
+def sequence_coords(
+    segments: Iterable[Sequence], design: str = "mrope", device: Device = None, **options: Any
+) -> torch.Tensor:
     """Float32 coordinates ``[L, A]`` of one segment list (see :func:`segment_token_types`), for
     ``create_pe("mrope"/"mrope_interleave"/"mhrope"/"vrope")``; ``options`` as :func:`multimodal_position_ids`."""
     types, images, videos = segment_token_types(segments, device)
@@ -229,9 +240,15 @@ class _Runs:
         self.sample = sample[self.start]
 
 
-def _run_grids(runs: _Runs, image_grid_thw: torch.Tensor | None, video_grid_thw: torch.Tensor | None,
-               video_time_interval: float | torch.Tensor, split_video_frames: bool, merge: int,
-               device: Device) -> tuple[torch.Tensor, torch.Tensor]:
+def _run_grids(
+    runs: _Runs,
+    image_grid_thw: torch.Tensor | None,
+    video_grid_thw: torch.Tensor | None,
+    video_time_interval: float | torch.Tensor,
+    split_video_frames: bool,
+    merge: int,
+    device: Device,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per run: language-model grid ``[R, 3]`` (text: ``(len, 1, 1)``) and temporal interval ``[R]`` (in the
     dtype the video interval has, see :func:`temporal_ids`)."""
     grids = torch.stack([runs.length, torch.ones_like(runs.length), torch.ones_like(runs.length)], dim=-1)
@@ -249,17 +266,22 @@ def _run_grids(runs: _Runs, image_grid_thw: torch.Tensor | None, video_grid_thw:
             step = torch.repeat_interleave(step, grid[:, 0])
             grid = split_frames(grid)
         if grid.shape[0] != count:
-            raise ValueError(f"{name} has {grid.shape[0]} grid(s) but the token types hold {count} "
-                             f"{name.split('_')[0]} block(s) (runs of consecutive tokens of that type)")
+            raise ValueError(
+                f"{name} has {grid.shape[0]} grid(s) but the token types hold {count} "
+                f"{name.split('_')[0]} block(s) (runs of consecutive tokens of that type)"
+            )
         if ((grid[:, 1:] % merge) != 0).any():
-            raise ValueError(f"{name}={grid.tolist()}: heights and widths must be multiples of "
-                             f"spatial_merge_size={merge}")
+            raise ValueError(
+                f"{name}={grid.tolist()}: heights and widths must be multiples of spatial_merge_size={merge}"
+            )
         llm_grid = torch.cat([grid[:, :1], grid[:, 1:] // merge], dim=-1)
         tokens, run_length = llm_grid.prod(-1), runs.length[is_kind]
         if not torch.equal(tokens, run_length):
             bad = int((tokens != run_length).nonzero()[0])
-            raise ValueError(f"{name}[{bad}] covers {int(tokens[bad])} language-model tokens "
-                             f"({llm_grid[bad].tolist()} after merge {merge}) but its block has {int(run_length[bad])}")
+            raise ValueError(
+                f"{name}[{bad}] covers {int(tokens[bad])} language-model tokens "
+                f"({llm_grid[bad].tolist()} after merge {merge}) but its block has {int(run_length[bad])}"
+            )
         grids[is_kind] = llm_grid
         if step is not None:
             intervals[is_kind] = step
@@ -287,15 +309,15 @@ def _per_block_interval(value: float | torch.Tensor, count: int, device: Device)
 
 def _check_grid(name: str, grid: object) -> torch.Tensor:
     if not isinstance(grid, torch.Tensor) or grid.dim() != 2 or grid.shape[-1] != 3:
-        raise ValueError(f"{name} must be an integer tensor of shape (n, 3) (T, H, W), got "
-                         f"{tuple(getattr(grid, 'shape', ()))}")
+        raise ValueError(
+            f"{name} must be an integer tensor of shape (n, 3) (T, H, W), got {tuple(getattr(grid, 'shape', ()))}"
+        )
     if grid.is_floating_point() or grid.dtype == torch.bool or (grid <= 0).any():
         raise ValueError(f"{name} must hold positive integers, got {grid.tolist()}")
     return grid.to(torch.int64)
 
 
-def _check_tokens(token_types: object,
-                  attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_tokens(token_types: object, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(token_types, torch.Tensor) or token_types.dim() != 2 or token_types.is_floating_point():
         shape = tuple(getattr(token_types, "shape", ()))
         raise ValueError(f"token_types must be an integer tensor (B, L), got shape {shape}")
@@ -317,5 +339,16 @@ def _exclusive_cumsum_per_sample(values: torch.Tensor, sample: torch.Tensor, bat
     return exclusive - exclusive[first[sample]]
 
 
-__all__ = ["TEXT", "IMAGE", "VIDEO", "DESIGNS", "multimodal_position_ids", "decode_position_ids", "temporal_ids",
-           "segment_token_types", "sequence_coords", "split_frames", "NUM_VARIANTS"]
+__all__ = [
+    "TEXT",
+    "IMAGE",
+    "VIDEO",
+    "DESIGNS",
+    "multimodal_position_ids",
+    "decode_position_ids",
+    "temporal_ids",
+    "segment_token_types",
+    "sequence_coords",
+    "split_frames",
+    "NUM_VARIANTS",
+]

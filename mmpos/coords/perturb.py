@@ -4,6 +4,7 @@ Applied to normalised grid coordinates ``(i + 0.5) / n``: a per-token jitter of
 ``clamp(N(0, (0.5 * intensity)^2), -0.5, 0.5)`` patches (so a token stays inside its cell) and one global
 offset ``N(0, offset_std^2)`` per sample and axis, in normalised units.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -13,9 +14,15 @@ import torch
 from .._validation import check_positive_int
 
 
-def perturb_grid_coords(coords: torch.Tensor, grid_size: Sequence[int], batch_size: int, intensity: float = 1.0,
-                        offset_std: float = 0.0, fixed_axes: Sequence[int] = (),
-                        generator: torch.Generator | None = None) -> torch.Tensor:
+def perturb_grid_coords(
+    coords: torch.Tensor,
+    grid_size: Sequence[int],
+    batch_size: int,
+    intensity: float = 1.0,
+    offset_std: float = 0.0,
+    fixed_axes: Sequence[int] = (),
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Perturbed copies of grid coordinates, one per sample.
 
     Args:
@@ -31,8 +38,9 @@ def perturb_grid_coords(coords: torch.Tensor, grid_size: Sequence[int], batch_si
     check_positive_int("batch_size", batch_size)
     grid_size = tuple(grid_size)
     if coords.dim() != 2 or coords.shape[-1] != len(grid_size):
-        raise ValueError(f"coords has shape {tuple(coords.shape)}; expected [L, {len(grid_size)}] for grid_size "
-                         f"{grid_size}")
+        raise ValueError(
+            f"coords has shape {tuple(coords.shape)}; expected [L, {len(grid_size)}] for grid_size {grid_size}"
+        )
     if intensity < 0 or offset_std < 0:
         raise ValueError(f"intensity ({intensity}) and offset_std ({offset_std}) must be >= 0")
     shape = (batch_size,) + tuple(coords.shape)

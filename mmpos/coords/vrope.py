@@ -13,6 +13,7 @@ three ids determine the fourth (:func:`compact_ids` / :func:`expand_ids`), which
 
 Ids are int64 ``[L, 4]``; convert with ``.float()`` (or :func:`as_coords`) for the encodings.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,9 @@ NUM_VARIANTS = 4
 SEGMENT_KINDS = ("text", "shared_text", "image", "video")
 
 
-def diagonal_variants(row: torch.Tensor, col: torch.Tensor, height: int | torch.Tensor,
-                      width: int | torch.Tensor) -> torch.Tensor:
+def diagonal_variants(
+    row: torch.Tensor, col: torch.Tensor, height: int | torch.Tensor, width: int | torch.Tensor
+) -> torch.Tensor:
     """``[..., 4]`` variants ``(v0, v1, v2, v3)`` of tokens at ``row``, ``col`` of ``height x width`` frames.
 
     ``height`` and ``width`` may be ints or tensors broadcastable against ``row`` (one frame size per token).
@@ -86,7 +88,9 @@ class VRoPEState:
         return self.ids([("text", length)], device)
 
 
-def sequence_ids(segments: Iterable[Sequence], start: int = 0, device: Device = None) -> tuple[torch.Tensor, VRoPEState]:
+def sequence_ids(
+    segments: Iterable[Sequence], start: int = 0, device: Device = None
+) -> tuple[torch.Tensor, VRoPEState]:
     """Ids ``[L, 4]`` of a whole sequence from index ``start``, and the state to continue decoding from."""
     state = VRoPEState(check_non_negative_int("start", start))
     return state.ids(segments, device), state
@@ -108,16 +112,18 @@ def compact_ids(ids: torch.Tensor) -> torch.Tensor:
 def expand_ids(compact: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`compact_ids`: ``[..., 3] -> [..., 4]`` with ``v3 = v1 + v2 - v0`` (exact for integers)."""
     if compact.shape[-1] != 3:
-        raise ValueError(f"compact VRoPE ids must have 3 entries (v0, v1, v2) in the last dim, got "
-                         f"{tuple(compact.shape)}")
+        raise ValueError(
+            f"compact VRoPE ids must have 3 entries (v0, v1, v2) in the last dim, got {tuple(compact.shape)}"
+        )
     fourth = compact[..., 1] + compact[..., 2] - compact[..., 0]
     return torch.cat([compact, fourth.unsqueeze(-1)], dim=-1)
 
 
 def _check_variant_ids(ids: torch.Tensor) -> None:
     if not isinstance(ids, torch.Tensor) or ids.dim() < 1 or ids.shape[-1] != NUM_VARIANTS:
-        raise ValueError(f"VRoPE ids must have shape [..., 4] (one id per diagonal variant), got "
-                         f"{tuple(getattr(ids, 'shape', ()))}")
+        raise ValueError(
+            f"VRoPE ids must have shape [..., 4] (one id per diagonal variant), got {tuple(getattr(ids, 'shape', ()))}"
+        )
 
 
 def _parse_segment(segment: object, position: int) -> tuple[str, tuple[int, ...]]:

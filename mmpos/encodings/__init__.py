@@ -5,8 +5,9 @@ Every registered encoding has a :class:`PEKind`, :class:`Capabilities` and ``exa
 contract, ``geometry = pe.prepare(cameras)`` of a :class:`mmpos.camera.Cameras` then ``pe.attention(q, k, v,
 geometry)`` (:class:`CameraPE`, ``docs/cameras.md``).
 """
+
 from .absolute import AbsolutePE, LearnedAPE, SinCosAPE
-from .base import Capabilities, CameraPE, PEKind, parameters_key
+from .base import CameraPE, Capabilities, PEKind, parameters_key
 from .comrope import ComRoPE, ComRoPEAP, ComRoPELD
 from .harope import HARoPE
 from .liere import LieRE
@@ -24,12 +25,46 @@ from .spectrum_rope import SpectrumRoPE
 from .ucpe import UCPE, ParallelAdapter, UCPEAdapter
 
 __all__ = [
-    "AbsolutePE", "LearnedAPE", "NoPE", "SinCosAPE",
-    "Capabilities", "CameraPE", "PEKind", "parameters_key",
-    "CameraTransforms", "ParallelAdapter", "PluckerRays", "PRoPE", "ProjectiveRoPE", "RayDepthHead", "RayRoPE",
-    "RaySide", "UCPE", "UCPEAdapter", "sample_ray_depths",
-    "ComRoPE", "ComRoPEAP", "ComRoPELD", "HARoPE", "LieRE",
-    "create_pe", "list_pes", "pe_capabilities", "pe_class", "pe_description", "pe_options", "register_pe",
-    "AxialRoPE", "RoPE1D", "MixedRoPE", "init_mixed_freqs", "LadderRoPE", "MHRoPE", "MRoPE", "MRoPEInterleave",
-    "VRoPE", "RotaryPE", "SpectrumRoPE",
+    "AbsolutePE",
+    "LearnedAPE",
+    "NoPE",
+    "SinCosAPE",
+    "Capabilities",
+    "CameraPE",
+    "PEKind",
+    "parameters_key",
+    "CameraTransforms",
+    "ParallelAdapter",
+    "PluckerRays",
+    "PRoPE",
+    "ProjectiveRoPE",
+    "RayDepthHead",
+    "RayRoPE",
+    "RaySide",
+    "UCPE",
+    "UCPEAdapter",
+    "sample_ray_depths",
+    "ComRoPE",
+    "ComRoPEAP",
+    "ComRoPELD",
+    "HARoPE",
+    "LieRE",
+    "create_pe",
+    "list_pes",
+    "pe_capabilities",
+    "pe_class",
+    "pe_description",
+    "pe_options",
+    "register_pe",
+    "AxialRoPE",
+    "RoPE1D",
+    "MixedRoPE",
+    "init_mixed_freqs",
+    "LadderRoPE",
+    "MHRoPE",
+    "MRoPE",
+    "MRoPEInterleave",
+    "VRoPE",
+    "RotaryPE",
+    "SpectrumRoPE",
 ]

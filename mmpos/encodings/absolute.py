@@ -3,6 +3,7 @@
 ``x = pe(x, coords)`` adds ``pe.embed(coords)`` to the tokens after ``num_prefix_tokens`` prefix tokens
 (cls, registers), which are left unchanged. ``x``: ``[B, L, C]``; coords: ``[L', A]`` or ``[B, L', A]``.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -89,8 +90,14 @@ class LearnedAPE(AbsolutePE):
     example_options = dict(embed_dim=16, grid_size=(4, 4))
     capabilities = Capabilities(learnable=True, reads_image_grid=True)
 
-    def __init__(self, embed_dim: int, grid_size: Sequence[int], num_prefix_tokens: int = 0,
-                 init_std: float = 0.02, interpolation: str = "bicubic"):
+    def __init__(
+        self,
+        embed_dim: int,
+        grid_size: Sequence[int],
+        num_prefix_tokens: int = 0,
+        init_std: float = 0.02,
+        interpolation: str = "bicubic",
+    ):
         grid_size = tuple(int(g) for g in grid_size)
         if not grid_size or any(g <= 0 for g in grid_size):
             raise ValueError(f"grid_size must be positive integers, got {grid_size}")
@@ -131,6 +138,7 @@ class LearnedAPE(AbsolutePE):
         if self.num_axes != 2 and self.interpolation == "nearest":
             mode = "nearest"
         antialias = mode in ("bilinear", "bicubic")
-        out = F.interpolate(table, size=grid_size, mode=mode, align_corners=False if mode != "nearest" else None,
-                            antialias=antialias)
+        out = F.interpolate(
+            table, size=grid_size, mode=mode, align_corners=False if mode != "nearest" else None, antialias=antialias
+        )
         return out[0].movedim(0, -1).reshape(-1, self.embed_dim).to(self.weight.dtype)

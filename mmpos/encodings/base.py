@@ -14,11 +14,12 @@ from option names. ``capabilities`` on the class describes the encoding built wi
 without building one: :func:`~.registry.pe_capabilities`); an instance whose options change a capability
 (ComRoPE's training jitter, LieRE's ``block_size=2``) carries its own.
 """
+
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from enum import Enum
-import warnings
 from typing import Iterable
 
 import torch
@@ -134,8 +135,10 @@ class CameraPE(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} must implement _prepare(cameras)")
 
     def _prepare_tensors(self, *args, **kwargs):
-        raise TypeError(f"{type(self).__name__}.prepare takes one mmpos.camera.Cameras, got "
-                        f"{[type(a).__name__ for a in args]} {sorted(kwargs)}")
+        raise TypeError(
+            f"{type(self).__name__}.prepare takes one mmpos.camera.Cameras, got "
+            f"{[type(a).__name__ for a in args]} {sorted(kwargs)}"
+        )
 
     def attention(self, q, k, v, query, key=None, attn_mask=None, scale=None):
         raise NotImplementedError
@@ -156,8 +159,15 @@ class CameraPE(nn.Module):
         return cls(head_dim=head_dim)
 
     @classmethod
-    def adapter_layer(cls, dim: int, num_heads: int, head_dim: int, use_orientation: bool = True,
-                      rope_theta: float = 100.0, qkv_bias: bool = True) -> nn.Module:
+    def adapter_layer(
+        cls,
+        dim: int,
+        num_heads: int,
+        head_dim: int,
+        use_orientation: bool = True,
+        rope_theta: float = 100.0,
+        qkv_bias: bool = True,
+    ) -> nn.Module:
         """A zero-initialised per-layer camera adapter for a frozen host attention of width ``dim`` (only where
         ``capabilities.adapter``): a module with ``condition(cameras) -> state``, ``input_delta(x, state)`` and
         ``residual(x, state)`` (each ``None`` or ``[B, L, dim]``; see :mod:`mmpos.integrations.diffusers`)."""
@@ -165,5 +175,8 @@ class CameraPE(nn.Module):
 
 
 def warn_old_signature(old: str, new: str) -> None:
-    warnings.warn(f"{old}(tensors...) is deprecated: use {new}; the old signature goes in the next release",
-                  DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"{old}(tensors...) is deprecated: use {new}; the old signature goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )

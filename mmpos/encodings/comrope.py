@@ -14,6 +14,7 @@ with learned per-head frequencies and ComRoPE-LD is RoPE-Mixed with ``freqs[h, i
 both use the RoPE table and kernel. ``b = 4`` has a closed-form exponential; other sizes use
 ``torch.linalg.matrix_exp`` on the ``[..., L, m, b, b]`` blocks (never a dense ``d x d`` per token).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -22,8 +23,8 @@ import torch
 from torch import nn
 
 from ..ops.block_rotation import BlockRotationTable
-from ..ops.skew import exp_scaled_skew, exp_scaled_skew_4_terms, matmul_safe_dtype, skew_part
 from ..ops.phasors import unit_phasor_table
+from ..ops.skew import exp_scaled_skew, exp_scaled_skew_4_terms, matmul_safe_dtype, skew_part
 from .base import Capabilities
 from .learned_block_rotary import BlockRotaryPE
 from .registry import register_pe
@@ -49,12 +50,35 @@ class ComRoPE(BlockRotaryPE):
 
     capabilities = Capabilities(relative=True, learnable=True, per_head_tables=True, reads_image_grid=True)
 
-    def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, block_size: int = 2,
-                 init_std: float = 1.0, layout: str = "interleaved", num_prefix_tokens: int = 0,
-                 prefix_at_centre: bool = False, grid_size: Sequence[int] | None = None, perturbation: float = 0.0,
-                 offset_std: float = 0.0, seq_dim: int = -2, seed: int | None = None):
-        super().__init__(head_dim, num_heads, num_axes, block_size, layout, num_prefix_tokens, seq_dim, grid_size,
-                         prefix_at_centre, perturbation, offset_std)
+    def __init__(
+        self,
+        head_dim: int,
+        num_heads: int,
+        num_axes: int = 2,
+        block_size: int = 2,
+        init_std: float = 1.0,
+        layout: str = "interleaved",
+        num_prefix_tokens: int = 0,
+        prefix_at_centre: bool = False,
+        grid_size: Sequence[int] | None = None,
+        perturbation: float = 0.0,
+        offset_std: float = 0.0,
+        seq_dim: int = -2,
+        seed: int | None = None,
+    ):
+        super().__init__(
+            head_dim,
+            num_heads,
+            num_axes,
+            block_size,
+            layout,
+            num_prefix_tokens,
+            seq_dim,
+            grid_size,
+            prefix_at_centre,
+            perturbation,
+            offset_std,
+        )
         shape = (num_heads, self.num_blocks, block_size, block_size)
         self.init_axis_coefficients(self.init_skew_parameter(shape, init_std, seed))
 
@@ -121,8 +145,10 @@ class ComRoPEAP(ComRoPE):
 
     def init_axis_coefficients(self, generator):
         if self.head_dim % (self.num_axes * self.block_size):
-            raise ValueError(f"comrope_ap needs head_dim / num_axes to be a multiple of block_size: head_dim="
-                             f"{self.head_dim}, num_axes={self.num_axes}, block_size={self.block_size}")
+            raise ValueError(
+                f"comrope_ap needs head_dim / num_axes to be a multiple of block_size: head_dim="
+                f"{self.head_dim}, num_axes={self.num_axes}, block_size={self.block_size}"
+            )
         axis_of_block = torch.arange(self.num_blocks) % self.num_axes
         mask = (axis_of_block[None, :] == torch.arange(self.num_axes)[:, None]).to(torch.float32)
         self.register_buffer("axis_of_block", axis_of_block, persistent=False)

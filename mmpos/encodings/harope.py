@@ -12,6 +12,7 @@ Differences from the reference parameterisation (each keeps its function class):
   encoding equals the wrapped one bit for bit at initialisation (the reference's ``softplus + 1e-6``
   starts at ``(1 + 1e-6) I``).
 """
+
 from __future__ import annotations
 
 import math
@@ -58,9 +59,17 @@ class HARoPE(RotaryPE):
     example_options = dict(head_dim=16, num_heads=2)
     capabilities = Capabilities(relative=True, learnable=True, folds_into_qkv=True)
 
-    def __init__(self, head_dim: int, num_heads: int, base="rope_axial", base_options: dict | None = None,
-                 eps: float = 1e-6, num_prefix_tokens: int | None = None, seq_dim: int | None = None,
-                 fold_qkv: bool = True):
+    def __init__(
+        self,
+        head_dim: int,
+        num_heads: int,
+        base="rope_axial",
+        base_options: dict | None = None,
+        eps: float = 1e-6,
+        num_prefix_tokens: int | None = None,
+        seq_dim: int | None = None,
+        fold_qkv: bool = True,
+    ):
         given = {k: v for k, v in (("num_prefix_tokens", num_prefix_tokens), ("seq_dim", seq_dim)) if v is not None}
         base = _build_base(base, head_dim, num_heads, base_options, given)
         super().__init__(head_dim, base.num_axes, base.layout, base.num_prefix_tokens, base.seq_dim)
@@ -76,8 +85,13 @@ class HARoPE(RotaryPE):
         self.v_skew = nn.Parameter(torch.zeros(num_heads, num_upper(head_dim)))
         self.sigma = nn.Parameter(torch.zeros(num_heads, head_dim))
         self._cached: tuple | None = None
-        self.capabilities = replace(base.capabilities, learnable=True, takes_extrapolation=False,
-                                    reads_image_grid=False, folds_into_qkv=self.fold_qkv)
+        self.capabilities = replace(
+            base.capabilities,
+            learnable=True,
+            takes_extrapolation=False,
+            reads_image_grid=False,
+            folds_into_qkv=self.fold_qkv,
+        )
 
     # ----- the head-wise matrices ---------------------------------------------------------------------------
     def singular_values(self) -> torch.Tensor:
@@ -115,9 +129,11 @@ class HARoPE(RotaryPE):
         head_dim = -2 if self.seq_dim == -3 else -3
         for name, x in (("q", q), ("k", k)) if k is not None else (("q", q),):
             if x.dim() < 3 or x.shape[head_dim] != self.num_heads or x.shape[-1] != self.head_dim:
-                raise ValueError(f"{name} has shape {tuple(x.shape)}; expected {self.num_heads} heads of "
-                                 f"{self.head_dim} channels ({'[B, L, H, D]' if self.seq_dim == -3 else '[B, H, L, D]'})"
-                                 "; grouped keys (GQA) are not supported: M^-T of head h must meet M of head h")
+                raise ValueError(
+                    f"{name} has shape {tuple(x.shape)}; expected {self.num_heads} heads of "
+                    f"{self.head_dim} channels ({'[B, L, H, D]' if self.seq_dim == -3 else '[B, H, L, D]'})"
+                    "; grouped keys (GQA) are not supported: M^-T of head h must meet M of head h"
+                )
         m, m_inv_t = self._matrices_for(q.dtype)
         return _per_head_matmul(q, m, head_dim), None if k is None else _per_head_matmul(k, m_inv_t, head_dim)
 
@@ -142,8 +158,10 @@ class HARoPE(RotaryPE):
         bias)``; the products run in fp32 (fp64 for fp64 weights), differentiable in both the weights and ``M``."""
         heads, d = self.num_heads, self.head_dim
         if weight.dim() != 2 or weight.shape[0] != 3 * heads * d:
-            raise ValueError(f"weight has shape {tuple(weight.shape)}; expected a fused qkv projection "
-                             f"[{3 * heads * d}, C] for {heads} heads of {d} channels")
+            raise ValueError(
+                f"weight has shape {tuple(weight.shape)}; expected a fused qkv projection "
+                f"[{3 * heads * d}, C] for {heads} heads of {d} channels"
+            )
         m, m_inv_t = self._matrices_for(weight.dtype)
         q, k, v = weight.unflatten(0, (3, heads, d)).unbind(0)  # [H, d, C] each
         weight = torch.cat([(m @ q.to(m)).to(weight), (m_inv_t @ k.to(m)).to(weight), v]).flatten(0, 1)
@@ -188,8 +206,9 @@ class HARoPE(RotaryPE):
         return self.base.frequency_matrix()
 
     @torch.no_grad()
-    def load_reference_parameters(self, a_u: torch.Tensor, a_v: torch.Tensor, sigma: torch.Tensor,
-                                  reference_eps: float = 1e-6) -> None:
+    def load_reference_parameters(
+        self, a_u: torch.Tensor, a_v: torch.Tensor, sigma: torch.Tensor, reference_eps: float = 1e-6
+    ) -> None:
         """Load the reference's parameters: full ``A_u, A_v`` ``[H, d, d]`` (``U = exp((A - A^T) / 2)``) and
         ``sigma`` ``[H, d]`` with ``s = softplus(sigma) + reference_eps``."""
         shape = (self.num_heads, self.head_dim, self.head_dim)

@@ -9,6 +9,7 @@ Coordinates follow ComRoPE: with ``grid_size`` set, the default coordinates are 
 at the centre of the grid instead of leaving them unrotated, and ``perturbation`` / ``offset_std`` jitter
 the default coordinates in training mode (:func:`~mmpos.coords.perturb.perturb_grid_coords`).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -35,9 +36,20 @@ class BlockRotaryPE(RotaryPE):
 
     cache_entries = 4
 
-    def __init__(self, head_dim: int, num_heads: int, num_axes: int, block_size: int, layout: str,
-                 num_prefix_tokens: int, seq_dim: int, grid_size: Sequence[int] | None, prefix_at_centre: bool,
-                 perturbation: float, offset_std: float):
+    def __init__(
+        self,
+        head_dim: int,
+        num_heads: int,
+        num_axes: int,
+        block_size: int,
+        layout: str,
+        num_prefix_tokens: int,
+        seq_dim: int,
+        grid_size: Sequence[int] | None,
+        prefix_at_centre: bool,
+        perturbation: float,
+        offset_std: float,
+    ):
         super().__init__(head_dim, num_axes, layout, num_prefix_tokens, seq_dim)
         check_positive_int("num_heads", num_heads)
         check_positive_int("num_axes", num_axes)
@@ -45,8 +57,10 @@ class BlockRotaryPE(RotaryPE):
         if block_size < 2 or head_dim % block_size:
             raise ValueError(f"block_size={block_size} must be >= 2 and divide head_dim={head_dim}")
         if block_size > 2 and layout != "interleaved":
-            raise ValueError(f"layout={layout!r} pairs channels (i, i + D/2), which only exists for block_size=2; "
-                             f"blocks of {block_size} are contiguous channels: use layout='interleaved'")
+            raise ValueError(
+                f"layout={layout!r} pairs channels (i, i + D/2), which only exists for block_size=2; "
+                f"blocks of {block_size} are contiguous channels: use layout='interleaved'"
+            )
         if grid_size is not None:
             grid_size = tuple(check_positive_int(f"grid_size[{i}]", n) for i, n in enumerate(grid_size))
             if len(grid_size) != num_axes:
@@ -89,12 +103,21 @@ class BlockRotaryPE(RotaryPE):
         super().check_rotatable(x, table)
         heads, other = (x.shape[-2], x.shape[-3]) if self.seq_dim == -3 else (x.shape[-3], x.shape[-2])
         if heads != self.num_heads:
-            hint = "" if other != self.num_heads else (
-                f"; x {tuple(x.shape)} looks like " + ("[B, H, L, D] (the default layout): pass seq_dim=-2"
-                                                       if self.seq_dim == -3 else
-                                                       "[B, L, H, D] (diffusers' Flux / Wan layout): pass seq_dim=-3"))
-            raise ValueError(f"x has {heads} heads; this encoding has per-head parameters for num_heads="
-                             f"{self.num_heads}{hint}")
+            hint = (
+                ""
+                if other != self.num_heads
+                else (
+                    f"; x {tuple(x.shape)} looks like "
+                    + (
+                        "[B, H, L, D] (the default layout): pass seq_dim=-2"
+                        if self.seq_dim == -3
+                        else "[B, L, H, D] (diffusers' Flux / Wan layout): pass seq_dim=-3"
+                    )
+                )
+            )
+            raise ValueError(
+                f"x has {heads} heads; this encoding has per-head parameters for num_heads={self.num_heads}{hint}"
+            )
 
     def rotate(self, x: torch.Tensor, table) -> torch.Tensor:
         if isinstance(table, RotaryTable):
@@ -110,15 +133,19 @@ class BlockRotaryPE(RotaryPE):
         for n in self.grid_size:
             expected *= n
         if length != expected:
-            raise ValueError(f"{length} tokens after {self.num_prefix_tokens} prefix token(s) do not match "
-                             f"grid_size={self.grid_size} ({expected} cells)")
+            raise ValueError(
+                f"{length} tokens after {self.num_prefix_tokens} prefix token(s) do not match "
+                f"grid_size={self.grid_size} ({expected} cells)"
+            )
         return grid_coords(self.grid_size, "normalized", dtype=torch.float64, device=device)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
         if self.training and (self.perturbation or self.offset_std):
             if coords is not None:
-                raise ValueError("training-time perturbation jitters the encoding's own grid; call with coords=None "
-                                 "or perturb your coordinates with mmpos.coords.perturb_grid_coords")
+                raise ValueError(
+                    "training-time perturbation jitters the encoding's own grid; call with coords=None "
+                    "or perturb your coordinates with mmpos.coords.perturb_grid_coords"
+                )
             grid = self.default_coords(q.shape[self.seq_dim] - self.num_prefix_tokens, q.device)
             fixed = (0,) if self.num_axes == 3 else ()  # the reference never jitters the frame axis
             coords = perturb_grid_coords(grid, self.grid_size, q.shape[0], self.perturbation, self.offset_std, fixed)
@@ -132,4 +159,3 @@ def _prepend_centre(coords: torch.Tensor, count: int) -> torch.Tensor:
     """Put ``count`` tokens at the centre ``(min + max) / 2`` of the grid (per sample), before the grid."""
     centre = (coords.amin(dim=-2, keepdim=True) + coords.amax(dim=-2, keepdim=True)) / 2
     return torch.cat([centre.expand(*coords.shape[:-2], count, coords.shape[-1]), coords], dim=-2)
-

@@ -7,6 +7,7 @@ head, ~5 ms each at d = 64 on a CPU). The default ``4`` is the block structure o
 ComRoPE's code (closed-form exponential, still non-commuting). With ``block_size = 2`` the blocks commute
 and LieRE becomes RoPE-Mixed.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -39,12 +40,35 @@ class LieRE(BlockRotaryPE):
     example_options = dict(head_dim=16, num_heads=2, block_size=4, seed=0)
     capabilities = Capabilities(learnable=True, per_head_tables=True, reads_image_grid=True)  # relative iff b = 2
 
-    def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, block_size: int = 4,
-                 init_std: float = 1.0, layout: str = "interleaved", num_prefix_tokens: int = 0,
-                 prefix_at_centre: bool = False, grid_size: Sequence[int] | None = None, perturbation: float = 0.0,
-                 offset_std: float = 0.0, seq_dim: int = -2, seed: int | None = None):
-        super().__init__(head_dim, num_heads, num_axes, block_size, layout, num_prefix_tokens, seq_dim, grid_size,
-                         prefix_at_centre, perturbation, offset_std)
+    def __init__(
+        self,
+        head_dim: int,
+        num_heads: int,
+        num_axes: int = 2,
+        block_size: int = 4,
+        init_std: float = 1.0,
+        layout: str = "interleaved",
+        num_prefix_tokens: int = 0,
+        prefix_at_centre: bool = False,
+        grid_size: Sequence[int] | None = None,
+        perturbation: float = 0.0,
+        offset_std: float = 0.0,
+        seq_dim: int = -2,
+        seed: int | None = None,
+    ):
+        super().__init__(
+            head_dim,
+            num_heads,
+            num_axes,
+            block_size,
+            layout,
+            num_prefix_tokens,
+            seq_dim,
+            grid_size,
+            prefix_at_centre,
+            perturbation,
+            offset_std,
+        )
         self.init_skew_parameter((num_axes, num_heads, self.num_blocks, block_size, block_size), init_std, seed)
         self.capabilities = replace(self.capabilities, relative=block_size == 2)  # 2x2 blocks commute
 

@@ -1,4 +1,5 @@
 """``nope``: no positional encoding (the baseline every comparison needs)."""
+
 from __future__ import annotations
 
 from torch import nn

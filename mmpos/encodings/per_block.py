@@ -6,6 +6,7 @@ user's options override them. Learnable encodings (``capabilities.learnable``: R
 one instance per block by default, as in their papers; the others share one instance, so one table serves all
 blocks.
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -20,8 +21,14 @@ def fitting_options(name: str, model_facts: dict, options: dict) -> dict:
     return {**{k: v for k, v in model_facts.items() if k in accepted}, **options}
 
 
-def create_block_pes(name: str, num_blocks: int, model_facts: dict, options: dict | None = None,
-                     share: bool | None = None, where: str = "the model") -> list[nn.Module]:
+def create_block_pes(
+    name: str,
+    num_blocks: int,
+    model_facts: dict,
+    options: dict | None = None,
+    share: bool | None = None,
+    where: str = "the model",
+) -> list[nn.Module]:
     """One encoding per block (the same object ``num_blocks`` times when shared).
 
     Args:
@@ -64,9 +71,11 @@ def check_model_coordinates(pe: nn.Module, where: str) -> None:
     (diffusers tables) ignore it."""
     capabilities = getattr(pe, "capabilities", None)  # objects that are no encoding are rejected by the callers
     if capabilities is not None and capabilities.jitters_coords:
-        raise ValueError(f"perturbation / offset_std jitter the encoding's own grid in its forward, but {where} "
-                         "passes its tokens' coordinates: leave them 0 and perturb the coordinates instead "
-                         "(mmpos.coords.perturb_grid_coords)")
+        raise ValueError(
+            f"perturbation / offset_std jitter the encoding's own grid in its forward, but {where} "
+            "passes its tokens' coordinates: leave them 0 and perturb the coordinates instead "
+            "(mmpos.coords.perturb_grid_coords)"
+        )
 
 
 def check_fits(pe: nn.Module, head_dim: int, num_axes: int, where: str) -> None:
@@ -75,12 +84,15 @@ def check_fits(pe: nn.Module, head_dim: int, num_axes: int, where: str) -> None:
     check_model_coordinates(pe, where)
     pe_head_dim = getattr(pe, "head_dim", None)
     if pe_head_dim is not None and pe_head_dim != head_dim:
-        raise ValueError(f"encoding {pe.pe_name!r} was built for head_dim={pe_head_dim} but {where} has "
-                         f"head_dim={head_dim}")
+        raise ValueError(
+            f"encoding {pe.pe_name!r} was built for head_dim={pe_head_dim} but {where} has head_dim={head_dim}"
+        )
     pe_axes = getattr(pe, "num_axes", num_axes)
     if pe_axes != num_axes:
-        raise ValueError(f"encoding {pe.pe_name!r} reads {pe_axes} coordinate axes but {where} gives its tokens "
-                         f"{num_axes} (e.g. (row, col) for images)")
+        raise ValueError(
+            f"encoding {pe.pe_name!r} reads {pe_axes} coordinate axes but {where} gives its tokens "
+            f"{num_axes} (e.g. (row, col) for images)"
+        )
 
 
 def is_encoding(module: nn.Module) -> bool:
@@ -94,7 +106,10 @@ def no_weight_decay_names(model: nn.Module) -> set[str]:
     names = set()
     for prefix, module in model.named_modules():
         if is_encoding(module):
-            own = module.no_weight_decay() if hasattr(module, "no_weight_decay") else (
-                n for n, _ in module.named_parameters())
+            own = (
+                module.no_weight_decay()
+                if hasattr(module, "no_weight_decay")
+                else (n for n, _ in module.named_parameters())
+            )
             names |= {f"{prefix}.{p}" if prefix else p for p in own}
     return names

@@ -6,6 +6,7 @@ or linear camera adapter); ``embed_tokens`` adds ``proj(plucker)`` to the tokens
 starts at zero (so attaching it to a pretrained model is a no-op until trained; ``zero_init=False`` for a
 default-initialised projection). Not invariant to the world frame (it is absolute by design).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +19,7 @@ from .._validation import as_int_tuple, check_positive_int
 from ..camera.cameras import Cameras
 from ..camera.poses import check_pose
 from ..camera.rays import PLUCKER_ORDERS, plucker_rays
-from .base import Capabilities, CameraPE, warn_old_signature
+from .base import CameraPE, Capabilities, warn_old_signature
 from .registry import register_pe
 
 
@@ -59,8 +60,9 @@ class PluckerRays(CameraPE):
         return cls(embed_dim=None)
 
     @classmethod
-    def adapter_layer(cls, dim, num_heads=None, head_dim=None, use_orientation=True, rope_theta=100.0,
-                      qkv_bias=True) -> "PluckerRays":
+    def adapter_layer(
+        cls, dim, num_heads=None, head_dim=None, use_orientation=True, rope_theta=100.0, qkv_bias=True
+    ) -> "PluckerRays":
         """CameraCtrl-style: the zero-initialised ``Linear(6, dim)`` of the rays added to the attention input."""
         return cls(dim)
 

@@ -6,6 +6,7 @@ axis last: ``[B, L, 1]`` and ``[B, L, 3]``. The encodings that take these ids (`
 ``mrope_interleave``, ``mhrope``) call :func:`as_axis_last` in ``forward``, where q's batch and length tell the
 two layouts apart.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,9 +25,11 @@ def as_axis_last(coords: torch.Tensor, num_axes: int, batch: int, length: int) -
         return coords[..., None]  # [B, L] -> [B, L, 1] (also [B, 1] when decoding; [1, 1] means the same either way)
     if num_axes > 1 and coords.dim() == 3 and tuple(coords.shape) == (num_axes, batch, length):
         if tuple(coords.shape) == (batch, length, num_axes):
-            raise ValueError(f"coords {tuple(coords.shape)} reads as transformers' [{num_axes}, B, L] position ids "
-                             f"and as [B, L, {num_axes}] coordinates; pass [B, L, {num_axes}] "
-                             "(position_ids.permute(1, 2, 0)) when B == L == the number of axes")
+            raise ValueError(
+                f"coords {tuple(coords.shape)} reads as transformers' [{num_axes}, B, L] position ids "
+                f"and as [B, L, {num_axes}] coordinates; pass [B, L, {num_axes}] "
+                "(position_ids.permute(1, 2, 0)) when B == L == the number of axes"
+            )
         return coords.permute(1, 2, 0)
     return coords
 

@@ -26,6 +26,7 @@ cameras), row-major inside an image::
     out = pe.attention(q, k, v, geo)          # SDPA in between; or, with any attention kernel:
     q = pe.apply_q(q, geo); k, v = pe.apply_kv(k, v, geo); out = pe.apply_output(attn(q, k, v), geo)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from ..coords.grids import image_grid
 from ..ops.projective import transform_blocks
 from ..ops.rotation import LAYOUTS, rotate
 from ..ops.tables import RotaryTable
-from .base import Capabilities, CameraPE
+from .base import CameraPE, Capabilities
 from .rope_axial import AxialRoPE
 
 
@@ -67,22 +68,33 @@ class ProjectiveRoPE(CameraPE):
     capabilities = Capabilities(needs_cameras=True, world_frame_invariant=True)
     example_options = dict(head_dim=16)
 
-    def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
-                 layout: str = "half", apply_vo: bool = True):
+    def __init__(
+        self,
+        head_dim: int,
+        projective_dim: int | None = None,
+        rope_theta: float = 100.0,
+        layout: str = "half",
+        apply_vo: bool = True,
+    ):
         super().__init__()
         check_positive_int("head_dim", head_dim)
         projective_dim = head_dim // 2 if projective_dim is None else projective_dim
         rope_dim = head_dim - projective_dim
         if projective_dim <= 0 or projective_dim % 4 or rope_dim < 0 or rope_dim % 4:
-            raise ValueError(f"head_dim={head_dim} with projective_dim={projective_dim}: expected a positive multiple "
-                             f"of 4 projective channels and a multiple of 4 left for the 2D RoPE (head_dim % 8 == 0 "
-                             "for the default half split)")
+            raise ValueError(
+                f"head_dim={head_dim} with projective_dim={projective_dim}: expected a positive multiple "
+                f"of 4 projective channels and a multiple of 4 left for the 2D RoPE (head_dim % 8 == 0 "
+                "for the default half split)"
+            )
         check_choice("layout", layout, LAYOUTS)
         check_theta("rope_theta", rope_theta)
         self.head_dim, self.projective_dim, self.rope_dim = head_dim, projective_dim, rope_dim
         self.rope_theta, self.layout, self.apply_vo = rope_theta, layout, apply_vo
-        self.rope = (AxialRoPE(rope_dim, axes_dims=(rope_dim // 2, rope_dim // 2), theta=rope_theta, layout=layout)
-                     if rope_dim else None)
+        self.rope = (
+            AxialRoPE(rope_dim, axes_dims=(rope_dim // 2, rope_dim // 2), theta=rope_theta, layout=layout)
+            if rope_dim
+            else None
+        )
 
     # --- geometry -------------------------------------------------------------------------------------------
     def rope_table(self, grid_size, num_images: int, dtype=torch.float32, device=None) -> RotaryTable:
@@ -112,8 +124,10 @@ class ProjectiveRoPE(CameraPE):
         if x.dim() != 4 or x.shape[-1] != self.head_dim:
             raise ValueError(f"expected [B, H, L, {self.head_dim}] tensors, got {tuple(x.shape)}")
         if x.shape[-2] != table.length:
-            raise ValueError(f"x has {x.shape[-2]} tokens; the camera geometry describes {table.length} "
-                             "(cameras x patches, camera-major)")
+            raise ValueError(
+                f"x has {x.shape[-2]} tokens; the camera geometry describes {table.length} "
+                "(cameras x patches, camera-major)"
+            )
 
     def apply_q(self, q: torch.Tensor, geo: CameraTransforms) -> torch.Tensor:
         return self._transform(q, geo.matrices, geo.rope, transpose=True, inverse=False)
@@ -129,8 +143,16 @@ class ProjectiveRoPE(CameraPE):
             return out
         return self._transform(out, geo.matrices, geo.rope, transpose=False, inverse=True)
 
-    def attention(self, q, k, v, query: CameraTransforms, key: CameraTransforms | None = None, attn_mask=None,
-                  scale: float | None = None) -> torch.Tensor:
+    def attention(
+        self,
+        q,
+        k,
+        v,
+        query: CameraTransforms,
+        key: CameraTransforms | None = None,
+        attn_mask=None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
         """SDPA with the encoding; ``key`` defaults to ``query`` (self-attention). Invalid keys are masked."""
         key = query if key is None else key
         q = self.apply_q(q, query)
@@ -148,8 +170,10 @@ class ProjectiveRoPE(CameraPE):
         return self.attention(q, k, v, query, key, attn_mask)
 
     def extra_repr(self):
-        return (f"head_dim={self.head_dim}, projective_dim={self.projective_dim}, rope_theta={self.rope_theta}, "
-                f"apply_vo={self.apply_vo}")
+        return (
+            f"head_dim={self.head_dim}, projective_dim={self.projective_dim}, rope_theta={self.rope_theta}, "
+            f"apply_vo={self.apply_vo}"
+        )
 
 
 def merge_key_mask(attn_mask: torch.Tensor | None, key_valid: torch.Tensor | None):

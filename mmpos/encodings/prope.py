@@ -6,6 +6,7 @@ normalised to image coordinates in ``[-1/2, 1/2]``) on half of each head; 2D RoP
 (``P_c = w2c_c``, SE(3) only). With a single camera ``P_q P_k^-1 = I``: the logits are those of 2D RoPE on the
 RoPE channels plus a plain dot product on the projective ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,8 +42,15 @@ class PRoPE(ProjectiveRoPE):
     capabilities = dataclasses.replace(ProjectiveRoPE.capabilities, adapter=True)
     description = "PRoPE: projective camera frames on q, k, v and the output, 2D RoPE on the rest of each head."
 
-    def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
-                 layout: str = "half", apply_vo: bool = True, gta: bool = False):
+    def __init__(
+        self,
+        head_dim: int,
+        projective_dim: int | None = None,
+        rope_theta: float = 100.0,
+        layout: str = "half",
+        apply_vo: bool = True,
+        gta: bool = False,
+    ):
         super().__init__(head_dim, projective_dim, rope_theta, layout, apply_vo)
         self.gta = bool(gta)
 
@@ -50,19 +58,33 @@ class PRoPE(ProjectiveRoPE):
         if self.gta:
             return self._prepare_tensors(cameras.w2c, cameras.grid)
         if cameras.intrinsics is None:
-            raise ValueError("cameras: prope needs pixel intrinsics (cameras.intrinsics); this camera model has none "
-                             "(an equirectangular camera, or an OpenCV camera with distortion, which a K alone would "
-                             "drop); PRoPE(..., gta=True) uses the poses alone")
+            raise ValueError(
+                "cameras: prope needs pixel intrinsics (cameras.intrinsics); this camera model has none "
+                "(an equirectangular camera, or an OpenCV camera with distortion, which a K alone would "
+                "drop); PRoPE(..., gta=True) uses the poses alone"
+            )
         return self._prepare_tensors(cameras.w2c, cameras.grid, cameras.intrinsics, cameras.image_size)
 
     @classmethod
     def adapter_layer(cls, dim, num_heads, head_dim, use_orientation=True, rope_theta=100.0, qkv_bias=True):
         """UCPE's adapter branch with PRoPE's per-camera frames (the PRoPE baseline; no orientation map)."""
-        return UCPEAdapter(dim, num_heads, head_dim, use_orientation=False, qkv_bias=qkv_bias, rope_theta=rope_theta,
-                           encoding=cls(head_dim, rope_theta=rope_theta))
+        return UCPEAdapter(
+            dim,
+            num_heads,
+            head_dim,
+            use_orientation=False,
+            qkv_bias=qkv_bias,
+            rope_theta=rope_theta,
+            encoding=cls(head_dim, rope_theta=rope_theta),
+        )
 
-    def _prepare_tensors(self, w2c: torch.Tensor, grid_size: Sequence[int], intrinsics: torch.Tensor | None = None,
-                image_size: Sequence[float] | None = None) -> CameraTransforms:
+    def _prepare_tensors(
+        self,
+        w2c: torch.Tensor,
+        grid_size: Sequence[int],
+        intrinsics: torch.Tensor | None = None,
+        image_size: Sequence[float] | None = None,
+    ) -> CameraTransforms:
         """Deprecated form of ``prepare(cameras)``: ``C`` cameras with ``rows x cols`` patches each (``L = C * rows
         * cols`` tokens).
 
@@ -83,8 +105,9 @@ class PRoPE(ProjectiveRoPE):
                     raise ValueError("image_size (H, W) is required with intrinsics")
                 check_intrinsic_matrix("intrinsics", intrinsics)
                 if intrinsics.shape[:-2] != w2c.shape[:-2]:
-                    raise ValueError(f"intrinsics {tuple(intrinsics.shape)} must be [B, C, 3, 3] like w2c "
-                                     f"{tuple(w2c.shape)}")
+                    raise ValueError(
+                        f"intrinsics {tuple(intrinsics.shape)} must be [B, C, 3, 3] like w2c {tuple(w2c.shape)}"
+                    )
                 k_norm = normalized_intrinsics(intrinsics.to(w2c.dtype), image_size)
                 matrices = lift_intrinsics(k_norm) @ w2c
                 inverse = inverse @ lift_intrinsics(torch.linalg.inv(k_norm))

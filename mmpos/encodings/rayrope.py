@@ -23,6 +23,7 @@ and ``rot+`` on the output, so weights trained with the reference load unchanged
 Numerics: geometry and angles in fp32 (fp64 for fp64 geometry) with autocast off; q, k, v are rotated by the
 mmpos rotary operator in their own dtype.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,12 +33,11 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import check_choice, check_positive_int
+from ..camera.cameras import Cameras
 from ..ops.rotation import rotate
 from ..ops.tables import RotaryTable
-from ..camera.cameras import Cameras
-from .base import Capabilities, CameraPE
-from .rayrope_rays import (RAY_OFFSETS, RayDepthHead, RaySide, depth_hypotheses, ray_side,
-                           sample_ray_depths)
+from .base import CameraPE, Capabilities
+from .rayrope_rays import RAY_OFFSETS, RayDepthHead, RaySide, depth_hypotheses, ray_side, sample_ray_depths
 from .registry import register_pe
 
 __all__ = ["RayRoPE", "RayDepthHead", "RaySide", "sample_ray_depths"]
@@ -63,16 +63,19 @@ class RayRoPE(CameraPE):
     capabilities = Capabilities(needs_cameras=True, world_frame_invariant=True, predicts_depth=True)
     example_options = dict(head_dim=24)
 
-    def __init__(self, head_dim: int, num_rays: int = 3, freq_base: float = 3.0, apply_vo: bool = True,
-                 layout: str = "half"):
+    def __init__(
+        self, head_dim: int, num_rays: int = 3, freq_base: float = 3.0, apply_vo: bool = True, layout: str = "half"
+    ):
         super().__init__()
         check_positive_int("head_dim", head_dim)
         check_choice("num_rays", num_rays, tuple(RAY_OFFSETS))
         check_choice("layout", layout, ("half", "interleaved"))
         num_coords = 3 + 3 * num_rays
         if head_dim % (2 * num_coords):
-            raise ValueError(f"head_dim={head_dim} must be a multiple of 2 * D_c = {2 * num_coords} "
-                             f"(D_c = 3 + 3 * num_rays coordinates, each rotating whole channel pairs)")
+            raise ValueError(
+                f"head_dim={head_dim} must be a multiple of 2 * D_c = {2 * num_coords} "
+                f"(D_c = 3 + 3 * num_rays coordinates, each rotating whole channel pairs)"
+            )
         if not freq_base > 0:
             raise ValueError(f"freq_base must be positive, got {freq_base}")
         self.head_dim, self.num_rays, self.freq_base = head_dim, num_rays, freq_base
@@ -86,15 +89,18 @@ class RayRoPE(CameraPE):
         into ``cameras.grid`` patches (:func:`~.rayrope_rays.ray_side`); ``cameras.depth`` maps, when given, are
         read at the ray points as known depths (:func:`~.rayrope_rays.sample_ray_depths`)."""
         if cameras.intrinsics is None:
-            raise ValueError("cameras: rayrope needs pixel intrinsics (cameras.intrinsics); this camera model has "
-                             "none (an equirectangular camera?)")
+            raise ValueError(
+                "cameras: rayrope needs pixel intrinsics (cameras.intrinsics); this camera model has "
+                "none (an equirectangular camera?)"
+            )
         side = ray_side(cameras.w2c, cameras.intrinsics, cameras.image_size, cameras.grid, self.num_rays)
         if cameras.depth is not None:
             side.known_depth = sample_ray_depths(cameras.depth, cameras.grid, self.num_rays)
         return side
 
-    def _prepare_tensors(self, w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float],
-                         grid_size: Sequence[int]) -> RaySide:
+    def _prepare_tensors(
+        self, w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float], grid_size: Sequence[int]
+    ) -> RaySide:
         """Deprecated form of ``prepare(cameras)``: ``w2c [B, C, 4, 4]``, pixel ``intrinsics [B, C, 3, 3]`` of
         ``image_size = (H, W)`` images cut into ``grid_size = (rows, cols)`` patches."""
         return ray_side(w2c, intrinsics, image_size, grid_size, self.num_rays)
@@ -104,8 +110,13 @@ class RayRoPE(CameraPE):
         """The per-layer depth head (:class:`~.rayrope_rays.RayDepthHead`) whose output is ``depth_q``."""
         return RayDepthHead(dim)
 
-    def depths(self, raw: torch.Tensor, side: RaySide, known: torch.Tensor | None = None,
-               names: tuple[str, str] = ("raw", "known")):
+    def depths(
+        self,
+        raw: torch.Tensor,
+        side: RaySide,
+        known: torch.Tensor | None = None,
+        names: tuple[str, str] = ("raw", "known"),
+    ):
         """Depth hypotheses ``(d1, d2)`` ``[B, L, R]`` (:func:`~.rayrope_rays.depth_hypotheses`)."""
         return depth_hypotheses(raw, side, self.num_rays, known, names)
 
@@ -137,8 +148,10 @@ class RayRoPE(CameraPE):
         fp64 once per (dtype, device) and cached (no host-to-device copy per call)."""
         key = (dtype, torch.device(device) if device is not None else torch.device("cpu"))
         if key not in self._frequencies:
-            period = torch.tensor([PERIODS["p0"]] * 3 + [PERIODS["dir"]] * (2 * self.num_rays)
-                                  + [PERIODS["depth"]] * self.num_rays, dtype=torch.float64)
+            period = torch.tensor(
+                [PERIODS["p0"]] * 3 + [PERIODS["dir"]] * (2 * self.num_rays) + [PERIODS["depth"]] * self.num_rays,
+                dtype=torch.float64,
+            )
             ladder = self.freq_base ** torch.arange(self.num_freqs, dtype=torch.float64)
             omega = (2 * math.pi / period)[None, :] * ladder[:, None]
             self._frequencies[key] = omega.flatten().to(key[1], dtype)
@@ -157,9 +170,20 @@ class RayRoPE(CameraPE):
         return RotaryTable(cis[:, None])
 
     # --- attention ------------------------------------------------------------------------------------------
-    def attention(self, q, k, v, query: RaySide, key: RaySide | None = None, depth_q: torch.Tensor | None = None,
-                  depth_k: torch.Tensor | None = None, known_depth_q: torch.Tensor | None = None,
-                  known_depth_k: torch.Tensor | None = None, attn_mask=None, scale: float | None = None):
+    def attention(
+        self,
+        q,
+        k,
+        v,
+        query: RaySide,
+        key: RaySide | None = None,
+        depth_q: torch.Tensor | None = None,
+        depth_k: torch.Tensor | None = None,
+        known_depth_q: torch.Tensor | None = None,
+        known_depth_k: torch.Tensor | None = None,
+        attn_mask=None,
+        scale: float | None = None,
+    ):
         """Attention of ``q [B, H, Lq, D]`` to ``k, v [B, H, Lk, D]`` with RayRoPE.
 
         ``key`` defaults to ``query`` (self-attention; then ``depth_k`` defaults to ``depth_q``). ``depth_q/k``:
@@ -181,8 +205,17 @@ class RayRoPE(CameraPE):
         out = torch.cat(outputs, dim=-2)
         return rotate(out, q_table, self.layout) if self.apply_vo else out  # rot+: output by +theta
 
-    def logits(self, q, k, query: RaySide, key: RaySide | None = None, depth_q=None, depth_k=None,
-               known_depth_q=None, known_depth_k=None) -> torch.Tensor:
+    def logits(
+        self,
+        q,
+        k,
+        query: RaySide,
+        key: RaySide | None = None,
+        depth_q=None,
+        depth_k=None,
+        known_depth_q=None,
+        known_depth_k=None,
+    ) -> torch.Tensor:
         """``[B, H, Lq, Lk]`` encoded dot products (unscaled), for tests and plots."""
         key, q_table, key_depths = self._plan(q, k, None, query, key, depth_q, depth_k, known_depth_q, known_depth_k)
         blocks = []
@@ -203,8 +236,10 @@ class RayRoPE(CameraPE):
             if x is None:
                 continue
             if x.dim() != 4 or x.shape[-1] != self.head_dim or x.shape[-2] != side.num_tokens:
-                raise ValueError(f"{name} must be [B, H, {side.num_tokens}, {self.head_dim}] "
-                                 f"({side.num_cameras} cameras x {side.patches} patches), got {tuple(x.shape)}")
+                raise ValueError(
+                    f"{name} must be [B, H, {side.num_tokens}, {self.head_dim}] "
+                    f"({side.num_cameras} cameras x {side.patches} patches), got {tuple(x.shape)}"
+                )
         if self_attention and depth_k is None and known_depth_k is None:
             depth_k, known_depth_k = depth_q, known_depth_q
         q_depths = self.depths(depth_q, query, known_depth_q, ("depth_q", "known_depth_q"))
@@ -216,5 +251,7 @@ class RayRoPE(CameraPE):
         return self.expected_table(*(self.key_coordinates(frame, camera, side, d) for d in depths))
 
     def extra_repr(self):
-        return (f"head_dim={self.head_dim}, num_rays={self.num_rays}, num_coords={self.num_coords}, "
-                f"num_freqs={self.num_freqs}, freq_base={self.freq_base}, apply_vo={self.apply_vo}")
+        return (
+            f"head_dim={self.head_dim}, num_rays={self.num_rays}, num_coords={self.num_coords}, "
+            f"num_freqs={self.num_freqs}, freq_base={self.freq_base}, apply_vo={self.apply_vo}"
+        )

@@ -1,5 +1,6 @@
 """RayRoPE's rays and depths: per-camera ray geometry (:class:`RaySide`), the per-layer depth head and the depth
 hypotheses it predicts, and known depths sampled from depth maps (RGB-D views). See :mod:`.rayrope`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,8 +64,9 @@ class RayDepthHead(nn.Linear):
             self.bias.copy_(torch.tensor([init_depth, init_sigma]))
 
 
-def ray_side(w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float], grid_size: Sequence[int],
-             num_rays: int) -> RaySide:
+def ray_side(
+    w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float], grid_size: Sequence[int], num_rays: int
+) -> RaySide:
     """Geometry of ``C`` cameras: ``w2c [B, C, 4, 4]``, pixel ``intrinsics [B, C, 3, 3]`` of ``image_size = (H, W)``
     images cut into ``grid_size = (rows, cols)`` patches, ``num_rays`` rays per patch (:data:`RAY_OFFSETS`)."""
     w2c = check_pose("w2c", w2c)
@@ -76,23 +78,31 @@ def ray_side(w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[f
     rows, cols = as_int_tuple("grid_size", grid_size)
     with torch.autocast(w2c.device.type, enabled=False):
         dtype, device = w2c.dtype, w2c.device
-        pixels = torch.stack([patch_pixels((rows, cols), image_size, o, dtype, device)
-                              for o in RAY_OFFSETS[num_rays]], dim=1)  # [P, R, 2]
+        pixels = torch.stack(
+            [patch_pixels((rows, cols), image_size, o, dtype, device) for o in RAY_OFFSETS[num_rays]], dim=1
+        )  # [P, R, 2]
         homogeneous = torch.cat([pixels, torch.ones_like(pixels[..., :1])], -1)
         k_inv = torch.linalg.inv(intrinsics.to(dtype))  # [B, C, 3, 3]
         c2w = invert_pose(w2c)
         cam_steps = homogeneous @ k_inv[:, :, None].transpose(-1, -2)  # [B, C, P, R, 3], z = 1
         ray_steps = cam_steps @ c2w[:, :, None, :3, :3].transpose(-1, -2)
         height, width = (float(s) for s in image_size)
-        image = torch.stack([pixels[..., 0] / width - 0.5, pixels[..., 1] / height - 0.5,
-                             torch.ones_like(pixels[..., 0])], -1)
+        image = torch.stack(
+            [pixels[..., 0] / width - 0.5, pixels[..., 1] / height - 0.5, torch.ones_like(pixels[..., 0])], -1
+        )
         own_dirs = (image / image.norm(dim=-1, keepdim=True))[..., :2]
-        return RaySide(w2c, normalized_intrinsics(intrinsics.to(dtype), image_size), c2w[..., :3, 3], ray_steps,
-                       own_dirs)
+        return RaySide(
+            w2c, normalized_intrinsics(intrinsics.to(dtype), image_size), c2w[..., :3, 3], ray_steps, own_dirs
+        )
 
 
-def depth_hypotheses(raw: torch.Tensor | None, side: RaySide, num_rays: int, known: torch.Tensor | None = None,
-                     names: tuple[str, str] = ("raw", "known")):
+def depth_hypotheses(
+    raw: torch.Tensor | None,
+    side: RaySide,
+    num_rays: int,
+    known: torch.Tensor | None = None,
+    names: tuple[str, str] = ("raw", "known"),
+):
     """Depth hypotheses ``(d1, d2)`` ``[B, L, R]`` from the depth head's raw ``(l, s)`` ``[B, L, 2]``: the depths
     ``exp(min(l -+ s, 3))``, clamped to :data:`DEPTH_RANGE`.
 
@@ -104,13 +114,15 @@ def depth_hypotheses(raw: torch.Tensor | None, side: RaySide, num_rays: int, kno
     dtype, device = side.w2c.dtype, side.w2c.device
     if raw is None:
         if known is None or known.shape[1] != length:
-            raise ValueError(f"raw depth predictions [B, {length}, 2] are required unless known depths cover "
-                             "every token")
+            raise ValueError(
+                f"raw depth predictions [B, {length}, 2] are required unless known depths cover every token"
+            )
         d1 = d2 = torch.empty(batch, 0, num_rays, dtype=dtype, device=device)
     else:
         if raw.dim() != 3 or raw.shape[1:] != (length, 2):
-            raise ValueError(f"raw depth predictions must be [B, {length}, 2] (log_depth, sigma), got "
-                             f"{tuple(raw.shape)}")
+            raise ValueError(
+                f"raw depth predictions must be [B, {length}, 2] (log_depth, sigma), got {tuple(raw.shape)}"
+            )
         check_finite(names[0], raw)
         with torch.autocast(device.type, enabled=False):
             log_depth, sigma = raw.to(device, dtype).unbind(-1)
@@ -118,8 +130,7 @@ def depth_hypotheses(raw: torch.Tensor | None, side: RaySide, num_rays: int, kno
             d2 = (log_depth + sigma).clamp(max=MAX_LOG_DEPTH).exp()[..., None].expand(-1, -1, num_rays)
     if known is not None:
         if known.dim() != 3 or known.shape[-1] != num_rays or known.shape[1] > length:
-            raise ValueError(f"known depths must be [B, L_known <= {length}, R={num_rays}], got "
-                             f"{tuple(known.shape)}")
+            raise ValueError(f"known depths must be [B, L_known <= {length}, R={num_rays}], got {tuple(known.shape)}")
         check_finite(names[1], known)
         known = known.to(device, dtype).expand(batch, -1, -1)
         n = known.shape[1]
@@ -138,8 +149,10 @@ def sample_ray_depths(depth_maps: torch.Tensor, grid_size: Sequence[int], num_ra
         raise ValueError(f"depth_maps must be [B, C, H, W], got {tuple(depth_maps.shape)}")
     check_choice("num_rays", num_rays, tuple(RAY_OFFSETS))
     height, width = depth_maps.shape[-2:]
-    pixels = torch.stack([patch_pixels(grid_size, (height, width), o, torch.float64, depth_maps.device)
-                          for o in RAY_OFFSETS[num_rays]], dim=1)  # [P, R, 2]
+    pixels = torch.stack(
+        [patch_pixels(grid_size, (height, width), o, torch.float64, depth_maps.device) for o in RAY_OFFSETS[num_rays]],
+        dim=1,
+    )  # [P, R, 2]
     col = pixels[..., 0].floor().long().clamp(0, width - 1)
     row = pixels[..., 1].floor().long().clamp(0, height - 1)
     return depth_maps[:, :, row, col].flatten(1, 2)

@@ -1,4 +1,5 @@
 """Registry of named encodings: ``create_pe(name, **options)`` and ``list_pes()``, timm-style."""
+
 from __future__ import annotations
 
 import inspect

@@ -1,4 +1,5 @@
 """Fixed-frequency rotary encodings: ``rope_axial`` (2D/3D/N-D axial) and ``rope_1d``."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -48,10 +49,21 @@ class AxialRoPE(SpectrumRoPE):
     example_options = dict(head_dim=16)
     capabilities = Capabilities(relative=True, takes_extrapolation=True, reads_image_grid=True)
 
-    def __init__(self, head_dim: int, axes_dims: Sequence[int] | None = None, num_axes: int | None = None,
-                 rotary_dim: int | None = None, theta=10000.0, layout: str = "interleaved",
-                 allocation: str = "chunked", extrapolation=None, pair_scale=None, num_prefix_tokens: int = 0,
-                 seq_dim: int = -2, table_precision: str = "auto"):
+    def __init__(
+        self,
+        head_dim: int,
+        axes_dims: Sequence[int] | None = None,
+        num_axes: int | None = None,
+        rotary_dim: int | None = None,
+        theta=10000.0,
+        layout: str = "interleaved",
+        allocation: str = "chunked",
+        extrapolation=None,
+        pair_scale=None,
+        num_prefix_tokens: int = 0,
+        seq_dim: int = -2,
+        table_precision: str = "auto",
+    ):
         axes_dims, rotary_dim = _resolve_dims(head_dim, axes_dims, num_axes, rotary_dim)
         check_choice("allocation", allocation, tuple(ALLOCATIONS))
         finish = (lambda s: s) if pair_scale is None else (lambda s: s.with_pair_scale(pair_scale))
@@ -94,8 +106,9 @@ class AxialRoPE(SpectrumRoPE):
             return super().cached_table(coords, complex_dtype)
         policies = self._policies_at(coords)
         key = (policies, complex_dtype, self.table_precision)
-        return self.cache.get(key, coords, lambda: self.table_of_spectrum(self.schedule.spectrum(policies), coords,
-                                                                          complex_dtype))
+        return self.cache.get(
+            key, coords, lambda: self.table_of_spectrum(self.schedule.spectrum(policies), coords, complex_dtype)
+        )
 
     def spectrum_at(self, coords):
         """The spectrum of ``coords``' table: with a schedule, resolved at their extent and the step's sigma."""
@@ -122,13 +135,31 @@ class RoPE1D(ReadsPositionIds, AxialRoPE):
     example_options = dict(head_dim=16)
     capabilities = Capabilities(relative=True, takes_extrapolation=True)
 
-    def __init__(self, head_dim: int, rotary_dim: int | None = None, theta: float = 10000.0, layout: str = "half",
-                 extrapolation=None, pair_scale=None, num_prefix_tokens: int = 0, seq_dim: int = -2,
-                 table_precision: str = "auto"):
+    def __init__(
+        self,
+        head_dim: int,
+        rotary_dim: int | None = None,
+        theta: float = 10000.0,
+        layout: str = "half",
+        extrapolation=None,
+        pair_scale=None,
+        num_prefix_tokens: int = 0,
+        seq_dim: int = -2,
+        table_precision: str = "auto",
+    ):
         rotary_dim = head_dim if rotary_dim is None else rotary_dim
-        super().__init__(head_dim, axes_dims=(rotary_dim,), rotary_dim=rotary_dim, theta=theta, layout=layout,
-                         extrapolation=extrapolation, pair_scale=pair_scale, num_prefix_tokens=num_prefix_tokens,
-                         seq_dim=seq_dim, table_precision=table_precision)
+        super().__init__(
+            head_dim,
+            axes_dims=(rotary_dim,),
+            rotary_dim=rotary_dim,
+            theta=theta,
+            layout=layout,
+            extrapolation=extrapolation,
+            pair_scale=pair_scale,
+            num_prefix_tokens=num_prefix_tokens,
+            seq_dim=seq_dim,
+            table_precision=table_precision,
+        )
 
     def default_coords(self, length, device):
         return positions_1d(length, device=device)

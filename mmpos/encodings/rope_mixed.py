@@ -4,6 +4,7 @@ Pair ``p`` of head ``h`` turns at ``phase = sum_a coords[a] * freqs[h, a, p]``: 
 pair, learned. Initialisation follows the paper: magnitudes ``theta ** (-4j / head_dim)`` for the first
 half of the pairs along a random direction per head, the second half along the perpendicular direction.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,18 @@ class MixedRoPE(RotaryPE):
     capabilities = Capabilities(relative=True, learnable=True, per_head_tables=True, reads_image_grid=True)
     cache_entries = 4
 
-    def __init__(self, head_dim: int, num_heads: int, num_axes: int = 2, theta: float = 10.0, rotate: bool = True,
-                 layout: str = "interleaved", num_prefix_tokens: int = 0, seq_dim: int = -2, seed: int | None = None):
+    def __init__(
+        self,
+        head_dim: int,
+        num_heads: int,
+        num_axes: int = 2,
+        theta: float = 10.0,
+        rotate: bool = True,
+        layout: str = "interleaved",
+        num_prefix_tokens: int = 0,
+        seq_dim: int = -2,
+        seed: int | None = None,
+    ):
         super().__init__(head_dim, num_axes, layout, num_prefix_tokens, seq_dim)
         check_even("head_dim", head_dim)
         if num_axes == 2 and head_dim % 4:

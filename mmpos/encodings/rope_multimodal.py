@@ -12,6 +12,7 @@ position axis a channel pair (or a head) reads; see :mod:`mmpos.spectrum.multimo
 Papers: MRoPE, Qwen2-VL (arXiv 2409.12191); MRoPE-I and MHRoPE, "Revisiting Multimodal Positional
 Encoding in Vision-Language Models" (arXiv 2510.23095); VRoPE (arXiv 2502.11664).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -21,9 +22,17 @@ import torch
 from .._validation import check_positive_int
 from ..coords.vrope import video_block_ids
 from ..ops.tables import RotaryTable, axial_phases, table_from_phases
-from ..spectrum.multimodal import (NOPE_HEAD, check_mrope_section, cyclic_axis_of_pair, default_head_section,
-                                   default_mrope_section, head_axis_map, ladder_spectrum, query_head_map,
-                                   section_axis_of_pair)
+from ..spectrum.multimodal import (
+    NOPE_HEAD,
+    check_mrope_section,
+    cyclic_axis_of_pair,
+    default_head_section,
+    default_mrope_section,
+    head_axis_map,
+    ladder_spectrum,
+    query_head_map,
+    section_axis_of_pair,
+)
 from .base import Capabilities
 from .position_ids import ReadsPositionIds
 from .registry import register_pe
@@ -38,18 +47,37 @@ def rotary_dim_of(head_dim: int, partial_rotary_factor: float) -> int:
         raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial_rotary_factor!r}")
     rotary_dim = int(head_dim * partial_rotary_factor)
     if rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"head_dim={head_dim} * partial_rotary_factor={partial_rotary_factor} = {rotary_dim} "
-                         "rotary channels; expected a positive even number")
+        raise ValueError(
+            f"head_dim={head_dim} * partial_rotary_factor={partial_rotary_factor} = {rotary_dim} "
+            "rotary channels; expected a positive even number"
+        )
     return rotary_dim
 
 
 class LadderRoPE(SpectrumRoPE):
     """Rotary encoding with one frequency ladder and a fixed pair-to-axis map (base of the classes below)."""
 
-    def __init__(self, head_dim: int, axis_of_pair: torch.Tensor, num_axes: int, theta: float, layout: str,
-                 num_prefix_tokens: int, seq_dim: int, table_precision: str, allocation: str):
-        super().__init__(head_dim, ladder_spectrum(axis_of_pair, theta, num_axes), layout, num_prefix_tokens,
-                         seq_dim, table_precision, allocation)
+    def __init__(
+        self,
+        head_dim: int,
+        axis_of_pair: torch.Tensor,
+        num_axes: int,
+        theta: float,
+        layout: str,
+        num_prefix_tokens: int,
+        seq_dim: int,
+        table_precision: str,
+        allocation: str,
+    ):
+        super().__init__(
+            head_dim,
+            ladder_spectrum(axis_of_pair, theta, num_axes),
+            layout,
+            num_prefix_tokens,
+            seq_dim,
+            table_precision,
+            allocation,
+        )
 
 
 @register_pe("mrope")
@@ -72,14 +100,31 @@ class MRoPE(ReadsPositionIds, LadderRoPE):
     allocation_name = "chunked"
     example_options = dict(head_dim=16, mrope_section=(4, 2, 2))
 
-    def __init__(self, head_dim: int, mrope_section: Sequence[int] | None = None, theta: float = 10000.0,
-                 partial_rotary_factor: float = 1.0, layout: str = "half", num_prefix_tokens: int = 0,
-                 seq_dim: int = -2, table_precision: str = "auto"):
+    def __init__(
+        self,
+        head_dim: int,
+        mrope_section: Sequence[int] | None = None,
+        theta: float = 10000.0,
+        partial_rotary_factor: float = 1.0,
+        layout: str = "half",
+        num_prefix_tokens: int = 0,
+        seq_dim: int = -2,
+        table_precision: str = "auto",
+    ):
         num_pairs = rotary_dim_of(head_dim, partial_rotary_factor) // 2
         section = default_mrope_section(num_pairs) if mrope_section is None else mrope_section
         section = check_mrope_section(section, num_pairs, self.allocation_name)
-        super().__init__(head_dim, section_axis_of_pair(section, self.allocation_name), len(section), theta, layout,
-                         num_prefix_tokens, seq_dim, table_precision, self.allocation_name)
+        super().__init__(
+            head_dim,
+            section_axis_of_pair(section, self.allocation_name),
+            len(section),
+            theta,
+            layout,
+            num_prefix_tokens,
+            seq_dim,
+            table_precision,
+            self.allocation_name,
+        )
         self.mrope_section = section
 
 
@@ -112,12 +157,28 @@ class VRoPE(LadderRoPE):
 
     example_options = dict(head_dim=16)
 
-    def __init__(self, head_dim: int, theta: float = 10000.0, partial_rotary_factor: float = 1.0,
-                 layout: str = "half", num_prefix_tokens: int = 0, seq_dim: int = -2,
-                 table_precision: str = "auto"):
+    def __init__(
+        self,
+        head_dim: int,
+        theta: float = 10000.0,
+        partial_rotary_factor: float = 1.0,
+        layout: str = "half",
+        num_prefix_tokens: int = 0,
+        seq_dim: int = -2,
+        table_precision: str = "auto",
+    ):
         num_pairs = rotary_dim_of(head_dim, partial_rotary_factor) // 2
-        super().__init__(head_dim, cyclic_axis_of_pair(num_pairs, 4), 4, theta, layout, num_prefix_tokens,
-                         seq_dim, table_precision, "cyclic")
+        super().__init__(
+            head_dim,
+            cyclic_axis_of_pair(num_pairs, 4),
+            4,
+            theta,
+            layout,
+            num_prefix_tokens,
+            seq_dim,
+            table_precision,
+            "cyclic",
+        )
 
     def image_coords(self, height: int, width: int) -> torch.Tensor:
         """Variant ids ``[height * width, 4]`` (fp64) of one image (a one-frame video), e.g. for figures."""
@@ -145,10 +206,18 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
     example_options = dict(head_dim=16, num_heads=4, head_section=(1, 1, 1))  # one NoPE head
     capabilities = Capabilities(relative=True, per_head_tables=True)
 
-    def __init__(self, head_dim: int, num_heads: int = 8, num_kv_heads: int | None = None,
-                 head_section: Sequence[int] | None = None, theta: float = 10000.0,
-                 partial_rotary_factor: float = 1.0, layout: str = "half", num_prefix_tokens: int = 0,
-                 seq_dim: int = -2):
+    def __init__(
+        self,
+        head_dim: int,
+        num_heads: int = 8,
+        num_kv_heads: int | None = None,
+        head_section: Sequence[int] | None = None,
+        theta: float = 10000.0,
+        partial_rotary_factor: float = 1.0,
+        layout: str = "half",
+        num_prefix_tokens: int = 0,
+        seq_dim: int = -2,
+    ):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         head_section = default_head_section(num_kv_heads) if head_section is None else head_section
         super().__init__(head_dim, len(head_section), layout, num_prefix_tokens, seq_dim)
@@ -178,8 +247,10 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
         if heads == self.num_kv_heads:
             return super().rotate(x, table)
         if heads != self.num_heads:
-            raise ValueError(f"x has {heads} heads; this MHRoPE was built for num_kv_heads={self.num_kv_heads} "
-                             f"(keys) or num_heads={self.num_heads} (queries)")
+            raise ValueError(
+                f"x has {heads} heads; this MHRoPE was built for num_kv_heads={self.num_kv_heads} "
+                f"(keys) or num_heads={self.num_heads} (queries)"
+            )
         if self.seq_dim == -2:
             return self._rotate_grouped(x, table)
         return super().rotate(x, RotaryTable(table.cis.index_select(-3, self.kv_head_of_query.to(table.cis.device))))
@@ -205,5 +276,7 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
         return matrix
 
     def extra_repr(self):
-        return (super().extra_repr() + f", num_kv_heads={self.num_kv_heads}, num_heads={self.num_heads}, "
-                f"head_section={self.head_section}")
+        return (
+            super().extra_repr() + f", num_kv_heads={self.num_kv_heads}, num_heads={self.num_heads}, "
+            f"head_section={self.head_section}"
+        )

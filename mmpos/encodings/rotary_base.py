@@ -4,6 +4,7 @@ A subclass implements :meth:`RotaryPE.compute_table` (coordinates -> table) and,
 more than its parameters, :meth:`RotaryPE.table_key`. Validation, caching (one :class:`TableCache` per
 instance) and the rotation come from the base.
 """
+
 from __future__ import annotations
 
 import torch
@@ -60,8 +61,10 @@ class RotaryPE(nn.Module):
         coords = check_coords(coords, self.num_axes)
         device = torch.device(device) if device is not None else coords.device
         if device.type == "meta":  # autocast and the phases need data: torch says only "unsupported scalarType"
-            raise ValueError("q/k (or device=) are on the meta device: tables hold values; materialise the model "
-                             "(to_empty + load the weights) or pass tensors on cpu/cuda")
+            raise ValueError(
+                "q/k (or device=) are on the meta device: tables hold values; materialise the model "
+                "(to_empty + load the weights) or pass tensors on cpu/cuda"
+            )
         coords = coords.to(device)
         real = compute_dtype(dtype, device)
         return self.cached_table(coords, torch.complex128 if real == torch.float64 else torch.complex64)
@@ -83,8 +86,10 @@ class RotaryPE(nn.Module):
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head dim {x.shape[-1]}; this encoding was built for head_dim={self.head_dim}")
         if isinstance(table, RotaryTable) and 2 * table.num_pairs != self.rotary_dim:
-            raise ValueError(f"table rotates {2 * table.num_pairs} channels but this encoding rotates "
-                             f"rotary_dim={self.rotary_dim}; use a table from this encoding's table()")
+            raise ValueError(
+                f"table rotates {2 * table.num_pairs} channels but this encoding rotates "
+                f"rotary_dim={self.rotary_dim}; use a table from this encoding's table()"
+            )
 
     def rotate(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
         """Rotate one tensor (q or k) by a table from :meth:`table`."""
@@ -125,8 +130,10 @@ class RotaryPE(nn.Module):
         raise NotImplementedError
 
     def extra_repr(self) -> str:
-        return (f"head_dim={self.head_dim}, num_axes={self.num_axes}, layout={self.layout!r}, "
-                f"num_prefix_tokens={self.num_prefix_tokens}")
+        return (
+            f"head_dim={self.head_dim}, num_axes={self.num_axes}, layout={self.layout!r}, "
+            f"num_prefix_tokens={self.num_prefix_tokens}"
+        )
 
 
 def check_query_key(q: torch.Tensor, k: torch.Tensor | None, seq_dim: int) -> None:

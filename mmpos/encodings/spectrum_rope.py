@@ -4,6 +4,7 @@ coordinates (pair ``p`` turns at ``inv_freq[p]`` radians per unit of axis ``axis
 :class:`~.rope_axial.AxialRoPE` builds its spectrum from axes dims and extrapolation policies, the multimodal
 family (:mod:`.rope_multimodal`) from one language-model ladder; both hand it to this base, which owns the table.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,16 @@ class SpectrumRoPE(RotaryPE):
         allocation: name of the pair-to-axis scheme, for ``repr`` and plots.
     """
 
-    def __init__(self, head_dim: int, spectrum: RotarySpectrum, layout: str, num_prefix_tokens: int, seq_dim: int,
-                 table_precision: str, allocation: str):
+    def __init__(
+        self,
+        head_dim: int,
+        spectrum: RotarySpectrum,
+        layout: str,
+        num_prefix_tokens: int,
+        seq_dim: int,
+        table_precision: str,
+        allocation: str,
+    ):
         super().__init__(head_dim, spectrum.num_axes, layout, num_prefix_tokens, seq_dim)
         check_choice("table_precision", table_precision, TABLE_PRECISIONS)
         if spectrum.rotary_dim > head_dim:
@@ -52,8 +61,7 @@ class SpectrumRoPE(RotaryPE):
 
     def table_of_spectrum(self, spectrum: RotarySpectrum, coords: torch.Tensor, complex_dtype: torch.dtype):
         """The table of ``spectrum`` on validated ``coords`` ``[L, A]`` or ``[B, L, A]``."""
-        use_fp64 = self.table_precision == "fp64" or (
-            self.table_precision == "auto" and device_has_fp64(coords.device))
+        use_fp64 = self.table_precision == "fp64" or (self.table_precision == "auto" and device_has_fp64(coords.device))
         if use_fp64:
             phase = axial_phases(coords, spectrum.axis_of_pair, spectrum.inv_freq)
         else:

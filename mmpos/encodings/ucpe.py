@@ -9,6 +9,7 @@ Absolute orientation: the latitude/up map (:func:`mmpos.camera.latitude_up_map`)
 layer and added to the adapter's input. Both live in :class:`UCPEAdapter`, a zero-initialised attention
 branch run in parallel with a frozen host attention (:class:`ParallelAdapter`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,14 @@ class UCPE(ProjectiveRoPE):
     capabilities = dataclasses.replace(ProjectiveRoPE.capabilities, adapter=True)
     description = "UCPE: relative ray frames from any camera model on q, k, v and the output, plus 2D RoPE."
 
-    def __init__(self, head_dim: int, projective_dim: int | None = None, rope_theta: float = 100.0,
-                 layout: str = "half", apply_vo: bool = True):
+    def __init__(
+        self,
+        head_dim: int,
+        projective_dim: int | None = None,
+        rope_theta: float = 100.0,
+        layout: str = "half",
+        apply_vo: bool = True,
+    ):
         super().__init__(head_dim, projective_dim, rope_theta, layout, apply_vo)
 
     def _prepare(self, cameras: Cameras) -> CameraTransforms:
@@ -50,11 +57,13 @@ class UCPE(ProjectiveRoPE):
     @classmethod
     def adapter_layer(cls, dim, num_heads, head_dim, use_orientation=True, rope_theta=100.0, qkv_bias=True):
         """UCPE's zero-initialised parallel attention branch (:class:`UCPEAdapter`)."""
-        return UCPEAdapter(dim, num_heads, head_dim, use_orientation=use_orientation, qkv_bias=qkv_bias,
-                           rope_theta=rope_theta)
+        return UCPEAdapter(
+            dim, num_heads, head_dim, use_orientation=use_orientation, qkv_bias=qkv_bias, rope_theta=rope_theta
+        )
 
-    def _prepare_tensors(self, c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int],
-                valid: torch.Tensor | None = None) -> CameraTransforms:
+    def _prepare_tensors(
+        self, c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int], valid: torch.Tensor | None = None
+    ) -> CameraTransforms:
         """Deprecated form of ``prepare(cameras)``: ``C`` cameras (or video frames) with ``P = rows * cols``
         patches each.
 
@@ -72,8 +81,10 @@ class UCPE(ProjectiveRoPE):
         rows, cols = as_int_tuple("grid_size", grid_size)
         batch, cameras = c2w.shape[:2]
         if rays_cam.shape[-1] != 3 or rays_cam.shape[-2] != rows * cols or rays_cam.dim() > 4:
-            raise ValueError(f"rays_cam must be [P, 3], [C, P, 3] or [B, C, P, 3] with P = rows * cols = "
-                             f"{rows * cols}, got {tuple(rays_cam.shape)}")
+            raise ValueError(
+                f"rays_cam must be [P, 3], [C, P, 3] or [B, C, P, 3] with P = rows * cols = "
+                f"{rows * cols}, got {tuple(rays_cam.shape)}"
+            )
         rays = rays_cam.expand(batch, cameras, rows * cols, 3)
         if valid is not None:
             valid = valid.expand(batch, cameras, rows * cols)
@@ -99,9 +110,17 @@ class UCPEAdapter(nn.Module):
             a :class:`~.prope.PRoPE` for the PRoPE baseline of the same adapter).
     """
 
-    def __init__(self, dim: int, num_heads: int, head_dim: int, use_orientation: bool = True,
-                 qkv_bias: bool = True, rope_theta: float = 100.0, projective_dim: int | None = None,
-                 encoding: ProjectiveRoPE | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        head_dim: int,
+        use_orientation: bool = True,
+        qkv_bias: bool = True,
+        rope_theta: float = 100.0,
+        projective_dim: int | None = None,
+        encoding: ProjectiveRoPE | None = None,
+    ):
         super().__init__()
         for name, value in (("dim", dim), ("num_heads", num_heads), ("head_dim", head_dim)):
             check_positive_int(name, value)
@@ -131,8 +150,10 @@ class UCPEAdapter(nn.Module):
         orientation = None
         if self.cam_encoder is not None:
             if cameras.orientation is None:
-                raise ValueError("cameras: this adapter adds the latitude/up map; build the cameras with an "
-                                 "orientation (Cameras.from_models, video_cameras)")
+                raise ValueError(
+                    "cameras: this adapter adds the latitude/up map; build the cameras with an "
+                    "orientation (Cameras.from_models, video_cameras)"
+                )
             orientation = cameras.orientation
         return BranchCondition(self.encoding.prepare(cameras), orientation)
 
@@ -145,8 +166,9 @@ class UCPEAdapter(nn.Module):
         return self(x, condition.geometry, condition.orientation)
 
     @staticmethod
-    def orientation_map(camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5),
-                        world_up=(0.0, -1.0, 0.0)):
+    def orientation_map(
+        camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5), world_up=(0.0, -1.0, 0.0)
+    ):
         """``[B, C * P, 3]`` latitude/up map of ``c2w [B, C, 4, 4]`` seen through ``camera`` (any model); the
         ``orientation`` input of :meth:`forward` (0 where undefined); ``offset`` as the rays' (patch centre)."""
         values, _ = latitude_up_map(camera, check_pose("c2w", c2w), grid_size, offset, world_up)
@@ -160,8 +182,10 @@ class UCPEAdapter(nn.Module):
                 raise ValueError("orientation [B, L, 3] (latitude/up map) is required when use_orientation=True")
             x = x + self.cam_encoder(orientation.to(x.dtype))
         b, length, _ = x.shape
-        heads = [proj(x).view(b, length, self.num_heads, self.head_dim).transpose(1, 2)
-                 for proj in (self.to_q, self.to_k, self.to_v)]
+        heads = [
+            proj(x).view(b, length, self.num_heads, self.head_dim).transpose(1, 2)
+            for proj in (self.to_q, self.to_k, self.to_v)
+        ]
         out = self.encoding.attention(*heads, geo)
         out = out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim)
         out = self.out_proj(out)
@@ -196,8 +220,14 @@ class ParallelAdapter(nn.Module):
     def set_camera(self, camera: CameraTransforms | None, orientation: torch.Tensor | None = None) -> None:
         self.camera, self.orientation = camera, orientation
 
-    def forward(self, hidden_states: torch.Tensor, *args, camera: CameraTransforms | None = None,
-                orientation: torch.Tensor | None = None, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *args,
+        camera: CameraTransforms | None = None,
+        orientation: torch.Tensor | None = None,
+        **kwargs,
+    ):
         out = self.host(hidden_states, *args, **kwargs)
         if camera is None:
             camera, orientation = self.camera, self.orientation if orientation is None else orientation

@@ -14,6 +14,7 @@ corner detection). Errors:
 
 Running the same measurement on the ground-truth render of the trajectory gives the floor of the method.
 """
+
 from __future__ import annotations
 
 import math
@@ -101,8 +102,9 @@ def rotation_residuals(rotation: np.ndarray, first: np.ndarray, moved: np.ndarra
     return np.where(np.isfinite(residuals), residuals, np.inf)
 
 
-def fit_rotation(first: np.ndarray, moved: np.ndarray, threshold: float, iterations: int = 200,
-                 seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def fit_rotation(
+    first: np.ndarray, moved: np.ndarray, threshold: float, iterations: int = 200, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Rotation-only model of a camera that turns without moving (``x_k ~ R x_0``): RANSAC over 2-track samples
     (Kabsch on their rays), refit on the inliers. ``first, moved [N, 2]`` normalised coordinates, ``threshold``
     in the same units -> ``(R [3, 3], inliers [N] bool)``. Deterministic (``seed``)."""
@@ -142,8 +144,9 @@ def frame_motion(first: np.ndarray, moved: np.ndarray, focal: float):
     rotation_only, _ = fit_rotation(first, moved, RANSAC_PIXELS / focal)
     if np.median(rotation_residuals(rotation_only, first, moved)) * focal < PARALLAX_PIXELS:
         return rotation_only, None
-    essential, inliers = cv2.findEssentialMat(first, moved, np.eye(3), method=cv2.RANSAC, prob=0.999,
-                                              threshold=RANSAC_PIXELS / focal)
+    essential, inliers = cv2.findEssentialMat(
+        first, moved, np.eye(3), method=cv2.RANSAC, prob=0.999, threshold=RANSAC_PIXELS / focal
+    )
     if essential is None or essential.shape != (3, 3):
         return None
     _, rotation, translation, _ = cv2.recoverPose(essential, first, moved, np.eye(3), mask=inliers)
@@ -171,8 +174,7 @@ def camera_errors(frames, trajectory: Trajectory, upscale: int = 4) -> dict:
         if len(first) < MIN_TRACKS:
             continue
         intrinsics = k[i].numpy()
-        normalised = [cv2.undistortPoints(p.reshape(-1, 1, 2), intrinsics, None).reshape(-1, 2)
-                      for p in (first, moved)]
+        normalised = [cv2.undistortPoints(p.reshape(-1, 1, 2), intrinsics, None).reshape(-1, 2) for p in (first, moved)]
         motion = frame_motion(normalised[0], normalised[1], intrinsics[0, 0])
         if motion is None:
             continue
@@ -182,8 +184,14 @@ def camera_errors(frames, trajectory: Trajectory, upscale: int = 4) -> dict:
         rotation_only[i - 1] = translation is None
         if translation is not None:
             trans_err[i - 1] = direction_angle(translation, true_translation)
-    return dict(rot_err=rot_err, trans_err=trans_err, tracks=int(alive.sum()), rotation_only=rotation_only,
-                rot_err_mean=_nanmean(rot_err), trans_err_mean=_nanmean(trans_err))
+    return dict(
+        rot_err=rot_err,
+        trans_err=trans_err,
+        tracks=int(alive.sum()),
+        rotation_only=rotation_only,
+        rot_err_mean=_nanmean(rot_err),
+        trans_err_mean=_nanmean(trans_err),
+    )
 
 
 def clip_camera_errors(frames, trajectory: Trajectory, upscale: int = 4) -> dict:
@@ -191,8 +199,11 @@ def clip_camera_errors(frames, trajectory: Trajectory, upscale: int = 4) -> dict
     ``k >= F // 2``, where the commanded motion is large against the 32 px frames; robust to a failed RANSAC)."""
     errors = camera_errors(frames, trajectory, upscale)
     half = len(trajectory) // 2 - 1
-    return dict(rot_err=_nanmedian(errors["rot_err"][half:]), trans_err=_nanmedian(errors["trans_err"][half:]),
-                tracks=errors["tracks"])
+    return dict(
+        rot_err=_nanmedian(errors["rot_err"][half:]),
+        trans_err=_nanmedian(errors["trans_err"][half:]),
+        tracks=errors["tracks"],
+    )
 
 
 def _nanmedian(values: np.ndarray) -> float:

@@ -11,13 +11,14 @@ Measured per image (uint8 ``[S, S, 3]``) against the :class:`~mmpos.world.scene.
 - ``period_ratio``: the background pattern's dominant period over the ground truth's (stripes and dots only;
   1 = the pattern drawn at the training pixel scale, ``scale`` = the whole training image zoomed in).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from .metrics import colour_mask
 from ..world.render import render_scene
 from ..world.scene import POSITION_WORDS, SceneSpec
+from .metrics import colour_mask
 
 MIN_AREA = 0.004  # fraction of the image: components smaller than this are noise
 
@@ -83,8 +84,12 @@ def layout_scores(image: np.ndarray, spec: SceneSpec, min_area: float = MIN_AREA
         duplicated |= len(components) > len(objects)
         for obj in objects:
             placed.append(bool(components) and cell_of(components[0]) == obj.position_word(spec.size))
-    scores = {"count_error": float(np.mean(errors)) if errors else 0.0, "duplicated": float(duplicated),
-              "position_acc": float(np.mean(placed)) if placed else 1.0, "period_ratio": None}
+    scores = {
+        "count_error": float(np.mean(errors)) if errors else 0.0,
+        "duplicated": float(duplicated),
+        "position_acc": float(np.mean(placed)) if placed else 1.0,
+        "period_ratio": None,
+    }
     if spec.style.background_pattern in ("stripes", "dots"):
         truth = dominant_period(render_scene(spec).image, spec.style.background)
         found = dominant_period(image, spec.style.background)

@@ -4,6 +4,7 @@ Colours are read against the world's palette: every pixel is assigned to the col
 (base colour to its shade, all patterns mix only these two) is nearest. This is exact on rendered images
 (gradients included) and robust on generated ones; palette statistics and object masks follow from it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,7 @@ _DIRECTION = _BASE * SHADE - _BASE
 def palette_labels(image: np.ndarray) -> np.ndarray:
     """``int [S, S]``: index into ``COLOUR_NAMES`` of the nearest base-to-shade segment of each pixel."""
     offset = image.astype(np.float64)[..., None, :] - _BASE  # [S, S, 12, 3]
-    t = np.clip((offset * _DIRECTION).sum(-1) / (_DIRECTION ** 2).sum(-1), 0.0, 1.0)
+    t = np.clip((offset * _DIRECTION).sum(-1) / (_DIRECTION**2).sum(-1), 0.0, 1.0)
     distances = ((offset - t[..., None] * _DIRECTION) ** 2).sum(-1)
     return distances.argmin(-1)
 
@@ -71,16 +72,20 @@ def layout_copy(output: np.ndarray, reference_masks: np.ndarray, background: str
     return iou(reference_masks.any(0), foreground_mask(output, background))
 
 
-def insertion_scores(output: np.ndarray, before: np.ndarray, target_mask: np.ndarray, colour: str,
-                     region: np.ndarray) -> dict:
+def insertion_scores(
+    output: np.ndarray, before: np.ndarray, target_mask: np.ndarray, colour: str, region: np.ndarray
+) -> dict:
     """Transplant: the object's colour mask inside ``region`` vs the ground-truth mask (IoU), mean colour
     error of those pixels (0..1), and the mean change outside ``region`` (0..1, should be ~0)."""
     found = colour_mask(output, colour) & region
     expected = np.array(COLOURS[colour], dtype=np.float64)
     pixels = output[found].astype(np.float64)
     colour_error = float(np.abs(pixels.mean(0) - expected).mean() / 255) if len(pixels) else 1.0
-    return {"mask_iou": iou(found, target_mask), "colour_error": colour_error,
-            "outside_change": change_outside(output, before, region)}
+    return {
+        "mask_iou": iou(found, target_mask),
+        "colour_error": colour_error,
+        "outside_change": change_outside(output, before, region),
+    }
 
 
 def change_outside(output: np.ndarray, before: np.ndarray, region: np.ndarray) -> float:

@@ -11,6 +11,7 @@ against the ground-truth render of that trajectory (PSNR of frames 1..) and agai
 - ``<adapter>, wrong path``: the same adapter told the opposite motion (negated amount), scored against the true
   one: following the camera must make this worse than ``no camera``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .camera_following import clip_camera_errors
-from .image_quality import psnr
 from ..world.nvs_data import scene_seeds
 from ..world.scene3d import sample_scene3d
 from ..world.video_data import CLIP_FRAMES, CLIP_SIZE, Motion, motion_trajectory, render_clip, start_pose
+from .camera_following import clip_camera_errors
+from .image_quality import psnr
 
 EVAL_MOTIONS = {"orbit": 35.0, "dolly": 1.0, "pan": 20.0}
 
@@ -32,14 +33,15 @@ class EvalClip:
     seed: int
     motion: Motion
     trajectory: object  # mmpos.camera.Trajectory
-    truth: np.ndarray   # uint8 [F, S, S, 3]
+    truth: np.ndarray  # uint8 [F, S, S, 3]
 
     def wrong(self) -> Motion:
         return Motion(self.motion.kind, -self.motion.amount)
 
 
-def eval_clips(scenes: int, motions=tuple(EVAL_MOTIONS), frames: int = CLIP_FRAMES,
-               size: int = CLIP_SIZE) -> list[EvalClip]:
+def eval_clips(
+    scenes: int, motions=tuple(EVAL_MOTIONS), frames: int = CLIP_FRAMES, size: int = CLIP_SIZE
+) -> list[EvalClip]:
     """One clip per test scene and motion, deterministic."""
     clips = []
     for seed in scene_seeds("test", scenes):
@@ -58,8 +60,15 @@ def generate(pipe, clip: EvalClip, camera=None, steps: int = 24, seed: int = 0) 
     first = torch.from_numpy(clip.truth[0]).permute(2, 0, 1)[None].float() / 255
     size = clip.truth.shape[1]
     options = {} if camera is None else dict(camera=camera)
-    return pipe(first, num_frames=len(clip.truth), height=size, width=size, num_inference_steps=steps,
-                generator=torch.Generator().manual_seed(seed), **options).frames[0]
+    return pipe(
+        first,
+        num_frames=len(clip.truth),
+        height=size,
+        width=size,
+        num_inference_steps=steps,
+        generator=torch.Generator().manual_seed(seed),
+        **options,
+    ).frames[0]
 
 
 def as_unit_float(frames) -> np.ndarray:
@@ -111,9 +120,13 @@ def summarise(scores: dict) -> dict:
             values = values[np.isfinite(values)]
             entry[metric] = round(float(values.mean()), 3) if len(values) else None
             entry[f"{metric}_std"] = round(float(values.std()), 3) if len(values) else None
-        entry["per_motion"] = {kind: {metric: _mean([r[metric] for r in rows if r["motion"] == kind])
-                                      for metric in ("psnr", "rot_err", "trans_err")}
-                               for kind in sorted({r["motion"] for r in rows})}
+        entry["per_motion"] = {
+            kind: {
+                metric: _mean([r[metric] for r in rows if r["motion"] == kind])
+                for metric in ("psnr", "rot_err", "trans_err")
+            }
+            for kind in sorted({r["motion"] for r in rows})
+        }
         summary[name] = entry
     return summary
 

@@ -20,6 +20,7 @@ The patch grid is read from ``conv1``'s output each forward, so any image size t
 (the tower's ``image_size`` is not checked by open_clip). Not supported: patch dropout during training (token
 coordinates would need the kept indices) and attention masks other than none.
 """
+
 from __future__ import annotations
 
 import types
@@ -63,8 +64,9 @@ class PositionalMultiheadAttention(nn.MultiheadAttention):
         k = torch.cat([k[:, :, :prefix], k_patch.to(k.dtype)], dim=2)
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             attn_mask = attn_mask.to(q.dtype)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                             dropout_p=self.dropout if self.training else 0.0)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
+        )
         out = self.out_proj(out.transpose(1, 2).reshape(batch, tokens, width))
         return out, None
 
@@ -121,8 +123,10 @@ def _embeds(self, x: torch.Tensor) -> torch.Tensor:
     x = torch.cat([_expand_token(self.class_embedding, x.shape[0]).to(x.dtype), x], dim=1)
     if self.positional_embedding is not None:
         if self.positional_embedding.shape[0] != x.shape[1]:
-            raise ValueError(f"abs_pos='keep': the kept positional_embedding has {self.positional_embedding.shape[0]}"
-                             f" positions, the image gives {x.shape[1]} tokens; use the trained image size")
+            raise ValueError(
+                f"abs_pos='keep': the kept positional_embedding has {self.positional_embedding.shape[0]}"
+                f" positions, the image gives {x.shape[1]} tokens; use the trained image size"
+            )
         x = x + self.positional_embedding.to(x.dtype)
     x = self.patch_dropout(x)
     return self.ln_pre(x)
@@ -132,9 +136,11 @@ def _check_divisible(images: torch.Tensor, conv1: nn.Conv2d) -> None:
     """Refuse an image size the patch size does not divide (the strided conv would drop the edge pixels)."""
     size, patch = tuple(images.shape[-2:]), tuple(conv1.stride)
     if any(n % p for n, p in zip(size, patch)):
-        raise ValueError(f"images are {size[0]} x {size[1]} pixels, not divisible by the patch size "
-                         f"{patch[0]} x {patch[1]} (the tower would silently drop the remainder); resize or pad "
-                         "them to a multiple of the patch size")
+        raise ValueError(
+            f"images are {size[0]} x {size[1]} pixels, not divisible by the patch size "
+            f"{patch[0]} x {patch[1]} (the tower would silently drop the remainder); resize or pad "
+            "them to a multiple of the patch size"
+        )
 
 
 def _absolute_embedding(ape, grid, coords):
@@ -143,8 +149,9 @@ def _absolute_embedding(ape, grid, coords):
     return ape.embed(coords)
 
 
-def convert(visual: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove", share_pe: bool | None = None,
-            **options) -> nn.Module:
+def convert(
+    visual: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove", share_pe: bool | None = None, **options
+) -> nn.Module:
     """Switch an open_clip ``VisionTransformer`` (``model.visual``) to the encoding ``pe``; returns it.
 
     Args:
@@ -166,9 +173,11 @@ def convert(visual: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove
         raise ValueError("convert does not support open_clip patch dropout (patch_dropout > 0)")
     kind = pe_class(pe).kind
     if kind == PEKind.CAMERA:
-        raise TypeError(f"{pe!r} is a camera encoding (its inputs are cameras, not a patch grid); convert installs "
-                        "grid encodings: rotary, absolute or 'nope'. Use it through its own prepare/attention "
-                        "(docs/cameras.md) or a camera adapter")
+        raise TypeError(
+            f"{pe!r} is a camera encoding (its inputs are cameras, not a patch grid); convert installs "
+            "grid encodings: rotary, absolute or 'nope'. Use it through its own prepare/attention "
+            "(docs/cameras.md) or a camera adapter"
+        )
     visual.mmpos_positions = _Positions()
     visual.mmpos_ape = None
     if kind == "rotary":
@@ -189,8 +198,10 @@ def _install_rotary(visual, pe, share_pe, options):
     blocks = list(visual.transformer.resblocks)
     for index, block in enumerate(blocks):
         if type(block.attn) is not nn.MultiheadAttention or not block.attn._qkv_same_embed_dim:
-            raise TypeError(f"resblocks[{index}].attn is a {type(block.attn).__name__}; expected nn.MultiheadAttention "
-                            f"with one in_proj")
+            raise TypeError(
+                f"resblocks[{index}].attn is a {type(block.attn).__name__}; expected nn.MultiheadAttention "
+                f"with one in_proj"
+            )
     attn = blocks[0].attn
     facts = dict(head_dim=attn.embed_dim // attn.num_heads, num_heads=attn.num_heads, num_axes=2)
     where = "the open_clip tower"

@@ -14,6 +14,7 @@ The first freeze records every parameter's ``requires_grad``; :func:`restore_req
 and so do the integrations' undo functions (``mmpos.integrations.diffusers.restore``,
 ``mmpos.integrations.timm.restore``), which also remove the encodings and their parameters.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -21,7 +22,6 @@ from typing import Iterable
 from torch import nn
 
 from ..encodings.per_block import is_encoding
-
 
 _SAVED_FLAGS = "_mmpos_requires_grad"  # model attribute: {parameter name: requires_grad before the first freeze}
 
@@ -51,8 +51,10 @@ def train_only_pe(model: nn.Module, also: Iterable[str] = ()) -> list[nn.Paramet
     """
     names = [name for name, _ in named_pe_parameters(model)]
     if not names:
-        raise ValueError(f"{type(model).__name__}: its encodings have no parameters to train (a learned encoding "
-                         "such as rope_mixed, comrope_ld, harope or ape_learned has)")
+        raise ValueError(
+            f"{type(model).__name__}: its encodings have no parameters to train (a learned encoding "
+            "such as rope_mixed, comrope_ld, harope or ape_learned has)"
+        )
     names += _named_by(model, also)
     return [model.get_parameter(name) for name in freeze_all_but(model, set(names))]
 

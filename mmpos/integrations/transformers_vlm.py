@@ -16,6 +16,7 @@ No modelling code is copied; three seams of the host are swapped:
 3. MHRoPE only: the modelling module's ``apply_rotary_pos_emb`` is wrapped to accept per-head cos/sin
    ``(B, H_kv, L, D)`` (query head g uses KV head ``g // group``); 3-D cos/sin still go to the original.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,8 +27,15 @@ from torch import nn
 
 from .._validation import check_choice
 from ..coords.multimodal import IMAGE, TEXT, VIDEO, multimodal_position_ids
-from ..spectrum.multimodal import (NOPE_HEAD, check_mrope_section, cyclic_axis_of_pair, default_head_section,
-                                   default_mrope_section, head_axis_map, section_axis_of_pair)
+from ..spectrum.multimodal import (
+    NOPE_HEAD,
+    check_mrope_section,
+    cyclic_axis_of_pair,
+    default_head_section,
+    default_mrope_section,
+    head_axis_map,
+    section_axis_of_pair,
+)
 
 ENCODINGS = ("mrope", "mrope_interleave", "mhrope", "vrope")
 HOSTS = {  # model_type: (split_video_frames, uses tokens_per_second)
@@ -47,8 +55,13 @@ class MultimodalRotaryEmbedding(nn.Module):
     picks one id row; VRoPE (``vrope=True``) first appends the fourth variant ``v1 + v2 - v0``.
     """
 
-    def __init__(self, host: nn.Module, axis_of_pair: torch.Tensor | None = None,
-                 head_axis: torch.Tensor | None = None, vrope: bool = False):
+    def __init__(
+        self,
+        host: nn.Module,
+        axis_of_pair: torch.Tensor | None = None,
+        head_axis: torch.Tensor | None = None,
+        vrope: bool = False,
+    ):
         super().__init__()
         if (axis_of_pair is None) == (head_axis is None):
             raise ValueError("pass exactly one of axis_of_pair (per-pair allocation) or head_axis (MHRoPE)")
@@ -104,8 +117,15 @@ class RopePatch:
         self.restore()
 
 
-def use_multimodal_rope(model: nn.Module, encoding: str, *, mrope_section=None, head_section=None,
-                        spatial_reset: bool = False, vision_advance: str | None = None) -> RopePatch:
+def use_multimodal_rope(
+    model: nn.Module,
+    encoding: str,
+    *,
+    mrope_section=None,
+    head_section=None,
+    spatial_reset: bool = False,
+    vision_advance: str | None = None,
+) -> RopePatch:
     """Switch ``model`` (a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model or its ``ForConditionalGeneration``) to
     ``encoding`` in ``("mrope", "mrope_interleave", "mhrope", "vrope")``.
 
@@ -148,18 +168,22 @@ def use_multimodal_rope(model: nn.Module, encoding: str, *, mrope_section=None, 
         section = head_section or default_head_section(num_kv_heads)
         head_axis = head_axis_map(section, num_kv_heads)
         if text_config.num_attention_heads % num_kv_heads:
-            raise ValueError(f"num_attention_heads={text_config.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads={num_kv_heads}")
+            raise ValueError(
+                f"num_attention_heads={text_config.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={num_kv_heads}"
+            )
 
     on_host = lambda t: None if t is None else t.to(host_rotary.inv_freq.device)
-    adapter = MultimodalRotaryEmbedding(host_rotary, on_host(axis_of_pair), on_host(head_axis),
-                                        vrope=encoding == "vrope")
+    adapter = MultimodalRotaryEmbedding(
+        host_rotary, on_host(axis_of_pair), on_host(head_axis), vrope=encoding == "vrope"
+    )
     patch = RopePatch(vlm, language_model, host_rotary, encoding)
     if head_axis is not None:
         patch.apply_module = _acquire_headwise_apply(language_model)
     language_model.rotary_emb = adapter
-    vlm.get_rope_index = _rope_index_function(vlm, "vrope" if encoding == "vrope" else "mrope", spatial_reset,
-                                              split_frames, timed, advance)
+    vlm.get_rope_index = _rope_index_function(
+        vlm, "vrope" if encoding == "vrope" else "mrope", spatial_reset, split_frames, timed, advance
+    )
     vlm.rope_deltas = None
     vlm.__dict__[_PATCH_ATTR] = patch
     return patch
@@ -170,8 +194,15 @@ def _rope_index_function(vlm, design, spatial_reset, split_frames, timed, advanc
     merge = config.vision_config.spatial_merge_size
     tokens_per_second = getattr(config.vision_config, "tokens_per_second", 1) if timed else None
 
-    def get_rope_index(input_ids, mm_token_type_ids=None, image_grid_thw=None, video_grid_thw=None,
-                       attention_mask=None, second_per_grid_ts=None, **unused):
+    def get_rope_index(
+        input_ids,
+        mm_token_type_ids=None,
+        image_grid_thw=None,
+        video_grid_thw=None,
+        attention_mask=None,
+        second_per_grid_ts=None,
+        **unused,
+    ):
         """mmpos replacement of ``get_rope_index``: ``(3, B, L)`` position ids and ``rope_deltas (B, 1)``."""
         token_types = mm_token_type_ids
         if token_types is None:
@@ -185,9 +216,17 @@ def _rope_index_function(vlm, design, spatial_reset, split_frames, timed, advanc
             seconds = 1 if second_per_grid_ts is None else torch.as_tensor(second_per_grid_ts)
             interval = tokens_per_second * seconds
         ids, deltas = multimodal_position_ids(
-            token_types.long(), image_grid_thw, video_grid_thw, attention_mask, spatial_merge_size=merge,
-            design=design, spatial_reset=spatial_reset, video_time_interval=interval,
-            split_video_frames=split_frames, vision_advance=advance)
+            token_types.long(),
+            image_grid_thw,
+            video_grid_thw,
+            attention_mask,
+            spatial_merge_size=merge,
+            design=design,
+            spatial_reset=spatial_reset,
+            video_time_interval=interval,
+            split_video_frames=split_frames,
+            vision_advance=advance,
+        )
         return ids[:3].to(input_ids.dtype), deltas
 
     return get_rope_index
@@ -208,8 +247,10 @@ def _find_vlm(model):
             if model_type not in HOSTS:
                 raise ValueError(f"model_type={model_type!r} is not supported; expected one of {tuple(HOSTS)}")
             return candidate
-    raise ValueError(f"{type(model).__name__} is not a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model "
-                     "(no get_rope_index and language_model found on it or on its .model)")
+    raise ValueError(
+        f"{type(model).__name__} is not a Qwen2-VL / Qwen2.5-VL / Qwen3-VL model "
+        "(no get_rope_index and language_model found on it or on its .model)"
+    )
 
 
 def _transformers_major() -> int:
@@ -223,9 +264,11 @@ def _headwise_apply(original, rotate_half):
         if cos.dim() != 4:
             return original(q, k, cos, sin, unsqueeze_dim)
         if unsqueeze_dim != 1 or q.shape[1] % cos.shape[1] or k.shape[1] != cos.shape[1]:
-            raise ValueError(f"per-head cos {tuple(cos.shape)} needs q, k as (B, H, L, D) with H_kv = "
-                             f"{cos.shape[1]} key heads dividing the query heads; got q {tuple(q.shape)}, "
-                             f"k {tuple(k.shape)}")
+            raise ValueError(
+                f"per-head cos {tuple(cos.shape)} needs q, k as (B, H, L, D) with H_kv = "
+                f"{cos.shape[1]} key heads dividing the query heads; got q {tuple(q.shape)}, "
+                f"k {tuple(k.shape)}"
+            )
         group = q.shape[1] // cos.shape[1]
         cos_q, sin_q = cos.repeat_interleave(group, 1), sin.repeat_interleave(group, 1)
         return q * cos_q + rotate_half(q) * sin_q, k * cos + rotate_half(k) * sin

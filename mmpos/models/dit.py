@@ -12,6 +12,7 @@ schedulers and training utilities apply.
     model = DiT.from_preset("DiT-S/2", pe="rope_mixed", sample_size=32, num_classes=10)
     out = model(latents, timesteps, class_labels).sample     # [B, C, H, W]
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,16 +25,19 @@ from torch import nn
 
 from .._validation import check_choice, check_positive_int
 from ..coords.grids import MODES, image_grid
-from ..encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ..encodings.base import PEKind
+from ..encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ..encodings.registry import pe_class
 from ..ops.forward_tables import ForwardTables, run_dtype
 from ..ops.tables import library_owned
 
 # name: (depth, hidden_size, num_heads), as in the DiT paper (Table 1); patch 2, 4 or 8 after the slash.
 DIT_SIZES = {"S": (12, 384, 6), "B": (12, 768, 12), "L": (24, 1024, 16), "XL": (28, 1152, 16)}
-DIT_PRESETS = {f"DiT-{size}/{patch}": dict(depth=d, hidden_size=h, num_heads=n, patch_size=patch)
-               for size, (d, h, n) in DIT_SIZES.items() for patch in (2, 4, 8)}
+DIT_PRESETS = {
+    f"DiT-{size}/{patch}": dict(depth=d, hidden_size=h, num_heads=n, patch_size=patch)
+    for size, (d, h, n) in DIT_SIZES.items()
+    for patch in (2, 4, 8)
+}
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -93,8 +97,9 @@ class DiTBlock(nn.Module):
         self.attn = DiTAttention(hidden_size, num_heads)
         self.norm2 = nn.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6)
         hidden = int(hidden_size * mlp_ratio)
-        self.mlp = nn.Sequential(nn.Linear(hidden_size, hidden), nn.GELU(approximate="tanh"),
-                                 nn.Linear(hidden, hidden_size))
+        self.mlp = nn.Sequential(
+            nn.Linear(hidden_size, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, hidden_size)
+        )
         self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(hidden_size, 6 * hidden_size))
 
     def forward(self, x, c, pe, tables):
@@ -135,15 +140,33 @@ class DiT(ModelMixin, ConfigMixin):
     _no_split_modules = ["DiTBlock"]
 
     @register_to_config
-    def __init__(self, sample_size: int = 32, patch_size: int = 2, in_channels: int = 4,
-                 out_channels: int | None = None, hidden_size: int = 1152, depth: int = 28, num_heads: int = 16,
-                 mlp_ratio: float = 4.0, num_classes: int = 1000, class_dropout_prob: float = 0.1,
-                 pe: str = "ape_sincos", pe_options: dict | None = None, share_pe: bool | None = None,
-                 grid_mode: str = "index"):
+    def __init__(
+        self,
+        sample_size: int = 32,
+        patch_size: int = 2,
+        in_channels: int = 4,
+        out_channels: int | None = None,
+        hidden_size: int = 1152,
+        depth: int = 28,
+        num_heads: int = 16,
+        mlp_ratio: float = 4.0,
+        num_classes: int = 1000,
+        class_dropout_prob: float = 0.1,
+        pe: str = "ape_sincos",
+        pe_options: dict | None = None,
+        share_pe: bool | None = None,
+        grid_mode: str = "index",
+    ):
         super().__init__()
-        for name, value in dict(sample_size=sample_size, patch_size=patch_size, in_channels=in_channels,
-                                hidden_size=hidden_size, depth=depth, num_heads=num_heads,
-                                num_classes=num_classes).items():
+        for name, value in dict(
+            sample_size=sample_size,
+            patch_size=patch_size,
+            in_channels=in_channels,
+            hidden_size=hidden_size,
+            depth=depth,
+            num_heads=num_heads,
+            num_classes=num_classes,
+        ).items():
             check_positive_int(name, value)
         if hidden_size % num_heads:
             raise ValueError(f"hidden_size={hidden_size} must be divisible by num_heads={num_heads}")
@@ -201,8 +224,10 @@ class DiT(ModelMixin, ConfigMixin):
         nn.init.normal_(self.label_embed.embedding.weight, std=0.02)
         nn.init.normal_(self.time_embed.linear_1.weight, std=0.02)
         nn.init.normal_(self.time_embed.linear_2.weight, std=0.02)
-        for layer in [b.adaLN_modulation[-1] for b in self.blocks] + [self.final_layer.adaLN_modulation[-1],
-                                                                        self.final_layer.linear]:
+        for layer in [b.adaLN_modulation[-1] for b in self.blocks] + [
+            self.final_layer.adaLN_modulation[-1],
+            self.final_layer.linear,
+        ]:
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
 

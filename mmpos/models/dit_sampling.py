@@ -4,6 +4,7 @@ The model predicts what the scheduler expects (its ``prediction_type``: epsilon 
 DDPM/DDIM, velocity ``noise - x0`` for ``FlowMatchEulerDiscreteScheduler``): train with the matching
 objective (:func:`mmpos.models.dit_training.diffusion_loss`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,9 +14,17 @@ from .._validation import check_positive_int
 
 
 @torch.no_grad()
-def sample_dit(model, scheduler, class_labels, num_inference_steps: int = 50, guidance_scale: float = 1.0,
-               height: int | None = None, width: int | None = None, generator: torch.Generator | None = None,
-               progress: bool = False) -> torch.Tensor:
+def sample_dit(
+    model,
+    scheduler,
+    class_labels,
+    num_inference_steps: int = 50,
+    guidance_scale: float = 1.0,
+    height: int | None = None,
+    width: int | None = None,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> torch.Tensor:
     """Generate ``[B, C, height, width]`` samples (latents or pixels, as the model was trained) for
     ``class_labels`` ``[B]``; ``guidance_scale > 1`` runs classifier-free guidance with the null class."""
     check_positive_int("num_inference_steps", num_inference_steps)

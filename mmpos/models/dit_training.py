@@ -9,12 +9,14 @@ Objectives (``x0`` data, ``eps`` unit Gaussian noise):
 * ``"flow"``: rectified flow ``x_s = (1 - s) x0 + s eps``, ``s ~ U(0, 1)``, timestep ``1000 s``, the model
   predicts the velocity ``eps - x0``; sample with ``FlowMatchEulerDiscreteScheduler``.
 """
+
 from __future__ import annotations
 
 import math
 
 import torch
 import torch.nn.functional as F
+
 from .._validation import check_choice, check_positive_int
 
 OBJECTIVES = ("epsilon", "v_prediction", "flow")
@@ -32,13 +34,26 @@ def make_noise_scheduler(objective: str, sampler: str | None = None):
         return FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0)
     check_choice("sampler", sampler or "ddpm", ("ddpm", "ddim"))
     cls = DDIMScheduler if sampler == "ddim" else DDPMScheduler
-    return cls(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02,
-               prediction_type=objective, clip_sample=False)
+    return cls(
+        num_train_timesteps=1000,
+        beta_schedule="linear",
+        beta_start=1e-4,
+        beta_end=0.02,
+        prediction_type=objective,
+        clip_sample=False,
+    )
 
 
-def diffusion_loss(model, x0: torch.Tensor, class_labels: torch.Tensor, objective: str, scheduler=None,
-                   generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
-                   t: torch.Tensor | None = None) -> torch.Tensor:
+def diffusion_loss(
+    model,
+    x0: torch.Tensor,
+    class_labels: torch.Tensor,
+    objective: str,
+    scheduler=None,
+    generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
+    t: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Mean squared error of the model's prediction for noised ``x0`` (see the module docstring).
 
     ``t`` (optional): DDPM step indices ``[B]`` (long) or flow times ``s`` in ``[0, 1]`` ``[B]``; ``noise``
@@ -67,8 +82,7 @@ class ProceduralShapes(torch.utils.data.Dataset):
     """Class-conditional toy images in ``[-1, 1]``: class ``k`` is a soft disc whose colour and
     quadrant depend on ``k``, at a random jitter; deterministic per index (seeded)."""
 
-    def __init__(self, size: int = 32, channels: int = 3, num_classes: int = 10, length: int = 10_000,
-                 seed: int = 0):
+    def __init__(self, size: int = 32, channels: int = 3, num_classes: int = 10, length: int = 10_000, seed: int = 0):
         for name, value in dict(size=size, channels=channels, num_classes=num_classes, length=length).items():
             check_positive_int(name, value)
         self.size, self.channels, self.num_classes, self.length, self.seed = size, channels, num_classes, length, seed

@@ -1,4 +1,5 @@
 """Exponential moving average of a model's weights, shared by the DiT and the mini-world trainers."""
+
 from __future__ import annotations
 
 import copy

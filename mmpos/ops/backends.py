@@ -12,6 +12,7 @@ imports, the PyTorch path elsewhere), ``"triton"`` (as ``"auto"``, but choosing 
 import). The environment variable ``MMPOS_TRITON`` only supplies the default at import: ``1`` -> ``"auto"``,
 unset or ``0`` -> ``"torch"`` (the kernel is opt-in until it has been checked on a GPU).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,10 @@ def set_rotary_backend(name: str) -> None:
     if name not in ROTARY_BACKENDS:
         raise ValueError(f"rotary backend must be one of {ROTARY_BACKENDS}, got {name!r}")
     if name == "triton" and not triton_importable():
-        raise ImportError("rotary backend 'triton' needs the triton package (pip install triton); "
-                          "use 'auto' to fall back to the PyTorch path without it")
+        raise ImportError(
+            "rotary backend 'triton' needs the triton package (pip install triton); "
+            "use 'auto' to fall back to the PyTorch path without it"
+        )
     _backend = name
 
 

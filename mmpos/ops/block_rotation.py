@@ -5,6 +5,7 @@ stored (``m = rotary_dim / b``), never a dense ``d x d`` matrix per token. Rotat
 (one table for all samples) are applied as one batched matrix product with the batch folded into the
 columns, so the table is never copied per sample.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,9 @@ class BlockRotationTable:
         return BlockRotationTable(self.matrices.transpose(-1, -2))
 
 
-def apply_block_rotation(x: torch.Tensor, table: BlockRotationTable, *, seq_dim: int = -2,
-                         num_prefix_tokens: int = 0) -> torch.Tensor:
+def apply_block_rotation(
+    x: torch.Tensor, table: BlockRotationTable, *, seq_dim: int = -2, num_prefix_tokens: int = 0
+) -> torch.Tensor:
     """Rotate each block of ``b`` channels of ``x`` by its token's matrix; returns a new tensor.
 
     Args:
@@ -75,7 +77,7 @@ def _rotate_blocks(blocks: torch.Tensor, matrices: torch.Tensor, real: torch.dty
         return (matrices @ blocks.to(real).unsqueeze(-1)).squeeze(-1)
     # Fold the dims the table is shared over into the columns of one matrix product: [.., b, b] @ [.., b, N].
     cols = blocks.to(real).movedim(shared, list(range(-len(shared), 0)))  # [*kept, L, m, b, *shared]
-    shared_shape = cols.shape[cols.dim() - len(shared):]
+    shared_shape = cols.shape[cols.dim() - len(shared) :]
     cols = cols.flatten(-len(shared)) if len(shared) > 1 else cols
     kept_m = matrices.reshape(tuple(s for i, s in enumerate(lead_m) if i not in shared) + matrices.shape[-4:])
     out = (kept_m @ cols).unflatten(-1, shared_shape) if len(shared) > 1 else kept_m @ cols
@@ -98,9 +100,10 @@ def _check(x: torch.Tensor, table: object, seq_dim: int, num_prefix_tokens: int)
         raise sequence_length_error(table.length, tuple(x.shape), seq_dim, num_prefix_tokens)
     xv = x.movedim(seq_dim, -2)
     lead_table, lead_x = tuple(table.matrices.shape[:-4]), tuple(xv.shape[:-2])
-    fits = len(lead_table) <= len(lead_x) and all(
-        t in (1, s) for t, s in zip(reversed(lead_table), reversed(lead_x)))
+    fits = len(lead_table) <= len(lead_x) and all(t in (1, s) for t, s in zip(reversed(lead_table), reversed(lead_x)))
     if not fits:
-        raise ValueError(f"table leading dims {lead_table} (batch/heads) must broadcast to x's {lead_x}; "
-                         "e.g. a per-head table needs x with the same number of heads")
+        raise ValueError(
+            f"table leading dims {lead_table} (batch/heads) must broadcast to x's {lead_x}; "
+            "e.g. a per-head table needs x with the same number of heads"
+        )
     return xv

@@ -12,6 +12,7 @@ Encodings named ``in_block`` (a block's own learned encoding) build their table 
 block's forward: where FSDP2 (``fully_shard`` per block) or ZeRO-3 has gathered the block's parameters, and where
 activation checkpointing recomputes it. The values are the same as a table built up front.
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -48,8 +49,14 @@ class ForwardTables:
             kept: a block's own learned encoding, whose parameters a sharded model gathers only in that block).
     """
 
-    def __init__(self, encodings: Sequence[BuildsTables], coords: torch.Tensor, dtype: torch.dtype,
-                 device: torch.device | str, in_block: Sequence[BuildsTables] = ()) -> None:
+    def __init__(
+        self,
+        encodings: Sequence[BuildsTables],
+        coords: torch.Tensor,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        in_block: Sequence[BuildsTables] = (),
+    ) -> None:
         self.coords, self.dtype, self.device = coords, dtype, torch.device(device)
         self.compute_dtype = compute_dtype(dtype, self.device)
         deferred = {id(pe) for pe in in_block}

@@ -7,6 +7,7 @@ rotated together (:func:`rotate_pair`, what every attention does), the phase gra
 gradient per tensor, no product with the table, and only the outputs (which attention keeps anyway) saved.
 A training step of a learned rotary encoding then costs the plain rotation plus the table and this sum.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -45,12 +46,18 @@ def unit_phasors(phase: torch.Tensor, real: torch.dtype) -> torch.Tensor:
 def trains_phases(table: object) -> bool:
     """Whether ``table`` carries learned phases that need a gradient now (eager mode)."""
     phase = getattr(table, "phase", None)
-    return (phase is not None and torch.is_grad_enabled() and phase.requires_grad
-            and not torch.compiler.is_compiling())
+    return phase is not None and torch.is_grad_enabled() and phase.requires_grad and not torch.compiler.is_compiling()
 
 
-def rotate_pair(q: torch.Tensor, k: torch.Tensor, table: RotaryTable, layout: str = "interleaved", *,
-                seq_dim: int = -2, num_prefix_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def rotate_pair(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    table: RotaryTable,
+    layout: str = "interleaved",
+    *,
+    seq_dim: int = -2,
+    num_prefix_tokens: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rotate(q, table), rotate(k, table))`` (arguments as :func:`~mmpos.ops.rotation.rotate`); with learned
     phases (:func:`trains_phases`) one autograd node serves both (see the module docstring)."""
     if not trains_phases(table):
@@ -80,10 +87,20 @@ class _RotatePairByPhase(torch.autograd.Function):
     """``y_q, y_k = q * cis, k * cis``; backward: ``g * conj(cis)`` for q and k, ``Im(g conj(y))`` for the phase."""
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, phase: torch.Tensor, cis: torch.Tensor, layout: str,
-                seq_dim: int, num_prefix_tokens: int) -> tuple[torch.Tensor, ...]:
-        outputs = tuple(_rotate_into(torch.empty_like(x), x, x.movedim(seq_dim, -2), cis, layout, seq_dim,
-                                     num_prefix_tokens) for x in (q, k))
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        phase: torch.Tensor,
+        cis: torch.Tensor,
+        layout: str,
+        seq_dim: int,
+        num_prefix_tokens: int,
+    ) -> tuple[torch.Tensor, ...]:
+        outputs = tuple(
+            _rotate_into(torch.empty_like(x), x, x.movedim(seq_dim, -2), cis, layout, seq_dim, num_prefix_tokens)
+            for x in (q, k)
+        )
         ctx.save_for_backward(*outputs, cis)
         ctx.args = (layout, seq_dim, num_prefix_tokens, phase.shape, phase.dtype)
         return outputs
@@ -105,8 +122,14 @@ class _RotatePairByPhase(torch.autograd.Function):
         return grads[0], grads[1], grad_phase, None, None, None, None
 
 
-def phase_gradient(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], rotary_dim: int, layout: str, seq_dim: int,
-                   n: int, phase_shape: Sequence[int]) -> torch.Tensor:
+def phase_gradient(
+    pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    rotary_dim: int,
+    layout: str,
+    seq_dim: int,
+    n: int,
+    phase_shape: Sequence[int],
+) -> torch.Tensor:
     """``sum Im(g conj(y))`` over the ``(g, y)`` pairs (output gradient, rotated output), per rotation pair and
     summed down to ``phase_shape`` (the broadcast batch / head dims), in the rotation's compute dtype.
 

@@ -4,6 +4,7 @@ The first ``num_channels`` channels of each head are read as ``num_channels / 4`
 and each is multiplied by its token's matrix. Tokens are grouped: ``L = G * T`` tokens in ``G`` consecutive
 groups of ``T`` (one group per camera for PRoPE, one per token for UCPE) share one matrix.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,13 +20,16 @@ def check_block_matrices(name: str, matrices: torch.Tensor, x: torch.Tensor, seq
         raise ValueError(f"{name} has batch {matrices.shape[0]}; x has batch {x.shape[0]}")
     groups = matrices.shape[1]
     if seq_len % groups:
-        raise ValueError(f"{seq_len} tokens cannot be split into {groups} equal groups (cameras or tokens) of "
-                         f"{name}; expected L = groups * tokens_per_group")
+        raise ValueError(
+            f"{seq_len} tokens cannot be split into {groups} equal groups (cameras or tokens) of "
+            f"{name}; expected L = groups * tokens_per_group"
+        )
     return seq_len // groups
 
 
-def transform_blocks(x: torch.Tensor, matrices: torch.Tensor, num_channels: int,
-                     transpose: bool = False) -> torch.Tensor:
+def transform_blocks(
+    x: torch.Tensor, matrices: torch.Tensor, num_channels: int, transpose: bool = False
+) -> torch.Tensor:
     """``x [B, H, L, D]`` with ``x[..., :num_channels]`` chunks of 4 replaced by ``M @ chunk`` (or ``M^T @
     chunk`` when ``transpose``); the other channels are copied. Returns a new tensor in ``x``'s dtype.
 

@@ -9,6 +9,7 @@ tested under Triton's CPU interpreter (``TRITON_INTERPRET=1``) but has not yet r
 checks (``tests/cuda/test_rotary_kernel_cuda.py`` compares it with the PyTorch path and
 ``benchmarks/bench_rotary.py --device cuda`` times both); it becomes the default once that has been done.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,9 +27,30 @@ def _kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def rotate_pairs(x_ptr, out_ptr, cs_ptr, heads, length, pairs, half_offset,  # type: ignore[no-untyped-def]
-                     xs_b, xs_h, xs_l, xs_d, os_b, os_h, os_l, os_d, cs_b, cs_h, cs_l, cs_p,
-                     INTERLEAVED: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_P: tl.constexpr):
+    def rotate_pairs(
+        x_ptr,
+        out_ptr,
+        cs_ptr,
+        heads,
+        length,
+        pairs,
+        half_offset,  # type: ignore[no-untyped-def]
+        xs_b,
+        xs_h,
+        xs_l,
+        xs_d,
+        os_b,
+        os_h,
+        os_l,
+        os_d,
+        cs_b,
+        cs_h,
+        cs_l,
+        cs_p,
+        INTERLEAVED: tl.constexpr,
+        BLOCK_L: tl.constexpr,
+        BLOCK_P: tl.constexpr,
+    ):
         bh = tl.program_id(0)
         b = (bh // heads).to(tl.int64)  # int64 offsets: tensors may exceed 2^31 elements
         h = (bh % heads).to(tl.int64)
@@ -58,8 +80,14 @@ def can_fuse(src: torch.Tensor, cis: torch.Tensor) -> bool:
     """Whether the kernel takes this ``[..., L, R]`` view (CUDA, or CPU under TRITON_INTERPRET) and table."""
     interpreted = os.environ.get("TRITON_INTERPRET", "") == "1"
     on_device = src.device.type == "cuda" or (interpreted and src.device.type == "cpu")
-    return (on_device and fused_kernel_enabled() and src.dtype in (torch.float32, torch.bfloat16, torch.float16)
-            and cis.dtype == torch.complex64 and 2 <= src.dim() <= 4 and cis.dim() <= 4)
+    return (
+        on_device
+        and fused_kernel_enabled()
+        and src.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and cis.dtype == torch.complex64
+        and 2 <= src.dim() <= 4
+        and cis.dim() <= 4
+    )
 
 
 def rotate_fused(src: torch.Tensor, cis: torch.Tensor, dst: torch.Tensor, interleaved: bool) -> None:
@@ -71,8 +99,21 @@ def rotate_fused(src: torch.Tensor, cis: torch.Tensor, dst: torch.Tensor, interl
     block_p = max(16, 1 << (pairs - 1).bit_length())
     block_l = max(1, min(64, 4096 // block_p))
     grid = (batch * heads, -(-length // block_l))
-    _kernel()[grid](src4, dst4, cs, heads, length, pairs, pairs, *src4.stride(), *dst4.stride(),
-                    *cs.stride()[:4], INTERLEAVED=interleaved, BLOCK_L=block_l, BLOCK_P=block_p)
+    _kernel()[grid](
+        src4,
+        dst4,
+        cs,
+        heads,
+        length,
+        pairs,
+        pairs,
+        *src4.stride(),
+        *dst4.stride(),
+        *cs.stride()[:4],
+        INTERLEAVED=interleaved,
+        BLOCK_L=block_l,
+        BLOCK_P=block_p,
+    )
 
 
 def _as_4d(t: torch.Tensor) -> torch.Tensor:

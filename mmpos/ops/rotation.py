@@ -10,6 +10,7 @@ take one complex multiply. On GPUs, 16-bit inputs compute in fp32 through a buff
 (:func:`mmpos.ops.set_rotary_backend`) a fused Triton kernel (``ops.rotary_triton``, opt-in until it has been
 checked on a GPU) reads each pair once.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -25,8 +26,9 @@ LAYOUTS = ("interleaved", "half")
 CHUNK_ELEMENTS = 1 << 19  # elements of one CPU chunk (4 MiB in fp64), best of a 2^16..2^30 sweep here
 
 
-def rotate(x: torch.Tensor, table: RotaryTable, layout: str = "interleaved", *, seq_dim: int = -2,
-           num_prefix_tokens: int = 0) -> torch.Tensor:
+def rotate(
+    x: torch.Tensor, table: RotaryTable, layout: str = "interleaved", *, seq_dim: int = -2, num_prefix_tokens: int = 0
+) -> torch.Tensor:
     """Rotate ``x`` by ``table``; returns a new tensor (``x`` is never modified).
 
     Args:
@@ -65,8 +67,10 @@ def _check_and_move(x: torch.Tensor, table: RotaryTable, seq_dim: int, num_prefi
     if seq_dim not in (-2, -3) and seq_dim != x.dim() - 2 and seq_dim != x.dim() - 3:
         raise ValueError(f"seq_dim must be -2 ([..., L, D]) or -3 ([B, L, H, D]), got {seq_dim}")
     if x.dtype == torch.float64 and table.cis.dtype != torch.complex128:
-        raise TypeError(f"table is {table.cis.dtype} but x is float64: a float64 x needs a complex128 table "
-                        "(build it for x's dtype, e.g. pe.table(coords, torch.float64))")
+        raise TypeError(
+            f"table is {table.cis.dtype} but x is float64: a float64 x needs a complex128 table "
+            "(build it for x's dtype, e.g. pe.table(coords, torch.float64))"
+        )
     rotary_dim = 2 * table.num_pairs
     if rotary_dim > x.shape[-1]:
         raise ValueError(f"the table rotates {rotary_dim} channels but x has only {x.shape[-1]} (head dim)")
@@ -77,9 +81,8 @@ def _check_and_move(x: torch.Tensor, table: RotaryTable, seq_dim: int, num_prefi
         raise sequence_length_error(table.length, tuple(x.shape), seq_dim, num_prefix_tokens)
     xv = x.movedim(seq_dim, -2)
     lead_table, lead_x = tuple(table.cis.shape[:-2]), tuple(xv.shape[:-2])
-    aligned = lead_table[len(lead_table) - len(lead_x):] if len(lead_table) > len(lead_x) else lead_table
-    fits = len(lead_table) <= len(lead_x) and all(
-        t in (1, x) for t, x in zip(reversed(aligned), reversed(lead_x)))
+    aligned = lead_table[len(lead_table) - len(lead_x) :] if len(lead_table) > len(lead_x) else lead_table
+    fits = len(lead_table) <= len(lead_x) and all(t in (1, x) for t, x in zip(reversed(aligned), reversed(lead_x)))
     if not fits:
         raise ValueError(
             f"table leading dims {lead_table} (batch/heads) must broadcast to x's {lead_x} without expanding x; "
@@ -95,8 +98,15 @@ def _pairs(t: torch.Tensor, layout: str) -> torch.Tensor:
     return t.unflatten(-1, (2, -1)).transpose(-1, -2)
 
 
-def _rotate_into(out: torch.Tensor, x: torch.Tensor, xv: torch.Tensor, cis: torch.Tensor, layout: str, seq_dim: int,
-                 num_prefix_tokens: int) -> torch.Tensor:
+def _rotate_into(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    xv: torch.Tensor,
+    cis: torch.Tensor,
+    layout: str,
+    seq_dim: int,
+    num_prefix_tokens: int,
+) -> torch.Tensor:
     """Write the rotation of ``x`` into ``out`` (same shape and dtype); no autograd."""
     ov = out.movedim(seq_dim, -2)
     rotary_dim = 2 * cis.shape[-1]
@@ -123,8 +133,9 @@ def _rotate_into(out: torch.Tensor, x: torch.Tensor, xv: torch.Tensor, cis: torc
     return out
 
 
-def _rotate_traceable(x: torch.Tensor, table: RotaryTable, layout: str, seq_dim: int,
-                      num_prefix_tokens: int) -> torch.Tensor:
+def _rotate_traceable(
+    x: torch.Tensor, table: RotaryTable, layout: str, seq_dim: int, num_prefix_tokens: int
+) -> torch.Tensor:
     """The same rotation in plain real arithmetic (no complex views, no writes into buffers), which
     ``torch.compile`` traces and fuses; its autograd is PyTorch's own. A table of learned phases
     (``table.phase``) is read as ``cos``/``sin`` of them, so that no complex tensor enters the graph."""
@@ -145,8 +156,9 @@ def _rotate_traceable(x: torch.Tensor, table: RotaryTable, layout: str, seq_dim:
     return torch.cat([xv[..., :n, :], body], dim=-2).movedim(-2, seq_dim)
 
 
-def _chunks(src: torch.Tensor, cis: torch.Tensor,
-            dst: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def _chunks(
+    src: torch.Tensor, cis: torch.Tensor, dst: torch.Tensor
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(src, table, dst) pieces sized to stay in cache on the CPU; the whole tensors elsewhere.
 
     ``src``/``dst``: ``[..., L, P, 2]`` views; ``cis``: ``[..., L, P]``. Short sequences with many batch
@@ -158,20 +170,25 @@ def _chunks(src: torch.Tensor, cis: torch.Tensor,
     if per_item <= CHUNK_ELEMENTS // 2:
         step = CHUNK_ELEMENTS // per_item
         batched_table = cis.dim() == src.dim() - 1 and cis.shape[0] != 1
-        return [(src[s : s + step], cis[s : s + step] if batched_table else cis, dst[s : s + step])
-                for s in range(0, src.shape[0], step)]
+        return [
+            (src[s : s + step], cis[s : s + step] if batched_table else cis, dst[s : s + step])
+            for s in range(0, src.shape[0], step)
+        ]
     length = src.shape[-3]
     step = max(1, CHUNK_ELEMENTS // src[..., :1, :, :].numel())
-    return [(src[..., s : s + step, :, :], cis[..., s : s + step, :], dst[..., s : s + step, :, :])
-            for s in range(0, length, step)]
+    return [
+        (src[..., s : s + step, :, :], cis[..., s : s + step, :], dst[..., s : s + step, :, :])
+        for s in range(0, length, step)
+    ]
 
 
 class _RotateFunction(torch.autograd.Function):
     """Rotation with the fast kernel forward and backward (the backward rotates by the conjugate)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, cis: torch.Tensor, layout: str, seq_dim: int,
-                num_prefix_tokens: int) -> torch.Tensor:
+    def forward(
+        ctx: Any, x: torch.Tensor, cis: torch.Tensor, layout: str, seq_dim: int, num_prefix_tokens: int
+    ) -> torch.Tensor:
         xv = x.movedim(seq_dim, -2)
         ctx.save_for_backward(x, cis)
         ctx.args = (layout, seq_dim, num_prefix_tokens)
@@ -184,14 +201,18 @@ class _RotateFunction(torch.autograd.Function):
         grad_x = grad_cis = None
         if ctx.needs_input_grad[0]:
             g = grad_out.contiguous()
-            grad_x = _rotate_into(torch.empty_like(g), g, g.movedim(seq_dim, -2), cis.detach().conj(), layout,
-                                  seq_dim, n)
+            grad_x = _rotate_into(
+                torch.empty_like(g), g, g.movedim(seq_dim, -2), cis.detach().conj(), layout, seq_dim, n
+            )
         if ctx.needs_input_grad[1]:
             real = torch.float64 if cis.dtype == torch.complex128 else torch.float32
             rotary_dim = 2 * cis.shape[-1]
-            x_c = torch.view_as_complex(_pairs(x.movedim(seq_dim, -2)[..., n:, :rotary_dim], layout).to(real).contiguous())
+            x_c = torch.view_as_complex(
+                _pairs(x.movedim(seq_dim, -2)[..., n:, :rotary_dim], layout).to(real).contiguous()
+            )
             g_c = torch.view_as_complex(
-                _pairs(grad_out.movedim(seq_dim, -2)[..., n:, :rotary_dim], layout).to(real).contiguous())
+                _pairs(grad_out.movedim(seq_dim, -2)[..., n:, :rotary_dim], layout).to(real).contiguous()
+            )
             grad_full = g_c * x_c.conj()
             grad_cis = sum_to_shape(grad_full, cis.shape)
         return grad_x, grad_cis, None, None, None

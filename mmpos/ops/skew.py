@@ -4,6 +4,7 @@
 (slow per small matrix on a CPU, for tables of many tokens: ``docs/results.md``): ``b = 2`` is one planar rotation,
 ``b = 4`` splits ``S`` into commuting self-dual and anti-self-dual parts, each squaring to ``-a^2 I``.
 """
+
 from __future__ import annotations
 
 import math

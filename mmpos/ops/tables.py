@@ -4,6 +4,7 @@ A table is complex ``cis = magnitude * exp(i * phase)`` of shape ``[..., L, P]``
 fp64 (exact to ~1e-10 rad at position 1e6) with autocast off; on devices without fp64 (MPS) a range-reduced
 fp32 formulation gives the same accuracy (see :func:`phases_fp32_reduced`).
 """
+
 from __future__ import annotations
 
 import math

@@ -15,6 +15,7 @@ terms of the polynomial never outgrow its sum by more than ``e^2`` (rounding). M
 generators (rotations), whose exponential is perfectly conditioned; accurate to a few ``u`` there
 (``tests/test_taylor_exp.py`` compares it with ``torch.linalg.matrix_exp`` in fp64).
 """
+
 from __future__ import annotations
 
 import math
@@ -162,8 +163,9 @@ def _expm_vjp(a: torch.Tensor, grad: torch.Tensor, degree: int, block: int, squa
     grad_power = grad_top  # of x^(i+1), going down the chain x^(i+1) = x^i x
     grad_x = None
     for i in range(block - 1, 0, -1):
-        grad_x = powers[i - 1].mT @ grad_power if grad_x is None else torch.baddbmm(grad_x, powers[i - 1].mT,
-                                                                                   grad_power)
+        grad_x = (
+            powers[i - 1].mT @ grad_power if grad_x is None else torch.baddbmm(grad_x, powers[i - 1].mT, grad_power)
+        )
         grad_power = grad_power @ x.mT
         for j, block_grad in enumerate(block_grads):  # x^i in B_j with c_{jp+i}
             grad_power.add_(block_grad, alpha=c[j * block + i])
@@ -180,9 +182,9 @@ def _block_sums(powers: torch.Tensor, c: list, count: int, block: int) -> torch.
     buffer by scaled additions (a stacked tensordot costs more on a CPU: ``docs/results.md``)."""
     sums = powers.new_empty(count, *powers.shape[1:])
     for j in range(count):
-        coefficients = c[j * block: (j + 1) * block]
+        coefficients = c[j * block : (j + 1) * block]
         torch.mul(powers[0], coefficients[1], out=sums[j])
-        for power, coefficient in zip(powers[1: block - 1], coefficients[2:]):
+        for power, coefficient in zip(powers[1 : block - 1], coefficients[2:]):
             sums[j].add_(power, alpha=coefficient)
         _plus_identity(sums[j], coefficients[0])
     return sums

@@ -5,6 +5,7 @@ an axis ``axis_of_pair[p]``, an angular frequency ``inv_freq[p]`` (radians per c
 magnitude ``magnitude[p]`` that multiplies cos and sin (1 for plain RoPE; YaRN's attention factor; the
 band-modulation knob).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -41,15 +42,21 @@ class RotarySpectrum:
         """Multiply each pair's magnitude by ``pair_scale`` (``[P]``)."""
         scale = torch.as_tensor(pair_scale, dtype=torch.float64).flatten()
         if scale.numel() != self.num_pairs:
-            raise ValueError(f"pair_scale has {scale.numel()} entries; expected one per channel pair ({self.num_pairs})")
+            raise ValueError(
+                f"pair_scale has {scale.numel()} entries; expected one per channel pair ({self.num_pairs})"
+            )
         if not torch.isfinite(scale).all():
             raise ValueError("pair_scale must be finite")
         return replace(self, magnitude=self.magnitude * scale)
 
     def key(self) -> tuple:
         """Hashable identity used by table caches."""
-        return (self.num_axes, tuple(self.axis_of_pair.tolist()), tuple(self.inv_freq.tolist()),
-                tuple(self.magnitude.tolist()))
+        return (
+            self.num_axes,
+            tuple(self.axis_of_pair.tolist()),
+            tuple(self.inv_freq.tolist()),
+            tuple(self.magnitude.tolist()),
+        )
 
 
 def default_axes_dims(rotary_dim: int, num_axes: int) -> tuple[int, ...]:
@@ -61,8 +68,9 @@ def default_axes_dims(rotary_dim: int, num_axes: int) -> tuple[int, ...]:
     return (rotary_dim - per * (num_axes - 1),) + (per,) * (num_axes - 1)
 
 
-def chunked_spectrum(axes_dims: Sequence[int], theta: float | Sequence[float] = 10000.0,
-                     extrapolation: object = None) -> RotarySpectrum:
+def chunked_spectrum(
+    axes_dims: Sequence[int], theta: float | Sequence[float] = 10000.0, extrapolation: object = None
+) -> RotarySpectrum:
     """Each axis owns a contiguous block of pairs with its own ladder ``theta_a ** (-2i / d_a)`` (Flux, Wan, timm).
 
     Args:
@@ -82,8 +90,9 @@ def chunked_spectrum(axes_dims: Sequence[int], theta: float | Sequence[float] = 
     return RotarySpectrum(torch.cat(axes), torch.cat(freqs), torch.cat(mags), len(axes_dims))
 
 
-def interleaved_spectrum(axes_dims: Sequence[int], theta: float | Sequence[float] = 10000.0,
-                         extrapolation: object = None) -> RotarySpectrum:
+def interleaved_spectrum(
+    axes_dims: Sequence[int], theta: float | Sequence[float] = 10000.0, extrapolation: object = None
+) -> RotarySpectrum:
     """One ladder over all pairs; axes take turns (Qwen3-VL MRoPE-I, generalised to any number of axes).
 
     Pair ``j`` belongs to axis ``a >= 1`` when ``j % A == a`` and ``j < A * n_a`` (``n_a`` = pairs of axis

@@ -11,6 +11,7 @@ Both channels of a pair get ``s_d``, so the scale commutes with the rotation: it
 scales in one step. Non-spatial axes (Flux axis 0, constant over one image) get ``s_lf`` (``axis0_mode="low"``),
 the formula (``"formula"``) or 1 (``"one"``).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -23,8 +24,14 @@ from .allocation import RotarySpectrum, chunked_spectrum
 AXIS0_MODES = ("low", "formula", "one")
 
 
-def band_scale_per_pair(axis_of_pair: torch.Tensor, s_hf: float, s_lf: float, beta: float = 2.0,
-                        spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> torch.Tensor:
+def band_scale_per_pair(
+    axis_of_pair: torch.Tensor,
+    s_hf: float,
+    s_lf: float,
+    beta: float = 2.0,
+    spatial_axes: Sequence[int] = (1, 2),
+    axis0_mode: str = "low",
+) -> torch.Tensor:
     """Per-pair scale ``[P]`` float64 for any allocation, given each pair's axis ``axis_of_pair`` ``[P]`` int.
 
     Within an axis, pairs are ranked in their order in ``axis_of_pair`` (highest frequency first).
@@ -52,21 +59,39 @@ def band_scale_per_pair(axis_of_pair: torch.Tensor, s_hf: float, s_lf: float, be
     return scales
 
 
-def band_pair_scales(axes_dims: Sequence[int], s_hf: float, s_lf: float, beta: float = 2.0,
-                     spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> torch.Tensor:
+def band_pair_scales(
+    axes_dims: Sequence[int],
+    s_hf: float,
+    s_lf: float,
+    beta: float = 2.0,
+    spatial_axes: Sequence[int] = (1, 2),
+    axis0_mode: str = "low",
+) -> torch.Tensor:
     """:func:`band_scale_per_pair` for the chunked layout of ``axes_dims`` (diffusers' Flux): ``[sum / 2]`` float64."""
     axis_of_pair = chunked_spectrum(as_int_tuple("axes_dims", axes_dims)).axis_of_pair
     return band_scale_per_pair(axis_of_pair, s_hf, s_lf, beta, spatial_axes, axis0_mode)
 
 
-def band_channel_scales(axes_dims: Sequence[int], s_hf: float, s_lf: float, beta: float = 2.0,
-                        spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> torch.Tensor:
+def band_channel_scales(
+    axes_dims: Sequence[int],
+    s_hf: float,
+    s_lf: float,
+    beta: float = 2.0,
+    spatial_axes: Sequence[int] = (1, 2),
+    axis0_mode: str = "low",
+) -> torch.Tensor:
     """Per-channel ``[head_dim]`` float64: each pair's scale on both of its (adjacent) channels."""
     return band_pair_scales(axes_dims, s_hf, s_lf, beta, spatial_axes, axis0_mode).repeat_interleave(2)
 
 
-def band_spectrum(spectrum: RotarySpectrum, s_hf: float, s_lf: float, beta: float = 2.0,
-                  spatial_axes: Sequence[int] = (1, 2), axis0_mode: str = "low") -> RotarySpectrum:
+def band_spectrum(
+    spectrum: RotarySpectrum,
+    s_hf: float,
+    s_lf: float,
+    beta: float = 2.0,
+    spatial_axes: Sequence[int] = (1, 2),
+    axis0_mode: str = "low",
+) -> RotarySpectrum:
     """``spectrum`` with the band law multiplied into its per-pair magnitude."""
     scale = band_scale_per_pair(spectrum.axis_of_pair, s_hf, s_lf, beta, spatial_axes, axis0_mode)
     return spectrum.with_pair_scale(scale)

@@ -3,6 +3,7 @@
 Each policy maps ``(dim, theta)`` of one axis to ``(inv_freq [dim // 2] fp64, magnitude)``, where
 ``magnitude`` multiplies cos and sin (YaRN's attention factor; 1 elsewhere).
 """
+
 from __future__ import annotations
 
 import math
@@ -83,8 +84,9 @@ class YaRN:
 
     def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]:
         extrapolated = rope_inv_freq(dim, theta)
-        ramp = correction_ramp(dim, theta, self.original_length, self.beta_fast, self.beta_slow, self.truncate,
-                               self.clamp_low_end)
+        ramp = correction_ramp(
+            dim, theta, self.original_length, self.beta_fast, self.beta_slow, self.truncate, self.clamp_low_end
+        )
         keep = 1 - ramp
         inv_freq = extrapolated / self.factor * (1 - keep) + extrapolated * keep
         magnitude = self.attention_factor
@@ -122,8 +124,10 @@ class VisionYaRN:
         for name in ("beta", "gamma"):
             fast, slow = getattr(self, name)
             if not fast > slow > 0:
-                raise ValueError(f"VisionYaRN.{name} must be (fast, slow) turn counts with fast > slow > 0, "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"VisionYaRN.{name} must be (fast, slow) turn counts with fast > slow > 0, "
+                    f"got {getattr(self, name)!r}"
+                )
 
     def frequencies(self, dim: int, theta: float) -> tuple[torch.Tensor, float]:
         if dim <= 2:
@@ -135,11 +139,25 @@ class VisionYaRN:
         interpolated = plain / self.factor
         ntk, _ = NTKAware(self.factor).frequencies(dim, theta)
         scale = self.threshold_scale
-        low_part = correction_ramp(dim, theta, self.original_length, self.beta[0] * scale, self.beta[1] * scale,
-                                   clamp_low_end=True, convention="dype")
+        low_part = correction_ramp(
+            dim,
+            theta,
+            self.original_length,
+            self.beta[0] * scale,
+            self.beta[1] * scale,
+            clamp_low_end=True,
+            convention="dype",
+        )
         inv_freq = interpolated * low_part + ntk * (1 - low_part)
-        high_part = correction_ramp(dim, theta, self.original_length, self.gamma[0] * scale,
-                                    self.gamma[1] * scale, clamp_low_end=True, convention="dype")
+        high_part = correction_ramp(
+            dim,
+            theta,
+            self.original_length,
+            self.gamma[0] * scale,
+            self.gamma[1] * scale,
+            clamp_low_end=True,
+            convention="dype",
+        )
         return inv_freq * high_part + plain * (1 - high_part), float(magnitude)
 
 
@@ -151,9 +169,16 @@ def yarn_attention_factor(factor: float) -> float:
 RAMP_CONVENTIONS = ("transformers", "dype")
 
 
-def correction_ramp(dim: int, theta: float, original_length: float, fast: float, slow: float,
-                    truncate: bool = True, clamp_low_end: bool = False,
-                    convention: str = "transformers") -> torch.Tensor:
+def correction_ramp(
+    dim: int,
+    theta: float,
+    original_length: float,
+    fast: float,
+    slow: float,
+    truncate: bool = True,
+    clamp_low_end: bool = False,
+    convention: str = "transformers",
+) -> torch.Tensor:
     """``[dim // 2]`` fp64 ramp over the pair index: 0 for pairs turning more than ``fast`` times over
     ``original_length``, 1 for pairs turning fewer than ``slow`` times, linear in between.
 

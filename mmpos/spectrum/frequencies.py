@@ -1,4 +1,5 @@
 """The geometric frequency ladder of RoPE, in fp64."""
+
 from __future__ import annotations
 
 import torch

@@ -10,6 +10,7 @@ which position axis each pair reads:
 - MHRoPE: whole KV heads per axis (``[n_t, n_h, n_w]`` heads), remaining heads NoPE;
 - VRoPE: pair ``f`` reads diagonal variant ``f % 4`` (see :mod:`mmpos.coords.vrope`).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -92,8 +93,10 @@ def check_head_section(head_section: Sequence[int], num_kv_heads: int) -> tuple[
     if not head_section or any(n < 0 for n in head_section):
         raise ValueError(f"head_section={head_section} must be non-negative head counts, one per axis")
     if sum(head_section) > num_kv_heads:
-        raise ValueError(f"head_section={head_section} assigns {sum(head_section)} heads but there are only "
-                         f"num_kv_heads={num_kv_heads}")
+        raise ValueError(
+            f"head_section={head_section} assigns {sum(head_section)} heads but there are only "
+            f"num_kv_heads={num_kv_heads}"
+        )
     return head_section
 
 

@@ -20,6 +20,7 @@ A schedule resolves to a static policy (frozen dataclasses, equal by value): tab
 so they are rebuilt only when the resolved policy changes (:class:`ScheduledSpectrum`). The step's sigma is read
 from a :class:`DiffusionStep` the caller sets (``set_pe``'s pre-forward hook does it from ``timestep``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,8 +30,16 @@ from .._per_thread import PerThread
 from .._validation import check_choice, check_finite_number, per_axis
 from ..ops.tables import KeyedCache
 from .allocation import RotarySpectrum
-from .extrapolation import (NoExtrapolation, NTKAware, Policy, PositionInterpolation, VisionYaRN, YaRN, make_policy,
-                            yarn_attention_factor)
+from .extrapolation import (
+    NoExtrapolation,
+    NTKAware,
+    Policy,
+    PositionInterpolation,
+    VisionYaRN,
+    YaRN,
+    make_policy,
+    yarn_attention_factor,
+)
 
 METHODS = ("pi", "ntk", "yarn", "vision_yarn")
 DYNAMIC_METHODS = ("ntk", "yarn", "vision_yarn")
@@ -106,7 +115,7 @@ class ExtrapolationSchedule:
         if check_finite_number("sigma", sigma) < 0:
             raise ValueError(f"sigma must be >= 0, got {sigma!r}")
         t = min(sigma / self.start_sigma, 1.0)
-        return self.lambda_s * t ** self.lambda_t
+        return self.lambda_s * t**self.lambda_t
 
     def policy(self, extent: float, sigma: float | None = None) -> Policy:
         """The static policy for an axis spanning ``extent`` coordinate units at noise level ``sigma``."""
@@ -116,14 +125,16 @@ class ExtrapolationSchedule:
         if not self.dynamic:
             return self._static(scale)
         if sigma is None:
-            raise ValueError("this DyPE schedule needs the step's sigma: set encoding.step.sigma (set_pe's hook "
-                             "does it from the transformer's timestep)")
+            raise ValueError(
+                "this DyPE schedule needs the step's sigma: set encoding.step.sigma (set_pe's hook "
+                "does it from the transformer's timestep)"
+            )
         kappa = self.kappa(sigma)
         if kappa == 0:
             return NoExtrapolation()
         magnitude = yarn_attention_factor(scale ** min(kappa, 1.0)) if self.schedule_magnitude else None
         if self.method == "ntk":
-            return NTKAware(scale ** kappa)
+            return NTKAware(scale**kappa)
         if self.method == "yarn":
             return YaRN(scale, self.original_length, 32.0 * kappa, 1.0 * kappa, magnitude, clamp_low_end=True)
         return VisionYaRN(scale, self.original_length, threshold_scale=kappa, attention_factor=magnitude)
@@ -141,8 +152,12 @@ class ExtrapolationSchedule:
         """Plain values for configs and printing."""
         out = {"method": self.method, "original_length": self.original_length, "dynamic": self.dynamic}
         if self.dynamic:
-            out.update(lambda_s=self.lambda_s, lambda_t=self.lambda_t, start_sigma=self.start_sigma,
-                       schedule_magnitude=self.schedule_magnitude)
+            out.update(
+                lambda_s=self.lambda_s,
+                lambda_t=self.lambda_t,
+                start_sigma=self.start_sigma,
+                schedule_magnitude=self.schedule_magnitude,
+            )
         return out
 
 
@@ -157,8 +172,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def extrapolation_preset(name: str, original_lengths: Sequence[float | None],
-                         **overrides: Any) -> list[ExtrapolationSchedule | None]:
+def extrapolation_preset(
+    name: str, original_lengths: Sequence[float | None], **overrides: Any
+) -> list[ExtrapolationSchedule | None]:
     """Per-axis extrapolation for a preset: a schedule on each axis with an original length, ``None`` elsewhere.
 
     ``extrapolation_preset("dype", (None, 64, 64))`` is DyPE on FLUX.1's row and column axes (1024 px training
@@ -166,8 +182,10 @@ def extrapolation_preset(name: str, original_lengths: Sequence[float | None],
     (``lambda_t=1.5``).
     """
     check_choice("extrapolation preset", name, tuple(PRESETS))
-    return [None if length is None else ExtrapolationSchedule(original_length=length, **{**PRESETS[name], **overrides})
-            for length in original_lengths]
+    return [
+        None if length is None else ExtrapolationSchedule(original_length=length, **{**PRESETS[name], **overrides})
+        for length in original_lengths
+    ]
 
 
 def is_schedule(spec: object) -> bool:
@@ -215,13 +233,16 @@ class ScheduledSpectrum:
 
     def policies(self, extents: Sequence[float], sigma: float | None) -> tuple:
         """The static policy of each axis (hashable, equal by value: the cache key of tables)."""
-        return tuple(e.policy(extent, sigma) if isinstance(e, ExtrapolationSchedule) else e
-                     for e, extent in zip(self.entries, extents))
+        return tuple(
+            e.policy(extent, sigma) if isinstance(e, ExtrapolationSchedule) else e
+            for e, extent in zip(self.entries, extents)
+        )
 
     def spectrum(self, policies: tuple) -> RotarySpectrum:
         """The spectrum of resolved ``policies``, built once per distinct value."""
-        return self._spectra.get(policies, lambda: self.finish(self.allocation(self.axes_dims, self.theta,
-                                                                               list(policies))))
+        return self._spectra.get(
+            policies, lambda: self.finish(self.allocation(self.axes_dims, self.theta, list(policies)))
+        )
 
     def describe(self) -> list:
         return [e.describe() if isinstance(e, ExtrapolationSchedule) else repr(e) for e in self.entries]

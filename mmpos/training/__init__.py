@@ -5,14 +5,27 @@ One scaffold (:mod:`.scaffold`: N processes, ``checkpoint-<step>/`` checkpoints,
 (:mod:`.vit_train`) writes the scaffold's checkpoints from its own loop.
 
 The exports are loaded on first use, so the ViT task's command line (:mod:`.vit_cli`) parses without torch."""
+
 from importlib import import_module
 
-_EXPORTS = {"VIT_DEFAULTS": (".vit_config", "DEFAULTS"), "load_config": (".vit_config", "load_config"),
-            "evaluate_resolutions": (".vit_eval", "evaluate_resolutions"), "plot_results": (".vit_eval", "plot_results"),
-            "build_vit": (".vit_model", "build_vit"), "freeze_except": (".vit_model", "freeze_except"),
-            "train_vit": (".vit_train", "train_vit")}
-__all__ = ["VIT_DEFAULTS", "build_vit", "evaluate_resolutions", "freeze_except", "load_config", "plot_results",
-           "train_vit"]
+_EXPORTS = {
+    "VIT_DEFAULTS": (".vit_config", "DEFAULTS"),
+    "load_config": (".vit_config", "load_config"),
+    "evaluate_resolutions": (".vit_eval", "evaluate_resolutions"),
+    "plot_results": (".vit_eval", "plot_results"),
+    "build_vit": (".vit_model", "build_vit"),
+    "freeze_except": (".vit_model", "freeze_except"),
+    "train_vit": (".vit_train", "train_vit"),
+}
+__all__ = [
+    "VIT_DEFAULTS",
+    "build_vit",
+    "evaluate_resolutions",
+    "freeze_except",
+    "load_config",
+    "plot_results",
+    "train_vit",
+]
 
 
 def __getattr__(name):

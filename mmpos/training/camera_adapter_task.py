@@ -7,6 +7,7 @@ checkpointed nor synced). Data: clip folders (:mod:`mmpos.pipelines.camera_clips
 a sample come from its own generator (:class:`~.scaffold.SampleNoise`). Each checkpoint also holds ``adapter/``
 (``CameraAdapter.from_pretrained``).
 """
+
 from __future__ import annotations
 
 from contextlib import ExitStack
@@ -17,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
-from ..camera.video import stack_cameras, video_cameras
 from mmpos.pipelines.lens_augment import LENS_MODELS
 
+from ..camera.video import stack_cameras, video_cameras
+from ..integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
 from .scaffold import SampleNoise, TrainingTask
 from .scaffold_config import ConfigError, TrainConfig, option, positive
 
@@ -32,22 +33,31 @@ def at_least_one(value) -> str | None:
 @dataclass
 class CameraAdapterConfig(TrainConfig):
     data: str | None = option(None, "folder of clip folders (required)")
-    out: str = option("outputs/camera_adapter", "run folder (one folder every node sees)", flag="--out",
-                      aliases=("--output-dir",))
+    out: str = option(
+        "outputs/camera_adapter", "run folder (one folder every node sees)", flag="--out", aliases=("--output-dir",)
+    )
     model: str = option("tiny", "Wan diffusers pipeline path or hub id (default: tiny offline)")
     kind: str = option("ucpe", "adapter kind", choices=ADAPTER_KINDS)
     head_dim: int | None = option(None, "adapter head dim (default: UCPE's sizing, dim / 8)")
-    batch_size: int = option(1, "clips per process (global batch: this x processes)", check=positive,
-                            resume_may_change=True)
+    batch_size: int = option(
+        1, "clips per process (global batch: this x processes)", check=positive, resume_may_change=True
+    )
     grad_clip: float | None = option(None, "max gradient norm (none: no clipping)")
     frames: int = option(9, "video frames per sample, 4k+1", check=positive)
     height: int = option(32, "frame height", check=positive)
     width: int = option(48, "frame width", check=positive)
-    max_zoom: float = option(1.0, "random focal augmentation: centre crops up to this zoom, intrinsics scaled "
-                             "(UCPE-style; 1 = off)", check=at_least_one)
-    lens_models: list | None = option(None, "random camera-model augmentation: each sample re-rendered with one of "
-                                      "these models, zoomed up to --max-zoom (default: off)", choices=LENS_MODELS,
-                                      nargs="+")
+    max_zoom: float = option(
+        1.0,
+        "random focal augmentation: centre crops up to this zoom, intrinsics scaled (UCPE-style; 1 = off)",
+        check=at_least_one,
+    )
+    lens_models: list | None = option(
+        None,
+        "random camera-model augmentation: each sample re-rendered with one of "
+        "these models, zoomed up to --max-zoom (default: off)",
+        choices=LENS_MODELS,
+        nargs="+",
+    )
     max_sequence_length: int = option(512, "text tokens", check=positive)
     bf16: bool = option(False, "bf16 mixed precision; frozen parts stored in bf16")
     gradient_checkpointing: bool = option(False, "recompute the transformer blocks in the backward pass")
@@ -64,8 +74,9 @@ class AdapterTraining(nn.Module):
         self.__dict__["transformer"] = transformer  # not a submodule: not in the state dict, not DDP-synced
 
     def forward(self, noisy, timestep, text):
-        return self.transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text,
-                                return_dict=False)[0]
+        return self.transformer(hidden_states=noisy, timestep=timestep, encoder_hidden_states=text, return_dict=False)[
+            0
+        ]
 
 
 def load_parts(model: str, dtype):
@@ -150,8 +161,10 @@ class CameraAdapterTask(TrainingTask):
         size = (c.height, c.width)
         if c.lens_models:
             augmentation = LensAugmentation(tuple(c.lens_models), c.max_zoom)
-            return [camera_clips.load_sample(self.clips[i], c.frames, size, lens=augmentation.sample(g))
-                    for i, g in zip(batch, noise.generators)]
+            return [
+                camera_clips.load_sample(self.clips[i], c.frames, size, lens=augmentation.sample(g))
+                for i, g in zip(batch, noise.generators)
+            ]
         zooms = [1 + (c.max_zoom - 1) * float(torch.rand((), generator=g)) for g in noise.generators]
         return [camera_clips.load_sample(self.clips[i], c.frames, size, z) for i, z in zip(batch, zooms)]
 
@@ -165,14 +178,19 @@ class CameraAdapterTask(TrainingTask):
             mean = torch.tensor(pipe.vae.config.latents_mean, device=device).view(1, -1, 1, 1, 1)
             std = torch.tensor(pipe.vae.config.latents_std, device=device).view(1, -1, 1, 1, 1)
             latents = (latents.float() - mean) / std
-            text, _ = pipe.encode_prompt([s[2] for s in samples], do_classifier_free_guidance=False,
-                                         max_sequence_length=c.max_sequence_length, device=device)
+            text, _ = pipe.encode_prompt(
+                [s[2] for s in samples],
+                do_classifier_free_guidance=False,
+                max_sequence_length=c.max_sequence_length,
+                device=device,
+            )
         _, _, frames, rows, cols = latents.shape
         patch = pipe.transformer.config.patch_size
         grid = (frames, rows // patch[1], cols // patch[2])
         offset = tuple(adapter.config.ray_offset)
-        cameras = stack_cameras([video_cameras(s[1], grid, (c.height, c.width), device=device, offset=offset)
-                                 for s in samples])
+        cameras = stack_cameras(
+            [video_cameras(s[1], grid, (c.height, c.width), device=device, offset=offset) for s in samples]
+        )
         return latents, text, cameras
 
     def checkpoint_extras(self, folder: Path, model, ema) -> None:

@@ -9,6 +9,7 @@ resume: ``checkpoints/step_0000500`` with ``trainer_state.json`` (the previous l
 ``save_state`` folders (``optimizer.bin``, ``random_states_N.pkl``, ``custom_checkpoint_N.pkl``, read with
 ``torch.load(weights_only=True)``: a file holding anything but tensors and plain values is refused naming it).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -18,10 +19,22 @@ from pathlib import Path
 
 import torch
 
-from .._safe_state import (UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors,
-                           set_rng_state)
-from .run_folders import (STEP_DIR, RunExistsError, UnreadableCheckpointError, check_run_folder,  # noqa: F401
-                          checkpoints, latest_checkpoint)
+from .._safe_state import (
+    UnsafeStateError,
+    join_optimizer_state,
+    load_torch_file,
+    read_json,
+    read_tensors,
+    set_rng_state,
+)
+from .run_folders import (  # noqa: F401
+    STEP_DIR,
+    RunExistsError,
+    UnreadableCheckpointError,
+    check_run_folder,
+    checkpoints,
+    latest_checkpoint,
+)
 from .vit_model import plain_model
 
 FORMAT = 1
@@ -89,8 +102,9 @@ def _read_state(accelerator, folder: Path, state: TrainingState) -> None:
     state.optimizer.load_state_dict(join_optimizer_state(tensors, read_json(folder / "optimizer.json"), live))
     if state.ema is not None:
         _load_model(state.ema, folder / "ema.safetensors", next(state.ema.parameters()).device)
-    _restore_rest(accelerator, state, saved["scheduler"], saved["progress"], saved["accelerator_step"],
-                  saved.get("scaler"))
+    _restore_rest(
+        accelerator, state, saved["scheduler"], saved["progress"], saved["accelerator_step"], saved.get("scaler")
+    )
     rng = folder / f"rng_{accelerator.process_index}.json"
     if rng.is_file():
         set_rng_state(read_json(rng))
@@ -140,10 +154,12 @@ def prepare_run_folder(run_dir: Path, resume: bool, overwrite: bool, accelerator
     check_shared_out(accelerator, run_dir)
 
 
-def save_checkpoint(accelerator, run_dir, step: int, state: TrainingState, keep: int = 2,
-                    config: dict | None = None) -> Path:
+def save_checkpoint(
+    accelerator, run_dir, step: int, state: TrainingState, keep: int = 2, config: dict | None = None
+) -> Path:
     """``state`` as ``run_dir/checkpoint-{step}`` (:func:`.scaffold_checkpoint.save_checkpoint`)."""
     from . import scaffold_checkpoint
 
-    return scaffold_checkpoint.save_checkpoint(accelerator, run_dir, _run_state(accelerator, state, step),
-                                               config or {}, keep)
+    return scaffold_checkpoint.save_checkpoint(
+        accelerator, run_dir, _run_state(accelerator, state, step), config or {}, keep
+    )

@@ -7,6 +7,7 @@ VAE latent's sample and the horizontal flip of folder images -- comes from that 
 (:class:`~.scaffold.SampleNoise`), so N processes train as one process at N times the batch.
 Outputs (main process): ``model/`` and ``model_ema/`` (``DiT.from_pretrained``) and ``samples.png``.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,7 @@ PRESETS = tuple(sorted(DIT_PRESETS))
 
 @dataclass
 class DiTConfig(TrainConfig):
-    out: str = option("outputs/dit", "run folder (one folder every node sees)", flag="--out",
-                      aliases=("--output-dir",))
+    out: str = option("outputs/dit", "run folder (one folder every node sees)", flag="--out", aliases=("--output-dir",))
     model: str = option("DiT-S/2", "size preset", choices=PRESETS)
     tiny: bool = option(False, "a 2-block, width-64 model for CPU checks")
     pe: str = option("ape_sincos", "registered encoding (mmpos list)")
@@ -38,15 +38,14 @@ class DiTConfig(TrainConfig):
     vae: str | None = option(None, "AutoencoderKL path or hub id: train on its latents (x scaling_factor)")
     resolution: int = option(32, "image side in pixels", check=positive)
     num_classes: int = option(10, "classes", check=positive)
-    batch_size: int = option(32, "per process (global batch: this x processes)", check=positive,
-                            resume_may_change=True)
+    batch_size: int = option(32, "per process (global batch: this x processes)", check=positive, resume_may_change=True)
     ema_decay: float | None = option(0.9999, "EMA decay in [0, 1) (none: no EMA)", check=in_unit_interval)
     gradient_checkpointing: bool = option(False, "recompute the blocks in the backward pass")
     checkpoint_every: int = option(1000, "updates between checkpoints", check=positive, resume_may_change=True)
-    sample_steps: int = option(50, "sampling steps for samples.png (0: none)", check=non_negative,
-                               resume_may_change=True)
-    guidance_scale: float = option(1.5, "classifier-free guidance of samples.png", check=finite,
-                                   resume_may_change=True)
+    sample_steps: int = option(
+        50, "sampling steps for samples.png (0: none)", check=non_negative, resume_may_change=True
+    )
+    guidance_scale: float = option(1.5, "classifier-free guidance of samples.png", check=finite, resume_may_change=True)
 
 
 class DiTTask(TrainingTask):
@@ -73,8 +72,14 @@ class DiTTask(TrainingTask):
             return torch.utils.data.TensorDataset(images, labels)
         from torchvision import datasets, transforms
 
-        tf = transforms.Compose([transforms.Resize(c.resolution), transforms.CenterCrop(c.resolution),
-                                 transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.5] * 3)])
+        tf = transforms.Compose(
+            [
+                transforms.Resize(c.resolution),
+                transforms.CenterCrop(c.resolution),
+                transforms.ToTensor(),
+                transforms.Normalize([0.5] * 3, [0.5] * 3),
+            ]
+        )
         return datasets.ImageFolder(c.data_dir, transform=tf)  # flipped per sample in loss()
 
     def build_model(self):
@@ -89,8 +94,14 @@ class DiTTask(TrainingTask):
 
             raise ConfigError(f"resolution: {c.resolution} must be divisible by the VAE factor {factor}")
         arch = dict(DIT_PRESETS[c.model], **(TINY if c.tiny else {}))
-        model = DiT(**arch, sample_size=c.resolution // factor, in_channels=in_channels, num_classes=c.num_classes,
-                    pe=c.pe, pe_options=c.pe_options)
+        model = DiT(
+            **arch,
+            sample_size=c.resolution // factor,
+            in_channels=in_channels,
+            num_classes=c.num_classes,
+            pe=c.pe,
+            pe_options=c.pe_options,
+        )
         # label dropout drawn per sample in loss(), not from the model's global generator
         self.label_dropout, model.label_embed.dropout_prob = model.label_embed.dropout_prob, 0.0
         if c.gradient_checkpointing:
@@ -117,8 +128,10 @@ class DiTTask(TrainingTask):
     def build_optimizer(self, model):
         no_decay = model.no_weight_decay()
         named = list(model.named_parameters())
-        groups = [dict(params=[p for n, p in named if n not in no_decay], weight_decay=self.config.weight_decay),
-                  dict(params=[p for n, p in named if n in no_decay], weight_decay=0.0)]
+        groups = [
+            dict(params=[p for n, p in named if n not in no_decay], weight_decay=self.config.weight_decay),
+            dict(params=[p for n, p in named if n in no_decay], weight_decay=0.0),
+        ]
         return torch.optim.AdamW(groups, lr=self.config.lr)
 
     def loss(self, model, batch, noise: SampleNoise) -> torch.Tensor:

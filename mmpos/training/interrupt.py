@@ -10,6 +10,7 @@
 The first signal only sets a flag (the update in flight finishes); the same signal a second time interrupts at
 once (Python's default for it). With several processes the flag is reduced over them each update, so all stop at the same update.
 """
+
 from __future__ import annotations
 
 import shlex

@@ -5,6 +5,7 @@
 ``force_image_size``. The tower is converted with :func:`mmpos.integrations.open_clip.convert` and a linear
 head maps its ``output_dim`` features to the classes.
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -40,18 +41,24 @@ def build_open_clip(config: dict, num_classes: int, options: dict) -> nn.Module:
 
     from ..integrations.open_clip import convert
 
-    name = config["model"][len(PREFIX):]
+    name = config["model"][len(PREFIX) :]
     pretrained = config["pretrained"] or None
     if pretrained is True:
         raise ConfigError("pretrained: an open_clip model needs a pretrained tag (e.g. openai), not true")
     if config["ape"] == "resample":
         raise ConfigError("ape=resample is not supported for open_clip towers (use drop or keep)")
-    clip = open_clip.create_model(name, pretrained=pretrained, force_image_size=config["img_size"],
-                                  **(config["model_kwargs"] or {}))
+    clip = open_clip.create_model(
+        name, pretrained=pretrained, force_image_size=config["img_size"], **(config["model_kwargs"] or {})
+    )
     visual = clip.visual
     if config["pe"] is not None:
         convert(visual, pe=config["pe"], abs_pos="keep" if config["ape"] == "keep" else "remove", **options)
     model = OpenClipClassifier(visual, num_classes)
-    model.pretrained_cfg = {"mean": OPENAI_DATASET_MEAN, "std": OPENAI_DATASET_STD, "interpolation": "bicubic",
-                            "crop_pct": 1.0, "input_size": (3, config["img_size"], config["img_size"])}
+    model.pretrained_cfg = {
+        "mean": OPENAI_DATASET_MEAN,
+        "std": OPENAI_DATASET_STD,
+        "interpolation": "bicubic",
+        "crop_pct": 1.0,
+        "input_size": (3, config["img_size"], config["img_size"]),
+    }
     return model

@@ -1,6 +1,7 @@
 """A ViT run folder and its complete checkpoints, without torch: the command line checks ``--resume`` /
 ``--overwrite`` before anything heavy is imported (:mod:`.checkpoints` writes and reads them). Checkpoints are the
 scaffold's ``checkpoint-<N>/``; those of earlier versions, ``checkpoints/step_<N>``, are found too."""
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,13 @@ def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
     if run_dir.exists() and not run_dir.is_dir():
         raise RunExistsError(f"run folder {run_dir} is a file; choose another --output-dir")
     if overwrite and run_dir.is_symlink():  # rmtree refuses links; the target is not ours to empty
-        raise RunExistsError(f"--output-dir {run_dir}: a symbolic link (to {os.readlink(run_dir)}); --overwrite "
-                             "does not empty a link's target (left untouched): pass the real folder")
+        raise RunExistsError(
+            f"--output-dir {run_dir}: a symbolic link (to {os.readlink(run_dir)}); --overwrite "
+            "does not empty a link's target (left untouched): pass the real folder"
+        )
     exists = run_dir.exists() and any(run_dir.iterdir())
     if exists and not (resume or overwrite):
-        raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to "
-                             f"replace it")
+        raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to replace it")
     if resume and latest_checkpoint(run_dir) is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint-<step> under {run_dir}")
     return exists
@@ -41,11 +43,13 @@ def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
 def checkpoints(run_dir) -> list[Path]:
     """Complete checkpoints of a run, oldest first (of one step, the scaffold's ``checkpoint-<N>`` last)."""
     found = []
-    for layout, (folder, pattern) in enumerate(((Path(run_dir) / "checkpoints", STEP_DIR),
-                                                 (Path(run_dir), CHECKPOINT_DIR))):
+    for layout, (folder, pattern) in enumerate(
+        ((Path(run_dir) / "checkpoints", STEP_DIR), (Path(run_dir), CHECKPOINT_DIR))
+    ):
         if folder.is_dir():
-            found += [(int(m.group(1)), layout, p) for p in folder.iterdir() if (m := pattern.match(p.name))
-                      and p.is_dir()]
+            found += [
+                (int(m.group(1)), layout, p) for p in folder.iterdir() if (m := pattern.match(p.name)) and p.is_dir()
+            ]
     return [p for *_, p in sorted(found)]
 
 

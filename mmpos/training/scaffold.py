@@ -28,6 +28,7 @@ What every task gets (:func:`train`):
 * **Logged losses are the mean over the processes** (``log.jsonl``, main process; a resumed run drops the lines
   after its checkpoint).
 """
+
 from __future__ import annotations
 
 import json
@@ -119,22 +120,29 @@ class DataStream:
 
     def __init__(self, length: int, global_batch: int, seed: int):
         if length < global_batch:
-            raise ConfigError(f"batch_size: the data set has {length} samples, fewer than one global batch of "
-                              f"{global_batch} (batch_size x processes)")
+            raise ConfigError(
+                f"batch_size: the data set has {length} samples, fewer than one global batch of "
+                f"{global_batch} (batch_size x processes)"
+            )
         self.length, self.global_batch, self.seed = length, global_batch, seed
         self.per_epoch = length // global_batch
         self._epoch, self._order = None, None
 
     def position(self, step: int) -> dict:
-        return {"epoch": step // self.per_epoch, "batch": step % self.per_epoch, "global_batch": self.global_batch,
-                "length": self.length, "seed": self.seed}
+        return {
+            "epoch": step // self.per_epoch,
+            "batch": step % self.per_epoch,
+            "global_batch": self.global_batch,
+            "length": self.length,
+            "seed": self.seed,
+        }
 
     def indices(self, step: int) -> list[int]:
         epoch, batch = divmod(step, self.per_epoch)
         if epoch != self._epoch:
             generator = torch.Generator().manual_seed(self.seed * SEED_STRIDE + epoch)
             self._epoch, self._order = epoch, torch.randperm(self.length, generator=generator).tolist()
-        return self._order[batch * self.global_batch:(batch + 1) * self.global_batch]
+        return self._order[batch * self.global_batch : (batch + 1) * self.global_batch]
 
 
 class RankBatches(torch.utils.data.Sampler):
@@ -148,7 +156,7 @@ class RankBatches(torch.utils.data.Sampler):
 
     def __iter__(self):
         for step in range(self.start, self.steps):
-            yield self.stream.indices(step)[self.rank * self.per_rank:(self.rank + 1) * self.per_rank]
+            yield self.stream.indices(step)[self.rank * self.per_rank : (self.rank + 1) * self.per_rank]
 
 
 @dataclass
@@ -184,8 +192,10 @@ def check_shared_out(accelerator, out: Path) -> None:
     missing = accelerator.gather(torch.tensor([0 if seen else 1], device=accelerator.device))
     if int(missing.sum()):
         ranks = [r for r, m in enumerate(missing.tolist()) if m]
-        raise UnshareOutError(f"--out {out}: processes {ranks} do not see what process 0 wrote there; put --out on "
-                              "storage every node sees (one shared folder)")
+        raise UnshareOutError(
+            f"--out {out}: processes {ranks} do not see what process 0 wrote there; put --out on "
+            "storage every node sees (one shared folder)"
+        )
 
 
 def prepare_out(accelerator, task, resume, overwrite) -> Path | None:
@@ -235,15 +245,19 @@ def train(task: TrainingTask, resume: str | None = None, overwrite: bool = False
 def _loader(task, accelerator, dataset, stream: DataStream, start: int):
     config = task.config
     sampler = RankBatches(stream, start, config.steps, accelerator.process_index, config.batch_size)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=task.collate,
-                                       num_workers=config.num_workers)
+    return torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, collate_fn=task.collate, num_workers=config.num_workers
+    )
 
 
 def _check_stream(stream: DataStream, saved: dict, where) -> None:
-    if saved and {k: saved.get(k) for k in ("global_batch", "length", "seed")} != \
-            {k: getattr(stream, k) for k in ("global_batch", "length", "seed")}:
-        raise ConfigError(f"--resume: the run's data stream was {saved} ({where}), this run's "
-                          f"{stream.position(0)}: keep batch_size x processes, the data and the seed")
+    if saved and {k: saved.get(k) for k in ("global_batch", "length", "seed")} != {
+        k: getattr(stream, k) for k in ("global_batch", "length", "seed")
+    }:
+        raise ConfigError(
+            f"--resume: the run's data stream was {saved} ({where}), this run's "
+            f"{stream.position(0)}: keep batch_size x processes, the data and the seed"
+        )
 
 
 def _loop(task, accelerator, state: RunState):
@@ -253,12 +267,14 @@ def _loop(task, accelerator, state: RunState):
     stream = DataStream(len(dataset), config.batch_size * accelerator.num_processes, config.seed)
     _check_stream(stream, state.data, out)
     log = JsonLog(out / "log.jsonl", accelerator.is_main_process, state.step)
-    positions = list(range(accelerator.process_index * config.batch_size,
-                           (accelerator.process_index + 1) * config.batch_size))
+    positions = list(
+        range(accelerator.process_index * config.batch_size, (accelerator.process_index + 1) * config.batch_size)
+    )
     losses, last = {}, None
     with StopOnSignal() as stop:  # SIGINT / SIGTERM: checkpoint at the update boundary, exit 130
-        for step, batch in zip(range(state.step, config.steps),
-                               _loader(task, accelerator, dataset, stream, state.step)):
+        for step, batch in zip(
+            range(state.step, config.steps), _loader(task, accelerator, dataset, stream, state.step)
+        ):
             saved = _update(task, accelerator, state, stream, log, positions, step, batch, losses)
             last = saved or last
             if stop.requested(accelerator) and state.step < config.steps:
@@ -298,14 +314,23 @@ def _update(task, accelerator, state: RunState, stream, log, positions, step: in
 
 def _save(task, accelerator, state: RunState) -> Path:
     config, model, ema = task.config, state.model, state.ema
-    return save_checkpoint(accelerator, Path(config.out), state, resolved(config), config.keep,
-                           lambda folder: task.checkpoint_extras(folder, accelerator.unwrap_model(model), ema))
+    return save_checkpoint(
+        accelerator,
+        Path(config.out),
+        state,
+        resolved(config),
+        config.keep,
+        lambda folder: task.checkpoint_extras(folder, accelerator.unwrap_model(model), ema),
+    )
 
 
 def _kept(out: Path) -> str:
     kept = latest_checkpoint(out)
-    return f"The last checkpoint, {kept}, is kept (--resume continues from it)." if kept else \
-        "No checkpoint was written yet."
+    return (
+        f"The last checkpoint, {kept}, is kept (--resume continues from it)."
+        if kept
+        else "No checkpoint was written yet."
+    )
 
 
 class JsonLog:

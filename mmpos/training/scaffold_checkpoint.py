@@ -19,6 +19,7 @@ Checkpoints of earlier versions of the DiT and camera-adapter scripts (accelerat
 ``model.safetensors``, ``optimizer.bin``, ``random_states_<N>.pkl``, an ``ema.safetensors`` or
 ``custom_checkpoint_0.pkl``, a ``step.json``) are read too, every torch file with ``weights_only=True``.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -30,8 +31,18 @@ import torch
 import yaml
 
 from .._atomic import replace_folder
-from .._safe_state import (UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors,
-                           rng_state, set_rng_state, split_optimizer_state, write_json, write_tensors)
+from .._safe_state import (
+    UnsafeStateError,
+    join_optimizer_state,
+    load_torch_file,
+    read_json,
+    read_tensors,
+    rng_state,
+    set_rng_state,
+    split_optimizer_state,
+    write_json,
+    write_tensors,
+)
 from .scaffold_folders import CHECKPOINT_DIR, UnreadableCheckpointError, checkpoints
 
 FORMAT = 1
@@ -90,14 +101,24 @@ def _write_main_files(accelerator, folder: Path, state: RunState, config: dict, 
 def _write_progress(accelerator, folder: Path, state: RunState) -> None:
     missing = [f"rng_{r}.json" for r in range(accelerator.num_processes) if not (folder / f"rng_{r}.json").is_file()]
     if missing:  # a process wrote into a folder the main process does not see: --out is not shared
-        raise UnshareOutError(f"{folder}: {', '.join(missing)} missing after every process wrote its part; --out "
-                              "must be one folder every node sees (shared storage)")
+        raise UnshareOutError(
+            f"{folder}: {', '.join(missing)} missing after every process wrote its part; --out "
+            "must be one folder every node sees (shared storage)"
+        )
     scaler = getattr(accelerator, "scaler", None)
     files = {p.relative_to(folder).as_posix(): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
-    write_json(folder / "progress.json", {
-        "format": FORMAT, "step": state.step, "data": state.data, "num_processes": accelerator.num_processes,
-        "scheduler": None if state.scheduler is None else state.scheduler.state_dict(),
-        "scaler": None if scaler is None else scaler.state_dict(), "files": files})
+    write_json(
+        folder / "progress.json",
+        {
+            "format": FORMAT,
+            "step": state.step,
+            "data": state.data,
+            "num_processes": accelerator.num_processes,
+            "scheduler": None if state.scheduler is None else state.scheduler.state_dict(),
+            "scaler": None if scaler is None else scaler.state_dict(),
+            "files": files,
+        },
+    )
 
 
 class UnshareOutError(RuntimeError):
@@ -176,8 +197,7 @@ def _restore_rng(path: Path, unpack) -> None:
     if path.is_file():
         set_rng_state(unpack(read_json(path) if path.suffix == ".json" else load_torch_file(path, allow_numpy=True)))
     else:
-        warnings.warn(f"{path}: missing (the run had fewer processes); the generators are not restored",
-                      stacklevel=3)
+        warnings.warn(f"{path}: missing (the run had fewer processes); the generators are not restored", stacklevel=3)
 
 
 def _load_model(model, path: Path, device) -> None:
@@ -189,8 +209,9 @@ def _load_model(model, path: Path, device) -> None:
     try:
         load_model(model, str(path), device=str(device))
     except (OSError, RuntimeError, ValueError, SafetensorError) as error:
-        raise UnsafeStateError(f"{path}: cannot be read ({type(error).__name__}: {' '.join(str(error).split())})") \
-            from None
+        raise UnsafeStateError(
+            f"{path}: cannot be read ({type(error).__name__}: {' '.join(str(error).split())})"
+        ) from None
 
 
 def _read_accelerate_layout(accelerator, folder: Path, state: RunState) -> None:

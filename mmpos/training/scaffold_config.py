@@ -13,6 +13,7 @@ against its field's type and rule; an unknown key (in the file or after ``--set`
 
 Torch-free: a command line is checked before anything heavy is imported.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,12 +40,28 @@ def yaml_value(text: str):
         raise ConfigError(f"{text!r} is not a YAML value ({' '.join(str(error).split())})") from None
 
 
-def option(default, help: str = "", *, check=None, choices=None, flag: str | None = None,
-           aliases: tuple[str, ...] = (), resume_may_change: bool = False, nargs: str | None = None):
+def option(
+    default,
+    help: str = "",
+    *,
+    check=None,
+    choices=None,
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+    resume_may_change: bool = False,
+    nargs: str | None = None,
+):
     """A config field: its default, help, rule (``check(value) -> message or None``) and whether a resumed run
     may change it (``--steps`` may; the model may not)."""
-    metadata = dict(help=help, check=check, choices=choices, flag=flag, aliases=aliases,
-                    resume_may_change=resume_may_change, nargs=nargs)
+    metadata = dict(
+        help=help,
+        check=check,
+        choices=choices,
+        flag=flag,
+        aliases=aliases,
+        resume_may_change=resume_may_change,
+        nargs=nargs,
+    )
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -70,11 +87,20 @@ def in_unit_interval(value) -> str | None:
 class TrainConfig:
     """What every task shares (the scaffold reads these); a task's config subclasses it."""
 
-    out: str = option("outputs/run", "run folder: checkpoints, log, outputs (one folder every node sees)",
-                      flag="--out", aliases=("--output-dir",))
+    out: str = option(
+        "outputs/run",
+        "run folder: checkpoints, log, outputs (one folder every node sees)",
+        flag="--out",
+        aliases=("--output-dir",),
+    )
     steps: int = option(1000, "optimizer updates", check=positive, resume_may_change=True)
-    batch_size: int = option(8, "samples per process per update (global batch: this x the number of processes; "
-                             "a resume keeps the global batch)", check=positive, resume_may_change=True)
+    batch_size: int = option(
+        8,
+        "samples per process per update (global batch: this x the number of processes; "
+        "a resume keeps the global batch)",
+        check=positive,
+        resume_may_change=True,
+    )
     lr: float = option(1e-4, "learning rate (AdamW)", check=positive)
     weight_decay: float = option(0.0, "AdamW weight decay", check=non_negative)
     grad_clip: float | None = option(1.0, "max gradient norm (none: no clipping)")
@@ -129,19 +155,36 @@ def _flag_type(cls, key: str):
             return check_value(cls, key, yaml_value(text) if _allowed(_hints(cls)[key])[0] != (str,) else text)
         except ConfigError as error:
             raise argparse.ArgumentTypeError(str(error).split(": ", 1)[-1]) from None
+
     parse.__name__ = key
     return parse
 
 
 def build_parser(cls, prog: str, description: str = "") -> argparse.ArgumentParser:
     """The command line of a task: ``--config``, ``--set``, ``--resume``, ``--overwrite`` and one flag per field."""
-    p = OneLineErrorParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
-                           argument_default=argparse.SUPPRESS)
+    p = OneLineErrorParser(
+        prog=prog,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        argument_default=argparse.SUPPRESS,
+    )
     p.add_argument("--config", type=Path, help="YAML file of config keys (the dataclass's fields)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="one config key, the value parsed as YAML (repeatable; wins over the flags and the file)")
-    p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="latest|CHECKPOINT",
-                   help="continue the run in --out from its latest (or the named) checkpoint-<step>")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one config key, the value parsed as YAML (repeatable; wins over the flags and the file)",
+    )
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="latest|CHECKPOINT",
+        help="continue the run in --out from its latest (or the named) checkpoint-<step>",
+    )
     p.add_argument("--overwrite", action="store_true", default=False, help="replace the run in --out")
     for field in dataclasses.fields(cls):
         meta = field.metadata
@@ -149,11 +192,22 @@ def build_parser(cls, prog: str, description: str = "") -> argparse.ArgumentPars
         if _allowed(_hints(cls)[field.name])[0] == (bool,):
             p.add_argument(*names, dest=field.name, action="store_true", help=meta.get("help", ""))
         elif meta.get("nargs"):  # a list flag: --lens-models opencv unified
-            p.add_argument(*names, dest=field.name, nargs=meta["nargs"], choices=meta.get("choices"),
-                           help=meta.get("help", ""), metavar=field.name.upper())
+            p.add_argument(
+                *names,
+                dest=field.name,
+                nargs=meta["nargs"],
+                choices=meta.get("choices"),
+                help=meta.get("help", ""),
+                metavar=field.name.upper(),
+            )
         else:
-            p.add_argument(*names, dest=field.name, type=_flag_type(cls, field.name), help=meta.get("help", ""),
-                           metavar=field.name.upper())
+            p.add_argument(
+                *names,
+                dest=field.name,
+                type=_flag_type(cls, field.name),
+                help=meta.get("help", ""),
+                metavar=field.name.upper(),
+            )
     return p
 
 
@@ -205,8 +259,10 @@ def check_resume_config(config, saved: dict, where) -> None:
             continue
         now = resolved(config)[field.name]
         if saved[field.name] != now:
-            raise ConfigError(f"--resume: {field.name} is {now!r} but the run was started with "
-                              f"{saved[field.name]!r} ({where}); resume with the run's value or start a new --out")
+            raise ConfigError(
+                f"--resume: {field.name} is {now!r} but the run was started with "
+                f"{saved[field.name]!r} ({where}); resume with the run's value or start a new --out"
+            )
 
 
 def parse_run(cls, prog: str, description: str = "", outputs: tuple[str, ...] = (), argv=None):

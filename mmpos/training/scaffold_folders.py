@@ -3,6 +3,7 @@ line refuses an existing run (without ``--resume`` / ``--overwrite``) before any
 
 A checkpoint being written is ``.checkpoint-<step>.partial`` and only renamed once complete, so every folder
 named ``checkpoint-<step>`` is whole."""
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,10 @@ def check_run(out, resume: str | None, overwrite: bool, outputs: tuple[str, ...]
         raise RunExistsError(f"--out {out} is a file; expected a folder")
     earlier = earlier_run(out, outputs)
     if earlier and not (resume or overwrite):
-        raise RunExistsError(f"--out {out} holds an earlier run ({earlier[0].name}, ...); pass --resume to continue "
-                             "it or --overwrite to replace it")
+        raise RunExistsError(
+            f"--out {out} holds an earlier run ({earlier[0].name}, ...); pass --resume to continue "
+            "it or --overwrite to replace it"
+        )
     if not resume:
         return None
     found = latest_checkpoint(out) if resume == "latest" else Path(resume)
@@ -58,8 +61,9 @@ def earlier_run(out: Path, outputs: tuple[str, ...] = ()) -> list[Path]:
     if not out.is_dir():
         return []
     names = ("log.jsonl", ".run", *outputs)
-    return sorted(p for p in out.iterdir() if CHECKPOINT_DIR.match(p.name.strip(".").removesuffix(".partial"))) + \
-        [out / name for name in names if (out / name).exists()]
+    return sorted(p for p in out.iterdir() if CHECKPOINT_DIR.match(p.name.strip(".").removesuffix(".partial"))) + [
+        out / name for name in names if (out / name).exists()
+    ]
 
 
 def remove_earlier_run(out, outputs: tuple[str, ...] = ()) -> None:

@@ -2,6 +2,7 @@
 vit`` and ``mmpos eval vit`` register the same options through :mod:`mmpos.pipelines.commands.train` / ``.eval``).
 
 Parsing imports neither torch nor timm: the trainer is imported by :func:`run_train` / :func:`run_eval`."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,29 +17,57 @@ USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError, UnreadableCheckpo
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML config (keys: mmpos.training.vit_config.DEFAULTS; default: those "
-                        "defaults)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key (value parsed as YAML); repeatable (default: none)")
+    parser.add_argument(
+        "--config", help="YAML config (keys: mmpos.training.vit_config.DEFAULTS; default: those defaults)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key (value parsed as YAML); repeatable (default: none)",
+    )
     parser.add_argument("--model", help="timm model name (default: the config's model)")
     parser.add_argument("--pe", help="mmpos encoding (mmpos.list_pes(); default: the config's pe)")
-    parser.add_argument("--ape", choices=("drop", "keep", "resample"),
-                        help="pretrained learned APE: drop it, keep it beside the RoPE, or resample it (ape_learned) "
-                        "(default: the config's ape)")
-    parser.add_argument("--train-only", dest="train_only", help="comma list of pe, head, norm, cls (default: the "
-                        "config's train_only)")
+    parser.add_argument(
+        "--ape",
+        choices=("drop", "keep", "resample"),
+        help="pretrained learned APE: drop it, keep it beside the RoPE, or resample it (ape_learned) "
+        "(default: the config's ape)",
+    )
+    parser.add_argument(
+        "--train-only", dest="train_only", help="comma list of pe, head, norm, cls (default: the config's train_only)"
+    )
     parser.add_argument("--data-dir", dest="data_dir", help="ImageFolder root (default: the config's data_dir)")
-    parser.add_argument("--pretrained", action="store_true", default=None,
-                        help="start from timm's pretrained weights (default: the config's pretrained)")
-    parser.add_argument("--mixed-precision", dest="mixed_precision", choices=("no", "bf16", "fp16"),
-                        help="accelerate mixed precision (default: the config's mixed_precision)")
+    parser.add_argument(
+        "--pretrained",
+        action="store_true",
+        default=None,
+        help="start from timm's pretrained weights (default: the config's pretrained)",
+    )
+    parser.add_argument(
+        "--mixed-precision",
+        dest="mixed_precision",
+        choices=("no", "bf16", "fp16"),
+        help="accelerate mixed precision (default: the config's mixed_precision)",
+    )
     parser.add_argument("--seed", type=int, help="random seed (default: the config's seed)")
 
 
 # option dest -> the config key it sets; an option not given (None) keeps the config's value
-TRAIN_FLAG_KEYS = {"model": "model", "pe": "pe", "ape": "ape", "train_only": "train_only", "data_dir": "data_dir",
-                   "pretrained": "pretrained", "mixed_precision": "mixed_precision", "seed": "seed", "steps": "steps",
-                   "compile": "compile"}
+TRAIN_FLAG_KEYS = {
+    "model": "model",
+    "pe": "pe",
+    "ape": "ape",
+    "train_only": "train_only",
+    "data_dir": "data_dir",
+    "pretrained": "pretrained",
+    "mixed_precision": "mixed_precision",
+    "seed": "seed",
+    "steps": "steps",
+    "compile": "compile",
+}
 
 
 def resolve_train_config(args) -> dict:
@@ -49,7 +78,9 @@ def resolve_train_config(args) -> dict:
 
 
 TRAIN_DESCRIPTION = "Fine-tune a timm ViT with an mmpos encoding."
-EVAL_DESCRIPTION = "Top-1/top-5 of trained ViT runs at several resolutions; JSON and a PNG plot of accuracy vs resolution."
+EVAL_DESCRIPTION = (
+    "Top-1/top-5 of trained ViT runs at several resolutions; JSON and a PNG plot of accuracy vs resolution."
+)
 
 
 def train_parser(prog: str = "train_vit.py") -> argparse.ArgumentParser:
@@ -65,8 +96,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="delete the existing run folder first")
     parser.add_argument("--steps", type=positive_int_arg, help="optimizer steps (default: the config's steps)")
-    parser.add_argument("--compile", action="store_true", default=None,
-                        help="torch.compile the model (default: the config's compile)")
+    parser.add_argument(
+        "--compile", action="store_true", default=None, help="torch.compile the model (default: the config's compile)"
+    )
     parser.add_argument("--eval-only", action="store_true", help="evaluate --checkpoint (or the run's newest)")
     parser.add_argument("--checkpoint", help="accelerate checkpoint folder for --eval-only (default: the run's newest)")
 
@@ -88,8 +120,14 @@ def run_train(args, parser) -> int:
             checkpoint = latest_checkpoint(args.output_dir)
             if checkpoint is None:
                 raise FileNotFoundError(f"--eval-only: no checkpoint under {args.output_dir}; pass --checkpoint")
-        results = train_vit(config, args.output_dir, resume=args.resume, overwrite=args.overwrite,
-                            eval_only=args.eval_only, checkpoint=checkpoint)
+        results = train_vit(
+            config,
+            args.output_dir,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            eval_only=args.eval_only,
+            checkpoint=checkpoint,
+        )
     except USER_ERRORS as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     except NonFiniteLossError as error:  # not a usage error: exit code 1
@@ -108,14 +146,30 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``eval_vit.py`` / ``mmpos eval vit``."""
     parser.add_argument("runs", nargs="+", help="run folders of train_vit.py (config.yaml + checkpoint-<step>/)")
     parser.add_argument("--sizes", type=int, nargs="+", help="resolutions in pixels (default: the config's eval_sizes)")
-    parser.add_argument("--scales", type=float, nargs="+", help="or multiples of the training resolution (default: the config's eval_scales)")
+    parser.add_argument(
+        "--scales",
+        type=float,
+        nargs="+",
+        help="or multiples of the training resolution (default: the config's eval_scales)",
+    )
     parser.add_argument("--aspects", type=float, nargs="+", help="width / height ratios (default 1)")
-    parser.add_argument("--extrapolation", nargs="+", choices=("none", "pi", "ntk", "yarn"),
-                        help="position extrapolation methods (default: the config's eval_extrapolation)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one key of each run's config.yaml (default: none)")
-    parser.add_argument("--out", required=True, help="output folder: eval.json and eval.png are written into it "
-                        "(refused if they exist)")
+    parser.add_argument(
+        "--extrapolation",
+        nargs="+",
+        choices=("none", "pi", "ntk", "yarn"),
+        help="position extrapolation methods (default: the config's eval_extrapolation)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one key of each run's config.yaml (default: none)",
+    )
+    parser.add_argument(
+        "--out", required=True, help="output folder: eval.json and eval.png are written into it (refused if they exist)"
+    )
 
 
 def eval_main(argv=None, prog: str = "eval_vit.py") -> int:
@@ -139,9 +193,18 @@ def run_eval(args, parser) -> int:
                 raise RunExistsError(f"--out {folder}: {path} exists; choose a new folder")
         for run in args.runs:
             config = load_config(Path(run) / "config.yaml", args.overrides)
-            config.update({k: v for k, v in (("eval_sizes", args.sizes), ("eval_scales", args.scales),
-                                             ("eval_aspects", args.aspects),
-                                             ("eval_extrapolation", args.extrapolation)) if v})
+            config.update(
+                {
+                    k: v
+                    for k, v in (
+                        ("eval_sizes", args.sizes),
+                        ("eval_scales", args.scales),
+                        ("eval_aspects", args.aspects),
+                        ("eval_extrapolation", args.extrapolation),
+                    )
+                    if v
+                }
+            )
             checkpoint = latest_checkpoint(run)
             if checkpoint is None:
                 raise FileNotFoundError(f"{run}: no checkpoint-<step> under {run}")

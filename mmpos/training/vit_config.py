@@ -6,6 +6,7 @@ Values given with ``--set`` are parsed as YAML (``--set lr=1e-3``, ``--set eval_
 Every value is checked against :data:`RULES` (type and range) before anything is built: a wrong one is a
 :class:`ConfigError` naming the key and what was expected.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,32 +18,32 @@ import yaml
 DEFAULTS: dict = {
     # model
     "model": "vit_small_patch16_224",  # any timm ViT name (vit_*, deit*, eva*, naflexvit*)
-    "pretrained": False,               # timm's normal weight loading (hub / cache)
-    "model_kwargs": {},                # passed to timm.create_model (img_size, patch_size, depth, ...)
-    "num_classes": None,               # default: number of classes of the training set
-    "pe": None,                        # mmpos encoding name; None keeps the model's own positions
-    "pe_options": {},                  # the encoding's options (theta, seed, extrapolation, ...)
-    "ape": "drop",                     # warm start of a learned APE: drop | keep | resample (docs/vit_training.md)
-    "train_only": None,                # e.g. "pe,head": every other parameter frozen
+    "pretrained": False,  # timm's normal weight loading (hub / cache)
+    "model_kwargs": {},  # passed to timm.create_model (img_size, patch_size, depth, ...)
+    "num_classes": None,  # default: number of classes of the training set
+    "pe": None,  # mmpos encoding name; None keeps the model's own positions
+    "pe_options": {},  # the encoding's options (theta, seed, extrapolation, ...)
+    "ape": "drop",  # warm start of a learned APE: drop | keep | resample (docs/vit_training.md)
+    "train_only": None,  # e.g. "pe,head": every other parameter frozen
     "drop_path": 0.0,
     # data (timm factories)
-    "data_dir": None,                  # root of train/ and val/ (ImageFolder), or of a tar / wds / hfds dataset
-    "dataset": "",                     # timm dataset name: "" (folder/tar), "wds/...", "hfds/...", "torch/..."
+    "data_dir": None,  # root of train/ and val/ (ImageFolder), or of a tar / wds / hfds dataset
+    "dataset": "",  # timm dataset name: "" (folder/tar), "wds/...", "hfds/...", "torch/..."
     "train_split": "train",
     "val_split": "val",
     "img_size": 224,
-    "batch_size": 64,                  # per process
+    "batch_size": 64,  # per process
     "num_workers": 4,
-    "scale": [0.08, 1.0],              # RandomResizedCrop area range
+    "scale": [0.08, 1.0],  # RandomResizedCrop area range
     "ratio": [0.75, 1.3333333333333333],
     "hflip": 0.5,
     "color_jitter": 0.4,
     # RandAugment (timm's ImageNet recipe; mmax9 keeps Posterize >= 1 bit, Pillow >= 11 refuses 0); None: none
     "auto_augment": "rand-m9-mstd0.5-inc1-mmax9",
-    "reprob": 0.25,                    # random erasing probability
+    "reprob": 0.25,  # random erasing probability
     "interpolation": "bicubic",
-    "crop_pct": 1.0,                   # evaluation crop (1.0: whole image resized)
-    "mean": None,                      # default: the model's pretrained config
+    "crop_pct": 1.0,  # evaluation crop (1.0: whole image resized)
+    "mean": None,  # default: the model's pretrained config
     "std": None,
     "mixup": 0.8,
     "cutmix": 1.0,
@@ -52,27 +53,27 @@ DEFAULTS: dict = {
     "opt": "adamw",
     "lr": 5e-4,
     "weight_decay": 0.05,
-    "layer_decay": None,               # layer-wise lr decay, e.g. 0.65
+    "layer_decay": None,  # layer-wise lr decay, e.g. 0.65
     "momentum": 0.9,
-    "clip_grad": 1.0,                  # max grad norm; None for none
+    "clip_grad": 1.0,  # max grad norm; None for none
     "sched": "cosine",
-    "steps": 1000,                     # optimizer updates
+    "steps": 1000,  # optimizer updates
     "warmup_steps": 50,
     "warmup_lr": 1e-6,
     "min_lr": 1e-6,
     "grad_accum": 1,
-    "ema_decay": None,                 # e.g. 0.9998: ModelEmaV3, evaluated instead of the model
+    "ema_decay": None,  # e.g. 0.9998: ModelEmaV3, evaluated instead of the model
     # runtime
-    "mixed_precision": "no",           # no | bf16 | fp16 (accelerate)
-    "compile": False,                  # torch.compile the model
+    "mixed_precision": "no",  # no | bf16 | fp16 (accelerate)
+    "compile": False,  # torch.compile the model
     "seed": 0,
     "log_every": 20,
-    "checkpoint_every": 500,           # optimizer updates between checkpoints (and at the end)
-    "eval_sizes": None,                # evaluation resolutions (pixels); default [img_size]
-    "eval_scales": None,               # or multiples of img_size, e.g. [1, 1.5, 2]
-    "eval_aspects": [1.0],             # width / height ratios evaluated at every size
-    "eval_extrapolation": ["none"],    # none | pi | ntk | yarn (see mmpos.training.vit_eval)
-    "eval_batch_size": None,           # default: batch_size
+    "checkpoint_every": 500,  # optimizer updates between checkpoints (and at the end)
+    "eval_sizes": None,  # evaluation resolutions (pixels); default [img_size]
+    "eval_scales": None,  # or multiples of img_size, e.g. [1, 1.5, 2]
+    "eval_aspects": [1.0],  # width / height ratios evaluated at every size
+    "eval_extrapolation": ["none"],  # none | pi | ntk | yarn (see mmpos.training.vit_eval)
+    "eval_batch_size": None,  # default: batch_size
 }
 
 
@@ -81,23 +82,44 @@ class ConfigError(ValueError):
 
 
 SCHEDULERS = ("cosine", "tanh", "step", "multistep", "constant", "poly")  # timm's per-update schedules
-CHOICES = {"ape": ("drop", "keep", "resample"), "mixed_precision": ("no", "bf16", "fp16"), "sched": SCHEDULERS,
-           "interpolation": ("bicubic", "bilinear", "nearest", "box", "hamming", "lanczos", "random")}
+CHOICES = {
+    "ape": ("drop", "keep", "resample"),
+    "mixed_precision": ("no", "bf16", "fp16"),
+    "sched": SCHEDULERS,
+    "interpolation": ("bicubic", "bilinear", "nearest", "box", "hamming", "lanczos", "random"),
+}
 EXTRAPOLATIONS = ("none", "pi", "ntk", "yarn")
 # keys a resumed run may change (they change neither the model nor the updates); every other key is refused
-RESUMABLE_KEYS = ("num_workers", "log_every", "checkpoint_every", "compile", "data_dir", "eval_sizes", "eval_scales",
-                  "eval_aspects", "eval_extrapolation", "eval_batch_size")
+RESUMABLE_KEYS = (
+    "num_workers",
+    "log_every",
+    "checkpoint_every",
+    "compile",
+    "data_dir",
+    "eval_sizes",
+    "eval_scales",
+    "eval_aspects",
+    "eval_extrapolation",
+    "eval_batch_size",
+)
 
 
 class _Loader(yaml.SafeLoader):
     """``yaml.SafeLoader`` reading ``1e-3`` / ``5E+4`` as floats (YAML 1.2; PyYAML's 1.1 resolver wants a dot)."""
 
 
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
     |\.[0-9_]+(?:[eE][-+][0-9]+)?
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+    |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def parse_yaml(text: str, where: str):
@@ -195,8 +217,12 @@ def _int(value) -> bool:
 
 
 def _numbers(value, ok, length=None) -> bool:
-    return (isinstance(value, (list, tuple)) and len(value) > 0 and (length is None or len(value) == length)
-            and all(_number(v) and ok(v) for v in value))
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and (length is None or len(value) == length)
+        and all(_number(v) and ok(v) for v in value)
+    )
 
 
 def _optional(ok):
@@ -213,39 +239,65 @@ _OPTIONAL_TEXT = ("a string or null", _optional(lambda v: isinstance(v, str)))
 RULES: dict = {
     "model_kwargs": ("a mapping of timm.create_model arguments", lambda v: isinstance(v, dict)),
     "pe_options": ("a mapping of the encoding's options (or null)", _optional(lambda v: isinstance(v, dict))),
-    "pretrained": _BOOL, "compile": _BOOL,
+    "pretrained": _BOOL,
+    "compile": _BOOL,
     "num_classes": ("a positive integer or null (the training set's)", _optional(_POSITIVE_INT[1])),
-    "pe": _OPTIONAL_TEXT, "train_only": _OPTIONAL_TEXT, "data_dir": _OPTIONAL_TEXT, "auto_augment": _OPTIONAL_TEXT,
-    "dataset": _TEXT, "train_split": _TEXT, "val_split": _TEXT, "opt": _TEXT, "model": _TEXT,
+    "pe": _OPTIONAL_TEXT,
+    "train_only": _OPTIONAL_TEXT,
+    "data_dir": _OPTIONAL_TEXT,
+    "auto_augment": _OPTIONAL_TEXT,
+    "dataset": _TEXT,
+    "train_split": _TEXT,
+    "val_split": _TEXT,
+    "opt": _TEXT,
+    "model": _TEXT,
     "drop_path": ("a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
-    "img_size": _POSITIVE_INT, "batch_size": _POSITIVE_INT, "steps": _POSITIVE_INT, "grad_accum": _POSITIVE_INT,
-    "log_every": _POSITIVE_INT, "checkpoint_every": _POSITIVE_INT,
+    "img_size": _POSITIVE_INT,
+    "batch_size": _POSITIVE_INT,
+    "steps": _POSITIVE_INT,
+    "grad_accum": _POSITIVE_INT,
+    "log_every": _POSITIVE_INT,
+    "checkpoint_every": _POSITIVE_INT,
     "num_workers": ("an integer >= 0", lambda v: _int(v) and v >= 0),
     "warmup_steps": ("an integer >= 0", lambda v: _int(v) and v >= 0),
     "seed": ("an integer >= 0", lambda v: _int(v) and v >= 0),
     "eval_batch_size": ("a positive integer or null (batch_size)", _optional(_POSITIVE_INT[1])),
-    "scale": ("[min, max] area fractions with 0 < min <= max <= 1",
-              lambda v: _numbers(v, lambda x: 0 < x <= 1, 2) and v[0] <= v[1]),
-    "ratio": ("[min, max] aspect ratios with 0 < min <= max", lambda v: _numbers(v, lambda x: x > 0, 2) and v[0] <= v[1]),
-    "hflip": _PROBABILITY, "reprob": _PROBABILITY, "mixup_prob": _PROBABILITY,
+    "scale": (
+        "[min, max] area fractions with 0 < min <= max <= 1",
+        lambda v: _numbers(v, lambda x: 0 < x <= 1, 2) and v[0] <= v[1],
+    ),
+    "ratio": (
+        "[min, max] aspect ratios with 0 < min <= max",
+        lambda v: _numbers(v, lambda x: x > 0, 2) and v[0] <= v[1],
+    ),
+    "hflip": _PROBABILITY,
+    "reprob": _PROBABILITY,
+    "mixup_prob": _PROBABILITY,
     "smoothing": ("a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
     "color_jitter": ("a finite number >= 0 or null", _optional(_NON_NEGATIVE[1])),
-    "mixup": _NON_NEGATIVE, "cutmix": _NON_NEGATIVE,
+    "mixup": _NON_NEGATIVE,
+    "cutmix": _NON_NEGATIVE,
     "crop_pct": ("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
     "mean": ("null or 3 finite numbers", _optional(lambda v: _numbers(v, lambda x: True, 3))),
     "std": ("null or 3 positive numbers", _optional(lambda v: _numbers(v, lambda x: x > 0, 3))),
     "lr": ("a positive finite number", lambda v: _number(v) and v > 0),
-    "warmup_lr": _NON_NEGATIVE, "min_lr": _NON_NEGATIVE, "weight_decay": _NON_NEGATIVE,
+    "warmup_lr": _NON_NEGATIVE,
+    "min_lr": _NON_NEGATIVE,
+    "weight_decay": _NON_NEGATIVE,
     "layer_decay": ("a number in (0, 1] or null", _optional(lambda v: _number(v) and 0 < v <= 1)),
     "momentum": ("a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
     "clip_grad": ("a finite number >= 0 (max grad norm; 0 or null: none)", _optional(_NON_NEGATIVE[1])),
     "ema_decay": ("a number in [0, 1) or null (0 or null: no EMA)", _optional(lambda v: _number(v) and 0 <= v < 1)),
-    "eval_sizes": ("null or a list of positive integers (pixels)",
-                   _optional(lambda v: _numbers(v, lambda x: _int(x) and x > 0))),
+    "eval_sizes": (
+        "null or a list of positive integers (pixels)",
+        _optional(lambda v: _numbers(v, lambda x: _int(x) and x > 0)),
+    ),
     "eval_scales": ("null or a list of positive numbers", _optional(lambda v: _numbers(v, lambda x: x > 0))),
     "eval_aspects": ("a list of positive numbers (width / height)", lambda v: _numbers(v, lambda x: x > 0)),
-    "eval_extrapolation": (f"a list of some of {list(EXTRAPOLATIONS)}",
-                           lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(k in EXTRAPOLATIONS for k in v)),
+    "eval_extrapolation": (
+        f"a list of some of {list(EXTRAPOLATIONS)}",
+        lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(k in EXTRAPOLATIONS for k in v),
+    ),
 }
 
 
@@ -254,8 +306,10 @@ def _check_optimizer_name(name: str) -> None:
 
     known = list_optimizers()
     if name.lower() not in known and name.lower().split("_")[-1] not in known:
-        raise ConfigError(f"config opt={name!r}: expected a timm optimizer name (timm.optim.list_optimizers(): "
-                          f"{', '.join(known[:12])}, ...)")
+        raise ConfigError(
+            f"config opt={name!r}: expected a timm optimizer name (timm.optim.list_optimizers(): "
+            f"{', '.join(known[:12])}, ...)"
+        )
 
 
 def check_resume_config(config: dict, saved_path) -> None:
@@ -267,9 +321,11 @@ def check_resume_config(config: dict, saved_path) -> None:
     changed = sorted(k for k in DEFAULTS if k not in RESUMABLE_KEYS and _plain(saved[k]) != _plain(config[k]))
     if changed:
         details = ", ".join(f"{k}: {saved[k]!r} -> {config[k]!r}" for k in changed)
-        raise ConfigError(f"--resume: the run in {Path(saved_path).parent} was started with another config "
-                          f"({details}); resume it with its own config.yaml (keys allowed to change: "
-                          f"{', '.join(RESUMABLE_KEYS)}) or start a new --output-dir")
+        raise ConfigError(
+            f"--resume: the run in {Path(saved_path).parent} was started with another config "
+            f"({details}); resume it with its own config.yaml (keys allowed to change: "
+            f"{', '.join(RESUMABLE_KEYS)}) or start a new --output-dir"
+        )
 
 
 def _plain(value):
@@ -288,8 +344,9 @@ def check_model_name(name) -> None:
 
     if isinstance(name, str) and (":" in name or timm.is_model(name)):
         return
-    raise ConfigError(f"config model={name!r}: expected a timm model name (timm.list_models()), "
-                      "'hf-hub:REPO' or 'open_clip:NAME'")
+    raise ConfigError(
+        f"config model={name!r}: expected a timm model name (timm.list_models()), 'hf-hub:REPO' or 'open_clip:NAME'"
+    )
 
 
 def eval_sizes(config: dict) -> list[int]:

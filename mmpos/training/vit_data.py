@@ -3,6 +3,7 @@
 Augmentation randomness is a function of (seed, epoch, sample index) (:class:`SeededSamples`), so a resumed
 run sees the same augmented images as an uninterrupted one, whatever the worker count.
 """
+
 from __future__ import annotations
 
 import random
@@ -51,8 +52,14 @@ def make_dataset(config: dict, split: str, transform=None, is_training: bool = F
         raise ConfigError("config data_dir: expected the folder of the dataset (train/ and val/ inside)")
     if not config["dataset"]:
         check_split_folder(config["data_dir"], split, "val_split" if not is_training else "train_split")
-    dataset = create_dataset(config["dataset"], root=config["data_dir"], split=split, is_training=is_training,
-                             batch_size=config["batch_size"], seed=config["seed"])
+    dataset = create_dataset(
+        config["dataset"],
+        root=config["data_dir"],
+        split=split,
+        is_training=is_training,
+        batch_size=config["batch_size"],
+        seed=config["seed"],
+    )
     if transform is not None:
         dataset.transform = transform
     return dataset
@@ -74,23 +81,39 @@ def check_split_folder(data_dir, split: str, key: str) -> None:
     name = split.split("[")[0]
     names = next((group for group in SPLIT_SYNONYMS if name in group), (name,))
     if not any((root / candidate).is_dir() for candidate in (name, *names)):
-        raise ConfigError(f"config {key}={split!r}: no folder {root / name} (nor {', '.join(n for n in names if n != name)}"
-                          f"); expected {root}/{name}/<class>/ images")
+        raise ConfigError(
+            f"config {key}={split!r}: no folder {root / name} (nor {', '.join(n for n in names if n != name)}"
+            f"); expected {root}/{name}/<class>/ images"
+        )
 
 
 def train_transform(config: dict, model):
     base = data_config(config, model)
     return create_transform(
-        (3, config["img_size"], config["img_size"]), is_training=True, scale=tuple(config["scale"]),
-        ratio=tuple(config["ratio"]), hflip=config["hflip"], color_jitter=config["color_jitter"],
-        auto_augment=config["auto_augment"], re_prob=config["reprob"], interpolation=base["interpolation"],
-        mean=base["mean"], std=base["std"])
+        (3, config["img_size"], config["img_size"]),
+        is_training=True,
+        scale=tuple(config["scale"]),
+        ratio=tuple(config["ratio"]),
+        hflip=config["hflip"],
+        color_jitter=config["color_jitter"],
+        auto_augment=config["auto_augment"],
+        re_prob=config["reprob"],
+        interpolation=base["interpolation"],
+        mean=base["mean"],
+        std=base["std"],
+    )
 
 
 def eval_transform(config: dict, model, height: int, width: int):
     base = data_config(config, model)
-    return create_transform((3, height, width), is_training=False, interpolation=base["interpolation"],
-                            mean=base["mean"], std=base["std"], crop_pct=base["crop_pct"])
+    return create_transform(
+        (3, height, width),
+        is_training=False,
+        interpolation=base["interpolation"],
+        mean=base["mean"],
+        std=base["std"],
+        crop_pct=base["crop_pct"],
+    )
 
 
 def classes_of(dataset) -> dict | None:
@@ -119,8 +142,10 @@ def match_classes(dataset, train_classes: dict | None, split: str) -> None:
     unknown = sorted(set(classes) - set(train_classes))
     if unknown:
         shown = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
-        raise ConfigError(f"config val_split={split!r}: its classes {shown} are not classes of the training split; "
-                          "expected class folders named as in the training split")
+        raise ConfigError(
+            f"config val_split={split!r}: its classes {shown} are not classes of the training split; "
+            "expected class folders named as in the training split"
+        )
     to_train = [0] * len(classes)
     for name, index in classes.items():
         to_train[index] = train_classes[name]
@@ -131,17 +156,21 @@ def check_num_classes(config: dict, dataset) -> None:
     """``num_classes`` set below the data's class count would give labels the head cannot score."""
     classes = classes_of(dataset)
     if config["num_classes"] is not None and classes and config["num_classes"] < len(classes):
-        raise ConfigError(f"config num_classes={config['num_classes']}: the training split has {len(classes)} "
-                          "classes; expected at least that many (or null)")
+        raise ConfigError(
+            f"config num_classes={config['num_classes']}: the training split has {len(classes)} "
+            "classes; expected at least that many (or null)"
+        )
 
 
 def check_one_batch(config: dict, dataset, num_processes: int = 1) -> None:
     """The loader drops the last incomplete batch: fewer images than one batch per process would train 0 steps."""
     needed = config["batch_size"] * num_processes
     if len(dataset) < needed:
-        raise ConfigError(f"config batch_size={config['batch_size']}: the training split has {len(dataset)} images, "
-                          f"fewer than one batch ({config['batch_size']} x {num_processes} process(es)); expected a "
-                          "smaller batch_size or more images")
+        raise ConfigError(
+            f"config batch_size={config['batch_size']}: the training split has {len(dataset)} images, "
+            f"fewer than one batch ({config['batch_size']} x {num_processes} process(es)); expected a "
+            "smaller batch_size or more images"
+        )
 
 
 def num_classes_of(dataset) -> int:
@@ -156,16 +185,31 @@ def make_mixup(config: dict, num_classes: int):
     """timm ``Mixup`` (mixup/CutMix with label smoothing) or None when both alphas are 0."""
     if not (config["mixup"] or config["cutmix"]):
         return None
-    return Mixup(mixup_alpha=config["mixup"], cutmix_alpha=config["cutmix"], prob=config["mixup_prob"],
-                 label_smoothing=config["smoothing"], num_classes=num_classes)
+    return Mixup(
+        mixup_alpha=config["mixup"],
+        cutmix_alpha=config["cutmix"],
+        prob=config["mixup_prob"],
+        label_smoothing=config["smoothing"],
+        num_classes=num_classes,
+    )
 
 
 def train_loader(dataset, config: dict):
-    return torch.utils.data.DataLoader(dataset, batch_size=config["batch_size"], shuffle=True, drop_last=True,
-                                       num_workers=config["num_workers"], pin_memory=torch.cuda.is_available(),
-                                       persistent_workers=False)
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=config["batch_size"],
+        shuffle=True,
+        drop_last=True,
+        num_workers=config["num_workers"],
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=False,
+    )
 
 
 def eval_loader(dataset, config: dict):
-    return torch.utils.data.DataLoader(dataset, batch_size=config["eval_batch_size"] or config["batch_size"],
-                                       shuffle=False, num_workers=config["num_workers"])
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=config["eval_batch_size"] or config["batch_size"],
+        shuffle=False,
+        num_workers=config["num_workers"],
+    )

@@ -11,6 +11,7 @@ Extrapolation (``factor`` = evaluated grid / trained grid, the larger of the two
 
 A combination an encoding does not support is reported with ``top1 = None`` and a ``note``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,8 +77,16 @@ def _model_for(kind, factor, config, model, state_dict, num_classes, grid):
     return rebuilt.to(next(model.parameters()).device), ""
 
 
-def evaluate_resolutions(config: dict, model, accelerator, sizes, aspects=(1.0,), extrapolations=("none",),
-                         num_classes: int | None = None, train_classes: dict | None = None) -> list[dict]:
+def evaluate_resolutions(
+    config: dict,
+    model,
+    accelerator,
+    sizes,
+    aspects=(1.0,),
+    extrapolations=("none",),
+    num_classes: int | None = None,
+    train_classes: dict | None = None,
+) -> list[dict]:
     """One row per (size, aspect, extrapolation): ``height``, ``width``, ``scale``, ``top1``, ``top5``.
 
     ``train_classes``: the training split's ``class_to_idx``; the evaluation split is labelled by class name
@@ -102,10 +111,19 @@ def evaluate_resolutions(config: dict, model, accelerator, sizes, aspects=(1.0,)
                 if kind != "none" and factor <= 1:
                     continue
                 candidate, note = _model_for(kind, factor, config, model, state_dict, num_classes, grid)
-                row = {"size": int(size), "height": height, "width": width, "aspect": aspect,
-                       "scale": size / config["img_size"], "extrapolation": kind}
-                row.update(evaluate(candidate, loader, accelerator) if candidate is not None
-                           else {"top1": None, "top5": None, "note": note})
+                row = {
+                    "size": int(size),
+                    "height": height,
+                    "width": width,
+                    "aspect": aspect,
+                    "scale": size / config["img_size"],
+                    "extrapolation": kind,
+                }
+                row.update(
+                    evaluate(candidate, loader, accelerator)
+                    if candidate is not None
+                    else {"top1": None, "top5": None, "note": note}
+                )
                 rows.append(row)
     return rows
 
@@ -117,13 +135,23 @@ def plot_results(results: dict[str, list[dict]], path, title: str = "accuracy vs
     fig, ax = pyplot().subplots(figsize=(6, 4))
     for label, rows in results.items():
         for kind in dict.fromkeys(r["extrapolation"] for r in rows):
-            points = sorted((r["size"], r["top1"]) for r in rows
-                            if r["extrapolation"] in (kind, "none") and r["aspect"] == 1.0 and r["top1"] is not None
-                            and (r["extrapolation"] == kind or r["scale"] <= 1))
+            points = sorted(
+                (r["size"], r["top1"])
+                for r in rows
+                if r["extrapolation"] in (kind, "none")
+                and r["aspect"] == 1.0
+                and r["top1"] is not None
+                and (r["extrapolation"] == kind or r["scale"] <= 1)
+            )
             if len(points) > 1 or kind == "none":
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, marker="o", linestyle="-" if kind == "none" else "--",
-                        label=label if kind == "none" else f"{label} ({kind})")
+                ax.plot(
+                    xs,
+                    ys,
+                    marker="o",
+                    linestyle="-" if kind == "none" else "--",
+                    label=label if kind == "none" else f"{label} ({kind})",
+                )
     ax.set_xlabel("evaluation resolution (px)")
     ax.set_ylabel("top-1 (%)")
     ax.set_title(title)

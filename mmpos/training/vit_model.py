@@ -9,6 +9,7 @@ Warm start of a model pretrained with a learned absolute embedding (timm ``pos_e
 * ``resample`` (timm models): no new rotary encoding (``pe`` must be None or ``ape_learned``): the table is taken over by
   mmpos ``ape_learned`` (same function at the training grid) and resampled to every other grid.
 """
+
 from __future__ import annotations
 
 import timm
@@ -44,8 +45,10 @@ def build_vit(config: dict, num_classes: int, pe_options: dict | None = None) ->
     pe, ape = config["pe"], config["ape"]
     if ape == "resample":
         if pe not in (None, "ape_learned"):
-            raise ConfigError(f"ape=resample keeps the learned APE as the only encoding; got pe={pe!r} "
-                             f"(use ape=keep to keep it beside a rotary encoding)")
+            raise ConfigError(
+                f"ape=resample keeps the learned APE as the only encoding; got pe={pe!r} "
+                f"(use ape=keep to keep it beside a rotary encoding)"
+            )
         pe = "ape_learned"
     if pe is not None:
         abs_pos = "keep" if ape == "keep" and pe_class(pe).kind == "rotary" else "remove"
@@ -78,10 +81,12 @@ def freeze_except(model: nn.Module, groups) -> list[str]:
     pe_names = {name for name, _ in named_pe_parameters(model)}
 
     def kept(name: str) -> bool:
-        return (("pe" in names and (name in pe_names or name in ("pos_embed", "visual.positional_embedding")))
-                or ("head" in names and name.startswith(("head.", "fc_norm.")))
-                or ("norm" in names and name.startswith(("norm.", "fc_norm.", "visual.ln_post.")))
-                or ("cls" in names and name in ("cls_token", "reg_token", "visual.class_embedding")))
+        return (
+            ("pe" in names and (name in pe_names or name in ("pos_embed", "visual.positional_embedding")))
+            or ("head" in names and name.startswith(("head.", "fc_norm.")))
+            or ("norm" in names and name.startswith(("norm.", "fc_norm.", "visual.ln_post.")))
+            or ("cls" in names and name in ("cls_token", "reg_token", "visual.class_embedding"))
+        )
 
     trainable = freeze_all_but(model, {name for name, _ in model.named_parameters() if kept(name)})
     if not trainable:

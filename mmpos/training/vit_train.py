@@ -10,6 +10,7 @@ resume command and exits with code 130 (:mod:`.interrupt`).
 Randomness is a function of (seed, update, process) for dropout/mixup and of (seed, epoch, sample) for
 augmentation, so ``resume`` continues with the losses an uninterrupted run would have had.
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,11 +28,28 @@ from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
 from .._validation import check_finite_loss
-from .checkpoints import TrainingState, check_run_folder, latest_checkpoint, load_checkpoint, prepare_run_folder, save_checkpoint
+from .checkpoints import (
+    TrainingState,
+    check_run_folder,
+    latest_checkpoint,
+    load_checkpoint,
+    prepare_run_folder,
+    save_checkpoint,
+)
 from .interrupt import StopOnSignal
 from .vit_config import check_config, check_resume_config, eval_sizes
-from .vit_data import (SeededSamples, check_num_classes, check_one_batch, classes_of, make_dataset, make_mixup,
-                       match_classes, num_classes_of, train_loader, train_transform)
+from .vit_data import (
+    SeededSamples,
+    check_num_classes,
+    check_one_batch,
+    classes_of,
+    make_dataset,
+    make_mixup,
+    match_classes,
+    num_classes_of,
+    train_loader,
+    train_transform,
+)
 from .vit_eval import evaluate_resolutions, plot_results, save_results
 from .vit_model import build_vit, count_parameters, plain_model
 
@@ -54,15 +72,21 @@ class Progress:
 def _make_accelerator(config: dict, run_dir: Path) -> Accelerator:
     try:
         import tensorboard  # noqa: F401
+
         log_with = ["tensorboard"]
     except ImportError:
         log_with = None
     # cpu=True on a machine without CUDA: torchrun / `accelerate launch` processes then join one gloo group
     # (accelerate otherwise treats them as independent single-process runs)
     cpu_only = not torch.cuda.is_available()
-    return Accelerator(mixed_precision=config["mixed_precision"], gradient_accumulation_steps=config["grad_accum"],
-                       log_with=log_with, project_dir=str(run_dir), cpu=cpu_only,
-                       dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    return Accelerator(
+        mixed_precision=config["mixed_precision"],
+        gradient_accumulation_steps=config["grad_accum"],
+        log_with=log_with,
+        project_dir=str(run_dir),
+        cpu=cpu_only,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+    )
 
 
 def _criterion(config: dict, mixup):
@@ -75,11 +99,24 @@ def _criterion(config: dict, mixup):
 
 def _optimizer_and_scheduler(config: dict, model):
     extra = {"momentum": config["momentum"]} if config["opt"] in ("sgd", "momentum", "nesterov") else {}
-    optimizer = create_optimizer_v2(model, opt=config["opt"], lr=config["lr"], weight_decay=config["weight_decay"],
-                                    layer_decay=config["layer_decay"], **extra)
-    scheduler, _ = create_scheduler_v2(optimizer, sched=config["sched"], num_epochs=config["steps"],
-                                       warmup_epochs=config["warmup_steps"], warmup_lr=config["warmup_lr"],
-                                       min_lr=config["min_lr"], step_on_epochs=False, updates_per_epoch=1)
+    optimizer = create_optimizer_v2(
+        model,
+        opt=config["opt"],
+        lr=config["lr"],
+        weight_decay=config["weight_decay"],
+        layer_decay=config["layer_decay"],
+        **extra,
+    )
+    scheduler, _ = create_scheduler_v2(
+        optimizer,
+        sched=config["sched"],
+        num_epochs=config["steps"],
+        warmup_epochs=config["warmup_steps"],
+        warmup_lr=config["warmup_lr"],
+        min_lr=config["min_lr"],
+        step_on_epochs=False,
+        updates_per_epoch=1,
+    )
     return optimizer, scheduler
 
 
@@ -100,8 +137,15 @@ class CsvLog:
                 csv.writer(f).writerow([row.get(k, "") for k in self.FIELDS])
 
 
-def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = False,
-              eval_only: bool = False, checkpoint=None, results_name: str | None = "results.json") -> dict:
+def train_vit(
+    config: dict,
+    output_dir,
+    resume: bool = False,
+    overwrite: bool = False,
+    eval_only: bool = False,
+    checkpoint=None,
+    results_name: str | None = "results.json",
+) -> dict:
     """Train (or with ``eval_only`` just evaluate ``checkpoint``) and return the results.
 
     The results go to ``output_dir/results_name`` with a PNG beside it (``eval_results.json`` by default with
@@ -146,10 +190,23 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
             accelerator.init_trackers("vit", config={k: str(v) for k, v in config.items()})
         _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes)
     evaluated = ema.module if ema is not None else model
-    rows = evaluate_resolutions(config, evaluated, accelerator, eval_sizes(config), config["eval_aspects"],
-                                config["eval_extrapolation"], num_classes, train_classes=train_classes)
-    results = {"model": config["model"], "pe": config["pe"], "steps": progress.step,
-               "parameters": count_parameters(plain_model(accelerator, model)), "eval": rows}
+    rows = evaluate_resolutions(
+        config,
+        evaluated,
+        accelerator,
+        eval_sizes(config),
+        config["eval_aspects"],
+        config["eval_extrapolation"],
+        num_classes,
+        train_classes=train_classes,
+    )
+    results = {
+        "model": config["model"],
+        "pe": config["pe"],
+        "steps": progress.step,
+        "parameters": count_parameters(plain_model(accelerator, model)),
+        "eval": rows,
+    }
     if accelerator.is_main_process and results_name:
         save_results(results, run_dir / results_name)
         plot_results({config["pe"] or config["model"]: rows}, run_dir / results_name.replace(".json", ".png"))
@@ -158,12 +215,23 @@ def train_vit(config: dict, output_dir, resume: bool = False, overwrite: bool = 
 
 
 def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes):
-    model, optimizer, scheduler, progress, ema = state.model, state.optimizer, state.scheduler, state.progress, state.ema
+    model, optimizer, scheduler, progress, ema = (
+        state.model,
+        state.optimizer,
+        state.scheduler,
+        state.progress,
+        state.ema,
+    )
     mixup = make_mixup(config, num_classes)
     criterion = _criterion(config, mixup)
     log = CsvLog(run_dir / "log.csv", accelerator.is_main_process)
-    bar = tqdm(total=config["steps"], initial=progress.step, disable=not accelerator.is_main_process,
-               desc="train", dynamic_ncols=True)
+    bar = tqdm(
+        total=config["steps"],
+        initial=progress.step,
+        disable=not accelerator.is_main_process,
+        desc="train",
+        dynamic_ncols=True,
+    )
     started, images_seen = time.time(), 0
     with StopOnSignal() as stop:  # SIGINT / SIGTERM: checkpoint at the update boundary, exit 130
         while progress.step < config["steps"]:
@@ -178,8 +246,9 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
                 with accelerator.accumulate(model):
                     with accelerator.autocast():
                         loss = criterion(model(images), targets)
-                    check_finite_loss(accelerator.gather(loss.detach()[None]), progress.step + 1,
-                                      lambda: _kept(run_dir))
+                    check_finite_loss(
+                        accelerator.gather(loss.detach()[None]), progress.step + 1, lambda: _kept(run_dir)
+                    )
                     accelerator.backward(loss)
                     grad_norm = None
                     if accelerator.sync_gradients and config["clip_grad"]:
@@ -205,8 +274,9 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
                     break
                 if stop.requested(accelerator):
                     bar.close()
-                    stop.exit(accelerator, saved or save_checkpoint(accelerator, run_dir, progress.step, state,
-                                                                    config=config))
+                    stop.exit(
+                        accelerator, saved or save_checkpoint(accelerator, run_dir, progress.step, state, config=config)
+                    )
             else:
                 progress.epoch += 1
                 progress.batch = 0
@@ -223,10 +293,15 @@ def _kept(run_dir) -> str:
 def _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started):
     loss_value = accelerator.reduce(loss.detach().float(), reduction="mean").item()
     elapsed = time.time() - started
-    row = {"step": progress.step, "epoch": progress.epoch, "loss": f"{loss_value:.6f}",
-           "lr": f"{optimizer.param_groups[0]['lr']:.3e}",
-           "grad_norm": "" if grad_norm is None else f"{float(grad_norm):.4f}",
-           "images_per_s": f"{images_seen / max(elapsed, 1e-9):.1f}", "seconds": f"{elapsed:.1f}"}
+    row = {
+        "step": progress.step,
+        "epoch": progress.epoch,
+        "loss": f"{loss_value:.6f}",
+        "lr": f"{optimizer.param_groups[0]['lr']:.3e}",
+        "grad_norm": "" if grad_norm is None else f"{float(grad_norm):.4f}",
+        "images_per_s": f"{images_seen / max(elapsed, 1e-9):.1f}",
+        "seconds": f"{elapsed:.1f}",
+    }
     log.write(row)
     bar.set_postfix(loss=f"{loss_value:.4f}", lr=row["lr"])
     if accelerator.log_with:

@@ -1,5 +1,6 @@
 """Camera figures: the rig (frusta along a trajectory, coloured by time), a frame's ray-direction and
 latitude/up maps, and the attention pattern each camera encoding imposes across two views."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,9 +18,14 @@ from ..camera.trajectory import Trajectory
 from .figure_files import pyplot, save_figure
 
 # pure geometry moved to mmpos.camera (old paths kept for one release)
-__getattr__ = moved_names("mmpos.viz.cameras", {"frustum_lines": "mmpos.camera.frusta",
-                                                 "resolve_trajectory": "mmpos.camera.specs",
-                                                 "frame_camera": "mmpos.camera.specs"})
+__getattr__ = moved_names(
+    "mmpos.viz.cameras",
+    {
+        "frustum_lines": "mmpos.camera.frusta",
+        "resolve_trajectory": "mmpos.camera.specs",
+        "frame_camera": "mmpos.camera.specs",
+    },
+)
 
 
 def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "camera rig") -> None:
@@ -73,8 +79,16 @@ def plot_ray_maps(axes, camera, c2w: torch.Tensor, grid_size) -> None:
     axes[1].set_title("latitude")
     col, row = torch.meshgrid(torch.arange(cols), torch.arange(rows), indexing="xy")
     up = latup[:, :2].reshape(rows, cols, 2)
-    axes[2].quiver(col.numpy(), row.numpy(), up[..., 0].numpy(), -up[..., 1].numpy(), ok.reshape(rows, cols).numpy(),
-                   cmap="coolwarm", scale=1.2 * max(rows, cols) / 1.0, width=0.004)
+    axes[2].quiver(
+        col.numpy(),
+        row.numpy(),
+        up[..., 0].numpy(),
+        -up[..., 1].numpy(),
+        ok.reshape(rows, cols).numpy(),
+        cmap="coolwarm",
+        scale=1.2 * max(rows, cols) / 1.0,
+        width=0.004,
+    )
     axes[2].set_xlim(-0.5, cols - 0.5)
     axes[2].set_ylim(rows - 0.5, -0.5)
     axes[2].set_aspect("equal")
@@ -84,9 +98,18 @@ def plot_ray_maps(axes, camera, c2w: torch.Tensor, grid_size) -> None:
         ax.set_ylabel("patch row")
 
 
-def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame: int = 0,
-                   image_size=(180, 320), grid_size=(18, 32), model: str = "pinhole", fov=None, xi: float = 0.0,
-                   replace: bool = True):
+def camera_figures(
+    trajectory: Trajectory,
+    out_dir,
+    stem: str = "cameras",
+    frame: int = 0,
+    image_size=(180, 320),
+    grid_size=(18, 32),
+    model: str = "pinhole",
+    fov=None,
+    xi: float = 0.0,
+    replace: bool = True,
+):
     """Write ``{stem}_rig.png`` and ``{stem}_rays.png`` (frame ``frame``) to ``out_dir``; returns the paths.
     ``replace=False``: an existing figure is kept and :class:`~mmpos._atomic.OutputTakenError` raised."""
     if not -len(trajectory) <= frame < len(trajectory):
@@ -100,8 +123,10 @@ def camera_figures(trajectory: Trajectory, out_dir, stem: str = "cameras", frame
     camera = _frame_camera(trajectory, frame, width, height, model, fov, xi)
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")  # colour bar beside, not over, labels
     plot_ray_maps(axes, camera, trajectory.c2w[frame], grid_size)
-    fig.suptitle(f"{stem}: frame {frame % len(trajectory)}, {type(camera).__name__}"
-                 + (f" (xi={xi:g})" if model == "unified" else ""))
+    fig.suptitle(
+        f"{stem}: frame {frame % len(trajectory)}, {type(camera).__name__}"
+        + (f" (xi={xi:g})" if model == "unified" else "")
+    )
     return [rig_path, save_figure(fig, out_dir / f"{stem}_rays.png", replace=replace)]
 
 
@@ -116,9 +141,15 @@ def encoding_logit_maps(name: str, grid_size=(9, 16), image_size=(90, 160)) -> t
     views = preset_trajectory("arc", 2, degrees=40.0)
     height, width = image_size
     rays, valid = ray_grid(views.camera(0, width, height), grid_size, dtype=torch.float64)
-    cameras = Cameras(c2w=views.c2w[None], grid=grid_size, image_size=image_size, rays=rays, valid=valid,
-                      intrinsics=views.intrinsic_matrices(width, height)[None],
-                      depth=torch.full((1, 2, height, width), 2.0, dtype=torch.float64))
+    cameras = Cameras(
+        c2w=views.c2w[None],
+        grid=grid_size,
+        image_size=image_size,
+        rays=rays,
+        valid=valid,
+        intrinsics=views.intrinsic_matrices(width, height)[None],
+        depth=torch.full((1, 2, height, width), 2.0, dtype=torch.float64),
+    )
     tokens, head_dim = cameras.num_tokens // 2, 48
     centre = (grid_size[0] // 2) * grid_size[1] + grid_size[1] // 2
     pe = pe_class(name).for_head_dim(head_dim).double()
@@ -149,8 +180,11 @@ def camera_encoding_figure(name: str, path) -> Path:
         ax.set_ylabel("token row")
     fig.colorbar(image, ax=list(axes), shrink=0.9, label=label)  # one scale for both views
     row, col = (side // 2 for side in same.shape)
-    fig.suptitle(f"content-free (q = k = ones, fp64), {same.shape[0]} x {same.shape[1]} tokens per pinhole view; "
-                 "x: the query token", fontsize=9)
+    fig.suptitle(
+        f"content-free (q = k = ones, fp64), {same.shape[0]} x {same.shape[1]} tokens per pinhole view; "
+        "x: the query token",
+        fontsize=9,
+    )
     axes[0].scatter([col], [row], marker="x", c="black", s=25)
     return save_figure(fig, path)
 

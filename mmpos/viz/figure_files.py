@@ -1,5 +1,6 @@
 """Matplotlib without a display, and figures written to a temporary name renamed into place (a crash never
 leaves a half-written image under the name the user asked for)."""
+
 from __future__ import annotations
 
 from pathlib import Path

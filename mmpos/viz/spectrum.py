@@ -1,5 +1,6 @@
 """Figures of an encoding: its spectrum (frequency per channel pair and axis) and its attention-logit
 pattern against the offset between two tokens on a 2D grid."""
+
 from __future__ import annotations
 
 import textwrap
@@ -73,8 +74,9 @@ def plot_spectrum(ax, pe, title: str = "") -> None:
     matrix = frequency_matrix(pe)
     ax.set_title(title or "spectrum")
     if matrix is None:
-        ax.text(0.5, 0.5, "no frequency spectrum\n(learned table or none)", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(
+            0.5, 0.5, "no frequency spectrum\n(learned table or none)", ha="center", va="center", transform=ax.transAxes
+        )
         ax.set_xticks([]), ax.set_yticks([])
         return
     if matrix.dim() == 3:  # per-head: show head 0 (solid) and head 1 (dashed)
@@ -115,8 +117,13 @@ def figure_settings(pe) -> str:
         parts.append("the encoding's own image ids (image_coords)")
     elif isinstance(pe, (RotaryPE, AbsolutePE)):
         axes = getattr(pe, "num_axes", 2)
-        parts.append({1: "positions in raster order (row * W + col)", 2: "coordinates (row, col)",
-                      3: "coordinates (t = 0, row, col)"}.get(axes, f"coordinates (0, ..., 0, row, col), {axes} axes"))
+        parts.append(
+            {
+                1: "positions in raster order (row * W + col)",
+                2: "coordinates (row, col)",
+                3: "coordinates (t = 0, row, col)",
+            }.get(axes, f"coordinates (0, ..., 0, row, col), {axes} axes")
+        )
     if any(p.requires_grad for p in pe.parameters()):
         parts.append("learned parameters at initialisation (seed 0), not trained")
     return "; ".join(parts)

@@ -7,6 +7,7 @@ half inpaint a region of the scene beside a plain tile. So ``PosBridgeFillPipeli
 :data:`WORLD_TRANSPLANT` meets exactly the layout the model was trained on, and plain Fill (the same pipeline with
 ``enabled=False``) is the baseline on the same canvas.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,11 +29,11 @@ INSERTION_FRACTION = 0.5
 
 @dataclass
 class FillCanvas:
-    image: np.ndarray   # uint8 [S, 2S, 3]: the target canvas (reference tile | scene after the edit)
-    mask: np.ndarray    # bool [S, 2S]: the region Fill repaints (inside the scene)
-    caption: str        # the edited scene's caption
-    spec: dict          # the edited scene's spec
-    inserted: bool      # True: the tile's object goes into the mask; False: plain inpainting
+    image: np.ndarray  # uint8 [S, 2S, 3]: the target canvas (reference tile | scene after the edit)
+    mask: np.ndarray  # bool [S, 2S]: the region Fill repaints (inside the scene)
+    caption: str  # the edited scene's caption
+    spec: dict  # the edited scene's spec
+    inserted: bool  # True: the tile's object goes into the mask; False: plain inpainting
 
 
 def insertion_canvas(pair: TransplantPair) -> FillCanvas:
@@ -48,8 +49,9 @@ def insertion_canvas(pair: TransplantPair) -> FillCanvas:
     image[..., rows, cols] = to_chw(pair.target.image)
     tile = layout.tiles[0]
     t_rows, t_cols = tile.slices
-    image[..., t_rows, t_cols] = _fitted(to_chw(pair.reference.image)[None], torch.from_numpy(pair.reference.masks[0]),
-                                         tile.height, tile.width)
+    image[..., t_rows, t_cols] = _fitted(
+        to_chw(pair.reference.image)[None], torch.from_numpy(pair.reference.masks[0]), tile.height, tile.width
+    )
     left, top, right, bottom = pair.box
     box = torch.zeros(size, dtype=torch.bool)
     box[top:bottom, left:right] = True
@@ -68,7 +70,7 @@ def _fitted(reference: torch.Tensor, object_mask: torch.Tensor, height: int, wid
         crop = F.interpolate(crop, size=(h, w), mode="bilinear", antialias=True, align_corners=False).clamp(0, 1)
     pixels = torch.full((1, 3, height, width), FILL_VALUE, dtype=reference.dtype)
     y, x = (height - h) // 2, (width - w) // 2
-    pixels[..., y:y + h, x:x + w] = crop
+    pixels[..., y : y + h, x : x + w] = crop
     return pixels
 
 
@@ -101,4 +103,4 @@ def fill_canvas_example(seed: int, image_size: int = 64, insertion_fraction: flo
 
 def scene_part(canvas_image: np.ndarray) -> np.ndarray:
     """The scene (right half) of a ``[S, 2S, ...]`` canvas."""
-    return canvas_image[:, canvas_image.shape[0]:]
+    return canvas_image[:, canvas_image.shape[0] :]

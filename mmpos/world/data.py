@@ -3,6 +3,7 @@
 Example ``i`` of a dataset with seed ``s`` is generated from seed ``s * 1_000_003 + i``, so any example can be
 rebuilt alone and every worker count gives the same data.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,9 +35,13 @@ def make_example(task: str, seed: int, image_size: int = 64) -> dict:
     check_choice("task", task, DATA_TASKS)
     if task == "scenes":
         rendered = render_scene(sample_scene(seed, image_size))
-        return {"image": rendered.image, "caption": rendered.spec.caption(),
-                "content_caption": rendered.spec.caption(include_style=False), "masks": rendered.masks,
-                "spec": rendered.spec.to_dict()}
+        return {
+            "image": rendered.image,
+            "caption": rendered.spec.caption(),
+            "content_caption": rendered.spec.caption(include_style=False),
+            "masks": rendered.masks,
+            "spec": rendered.spec.to_dict(),
+        }
     if task == "fill":  # S x 2S canvases: reference tile | scene (mmpos.world.canvas)
         canvas = fill_canvas_example(seed, image_size)
         return {"image": canvas.image, "mask": canvas.mask, "caption": canvas.caption, "spec": canvas.spec}
@@ -73,8 +78,15 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float() / 127.5 - 1.0
 
 
-def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "scenes", image_size: int = 64,
-                       progress: bool = False, overwrite: bool = False):
+def write_image_folder(
+    out_dir,
+    num_examples: int,
+    seed: int = 0,
+    task: str = "scenes",
+    image_size: int = 64,
+    progress: bool = False,
+    overwrite: bool = False,
+):
     """``out_dir/<class>/<index>.png`` (class = first object's shape, or ``edit`` pairs for kontext/fill),
     masks/contexts beside them, and ``metadata.jsonl`` with caption and scene spec per file. Written under a
     temporary folder renamed into place; an ``out_dir`` holding files is refused unless ``overwrite`` (then
@@ -86,8 +98,9 @@ def write_image_folder(out_dir, num_examples: int, seed: int = 0, task: str = "s
     return [final / p.relative_to(out_dir) for p in written]
 
 
-def _write_examples(out_dir: Path, num_examples: int, seed: int, task: str, image_size: int,
-                    progress: bool = False) -> list[Path]:
+def _write_examples(
+    out_dir: Path, num_examples: int, seed: int, task: str, image_size: int, progress: bool = False
+) -> list[Path]:
     from tqdm.auto import tqdm
 
     written = []
@@ -99,8 +112,11 @@ def _write_examples(out_dir: Path, num_examples: int, seed: int, task: str, imag
             folder.mkdir(exist_ok=True)
             path = folder / f"{index:06d}.png"
             save_png(path, example["image"])
-            record = {"file_name": str(path.relative_to(out_dir)), "caption": example["caption"],
-                      "spec": example["spec"]}
+            record = {
+                "file_name": str(path.relative_to(out_dir)),
+                "caption": example["caption"],
+                "spec": example["spec"],
+            }
             for extra in ("mask", "context"):
                 if extra in example:
                     extra_path = folder / f"{index:06d}_{extra}.png"
@@ -129,11 +145,17 @@ def build_arrays(task: str, num_examples: int, seed: int = 0, image_size: int = 
     check_choice("task", task, DATA_TASKS)
     check_positive_int("num_examples", num_examples)
     seeds = [example_seed(seed, i) for i in range(num_examples)]
-    chunks = [(task, seeds[i:i + 256], image_size) for i in range(0, num_examples, 256)]
+    chunks = [(task, seeds[i : i + 256], image_size) for i in range(0, num_examples, 256)]
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             parts = list(pool.map(_chunk, chunks))
     else:
         parts = [_chunk(c) for c in chunks]
-    return {key: (sum((p[key] for p in parts), []) if isinstance(parts[0][key], list)
-                  else np.concatenate([p[key] for p in parts])) for key in parts[0]}
+    return {
+        key: (
+            sum((p[key] for p in parts), [])
+            if isinstance(parts[0][key], list)
+            else np.concatenate([p[key] for p in parts])
+        )
+        for key in parts[0]
+    }

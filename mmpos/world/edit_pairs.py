@@ -6,6 +6,7 @@
 - :func:`style_set` (band modulation): a reference scene and other layouts rendered in its style.
 - :func:`instruction_pair`: (context, instruction, target) triples the Kontext-style model trains on.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,8 +81,9 @@ def transplant_pair(seed: int, image_size: int = 64, box=None, obj: ObjectSpec |
     rng = np.random.default_rng(seed)
     scene = sample_scene(int(rng.integers(2**31)), image_size, max_objects=2)
     if box is None:
-        box = sample_box(rng, image_size, "large", [o.box for o in scene.objects]) or \
-            sample_box(rng, image_size, "small", [o.box for o in scene.objects])
+        box = sample_box(rng, image_size, "large", [o.box for o in scene.objects]) or sample_box(
+            rng, image_size, "small", [o.box for o in scene.objects]
+        )
         if box is None:  # crowded scene: drop its objects rather than overlap them
             scene = scene.with_objects(())
             box = sample_box(rng, image_size, "large")
@@ -90,11 +92,15 @@ def transplant_pair(seed: int, image_size: int = 64, box=None, obj: ObjectSpec |
         colours = [c for c in COLOURS if c not in (scene.style.background, REFERENCE_BACKGROUND)]
         obj = ObjectSpec(str(rng.choice(SHAPES)), str(rng.choice(colours)), box, "large")
     placed = _object_at(obj, box)
-    reference_spec = SceneSpec(image_size, SceneStyle(REFERENCE_BACKGROUND, "flat", scene.style.object_pattern),
-                               (_object_at(obj, _centred_box(image_size, image_size // 2)),))
+    reference_spec = SceneSpec(
+        image_size,
+        SceneStyle(REFERENCE_BACKGROUND, "flat", scene.style.object_pattern),
+        (_object_at(obj, _centred_box(image_size, image_size // 2)),),
+    )
     target = render_scene(scene.with_objects(scene.objects + (placed,)))
-    return TransplantPair(render_scene(scene), render_scene(reference_spec), box, target, target.masks[-1],
-                          target.spec.caption())
+    return TransplantPair(
+        render_scene(scene), render_scene(reference_spec), box, target, target.masks[-1], target.spec.caption()
+    )
 
 
 def harmonise_pair(seed: int, image_size: int = 64, margin: int = 2) -> HarmonisePair:
@@ -102,8 +108,11 @@ def harmonise_pair(seed: int, image_size: int = 64, margin: int = 2) -> Harmonis
     rng = np.random.default_rng(seed)
     style = sample_style(rng)
     other = [p for p in PATTERNS if p != style.object_pattern]
-    source_style = SceneStyle(str(rng.choice([c for c in COLOURS if c != style.background])),
-                              str(rng.choice(PATTERNS)), str(rng.choice(other)))
+    source_style = SceneStyle(
+        str(rng.choice([c for c in COLOURS if c != style.background])),
+        str(rng.choice(PATTERNS)),
+        str(rng.choice(other)),
+    )
     scene = SceneSpec(image_size, style, sample_objects(rng, image_size, style, int(rng.integers(1, 3))))
     colours = [c for c in COLOURS if c not in (style.background, source_style.background)]
     box = sample_box(rng, image_size, "large", [o.box for o in scene.objects], gap=margin + 1)
@@ -113,7 +122,7 @@ def harmonise_pair(seed: int, image_size: int = 64, margin: int = 2) -> Harmonis
     source = render_scene(SceneSpec(image_size, source_style, (obj,)))
     patch = np.zeros((image_size, image_size), dtype=bool)
     x0, y0, x1, y1 = box
-    patch[max(y0 - margin, 0):y1 + margin, max(x0 - margin, 0):x1 + margin] = True
+    patch[max(y0 - margin, 0) : y1 + margin, max(x0 - margin, 0) : x1 + margin] = True
     before = render_scene(scene)
     collage = before.image.copy()
     collage[patch] = source.image[patch]
@@ -126,8 +135,9 @@ def style_set(seed: int, count: int = 4, image_size: int = 64) -> StyleSet:
     rng = np.random.default_rng(seed)
     reference = sample_scene(int(rng.integers(2**31)), image_size)
     targets = [sample_scene(int(rng.integers(2**31)), image_size, style=reference.style) for _ in range(count)]
-    return StyleSet(render_scene(reference), [render_scene(t) for t in targets],
-                    [t.caption(include_style=False) for t in targets])
+    return StyleSet(
+        render_scene(reference), [render_scene(t) for t in targets], [t.caption(include_style=False) for t in targets]
+    )
 
 
 def _recolour(rng, scene: SceneSpec):
@@ -142,7 +152,7 @@ def _recolour(rng, scene: SceneSpec):
 def _remove(rng, scene: SceneSpec):
     i = int(rng.integers(len(scene.objects)))
     obj = scene.objects[i]
-    return f"remove the {obj.colour} {obj.shape}", scene.with_objects(scene.objects[:i] + scene.objects[i + 1:])
+    return f"remove the {obj.colour} {obj.shape}", scene.with_objects(scene.objects[:i] + scene.objects[i + 1 :])
 
 
 def _add(rng, scene: SceneSpec):
@@ -150,8 +160,9 @@ def _add(rng, scene: SceneSpec):
     if not added:
         return _remove(rng, scene)
     obj = added[0]
-    return f"add a {obj.size} {obj.colour} {obj.shape} at {obj.position_word(scene.size)}", \
-        scene.with_objects(scene.objects + added)
+    return f"add a {obj.size} {obj.colour} {obj.shape} at {obj.position_word(scene.size)}", scene.with_objects(
+        scene.objects + added
+    )
 
 
 def _restyle(rng, scene: SceneSpec):
@@ -185,9 +196,9 @@ def fill_example(seed: int, image_size: int = 64):
     if rng.random() < 0.5 and rendered.spec.objects:
         x0, y0, x1, y1 = rendered.spec.objects[int(rng.integers(len(rendered.spec.objects)))].box
         pad = int(rng.integers(0, 4))
-        mask[max(y0 - pad, 0):y1 + pad, max(x0 - pad, 0):x1 + pad] = True
+        mask[max(y0 - pad, 0) : y1 + pad, max(x0 - pad, 0) : x1 + pad] = True
     else:
         h, w = (int(v) for v in rng.integers(image_size // 6, image_size // 2, size=2))
         y, x = (int(v) for v in rng.integers(0, image_size - max(h, w), size=2))
-        mask[y:y + h, x:x + w] = True
+        mask[y : y + h, x : x + w] = True
     return rendered, mask

@@ -1,4 +1,5 @@
 """Image arrays of the world: uint8 ``[..., H, W, 3]`` <-> float ``[..., 3, H, W]`` in [0, 1], and PNG files."""
+
 from __future__ import annotations
 
 from pathlib import Path

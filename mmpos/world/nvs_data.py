@@ -15,6 +15,7 @@ A batch is a dict of tensors, views ordered ``(context 0, context 1, target)``:
     patch_rays  [N, 3, P, 3]         float64 camera-frame unit rays through the patch centres (true lens)
     pixel_rays  [N, 3, S * S, 3]     float64 camera-frame unit rays through the pixel centres (true lens)
 """
+
 from __future__ import annotations
 
 import math
@@ -73,8 +74,16 @@ def render_antialiased(scene, camera, c2w) -> torch.Tensor:
     return torch.nn.functional.avg_pool2d(image[None], 2)[0]
 
 
-def make_triples(split: str, scenes: int, triples_per_scene: int = 4, size: int = 32, patch: int = 4,
-                 baseline_degrees=TRAIN_BASELINE, target_lens: str = "pinhole", objects: int = 4) -> dict:
+def make_triples(
+    split: str,
+    scenes: int,
+    triples_per_scene: int = 4,
+    size: int = 32,
+    patch: int = 4,
+    baseline_degrees=TRAIN_BASELINE,
+    target_lens: str = "pinhole",
+    objects: int = 4,
+) -> dict:
     """``scenes * triples_per_scene`` triples of textured scenes of ``split`` (a batch dict, see the module)."""
     check_positive_int("triples_per_scene", triples_per_scene)
     if size % patch:
@@ -94,8 +103,13 @@ def make_triples(split: str, scenes: int, triples_per_scene: int = 4, size: int 
             images.append(torch.stack([render_antialiased(scene, c, p) for c, p in zip(cameras, c2w)]))
             poses.append(c2w)
     count = len(images)
-    return dict(images=torch.stack(images), c2w=torch.stack(poses), intrinsics=k.expand(count, -1, -1, -1),
-                patch_rays=patch_rays.expand(count, -1, -1, -1), pixel_rays=pixel_rays.expand(count, -1, -1, -1))
+    return dict(
+        images=torch.stack(images),
+        c2w=torch.stack(poses),
+        intrinsics=k.expand(count, -1, -1, -1),
+        patch_rays=patch_rays.expand(count, -1, -1, -1),
+        pixel_rays=pixel_rays.expand(count, -1, -1, -1),
+    )
 
 
 def select(batch: dict, index) -> dict:

@@ -11,6 +11,7 @@ Tasks (``POSITIONAL_TASKS``):
 
 Example ``i`` of a split with seed ``s`` comes from seed ``s * 1_000_003 + i`` (as :mod:`mmpos.world.data`).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ from .render import render_scene
 from .scene import SHAPES, SIZES, ObjectSpec, SceneSpec, SceneStyle, sample_box
 
 POSITIONAL_TASKS = ("relation", "quadrant")
-CLASSES = {"relation": ("blue_above", "blue_below", "blue_left", "blue_right"),
-           "quadrant": ("bottom_left", "bottom_right", "top_left", "top_right")}
+CLASSES = {
+    "relation": ("blue_above", "blue_below", "blue_left", "blue_right"),
+    "quadrant": ("bottom_left", "bottom_right", "top_left", "top_right"),
+}
 BACKGROUNDS = ("white", "gray", "black", "yellow")
 DISTRACTOR_COLOURS = ("green", "cyan", "orange", "brown", "white", "black", "yellow", "gray")
 SEED_STRIDE = 1_000_003
@@ -93,9 +96,15 @@ def positional_example(task: str, seed: int, image_size: int = 64) -> tuple[np.n
     return render_scene(spec).image, label, spec
 
 
-def write_positional_folder(out_dir, num_examples: int, seed: int = 0, task: str = "relation",
-                            image_size: int = 64, progress: bool = False,
-                            overwrite: bool = False) -> list[Path]:
+def write_positional_folder(
+    out_dir,
+    num_examples: int,
+    seed: int = 0,
+    task: str = "relation",
+    image_size: int = 64,
+    progress: bool = False,
+    overwrite: bool = False,
+) -> list[Path]:
     """ImageFolder layout ``out_dir/<class>/<index>.png`` (every class folder made, even if empty) and
     ``metadata.jsonl`` (file, label, scene spec). Files are written under a temporary folder renamed into place;
     an ``out_dir`` holding files is refused unless ``overwrite`` (then replaced whole)."""

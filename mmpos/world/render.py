@@ -2,6 +2,7 @@
 
 Everything is numpy on ``[H, W]`` pixel-centre grids; images are ``uint8 [H, W, 3]``, masks ``bool [H, W]``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +33,23 @@ POLYGONS = {  # vertices in the unit box [-1, 1]^2, y pointing down
     "diamond": np.array([[0.0, -1.0], [1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]),
     "hexagon": _regular_polygon(6, phase=0.0),
     "star": _star() * np.array([1.0, 1.08]) + np.array([0.0, 0.08]),
-    "cross": np.array([[-_ARM, -1], [_ARM, -1], [_ARM, -_ARM], [1, -_ARM], [1, _ARM], [_ARM, _ARM], [_ARM, 1],
-                       [-_ARM, 1], [-_ARM, _ARM], [-1, _ARM], [-1, -_ARM], [-_ARM, -_ARM]], dtype=float),
+    "cross": np.array(
+        [
+            [-_ARM, -1],
+            [_ARM, -1],
+            [_ARM, -_ARM],
+            [1, -_ARM],
+            [1, _ARM],
+            [_ARM, _ARM],
+            [_ARM, 1],
+            [-_ARM, 1],
+            [-_ARM, _ARM],
+            [-1, _ARM],
+            [-1, -_ARM],
+            [-_ARM, -_ARM],
+        ],
+        dtype=float,
+    ),
 }
 
 

@@ -3,6 +3,7 @@
 A :class:`SceneSpec` is the ground truth kept with every image. Sampling is deterministic per seed
 (``numpy.random.default_rng(seed)``); rendering is in :mod:`mmpos.world.render`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
@@ -12,17 +13,29 @@ import numpy as np
 from .._arguments import check_choice, check_positive_int
 
 COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (220, 40, 40), "orange": (240, 140, 30), "yellow": (235, 215, 40), "green": (50, 170, 60),
-    "cyan": (40, 200, 210), "blue": (40, 80, 220), "purple": (140, 60, 200), "pink": (240, 130, 190),
-    "white": (245, 245, 245), "gray": (128, 128, 128), "black": (25, 25, 25), "brown": (130, 80, 40),
+    "red": (220, 40, 40),
+    "orange": (240, 140, 30),
+    "yellow": (235, 215, 40),
+    "green": (50, 170, 60),
+    "cyan": (40, 200, 210),
+    "blue": (40, 80, 220),
+    "purple": (140, 60, 200),
+    "pink": (240, 130, 190),
+    "white": (245, 245, 245),
+    "gray": (128, 128, 128),
+    "black": (25, 25, 25),
+    "brown": (130, 80, 40),
 }
 SHAPES = ("circle", "square", "triangle", "diamond", "hexagon", "star", "cross")
 PATTERNS = ("flat", "stripes", "dots", "gradient")
 # Caption words for each pattern (an object is "striped", a background is "striped" too).
 PATTERN_WORDS = {"flat": "plain", "stripes": "striped", "dots": "dotted", "gradient": "shaded"}
 SIZES = {"small": (14, 20), "large": (22, 30)}  # side of the placement box, fraction of 64 px
-POSITION_WORDS = (("top left", "top", "top right"), ("left", "center", "right"),
-                  ("bottom left", "bottom", "bottom right"))
+POSITION_WORDS = (
+    ("top left", "top", "top right"),
+    ("left", "center", "right"),
+    ("bottom left", "bottom", "bottom right"),
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +86,10 @@ class SceneSpec:
         for i, obj in enumerate(self.objects):
             check_box(f"objects[{i}].box", obj.box, self.size)
             if obj.colour == self.style.background:
-                raise ValueError(f"objects[{i}].colour={obj.colour!r} equals the background colour; "
-                                 "expected a colour that differs from the background")
+                raise ValueError(
+                    f"objects[{i}].colour={obj.colour!r} equals the background colour; "
+                    "expected a colour that differs from the background"
+                )
 
     def caption(self, include_style: bool = True) -> str:
         return scene_caption(self, include_style)
@@ -84,8 +99,9 @@ class SceneSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> "SceneSpec":
-        objects = tuple(ObjectSpec(o["shape"], o["colour"], tuple(o["box"]), o.get("size", "large"))
-                        for o in data["objects"])
+        objects = tuple(
+            ObjectSpec(o["shape"], o["colour"], tuple(o["box"]), o.get("size", "large")) for o in data["objects"]
+        )
         return cls(data["size"], SceneStyle(**data["style"]), objects)
 
     def with_objects(self, objects) -> "SceneSpec":
@@ -102,8 +118,10 @@ def check_box(name: str, box, image_size: int) -> tuple[int, int, int, int]:
         raise ValueError(f"{name} must be 4 integers (x0, y0, x1, y1), got {box!r}")
     x0, y0, x1, y1 = (int(v) for v in box)
     if not (0 <= x0 < x1 <= image_size and 0 <= y0 < y1 <= image_size):
-        raise ValueError(f"{name}={box!r} is not a box inside the {image_size}x{image_size} image; expected "
-                         f"0 <= x0 < x1 <= {image_size} and 0 <= y0 < y1 <= {image_size}")
+        raise ValueError(
+            f"{name}={box!r} is not a box inside the {image_size}x{image_size} image; expected "
+            f"0 <= x0 < x1 <= {image_size} and 0 <= y0 < y1 <= {image_size}"
+        )
     if min(x1 - x0, y1 - y0) < 4:
         raise ValueError(f"{name}={box!r} is too small to draw a shape; expected sides of at least 4 pixels")
     return x0, y0, x1, y1
@@ -111,8 +129,15 @@ def check_box(name: str, box, image_size: int) -> tuple[int, int, int, int]:
 
 def object_phrase(obj: ObjectSpec, pattern: str | None, image_size: int) -> str:
     """``"a large striped red star at top left"``; no pattern word when ``pattern`` is None."""
-    words = ["a", obj.size, PATTERN_WORDS[pattern] if pattern else "", obj.colour, obj.shape, "at",
-             obj.position_word(image_size)]
+    words = [
+        "a",
+        obj.size,
+        PATTERN_WORDS[pattern] if pattern else "",
+        obj.colour,
+        obj.shape,
+        "at",
+        obj.position_word(image_size),
+    ]
     return " ".join(w for w in words if w)
 
 

@@ -6,6 +6,7 @@ at ``(u + 0.5, v + 0.5)``, world y pointing down): any camera model renders (fis
 :class:`~mmpos.camera.Trajectory` (presets, RealEstate10K or JSON files) gives a clip. Intersection and shading
 run in float64 numpy (small images; exactness over speed).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -68,8 +69,14 @@ class Frame:
     pose: np.ndarray  # camera-to-world [4, 4]
 
 
-def orbit_trajectory(frames: int, radius: float = 3.5, height: float = 1.8, degrees: float = 90.0,
-                     target=(0.0, -0.4, 0.0), fov_degrees: float = 60.0) -> Trajectory:
+def orbit_trajectory(
+    frames: int,
+    radius: float = 3.5,
+    height: float = 1.8,
+    degrees: float = 90.0,
+    target=(0.0, -0.4, 0.0),
+    fov_degrees: float = 60.0,
+) -> Trajectory:
     """A :class:`~mmpos.camera.Trajectory` on a horizontal arc of ``degrees`` around ``target`` at ``height``
     above the ground, looking at it (square images, horizontal field of view ``fov_degrees``)."""
     check_positive_int("frames", frames)
@@ -87,8 +94,7 @@ def camera_rays(camera, c2w: torch.Tensor):
     height, width = int(round(camera.height)), int(round(camera.width))
     rays, valid = ray_grid(camera, (height, width), dtype=torch.float64)
     origins, directions = world_rays(c2w.to(torch.float64), rays)
-    return (origins[0].numpy(), directions.reshape(height, width, 3).numpy(),
-            valid.reshape(height, width).numpy())
+    return (origins[0].numpy(), directions.reshape(height, width, 3).numpy(), valid.reshape(height, width).numpy())
 
 
 def _hit_sphere(origin, directions, sphere: Sphere):
@@ -129,8 +135,14 @@ def render_view(scene: Scene3D, camera, c2w) -> Frame:
     albedo = np.broadcast_to(np.array(COLOURS[scene.sky_colour], dtype=np.float64), directions.shape).copy()
     with np.errstate(divide="ignore", invalid="ignore"):
         t_ground = (scene.ground_y - origin[1]) / directions[..., 1]
-    candidates = [(GROUND_ID, np.where(t_ground > 1e-9, t_ground, np.inf),
-                   np.broadcast_to([0.0, -1.0, 0.0], directions.shape), scene.ground_colour)]
+    candidates = [
+        (
+            GROUND_ID,
+            np.where(t_ground > 1e-9, t_ground, np.inf),
+            np.broadcast_to([0.0, -1.0, 0.0], directions.shape),
+            scene.ground_colour,
+        )
+    ]
     for index, primitive in enumerate(scene.primitives):
         hit = _hit_sphere if isinstance(primitive, Sphere) else _hit_box
         candidates.append((index, *hit(origin, directions, primitive), primitive.colour))
@@ -199,8 +211,7 @@ def place_trajectory(trajectory: Trajectory, start=None, scale: float = 1.0) -> 
     start = orbit_trajectory(1).c2w[0] if start is None else check_pose("start", torch.as_tensor(start))
     relative = invert_pose(c2w[:1]) @ c2w
     relative[:, :3, 3] *= scale
-    return Trajectory(start.to(torch.float64) @ relative, trajectory.intrinsics, trajectory.timestamps,
-                      trajectory.url)
+    return Trajectory(start.to(torch.float64) @ relative, trajectory.intrinsics, trajectory.timestamps, trajectory.url)
 
 
 def render_trajectory(scene: Scene3D, trajectory: Trajectory, size: int = 64) -> list[Frame]:

@@ -8,14 +8,14 @@ parallax is visible and measurable). Factors lie in ``[0.55, 1]`` and multiply a
     noise     a sum of 5 fixed oblique sinusoids (smooth value-noise look), wavelengths about ``scale``
     flat      1 everywhere (the untextured look)
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 TEXTURES = ("flat", "checker", "stripes", "noise")
 _LOW = 0.55
-_NOISE_DIRECTIONS = np.array([[0.9, 0.3, 0.2], [-0.4, 0.8, 0.5], [0.2, -0.5, 0.9], [0.7, 0.6, -0.4],
-                              [-0.6, 0.1, 0.8]])
+_NOISE_DIRECTIONS = np.array([[0.9, 0.3, 0.2], [-0.4, 0.8, 0.5], [0.2, -0.5, 0.9], [0.7, 0.6, -0.4], [-0.6, 0.1, 0.8]])
 _NOISE_FREQUENCIES = np.array([1.0, 1.7, 2.3, 3.1, 4.3])
 _NOISE_PHASES = np.array([0.3, 1.9, 4.1, 2.7, 5.5])
 _STRIPE_DIRECTION = np.array([0.8, 0.36, 0.48])

@@ -7,6 +7,7 @@ both :class:`~mmpos.models.world.text.WorldTextEncoder`), so ``FluxPipeline(prom
 
 Its ids are those of :meth:`WorldTextEncoder.tokenize`; a word outside the vocabulary raises (nothing is dropped).
 """
+
 from __future__ import annotations
 
 from transformers import PreTrainedTokenizerFast
@@ -38,5 +39,6 @@ def world_tokenizer(vocabulary: list[str] | None = None, max_length: int = 40) -
     backend.normalizer = normalizers.Lowercase()
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, ids[BOS])])
-    return WorldTokenizer(tokenizer_object=backend, bos_token=BOS, pad_token=PAD, model_max_length=max_length,
-                          padding_side="right")
+    return WorldTokenizer(
+        tokenizer_object=backend, bos_token=BOS, pad_token=PAD, model_max_length=max_length, padding_side="right"
+    )

@@ -14,6 +14,7 @@ A batch is a dict:
     motion      [N]               int64 index into :data:`MOTIONS`
     amount      [N]               float64 signed degrees (orbit, pan) or scene units (dolly)
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,9 @@ def motion_trajectory(motion: Motion, start: torch.Tensor, frames: int = CLIP_FR
     elif motion.kind == "pan":
         relative = preset_trajectory("pan", frames, degrees=motion.amount)
     else:
-        relative = preset_trajectory("dolly_in" if motion.amount >= 0 else "dolly_out", frames,
-                                     distance=abs(motion.amount))
+        relative = preset_trajectory(
+            "dolly_in" if motion.amount >= 0 else "dolly_out", frames, distance=abs(motion.amount)
+        )
     c2w = start.to(torch.float64) @ invert_pose(relative.c2w[:1]) @ relative.c2w
     fx = 0.5 / math.tan(math.radians(FOV_DEGREES) / 2)
     intrinsics = torch.tensor([fx, fx, 0.5, 0.5], dtype=torch.float64).expand(frames, 4).clone()
@@ -80,13 +82,21 @@ def random_motion(rng: np.random.Generator) -> Motion:
 def render_clip(scene, trajectory: Trajectory, size: int = CLIP_SIZE) -> torch.Tensor:
     """``[F, 3, S, S]`` uint8: ``scene`` along ``trajectory``, anti-aliased."""
     check_positive_int("size", size)
-    frames = [render_antialiased(scene, trajectory.camera(i, size, size), trajectory.c2w[i])
-              for i in range(len(trajectory))]
+    frames = [
+        render_antialiased(scene, trajectory.camera(i, size, size), trajectory.c2w[i]) for i in range(len(trajectory))
+    ]
     return (torch.stack(frames) * 255).round().to(torch.uint8)
 
 
-def make_clips(split: str, scenes: int, clips_per_scene: int = 4, frames: int = CLIP_FRAMES,
-               size: int = CLIP_SIZE, objects: int = 4, progress: bool = False) -> dict:
+def make_clips(
+    split: str,
+    scenes: int,
+    clips_per_scene: int = 4,
+    frames: int = CLIP_FRAMES,
+    size: int = CLIP_SIZE,
+    objects: int = 4,
+    progress: bool = False,
+) -> dict:
     """``scenes * clips_per_scene`` clips of ``split`` (``"train"`` / ``"test"``), deterministic per scene seed."""
     check_positive_int("clips_per_scene", clips_per_scene)
     from tqdm.auto import tqdm
@@ -103,8 +113,13 @@ def make_clips(split: str, scenes: int, clips_per_scene: int = 4, frames: int = 
             intrinsics.append(trajectory.intrinsics)
             kinds.append(MOTIONS.index(motion.kind))
             amounts.append(motion.amount)
-    return dict(frames=torch.stack(clips), c2w=torch.stack(poses), intrinsics=torch.stack(intrinsics),
-                motion=torch.tensor(kinds), amount=torch.tensor(amounts, dtype=torch.float64))
+    return dict(
+        frames=torch.stack(clips),
+        c2w=torch.stack(poses),
+        intrinsics=torch.stack(intrinsics),
+        motion=torch.tensor(kinds),
+        amount=torch.tensor(amounts, dtype=torch.float64),
+    )
 
 
 def clip_trajectory(batch: dict, index: int) -> Trajectory:

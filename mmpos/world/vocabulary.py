@@ -1,12 +1,28 @@
 """The world's words: every word its captions and instructions use (the vocabulary of its text encoder and
 tokenizer), and the check that names the words of a caption outside it."""
+
 from __future__ import annotations
 
 from .scene import COLOURS, PATTERN_WORDS, POSITION_WORDS, SHAPES, SIZES
 
 PAD, BOS = "<pad>", "<s>"
-FUNCTION_WORDS = ("a", "at", "and", "on", "background", "the", "make", "remove", "add", "objects", "blend",
-                  "pasted", "object", "into", "image")
+FUNCTION_WORDS = (
+    "a",
+    "at",
+    "and",
+    "on",
+    "background",
+    "the",
+    "make",
+    "remove",
+    "add",
+    "objects",
+    "blend",
+    "pasted",
+    "object",
+    "into",
+    "image",
+)
 
 
 def world_vocabulary() -> list[str]:
@@ -22,5 +38,7 @@ def check_known_words(captions, vocabulary) -> None:
     for row, caption in enumerate(captions):
         unknown = sorted({w for w in caption.lower().split() if w not in vocabulary})
         if unknown:
-            raise ValueError(f"captions[{row}] has words outside the world's vocabulary: {unknown}; "
-                             f"expected words from WorldTextEncoder.config.vocabulary")
+            raise ValueError(
+                f"captions[{row}] has words outside the world's vocabulary: {unknown}; "
+                f"expected words from WorldTextEncoder.config.vocabulary"
+            )

@@ -8,6 +8,7 @@ every ``mmpos COMMAND --help`` and every argument error (one line, exit code 2) 
 Adding a command: a module here with ``register`` and ``run``, and one line in :data:`COMMANDS`
 (docs/adding_a_command.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
 
 def build_parser(commands=None) -> argparse.ArgumentParser:
     """The root ``mmpos`` parser with every module of ``commands`` (default: :data:`COMMANDS`) registered."""
-    parser = OneLineErrorParser(prog="mmpos", description="Positional encodings for vision and multimodal "
-                                "transformers and diffusion models.")
+    parser = OneLineErrorParser(
+        prog="mmpos", description="Positional encodings for vision and multimodal transformers and diffusion models."
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS if commands is None else commands:
         command.register(subparsers)

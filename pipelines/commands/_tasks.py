@@ -1,4 +1,5 @@
 """Commands whose sub-commands are tasks (``mmpos train vit``, ``mmpos eval vit``): one parser per task."""
+
 from __future__ import annotations
 
 

@@ -2,6 +2,7 @@
 (:mod:`mmpos.pipelines.edits`: band, transplant, loose, ...), that save images, the resolved config, a comparison
 figure (inputs, edited, strength sweep) and a method diagnostic. The model's pipeline class follows
 ``--model`` (its ``model_index.json``). torch and diffusers are imported when the command runs."""
+
 from __future__ import annotations
 
 import sys
@@ -9,10 +10,8 @@ from pathlib import Path
 
 from mmpos._arguments import positive_int_arg
 
-from ._options import add_run_options
-
-
 from ..edits import get_edit, list_edits
+from ._options import add_run_options
 
 METHODS = tuple(list_edits())  # the shipped methods; `mmpos edit` lists those registered when it is built
 
@@ -20,21 +19,32 @@ METHODS = tuple(list_edits())  # the shipped methods; `mmpos edit` lists those r
 def register(subparsers) -> None:
     """Register ``edit`` and one sub-command per registered edit method on the root parser's subparsers."""
     names = list_edits()
-    edit = subparsers.add_parser("edit", help=f"training-free PE edits on Flux: {' | '.join(names)}",
-                                 description="Run a training-free PE edit from a YAML config (configs/edit_*.yaml).")
+    edit = subparsers.add_parser(
+        "edit",
+        help=f"training-free PE edits on Flux: {' | '.join(names)}",
+        description="Run a training-free PE edit from a YAML config (configs/edit_*.yaml).",
+    )
     edit.set_defaults(func=run)
     methods = edit.add_subparsers(dest="method", required=True, metavar="{" + ",".join(names) + "}")
     for name in names:
         method = get_edit(name)
         sub = methods.add_parser(name, help=method.help)
         method.add_options(sub)
-        sub.add_argument("--prompt", dest="prompt_text", help="prompt, band: of the Kontext variant (default: the "
-                         "config's prompt)")
-        sub.add_argument("--extrapolate", help="edit above the training size: the RoPE extrapolation of "
-                         "`mmpos generate --extrapolate` (dype, ntk, yarn, pi, ..., or row=dype,col=ntk) under the "
-                         "edit (default: the config's extrapolate.preset, none)")
-        sub.add_argument("--train-size", type=positive_int_arg, help="training resolution in pixels for --extrapolate "
-                         "(default: the config's extrapolate.train_size, else 1024 for FLUX.1; 32 world)")
+        sub.add_argument(
+            "--prompt", dest="prompt_text", help="prompt, band: of the Kontext variant (default: the config's prompt)"
+        )
+        sub.add_argument(
+            "--extrapolate",
+            help="edit above the training size: the RoPE extrapolation of "
+            "`mmpos generate --extrapolate` (dype, ntk, yarn, pi, ..., or row=dype,col=ntk) under the "
+            "edit (default: the config's extrapolate.preset, none)",
+        )
+        sub.add_argument(
+            "--train-size",
+            type=positive_int_arg,
+            help="training resolution in pixels for --extrapolate "
+            "(default: the config's extrapolate.train_size, else 1024 for FLUX.1; 32 world)",
+        )
         add_run_options(sub, f"edit_{name}")
 
 
@@ -65,12 +75,18 @@ def run(args) -> int:
     if not args.no_figures:
         from ..figures import comparison_figure
 
-        written.append(comparison_figure(result["inputs"], result["edited"], result["sweep"], out / "comparison.png",
-                                         result["title"]))
+        written.append(
+            comparison_figure(
+                result["inputs"], result["edited"], result["sweep"], out / "comparison.png", result["title"]
+            )
+        )
         if result.get("diagnostic") is not None:  # a method without a diagnostic figure gives None
             written.append(result["diagnostic"](out / "diagnostic.png"))
-    summary = {"method": args.method, "outputs": [str(p) for p in written if p.suffix == ".png"],
-               "config": str(out / "config.yaml")}
+    summary = {
+        "method": args.method,
+        "outputs": [str(p) for p in written if p.suffix == ".png"],
+        "config": str(out / "config.yaml"),
+    }
     with written_atomically(out / "summary.json") as temporary:
         temporary.write_text(json.dumps(summary, indent=2))
     report_written(written + [out / "summary.json"], out)

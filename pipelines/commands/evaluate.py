@@ -1,5 +1,6 @@
 """``mmpos eval TASK``: evaluate trained runs (``vit``: top-1/top-5 at several resolutions, the options of
 ``scripts/eval_vit.py``; they live with the evaluator, :mod:`mmpos.training.vit_cli`)."""
+
 from __future__ import annotations
 
 from mmpos.training import vit_cli
@@ -10,9 +11,14 @@ TASKS = {"vit": (vit_cli.EVAL_DESCRIPTION, vit_cli.add_eval_arguments, vit_cli.r
 
 
 def register(subparsers) -> None:
-    register_tasks(subparsers, "eval", "evaluate ViTs with mmpos encodings (`mmpos eval vit --help`)",
-                   "`mmpos eval vit ARGS`: see `mmpos eval vit --help` for the "
-                   "arguments and their defaults.", TASKS, run)
+    register_tasks(
+        subparsers,
+        "eval",
+        "evaluate ViTs with mmpos encodings (`mmpos eval vit --help`)",
+        "`mmpos eval vit ARGS`: see `mmpos eval vit --help` for the arguments and their defaults.",
+        TASKS,
+        run,
+    )
 
 
 def run(args) -> int:

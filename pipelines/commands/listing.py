@@ -1,11 +1,16 @@
 """``mmpos list``: the registered encodings, their kind and one-line description (``-v``: their options)."""
+
 from __future__ import annotations
 
 
 def register(subparsers) -> None:
     lister = subparsers.add_parser("list", help="list registered encodings", description="List registered encodings.")
-    lister.add_argument("-v", "--verbose", action="store_true",
-                        help="also list each encoding's options (default: names and one-line descriptions only)")
+    lister.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list each encoding's options (default: names and one-line descriptions only)",
+    )
     lister.set_defaults(func=run)
 
 

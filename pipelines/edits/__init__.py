@@ -9,6 +9,7 @@ A registered method is ``mmpos edit NAME`` (its options, its configs ``configs/e
 on every model whose pipeline class or diffusers family it names, and has its demo section. Adding one:
 ``docs/adding_an_edit.md``. Light: the method modules import torch and diffusers only when they run.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,9 +17,22 @@ import importlib
 from .base import EditMethod, EditRun, Variant, load_object, run_edit, seeded_generator
 from .detect import UnsupportedModelError, model_pipeline_keys, pipeline_for, resolve_pipeline
 
-__all__ = ["EditMethod", "EditRun", "Variant", "UnsupportedModelError", "get_edit", "list_edits", "load_object",
-           "model_pipeline_keys", "pipeline_for", "register_edit", "resolve_pipeline", "run_edit",
-           "seeded_generator", "unregister_edit"]
+__all__ = [
+    "EditMethod",
+    "EditRun",
+    "Variant",
+    "UnsupportedModelError",
+    "get_edit",
+    "list_edits",
+    "load_object",
+    "model_pipeline_keys",
+    "pipeline_for",
+    "register_edit",
+    "resolve_pipeline",
+    "run_edit",
+    "seeded_generator",
+    "unregister_edit",
+]
 
 _REGISTRY: dict[str, EditMethod] = {}
 _MODULES = ("band", "transplant", "loose")  # one line per shipped method module (in `mmpos edit --help` order)
@@ -28,8 +42,9 @@ _loaded = False
 def register_edit(method: EditMethod) -> EditMethod:
     """Add ``method`` to the registry (its name must be new); returns it."""
     if not method.name.isidentifier():
-        raise ValueError(f"edit method name {method.name!r}: expected a Python identifier (it is a pipeline "
-                         "call keyword)")
+        raise ValueError(
+            f"edit method name {method.name!r}: expected a Python identifier (it is a pipeline call keyword)"
+        )
     if method.name in _REGISTRY and _REGISTRY[method.name] is not method:
         raise ValueError(f"an edit method named {method.name!r} is already registered")
     if not method.pipelines:

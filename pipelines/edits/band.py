@@ -3,6 +3,7 @@
 ``mmpos edit band``: FLUX.1 (``[reference, targets...]`` in one batch) and Kontext (``variant: kontext``: the
 context image is the reference). On the world t2i model: :func:`~mmpos.world.edit_pairs.style_set` examples.
 """
+
 from __future__ import annotations
 
 from . import register_edit
@@ -23,17 +24,26 @@ DEMO_SEED = 444_444  # the demo's style sets
 
 
 def add_options(parser) -> None:
-    parser.add_argument("--reference-image", help="real reference image (output size) (default: the config's "
-                        "reference.image, else generated from the reference prompt)")
+    parser.add_argument(
+        "--reference-image",
+        help="real reference image (output size) (default: the config's "
+        "reference.image, else generated from the reference prompt)",
+    )
     parser.add_argument("--reference-prompt", help="reference prompt (default: the config's reference.prompt)")
-    parser.add_argument("--target", action="append", help="target prompt, repeat for more (default: the config's "
-                        "targets)")
-    parser.add_argument("--image", help="Kontext variant (variant: kontext): the context image (default: the "
-                        "config's image)")
+    parser.add_argument(
+        "--target", action="append", help="target prompt, repeat for more (default: the config's targets)"
+    )
+    parser.add_argument(
+        "--image", help="Kontext variant (variant: kontext): the context image (default: the config's image)"
+    )
 
 
-FLAG_KEYS = {"target": "targets", "reference_prompt": "reference.prompt",
-             "reference_image": "reference.image", "image": "image"}
+FLAG_KEYS = {
+    "target": "targets",
+    "reference_prompt": "reference.prompt",
+    "reference_image": "reference.image",
+    "image": "image",
+}
 
 
 def collect(result, call) -> dict:
@@ -53,18 +63,40 @@ def world_calls(pipe, style_sets, steps: int, guidance=None, reference_mode: str
     for style in style_sets:
         size = style.reference.image.shape[0]
         captions = [style.reference.spec.caption()] + list(style.prompts)
-        calls.append(dict(reference_image=style.reference.image, reference_mode=reference_mode,
-                          num_inference_steps=steps, height=size, width=size, probe=probe,
-                          **conditioning(pipe, captions, guidance)))
+        calls.append(
+            dict(
+                reference_image=style.reference.image,
+                reference_mode=reference_mode,
+                num_inference_steps=steps,
+                height=size,
+                width=size,
+                probe=probe,
+                **conditioning(pipe, captions, guidance),
+            )
+        )
     return calls
 
 
-def run_band(pipe, style_sets, steps: int = 20, band=None, guidance: float | None = None, seed: int = 0,
-             reference_mode: str = "noise", probe=None):
+def run_band(
+    pipe,
+    style_sets,
+    steps: int = 20,
+    band=None,
+    guidance: float | None = None,
+    seed: int = 0,
+    reference_mode: str = "noise",
+    probe=None,
+):
     """For each style set, generate its targets sharing attention with its reference image (``band``: BandConfig
     or dict); outputs (uint8) are the targets of every set, in order; set ``i`` samples with ``seed + i``."""
-    return run_edit(BAND, pipe, world_calls(pipe, style_sets, steps, guidance, reference_mode, probe), band, seed,
-                    progress="band modulation")
+    return run_edit(
+        BAND,
+        pipe,
+        world_calls(pipe, style_sets, steps, guidance, reference_mode, probe),
+        band,
+        seed,
+        progress="band modulation",
+    )
 
 
 def cli_run(args, config, load, tqdm) -> dict:
@@ -76,17 +108,21 @@ def cli_run(args, config, load, tqdm) -> dict:
     pipe = load()
     variant = "kontext" if config.get("variant") == "kontext" else "flux"
     band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config)
-    probe_layer = min(int(figure.get("diagnostic_layer", 0)), len(pipe.transformer.transformer_blocks)
-                      + len(pipe.transformer.single_transformer_blocks) - 1)
+    probe_layer = min(
+        int(figure.get("diagnostic_layer", 0)),
+        len(pipe.transformer.transformer_blocks) + len(pipe.transformer.single_transformer_blocks) - 1,
+    )
     side, guidance = input_side(config, BAND), config.get("guidance")
     if variant == "flux":
         prompts = [args.reference_prompt or config["reference"]["prompt"], *(args.target or config["targets"])]
         call = dict(**prompt_kwargs(args, prompts, pipe, guidance), **sampler)
         reference = args.reference_image or config["reference"].get("image")
         if reference:
-            call.update(reference_image=load_grid_image(reference, "reference image", pipe.token_pixels, side),
-                        reference_seed=config["reference"].get("seed", 0),
-                        reference_mode=config["reference"].get("mode", "noise"))
+            call.update(
+                reference_image=load_grid_image(reference, "reference image", pipe.token_pixels, side),
+                reference_seed=config["reference"].get("seed", 0),
+                reference_mode=config["reference"].get("mode", "noise"),
+            )
     else:
         image_path = args.image or config.get("image")
         if not image_path:
@@ -97,8 +133,15 @@ def cli_run(args, config, load, tqdm) -> dict:
         call = dict(image=context_image, **prompt_kwargs(args, config.get("prompt"), pipe, guidance), **sampler)
 
     def run(strength, probe=None):
-        return run_edit(BAND, pipe, [dict(call, probe=probe)], {**band, "strength": strength}, config["seed"],
-                        output_type="pt", uint8=False)
+        return run_edit(
+            BAND,
+            pipe,
+            [dict(call, probe=probe)],
+            {**band, "strength": strength},
+            config["seed"],
+            output_type="pt",
+            uint8=False,
+        )
 
     result = run(band["strength"], probe=(probe_layer, float(figure.get("diagnostic_step", 0.5))))
     probe = pipe.probe
@@ -118,8 +161,13 @@ def cli_run(args, config, load, tqdm) -> dict:
         maps = band_attention_maps(probe.query, probe.key, axes, grid, token, target)
         return band_diagnostic(maps, grid, token, path, next(iter(inputs.values())))
 
-    return dict(inputs=inputs, edited=edited, sweep=sweep, diagnostic=diagnostic,
-                title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}")
+    return dict(
+        inputs=inputs,
+        edited=edited,
+        sweep=sweep,
+        diagnostic=diagnostic,
+        title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}",
+    )
 
 
 def demo_section(source, steps: int, count: int, out_dir):
@@ -137,12 +185,18 @@ def demo_section(source, steps: int, count: int, out_dir):
     sets = [style_set(DEMO_SEED + i, 2, size) for i in range(max(count // 2, 1))]
     pipe, guidance = source.pipeline("band"), source.guidance("t2i")
     references = [s.reference for s in sets for _ in s.targets]
-    rows = [("reference", np.stack([r.image for r in references])),
-            ("no sharing", run_band(pipe, sets, steps, {"enabled": False}, guidance).outputs)]
+    rows = [
+        ("reference", np.stack([r.image for r in references])),
+        ("no sharing", run_band(pipe, sets, steps, {"enabled": False}, guidance).outputs),
+    ]
     for strength in STRENGTHS:
         probe = (0, 0.5) if strength == STRENGTHS[-1] else None
-        rows.append((f"band strength {strength}", run_band(pipe, sets, steps, {"strength": strength}, guidance,
-                                                            probe=probe).outputs))
+        rows.append(
+            (
+                f"band strength {strength}",
+                run_band(pipe, sets, steps, {"strength": strength}, guidance, probe=probe).outputs,
+            )
+        )
     rows.append(("ground truth", np.stack([t.image for s in sets for t in s.targets])))
     table = [style_row(label, images, references) for label, images in rows[1:]]
     grid = (size // pipe.token_pixels,) * 2
@@ -150,17 +204,33 @@ def demo_section(source, steps: int, count: int, out_dir):
     maps = band_attention_maps(pipe.probe.query, pipe.probe.key, pipe.transformer.config.axes_dims_rope, grid, token)
     figure = band_diagnostic(maps, grid, token, out_dir / "world_band_attention.png", to_chw(sets[-1].reference.image))
     strengths = ", ".join(str(s) for s in STRENGTHS)
-    return Section(f"Style-aligned sets: band modulation at strengths {strengths} (BandModulationFluxPipeline)", rows,
-                   [p for s in sets for p in s.prompts], [figure],
-                   "Targets get their content prompt only; the style comes from the shared reference image (no "
-                   "sharing: no attention to it; strength 0: shared attention with the bands unscaled). The "
-                   "figure: attention of the centre query of the last set's first target over its reference "
-                   f"(layer 0, strength {STRENGTHS[-1]}, half-way through sampling), per frequency band.",
-                   table, SCORE_NOTES["style"])
+    return Section(
+        f"Style-aligned sets: band modulation at strengths {strengths} (BandModulationFluxPipeline)",
+        rows,
+        [p for s in sets for p in s.prompts],
+        [figure],
+        "Targets get their content prompt only; the style comes from the shared reference image (no "
+        "sharing: no attention to it; strength 0: shared attention with the bands unscaled). The "
+        "figure: attention of the centre query of the last set's first target over its reference "
+        f"(layer 0, strength {STRENGTHS[-1]}, half-way through sampling), per frequency band.",
+        table,
+        SCORE_NOTES["style"],
+    )
 
 
-BAND = register_edit(EditMethod(
-    name="band", help="band modulation (Untwisting RoPE): style-aligned shared attention",
-    config_class="mmpos.pipelines.band:BandConfig", pipelines=PIPELINES, world_task="t2i", add_options=add_options,
-    flag_keys=FLAG_KEYS, collect=collect, cli_run=cli_run, demo_section=demo_section, variants=VARIANTS,
-    demo_order=3))
+BAND = register_edit(
+    EditMethod(
+        name="band",
+        help="band modulation (Untwisting RoPE): style-aligned shared attention",
+        config_class="mmpos.pipelines.band:BandConfig",
+        pipelines=PIPELINES,
+        world_task="t2i",
+        add_options=add_options,
+        flag_keys=FLAG_KEYS,
+        collect=collect,
+        cli_run=cli_run,
+        demo_section=demo_section,
+        variants=VARIANTS,
+        demo_order=3,
+    )
+)

@@ -5,13 +5,12 @@ command line (``mmpos edit NAME``), the world demo and ``scripts/eval_editing.py
 the pipeline and build the calls' inputs; all of them run the calls through :func:`run_edit`. Light: nothing here
 imports torch or diffusers at module level (``mmpos edit --help`` reads the registry).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Callable, Mapping, Optional
-
-
 
 
 def seeded_generator(seed):
@@ -20,12 +19,13 @@ def seeded_generator(seed):
 
     return torch.Generator("cpu").manual_seed(int(seed))
 
+
 @dataclass(frozen=True)
 class Variant:
     """A named mode of a method chosen by its config's ``variant`` key: which of the method's ``pipelines`` it
     runs and which world model (``t2i``, ``fill``, ``kontext``) it runs on with ``--model world``."""
 
-    pipeline: str      # a key of EditMethod.pipelines
+    pipeline: str  # a key of EditMethod.pipelines
     world_task: str
 
 
@@ -85,8 +85,10 @@ class EditMethod:
         if name in (None, "auto"):
             return None
         if name not in self.variants:
-            raise ValueError(f"config key variant={name!r}: expected auto or one of {sorted(self.variants)} "
-                             f"(edit method {self.name})")
+            raise ValueError(
+                f"config key variant={name!r}: expected auto or one of {sorted(self.variants)} "
+                f"(edit method {self.name})"
+            )
         return self.variants[name]
 
     def world_task_for(self, variant=None) -> str:
@@ -119,8 +121,16 @@ class EditRun:
     references: Any = None
 
 
-def run_edit(method: EditMethod, pipe, calls, options, seed: int = 0, output_type: str = "np", uint8: bool = True,
-             progress: str | None = None) -> EditRun:
+def run_edit(
+    method: EditMethod,
+    pipe,
+    calls,
+    options,
+    seed: int = 0,
+    output_type: str = "np",
+    uint8: bool = True,
+    progress: str | None = None,
+) -> EditRun:
     """Run ``pipe(<method.name>=options, generator=seed + i, output_type=..., **calls[i])`` for each example ``i``
     and gather what each call made (``method.collect``). ``options``: the method's config dataclass or dict
     (``enabled=False`` or strength 0: the stock pipeline, the baseline). ``progress``: a progress bar title."""
@@ -131,8 +141,9 @@ def run_edit(method: EditMethod, pipe, calls, options, seed: int = 0, output_typ
         calls = tqdm(calls, desc=progress, unit="example", leave=False)
     gathered, result = {}, None
     for index, call in enumerate(calls):
-        result = pipe(**{method.name: options}, generator=seeded_generator(seed + index), output_type=output_type,
-                      **call)
+        result = pipe(
+            **{method.name: options}, generator=seeded_generator(seed + index), output_type=output_type, **call
+        )
         for key, images in method.collect(result, call).items():
             gathered.setdefault(key, []).extend(images)
     if uint8:

@@ -5,6 +5,7 @@ A model is named by its pipeline keys, most specific first: its pipeline class n
 :func:`~mmpos.integrations.diffusers.families.family_for_pipeline`, else from the transformer's class in the
 index). The method's ``pipelines`` entry of the first key it has is the pipeline to load.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,10 @@ def model_index(path) -> dict:
     if index.is_file():
         return json.loads(index.read_text())
     if Path(str(path)).is_dir():
-        raise ValueError(f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
-                         "(save_pretrained), a hub id, or 'world' (the shipped world models)")
+        raise ValueError(
+            f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
+            "(save_pretrained), a hub id, or 'world' (the shipped world models)"
+        )
     from diffusers import DiffusionPipeline
 
     try:
@@ -41,9 +44,15 @@ def index_pipeline_keys(index: dict) -> list[str]:
     if family is None:  # an mmpos subclass saved under its own name, or a pipeline no family lists
         transformer = (index.get("transformer") or [None, None])[-1]
         list_families()
-        family = next((f for f in FAMILIES.values() for c in f.classes
-                       if transformer and (c if isinstance(c, str) else c.__name__).rpartition(":")[2] == transformer),
-                      None)
+        family = next(
+            (
+                f
+                for f in FAMILIES.values()
+                for c in f.classes
+                if transformer and (c if isinstance(c, str) else c.__name__).rpartition(":")[2] == transformer
+            ),
+            None,
+        )
     return keys + ([family.name] if family is not None else [])
 
 
@@ -63,8 +72,10 @@ def resolve_pipeline(method, keys, variant=None, where: str = "the model") -> st
             return key
     found = " (family " + keys[1] + ")" if len(keys) > 1 else ""
     what = f"a {keys[0]}{found}" if keys else "a pipeline of no known diffusers family"
-    raise UnsupportedModelError(f"{where} is {what}; `mmpos edit {method.name}` runs on: "
-                                f"{', '.join(method.pipelines)} (pipeline classes or diffusers families)")
+    raise UnsupportedModelError(
+        f"{where} is {what}; `mmpos edit {method.name}` runs on: "
+        f"{', '.join(method.pipelines)} (pipeline classes or diffusers families)"
+    )
 
 
 def pipeline_for(method, path, variant=None):

@@ -1,5 +1,6 @@
 """Loading an edit method's pipeline for ``mmpos edit``: ``--model`` (a folder, a hub id, or ``world``) -> its
 pipeline keys -> the method's pipeline class, with the config's extrapolation installed under the edit."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ def resolve_model(method: EditMethod, config):
     path = model_folder(method, config)
     key = resolve_pipeline(method, model_pipeline_keys(path), config.get("variant"), f"--model {path}")
     if method.variants:
-        config["variant"] = next((name for name, v in method.variants.items() if v.pipeline == key),
-                                 config.get("variant", "auto"))
+        config["variant"] = next(
+            (name for name, v in method.variants.items() if v.pipeline == key), config.get("variant", "auto")
+        )
     return path, method.pipeline_class(key)
 
 
@@ -63,8 +65,9 @@ def load_edit_pipeline(method: EditMethod, config):
         print(f"mmpos edit {method.name}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     setting = config["extrapolate"]
-    installed = install_extrapolation(pipe, parse_extrapolate(str(setting["preset"])), setting["train_size"],
-                                      setting.get("options"))
+    installed = install_extrapolation(
+        pipe, parse_extrapolate(str(setting["preset"])), setting["train_size"], setting.get("options")
+    )
     if installed["schedules"] is not None:
         setting["installed"] = installed
         print(f"extrapolation: {json.dumps(installed)}")

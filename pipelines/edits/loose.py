@@ -4,6 +4,7 @@
 :func:`~mmpos.world.edit_pairs.harmonise_pair` examples, the schedule rescaled to the step count
 (:func:`loose_for_steps`).
 """
+
 from __future__ import annotations
 
 from . import register_edit
@@ -23,10 +24,12 @@ def add_options(parser) -> None:
     parser.add_argument("--image", required=True, help="the collage (object pasted)")
     pasted = parser.add_mutually_exclusive_group(required=True)
     pasted.add_argument("--mask", help="mask of the pasted region (this or --original is required)")
-    pasted.add_argument("--original", help="the image before pasting: the mask is where they differ "
-                        "(this or --mask is required)")
-    parser.add_argument("--saliency", help="saliency map image, grey levels (default: the config's "
-                        "loose.saliency provider)")
+    pasted.add_argument(
+        "--original", help="the image before pasting: the mask is where they differ (this or --mask is required)"
+    )
+    parser.add_argument(
+        "--saliency", help="saliency map image, grey levels (default: the config's loose.saliency provider)"
+    )
 
 
 def collect(result, call) -> dict:
@@ -50,9 +53,18 @@ def world_calls(pipe, pairs, steps: int, guidance=None) -> list:
     calls = []
     for pair in pairs:
         size = pair.collage.shape[0]
-        calls.append(dict(image=pair.collage, crop_mask=pair.paste_mask, num_inference_steps=steps, height=size,
-                          width=size, max_area=size * size, _auto_resize=False,
-                          **conditioning(pipe, [pair.instruction], guidance)))
+        calls.append(
+            dict(
+                image=pair.collage,
+                crop_mask=pair.paste_mask,
+                num_inference_steps=steps,
+                height=size,
+                width=size,
+                max_area=size * size,
+                _auto_resize=False,
+                **conditioning(pipe, [pair.instruction], guidance),
+            )
+        )
     return calls
 
 
@@ -73,10 +85,17 @@ def cli_run(args, config, load, tqdm) -> dict:
     side = input_side(config, LOOSE)
     collage = load_grid_image(args.image, "image", pipe.token_pixels, side)
     size = tuple(collage.shape[-2:])
-    pasted = {"crop_mask": load_mask(args.mask, size)} if args.mask else \
-        {"original": load_grid_image(args.original, "original", pipe.token_pixels, side)}
-    call = dict(image=collage, **pasted, **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
-                **sampler_options(config))
+    pasted = (
+        {"crop_mask": load_mask(args.mask, size)}
+        if args.mask
+        else {"original": load_grid_image(args.original, "original", pipe.token_pixels, side)}
+    )
+    call = dict(
+        image=collage,
+        **pasted,
+        **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
+        **sampler_options(config),
+    )
     if args.saliency:
         from ..images import area_resize, load_image
 
@@ -84,25 +103,32 @@ def cli_run(args, config, load, tqdm) -> dict:
     loose = dict(config["loose"])
 
     def run(strength):
-        return run_edit(LOOSE, pipe, [call], {**loose, "strength": strength}, config["seed"], output_type="pt",
-                        uint8=False)
+        return run_edit(
+            LOOSE, pipe, [call], {**loose, "strength": strength}, config["seed"], output_type="pt", uint8=False
+        )
 
     result = run(loose["strength"])
-    sweep = {f"strength={s}": run(s).outputs[0] for s in tqdm(config.get("figure", {}).get("sweep", []),
-                                                                desc="strength sweep")}
+    sweep = {
+        f"strength={s}": run(s).outputs[0]
+        for s in tqdm(config.get("figure", {}).get("sweep", []), desc="strength sweep")
+    }
     maps = result.last.maps
-    return dict(inputs={"collage": collage[0]}, edited={"harmonised": result.outputs[0]}, sweep=sweep,
-                diagnostic=lambda path: loose_diagnostic(maps, LooseConfig(**loose), path, collage[0]),
-                title=f"LooseRoPE ({loose['num_bins']} bins, boost {loose['saliency_boost']})")
+    return dict(
+        inputs={"collage": collage[0]},
+        edited={"harmonised": result.outputs[0]},
+        sweep=sweep,
+        diagnostic=lambda path: loose_diagnostic(maps, LooseConfig(**loose), path, collage[0]),
+        title=f"LooseRoPE ({loose['num_bins']} bins, boost {loose['saliency_boost']})",
+    )
 
 
 def demo_section(source, steps: int, count: int, out_dir):
     """Paste harmonisation: plain Kontext (strength 0) vs LooseRoPE, beside the ground truth."""
     import numpy as np
 
+    from mmpos.eval.edit_scores import SCORE_NOTES, harmonise_row
     from mmpos.pipelines.world.demo import Section, error_map, mask_image
     from mmpos.world.edit_pairs import harmonise_pair
-    from mmpos.eval.edit_scores import SCORE_NOTES, harmonise_row
     from mmpos.world.images import to_chw
 
     from ..figures import loose_diagnostic
@@ -114,23 +140,47 @@ def demo_section(source, steps: int, count: int, out_dir):
     config = loose_for_steps(steps)
     edited = run_loose(pipe, pairs, steps, config, guidance)
     truth = np.stack([p.target.image for p in pairs])
-    rows = [("pasted", np.stack([p.collage for p in pairs])), ("plain Kontext", plain.outputs),
-            ("LooseRoPE", edited.outputs), ("ground truth", truth),
-            ("paste mask", mask_image(np.stack([p.paste_mask for p in pairs]))),
-            ("|error| LooseRoPE", error_map(edited.outputs, truth))]
-    figure = loose_diagnostic(edited.last.maps, LooseConfig(**config), out_dir / "world_loose_maps.png",
-                              to_chw(pairs[-1].collage))
-    table = [harmonise_row("unedited collage", np.stack([p.collage for p in pairs]), pairs),
-             harmonise_row("plain Kontext", plain.outputs, pairs), harmonise_row("LooseRoPE", edited.outputs, pairs),
-             harmonise_row("ground truth", truth, pairs)]
-    return Section("Paste harmonisation: plain Kontext vs LooseRoPE (LooseRoPEKontextPipeline)", rows,
-                   [pairs[0].instruction], [figure],
-                   "Plain Kontext is the same pipeline at strength 0. The figure shows the last example's token "
-                   "saliency, bins and per-token factors.", table, SCORE_NOTES["harmonise"])
+    rows = [
+        ("pasted", np.stack([p.collage for p in pairs])),
+        ("plain Kontext", plain.outputs),
+        ("LooseRoPE", edited.outputs),
+        ("ground truth", truth),
+        ("paste mask", mask_image(np.stack([p.paste_mask for p in pairs]))),
+        ("|error| LooseRoPE", error_map(edited.outputs, truth)),
+    ]
+    figure = loose_diagnostic(
+        edited.last.maps, LooseConfig(**config), out_dir / "world_loose_maps.png", to_chw(pairs[-1].collage)
+    )
+    table = [
+        harmonise_row("unedited collage", np.stack([p.collage for p in pairs]), pairs),
+        harmonise_row("plain Kontext", plain.outputs, pairs),
+        harmonise_row("LooseRoPE", edited.outputs, pairs),
+        harmonise_row("ground truth", truth, pairs),
+    ]
+    return Section(
+        "Paste harmonisation: plain Kontext vs LooseRoPE (LooseRoPEKontextPipeline)",
+        rows,
+        [pairs[0].instruction],
+        [figure],
+        "Plain Kontext is the same pipeline at strength 0. The figure shows the last example's token "
+        "saliency, bins and per-token factors.",
+        table,
+        SCORE_NOTES["harmonise"],
+    )
 
 
-LOOSE = register_edit(EditMethod(
-    name="loose", help="LooseRoPE cut-and-paste harmonisation on Kontext",
-    config_class="mmpos.pipelines.loose:LooseConfig", pipelines=PIPELINES, world_task="kontext",
-    add_options=add_options, flag_keys={}, collect=collect, cli_run=cli_run, demo_section=demo_section,
-    demo_order=2))
+LOOSE = register_edit(
+    EditMethod(
+        name="loose",
+        help="LooseRoPE cut-and-paste harmonisation on Kontext",
+        config_class="mmpos.pipelines.loose:LooseConfig",
+        pipelines=PIPELINES,
+        world_task="kontext",
+        add_options=add_options,
+        flag_keys={},
+        collect=collect,
+        cli_run=cli_run,
+        demo_section=demo_section,
+        demo_order=2,
+    )
+)

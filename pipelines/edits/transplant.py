@@ -5,6 +5,7 @@ positions while sigma >= tau.
 :func:`~mmpos.world.edit_pairs.transplant_pair` examples, on the world's canvas layout
 (:data:`~mmpos.world.canvas.WORLD_TRANSPLANT`).
 """
+
 from __future__ import annotations
 
 from . import register_edit
@@ -22,14 +23,24 @@ DEMO_SEED = 434_343  # insertion pairs never seen in training (those come from f
 def add_options(parser) -> None:
     parser.add_argument("--background", required=True, help="background image")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--mask", help="target region mask (white = insert here), same size as the background "
-                       "(this or --box is required)")
-    where.add_argument("--box", type=int, nargs=4, metavar=("L", "T", "R", "B"),
-                       help="target box: left top right bottom in pixels of the --background file (exclusive "
-                       "ends; rescaled with the background when it is resized; this or --mask is required)")
+    where.add_argument(
+        "--mask",
+        help="target region mask (white = insert here), same size as the background (this or --box is required)",
+    )
+    where.add_argument(
+        "--box",
+        type=int,
+        nargs=4,
+        metavar=("L", "T", "R", "B"),
+        help="target box: left top right bottom in pixels of the --background file (exclusive "
+        "ends; rescaled with the background when it is resized; this or --mask is required)",
+    )
     parser.add_argument("--reference", action="append", required=True, help="reference view (repeat for more)")
-    parser.add_argument("--reference-mask", action="append", help="object mask per reference, repeat "
-                        "(default: the whole reference is the object)")
+    parser.add_argument(
+        "--reference-mask",
+        action="append",
+        help="object mask per reference, repeat (default: the whole reference is the object)",
+    )
 
 
 def collect(result, call) -> dict:
@@ -42,9 +53,17 @@ def world_calls(pipe, pairs, steps: int, guidance=None) -> list:
     """One call per :func:`~mmpos.world.edit_pairs.transplant_pair`: its reference object at its box."""
     from mmpos.models.world.image import conditioning
 
-    return [dict(image=pair.background.image, target_box=pair.box, references=[pair.reference.image],
-                 reference_masks=[pair.reference.masks[0]], num_inference_steps=steps,
-                 **conditioning(pipe, [pair.caption], guidance)) for pair in pairs]
+    return [
+        dict(
+            image=pair.background.image,
+            target_box=pair.box,
+            references=[pair.reference.image],
+            reference_masks=[pair.reference.masks[0]],
+            num_inference_steps=steps,
+            **conditioning(pipe, [pair.caption], guidance),
+        )
+        for pair in pairs
+    ]
 
 
 def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_LAYOUT, guidance: float | None = None, seed: int = 0):
@@ -56,8 +75,15 @@ def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_LAYOUT, guidan
         from mmpos.world.canvas import WORLD_TRANSPLANT
 
         transplant = WORLD_TRANSPLANT
-    return run_edit(TRANSPLANT, pipe, world_calls(pipe, pairs, steps, guidance), transplant, seed, output_type="pt",
-                    progress="PE transplant")
+    return run_edit(
+        TRANSPLANT,
+        pipe,
+        world_calls(pipe, pairs, steps, guidance),
+        transplant,
+        seed,
+        output_type="pt",
+        progress="PE transplant",
+    )
 
 
 def cli_run(args, config, load, tqdm) -> dict:
@@ -76,23 +102,37 @@ def cli_run(args, config, load, tqdm) -> dict:
     reference_masks = None
     if args.reference_mask:
         reference_masks = [load_mask(p, r.shape[-2:]) for p, r in zip(args.reference_mask, references)]
-    where = {"mask_image": load_mask(args.mask, size)} if args.mask else \
-        {"target_box": target_box(args.box, args.background, size)}
-    call = dict(image=background, references=references, reference_masks=reference_masks, **where,
-                **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")), **sampler_options(config))
+    where = (
+        {"mask_image": load_mask(args.mask, size)}
+        if args.mask
+        else {"target_box": target_box(args.box, args.background, size)}
+    )
+    call = dict(
+        image=background,
+        references=references,
+        reference_masks=reference_masks,
+        **where,
+        **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
+        **sampler_options(config),
+    )
     transplant = dict(config["transplant"])
 
     def run(tau):
-        return run_edit(TRANSPLANT, pipe, [call], {**transplant, "tau": tau}, config["seed"], output_type="pt",
-                        uint8=False)
+        return run_edit(
+            TRANSPLANT, pipe, [call], {**transplant, "tau": tau}, config["seed"], output_type="pt", uint8=False
+        )
 
     result = run(transplant["tau"])
     sweep = {f"tau={t}": run(t).outputs[0] for t in tqdm(config.get("figure", {}).get("sweep", []), desc="tau sweep")}
     inputs = {"background": background[0], **{f"reference {i}": r[0] for i, r in enumerate(references)}}
     last = result.last
-    return dict(inputs=inputs, edited={"inserted": result.outputs[0]}, sweep=sweep,
-                diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path),
-                title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})")
+    return dict(
+        inputs=inputs,
+        edited={"inserted": result.outputs[0]},
+        sweep=sweep,
+        diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path),
+        title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})",
+    )
 
 
 def target_box(box, background_path, size) -> list[int]:
@@ -102,8 +142,10 @@ def target_box(box, background_path, size) -> list[int]:
     original = image_height_width(background_path)
     scaled = list(rescale_box(box, original, size))
     if original != tuple(size):
-        print(f"--box {' '.join(map(str, box))} of the {original[0]}x{original[1]} background is "
-              f"{' '.join(map(str, scaled))} of the {size[0]}x{size[1]} model input")
+        print(
+            f"--box {' '.join(map(str, box))} of the {original[0]}x{original[1]} background is "
+            f"{' '.join(map(str, scaled))} of the {size[0]}x{size[1]} model input"
+        )
     return scaled
 
 
@@ -118,10 +160,10 @@ def demo_section(source, steps: int, count: int, out_dir):
     """Object insertion: plain Fill (transplant disabled, same canvas) vs PE transplant, beside the ground truth."""
     import numpy as np
 
-    from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
-    from mmpos.pipelines.world.demo import Section, error_map, with_box
-    from mmpos.world.edit_pairs import transplant_pair
     from mmpos.eval.edit_scores import SCORE_NOTES, transplant_row
+    from mmpos.pipelines.world.demo import Section, error_map, with_box
+    from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
+    from mmpos.world.edit_pairs import transplant_pair
 
     from ..figures import transplant_diagnostic
 
@@ -131,26 +173,47 @@ def demo_section(source, steps: int, count: int, out_dir):
     plain = run_transplant(pipe, pairs, steps, {**options, "enabled": False}, guidance)
     edited = run_transplant(pipe, pairs, steps, options, guidance)
     truth = np.stack([p.target.image for p in pairs])
-    rows = [("background, target box", np.stack([with_box(p.background.image, p.box) for p in pairs])),
-            ("reference", np.stack([p.reference.image for p in pairs])), ("plain Fill", plain.outputs),
-            ("PE transplant", edited.outputs), ("ground truth", truth),
-            ("|error| transplant", error_map(edited.outputs, truth))]
+    rows = [
+        ("background, target box", np.stack([with_box(p.background.image, p.box) for p in pairs])),
+        ("reference", np.stack([p.reference.image for p in pairs])),
+        ("plain Fill", plain.outputs),
+        ("PE transplant", edited.outputs),
+        ("ground truth", truth),
+        ("|error| transplant", error_map(edited.outputs, truth)),
+    ]
     last = edited.last
     figure = transplant_diagnostic(last.canvas, last.ids, last.native_ids, out_dir / "world_transplant_ids.png")
     regions = [scene_part(insertion_canvas(p).mask) for p in pairs]  # the repainted (dilated) box
-    table = [transplant_row("plain Fill", plain.outputs, pairs, regions, plain.raw),
-             transplant_row("PE transplant", edited.outputs, pairs, regions, edited.raw),
-             transplant_row("ground truth", truth, pairs, regions)]
-    return Section("Object insertion: plain Fill vs PE transplant (PosBridgeFillPipeline)", rows,
-                   [p.caption for p in pairs], [figure],
-                   "Both rows run the same pipeline on the same canvas (reference tile left of the scene); plain "
-                   "Fill is transplant.enabled=False. The red outline is the target box. The figure shows the last "
-                   "example's canvas and the ids its tokens carry while sigma >= tau.",
-                   table, SCORE_NOTES["transplant"])
+    table = [
+        transplant_row("plain Fill", plain.outputs, pairs, regions, plain.raw),
+        transplant_row("PE transplant", edited.outputs, pairs, regions, edited.raw),
+        transplant_row("ground truth", truth, pairs, regions),
+    ]
+    return Section(
+        "Object insertion: plain Fill vs PE transplant (PosBridgeFillPipeline)",
+        rows,
+        [p.caption for p in pairs],
+        [figure],
+        "Both rows run the same pipeline on the same canvas (reference tile left of the scene); plain "
+        "Fill is transplant.enabled=False. The red outline is the target box. The figure shows the last "
+        "example's canvas and the ids its tokens carry while sigma >= tau.",
+        table,
+        SCORE_NOTES["transplant"],
+    )
 
 
-TRANSPLANT = register_edit(EditMethod(
-    name="transplant", help="PE transplant (PosBridge) object insertion on Fill",
-    config_class="mmpos.pipelines.transplant:TransplantConfig", pipelines=PIPELINES, world_task="fill",
-    add_options=add_options, flag_keys={}, collect=collect, cli_run=cli_run, demo_section=demo_section,
-    demo_order=1))
+TRANSPLANT = register_edit(
+    EditMethod(
+        name="transplant",
+        help="PE transplant (PosBridge) object insertion on Fill",
+        config_class="mmpos.pipelines.transplant:TransplantConfig",
+        pipelines=PIPELINES,
+        world_task="fill",
+        add_options=add_options,
+        flag_keys={},
+        collect=collect,
+        cli_run=cli_run,
+        demo_section=demo_section,
+        demo_order=1,
+    )
+)

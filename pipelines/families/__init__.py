@@ -6,14 +6,20 @@
 ``EDIT_FAMILIES`` maps a registered diffusers family name (:mod:`mmpos.integrations.diffusers.families`) to the
 module holding its adapter; modules are imported on first use.
 """
+
 from __future__ import annotations
 
 from importlib import import_module
 
 from .base import FamilyEditAttention, LayerCall
 
-EDIT_FAMILIES = {"flux": ".flux", "flux2": ".flux2", "qwen": ".qwen", "qwenimage21": ".qwenimage21",
-                 "z_image": ".z_image"}
+EDIT_FAMILIES = {
+    "flux": ".flux",
+    "flux2": ".flux2",
+    "qwen": ".qwen",
+    "qwenimage21": ".qwenimage21",
+    "z_image": ".z_image",
+}
 _ADAPTERS: dict[str, FamilyEditAttention] = {}
 
 

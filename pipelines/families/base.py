@@ -8,6 +8,7 @@ processor beneath: stock, or ``set_pe``'s), the key mask the stock processor app
 output projections, split text / image as the processor returns them). A rule written against a ``LayerCall``
 (``rule.attend_call(call, context)``) runs on every family that has an adapter.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,9 +49,14 @@ class LayerCall:
         pass it (``[B, 1, 1, S_k]``)."""
         processor = self.attn.processor
         mask = None if key_mask is None else key_mask[:, None, None, :]
-        return dispatch_attention_fn(query, key, value, attn_mask=mask,
-                                     backend=getattr(processor, "_attention_backend", None),
-                                     parallel_config=getattr(processor, "_parallel_config", None))
+        return dispatch_attention_fn(
+            query,
+            key,
+            value,
+            attn_mask=mask,
+            backend=getattr(processor, "_attention_backend", None),
+            parallel_config=getattr(processor, "_parallel_config", None),
+        )
 
 
 class FamilyEditAttention:
@@ -106,5 +112,13 @@ class FamilyEditAttention:
         """The :class:`LayerCall` of ``attn`` called with ``inputs`` (the stock processor's arguments by name)."""
         query, key, value, state = self.project(attn, inputs)
         mask = self.key_mask(inputs, segments, query.shape[0], query.shape[1])
-        return LayerCall(attn, query, key, value, segments, rotation, mask,
-                         lambda out, dtype: self.finish(attn, inputs, state, out, dtype))
+        return LayerCall(
+            attn,
+            query,
+            key,
+            value,
+            segments,
+            rotation,
+            mask,
+            lambda out, dtype: self.finish(attn, inputs, state, out, dtype),
+        )

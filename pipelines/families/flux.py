@@ -3,6 +3,7 @@
 Its edit processor is :class:`~mmpos.pipelines.attention.EditAttnProcessor` (FLUX.1's rules, IP-Adapter
 pass-through); :func:`flux_layer_call` gives a rule the same :class:`~.base.LayerCall` as the other families.
 """
+
 from __future__ import annotations
 
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
@@ -15,8 +16,16 @@ from .base import FamilyEditAttention, LayerCall
 def flux_layer_call(attn, hidden_states, encoder_hidden_states, image_rotary_emb, segments) -> LayerCall:
     """The :class:`LayerCall` of a FLUX.1 double (``encoder_hidden_states`` given) or single block."""
     query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
-    return LayerCall(attn, query, key, value, segments, LayerRotation.wrap(image_rotary_emb), None,
-                     lambda out, dtype: finish_attention(attn, out, encoder_hidden_states, dtype))
+    return LayerCall(
+        attn,
+        query,
+        key,
+        value,
+        segments,
+        LayerRotation.wrap(image_rotary_emb),
+        None,
+        lambda out, dtype: finish_attention(attn, out, encoder_hidden_states, dtype),
+    )
 
 
 class FluxEditAttention(FamilyEditAttention):
@@ -27,8 +36,10 @@ class FluxEditAttention(FamilyEditAttention):
 
     def sigma(self, args, kwargs):
         if args:
-            raise TypeError("EditSession expects the transformer to be called with keyword arguments, as the "
-                            "diffusers Flux pipelines do")
+            raise TypeError(
+                "EditSession expects the transformer to be called with keyword arguments, as the "
+                "diffusers Flux pipelines do"
+            )
         return kwargs["timestep"].flatten()[:1]
 
     def observe(self, context, module, args, kwargs) -> None:

@@ -6,6 +6,7 @@ Segments from the ids: the target image is the tokens at the smallest ``t`` (0),
 rotation is diffusers' ``(cos, sin) [S, D]`` (interleaved pairs, as FLUX.1), or under ``set_pe`` the encoding's
 table from ``(packed [S, G, 2P], coords)``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,16 +23,24 @@ class Flux2EditAttnProcessor(FamilyEditAttnProcessor):
     """The edit level of a FLUX.2 double block (``Flux2AttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
-        return self.run(attn, dict(hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states,
-                                   attention_mask=attention_mask, image_rotary_emb=image_rotary_emb))
+        return self.run(
+            attn,
+            dict(
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                attention_mask=attention_mask,
+                image_rotary_emb=image_rotary_emb,
+            ),
+        )
 
 
 class Flux2ParallelEditAttnProcessor(FamilyEditAttnProcessor):
     """The edit level of a FLUX.2 single block (``Flux2ParallelSelfAttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, attention_mask=None, image_rotary_emb=None):
-        return self.run(attn, dict(hidden_states=hidden_states, attention_mask=attention_mask,
-                                   image_rotary_emb=image_rotary_emb))
+        return self.run(
+            attn, dict(hidden_states=hidden_states, attention_mask=attention_mask, image_rotary_emb=image_rotary_emb)
+        )
 
 
 def flux2_segments(text_len: int, img_ids: torch.Tensor) -> TokenSegments:
@@ -45,10 +54,16 @@ def flux2_segments(text_len: int, img_ids: torch.Tensor) -> TokenSegments:
     if references and not (target.start == 0 or target.stop == img_ids.shape[0]):
         raise ValueError("img_ids: the target tokens (smallest t) must come before or after all reference tokens")
     context_start = text_len + (target.stop if target.start == 0 else 0)
-    return TokenSegments(text_len, target.stop - target.start, context_len,
-                         grid_shape(img_ids[target]), grid_shape(img_ids[references[0]]) if references else (0, 0),
-                         target_start=text_len + target.start, context_start=context_start,
-                         references=tuple(slice(text_len + r.start, text_len + r.stop) for r in references))
+    return TokenSegments(
+        text_len,
+        target.stop - target.start,
+        context_len,
+        grid_shape(img_ids[target]),
+        grid_shape(img_ids[references[0]]) if references else (0, 0),
+        target_start=text_len + target.start,
+        context_start=context_start,
+        references=tuple(slice(text_len + r.start, text_len + r.stop) for r in references),
+    )
 
 
 class Flux2EditAttention(FamilyEditAttention):
@@ -57,8 +72,11 @@ class Flux2EditAttention(FamilyEditAttention):
     def processor_class(self, slot) -> type:
         from diffusers.models.transformers.transformer_flux2 import Flux2ParallelSelfAttention
 
-        return Flux2ParallelEditAttnProcessor if isinstance(slot.module, Flux2ParallelSelfAttention) \
+        return (
+            Flux2ParallelEditAttnProcessor
+            if isinstance(slot.module, Flux2ParallelSelfAttention)
             else Flux2EditAttnProcessor
+        )
 
     def sigma(self, args, kwargs):
         timestep = kwargs.get("timestep", args[2] if len(args) > 2 else None)

@@ -6,6 +6,7 @@ that joint sequence. Segments from the coordinates (:func:`~mmpos.integrations.d
 on ``img_shapes``): the target is the image at frame index 0, each condition image (Edit) one frame index after it.
 The key mask is the text mask (``encoder_hidden_states_mask``) then the image tokens, as the processor builds it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,11 +23,25 @@ from .base import FamilyEditAttention
 class QwenEditAttnProcessor(FamilyEditAttnProcessor):
     """The edit level of a Qwen-Image block (``QwenDoubleStreamAttnProcessor2_0``'s signature)."""
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, encoder_hidden_states_mask=None,
-                 attention_mask=None, image_rotary_emb=None):
-        return self.run(attn, dict(hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states,
-                                   encoder_hidden_states_mask=encoder_hidden_states_mask,
-                                   attention_mask=attention_mask, image_rotary_emb=image_rotary_emb))
+    def __call__(
+        self,
+        attn,
+        hidden_states,
+        encoder_hidden_states=None,
+        encoder_hidden_states_mask=None,
+        attention_mask=None,
+        image_rotary_emb=None,
+    ):
+        return self.run(
+            attn,
+            dict(
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_hidden_states_mask=encoder_hidden_states_mask,
+                attention_mask=attention_mask,
+                image_rotary_emb=image_rotary_emb,
+            ),
+        )
 
 
 def qwen_segments(text_len: int, img_shapes) -> TokenSegments:
@@ -37,9 +52,14 @@ def qwen_segments(text_len: int, img_shapes) -> TokenSegments:
     if references and target.start != 0:
         raise ValueError("img_shapes: expected the target image (frame index 0) first")
     context_len = sum(r.stop - r.start for r in references)
-    return TokenSegments(text_len, target.stop - target.start, context_len, grid_shape(image[target]),
-                         grid_shape(image[references[0]]) if references else (0, 0),
-                         references=tuple(slice(text_len + r.start, text_len + r.stop) for r in references))
+    return TokenSegments(
+        text_len,
+        target.stop - target.start,
+        context_len,
+        grid_shape(image[target]),
+        grid_shape(image[references[0]]) if references else (0, 0),
+        references=tuple(slice(text_len + r.start, text_len + r.stop) for r in references),
+    )
 
 
 class QwenEditAttention(FamilyEditAttention):
@@ -63,8 +83,10 @@ class QwenEditAttention(FamilyEditAttention):
             raise ValueError("QwenDoubleStreamAttnProcessor2_0 does not accept an external attention_mask")
         head_dim = attn.inner_dim // attn.heads
         img = [f(hidden_states).unflatten(-1, (-1, head_dim)) for f in (attn.to_q, attn.to_k, attn.to_v)]
-        txt = [f(encoder_hidden_states).unflatten(-1, (-1, head_dim))
-               for f in (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj)]
+        txt = [
+            f(encoder_hidden_states).unflatten(-1, (-1, head_dim))
+            for f in (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj)
+        ]
         for stream, norms in ((img, (attn.norm_q, attn.norm_k)), (txt, (attn.norm_added_q, attn.norm_added_k))):
             for i, norm in enumerate(norms):
                 if norm is not None:

@@ -15,6 +15,7 @@ largest one (it must end the sequence), the condition images (``references``) ar
 (``text`` is the whole prefix; ``context_len`` is 0: the condition images are not one contiguous block).
 The key mask is the model's ``key_valid`` (prefill) or the decode mask (padded text keys dropped).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,11 +40,31 @@ _TOKENS_PER_SLOT = 4  # each vision-language image slot stands for 2 x 2 latent 
 class Qwen21EditAttnProcessor(FamilyEditAttnProcessor):
     """The edit level of a Qwen-Image 2.1 block (``QwenImage21AttnProcessor``'s signature)."""
 
-    def __call__(self, attn, hidden_states, attention_mask=None, rotary_emb=None, layer_cache=None,
-                 kv_cache_mode=None, cache_write_slice=None, segments=None, key_valid=None):
-        return self.run(attn, dict(hidden_states=hidden_states, attention_mask=attention_mask,
-                                   rotary_emb=rotary_emb, layer_cache=layer_cache, kv_cache_mode=kv_cache_mode,
-                                   cache_write_slice=cache_write_slice, segments=segments, key_valid=key_valid))
+    def __call__(
+        self,
+        attn,
+        hidden_states,
+        attention_mask=None,
+        rotary_emb=None,
+        layer_cache=None,
+        kv_cache_mode=None,
+        cache_write_slice=None,
+        segments=None,
+        key_valid=None,
+    ):
+        return self.run(
+            attn,
+            dict(
+                hidden_states=hidden_states,
+                attention_mask=attention_mask,
+                rotary_emb=rotary_emb,
+                layer_cache=layer_cache,
+                kv_cache_mode=kv_cache_mode,
+                cache_write_slice=cache_write_slice,
+                segments=segments,
+                key_valid=key_valid,
+            ),
+        )
 
 
 class Qwen21FlexEditAttnProcessor(Qwen21EditAttnProcessor, QwenImage21FlexAttnProcessor):
@@ -56,15 +77,22 @@ def qwen21_segments(img_shapes, image_pad_mask: torch.Tensor) -> TokenSegments:
     is_image = image_pad_mask.tolist()
     frame, rows, cols, _ = qwen21_positions(img_shapes, is_image)
     image_at = torch.nonzero(image_pad_mask).flatten()
-    coords = torch.stack([torch.tensor(frame, dtype=torch.float64)[image_at], torch.tensor(rows).double(),
-                          torch.tensor(cols).double()], dim=-1)  # [N_image, 3]
+    coords = torch.stack(
+        [torch.tensor(frame, dtype=torch.float64)[image_at], torch.tensor(rows).double(), torch.tensor(cols).double()],
+        dim=-1,
+    )  # [N_image, 3]
     runs = runs_by_value(coords[:, 0])  # per image block, sorted by frame position
     blocks = [slice(int(image_at[r.start]), int(image_at[r.stop - 1]) + 1) for _, r in runs]
     target = blocks[-1]
     if target.stop != len(is_image) or target.stop - target.start != runs[-1][1].stop - runs[-1][1].start:
         raise ValueError("img_shapes: expected the target image (the largest frame position) to end the sequence")
-    return TokenSegments(target.start, target.stop - target.start, target_grid=grid_shape(coords[runs[-1][1]]),
-                         target_start=target.start, references=tuple(blocks[:-1]))
+    return TokenSegments(
+        target.start,
+        target.stop - target.start,
+        target_grid=grid_shape(coords[runs[-1][1]]),
+        target_start=target.start,
+        references=tuple(blocks[:-1]),
+    )
 
 
 def prefix_blocks(img_shapes, image_pad_mask: torch.Tensor, prefix_len: int) -> list[tuple[int, int, bool]]:
@@ -114,8 +142,13 @@ class Qwen21LayerCall(LayerCall):
             causal = torch.tril(ones, diagonal=start)[None, None]
             mask = causal if mask is None else causal & mask
         processor = self.attn.processor
-        return dispatch_attention_fn(query[:, start:stop], key[:, :stop], value[:, :stop], attn_mask=mask,
-                                     parallel_config=getattr(processor, "_parallel_config", None))
+        return dispatch_attention_fn(
+            query[:, start:stop],
+            key[:, :stop],
+            value[:, :stop],
+            attn_mask=mask,
+            parallel_config=getattr(processor, "_parallel_config", None),
+        )
 
 
 class Qwen21EditAttention(FamilyEditAttention):
@@ -145,10 +178,18 @@ class Qwen21EditAttention(FamilyEditAttention):
             rotation = self._padded(processor.context, rotation, segments.target_start)
         query, key, value, state = self.project(attn, inputs)
         mask = self.key_mask(inputs, segments, query.shape[0], query.shape[1])
-        return Qwen21LayerCall(attn, query, key, value, segments, rotation, mask,
-                               lambda out, dtype: self.finish(attn, inputs, state, out, dtype),
-                               blocks=tuple(processor.context.layout),
-                               cached=inputs.get("kv_cache_mode") == "cached")
+        return Qwen21LayerCall(
+            attn,
+            query,
+            key,
+            value,
+            segments,
+            rotation,
+            mask,
+            lambda out, dtype: self.finish(attn, inputs, state, out, dtype),
+            blocks=tuple(processor.context.layout),
+            cached=inputs.get("kv_cache_mode") == "cached",
+        )
 
     @staticmethod
     def _padded(context, rotation: LayerRotation, prefix: int) -> LayerRotation:
@@ -169,8 +210,7 @@ class Qwen21EditAttention(FamilyEditAttention):
         cache, mode = inputs.get("layer_cache"), inputs.get("kv_cache_mode")
         if cache is not None and mode == "extract" and inputs.get("cache_write_slice") is not None:
             rotated = apply_rotary_emb_qwen(key, inputs["rotary_emb"], use_real=False)  # as the stock processor
-            cache.store(rotated[:, inputs["cache_write_slice"]].clone(),
-                        value[:, inputs["cache_write_slice"]].clone())
+            cache.store(rotated[:, inputs["cache_write_slice"]].clone(), value[:, inputs["cache_write_slice"]].clone())
         elif cache is not None and mode == "cached":
             cached_k, cached_v = cache.get()
             query = torch.cat([query.new_zeros(query.shape[0], cached_k.shape[1], *query.shape[2:]), query], dim=1)
@@ -190,7 +230,7 @@ class Qwen21EditAttention(FamilyEditAttention):
         return inputs.get("key_valid")
 
     def finish(self, attn, inputs, state, out, dtype):
-        out = out[:, -inputs["hidden_states"].shape[1]:]  # cached: the target's rows only
+        out = out[:, -inputs["hidden_states"].shape[1] :]  # cached: the target's rows only
         return attn.to_out[1](attn.to_out[0](out.flatten(2, 3).to(dtype)))
 
 

@@ -8,6 +8,7 @@ image tokens: the edit runs the processor beneath there. ``freqs_cis`` is the pa
 ``[B, S, P]`` (stock), or under ``set_pe`` the packed tables ``[B, S, G, 2P]``; the key mask is the processor's
 ``attention_mask`` (batch padding).
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,8 +26,15 @@ class ZImageEditAttnProcessor(FamilyEditAttnProcessor):
     """The edit level of a Z-Image block (``ZSingleStreamAttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, freqs_cis=None):
-        return self.run(attn, dict(hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states,
-                                   attention_mask=attention_mask, freqs_cis=freqs_cis))
+        return self.run(
+            attn,
+            dict(
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                attention_mask=attention_mask,
+                freqs_cis=freqs_cis,
+            ),
+        )
 
 
 def _argument(args, kwargs, name, index, default=None):
@@ -77,7 +85,9 @@ class ZImageEditAttention(FamilyEditAttention):
 
     def project(self, attn, inputs):
         hidden_states = inputs["hidden_states"]
-        query, key, value = (f(hidden_states).unflatten(-1, (attn.heads, -1)) for f in (attn.to_q, attn.to_k, attn.to_v))
+        query, key, value = (
+            f(hidden_states).unflatten(-1, (attn.heads, -1)) for f in (attn.to_q, attn.to_k, attn.to_v)
+        )
         if attn.norm_q is not None:
             query = attn.norm_q(query)
         if attn.norm_k is not None:

@@ -1,6 +1,7 @@
 """The world t2i model above its training size: install an extrapolation preset, generate at a scale, and the
 figure of one caption with every method at every scale. Shared by ``scripts/eval_extrapolation.py`` (the
 64-caption table) and the ``mmpos demo`` report (one caption)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +29,12 @@ def generate_at_size(pipe, examples, size: int, steps: int, guidance, batch: int
     from mmpos.models.world.samples import generate
 
     sized = [dict(e, image=np.zeros((size, size, 3), np.uint8)) for e in examples]
-    return np.concatenate([generate(pipe, "t2i", sized[i:i + batch], steps=steps, guidance=guidance, seed=i // batch)
-                           for i in range(0, len(sized), batch)])
+    return np.concatenate(
+        [
+            generate(pipe, "t2i", sized[i : i + batch], steps=steps, guidance=guidance, seed=i // batch)
+            for i in range(0, len(sized), batch)
+        ]
+    )
 
 
 def method_scale_tiles(images: dict, index: int, cell: int) -> dict:

@@ -1,6 +1,7 @@
 """The camera-controlled clips section of ``mmpos demo``: one held-out scene, three commanded motions (orbit,
 dolly, pan), the world video model without a camera and with each camera adapter, beside the ground-truth render;
 the rigs, a GIF per motion and the measured PSNR / RotErr / TransErr of every row."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,8 +34,11 @@ def demo_clips(size: int = 32) -> list[EvalClip]:
     clips = []
     for motion in DEMO_MOTIONS:
         trajectory = motion_trajectory(motion, start)
-        clips.append(EvalClip(DEMO_SCENE_SEED, motion, trajectory,
-                              render_clip(scene, trajectory, size).permute(0, 2, 3, 1).numpy()))
+        clips.append(
+            EvalClip(
+                DEMO_SCENE_SEED, motion, trajectory, render_clip(scene, trajectory, size).permute(0, 2, 3, 1).numpy()
+            )
+        )
     return clips
 
 
@@ -61,8 +65,11 @@ def write_rigs(clips: list[EvalClip], path: Path) -> Path:
 
     fig = pyplot().figure(figsize=(5 * len(clips), 4.5))
     for i, clip in enumerate(clips):
-        plot_rig(fig.add_subplot(1, len(clips), i + 1, projection="3d"), clip.trajectory,
-                 title=f"{clip.motion.kind} {clip.motion.amount:+g}")
+        plot_rig(
+            fig.add_subplot(1, len(clips), i + 1, projection="3d"),
+            clip.trajectory,
+            title=f"{clip.motion.kind} {clip.motion.amount:+g}",
+        )
     return save_figure(fig, path)
 
 
@@ -73,8 +80,11 @@ def load_video_model(folder: Path):
 
     pipe = WorldVideoPipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
-    adapters = {kind: CameraAdapter.from_pretrained(folder / f"camera-{kind}").eval()
-                for kind in ("ucpe", "plucker") if (folder / f"camera-{kind}" / "config.json").is_file()}
+    adapters = {
+        kind: CameraAdapter.from_pretrained(folder / f"camera-{kind}").eval()
+        for kind in ("ucpe", "plucker")
+        if (folder / f"camera-{kind}" / "config.json").is_file()
+    }
     return pipe, adapters
 
 
@@ -94,8 +104,11 @@ def demo_outputs(pipe, adapters: dict, steps: int = 24) -> list[tuple[EvalClip, 
 
 
 def labelled_rows(results) -> list[tuple[str, np.ndarray]]:
-    return [(f"{clip.motion.kind} {clip.motion.amount:+g}: {name}", frames)
-            for clip, outputs in results for name, frames in outputs.items()]
+    return [
+        (f"{clip.motion.kind} {clip.motion.amount:+g}: {name}", frames)
+        for clip, outputs in results
+        for name, frames in outputs.items()
+    ]
 
 
 def camera_clips_section(out_dir: Path, root=None, steps: int = 24):
@@ -110,13 +123,22 @@ def camera_clips_section(out_dir: Path, root=None, steps: int = 24):
         for name, frames in outputs.items():
             s = score(frames, clip)
             psnr = "-" if name == "ground truth" else f"{s['psnr']:.1f} dB"
-            lines.append(f"{clip.motion.kind} {clip.motion.amount:+g}, {name}: PSNR {psnr}, RotErr "
-                         f"{s['rot_err']:.1f}, TransErr {s['trans_err']:.1f}")
+            lines.append(
+                f"{clip.motion.kind} {clip.motion.amount:+g}, {name}: PSNR {psnr}, RotErr "
+                f"{s['rot_err']:.1f}, TransErr {s['trans_err']:.1f}"
+            )
         written.append(write_gif(list(outputs.values()), Path(out_dir) / f"world_camera_{clip.motion.kind}.gif"))
-    note = ("First frame + commanded trajectory -> 9 frames (32 px) from the world video model (WanTransformer3DModel "
-            "in WorldVideoPipeline), without a camera and with each camera adapter, beside the ground-truth render. "
-            "RotErr / TransErr (degrees): the motion recovered from the frames with OpenCV against the commanded "
-            "one (the ground-truth row is the measurement's floor; TransErr is undefined for a pan). GIFs, left to "
-            f"right: {' | '.join(results[0][1])}. " + "; ".join(lines) + ".")
-    return Section("Camera-controlled clips: the world video model without / with camera adapters",
-                   labelled_rows(results), [], written, note)
+    note = (
+        "First frame + commanded trajectory -> 9 frames (32 px) from the world video model (WanTransformer3DModel "
+        "in WorldVideoPipeline), without a camera and with each camera adapter, beside the ground-truth render. "
+        "RotErr / TransErr (degrees): the motion recovered from the frames with OpenCV against the commanded "
+        "one (the ground-truth row is the measurement's floor; TransErr is undefined for a pan). GIFs, left to "
+        f"right: {' | '.join(results[0][1])}. " + "; ".join(lines) + "."
+    )
+    return Section(
+        "Camera-controlled clips: the world video model without / with camera adapters",
+        labelled_rows(results),
+        [],
+        written,
+        note,
+    )

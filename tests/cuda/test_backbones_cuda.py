@@ -6,6 +6,7 @@ of activations; fp32 errors should be ~1e-6.
 
     pytest -m cuda tests/cuda/test_backbones_cuda.py -s
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,11 +36,18 @@ def run_on(model, inputs, device, dtype):
 
 
 def check(name, model, inputs, device) -> dict:
-    ref = run_on(model.double(), [a.double() if torch.is_tensor(a) and a.is_floating_point() else a
-                                  for a in inputs], "cpu", torch.float32)
+    ref = run_on(
+        model.double(),
+        [a.double() if torch.is_tensor(a) and a.is_floating_point() else a for a in inputs],
+        "cpu",
+        torch.float32,
+    )
     model = model.float()
-    return dict(model=name, fp32=relative_error(run_on(model, inputs, device, torch.float32), ref),
-                bf16=relative_error(run_on(model, inputs, device, torch.bfloat16), ref))
+    return dict(
+        model=name,
+        fp32=relative_error(run_on(model, inputs, device, torch.float32), ref),
+        bf16=relative_error(run_on(model, inputs, device, torch.bfloat16), ref),
+    )
 
 
 def main(argv=None) -> int:
@@ -73,8 +81,14 @@ def main(argv=None) -> int:
         print(f"| {r['model']} | {r['fp32']:.2e} | {r['bf16']:.2e} |")
     dit = DiT.from_preset("DiT-S/2", depth=2, sample_size=16, in_channels=4, num_classes=10, pe="rope_mixed")
     dit = dit.to(device)
-    out = sample_dit(dit.to(torch.bfloat16), make_noise_scheduler("flow"), [0, 1], num_inference_steps=4,
-                     guidance_scale=2.0, generator=torch.Generator(device).manual_seed(0))
+    out = sample_dit(
+        dit.to(torch.bfloat16),
+        make_noise_scheduler("flow"),
+        [0, 1],
+        num_inference_steps=4,
+        guidance_scale=2.0,
+        generator=torch.Generator(device).manual_seed(0),
+    )
     print(f"DiT bf16 flow sampling on {device}: {tuple(out.shape)}, finite={bool(torch.isfinite(out).all())}")
     worst = max(max(r["fp32"] for r in rows), 0.0)
     return 0 if worst < 1e-4 and all(r["bf16"] < 5e-2 for r in rows) else 1

@@ -7,22 +7,27 @@
 4. xformers (when importable) against SDPA through ``attention_backend``.
 Prints a compact table; fails if a check fails.
 """
+
 from __future__ import annotations
 
 import argparse
 
 import pytest
 import torch
+from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
 from mmpos.integrations.diffusers import cast_keeping_pe_fp32, position_module, restore, set_pe
-
-from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
 pytestmark = pytest.mark.cuda
 MODELS = {"flux": (tiny_flux, tiny_flux_inputs), "wan": (tiny_wan, tiny_wan_inputs)}
 NTK2 = {"type": "ntk", "factor": 2.0}
-ENCODINGS = {"stock": None, "native": ("native", {}), "rope_axial": ("rope_axial", {}),
-             "rope_mixed": ("rope_mixed", {"seed": 0}), "native+ntk2": ("native", {"extrapolation": NTK2})}
+ENCODINGS = {
+    "stock": None,
+    "native": ("native", {}),
+    "rope_axial": ("rope_axial", {}),
+    "rope_mixed": ("rope_mixed", {"seed": 0}),
+    "native+ntk2": ("native", {"extrapolation": NTK2}),
+}
 
 
 def forward(model, inputs):
@@ -48,7 +53,9 @@ def check_native_bits(device, rows):
             same = torch.equal(forward(model, inputs), stock)
             restore(model)
             ok &= same
-            rows.append((f"{family} native == stock", str(dtype).split(".")[-1], "bit-identical" if same else "DIFFERS"))
+            rows.append(
+                (f"{family} native == stock", str(dtype).split(".")[-1], "bit-identical" if same else "DIFFERS")
+            )
     return ok
 
 
@@ -95,8 +102,12 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(parser.parse_args(argv).device)
     rows = []
-    checks = [check_native_bits(device, rows), check_bf16_error(device, rows), check_table_builds(device, rows),
-              check_xformers(device, rows)]
+    checks = [
+        check_native_bits(device, rows),
+        check_bf16_error(device, rows),
+        check_table_builds(device, rows),
+        check_xformers(device, rows),
+    ]
     print(f"| check ({device}) | what | result |\n|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -4,6 +4,7 @@ fp64 CPU math (with the stock processor's bf16 error as the yardstick). The per-
 
     pytest -m cuda tests/cuda/test_edit_cuda.py -s            # ~1 min on one GPU
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,6 +15,10 @@ import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAttnProcessor, FluxPosEmbed
+from fixtures.tiny_models import components, embeddings, explicit_qkv, image
+
+from mmpos.coords import flux_ids
+from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines import (
     BandConfig,
     BandModulationFluxPipeline,
@@ -23,20 +28,16 @@ from mmpos.pipelines import (
 )
 from mmpos.pipelines.band import SharedBandAttention
 from mmpos.pipelines.context import EditContext, segments_from_ids
-from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines.loose import LooseRoPERule
-
-from mmpos.coords import flux_ids
-
-from fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 pytestmark = pytest.mark.cuda
 AXES = (16, 56, 56)
 
 
 def _to(parts: dict, device, dtype) -> dict:
-    return {k: (v.to(device=device, dtype=dtype) if v is not None and hasattr(v, "to") else v)
-            for k, v in parts.items()}
+    return {
+        k: (v.to(device=device, dtype=dtype) if v is not None and hasattr(v, "to") else v) for k, v in parts.items()
+    }
 
 
 @torch.no_grad()
@@ -53,28 +54,58 @@ def identity_checks(device, dtype) -> list[tuple[str, bool]]:
     c = _to(components("kontext"), device, dtype)
     mask = torch.zeros(64, 64, dtype=torch.bool)
     mask[16:48, 16:48] = True
-    kwargs = dict(image=image(64, 64), height=64, width=64, max_area=64 * 64, _auto_resize=False,
-                  num_inference_steps=3, output_type="latent", **e1)
+    kwargs = dict(
+        image=image(64, 64),
+        height=64,
+        width=64,
+        max_area=64 * 64,
+        _auto_resize=False,
+        num_inference_steps=3,
+        output_type="latent",
+        **e1,
+    )
     stock = FluxKontextPipeline(**c)(generator=gen(), **kwargs).images
     edit = LooseRoPEKontextPipeline(**c)(crop_mask=mask, loose={"strength": 0.0}, generator=gen(), **kwargs).images
     results.append(("looserope strength 0 == FluxKontextPipeline", torch.equal(stock, edit)))
     c = _to(components("fill"), device, dtype)
     pipe = PosBridgeFillPipeline(**c)
-    out = pipe(image=image(64, 64), target_box=(16, 16, 48, 48), references=image(32, 32, seed=3),
-               transplant={"tau": 1.01, "tile_fraction": 0.25}, num_inference_steps=3, generator=gen(),
-               output_type="pt", **e1)
+    out = pipe(
+        image=image(64, 64),
+        target_box=(16, 16, 48, 48),
+        references=image(32, 32, seed=3),
+        transplant={"tau": 1.01, "tile_fraction": 0.25},
+        num_inference_steps=3,
+        generator=gen(),
+        output_type="pt",
+        **e1,
+    )
     canvas = out.canvas
-    stock = FluxFillPipeline(**c)(image=canvas.image, mask_image=canvas.inpaint_mask[None, None].float(),
-                                  height=canvas.image.shape[-2], width=canvas.image.shape[-1], num_inference_steps=3,
-                                  generator=gen(), output_type="pt", **e1).images
+    stock = FluxFillPipeline(**c)(
+        image=canvas.image,
+        mask_image=canvas.inpaint_mask[None, None].float(),
+        height=canvas.image.shape[-2],
+        width=canvas.image.shape[-1],
+        num_inference_steps=3,
+        generator=gen(),
+        output_type="pt",
+        **e1,
+    ).images
     results.append(("transplant empty window == FluxFillPipeline", torch.equal(stock, out.canvas_images)))
     return results
 
 
 def _attention_module(double: bool):
     torch.manual_seed(0)
-    return FluxAttention(query_dim=256, heads=2, dim_head=128, added_kv_proj_dim=256 if double else None, bias=True,
-                         out_dim=None if double else 256, pre_only=not double, eps=1e-6).double()
+    return FluxAttention(
+        query_dim=256,
+        heads=2,
+        dim_head=128,
+        added_kv_proj_dim=256 if double else None,
+        bias=True,
+        out_dim=None if double else 256,
+        pre_only=not double,
+        eps=1e-6,
+    ).double()
 
 
 def _relative_error(value, reference) -> float:
@@ -103,8 +134,13 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     edited = rule.attend(attn_dev, hidden.to(device, torch.bfloat16), None, rotary_dev, context)
     stock_ref = FluxAttnProcessor()(attn, hidden, None, None, rotary64)
     stock_dev = FluxAttnProcessor()(attn_dev, hidden.to(device, torch.bfloat16), None, None, rotary_dev)
-    rows.append(("band shared attention (single block)", _relative_error(edited, reference),
-                 _relative_error(stock_dev, stock_ref)))
+    rows.append(
+        (
+            "band shared attention (single block)",
+            _relative_error(edited, reference),
+            _relative_error(stock_dev, stock_ref),
+        )
+    )
     # looserope: explicit fp64 logits vs the concatenated-q/k SDPA in bf16
     attn = _attention_module(double=True)
     img_ids = torch.cat([flux_ids(side, side), flux_ids(side, side, index=1.0)])
@@ -128,9 +164,12 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     pasted = maps.context_region.flatten()
     for token in (maps.bins.flatten() >= 0).nonzero().flatten().tolist():
         b = int(maps.bins.flatten()[token])
-        loose = tuple(t.double() for t in pos_embed(torch.cat([torch.zeros(text_len, 3),
-                                                               shrink_ids(img_ids, float(shrink[b]),
-                                                                          ((side - 1) / 2,) * 2)])))
+        loose = tuple(
+            t.double()
+            for t in pos_embed(
+                torch.cat([torch.zeros(text_len, 3), shrink_ids(img_ids, float(shrink[b]), ((side - 1) / 2,) * 2)])
+            )
+        )
         row = torch.einsum("bhd,bkhd->bhk", rot(q, loose)[:, text_len + token], rot(k, loose)[:, ctx])
         logits[:, :, text_len + token, ctx] = row * torch.where(pasted, factor[b], 1.0)
     expected = torch.einsum("bhqk,bkhd->bqhd", (logits / math.sqrt(128)).softmax(-1), v).flatten(2)
@@ -141,15 +180,22 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     context_dev.segments, context_dev.img_ids = context.segments, img_ids.to(device)
     rule_dev.prepare(context_dev, None)
     rotary_dev = tuple(t.to(device) for t in pos_embed(full_ids.to(device)))
-    edited = rule_dev.attend(attn_dev, hidden.to(device, torch.bfloat16), text.to(device, torch.bfloat16), rotary_dev,
-                             context_dev)
+    edited = rule_dev.attend(
+        attn_dev, hidden.to(device, torch.bfloat16), text.to(device, torch.bfloat16), rotary_dev, context_dev
+    )
     stock_ref = FluxAttnProcessor()(attn, hidden, text, None, rotary64)
-    stock_dev = FluxAttnProcessor()(attn_dev, hidden.to(device, torch.bfloat16), text.to(device, torch.bfloat16), None,
-                                    rotary_dev)
+    stock_dev = FluxAttnProcessor()(
+        attn_dev, hidden.to(device, torch.bfloat16), text.to(device, torch.bfloat16), None, rotary_dev
+    )
     rows_pasted = (maps.bins.flatten() >= 0).nonzero().flatten().to(device)  # the rows the edit changes
     pick = lambda out: (out[0] if isinstance(out, tuple) else out)[:, rows_pasted.to(out[0].device)]  # noqa: E731
-    rows.append(("looserope logit mix (double block, pasted rows)", _relative_error(pick(edited), pick(reference)),
-                 _relative_error(pick(stock_dev), pick(stock_ref))))
+    rows.append(
+        (
+            "looserope logit mix (double block, pasted rows)",
+            _relative_error(pick(edited), pick(reference)),
+            _relative_error(pick(stock_dev), pick(stock_ref)),
+        )
+    )
     return rows
 
 

@@ -10,6 +10,7 @@
 3. Attention on rotated bf16 q, k, v: PyTorch SDPA and xformers (when importable) against an fp32
    reference, relative error of the output, and time per call.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,12 @@ import os
 from pathlib import Path
 
 import pytest
-
 import torch
 import torch.nn.functional as F
-
-import mmpos
 from bench_rotary import pair_norm, ulp  # benchmarks/ (on the test path)
 from timing import median_seconds
+
+import mmpos
 from mmpos.coords.grids import flux_ids, grid_coords
 from mmpos.demo import DEMO_OPTIONS, demo_encoding
 from mmpos.ops import rotary_backend
@@ -126,8 +126,11 @@ def main(argv=None) -> dict:
     torch.manual_seed(0)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu (dry run)"
     print(f"torch {torch.__version__} on {name}")
-    results = dict(encodings=[check_encoding(name, args.device) for name in mmpos.list_pes()],
-                   kernel=check_kernel(args.device), attention=check_attention(args.device))
+    results = dict(
+        encodings=[check_encoding(name, args.device) for name in mmpos.list_pes()],
+        kernel=check_kernel(args.device),
+        attention=check_attention(args.device),
+    )
     for section, rows in results.items():
         print(f"== {section}")
         for row in rows:

@@ -10,6 +10,7 @@ scripts/gpu_checks.sh.
 
     pytest -m cuda tests/cuda/test_multimodal_rope_cuda.py -s
 """
+
 import argparse
 import json
 import os
@@ -35,17 +36,21 @@ def half_pair_norm(x):
 
 def check_rotation(device):
     types, images, video = lm_prompt()
-    ids, _ = multimodal_position_ids(types[None], images, video, spatial_merge_size=2, split_video_frames=True,
-                                     spatial_reset=True)
-    vids, _ = multimodal_position_ids(types[None], images, video, spatial_merge_size=2, split_video_frames=True,
-                                      design="vrope")
+    ids, _ = multimodal_position_ids(
+        types[None], images, video, spatial_merge_size=2, split_video_frames=True, spatial_reset=True
+    )
+    vids, _ = multimodal_position_ids(
+        types[None], images, video, spatial_merge_size=2, split_video_frames=True, design="vrope"
+    )
     coords, vcoords = ids[:, 0].T.double(), vids[:, 0].T.double()
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 16, coords.shape[0], 128, generator=gen).bfloat16()
     encodings = {
         "mrope": (mmpos.create_pe("mrope", head_dim=128, mrope_section=(16, 24, 24), theta=5e6), coords),
-        "mrope_interleave": (mmpos.create_pe("mrope_interleave", head_dim=128, mrope_section=(24, 20, 20),
-                                             theta=5e6), coords),
+        "mrope_interleave": (
+            mmpos.create_pe("mrope_interleave", head_dim=128, mrope_section=(24, 20, 20), theta=5e6),
+            coords,
+        ),
         "mhrope": (mmpos.create_pe("mhrope", head_dim=128, num_heads=16, num_kv_heads=4, theta=5e6), coords),
         "vrope": (mmpos.create_pe("vrope", head_dim=128, theta=5e6), vcoords),
     }
@@ -66,10 +71,17 @@ def check_ids(device):
     types, images, video = lm_prompt()
     same = True
     for options in (dict(), dict(spatial_reset=True), dict(design="vrope")):
-        cpu = multimodal_position_ids(types[None], images, video, spatial_merge_size=2, split_video_frames=True,
-                                      **options)
-        dev = multimodal_position_ids(types[None].to(device), images.to(device), video.to(device),
-                                      spatial_merge_size=2, split_video_frames=True, **options)
+        cpu = multimodal_position_ids(
+            types[None], images, video, spatial_merge_size=2, split_video_frames=True, **options
+        )
+        dev = multimodal_position_ids(
+            types[None].to(device),
+            images.to(device),
+            video.to(device),
+            spatial_merge_size=2,
+            split_video_frames=True,
+            **options,
+        )
         same &= all(torch.equal(a, b.cpu()) for a, b in zip(cpu, dev))
     print(f"position ids on {device} equal the CPU ones: {same}")
     return same
@@ -77,6 +89,7 @@ def check_ids(device):
 
 def check_models(device):
     import tiny_qwen_vl
+
     from mmpos.integrations.transformers_vlm import ENCODINGS, use_multimodal_rope
 
     text = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9]], device=device)
@@ -92,8 +105,10 @@ def check_models(device):
                     identical = torch.equal(model(input_ids=text).logits, host)
                     finite = bool(torch.isfinite(model(**inputs).logits).all())
                 ok &= identical and finite
-                print(f"{kind:9s} {encoding:17s} text logits bit-identical: {identical}, multimodal forward finite: "
-                      f"{finite}")
+                print(
+                    f"{kind:9s} {encoding:17s} text logits bit-identical: {identical}, multimodal forward finite: "
+                    f"{finite}"
+                )
     return ok
 
 
@@ -107,8 +122,13 @@ def main(argv=None) -> int:
     models_ok = check_models(args.device)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     passed = worst <= 1.0 and ids_ok and models_ok
-    summary = dict(device=args.device, worst_bf16_err_ulp_of_pair_norm=worst, ids_identical=ids_ok,
-                   models_text_bit_identical_and_finite=models_ok, passed=passed)
+    summary = dict(
+        device=args.device,
+        worst_bf16_err_ulp_of_pair_norm=worst,
+        ids_identical=ids_ok,
+        models_text_bit_identical_and_finite=models_ok,
+        passed=passed,
+    )
     (args.out_dir / f"check_multimodal_rope_{args.device}.json").write_text(json.dumps(summary, indent=1))
     print(f"GPU check {'PASSED' if passed else 'FAILED'} (worst bf16 error {worst:.3g} ulp of pair norm; target <= 1)")
     return 0 if passed else 1

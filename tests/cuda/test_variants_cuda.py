@@ -4,6 +4,7 @@ Prints one row per encoding: max |error| of the rotated q (relative to max |q|) 
 (relative to max |logit|), and whether the parameter gradients are finite. Fails if any error is
 above its tolerance. Usage: ``pytest -m cuda tests/cuda/test_variants_cuda.py -s``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,11 @@ def build(options, head_dim, num_heads):
 def check(label, options, grid, device) -> list[tuple]:
     head_dim = 128 if grid == "flux" else 64
     heads = 4
-    coords = flux_ids(16, 16, text_length=8, dtype=torch.float64) if grid == "flux" else \
-        grid_coords(grid, "normalized" if "comrope" in label or "liere" in label else "index", dtype=torch.float64)
+    coords = (
+        flux_ids(16, 16, text_length=8, dtype=torch.float64)
+        if grid == "flux"
+        else grid_coords(grid, "normalized" if "comrope" in label or "liere" in label else "index", dtype=torch.float64)
+    )
     pe = build(options, head_dim, heads)
     prefix = pe.num_prefix_tokens
     gen = torch.Generator().manual_seed(0)

@@ -11,6 +11,8 @@
 Camera adapters on Wan (``ucpe``, ``prope``, ``plucker``): :class:`CameraAdapter`, :func:`camera_conditioning`,
 :func:`video_cameras` (from :mod:`mmpos.camera.video`; see ``docs/video.md``).
 """
+
+from ...camera.video import CameraPath, VideoCameras, video_cameras  # re-exported (home: mmpos.camera.video)
 from .api import position_module, restore, set_pe
 from .backends import resolve_attention_backend
 from .camera_adapter import CameraAdapter, camera_conditioning
@@ -22,11 +24,31 @@ from .models import supported_classes
 from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
 from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
 from .ucpe_checkpoint import load_ucpe_checkpoint
-from ...camera.video import CameraPath, VideoCameras, video_cameras  # re-exported (home: mmpos.camera.video)
 
-__all__ = ["set_pe", "restore", "model_extrapolation", "cast_keeping_pe_fp32", "position_module", "pe_parameters",
-           "train_only_pe", "resolve_attention_backend",
-           "shard_like_context_parallel", "supported_classes", "EncodingRotation", "FluxPEAttnProcessor",
-           "WanPEAttnProcessor", "ProcessorInstaller", "AttentionSlot", "ENCODING", "EDIT", "LayerRotation",
-           "CAMERA", "CameraAdapter", "camera_conditioning", "CameraPath", "VideoCameras", "video_cameras",
-           "load_ucpe_checkpoint"]
+__all__ = [
+    "set_pe",
+    "restore",
+    "model_extrapolation",
+    "cast_keeping_pe_fp32",
+    "position_module",
+    "pe_parameters",
+    "train_only_pe",
+    "resolve_attention_backend",
+    "shard_like_context_parallel",
+    "supported_classes",
+    "EncodingRotation",
+    "FluxPEAttnProcessor",
+    "WanPEAttnProcessor",
+    "ProcessorInstaller",
+    "AttentionSlot",
+    "ENCODING",
+    "EDIT",
+    "LayerRotation",
+    "CAMERA",
+    "CameraAdapter",
+    "camera_conditioning",
+    "CameraPath",
+    "VideoCameras",
+    "video_cameras",
+    "load_ucpe_checkpoint",
+]

@@ -3,6 +3,7 @@
 Processors go through the one installer (:mod:`.installer`, the ``"encoding"`` level of each layer's slot);
 PE-parameter training is in :mod:`.pe_training`, backend names in :mod:`.backends`, model checks in :mod:`.checks`.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -15,7 +16,6 @@ from ...encodings.base import PEKind
 from ...encodings.per_block import check_model_coordinates, create_block_pes
 from ...encodings.registry import pe_class, pe_options
 from ...encodings.rotary_base import RotaryPE
-from ...ops.tables import RotaryTable
 from ..pe_parameters import restore_requires_grad
 from .backends import resolve_attention_backend
 from .checks import check_coord_axes, check_model, check_stock_processors, pe_pre_forward_hook
@@ -41,8 +41,15 @@ class _Installed:
     extents_hooks: tuple = ()  # the ids of the global-extents hooks (:mod:`.global_extents`)
 
 
-def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False, coord_axes=None,
-           attention_backend: str | None = None, **options) -> nn.Module:
+def set_pe(
+    transformer: nn.Module,
+    pe: str = NATIVE,
+    *,
+    per_layer: bool = False,
+    coord_axes=None,
+    attention_backend: str | None = None,
+    **options,
+) -> nn.Module:
     """Give a diffusers transformer of any registered family (:func:`~.families.list_families`) an mmpos
     positional encoding.
 
@@ -87,8 +94,9 @@ def set_pe(transformer: nn.Module, pe: str = NATIVE, *, per_layer: bool = False,
     setattr(transformer, family.position_attr, seam)
     scheduled = any(getattr(e, "schedule", None) is not None for e in getattr(seam, "encodings", ()))
     extents_hooks = GlobalExtents(family).install(transformer) if scheduled and family.global_coords else ()
-    transformer._mmpos_installed = _Installed(pe=pe, position_module=stock_position, hook=hook,
-                                              extents_hooks=extents_hooks)
+    transformer._mmpos_installed = _Installed(
+        pe=pe, position_module=stock_position, hook=hook, extents_hooks=extents_hooks
+    )
     if backend is not None:
         transformer.set_attention_backend(backend)
     return transformer
@@ -113,19 +121,28 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
     """Tier 1: the native spectrum (with the caller's spectrum options) in a :class:`SpectrumSeam`."""
     if pe not in (NATIVE, "rope_axial") or coord_axes is not None or per_layer:
         tier2 = [name for name in list_families() if get_family(name).tier == 2]
-        raise TypeError(f"{type(transformer).__name__} ({family.name}) is reached at tier 1: set_pe changes its "
-                        f"spectrum only (pe='native' with {TIER1_OPTIONS}), its stock processors stay; "
-                        f"pe={pe!r}, coord_axes and per_layer need mmpos processors (tier-2 families: {tier2})")
+        raise TypeError(
+            f"{type(transformer).__name__} ({family.name}) is reached at tier 1: set_pe changes its "
+            f"spectrum only (pe='native' with {TIER1_OPTIONS}), its stock processors stay; "
+            f"pe={pe!r}, coord_axes and per_layer need mmpos processors (tier-2 families: {tier2})"
+        )
     extra = sorted(set(options) - set(TIER1_OPTIONS))
     if extra:
         raise TypeError(f"{family.name} (tier 1) takes only the spectrum options {TIER1_OPTIONS}, got {extra}")
     axes_dims, theta = family.native_axes_dims(transformer), family.native_theta(transformer)
-    encoding = pe_class("rope_axial")(head_dim=sum(axes_dims), axes_dims=axes_dims,
-                                      theta=options.get("theta", theta), extrapolation=options.get("extrapolation"),
-                                      pair_scale=options.get("pair_scale"))
+    encoding = pe_class("rope_axial")(
+        head_dim=sum(axes_dims),
+        axes_dims=axes_dims,
+        theta=options.get("theta", theta),
+        extrapolation=options.get("extrapolation"),
+        pair_scale=options.get("pair_scale"),
+    )
     custom = family.make_seam if family.tier == 1 else None  # a tier-2 family's make_seam is its mmpos seam
-    seam = custom(transformer, stock_position, [encoding], True, None) if custom else \
-        SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
+    seam = (
+        custom(transformer, stock_position, [encoding], True, None)
+        if custom
+        else SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
+    )
     return _on_model(seam, transformer)
 
 
@@ -186,20 +203,26 @@ def _build_encodings(transformer, family, pe, options, coord_axes, per_layer, nu
     if pe == NATIVE:
         extra = sorted(set(options) - set(NATIVE_OPTIONS))
         if extra:
-            raise TypeError(f"pe='native' takes only the spectrum options {NATIVE_OPTIONS}, got {extra}; "
-                            "use pe='rope_axial' (the same defaults) to change the layout or allocation")
+            raise TypeError(
+                f"pe='native' takes only the spectrum options {NATIVE_OPTIONS}, got {extra}; "
+                "use pe='rope_axial' (the same defaults) to change the layout or allocation"
+            )
         if coord_axes is not None:
             raise TypeError("pe='native' reads every coordinate axis; use pe='rope_axial' with coord_axes")
     kind = pe_class(name).kind
     if kind not in (PEKind.ROTARY, PEKind.NONE):
-        raise TypeError(f"{name!r} is a {kind!r} encoding; the diffusers integration applies rotary encodings "
-                        "(or 'nope') inside attention")
+        raise TypeError(
+            f"{name!r} is a {kind!r} encoding; the diffusers integration applies rotary encodings "
+            "(or 'nope') inside attention"
+        )
     kwargs = {**_model_defaults(transformer, family, name, options, coord_axes), **options}
     if isinstance(kwargs.get("base", "rope_axial"), str) and "base_options" in pe_options(name):
         kwargs["base_options"] = _wrapped_base_options(transformer, family, name, kwargs, coord_axes)
     if kwargs.get("seq_dim", -3) != -3:
-        raise ValueError(f"seq_dim={kwargs['seq_dim']}: diffusers' processors hold q and k as [B, S, H, D] "
-                         "(seq_dim=-3); leave seq_dim unset")
+        raise ValueError(
+            f"seq_dim={kwargs['seq_dim']}: diffusers' processors hold q and k as [B, S, H, D] "
+            "(seq_dim=-3); leave seq_dim unset"
+        )
     count = num_layers if per_layer else 1
     if kind == PEKind.NONE:
         if options:
@@ -213,8 +236,12 @@ def _model_defaults(transformer, family, name, options, coord_axes) -> dict:
     """The model's values for the options ``name`` has and the caller did not give."""
     valid = pe_options(name)
     num_axes = len(coord_axes) if coord_axes is not None else len(family.axis_names)
-    defaults = {"head_dim": family.head_dim(transformer), "num_heads": family.num_heads(transformer),
-                "layout": "interleaved", "seq_dim": -3}
+    defaults = {
+        "head_dim": family.head_dim(transformer),
+        "num_heads": family.num_heads(transformer),
+        "layout": "interleaved",
+        "seq_dim": -3,
+    }
     native_spectrum = "axes_dims" in valid and coord_axes is None
     if native_spectrum and not {"axes_dims", "num_axes", "rotary_dim"} & set(options):
         defaults.update(axes_dims=family.native_axes_dims(transformer), theta=family.native_theta(transformer))
@@ -239,19 +266,26 @@ def _check_fits(encoding, family: Family, head_dim: int, heads: int, coord_axes)
     kind = getattr(encoding, "kind", None)
     check_model_coordinates(encoding, f"the {family.name} model")
     if not isinstance(encoding, RotaryPE) and kind != PEKind.ROTARY:
-        raise TypeError(f"{type(encoding).__name__} is a {kind!r} encoding; the diffusers integration applies "
-                        "rotary encodings (or 'nope') inside attention")
+        raise TypeError(
+            f"{type(encoding).__name__} is a {kind!r} encoding; the diffusers integration applies "
+            "rotary encodings (or 'nope') inside attention"
+        )
     if encoding.head_dim != head_dim:
-        raise ValueError(f"the encoding was built for head_dim={encoding.head_dim}, the {family.name} model has "
-                         f"attention_head_dim={head_dim}")
+        raise ValueError(
+            f"the encoding was built for head_dim={encoding.head_dim}, the {family.name} model has "
+            f"attention_head_dim={head_dim}"
+        )
     if encoding.num_axes != len(coord_axes):
         names = tuple(family.axis_names[a] for a in coord_axes)
-        raise ValueError(f"the encoding reads {encoding.num_axes} coordinate axes; the {family.name} model gives "
-                         f"{len(coord_axes)} {names} (choose them with coord_axes)")
+        raise ValueError(
+            f"the encoding reads {encoding.num_axes} coordinate axes; the {family.name} model gives "
+            f"{len(coord_axes)} {names} (choose them with coord_axes)"
+        )
     probe = encoding.table(torch.zeros(1, encoding.num_axes), torch.float32)
     lead = tuple(getattr(probe, "cis", torch.zeros(1, 1)).shape[:-2])
     groups = lead[-1] if lead else 1
     if len(lead) > 1 or groups not in (1, heads):
-        raise ValueError(f"the encoding's tables have leading dims {lead}; expected none or one per head "
-                         f"({heads} heads)")
+        raise ValueError(
+            f"the encoding's tables have leading dims {lead}; expected none or one per head ({heads} heads)"
+        )
     return groups

@@ -1,4 +1,5 @@
 """Attention backend names for ``set_pe(..., attention_backend=...)``: diffusers' dispatch names, checked."""
+
 from __future__ import annotations
 
 import torch

@@ -23,6 +23,7 @@ zeros: the transformer's output is bit-identical to stock.
     with camera_conditioning(transformer, adapter, video_cameras(traj, grid, (480, 832))):
         noise = transformer(latents, timestep, text)        # every layer shares one geometry
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,9 +41,18 @@ from ...encodings.registry import list_pes, pe_capabilities, pe_class
 from .installer import CAMERA, ProcessorInstaller
 from .models import spec_for
 
-__all__ = ["ADAPTER_KINDS", "CameraAdapter", "CameraCalls", "CameraConditioning", "adapter_kinds",
-           "camera_conditioning", "install_camera_adapter", "placed_like", "remove_camera_adapter",
-           "without_camera"]
+__all__ = [
+    "ADAPTER_KINDS",
+    "CameraAdapter",
+    "CameraCalls",
+    "CameraConditioning",
+    "adapter_kinds",
+    "camera_conditioning",
+    "install_camera_adapter",
+    "placed_like",
+    "remove_camera_adapter",
+    "without_camera",
+]
 
 
 def adapter_kinds() -> tuple[str, ...]:
@@ -67,16 +77,27 @@ class CameraAdapter(ModelMixin, ConfigMixin):
     """
 
     @register_to_config
-    def __init__(self, kind: str = "ucpe", dim: int = 1536, num_layers: int = 30, num_heads: int = 1,
-                 head_dim: int = 192, use_orientation: bool = True, rope_theta: float = 100.0,
-                 qkv_bias: bool = True, ray_offset: tuple = (0.5, 0.5)):
+    def __init__(
+        self,
+        kind: str = "ucpe",
+        dim: int = 1536,
+        num_layers: int = 30,
+        num_heads: int = 1,
+        head_dim: int = 192,
+        use_orientation: bool = True,
+        rope_theta: float = 100.0,
+        qkv_bias: bool = True,
+        ray_offset: tuple = (0.5, 0.5),
+    ):
         super().__init__()
         kinds = adapter_kinds()
         if kind not in kinds:
             raise ValueError(f"kind={kind!r} is not a camera adapter; expected one of {kinds}")
         build = pe_class(kind).adapter_layer
-        self.layers = nn.ModuleList(build(dim, num_heads, head_dim, use_orientation=use_orientation,
-                                          rope_theta=rope_theta, qkv_bias=qkv_bias) for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            build(dim, num_heads, head_dim, use_orientation=use_orientation, rope_theta=rope_theta, qkv_bias=qkv_bias)
+            for _ in range(num_layers)
+        )
 
     @classmethod
     def for_transformer(cls, transformer, kind: str = "ucpe", compress: int = 8, **options) -> "CameraAdapter":
@@ -136,8 +157,9 @@ class CameraAttnProcessor:
     def __init__(self, conditioning, layer: int, slot):
         self.conditioning, self.layer, self.slot = conditioning, layer, slot
 
-    def __call__(self, attn, hidden_states: torch.Tensor, encoder_hidden_states=None, attention_mask=None,
-                 rotary_emb=None) -> torch.Tensor:
+    def __call__(
+        self, attn, hidden_states: torch.Tensor, encoder_hidden_states=None, attention_mask=None, rotary_emb=None
+    ) -> torch.Tensor:
         beneath = self.slot.below(CAMERA)
         conditioning = self.conditioning
         if isinstance(conditioning, CameraCalls):
@@ -155,8 +177,10 @@ def check_adapter_fits(transformer, adapter: CameraAdapter) -> None:
     spec = spec_for(transformer)
     count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
     if (count, width) != (len(adapter.layers), adapter.config.dim):
-        raise ValueError(f"the adapter has {len(adapter.layers)} layers of width {adapter.config.dim}; the "
-                         f"transformer has {count} self-attention layers of width {width}")
+        raise ValueError(
+            f"the adapter has {len(adapter.layers)} layers of width {adapter.config.dim}; the "
+            f"transformer has {count} self-attention layers of width {width}"
+        )
 
 
 def install_camera_adapter(transformer, conditioning) -> None:

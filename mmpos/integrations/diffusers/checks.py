@@ -1,4 +1,5 @@
 """Checks ``set_pe`` makes on a model, and the pre-forward hook that checks each forward's inputs."""
+
 from __future__ import annotations
 
 import torch
@@ -19,11 +20,16 @@ def check_stock_processors(processors, family: Family) -> None:
     stock = stock if isinstance(stock, tuple) else (stock,)
     for name, processor in processors:
         if type(processor) not in stock:
-            extra = " (an IP-Adapter: its image-prompt term would be lost; unload_ip_adapter() first)" if hasattr(
-                processor, "to_k_ip") else " (its extra behaviour would be lost)"
-            raise TypeError(f"{name} uses {type(processor).__name__}; set_pe replaces only the stock "
-                            f"{' / '.join(c.__name__ for c in stock)}{extra}. Reset it first, e.g. transformer.set_attn_processor(...) "
-                            "with the stock processors")
+            extra = (
+                " (an IP-Adapter: its image-prompt term would be lost; unload_ip_adapter() first)"
+                if hasattr(processor, "to_k_ip")
+                else " (its extra behaviour would be lost)"
+            )
+            raise TypeError(
+                f"{name} uses {type(processor).__name__}; set_pe replaces only the stock "
+                f"{' / '.join(c.__name__ for c in stock)}{extra}. Reset it first, e.g. transformer.set_attn_processor(...) "
+                "with the stock processors"
+            )
 
 
 def check_coord_axes(coord_axes, family: Family):
@@ -32,8 +38,10 @@ def check_coord_axes(coord_axes, family: Family):
     num_axes = len(family.axis_names)
     axes = tuple(coord_axes)
     if not axes or any(not isinstance(a, int) or not 0 <= a < num_axes for a in axes) or len(set(axes)) != len(axes):
-        raise ValueError(f"coord_axes={coord_axes!r}: expected distinct indices into the {family.name} coordinate "
-                         f"axes {family.axis_names}")
+        raise ValueError(
+            f"coord_axes={coord_axes!r}: expected distinct indices into the {family.name} coordinate "
+            f"axes {family.axis_names}"
+        )
     return axes
 
 
@@ -57,8 +65,7 @@ def pe_pre_forward_hook(family: Family):
 def set_step_sigma(seam, family: Family, args=(), kwargs=None) -> None:
     """``encoding.step.sigma`` = the forward's sigma for every encoding whose schedule follows the diffusion time
     (one device sync per forward, only for those); ``None`` when no timestep is passed."""
-    steps = [pe.step for pe in seam.encodings
-             if getattr(pe, "schedule", None) is not None and pe.schedule.dynamic]
+    steps = [pe.step for pe in seam.encodings if getattr(pe, "schedule", None) is not None and pe.schedule.dynamic]
     if not steps:
         return
     sigma = family.sigma(args, kwargs or {})

@@ -24,13 +24,15 @@ table is not a ``RotaryTable`` cannot be packed and are rejected by the plan's o
 grid's tables on every rank. ``tests/test_context_parallel.py`` runs Flux on 2 processes (gloo); the
 single-process tests replay the sharding with :func:`shard_like_context_parallel`.
 """
+
 from __future__ import annotations
 
 import torch
 
 
-def shard_like_context_parallel(x: torch.Tensor, dim: int, world_size: int, rank: int,
-                                anything: bool = False) -> torch.Tensor:
+def shard_like_context_parallel(
+    x: torch.Tensor, dim: int, world_size: int, rank: int, anything: bool = False
+) -> torch.Tensor:
     """Rank ``rank``'s shard of ``x`` along ``dim``, as diffusers' ``EquipartitionSharder`` (even split, the
     length must divide) or ``PartitionAnythingSharder`` (``anything=True``, ``tensor_split``) make it."""
     if not 0 <= rank < world_size:
@@ -40,6 +42,8 @@ def shard_like_context_parallel(x: torch.Tensor, dim: int, world_size: int, rank
             raise ValueError(f"cannot split {x.shape[dim]} positions over {world_size} ranks")
         return x.tensor_split(world_size, dim=dim)[rank]
     if x.shape[dim] % world_size:
-        raise ValueError(f"dim {dim} has {x.shape[dim]} positions, not divisible by world_size={world_size} "
-                         "(diffusers asserts this; use ulysses_anything/ring_anything)")
+        raise ValueError(
+            f"dim {dim} has {x.shape[dim]} positions, not divisible by world_size={world_size} "
+            "(diffusers asserts this; use ulysses_anything/ring_anything)"
+        )
     return x.chunk(world_size, dim=dim)[rank]

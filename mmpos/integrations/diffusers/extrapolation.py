@@ -1,10 +1,11 @@
 """Extrapolation presets on a diffusers model's own axes: which axes are image axes, and their training extent.
 
-    from mmpos.integrations.diffusers import model_extrapolation, set_pe
-    set_pe(pipe.transformer, "native", extrapolation=model_extrapolation(pipe.transformer, "dype", (64, 64)))
-    # Wan: RIFLEx on time (a static policy), NTK on rows and columns
-    set_pe(wan, "native", extrapolation=model_extrapolation(wan, "ntk", (30, 52), time={"type": "riflex", ...}))
+from mmpos.integrations.diffusers import model_extrapolation, set_pe
+set_pe(pipe.transformer, "native", extrapolation=model_extrapolation(pipe.transformer, "dype", (64, 64)))
+# Wan: RIFLEx on time (a static policy), NTK on rows and columns
+set_pe(wan, "native", extrapolation=model_extrapolation(wan, "ntk", (30, 52), time={"type": "riflex", ...}))
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -17,8 +18,9 @@ from .families import family_for
 NONE = "none"
 
 
-def model_extrapolation(transformer: nn.Module, preset: str, trained_grid: Sequence[float], time=None,
-                        **overrides) -> list:
+def model_extrapolation(
+    transformer: nn.Module, preset: str, trained_grid: Sequence[float], time=None, **overrides
+) -> list:
     """Per-axis ``extrapolation`` for :func:`~.api.set_pe` (``"native"`` or ``"rope_axial"``).
 
     Args:
@@ -39,8 +41,9 @@ def model_extrapolation(transformer: nn.Module, preset: str, trained_grid: Seque
         raise ValueError(f"preset={preset!r} is unknown; expected 'none' or one of {sorted(PRESETS)}")
     rows, cols = _grid(trained_grid)
     if time is not None and family.time_axis is None:
-        raise ValueError(f"time= is for video models; the {family.name} model has no time axis "
-                         f"(axes {family.axis_names})")
+        raise ValueError(
+            f"time= is for video models; the {family.name} model has no time axis (axes {family.axis_names})"
+        )
     entries = [None] * len(family.axis_names)
     unit = float(family.extras.get("image_coords_per_token", 1.0))  # FLUX.3: image ids step by 0.5 a token
     image = [None, None] if preset == NONE else extrapolation_preset(preset, (rows * unit, cols * unit), **overrides)

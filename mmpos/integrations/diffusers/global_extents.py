@@ -10,6 +10,7 @@ level may rewrite the ids), measures the extents on the family's :attr:`~.famili
 sets them on each scheduled encoding's step for this thread and this forward (``DiffusionStep.extents``); the
 post-hook (also called when the forward raises) puts back what the thread had before.
 """
+
 from __future__ import annotations
 
 from ..._per_thread import PerThread

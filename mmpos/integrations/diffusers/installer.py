@@ -21,6 +21,7 @@ and removes the hook and the installer.
     ...
     installer.clear("edit")
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -90,8 +91,10 @@ class ProcessorInstaller:
             raise RuntimeError(f"the {level!r} level is already filled; clear it first")
         for index in processors:
             if not 0 <= index < len(self.slots):
-                raise ValueError(f"layer index {index} is out of range; the transformer has {len(self.slots)} "
-                                 "attention layers (Flux: double blocks first, then single blocks)")
+                raise ValueError(
+                    f"layer index {index} is out of range; the transformer has {len(self.slots)} "
+                    "attention layers (Flux: double blocks first, then single blocks)"
+                )
         for index, processor in processors.items():
             self.slots[index].levels[level] = processor
         if hook is not None:

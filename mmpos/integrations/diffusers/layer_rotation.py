@@ -12,6 +12,7 @@ Numerics: in fp32 and fp64, the stock-format rotation is bit-identical to diffus
 ``apply_rotary_emb`` rounds its fp32 sum again to 16 bits: about 1e-5 (bf16) and 8e-5 (fp16) of the elements
 differ by one 16-bit ulp (measured on ``[2, 1032, 4, 128]`` Gaussian q, FLUX.1 ids).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,8 +46,10 @@ class LayerRotation:
         encoding = None if rotation is None else rotation.encodings[self.index]
         own_qk = getattr(type(encoding), "rotate_qk", None)
         if own_qk is not None and own_qk is not getattr(RotaryPE, "rotate_qk", None):
-            raise NotImplementedError(f"{type(encoding).__name__} rotates q and k with different operators; edits "
-                                      "rotate both with one operator")
+            raise NotImplementedError(
+                f"{type(encoding).__name__} rotates q and k with different operators; edits "
+                "rotate both with one operator"
+            )
         self.encoding = encoding
         self.table = self.table_of(rotary_emb)
 
@@ -67,8 +70,10 @@ class LayerRotation:
             return rotary_emb
         if self.rotation is None:
             if isinstance(rotary_emb, LayerTables) or len(rotary_emb) != 2:
-                raise TypeError("expected diffusers' (cos, sin) rotary embedding; an mmpos encoding's tables need "
-                                "the set_pe processor's rotation")
+                raise TypeError(
+                    "expected diffusers' (cos, sin) rotary embedding; an mmpos encoding's tables need "
+                    "the set_pe processor's rotation"
+                )
             return stock_table(*rotary_emb)
         return self.rotation.table(rotary_emb, self.index)
 

@@ -2,6 +2,7 @@
 
 ``ModelSpec`` is :class:`~.families.Family`; ``spec_for(model)`` is :func:`~.families.family_for`.
 """
+
 from __future__ import annotations
 
 from .families import Family, family_for

@@ -1,4 +1,5 @@
 """PE parameters of an installed encoding: list them, train only them, keep them fp32 under a cast."""
+
 from __future__ import annotations
 
 import torch

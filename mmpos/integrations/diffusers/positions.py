@@ -12,6 +12,7 @@ What the seam returns is what the processors of :mod:`.processors` expect:
 * an mmpos encoding on Wan: ``(packed_tables, coords)``, two 4-D tensors with the sequence on dim 1, because
   Wan's context-parallel plan shards the position module's outputs ``0`` and ``1`` along dim 1.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -166,8 +167,10 @@ class WanPositions(PositionSeam):
             raise ValueError(f"hidden_states has shape {tuple(latents.shape)}; expected [B, C, F, H, W]")
         sizes = tuple(latents.shape[2:])
         if any(n % p for n, p in zip(sizes, self.patch_size)):
-            raise ValueError(f"hidden_states has (frames, height, width) = {sizes}, not divisible by the patch "
-                             f"size {self.patch_size}; the stock model would silently drop the remainder")
+            raise ValueError(
+                f"hidden_states has (frames, height, width) = {sizes}, not divisible by the patch "
+                f"size {self.patch_size}; the stock model would silently drop the remainder"
+            )
         return tuple(n // p for n, p in zip(sizes, self.patch_size))
 
     def forward(self, hidden_states: torch.Tensor):
@@ -211,6 +214,7 @@ class IdsPrecisionCheck:
             return
         exact = 256 if ids.dtype == torch.bfloat16 else 2048
         if ids.numel() and ids.abs().max().item() > exact:
-            raise ValueError(f"{name} is {ids.dtype} with positions above {exact}, which that dtype rounds; "
-                             "build the ids in float32")
+            raise ValueError(
+                f"{name} is {ids.dtype} with positions above {exact}, which that dtype rounds; build the ids in float32"
+            )
         self._checked[name] = (weakref.ref(ids), ids._version)

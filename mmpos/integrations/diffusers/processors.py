@@ -11,6 +11,7 @@ Rotations:
 * :class:`EncodingRotation`: an mmpos encoding's operator on its own tables: every ``RotaryPE`` has
   ``table(coords, dtype, device)`` and ``rotate_qk(q, k, table)`` (HARoPE's applies ``M q`` and ``M^-T k``).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -77,25 +78,31 @@ class _PEProcessor:
 
     def __init__(self, rotation=None, layer: int | None = None, attention_backend=None, parallel_config=None):
         if rotation is None or layer is None:  # diffusers' load_ip_adapter re-creates processors without arguments
-            raise TypeError(f"{type(self).__name__} is made by set_pe (it needs the rotation and the layer index): "
-                            "load_ip_adapter after set_pe is not supported (the IP-Adapter's processors would replace "
-                            "the encoding's and drop the PE); IP-Adapters run with the stock PE and under "
-                            "mmpos.pipelines' editing pipelines")
+            raise TypeError(
+                f"{type(self).__name__} is made by set_pe (it needs the rotation and the layer index): "
+                "load_ip_adapter after set_pe is not supported (the IP-Adapter's processors would replace "
+                "the encoding's and drop the PE); IP-Adapters run with the stock PE and under "
+                "mmpos.pipelines' editing pipelines"
+            )
         self.rotation, self.layer = rotation, layer
         self._attention_backend, self._parallel_config = attention_backend, parallel_config
 
     def _attend(self, query, key, value, mask, parallel_config):
-        return dispatch_attention_fn(query, key, value, attn_mask=mask, backend=self._attention_backend,
-                                     parallel_config=parallel_config)
+        return dispatch_attention_fn(
+            query, key, value, attn_mask=mask, backend=self._attention_backend, parallel_config=parallel_config
+        )
 
 
 def processors_beneath(beneath, rotation, processor_class) -> dict:
     """One mmpos processor per layer (layer index -> processor) over ``beneath`` (``(name, stock processor)``
     pairs), keeping each stock processor's dispatch backend and parallel config; ``processor_class(stock)`` picks
     the class (families with several attention kinds)."""
-    return {layer: processor_class(stock)(rotation, layer, getattr(stock, "_attention_backend", None),
-                                          getattr(stock, "_parallel_config", None))
-            for layer, (_, stock) in enumerate(beneath)}
+    return {
+        layer: processor_class(stock)(
+            rotation, layer, getattr(stock, "_attention_backend", None), getattr(stock, "_parallel_config", None)
+        )
+        for layer, (_, stock) in enumerate(beneath)
+    }
 
 
 def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
@@ -104,7 +111,8 @@ def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
     Same operations, in the same order, as diffusers' ``FluxAttnProcessor``.
     """
     query, key, value, encoder_query, encoder_key, encoder_value = transformer_flux._get_qkv_projections(
-        attn, hidden_states, encoder_hidden_states)
+        attn, hidden_states, encoder_hidden_states
+    )
     query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
     key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
     value = value.unflatten(-1, (-1, attn.head_dim))
@@ -125,18 +133,17 @@ def flux_finish_attention(attn, hidden_states, encoder_hidden_states, dtype):
         return hidden_states
     text_len = encoder_hidden_states.shape[1]
     encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-        [text_len, hidden_states.shape[1] - text_len], dim=1)
+        [text_len, hidden_states.shape[1] - text_len], dim=1
+    )
     hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
     encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
     return hidden_states, encoder_hidden_states
 
 
-
 class FluxPEAttnProcessor(_PEProcessor):
     """``FluxAttnProcessor`` with the rotation from mmpos (joint text+image sequence, ``[B, S, H, D]``)."""
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
-                 image_rotary_emb=None):
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
         query, key, value = flux_project_heads(attn, hidden_states, encoder_hidden_states)
         if image_rotary_emb is not None:
             query, key = self.rotation(query, key, image_rotary_emb, self.layer)

@@ -14,6 +14,7 @@ sign, ``docs/cameras.md``). The head count is not in the weights: pass it (``num
 rays through integer patch indices with the principal point at the grid centre (its half-cell offset): the
 converted adapter's ``ray_offset`` is ``(0, 0)``, which the pipelines pass to :func:`mmpos.camera.video.video_cameras`.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,15 +45,25 @@ def convert_ucpe_state_dict(state_dict: dict, num_heads: int = 1) -> tuple[dict,
         raise ValueError(f"UCPE adapter keys cover blocks {sorted(layers)}; expected every block 0..{num_layers - 1}")
     attn_dim, dim = converted["layers.0.to_q.weight"].shape
     if attn_dim % num_heads or (attn_dim // num_heads) % 8:
-        raise ValueError(f"num_heads={num_heads} does not split attn_dim={attn_dim} into heads of a multiple of 8 "
-                         "channels")
+        raise ValueError(
+            f"num_heads={num_heads} does not split attn_dim={attn_dim} into heads of a multiple of 8 channels"
+        )
     encoder = converted.get("layers.0.cam_encoder.weight")
     if encoder is not None and encoder.shape[1] != 3:
-        raise ValueError(f"cam_encoder takes {encoder.shape[1]} inputs: only UCPE's relray_absmap (3: the "
-                         "latitude/up map) converts; absc2w/absray (12) are not supported")
-    config = dict(kind="ucpe", dim=int(dim), num_layers=num_layers, num_heads=int(num_heads),
-                  head_dim=int(attn_dim // num_heads), use_orientation=encoder is not None, qkv_bias=True,
-                  ray_offset=(0.0, 0.0))  # the reference's rays start at integer patch indices
+        raise ValueError(
+            f"cam_encoder takes {encoder.shape[1]} inputs: only UCPE's relray_absmap (3: the "
+            "latitude/up map) converts; absc2w/absray (12) are not supported"
+        )
+    config = dict(
+        kind="ucpe",
+        dim=int(dim),
+        num_layers=num_layers,
+        num_heads=int(num_heads),
+        head_dim=int(attn_dim // num_heads),
+        use_orientation=encoder is not None,
+        qkv_bias=True,
+        ray_offset=(0.0, 0.0),
+    )  # the reference's rays start at integer patch indices
     return config, converted
 
 
@@ -71,8 +82,10 @@ def load_ucpe_checkpoint(path, num_heads: int = 1, dtype: torch.dtype | None = N
     if isinstance(state_dict, dict) and isinstance(state_dict.get("state_dict"), dict):
         state_dict = state_dict["state_dict"]
     if not isinstance(state_dict, dict) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
-        raise ValueError(f"{path}: expected a dict of tensors (at the top level or under 'state_dict'), got "
-                         f"{type(state_dict).__name__}")
+        raise ValueError(
+            f"{path}: expected a dict of tensors (at the top level or under 'state_dict'), got "
+            f"{type(state_dict).__name__}"
+        )
     try:
         config, converted = convert_ucpe_state_dict(state_dict, num_heads)
     except ValueError as error:
@@ -84,6 +97,7 @@ def load_ucpe_checkpoint(path, num_heads: int = 1, dtype: torch.dtype | None = N
     try:
         adapter.load_state_dict(converted, strict=True)
     except RuntimeError as error:  # missing projections or shapes that disagree between layers
-        raise ValueError(f"{path}: the UCPE adapter weights do not fit one adapter ({' '.join(str(error).split())[:300]})") \
-            from None
+        raise ValueError(
+            f"{path}: the UCPE adapter weights do not fit one adapter ({' '.join(str(error).split())[:300]})"
+        ) from None
     return adapter

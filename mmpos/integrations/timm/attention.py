@@ -8,6 +8,7 @@ table of the current forward from the model's :class:`~mmpos.integrations.timm.p
 encoding in the registry (rotations, learned maps, block matrix exponentials) plugs in. Prefix tokens are
 left to the encoding's ``num_prefix_tokens`` (no copies).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -34,9 +35,13 @@ class _PositionalAttention:
         """Whether the encoding's linear map goes into the fused qkv weights (:meth:`HARoPE.fold_into_qkv`): the
         encoding can (``capabilities.folds_into_qkv``), nothing sits between projection and encoding (no
         qk-norm), and folding is cheaper."""
-        return (self.pe.capabilities.folds_into_qkv and isinstance(self, PositionalAttention)
-                and isinstance(self.q_norm, torch.nn.Identity) and isinstance(self.k_norm, torch.nn.Identity)
-                and self.pe.folds_into(x, self.qkv))
+        return (
+            self.pe.capabilities.folds_into_qkv
+            and isinstance(self, PositionalAttention)
+            and isinstance(self.q_norm, torch.nn.Identity)
+            and isinstance(self.k_norm, torch.nn.Identity)
+            and self.pe.folds_into(x, self.qkv)
+        )
 
     def encoded_qkv(self, x: torch.Tensor):
         """``q, k, v`` ``[B, H, N, head_dim]`` as attention sees them (after qk-norm, GQA and the encoding)."""
@@ -51,17 +56,26 @@ class _PositionalAttention:
         q, k = self.pe.rotate_qk(q, k, self.positions.table(self.pe, x.shape[1], q))
         return q, k, v.to(q.dtype)
 
-    def forward(self, x: torch.Tensor, *, rope: Optional[torch.Tensor] = None,
-                attn_mask: Optional[torch.Tensor] = None, is_causal: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        rope: Optional[torch.Tensor] = None,
+        attn_mask: Optional[torch.Tensor] = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
         if rope is not None:
-            raise ValueError("this attention block takes positions from mmpos; the model still passes a timm "
-                             "`rope` tensor (set model.rope = None, as mmpos.integrations.timm.convert does)")
+            raise ValueError(
+                "this attention block takes positions from mmpos; the model still passes a timm "
+                "`rope` tensor (set model.rope = None, as mmpos.integrations.timm.convert does)"
+            )
         B, N, _ = x.shape
         gate = self.gate(x).sigmoid() if getattr(self, "gate", None) is not None else None
         q, k, v = self.encoded_qkv(x)
         if self.fused_attn:
-            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                               dropout_p=self.attn_drop.p if self.training else 0.0)
+            x = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=self.attn_drop.p if self.training else 0.0
+            )
         else:
             attn = (q * self.scale) @ k.transpose(-2, -1)
             attn = maybe_add_mask(attn, resolve_self_attn_mask(N, attn, attn_mask, is_causal))
@@ -88,8 +102,9 @@ class PositionalEvaAttention(_PositionalAttention, EvaAttention):
     def _project(self, x):
         B, N, _ = x.shape
         if self.qkv is None:
-            return [p(x).reshape(B, N, self.num_heads, -1).transpose(1, 2)
-                    for p in (self.q_proj, self.k_proj, self.v_proj)]
+            return [
+                p(x).reshape(B, N, self.num_heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
+            ]
         if self.q_bias is None:
             qkv = self.qkv(x)
         else:

@@ -15,6 +15,7 @@ rope-vit ports, Perception Encoder, DINOv3) and ``NaFlexVit``. What changes:
 Every other weight is kept with its name, so APE-pretrained checkpoints load before or after conversion.
 Coordinates follow ``dynamic_img_size``, NaFlex ``patch_coord`` and PatchDropout's kept tokens.
 """
+
 from __future__ import annotations
 
 import types
@@ -30,22 +31,37 @@ from torch import nn
 from ..._validation import check_choice
 from ...coords.grids import image_grid
 from ...encodings.absolute import LearnedAPE
-from ...encodings.rope_mixed import MixedRoPE
 from ...encodings.base import PEKind
 from ...encodings.per_block import check_fits, create_block_pes, no_weight_decay_names
 from ...encodings.registry import pe_class
+from ...encodings.rope_mixed import MixedRoPE
 from .attention import check_convertible, make_positional
-from .positions import (AddAbsoluteHook, BlockTablesHook, NaFlexEmbedsHook, PatchGridHook, RecordingPatchDropout,
-                        TokenPositions)
+from .positions import (
+    AddAbsoluteHook,
+    BlockTablesHook,
+    NaFlexEmbedsHook,
+    PatchGridHook,
+    RecordingPatchDropout,
+    TokenPositions,
+)
 from .restore import OriginalState
 
 SUPPORTED_MODELS = (VisionTransformer, Eva, NaFlexVit)
 ABS_POS = ("remove", "keep")
 
 
-def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove", share_pe: bool | None = None,
-            dynamic_img_size: bool | None = None, grid_mode: str = "index", grid_scale: float = 1.0,
-            grid_indexing: str | None = None, **options) -> nn.Module:
+def convert(
+    model: nn.Module,
+    pe: str = "rope_axial",
+    *,
+    abs_pos: str = "remove",
+    share_pe: bool | None = None,
+    dynamic_img_size: bool | None = None,
+    grid_mode: str = "index",
+    grid_scale: float = 1.0,
+    grid_indexing: str | None = None,
+    **options,
+) -> nn.Module:
     """Switch ``model`` to the encoding ``pe`` in place and return it.
 
     Args:
@@ -70,9 +86,11 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     check_choice("abs_pos", abs_pos, ABS_POS)
     kind = pe_class(pe).kind
     if kind == PEKind.CAMERA:
-        raise TypeError(f"{pe!r} is a camera encoding (its inputs are cameras, not a patch grid); convert installs "
-                        "grid encodings: rotary, absolute or 'nope'. Use it through its own prepare/attention "
-                        "(docs/cameras.md) or a camera adapter")
+        raise TypeError(
+            f"{pe!r} is a camera encoding (its inputs are cameras, not a patch grid); convert installs "
+            "grid encodings: rotary, absolute or 'nope'. Use it through its own prepare/attention "
+            "(docs/cameras.md) or a camera adapter"
+        )
     if pe == "rope_axial":
         options = {**_timm_axial_rope_options(model, grid_mode, grid_scale), **options}
     if grid_indexing is None:  # rotary encodings follow a timm rope's axis order; tables are (rows, cols)
@@ -81,8 +99,10 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
     if pe == "ape_learned" and grid_indexing != "ij":
         raise ValueError("ape_learned looks up a (rows, cols) table: use grid_indexing='ij'")
     if pe == "ape_learned" and (grid_mode != "index" or grid_scale != 1.0):
-        raise ValueError(f"ape_learned indexes its table by patch index: grid_mode='index' and grid_scale=1 "
-                         f"(got grid_mode={grid_mode!r}, grid_scale={grid_scale})")
+        raise ValueError(
+            f"ape_learned indexes its table by patch index: grid_mode='index' and grid_scale=1 "
+            f"(got grid_mode={grid_mode!r}, grid_scale={grid_scale})"
+        )
     positions = TokenPositions(model.num_prefix_tokens, grid_mode, grid_scale, grid_indexing)
     grid = _patch_grid(model)
     original = OriginalState(model)  # for restore(model)
@@ -109,8 +129,10 @@ def convert(model: nn.Module, pe: str = "rope_axial", *, abs_pos: str = "remove"
 def _check_model(model):
     if not isinstance(model, SUPPORTED_MODELS):
         names = ", ".join(c.__name__ for c in SUPPORTED_MODELS)
-        raise TypeError(f"cannot convert a {type(model).__module__}.{type(model).__name__}; "
-                        f"mmpos.integrations.timm.convert supports timm {names}")
+        raise TypeError(
+            f"cannot convert a {type(model).__module__}.{type(model).__name__}; "
+            f"mmpos.integrations.timm.convert supports timm {names}"
+        )
     if hasattr(model, "mmpos_positions"):
         raise ValueError(f"this model is already converted to {model.mmpos_pe!r}; convert a fresh model")
 
@@ -124,15 +146,23 @@ def _patch_grid(model) -> tuple[int, int] | None:
 def _install_rotary(model, pe, positions, share_pe, options):
     blocks = list(model.blocks)
     first = blocks[0].attn
-    facts = dict(head_dim=first.head_dim, num_heads=first.num_heads, num_prefix_tokens=model.num_prefix_tokens,
-                 num_axes=2, seq_dim=-2, layout="half" if getattr(first, "rotate_half", False) else "interleaved")
+    facts = dict(
+        head_dim=first.head_dim,
+        num_heads=first.num_heads,
+        num_prefix_tokens=model.num_prefix_tokens,
+        num_axes=2,
+        seq_dim=-2,
+        layout="half" if getattr(first, "rotate_half", False) else "interleaved",
+    )
     where = f"{type(model).__name__} attention (head_dim={first.head_dim}, num_heads={first.num_heads})"
     pes = create_block_pes(pe, len(blocks), facts, options, share=share_pe, where=where)
     for index, (block, block_pe) in enumerate(zip(blocks, pes)):  # check everything before changing anything
         check_fits(block_pe, block.attn.head_dim, 2, f"block {index}'s attention")
         if getattr(block_pe, "num_prefix_tokens", model.num_prefix_tokens) != model.num_prefix_tokens:
-            raise ValueError(f"encoding num_prefix_tokens={block_pe.num_prefix_tokens} but the model has "
-                             f"{model.num_prefix_tokens} prefix token(s) (cls + registers)")
+            raise ValueError(
+                f"encoding num_prefix_tokens={block_pe.num_prefix_tokens} but the model has "
+                f"{model.num_prefix_tokens} prefix token(s) (cls + registers)"
+            )
         check_convertible(block.attn, f"blocks[{index}].attn")
     for index, (block, block_pe) in enumerate(zip(blocks, pes)):
         make_positional(block.attn, block_pe, positions, f"blocks[{index}].attn")

@@ -11,6 +11,7 @@ Each entry point builds the timm architecture (with its pretrained weights and t
 ``--model vit_small_patch16_224_mmpos_rope_mixed --model-kwargs pe_theta=10 abs_pos=keep``
 (start it through ``python -m mmpos.integrations.timm.train`` so that the names are registered).
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,12 +22,20 @@ from timm.models import is_model, register_model
 from ...encodings.registry import list_pes, pe_capabilities
 
 BASE_ARCHITECTURES = (
-    "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224", "vit_large_patch16_224",
-    "vit_small_patch16_384", "vit_base_patch16_384",
-    "deit3_small_patch16_224", "deit3_base_patch16_224", "deit3_large_patch16_224",
+    "vit_tiny_patch16_224",
+    "vit_small_patch16_224",
+    "vit_base_patch16_224",
+    "vit_large_patch16_224",
+    "vit_small_patch16_384",
+    "vit_base_patch16_384",
+    "deit3_small_patch16_224",
+    "deit3_base_patch16_224",
+    "deit3_large_patch16_224",
     # Eva rope-vit ports: swap their RoPE (``..._rope_mixed_224_mmpos_rope_mixed`` keeps the learned frequencies)
-    "vit_small_patch16_rope_224", "vit_base_patch16_rope_224",
-    "vit_small_patch16_rope_mixed_224", "vit_base_patch16_rope_mixed_224",
+    "vit_small_patch16_rope_224",
+    "vit_base_patch16_rope_224",
+    "vit_small_patch16_rope_mixed_224",
+    "vit_base_patch16_rope_mixed_224",
     "naflexvit_base_patch16_gap",
 )
 CONVERT_OPTIONS = ("abs_pos", "share_pe", "grid_mode", "grid_scale", "grid_indexing")
@@ -62,7 +71,7 @@ def _entrypoint(name: str, architecture: str, pe: str):
     def create(pretrained: bool = False, pretrained_cfg=None, **kwargs):
         from .convert import convert
 
-        pe_options = {k[len("pe_"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("pe_")}
+        pe_options = {k[len("pe_") :]: kwargs.pop(k) for k in list(kwargs) if k.startswith("pe_")}
         convert_options = {k: kwargs.pop(k) for k in CONVERT_OPTIONS if k in kwargs}
         base = architecture
         if isinstance(pretrained_cfg, str):

@@ -15,6 +15,7 @@ What a forward records lives in a :class:`ForwardState` of the calling thread, n
 one model serves several threads with different image sizes. Coordinates of recent grids are reused across
 forwards (the same tensor object), so encodings' table caches hit by identity.
 """
+
 from __future__ import annotations
 
 import threading
@@ -55,8 +56,9 @@ class TokenPositions:
             same name: which axis the encoding's first channels read).
     """
 
-    def __init__(self, num_prefix_tokens: int, grid_mode: str = "index", grid_scale: float = 1.0,
-                 grid_indexing: str = "ij"):
+    def __init__(
+        self, num_prefix_tokens: int, grid_mode: str = "index", grid_scale: float = 1.0, grid_indexing: str = "ij"
+    ):
         check_choice("grid_mode", grid_mode, MODES)
         check_choice("grid_indexing", grid_indexing, ("ij", "xy"))
         self.num_prefix_tokens, self.grid_mode, self.grid_scale = num_prefix_tokens, grid_mode, grid_scale
@@ -115,12 +117,20 @@ class TokenPositions:
         expected = num_tokens - self.num_prefix_tokens
         if state.coords.shape[-2] != expected:
             where = f"a {state.grid[0]}x{state.grid[1]} patch grid" if state.grid else "patch_coord"
-            raise ValueError(f"{where} gives {state.coords.shape[-2]} patch tokens but attention sees {num_tokens} "
-                             f"tokens with {self.num_prefix_tokens} prefix token(s), i.e. {expected}")
+            raise ValueError(
+                f"{where} gives {state.coords.shape[-2]} patch tokens but attention sees {num_tokens} "
+                f"tokens with {self.num_prefix_tokens} prefix token(s), i.e. {expected}"
+            )
         return state.coords
 
-    def build_tables(self, encodings: Sequence[nn.Module], num_tokens: int, dtype: torch.dtype, device,
-                     in_block: Sequence[nn.Module] = ()) -> None:
+    def build_tables(
+        self,
+        encodings: Sequence[nn.Module],
+        num_tokens: int,
+        dtype: torch.dtype,
+        device,
+        in_block: Sequence[nn.Module] = (),
+    ) -> None:
         """This forward's tables for its blocks' ``encodings`` (coordinates checked once, one table each;
         those of ``in_block`` encodings are built when their block asks, see :class:`ForwardTables`)."""
         state = self.current
@@ -138,8 +148,14 @@ class TokenPositions:
     def _grid_coords(self, grid, device) -> torch.Tensor:
         if torch.compiler.is_compiling():  # traced into the graph (no cache lookups, locks or mode queries)
             return self._grid_from_options(grid, device)
-        key = (grid, torch.device(device), self.grid_mode, self.grid_scale, self.grid_indexing,
-               torch.is_inference_mode_enabled())
+        key = (
+            grid,
+            torch.device(device),
+            self.grid_mode,
+            self.grid_scale,
+            self.grid_indexing,
+            torch.is_inference_mode_enabled(),
+        )
 
         with self._grid_lock:
             return self._grid_cache.get(key, lambda: self._grid_from_options(grid, device))
@@ -154,8 +170,10 @@ class TokenPositions:
         elif state.grid is not None:
             coords = self._grid_coords(state.grid, device)
         else:
-            raise RuntimeError("no patch grid was recorded for this forward: the converted model's patch "
-                               "embedding did not run (call the model, forward_features or forward_intermediates)")
+            raise RuntimeError(
+                "no patch grid was recorded for this forward: the converted model's patch "
+                "embedding did not run (call the model, forward_features or forward_intermediates)"
+            )
         if self.grid_indexing == "xy" and state.patch_coord is not None:
             coords = coords.flip(-1)
         if state.keep_indices is not None:

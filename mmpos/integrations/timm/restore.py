@@ -6,6 +6,7 @@ learned ``pos_embed`` (with the cls / register tokens an ``ape_learned`` take-ov
 and dropout settings, and the ``requires_grad`` flags ``train_only_pe`` / ``freeze_all_but_pe`` changed; it removes
 the encodings, their hooks and the attributes ``convert`` added.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,13 +24,32 @@ class OriginalState:
 
     def __init__(self, model: nn.Module):
         embeds = model.embeds if isinstance(model, NaFlexVit) else model.patch_embed
-        self.attributes = [(owner, name, getattr(owner, name)) for owner, names in (
-            (model, ("rope", "rope_mixed", "rope_is_mixed", "pos_embed", "dynamic_img_size", "patch_drop")),
-            (embeds, ("pos_embed", "pos_embed_y", "pos_embed_x", "pos_embed_type", "strict_img_size", "flatten",
-                      "output_fmt"))) for name in names if hasattr(owner, name)]
+        self.attributes = [
+            (owner, name, getattr(owner, name))
+            for owner, names in (
+                (model, ("rope", "rope_mixed", "rope_is_mixed", "pos_embed", "dynamic_img_size", "patch_drop")),
+                (
+                    embeds,
+                    (
+                        "pos_embed",
+                        "pos_embed_y",
+                        "pos_embed_x",
+                        "pos_embed_type",
+                        "strict_img_size",
+                        "flatten",
+                        "output_fmt",
+                    ),
+                ),
+            )
+            for name in names
+            if hasattr(owner, name)
+        ]
         self.attention_classes = [(block.attn, type(block.attn)) for block in model.blocks]
-        self.tokens = {name: getattr(model, name).detach().clone() for name in ("cls_token", "reg_token")
-                       if isinstance(getattr(model, name, None), torch.Tensor)}
+        self.tokens = {
+            name: getattr(model, name).detach().clone()
+            for name in ("cls_token", "reg_token")
+            if isinstance(getattr(model, name, None), torch.Tensor)
+        }
 
     def put_back(self, model: nn.Module) -> None:
         for attn, original_class in self.attention_classes:
@@ -64,8 +84,9 @@ def restore(model: nn.Module) -> nn.Module:
     """
     original = model.__dict__.get("mmpos_original")
     if original is None:
-        raise ValueError(f"{type(model).__name__} was not converted by mmpos.integrations.timm.convert; "
-                         "nothing to restore")
+        raise ValueError(
+            f"{type(model).__name__} was not converted by mmpos.integrations.timm.convert; nothing to restore"
+        )
     restore_requires_grad(model)
     original.put_back(model)
     _remove_hooks(model)

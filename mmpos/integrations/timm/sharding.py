@@ -8,6 +8,7 @@ per-block FSDP cannot gather there: it is refused (:func:`shared_encoding_params
     import mmpos.integrations.timm as mt
     mt.fully_shard_blocks(model)            # in each process, after init_process_group; then build the optimizer
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,14 +35,18 @@ def fully_shard_blocks(model: nn.Module, **fsdp_options: Any) -> nn.Module:
         ``model`` (now an ``FSDPModule``).
     """
     if not hasattr(model, "mmpos_positions"):
-        raise TypeError(f"fully_shard_blocks expects a model converted by mmpos.integrations.timm.convert; got a "
-                        f"{type(model).__name__} without mmpos positions")
+        raise TypeError(
+            f"fully_shard_blocks expects a model converted by mmpos.integrations.timm.convert; got a "
+            f"{type(model).__name__} without mmpos positions"
+        )
     shared = shared_encoding_params(model)
     if shared:
-        raise ValueError(f"model.blocks share one learned {model.mmpos_pe!r} encoding ({len(shared)} parameter "
-                         "tensor(s) under every block): per-block FSDP cannot gather it where its table is built. "
-                         "Convert with share_pe=False (one encoding per block, the default for learned ones) or "
-                         "train with DDP")
+        raise ValueError(
+            f"model.blocks share one learned {model.mmpos_pe!r} encoding ({len(shared)} parameter "
+            "tensor(s) under every block): per-block FSDP cannot gather it where its table is built. "
+            "Convert with share_pe=False (one encoding per block, the default for learned ones) or "
+            "train with DDP"
+        )
     fully_shard = _fully_shard()
     for block in model.blocks:
         fully_shard(block, **fsdp_options)
@@ -55,6 +60,8 @@ def _fully_shard():
         try:
             from torch.distributed._composable.fsdp import fully_shard
         except ImportError as error:
-            raise ImportError("fully_shard_blocks needs FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.4 "
-                              "with distributed support)") from error
+            raise ImportError(
+                "fully_shard_blocks needs FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.4 "
+                "with distributed support)"
+            ) from error
     return fully_shard

@@ -6,6 +6,7 @@
 timm's scripts live in its repository, not in the pip package; pass the path of ``train.py`` (or of any
 timm script that calls ``timm.create_model``) as the first argument, then its usual arguments.
 """
+
 from __future__ import annotations
 
 import runpy

@@ -15,17 +15,28 @@ A folder written by :func:`save_flux2_pipeline_folder` loads with ``Flux2Pipelin
 ``Flux2KleinPipeline.from_pretrained``: same components); prompts go in as ``prompt_embeds``
 (:func:`flux2_prompt_kwargs`).
 """
+
 from __future__ import annotations
 
-import torch
 import inspect
 
+import torch
 from diffusers import AutoencoderKL, AutoencoderKLFlux2, Flux2KleinPipeline, Flux2Pipeline, Flux2Transformer2DModel
 
 FLUX2_PIPELINE = Flux2KleinPipeline  # the folder's class: FLUX.2 with true CFG, as the world's FLUX.1 t2i model
-FLUX2_TRANSFORMER_CONFIG = dict(patch_size=1, num_layers=2, num_single_layers=2, attention_head_dim=32,
-                                num_attention_heads=4, joint_attention_dim=64, timestep_guidance_channels=256,
-                                mlp_ratio=3.0, axes_dims_rope=(8, 8, 8, 8), rope_theta=2000, guidance_embeds=False)
+FLUX2_TRANSFORMER_CONFIG = dict(
+    patch_size=1,
+    num_layers=2,
+    num_single_layers=2,
+    attention_head_dim=32,
+    num_attention_heads=4,
+    joint_attention_dim=64,
+    timestep_guidance_channels=256,
+    mlp_ratio=3.0,
+    axes_dims_rope=(8, 8, 8, 8),
+    rope_theta=2000,
+    guidance_embeds=False,
+)
 BATCH_NORM_EPS = 1e-4  # AutoencoderKLFlux2's default
 
 
@@ -33,14 +44,16 @@ def is_flux2(transformer) -> bool:
     return isinstance(transformer, Flux2Transformer2DModel)
 
 
-def build_flux2_transformer(task: str = "t2i", latent_channels: int = 4, scale_factor: int = 2,
-                            **overrides) -> Flux2Transformer2DModel:
+def build_flux2_transformer(
+    task: str = "t2i", latent_channels: int = 4, scale_factor: int = 2, **overrides
+) -> Flux2Transformer2DModel:
     """The FLUX.2-architecture world transformer (text-to-image only); ``overrides`` replace config entries."""
     if task != "t2i":
         raise ValueError(f"architecture='flux2' trains the t2i task only, got task={task!r}")
     channels = 4 * latent_channels
-    return Flux2Transformer2DModel(**{**FLUX2_TRANSFORMER_CONFIG, "in_channels": channels,
-                                      "out_channels": channels, **overrides})
+    return Flux2Transformer2DModel(
+        **{**FLUX2_TRANSFORMER_CONFIG, "in_channels": channels, "out_channels": channels, **overrides}
+    )
 
 
 def flux2_tokens(latents: torch.Tensor) -> torch.Tensor:
@@ -63,13 +76,22 @@ def flux2_vae(vae: AutoencoderKL) -> AutoencoderKLFlux2:
     """The world VAE's weights in an ``AutoencoderKLFlux2`` whose ``bn`` (the patchified latents' normalisation)
     holds the world VAE's ``shift_factor`` (mean) and ``1 / scaling_factor`` (std) on every channel."""
     c = vae.config
-    out = AutoencoderKLFlux2(in_channels=c.in_channels, out_channels=c.out_channels,
-                             down_block_types=tuple(c.down_block_types), up_block_types=tuple(c.up_block_types),
-                             block_out_channels=tuple(c.block_out_channels), layers_per_block=c.layers_per_block,
-                             act_fn=c.act_fn, latent_channels=c.latent_channels, norm_num_groups=c.norm_num_groups,
-                             sample_size=c.sample_size, use_quant_conv=c.use_quant_conv,
-                             use_post_quant_conv=c.use_post_quant_conv,
-                             mid_block_add_attention=c.mid_block_add_attention, batch_norm_eps=BATCH_NORM_EPS)
+    out = AutoencoderKLFlux2(
+        in_channels=c.in_channels,
+        out_channels=c.out_channels,
+        down_block_types=tuple(c.down_block_types),
+        up_block_types=tuple(c.up_block_types),
+        block_out_channels=tuple(c.block_out_channels),
+        layers_per_block=c.layers_per_block,
+        act_fn=c.act_fn,
+        latent_channels=c.latent_channels,
+        norm_num_groups=c.norm_num_groups,
+        sample_size=c.sample_size,
+        use_quant_conv=c.use_quant_conv,
+        use_post_quant_conv=c.use_post_quant_conv,
+        mid_block_add_attention=c.mid_block_add_attention,
+        batch_norm_eps=BATCH_NORM_EPS,
+    )
     missing, unexpected = out.load_state_dict(vae.state_dict(), strict=False)
     if unexpected or any(not key.startswith("bn.") for key in missing):
         raise ValueError(f"the world VAE does not fit AutoencoderKLFlux2: missing {missing}, unexpected {unexpected}")
@@ -91,8 +113,13 @@ def build_flux2_pipeline(vae, transformer, text_encoder, pipeline_class=FLUX2_PI
     if not isinstance(vae, AutoencoderKLFlux2):
         vae = flux2_vae(vae)
     tokenizer = world_tokenizer(text_encoder.config.vocabulary, text_encoder.config.max_length)
-    return pipeline_class(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG), vae=vae,
-                          text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+    return pipeline_class(
+        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG),
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+    )
 
 
 def flux2_conditioning(pipe, captions, guidance=None) -> dict:

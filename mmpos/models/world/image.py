@@ -12,6 +12,7 @@ tokenizer in both Flux text slots), so ``FluxPipeline.from_pretrained("assets/wo
 ``DiffusionPipeline``) loads a model that takes prompt strings. Folders written before ``model_index.json``
 existed (``world-<task>/{transformer,text_encoder}/`` only) still load with :func:`load_world_pipeline`.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -32,13 +33,15 @@ from diffusers import (
 )
 
 from ..._validation import check_choice
-from .scheduler import SCHEDULER_CONFIG
-from .flux2 import FLUX2_PIPELINE, build_flux2_pipeline, flux2_conditioning, is_flux2
-from .text import WorldTextEncoder
 from ...world.tokenizer import world_tokenizer
+from .flux2 import FLUX2_PIPELINE, build_flux2_pipeline, flux2_conditioning, is_flux2
+from .scheduler import SCHEDULER_CONFIG
+from .text import WorldTextEncoder
 
 TASKS = ("t2i", "fill", "kontext")
 PIPELINES = {"t2i": FluxPipeline, "fill": FluxFillPipeline, "kontext": FluxKontextPipeline}
+
+
 def _shipped_assets() -> Path:
     """``assets/`` of a source checkout, else ``mmpos/assets`` of an installed wheel (setup.py ships it there)."""
     package = Path(__file__).resolve().parents[2]  # mmpos/ (this file is mmpos/models/world/image.py)
@@ -48,13 +51,31 @@ def _shipped_assets() -> Path:
 
 DEFAULT_ASSETS = _shipped_assets()
 
-VAE_CONFIG = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
-                  up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 64), layers_per_block=1,
-                  latent_channels=4, norm_num_groups=16, sample_size=64, scaling_factor=1.0, shift_factor=0.0,
-                  mid_block_add_attention=False)
-TRANSFORMER_CONFIG = dict(patch_size=1, num_layers=2, num_single_layers=4, attention_head_dim=32,
-                          num_attention_heads=5, joint_attention_dim=64, pooled_projection_dim=64,
-                          guidance_embeds=False, axes_dims_rope=(8, 12, 12))
+VAE_CONFIG = dict(
+    in_channels=3,
+    out_channels=3,
+    down_block_types=("DownEncoderBlock2D",) * 2,
+    up_block_types=("UpDecoderBlock2D",) * 2,
+    block_out_channels=(32, 64),
+    layers_per_block=1,
+    latent_channels=4,
+    norm_num_groups=16,
+    sample_size=64,
+    scaling_factor=1.0,
+    shift_factor=0.0,
+    mid_block_add_attention=False,
+)
+TRANSFORMER_CONFIG = dict(
+    patch_size=1,
+    num_layers=2,
+    num_single_layers=4,
+    attention_head_dim=32,
+    num_attention_heads=5,
+    joint_attention_dim=64,
+    pooled_projection_dim=64,
+    guidance_embeds=False,
+    axes_dims_rope=(8, 12, 12),
+)
 
 
 def vae_scale_factor(vae: AutoencoderKL) -> int:
@@ -82,9 +103,11 @@ def build_transformer(task: str, latent_channels: int = 4, scale_factor: int = 2
 
 def build_text_encoder(transformer: FluxTransformer2DModel, **overrides) -> WorldTextEncoder:
     config = transformer.config  # FLUX.2 has no pooled input: the unused pooled output keeps the text width
-    return WorldTextEncoder(joint_attention_dim=config.joint_attention_dim,
-                            pooled_projection_dim=config.get("pooled_projection_dim", config.joint_attention_dim),
-                            **overrides)
+    return WorldTextEncoder(
+        joint_attention_dim=config.joint_attention_dim,
+        pooled_projection_dim=config.get("pooled_projection_dim", config.joint_attention_dim),
+        **overrides,
+    )
 
 
 def build_scheduler(**overrides) -> FlowMatchEulerDiscreteScheduler:
@@ -100,11 +123,20 @@ def build_pipeline(task: str, vae, transformer, text_encoder, pipeline_class=Non
         return build_flux2_pipeline(vae, transformer, text_encoder, pipeline_class or FLUX2_PIPELINE)
     cls = PIPELINES[task] if pipeline_class is None else pipeline_class
     if not issubclass(cls, PIPELINES[task]):
-        raise TypeError(f"pipeline_class={cls.__name__} does not run a {task} model: expected a subclass of "
-                        f"{PIPELINES[task].__name__}")
+        raise TypeError(
+            f"pipeline_class={cls.__name__} does not run a {task} model: expected a subclass of "
+            f"{PIPELINES[task].__name__}"
+        )
     tokenizer = world_tokenizer(text_encoder.config.vocabulary, text_encoder.config.max_length)
-    return cls(scheduler=build_scheduler(), vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-               text_encoder_2=text_encoder, tokenizer_2=tokenizer, transformer=transformer)
+    return cls(
+        scheduler=build_scheduler(),
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        text_encoder_2=text_encoder,
+        tokenizer_2=tokenizer,
+        transformer=transformer,
+    )
 
 
 def stock_pipeline_class(pipe):
@@ -126,14 +158,19 @@ def conditioning(pipe, captions, guidance=None) -> dict:
     if is_flux2(pipe.transformer):
         return flux2_conditioning(pipe, captions, guidance)
     distilled = bool(pipe.transformer.config.guidance_embeds)
-    true_cfg = (guidance is not None and not distilled
-                and "true_cfg_scale" in inspect.signature(stock_pipeline_class(pipe).__call__).parameters)
+    true_cfg = (
+        guidance is not None
+        and not distilled
+        and "true_cfg_scale" in inspect.signature(stock_pipeline_class(pipe).__call__).parameters
+    )
     negatives = [""] * len(captions) if true_cfg else None
     if isinstance(pipe.text_encoder, WorldTextEncoder):
         kwargs = prompt_kwargs(pipe, captions, negatives)
     elif pipe.text_encoder is None and getattr(pipe, "text_encoder_2", None) is None:
-        raise ValueError("this pipeline has no text encoders: load a model folder that has text_encoder / "
-                         "text_encoder_2 (or pass prompt embeddings to the pipeline)")
+        raise ValueError(
+            "this pipeline has no text encoders: load a model folder that has text_encoder / "
+            "text_encoder_2 (or pass prompt embeddings to the pipeline)"
+        )
     else:
         kwargs = {"prompt": list(captions)} | ({"negative_prompt": negatives} if true_cfg else {})
     if true_cfg:
@@ -164,8 +201,10 @@ def load_pretrained(cls, folder: Path, **options):
         return cls.from_pretrained(folder, **options)
     except (OSError, ValueError, RuntimeError, SafetensorError) as error:
         message = " ".join(str(error).split())
-        raise ValueError(f"{folder}: cannot load this {cls.__name__} checkpoint ({type(error).__name__}: "
-                         f"{message}); re-export or re-download it") from None
+        raise ValueError(
+            f"{folder}: cannot load this {cls.__name__} checkpoint ({type(error).__name__}: "
+            f"{message}); re-export or re-download it"
+        ) from None
 
 
 def import_named_modules(folder) -> None:
@@ -191,9 +230,11 @@ def dtype_keyword(cls) -> str:
 
 def _checked_dir(path: Path, what: str) -> Path:
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no {what} checkpoint at {path} (expected config.json and safetensors there); "
-                                "train one with scripts/train_world.py or pass the folder that holds "
-                                "world-vae/ and world-<task>/")
+        raise FileNotFoundError(
+            f"no {what} checkpoint at {path} (expected config.json and safetensors there); "
+            "train one with scripts/train_world.py or pass the folder that holds "
+            "world-vae/ and world-<task>/"
+        )
     return path
 
 
@@ -245,14 +286,17 @@ def load_flux2_pipeline(model_dir: Path, device="cpu", dtype=torch.float32, pipe
 
     cls = FLUX2_PIPELINE if pipeline_class is None else pipeline_class
     if not issubclass(cls, (Flux2Pipeline, Flux2KleinPipeline)):
-        raise TypeError(f"{model_dir} is a FLUX.2 world model: pipeline_class={cls.__name__} does not run it, "
-                        "expected a subclass of Flux2KleinPipeline or Flux2Pipeline")
+        raise TypeError(
+            f"{model_dir} is a FLUX.2 world model: pipeline_class={cls.__name__} does not run it, "
+            "expected a subclass of Flux2KleinPipeline or Flux2Pipeline"
+        )
     with world_text_encoders_accepted():
         return load_pretrained(cls, model_dir, **{dtype_keyword(cls): dtype}).to(device)
 
 
-def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32,
-                        pipeline_class=None):
+def load_world_pipeline(
+    task: str, root: str | Path | None = None, device="cpu", dtype=torch.float32, pipeline_class=None
+):
     """The real diffusers pipeline for ``task`` (or ``pipeline_class``, see :func:`build_pipeline`) with the
     shipped (or ``root``'s) trained world weights: ``from_pretrained`` of ``root/world-<task>``, or, for a folder
     without ``model_index.json`` (an older export), the pipeline assembled from its parts and ``root/world-vae``."""
@@ -267,8 +311,10 @@ def load_world_pipeline(task: str, root: str | Path | None = None, device="cpu",
         with world_text_encoders_accepted():
             return load_pretrained(cls, model_dir, **{dtype_keyword(cls): dtype}).to(device)
     vae = load_pretrained(AutoencoderKL, _checked_dir(root / "world-vae", "VAE"), torch_dtype=dtype)
-    transformer = load_pretrained(FluxTransformer2DModel, _checked_dir(model_dir / "transformer", task),
-                                  torch_dtype=dtype)
-    text_encoder = load_pretrained(WorldTextEncoder, _checked_dir(model_dir / "text_encoder", "text encoder"),
-                                   torch_dtype=dtype)
+    transformer = load_pretrained(
+        FluxTransformer2DModel, _checked_dir(model_dir / "transformer", task), torch_dtype=dtype
+    )
+    text_encoder = load_pretrained(
+        WorldTextEncoder, _checked_dir(model_dir / "text_encoder", "text encoder"), torch_dtype=dtype
+    )
     return build_pipeline(task, vae, transformer, text_encoder, pipeline_class).to(device)

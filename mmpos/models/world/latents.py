@@ -2,6 +2,7 @@
 
 Exactly as FluxPipeline / FluxFillPipeline / FluxKontextPipeline lay out their inputs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,9 +22,9 @@ def encode_latents(vae, images_uint8: torch.Tensor, masks=None, mode: bool = Tru
     when ``mode``). With ``masks`` (bool ``[N, S, S]``) masked pixels are set to 0, as FluxFillPipeline does."""
     out = []
     for start in range(0, len(images_uint8), chunk):
-        batch = to_unit(images_uint8[start:start + chunk].to(vae.device))
+        batch = to_unit(images_uint8[start : start + chunk].to(vae.device))
         if masks is not None:
-            batch = batch * (~masks[start:start + chunk, None].to(vae.device))
+            batch = batch * (~masks[start : start + chunk, None].to(vae.device))
         batch = batch.to(vae.dtype)
         posterior = vae.encode(batch).latent_dist
         z = posterior.mode() if mode else posterior.sample()

@@ -13,6 +13,7 @@ encoding (:data:`NVS_ENCODINGS`: ``"none"`` and the registry's camera kinds), th
   channels per token, LVSM's input) embedded by the model's ``Linear`` and added to every token;
 - ``none``: no camera at all (a baseline: it can only guess the view).
 """
+
 from __future__ import annotations
 
 import torch
@@ -86,13 +87,15 @@ class NovelViewTransformer(nn.Module):
             of 24 for ``rayrope`` with 3 rays, of 8 for ``prope`` / ``ucpe``).
     """
 
-    def __init__(self, encoding: str, image_size: int = 32, patch: int = 4, dim: int = 96, depth: int = 4,
-                 heads: int = 2):
+    def __init__(
+        self, encoding: str, image_size: int = 32, patch: int = 4, dim: int = 96, depth: int = 4, heads: int = 2
+    ):
         super().__init__()
         cls = encoding_class(encoding)
         if image_size % patch or dim % heads:
-            raise ValueError(f"image_size must be a multiple of patch and dim of heads, got {image_size}, "
-                             f"{patch}, {dim}, {heads}")
+            raise ValueError(
+                f"image_size must be a multiple of patch and dim of heads, got {image_size}, {patch}, {dim}, {heads}"
+            )
         self.encoding, self.image_size, self.patch = encoding, image_size, patch
         self.grid = (image_size // patch, image_size // patch)
         patches = self.grid[0] * self.grid[1]
@@ -109,8 +112,13 @@ class NovelViewTransformer(nn.Module):
     def cameras(self, batch: dict) -> Cameras:
         """The batch's views at the patch grid, in the model's dtype: poses, pixel intrinsics, each patch's ray."""
         dtype = self.head.weight.dtype
-        return Cameras(c2w=batch["c2w"].to(dtype), grid=self.grid, image_size=(self.image_size, self.image_size),
-                       intrinsics=batch["intrinsics"].to(dtype), rays=batch["patch_rays"].to(dtype))
+        return Cameras(
+            c2w=batch["c2w"].to(dtype),
+            grid=self.grid,
+            image_size=(self.image_size, self.image_size),
+            intrinsics=batch["intrinsics"].to(dtype),
+            rays=batch["patch_rays"].to(dtype),
+        )
 
     def pixel_cameras(self, batch: dict) -> Cameras:
         """The batch's views at the pixel grid (a ray per pixel, the batch's dtype): an additive encoding's input."""
@@ -142,5 +150,5 @@ class NovelViewTransformer(nn.Module):
         geometry = self.geometry(batch)
         for block in self.blocks:
             x = block(x, self.pe, geometry)
-        target = self.head(self.norm(x[:, -self.position.shape[0]:]))
+        target = self.head(self.norm(x[:, -self.position.shape[0] :]))
         return torch.sigmoid(unpatchify(target, self.patch, self.image_size))

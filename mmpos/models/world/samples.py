@@ -1,4 +1,5 @@
 """Held-out examples, running the world pipelines on them, and labelled image grids."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,18 +23,27 @@ def _pil(array: np.ndarray):
     return Image.fromarray(array)
 
 
-def generate(pipe, task: str, examples: list[dict], steps: int = 20, guidance: float | None = 3.0, seed: int = 0,
-             **call_kwargs) -> np.ndarray:
+def generate(
+    pipe, task: str, examples: list[dict], steps: int = 20, guidance: float | None = 3.0, seed: int = 0, **call_kwargs
+) -> np.ndarray:
     """uint8 ``[N, H, W, 3]`` outputs of ``pipe`` (a pipeline for ``task``) on ``examples``; ``guidance`` as in
     :func:`~mmpos.models.world.image.conditioning`."""
     height, width = examples[0]["image"].shape[:2]
     captions = [e["caption"] for e in examples]
-    kwargs = dict(height=height, width=width, num_inference_steps=steps, output_type="np",
-                  generator=torch.Generator().manual_seed(seed), **call_kwargs)
+    kwargs = dict(
+        height=height,
+        width=width,
+        num_inference_steps=steps,
+        output_type="np",
+        generator=torch.Generator().manual_seed(seed),
+        **call_kwargs,
+    )
     kwargs.update(conditioning(pipe, captions, guidance))
     if task == "fill":
-        kwargs.update(image=[_pil(e["image"]) for e in examples],
-                      mask_image=[_pil(e["mask"].astype(np.uint8) * 255) for e in examples])
+        kwargs.update(
+            image=[_pil(e["image"]) for e in examples],
+            mask_image=[_pil(e["mask"].astype(np.uint8) * 255) for e in examples],
+        )
     if task == "kontext":
         kwargs.update(image=[_pil(e["context"]) for e in examples], max_area=height * width, _auto_resize=False)
     return to_uint8(pipe(**kwargs).images)
@@ -48,8 +58,9 @@ def inputs_row(task: str, examples: list[dict]) -> tuple[str, np.ndarray] | None
     return None
 
 
-def image_grid(rows: list[tuple[str, np.ndarray]], zoom: int = 2, label_width: int | None = None,
-               font_size: int = 15) -> np.ndarray:
+def image_grid(
+    rows: list[tuple[str, np.ndarray]], zoom: int = 2, label_width: int | None = None, font_size: int = 15
+) -> np.ndarray:
     """uint8 grid: one labelled row per ``(label, images [N, H, W, 3])`` (all rows the same ``H, W``), images
     upscaled by ``zoom``; labels in a ``font_size`` px font, in a column as wide as the longest (or
     ``label_width`` px)."""

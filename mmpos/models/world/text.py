@@ -3,6 +3,7 @@
 It stands in for Flux's T5 (sequence embeddings) and CLIP (pooled embedding): its outputs go to the
 pipelines as ``prompt_embeds`` and ``pooled_prompt_embeds``.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -18,8 +19,9 @@ from ...world.vocabulary import BOS, PAD, check_known_words, world_vocabulary
 class WorldTextOutput(NamedTuple):
     """What :class:`WorldTextEncoder` returns: unpacks as a pair; ``[0]`` and ``.pooler_output`` are what the Flux
     pipelines read of T5 (``text_encoder_2``) and CLIP (``text_encoder``)."""
+
     last_hidden_state: torch.Tensor  # [B, max_length, joint_attention_dim]: prompt_embeds
-    pooler_output: torch.Tensor      # [B, pooled_projection_dim]: pooled_prompt_embeds
+    pooler_output: torch.Tensor  # [B, pooled_projection_dim]: pooled_prompt_embeds
 
 
 class WorldTextEncoder(ModelMixin, ConfigMixin):
@@ -31,9 +33,16 @@ class WorldTextEncoder(ModelMixin, ConfigMixin):
     """
 
     @register_to_config
-    def __init__(self, vocabulary: list[str] | None = None, max_length: int = 40, width: int = 96,
-                 num_layers: int = 2, num_heads: int = 4, joint_attention_dim: int = 64,
-                 pooled_projection_dim: int = 64):
+    def __init__(
+        self,
+        vocabulary: list[str] | None = None,
+        max_length: int = 40,
+        width: int = 96,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        joint_attention_dim: int = 64,
+        pooled_projection_dim: int = 64,
+    ):
         super().__init__()
         vocabulary = list(vocabulary or world_vocabulary())
         if vocabulary[:2] != [PAD, BOS]:
@@ -41,8 +50,9 @@ class WorldTextEncoder(ModelMixin, ConfigMixin):
         self.word_ids = {word: i for i, word in enumerate(vocabulary)}
         self.token_embedding = nn.Embedding(len(vocabulary), width)
         self.position_embedding = nn.Parameter(torch.randn(max_length, width) * 0.02)
-        layer = nn.TransformerEncoderLayer(width, num_heads, 4 * width, dropout=0.0, activation="gelu",
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            width, num_heads, 4 * width, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
         self.final_norm = nn.LayerNorm(width)
         self.sequence_projection = nn.Linear(width, joint_attention_dim)
@@ -76,8 +86,9 @@ class WorldTextEncoder(ModelMixin, ConfigMixin):
         if input_ids.shape[1] < max_length:
             return torch.nn.functional.pad(input_ids, (0, max_length - input_ids.shape[1]), value=pad)
         if bool((input_ids[:, max_length:] != pad).any()):
-            raise ValueError(f"a prompt has more than {max_length - 1} words; the world text encoder reads at most "
-                             f"{max_length - 1}")
+            raise ValueError(
+                f"a prompt has more than {max_length - 1} words; the world text encoder reads at most {max_length - 1}"
+            )
         return input_ids[:, :max_length]
 
     @torch.no_grad()

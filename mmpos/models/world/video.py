@@ -8,14 +8,25 @@ normalised as ``(z - shift_factor) * scaling_factor``. There is no prompt: the t
 Flow matching as in the world's image models: ``x_s = (1 - s) x_0 + s e``, ``s ~ sigmoid(N(0, 1))``, and the
 transformer predicts ``e - x_0`` at ``timestep = 1000 s``.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-TRANSFORMER_CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=32, in_channels=4,
-                          out_channels=4, text_dim=16, freq_dim=64, ffn_dim=256, num_layers=4,
-                          qk_norm="rms_norm_across_heads", rope_max_seq_len=64)
+TRANSFORMER_CONFIG = dict(
+    patch_size=(1, 2, 2),
+    num_attention_heads=4,
+    attention_head_dim=32,
+    in_channels=4,
+    out_channels=4,
+    text_dim=16,
+    freq_dim=64,
+    ffn_dim=256,
+    num_layers=4,
+    qk_norm="rms_norm_across_heads",
+    rope_max_seq_len=64,
+)
 
 
 def world_video_transformer(**overrides):
@@ -24,15 +35,15 @@ def world_video_transformer(**overrides):
 
     unknown = set(overrides) - set(TRANSFORMER_CONFIG)
     if unknown:
-        raise ValueError(f"unknown transformer option(s) {sorted(unknown)}; expected some of "
-                         f"{sorted(TRANSFORMER_CONFIG)}")
+        raise ValueError(
+            f"unknown transformer option(s) {sorted(unknown)}; expected some of {sorted(TRANSFORMER_CONFIG)}"
+        )
     return WanTransformer3DModel(**{**TRANSFORMER_CONFIG, **overrides})
 
 
 def empty_prompt(transformer, batch_size: int) -> torch.Tensor:
     """``[B, 1, text_dim]`` zeros: the text stream of a model trained without prompts."""
-    return torch.zeros(batch_size, 1, transformer.config.text_dim, device=transformer.device,
-                       dtype=transformer.dtype)
+    return torch.zeros(batch_size, 1, transformer.config.text_dim, device=transformer.device, dtype=transformer.dtype)
 
 
 def token_timesteps(timestep: torch.Tensor, latent_shape, patch_size) -> torch.Tensor:
@@ -54,8 +65,12 @@ def flow_loss(transformer, latents: torch.Tensor, sigmas: torch.Tensor, noise: t
     s = sigmas.view(-1, 1, 1, 1, 1)
     noisy = with_first_frame((1 - s) * latents + s * noise, latents[:, :, :1])
     timestep = token_timesteps(sigmas * 1000, latents.shape, transformer.config.patch_size)
-    prediction = transformer(hidden_states=noisy, timestep=timestep,
-                             encoder_hidden_states=empty_prompt(transformer, len(latents)), return_dict=False)[0]
+    prediction = transformer(
+        hidden_states=noisy,
+        timestep=timestep,
+        encoder_hidden_states=empty_prompt(transformer, len(latents)),
+        return_dict=False,
+    )[0]
     return F.mse_loss(prediction[:, :, 1:].float(), (noise - latents)[:, :, 1:].float())
 
 
@@ -69,8 +84,12 @@ def encode_frames(vae, frames: torch.Tensor, batch_size: int = 256) -> torch.Ten
     """``frames [N, F, 3, S, S]`` uint8 -> normalised latents ``[N, C, F, S/2, S/2]`` (posterior mode)."""
     count, length = frames.shape[:2]
     flat = frames.flatten(0, 1)
-    latents = torch.cat([vae.encode(flat[i:i + batch_size].to(vae.device, vae.dtype) / 127.5 - 1).latent_dist.mode()
-                         for i in range(0, len(flat), batch_size)])
+    latents = torch.cat(
+        [
+            vae.encode(flat[i : i + batch_size].to(vae.device, vae.dtype) / 127.5 - 1).latent_dist.mode()
+            for i in range(0, len(flat), batch_size)
+        ]
+    )
     shift, scale = latent_normalisation(vae)
     latents = (latents.float() - shift) * scale
     return latents.unflatten(0, (count, length)).transpose(1, 2).contiguous()

@@ -4,6 +4,7 @@ and rule, an unknown key refused by name, ``--set`` values parsed as YAML (:mod:
 
     config = load_world_config("configs/world/t2i.yaml", ["lr=1e-3"], {"max_steps": 10})   # a checked dict
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,12 +25,28 @@ def _positive_finite(value) -> str | None:
     return finite(value) or positive(value)
 
 
-RULES = {"image_size": positive, "num_examples": positive, "workers": positive, "batch_size": positive,
-         "lr": _positive_finite, "weight_decay": non_negative, "warmup_steps": non_negative, "ema_decay": _decay,
-         "max_steps": positive, "max_minutes": positive, "log_every": positive, "checkpoint_every": positive,
-         "caption_dropout": _unit, "style_dropout": _unit, "kl_weight": non_negative, "sample_steps": non_negative,
-         "sample_guidance": finite, "num_samples": positive}
+RULES = {
+    "image_size": positive,
+    "num_examples": positive,
+    "workers": positive,
+    "batch_size": positive,
+    "lr": _positive_finite,
+    "weight_decay": non_negative,
+    "warmup_steps": non_negative,
+    "ema_decay": _decay,
+    "max_steps": positive,
+    "max_minutes": positive,
+    "log_every": positive,
+    "checkpoint_every": positive,
+    "caption_dropout": _unit,
+    "style_dropout": _unit,
+    "kl_weight": non_negative,
+    "sample_steps": non_negative,
+    "sample_guidance": finite,
+    "num_samples": positive,
+}
 CHOICES = {"task": ALL_TASKS, "mixed_precision": ("no", "bf16", "fp16"), "device": ("cpu", "cuda")}
+
 
 def _field(name: str, default):
     """A field typed by its default (``None``: an optional string)."""
@@ -41,7 +58,8 @@ def _field(name: str, default):
 
 
 WorldImageConfig = dataclasses.make_dataclass(
-    "WorldImageConfig", [_field(k, v) for k, v in {**DEFAULTS, "device": None}.items()])
+    "WorldImageConfig", [_field(k, v) for k, v in {**DEFAULTS, "device": None}.items()]
+)
 WorldImageConfig.__doc__ = "The world image trainer's keys (:data:`~.trainer.DEFAULTS`, plus ``device``)."
 
 

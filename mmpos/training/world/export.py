@@ -1,5 +1,6 @@
 """Writing a trained world model: a diffusers pipeline folder (save_pretrained), model card (JSON + Markdown),
 sample grid."""
+
 from __future__ import annotations
 
 import copy
@@ -11,10 +12,10 @@ import torch
 import yaml
 
 from ..._atomic import folder_written_atomically
-from ...world.images import save_png
-from ...models.world.latents import to_unit
 from ...models.world.image import build_pipeline
+from ...models.world.latents import to_unit
 from ...models.world.samples import generate, held_out_examples, image_grid, inputs_row
+from ...world.images import save_png
 
 WEIGHTS_DTYPE = torch.float16  # shipped transformer weights (half the size; loaders upcast to fp32)
 
@@ -36,27 +37,56 @@ def sample_grid(task: str, model, vae, config: dict) -> np.ndarray:
 
 def model_card_markdown(card: dict, folder_name: str) -> str:
     losses = card.get("loss_history") or []
-    lines = [f"# {folder_name}", "",
-             f"A small `{card['task']}` model of the mmpos mini-world (mmpos.world), trained by "
-             "`scripts/train_world.py`; config in `train_config.yaml`.", "", *load_line(card["task"], folder_name),
-             "| field | value |", "|---|---|"]
-    for key in ("task", "parameters", "steps", "train_minutes", "total_steps", "total_train_minutes", "device",
-                "mixed_precision", "batch_size", "final_train_loss", "val_loss_start", "val_loss", "val_l1",
-                "latent_shift", "latent_scale"):
+    lines = [
+        f"# {folder_name}",
+        "",
+        f"A small `{card['task']}` model of the mmpos mini-world (mmpos.world), trained by "
+        "`scripts/train_world.py`; config in `train_config.yaml`.",
+        "",
+        *load_line(card["task"], folder_name),
+        "| field | value |",
+        "|---|---|",
+    ]
+    for key in (
+        "task",
+        "parameters",
+        "steps",
+        "train_minutes",
+        "total_steps",
+        "total_train_minutes",
+        "device",
+        "mixed_precision",
+        "batch_size",
+        "final_train_loss",
+        "val_loss_start",
+        "val_loss",
+        "val_l1",
+        "latent_shift",
+        "latent_scale",
+    ):
         if key in card:
             lines.append(f"| {key} | {card[key]} |")
     data = card["data"]
     if "init_from" in card:
         before = card["init_from"]
-        lines += ["", f"Continued from `{before['path']}` ({before['total_steps']} steps, "
-                  f"{before['total_train_minutes']} min, val_loss {before['val_loss']}); the loss history "
-                  "below is this run's."]
-    lines += ["", f"Data: {data['num_examples']} procedurally generated {data['image_size']}x{data['image_size']} "
-              f"examples, `{data['generator']}`, seed {data['seed']}.", "",
-              "Loss (step: loss): " + ", ".join(f"{s}: {v}" for s, v in losses[:: max(len(losses) // 12, 1)]),
-              "", "![samples](samples.png)", "",
-              "Sample grid: held-out examples (dataset seed mmpos.models.world.samples.HELD_OUT_SEED) through the real "
-              "diffusers pipeline."]
+        lines += [
+            "",
+            f"Continued from `{before['path']}` ({before['total_steps']} steps, "
+            f"{before['total_train_minutes']} min, val_loss {before['val_loss']}); the loss history "
+            "below is this run's.",
+        ]
+    lines += [
+        "",
+        f"Data: {data['num_examples']} procedurally generated {data['image_size']}x{data['image_size']} "
+        f"examples, `{data['generator']}`, seed {data['seed']}.",
+        "",
+        "Loss (step: loss): " + ", ".join(f"{s}: {v}" for s, v in losses[:: max(len(losses) // 12, 1)]),
+        "",
+        "![samples](samples.png)",
+        "",
+        "Sample grid: held-out examples (dataset seed mmpos.models.world.samples.HELD_OUT_SEED) through the real "
+        "diffusers pipeline.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -66,10 +96,12 @@ def load_line(task: str, folder_name: str) -> list[str]:
 
     if task not in PIPELINES:
         return []
-    return [f"A diffusers pipeline folder: `{PIPELINES[task].__name__}.from_pretrained(\"{folder_name}\")` (or "
-            "`DiffusionPipeline`); prompts are strings in the world's words "
-            "(`mmpos.world.vocabulary.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
-            ""]
+    return [
+        f'A diffusers pipeline folder: `{PIPELINES[task].__name__}.from_pretrained("{folder_name}")` (or '
+        "`DiffusionPipeline`); prompts are strings in the world's words "
+        "(`mmpos.world.vocabulary.world_vocabulary()`). `mmpos edit` / `mmpos generate` use it with `--model world`.",
+        "",
+    ]
 
 
 def export_model(task: str, model, vae, config: dict, card: dict, out_dir) -> Path:

@@ -1,6 +1,7 @@
 """Rectified flow for the FLUX.2-architecture world model (:mod:`mmpos.models.world.flux2`), in
 ``Flux2Pipeline``'s layout: the same objective, data, sigmas and noise as :func:`.losses.denoiser_loss`, with the
 latents patchified and packed as FLUX.2 does and 4-axis ``(t, h, w, l)`` ids."""
+
 from __future__ import annotations
 
 import torch
@@ -23,7 +24,13 @@ def flux2_denoiser_loss(model, data, index, sigmas, noise, tokens) -> torch.Tens
     hidden, img_ids, target = flux2_flow_matching_inputs(data, index, sigmas, noise)
     embeds = model.text_encoder(tokens)[0]
     dtype = next(model.transformer.parameters()).dtype
-    prediction = model.transformer(hidden_states=hidden.to(dtype), encoder_hidden_states=embeds.to(dtype),
-                                   timestep=sigmas.to(dtype), img_ids=img_ids, txt_ids=flux2_text_ids(embeds),
-                                   guidance=None, return_dict=False)[0]
+    prediction = model.transformer(
+        hidden_states=hidden.to(dtype),
+        encoder_hidden_states=embeds.to(dtype),
+        timestep=sigmas.to(dtype),
+        img_ids=img_ids,
+        txt_ids=flux2_text_ids(embeds),
+        guidance=None,
+        return_dict=False,
+    )[0]
     return F.mse_loss(prediction.float(), target)

@@ -4,15 +4,16 @@ Flow matching as in Flux/SD3: ``x_t = (1 - s) x_0 + s e`` with ``s ~ sigmoid(N(0
 the trainer), and the transformer predicts the velocity ``e - x_0`` at ``timestep = s`` (what the pipelines pass,
 ``t / 1000``). Inputs are laid out exactly as FluxPipeline / FluxFillPipeline / FluxKontextPipeline lay them out.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from .checkpoints import DenoiserWithText
-from .flux2_losses import flux2_denoiser_loss
 from ...models.world.flux2 import is_flux2
 from ...models.world.latents import latent_ids, pack, pack_pixel_mask, to_unit
+from .checkpoints import DenoiserWithText
+from .flux2_losses import flux2_denoiser_loss
 from .training_data import TrainingData
 
 
@@ -47,10 +48,16 @@ def denoiser_loss(model: DenoiserWithText, data: TrainingData, index, sigmas, no
     hidden, ids, target, num_target = flow_matching_inputs(data, index, sigmas, noise)
     embeds, pooled = model.text_encoder(tokens)
     dtype = next(model.transformer.parameters()).dtype
-    prediction = model.transformer(hidden_states=hidden.to(dtype), timestep=sigmas.to(dtype), guidance=None,
-                                   pooled_projections=pooled.to(dtype), encoder_hidden_states=embeds.to(dtype),
-                                   txt_ids=torch.zeros(tokens.shape[1], 3, device=hidden.device), img_ids=ids,
-                                   return_dict=False)[0]
+    prediction = model.transformer(
+        hidden_states=hidden.to(dtype),
+        timestep=sigmas.to(dtype),
+        guidance=None,
+        pooled_projections=pooled.to(dtype),
+        encoder_hidden_states=embeds.to(dtype),
+        txt_ids=torch.zeros(tokens.shape[1], 3, device=hidden.device),
+        img_ids=ids,
+        return_dict=False,
+    )[0]
     return F.mse_loss(prediction[:, :num_target].float(), target)
 
 

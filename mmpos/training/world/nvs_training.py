@@ -7,6 +7,7 @@ batches (batch order is a function of seed and step), bit for bit.
 A run may continue another's weights (``init_from``) with a fresh optimiser and schedule; the totals of steps and
 CPU seconds then include the earlier run's (``previous_steps``, ``previous_cpu_seconds``).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,12 +19,12 @@ import torch
 
 from ..._safe_state import load_torch_file, read_json, read_tensors, write_json
 from ..._validation import check_finite_loss
+from ...eval.image_quality import psnr, ssim
+from ...models.world.nvs import NovelViewTransformer
+from ...world.nvs_data import select
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
 from ..scaffold_folders import latest_checkpoint
 from .ranks import average_gradients, check_shared, local, make_accelerator, mean_loss
-from ...eval.image_quality import psnr, ssim
-from ...world.nvs_data import select
-from ...models.world.nvs import NovelViewTransformer
 
 
 @dataclass
@@ -86,21 +87,24 @@ def read_run(checkpoint) -> dict | None:
 def _optimizer(model, recipe: NVSRecipe):
     decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "depth" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "depth" not in n)]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=recipe.lr)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": rest, "weight_decay": 0.0}], lr=recipe.lr
+    )
 
 
 def _start(recipe: NVSRecipe, model, optimizer, accelerator, checkpoint) -> dict:
     """The run's state: resumed from ``checkpoint`` (either layout), else fresh (from ``init_from``'s weights)."""
-    state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, previous_steps=0,
-                 previous_cpu_seconds=0.0)
+    state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, previous_steps=0, previous_cpu_seconds=0.0)
     latest = latest_checkpoint(run_folder(checkpoint))
     saved = read_run(checkpoint)
     if saved is None:
         if recipe.init_from:
             start = read_run(recipe.init_from)
-            if start is None or start["recipe"]["encoding"] != recipe.encoding or \
-                    start["step"] < start["recipe"]["steps"]:
+            if (
+                start is None
+                or start["recipe"]["encoding"] != recipe.encoding
+                or start["step"] < start["recipe"]["steps"]
+            ):
                 raise ValueError(f"init_from must be a finished {recipe.encoding} checkpoint, got {recipe.init_from}")
             model.load_state_dict(start["model"])
             state["previous_steps"] = start.get("previous_steps", 0) + start["step"]
@@ -153,15 +157,23 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
         if state["step"] % checkpoint_every == 0 or state["step"] == recipe.steps:
             _save(accelerator, folder, model, optimizer, state)
             if accelerator.is_main_process:
-                log(f"{recipe.encoding} seed {recipe.seed} step {state['step']} loss {state['losses'][-1]:.4f} "
-                    f"cpu {state['cpu_seconds']:.0f}s")
+                log(
+                    f"{recipe.encoding} seed {recipe.seed} step {state['step']} loss {state['losses'][-1]:.4f} "
+                    f"cpu {state['cpu_seconds']:.0f}s"
+                )
     return model, state
 
 
 def _save(accelerator, folder: Path, model, optimizer, state: dict) -> Path:
     run = RunState(model, optimizer, step=state["step"])
-    return save_checkpoint(accelerator, folder, run, dict(state["recipe"]), keep=2,
-                           extras=lambda part: write_json(part / "nvs_progress.json", state))
+    return save_checkpoint(
+        accelerator,
+        folder,
+        run,
+        dict(state["recipe"]),
+        keep=2,
+        extras=lambda part: write_json(part / "nvs_progress.json", state),
+    )
 
 
 def _kept(folder: Path) -> str:

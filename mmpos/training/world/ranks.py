@@ -7,6 +7,7 @@ what it drew before. The losses call parts of a model (``.encode``, ``.text_enco
 which DDP cannot wrap, so the model is not wrapped: after the backward pass :func:`average_gradients` all-reduces
 the gradients (their mean, DDP's rule). One process does no communication at all.
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,7 +42,7 @@ def average_gradients(accelerator, parameters) -> None:
     flat /= accelerator.num_processes
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
 
 

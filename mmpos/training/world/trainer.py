@@ -4,6 +4,7 @@ On the training scaffold's checkpoints (``train-<task>/checkpoint-<step>/``) and
 every process draws the global batch's indices and noise from the one generator and keeps its slice; one process
 draws what it always drew). The VAE's posterior noise is each process's own generator's (on N processes seeded per
 process), so a VAE run equals one process at N times the batch in distribution, not to float tolerance."""
+
 from __future__ import annotations
 
 import copy
@@ -18,33 +19,72 @@ from safetensors import SafetensorError
 from ..._atomic import recover_folder
 from ..._safe_state import UnsafeStateError, load_torch_file, read_json, read_tensors, set_rng_state, write_json
 from ..._validation import check_choice, check_finite_loss
+from ...models.ema import EMA
+from ...models.world.architectures import build_world_transformer
+from ...models.world.image import TASKS, build_text_encoder, build_vae, vae_scale_factor
+from ...models.world.latents import to_unit
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
 from ..scaffold_config import ConfigError
 from ..scaffold_folders import UnreadableCheckpointError, latest_checkpoint
-from ...models.ema import EMA
-from .checkpoints import (DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae,
-                          previous_training)
+from .checkpoints import DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae, previous_training
 from .export import export_model
-from ...models.world.latents import to_unit
 from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
-from ...models.world.architectures import build_world_transformer
-from ...models.world.image import TASKS, build_text_encoder, build_vae, vae_scale_factor
-from .ranks import (any_process, average_gradients, check_shared, generator_state, local, make_accelerator, mean_loss,
-                    set_generator_state)
+from .ranks import (
+    any_process,
+    average_gradients,
+    check_shared,
+    generator_state,
+    local,
+    make_accelerator,
+    mean_loss,
+    set_generator_state,
+)
 from .training_data import TrainingData
 
 ALL_TASKS = ("vae",) + TASKS
 DEFAULTS = {
-    "task": "t2i", "image_size": 64, "num_examples": 20000, "data_seed": 0, "workers": 1,
-    "batch_size": 64, "lr": 3e-4, "weight_decay": 0.0, "warmup_steps": 100, "ema_decay": 0.999,
-    "max_steps": 100000, "max_minutes": 10.0, "mixed_precision": "no", "seed": 0, "log_every": 50,
-    "checkpoint_every": 1000, "caption_dropout": 0.1, "style_dropout": 0.25, "kl_weight": 1e-6,
-    "sample_steps": 20, "sample_guidance": 3.0, "num_samples": 8, "vae_path": None, "init_from": None,
-    "transformer": {}, "text_encoder": {}, "vae": {}, "architecture": "flux",
+    "task": "t2i",
+    "image_size": 64,
+    "num_examples": 20000,
+    "data_seed": 0,
+    "workers": 1,
+    "batch_size": 64,
+    "lr": 3e-4,
+    "weight_decay": 0.0,
+    "warmup_steps": 100,
+    "ema_decay": 0.999,
+    "max_steps": 100000,
+    "max_minutes": 10.0,
+    "mixed_precision": "no",
+    "seed": 0,
+    "log_every": 50,
+    "checkpoint_every": 1000,
+    "caption_dropout": 0.1,
+    "style_dropout": 0.25,
+    "kl_weight": 1e-6,
+    "sample_steps": 20,
+    "sample_guidance": 3.0,
+    "num_samples": 8,
+    "vae_path": None,
+    "init_from": None,
+    "transformer": {},
+    "text_encoder": {},
+    "vae": {},
+    "architecture": "flux",
 }
 # what a resumed run may change (the rest defines the model, the data or the run's draws)
-RESUME_MAY_CHANGE = {"max_steps", "max_minutes", "log_every", "checkpoint_every", "workers", "sample_steps",
-                     "sample_guidance", "num_samples", "device", "vae_path"}
+RESUME_MAY_CHANGE = {
+    "max_steps",
+    "max_minutes",
+    "log_every",
+    "checkpoint_every",
+    "workers",
+    "sample_steps",
+    "sample_guidance",
+    "num_samples",
+    "device",
+    "vae_path",
+}
 
 
 def _lr_lambda(warmup: int):
@@ -93,18 +133,26 @@ class WorldTrainer:
         config = self.config
         if self.task == "vae":
             if config["init_from"] is not None:
-                raise ValueError("init_from continues t2i / fill / kontext models; the VAE trains from scratch (the "
-                                 "transformers' latents depend on it)")
+                raise ValueError(
+                    "init_from continues t2i / fill / kontext models; the VAE trains from scratch (the "
+                    "transformers' latents depend on it)"
+                )
             return None, build_vae(**config["vae"])
         vae = load_trained_vae(config["vae_path"], self.device)
         if config["init_from"] is not None:
-            model = load_trained_denoiser(config["init_from"], self.task, self.device, vae.config.latent_channels,
-                                          vae_scale_factor(vae))
+            model = load_trained_denoiser(
+                config["init_from"], self.task, self.device, vae.config.latent_channels, vae_scale_factor(vae)
+            )
             for part in ("transformer", "text_encoder"):  # the config's architecture must be the checkpoint's
                 check_same_config(f"{part} option", config[part], getattr(model, part).config)
             return vae, model
-        transformer = build_world_transformer(config["architecture"], self.task, vae.config.latent_channels,
-                                              vae_scale_factor(vae), **config["transformer"])
+        transformer = build_world_transformer(
+            config["architecture"],
+            self.task,
+            vae.config.latent_channels,
+            vae_scale_factor(vae),
+            **config["transformer"],
+        )
         return vae, DenoiserWithText(transformer, build_text_encoder(transformer, **config["text_encoder"]))
 
     def validation(self, model) -> float:
@@ -132,11 +180,16 @@ class WorldTrainer:
         if self.generator is None:
             self.generator = torch.Generator(device=self.device).manual_seed(config["seed"] + self.step)
         global_batch = config["batch_size"] * accelerator.num_processes
-        bar = tqdm(total=config["max_steps"], initial=self.step, desc=f"train {self.task}",
-                   disable=not (self.progress and accelerator.is_main_process))
+        bar = tqdm(
+            total=config["max_steps"],
+            initial=self.step,
+            desc=f"train {self.task}",
+            disable=not (self.progress and accelerator.is_main_process),
+        )
         loop_start = time.time() - self.trained_seconds
         while self.step < config["max_steps"] and not any_process(
-                accelerator, time.time() - loop_start >= config["max_minutes"] * 60 or signals["stop"]):
+            accelerator, time.time() - loop_start >= config["max_minutes"] * 60 or signals["stop"]
+        ):
             index = torch.randint(0, self.data.num, (global_batch,), device=self.device, generator=self.generator)
             with accelerator.autocast():
                 loss = self.loss(index, self.generator)
@@ -180,12 +233,24 @@ class WorldTrainer:
         process, renamed into place once complete; every process's generators): model, optimiser, scheduler, EMA,
         the draws' generator and ``world_progress.json`` (time, loss history, first validation). Collective."""
         state = self._run_state()
-        state.data = {"generator": None if self.generator is None else generator_state(self.generator),
-                      "global_batch": self.config["batch_size"] * self.accelerator.num_processes}
-        progress = {"step": self.step, "trained_seconds": self.trained_seconds, "history": self.history,
-                    "initial_validation": self.initial_validation}
-        save_checkpoint(self.accelerator, self.run_dir, state, json.loads(json.dumps(self.config)), keep=2,
-                        extras=lambda folder: write_json(folder / "world_progress.json", progress))
+        state.data = {
+            "generator": None if self.generator is None else generator_state(self.generator),
+            "global_batch": self.config["batch_size"] * self.accelerator.num_processes,
+        }
+        progress = {
+            "step": self.step,
+            "trained_seconds": self.trained_seconds,
+            "history": self.history,
+            "initial_validation": self.initial_validation,
+        }
+        save_checkpoint(
+            self.accelerator,
+            self.run_dir,
+            state,
+            json.loads(json.dumps(self.config)),
+            keep=2,
+            extras=lambda folder: write_json(folder / "world_progress.json", progress),
+        )
 
     def load_state(self) -> None:
         """Resume from the newest ``train-<task>/checkpoint-<step>/``, else from a ``train_state-<task>/`` of the
@@ -198,8 +263,10 @@ class WorldTrainer:
         state = self._run_state()
         load_checkpoint(self.accelerator, folder, state)
         if state.data.get("global_batch") not in (None, self.config["batch_size"] * self.accelerator.num_processes):
-            raise ValueError(f"--resume: {folder} was written at a global batch of {state.data['global_batch']} "
-                             "(batch_size x processes); keep it to continue the run's draws")
+            raise ValueError(
+                f"--resume: {folder} was written at a global batch of {state.data['global_batch']} "
+                "(batch_size x processes); keep it to continue the run's draws"
+            )
         saved = _read_part(folder / "world_progress.json", lambda: read_json(folder / "world_progress.json"))
         self._restore_progress(saved)
         if state.data.get("generator") is not None:
@@ -217,8 +284,9 @@ class WorldTrainer:
             raise FileNotFoundError(f"nothing to resume: no {self.run_dir}/checkpoint-<step> and no {progress_file}")
         saved = _read_part(progress_file, lambda: json.loads(progress_file.read_text()))
         weights = _read_part(state_dir / "model.safetensors", lambda: read_tensors(state_dir / "model.safetensors"))
-        _read_part(state_dir, lambda: self.raw.load_state_dict(
-            {k.removeprefix("module."): v for k, v in weights.items()}))
+        _read_part(
+            state_dir, lambda: self.raw.load_state_dict({k.removeprefix("module."): v for k, v in weights.items()})
+        )
         self.optimizer.load_state_dict(_read_part(state_dir, lambda: load_torch_file(state_dir / "optimizer.bin")))
         self.scheduler.load_state_dict(_read_part(state_dir, lambda: load_torch_file(state_dir / "scheduler.bin")))
         rng = state_dir / f"random_states_{self.accelerator.process_index}.pkl"
@@ -233,13 +301,25 @@ class WorldTrainer:
         config, task, data = self.config, self.task, self.data
         final = self.ema.copy_to(copy.deepcopy(self.raw)).eval()
         data_task = "scenes" if task in ("vae", "t2i") else task
-        card = {"task": task, "steps": self.step, "train_minutes": round(self.trained_seconds / 60, 2),
-                "data_seconds": round(self.data_seconds, 1), "device": str(self.device),
-                "mixed_precision": config["mixed_precision"], "batch_size": config["batch_size"],
-                "data": {"num_examples": data.num, "seed": config["data_seed"], "image_size": config["image_size"],
-                         "generator": f"mmpos.world.data.build_arrays({data_task!r})", **_data_layout(task)},
-                "loss_history": self.history, "final_train_loss": self.history[-1][1] if self.history else None,
-                "parameters": sum(p.numel() for p in final.parameters())}
+        card = {
+            "task": task,
+            "steps": self.step,
+            "train_minutes": round(self.trained_seconds / 60, 2),
+            "data_seconds": round(self.data_seconds, 1),
+            "device": str(self.device),
+            "mixed_precision": config["mixed_precision"],
+            "batch_size": config["batch_size"],
+            "data": {
+                "num_examples": data.num,
+                "seed": config["data_seed"],
+                "image_size": config["image_size"],
+                "generator": f"mmpos.world.data.build_arrays({data_task!r})",
+                **_data_layout(task),
+            },
+            "loss_history": self.history,
+            "final_train_loss": self.history[-1][1] if self.history else None,
+            "parameters": sum(p.numel() for p in final.parameters()),
+        }
         if config["init_from"] is not None:
             before = card["init_from"] = previous_training(config["init_from"], task)
             card["total_steps"] = self.step + before["total_steps"]
@@ -248,8 +328,9 @@ class WorldTrainer:
         if task == "vae":
             shift, scale = _vae_scaling(final, data.images)
             final.register_to_config(shift_factor=shift, scaling_factor=scale)
-            card.update(latent_shift=shift, latent_scale=scale, val_l1_start=start,
-                        val_l1=round(self.validation(final), 5))
+            card.update(
+                latent_shift=shift, latent_scale=scale, val_l1_start=start, val_l1=round(self.validation(final), 5)
+            )
         else:
             card.update(val_loss_start=start, val_loss=round(self.validation(final), 5))
         if self.accelerator.is_main_process:
@@ -265,8 +346,10 @@ def _check_resume(config: dict, saved: dict, where) -> None:
             continue
         if isinstance(value, (int, float)) and isinstance(saved[key], (int, float)) and float(saved[key]) == value:
             continue  # 1 and 1.0
-        raise ConfigError(f"--resume: {key} is {value!r} but the run was started with {saved[key]!r} ({where}); "
-                          "resume with the run's value or start a new --out")
+        raise ConfigError(
+            f"--resume: {key} is {value!r} but the run was started with {saved[key]!r} ({where}); "
+            "resume with the run's value or start a new --out"
+        )
 
 
 def _data_layout(task: str) -> dict:
@@ -282,15 +365,27 @@ def _read_part(path: Path, read):
     """``read()``, with an unreadable (truncated, foreign) file named in the error."""
     try:
         return read()
-    except (OSError, EOFError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError, SafetensorError,
-            UnsafeStateError) as error:
-        raise UnreadableCheckpointError(f"{path}: cannot be read as part of a train state ({type(error).__name__}: "
-                                        f"{error}); delete the train state to start over") from None
+    except (
+        OSError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        KeyError,
+        pickle.UnpicklingError,
+        SafetensorError,
+        UnsafeStateError,
+    ) as error:
+        raise UnreadableCheckpointError(
+            f"{path}: cannot be read as part of a train state ({type(error).__name__}: "
+            f"{error}); delete the train state to start over"
+        ) from None
 
 
 def _ema_state(saved: dict) -> dict:
     """An :class:`EMA` state; train states written before the shared EMA hold ``shadow``/``updates``/``decay``."""
     if "shadow" not in saved:
         return saved
-    return {**{f"model.{key}": value for key, value in saved["shadow"].items()},
-            "num_updates": torch.tensor(saved["updates"])}
+    return {
+        **{f"model.{key}": value for key, value in saved["shadow"].items()},
+        "num_updates": torch.tensor(saved["updates"]),
+    }

@@ -4,6 +4,7 @@
 The pieces: :mod:`.latents` (packing, ids), :mod:`.training_data`, :mod:`.losses`, :mod:`.checkpoints`
 (loading trained models), :mod:`.trainer` (the loop, EMA, resume), :mod:`.export` (writing the model).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,15 @@ from pathlib import Path
 
 from .trainer import ALL_TASKS, DEFAULTS, WorldTrainer
 
-__all__ = ["ALL_TASKS", "DEFAULTS", "WorldTrainer", "check_earlier_run", "check_writable_folder", "stop_on_sigterm",
-           "train"]
+__all__ = [
+    "ALL_TASKS",
+    "DEFAULTS",
+    "WorldTrainer",
+    "check_earlier_run",
+    "check_writable_folder",
+    "stop_on_sigterm",
+    "train",
+]
 
 
 @contextmanager
@@ -84,5 +92,7 @@ def check_earlier_run(out_dir, task: str, resume: bool, overwrite: bool) -> None
     out = Path(out_dir)
     earlier = [p for p in (out / f"train-{task}", out / f"train_state-{task}", out / f"world-{task}") if p.exists()]
     if earlier and not (resume or overwrite):
-        raise FileExistsError(f"--out {out} holds an earlier {task} run ({', '.join(p.name for p in earlier)}); "
-                              "pass --resume to continue it or --overwrite to replace it")
+        raise FileExistsError(
+            f"--out {out} holds an earlier {task} run ({', '.join(p.name for p in earlier)}); "
+            "pass --resume to continue it or --overwrite to replace it"
+        )

@@ -1,11 +1,12 @@
 """The examples one world model trains on, on the training device, and per-step caption dropout."""
+
 from __future__ import annotations
 
 import torch
 
-from ...world.data import build_arrays
-from ...models.world.latents import encode_latents
 from ...models.world.image import vae_scale_factor
+from ...models.world.latents import encode_latents
+from ...world.data import build_arrays
 
 
 class TrainingData:
@@ -14,8 +15,9 @@ class TrainingData:
     def __init__(self, config: dict, device, vae=None, text_encoder=None):
         task = config["task"]
         data_task = {"vae": "scenes", "t2i": "scenes", "fill": "fill", "kontext": "kontext"}[task]
-        arrays = build_arrays(data_task, config["num_examples"], config["data_seed"], config["image_size"],
-                              config["workers"])
+        arrays = build_arrays(
+            data_task, config["num_examples"], config["data_seed"], config["image_size"], config["workers"]
+        )
         self.task, self.device, self.num = task, device, len(arrays["image"])
         self.images = torch.from_numpy(arrays["image"]).to(device)
         if task == "vae":

@@ -16,6 +16,7 @@ On N processes (torchrun; :mod:`.ranks`) ``batch_size`` is per process: every pr
 clips, frames, sigmas and noise (one process draws what it always drew) and trains on its slice; the gradients are
 averaged, the main process writes. The VAE stage's posterior noise is each process's own generator's.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,12 +29,12 @@ import torch
 from ..._atomic import folder_written_atomically
 from ..._safe_state import load_torch_file, read_json, write_json
 from ..._validation import check_choice, check_finite_loss
+from ...models.world.video import encode_frames, flow_loss, world_video_transformer
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
 from ..scaffold_folders import latest_checkpoint
 from .losses import vae_loss
 from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
 from .ranks import any_process, average_gradients, check_shared, local, make_accelerator, mean_loss
-from ...models.world.video import encode_frames, flow_loss, world_video_transformer
 
 STAGES = ("vae", "base", "ucpe", "plucker", "prope")
 EXPORTED = {"vae": "vae", "base": "transformer"}  # camera stages export ``camera_adapter``
@@ -84,8 +85,9 @@ class VideoStage:
         from ...integrations.diffusers.camera_adapter import CameraAdapter
 
         if self.base is None:
-            raise ValueError(f"stage {recipe.stage!r} trains a camera adapter: base (the trained transformer) is "
-                             "required")
+            raise ValueError(
+                f"stage {recipe.stage!r} trains a camera adapter: base (the trained transformer) is required"
+            )
         self.base.eval().requires_grad_(False)
         self.trained = CameraAdapter.for_transformer(self.base, recipe.stage)
         if recipe.init_from is not None:
@@ -127,9 +129,12 @@ class VideoStage:
         grid = (frames, height // patch[1], width // patch[2])
         size = tuple(self.data["frames"].shape[-2:])
         offset = tuple(self.trained.config.ray_offset)
-        return stack_cameras([video_cameras(clip_trajectory(self.data, int(i)), grid, size, offset=offset,
-                                            device=self.device)
-                              for i in index])
+        return stack_cameras(
+            [
+                video_cameras(clip_trajectory(self.data, int(i)), grid, size, offset=offset, device=self.device)
+                for i in index
+            ]
+        )
 
     def export(self, out: Path) -> Path:
         folder = out / EXPORTED.get(self.recipe.stage, "camera_adapter")
@@ -156,8 +161,17 @@ def read_stage_state(run) -> dict | None:
     return None
 
 
-def train_stage(recipe: VideoRecipe, data: dict, out, vae, base=None, max_minutes: float = math.inf,
-                stop_at: int | None = None, device="cpu", log=print) -> dict:
+def train_stage(
+    recipe: VideoRecipe,
+    data: dict,
+    out,
+    vae,
+    base=None,
+    max_minutes: float = math.inf,
+    stop_at: int | None = None,
+    device="cpu",
+    log=print,
+) -> dict:
     """Train (or resume from ``out``'s newest checkpoint) until ``recipe.steps``, ``max_minutes`` of wall time or
     step ``stop_at``; returns the state (recipe, step, losses, cpu_seconds, finished). A finished run exports its
     model into ``out``. ``device``: where the models train (``"cuda"`` on a GPU; each process's own GPU on N);
@@ -199,10 +213,12 @@ def train_stage(recipe: VideoRecipe, data: dict, out, vae, base=None, max_minute
         state["cpu_seconds"] += time.process_time() - started
         if state["step"] % recipe.checkpoint_every == 0:
             _save_state(accelerator, out, state, stage, optimizer)
-            recent = state["losses"][-recipe.checkpoint_every:]
+            recent = state["losses"][-recipe.checkpoint_every :]
             if accelerator.is_main_process:
-                log(f"{recipe.stage} step {state['step']} loss {sum(recent) / len(recent):.5f} "
-                    f"cpu {state['cpu_seconds'] / 60:.1f} min")
+                log(
+                    f"{recipe.stage} step {state['step']} loss {sum(recent) / len(recent):.5f} "
+                    f"cpu {state['cpu_seconds'] / 60:.1f} min"
+                )
     state["finished"] = state["step"] >= recipe.steps
     _save_state(accelerator, out, state, stage, optimizer)
     if state["finished"] and accelerator.is_main_process:
@@ -230,11 +246,20 @@ def _resume(out: Path, recipe: VideoRecipe, stage: VideoStage, optimizer, accele
 
 def _kept(out: Path) -> str:
     kept = latest_checkpoint(out)
-    return f"The last checkpoint, {kept}, is kept (--resume continues from it)." if kept else \
-        "No checkpoint was written yet."
+    return (
+        f"The last checkpoint, {kept}, is kept (--resume continues from it)."
+        if kept
+        else "No checkpoint was written yet."
+    )
 
 
 def _save_state(accelerator, out: Path, state: dict, stage: VideoStage, optimizer) -> None:
     run = RunState(stage.trained, optimizer, step=state["step"])
-    save_checkpoint(accelerator, out, run, dict(state["recipe"]), keep=2,
-                    extras=lambda folder: write_json(folder / "video_progress.json", state))
+    save_checkpoint(
+        accelerator,
+        out,
+        run,
+        dict(state["recipe"]),
+        keep=2,
+        extras=lambda folder: write_json(folder / "video_progress.json", state),
+    )

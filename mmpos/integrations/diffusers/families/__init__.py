@@ -7,6 +7,7 @@
 Adding a family is one module in this package that calls :func:`register_family`, plus its line in
 ``_MODULES`` below (see ``docs/adding_a_family.md``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -89,16 +90,20 @@ def family_for_pipeline(class_name: str) -> Family | None:
 def family_for(model: nn.Module) -> Family:
     """The family covering ``model``'s class (exact class first, then subclasses); a clear error otherwise."""
     _load()
-    matches = [(family, cls) for family in FAMILIES.values() for cls in family.model_classes()
-               if isinstance(model, cls)]
+    matches = [
+        (family, cls) for family in FAMILIES.values() for cls in family.model_classes() if isinstance(model, cls)
+    ]
     exact = [family for family, cls in matches if type(model) is cls]
     if exact or matches:
         return (exact or [matches[0][0]])[0]
-    names = ", ".join(sorted(c.__name__ if isinstance(c, type) else c.split(":")[1]
-                             for f in FAMILIES.values() for c in f.classes))
-    raise TypeError(f"set_pe supports the diffusers families {sorted(FAMILIES)} ({names}); got "
-                    f"{type(model).__name__}. A new family is one module in mmpos/integrations/diffusers/families "
-                    "(docs/adding_a_family.md).")
+    names = ", ".join(
+        sorted(c.__name__ if isinstance(c, type) else c.split(":")[1] for f in FAMILIES.values() for c in f.classes)
+    )
+    raise TypeError(
+        f"set_pe supports the diffusers families {sorted(FAMILIES)} ({names}); got "
+        f"{type(model).__name__}. A new family is one module in mmpos/integrations/diffusers/families "
+        "(docs/adding_a_family.md)."
+    )
 
 
 def markdown_table() -> str:
@@ -112,5 +117,17 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ["Family", "AxisSpectrum", "STOCK", "SpectrumSeam", "FAMILIES", "register_family", "list_families", "builtin_families",
-           "get_family", "family_for", "family_for_pipeline", "markdown_table"]
+__all__ = [
+    "Family",
+    "AxisSpectrum",
+    "STOCK",
+    "SpectrumSeam",
+    "FAMILIES",
+    "register_family",
+    "list_families",
+    "builtin_families",
+    "get_family",
+    "family_for",
+    "family_for_pipeline",
+    "markdown_table",
+]

@@ -15,6 +15,7 @@ resolves for this forward: the stock ladder on every axis the spectrum leaves as
 every preset at or below the training extent are the stock tables bit for bit), mmpos' frequencies elsewhere.
 Text and other non-image tokens keep the training spectrum (the DyPE authors' Qwen-Image code does the same).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -187,8 +188,12 @@ class SpectrumSeam(PositionSeam):
         if torch.compiler.is_compiling():
             return None
         (encoding,) = self.encodings
-        return ([_identity(a) for a in args], [(k, _identity(v)) for k, v in sorted(kwargs.items())],
-                encoding.step.sigma, encoding.step.extents)
+        return (
+            [_identity(a) for a in args],
+            [(k, _identity(v)) for k, v in sorted(kwargs.items())],
+            encoding.step.sigma,
+            encoding.step.extents,
+        )
 
     @property
     def scheduled(self) -> bool:
@@ -231,8 +236,7 @@ class SpectrumSeam(PositionSeam):
         (encoding,) = self.encodings
         if encoding.schedule is None:
             return self.axis_spectra()
-        return self._split(encoding.schedule.spectrum(encoding.schedule.policies([0.0] * len(self.axes_dims),
-                                                                                 None)))
+        return self._split(encoding.schedule.spectrum(encoding.schedule.policies([0.0] * len(self.axes_dims), None)))
 
     def _split(self, spectrum) -> list[AxisSpectrum]:
         out, start = [], 0
@@ -240,8 +244,10 @@ class SpectrumSeam(PositionSeam):
             stop = start + dim // 2
             inv, mag = spectrum.inv_freq[start:stop], spectrum.magnitude[start:stop]
             if not bool((mag == mag[0]).all()):
-                raise ValueError("a per-pair magnitude inside one axis (pair_scale) is not supported by the stock "
-                                 "processors of a tier-1 family; use a tier-2 family")
+                raise ValueError(
+                    "a per-pair magnitude inside one axis (pair_scale) is not supported by the stock "
+                    "processors of a tier-1 family; use a tier-2 family"
+                )
             magnitude = float(mag[0])
             same = torch.equal(inv, self._plain.inv_freq[start:stop])
             out.append(AxisSpectrum(None if same else inv.clone(), magnitude))
@@ -276,4 +282,3 @@ def extents_of(coords: torch.Tensor) -> list[float]:
     """``max - min + 1`` per axis of ``coords [..., S, A]`` (one device sync)."""
     flat = coords.reshape(-1, coords.shape[-1]).double()
     return ((flat.amax(dim=0) - flat.amin(dim=0)) + 1).tolist()
-

@@ -10,6 +10,7 @@ concatenated in order. A schedule's scale is read from the image tokens' rows an
 the origin, told apart by their count: the forward's ``txt_ids``) keep the training spectrum, so a YaRN magnitude
 reaches the image tokens only. Chroma's pipelines pass ``timestep = sigma``; the model multiplies by 1000.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,31 +25,35 @@ from .flux import flux_attention_modules, flux_processors, flux_seam, flux_stock
 def chroma_tables(seam, ids: torch.Tensor):
     """``FluxPosEmbed(ids)``: ``(cos, sin)`` ``[S, sum(axes_dims)]`` float32; text rows first (``seam.text_tokens``)."""
     pos = ids_positions(ids, len(seam.axes_dims))
-    image = pos[min(int(getattr(seam, "text_tokens", 0)), pos.shape[0]):]
+    image = pos[min(int(getattr(seam, "text_tokens", 0)), pos.shape[0]) :]
     freqs_dtype = torch.float64 if device_has_fp64(ids.device) else torch.float32
-    return cos_sin_text_then_image(seam, pos, extents_of(image) if image.shape[0] and scheduled(seam) else None, freqs_dtype)
+    return cos_sin_text_then_image(
+        seam, pos, extents_of(image) if image.shape[0] and scheduled(seam) else None, freqs_dtype
+    )
 
 
-CHROMA = register_family(Family(
-    name="chroma",
-    classes=("diffusers.models.transformers.transformer_chroma:ChromaTransformer2DModel",),
-    position_attr="pos_embed",
-    axis_names=("index", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.pos_embed.axes_dim),
-    native_theta=lambda model: float(model.pos_embed.theta),
-    image_axes=(1, 2),
-    tables=chroma_tables,  # native: the stock processors stay
-    tier=2,  # any other rotary encoding: FLUX.1's mmpos processors (Chroma's attention is FluxAttention)
-    attention_modules=flux_attention_modules,
-    stock_processor=flux_stock_processor,
-    make_processors=flux_processors,
-    make_seam=flux_seam,
-    timestep_per_sigma=1.0,  # ChromaPipeline passes t / 1000 = sigma
-    timestep_arg=("timestep", 2),
-    check_inputs=note_text_tokens(ids_rows("txt_ids", 4)),
-    pipelines=("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
-    train_size=1024,
-    pixels_per_token=16,
-    notes="any rotary encoding (FLUX.1's processors; native: stock processors); text (zeros) on the training "
-          "spectrum",
-))
+CHROMA = register_family(
+    Family(
+        name="chroma",
+        classes=("diffusers.models.transformers.transformer_chroma:ChromaTransformer2DModel",),
+        position_attr="pos_embed",
+        axis_names=("index", "row", "col"),
+        native_axes_dims=lambda model: tuple(int(d) for d in model.pos_embed.axes_dim),
+        native_theta=lambda model: float(model.pos_embed.theta),
+        image_axes=(1, 2),
+        tables=chroma_tables,  # native: the stock processors stay
+        tier=2,  # any other rotary encoding: FLUX.1's mmpos processors (Chroma's attention is FluxAttention)
+        attention_modules=flux_attention_modules,
+        stock_processor=flux_stock_processor,
+        make_processors=flux_processors,
+        make_seam=flux_seam,
+        timestep_per_sigma=1.0,  # ChromaPipeline passes t / 1000 = sigma
+        timestep_arg=("timestep", 2),
+        check_inputs=note_text_tokens(ids_rows("txt_ids", 4)),
+        pipelines=("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
+        train_size=1024,
+        pixels_per_token=16,
+        notes="any rotary encoding (FLUX.1's processors; native: stock processors); text (zeros) on the training "
+        "spectrum",
+    )
+)

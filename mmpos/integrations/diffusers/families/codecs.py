@@ -12,6 +12,7 @@ Modules that precompute a table on the CPU and index it by integer ids (Z-Image,
 matched by :class:`PrecomputedRows`: the same CPU arithmetic (CPU and CUDA cos / sin differ in the last bit), kept
 on the device, extended past the stock range instead of failing there.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -26,8 +27,9 @@ def ladder(dim: int, theta: float, dtype: torch.dtype, device=None) -> torch.Ten
     return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=dtype, device=device)[: dim // 2] / dim))
 
 
-def axis_frequencies(spectrum: AxisSpectrum, dim: int, theta: float, dtype: torch.dtype, device=None,
-                     stock_ladder=ladder) -> torch.Tensor:
+def axis_frequencies(
+    spectrum: AxisSpectrum, dim: int, theta: float, dtype: torch.dtype, device=None, stock_ladder=ladder
+) -> torch.Tensor:
     """The stock ladder (``stock_ladder(dim, theta, dtype, device)``) or ``spectrum.inv_freq`` in ``dtype``."""
     if spectrum.inv_freq is None:
         return stock_ladder(dim, theta, dtype, device)
@@ -38,8 +40,14 @@ def _scaled(x: torch.Tensor, magnitude: float) -> torch.Tensor:
     return x if magnitude == 1.0 else x * magnitude
 
 
-def cos_sin_repeated(pos: torch.Tensor, spectra: Sequence[AxisSpectrum], axes_dims: Sequence[int], theta: float,
-                     freqs_dtype: torch.dtype = torch.float64, stock_ladder=ladder):
+def cos_sin_repeated(
+    pos: torch.Tensor,
+    spectra: Sequence[AxisSpectrum],
+    axes_dims: Sequence[int],
+    theta: float,
+    freqs_dtype: torch.dtype = torch.float64,
+    stock_ladder=ladder,
+):
     """Flux-style ``(cos, sin)`` ``[S, D]`` float32, each pair's value repeated (``repeat_interleave_real``), axes
     concatenated: ``get_1d_rotary_pos_embed(d, pos[:, a], theta, use_real=True, repeat_interleave_real=True)``
     per axis. ``pos``: ``[S, A]`` (float32 as the stock modules read ids)."""
@@ -54,16 +62,23 @@ def cos_sin_repeated(pos: torch.Tensor, spectra: Sequence[AxisSpectrum], axes_di
 
 def same_spectra(a: Sequence[AxisSpectrum], b: Sequence[AxisSpectrum]) -> bool:
     """Whether two per-axis spectra give the same tables (same ladder or frequencies, same magnitudes)."""
+
     def same(x, y):
         if x.magnitude != y.magnitude or (x.inv_freq is None) != (y.inv_freq is None):
             return False
         return x.inv_freq is None or x.inv_freq is y.inv_freq or torch.equal(x.inv_freq, y.inv_freq)
+
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
-def cos_sin_repeated_blocks(pos: torch.Tensor, blocks: Sequence[tuple[int, Sequence[AxisSpectrum]]],
-                            axes_dims: Sequence[int], theta: float, freqs_dtype: torch.dtype = torch.float64,
-                            stock_ladder=ladder):
+def cos_sin_repeated_blocks(
+    pos: torch.Tensor,
+    blocks: Sequence[tuple[int, Sequence[AxisSpectrum]]],
+    axes_dims: Sequence[int],
+    theta: float,
+    freqs_dtype: torch.dtype = torch.float64,
+    stock_ladder=ladder,
+):
     """:func:`cos_sin_repeated` over consecutive row blocks of ``pos [S, A]``, each with its own spectra
     (``blocks``: ``[(rows, spectra), ...]``, rows summing to ``S``; e.g. text rows on the training spectrum, then
     the image rows on the schedule's). Neighbouring blocks with the same spectra are computed as one. Each row's
@@ -79,14 +94,23 @@ def cos_sin_repeated_blocks(pos: torch.Tensor, blocks: Sequence[tuple[int, Seque
             merged.append([rows, spectra])
     if len(merged) == 1:
         return cos_sin_repeated(pos, merged[0][1], axes_dims, theta, freqs_dtype, stock_ladder)
-    parts = [cos_sin_repeated(chunk, spectra, axes_dims, theta, freqs_dtype, stock_ladder)
-             for chunk, (_, spectra) in zip(pos.split([rows for rows, _ in merged]), merged)]
+    parts = [
+        cos_sin_repeated(chunk, spectra, axes_dims, theta, freqs_dtype, stock_ladder)
+        for chunk, (_, spectra) in zip(pos.split([rows for rows, _ in merged]), merged)
+    ]
     return torch.cat([c for c, _ in parts], dim=0), torch.cat([s for _, s in parts], dim=0)
 
 
-def complex_pairs(pos: torch.Tensor, spectra: Sequence[AxisSpectrum], axes_dims: Sequence[int], theta: float,
-                  freqs_dtype: torch.dtype = torch.float64, stock_ladder=ladder, phase_dtype=None,
-                  rows=None) -> torch.Tensor:
+def complex_pairs(
+    pos: torch.Tensor,
+    spectra: Sequence[AxisSpectrum],
+    axes_dims: Sequence[int],
+    theta: float,
+    freqs_dtype: torch.dtype = torch.float64,
+    stock_ladder=ladder,
+    phase_dtype=None,
+    rows=None,
+) -> torch.Tensor:
     """Complex ``[S, D / 2]`` tables ``polar(1, pos * inv_freq)`` per axis, concatenated (the stock modules'
     ``torch.polar(torch.ones_like(freqs), freqs)``), complex64 for float32 phases, complex128 for float64.
 
@@ -113,6 +137,8 @@ def rotation_matrices(cos: torch.Tensor, sin: torch.Tensor, magnitude: float = 1
     by ``magnitude`` (HiDream, Kandinsky 6: the processors compute ``out = R @ (x0, x1)``)."""
     cos, sin = _scaled(cos, magnitude), _scaled(sin, magnitude)
     return torch.stack([cos, -sin, sin, cos], dim=-1).unflatten(-1, (2, 2))
+
+
 def cos_sin_text_then_image(seam, pos: torch.Tensor, image_extents, freqs_dtype: torch.dtype = torch.float64):
     """Flux-style tables for ids ``pos [S, A]`` whose first ``seam.text_tokens`` rows are text (Chroma, LongCat,
     Krea2: ``cat(txt_ids, img_ids)``): the text rows on the training spectrum, the others on the spectrum resolved
@@ -120,15 +146,18 @@ def cos_sin_text_then_image(seam, pos: torch.Tensor, image_extents, freqs_dtype:
     text = min(max(int(getattr(seam, "text_tokens", 0)), 0), pos.shape[0])
     text_spectra = seam.training_spectra()
     image_spectra = seam.axis_spectra(extents=image_extents)  # last: seam.encodings[0].spectrum is the image's
-    return cos_sin_repeated_blocks(pos, [(text, text_spectra), (pos.shape[0] - text, image_spectra)],
-                                   seam.axes_dims, seam.theta, freqs_dtype)
+    return cos_sin_repeated_blocks(
+        pos, [(text, text_spectra), (pos.shape[0] - text, image_spectra)], seam.axes_dims, seam.theta, freqs_dtype
+    )
 
 
 def note_text_tokens(count):
     """A ``Family.check_inputs`` that records ``count(args, kwargs)`` (the forward's text tokens, which the model
     puts first in the ids it hands its rope module) as ``seam.text_tokens`` for :func:`cos_sin_text_then_image`."""
+
     def check_inputs(seam, args, kwargs) -> None:
         seam.text_tokens = int(count(args, kwargs))
+
     return check_inputs
 
 
@@ -140,8 +169,10 @@ def forward_arg(args, kwargs, name: str, index: int):
 def ids_positions(ids: torch.Tensor, num_axes: int) -> torch.Tensor:
     """Flux-style ``ids [S, A]`` as the stock modules read them (``ids.float()``), after checking the shape."""
     if ids.dim() != 2 or ids.shape[-1] != num_axes:
-        raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, {num_axes}] (one row per token, one "
-                         "column per rotary axis)")
+        raise ValueError(
+            f"ids have shape {tuple(ids.shape)}; expected [S, {num_axes}] (one row per token, one "
+            "column per rotary axis)"
+        )
     return ids.float()
 
 
@@ -157,9 +188,11 @@ def masked_extents(pos: torch.Tensor, mask: torch.Tensor) -> list[float]:
 def ids_rows(name: str, index: int):
     """``count(args, kwargs)`` for :func:`note_text_tokens`: the rows of the forward's ``name`` ids tensor
     (``[S, A]``, or the deprecated ``[1, S, A]``)."""
+
     def count(args, kwargs) -> int:
         ids = forward_arg(args, kwargs, name, index)
         return ids.shape[-2] if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else 0
+
     return count
 
 
@@ -167,6 +200,8 @@ def scheduled(seam) -> bool:
     """:attr:`~.base.SpectrumSeam.scheduled`: the seam's spectrum follows a schedule (only then does a forward need
     its image tokens' extent, a host read ``torch.compile(fullgraph=True)`` cannot trace)."""
     return seam.scheduled
+
+
 class PrecomputedRows:
     """The stock table of a module that precomputes ``polar(1, positions x ladder)`` on the CPU and indexes it by
     integer ids, rebuilt on demand: per axis, the rows for the positions seen so far (grown, never clamped),
@@ -179,8 +214,14 @@ class PrecomputedRows:
         freqs_dtype / phase_dtype / stock_ladder: as the stock module computes its table (see :func:`complex_pairs`).
     """
 
-    def __init__(self, axes_dims: Sequence[int], theta: float, freqs_dtype: torch.dtype = torch.float64,
-                 phase_dtype=None, stock_ladder=ladder):
+    def __init__(
+        self,
+        axes_dims: Sequence[int],
+        theta: float,
+        freqs_dtype: torch.dtype = torch.float64,
+        phase_dtype=None,
+        stock_ladder=ladder,
+    ):
         self.axes_dims, self.theta = tuple(int(d) for d in axes_dims), float(theta)
         self.freqs_dtype, self.phase_dtype, self.stock_ladder = freqs_dtype, phase_dtype or freqs_dtype, stock_ladder
         self._tables: dict = {}  # (axis, device) -> (first position, rows [N, d / 2])

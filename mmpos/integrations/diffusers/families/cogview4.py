@@ -15,6 +15,7 @@ the already halved position steps once more; NTK / YaRN / DyPE lower the low fre
 the trained token counts every preset is stock bit for bit. Tables are computed from the positions (no table is
 indexed) and returned on the CPU, as the stock module does (the processors move them to the activations' device).
 """
+
 from __future__ import annotations
 
 import torch
@@ -53,19 +54,21 @@ def cogview4_tables(seam, hidden_states: torch.Tensor):
     return cos, sin
 
 
-COGVIEW4 = register_family(Family(
-    name="cogview4",
-    classes=("diffusers.models.transformers.transformer_cogview4:CogView4Transformer2DModel",),
-    position_attr="rope",
-    axis_names=("row", "col"),
-    native_axes_dims=lambda model: (int(model.config.attention_head_dim) // 2,) * 2,
-    native_theta=lambda model: 10000.0,  # the model builds its rope with theta=10000.0
-    image_axes=(0, 1),
-    tables=cogview4_tables,
-    timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
-    timestep_arg=("timestep", 2),
-    pipelines=("CogView4Pipeline", "CogView4ControlPipeline"),
-    train_size=1024,  # sample_size 128 latents
-    pixels_per_token=16,  # 8x VAE, patch 2
-    notes="positions normalised to rope_axes_dim; schedule scale from token counts",
-))
+COGVIEW4 = register_family(
+    Family(
+        name="cogview4",
+        classes=("diffusers.models.transformers.transformer_cogview4:CogView4Transformer2DModel",),
+        position_attr="rope",
+        axis_names=("row", "col"),
+        native_axes_dims=lambda model: (int(model.config.attention_head_dim) // 2,) * 2,
+        native_theta=lambda model: 10000.0,  # the model builds its rope with theta=10000.0
+        image_axes=(0, 1),
+        tables=cogview4_tables,
+        timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
+        timestep_arg=("timestep", 2),
+        pipelines=("CogView4Pipeline", "CogView4ControlPipeline"),
+        train_size=1024,  # sample_size 128 latents
+        pixels_per_token=16,  # 8x VAE, patch 2
+        notes="positions normalised to rope_axes_dim; schedule scale from token counts",
+    )
+)

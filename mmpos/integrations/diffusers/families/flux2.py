@@ -9,6 +9,7 @@ models are concatenated to the image tokens with ``t = 10, 20, ...``; the output
 reads its scale from the output image's rows and columns (its extent); reference tokens get the same spectrum.
 Text ids are ``(0, 0, 0, l)``: extent 1 on the image axes, so text stays on the training spectrum.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,6 @@ def flux2_tables(seam, ids: torch.Tensor):
     return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype)
 
 
-
-
 # ---- tier 2: any rotary encoding through mmpos processors ---------------------------------------------------------
 class Flux2Positions(PositionSeam):
     """Replaces ``pos_embed`` for an mmpos encoding: each call (``img_ids``, then ``txt_ids``) returns
@@ -51,16 +50,19 @@ class Flux2Positions(PositionSeam):
             return None
         tables = self.tables(coords, self.run_dtype(torch.float32, coords.device))
         if not all(isinstance(t, RotaryTable) for t in tables):
-            raise TypeError("FLUX.2 concatenates the text and image tables: the encoding must give rotary tables "
-                            f"(got {[type(t).__name__ for t in tables]})")
+            raise TypeError(
+                "FLUX.2 concatenates the text and image tables: the encoding must give rotary tables "
+                f"(got {[type(t).__name__ for t in tables]})"
+            )
         return pack_tables(tables)[0], coords
 
 
 def _attention(model):
     from diffusers.models.transformers.transformer_flux2 import Flux2Attention, Flux2ParallelSelfAttention
 
-    return [(name, m) for name, m in model.named_modules()
-            if isinstance(m, (Flux2Attention, Flux2ParallelSelfAttention))]
+    return [
+        (name, m) for name, m in model.named_modules() if isinstance(m, (Flux2Attention, Flux2ParallelSelfAttention))
+    ]
 
 
 def _stock_processors():
@@ -90,7 +92,8 @@ def flux2_project_heads(attn, hidden_states, encoder_hidden_states):
     from diffusers.models.transformers.transformer_flux2 import _get_qkv_projections
 
     query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
-        attn, hidden_states, encoder_hidden_states)
+        attn, hidden_states, encoder_hidden_states
+    )
     query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
     key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
     value = value.unflatten(-1, (-1, attn.head_dim))
@@ -107,7 +110,8 @@ def flux2_finish_attention(attn, hidden_states, encoder_hidden_states):
     if encoder_hidden_states is not None:
         text = encoder_hidden_states.shape[1]
         encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-            [text, hidden_states.shape[1] - text], dim=1)
+            [text, hidden_states.shape[1] - text], dim=1
+        )
         encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
     hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
     return hidden_states if encoder_hidden_states is None else (hidden_states, encoder_hidden_states)
@@ -144,29 +148,34 @@ class Flux2PEParallelSelfAttnProcessor(_PEProcessor):
 
 def _processors(beneath, rotation, native):
     double, _ = _stock_processors()
-    return processors_beneath(beneath, _Flux2Rotation(rotation), lambda stock: Flux2PEAttnProcessor
-                              if isinstance(stock, double) else Flux2PEParallelSelfAttnProcessor)
+    return processors_beneath(
+        beneath,
+        _Flux2Rotation(rotation),
+        lambda stock: Flux2PEAttnProcessor if isinstance(stock, double) else Flux2PEParallelSelfAttnProcessor,
+    )
 
 
-FLUX2 = register_family(Family(
-    name="flux2",
-    classes=("diffusers.models.transformers.transformer_flux2:Flux2Transformer2DModel",),
-    position_attr="pos_embed",
-    axis_names=("t", "row", "col", "l"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
-    native_theta=lambda model: float(model.config.rope_theta),
-    image_axes=(1, 2),
-    tables=flux2_tables,  # native: the stock processors stay
-    tier=2,  # any other rotary encoding: mmpos processors
-    attention_modules=_attention,
-    stock_processor=_stock_processors,
-    make_processors=_processors,
-    make_seam=_seam,
-    timestep_per_sigma=1.0,  # the pipelines pass t / 1000; the model multiplies by 1000
-    timestep_arg=("timestep", 2),
-    pipelines=("Flux2Pipeline", "Flux2KleinPipeline"),
-    train_size=1024,
-    pixels_per_token=16,
-    notes="any rotary encoding (native: stock processors); reference images at t = 10, 20, ...; scale from the "
-          "output image",
-))
+FLUX2 = register_family(
+    Family(
+        name="flux2",
+        classes=("diffusers.models.transformers.transformer_flux2:Flux2Transformer2DModel",),
+        position_attr="pos_embed",
+        axis_names=("t", "row", "col", "l"),
+        native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
+        native_theta=lambda model: float(model.config.rope_theta),
+        image_axes=(1, 2),
+        tables=flux2_tables,  # native: the stock processors stay
+        tier=2,  # any other rotary encoding: mmpos processors
+        attention_modules=_attention,
+        stock_processor=_stock_processors,
+        make_processors=_processors,
+        make_seam=_seam,
+        timestep_per_sigma=1.0,  # the pipelines pass t / 1000; the model multiplies by 1000
+        timestep_arg=("timestep", 2),
+        pipelines=("Flux2Pipeline", "Flux2KleinPipeline"),
+        train_size=1024,
+        pixels_per_token=16,
+        notes="any rotary encoding (native: stock processors); reference images at t = 10, 20, ...; scale from the "
+        "output image",
+    )
+)

@@ -9,6 +9,7 @@ so the rows and columns advance 0.5 a token and the schedules' training lengths 
 rows and columns. Each call resolves the schedule at its own tokens' extent: the text's is one token (the training
 spectrum), a reference keeps its own size. The pipelines pass ``timestep = sigma``; the model multiplies by 1000.
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,20 +42,22 @@ def flux3_tables(seam, ids: torch.Tensor):
     return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype)
 
 
-FLUX3 = register_family(Family(
-    name="flux3",
-    classes=("diffusers.models.transformers.transformer_flux3:Flux3Transformer2DModel",),
-    position_attr="pos_embed",
-    axis_names=("t", "row", "col", "l"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.pos_embed.axes_dim),
-    native_theta=lambda model: float(model.pos_embed.theta),
-    image_axes=IMAGE_AXES,
-    tables=flux3_tables,
-    timestep_per_sigma=1.0,  # the FLUX.3 pipelines pass t / 1000 = sigma
-    timestep_arg=("timestep", 2),
-    pipelines=("Flux3ModularPipeline", "Flux3DistilledModularPipeline"),
-    train_size=1024,
-    pixels_per_token=16,
-    notes="image ids at 0.5 a token; references at l = -(1 + i), each call at its own extent",
-    extras={"image_coords_per_token": IMAGE_COORDS_PER_TOKEN},
-))
+FLUX3 = register_family(
+    Family(
+        name="flux3",
+        classes=("diffusers.models.transformers.transformer_flux3:Flux3Transformer2DModel",),
+        position_attr="pos_embed",
+        axis_names=("t", "row", "col", "l"),
+        native_axes_dims=lambda model: tuple(int(d) for d in model.pos_embed.axes_dim),
+        native_theta=lambda model: float(model.pos_embed.theta),
+        image_axes=IMAGE_AXES,
+        tables=flux3_tables,
+        timestep_per_sigma=1.0,  # the FLUX.3 pipelines pass t / 1000 = sigma
+        timestep_arg=("timestep", 2),
+        pipelines=("Flux3ModularPipeline", "Flux3DistilledModularPipeline"),
+        train_size=1024,
+        pixels_per_token=16,
+        notes="image ids at 0.5 a token; references at l = -(1 + i), each call at its own extent",
+        extras={"image_coords_per_token": IMAGE_COORDS_PER_TOKEN},
+    )
+)

@@ -9,6 +9,7 @@ Text and padding tokens sit at position 0 on every axis (phase 0 whatever the fr
 extent is the image's rows and columns and non-image tokens are unchanged by any spectrum. The pipelines pass
 ``timesteps`` = 1000 sigma (the scheduler's timesteps).
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,7 @@ def _phases_dtype(device) -> torch.dtype:
 def hidream_tables(seam, ids: torch.Tensor) -> torch.Tensor:
     """``ids [B, S, A]`` -> rotation matrices ``[B, S, 1, D / 2, 2, 2]`` float32 (the stock module's output)."""
     if ids.dim() != 3 or ids.shape[-1] != len(seam.axes_dims):
-        raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [B, S, {len(seam.axes_dims)}] "
-                         "(index, row, col)")
+        raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [B, S, {len(seam.axes_dims)}] (index, row, col)")
     spectra = seam.axis_spectra(extents=lambda: extents_of(ids) if ids.numel() else None)
     dtype = _phases_dtype(ids.device)
     blocks = []
@@ -45,19 +45,21 @@ def hidream_tables(seam, ids: torch.Tensor) -> torch.Tensor:
     return torch.cat(blocks, dim=-3).unsqueeze(2)
 
 
-HIDREAM = register_family(Family(
-    name="hidream",
-    classes=("diffusers.models.transformers.transformer_hidream_image:HiDreamImageTransformer2DModel",),
-    position_attr="pe_embedder",
-    axis_names=("index", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dim),
-    native_theta=lambda model: float(_stock_rope(model).theta),
-    image_axes=(1, 2),
-    tables=hidream_tables,
-    timestep_per_sigma=1000.0,  # HiDreamImagePipeline passes the scheduler's timesteps (1000 sigma)
-    timestep_arg=("timesteps", 1),
-    pipelines=("HiDreamImagePipeline",),
-    train_size=1024,
-    pixels_per_token=16,
-    notes="rotation matrices [B, S, 1, D/2, 2, 2]; text and padding at position 0",
-))
+HIDREAM = register_family(
+    Family(
+        name="hidream",
+        classes=("diffusers.models.transformers.transformer_hidream_image:HiDreamImageTransformer2DModel",),
+        position_attr="pe_embedder",
+        axis_names=("index", "row", "col"),
+        native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dim),
+        native_theta=lambda model: float(_stock_rope(model).theta),
+        image_axes=(1, 2),
+        tables=hidream_tables,
+        timestep_per_sigma=1000.0,  # HiDreamImagePipeline passes the scheduler's timesteps (1000 sigma)
+        timestep_arg=("timesteps", 1),
+        pipelines=("HiDreamImagePipeline",),
+        train_size=1024,
+        pixels_per_token=16,
+        notes="rotation matrices [B, S, 1, D/2, 2, 2]; text and padding at position 0",
+    )
+)

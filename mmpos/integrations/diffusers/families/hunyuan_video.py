@@ -7,6 +7,7 @@ theta 256. Text tokens get no rotary position; the schedule's extents are the pa
 ``token_replace`` variant reads no other attribute of the rope. Framepack
 (``HunyuanVideoFramepackTransformer3DModel``, a separate class with clean-latent ropes) is not covered.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -15,11 +16,13 @@ from . import register_family
 from .hunyuan_video15 import HUNYUAN_VIDEO15
 
 # HunyuanVideo 1.5's family with 1.0's classes, pipelines and training size
-HUNYUAN_VIDEO = register_family(replace(
-    HUNYUAN_VIDEO15,
-    name="hunyuan_video",
-    classes=("diffusers.models.transformers.transformer_hunyuan_video:HunyuanVideoTransformer3DModel",),
-    pipelines=("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
-    train_size=960,  # 720p (1280 x 720 ~ 960 x 960)
-    pixels_per_token=16,  # 8x VAE, patch 2
-))
+HUNYUAN_VIDEO = register_family(
+    replace(
+        HUNYUAN_VIDEO15,
+        name="hunyuan_video",
+        classes=("diffusers.models.transformers.transformer_hunyuan_video:HunyuanVideoTransformer3DModel",),
+        pipelines=("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
+        train_size=960,  # 720p (1280 x 720 ~ 960 x 960)
+        pixels_per_token=16,  # 8x VAE, patch 2
+    )
+)

@@ -8,6 +8,7 @@ latents, condition latents and mask concatenated on channels); the module reads 
 tokens get no rotary position, so a schedule's extents are the patch grid itself (no device sync). The shared
 table rebuild is :func:`latent_grid_tables`, used by HunyuanVideo 1.0 too (the same module, another class).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,20 +39,22 @@ def latent_grid_tables(seam, hidden_states: torch.Tensor):
     return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype=torch.float32)
 
 
-HUNYUAN_VIDEO15 = register_family(Family(
-    name="hunyuan_video15",
-    classes=("diffusers.models.transformers.transformer_hunyuan_video15:HunyuanVideo15Transformer3DModel",),
-    position_attr="rope",
-    axis_names=("t", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.config.rope_axes_dim),
-    native_theta=lambda model: float(model.config.rope_theta),
-    image_axes=(1, 2),
-    time_axis=0,
-    tables=latent_grid_tables,
-    timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
-    timestep_arg=("timestep", 1),
-    pipelines=("HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"),
-    train_size=640,  # the 480p model's target_size (848 x 480 ~ 640 x 640)
-    pixels_per_token=16,  # 16x VAE, patch 1
-    notes="video tokens only (text unrotated); grid from the latent shape",
-))
+HUNYUAN_VIDEO15 = register_family(
+    Family(
+        name="hunyuan_video15",
+        classes=("diffusers.models.transformers.transformer_hunyuan_video15:HunyuanVideo15Transformer3DModel",),
+        position_attr="rope",
+        axis_names=("t", "row", "col"),
+        native_axes_dims=lambda model: tuple(int(d) for d in model.config.rope_axes_dim),
+        native_theta=lambda model: float(model.config.rope_theta),
+        image_axes=(1, 2),
+        time_axis=0,
+        tables=latent_grid_tables,
+        timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
+        timestep_arg=("timestep", 1),
+        pipelines=("HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"),
+        train_size=640,  # the 480p model's target_size (848 x 480 ~ 640 x 640)
+        pixels_per_token=16,  # 16x VAE, patch 1
+        notes="video tokens only (text unrotated); grid from the latent shape",
+    )
+)

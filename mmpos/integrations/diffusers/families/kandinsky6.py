@@ -13,6 +13,7 @@ extent is the positions' span in tokens (the unit of ``trained_grid``); its freq
 division by ``scale_factor`` (so YaRN's turn thresholds count ``scale_factor`` times the true turns on rows and
 columns). The text and audio ropes (``*_text_rope_embeddings``, ``audio_rope_embeddings``: 1D) stay stock.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,12 +38,17 @@ def k6_ladder(dim: int, theta: float, dtype: torch.dtype, device=None) -> torch.
 
 
 def _check_positions(pos, num_axes: int) -> None:
-    if not isinstance(pos, (tuple, list)) or len(pos) != num_axes or \
-            not all(isinstance(p, torch.Tensor) and p.dim() == 1 for p in pos):
-        raise ValueError(f"pos must be {num_axes} one-dimensional index tensors (t, row, col), got "
-                         f"{[tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__ for p in pos]}"
-                         if isinstance(pos, (tuple, list)) else f"pos must be a tuple of {num_axes} index tensors, "
-                         f"got {type(pos).__name__}")
+    if (
+        not isinstance(pos, (tuple, list))
+        or len(pos) != num_axes
+        or not all(isinstance(p, torch.Tensor) and p.dim() == 1 for p in pos)
+    ):
+        raise ValueError(
+            f"pos must be {num_axes} one-dimensional index tensors (t, row, col), got "
+            f"{[tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__ for p in pos]}"
+            if isinstance(pos, (tuple, list))
+            else f"pos must be a tuple of {num_axes} index tensors, got {type(pos).__name__}"
+        )
 
 
 def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
@@ -62,20 +68,22 @@ def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
     return torch.cat(blocks, dim=-3).unsqueeze(-4)
 
 
-KANDINSKY6 = register_family(Family(
-    name="kandinsky6",
-    classes=("diffusers.models.transformers.transformer_kandinsky6:Kandinsky6Transformer3DModel",),
-    position_attr="visual_rope_embeddings",
-    axis_names=("t", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dims),
-    native_theta=lambda model: float(_stock_rope(model).max_period),
-    image_axes=(1, 2),
-    time_axis=0,
-    tables=kandinsky6_tables,
-    timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
-    timestep_arg=("timestep", 3),
-    pipelines=("Kandinsky6TI2VAPipeline",),  # the SR model is its own class (Kandinsky6SRTransformer3DModel)
-    train_size=512,
-    pixels_per_token=16,  # VAE 8 x patch 2
-    notes="rotation matrices; positions beyond the 128-entry buffers computed; per-axis scale_factor kept",
-))
+KANDINSKY6 = register_family(
+    Family(
+        name="kandinsky6",
+        classes=("diffusers.models.transformers.transformer_kandinsky6:Kandinsky6Transformer3DModel",),
+        position_attr="visual_rope_embeddings",
+        axis_names=("t", "row", "col"),
+        native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dims),
+        native_theta=lambda model: float(_stock_rope(model).max_period),
+        image_axes=(1, 2),
+        time_axis=0,
+        tables=kandinsky6_tables,
+        timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
+        timestep_arg=("timestep", 3),
+        pipelines=("Kandinsky6TI2VAPipeline",),  # the SR model is its own class (Kandinsky6SRTransformer3DModel)
+        train_size=512,
+        pixels_per_token=16,  # VAE 8 x patch 2
+        notes="rotation matrices; positions beyond the 128-entry buffers computed; per-axis scale_factor kept",
+    )
+)

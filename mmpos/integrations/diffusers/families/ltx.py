@@ -16,6 +16,7 @@ and lengths in its policies (YaRN's ``original_length``, RIFLEx's ``target_lengt
 which the ladder's first pair turns as fast as the stock's highest frequency (``2 w_{F-1} * step`` per token), so
 YaRN's turn thresholds count the stock's true turns. Text has no rotary embedding.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,15 +45,17 @@ class LTXSeam(SpectrumSeam):
         schedule = encoding.schedule
         if schedule is None or rates is None:
             return super().axis_spectra(image_coords, extents)
-        key = tuple(_in_units(policy, rate) for policy, rate in
-                    zip(schedule.policies(extents, encoding.step.sigma), rates))
+        key = tuple(
+            _in_units(policy, rate) for policy, rate in zip(schedule.policies(extents, encoding.step.sigma), rates)
+        )
         return self.split_once(key, schedule.spectrum(key))
 
 
 def _in_units(policy, rate: float):
     """``policy`` with its lengths (tokens) in units where the ladder's first pair turns ``rate`` rad per token."""
-    changes = {name: getattr(policy, name) * rate for name in ("original_length", "target_length")
-               if hasattr(policy, name)}
+    changes = {
+        name: getattr(policy, name) * rate for name in ("original_length", "target_length") if hasattr(policy, name)
+    }
     return dataclasses.replace(policy, **changes) if changes else policy
 
 
@@ -96,15 +99,17 @@ def _grid(rope, batch, num_frames, height, width, scale, video_coords, device):
     return grid, [float(num_frames), float(height), float(width)], steps
 
 
-def ltx_tables(seam, hidden_states, num_frames=None, height=None, width=None, rope_interpolation_scale=None,
-               video_coords=None):
+def ltx_tables(
+    seam, hidden_states, num_frames=None, height=None, width=None, rope_interpolation_scale=None, video_coords=None
+):
     """The stock ``(cos, sin)`` ``[B, S, inner_dim]`` float32 from the per-axis spectra (module docstring)."""
     rope = seam.stock[0]
     if video_coords is None and None in (num_frames, height, width):
         raise ValueError("LTX rope: pass num_frames, height and width (latent tokens per axis) or video_coords")
     device = hidden_states.device
-    grid, extents, steps = _grid(rope, hidden_states.size(0), num_frames, height, width, rope_interpolation_scale,
-                                 video_coords, device)
+    grid, extents, steps = _grid(
+        rope, hidden_states.size(0), num_frames, height, width, rope_interpolation_scale, video_coords, device
+    )
     count = seam.axes_dims[0] // 2
     top = float(rope.theta) * math.pi / 2.0
     spectra = seam.axis_spectra(extents=extents, rates=[2.0 * top * step for step in steps])
@@ -133,21 +138,23 @@ def ltx_tables(seam, hidden_states, num_frames=None, height=None, width=None, ro
     return cos, sin
 
 
-LTX = register_family(Family(
-    name="ltx",
-    classes=("diffusers.models.transformers.transformer_ltx:LTXVideoTransformer3DModel",),
-    position_attr="rope",
-    axis_names=("t", "row", "col"),
-    native_axes_dims=_axes_dims,
-    native_theta=_theta,
-    image_axes=(1, 2),
-    time_axis=0,
-    tables=ltx_tables,
-    make_seam=_make_seam,
-    timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (1000 sigma); I2V per-token ones
-    timestep_arg=("timestep", 2),
-    pipelines=("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline"),
-    train_size=512,
-    pixels_per_token=32,  # VAE 32 x patch 1
-    notes="fractional coordinates (pixels / 2048, seconds / 20); interleaved axes; YaRN lengths in stock units",
-))
+LTX = register_family(
+    Family(
+        name="ltx",
+        classes=("diffusers.models.transformers.transformer_ltx:LTXVideoTransformer3DModel",),
+        position_attr="rope",
+        axis_names=("t", "row", "col"),
+        native_axes_dims=_axes_dims,
+        native_theta=_theta,
+        image_axes=(1, 2),
+        time_axis=0,
+        tables=ltx_tables,
+        make_seam=_make_seam,
+        timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (1000 sigma); I2V per-token ones
+        timestep_arg=("timestep", 2),
+        pipelines=("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline"),
+        train_size=512,
+        pixels_per_token=32,  # VAE 32 x patch 1
+        notes="fractional coordinates (pixels / 2048, seconds / 20); interleaved axes; YaRN lengths in stock units",
+    )
+)

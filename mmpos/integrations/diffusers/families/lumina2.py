@@ -8,6 +8,7 @@ the CPU up to ``axes_lens`` (512 tokens per image axis by default) and gathered 
 same rows from the positions (:class:`~.codecs.PrecomputedRows`), so larger grids just work. A schedule reads its
 scale from the image grid; captions and padding keep the training spectrum. The pipeline passes ``t = 1 - sigma``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,21 +28,24 @@ def lumina2_position_ids(caption_lengths, rows: int, cols: int, device) -> tuple
     length = max(caption_lengths) + rows * cols
     ids = torch.zeros(len(caption_lengths), length, 3, dtype=torch.int32, device=device)
     is_image = torch.zeros(len(caption_lengths), length, dtype=torch.bool, device=device)
-    grid = torch.cartesian_prod(torch.arange(rows, dtype=torch.int32, device=device),
-                                torch.arange(cols, dtype=torch.int32, device=device)).reshape(-1, 2)
+    grid = torch.cartesian_prod(
+        torch.arange(rows, dtype=torch.int32, device=device), torch.arange(cols, dtype=torch.int32, device=device)
+    ).reshape(-1, 2)
     for sample, caption in enumerate(caption_lengths):
         ids[sample, :caption, 0] = torch.arange(caption, dtype=torch.int32, device=device)
-        ids[sample, caption:caption + rows * cols, 0] = caption
-        ids[sample, caption:caption + rows * cols, 1:] = grid
-        is_image[sample, caption:caption + rows * cols] = True
+        ids[sample, caption : caption + rows * cols, 0] = caption
+        ids[sample, caption : caption + rows * cols, 1:] = grid
+        is_image[sample, caption : caption + rows * cols] = True
     return ids, is_image
 
 
 def lumina2_tables(seam, hidden_states: torch.Tensor, attention_mask: torch.Tensor):
     """``Lumina2RotaryPosEmbed.forward``: the patches and the tables, in its format and dtypes."""
     if hidden_states.dim() != 4 or attention_mask.dim() != 2:
-        raise ValueError(f"hidden_states {tuple(hidden_states.shape)} and attention_mask {tuple(attention_mask.shape)}"
-                         "; expected [B, C, H, W] latents and a [B, L] caption mask")
+        raise ValueError(
+            f"hidden_states {tuple(hidden_states.shape)} and attention_mask {tuple(attention_mask.shape)}"
+            "; expected [B, C, H, W] latents and a [B, L] caption mask"
+        )
     batch, channels, height, width = hidden_states.shape
     p = seam.stock[0].patch_size
     rows, cols = height // p, width // p
@@ -60,26 +64,27 @@ def lumina2_tables(seam, hidden_states: torch.Tensor, attention_mask: torch.Tens
     image_tokens = freqs.new_zeros(batch, rows * cols, freqs.shape[-1])
     for sample, caption in enumerate(captions):
         caption_freqs[sample, :caption] = freqs[sample, :caption]
-        image_tokens[sample] = freqs[sample, caption:caption + rows * cols]
-    patches = (hidden_states.view(batch, channels, rows, p, cols, p).permute(0, 2, 4, 3, 5, 1).flatten(3)
-               .flatten(1, 2))
+        image_tokens[sample] = freqs[sample, caption : caption + rows * cols]
+    patches = hidden_states.view(batch, channels, rows, p, cols, p).permute(0, 2, 4, 3, 5, 1).flatten(3).flatten(1, 2)
     return patches, caption_freqs, image_tokens, freqs, captions, [c + rows * cols for c in captions]
 
 
-LUMINA2 = register_family(Family(
-    name="lumina2",
-    classes=("diffusers.models.transformers.transformer_lumina2:Lumina2Transformer2DModel",),
-    position_attr="rope_embedder",
-    axis_names=("index", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dim_rope),
-    native_theta=lambda model: float(model.rope_embedder.theta),
-    image_axes=(1, 2),
-    tables=lumina2_tables,
-    timestep_per_sigma=-1.0,  # Lumina2Pipeline passes 1 - t / 1000 = 1 - sigma
-    timestep_at_zero_sigma=1.0,
-    timestep_arg=("timestep", 1),
-    pipelines=("Lumina2Pipeline",),
-    train_size=1024,
-    pixels_per_token=16,
-    notes="the seam also patchifies; complex128 tables; positions past axes_lens computed; t = 1 - sigma",
-))
+LUMINA2 = register_family(
+    Family(
+        name="lumina2",
+        classes=("diffusers.models.transformers.transformer_lumina2:Lumina2Transformer2DModel",),
+        position_attr="rope_embedder",
+        axis_names=("index", "row", "col"),
+        native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dim_rope),
+        native_theta=lambda model: float(model.rope_embedder.theta),
+        image_axes=(1, 2),
+        tables=lumina2_tables,
+        timestep_per_sigma=-1.0,  # Lumina2Pipeline passes 1 - t / 1000 = 1 - sigma
+        timestep_at_zero_sigma=1.0,
+        timestep_arg=("timestep", 1),
+        pipelines=("Lumina2Pipeline",),
+        train_size=1024,
+        pixels_per_token=16,
+        notes="the seam also patchifies; complex128 tables; positions past axes_lens computed; t = 1 - sigma",
+    )
+)

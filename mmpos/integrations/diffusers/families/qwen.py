@@ -12,6 +12,7 @@ A schedule's scale (DyPE) is read from the image tokens' extent only (text posit
 the text tokens keep the training spectrum (no schedule, no YaRN magnitude), as in the DyPE authors' Qwen-Image code
 (``txt_freqs`` from the plain ladder); a static ``extrapolation`` policy applies to every token.
 """
+
 from __future__ import annotations
 
 import torch
@@ -65,8 +66,11 @@ class QwenPositions(PositionSeam):
         for coords, extents in ((text, [0.0] * image.shape[-1]), (image, extents_of(image) if scheduled else None)):
             if scheduled:  # text: extent 0, i.e. the training spectrum; images: their own scale
                 encoding.step.extents = extents
-            tables.append(self._native_table(encoding, coords) if self.native else
-                          self.counted(encoding.table(coords, torch.float32, coords.device)).cis)
+            tables.append(
+                self._native_table(encoding, coords)
+                if self.native
+                else self.counted(encoding.table(coords, torch.float32, coords.device)).cis
+            )
         return tables[1], tables[0]
 
     def _native_table(self, encoding, coords):
@@ -93,8 +97,9 @@ class QwenPositions(PositionSeam):
 
 def _stock_ladder(axes_dims, theta, device) -> torch.Tensor:
     """``QwenEmbedRope.rope_params``' fp32 frequencies, axis after axis."""
-    return torch.cat([1.0 / torch.pow(theta, torch.arange(0, d, 2).to(torch.float32).div(d))
-                      for d in axes_dims]).to(device)
+    return torch.cat([1.0 / torch.pow(theta, torch.arange(0, d, 2).to(torch.float32).div(d)) for d in axes_dims]).to(
+        device
+    )
 
 
 def _is_plain(spectrum, axes_dims, theta) -> bool:
@@ -118,38 +123,52 @@ def _seam(model, stock, encodings, native, coord_axes):
     from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
 
     if type(stock) is not QwenEmbedRope:
-        raise TypeError(f"set_pe supports Qwen-Image's QwenEmbedRope, got {type(stock).__name__} "
-                        "(use_layer3d_rope=True is not supported)")
+        raise TypeError(
+            f"set_pe supports Qwen-Image's QwenEmbedRope, got {type(stock).__name__} "
+            "(use_layer3d_rope=True is not supported)"
+        )
     if len(encodings) > 1:
         raise ValueError("Qwen-Image: per_layer encodings are not supported (its stock processors read one table)")
     for encoding in encodings:
         probe = encoding.table(torch.zeros(1, encoding.num_axes), torch.float32)
-        if getattr(encoding, "layout", None) != "interleaved" or not isinstance(probe, RotaryTable) \
-                or probe.cis.dim() != 2:
-            raise ValueError(f"Qwen-Image applies one complex [S, P] table in the interleaved layout; "
-                             f"{type(encoding).__name__} does not give one (use 'native' or 'rope_axial')")
+        if (
+            getattr(encoding, "layout", None) != "interleaved"
+            or not isinstance(probe, RotaryTable)
+            or probe.cis.dim() != 2
+        ):
+            raise ValueError(
+                f"Qwen-Image applies one complex [S, P] table in the interleaved layout; "
+                f"{type(encoding).__name__} does not give one (use 'native' or 'rope_axial')"
+            )
     return QwenPositions(encodings, native, coord_axes, float(model.pos_embed.theta))
 
 
-QWEN = register_family(Family(
-    name="qwen",
-    classes=("diffusers.models.transformers.transformer_qwenimage:QwenImageTransformer2DModel",),
-    position_attr="pos_embed",
-    axis_names=("frame", "row", "col"),  # rows and columns centred on the image
-    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
-    native_theta=lambda model: float(model.pos_embed.theta),
-    image_axes=(1, 2),
-    timestep_per_sigma=1.0,  # QwenImagePipeline passes t / 1000 = sigma
-    timestep_arg=("timestep", 3),
-    tier=2,  # the stock processors read mmpos tables as they are: rope_axial-style encodings with one table
-    attention_modules=_attention,
-    stock_processor=_processor,
-    make_processors=lambda beneath, rotation, native: {},
-    make_seam=_seam,
-    pipelines=("QwenImagePipeline", "QwenImageEditPipeline", "QwenImageEditPlusPipeline", "QwenImageImg2ImgPipeline",
-               "QwenImageInpaintPipeline"),
-    train_size=1328,
-    pixels_per_token=16,
-    notes="stock processors read mmpos tables: `rope_axial`-style encodings with one shared table; several images "
-          "per sequence (Edit); text on the training spectrum",
-))
+QWEN = register_family(
+    Family(
+        name="qwen",
+        classes=("diffusers.models.transformers.transformer_qwenimage:QwenImageTransformer2DModel",),
+        position_attr="pos_embed",
+        axis_names=("frame", "row", "col"),  # rows and columns centred on the image
+        native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
+        native_theta=lambda model: float(model.pos_embed.theta),
+        image_axes=(1, 2),
+        timestep_per_sigma=1.0,  # QwenImagePipeline passes t / 1000 = sigma
+        timestep_arg=("timestep", 3),
+        tier=2,  # the stock processors read mmpos tables as they are: rope_axial-style encodings with one table
+        attention_modules=_attention,
+        stock_processor=_processor,
+        make_processors=lambda beneath, rotation, native: {},
+        make_seam=_seam,
+        pipelines=(
+            "QwenImagePipeline",
+            "QwenImageEditPipeline",
+            "QwenImageEditPlusPipeline",
+            "QwenImageImg2ImgPipeline",
+            "QwenImageInpaintPipeline",
+        ),
+        train_size=1328,
+        pixels_per_token=16,
+        notes="stock processors read mmpos tables: `rope_axial`-style encodings with one shared table; several images "
+        "per sequence (Edit); text on the training spectrum",
+    )
+)

@@ -9,6 +9,7 @@ computes the same rows from the positions (:class:`~.codecs.PrecomputedRows`), s
 just work. A schedule reads its scale from the image tokens only (the text positions run far past the images'),
 over all image blocks; text tokens keep the training spectrum. The pipeline passes ``t = sigma``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -74,20 +75,22 @@ def qwen21_attention_modules(model) -> list:
     return [(f"transformer_blocks.{i}.attn", block.attn) for i, block in enumerate(model.transformer_blocks)]
 
 
-QWEN_IMAGE21 = register_family(Family(
-    name="qwenimage21",
-    classes=("diffusers.models.transformers.transformer_qwenimage21:QwenImage21Transformer2DModel",),
-    position_attr="pos_embed",
-    axis_names=("frame", "row", "col"),  # rows and columns centred on each image
-    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
-    native_theta=lambda model: float(model.pos_embed.theta),
-    image_axes=(1, 2),
-    tables=qwen21_tables,
-    attention_modules=qwen21_attention_modules,  # tier 1 still: set_pe keeps the stock processors
-    timestep_per_sigma=1.0,  # QwenImage21Pipeline passes t / 1000 = sigma
-    timestep_arg=("timestep", 2),
-    pipelines=("QwenImage21Pipeline",),
-    train_size=1024,
-    pixels_per_token=16,
-    notes="text advancing on all axes (scale from image tokens only); positions past the precomputed range computed",
-))
+QWEN_IMAGE21 = register_family(
+    Family(
+        name="qwenimage21",
+        classes=("diffusers.models.transformers.transformer_qwenimage21:QwenImage21Transformer2DModel",),
+        position_attr="pos_embed",
+        axis_names=("frame", "row", "col"),  # rows and columns centred on each image
+        native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims_rope),
+        native_theta=lambda model: float(model.pos_embed.theta),
+        image_axes=(1, 2),
+        tables=qwen21_tables,
+        attention_modules=qwen21_attention_modules,  # tier 1 still: set_pe keeps the stock processors
+        timestep_per_sigma=1.0,  # QwenImage21Pipeline passes t / 1000 = sigma
+        timestep_arg=("timestep", 2),
+        pipelines=("QwenImage21Pipeline",),
+        train_size=1024,
+        pixels_per_token=16,
+        notes="text advancing on all axes (scale from image tokens only); positions past the precomputed range computed",
+    )
+)

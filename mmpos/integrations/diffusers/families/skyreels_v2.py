@@ -9,6 +9,7 @@ expanded to the grid as the stock module does: a grid beyond ``rope_max_seq_len`
 per-frame timesteps ``[B, F]`` (clean frames at 0): the step's sigma is the noisiest frame's
 (:meth:`~.base.Family.sigma`). Only video tokens are rotated (cross-attention to text has none).
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,8 +42,9 @@ class SkyReelsSeam(SpectrumSeam):
 
 def _make_seam(model, stock, encodings, native, coord_axes):
     (encoding,) = encodings
-    return SkyReelsSeam(SKYREELS_V2, encoding, stock, SKYREELS_V2.native_axes_dims(model),
-                        SKYREELS_V2.native_theta(model))
+    return SkyReelsSeam(
+        SKYREELS_V2, encoding, stock, SKYREELS_V2.native_axes_dims(model), SKYREELS_V2.native_theta(model)
+    )
 
 
 def skyreels_tables(seam, hidden_states: torch.Tensor):
@@ -73,27 +75,37 @@ def latent_patch_grid_3d(seam, hidden_states: torch.Tensor) -> tuple[int, int, i
 def _expand(tables, sizes) -> torch.Tensor:
     """Per-axis ``[n_a, d_a]`` tables -> ``[1, F * H * W, 1, sum d_a]`` (time slowest, then rows, then columns)."""
     f, h, w = sizes
-    grids = [tables[0].view(f, 1, 1, -1).expand(f, h, w, -1), tables[1].view(1, h, 1, -1).expand(f, h, w, -1),
-             tables[2].view(1, 1, w, -1).expand(f, h, w, -1)]
+    grids = [
+        tables[0].view(f, 1, 1, -1).expand(f, h, w, -1),
+        tables[1].view(1, h, 1, -1).expand(f, h, w, -1),
+        tables[2].view(1, 1, w, -1).expand(f, h, w, -1),
+    ]
     return torch.cat(grids, dim=-1).reshape(1, f * h * w, 1, -1)
 
 
-SKYREELS_V2 = register_family(Family(
-    name="skyreels_v2",
-    classes=("diffusers.models.transformers.transformer_skyreels_v2:SkyReelsV2Transformer3DModel",),
-    position_attr="rope",
-    axis_names=("t", "row", "col"),
-    native_axes_dims=_axes_dims,
-    native_theta=lambda model: 10000.0,  # SkyReelsV2RotaryPosEmbed's default; the model never passes another
-    image_axes=(1, 2),
-    time_axis=0,
-    tables=skyreels_tables,
-    make_seam=_make_seam,
-    timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
-    timestep_arg=("timestep", 1),
-    pipelines=("SkyReelsV2Pipeline", "SkyReelsV2ImageToVideoPipeline", "SkyReelsV2DiffusionForcingPipeline",
-               "SkyReelsV2DiffusionForcingImageToVideoPipeline", "SkyReelsV2DiffusionForcingVideoToVideoPipeline"),
-    train_size=720,  # 540p (960 x 544 ~ 723 x 723; the 720p models: 1280 x 720 ~ 960 x 960)
-    pixels_per_token=16,  # 8x VAE, patch 2
-    notes="precomputed buffers replaced by tables from positions; per-frame timesteps (diffusion forcing)",
-))
+SKYREELS_V2 = register_family(
+    Family(
+        name="skyreels_v2",
+        classes=("diffusers.models.transformers.transformer_skyreels_v2:SkyReelsV2Transformer3DModel",),
+        position_attr="rope",
+        axis_names=("t", "row", "col"),
+        native_axes_dims=_axes_dims,
+        native_theta=lambda model: 10000.0,  # SkyReelsV2RotaryPosEmbed's default; the model never passes another
+        image_axes=(1, 2),
+        time_axis=0,
+        tables=skyreels_tables,
+        make_seam=_make_seam,
+        timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
+        timestep_arg=("timestep", 1),
+        pipelines=(
+            "SkyReelsV2Pipeline",
+            "SkyReelsV2ImageToVideoPipeline",
+            "SkyReelsV2DiffusionForcingPipeline",
+            "SkyReelsV2DiffusionForcingImageToVideoPipeline",
+            "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
+        ),
+        train_size=720,  # 540p (960 x 544 ~ 723 x 723; the 720p models: 1280 x 720 ~ 960 x 960)
+        pixels_per_token=16,  # 8x VAE, patch 2
+        notes="precomputed buffers replaced by tables from positions; per-frame timesteps (diffusion forcing)",
+    )
+)

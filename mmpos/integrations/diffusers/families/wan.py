@@ -5,6 +5,7 @@ processors (:class:`~..processors.WanPEAttnProcessor`, self-attention only), so 
 camera adapters install. Wan 2.2 TI2V passes per-token timesteps (``expand_timesteps``) with the pinned first
 frame at 0: the step's sigma is read from the noisy tokens (:meth:`~.base.Family.sigma`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,29 +46,33 @@ def check_no_sharded_seam(model) -> None:
     """Wan's context-parallel plan hooks the position module itself: swapping it afterwards would drop the hook
     (tables unsharded while tokens are)."""
     if getattr(model, "_parallel_config", None) is not None:
-        raise RuntimeError(f"{type(model).__name__}: call set_pe/restore before enable_parallelism (its context-"
-                           "parallel plan hooks the `rope` module that set_pe replaces)")
+        raise RuntimeError(
+            f"{type(model).__name__}: call set_pe/restore before enable_parallelism (its context-"
+            "parallel plan hooks the `rope` module that set_pe replaces)"
+        )
 
 
-WAN = register_family(Family(
-    name="wan",
-    classes=("diffusers.models.transformers.transformer_wan:WanTransformer3DModel",),
-    position_attr="rope",
-    axis_names=("t", "row", "col"),
-    native_axes_dims=_axes_dims,
-    native_theta=lambda model: 10000.0,  # WanRotaryPosEmbed's default; the model never passes another
-    image_axes=(1, 2),
-    time_axis=0,
-    timestep_per_sigma=1000.0,  # WanPipeline passes the scheduler's timesteps (sigma * 1000)
-    timestep_arg=("timestep", 1),
-    tier=2,
-    attention_modules=_self_attention,
-    stock_processor=_processor,
-    make_processors=_processors,
-    make_seam=_seam,
-    check_model=check_no_sharded_seam,
-    pipelines=("WanPipeline", "WanImageToVideoPipeline"),
-    train_size=832,
-    pixels_per_token=16,
-    notes="any rotary encoding, camera adapters; TI2V per-token timesteps: sigma from the noisy tokens",
-))
+WAN = register_family(
+    Family(
+        name="wan",
+        classes=("diffusers.models.transformers.transformer_wan:WanTransformer3DModel",),
+        position_attr="rope",
+        axis_names=("t", "row", "col"),
+        native_axes_dims=_axes_dims,
+        native_theta=lambda model: 10000.0,  # WanRotaryPosEmbed's default; the model never passes another
+        image_axes=(1, 2),
+        time_axis=0,
+        timestep_per_sigma=1000.0,  # WanPipeline passes the scheduler's timesteps (sigma * 1000)
+        timestep_arg=("timestep", 1),
+        tier=2,
+        attention_modules=_self_attention,
+        stock_processor=_processor,
+        make_processors=_processors,
+        make_seam=_seam,
+        check_model=check_no_sharded_seam,
+        pipelines=("WanPipeline", "WanImageToVideoPipeline"),
+        train_size=832,
+        pixels_per_token=16,
+        notes="any rotary encoding, camera adapters; TI2V per-token timesteps: sigma from the noisy tokens",
+    )
+)

@@ -15,6 +15,7 @@ splits each call's tables per sample, pads them (``pad_sequence``, zeros) and co
 halves along the sequence: :class:`ZImagePositions` returns packed real tables ``[S, G, 2P]``, sequence first, so
 those operations give each layer ``[B, L, G, 2P]``, the tables of its padded joint sequence.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,7 +48,6 @@ def _spectra(seam, ids: torch.Tensor):
     return seam.training_spectra() if max(rows, cols) <= 1 else seam.axis_spectra(extents=extents)
 
 
-
 # ---- tier 2: any rotary encoding through mmpos processors ---------------------------------------------------------
 class ZImagePositions(PositionSeam):
     """Replaces ``rope_embedder`` for an mmpos encoding: each call (image, caption, SigLIP ids ``[S, 3]``) returns
@@ -63,8 +63,10 @@ class ZImagePositions(PositionSeam):
             return coords.new_zeros(coords.shape[0], 0)
         tables = self.tables(coords, self.run_dtype(torch.float32, coords.device))
         if not all(isinstance(t, RotaryTable) for t in tables):
-            raise TypeError("Z-Image pads and concatenates the tables along the sequence: the encoding must give "
-                            f"rotary tables (got {[type(t).__name__ for t in tables]})")
+            raise TypeError(
+                "Z-Image pads and concatenates the tables along the sequence: the encoding must give "
+                f"rotary tables (got {[type(t).__name__ for t in tables]})"
+            )
         return pack_tables(tables)[0]
 
 
@@ -72,8 +74,9 @@ def _attention(model):
     """``(name, Attention)`` of every ``ZImageTransformerBlock`` (refiners, then the main layers, in module order)."""
     from diffusers.models.transformers.transformer_z_image import ZImageTransformerBlock
 
-    return [(f"{name}.attention", m.attention) for name, m in model.named_modules()
-            if isinstance(m, ZImageTransformerBlock)]
+    return [
+        (f"{name}.attention", m.attention) for name, m in model.named_modules() if isinstance(m, ZImageTransformerBlock)
+    ]
 
 
 def _stock_processor():
@@ -109,9 +112,12 @@ class ZImagePEAttnProcessor(_PEProcessor):
 
 
 def _processors(beneath, rotation, native):
-    return {layer: ZImagePEAttnProcessor(rotation, layer, getattr(stock, "_attention_backend", None),
-                                         getattr(stock, "_parallel_config", None))
-            for layer, (_, stock) in enumerate(beneath)}
+    return {
+        layer: ZImagePEAttnProcessor(
+            rotation, layer, getattr(stock, "_attention_backend", None), getattr(stock, "_parallel_config", None)
+        )
+        for layer, (_, stock) in enumerate(beneath)
+    }
 
 
 class _ZImageFamily(Family):
@@ -124,26 +130,34 @@ class _ZImageFamily(Family):
         return int(model.config.n_heads)
 
 
-Z_IMAGE = register_family(_ZImageFamily(
-    name="z_image",
-    classes=("diffusers.models.transformers.transformer_z_image:ZImageTransformer2DModel",),
-    position_attr="rope_embedder",
-    axis_names=("index", "row", "col"),
-    native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims),
-    native_theta=lambda model: float(model.config.rope_theta),
-    image_axes=(1, 2),
-    tables=z_image_tables,  # native: the stock processors stay
-    tier=2,  # any other rotary encoding: mmpos processors
-    attention_modules=_attention,
-    stock_processor=_stock_processor,
-    make_processors=_processors,
-    make_seam=_seam,
-    timestep_per_sigma=-1.0,  # ZImagePipeline passes t = (1000 - timestep) / 1000 = 1 - sigma
-    timestep_at_zero_sigma=1.0,
-    timestep_arg=("t", 1),
-    pipelines=("ZImagePipeline", "ZImageImg2ImgPipeline", "ZImageInpaintPipeline", "ZImageControlNetPipeline",
-               "ZImageControlNetInpaintPipeline", "ZImageOmniPipeline"),
-    train_size=1024,
-    pixels_per_token=16,
-    notes="any rotary encoding (native: stock processors); positions past axes_lens (the 2048 px wall) computed, not indexed; t = 1 - sigma",
-))
+Z_IMAGE = register_family(
+    _ZImageFamily(
+        name="z_image",
+        classes=("diffusers.models.transformers.transformer_z_image:ZImageTransformer2DModel",),
+        position_attr="rope_embedder",
+        axis_names=("index", "row", "col"),
+        native_axes_dims=lambda model: tuple(int(d) for d in model.config.axes_dims),
+        native_theta=lambda model: float(model.config.rope_theta),
+        image_axes=(1, 2),
+        tables=z_image_tables,  # native: the stock processors stay
+        tier=2,  # any other rotary encoding: mmpos processors
+        attention_modules=_attention,
+        stock_processor=_stock_processor,
+        make_processors=_processors,
+        make_seam=_seam,
+        timestep_per_sigma=-1.0,  # ZImagePipeline passes t = (1000 - timestep) / 1000 = 1 - sigma
+        timestep_at_zero_sigma=1.0,
+        timestep_arg=("t", 1),
+        pipelines=(
+            "ZImagePipeline",
+            "ZImageImg2ImgPipeline",
+            "ZImageInpaintPipeline",
+            "ZImageControlNetPipeline",
+            "ZImageControlNetInpaintPipeline",
+            "ZImageOmniPipeline",
+        ),
+        train_size=1024,
+        pixels_per_token=16,
+        notes="any rotary encoding (native: stock processors); positions past axes_lens (the 2048 px wall) computed, not indexed; t = 1 - sigma",
+    )
+)
