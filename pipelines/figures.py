@@ -125,8 +125,9 @@ def band_diagnostic(maps: dict, grid, token: int, path, reference: torch.Tensor 
     return save_figure(fig, path, dpi=120)  # constrained layout (tight_layout cannot place the colour bar)
 
 
-def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path) -> Path:
-    """Canvas with the inpaint region, then the row and column id of every token while transplanting."""
+def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path, image_axes=(1, 2)) -> Path:
+    """Canvas with the inpaint region, then the row and column id of every token while transplanting (``ids``,
+    ``native``: ``[N, A]`` in the family's coordinates; ``image_axes``: its row and column axes)."""
     plt = pyplot()
     grid = canvas.layout.grid
     fig, axes = plt.subplots(1, 3, figsize=(8, 2.8))
@@ -135,7 +136,7 @@ def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path)
     for mask in canvas.object_masks:
         axes[0].contour(mask.float().numpy(), levels=[0.5], colors="cyan", linewidths=1)
     moved = (ids != native).any(1).reshape(grid)
-    for ax, axis, name in ((axes[1], 1, "row"), (axes[2], 2, "column")):
+    for ax, axis, name in ((axes[1], image_axes[0], "row"), (axes[2], image_axes[1], "column")):
         im = ax.imshow(ids[:, axis].reshape(grid).numpy(), cmap="viridis")
         ys, xs = torch.nonzero(moved, as_tuple=True)
         ax.scatter(xs.numpy(), ys.numpy(), marker=".", c="red", s=8)

@@ -162,7 +162,7 @@ def cli_run(args, config, load, tqdm) -> dict:
         inputs=inputs,
         edited=edited,
         sweep=sweep,
-        diagnostic=diagnostic,
+        diagnostic=diagnostic if probe is not None and probe.query is not None else None,  # off: nothing recorded
         title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}",
     )
 

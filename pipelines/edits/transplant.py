@@ -88,6 +88,8 @@ def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_LAYOUT, guidan
 
 def cli_run(args, config, load, tqdm) -> dict:
     """``mmpos edit transplant``: the background, the region, the references; a run and a tau sweep."""
+    from mmpos.integrations.diffusers.families import family_for
+
     from ..figures import transplant_diagnostic
     from ..images import load_image
     from ..run_inputs import load_grid_image, load_mask, prompt_kwargs, rescale_box, sampler_options
@@ -126,11 +128,12 @@ def cli_run(args, config, load, tqdm) -> dict:
     sweep = {f"tau={t}": run(t).outputs[0] for t in tqdm(config.get("figure", {}).get("sweep", []), desc="tau sweep")}
     inputs = {"background": background[0], **{f"reference {i}": r[0] for i, r in enumerate(references)}}
     last = result.last
+    image_axes = family_for(pipe.transformer).image_axes  # the ids are in the family's coordinates
     return dict(
         inputs=inputs,
         edited={"inserted": result.outputs[0]},
         sweep=sweep,
-        diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path),
+        diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path, image_axes),
         title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})",
     )
 

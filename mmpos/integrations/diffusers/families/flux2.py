@@ -172,7 +172,7 @@ FLUX2 = register_family(
         make_seam=_seam,
         timestep_per_sigma=1.0,  # the pipelines pass t / 1000; the model multiplies by 1000
         timestep_arg=("timestep", 2),
-        pipelines=("Flux2Pipeline", "Flux2KleinPipeline"),
+        pipelines=("Flux2Pipeline", "Flux2KleinPipeline", "Flux2KleinInpaintPipeline"),
         train_size=1024,
         pixels_per_token=16,
         notes="any rotary encoding (native: stock processors); reference images at t = 10, 20, ...; scale from the "
