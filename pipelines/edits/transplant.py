@@ -15,6 +15,10 @@ PIPELINES = {  # pipeline key (class name or diffusers family) -> pipeline; a ne
     "FluxFillPipeline": "mmpos.pipelines.transplant_pipeline:PosBridgeFillPipeline",
     "Flux2KleinInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeKleinInpaintPipeline",
     "QwenImageInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeQwenInpaintPipeline",
+    # the released Klein and Qwen-Image folders name their text-to-image pipeline; the inpainting pipeline takes the
+    # same components (FLUX.1 Fill, by contrast, has its own weights)
+    "Flux2KleinPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeKleinInpaintPipeline",
+    "QwenImagePipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeQwenInpaintPipeline",
 }
 WORLD_LAYOUT = "world"  # run_transplant's default: the world Fill model's canvas layout
 DEMO_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
