@@ -4,7 +4,7 @@ Inside :func:`tiny_offline_weights`:
 
 - ``DiffusionPipeline.from_pretrained`` (every Flux / Fill / Kontext / Wan pipeline and the mmpos pipelines built on
   them) returns the class built on tiny random components (``tests/fixtures/tiny_models.py``,
-  ``mmpos.pipelines.tiny_wan``) with tiny text encoders, so prompts are strings; Flux pipelines default to 32 px;
+  ``mmpos.models.tiny_wan``) with tiny text encoders, so prompts are strings; Flux pipelines default to 32 px;
 - ``WanTransformer3DModel.from_pretrained`` returns the tiny Wan transformer with 48-channel heads (as the Wan
   text-to-video pipelines get);
 - ``CameraAdapter.from_pretrained`` returns a zero-initialised ``ucpe`` adapter for that transformer;
@@ -29,7 +29,7 @@ def _tiny_pipeline(cls, *args, **kwargs):
     from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline, WanImageToVideoPipeline, WanPipeline
     from fixtures.tiny_models import components, tiny_text_components
 
-    from mmpos.pipelines.tiny_wan import tiny_wan_components
+    from mmpos.models.tiny_wan import tiny_wan_components
 
     if issubclass(cls, WanImageToVideoPipeline):
         return cls(**tiny_wan_components(image_to_video=True))
@@ -54,7 +54,7 @@ def _tiny_wan_transformer(cls, *args, **kwargs):
     """The tiny Wan transformer with 48-channel heads: 8 rotary pairs on the time axis (RIFLEx's k=4 fits)."""
     from diffusers import WanTransformer3DModel
 
-    from mmpos.pipelines.tiny_wan import tiny_wan_transformer
+    from mmpos.models.tiny_wan import tiny_wan_transformer
 
     return WanTransformer3DModel.from_config({**tiny_wan_transformer().config, "attention_head_dim": 48}).eval()
 
