@@ -41,7 +41,7 @@ from .positions import (
     BlockTablesHook,
     NaFlexEmbedsHook,
     PatchGridHook,
-    RecordingPatchDropout,
+    PositionalPatchDropout,
     TokenPositions,
 )
 from .restore import OriginalState
@@ -264,12 +264,14 @@ def _enable_dynamic_img_size(model):
 
 
 def _install_position_hooks(model, positions):
+    """Steps 1 and 2 of a forward (:mod:`.positions`): the patch embedding starts it, PatchDropout reports the
+    kept tokens."""
     if isinstance(model, NaFlexVit):
         model.embeds.register_forward_hook(NaFlexEmbedsHook(positions), with_kwargs=True)
     else:
         model.patch_embed.register_forward_hook(PatchGridHook(positions))
     if isinstance(getattr(model, "patch_drop", None), nn.Module) and not isinstance(model.patch_drop, nn.Identity):
-        model.patch_drop = RecordingPatchDropout(model.patch_drop, positions)
+        model.patch_drop = PositionalPatchDropout(model.patch_drop, positions)
 
 
 def _no_weight_decay(self) -> set[str]:
