@@ -3,6 +3,7 @@ start (patch embedding), keep (PatchDropout), prepare (``norm_pre``), apply (eac
 forward and in that order; every hook ``convert`` installs is a ``ForwardStep`` and ``restore`` removes them all."""
 
 import copy
+import io
 
 import pytest
 import torch
@@ -88,3 +89,23 @@ def test_a_deep_copy_drops_patches_into_its_own_positions():
     ema(torch.randn(2, 3, IMG, IMG))
     assert ema.mmpos_positions.keep_indices.shape == (2, 8) and model.mmpos_positions.keep_indices is None
     assert RecordingPatchDropout is PositionalPatchDropout  # the old name still imports
+
+
+@pytest.mark.parametrize("pe", ["rope_mixed", "ape_learned"])
+def test_a_converted_model_saves_and_loads_whole_and_computes_the_same(pe):
+    """``torch.save(model)`` (pickle): the loaded copy has its own positions, hooks and PatchDropout, and the
+    same outputs and ``no_weight_decay()``."""
+    model = mt.convert(MODELS["vit"](patch_drop_rate=0.5, dynamic_img_size=True), pe=pe).eval()
+    images = torch.randn(2, 3, IMG, IMG)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    assert loaded.mmpos_positions is not model.mmpos_positions
+    assert all(hook.positions is loaded.mmpos_positions for _, _, hook in mmpos_hooks(loaded))
+    assert loaded.patch_drop.positions is loaded.mmpos_positions
+    assert loaded.no_weight_decay() == model.no_weight_decay()
+    assert mt.no_weight_decay_names(loaded) and mt.no_weight_decay_names(loaded) <= loaded.no_weight_decay()
+    with torch.no_grad():
+        assert torch.equal(loaded(images), model(images))
+        loaded(torch.randn(1, 3, 48, 40))
+    assert loaded.mmpos_positions.grid == (6, 5) and model.mmpos_positions.grid == (4, 4)

@@ -18,7 +18,7 @@ Coordinates follow ``dynamic_img_size``, NaFlex ``patch_coord`` and PatchDropout
 
 from __future__ import annotations
 
-import types
+import functools
 
 import torch
 from timm.layers import Format
@@ -122,7 +122,7 @@ def convert(
     model.mmpos_positions = positions
     model.mmpos_pe = pe
     model.mmpos_original = original
-    model.no_weight_decay = types.MethodType(_no_weight_decay, model)
+    model.no_weight_decay = functools.partial(_no_weight_decay, model)  # a partial pickles (torch.save(model))
     return model
 
 
