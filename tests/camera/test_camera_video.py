@@ -9,8 +9,8 @@ from diffusers import WanImageToVideoPipeline, WanPipeline
 from mmpos.camera import UnifiedCamera, orthonormalize, pose_from_rotation_translation, preset_trajectory
 from mmpos.camera.video import CameraPath, video_cameras
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning
+from mmpos.models.tiny_wan import tiny_wan_components, tiny_wan_transformer
 from mmpos.pipelines import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline, load_camera_adapter
-from mmpos.pipelines.tiny_wan import tiny_wan_components, tiny_wan_transformer
 
 F64 = torch.float64
 CALL = dict(

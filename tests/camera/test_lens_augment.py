@@ -10,9 +10,9 @@ import torch
 from PIL import Image
 
 from mmpos.camera import OpenCVCamera, Pinhole, Trajectory, UnifiedCamera, write_json
+from mmpos.camera.lens_augment import LensAugmentation, lens_camera, pixel_centres, sees_inside, warp_to_camera
 from mmpos.camera.video import CameraPath, video_cameras
-from mmpos.pipelines.camera_clips import load_sample, read_clip
-from mmpos.pipelines.lens_augment import LensAugmentation, lens_camera, pixel_centres, sees_inside, warp_to_camera
+from mmpos.training.camera_clips import load_sample, read_clip
 
 WIDTH, HEIGHT = 96, 64
 SOURCE = Pinhole(60.0, 60.0, 48.0, 32.0, WIDTH, HEIGHT)  # about 77 x 56 degrees

@@ -7,7 +7,7 @@ import pytest
 
 from mmpos.cli import main
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
-from mmpos.pipelines.tiny_wan import tiny_wan_transformer
+from mmpos.models.tiny_wan import tiny_wan_transformer
 from mmpos.pipelines.video_cli import extrapolation_policies, riflex_k
 
 SMALL = ["--model", "tiny", "--frames", "9", "--height", "32", "--width", "48", "--steps", "2"]

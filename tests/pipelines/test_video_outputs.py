@@ -109,7 +109,7 @@ def test_tiny_wan_reports_resize_resampling_and_length(tmp_path, capsys):
 
     from mmpos.camera import preset_trajectory, write_re10k
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
-    from mmpos.pipelines.tiny_wan import tiny_wan_transformer
+    from mmpos.models.tiny_wan import tiny_wan_transformer
 
     CameraAdapter.for_transformer(tiny_wan_transformer(image_to_video=True), "ucpe", head_dim=16).save_pretrained(
         tmp_path / "adapter"

@@ -109,8 +109,8 @@ def test_open_clip_tower_at_four_image_sizes():
 def test_camera_control_wan_pipeline_with_orbit_pan_and_no_camera():
     from mmpos.camera import preset_trajectory
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+    from mmpos.models.tiny_wan import tiny_wan_components
     from mmpos.pipelines import CameraControlWanPipeline
-    from mmpos.pipelines.tiny_wan import tiny_wan_components
 
     pipe = CameraControlWanPipeline(**tiny_wan_components())
     pipe.set_progress_bar_config(disable=True)

@@ -137,8 +137,8 @@ def test_generate_video_bad_camera_file(capsys, tmp_path, name):
 
 
 def test_mismatched_camera_adapter_is_refused_when_loaded():
+    from mmpos.models.tiny_wan import tiny_wan_components
     from mmpos.pipelines import CameraControlWanPipeline, load_camera_adapter
-    from mmpos.pipelines.tiny_wan import tiny_wan_components
 
     pipe = CameraControlWanPipeline(**tiny_wan_components())
     with pytest.raises(ValueError, match="the adapter has 4 layers of width 128; the transformer has 2"):

@@ -11,7 +11,7 @@ import torch
 import mmpos.training.camera_adapter_task as task_module
 from mmpos.cli import main as mmpos_main
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
-from mmpos.pipelines import camera_clips
+from mmpos.training import camera_clips
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_camera_adapter.py"
 

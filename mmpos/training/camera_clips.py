@@ -12,7 +12,7 @@ Layout (the one camera-control work uses for RealEstate10K; ``mmpos world clip -
 A sample takes ``num_frames`` evenly spaced frames (repeating frames of shorter clips), resizes them to the
 training size and resamples the path at the same times. ``zoom`` augmentation (UCPE's random focal lengths)
 crops the centre by a random factor and scales the intrinsics to match, so images and cameras stay consistent.
-``lens`` augmentation (UCPE's random camera models, :mod:`.lens_augment`) re-renders each frame with another
+``lens`` augmentation (UCPE's random camera models, :mod:`mmpos.camera.lens_augment`) re-renders each frame with another
 camera model (pinhole, OpenCV radial, unified) and returns that model with the poses, for the adapter's rays.
 """
 
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mmpos.camera import Trajectory, load_trajectory
-from mmpos.camera.trajectory import read_text
-from mmpos.camera.video import CameraPath
+from ..camera import Trajectory, load_trajectory
+from ..camera.trajectory import read_text
+from ..camera.video import CameraPath
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -109,7 +109,7 @@ def _as_video(frames: list) -> torch.Tensor:
 def _load_with_lens(clip: Clip, num_frames: int, size, lens: dict):
     from PIL import Image
 
-    from .lens_augment import lens_camera, warp_to_camera
+    from ..camera.lens_augment import lens_camera, warp_to_camera
 
     height, width = size
     picks = frame_indices(len(clip.frames), num_frames)

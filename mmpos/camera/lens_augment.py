@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mmpos.camera import CameraModel, OpenCVCamera, Pinhole, UnifiedCamera
+from .models import CameraModel, OpenCVCamera, Pinhole, UnifiedCamera
 
 LENS_MODELS = ("pinhole", "opencv", "unified")
 FIT_GROWTH = 1.03  # zoom step while the new camera sees beyond the original frame
