@@ -204,10 +204,14 @@ def load_placed_mask(path, placement, what: str = "the image"):
     from .images import as_mask
 
     mask = Image.open(path).convert("L")
-    height, width = placement.source
-    if (mask.height, mask.width) != (height, width):
-        print(f"mask {path}: {mask.height}x{mask.width}, {what} is {height}x{width}: stretched to it (nearest)")
+    (height, width), (h, w), canvas = placement.source, placement.content, placement.canvas
+    size, stretched = f"{mask.height}x{mask.width}", (mask.height, mask.width) != (height, width)
+    if stretched:
+        size += f" (not {what}'s {height}x{width}: stretched)"
         mask = mask.resize((width, height), Image.NEAREST)
+    if placement.changed or stretched:
+        padded = f", padded like {what} to {canvas[0]}x{canvas[1]}" if canvas != (h, w) else ""
+        print(f"mask {path}: resized {size} to {h}x{w} (nearest){padded}")
     placed = placement.place_mask(as_mask(str(path), mask, (height, width)))
     if not bool(placed.any()):
         raise ValueError(

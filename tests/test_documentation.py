@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from doc_blocks import MARKER_KINDS, PAGES, ROOT, SHELL_LANGUAGES, all_blocks, page_blocks, shell_commands
 from doc_tiny_weights import tiny_offline_weights
+from fixtures.photos import save_photo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -56,6 +57,7 @@ def user_folder(tmp_path, monkeypatch):
             pixels = np.zeros((64, 64, 3), np.uint8)
             pixels[16:48, 16:48] = 255
         Image.fromarray(pixels).save(tmp_path / name)
+    save_photo(tmp_path / "photo.jpg")  # a 600 x 400 photo-like image: the README's photo edit
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
