@@ -98,11 +98,15 @@ def default_config_name(args) -> str:
 def world_model_notice(command: str, real_model: str, side: int = 32) -> str:
     """The line a run on a world model prints before it loads: what the world models can and cannot do, and the
     command that runs ``real_model`` instead (``command``: ``mmpos edit transplant``, ``mmpos generate``)."""
+    cannot = (
+        f"they draw only such scenes ({side} px toy previews, never photographs)"
+        if command == "mmpos generate"
+        else f"photographs are outside what they know, so a photo comes back as a {side} px toy preview, not a real edit"
+    )
     return (
         f"note: the world models are tiny Flux-class models trained only on {side} px synthetic mini-world scenes "
-        "(simple coloured shapes on plain or patterned backgrounds, prompts in the world's words); photographs "
-        f"are outside what they know, so outputs are {side} px toy previews, not edits of your photo; for real "
-        f"images run a real model on a CUDA GPU: {command} --model {real_model} --device cuda (same options)"
+        f"(simple coloured shapes on plain or patterned backgrounds, prompts in the world's words); {cannot}; for "
+        f"real images run a real model on a CUDA GPU: {command} --model {real_model} --device cuda (same options)"
     )
 
 

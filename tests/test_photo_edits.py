@@ -209,6 +209,7 @@ def test_generate_on_the_world_model_says_what_it_is_and_the_prompt_it_used(tmp_
         ["generate", "--model", "world", "--out", str(tmp_path), "--set", "sampler.num_inference_steps=1"], capsys
     )
     assert "mmpos generate --model black-forest-labs/FLUX.1-dev --device cuda" in printed
+    assert "they draw only such scenes (32 px toy previews, never photographs)" in printed
     assert printed.index("note: the world models") < printed.index("model: ")
     prompts = config_value("generate_world", "prompts")
     assert f'prompt used: "{prompts[0]}" (the config\'s; --prompt sets it)' in printed

@@ -13,6 +13,12 @@ from mmpos._arguments import positive_int_arg
 from ..edits import get_edit, list_edits
 from ._options import add_run_options
 
+OUTPUTS = (
+    "Writes edited_N.png (the model's output over the input picture; a world model's padding cropped off) and, "
+    "when the input was resized or padded for the model, edited_N_fullsize.png at the input file's size; then "
+    "config.yaml, comparison.png, diagnostic.png and summary.json. On the world models (32 px synthetic scenes) "
+    "a photo is fitted with its aspect kept and the output is a toy preview."
+)
 METHODS = tuple(list_edits())  # the shipped methods; `mmpos edit` lists those registered when it is built
 
 
@@ -22,16 +28,13 @@ def register(subparsers) -> None:
     edit = subparsers.add_parser(
         "edit",
         help=f"training-free PE edits on Flux: {' | '.join(names)}",
-        description="Run a training-free PE edit from a YAML config (configs/edit_*.yaml). Writes edited_N.png "
-        "(the model's output over the input picture: a world model's padding cropped off) and, when the input "
-        "was resized or padded for the model, edited_N_fullsize.png at the input file's size; then config.yaml, "
-        "comparison.png, diagnostic.png and summary.json.",
+        description=f"Run a training-free PE edit from a YAML config (configs/edit_*.yaml). {OUTPUTS}",
     )
     edit.set_defaults(func=run)
     methods = edit.add_subparsers(dest="method", required=True, metavar="{" + ",".join(names) + "}")
     for name in names:
         method = get_edit(name)
-        sub = methods.add_parser(name, help=method.help)
+        sub = methods.add_parser(name, help=method.help, description=f"{method.help}. {OUTPUTS}")
         method.add_options(sub)
         sub.add_argument(
             "--prompt", dest="prompt_text", help="prompt, band: of the Kontext variant (default: the config's prompt)"

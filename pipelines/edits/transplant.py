@@ -33,7 +33,7 @@ def add_options(parser) -> None:
         nargs=4,
         metavar=("L", "T", "R", "B"),
         help="target box: left top right bottom in pixels of the --background file (exclusive "
-        "ends; rescaled with the background when it is resized; this or --mask is required)",
+        "ends; mapped with the background when it is resized or padded; this or --mask is required)",
     )
     parser.add_argument("--reference", action="append", required=True, help="reference view (repeat for more)")
     parser.add_argument(
