@@ -3,12 +3,12 @@
 cameras, through the contract (``pe.prepare(cameras)``; the old signatures equal it bit for bit:
 ``tests/camera/test_camera_contract.py``)."""
 
-from tests.fixtures import camera_reference as ref
 import pytest
 import torch
 
 from mmpos.camera import Cameras, invert_pose, orthonormalize, pose_from_rotation_translation
 from mmpos.encodings import UCPE, PRoPE, RayRoPE
+from tests.fixtures import camera_reference as ref
 
 F64 = torch.float64
 IMAGE = (96, 128)  # (H, W)

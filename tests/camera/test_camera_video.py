@@ -266,10 +266,10 @@ def reference_checkpoint(layers=2, dim=24, attn_dim=16, prefix="dit.", seed=11):
 
 
 def test_ucpe_checkpoint_converts_and_matches_the_reference_layer_formula(tmp_path):
-    from tests.fixtures import camera_reference as ref
     from safetensors.torch import save_file
 
     from mmpos.integrations.diffusers.ucpe_checkpoint import convert_ucpe_state_dict, load_ucpe_checkpoint
+    from tests.fixtures import camera_reference as ref
 
     state = reference_checkpoint()
     save_file(state, str(tmp_path / "ucpe.safetensors"))

@@ -78,7 +78,7 @@ def test_qwen_generate_is_stock_at_the_training_size_and_extrapolates_above(save
     assert installed["schedules"]["row"] == {"method": "ntk", "original_length": 2.0, "dynamic": False}
 
 
-def test_qwen_generate_from_prompt_embeds_without_a_text_encoder(saved, tmp_path):
+def test_qwen_generate_from_prompt_embeds_without_a_text_encoder(saved, tmp_path, capsys):
     embeds = ["--model", str(saved / "qwen_no_text"), "--prompt-embeds", str(saved / "embeds.safetensors")]
     assert (
         main(
@@ -100,7 +100,7 @@ def test_qwen_generate_from_prompt_embeds_without_a_text_encoder(saved, tmp_path
     )
     assert Image.open(tmp_path / "embeds/image_0.png").size == (32, 64)
     save_file({"pooled_prompt_embeds": torch.zeros(1, 16)}, str(tmp_path / "bad.safetensors"))
-    with pytest.raises(ValueError, match=r"lacks \['prompt_embeds'\]; expected prompt_embeds"):
+    with pytest.raises(SystemExit) as exit_info:  # a user error: one line, exit code 2
         main(
             [
                 "generate",
@@ -113,3 +113,5 @@ def test_qwen_generate_from_prompt_embeds_without_a_text_encoder(saved, tmp_path
                 str(tmp_path / "bad"),
             ]
         )
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and "lacks ['prompt_embeds']; expected prompt_embeds" in last

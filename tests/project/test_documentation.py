@@ -28,6 +28,7 @@ from tests.fixtures.doc_blocks import (
     shell_commands,
 )
 from tests.fixtures.doc_tiny_weights import tiny_offline_weights
+from tests.fixtures.photos import save_photo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,6 +66,7 @@ def user_folder(tmp_path, monkeypatch):
             pixels = np.zeros((64, 64, 3), np.uint8)
             pixels[16:48, 16:48] = 255
         Image.fromarray(pixels).save(tmp_path / name)
+    save_photo(tmp_path / "photo.jpg")  # a 600 x 400 photo-like image: the README's photo edit
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -124,9 +126,8 @@ def test_python_blocks_run(page, user_folder, page_namespace):
 
 
 def test_the_worked_example_of_adding_an_encoding_passes_the_registry_sweep(user_folder, page_namespace, capsys):
-    from tests.encodings import test_registry_sweep as sweep
-
     from mmpos.encodings import registry
+    from tests.encodings import test_registry_sweep as sweep
 
     run_python_blocks(ROOT / "docs" / "adding_an_encoding.md", page_namespace)
     assert "torch.Size([1, 3])" in capsys.readouterr().out
@@ -150,9 +151,8 @@ def test_the_worked_example_of_adding_an_encoding_passes_the_registry_sweep(user
 def test_the_worked_camera_encoding_passes_the_registry_sweep(user_folder, page_namespace, capsys):
     """The page's camera encoding (one module, one registration) runs in the consumers and passes every check of
     the sweep that applies to a camera encoding."""
-    from tests.encodings import test_registry_sweep as sweep
-
     from mmpos.encodings import registry
+    from tests.encodings import test_registry_sweep as sweep
 
     run_python_blocks(ROOT / "docs" / "adding_an_encoding.md", page_namespace)
     printed = capsys.readouterr().out
