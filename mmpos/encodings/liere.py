@@ -76,7 +76,7 @@ class LieRE(BlockRotaryPE):
         """``A`` ``[num_heads, num_axes, num_blocks, b, b]`` (same layout as ComRoPE's)."""
         return skew_part(self.P).transpose(0, 1)
 
-    def compute_table(self, coords, complex_dtype):
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> BlockRotationTable:
         """:class:`BlockRotationTable` ``[..., H, L, m, b, b]``."""
         coords, real_dtype, work_dtype = self.angle_inputs(coords, complex_dtype)
         with torch.autocast(coords.device.type, enabled=False):
