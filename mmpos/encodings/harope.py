@@ -101,10 +101,11 @@ class HARoPE(RotaryPE):
 
     def factors(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(U, s, V)``: ``U, V`` ``[H, d, d]`` rotations, ``s`` ``[H, d]``, computed in ``dtype`` with autocast
-        off. The forward uses fp64 on CUDA for fp32 work (TF32 matmuls would break orthogonality at ~1e-3)."""
+        off. The forward uses fp64 on CUDA for fp32 work (TF32 matmuls would visibly break the factors' orthogonality;
+        docs/results.md, "Numbers behind implementation choices")."""
         with torch.autocast(self.sigma.device.type, enabled=False):
             generators = skew_from_upper(torch.stack([self.u_skew, self.v_skew]).to(dtype), self.head_dim)
-            u, v = taylor_matrix_exp(generators)  # one batched call for both factors; backward ~3x its forward
+            u, v = taylor_matrix_exp(generators)  # one batched call for both factors (its backward: docs/results.md)
             return u, self.singular_values().to(dtype), v
 
     def matrices(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,7 @@ generators per axis and head. The generators do not commute, so ``R(x)^T R(y)`` 
 ``y - x``: the baseline ComRoPE improves on, and the negative control of the relative-property tests.
 
 ``block_size = head_dim`` is LieRE's dense form (one ``head_dim x head_dim`` ``matrix_exp`` per token and
-head, ~5 ms each at d = 64 on a CPU). The default ``4`` is the block structure of the LieRE baseline in
+head: milliseconds each on a CPU, see docs/results.md, "Numbers behind implementation choices"). The default ``4`` is the block structure of the LieRE baseline in
 ComRoPE's code (closed-form exponential, still non-commuting). With ``block_size = 2`` the blocks commute
 and LieRE becomes RoPE-Mixed.
 """
