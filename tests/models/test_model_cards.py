@@ -10,7 +10,7 @@ import yaml
 
 from mmpos.training.model_cards import card_metadata, front_matter, split_front_matter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
 FOLDERS = {  # shipped model folder -> its card kind (mmpos.training.model_cards.card_metadata)
     "world-vae": "vae",
@@ -81,7 +81,8 @@ def test_the_folder_loads_with_its_from_pretrained_class(folder):
         assert isinstance(AutoencoderKL.from_pretrained(path), AutoencoderKL)
     elif kind in ("t2i", "fill", "kontext"):
         from diffusers import DiffusionPipeline
-        from test_world_pipeline_folders import CLASSES  # the pipeline test's classes (it also runs them)
+
+        from tests.models.test_world_pipeline_folders import CLASSES  # the pipeline test's classes (it also runs them)
 
         assert type(DiffusionPipeline.from_pretrained(path)) is CLASSES[kind]
     elif kind == "video":
