@@ -42,7 +42,7 @@ class LensAugmentation:
     k2: tuple = (-0.05, 0.05)
     xi: tuple = (0.2, 0.9)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         unknown = [m for m in self.models if m not in LENS_MODELS]
         if not self.models or unknown:
             raise ValueError(f"models={list(self.models)!r}: expected one or more of {LENS_MODELS}")
@@ -65,7 +65,8 @@ class LensAugmentation:
         return lens
 
 
-def _between(bounds, u: float) -> float:
+def _between(bounds: Sequence[float], u: float) -> float:
+    """The point ``u`` in ``[0, 1]`` of the way from ``bounds[0]`` to ``bounds[1]``."""
     return bounds[0] + (bounds[1] - bounds[0]) * u
 
 
@@ -81,7 +82,8 @@ def lens_camera(source: Pinhole, lens: dict) -> CameraModel:
     raise ValueError(f"lens {lens}: no zoom up to {zoom:.1f} fits the camera inside the source frame")
 
 
-def _build(source: Pinhole, lens: dict, zoom: float):
+def _build(source: Pinhole, lens: dict, zoom: float) -> CameraModel | None:
+    """The ``lens`` camera at ``zoom`` times ``source``'s focal lengths; ``None`` where its distortion folds."""
     base = dict(
         fx=source.fx * zoom, fy=source.fy * zoom, cx=source.cx, cy=source.cy, width=source.width, height=source.height
     )
@@ -105,7 +107,7 @@ def pixel_centres(width: int, height: int) -> torch.Tensor:
     return torch.stack([u, v], -1)
 
 
-def source_pixels(target: CameraModel, source: CameraModel):
+def source_pixels(target: CameraModel, source: CameraModel) -> tuple[torch.Tensor, torch.Tensor]:
     """``(pixels [H, W, 2] in the source image, valid [H, W])`` where each target pixel centre's ray lands."""
     rays, seen = target.unproject(pixel_centres(int(target.width), int(target.height)))
     pixels, imaged = source.project(rays)

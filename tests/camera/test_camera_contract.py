@@ -142,6 +142,34 @@ def test_plucker_old_signatures_equal_the_contract():
     assert PluckerRays.for_head_dim(8).proj is None and not PluckerRays.for_head_dim(8).capabilities.learnable
 
 
+def test_plucker_old_maps_takes_its_order_positionally_and_maps_without_rays_names_them():
+    c2w = random_c2w(8)
+    rays, _ = ray_grid(Pinhole(40, 40, 32, 24, 64, 48), GRID, dtype=F64)
+    by_keyword = old(PluckerRays.maps, c2w, rays, GRID, order="direction_moment")
+    assert torch.equal(old(PluckerRays.maps, c2w, rays, GRID, "direction_moment"), by_keyword)  # was a TypeError
+    moment_first = old(PluckerRays.maps, c2w, rays, GRID)
+    assert torch.equal(by_keyword, moment_first[:, :, [3, 4, 5, 0, 1, 2]])
+    with pytest.raises(ValueError, match="cameras.rays"):  # was an AttributeError on None
+        PluckerRays.maps(Cameras(c2w=c2w, grid=GRID))
+
+
+def test_rayrope_takes_the_contracts_positional_attn_mask():
+    """``attention(q, k, v, query, key, attn_mask)`` as every camera encoding takes it (the depth inputs are
+    keyword-only: a positional mask once landed in ``depth_q``)."""
+    c2w, k_mat = random_c2w(3), random_k(4)
+    pe = RayRoPE(24, num_rays=1)
+    side = pe.prepare(Cameras(c2w=c2w, grid=GRID, image_size=IMAGE, intrinsics=k_mat))
+    q, k, v = qkv(24)
+    raw = torch.randn(B, C * P, 2, generator=torch.Generator().manual_seed(5), dtype=F64) * 0.5
+    mask = torch.rand(C * P, C * P, generator=torch.Generator().manual_seed(6)) > 0.3
+    mask |= torch.eye(C * P, dtype=torch.bool)
+    masked = pe.attention(q, k, v, side, None, mask, depth_q=raw)
+    assert torch.equal(masked, pe.attention(q, k, v, side, attn_mask=mask, depth_q=raw))
+    assert (masked - pe.attention(q, k, v, side, depth_q=raw)).abs().max() > 1e-3  # the mask is applied
+    with pytest.raises(TypeError):
+        pe.attention(q, k, v, side, None, None, None, raw)  # depth_q positionally
+
+
 def test_the_contract_emits_no_warning():
     c2w, k_mat = random_c2w(0), random_k(1)
     rays, valid = fisheye_rays()

@@ -14,7 +14,16 @@ from torch.func import functional_call
 
 from mmpos.camera import Cameras, invert_pose, orthonormalize, pose_from_rotation_translation
 from mmpos.coords.grids import image_grid
-from mmpos.encodings import Capabilities, PEKind, create_pe, list_pes, pe_capabilities, pe_class, pe_options
+from mmpos.encodings import (
+    Capabilities,
+    PEKind,
+    PositionalEncoding,
+    create_pe,
+    list_pes,
+    pe_capabilities,
+    pe_class,
+    pe_options,
+)
 from mmpos.integrations.diffusers import set_pe
 from mmpos.integrations.timm import convert, pe_parameters
 from tests.conftest import logits
@@ -94,6 +103,7 @@ def camera_tokens(name, pe, seed=0):
 def test_kind_capabilities_and_example_options_agree(name):
     cls = pe_class(name)
     assert isinstance(cls.kind, PEKind) and isinstance(cls.capabilities, Capabilities)
+    assert issubclass(cls, PositionalEncoding) and cls.pe_name == name  # the typed base the registry returns
     assert pe_capabilities(name) is cls.capabilities
     assert set(cls.example_options) <= set(pe_options(name))
     pe = build(name)

@@ -21,6 +21,7 @@ from mmpos.models.world.image import (
 from mmpos.models.world.latents import latent_ids, pack, pack_pixel_mask
 from mmpos.models.world.samples import generate, held_out_examples
 from mmpos.models.world.text import WorldTextEncoder
+from mmpos.training.model_cards import card_metadata, split_front_matter
 from mmpos.training.world.training import train
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
@@ -142,6 +143,8 @@ def test_trained_checkpoint_loads_and_samples(trained):
         assert {"README.md", "model_card.json", "samples.png", "train_config.yaml"} <= {
             p.name for p in (root / name).iterdir()
         }
+        metadata, body = split_front_matter((root / name / "README.md").read_text())  # the Hub's front matter
+        assert metadata == card_metadata(name.removeprefix("world-")) and body.startswith(f"# {name}\n")
     pipe = load_world_pipeline("t2i", root)
     pipe.set_progress_bar_config(disable=True)
     assert pipe.transformer.dtype == torch.float32

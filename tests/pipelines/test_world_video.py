@@ -12,6 +12,7 @@ import torch
 from mmpos.camera import camera_centers
 from mmpos.eval.camera_following import camera_errors, clip_camera_errors, frame_motion, relative_motion, rotation_angle
 from mmpos.models.world.video import flow_loss, token_timesteps, world_video_transformer
+from mmpos.training.model_cards import card_metadata, split_front_matter
 from mmpos.world.video_data import (
     MOTIONS,
     Motion,
@@ -311,6 +312,8 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
     assert card["stages"]["ucpe"]["total_steps"] == 3 and "ucpe (continued)" in (folder / "README.md").read_text()
     for name in ("model_index.json", "README.md", "model_card.json", "samples.png", "camera-ucpe/config.json"):
         assert (folder / name).is_file(), name
+    for card_file, kind in (("README.md", "video"), ("camera-ucpe/README.md", "camera-ucpe")):  # Hub front matter
+        assert split_front_matter((folder / card_file).read_text())[0] == card_metadata(kind)
     with pytest.raises(FileExistsError, match="overwrite"):
         export_world_video(runs, folder, adapters=("ucpe",))
     check_a_second_export_into_one_new_folder(tmp_path / "continued", tmp_path / "raced", folder, monkeypatch)
