@@ -163,6 +163,7 @@ class SharedBandAttention(_BandRule):
         return self.adain_segments(query, key, context.segments)
 
     def adain_segments(self, query, key, segments):
+        """``adain_qk`` on q, k ``[B, S, H, D]`` with the sequence's ``segments``: the targets' image tokens."""
         if not self.config.adain_qk:
             return query, key
         return _adain_targets(query, segments.image), _adain_targets(key, segments.image)
@@ -233,6 +234,7 @@ class ContextBandScaling(_BandRule):
         return self.adain_segments(query, key, context.segments)
 
     def adain_segments(self, query, key, seg):
+        """``adain_qk`` on q, k ``[B, S, H, D]`` with the sequence's segments ``seg``: the target image's tokens."""
         if not self.config.adain_qk:
             return query, key
         return _adain_target_to_context(query, seg), _adain_target_to_context(key, seg)
