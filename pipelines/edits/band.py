@@ -107,7 +107,7 @@ def cli_run(args, config, load, tqdm) -> dict:
 
     pipe = load()
     variant = "kontext" if config.get("variant") == "kontext" else "flux"
-    band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config)
+    band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config, pipe)
     layers, axes, image_axes = attention_layout(pipe.transformer)
     probe_layer = min(int(figure.get("diagnostic_layer", 0)), layers - 1)
     side, guidance, placement = input_side(config, BAND), config.get("guidance"), None

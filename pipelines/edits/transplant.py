@@ -129,7 +129,7 @@ def cli_run(args, config, load, tqdm) -> dict:
         reference_masks=reference_masks,
         **where,
         **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
-        **sampler_options(config),
+        **sampler_options(config, pipe),
     )
     transplant = dict(config["transplant"])
 

@@ -8,6 +8,7 @@ diffusers pipeline's for the same seed and the config the run saved, pixel for p
 runs is one line naming the method's pipeline classes and families, exit code 2.
 """
 
+import inspect
 import json
 import os
 
@@ -84,14 +85,14 @@ def stock_images(tiny, name, config, batch, **call):
     """The stock pipeline's images ``[B, 3, H, W]`` with the run's sampler settings and seed."""
     embeds = family_prompt_embeds(TINY_FAMILY_MODELS[name][2], batch)
     pipe = stock(tiny, name)
-    return pipe(
-        **config["sampler"], **embeds, **call, generator=seeded_generator(config["seed"]), output_type="pt"
-    ).images
+    accepted = inspect.signature(pipe.__call__).parameters  # as the CLI: Qwen-Image 2.1 takes no guidance_scale
+    sampler = {key: value for key, value in config["sampler"].items() if key in accepted}
+    return pipe(**sampler, **embeds, **call, generator=seeded_generator(config["seed"]), output_type="pt").images
 
 
 # ---- band modulation ----------------------------------------------------------------------------------------------
 BAND = [("klein", "BandModulationFlux2KleinPipeline"), ("qwen", "BandModulationQwenImagePipeline"),
-        ("z_image", "BandModulationZImagePipeline")]  # fmt: skip
+        ("z_image", "BandModulationZImagePipeline"), ("qwen21", "BandModulationQwenImage21Pipeline")]  # fmt: skip
 
 
 @pytest.mark.parametrize("name, pipeline", BAND, ids=[n for n, _ in BAND])
@@ -99,7 +100,10 @@ def test_band_cli_runs_the_familys_pipeline_and_off_is_the_stock_pipeline(tiny, 
     side = TINY_FAMILY_MODELS[name][3]
     size = ["--set", f"sampler.height={side}", "--set", f"sampler.width={side}"]
     on = edit(tiny, "band", name, tmp_path / "on", 3, *size, "--set", "figure.sweep=[0.0]")
-    assert f"({pipeline})" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"({pipeline})" in printed
+    if name == "qwen21":  # the FLUX.1 config keys Qwen-Image 2.1 does not take
+        assert "sampler: BandModulationQwenImage21Pipeline takes no guidance_scale, max_sequence_length" in printed
     assert written(tmp_path / "on") == {"edited_0.png", "edited_1.png", "comparison.png", "diagnostic.png"}
     assert on["band"]["enabled"] is True and on["sampler"]["height"] == side
     off = edit(
