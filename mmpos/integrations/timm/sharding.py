@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import nn
 
+from ...ops.sharding import fully_shard_blocks as shard_per_block
 from .positions import block_owned
 
 
@@ -47,21 +48,4 @@ def fully_shard_blocks(model: nn.Module, **fsdp_options: Any) -> nn.Module:
             "Convert with share_pe=False (one encoding per block, the default for learned ones) or "
             "train with DDP"
         )
-    fully_shard = _fully_shard()
-    for block in model.blocks:
-        fully_shard(block, **fsdp_options)
-    return fully_shard(model, **fsdp_options)
-
-
-def _fully_shard():
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # torch < 2.6
-        try:
-            from torch.distributed._composable.fsdp import fully_shard
-        except ImportError as error:
-            raise ImportError(
-                "fully_shard_blocks needs FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.4 "
-                "with distributed support)"
-            ) from error
-    return fully_shard
+    return shard_per_block(model, model.blocks, **fsdp_options)

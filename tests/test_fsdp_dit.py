@@ -1,0 +1,56 @@
+"""FSDP2 (``fully_shard`` per block, then the root) with the reference DiT: every learned encoding it offers, 2
+processes (torchrun, gloo) equal to one process without FSDP on the whole batch, forward and one optimizer step (fp64).
+
+The DiT keeps its encodings on the model (``rotary_pes``, ``abs_pe``), so they belong to the root group, which FSDP
+gathers before the blocks run: the tables built there see whole parameters, and the blocks only apply them."""
+
+import pytest
+import torch
+from fsdp_worker import run_on_two_processes
+
+from mmpos.encodings import list_pes
+from mmpos.integrations.pe_parameters import named_pe_parameters
+from mmpos.models import DiT
+from mmpos.ops.sharding import fully_shard_blocks
+
+TINY = dict(sample_size=8, patch_size=2, in_channels=3, hidden_size=32, depth=3, num_heads=2, num_classes=4)
+
+
+def tiny_dits() -> dict:
+    """A tiny DiT per registered encoding it takes (those reading 1, 3 or 4 axes, or cameras, do not fit it)."""
+    models = {}
+    for pe in list_pes("absolute") + list_pes("rotary"):
+        try:
+            models[pe] = DiT(**TINY, pe=pe)
+        except ValueError as error:
+            assert "DiT (head_dim=16, num_heads=2)" in str(error), (pe, error)  # refused by the DiT, by name
+    return models
+
+
+def learned_dit_pes() -> list[str]:
+    """Encodings whose DiT trains encoding parameters (listed from the registry, not hard-coded)."""
+    return [pe for pe, model in tiny_dits().items() if named_pe_parameters(model)]
+
+
+def test_the_dit_has_learned_encodings_to_shard():
+    assert {"rope_mixed", "comrope_ap", "comrope_ld", "harope", "liere", "ape_learned"} <= set(learned_dit_pes())
+
+
+def test_fully_shard_blocks_names_a_model_without_blocks():
+    with pytest.raises(TypeError, match="Linear has no `blocks` ModuleList; pass blocks="):
+        fully_shard_blocks(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed support")
+def test_fsdp2_per_block_equals_one_process(tmp_path):
+    # and a shared encoding without parameters, one learned encoding shared by every block (on the root, so it
+    # shards too), activation checkpointing, and the root resharded after the forward (gathered again for backward)
+    cases = learned_dit_pes() + ["rope_axial", "rope_mixed:shared", "rope_mixed:checkpointed", "harope:reshard"]
+    for results in run_on_two_processes("dit", cases, tmp_path, port=29563):
+        for case in cases:
+            result = results[case]
+            assert "error" not in result, (case, result.get("error"))
+            assert result["sharded"], case  # every parameter was a DTensor shard before the forward
+            assert result["out"] < 1e-12 and result["after"] < 1e-12 and result["params"] < 1e-12, (case, result)
+            if case != "rope_axial":
+                assert result["encoding_params"] and result["encoding_step"] > 1e-5, (case, result)  # it trained
