@@ -47,16 +47,27 @@ def tiny_dit(pe: str, variant: str) -> torch.nn.Module:
     return model
 
 
-def batch(family: str, size: int) -> tuple:
-    """The global batch (the same on every rank): model inputs and the regression / class target."""
-    generator = torch.Generator().manual_seed(1)
+def tiny_model(family: str, pe: str, variant: str = "", dtype: torch.dtype = torch.float64) -> torch.nn.Module:
+    """The same tiny model on every rank (seeded), its weights moved away from their initial values (the DiT's
+    zero-initialised gates), so that every parameter matters."""
+    torch.manual_seed(0)
+    model = (tiny_vit if family == "timm" else tiny_dit)(pe, variant).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def batch(family: str, size: int, seed: int = 1, dtype: torch.dtype = torch.float64) -> tuple:
+    """A global batch (the same on every rank): model inputs and the regression / class target."""
+    generator = torch.Generator().manual_seed(seed)
     if family == "timm":
-        images = torch.randn(size, 3, 32, 32, generator=generator, dtype=torch.float64)
+        images = torch.randn(size, 3, 32, 32, generator=generator, dtype=dtype)
         return (images,), torch.randint(0, 5, (size,), generator=generator)
-    latents = torch.randn(size, 3, 8, 8, generator=generator, dtype=torch.float64)
-    timesteps = torch.rand(size, generator=generator, dtype=torch.float64) * 999
+    latents = torch.randn(size, 3, 8, 8, generator=generator, dtype=dtype)
+    timesteps = torch.rand(size, generator=generator, dtype=dtype) * 999
     labels = torch.randint(0, 4, (size,), generator=generator)
-    return (latents, timesteps, labels), torch.randn(size, 3, 8, 8, generator=generator, dtype=torch.float64)
+    return (latents, timesteps, labels), torch.randn(size, 3, 8, 8, generator=generator, dtype=dtype)
 
 
 def run(model, inputs) -> torch.Tensor:
@@ -99,11 +110,7 @@ def compare(family: str, case: str, rank: int, world: int) -> dict:
     pe, _, variant = case.partition(":")
     if variant not in VARIANTS:
         raise ValueError(f"case {case!r}: variant must be one of {VARIANTS}")
-    torch.manual_seed(0)
-    reference = (tiny_vit if family == "timm" else tiny_dit)(pe, variant).double()
-    with torch.no_grad():  # away from the initial values (the DiT's zero-initialised gates), so every parameter matters
-        for p in reference.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    reference = tiny_model(family, pe, variant)
     before = {name: p.detach().clone() for name, p in reference.named_parameters()}
     sharded = shard(family, copy.deepcopy(reference), variant)
     is_sharded = all(type(p).__name__ == "DTensor" for p in sharded.parameters())

@@ -34,10 +34,11 @@ def fully_shard_blocks(model: nn.Module, blocks: Iterable[nn.Module] | None = No
     fully_shard = fsdp2_fully_shard()
     for block in blocks:
         fully_shard(block, **fsdp_options)
-    return fully_shard(model, **fsdp_options)
+    sharded: nn.Module = fully_shard(model, **fsdp_options)
+    return sharded
 
 
-def fsdp2_fully_shard() -> Callable[..., nn.Module]:
+def fsdp2_fully_shard() -> Callable[..., Any]:
     """torch's FSDP2 ``fully_shard`` (``torch.distributed.fsdp`` from torch 2.6, ``_composable.fsdp`` before)."""
     try:
         from torch.distributed.fsdp import fully_shard

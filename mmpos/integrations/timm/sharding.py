@@ -3,7 +3,8 @@
 A block's own learned encoding (``rope_mixed``, ``comrope_*``, ``liere``: one per block by default) is sharded with
 its block and builds its table inside that block, where FSDP has gathered it. A learned encoding shared by every
 block (``share_pe=True``) builds one table before the blocks from parameters that live under every block, which
-per-block FSDP cannot gather there: it is refused (:func:`shared_encoding_params` names those parameters).
+per-block FSDP cannot gather there: it is refused (:func:`shared_encoding_params` names those parameters). The
+sharding itself is :func:`mmpos.ops.sharding.fully_shard_blocks`, which the reference DiT uses as it is.
 
     import mmpos.integrations.timm as mt
     mt.fully_shard_blocks(model)            # in each process, after init_process_group; then build the optimizer

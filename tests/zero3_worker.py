@@ -1,11 +1,13 @@
-"""One process of test_zero3_timm under torchrun (gloo, ``DS_ACCELERATOR=cpu``): for each encoding of ``PES`` (a JSON
-list), a converted tiny timm ViT trained ``STEPS`` SGD steps under DeepSpeed ZeRO-3 (``deepspeed.initialize`` with
-the DeepSpeed config accelerate makes of ``configs/accelerate/zero3.yaml``, gradient clipping included, in fp32, every
-parameter partitioned; each rank reads its half of every global batch) against the same model without ZeRO on the
-whole batches in this process, clipped the same way (fp32).
-Writes ``rank{R}.json``: per encoding, the largest differences of the outputs and parameters (or the error it raised).
+"""One process of test_zero3 under torchrun (gloo, ``DS_ACCELERATOR=cpu``): for each case ``"FAMILY:PE"`` of ``CASES``
+(a JSON list), a tiny model of ``FAMILY`` (``timm``: a converted ViT; ``dit``: the reference DiT; as in fsdp_worker)
+with encoding ``PE`` trained ``STEPS``
+SGD steps under DeepSpeed ZeRO-3 (``deepspeed.initialize`` with the DeepSpeed config accelerate makes of
+``configs/accelerate/zero3.yaml``, gradient clipping included, every parameter partitioned; each rank reads its half of
+every global batch) against the same model without ZeRO on the whole batches in this process, clipped the same way
+(fp32: DeepSpeed partitions fp16, bf16 and fp32 only). Writes ``rank{R}.json``: per case, the largest differences
+of the outputs and parameters (or the error it raised).
 
-    DS_ACCELERATOR=cpu python -m torch.distributed.run --nproc_per_node 2 tests/zero3_timm_worker.py PES STEPS DIR
+    DS_ACCELERATOR=cpu python -m torch.distributed.run --nproc_per_node 2 tests/zero3_worker.py CASES STEPS DIR
 """
 
 import copy
@@ -15,25 +17,14 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from timm.models.vision_transformer import VisionTransformer
+from fsdp_worker import batch, loss_of, run, tiny_model
 
-import mmpos.integrations.timm as mt
 from mmpos.integrations.pe_parameters import named_pe_parameters
 
 LR, MICRO_BATCH = 0.5, 2
 CONFIG = Path(__file__).parents[1] / "configs/accelerate/zero3.yaml"
 PLUGIN_KEYS = ("zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag")
 PLUGIN_KEYS += ("zero3_save_16bit_model", "gradient_accumulation_steps", "gradient_clipping")
-
-
-def tiny_converted(pe: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, num_classes=5)
-    model = mt.convert(model, pe=pe)
-    with torch.no_grad():  # away from the initial values, so every parameter matters
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
 
 
 def zero3_config(micro_batch: int, processes: int) -> dict:
@@ -52,31 +43,35 @@ def zero3_config(micro_batch: int, processes: int) -> dict:
     return config
 
 
-def compare(pe: str, steps: int, rank: int, world: int) -> dict:
+def train_reference(reference, inputs, target, optimizer, clip: float) -> torch.Tensor:
+    """One step of the model without ZeRO on the whole batch; its output before the step."""
+    out = run(reference, inputs)
+    loss_of(out, target).backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    return out.detach()
+
+
+def compare(family: str, pe: str, steps: int, rank: int, world: int) -> dict:
     import deepspeed
 
     config = zero3_config(MICRO_BATCH, world)
-    reference = tiny_converted(pe)
+    reference = tiny_model(family, pe, dtype=torch.float32)
     before = {name: p.detach().clone() for name, p in reference.named_parameters()}
     model = copy.deepcopy(reference)
     engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=LR), config=config)
     partitioned = all(p.numel() == 0 and hasattr(p, "ds_id") for p in model.parameters())
     optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
-    generator = torch.Generator().manual_seed(1)  # the same global batches on every rank
     mine, out_diff = slice(MICRO_BATCH * rank, MICRO_BATCH * (rank + 1)), 0.0
-    for _ in range(steps):
-        images = torch.randn(MICRO_BATCH * world, 3, 32, 32, generator=generator)
-        labels = torch.randint(0, 5, (MICRO_BATCH * world,), generator=generator)
-        out = engine(images[mine])
-        engine.backward(torch.nn.functional.cross_entropy(out, labels[mine]))
+    for index in range(steps):  # the same global batches on every rank
+        inputs, target = batch(family, MICRO_BATCH * world, seed=1 + index, dtype=torch.float32)
+        out = run(engine, [x[mine] for x in inputs])
+        engine.backward(loss_of(out, target[mine]))
         engine.step()
-        expected = reference(images)
-        torch.nn.functional.cross_entropy(expected, labels).backward()
-        if config["gradient_clipping"]:
-            torch.nn.utils.clip_grad_norm_(reference.parameters(), config["gradient_clipping"])
-        optimizer.step()
-        optimizer.zero_grad()
-        out_diff = max(out_diff, (out.detach() - expected[mine].detach()).abs().max().item())
+        expected = train_reference(reference, inputs, target, optimizer, config["gradient_clipping"])
+        out_diff = max(out_diff, (out.detach() - expected[mine]).abs().max().item())
     expected_params = dict(reference.named_parameters())
     with deepspeed.zero.GatheredParameters(list(model.parameters())):
         params = {name: (p.detach() - expected_params[name].detach()).abs().max().item()
@@ -94,17 +89,18 @@ def compare(pe: str, steps: int, rank: int, world: int) -> dict:
 
 
 def main():
-    pes, steps, records = json.loads(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     import deepspeed
 
+    cases, steps, records = json.loads(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
     deepspeed.init_distributed(dist_backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     results = {}
-    for pe in pes:
+    for case in cases:
+        family, _, pe = case.partition(":")
         try:
-            results[pe] = compare(pe, steps, rank, world)
-        except Exception as error:  # reported to the test, which names the encoding
-            results[pe] = dict(error=f"{type(error).__name__}: {error}"[:2000])
+            results[case] = compare(family, pe, steps, rank, world)
+        except Exception as error:  # reported to the test, which names the case
+            results[case] = dict(error=f"{type(error).__name__}: {error}"[:2000])
     (records / f"rank{rank}.json").write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()
 
