@@ -152,7 +152,12 @@ class CameraAttnProcessor:
     """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added.
 
     ``conditioning`` is a :class:`CameraConditioning`, or a :class:`CameraCalls` whose calling thread's
-    conditioning is read per call (``None``: the level beneath runs unchanged)."""
+    conditioning is read per call (``None``: the level beneath runs unchanged).
+
+    ``_parallel_config`` is the attribute diffusers' ``enable_parallelism`` sets on the processors it finds: a
+    call under context parallelism is refused (:func:`check_not_context_parallel`)."""
+
+    _parallel_config = None
 
     def __init__(self, conditioning, layer: int, slot):
         self.conditioning, self.layer, self.slot = conditioning, layer, slot
@@ -161,6 +166,8 @@ class CameraAttnProcessor:
         self, attn, hidden_states: torch.Tensor, encoder_hidden_states=None, attention_mask=None, rotary_emb=None
     ) -> torch.Tensor:
         beneath = self.slot.below(CAMERA)
+        if self._parallel_config is not None or getattr(beneath, "_parallel_config", None) is not None:
+            check_not_context_parallel(True)
         conditioning = self.conditioning
         if isinstance(conditioning, CameraCalls):
             conditioning = conditioning.current()
@@ -183,9 +190,21 @@ def check_adapter_fits(transformer, adapter: CameraAdapter) -> None:
         )
 
 
+def check_not_context_parallel(parallel: bool) -> None:
+    """Camera adapters refuse diffusers' context parallelism: each rank's hidden states are a shard of the
+    sequence, the camera conditioning (rays, the branch's attention) covers all of it."""
+    if parallel:
+        raise RuntimeError(
+            "camera adapters do not run under diffusers' context parallelism (enable_parallelism): the camera "
+            "conditioning covers the whole sequence while each rank holds a shard of the tokens; run camera "
+            "calls on one process per video (data parallel), without enable_parallelism"
+        )
+
+
 def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
+    check_not_context_parallel(getattr(transformer, "_parallel_config", None) is not None)
     if isinstance(conditioning, CameraConditioning):
         check_adapter_fits(transformer, conditioning.adapter)
     installer = ProcessorInstaller.of(transformer)
