@@ -1,14 +1,17 @@
 """One rank of test_context_parallel's per-rank table runs (torchrun, gloo): per case a tiny fp32 model with
 ``set_pe`` run in one process, then a second copy (same seed, empty caches) under diffusers' ``enable_parallelism``
-twice (the second forward must reuse the cached tables). Writes ``rank{R}.json``: per case the largest difference
-to one process (both parallel forwards), the rows of every table and coordinate tensor the seam caches, this rank's
-token count and the tables built by the second forward.
+three times (the third forward must reuse the cached tables; ``wan+KIND`` families run every forward under a
+seeded camera adapter of that kind). Writes ``rank{R}.json``: per case the largest difference to one process, the
+rows of every table and coordinate tensor the seam caches, this rank's token count, the tables the third forward
+built and (camera cases) how much the camera changes the one-process output; or the error of a refused case.
 
-Cases: ``[family, pe, mode, grid, preset]``; ``grid`` is Wan's latent ``(frames, height, width)`` or Flux's
-``(height, width, text)`` or FLUX.2's ``(rows, cols, text[, reference rows, reference cols])``; ``preset`` an extrapolation preset of :func:`model_extrapolation` or ``null``. The
-diffusers CPU limitations patched (and only those): see :mod:`cp_patches`.
+Cases: ``[family, pe, mode, grid, preset]``; ``grid`` is Wan's latent ``(frames, height, width)``, Flux's
+``(height, width, text)`` or FLUX.2's ``(rows, cols, text[, reference rows, reference cols])``; ``preset`` an
+extrapolation preset of :func:`model_extrapolation` or ``null``. The diffusers CPU limitations patched (and only
+those): see :mod:`cp_patches`.
 """
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -24,7 +27,10 @@ from fixtures.families import FLUX2_CONFIG  # noqa: E402
 from fixtures.families import _flux2_inputs as flux2_inputs  # noqa: E402
 from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs  # noqa: E402
 
+from mmpos.camera import preset_trajectory  # noqa: E402
+from mmpos.camera.video import video_cameras  # noqa: E402
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe  # noqa: E402
+from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning  # noqa: E402
 
 
 def model_and_inputs(family, pe, grid, preset):
@@ -64,26 +70,58 @@ def cached_rows(seam) -> list[int]:
     return rows
 
 
+def camera_context(kind, grid):
+    """``model -> with block`` conditioning a Wan forward on an orbit through a seeded ``kind`` adapter (the same
+    weights for every model), or no camera (``kind`` empty)."""
+    if not kind:
+        return lambda model: contextlib.nullcontext()
+    frames, height, width = grid
+    cameras = video_cameras(preset_trajectory("orbit", 4 * (frames - 1) + 1), (frames, height // 2, width // 2),
+                            (8 * height, 8 * width))  # fmt: skip
+    adapter = CameraAdapter.for_transformer(tiny_wan(), kind)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in adapter.parameters():  # a trained-looking adapter (zero-initialised adds nothing)
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return lambda model: camera_conditioning(model, adapter, cameras)
+
+
+def run_case(family, pe, mode, grid, preset) -> dict:
+    family, _, kind = family.partition("+")  # "wan+plucker": Wan with a camera adapter
+    camera = camera_context(kind, grid)
+    model, inputs, parts = model_and_inputs(family, pe, grid, preset)
+    with torch.no_grad():
+        without_camera = model(**inputs, return_dict=False)[0]
+        with camera(model):
+            alone = model(**inputs, return_dict=False)[0]
+    model, _, _ = model_and_inputs(family, pe, grid, preset)
+    model.enable_parallelism(config=cp_patches.parallel_config(mode, any(n % 2 for n in parts)))
+    outputs = []
+    try:
+        for _ in range(2):
+            with torch.no_grad(), camera(model):
+                outputs.append(model(**inputs, return_dict=False)[0])
+    except RuntimeError as error:  # a refusal (recorded, checked by the test)
+        return dict(error=str(error))
+    seam = position_module(model)
+    builds = seam.table_builds
+    with torch.no_grad(), camera(model):
+        outputs.append(model(**inputs, return_dict=False)[0])
+    return dict(
+        difference=max(float((out - alone).abs().max()) for out in outputs),
+        cached_rows=cached_rows(seam),
+        own_tokens=sum(len(torch.arange(n).tensor_split(2)[dist.get_rank()]) for n in parts),
+        second_forward_builds=seam.table_builds - builds,
+        camera_effect=float((alone - without_camera).abs().max()),
+    )
+
+
 torch.manual_seed(0)
 out_dir, cases = Path(sys.argv[1]), json.loads(sys.argv[2])
 cp_patches.start()
-results = {}
-for family, pe, mode, grid, preset in cases:
-    model, inputs, parts = model_and_inputs(family, pe, grid, preset)
-    with torch.no_grad():
-        alone = model(**inputs, return_dict=False)[0]
-        model, _, _ = model_and_inputs(family, pe, grid, preset)
-        model.enable_parallelism(config=cp_patches.parallel_config(mode, any(n % 2 for n in parts)))
-        first = model(**inputs, return_dict=False)[0]
-        seam = position_module(model)
-        builds = seam.table_builds
-        second = model(**inputs, return_dict=False)[0]
-    own = sum(len(torch.arange(n).tensor_split(2)[dist.get_rank()]) for n in parts)
-    results[f"{family}/{pe}/{mode}/{grid}/{preset}"] = dict(
-        difference=max(float((out - alone).abs().max()) for out in (first, second)),
-        cached_rows=cached_rows(seam),
-        own_tokens=own,
-        second_forward_builds=seam.table_builds - builds,
-    )
+results = {
+    f"{family}/{pe}/{mode}/{grid}/{preset}": run_case(family, pe, mode, grid, preset)
+    for family, pe, mode, grid, preset in cases
+}
 (out_dir / f"rank{dist.get_rank()}.json").write_text(json.dumps(results))
 dist.destroy_process_group()

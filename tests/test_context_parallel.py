@@ -78,6 +78,10 @@ TABLE_CASES = {
         ["wan", "rope_axial", "ring", [2, 8, 8], "ntk"],
     ],
     "flux": [["flux", "native", "ring", [4, 4, 8], None], ["flux", "rope_mixed", "ulysses", [5, 5, 7], None]],
+    "camera": [
+        ["wan+plucker", "native", "ulysses", [2, 8, 8], None],
+        ["wan+plucker", "rope_mixed", "ring", [1, 6, 10], None],
+    ],
     "flux2": [
         ["flux2", "native", "ulysses", [4, 4, 4], None],
         ["flux2", "native", "ring", [6, 6, 5, 2, 4], "dype"],
@@ -90,23 +94,41 @@ TABLE_CASES = {
 def per_rank_tables(tmp_path_factory):
     """One 2-process run of every case of TABLE_CASES: per rank, per case, what cp_tables_worker.py records."""
     out = tmp_path_factory.mktemp("cp_tables")
-    cases = [case for family in TABLE_CASES.values() for case in family]
+    cases = [case for family in TABLE_CASES.values() for case in family] + REFUSED
     torchrun(TABLES_WORKER, out, json.dumps(cases))
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
+REFUSED = [["wan+ucpe", "native", "ring", [2, 8, 8], None], ["wan+prope", "rope_axial", "ulysses", [2, 8, 8], None]]
+
+
 @pytest.mark.parametrize("family", sorted(TABLE_CASES))
 def test_two_process_tables_are_per_rank_and_equal_one_process(per_rank_tables, family):
-    """Output == one process (fp32, <= 1e-6; both parallel forwards); every table and coordinate tensor a rank's
+    """Output == one process (fp32, <= 1e-6; every parallel forward); every table and coordinate tensor a rank's
     seam keeps between forwards has at most that rank's rows (never the whole sequence's: before, Wan's seam
-    cached the whole grid's tables on every rank); the second forward builds no table (the cache hits)."""
+    cached the whole grid's tables on every rank); the third forward builds no table (the cache hits). The camera
+    cases (a seeded ``plucker`` adapter, its rays cut with the tokens) change the output, and equal one process."""
     for rank, results in enumerate(per_rank_tables):
-        for family_, pe, mode, grid, preset in TABLE_CASES[family]:
-            name = f"{family_}/{pe}/{mode}/{grid}/{preset}"
+        for case in TABLE_CASES[family]:
+            name = "/".join(map(str, case))
             got = results[name]
+            assert "error" not in got, f"rank {rank}, {name}: {got.get('error')}"
             assert got["difference"] <= 1e-6, f"rank {rank}, {name}: differs from one process by {got['difference']}"
             assert max(got["cached_rows"]) <= got["own_tokens"], f"rank {rank}, {name}: caches {got['cached_rows']}"
-            assert got["second_forward_builds"] == 0, f"rank {rank}, {name}: tables rebuilt at the second forward"
+            assert got["second_forward_builds"] == 0, f"rank {rank}, {name}: tables rebuilt at the third forward"
+            if family == "camera":
+                assert got["camera_effect"] > 1e-3, f"rank {rank}, {name}: the camera changes nothing"
+
+
+def test_two_process_branch_camera_adapters_are_refused_by_name(per_rank_tables):
+    """``ucpe`` / ``prope`` (an attention branch over the whole sequence) under real context parallelism: a
+    one-line error naming the kind and what runs instead, never a result."""
+    for results in per_rank_tables:
+        for case in REFUSED:
+            kind = case[0].split("+")[1]
+            error = results["/".join(map(str, case))].get("error", "")
+            assert f"the '{kind}' camera adapter does not run under diffusers' context parallelism" in error
+            assert "['plucker']" in error and "\n" not in error
 
 
 def shard(ids, rank, world_size=2):

@@ -102,20 +102,21 @@ def cameras():
     return video_cameras(preset_trajectory("orbit", 5), (2, 4, 3), (64, 48))
 
 
-def test_camera_adapter_on_a_context_parallel_model_is_refused():
+@pytest.mark.parametrize("kind", ["ucpe", "prope"])
+def test_a_branch_camera_adapter_on_a_context_parallel_model_is_refused(kind):
     model = tiny_wan()
-    adapter = CameraAdapter.for_transformer(model, "plucker")
+    adapter = CameraAdapter.for_transformer(model, kind)
     model._parallel_config = object()  # what enable_parallelism records
-    with pytest.raises(RuntimeError, match="camera adapters do not run under diffusers' context parallelism"):
+    with pytest.raises(RuntimeError, match=f"the '{kind}' camera adapter does not run under diffusers' context"):
         with camera_conditioning(model, adapter, cameras()):
             pass
     assert ProcessorInstaller.find(model) is None  # nothing was installed
 
 
-@pytest.mark.parametrize("kind", ["plucker", "ucpe"])
-def test_context_parallelism_enabled_after_the_camera_adapter_is_refused_at_the_call(kind):
+@pytest.mark.parametrize("kind", ["ucpe", "prope"])
+def test_context_parallelism_enabled_after_a_branch_camera_adapter_is_refused_at_the_call(kind):
     """enable_parallelism sets ``_parallel_config`` on the processors it finds (the camera level's): the next
-    call is refused instead of attending within each rank's shard."""
+    call is refused instead of running the branch over each rank's shard only."""
     model = tiny_wan()
     set_pe(model, "native")
     adapter = CameraAdapter.for_transformer(model, kind)
@@ -123,5 +124,5 @@ def test_context_parallelism_enabled_after_the_camera_adapter_is_refused_at_the_
     for processor in model.attn_processors.values():  # as enable_parallelism does
         if hasattr(processor, "_parallel_config"):
             processor._parallel_config = object()
-    with pytest.raises(RuntimeError, match="context parallelism"), torch.no_grad():
+    with pytest.raises(RuntimeError, match="plucker"), torch.no_grad():  # names what runs under it
         model(**tiny_wan_inputs(frames=2, height=8, width=6))

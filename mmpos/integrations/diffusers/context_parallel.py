@@ -101,3 +101,14 @@ def own_rows(hook, length: int) -> tuple[int, int]:
             raise RuntimeError(f"the context-parallel split of {length} rows is not contiguous")
         rows[length] = (start, stop)
     return rows[length]
+
+
+def shard_sequence(x: torch.Tensor, dim: int, parallel_config) -> torch.Tensor:
+    """This rank's shard of ``x`` along ``dim`` under a processor's ``_parallel_config`` (diffusers' ``ParallelConfig``),
+    cut by diffusers' own sharders exactly as the plan cuts the hidden states."""
+    from diffusers.hooks.context_parallel import EquipartitionSharder, PartitionAnythingSharder
+
+    config = getattr(parallel_config, "context_parallel_config", parallel_config)
+    if config.ulysses_anything or config.ring_anything:
+        return PartitionAnythingSharder.shard_anything(x, dim, config._flattened_mesh)
+    return EquipartitionSharder.shard(x, dim, config._flattened_mesh)
