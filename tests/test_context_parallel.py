@@ -21,6 +21,7 @@ import pytest
 import torch
 from fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 
+from mmpos.coords.grids import grid_coords, grid_rows
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 
 WORKER = Path(__file__).with_name("cp_flux_worker.py")
@@ -175,3 +176,14 @@ def test_extents_are_set_for_the_forward_only():
     assert step.extents is None
     restore(model)
     assert not model._forward_hooks and not model._forward_pre_hooks
+
+
+@pytest.mark.parametrize("shape,start,stop", [((2, 4, 3), 0, 24), ((2, 4, 3), 5, 17), ((1, 3, 5), 8, 15), ((7,), 2, 2)])
+def test_grid_rows_are_those_rows_of_the_grid(shape, start, stop):
+    """A Wan rank's coordinates, built without the rest of the grid."""
+    assert torch.equal(grid_rows(shape, start, stop), grid_coords(shape)[start:stop])
+
+
+def test_grid_rows_outside_the_grid_are_refused():
+    with pytest.raises(ValueError, match="rows 20:25 are outside the 24 cells of the grid"):
+        grid_rows((2, 4, 3), 20, 25)
