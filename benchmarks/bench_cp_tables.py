@@ -19,7 +19,7 @@ for the peak, the measured peak bytes per token scaled to the token count.
     OMP_NUM_THREADS=1 python benchmarks/bench_cp_tables.py --processes 4 --out cp_tables.json
 
 The diffusers CPU limitation patched on the ranks (and only it): ``torch.accelerator.device_count()`` is 0
-without an accelerator and diffusers takes ``rank % 0`` (made 1), as in ``tests/cp_patches.py``.
+without an accelerator and diffusers takes ``rank % 0`` (made 1), as in ``tests/workers/cp_patches.py``.
 """
 
 from __future__ import annotations

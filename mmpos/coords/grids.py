@@ -70,7 +70,9 @@ def grid_coords(
     return torch.stack(mesh, dim=-1).reshape(-1, len(shape))
 
 
-def grid_rows(shape: Sequence[int], start: int, stop: int, dtype: torch.dtype = torch.float32, device: Device = None):
+def grid_rows(
+    shape: Sequence[int], start: int, stop: int, dtype: torch.dtype = torch.float32, device: Device = None
+) -> torch.Tensor:
     """Rows ``start:stop`` of ``grid_coords(shape)`` (index mode), ``[stop - start, len(shape)]``, built without the
     rest of the grid (a context-parallel rank's share of a model's grid)."""
     shape = tuple(int(n) for n in shape)

@@ -21,7 +21,7 @@ Scheduled encodings (extrapolation presets) resolve their spectrum from the exte
 measured before the plan shards the ids (:mod:`.global_extents`), never from the shard's.
 
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
-statistics of the local shard (e.g. a grid size taken from ``ids.max()``). ``tests/test_context_parallel.py``
+statistics of the local shard (e.g. a grid size taken from ``ids.max()``). ``tests/integrations/test_context_parallel.py``
 runs Flux and Wan on 2 processes (gloo); the single-process tests replay the sharding with
 :func:`shard_like_context_parallel`.
 """
