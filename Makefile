@@ -62,7 +62,7 @@ typecheck: $(VENV)/.dev
 
 # the API reference and guide site (mkdocs.yml); --strict: a broken reference or link fails the build
 docs: $(VENV)/.dev
-	$(VENV)/bin/mkdocs build --strict --site-dir outputs/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir outputs/site
 
 clean:
 	rm -rf $(VENV) outputs
