@@ -64,6 +64,25 @@ def test_session_installs_and_restores_processors():
         EditSession(transformer, EditContext(rules={5: spy})).__enter__()
 
 
+def test_an_edit_under_context_parallelism_is_refused_by_name():
+    """diffusers' enable_parallelism sets ``_parallel_config`` on the model: an edit session refuses it at entry,
+    and at the next forward when the model is made parallel inside the session; the processors are restored."""
+    pipe = FluxPipeline(**components())
+    transformer = pipe.transformer
+    before = dict(transformer.attn_processors)
+    transformer._parallel_config = object()
+    with pytest.raises(RuntimeError, match="context parallelism"):
+        EditSession(transformer, EditContext(rules={0: StepSpy()})).__enter__()
+    assert transformer.attn_processors == before and not transformer._forward_pre_hooks
+    del transformer._parallel_config
+    with EditSession(transformer, EditContext(rules={0: StepSpy()}), pipe.scheduler):
+        transformer._parallel_config = object()
+        with pytest.raises(RuntimeError, match="enable_parallelism"):
+            pipe(height=32, width=32, num_inference_steps=1, output_type="latent", **embeddings())
+        del transformer._parallel_config
+    assert transformer.attn_processors == before
+
+
 def test_hook_step_is_the_scheduler_step_under_true_cfg_and_restarts():
     pipe = FluxPipeline(**components())
     spy = StepSpy()
