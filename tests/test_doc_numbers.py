@@ -1,0 +1,237 @@
+"""Deterministic numbers in README.md and docs/*.md against the scripts that produce them (issue 31, item 4).
+
+Each test parses the number from the page's text (never a copy of it here) and compares it, at the rounding the page
+uses, with what the producing script computes now (cheap: tiny shapes, seconds) or, for results of runs that take
+CPU hours (the novel-view, camera-following and ViT benchmarks), with the JSON the script wrote, formatted by the
+script's own table function. Timing numbers are not checked here (they carry machine, date and command instead).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def page(name: str) -> str:
+    return (ROOT / name).read_text()
+
+
+def load_script(path: str, name: str):
+    """A script of ``scripts/``, ``benchmarks/`` or ``tests/cuda`` imported as a module (they are not packages)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def doc_table(text: str, header_start: str) -> list[list[str]]:
+    """The body rows (cells, ``**`` bold marks dropped) of the markdown table whose header starts with
+    ``header_start``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip().replace("**", "") for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def as_printed(value: float, text: str) -> float:
+    """``value`` rounded as ``text`` is written: ``8.4e-3`` (two significant digits), ``0.245`` (three decimals)."""
+    mantissa = re.match(r"[-+]?(\d+)(?:\.(\d+))?(e[-+]?\d+)?$", text)
+    assert mantissa, f"not a number as the docs print them: {text!r}"
+    decimals = len(mantissa.group(2) or "")
+    if mantissa.group(3):
+        return float(f"{value:.{decimals}e}")
+    return round(value, decimals)
+
+
+def assert_printed(value: float, text: str, where: str) -> None:
+    assert math.isclose(as_printed(value, text), float(text), rel_tol=0, abs_tol=1e-12), (
+        f"{where}: the page says {text}, the script gives {value:.4g}"
+    )
+
+
+# -- bf16 errors against fp64 (recomputed: seconds) ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def camera_accuracy() -> dict:
+    """``python benchmarks/bench_camera.py --check --shapes tiny``'s accuracy rows, by encoding."""
+    bench = load_script("benchmarks/bench_camera.py", "bench_camera_for_docs")
+    return {row["encoding"]: row for row in bench.check_accuracy("cpu", "tiny")}
+
+
+def test_camera_bf16_errors_in_docs_cameras(camera_accuracy):
+    rows = doc_table(page("docs/cameras.md"), "| encoding | bf16 vs fp64")
+    assert {row[0].split()[0] for row in rows} == set(camera_accuracy)
+    for name, error, sdpa in rows:
+        measured = camera_accuracy[name.split()[0]]
+        assert_printed(measured["rel_max_error"], error, f"docs/cameras.md {name}")
+        if sdpa != "-":
+            assert_printed(measured["sdpa_bf16_rel_max_error"], sdpa, f"docs/cameras.md {name} (SDPA)")
+
+
+def test_camera_bf16_errors_in_docs_results(camera_accuracy):
+    row = next(line for line in page("docs/results.md").splitlines() if line.startswith("| camera encodings, bf16"))
+    found = dict(re.findall(rf"(PRoPE|UCPE|RayRoPE) ({NUMBER})", row))
+    assert set(found) == {"PRoPE", "UCPE", "RayRoPE"}, row
+    for name, text in found.items():
+        assert_printed(camera_accuracy[name.lower()]["rel_max_error"], text, f"docs/results.md {name}")
+    sdpa = re.search(rf"plain bf16 SDPA: ({NUMBER})", row).group(1)
+    assert_printed(camera_accuracy["prope"]["sdpa_bf16_rel_max_error"], sdpa, "docs/results.md SDPA")
+
+
+@pytest.fixture(scope="module")
+def edit_precision() -> dict:
+    """``tests/cuda/test_edit_cuda.py --device cpu``'s precision rows: case -> (edit error, stock error)."""
+    check = load_script("tests/cuda/test_edit_cuda.py", "edit_cuda_for_docs")
+    torch.manual_seed(0)  # the checks seed their modules themselves; this makes the call independent of order
+    rows = check.precision_checks(torch.device("cpu"))
+    return {case.split()[0]: (edit, stock) for case, edit, stock in rows}
+
+
+@pytest.mark.parametrize("name", ["docs/editing.md", "docs/results.md"])
+def test_edit_bf16_errors(edit_precision, name):
+    pattern = (
+        rf"band shared attention ({NUMBER}) \(stock ({NUMBER})\), LooseRoPE logit mix[a-z ]*? ({NUMBER}) "
+        rf"\(stock ({NUMBER})\)"
+    )
+    found = re.search(pattern, " ".join(page(name).split()))
+    assert found, f"{name}: the editing precision sentence is missing"
+    band, band_stock, loose, loose_stock = found.groups()
+    assert_printed(edit_precision["band"][0], band, f"{name} band")
+    assert_printed(edit_precision["band"][1], band_stock, f"{name} band (stock)")
+    assert_printed(edit_precision["looserope"][0], loose, f"{name} LooseRoPE")
+    assert_printed(edit_precision["looserope"][1], loose_stock, f"{name} LooseRoPE (stock)")
+
+
+# -- counts (recomputed) ----------------------------------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_novel_view_parameter_counts():
+    from mmpos.training.world.nvs_training import NVSRecipe, build_model
+
+    text = " ".join(page("docs/results.md").split())
+    sentence = re.search(r"Parameters: (.*?)\. ", text).group(1)
+    documented = {}
+    for count, names in re.findall(r"([\d,]{6,}) \(([^)]*)\)", sentence):
+        for name in re.findall(r"`(\w+)`", names):
+            documented[name] = _count(count)
+    assert set(documented) == {"none", "prope", "ucpe", "rayrope", "plucker"}, sentence
+    for name, count in documented.items():
+        model = build_model(NVSRecipe(encoding=name))
+        assert sum(p.numel() for p in model.parameters()) == count, name
+
+
+def _safetensors_count(path: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as handle:
+        return sum(math.prod(handle.get_slice(k).get_shape()) for k in handle.keys())
+
+
+def test_world_video_parameter_counts():
+    text = " ".join(page("docs/results.md").split())
+    base = re.search(r"`WanTransformer3DModel` \([^)]*?, ([\d.]+)M parameters\)", text).group(1)
+    ucpe = re.search(r"`ucpe` \(([\d,]+) parameters\)", text).group(1)
+    plucker = re.search(r"`plucker` \(([\d,]+)\)", text).group(1)
+    folder = ROOT / "assets/world-video"
+    weights = "diffusion_pytorch_model.safetensors"
+    assert f"{_safetensors_count(folder / 'transformer' / weights) / 1e6:.2f}" == base
+    assert _safetensors_count(folder / "camera-ucpe" / weights) == _count(ucpe)
+    assert _safetensors_count(folder / "camera-plucker" / weights) == _count(plucker)
+
+
+def test_the_number_of_diffusers_families():
+    from mmpos.integrations.diffusers.families import list_families
+
+    readme = re.search(r"on all (\d+) diffusers families", page("README.md")).group(1)
+    results = re.search(r"over the (\d+) families", page("docs/results.md")).group(1)
+    table = page("README.md").split("<!-- families-table:start -->")[1].split("<!-- families-table:end -->")[0]
+    assert int(readme) == int(results) == len(list_families()) == table.count("\n| `")
+
+
+# -- results of long runs: the page's table == the script's table of its JSON -------------------------------------
+
+
+def test_novel_view_table_is_the_results_json():
+    nvs = load_script("scripts/eval_nvs.py", "eval_nvs_for_docs")
+    runs = json.loads((ROOT / "assets/results/nvs/results.json").read_text())
+    rows = doc_table(page("docs/results.md"), "| encoding | test PSNR |")
+    assert [r[0] for r in rows] == [*dict.fromkeys(run["encoding"] for run in runs)]
+    columns = [f"{s}_{m}" for s in ("test", "wide", "fisheye") for m in ("psnr", "ssim")]
+    for row in rows:
+        group = [run for run in runs if run["encoding"] == row[0]]
+        for column, cell in zip(columns, row[1:7]):
+            values = [run[column] for run in group]
+            digits = 3 if column.endswith("ssim") else 2
+            expected = nvs.summary(values, digits) if len(group) > 1 else f"{values[0]:.{digits}f}"
+            assert cell == expected, f"{row[0]} {column}: page {cell}, results.json {expected}"
+        for offset, name in ((7, "wide"), (8, "fisheye")):
+            gap = sum(run[f"{name}_psnr"] - run["test_psnr"] for run in group) / len(group)
+            assert row[offset] == f"{gap:+.2f}", f"{row[0]} {name} - test"
+        if row[9] != "-":
+            assert row[9] == f"{sum(run['cpu_seconds'] for run in group) / len(group) / 60:.1f}", row[0]
+
+
+def test_camera_following_table_is_the_results_json():
+    follow = load_script("scripts/eval_camera_following.py", "eval_camera_following_for_docs")
+    summary = json.loads((ROOT / "assets/results/camera_following/results.json").read_text())["summary"]
+    expected = [line.split("|")[2:-1] for line in follow.table(summary).splitlines()[2:]]
+    rows = doc_table(page("docs/results.md"), "| condition | PSNR (dB) |")
+    assert len(rows) == len(expected)
+    for row, cells in zip(rows, expected):
+        assert [c if c != "-" else "n/a" for c in row[1:]] == [c.strip() for c in cells], row[0]
+
+
+def test_vit_benchmark_table_is_the_results_json():
+    bench = load_script("scripts/vit_benchmark.py", "vit_benchmark_for_docs")
+    collected = json.loads((ROOT / "assets/results/vit_bench/results.json").read_text())
+    expected = bench.markdown(collected).splitlines()[2:]
+    text = page("docs/results.md")
+    header = bench.markdown(collected).splitlines()[0]
+    start = text.index(header)
+    documented = text[start:].splitlines()[2 : 2 + len(expected)]
+    assert documented == expected
+
+
+# -- slow: re-run a shipped model's evaluation ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("MMPOS_SLOW") != "1", reason="slow: 2.5 CPU minutes (MMPOS_SLOW=1)")
+def test_camera_following_reproduces(tmp_path):
+    """``python scripts/eval_camera_following.py --scenes 8`` on the shipped world video model gives the table."""
+    command = [sys.executable, str(ROOT / "scripts/eval_camera_following.py"), "--scenes", "8", "--out", str(tmp_path)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=1800, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    fresh = json.loads((tmp_path / "results.json").read_text())["summary"]
+    shipped = json.loads((ROOT / "assets/results/camera_following/results.json").read_text())["summary"]
+    follow = load_script("scripts/eval_camera_following.py", "eval_camera_following_for_docs")
+    assert follow.table(fresh) == follow.table(shipped)
