@@ -235,3 +235,26 @@ def test_camera_following_reproduces(tmp_path):
     shipped = json.loads((ROOT / "assets/results/camera_following/results.json").read_text())["summary"]
     follow = load_script("scripts/eval_camera_following.py", "eval_camera_following_for_docs")
     assert follow.table(fresh) == follow.table(shipped)
+
+
+# -- timing tables: machine, date and command above each -------------------------------------------------------------
+
+TIMING_TABLES = [
+    ("docs/cameras.md", "| encoding | ms |"),
+    ("docs/multimodal.md", "| shape | method | table ms"),
+    ("docs/results.md", "| what | result | target | command |"),
+    ("docs/results.md", "| shape | dtype | method | ms (q+k)"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, header", TIMING_TABLES, ids=[f"{n}:{h.split('|')[2].strip()}" for n, h in TIMING_TABLES]
+)
+def test_timing_tables_carry_machine_date_and_command(name, header):
+    """The paragraph above a timing table names the machine, the date (YYYY-MM-DD) and the command."""
+    text = page(name)
+    above = text[: text.index(header)].split("\n\n")
+    context = " ".join(above[-3:])  # the paragraphs just above the table
+    assert re.search(r"\b2\d{3}-\d{2}-\d{2}\b", context), f"{name} {header}: no date above the table"
+    assert re.search(r"\b(CPU|GPU)\b", context), f"{name} {header}: no machine above the table"
+    assert re.search(r"`[^`]*(python|pytest)[^`]*`", context) or "command" in header, f"{name}: no command"
