@@ -244,6 +244,14 @@ TIMING_TABLES = [
     ("docs/multimodal.md", "| shape | method | table ms"),
     ("docs/results.md", "| what | result | target | command |"),
     ("docs/results.md", "| shape | dtype | method | ms (q+k)"),
+    ("docs/backbones.md", "| encoding | ms / step (fwd+bwd) |"),
+    ("docs/backbones.md", "| variant | ms / forward (median) |"),
+    ("docs/variants.md", "| shape | method | ms | saved MB | peak MB |"),
+    ("docs/variants.md", "| shape | method | run 1: ms / x plain |"),
+    ("docs/variants.md", "| shape | method | ms | x plain | saved MB |"),
+    ("docs/variants.md", "| encoding | graphs / breaks (training forward) |"),
+    ("docs/vit_training.md", "| model | ms / step | images/s |"),
+    ("docs/video.md", "| video tokens | stock | `plucker` |"),
 ]
 
 
@@ -251,10 +259,15 @@ TIMING_TABLES = [
     "name, header", TIMING_TABLES, ids=[f"{n}:{h.split('|')[2].strip()}" for n, h in TIMING_TABLES]
 )
 def test_timing_tables_carry_machine_date_and_command(name, header):
-    """The paragraph above a timing table names the machine, the date (YYYY-MM-DD) and the command."""
+    """Above every timing table with this header, in its section, the page names the machine, the date
+    (YYYY-MM-DD) and the command."""
     text = page(name)
-    above = text[: text.index(header)].split("\n\n")
-    context = " ".join(above[-3:])  # the paragraphs just above the table
+    for start in [m.start() for m in re.finditer(re.escape("\n" + header), text)]:
+        check_timing_context(name, header, text[:start])
+
+
+def check_timing_context(name: str, header: str, before: str) -> None:
+    context = re.split(r"\n#+ ", before)[-1]  # the table's section, from its heading down to the table
     assert re.search(r"\b2\d{3}-\d{2}-\d{2}\b", context), f"{name} {header}: no date above the table"
     assert re.search(r"\b(CPU|GPU)\b", context), f"{name} {header}: no machine above the table"
     assert re.search(r"`[^`]*(python|pytest)[^`]*`", context) or "command" in header, f"{name}: no command"
