@@ -219,6 +219,52 @@ def test_vit_benchmark_table_is_the_results_json():
     assert documented == expected
 
 
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def test_nvs_numbers_in_the_text_are_the_results_json():
+    """README's headline (PRoPE - Plücker test PSNR) and results.md's 450-step test PSNRs, from the shipped JSONs."""
+    runs = json.loads((ROOT / "assets/results/nvs/results.json").read_text())
+    psnr = {e: _mean(r["test_psnr"] for r in runs if r["encoding"] == e) for e in ("prope", "plucker")}
+    headline = re.search(rf"PRoPE beats Plücker rays by ({NUMBER}) dB PSNR", page("README.md")).group(1)
+    assert f"{psnr['prope'] - psnr['plucker']:.2f}" == headline
+    early = json.loads((ROOT / "assets/results/nvs/results_450_steps.json").read_text())
+    text = " ".join(page("docs/results.md").split())
+    sentence = re.search(r"\(test PSNR: ([^)]*)\)", text).group(1)
+    documented = dict(re.findall(rf"(\w+) ({NUMBER})", sentence))
+    assert set(documented) == {"none", "plucker", "rayrope", "ucpe", "prope"}, sentence
+    for name, text_value in documented.items():
+        assert f"{_mean(r['test_psnr'] for r in early if r['encoding'] == name):.2f}" == text_value, name
+
+
+def test_camera_following_headline_is_the_results_json():
+    summary = json.loads((ROOT / "assets/results/camera_following/results.json").read_text())["summary"]
+    gain = summary["ucpe"]["psnr"] - summary["no camera"]["psnr"]
+    for name in ("README.md", "docs/results.md"):
+        found = re.search(rf"UCPE adapter[^+\d]{{0,30}}({NUMBER}) dB PSNR", " ".join(page(name).split()))
+        assert found, f"{name}: the UCPE adapter's PSNR gain is missing"
+        assert f"{gain:+.2f}" == found.group(1), name
+    motions = dict(
+        re.findall(rf"(dolly|orbit|pan) ({NUMBER})", re.search(r"\(dolly [^)]*\)", page("docs/results.md")).group())
+    )
+    assert set(motions) == {"dolly", "orbit", "pan"}
+    for motion, value in motions.items():
+        each = {c: summary[c]["per_motion"][motion]["psnr"] for c in ("ucpe", "no camera")}
+        assert f"{each['ucpe'] - each['no camera']:+.2f}" == value, motion
+
+
+def test_vit_benchmark_headline_is_the_results_json():
+    top1 = json.loads((ROOT / "assets/results/vit_bench/results.json").read_text())["top1"]
+    line = re.search(r"1\.5x its training resolution: (.*?) top-1", page("README.md")).group(1)
+    names = {"RoPE-Mixed": "rope_mixed", "sin-cos APE": "ape_sincos", "axial RoPE": "rope_axial"}
+    documented = dict(re.findall(rf"(RoPE-Mixed|sin-cos APE|axial RoPE) ({NUMBER}) %", line))
+    assert set(documented) == set(names), line
+    for label, value in documented.items():
+        assert f"{_mean(top1[names[label]]['1.5/none']):.1f}" == value, label
+
+
 # -- slow: re-run a shipped model's evaluation ------------------------------------------------------------------------
 
 
