@@ -317,3 +317,77 @@ def check_timing_context(name: str, header: str, before: str) -> None:
     assert re.search(r"\b2\d{3}-\d{2}-\d{2}\b", context), f"{name} {header}: no date above the table"
     assert re.search(r"\b(CPU|GPU)\b", context), f"{name} {header}: no machine above the table"
     assert re.search(r"`[^`]*(python|pytest)[^`]*`", context) or "command" in header, f"{name}: no command"
+
+
+# the editing table's method labels -> the script's method names (a "a / b / c" label is one row per value)
+EDIT_METHODS = {
+    "ground truth": ["ground truth"],
+    "plain Fill (same canvas)": ["plain Fill (same canvas)"],
+    "PE transplant, tau 0.85": ["PE transplant tau=0.85"],
+    "PE transplant, tau 0.5": ["PE transplant tau=0.5"],
+    "unedited collage": ["unedited collage"],
+    "plain Kontext (LooseRoPE strength 0)": ["plain Kontext (LooseRoPE strength 0)"],
+    "LooseRoPE strength 0.5 / 1 / 2": [f"LooseRoPE strength {s}" for s in (0.5, 1.0, 2.0)],
+    "ground truth (target in the reference's style)": ["ground truth (target in reference style)"],
+    "no sharing (content prompt)": ["no sharing (content prompt)"],
+    "shared attention (band strength 0)": ["shared attention (band strength 0)"],
+    "band s_hf 0.75 / 0.5 / 0.25 / 0": [f"band s_hf={s}" for s in ("0.75", "0.5", "0.25", "0")],
+    "band, paper schedule": ["band paper schedule s_hf 0.25->0.75"],
+}
+EDIT_TASKS = {"transplant": "transplant", "harmonise": "harmonise", "style": "style"}
+
+
+def editing_table_scores() -> list[tuple[str, str, str, str]]:
+    """``(task, script method, score key, printed value)`` for every number of results.md's editing table."""
+    found = []
+    for task, label, scores in doc_table(page("docs/results.md"), "| task | method | scores |"):
+        key = next(k for k in sorted(EDIT_METHODS, key=len, reverse=True) if label.startswith(k))
+        methods = EDIT_METHODS[key]
+        for score in scores.split(", "):
+            name, values = re.match(r"([a-zA-Z ]+?) ([\d. /]+)$", score).groups()
+            values = values.split(" / ")
+            assert len(values) == len(methods), f"{label}: {score}"
+            for method, value in zip(methods, values):
+                found.append((EDIT_TASKS[task], method, name.replace(" ", "_").lower(), value))
+    return found
+
+
+def test_the_editing_table_is_parsed_whole():
+    """Every cell of the editing table maps to a method and a score the script writes."""
+    scores = editing_table_scores()
+    assert len(scores) == 4 * 3 + 5 * 3 + 8 * 3
+    assert {key for _, _, key, _ in scores} == {
+        "mask_iou", "colour_error", "outside_change", "identity_iou", "style_texture", "margin_error", "palette",
+        "texture", "layout_copy",
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("MMPOS_SLOW") != "1", reason="slow: 3-15 CPU minutes (MMPOS_SLOW=1)")
+def test_editing_table_reproduces(tmp_path):
+    """``python scripts/eval_editing.py --count 16 --steps 20`` on the shipped world models gives results.md's
+    editing table (fixed seeds: deterministic on one machine)."""
+    out = tmp_path / "eval_editing.json"
+    command = [
+        sys.executable,
+        str(ROOT / "scripts/eval_editing.py"),
+        "--count",
+        "16",
+        "--steps",
+        "20",
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_editing_scores(json.loads(out.read_text())["results"])
+
+
+def check_editing_scores(results: dict) -> None:
+    rows = {(task, row["method"]): row for task, task_rows in results.items() for row in task_rows}
+    wrong = []
+    for task, method, key, value in editing_table_scores():
+        if as_printed(rows[(task, method)][key], value) != float(value):
+            wrong.append(f"{task} / {method} / {key}: page {value}, script {rows[(task, method)][key]}")
+    assert not wrong, wrong
