@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -56,13 +57,15 @@ def doc_table(text: str, header_start: str) -> list[list[str]]:
 
 
 def as_printed(value: float, text: str) -> float:
-    """``value`` rounded as ``text`` is written: ``8.4e-3`` (two significant digits), ``0.245`` (three decimals)."""
+    """``value`` rounded as ``text`` is written: ``8.4e-3`` (two significant digits), ``0.245`` (three decimals,
+    half up)."""
     mantissa = re.match(r"[-+]?(\d+)(?:\.(\d+))?(e[-+]?\d+)?$", text)
     assert mantissa, f"not a number as the docs print them: {text!r}"
     decimals = len(mantissa.group(2) or "")
     if mantissa.group(3):
         return float(f"{value:.{decimals}e}")
-    return round(value, decimals)
+    # half up on the value as the script wrote it (scores are stored at 4 decimals: 0.2365 is printed 0.237)
+    return float(Decimal(repr(value)).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
 
 
 def assert_printed(value: float, text: str, where: str) -> None:
