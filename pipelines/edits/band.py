@@ -102,7 +102,7 @@ def run_band(
 def cli_run(args, config, load, tqdm) -> dict:
     """``mmpos edit band``: the config's (or the options') prompts and images, a run and a strength sweep."""
     from ..figures import band_attention_maps, band_diagnostic
-    from ..run_inputs import load_grid_image, prompt_kwargs, sampler_options
+    from ..run_inputs import load_placed_image, prompt_kwargs, report_prompts, sampler_options
     from .loading import input_side
 
     pipe = load()
@@ -112,14 +112,24 @@ def cli_run(args, config, load, tqdm) -> dict:
         int(figure.get("diagnostic_layer", 0)),
         len(pipe.transformer.transformer_blocks) + len(pipe.transformer.single_transformer_blocks) - 1,
     )
-    side, guidance = input_side(config, BAND), config.get("guidance")
-    if variant == "flux":
-        prompts = [args.reference_prompt or config["reference"]["prompt"], *(args.target or config["targets"])]
-        call = dict(**prompt_kwargs(args, prompts, pipe, guidance), **sampler)
+    side, guidance, placement = input_side(config, BAND), config.get("guidance"), None
+    if variant == "flux":  # the targets are new images: the reference's placement is not theirs
+        reference_prompt, targets = (
+            args.reference_prompt or config["reference"]["prompt"],
+            args.target or config["targets"],
+        )
+        report_prompts(
+            args,
+            [
+                ("reference", reference_prompt, "--reference-prompt", args.reference_prompt is not None),
+                ("targets", targets, "--target", args.target is not None),
+            ],
+        )
+        call = dict(**prompt_kwargs(args, [reference_prompt, *targets], pipe, guidance), **sampler)
         reference = args.reference_image or config["reference"].get("image")
         if reference:
             call.update(
-                reference_image=load_grid_image(reference, "reference image", pipe.token_pixels, side),
+                reference_image=load_placed_image(reference, "reference image", pipe.token_pixels, side)[0],
                 reference_seed=config["reference"].get("seed", 0),
                 reference_mode=config["reference"].get("mode", "noise"),
             )
@@ -127,9 +137,10 @@ def cli_run(args, config, load, tqdm) -> dict:
         image_path = args.image or config.get("image")
         if not image_path:
             raise ValueError("the Kontext variant needs --image (the context/reference image)")
-        context_image = load_grid_image(image_path, "image", pipe.token_pixels, side)
+        context_image, placement = load_placed_image(image_path, "image", pipe.token_pixels, side)
         height, width = context_image.shape[-2:]  # the output takes the context image's size
         sampler.update(height=height, width=width, max_area=height * width, _auto_resize=False)
+        report_prompts(args, [("", config.get("prompt"), "--prompt", args.prompt_text is not None)])
         call = dict(image=context_image, **prompt_kwargs(args, config.get("prompt"), pipe, guidance), **sampler)
 
     def run(strength, probe=None):
@@ -166,6 +177,7 @@ def cli_run(args, config, load, tqdm) -> dict:
         edited=edited,
         sweep=sweep,
         diagnostic=diagnostic,
+        placement=placement,
         title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}",
     )
 

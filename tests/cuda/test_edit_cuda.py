@@ -3,7 +3,7 @@ fp64 CPU math (with the stock processor's bf16 error as the yardstick). The per-
 ``benchmarks/bench_edit.py`` (run after the checks by scripts/gpu_checks.sh).
 
     pytest -m cuda tests/cuda/test_edit_cuda.py -s            # ~1 min on one GPU
-    PYTHONPATH=tests python tests/cuda/test_edit_cuda.py --device cpu --json outputs/edit_precision.json   # CPU, JSON
+    python -m tests.cuda.test_edit_cuda --device cpu --json outputs/edit_precision.json   # CPU, JSON
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAttnProcessor, FluxPosEmbed
-from fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 from mmpos.coords import flux_ids
 from mmpos.coords.edits import shrink_ids
@@ -30,6 +29,7 @@ from mmpos.pipelines import (
 from mmpos.pipelines.band import SharedBandAttention
 from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.pipelines.loose import LooseRoPERule
+from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 pytestmark = pytest.mark.cuda
 AXES = (16, 56, 56)
@@ -240,5 +240,5 @@ def test_editing_pipelines_on_cuda(check_device):
     assert main(["--device", check_device]) == 0
 
 
-if __name__ == "__main__":  # PYTHONPATH=tests python tests/cuda/test_edit_cuda.py --device cpu --json FILE
+if __name__ == "__main__":  # python -m tests.cuda.test_edit_cuda --device cpu --json FILE
     raise SystemExit(main())

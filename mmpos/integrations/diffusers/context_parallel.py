@@ -21,7 +21,7 @@ measured before the plan shards the ids (:mod:`.global_extents`), never from the
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
 statistics of the local shard (e.g. a grid size taken from ``ids.max()``). Wan tables of encodings whose
 table is not a ``RotaryTable`` cannot be packed and are rejected by the plan's output hook; Wan builds the full
-grid's tables on every rank. ``tests/test_context_parallel.py`` runs Flux on 2 processes (gloo); the
+grid's tables on every rank. ``tests/integrations/test_context_parallel.py`` runs Flux on 2 processes (gloo); the
 single-process tests replay the sharding with :func:`shard_like_context_parallel`.
 """
 
