@@ -272,9 +272,17 @@ def load_mask(path, size):
     return as_mask(str(path), mask, size)
 
 
-def sampler_options(config) -> dict:
-    """The config's ``sampler`` section as pipeline call arguments."""
-    return dict(config.get("sampler", {}))
+def sampler_options(config, pipe=None) -> dict:
+    """The config's ``sampler`` section as pipeline call arguments; with ``pipe``, those its stock ``__call__``
+    takes (a FLUX.1 config's ``guidance_scale`` on Qwen-Image 2.1, which has none: left out, saying so)."""
+    options = dict(config.get("sampler", {}))
+    if pipe is None:
+        return options
+    accepted = stock_call_parameters(pipe)
+    dropped = [key for key in options if key not in accepted]
+    if dropped:
+        print(f"sampler: {type(pipe).__name__} takes no {', '.join(dropped)} (left out)")
+    return {key: value for key, value in options.items() if key in accepted}
 
 
 def output_folder(args, default: Path) -> Path:

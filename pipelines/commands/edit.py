@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     names = list_edits()
     edit = subparsers.add_parser(
         "edit",
-        help=f"training-free PE edits on Flux: {' | '.join(names)}",
+        help=f"training-free PE edits (FLUX.1, FLUX.2 / Klein, Qwen-Image, Z-Image): {' | '.join(names)}",
         description=f"Run a training-free PE edit from a YAML config (configs/edit_*.yaml). {OUTPUTS}",
     )
     edit.set_defaults(func=run)

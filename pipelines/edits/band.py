@@ -107,11 +107,9 @@ def cli_run(args, config, load, tqdm) -> dict:
 
     pipe = load()
     variant = "kontext" if config.get("variant") == "kontext" else "flux"
-    band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config)
-    probe_layer = min(
-        int(figure.get("diagnostic_layer", 0)),
-        len(pipe.transformer.transformer_blocks) + len(pipe.transformer.single_transformer_blocks) - 1,
-    )
+    band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config, pipe)
+    layers, axes, image_axes = attention_layout(pipe.transformer)
+    probe_layer = min(int(figure.get("diagnostic_layer", 0)), layers - 1)
     side, guidance, placement = input_side(config, BAND), config.get("guidance"), None
     if variant == "flux":  # the targets are new images: the reference's placement is not theirs
         reference_prompt, targets = (
@@ -166,20 +164,29 @@ def cli_run(args, config, load, tqdm) -> dict:
     first = result.outputs[0]
     grid = (call.get("height", first.shape[-2]) // tokens, call.get("width", first.shape[-1]) // tokens)
     token = (grid[0] // 2) * grid[1] + grid[1] // 2
-    axes = pipe.transformer.config.axes_dims_rope
 
     def diagnostic(path):
-        maps = band_attention_maps(probe.query, probe.key, axes, grid, token, target)
+        maps = band_attention_maps(probe.query, probe.key, axes, grid, token, target, image_axes)
         return band_diagnostic(maps, grid, token, path, next(iter(inputs.values())))
 
     return dict(
         inputs=inputs,
         edited=edited,
         sweep=sweep,
-        diagnostic=diagnostic,
+        diagnostic=diagnostic if probe is not None and probe.query is not None else None,  # off: nothing recorded
         placement=placement,
         title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}",
     )
+
+
+def attention_layout(transformer) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``(attention layers, native rotary channels per axis, image row / column axes)`` of ``transformer``, from
+    its diffusers family (:mod:`mmpos.integrations.diffusers.families`): what the probe and its figure need."""
+    from mmpos.integrations.diffusers.families import family_for
+
+    family = family_for(transformer)
+    layers = len(family.attention_modules(transformer))
+    return layers, tuple(family.native_axes_dims(transformer)), tuple(family.image_axes)
 
 
 def demo_section(source, steps: int, count: int, out_dir):

@@ -94,7 +94,7 @@ def cli_run(args, config, load, tqdm) -> dict:
         image=collage,
         **pasted,
         **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
-        **sampler_options(config),
+        **sampler_options(config, pipe),
     )
     if args.saliency:
         from ..images import load_image

@@ -15,6 +15,10 @@ PIPELINES = {  # pipeline key (class name or diffusers family) -> pipeline; a ne
     "FluxFillPipeline": "mmpos.pipelines.transplant_pipeline:PosBridgeFillPipeline",
     "Flux2KleinInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeKleinInpaintPipeline",
     "QwenImageInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeQwenInpaintPipeline",
+    # the released Klein and Qwen-Image folders name their text-to-image pipeline; the inpainting pipeline takes the
+    # same components (FLUX.1 Fill, by contrast, has its own weights)
+    "Flux2KleinPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeKleinInpaintPipeline",
+    "QwenImagePipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeQwenInpaintPipeline",
 }
 WORLD_LAYOUT = "world"  # run_transplant's default: the world Fill model's canvas layout
 DEMO_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
@@ -88,6 +92,8 @@ def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_LAYOUT, guidan
 
 def cli_run(args, config, load, tqdm) -> dict:
     """``mmpos edit transplant``: the background, the region, the references; a run and a tau sweep."""
+    from mmpos.integrations.diffusers.families import family_for
+
     from ..figures import transplant_diagnostic
     from ..images import load_image
     from ..run_inputs import (
@@ -123,7 +129,7 @@ def cli_run(args, config, load, tqdm) -> dict:
         reference_masks=reference_masks,
         **where,
         **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
-        **sampler_options(config),
+        **sampler_options(config, pipe),
     )
     transplant = dict(config["transplant"])
 
@@ -136,11 +142,12 @@ def cli_run(args, config, load, tqdm) -> dict:
     sweep = {f"tau={t}": run(t).outputs[0] for t in tqdm(config.get("figure", {}).get("sweep", []), desc="tau sweep")}
     inputs = {"background": background[0], **{f"reference {i}": r[0] for i, r in enumerate(references)}}
     last = result.last
+    image_axes = family_for(pipe.transformer).image_axes  # the ids are in the family's coordinates
     return dict(
         inputs=inputs,
         edited={"inserted": result.outputs[0]},
         sweep=sweep,
-        diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path),
+        diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path, image_axes),
         placement=placement,
         title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})",
     )

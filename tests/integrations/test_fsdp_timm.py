@@ -1,10 +1,6 @@
 """FSDP2 (``fully_shard`` per block) with converted timm ViTs: every learned encoding of the registry, 2 processes
 (torchrun, gloo) equal to one process without FSDP on the whole batch, forward and one optimizer step (fp64)."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +9,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 import mmpos.integrations.timm as mt
 from mmpos.integrations.timm.models import image_pes
-
-WORKER = Path(__file__).parents[1] / "workers" / "fsdp_timm_worker.py"
+from tests.workers.fsdp_worker import run_on_two_processes
 
 
 def tiny_vit(**kw):
@@ -59,23 +54,7 @@ def test_a_shared_learned_encoding_is_refused_by_name():
 def test_fsdp2_per_block_equals_one_process(tmp_path):
     # and a shared encoding without parameters, and activation checkpointing (tables rebuilt in the recomputation)
     pes = learned_image_pes() + ["rope_axial", "rope_mixed:checkpointed"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "29561",
-        str(WORKER),
-        json.dumps(pes),
-        str(tmp_path),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    for rank in (0, 1):
-        results = json.loads((tmp_path / f"rank{rank}.json").read_text())
+    for results in run_on_two_processes("timm", pes, tmp_path, port=29561):
         for pe in pes:
             result = results[pe]
             assert "error" not in result, (pe, result.get("error"))

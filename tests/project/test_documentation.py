@@ -71,6 +71,16 @@ def user_folder(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def tiny_family_models(tmp_path_factory):
+    """Tiny saved FLUX.2 Klein, Qwen-Image(-Edit) and Z-Image pipelines and prompt embeddings (built once)."""
+    from tests.fixtures.tiny_edit_families import save_tiny_family_models
+
+    root = tmp_path_factory.mktemp("tiny_family_models")
+    save_tiny_family_models(root)
+    return root
+
+
 def test_every_block_has_a_language_and_a_known_marker():
     for block in BLOCKS:
         assert block.language, f"{block.where}: a fenced block needs a language (python, bash, text, ...)"
@@ -187,9 +197,11 @@ def _shell_environment() -> dict:
     ],
     ids=lambda b: b.where,
 )
-def test_shell_lines_run(block, user_folder):
+def test_shell_lines_run(block, user_folder, request):
     commands = shell_commands(block)
     assert commands
+    if "tiny/" in block.runnable_code:  # the block's small: text runs it on the tiny saved family pipelines
+        (user_folder / "tiny").symlink_to(request.getfixturevalue("tiny_family_models"))
     for command in commands:
         done = subprocess.run(
             ["bash", "-c", "set -e; " + command],

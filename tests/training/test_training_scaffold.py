@@ -392,3 +392,32 @@ def test_a_dit_checkpoint_of_the_earlier_script_resumes(tmp_path, ema_file):
         assert torch.equal(result.ema.state_dict()[name], value), name
     exported = DiT.from_pretrained(tmp_path / "old" / "model_ema")
     assert all(torch.equal(exported.state_dict()[k], v) for k, v in ema.model.state_dict().items())
+
+
+@pytest.mark.parametrize("engine", ["FSDP", "DEEPSPEED"])
+def test_every_trainer_refuses_a_sharded_engine_by_name(monkeypatch, tmp_path, engine):
+    """accelerate launched with an FSDP / DeepSpeed config: the trainers (whole-model checkpoints, DDP) stop with a
+    one-line error naming the engine, instead of writing checkpoints of shards (docs/scaling.md)."""
+    import accelerate
+    from accelerate.utils import DistributedType
+
+    from mmpos.training import scaffold, vit_config, vit_train
+    from mmpos.training.dit_task import DiTConfig
+    from mmpos.training.world import ranks
+
+    class ShardingAccelerator:  # what accelerate's state says under `accelerate launch --config_file fsdp2.yaml`
+        def __init__(self, **kwargs):
+            self.distributed_type = DistributedType[engine]
+
+    monkeypatch.setattr(accelerate, "Accelerator", ShardingAccelerator)
+    monkeypatch.setattr(vit_train, "Accelerator", ShardingAccelerator)
+    calls = {
+        "the DiT trainer": lambda: scaffold.make_accelerator(DiTConfig()),
+        "the world trainers": lambda: ranks.make_accelerator(),
+        "the ViT trainer": lambda: vit_train._make_accelerator(dict(mixed_precision="no", grad_accum=1), tmp_path),
+    }
+    for trainer, call in calls.items():
+        with pytest.raises(ValueError, match=f"^{trainer} trains one whole model .* distributed_type {engine}: launch"):
+            call()
+    with pytest.raises(vit_config.ConfigError):  # the ViT command line's one-line error (exit code 2)
+        calls["the ViT trainer"]()
