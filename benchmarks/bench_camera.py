@@ -180,9 +180,11 @@ def main(argv=None) -> int:
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     result["speed"] = benchmark(args.device, args.shapes, dtype, args.repeats)
     _print_table(result["speed"], ("shape", "encoding", "ms", "sdpa_ms", "ratio_vs_sdpa", "prepare_ms"))
+    from mmpos._atomic import written_atomically
+
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    with written_atomically(out) as temporary:
+        temporary.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
     return 0
 

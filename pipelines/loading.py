@@ -64,10 +64,12 @@ def generate_kind(path) -> str:
     ``model_index.json`` (a local folder, or the hub's file: only that file is fetched)."""
     from diffusers import DiffusionPipeline
 
+    from .edits.detect import unreadable_model_message
+
     try:
         class_name = DiffusionPipeline.load_config(path).get("_class_name")
     except OSError as err:
-        raise ValueError(f"--model {path}: no diffusers pipeline there ({err})") from None
+        raise ValueError(unreadable_model_message(path, err)) from None
     if class_name in GENERATE_KINDS:
         return GENERATE_KINDS[class_name]
     from mmpos.integrations.diffusers.families import FAMILIES, family_for_pipeline

@@ -178,9 +178,11 @@ def main(argv=None) -> int:
 
     results = {task: evaluators[task](args, pipes) for task in tqdm(args.tasks, desc="eval_editing", unit="task")}
     print_table(results)
+    from mmpos._atomic import written_atomically
+
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    with written_atomically(out) as temporary:
+        temporary.write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
     print(f"\nwrote {out.resolve()}")
     return 0
 

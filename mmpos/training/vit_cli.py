@@ -132,8 +132,16 @@ def run_train(args, parser) -> int:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     except NonFiniteLossError as error:  # not a usage error: exit code 1
         parser.exit(1, f"{parser.prog}: error: {error}\n")
-    _print_table(results["eval"])
+    if is_main_process():  # under torchrun / accelerate launch every rank has the results: rank 0 prints them
+        _print_table(results["eval"])
     return 0
+
+
+def is_main_process() -> bool:
+    """Whether this is rank 0 of the run's processes (accelerate's state, set up by the trainer; True alone)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
 
 
 def eval_parser(prog: str = "eval_vit.py") -> argparse.ArgumentParser:
@@ -212,6 +220,8 @@ def run_eval(args, parser) -> int:
             all_rows[f"{Path(run).name}"] = results["eval"]
     except USER_ERRORS as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    if not is_main_process():  # every rank evaluated the same runs: rank 0 writes and prints
+        return 0
     out.parent.mkdir(parents=True, exist_ok=True)
     save_results(all_rows, out)
     plot_results(all_rows, out.with_suffix(".png"))

@@ -198,6 +198,10 @@ def check_config(config: dict) -> None:
         if config["pe"] not in list_pes():
             raise ConfigError(f"config pe={config['pe']!r}: expected one of mmpos.list_pes() {list_pes()}")
     check_model_name(config["model"])
+    if isinstance(config["pretrained"], str) and not str(config["model"]).startswith("open_clip:"):
+        raise ConfigError(
+            f"config pretrained={config['pretrained']!r}: expected true or false (a tag only for open_clip:NAME models)"
+        )
     _check_optimizer_name(config["opt"])
 
 
@@ -233,13 +237,19 @@ _POSITIVE_INT = ("a positive integer", lambda v: _int(v) and v >= 1)
 _NON_NEGATIVE = ("a finite number >= 0", lambda v: _number(v) and v >= 0)
 _PROBABILITY = ("a number in [0, 1]", lambda v: _number(v) and 0 <= v <= 1)
 _BOOL = ("true or false", lambda v: isinstance(v, bool))
+
+
+def _bool_or_text(value) -> bool:
+    return isinstance(value, bool) or (isinstance(value, str) and bool(value))
+
+
 _TEXT = ("a string", lambda v: isinstance(v, str))
 _OPTIONAL_TEXT = ("a string or null", _optional(lambda v: isinstance(v, str)))
 
 RULES: dict = {
     "model_kwargs": ("a mapping of timm.create_model arguments", lambda v: isinstance(v, dict)),
     "pe_options": ("a mapping of the encoding's options (or null)", _optional(lambda v: isinstance(v, dict))),
-    "pretrained": _BOOL,
+    "pretrained": ("true or false (an open_clip model: false or a pretrained tag, e.g. openai)", _bool_or_text),
     "compile": _BOOL,
     "num_classes": ("a positive integer or null (the training set's)", _optional(_POSITIVE_INT[1])),
     "pe": _OPTIONAL_TEXT,

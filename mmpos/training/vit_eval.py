@@ -128,31 +128,45 @@ def evaluate_resolutions(
     return rows
 
 
+def plot_series(results: dict[str, list[dict]]) -> list[dict]:
+    """The lines of :func:`plot_results`: one per (model label, extrapolation, aspect ratio), each ``label``,
+    ``aspect``, ``extrapolation`` and ``points`` ``[(size, top1), ...]`` sorted by size (the evaluated height).
+    An extrapolation's line starts from the plain rows at or below the training size; unsupported rows
+    (``top1`` None) are left out."""
+    series = []
+    for label, rows in results.items():
+        for aspect in dict.fromkeys(r.get("aspect", 1.0) for r in rows):
+            for kind in dict.fromkeys(r["extrapolation"] for r in rows):
+                points = sorted(
+                    (r["size"], r["top1"])
+                    for r in rows
+                    if r.get("aspect", 1.0) == aspect
+                    and r["top1"] is not None
+                    and (r["extrapolation"] == kind or (r["extrapolation"] == "none" and r["scale"] <= 1))
+                )
+                if (len(points) > 1 or kind == "none") and points:
+                    name = label if kind == "none" else f"{label} ({kind})"
+                    name += "" if aspect == 1.0 else f", w/h {aspect:g}"
+                    series.append({"label": name, "aspect": aspect, "extrapolation": kind, "points": points})
+    return series
+
+
 def plot_results(results: dict[str, list[dict]], path, title: str = "accuracy vs resolution") -> Path:
-    """PNG of top-1 vs evaluated size: one line per (model label, extrapolation), square images only."""
+    """PNG of top-1 vs evaluated size (height): one line per :func:`plot_series` entry, so every aspect ratio
+    evaluated has its own lines (solid: no extrapolation, dashed: an extrapolation; square markers: not square)."""
     from ..viz.figure_files import pyplot, save_figure
 
     fig, ax = pyplot().subplots(figsize=(6, 4))
-    for label, rows in results.items():
-        for kind in dict.fromkeys(r["extrapolation"] for r in rows):
-            points = sorted(
-                (r["size"], r["top1"])
-                for r in rows
-                if r["extrapolation"] in (kind, "none")
-                and r["aspect"] == 1.0
-                and r["top1"] is not None
-                and (r["extrapolation"] == kind or r["scale"] <= 1)
-            )
-            if len(points) > 1 or kind == "none":
-                xs, ys = zip(*points)
-                ax.plot(
-                    xs,
-                    ys,
-                    marker="o",
-                    linestyle="-" if kind == "none" else "--",
-                    label=label if kind == "none" else f"{label} ({kind})",
-                )
-    ax.set_xlabel("evaluation resolution (px)")
+    for line in plot_series(results):
+        xs, ys = zip(*line["points"])
+        ax.plot(
+            xs,
+            ys,
+            marker="o" if line["aspect"] == 1.0 else "s",
+            linestyle="-" if line["extrapolation"] == "none" else "--",
+            label=line["label"],
+        )
+    ax.set_xlabel("evaluation resolution (px, height)")
     ax.set_ylabel("top-1 (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -27,6 +27,7 @@ from timm.scheduler import create_scheduler_v2
 from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
+from .._atomic import written_atomically
 from .._validation import check_finite_loss
 from .checkpoints import (
     TrainingState,
@@ -124,15 +125,28 @@ def _optimizer_and_scheduler(config: dict, model):
 
 
 class CsvLog:
-    """``log.csv`` on the main process; appended to on resume."""
+    """``log.csv`` on the main process; appended to on resume, after dropping the rows past the checkpoint the
+    run resumes from (``resumed_step``: they were logged by the interrupted run and are logged again)."""
 
     FIELDS = ("step", "epoch", "loss", "lr", "grad_norm", "images_per_s", "seconds")
 
-    def __init__(self, path: Path, enabled: bool):
+    def __init__(self, path: Path, enabled: bool, resumed_step: int = 0):
         self.path, self.enabled = path, enabled
         if enabled and not path.exists():
             with open(path, "w", newline="") as f:
                 csv.writer(f).writerow(self.FIELDS)
+        elif enabled:
+            self._drop_rows_after(resumed_step)
+
+    def _drop_rows_after(self, step: int) -> None:
+        with open(self.path, newline="") as f:
+            rows = list(csv.reader(f))
+        kept = rows[:1] + [row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) <= step]
+        if len(kept) == len(rows):
+            return
+        with written_atomically(self.path) as temporary:
+            with open(temporary, "w", newline="") as f:
+                csv.writer(f).writerows(kept)
 
     def write(self, row: dict) -> None:
         if self.enabled:
@@ -227,7 +241,7 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
     )
     mixup = make_mixup(config, num_classes)
     criterion = _criterion(config, mixup)
-    log = CsvLog(run_dir / "log.csv", accelerator.is_main_process)
+    log = CsvLog(run_dir / "log.csv", accelerator.is_main_process, resumed_step=progress.step)
     bar = tqdm(
         total=config["steps"],
         initial=progress.step,

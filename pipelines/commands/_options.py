@@ -7,9 +7,10 @@ import argparse
 import sys
 
 
-def add_run_options(parser: argparse.ArgumentParser, config_name: str) -> None:
+def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: bool = True) -> None:
     """``--config``, ``--model``, ``--prompt-embeds``, ``--device``, ``--dtype``, ``--set``, ``--out``,
-    ``--overwrite``, ``--no-figures`` of a run that reads ``configs/<config_name>[_world].yaml``."""
+    ``--overwrite`` of a run that reads ``configs/<config_name>[_world].yaml``, and ``--no-figures`` where the run
+    writes figures (``figures``: ``mmpos edit``; ``mmpos generate`` writes images only)."""
     parser.add_argument(
         "--config",
         help=f"YAML config (default: configs/{config_name}.yaml with CUDA, "
@@ -53,9 +54,10 @@ def add_run_options(parser: argparse.ArgumentParser, config_name: str) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="write into a named --out that already holds files (default: refuse)"
     )
-    parser.add_argument(
-        "--no-figures", action="store_true", help="skip the comparison and diagnostic figures (default: write them)"
-    )
+    if figures:
+        parser.add_argument(
+            "--no-figures", action="store_true", help="skip the comparison and diagnostic figures (default: write them)"
+        )
 
 
 def split_comma_box(argv: list[str]) -> list[str]:

@@ -36,9 +36,7 @@ def register(subparsers) -> None:
         method = get_edit(name)
         sub = methods.add_parser(name, help=method.help, description=f"{method.help}. {OUTPUTS}")
         method.add_options(sub)
-        sub.add_argument(
-            "--prompt", dest="prompt_text", help="prompt, band: of the Kontext variant (default: the config's prompt)"
-        )
+        sub.add_argument("--prompt", dest="prompt_text", help=method.prompt_help)
         sub.add_argument(
             "--extrapolate",
             help="edit above the training size: the RoPE extrapolation of "

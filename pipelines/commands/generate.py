@@ -66,7 +66,7 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
         help="training resolution in pixels (default: the config's "
         "extrapolate.train_size; auto: 1024 FLUX.1, 1328 Qwen-Image, 32 world)",
     )
-    add_run_options(parser, "generate")
+    add_run_options(parser, "generate", figures=False)  # images and config.yaml only
     parser.set_defaults(method="generate")
 
 

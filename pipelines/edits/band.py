@@ -251,5 +251,7 @@ BAND = register_edit(
         demo_section=demo_section,
         variants=VARIANTS,
         demo_order=3,
+        prompt_help="the Kontext variant's edit instruction (variant: kontext; FLUX.1 takes --reference-prompt and "
+        "--target) (default: the config's prompt)",
     )
 )

@@ -57,6 +57,7 @@ class EditMethod:
         variants: config ``variant`` value -> :class:`Variant` (band: ``flux``, ``kontext``); ``auto`` (or no
             variant) follows the model.
         demo_order: where the demo section goes among the edit sections (lower first).
+        prompt_help: the help of ``mmpos edit NAME --prompt`` (what the prompt is to this method).
     """
 
     name: str
@@ -71,6 +72,7 @@ class EditMethod:
     demo_section: Optional[Callable] = None
     variants: Mapping[str, Variant] = field(default_factory=dict)
     demo_order: int = 100
+    prompt_help: str = "prompt (default: the config's prompt)"
 
     def options_class(self):
         """The options dataclass (imported now)."""

@@ -31,7 +31,31 @@ def model_index(path) -> dict:
     try:
         return dict(DiffusionPipeline.load_config(str(path)))
     except OSError as error:
-        raise ValueError(f"--model {path}: no diffusers pipeline there ({error})") from None
+        raise ValueError(unreadable_model_message(path, error)) from None
+
+
+OFFLINE_ERRORS = ("OfflineModeIsEnabled",)  # huggingface_hub: HF_HUB_OFFLINE is set
+UNREACHABLE_ERRORS = ("LocalEntryNotFoundError", "ConnectionError", "ConnectTimeout", "ReadTimeout", "ConnectError")
+
+
+def unreadable_model_message(path, error: BaseException) -> str:
+    """The one-line message for a ``--model`` whose ``model_index.json`` could not be read: offline
+    (``HF_HUB_OFFLINE``) and not in the hub cache, the hub unreachable and not in the cache, or no pipeline there."""
+    causes, seen = [], error
+    while seen is not None and len(causes) < 16:
+        causes.append(type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    if any(name in OFFLINE_ERRORS for name in causes):
+        return (
+            f"--model {path}: not a local folder, and not in the hub cache while offline (HF_HUB_OFFLINE is set): "
+            "download it once with the network on, unset HF_HUB_OFFLINE, or pass a saved pipeline folder"
+        )
+    if any(name in UNREACHABLE_ERRORS for name in causes):
+        return (
+            f"--model {path}: not a local folder, not in the hub cache, and the hub could not be reached (no "
+            "network?): check the connection or pass a saved pipeline folder"
+        )
+    return f"--model {path}: no diffusers pipeline there ({error})"
 
 
 def index_pipeline_keys(index: dict) -> list[str]:

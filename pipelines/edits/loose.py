@@ -183,5 +183,6 @@ LOOSE = register_edit(
         cli_run=cli_run,
         demo_section=demo_section,
         demo_order=2,
+        prompt_help="the edit model's harmonisation instruction (default: the config's prompt, the authors' instruction)",
     )
 )

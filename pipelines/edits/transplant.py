@@ -232,5 +232,6 @@ TRANSPLANT = register_edit(
         cli_run=cli_run,
         demo_section=demo_section,
         demo_order=1,
+        prompt_help="the inpainting prompt: the edited scene, object included (default: the config's prompt)",
     )
 )

@@ -3,6 +3,7 @@ fp64 CPU math (with the stock processor's bf16 error as the yardstick). The per-
 ``benchmarks/bench_edit.py`` (run after the checks by scripts/gpu_checks.sh).
 
     pytest -m cuda tests/cuda/test_edit_cuda.py -s            # ~1 min on one GPU
+    python -m tests.cuda.test_edit_cuda --device cpu --json outputs/edit_precision.json   # CPU, JSON
 """
 
 from __future__ import annotations
@@ -202,6 +203,7 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", help="also write the precision rows as JSON to this file (docs/editing.md's numbers)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     failed = 0
@@ -211,14 +213,32 @@ def main(argv=None) -> int:
         print(f"  {'OK ' if ok else 'FAIL'} {name}")
     print(f"== edited attention on {device} bf16 vs fp64 CPU math (relative max error; stock processor alongside)")
     print(f"  {'case':48s} {'edit bf16':>10s} {'stock bf16':>10s} {'ratio':>6s}")
-    for name, edit_err, stock_err in precision_checks(device):
+    rows = precision_checks(device)
+    for name, edit_err, stock_err in rows:
         ratio = edit_err / stock_err
         failed += ratio > 4
         print(f"  {name:48s} {edit_err:10.2e} {stock_err:10.2e} {ratio:6.2f}")
+    if args.json:
+        write_precision_json(rows, args.json, str(device))
     print("PASS" if not failed else f"{failed} check(s) FAILED")
     return int(bool(failed))
+
+
+def write_precision_json(rows, path, device: str) -> None:
+    """``{"device", "rows": [{"case", "edit_bf16_rel_max_error", "stock_bf16_rel_max_error"}]}``, written atomically."""
+    import json
+
+    from mmpos._atomic import written_atomically
+
+    records = [{"case": c, "edit_bf16_rel_max_error": e, "stock_bf16_rel_max_error": s} for c, e, s in rows]
+    with written_atomically(path) as temporary:
+        temporary.write_text(json.dumps({"device": device, "torch": torch.__version__, "rows": records}, indent=1))
 
 
 def test_editing_pipelines_on_cuda(check_device):
     """Identity paths bit-exact; each edit's bf16 error at most 4x the stock processor's."""
     assert main(["--device", check_device]) == 0
+
+
+if __name__ == "__main__":  # python -m tests.cuda.test_edit_cuda --device cpu --json FILE
+    raise SystemExit(main())
