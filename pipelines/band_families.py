@@ -27,6 +27,7 @@ from .band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipe
 from .band_reference import Flux2GivenReferenceMixin
 from .context import EditContext, EditSession
 from .edit_pipeline import coerce_config
+from .per_call import per_call
 
 
 def family_layer_rules(transformer, layers, rule) -> dict:
@@ -52,6 +53,7 @@ class _FamilyBandMixin:
 
     _reference_argument = None  # the stock argument holding in-sequence reference images (FLUX.2: "image")
 
+    @per_call
     @torch.no_grad()
     def __call__(
         self,

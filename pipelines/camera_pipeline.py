@@ -14,9 +14,7 @@ size; the adapter's processors are removed after the call, also when it raises.
 
 from __future__ import annotations
 
-import copy
 import inspect
-import threading
 from typing import Optional
 
 import torch
@@ -32,6 +30,8 @@ from mmpos.integrations.diffusers.camera_adapter import (
     without_camera,
 )
 
+from .per_call import one_call
+
 __all__ = ["CameraControlWanPipeline", "CameraControlWanImageToVideoPipeline", "load_camera_adapter"]
 
 
@@ -42,50 +42,6 @@ def load_camera_adapter(pipe, path, **from_pretrained_kwargs) -> CameraAdapter:
     check_adapter_fits(pipe.transformer, adapter)  # a mismatched adapter: a ValueError now, not at the first call
     pipe.camera_adapter = placed_like(adapter, pipe.transformer).eval()
     return pipe.camera_adapter
-
-
-_SHARED_LOCKS = threading.Lock()
-
-
-def one_call(pipe):
-    """``pipe`` for one call, so that calls from several threads do not share per-call state: a shallow copy (the
-    same models) with its own scheduler (diffusers' schedulers keep the step index) and its own ``_guidance_scale``,
-    ``_current_timestep``, ... attributes; the VAE (its causal-conv cache) and the prompt encoding (the fast
-    tokenizer's padding state) are serialised by locks shared by all calls of ``pipe``."""
-    with _SHARED_LOCKS:
-        locks = pipe.__dict__.setdefault("_mmpos_call_locks", (threading.Lock(), threading.Lock()))
-    call = copy.copy(pipe)
-    call.__dict__["scheduler"] = copy.deepcopy(pipe.scheduler)
-    vae_lock, prompt_lock = locks
-    if pipe.vae is not None:
-        call.__dict__["vae"] = _Serialised(pipe.vae, vae_lock, ("encode", "decode"))
-    encode_prompt = getattr(call, "encode_prompt", None)
-    if encode_prompt is not None:
-
-        def serialised_encode_prompt(*args, **kwargs):
-            with prompt_lock:
-                return encode_prompt(*args, **kwargs)
-
-        call.__dict__["encode_prompt"] = serialised_encode_prompt
-    return call
-
-
-class _Serialised:
-    """``module`` with the calls of ``methods`` taken under ``lock`` (every other attribute is the module's)."""
-
-    def __init__(self, module, lock, methods):
-        self.__dict__.update(_module=module, _lock=lock, _methods=methods)
-
-    def __getattr__(self, name):
-        value = getattr(self._module, name)
-        if name not in self._methods:
-            return value
-
-        def locked(*args, **kwargs):
-            with self._lock:
-                return value(*args, **kwargs)
-
-        return locked
 
 
 class _CameraControl:
