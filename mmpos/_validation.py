@@ -58,9 +58,20 @@ def check_finite(name: str, tensor: torch.Tensor) -> None:
     """Raise if ``tensor`` has NaN or inf (skipped while ``torch.compile`` traces: a data-dependent branch)."""
     if torch.compiler.is_compiling():
         return
+    check_not_meta(name, tensor)
     if not torch.isfinite(tensor).all():
         bad = (~torch.isfinite(tensor)).sum().item()
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf); expected finite numbers")
+
+
+def check_not_meta(name: str, tensor) -> None:
+    """A tensor with values: an encoding computes tables and geometry from data, which a meta tensor has none of
+    (torch says only "unsupported scalarType" from autocast, or ".item() cannot be called on meta tensors")."""
+    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device: it holds no values to compute with; materialise the model "
+            "(to_empty + load the weights) or pass tensors on cpu/cuda"
+        )
 
 
 def check_float_coords(name: str, coords: torch.Tensor) -> None:

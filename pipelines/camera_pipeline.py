@@ -39,7 +39,7 @@ def load_camera_adapter(pipe, path, **from_pretrained_kwargs) -> CameraAdapter:
     """Load a saved :class:`CameraAdapter` (folder or Hub id) onto ``pipe`` (its transformer's device and
     dtype) and return it; ``pipe.camera_adapter = None`` unloads."""
     adapter = CameraAdapter.from_pretrained(path, **from_pretrained_kwargs)
-    check_adapter_fits(pipe.transformer, adapter)  # a mismatched adapter: a ValueError now, not at the first call
+    check_adapter_fits(pipe.transformer, adapter)  # a mismatched adapter: a ValueError now, before placing it
     pipe.camera_adapter = placed_like(adapter, pipe.transformer).eval()
     return pipe.camera_adapter
 
@@ -47,7 +47,24 @@ def load_camera_adapter(pipe, path, **from_pretrained_kwargs) -> CameraAdapter:
 class _CameraControl:
     """The camera part shared by both pipelines (a mixin in front of the diffusers class)."""
 
-    camera_adapter: Optional[CameraAdapter] = None
+    @property
+    def camera_adapter(self) -> Optional[CameraAdapter]:
+        """The :class:`CameraAdapter` a call with ``camera`` uses (``None``: none loaded)."""
+        return self.__dict__.get("_camera_adapter")
+
+    @camera_adapter.setter
+    def camera_adapter(self, adapter: Optional[CameraAdapter]) -> None:
+        """Checked now, as :func:`load_camera_adapter` checks it: a mismatched adapter fails here, not deep inside
+        the first call."""
+        if adapter is not None:
+            if not isinstance(adapter, CameraAdapter):
+                raise TypeError(
+                    "camera_adapter must be a CameraAdapter (load_camera_adapter(pipe, path) loads a saved one) "
+                    f"or None, got {type(adapter).__name__}"
+                )
+            if getattr(self, "transformer", None) is not None:
+                check_adapter_fits(self.transformer, adapter)
+        self.__dict__["_camera_adapter"] = adapter
 
     def __call__(self, *args, camera=None, camera_scale: float = 1.0, **kwargs):
         r"""The stock call (see the diffusers pipeline's ``__call__``) with a camera.
