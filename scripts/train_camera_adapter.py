@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 
+from mmpos._arguments import user_error
 from mmpos.training.scaffold_config import ConfigError, parse_run
 
 PROG = "train_camera_adapter"
@@ -31,7 +32,7 @@ def train(argv=None) -> dict:
     try:
         return run_task(CameraAdapterTask(config), args.resume, args.overwrite).losses
     except (UnreadableCheckpointError, ConfigError) as error:
-        raise SystemExit(f"{PROG}: error: {error}") from None
+        raise user_error(PROG, error) from None
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 
+from mmpos._arguments import user_error
 from mmpos.training.scaffold_config import ConfigError, parse_run
 
 PROG = "train_dit.py"
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: NonFiniteLossError: {error}", file=sys.stderr)
         return 1
     except (UnreadableCheckpointError, ConfigError) as error:
-        raise SystemExit(f"{PROG}: error: {error}") from None
+        raise user_error(PROG, error) from None
     return 0
 
 
