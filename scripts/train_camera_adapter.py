@@ -37,11 +37,15 @@ def train(argv=None) -> dict:
 
 def main(argv=None) -> int:
     from mmpos.training.scaffold import NonFiniteLossError
+    from mmpos.training.scaffold_checkpoint import CheckpointWriteError
 
     try:
         losses = train(argv)
     except NonFiniteLossError as error:
         print(f"{PROG}: error: NonFiniteLossError: {error}", file=sys.stderr)
+        return 1
+    except CheckpointWriteError as error:  # a full disk: the earlier checkpoints are intact
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
     if losses:
         last = max(losses)

@@ -29,12 +29,16 @@ def main(argv=None) -> int:
 
     config, args = parse_run(DiTConfig, PROG, __doc__, DiTTask.outputs, argv)
     from mmpos.training.scaffold import NonFiniteLossError, train
+    from mmpos.training.scaffold_checkpoint import CheckpointWriteError
     from mmpos.training.scaffold_folders import UnreadableCheckpointError
 
     try:
         train(DiTTask(config), args.resume, args.overwrite)
     except NonFiniteLossError as error:
         print(f"{PROG}: error: NonFiniteLossError: {error}", file=sys.stderr)
+        return 1
+    except CheckpointWriteError as error:  # a full disk: the earlier checkpoints are intact
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
     except (UnreadableCheckpointError, ConfigError) as error:
         raise user_error(PROG, error) from None
