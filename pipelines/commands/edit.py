@@ -111,8 +111,8 @@ def edit_config(args) -> dict:
 
 
 def check_options(method, config: dict) -> None:
-    """The config's ``METHOD:`` section builds the method's options dataclass (known keys, typed and checked
-    values), before any model loads: a ValueError naming ``METHOD.key`` if not."""
+    """The config's ``METHOD:`` section is a mapping that builds the method's options dataclass (known keys, typed
+    and checked values), before any model loads: a ValueError naming ``METHOD.key`` if not."""
     import dataclasses
 
     section = config.get(method.name)
@@ -122,6 +122,8 @@ def check_options(method, config: dict) -> None:
             f"configs/edit_{method.name}.yaml); got {section!r}"
         )
     options = method.options_class()
+    if not dataclasses.is_dataclass(options):  # a method taking a plain mapping (``config_class=dict``)
+        return
     known = {field.name for field in dataclasses.fields(options)}
     unknown = sorted(set(section) - known)
     if unknown:
