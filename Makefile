@@ -32,15 +32,15 @@ test: $(VENV)/.test
 
 # the unit tests: everything but the end-to-end files that took most of `make test`'s time (pytest --durations=0,
 # 2-core machine, 2026-12-01: documentation 118 s, compile 83 s, world_demo 36 s, world_video 24 s, train_vit 23 s,
-# edit_cli 16 s of 462 s); `make test` runs them too
-FAST_EXCLUDE := tests/test_documentation.py tests/test_compile.py tests/test_world_demo.py tests/test_world_video.py \
-	tests/test_train_vit.py tests/test_edit_cli.py
+# edit_cli 16 s of 462 s; edit_cli_families, added later: 37 s, 90 s on a busier machine); `make test` runs them too
+FAST_EXCLUDE := tests/project/test_documentation.py tests/encodings/test_compile.py tests/commands/test_world_demo.py tests/pipelines/test_world_video.py \
+	tests/training/test_train_vit.py tests/commands/test_edit_cli.py tests/commands/test_edit_cli_families.py
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q $(addprefix --ignore=,$(FAST_EXCLUDE))
 
 # a non-editable install: build a wheel from a clean copy, check its data files, import it from a plain folder
 test-install: $(VENV)/.test
-	MMPOS_SLOW=1 $(PY) -m pytest -q tests/test_install.py
+	MMPOS_SLOW=1 $(PY) -m pytest -q tests/project/test_install.py
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_rotary.py --out outputs/bench_rotary.json
@@ -62,7 +62,7 @@ typecheck: $(VENV)/.dev
 
 # the API reference and guide site (mkdocs.yml); --strict: a broken reference or link fails the build
 docs: $(VENV)/.dev
-	$(VENV)/bin/mkdocs build --strict --site-dir outputs/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir outputs/site
 
 clean:
 	rm -rf $(VENV) outputs

@@ -3,7 +3,7 @@
 
     python benchmarks/bench_cli_start.py              # prints one row per command and the slowest --help
 
-Issue 31 asks for every ``--help`` under 2 s on a 2-core machine; the test (``tests/test_cli_fast_start.py``)
+Issue 31 asks for every ``--help`` under 2 s on a 2-core machine; the test (``tests/commands/test_cli_fast_start.py``)
 checks the deterministic property behind it (no torch, diffusers, timm, transformers or accelerate imported
 while parsing), this script only prints times.
 """

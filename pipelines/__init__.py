@@ -5,9 +5,22 @@ Band modulation (Untwisting RoPE) on Flux and Kontext, PE transplant (PosBridge)
 camera-controlled Wan video (:mod:`.camera_pipeline`) and the mini-world's image-to-video model (:mod:`.world_video`);
 all share an explicit edit context set by a transformer pre-forward hook (:mod:`.context`). Exports are loaded on
 first use, so ``mmpos`` commands that do not edit never import diffusers.
+
+The camera adapter's training data, its lens augmentation and the tiny offline Wan moved below the pipelines
+(:data:`MOVED`); their old paths here (``mmpos.pipelines.camera_clips``, ...) still import, the same module with a
+``DeprecationWarning``, for one release.
 """
 
 from importlib import import_module
+
+from mmpos._deprecation import moved_modules
+
+MOVED = {  # old submodule -> its new module (the old path goes in the next release)
+    "camera_clips": "mmpos.training.camera_clips",
+    "lens_augment": "mmpos.camera.lens_augment",
+    "tiny_wan": "mmpos.models.tiny_wan",
+}
+moved_modules(__name__, MOVED)
 
 _EXPORTS = {
     "BandConfig": ".band",

@@ -160,9 +160,10 @@ class SharedBandAttention(_BandRule):
 
     def adain(self, query, key, context):
         """``adain_qk``: the targets' image q and k matched to the reference's (before RoPE)."""
-        return self._adain(query, key, context.segments)
+        return self.adain_segments(query, key, context.segments)
 
-    def _adain(self, query, key, segments):
+    def adain_segments(self, query, key, segments):
+        """``adain_qk`` on q, k ``[B, S, H, D]`` with the sequence's ``segments``: the targets' image tokens."""
         if not self.config.adain_qk:
             return query, key
         return _adain_targets(query, segments.image), _adain_targets(key, segments.image)
@@ -189,7 +190,7 @@ class SharedBandAttention(_BandRule):
     def _group(self, call, context, group: slice) -> torch.Tensor:
         image, rotation, mask = call.segments.image, call.rotation, call.key_mask
         query, key, value = call.query[group], call.key[group], call.value[group]
-        query, key = self._adain(query, key, call.segments)
+        query, key = self.adain_segments(query, key, call.segments)
         ref_key = rotation(key[:1, image], self.band_table(context, rotation, image, group.start))
         query, key = _rotate_rows(rotation, query, group), _rotate_rows(rotation, key, group)
         targets = query.shape[0] - 1
@@ -230,9 +231,10 @@ class ContextBandScaling(_BandRule):
 
     def adain(self, query, key, context):
         """``adain_qk``: the target image's q and k matched to the context image's (before RoPE)."""
-        return self._adain(query, key, context.segments)
+        return self.adain_segments(query, key, context.segments)
 
-    def _adain(self, query, key, seg):
+    def adain_segments(self, query, key, seg):
+        """``adain_qk`` on q, k ``[B, S, H, D]`` with the sequence's segments ``seg``: the target image's tokens."""
         if not self.config.adain_qk:
             return query, key
         return _adain_target_to_context(query, seg), _adain_target_to_context(key, seg)
@@ -256,7 +258,7 @@ class ContextBandScaling(_BandRule):
     def attend_call(self, call, context):
         """The rule on one layer call (:class:`~mmpos.pipelines.families.LayerCall`, any family)."""
         rotation = call.rotation
-        query, key = self._adain(call.query, call.key, call.segments)
+        query, key = self.adain_segments(call.query, call.key, call.segments)
         query, key = rotation(query), rotation(key, self.key_table(context, rotation, call.segments))
         out = call.attend(query, key, call.value, call.key_mask)
         return call.finish(out, query.dtype)

@@ -23,7 +23,7 @@ from mmpos.integrations.diffusers.models import spec_for
 
 from .attention import select_layers
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
-from .band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipeline
+from .band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipeline, _ProbeMixin
 from .band_reference import Flux2GivenReferenceMixin
 from .context import EditContext, EditSession
 from .edit_pipeline import coerce_config
@@ -48,10 +48,16 @@ def _prompt_count(value) -> int:
     return len(value)
 
 
-class _FamilyBandMixin:
-    """``__call__`` with ``band=``: the rule, its edit session, and the batch check before any work."""
+class _FamilyBandMixin(_ProbeMixin):
+    """``__call__`` with ``band=``: the rule, its edit session, and the batch check before any work; ``probe=(layer,
+    progress)`` records that layer's q/k (``self.probe``, for :func:`~.figures.band_attention_maps`)."""
 
     _reference_argument = None  # the stock argument holding in-sequence reference images (FLUX.2: "image")
+
+    @property
+    def token_pixels(self) -> int:
+        """Pixels per side of one transformer token (VAE factor x 2x2 patches; 16 for the released models)."""
+        return self.vae_scale_factor * 2
 
     @per_call
     @torch.no_grad()
@@ -65,8 +71,6 @@ class _FamilyBandMixin:
         probe=None,
         **kwargs,
     ):
-        if probe is not None:
-            raise ValueError(f"probe={probe!r}: attention probes run on the FLUX.1 band pipelines only")
         config = coerce_config(BandConfig, band)
         bound = inspect.signature(super().__call__).bind_partial(*args, **kwargs).arguments
         axes = family_for(self.transformer).native_axes_dims(self.transformer)
@@ -75,6 +79,7 @@ class _FamilyBandMixin:
         context = EditContext(rules=family_layer_rules(self.transformer, config.layers, rule), enabled=config.enabled)
         if not with_references:
             context.group_size = self._check_band_batch(config, bound)
+        self._install_probe(context, probe)
         if reference_image is not None and config.enabled:  # element 0 follows the given image, noised
             if with_references or not hasattr(self, "_given_reference"):
                 raise ValueError(
@@ -123,6 +128,11 @@ class BandModulationQwenImage21Pipeline(_FamilyBandMixin, QwenImage21Pipeline):
     """``QwenImage21Pipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``): each
     target image's queries also see the reference's band-scaled target-image keys; the prefix (text, condition
     images) stays block-causal and stock, so the KV cache (``use_kv_cache``) and ``image=`` work unchanged."""
+
+    @property
+    def token_pixels(self) -> int:
+        """Pixels per side of one token: the VAE factor (16; the transformer takes the latents unpatched)."""
+        return self.vae_scale_factor
 
 
 class BandModulationZImagePipeline(_FamilyBandMixin, ZImagePipeline):

@@ -165,6 +165,18 @@ class EditCalls:
 _NO_EDIT = EditContext(enabled=False)
 
 
+def check_not_context_parallel(transformer) -> None:
+    """The edits' rules read whole segments of the joint sequence (reference, targets, paste region); under
+    diffusers' context parallelism (``enable_parallelism``) each rank holds a shard of the tokens, so an edit is
+    refused by name rather than run on a shard."""
+    if getattr(transformer, "_parallel_config", None) is not None:
+        raise RuntimeError(
+            "the edit methods (band, transplant, loose) do not run under diffusers' context parallelism "
+            "(enable_parallelism): their rules read whole token segments while each rank holds a shard; run "
+            "edits on one process per image (data parallel), or call them before enable_parallelism"
+        )
+
+
 class EditSession:
     """Installs an :class:`EditContext` on a transformer of a family with an edit adapter (:mod:`.families`) for
     the duration of a ``with`` block, for the calling thread (:class:`EditCalls`: sessions in other threads on the
@@ -186,6 +198,7 @@ class EditSession:
         self._running = None  # (EditCalls, previous state) while the block runs
 
     def __enter__(self) -> EditContext:
+        check_not_context_parallel(self.transformer)
         calls = EditCalls.of(self.transformer)
         self._running = calls, calls.enter(self)
         return self.context
@@ -212,6 +225,7 @@ class EditSession:
                 )
 
     def pre_forward(self, module, args, kwargs):
+        check_not_context_parallel(module)  # (a model made parallel inside the session)
         context = self.context
         sigma = self.adapter.sigma(args, kwargs)
         context.sigma = float(sigma[0])

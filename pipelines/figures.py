@@ -44,7 +44,8 @@ def _save(fig, path) -> Path:
 class AttentionProbe:
     """Wraps a rule on one layer: it records the rotated q and k (the reference keys band-scaled) of the first
     forward at or after ``progress`` (or of the last forward, when sampling ends before it: ``--steps 1``) and
-    runs the wrapped rule unchanged."""
+    runs the wrapped rule unchanged. FLUX.1's processor calls :meth:`attend`, the other families' edit seam
+    :meth:`attend_call` (:class:`~mmpos.pipelines.families.LayerCall`)."""
 
     def __init__(self, rule, progress: float):
         self.rule, self.progress = rule, progress
@@ -56,17 +57,25 @@ class AttentionProbe:
 
     def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
         if not self.reached:
-            self.reached = (context.progress or 0.0) >= self.progress
             query, key, _ = project_heads(attn, hidden_states, encoder_hidden_states)
-            query, key = self.rule.adain(query, key, context)  # what the rule attends with (adain_qk)
-            rotation = LayerRotation.wrap(image_rotary_emb)
-            seg = context.segments
-            # shared attention: queries of every image, keys of element 0; Kontext: target queries, context keys
-            queries, keys = (seg.target, seg.context) if seg.context_len else (seg.image, seg.image)
-            reference = key[:, keys] if seg.context_len else key[:1, keys]
-            self.query = rotation(query)[:, queries].float().cpu()
-            self.key = rotation(reference, self.rule.band_table(context, rotation, keys)).float().cpu()
+            self._record(query, key, LayerRotation.wrap(image_rotary_emb), context.segments, context)
         return self.rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context)
+
+    def attend_call(self, call, context):
+        if not self.reached:
+            self._record(call.query, call.key, call.rotation, call.segments, context)
+        return self.rule.attend_call(call, context)
+
+    def _record(self, query, key, rotation: LayerRotation, seg, context) -> None:
+        """q ``[B, S, H, D]`` and k before RoPE -> ``self.query`` ``[B, N, H, D]`` (the image queries, rotated)
+        and ``self.key`` ``[1 | B, N', H, D]`` (the reference keys, rotated with the band-scaled table)."""
+        self.reached = (context.progress or 0.0) >= self.progress
+        query, key = self.rule.adain_segments(query, key, seg)  # what the rule attends with (adain_qk)
+        # shared attention: queries of every image, keys of element 0; Kontext: target queries, context keys
+        queries, keys = (seg.target, seg.context) if seg.context_len else (seg.image, seg.image)
+        reference = key[:, keys] if seg.context_len else key[:1, keys]
+        self.query = rotation(query)[:, queries].float().cpu()
+        self.key = rotation(reference, self.rule.band_table(context, rotation, keys)).float().cpu()
 
 
 def band_attention_maps(
@@ -116,8 +125,9 @@ def band_diagnostic(maps: dict, grid, token: int, path, reference: torch.Tensor 
     return save_figure(fig, path, dpi=120)  # constrained layout (tight_layout cannot place the colour bar)
 
 
-def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path) -> Path:
-    """Canvas with the inpaint region, then the row and column id of every token while transplanting."""
+def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path, image_axes=(1, 2)) -> Path:
+    """Canvas with the inpaint region, then the row and column id of every token while transplanting (``ids``,
+    ``native``: ``[N, A]`` in the family's coordinates; ``image_axes``: its row and column axes)."""
     plt = pyplot()
     grid = canvas.layout.grid
     fig, axes = plt.subplots(1, 3, figsize=(8, 2.8))
@@ -126,7 +136,7 @@ def transplant_diagnostic(canvas, ids: torch.Tensor, native: torch.Tensor, path)
     for mask in canvas.object_masks:
         axes[0].contour(mask.float().numpy(), levels=[0.5], colors="cyan", linewidths=1)
     moved = (ids != native).any(1).reshape(grid)
-    for ax, axis, name in ((axes[1], 1, "row"), (axes[2], 2, "column")):
+    for ax, axis, name in ((axes[1], image_axes[0], "row"), (axes[2], image_axes[1], "column")):
         im = ax.imshow(ids[:, axis].reshape(grid).numpy(), cmap="viridis")
         ys, xs = torch.nonzero(moved, as_tuple=True)
         ax.scatter(xs.numpy(), ys.numpy(), marker=".", c="red", s=8)

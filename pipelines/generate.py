@@ -48,8 +48,8 @@ TRAIN_SIZES = {"FluxPipeline": 1024, "QwenImagePipeline": 1328}  # FLUX.1; Qwen-
 def _generate_pipeline(args, config):
     """The pipeline and its prompt arguments: the FluxPipeline or QwenImagePipeline that ``model``'s
     ``model_index.json`` names (``model: world``: the shipped world t2i model, prompted with its guidance)."""
-    from .loading import generate_kind, model_path
-    from .run_inputs import load_cli_pipeline
+    from .loading import generate_kind, is_world_model, model_path, world_image_size
+    from .run_inputs import load_cli_pipeline, report_prompts, world_model_notice
 
     prompts = args.prompt or config["prompts"]
     try:
@@ -57,9 +57,19 @@ def _generate_pipeline(args, config):
     except ValueError as err:
         print(f"mmpos generate: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    if is_world_model(config["model"]):
+        from .sources import HUB_FLUX
+
+        side = world_image_size(model_path("generate", config["model"]))
+        print(world_model_notice("mmpos generate", HUB_FLUX["t2i"], side))
     pipe = load_cli_pipeline("generate", kind, config)
     config["pipeline"] = type(pipe).__name__
-    return pipe, prompt_kwargs(args, prompts, pipe, config.get("guidance"))
+    report_prompts(args, [("", prompts, "--prompt", bool(args.prompt))])
+    try:  # a world model: words outside its vocabulary
+        return pipe, prompt_kwargs(args, prompts, pipe, config.get("guidance"))
+    except ValueError as err:
+        print(f"mmpos generate: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _call_sampler(pipe, config) -> dict:

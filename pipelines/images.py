@@ -115,15 +115,6 @@ def to_pil(image: torch.Tensor):
     return Image.fromarray(array)
 
 
-def snap_to_grid(image: torch.Tensor, token_pixels: int = 16) -> tuple[torch.Tensor, str | None]:
-    """Resize ``[B, 3, H, W]`` down to the token grid; returns the image and a message when it changed."""
-    h, w = image.shape[-2:]
-    nh, nw = max(token_pixels, h // token_pixels * token_pixels), max(token_pixels, w // token_pixels * token_pixels)
-    if (nh, nw) == (h, w):
-        return image, None
-    return resize_image(image, (nh, nw)), f"resized {h}x{w} to {nh}x{nw} (the {token_pixels}-pixel token grid)"
-
-
 def save_image(image: torch.Tensor, path) -> Path:
     path = Path(path)
     with written_atomically(path) as temporary:  # same suffix: PIL picks the format by it

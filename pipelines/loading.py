@@ -83,13 +83,23 @@ def generate_kind(path) -> str:
     return FAMILY_KIND + class_name
 
 
-def missing_components(path) -> dict:
-    """``{name: None}`` for text components a local saved pipeline does not have (e.g. tiny demo models)."""
+def missing_components(path, cls=None) -> dict:
+    """``{name: None}`` for the components a local saved pipeline does not have: text components absent or saved
+    as null, and any other component saved as null (e.g. Qwen-Image-Edit's ``processor``, for tiny models); with
+    ``cls``, only those its ``__init__`` takes (no warning about unexpected keywords)."""
     index = Path(path) / "model_index.json"
     if not index.is_file():
         return {}
     entries = json.loads(index.read_text())
-    return {name: None for name in TEXT_COMPONENTS if entries.get(name, [None, None])[0] is None}
+    saved = [name for name, entry in entries.items() if isinstance(entry, list) and len(entry) == 2]
+    names = dict.fromkeys([*TEXT_COMPONENTS, *saved])
+    missing = {name: None for name in names if (entries.get(name) or [None, None])[0] is None}
+    if cls is None:
+        return missing
+    import inspect
+
+    accepted = inspect.signature(cls.__init__).parameters
+    return {name: value for name, value in missing.items() if name in accepted}
 
 
 WORLD = "world"  # --model world: the shipped world model of the command's task
@@ -165,7 +175,7 @@ def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None =
     import_named_modules(path)  # a local folder's mmpos components (a hub id: nothing to do here)
     try:
         with world_text_encoders_accepted():
-            pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path))
+            pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path, cls))
     except OSError as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"--model {path}: cannot load a {cls.__name__} ({reason})") from None

@@ -35,6 +35,11 @@ class _FamilyLooseMixin:
 
     family = ""
 
+    @property
+    def token_pixels(self) -> int:
+        """Pixels per side of one transformer token (VAE factor x 2x2 patches; 16 for the released models)."""
+        return self.vae_scale_factor * 2
+
     def _loose_call(self, stock_call, args, kwargs, crop_mask, original, saliency, loose):
         config = coerce_config(LooseConfig, loose)
         arguments = inspect.signature(stock_call).bind(self, *args, **kwargs).arguments

@@ -6,6 +6,7 @@ Imports of torch/diffusers happen inside the functions, so importing this module
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -108,6 +109,37 @@ def default_config_name(args) -> str:
     return f"{args.config_name}_world" if is_world_model(args.model) else args.config_name
 
 
+def world_model_notice(command: str, real_model: str, side: int = 32) -> str:
+    """The line a run on a world model prints before it loads: what the world models can and cannot do, and the
+    command that runs ``real_model`` instead (``command``: ``mmpos edit transplant``, ``mmpos generate``)."""
+    cannot = (
+        f"they draw only such scenes ({side} px toy previews, never photographs)"
+        if command == "mmpos generate"
+        else f"photographs are outside what they know, so a photo comes back as a {side} px toy preview, not a real edit"
+    )
+    return (
+        f"note: the world models are tiny Flux-class models trained only on {side} px synthetic mini-world scenes "
+        f"(simple coloured shapes on plain or patterned backgrounds, prompts in the world's words); {cannot}; for "
+        f"real images run a real model on a CUDA GPU: {command} --model {real_model} --device cuda (same options)"
+    )
+
+
+def report_prompts(args, parts) -> None:
+    """Print, in one line, the prompts a run encodes and where each came from; ``parts``: ``(name, prompts,
+    option, given)`` each (``given``: the option was on the command line; else the config's, default or set)."""
+    if getattr(args, "prompt_embeds", None):
+        print(f"prompt used: the embeddings in {args.prompt_embeds} (--prompt-embeds)")
+        return
+    described, count = [], 0
+    for name, prompts, option, given in parts:
+        prompts = [prompts or ""] if prompts is None or isinstance(prompts, str) else list(prompts)
+        count += len(prompts)
+        where = f"from {option}" if given else f"the config's; {option} sets it"
+        text = ", ".join(json.dumps(p) for p in prompts)
+        described.append(f"{name + ' ' if name else ''}{text} ({where})")
+    print(f"prompt{'s' if count > 1 else ''} used: " + "; ".join(described))
+
+
 EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
 
 
@@ -163,20 +195,48 @@ def stock_call_parameters(pipe):
     raise TypeError(f"{type(pipe).__name__}.__call__ takes no prompt_embeds")
 
 
-def load_grid_image(path, what: str, token_pixels: int, side: int | None = None):
-    """An image on the pipeline's token grid (resized down to it, saying so); with ``side`` (a world model's
-    training size), resized to ``side x side``."""
-    from .images import load_image, resize_image, snap_to_grid
+def load_placed_image(path, what: str, token_pixels: int, side: int | None = None):
+    """``(image [1, 3, H', W'], placement)``: the image file as the pipeline gets it, saying how it was placed.
+    With ``side`` (a world model's training size) fitted into ``side x side``, aspect kept and padded
+    (:func:`~mmpos.pipelines.placement.fit_square`); without, resized down to the token grid
+    (:func:`~mmpos.pipelines.placement.on_token_grid`)."""
+    from .images import load_image
+    from .placement import fit_square, on_token_grid
 
     image = load_image(path)
-    if side is not None:
-        if tuple(image.shape[-2:]) != (side, side):
-            print(f"{what}: resized {image.shape[-2]}x{image.shape[-1]} to {side}x{side} (the world model's size)")
-        return resize_image(image, (side, side))
-    snapped, message = snap_to_grid(image, token_pixels)
+    source = tuple(image.shape[-2:])
+    placement = fit_square(source, side) if side is not None else on_token_grid(source, token_pixels)
+    message = placement.describe(what)
+    if message and placement.canvas == placement.content:  # resized only: to what
+        message += " (the world model's size)" if side is not None else f" (the {token_pixels}-pixel token grid)"
     if message:
-        print(f"{what}: {message}")
-    return snapped
+        print(message)
+    return placement.place_image(image), placement
+
+
+def load_placed_mask(path, placement, what: str = "the image"):
+    """A ``[H', W']`` bool mask of the model input: the mask file (in the image file's pixels; another size is
+    stretched to it, nearest, saying so) placed like the image (:meth:`Placement.place_mask`)."""
+    from PIL import Image
+
+    from .images import as_mask
+
+    mask = Image.open(path).convert("L")
+    (height, width), (h, w), canvas = placement.source, placement.content, placement.canvas
+    size, stretched = f"{mask.height}x{mask.width}", (mask.height, mask.width) != (height, width)
+    if stretched:
+        size += f" (not {what}'s {height}x{width}: stretched)"
+        mask = mask.resize((width, height), Image.NEAREST)
+    if placement.changed or stretched:
+        padded = f", padded like {what} to {canvas[0]}x{canvas[1]}" if canvas != (h, w) else ""
+        print(f"mask {path}: resized {size} to {h}x{w} (nearest){padded}")
+    placed = placement.place_mask(as_mask(str(path), mask, (height, width)))
+    if not bool(placed.any()):
+        raise ValueError(
+            f"mask {path} selects no pixel of the {placed.shape[0]}x{placed.shape[1]} model input; expected a "
+            "larger region"
+        )
+    return placed
 
 
 def image_side(config, kind: str) -> int | None:
@@ -206,22 +266,11 @@ def load_cli_pipeline(command: str, kind: str, config):
 
 def rescale_box(box, from_size, to_size) -> tuple[int, int, int, int]:
     """``(left, top, right, bottom)`` pixels of a ``from_size`` (H, W) image -> the same region of the image
-    resized to ``to_size``, rounded outwards; a box outside the image raises ValueError naming ``--box``."""
-    import math
+    resized to ``to_size``, rounded outwards; a box outside the image raises ValueError naming ``--box``
+    (:func:`mmpos.pipelines.placement.rescale_box`)."""
+    from .placement import rescale_box as rescale
 
-    left, top, right, bottom = (int(v) for v in box)
-    (h0, w0), (h1, w1) = from_size, to_size
-    if not (0 <= left < right <= w0 and 0 <= top < bottom <= h0):
-        raise ValueError(
-            f"--box {left} {top} {right} {bottom}: expected left < right <= {w0} and top < bottom <= "
-            f"{h0} (L T R B pixels inside the {h0}x{w0} background)"
-        )
-    return (
-        math.floor(left * w1 / w0),
-        math.floor(top * h1 / h0),
-        math.ceil(right * w1 / w0),
-        math.ceil(bottom * h1 / h0),
-    )
+    return rescale(box, from_size, to_size)
 
 
 def load_mask(path, size):
@@ -237,9 +286,17 @@ def load_mask(path, size):
     return as_mask(str(path), mask, size)
 
 
-def sampler_options(config) -> dict:
-    """The config's ``sampler`` section as pipeline call arguments."""
-    return dict(config.get("sampler", {}))
+def sampler_options(config, pipe=None) -> dict:
+    """The config's ``sampler`` section as pipeline call arguments; with ``pipe``, those its stock ``__call__``
+    takes (a FLUX.1 config's ``guidance_scale`` on Qwen-Image 2.1, which has none: left out, saying so)."""
+    options = dict(config.get("sampler", {}))
+    if pipe is None:
+        return options
+    accepted = stock_call_parameters(pipe)
+    dropped = [key for key in options if key not in accepted]
+    if dropped:
+        print(f"sampler: {type(pipe).__name__} takes no {', '.join(dropped)} (left out)")
+    return {key: value for key, value in options.items() if key in accepted}
 
 
 def output_folder(args, default: Path) -> Path:

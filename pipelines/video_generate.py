@@ -122,7 +122,7 @@ def _pipeline(args, parser, settings):
     cls = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline
     dtype = getattr(torch, settings["dtype"])
     if settings["tiny"]:
-        from .tiny_wan import tiny_wan_components
+        from mmpos.models.tiny_wan import tiny_wan_components
 
         pipe = cls(**tiny_wan_components(image_to_video=bool(args.image))).to(settings["device"])
         return pipe if dtype == torch.float32 else pipe.to(dtype=dtype)

@@ -28,11 +28,12 @@ def check_last_dim(name: str, tensor: torch.Tensor, size: int) -> None:
         )
 
 
-def no_autocast(tensor: torch.Tensor):
+def no_autocast(tensor: torch.Tensor) -> torch.autocast:
     return torch.autocast(tensor.device.type, enabled=False)
 
 
-def safe_normalize(v: torch.Tensor, eps: float = 1e-30):
+def safe_normalize(v: torch.Tensor, eps: float = 1e-30) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(v / |v|, |v|)``: ``v [..., n]`` -> ``([..., n], [...])``; the norm is floored at ``eps``."""
     norm = v.norm(dim=-1, keepdim=True)
     return v / norm.clamp_min(eps), norm[..., 0]
 
@@ -43,7 +44,7 @@ class CameraModel:
     width: float
     height: float
 
-    def unproject(self, pixels: torch.Tensor):
+    def unproject(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``pixels [..., 2]`` (u, v) -> ``(rays [..., 3] unit norm, valid [...] bool)``; non-finite pixels are
         invalid (the optical axis)."""
         check_last_dim("pixels", pixels, 2)
@@ -51,7 +52,7 @@ class CameraModel:
             rays, valid = self._unproject(pixels)
             return finite_or_invalid(pixels, rays, valid, optical_axis(rays))
 
-    def project(self, points: torch.Tensor):
+    def project(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``points [..., 3]`` in the camera frame -> ``(pixels [..., 2], valid [...] bool)``; non-finite points
         are invalid (the image centre)."""
         check_last_dim("points", points, 3)
@@ -60,16 +61,26 @@ class CameraModel:
             centre = torch.tensor([self.width / 2, self.height / 2], dtype=pixels.dtype, device=pixels.device)
             return finite_or_invalid(points, pixels, valid, centre.expand_as(pixels))
 
-    def resized(self, width: float, height: float):
+    def resized(self, width: float, height: float) -> CameraModel:
         """The same camera imaging to a ``width x height`` image (intrinsics scale with the image)."""
         raise NotImplementedError
 
-    def cropped(self, left: float, top: float, width: float, height: float):
+    def cropped(self, left: float, top: float, width: float, height: float) -> CameraModel:
         """The camera of the sub-image ``[left, left + width) x [top, top + height)``."""
         raise NotImplementedError
 
+    def _unproject(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's own ``pixels [..., 2] -> (rays [..., 3], valid [...])`` (inputs already checked)."""
+        raise NotImplementedError
 
-def finite_or_invalid(inputs: torch.Tensor, values: torch.Tensor, valid: torch.Tensor, placeholder: torch.Tensor):
+    def _project(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's own ``points [..., 3] -> (pixels [..., 2], valid [...])`` (inputs already checked)."""
+        raise NotImplementedError
+
+
+def finite_or_invalid(
+    inputs: torch.Tensor, values: torch.Tensor, valid: torch.Tensor, placeholder: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(values, valid)`` with entries whose input or value is NaN or inf marked invalid and set to
     ``placeholder`` (the package promises no NaN); finite entries are returned unchanged."""
     bad = ~(torch.isfinite(inputs).all(-1) & torch.isfinite(values).all(-1))

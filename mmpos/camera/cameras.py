@@ -22,9 +22,10 @@ NeRF camera-to-world), :meth:`Cameras.from_trajectory` (a :class:`~.trajectory.T
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 import torch
+from torch.types import Device
 
 from .._validation import as_int_tuple, check_finite_number, check_float_coords, check_positive_int
 from .base import CameraModel
@@ -33,6 +34,7 @@ from .perspective import is_linear_projection
 from .poses import check_pose, invert_pose, opengl_to_opencv
 from .ray_frames import latitude_up_map
 from .rays import patch_pixels, ray_grid
+from .trajectory import Trajectory
 
 __all__ = ["Cameras"]
 
@@ -74,7 +76,9 @@ class Cameras:
             )
         self._given = "w2c" if w2c is not None else "c2w"
         pose = _checked_pose(self._given, w2c if w2c is not None else c2w)
-        self._w2c, self._c2w = (pose, None) if w2c is not None else (None, pose)
+        self._given_pose = pose
+        self._w2c: torch.Tensor | None = pose if w2c is not None else None
+        self._c2w: torch.Tensor | None = None if w2c is not None else pose
         rows, cols = as_int_tuple("grid", grid)
         check_positive_int("grid[0] (rows)", rows), check_positive_int("grid[1] (cols)", cols)
         self.grid = (rows, cols)
@@ -89,19 +93,19 @@ class Cameras:
     def w2c(self) -> torch.Tensor:
         """``[B, C, 4, 4]`` world-to-camera (OpenCV axes)."""
         if self._w2c is None:
-            self._w2c = invert_pose(self._c2w)
+            self._w2c = invert_pose(self._given_pose)  # the c2w given
         return self._w2c
 
     @property
     def c2w(self) -> torch.Tensor:
         """``[B, C, 4, 4]`` camera-to-world (OpenCV axes), the rigid inverse of :attr:`w2c`."""
         if self._c2w is None:
-            self._c2w = invert_pose(self._w2c)
+            self._c2w = invert_pose(self._given_pose)  # the w2c given
         return self._c2w
 
     @property
     def _pose(self) -> torch.Tensor:
-        return self._w2c if self._given == "w2c" else self._c2w
+        return self._given_pose
 
     @property
     def batch_size(self) -> int:
@@ -130,8 +134,16 @@ class Cameras:
     # --- converters -----------------------------------------------------------------------------------------
     @classmethod
     def from_models(
-        cls, models: Models, grid: Sequence[int], *, w2c=None, c2w=None, offset=(0.5, 0.5), depth=None, dtype=None
-    ) -> "Cameras":
+        cls,
+        models: Models,
+        grid: Sequence[int],
+        *,
+        w2c: torch.Tensor | None = None,
+        c2w: torch.Tensor | None = None,
+        offset: Sequence[float] = (0.5, 0.5),
+        depth: torch.Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Cameras:
         """Cameras seen through camera models: one :class:`~.base.CameraModel` for every camera or a list of
         ``C`` (any lens; all imaging ``H x W`` images). Rays pass through the point ``offset`` of each patch
         (the centre by default); ``intrinsics`` are the models' ``K`` when every model has one; ``orientation``
@@ -154,8 +166,9 @@ class Cameras:
         device = pose.device
         rays, valid = (torch.stack(t, 0) for t in zip(*(ray_grid(m, grid, offset, dtype, device) for m in models)))
         intrinsics = None
-        if all(is_linear_projection(m) for m in models):
-            k = torch.stack([m.intrinsic_matrix(dtype, device) for m in models])
+        linear = [m for m in models if is_linear_projection(m)]
+        if len(linear) == len(models):
+            k = torch.stack([m.intrinsic_matrix(dtype, device) for m in linear])
             intrinsics = k.expand(pose.shape[0], -1, -1, -1)
         poses = {"w2c": pose} if w2c is not None else {"c2w": pose}
         cameras = cls(**poses, grid=grid, image_size=size, intrinsics=intrinsics, rays=rays, valid=valid, depth=depth)
@@ -172,11 +185,11 @@ class Cameras:
         image_size: Sequence[float],
         grid: Sequence[int],
         *,
-        w2c=None,
-        c2w=None,
-        offset=(0.5, 0.5),
-        depth=None,
-    ) -> "Cameras":
+        w2c: torch.Tensor | None = None,
+        c2w: torch.Tensor | None = None,
+        offset: Sequence[float] = (0.5, 0.5),
+        depth: torch.Tensor | None = None,
+    ) -> Cameras:
         """Pinhole cameras from pixel ``K [B, C, 3, 3]`` of ``image_size = (H, W)`` images: rays ``K^-1 (u, v,
         1)`` normalised, through the point ``offset`` of each patch (every ray valid)."""
         check_intrinsic_matrix("intrinsics", intrinsics)
@@ -187,7 +200,7 @@ class Cameras:
         return cls(w2c=w2c, c2w=c2w, grid=grid, image_size=image_size, intrinsics=intrinsics, rays=rays, depth=depth)
 
     @classmethod
-    def from_opengl(cls, c2w_gl: torch.Tensor, **fields) -> "Cameras":
+    def from_opengl(cls, c2w_gl: torch.Tensor, **fields: Any) -> Cameras:
         """From OpenGL / Blender / NeRF camera-to-world (x right, y up, looking down -z); ``fields`` as the
         constructor (``grid``, ``image_size``, ``intrinsics``, ``rays`` in OpenCV camera axes, ...)."""
         check_float_coords("c2w_gl", c2w_gl)
@@ -197,8 +210,15 @@ class Cameras:
 
     @classmethod
     def from_trajectory(
-        cls, trajectory, grid: Sequence[int], image_size: Sequence[int], *, offset=(0.5, 0.5), depth=None, dtype=None
-    ) -> "Cameras":
+        cls,
+        trajectory: Trajectory,
+        grid: Sequence[int],
+        image_size: Sequence[int],
+        *,
+        offset: Sequence[float] = (0.5, 0.5),
+        depth: torch.Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Cameras:
         """One sample (``B = 1``) of the :class:`~.trajectory.Trajectory`'s frames as pinhole cameras imaging
         ``image_size = (H, W)``."""
         height, width = _checked_size(image_size)
@@ -206,11 +226,11 @@ class Cameras:
         dtype = trajectory.c2w.dtype if dtype is None else dtype
         return cls.from_models(models, grid, c2w=trajectory.c2w.to(dtype)[None], offset=offset, depth=depth)
 
-    def to(self, device=None, dtype: torch.dtype | None = None) -> "Cameras":
+    def to(self, device: Device = None, dtype: torch.dtype | None = None) -> Cameras:
         """The same cameras on ``device`` / in ``dtype`` (floating fields; the given pose form is converted and the
         other re-derived)."""
 
-        def move(t):
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
             if t is None:
                 return None
             return t.to(device=device, dtype=dtype if (dtype is not None and t.is_floating_point()) else t.dtype)
@@ -235,7 +255,7 @@ class Cameras:
         )
 
     # --- validation -----------------------------------------------------------------------------------------
-    def _checked_intrinsics(self, intrinsics):
+    def _checked_intrinsics(self, intrinsics: torch.Tensor | None) -> torch.Tensor | None:
         if intrinsics is None:
             return None
         check_intrinsic_matrix("intrinsics", intrinsics)
@@ -248,7 +268,9 @@ class Cameras:
             raise ValueError("intrinsics are pixel K of an image: pass image_size=(H, W) with them")
         return intrinsics
 
-    def _checked_rays(self, rays, valid):
+    def _checked_rays(
+        self, rays: torch.Tensor | None, valid: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if rays is None:
             if valid is not None:
                 raise ValueError("valid is the rays' mask: pass rays with it")
@@ -273,7 +295,7 @@ class Cameras:
                 )
         return rays, valid
 
-    def _checked_depth(self, depth):
+    def _checked_depth(self, depth: torch.Tensor | None) -> torch.Tensor | None:
         if depth is None:
             return None
         check_float_coords("depth", depth)
@@ -289,7 +311,7 @@ class Cameras:
             )
         return depth
 
-    def _checked_orientation(self, orientation):
+    def _checked_orientation(self, orientation: torch.Tensor | None) -> torch.Tensor | None:
         if orientation is None:
             return None
         check_float_coords("orientation", orientation)
@@ -305,7 +327,7 @@ class Cameras:
         return orientation
 
 
-def _checked_pose(name: str, pose) -> torch.Tensor:
+def _checked_pose(name: str, pose: object) -> torch.Tensor:
     if not isinstance(pose, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor [B, C, 4, 4], got {type(pose).__name__}")
     if pose.dim() != 4:
@@ -313,7 +335,7 @@ def _checked_pose(name: str, pose) -> torch.Tensor:
     return check_pose(name, pose)
 
 
-def _checked_size(image_size) -> tuple:
+def _checked_size(image_size: Sequence[float]) -> tuple[float, float]:
     try:
         height, width = image_size
     except (TypeError, ValueError):
@@ -324,11 +346,11 @@ def _checked_size(image_size) -> tuple:
     )
 
 
-def _broadcasts(shape, target) -> bool:
-    shape, target = tuple(shape), tuple(target)
+def _broadcasts(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """``shape`` broadcasts to ``target`` (numpy rules, without growing ``target``)."""
     if len(shape) > len(target):
         return False
-    return all(s in (1, t) for s, t in zip(shape[::-1], target[::-1]))
+    return all(s in (1, t) for s, t in zip(tuple(shape)[::-1], tuple(target)[::-1]))
 
 
 def _per_camera(models: Models, count: int) -> list:

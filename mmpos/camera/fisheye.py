@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -28,15 +29,17 @@ class KannalaBrandt(IntrinsicsCamera):
     k4: float = 0.0
     max_angle: float = math.pi / 2
 
-    def _theta_d(self, theta):
+    def _theta_d(self, theta: torch.Tensor | float) -> torch.Tensor | float:
+        """The normalised image radius ``r(theta)``."""
         t2 = theta * theta
         return theta * (1 + t2 * (self.k1 + t2 * (self.k2 + t2 * (self.k3 + t2 * self.k4))))
 
-    def _theta_d_slope(self, theta):
+    def _theta_d_slope(self, theta: torch.Tensor) -> torch.Tensor:
+        """``d r / d theta``."""
         t2 = theta * theta
         return 1 + t2 * (3 * self.k1 + t2 * (5 * self.k2 + t2 * (7 * self.k3 + t2 * 9 * self.k4)))
 
-    def _check_distortion(self):
+    def _check_distortion(self) -> None:
         check_finite_number("max_angle", self.max_angle, positive=True)
         if self.max_angle >= math.pi:
             raise ValueError(
@@ -48,9 +51,14 @@ class KannalaBrandt(IntrinsicsCamera):
                 f"fisheye coefficients (k1={self.k1}, k2={self.k2}, k3={self.k3}, k4={self.k4}) are "
                 f"outside the valid range: r(theta) must increase on [0, max_angle={self.max_angle:.4f}]"
             )
-        object.__setattr__(self, "_max_radius", self._theta_d(self.max_angle))
+        _ = self._max_radius
 
-    def _unproject(self, pixels):
+    @cached_property
+    def _max_radius(self) -> float:
+        """The image circle's normalised radius ``r(max_angle)``."""
+        return float(self._theta_d(self.max_angle))
+
+    def _unproject(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         xy = self._to_normalized(pixels)
         radius = xy.norm(dim=-1)
         valid = radius <= self._max_radius
@@ -64,7 +72,7 @@ class KannalaBrandt(IntrinsicsCamera):
         rays = torch.where(valid[..., None], rays, optical_axis(rays))
         return rays, valid
 
-    def _project(self, points):
+    def _project(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rho = points[..., :2].norm(dim=-1)
         theta = torch.atan2(rho, points[..., 2])
         valid = (theta <= self.max_angle) & (points.norm(dim=-1) > 0)
@@ -86,7 +94,7 @@ class UnifiedCamera(IntrinsicsCamera):
 
     xi: float = 0.0
 
-    def _check_distortion(self):
+    def _check_distortion(self) -> None:
         check_finite_number("xi", self.xi)
         if self.xi < 0:
             raise ValueError(f"xi must be >= 0 (0 is the pinhole camera), got {self.xi}")
@@ -104,7 +112,7 @@ class UnifiedCamera(IntrinsicsCamera):
         focal = (width / 2) * (math.cos(half) + xi) / math.sin(half)
         return cls(focal, focal, width / 2, height / 2, width, height, xi)
 
-    def _unproject(self, pixels):
+    def _unproject(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         xy = self._to_normalized(pixels)
         r2 = (xy * xy).sum(-1)
         inside = 1 + (1 - self.xi**2) * r2
@@ -115,7 +123,7 @@ class UnifiedCamera(IntrinsicsCamera):
         rays = torch.where(valid[..., None], rays, optical_axis(rays))
         return rays, valid
 
-    def _project(self, points):
+    def _project(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         norm = points.norm(dim=-1)
         w = self.xi if self.xi <= 1 else 1 / self.xi
         valid = (points[..., 2] > -w * norm) & (norm > 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -22,23 +23,25 @@ class IntrinsicsCamera(CameraModel):
     width: float
     height: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             check_finite_number(f.name, value, positive=f.name in ("fx", "fy", "width", "height"))
             object.__setattr__(self, f.name, float(value))
         self._check_distortion()
 
-    def _check_distortion(self):
+    def _check_distortion(self) -> None:
         pass
 
-    def intrinsic_matrix(self, dtype=torch.float32, device=None) -> torch.Tensor:
+    def intrinsic_matrix(
+        self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    ) -> torch.Tensor:
         """``K [3, 3]`` in pixels."""
         return torch.tensor(
             [[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]], dtype=dtype, device=device
         )
 
-    def resized(self, width, height):
+    def resized(self, width: float, height: float) -> IntrinsicsCamera:
         sx = check_finite_number("width", width, True) / self.width
         sy = check_finite_number("height", height, True) / self.height
         return replace(
@@ -51,14 +54,14 @@ class IntrinsicsCamera(CameraModel):
             height=float(height),
         )
 
-    def cropped(self, left, top, width, height):
+    def cropped(self, left: float, top: float, width: float, height: float) -> IntrinsicsCamera:
         check_crop(self, left, top, width, height)
         return replace(self, cx=self.cx - left, cy=self.cy - top, width=float(width), height=float(height))
 
-    def _to_normalized(self, pixels):
+    def _to_normalized(self, pixels: torch.Tensor) -> torch.Tensor:
         return torch.stack([(pixels[..., 0] - self.cx) / self.fx, (pixels[..., 1] - self.cy) / self.fy], -1)
 
-    def _to_pixels(self, xy):
+    def _to_pixels(self, xy: torch.Tensor) -> torch.Tensor:
         return torch.stack([xy[..., 0] * self.fx + self.cx, xy[..., 1] * self.fy + self.cy], -1)
 
     def _max_image_radius(self) -> float:
@@ -69,7 +72,8 @@ class IntrinsicsCamera(CameraModel):
         return max(math.hypot(x, y) for x, y in corners)
 
 
-def check_crop(camera, left, top, width, height):
+def check_crop(camera: CameraModel, left: float, top: float, width: float, height: float) -> None:
+    """The crop ``[left, left + width) x [top, top + height)`` is finite and inside ``camera``'s image."""
     for name, value in (("left", left), ("top", top)):
         check_finite_number(name, value)
     check_finite_number("width", width, True)
@@ -95,7 +99,7 @@ def check_intrinsic_matrix(name: str, matrix: torch.Tensor) -> None:
         raise ValueError(f"{name} must be upper triangular with last row (0, 0, 1)")
 
 
-def normalized_intrinsics(matrix: torch.Tensor, image_size) -> torch.Tensor:
+def normalized_intrinsics(matrix: torch.Tensor, image_size: Sequence[float]) -> torch.Tensor:
     """Intrinsics mapping to image coordinates in ``[-1/2, 1/2]``: ``[[fx/W, s/W, cx/W - 1/2], [0, fy/H,
     cy/H - 1/2], [0, 0, 1]]`` for ``image_size = (H, W)`` (PRoPE's and RayRoPE's normalisation)."""
     height, width = (float(s) for s in image_size)

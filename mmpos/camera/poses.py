@@ -14,6 +14,8 @@ down -z) and the RealEstate10K row layout in :mod:`mmpos.camera.trajectory`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .._validation import check_finite, check_float_coords
@@ -154,13 +156,15 @@ def matrix_to_axis_angle(rotation: torch.Tensor) -> torch.Tensor:
     return result
 
 
-def look_at(eye: torch.Tensor, target: torch.Tensor, down=(0.0, 1.0, 0.0)) -> torch.Tensor:
+def look_at(
+    eye: torch.Tensor, target: torch.Tensor, down: Sequence[float] | torch.Tensor = (0.0, 1.0, 0.0)
+) -> torch.Tensor:
     """OpenCV camera-to-world ``[..., 4, 4]`` at ``eye`` looking at ``target``, with the camera's y axis as
     close as possible to the world ``down`` direction (default +y: the y-down world of RealEstate10K)."""
-    down = torch.as_tensor(down, dtype=eye.dtype, device=eye.device).expand_as(eye)
+    down_t = torch.as_tensor(down, dtype=eye.dtype, device=eye.device).expand_as(eye)
     z = target - eye
     z = z / z.norm(dim=-1, keepdim=True)
-    y = down - (down * z).sum(-1, keepdim=True) * z
+    y = down_t - (down_t * z).sum(-1, keepdim=True) * z
     norm = y.norm(dim=-1, keepdim=True)
     if bool((norm < 1e-9).any()):
         raise ValueError("look_at: the viewing direction is parallel to `down`; the roll is undefined")

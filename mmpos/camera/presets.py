@@ -8,6 +8,7 @@ towards its y axis (roll).
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import torch
 
@@ -18,7 +19,7 @@ from .trajectory import Trajectory
 AXES = {"pan": (0.0, 1.0, 0.0), "tilt": (1.0, 0.0, 0.0), "roll": (0.0, 0.0, 1.0)}
 
 
-def ease(num_frames: int, dtype=torch.float64) -> torch.Tensor:
+def ease(num_frames: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``[N]`` progress from 0 to 1 with zero slope at both ends: ``(1 - cos(pi s)) / 2``."""
     check_positive_int("num_frames", num_frames)
     s = torch.linspace(0, 1, num_frames, dtype=dtype) if num_frames > 1 else torch.zeros(1, dtype=dtype)
@@ -26,7 +27,11 @@ def ease(num_frames: int, dtype=torch.float64) -> torch.Tensor:
 
 
 def base_intrinsics(
-    num_frames: int, fov_degrees: float = 60.0, aspect: float = 16 / 9, zoom=None, dtype=torch.float64
+    num_frames: int,
+    fov_degrees: float = 60.0,
+    aspect: float = 16 / 9,
+    zoom: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
     """``[N, 4]`` normalised pinhole intrinsics with horizontal FoV ``fov_degrees`` and square pixels."""
     fx = 0.5 / math.tan(math.radians(fov_degrees) / 2)
@@ -34,29 +39,31 @@ def base_intrinsics(
     return torch.stack([fx * scale, fx * aspect * scale, torch.full_like(scale, 0.5), torch.full_like(scale, 0.5)], -1)
 
 
-def _rotation_preset(axis, num_frames, degrees, dtype):
+def _rotation_preset(
+    axis: tuple[float, float, float], num_frames: int, degrees: float, dtype: torch.dtype
+) -> Trajectory:
     angle = ease(num_frames, dtype) * math.radians(degrees)
     rotation = axis_angle_to_matrix(angle[:, None] * torch.tensor(axis, dtype=dtype))
     c2w = pose_from_rotation_translation(rotation, torch.zeros(num_frames, 3, dtype=dtype))
     return Trajectory(c2w, base_intrinsics(num_frames, dtype=dtype))
 
 
-def pan(num_frames: int, degrees: float = 45.0, dtype=torch.float64) -> Trajectory:
+def pan(num_frames: int, degrees: float = 45.0, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Turn about the camera's vertical axis (yaw), position fixed."""
     return _rotation_preset(AXES["pan"], num_frames, degrees, dtype)
 
 
-def tilt(num_frames: int, degrees: float = 30.0, dtype=torch.float64) -> Trajectory:
+def tilt(num_frames: int, degrees: float = 30.0, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Turn about the camera's horizontal axis (pitch); positive looks up."""
     return _rotation_preset(AXES["tilt"], num_frames, degrees, dtype)
 
 
-def roll(num_frames: int, degrees: float = 30.0, dtype=torch.float64) -> Trajectory:
+def roll(num_frames: int, degrees: float = 30.0, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Turn about the optical axis."""
     return _rotation_preset(AXES["roll"], num_frames, degrees, dtype)
 
 
-def dolly(num_frames: int, distance: float = 1.0, dtype=torch.float64) -> Trajectory:
+def dolly(num_frames: int, distance: float = 1.0, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Move along the optical axis by ``distance`` (positive: in, towards the scene)."""
     position = torch.zeros(num_frames, 3, dtype=dtype)
     position[:, 2] = ease(num_frames, dtype) * distance
@@ -64,7 +71,7 @@ def dolly(num_frames: int, distance: float = 1.0, dtype=torch.float64) -> Trajec
     return Trajectory(c2w, base_intrinsics(num_frames, dtype=dtype))
 
 
-def zoom(num_frames: int, factor: float = 2.0, dtype=torch.float64) -> Trajectory:
+def zoom(num_frames: int, factor: float = 2.0, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Scale the focal length from 1x to ``factor`` (below 1 zooms out); pose fixed."""
     if not factor > 0:
         raise ValueError(f"factor must be positive, got {factor}")
@@ -74,7 +81,11 @@ def zoom(num_frames: int, factor: float = 2.0, dtype=torch.float64) -> Trajector
 
 
 def orbit(
-    num_frames: int, degrees: float = 360.0, radius: float = 2.0, start_degrees: float = 0.0, dtype=torch.float64
+    num_frames: int,
+    degrees: float = 360.0,
+    radius: float = 2.0,
+    start_degrees: float = 0.0,
+    dtype: torch.dtype = torch.float64,
 ) -> Trajectory:
     """Circle the point ``(0, 0, radius)`` at distance ``radius`` in the horizontal plane, looking at it
     (positive ``degrees``: the camera moves left and turns right)."""
@@ -86,12 +97,12 @@ def orbit(
     return Trajectory(look_at(eye, target.expand_as(eye)), base_intrinsics(num_frames, dtype=dtype))
 
 
-def arc(num_frames: int, degrees: float = 60.0, radius: float = 2.0, dtype=torch.float64) -> Trajectory:
+def arc(num_frames: int, degrees: float = 60.0, radius: float = 2.0, dtype: torch.dtype = torch.float64) -> Trajectory:
     """An orbit segment of ``degrees`` centred on the identity camera."""
     return orbit(num_frames, degrees, radius, start_degrees=-degrees / 2, dtype=dtype)
 
 
-PRESETS = {
+PRESETS: dict[str, Callable[..., Trajectory]] = {
     "orbit": orbit,
     "arc": arc,
     "dolly": dolly,
@@ -107,7 +118,7 @@ PRESETS = {
 }
 
 
-def preset_trajectory(name: str, num_frames: int, **options) -> Trajectory:
+def preset_trajectory(name: str, num_frames: int, **options: Any) -> Trajectory:
     """``preset_trajectory("orbit", 49, degrees=90)``; names: see ``PRESETS`` (from a command line's
     ``NAME[:AMOUNT]``: :func:`mmpos.camera.vocabulary.parse_motion`)."""
     check_choice("name", name, tuple(PRESETS))

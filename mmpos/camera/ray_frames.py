@@ -12,13 +12,16 @@ from typing import Sequence
 
 import torch
 
+from .base import CameraModel
 from .poses import check_pose, invert_pose, pose_from_rotation_translation
 from .rays import patch_pixels
 
 DEGENERATE_EPS = 1e-6  # |y_cam x z| (sine of the angle between a ray and the camera's vertical axis) below it
 
 
-def ray_frames(rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | None = None):
+def ray_frames(
+    rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """World-to-ray transforms: one rigid frame per ray, ``z`` along the ray, ``x`` horizontal in the camera.
 
     ``z = R d``, ``x = normalize(y_cam x z)`` (``y_cam``: the camera's down axis in the world), ``y = z x x``,
@@ -59,8 +62,13 @@ def ray_frames(rays_cam: torch.Tensor, c2w: torch.Tensor, valid: torch.Tensor | 
 
 
 def latitude_up_map(
-    camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5), world_up=(0.0, -1.0, 0.0), step: float = 0.1
-):
+    camera: CameraModel,
+    c2w: torch.Tensor,
+    grid_size: Sequence[int],
+    offset: Sequence[float] = (0.5, 0.5),
+    world_up: Sequence[float] = (0.0, -1.0, 0.0),
+    step: float = 0.1,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """UCPE's absolute orientation map ``[..., P, 3]``: ``(up_x, up_y, latitude)`` per patch.
 
     ``latitude = asin(d_w . up)`` of the world ray ``d_w``; ``(up_x, up_y)`` is the unit image direction (in

@@ -13,13 +13,19 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from torch.types import Device
 
 from .._validation import as_int_tuple, check_positive_int
+from .base import CameraModel
 from .poses import check_pose
 
 
 def patch_pixels(
-    grid_size: Sequence[int], image_size: Sequence[float], offset=(0.5, 0.5), dtype=torch.float32, device=None
+    grid_size: Sequence[int],
+    image_size: Sequence[float],
+    offset: Sequence[float] = (0.5, 0.5),
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
 ) -> torch.Tensor:
     """``[rows * cols, 2]`` pixel coordinates (u, v) of the point ``offset`` inside every patch."""
     rows, cols = as_int_tuple("grid_size", grid_size)
@@ -34,13 +40,19 @@ def patch_pixels(
     return torch.stack([uu, vv], -1).reshape(-1, 2).to(dtype)
 
 
-def ray_grid(camera, grid_size: Sequence[int], offset=(0.5, 0.5), dtype=torch.float32, device=None):
+def ray_grid(
+    camera: CameraModel,
+    grid_size: Sequence[int],
+    offset: Sequence[float] = (0.5, 0.5),
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Camera-frame unit rays of every patch: ``(rays [rows * cols, 3], valid [rows * cols])``."""
     pixels = patch_pixels(grid_size, (camera.height, camera.width), offset, dtype, device)
     return camera.unproject(pixels)
 
 
-def world_rays(c2w: torch.Tensor, rays_cam: torch.Tensor):
+def world_rays(c2w: torch.Tensor, rays_cam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Origins and unit directions in the world: ``c2w [..., 4, 4]``, ``rays_cam [..., P, 3]`` ->
     ``(origins [..., P, 3], directions [..., P, 3])``."""
     c2w = check_pose("c2w", c2w)

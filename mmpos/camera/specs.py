@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from .fisheye import UnifiedCamera
+from .perspective import Pinhole
 from .trajectory import Trajectory, load_trajectory
 from .vocabulary import is_motion, motion_trajectory, parse_motion, vocabulary_help
 
@@ -34,7 +35,7 @@ def frame_camera(
     model: str = "pinhole",
     fov: float | None = None,
     xi: float = 0.0,
-):
+) -> Pinhole | UnifiedCamera:
     """The camera model of ``frame``: the trajectory's pinhole, or a unified camera of ``fov``/``xi`` (``fov``
     defaults to the frame's horizontal field of view)."""
     if model == "pinhole":

@@ -15,8 +15,10 @@ JSON layout (``mmpos.trajectory`` version 1)::
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Union
 
 import torch
 
@@ -24,6 +26,8 @@ from .._atomic import written_atomically
 from .._validation import check_finite, check_float_coords
 from .models import Pinhole
 from .poses import check_pose, complete_pose, invert_pose
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 RE10K_COLUMNS = 19
 JSON_FORMAT = "mmpos.trajectory"
@@ -36,10 +40,10 @@ class Trajectory:
 
     c2w: torch.Tensor
     intrinsics: torch.Tensor
-    timestamps: torch.Tensor | None = None
+    timestamps: torch.Tensor = None  # type: ignore[assignment]  # None: 0, 1, ... (set by __post_init__)
     url: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.c2w = check_pose("c2w", self.c2w)
         if self.c2w.dim() != 3:
             raise ValueError(f"c2w must be [N, 4, 4], got {tuple(self.c2w.shape)}")
@@ -103,7 +107,7 @@ def resample(trajectory: Trajectory, num_frames: int) -> Trajectory:
     rotation = r_left @ axis_angle_to_matrix(step * frac[:, None])
     centre = torch.lerp(c2w[left, :3, 3], c2w[right, :3, 3], frac[:, None])
 
-    def blend(values):
+    def blend(values: torch.Tensor) -> torch.Tensor:
         return torch.lerp(values[left], values[right], frac.to(values.dtype).reshape(-1, *[1] * (values.dim() - 1)))
 
     return Trajectory(
@@ -114,7 +118,7 @@ def resample(trajectory: Trajectory, num_frames: int) -> Trajectory:
     )
 
 
-def read_re10k(path, dtype=torch.float64) -> Trajectory:
+def read_re10k(path: PathLike, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Read a RealEstate10K pose file (see the module docstring)."""
     lines = read_text(path).splitlines()
     if not lines:
@@ -153,7 +157,7 @@ def _is_pose_line(line: str) -> bool:
     return True
 
 
-def write_re10k(trajectory: Trajectory, path) -> Path:
+def write_re10k(trajectory: Trajectory, path: PathLike) -> Path:
     """Write a RealEstate10K pose file; timestamps are rounded to integers (microseconds)."""
     w2c = invert_pose(trajectory.c2w.double())[:, :3, :].reshape(-1, 12)
     lines = [trajectory.url or "https://example.invalid/mmpos"]
@@ -164,7 +168,7 @@ def write_re10k(trajectory: Trajectory, path) -> Path:
     return Path(path)
 
 
-def read_text(path) -> str:
+def read_text(path: PathLike) -> str:
     """The UTF-8 text of ``path``; a file in another encoding (or binary) is a ValueError naming it."""
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -172,7 +176,7 @@ def read_text(path) -> str:
         raise ValueError(f"{path}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
 
 
-def _numbers(path, where: str, value, shape: tuple, expected: str):
+def _numbers(path: PathLike, where: str, value: object, shape: tuple, expected: str) -> Any:
     """``value`` as a nested list of ``shape`` (an entry may be a tuple of allowed lengths) holding only numbers
     (not strings, not bools); ValueError ``{path}: {where} must be {expected}`` otherwise."""
     if len(shape) == 0:
@@ -185,7 +189,7 @@ def _numbers(path, where: str, value, shape: tuple, expected: str):
     return [_numbers(path, f"{where}[{i}]", item, shape[1:], expected) for i, item in enumerate(value)]
 
 
-def read_json(path, dtype=torch.float64) -> Trajectory:
+def read_json(path: PathLike, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Read an ``mmpos.trajectory`` JSON file (see the module docstring); a wrong layout is a ValueError naming
     the file and the field."""
     try:
@@ -202,29 +206,32 @@ def read_json(path, dtype=torch.float64) -> Trajectory:
     frames = data.get("frames")
     if not isinstance(frames, list) or not frames:
         raise ValueError(f"{path}: frames must be a non-empty list of frame objects, got {frames!r:.80}")
-    c2w, intrinsics, timestamps = [], [], []
+    poses: list[list[list[float]]] = []
+    rows: list[list[float]] = []
+    timestamps: list[float] = []
     for i, frame in enumerate(frames):
         if not isinstance(frame, dict):
             raise ValueError(f"{path}: frames[{i}] must be an object with c2w and intrinsics, got {frame!r:.80}")
-        c2w.append(_numbers(path, f"frames[{i}].c2w", frame.get("c2w"), ((3, 4), 4), "a 4x4 (or 3x4) nested list"))
-        intrinsics.append(
+        poses.append(_numbers(path, f"frames[{i}].c2w", frame.get("c2w"), ((3, 4), 4), "a 4x4 (or 3x4) nested list"))
+        rows.append(
             _numbers(
                 path, f"frames[{i}].intrinsics", frame.get("intrinsics"), (4,), "4 numbers (fx/W, fy/H, cx/W, cy/H)"
             )
         )
         timestamps.append(_numbers(path, f"frames[{i}].timestamp", frame.get("timestamp", i), (), "a number"))
     c2w = torch.stack(
-        [check_pose(f"{path}: frames[{i}].c2w", torch.tensor(m, dtype=torch.float64)) for i, m in enumerate(c2w)]
+        [check_pose(f"{path}: frames[{i}].c2w", torch.tensor(m, dtype=torch.float64)) for i, m in enumerate(poses)]
     )
     url = data.get("url", "")
     if not isinstance(url, str):
         raise ValueError(f"{path}: url must be a string, got {url!r:.80}")
-    intrinsics = torch.tensor(intrinsics, dtype=torch.float64)
+    intrinsics = torch.tensor(rows, dtype=torch.float64)
     check_finite(f"{path}: intrinsics", intrinsics)
     return Trajectory(c2w.to(dtype), intrinsics.to(dtype), torch.tensor(timestamps, dtype=torch.float64), url)
 
 
-def write_json(trajectory: Trajectory, path) -> Path:
+def write_json(trajectory: Trajectory, path: PathLike) -> Path:
+    """Write an ``mmpos.trajectory`` JSON file (atomically)."""
     frames = [
         {"timestamp": t, "c2w": c, "intrinsics": k}
         for t, c, k in zip(
@@ -244,10 +251,11 @@ def write_json(trajectory: Trajectory, path) -> Path:
     return Path(path)
 
 
-def load_trajectory(path, dtype=torch.float64) -> Trajectory:
+def load_trajectory(path: PathLike, dtype: torch.dtype = torch.float64) -> Trajectory:
     """Read ``.json`` (mmpos) or anything else as a RealEstate10K text file."""
     return read_json(path, dtype) if str(path).endswith(".json") else read_re10k(path, dtype)
 
 
-def save_trajectory(trajectory: Trajectory, path) -> Path:
+def save_trajectory(trajectory: Trajectory, path: PathLike) -> Path:
+    """Write ``.json`` (mmpos) or anything else as a RealEstate10K text file."""
     return write_json(trajectory, path) if str(path).endswith(".json") else write_re10k(trajectory, path)

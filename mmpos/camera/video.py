@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 import torch
+from torch.types import Device
 
 from .base import CameraModel
 from .cameras import Cameras
@@ -82,8 +83,8 @@ def video_cameras(
     camera: CameraInput,
     grid: Sequence[int],
     image_size: Sequence[int],
-    dtype=torch.float32,
-    device=None,
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
     offset: Sequence[float] = (0.5, 0.5),
 ) -> VideoCameras:
     """Resample ``camera`` to ``grid[0]`` latent frames and describe it at the ``(rows, cols)`` patch grid.
@@ -103,8 +104,8 @@ def video_cameras(
     c2w, models = _poses_and_models(camera, frames)
     models = [_resized(m, width, height, i) for i, m in enumerate(models)]
     offset = tuple(float(o) for o in offset)
-    rays, valid = zip(*(ray_grid(m, (rows, cols), offset, dtype=torch.float64) for m in models))
-    rays, valid = torch.stack(rays), torch.stack(valid)
+    per_frame = [ray_grid(m, (rows, cols), offset, dtype=torch.float64) for m in models]
+    rays, valid = torch.stack([r for r, _ in per_frame]), torch.stack([v for _, v in per_frame])
     for i in range(frames):
         if not bool(valid[i].any()) or not bool(torch.isfinite(rays[i][valid[i]]).all()):
             raise ValueError(
@@ -113,18 +114,19 @@ def video_cameras(
                 "output"
             )
     orientation = torch.stack([latitude_up_map(m, c2w[i], (rows, cols), offset)[0] for i, m in enumerate(models)])
+    linear = [m for m in models if is_linear_projection(m)]
     intrinsics = None
-    if all(is_linear_projection(m) for m in models):
-        intrinsics = torch.stack([m.intrinsic_matrix(torch.float64) for m in models])
+    if len(linear) == len(models):
+        intrinsics = torch.stack([m.intrinsic_matrix(torch.float64) for m in linear])
 
-    def put(t):
-        return None if t is None else t[None].to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+    def put(t: torch.Tensor) -> torch.Tensor:
+        return t[None].to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
     return VideoCameras(
         put(c2w),
         put(rays),
         put(valid),
-        put(intrinsics),
+        None if intrinsics is None else put(intrinsics),
         put(orientation.flatten(0, 1)),
         (frames, rows, cols),
         (height, width),
@@ -136,7 +138,8 @@ def stack_cameras(items: Sequence[VideoCameras]) -> VideoCameras:
     first = items[0]
     if any(c.grid != first.grid or c.image_size != first.image_size for c in items):
         raise ValueError("cameras: every item must have the same grid and image size")
-    intrinsics = None if any(c.intrinsics is None for c in items) else torch.cat([c.intrinsics for c in items])
+    given = [c.intrinsics for c in items if c.intrinsics is not None]
+    intrinsics = torch.cat(given) if len(given) == len(items) else None
     return VideoCameras(
         torch.cat([c.c2w for c in items]),
         torch.cat([c.rays for c in items]),
@@ -148,7 +151,8 @@ def stack_cameras(items: Sequence[VideoCameras]) -> VideoCameras:
     )
 
 
-def _poses_and_models(camera, frames: int):
+def _poses_and_models(camera: CameraInput, frames: int) -> tuple[torch.Tensor, list[CameraModel]]:
+    """``(c2w [frames, 4, 4] fp64, one model per frame)`` of ``camera`` resampled to ``frames``."""
     if isinstance(camera, tuple) and len(camera) == 2:
         camera = CameraPath(*camera)
     if isinstance(camera, Trajectory):
@@ -162,10 +166,8 @@ def _poses_and_models(camera, frames: int):
             f"{type(camera).__name__}"
         )
     c2w = _checked_poses(torch.as_tensor(camera.c2w).double())
-    models = camera.models
-    if isinstance(models, CameraModel):
-        models = [models] * c2w.shape[0]
-    models = list(models)
+    given = camera.models
+    models = [given] * c2w.shape[0] if isinstance(given, CameraModel) else list(given)
     if len(models) != c2w.shape[0] or not all(isinstance(m, CameraModel) for m in models):
         raise ValueError(
             f"camera: expected one CameraModel or a list of {c2w.shape[0]} (one per pose), got {len(models)} item(s)"

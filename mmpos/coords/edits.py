@@ -100,6 +100,6 @@ def shrink_ids(
     (``bf16=True`` rounds the result through bf16, as some peers' ids are)."""
     ids = img_ids.float().clone()
     centre_t = torch.tensor(centre, dtype=torch.float32, device=ids.device)
-    axes = list(axes)
-    ids[:, axes] = centre_t + factor * (ids[:, axes] - centre_t)
+    spatial = list(axes)
+    ids[:, spatial] = centre_t + factor * (ids[:, spatial] - centre_t)
     return ids.to(torch.bfloat16).float() if bf16 else ids

@@ -70,6 +70,25 @@ def grid_coords(
     return torch.stack(mesh, dim=-1).reshape(-1, len(shape))
 
 
+def grid_rows(
+    shape: Sequence[int], start: int, stop: int, dtype: torch.dtype = torch.float32, device: Device = None
+) -> torch.Tensor:
+    """Rows ``start:stop`` of ``grid_coords(shape)`` (index mode), ``[stop - start, len(shape)]``, built without the
+    rest of the grid (a context-parallel rank's share of a model's grid)."""
+    shape = tuple(int(n) for n in shape)
+    total = math.prod(shape)
+    if not 0 <= start <= stop <= total:
+        raise ValueError(f"rows {start}:{stop} are outside the {total} cells of the grid {shape}")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64 for positions, got {dtype}")
+    index = torch.arange(start, stop, device=device)
+    axes = []
+    for n in reversed(shape):
+        axes.append(index % n)
+        index = index // n
+    return torch.stack(axes[::-1], dim=-1).to(dtype)
+
+
 def positions_1d(
     length: int, offset: float = 0.0, scale: float = 1.0, dtype: torch.dtype = torch.float32, device: Device = None
 ) -> torch.Tensor:

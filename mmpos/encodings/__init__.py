@@ -7,7 +7,7 @@ geometry)`` (:class:`CameraPE`, ``docs/cameras.md``).
 """
 
 from .absolute import AbsolutePE, LearnedAPE, SinCosAPE
-from .base import CameraPE, Capabilities, PEKind, parameters_key
+from .base import CameraPE, Capabilities, PEKind, PositionalEncoding, parameters_key
 from .comrope import ComRoPE, ComRoPEAP, ComRoPELD
 from .harope import HARoPE
 from .liere import LieRE
@@ -31,6 +31,7 @@ __all__ = [
     "SinCosAPE",
     "Capabilities",
     "CameraPE",
+    "PositionalEncoding",
     "PEKind",
     "parameters_key",
     "CameraTransforms",

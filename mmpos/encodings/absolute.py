@@ -14,11 +14,11 @@ from torch import nn
 
 from .._validation import check_choice, check_non_negative_int, check_positive_int, check_theta
 from ..ops.tables import check_coords
-from .base import Capabilities, PEKind
+from .base import Capabilities, PEKind, PositionalEncoding
 from .registry import register_pe
 
 
-class AbsolutePE(nn.Module):
+class AbsolutePE(PositionalEncoding):
     """Base of absolute encodings: subclasses implement :meth:`embed`; the base adds it after the prefix."""
 
     kind = PEKind.ABSOLUTE
@@ -66,7 +66,7 @@ class SinCosAPE(AbsolutePE):
         check_theta("theta", theta)
         self.theta = theta
 
-    def embed(self, coords):
+    def embed(self, coords: torch.Tensor) -> torch.Tensor:
         coords = check_coords(coords, self.num_axes)
         half = self.embed_dim // self.num_axes // 2
         omega = 1.0 / self.theta ** (torch.arange(half, dtype=torch.float64, device=coords.device) / half)
@@ -106,7 +106,7 @@ class LearnedAPE(AbsolutePE):
         self.grid_size, self.interpolation = grid_size, interpolation
         self.weight = nn.Parameter(torch.randn(*grid_size, embed_dim) * init_std)
 
-    def embed(self, coords):
+    def embed(self, coords: torch.Tensor) -> torch.Tensor:
         coords = check_coords(coords, self.num_axes)
         limits = torch.tensor(self.grid_size, device=coords.device) - 1
         integral = bool(((coords == coords.round()) & (coords >= 0) & (coords <= limits)).all())
@@ -117,7 +117,8 @@ class LearnedAPE(AbsolutePE):
             raise ValueError("ape_learned interpolates fractional coordinates only on 2D grids")
         return self._sample_2d(coords)
 
-    def _sample_2d(self, coords):
+    def _sample_2d(self, coords: torch.Tensor) -> torch.Tensor:
+        """Bilinear lookup of fractional 2D ``coords [..., L, 2]`` -> ``[..., L, embed_dim]`` (border clamped)."""
         h, w = self.grid_size
         lead = coords.shape[:-2]
         flat = coords.reshape(1, -1, 1, 2).to(self.weight.dtype)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
+from typing import Any, ClassVar, Iterable
 
 import torch
 from torch import nn
@@ -104,7 +104,24 @@ def parameters_key(params: Iterable[torch.Tensor]) -> tuple | None:
     return (ParameterValues(params),)
 
 
-class CameraPE(nn.Module):
+class PositionalEncoding(nn.Module):
+    """Base of every registered encoding (:class:`~.rotary_base.RotaryPE`, :class:`~.absolute.AbsolutePE`,
+    :class:`CameraPE`, :class:`~.nope.NoPE`): what the registry and the integrations read, declared once.
+
+    Attributes:
+        kind: the :class:`PEKind` (integrations dispatch on it).
+        capabilities: the class's :class:`Capabilities` (an instance whose options change one carries its own).
+        example_options: a tiny configuration (set by each registered class; the registry sweep builds it).
+        pe_name: the registered name (set by :func:`~.registry.register_pe`).
+    """
+
+    kind: ClassVar[PEKind]
+    capabilities: Capabilities
+    example_options: ClassVar[dict[str, Any]]
+    pe_name: ClassVar[str]
+
+
+class CameraPE(PositionalEncoding):
     """Base of camera encodings (``plucker``, ``prope``, ``rayrope``, ``ucpe``): no grid coordinates; the inputs
     are cameras, one :class:`mmpos.camera.Cameras` value. The contract (``docs/cameras.md``)::
 
@@ -124,26 +141,39 @@ class CameraPE(nn.Module):
     capabilities = Capabilities(needs_cameras=True)
     num_axes = None  # no grid coordinates: inputs are cameras (see prepare)
 
-    def prepare(self, *args, **kwargs):
+    def prepare(self, *args: Any, **kwargs: Any) -> Any:
         """``prepare(cameras)`` -> the encoding's geometry of a :class:`mmpos.camera.Cameras`."""
         if len(args) + len(kwargs) == 1 and isinstance(next(iter((*args, *kwargs.values()))), Cameras):
             return self._prepare(next(iter((*args, *kwargs.values()))))
         warn_old_signature(f"{type(self).__name__}.prepare", "prepare(cameras) with a mmpos.camera.Cameras")
         return self._prepare_tensors(*args, **kwargs)
 
-    def _prepare(self, cameras: Cameras):
+    def _prepare(self, cameras: Cameras) -> Any:
+        """The encoding's geometry of ``cameras`` (what ``attention`` and ``logits`` take)."""
         raise NotImplementedError(f"{type(self).__name__} must implement _prepare(cameras)")
 
-    def _prepare_tensors(self, *args, **kwargs):
+    def _prepare_tensors(self, *args: Any, **kwargs: Any) -> Any:
+        """The old per-encoding tensor signature of ``prepare`` (deprecated): none by default."""
         raise TypeError(
             f"{type(self).__name__}.prepare takes one mmpos.camera.Cameras, got "
             f"{[type(a).__name__ for a in args]} {sorted(kwargs)}"
         )
 
-    def attention(self, q, k, v, query, key=None, attn_mask=None, scale=None):
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        query: Any,
+        key: Any = None,
+        attn_mask: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """``[B, H, L, D]`` attention of ``q, k, v`` with the encoding (``query`` / ``key``: ``prepare``'s
+        geometry of each side)."""
         raise NotImplementedError
 
-    def embed_tokens(self, x: torch.Tensor, geometry) -> torch.Tensor:
+    def embed_tokens(self, x: torch.Tensor, geometry: Any) -> torch.Tensor:
         """Tokens ``x [B, L, dim]`` with the encoding's additive part: unchanged for an attention encoding."""
         return x
 
@@ -153,7 +183,7 @@ class CameraPE(nn.Module):
         return None
 
     @classmethod
-    def for_head_dim(cls, head_dim: int) -> "CameraPE":
+    def for_head_dim(cls, head_dim: int) -> CameraPE:
         """An instance with default options for attention heads of ``head_dim`` channels (what a model that
         swaps camera encodings builds; an additive encoding builds its geometry-only form)."""
         return cls(head_dim=head_dim)

@@ -28,6 +28,7 @@ from ..ops.skew import exp_scaled_skew, exp_scaled_skew_4_terms, matmul_safe_dty
 from .base import Capabilities
 from .learned_block_rotary import BlockRotaryPE
 from .registry import register_pe
+from .rotary_base import Table
 
 
 class ComRoPE(BlockRotaryPE):
@@ -82,7 +83,7 @@ class ComRoPE(BlockRotaryPE):
         shape = (num_heads, self.num_blocks, block_size, block_size)
         self.init_axis_coefficients(self.init_skew_parameter(shape, init_std, seed))
 
-    def init_axis_coefficients(self, generator) -> None:
+    def init_axis_coefficients(self, generator: torch.Generator | None) -> None:
         """Create the buffer or parameter behind :meth:`axis_coefficients`."""
         raise NotImplementedError
 
@@ -98,13 +99,14 @@ class ComRoPE(BlockRotaryPE):
         """``t`` ``[..., L, num_blocks]`` for coords ``[..., L, A]`` (in the coords' dtype)."""
         return coords @ self.axis_coefficients().to(coords)
 
-    def compute_table(self, coords, complex_dtype):
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> Table:
         """A :class:`RotaryTable` (``b = 2``) or :class:`BlockRotationTable` ``[..., H, L, m, b, b]``."""
         coords, real_dtype, work_dtype = self.angle_inputs(coords, complex_dtype)
         with torch.autocast(coords.device.type, enabled=False):
             return self._table(coords, real_dtype, work_dtype)
 
-    def _table(self, coords, real_dtype, work_dtype):
+    def _table(self, coords: torch.Tensor, real_dtype: torch.dtype, work_dtype: torch.dtype) -> Table:
+        """The table of ``coords [..., L, A]`` (already in ``work_dtype``), stored in ``real_dtype``."""
         t = self.block_phases(coords).unsqueeze(-3)  # [..., 1, L, m]: shared by the heads
         skew = skew_part(self.P.to(work_dtype))[:, None]  # [H, 1, m, b, b]
         if self.block_size == 2:
@@ -142,8 +144,10 @@ class ComRoPEAP(ComRoPE):
     description = "ComRoPE-AP: each block of a head rotates with one axis by a learned commuting generator."
 
     example_options = dict(head_dim=16, num_heads=2, block_size=2, seed=0)
+    axis_of_block: torch.Tensor  # buffers (init_axis_coefficients)
+    axis_mask: torch.Tensor
 
-    def init_axis_coefficients(self, generator):
+    def init_axis_coefficients(self, generator: torch.Generator | None) -> None:
         if self.head_dim % (self.num_axes * self.block_size):
             raise ValueError(
                 f"comrope_ap needs head_dim / num_axes to be a multiple of block_size: head_dim="
@@ -154,10 +158,10 @@ class ComRoPEAP(ComRoPE):
         self.register_buffer("axis_of_block", axis_of_block, persistent=False)
         self.register_buffer("axis_mask", mask, persistent=False)
 
-    def axis_coefficients(self):
+    def axis_coefficients(self) -> torch.Tensor:
         return self.axis_mask
 
-    def block_phases(self, coords):
+    def block_phases(self, coords: torch.Tensor) -> torch.Tensor:
         return coords[..., self.axis_of_block.to(coords.device)]  # t_j = x_{j mod N}, exactly
 
 
@@ -170,10 +174,10 @@ class ComRoPELD(ComRoPE):
 
     example_options = dict(head_dim=16, num_heads=2, block_size=4, seed=0)
 
-    def init_axis_coefficients(self, generator):
+    def init_axis_coefficients(self, generator: torch.Generator | None) -> None:
         self.theta = nn.Parameter(torch.randn(self.num_axes, self.num_blocks, generator=generator))
 
-    def axis_coefficients(self):
+    def axis_coefficients(self) -> torch.Tensor:
         return self.theta
 
 

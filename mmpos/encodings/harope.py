@@ -21,6 +21,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.types import Device
 
 from .._validation import check_positive_int
 from ..ops.skew import matmul_safe_dtype, num_upper, skew_from_upper, upper_of
@@ -29,7 +30,7 @@ from ..ops.taylor_exp import taylor_matrix_exp
 from .base import Capabilities, PEKind, parameters_key
 from .per_block import fitting_options
 from .registry import create_pe, pe_class, register_pe
-from .rotary_base import RotaryPE, check_key_or_none
+from .rotary_base import RotaryPE, Table, check_key_or_none
 
 
 @register_pe("harope")
@@ -63,7 +64,7 @@ class HARoPE(RotaryPE):
         self,
         head_dim: int,
         num_heads: int,
-        base="rope_axial",
+        base: str | RotaryPE = "rope_axial",
         base_options: dict | None = None,
         eps: float = 1e-6,
         num_prefix_tokens: int | None = None,
@@ -98,21 +99,23 @@ class HARoPE(RotaryPE):
         """``s`` ``[H, d]``: ``softplus(sigma) / log 2`` (1 at ``sigma = 0``), floored at ``eps``."""
         return (F.softplus(self.sigma) / math.log(2.0)).clamp_min(self.eps)
 
-    def factors(self, dtype: torch.dtype = torch.float32):
+    def factors(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(U, s, V)``: ``U, V`` ``[H, d, d]`` rotations, ``s`` ``[H, d]``, computed in ``dtype`` with autocast
-        off. The forward uses fp64 on CUDA for fp32 work (TF32 matmuls would break orthogonality at ~1e-3)."""
+        off. The forward uses fp64 on CUDA for fp32 work (TF32 matmuls would visibly break the factors' orthogonality;
+        docs/results.md, "Numbers behind implementation choices")."""
         with torch.autocast(self.sigma.device.type, enabled=False):
             generators = skew_from_upper(torch.stack([self.u_skew, self.v_skew]).to(dtype), self.head_dim)
-            u, v = taylor_matrix_exp(generators)  # one batched call for both factors; backward ~3x its forward
+            u, v = taylor_matrix_exp(generators)  # one batched call for both factors (its backward: docs/results.md)
             return u, self.singular_values().to(dtype), v
 
-    def matrices(self, dtype: torch.dtype = torch.float32):
+    def matrices(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
         """``(M, M^-T)``, each ``[H, d, d]``: ``U diag(s) V^T`` and ``U diag(1/s) V^T``."""
         u, s, v = self.factors(dtype)
         vt = v.transpose(-1, -2)
         return (u * s[:, None, :]) @ vt, (u / s[:, None, :]) @ vt
 
-    def _matrices_for(self, dtype: torch.dtype):
+    def _matrices_for(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(M, M^-T)`` at the working precision of ``dtype`` activations, cached while no gradient is needed."""
         work = matmul_safe_dtype(torch.float64 if dtype == torch.float64 else torch.float32, self.sigma.device)
         key = parameters_key((self.u_skew, self.v_skew, self.sigma))
         if key is None:
@@ -124,7 +127,7 @@ class HARoPE(RotaryPE):
         return self._cached[1]
 
     # ----- application -------------------------------------------------------------------------------------
-    def transform(self, q: torch.Tensor, k: torch.Tensor | None):
+    def transform(self, q: torch.Tensor, k: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(M q, M^-T k)`` per head, in the activations' dtype (no rotation); ``k=None`` gives ``(M q, None)``."""
         head_dim = -2 if self.seq_dim == -3 else -3
         for name, x in (("q", q), ("k", k)) if k is not None else (("q", q),):
@@ -150,7 +153,9 @@ class HARoPE(RotaryPE):
             return False
         return torch.compiler.is_compiling() or x.shape[0] * x.shape[1] >= projection.in_features
 
-    def fold_into_qkv(self, weight: torch.Tensor, bias: torch.Tensor | None):
+    def fold_into_qkv(
+        self, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A fused ``qkv`` projection (``weight`` ``[3 * H * d, C]``: q, k, v rows, heads in order; ``bias``
         ``[3 * H * d]`` or ``None``) with ``M_h`` folded into the q rows of head ``h`` and ``M_h^-T`` into its k
         rows, so that it projects straight to ``M q`` and ``M^-T k`` (then :meth:`rotate_mapped_qk`). Only valid
@@ -171,38 +176,44 @@ class HARoPE(RotaryPE):
             bias = torch.cat([*mapped, bv]).flatten()
         return weight, bias
 
-    def rotate_mapped_qk(self, q: torch.Tensor, k: torch.Tensor, table):
+    def rotate_mapped_qk(
+        self, q: torch.Tensor, k: torch.Tensor | None, table: Table
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The wrapped encoding's rotation of ``M q`` and ``M^-T k`` (from a projection :meth:`fold_into_qkv`
         made)."""
         return self.base.rotate_qk(q, k, table)
 
-    def compute_table(self, coords, complex_dtype):
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> Table:
         return self.base.compute_table(coords, complex_dtype)
 
-    def table(self, coords, dtype=torch.float32, device=None):
+    def table(self, coords: torch.Tensor, dtype: torch.dtype = torch.float32, device: Device = None) -> Table:
         """The wrapped encoding's table (cached by it)."""
         return self.base.table(coords, dtype, device)
 
-    def rotate(self, x, table):
+    def rotate(self, x: torch.Tensor, table: Table) -> torch.Tensor:
         """The wrapped encoding's rotation only; :meth:`forward` applies ``M`` / ``M^-T`` first."""
         return self.base.rotate(x, table)
 
-    def default_coords(self, length, device):
+    def default_coords(self, length: int, device: Device) -> torch.Tensor:
         return self.base.default_coords(length, device)
 
-    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, table):
+    def rotate_qk(
+        self, q: torch.Tensor, k: torch.Tensor | None, table: Table
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``R M q, R M^-T k`` with a table from :meth:`table` (what :meth:`forward` applies; :meth:`rotate`
         alone cannot tell q from k)."""
         return self.base.rotate_qk(*self.transform(q, k), table)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor | None, coords: torch.Tensor | None = None):
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor | None, coords: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``q, k -> R(p) M q, R(p) M^-T k`` (shapes as the wrapped encoding; checked here first); ``k=None``
         encodes q alone (decoding against cached keys) and returns ``(R(p) M q, None)``."""
         check_key_or_none(k)  # shapes: transform
         q, k = self.transform(q, k)
         return self.base(q, k, coords)
 
-    def frequency_matrix(self):
+    def frequency_matrix(self) -> torch.Tensor:
         return self.base.frequency_matrix()
 
     @torch.no_grad()
@@ -222,7 +233,7 @@ class HARoPE(RotaryPE):
         s = (F.softplus(sigma.double()) + reference_eps) * math.log(2.0)  # our s * log 2 = softplus(our sigma)
         self.sigma.copy_(s + torch.log(-torch.expm1(-s)))  # inverse softplus
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, num_heads={self.num_heads}, eps={self.eps}, fold_qkv={self.fold_qkv}"
 
 
@@ -234,7 +245,9 @@ def _per_head_matmul(x: torch.Tensor, matrix: torch.Tensor, head_dim: int) -> to
     return torch.einsum("...hd,hed->...he", x, matrix)
 
 
-def _build_base(base, head_dim, num_heads, base_options, given: dict) -> RotaryPE:
+def _build_base(
+    base: str | RotaryPE, head_dim: int, num_heads: int, base_options: dict | None, given: dict
+) -> RotaryPE:
     """The wrapped encoding; ``given`` (``num_prefix_tokens``, ``seq_dim``) are passed on to a named base, and
     must agree with an instance's."""
     if isinstance(base, RotaryPE):
@@ -256,4 +269,7 @@ def _build_base(base, head_dim, num_heads, base_options, given: dict) -> RotaryP
         if name in options:
             raise ValueError(f"base_options must not set {name!r}; it is HARoPE's own option")
     facts = {"num_heads": num_heads, **given}
-    return create_pe(base, head_dim=head_dim, **fitting_options(base, facts, options))
+    built = create_pe(base, head_dim=head_dim, **fitting_options(base, facts, options))
+    if not isinstance(built, RotaryPE):
+        raise TypeError(f"base={base!r} builds a {type(built).__name__}; HARoPE wraps RotaryPE subclasses only")
+    return built

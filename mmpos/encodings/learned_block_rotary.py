@@ -17,13 +17,14 @@ from typing import Sequence
 
 import torch
 from torch import nn
+from torch.types import Device
 
 from .._validation import check_positive_int
 from ..coords.grids import grid_coords
 from ..coords.perturb import perturb_grid_coords
 from ..ops.block_rotation import apply_block_rotation
 from ..ops.tables import RotaryTable, device_has_fp64
-from .rotary_base import RotaryPE
+from .rotary_base import RotaryPE, Table
 
 
 class BlockRotaryPE(RotaryPE):
@@ -74,7 +75,7 @@ class BlockRotaryPE(RotaryPE):
         self.perturbation, self.offset_std = float(perturbation), float(offset_std)
         self.capabilities = replace(type(self).capabilities, jitters_coords=bool(perturbation or offset_std))
 
-    def init_skew_parameter(self, shape: tuple, init_std: float, seed: int | None):
+    def init_skew_parameter(self, shape: tuple, init_std: float, seed: int | None) -> torch.Generator | None:
         """Create ``P ~ N(0, init_std^2)`` of ``shape`` (only ``P - P^T`` is used); returns the generator."""
         if not init_std >= 0:
             raise ValueError(f"init_std must be >= 0, got {init_std}")
@@ -83,7 +84,9 @@ class BlockRotaryPE(RotaryPE):
         return generator
 
     # ----- tables -----------------------------------------------------------------------------------------
-    def angle_inputs(self, coords: torch.Tensor, complex_dtype: torch.dtype):
+    def angle_inputs(
+        self, coords: torch.Tensor, complex_dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.dtype, torch.dtype]:
         """``(coords, real_dtype, work_dtype)`` for :meth:`compute_table`: the coordinates with the prefix tokens'
         centre prepended (``prefix_at_centre``), cast to ``work_dtype``, the precision of the angles (the
         parameters': an fp64 product of fp32 parameters adds nothing they hold); ``real_dtype`` is the table's.
@@ -99,7 +102,7 @@ class BlockRotaryPE(RotaryPE):
         """Leading tokens left unrotated."""
         return 0 if self.prefix_at_centre else self.num_prefix_tokens
 
-    def check_rotatable(self, x: torch.Tensor, table=None) -> None:
+    def check_rotatable(self, x: torch.Tensor, table: Table | None = None) -> None:
         super().check_rotatable(x, table)
         heads, other = (x.shape[-2], x.shape[-3]) if self.seq_dim == -3 else (x.shape[-3], x.shape[-2])
         if heads != self.num_heads:
@@ -119,14 +122,14 @@ class BlockRotaryPE(RotaryPE):
                 f"x has {heads} heads; this encoding has per-head parameters for num_heads={self.num_heads}{hint}"
             )
 
-    def rotate(self, x: torch.Tensor, table) -> torch.Tensor:
+    def rotate(self, x: torch.Tensor, table: Table) -> torch.Tensor:
         if isinstance(table, RotaryTable):
             return super().rotate(x, table)
         self.check_rotatable(x)
         return apply_block_rotation(x, table, seq_dim=self.seq_dim, num_prefix_tokens=self.rotated_prefix)
 
     # ----- coordinates ------------------------------------------------------------------------------------
-    def default_coords(self, length: int, device) -> torch.Tensor:
+    def default_coords(self, length: int, device: Device) -> torch.Tensor:
         if self.grid_size is None:
             return super().default_coords(length, device)
         expected = 1
@@ -139,7 +142,11 @@ class BlockRotaryPE(RotaryPE):
             )
         return grid_coords(self.grid_size, "normalized", dtype=torch.float64, device=device)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, coords: torch.Tensor | None = None):
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor | None, coords: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As :meth:`RotaryPE.forward`; in training with ``perturbation`` / ``offset_std`` the encoding jitters its
+        own grid (``coords`` must then be ``None``)."""
         if self.training and (self.perturbation or self.offset_std):
             if coords is not None:
                 raise ValueError(
@@ -148,10 +155,11 @@ class BlockRotaryPE(RotaryPE):
                 )
             grid = self.default_coords(q.shape[self.seq_dim] - self.num_prefix_tokens, q.device)
             fixed = (0,) if self.num_axes == 3 else ()  # the reference never jitters the frame axis
+            assert self.grid_size is not None  # __init__ refuses perturbation without a grid_size
             coords = perturb_grid_coords(grid, self.grid_size, q.shape[0], self.perturbation, self.offset_std, fixed)
         return super().forward(q, k, coords)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return super().extra_repr() + f", num_heads={self.num_heads}, block_size={self.block_size}"
 
 

@@ -3,7 +3,7 @@ generators per axis and head. The generators do not commute, so ``R(x)^T R(y)`` 
 ``y - x``: the baseline ComRoPE improves on, and the negative control of the relative-property tests.
 
 ``block_size = head_dim`` is LieRE's dense form (one ``head_dim x head_dim`` ``matrix_exp`` per token and
-head, ~5 ms each at d = 64 on a CPU). The default ``4`` is the block structure of the LieRE baseline in
+head: milliseconds each on a CPU, see docs/results.md, "Numbers behind implementation choices"). The default ``4`` is the block structure of the LieRE baseline in
 ComRoPE's code (closed-form exponential, still non-commuting). With ``block_size = 2`` the blocks commute
 and LieRE becomes RoPE-Mixed.
 """
@@ -76,7 +76,7 @@ class LieRE(BlockRotaryPE):
         """``A`` ``[num_heads, num_axes, num_blocks, b, b]`` (same layout as ComRoPE's)."""
         return skew_part(self.P).transpose(0, 1)
 
-    def compute_table(self, coords, complex_dtype):
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> BlockRotationTable:
         """:class:`BlockRotationTable` ``[..., H, L, m, b, b]``."""
         coords, real_dtype, work_dtype = self.angle_inputs(coords, complex_dtype)
         with torch.autocast(coords.device.type, enabled=False):

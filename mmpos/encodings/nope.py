@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from torch import nn
+import torch
 
 from .._validation import check_positive_int
 from ..ops.tables import check_coords
-from .base import Capabilities, PEKind
+from .base import Capabilities, PEKind, PositionalEncoding
 from .registry import register_pe
 from .rotary_base import check_key_or_none
 
 
 @register_pe("nope")
-class NoPE(nn.Module):
+class NoPE(PositionalEncoding):
     """No positional encoding: ``q, k = pe(q, k, coords)`` returns its inputs unchanged (attention sees
     content only; causal masks still leak order in decoders). Relative trivially: logits do not depend on
     coordinates at all."""
@@ -30,7 +30,9 @@ class NoPE(nn.Module):
         check_positive_int("num_axes", num_axes)
         self.head_dim, self.num_axes = head_dim, num_axes
 
-    def forward(self, q, k, coords=None):
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor | None, coords: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(q, k)`` unchanged (``k=None``: ``(q, None)``); coordinates, when given, are validated."""
         check_key_or_none(k)
         if coords is not None:

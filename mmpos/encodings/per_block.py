@@ -12,6 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from .._validation import check_positive_int
+from .base import PositionalEncoding
 from .registry import create_pe, pe_class, pe_options
 
 
@@ -28,7 +29,7 @@ def create_block_pes(
     options: dict | None = None,
     share: bool | None = None,
     where: str = "the model",
-) -> list[nn.Module]:
+) -> list[PositionalEncoding]:
     """One encoding per block (the same object ``num_blocks`` times when shared).
 
     Args:
@@ -58,7 +59,7 @@ def create_block_pes(
     return pes
 
 
-def _create(name, opts, where):
+def _create(name: str, opts: dict, where: str) -> PositionalEncoding:
     try:
         return create_pe(name, **opts)
     except (ValueError, TypeError) as err:

@@ -10,6 +10,7 @@ default-initialised projection). Not invariant to the world frame (it is absolut
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -55,14 +56,20 @@ class PluckerRays(CameraPE):
             nn.init.zeros_(self.proj.bias)
 
     @classmethod
-    def for_head_dim(cls, head_dim: int) -> "PluckerRays":
+    def for_head_dim(cls, head_dim: int) -> PluckerRays:
         """The geometry-only form (``embed_dim=None``): Plücker rays do not act on attention heads."""
         return cls(embed_dim=None)
 
     @classmethod
     def adapter_layer(
-        cls, dim, num_heads=None, head_dim=None, use_orientation=True, rope_theta=100.0, qkv_bias=True
-    ) -> "PluckerRays":
+        cls,
+        dim: int,
+        num_heads: int | None = None,
+        head_dim: int | None = None,
+        use_orientation: bool = True,
+        rope_theta: float = 100.0,
+        qkv_bias: bool = True,
+    ) -> PluckerRays:
         """CameraCtrl-style: the zero-initialised ``Linear(6, dim)`` of the rays added to the attention input."""
         return cls(dim)
 
@@ -70,11 +77,10 @@ class PluckerRays(CameraPE):
     def _prepare(self, cameras: Cameras) -> torch.Tensor:
         """``[B, C * P, 6]`` (the poses' dtype), channels ``(o x d, d)`` (CameraCtrl's ``ray_condition``) or
         ``(d, o x d)`` for ``order="direction_moment"``."""
-        if cameras.rays is None:
-            raise ValueError("cameras: plucker needs the patches' rays (cameras.rays; e.g. Cameras.from_models)")
-        return _plucker(cameras.c2w, cameras.rays, self.order)
+        return _plucker(cameras.c2w, _rays_of(cameras), self.order)
 
-    def _prepare_tensors(self, c2w, rays_cam):
+    def _prepare_tensors(self, c2w: torch.Tensor, rays_cam: torch.Tensor) -> torch.Tensor:
+        """Deprecated form of ``prepare(cameras)``: ``c2w [B, C, 4, 4]``, ``rays_cam [P, 3] | [C, P, 3] | [B, C, P, 3]``."""
         return _plucker(c2w, rays_cam, self.order)
 
     @staticmethod
@@ -85,16 +91,21 @@ class PluckerRays(CameraPE):
         return _plucker(c2w, rays_cam, order)
 
     @staticmethod
-    def maps(*args, order: str = "moment_direction", **kwargs) -> torch.Tensor:
+    def maps(*args: Any, order: str = "moment_direction", **kwargs: Any) -> torch.Tensor:
         """``maps(cameras)`` -> ``[B, C, 6, rows, cols]`` Plücker images (the input of conv camera encoders;
         CameraCtrl's ``ray_condition`` permuted to channels-first). The old ``maps(c2w, rays_cam, grid_size)``
         works for one release (``DeprecationWarning``)."""
         if len(args) == 1 and not kwargs and isinstance(args[0], Cameras):
             cameras = args[0]
-            rays, (rows, cols), count = _plucker(cameras.c2w, cameras.rays, order), cameras.grid, cameras.num_cameras
+            rays, (rows, cols), count = (
+                _plucker(cameras.c2w, _rays_of(cameras), order),
+                cameras.grid,
+                cameras.num_cameras,
+            )
         else:
             warn_old_signature("PluckerRays.maps", "PluckerRays.maps(cameras) with a mmpos.camera.Cameras")
-            c2w, rays_cam, grid_size, order = _legacy_maps_args(*args, order=order, **kwargs)
+            c2w, rays_cam, grid_size, given_order = _legacy_maps_args(*args, **kwargs)
+            order = order if given_order is None else given_order
             rows, cols = as_int_tuple("grid_size", grid_size)
             rays, count = _plucker(c2w, rays_cam, order), c2w.shape[1]
         return rays.unflatten(1, (count, rows, cols)).permute(0, 1, 4, 2, 3)
@@ -104,20 +115,29 @@ class PluckerRays(CameraPE):
         """``x [B, L, embed_dim] + proj(rays)`` with ``rays = prepare(cameras)`` ``[B, L, 6]``."""
         return x + self.input_delta(x, geometry)
 
-    def forward(self, x: torch.Tensor, *camera) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *camera: torch.Tensor) -> torch.Tensor:
         """``pe(x, rays)`` (:meth:`embed_tokens`); the old ``pe(x, c2w, rays_cam)`` works for one release."""
         if len(camera) == 2:
             warn_old_signature("PluckerRays.forward", "pe(x, pe.prepare(cameras))")
-            return self.embed_tokens(x, _plucker(*camera, self.order))
+            return self.embed_tokens(x, _plucker(camera[0], camera[1], self.order))
         if len(camera) != 1:
             raise TypeError("PluckerRays: call pe(x, rays) with rays = pe.prepare(cameras)")
         return self.embed_tokens(x, camera[0])
 
-    def attention(self, q, k, v, query=None, key=None, attn_mask=None, scale=None) -> torch.Tensor:
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        query: Any = None,
+        key: Any = None,
+        attn_mask: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
         """Plain SDPA: an additive encoding leaves attention as it is (the rays entered the tokens)."""
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
 
-    def logits(self, q, k, query=None, key=None) -> torch.Tensor:
+    def logits(self, q: torch.Tensor, k: torch.Tensor, query: Any = None, key: Any = None) -> torch.Tensor:
         """``q k^T`` (unscaled): attention itself carries no camera."""
         return q @ k.transpose(-1, -2)
 
@@ -135,7 +155,8 @@ class PluckerRays(CameraPE):
             raise ValueError(f"x has {x.shape[1]} tokens; the cameras give {rays.shape[1]} (C * P)")
         return self.proj(rays.to(x.dtype))
 
-    def residual(self, x: torch.Tensor, rays: torch.Tensor):
+    def residual(self, x: torch.Tensor, rays: torch.Tensor) -> None:
+        """Nothing is added to the attention output (the rays enter its input)."""
         return None
 
 
@@ -148,5 +169,14 @@ def _plucker(c2w: torch.Tensor, rays_cam: torch.Tensor, order: str) -> torch.Ten
     return plucker_rays(c2w, rays_cam, order).flatten(1, 2)
 
 
-def _legacy_maps_args(c2w, rays_cam, grid_size, order="moment_direction"):
+def _rays_of(cameras: Cameras) -> torch.Tensor:
+    if cameras.rays is None:
+        raise ValueError("cameras: plucker needs the patches' rays (cameras.rays; e.g. Cameras.from_models)")
+    return cameras.rays
+
+
+def _legacy_maps_args(
+    c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int], order: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor, Sequence[int], str | None]:
+    """The old ``maps(c2w, rays_cam, grid_size, order)`` arguments (``order=None``: not given here)."""
     return c2w, rays_cam, grid_size, order

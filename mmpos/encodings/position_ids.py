@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 
-def as_axis_last(coords: torch.Tensor, num_axes: int, batch: int, length: int) -> torch.Tensor:
+def as_axis_last(coords: torch.Tensor | None, num_axes: int, batch: int, length: int) -> torch.Tensor | None:
     """``coords`` in mmpos' axis-last layout; transformers' ``[B, L]`` (``num_axes == 1``) and ``[A, B, L]`` are
     moved, anything else is returned unchanged (``check_coords`` validates it).
 
@@ -37,6 +37,10 @@ def as_axis_last(coords: torch.Tensor, num_axes: int, batch: int, length: int) -
 class ReadsPositionIds:
     """Mixin of a :class:`~mmpos.encodings.rotary_base.RotaryPE`: ``forward`` also takes transformers' ids."""
 
-    def coords_from_position_ids(self, coords, q: torch.Tensor):
+    seq_dim: int
+    num_prefix_tokens: int
+    num_axes: int
+
+    def coords_from_position_ids(self, coords: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
         length = q.shape[self.seq_dim] - self.num_prefix_tokens
         return as_axis_last(coords, self.num_axes, q.shape[0], length)

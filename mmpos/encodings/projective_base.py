@@ -30,9 +30,11 @@ cameras), row-major inside an image::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence, overload
 
 import torch
 import torch.nn.functional as F
+from torch.types import Device
 
 from .._validation import as_int_tuple, check_choice, check_not_meta, check_positive_int, check_theta
 from ..coords.grids import image_grid
@@ -97,16 +99,22 @@ class ProjectiveRoPE(CameraPE):
         )
 
     # --- geometry -------------------------------------------------------------------------------------------
-    def rope_table(self, grid_size, num_images: int, dtype=torch.float32, device=None) -> RotaryTable:
+    def rope_table(
+        self, grid_size: Sequence[int], num_images: int, dtype: torch.dtype = torch.float32, device: Device = None
+    ) -> RotaryTable:
         """``[num_images * rows * cols, F]`` table of each token's (column, row) in its image."""
         rows, cols = as_int_tuple("grid_size", grid_size)
         coords = image_grid(rows, cols, dtype=torch.float64, device=device).flip(-1).repeat(num_images, 1)
         if self.rope is None:
             return RotaryTable(torch.ones(coords.shape[0], 0, dtype=torch.complex64, device=device))
-        return self.rope.table(coords, dtype, device)
+        table = self.rope.table(coords, dtype, device)
+        assert isinstance(table, RotaryTable)  # axial RoPE builds RotaryTables
+        return table
 
     # --- operator ---------------------------------------------------------------------------------------------
-    def _transform(self, x: torch.Tensor, matrices: torch.Tensor, table: RotaryTable, transpose: bool, inverse: bool):
+    def _transform(
+        self, x: torch.Tensor, matrices: torch.Tensor, table: RotaryTable, transpose: bool, inverse: bool
+    ) -> torch.Tensor:
         """Projective channels by ``matrices`` (transposed if asked); RoPE channels by ``+theta`` when ``inverse``
         (the output), else by ``-theta`` (q, k, v)."""
         self._check_x(x, table)
@@ -120,7 +128,7 @@ class ProjectiveRoPE(CameraPE):
         y_block = rotate(x[..., n + half :], RotaryTable(cis[..., pairs:]), self.layout)
         return torch.cat([head, x_block, y_block], dim=-1)
 
-    def _check_x(self, x, table):
+    def _check_x(self, x: torch.Tensor, table: RotaryTable) -> None:
         check_not_meta("q/k/v", x)
         check_not_meta("the camera geometry (prepare(cameras))", table.cis)
         if x.dim() != 4 or x.shape[-1] != self.head_dim:
@@ -134,7 +142,16 @@ class ProjectiveRoPE(CameraPE):
     def apply_q(self, q: torch.Tensor, geo: CameraTransforms) -> torch.Tensor:
         return self._transform(q, geo.matrices, geo.rope, transpose=True, inverse=False)
 
-    def apply_kv(self, k: torch.Tensor, v: torch.Tensor | None, geo: CameraTransforms):
+    @overload
+    def apply_kv(
+        self, k: torch.Tensor, v: torch.Tensor, geo: CameraTransforms
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    @overload
+    def apply_kv(self, k: torch.Tensor, v: None, geo: CameraTransforms) -> tuple[torch.Tensor, None]: ...
+    def apply_kv(
+        self, k: torch.Tensor, v: torch.Tensor | None, geo: CameraTransforms
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(k, v)`` of the key side encoded (``v`` only with ``apply_vo``; ``v=None`` gives ``(k, None)``)."""
         k = self._transform(k, geo.inverse, geo.rope, transpose=False, inverse=False)
         if v is not None and self.apply_vo:
             v = self._transform(v, geo.inverse, geo.rope, transpose=False, inverse=False)
@@ -147,12 +164,12 @@ class ProjectiveRoPE(CameraPE):
 
     def attention(
         self,
-        q,
-        k,
-        v,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
         query: CameraTransforms,
         key: CameraTransforms | None = None,
-        attn_mask=None,
+        attn_mask: torch.Tensor | None = None,
         scale: float | None = None,
     ) -> torch.Tensor:
         """SDPA with the encoding; ``key`` defaults to ``query`` (self-attention). Invalid keys are masked."""
@@ -163,22 +180,33 @@ class ProjectiveRoPE(CameraPE):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
         return self.apply_output(out, query)
 
-    def logits(self, q, k, query: CameraTransforms, key: CameraTransforms | None = None) -> torch.Tensor:
+    def logits(
+        self, q: torch.Tensor, k: torch.Tensor, query: CameraTransforms, key: CameraTransforms | None = None
+    ) -> torch.Tensor:
         """``[B, H, Lq, Lk]`` encoded dot products (unscaled; invalid keys not masked), for tests and plots."""
         key = query if key is None else key
         return self.apply_q(q, query) @ self.apply_kv(k, None, key)[0].transpose(-1, -2)
 
-    def forward(self, q, k, v, query: CameraTransforms, key: CameraTransforms | None = None, attn_mask=None):
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        query: CameraTransforms,
+        key: CameraTransforms | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """As :meth:`attention` (without ``scale``)."""
         return self.attention(q, k, v, query, key, attn_mask)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, projective_dim={self.projective_dim}, rope_theta={self.rope_theta}, "
             f"apply_vo={self.apply_vo}"
         )
 
 
-def merge_key_mask(attn_mask: torch.Tensor | None, key_valid: torch.Tensor | None):
+def merge_key_mask(attn_mask: torch.Tensor | None, key_valid: torch.Tensor | None) -> torch.Tensor | None:
     """Combine a user mask (bool, True = attend, or additive float) with ``key_valid [B, Lk]``."""
     if key_valid is None or bool(key_valid.all()):
         return attn_mask

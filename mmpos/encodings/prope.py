@@ -66,7 +66,15 @@ class PRoPE(ProjectiveRoPE):
         return self._prepare_tensors(cameras.w2c, cameras.grid, cameras.intrinsics, cameras.image_size)
 
     @classmethod
-    def adapter_layer(cls, dim, num_heads, head_dim, use_orientation=True, rope_theta=100.0, qkv_bias=True):
+    def adapter_layer(
+        cls,
+        dim: int,
+        num_heads: int,
+        head_dim: int,
+        use_orientation: bool = True,
+        rope_theta: float = 100.0,
+        qkv_bias: bool = True,
+    ) -> UCPEAdapter:
         """UCPE's adapter branch with PRoPE's per-camera frames (the PRoPE baseline; no orientation map)."""
         return UCPEAdapter(
             dim,

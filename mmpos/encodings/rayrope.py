@@ -31,6 +31,7 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.types import Device
 
 from .._validation import check_choice, check_not_meta, check_positive_int
 from ..camera.cameras import Cameras
@@ -88,7 +89,7 @@ class RayRoPE(CameraPE):
         """``prepare(cameras)``: ``cameras.w2c``, pixel ``cameras.intrinsics`` of ``cameras.image_size`` images cut
         into ``cameras.grid`` patches (:func:`~.rayrope_rays.ray_side`); ``cameras.depth`` maps, when given, are
         read at the ray points as known depths (:func:`~.rayrope_rays.sample_ray_depths`)."""
-        if cameras.intrinsics is None:
+        if cameras.intrinsics is None or cameras.image_size is None:
             raise ValueError(
                 "cameras: rayrope needs pixel intrinsics (cameras.intrinsics); this camera model has "
                 "none (an equirectangular camera?)"
@@ -112,11 +113,11 @@ class RayRoPE(CameraPE):
 
     def depths(
         self,
-        raw: torch.Tensor,
+        raw: torch.Tensor | None,
         side: RaySide,
         known: torch.Tensor | None = None,
         names: tuple[str, str] = ("raw", "known"),
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Depth hypotheses ``(d1, d2)`` ``[B, L, R]`` (:func:`~.rayrope_rays.depth_hypotheses`)."""
         return depth_hypotheses(raw, side, self.num_rays, known, names)
 
@@ -143,7 +144,7 @@ class RayRoPE(CameraPE):
             coords = torch.cat([p0, dirs[..., :2].flatten(-2), z], -1)  # [B, C, P, D_c]
         return coords.flatten(1, 2)
 
-    def frequencies(self, dtype=torch.float32, device=None) -> torch.Tensor:
+    def frequencies(self, dtype: torch.dtype = torch.float32, device: Device = None) -> torch.Tensor:
         """``[F * D_c]`` radians per unit of each flattened angle (frequency-major, coordinate-minor); built in
         fp64 once per (dtype, device) and cached (no host-to-device copy per call)."""
         key = (dtype, torch.device(device) if device is not None else torch.device("cpu"))
@@ -172,18 +173,19 @@ class RayRoPE(CameraPE):
     # --- attention ------------------------------------------------------------------------------------------
     def attention(
         self,
-        q,
-        k,
-        v,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
         query: RaySide,
         key: RaySide | None = None,
+        attn_mask: torch.Tensor | None = None,
+        scale: float | None = None,
+        *,
         depth_q: torch.Tensor | None = None,
         depth_k: torch.Tensor | None = None,
         known_depth_q: torch.Tensor | None = None,
         known_depth_k: torch.Tensor | None = None,
-        attn_mask=None,
-        scale: float | None = None,
-    ):
+    ) -> torch.Tensor:
         """Attention of ``q [B, H, Lq, D]`` to ``k, v [B, H, Lk, D]`` with RayRoPE.
 
         ``key`` defaults to ``query`` (self-attention; then ``depth_k`` defaults to ``depth_q``). ``depth_q/k``:
@@ -207,14 +209,15 @@ class RayRoPE(CameraPE):
 
     def logits(
         self,
-        q,
-        k,
+        q: torch.Tensor,
+        k: torch.Tensor,
         query: RaySide,
         key: RaySide | None = None,
-        depth_q=None,
-        depth_k=None,
-        known_depth_q=None,
-        known_depth_k=None,
+        *,
+        depth_q: torch.Tensor | None = None,
+        depth_k: torch.Tensor | None = None,
+        known_depth_q: torch.Tensor | None = None,
+        known_depth_k: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``[B, H, Lq, Lk]`` encoded dot products (unscaled), for tests and plots."""
         key, q_table, key_depths = self._plan(q, k, None, query, key, depth_q, depth_k, known_depth_q, known_depth_k)
@@ -226,7 +229,19 @@ class RayRoPE(CameraPE):
             blocks.append(q_c @ k_c.transpose(-1, -2))
         return torch.cat(blocks, dim=-2)
 
-    def _plan(self, q, k, v, query, key, depth_q, depth_k, known_depth_q, known_depth_k):
+    def _plan(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor | None,
+        query: RaySide,
+        key: RaySide | None,
+        depth_q: torch.Tensor | None,
+        depth_k: torch.Tensor | None,
+        known_depth_q: torch.Tensor | None,
+        known_depth_k: torch.Tensor | None,
+    ) -> tuple[RaySide, RotaryTable, tuple[torch.Tensor, torch.Tensor]]:
+        """``(key side, query table, key depth hypotheses)`` after checking q, k, v against the sides."""
         self_attention = key is None
         key = query if key is None else key
         known_depth_q = query.known_depth if known_depth_q is None else known_depth_q
@@ -248,10 +263,12 @@ class RayRoPE(CameraPE):
         q_table = self.expected_table(*(self.query_coordinates(query, d) for d in q_depths))
         return key, q_table, key_depths
 
-    def _key_table(self, frame: RaySide, camera: int, side: RaySide, depths) -> RotaryTable:
+    def _key_table(
+        self, frame: RaySide, camera: int, side: RaySide, depths: tuple[torch.Tensor, torch.Tensor]
+    ) -> RotaryTable:
         return self.expected_table(*(self.key_coordinates(frame, camera, side, d) for d in depths))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, num_rays={self.num_rays}, num_coords={self.num_coords}, "
             f"num_freqs={self.num_freqs}, freq_base={self.freq_base}, apply_vo={self.apply_vo}"

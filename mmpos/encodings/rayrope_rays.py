@@ -102,7 +102,7 @@ def depth_hypotheses(
     num_rays: int,
     known: torch.Tensor | None = None,
     names: tuple[str, str] = ("raw", "known"),
-):
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Depth hypotheses ``(d1, d2)`` ``[B, L, R]`` from the depth head's raw ``(l, s)`` ``[B, L, 2]``: the depths
     ``exp(min(l -+ s, 3))``, clamped to :data:`DEPTH_RANGE`.
 

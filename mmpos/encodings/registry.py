@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any, Callable, TypeVar
 
-from .base import Capabilities, PEKind
+from .base import Capabilities, PEKind, PositionalEncoding
 
-_REGISTRY: dict[str, type] = {}
+_REGISTRY: dict[str, type[PositionalEncoding]] = {}
+
+E = TypeVar("E", bound=type[PositionalEncoding])
 
 
-def register_pe(name: str):
+def register_pe(name: str) -> Callable[[E], E]:
     """Class decorator: make ``cls`` reachable as ``create_pe(name, ...)``.
 
     ``cls`` must say what it is: a :class:`~.base.PEKind` ``kind``, :class:`~.base.Capabilities`
@@ -17,7 +20,7 @@ def register_pe(name: str):
     a ``description`` (one sentence, for ``mmpos list``) is optional (see :func:`pe_description`).
     """
 
-    def wrap(cls):
+    def wrap(cls: E) -> E:
         if not isinstance(getattr(cls, "kind", None), PEKind):
             raise TypeError(f"{cls.__name__}.kind must be a PEKind, got {getattr(cls, 'kind', None)!r}")
         if not isinstance(getattr(cls, "capabilities", None), Capabilities):
@@ -41,7 +44,8 @@ def list_pes(kind: str | PEKind | None = None) -> list[str]:
     return sorted(n for n, c in _REGISTRY.items() if kind is None or c.kind == kind)
 
 
-def pe_class(name: str) -> type:
+def pe_class(name: str) -> type[PositionalEncoding]:
+    """The class registered as ``name``; an unknown name is an error listing the registered ones."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown encoding {name!r}; registered: {list_pes()}")
     return _REGISTRY[name]
@@ -66,12 +70,12 @@ def pe_capabilities(name: str) -> Capabilities:
 
 def pe_options(name: str) -> dict:
     """Option name -> default (``inspect.Parameter.empty`` when required)."""
-    params = inspect.signature(pe_class(name).__init__).parameters
+    params = inspect.signature(pe_class(name)).parameters
     named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return {k: p.default for k, p in params.items() if k != "self" and p.kind in named}
+    return {k: p.default for k, p in params.items() if p.kind in named}
 
 
-def create_pe(name: str, **options):
+def create_pe(name: str, **options: Any) -> PositionalEncoding:
     """Build the encoding ``name``; an unknown or missing option is an error that names it."""
     cls = pe_class(name)
     valid = pe_options(name)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
+
+import torch
+from torch.types import Device
 
 from .._per_thread import PerThread
 from .._validation import as_int_tuple, check_choice, check_even, check_positive_int
 from ..coords.grids import positions_1d
-from ..spectrum.allocation import ALLOCATIONS, default_axes_dims
+from ..spectrum.allocation import ALLOCATIONS, RotarySpectrum, default_axes_dims
 from ..spectrum.schedule import DiffusionStep, ScheduledSpectrum, has_schedule
 from .base import Capabilities
 from .position_ids import ReadsPositionIds
 from .registry import register_pe
+from .rotary_base import Table
 from .spectrum_rope import TABLE_PRECISIONS, SpectrumRoPE
 
 __all__ = ["AxialRoPE", "RoPE1D", "TABLE_PRECISIONS"]
@@ -55,18 +59,18 @@ class AxialRoPE(SpectrumRoPE):
         axes_dims: Sequence[int] | None = None,
         num_axes: int | None = None,
         rotary_dim: int | None = None,
-        theta=10000.0,
+        theta: float | Sequence[float] = 10000.0,
         layout: str = "interleaved",
         allocation: str = "chunked",
-        extrapolation=None,
-        pair_scale=None,
+        extrapolation: object = None,
+        pair_scale: torch.Tensor | Sequence[float] | None = None,
         num_prefix_tokens: int = 0,
         seq_dim: int = -2,
         table_precision: str = "auto",
     ):
         axes_dims, rotary_dim = _resolve_dims(head_dim, axes_dims, num_axes, rotary_dim)
         check_choice("allocation", allocation, tuple(ALLOCATIONS))
-        finish = (lambda s: s) if pair_scale is None else (lambda s: s.with_pair_scale(pair_scale))
+        finish = _pair_scaled(pair_scale)
         if has_schedule(extrapolation):
             schedule = ScheduledSpectrum(ALLOCATIONS[allocation], axes_dims, theta, extrapolation, finish)
             spectrum = schedule.spectrum(schedule.policies([0.0] * len(axes_dims), None))  # the training spectrum
@@ -74,47 +78,51 @@ class AxialRoPE(SpectrumRoPE):
             schedule, spectrum = None, finish(ALLOCATIONS[allocation](axes_dims, theta, extrapolation))
         super().__init__(head_dim, spectrum, layout, num_prefix_tokens, seq_dim, table_precision, allocation)
         self.axes_dims = axes_dims
-        self.schedule, self.step = schedule, DiffusionStep()
+        self.schedule: ScheduledSpectrum | None = schedule
+        self.step = DiffusionStep()
         if schedule is not None:  # a seam may set the spectrum it resolved: per thread
             self.__dict__["_spectrum"] = PerThread(self.__dict__["_spectrum"])
 
     @property
-    def spectrum(self):
+    def spectrum(self) -> RotarySpectrum:
         """The training spectrum (with a schedule, a position seam may set the one it resolved; per thread)."""
         value = self.__dict__["_spectrum"]
         return value.get() if isinstance(value, PerThread) else value
 
     @spectrum.setter
-    def spectrum(self, value):
+    def spectrum(self, value: RotarySpectrum) -> None:
         held = self.__dict__.get("_spectrum")
         if isinstance(held, PerThread):
             held.set(value)
         else:
             self.__dict__["_spectrum"] = value
 
-    def coordinate_extents(self, coords) -> list[float]:
+    def coordinate_extents(self, coords: torch.Tensor) -> list[float]:
         """``max - min + 1`` per axis of ``coords [..., L, A]`` (what a schedule reads; one device sync)."""
         return ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
 
-    def cached_table(self, coords, complex_dtype):
+    def cached_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> Table:
         """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
         (:meth:`coordinate_extents`, or ``self.step.extents``) and ``self.step.sigma`` (both per thread), cached
         under the resolved policies (exact values), so a table is rebuilt only when the schedule's value changes. A
         lookup changes nothing on the encoding (``self.spectrum`` stays the training spectrum; :meth:`spectrum_at`
         gives the resolved one)."""
-        if self.schedule is None:
+        schedule = self.schedule
+        if schedule is None:
             return super().cached_table(coords, complex_dtype)
         policies = self._policies_at(coords)
         key = (policies, complex_dtype, self.table_precision)
         return self.cache.get(
-            key, coords, lambda: self.table_of_spectrum(self.schedule.spectrum(policies), coords, complex_dtype)
+            key, coords, lambda: self.table_of_spectrum(schedule.spectrum(policies), coords, complex_dtype)
         )
 
-    def spectrum_at(self, coords):
+    def spectrum_at(self, coords: torch.Tensor) -> RotarySpectrum:
         """The spectrum of ``coords``' table: with a schedule, resolved at their extent and the step's sigma."""
         return self.spectrum if self.schedule is None else self.schedule.spectrum(self._policies_at(coords))
 
-    def _policies_at(self, coords):
+    def _policies_at(self, coords: torch.Tensor) -> tuple:
+        """The schedule's policies at ``self.step.extents`` (else the coordinates' extents) and its sigma."""
+        assert self.schedule is not None  # only encodings with a schedule resolve policies
         extents = self.step.extents
         if extents is None:
             extents = self.coordinate_extents(coords)
@@ -141,8 +149,8 @@ class RoPE1D(ReadsPositionIds, AxialRoPE):
         rotary_dim: int | None = None,
         theta: float = 10000.0,
         layout: str = "half",
-        extrapolation=None,
-        pair_scale=None,
+        extrapolation: object = None,
+        pair_scale: torch.Tensor | Sequence[float] | None = None,
         num_prefix_tokens: int = 0,
         seq_dim: int = -2,
         table_precision: str = "auto",
@@ -161,31 +169,41 @@ class RoPE1D(ReadsPositionIds, AxialRoPE):
             table_precision=table_precision,
         )
 
-    def default_coords(self, length, device):
+    def default_coords(self, length: int, device: Device) -> torch.Tensor:
         return positions_1d(length, device=device)
 
 
-def _resolve_dims(head_dim, axes_dims, num_axes, rotary_dim):
+def _resolve_dims(
+    head_dim: int, axes_dims: Sequence[int] | None, num_axes: int | None, rotary_dim: int | None
+) -> tuple[tuple[int, ...], int]:
+    """``(axes_dims, rotary_dim)`` from whichever of them was given (checked against each other)."""
     check_positive_int("head_dim", head_dim)
     if num_axes is not None:
         check_positive_int("num_axes", num_axes)
     if axes_dims is not None:
-        axes_dims = as_int_tuple("axes_dims", axes_dims)
-        if not axes_dims:
+        dims = as_int_tuple("axes_dims", axes_dims)
+        if not dims:
             raise ValueError("axes_dims must name at least one axis (rotary channels per axis)")
-        for i, d in enumerate(axes_dims):
+        for i, d in enumerate(dims):
             check_even(f"axes_dims[{i}]", d)
-        if num_axes is not None and num_axes != len(axes_dims):
-            raise ValueError(f"num_axes={num_axes} disagrees with axes_dims={axes_dims} ({len(axes_dims)} axes)")
-        if rotary_dim is not None and rotary_dim != sum(axes_dims):
-            raise ValueError(f"axes_dims={axes_dims} add up to {sum(axes_dims)}, not rotary_dim={rotary_dim}")
-        rotary_dim = sum(axes_dims)
+        if num_axes is not None and num_axes != len(dims):
+            raise ValueError(f"num_axes={num_axes} disagrees with axes_dims={dims} ({len(dims)} axes)")
+        if rotary_dim is not None and rotary_dim != sum(dims):
+            raise ValueError(f"axes_dims={dims} add up to {sum(dims)}, not rotary_dim={rotary_dim}")
+        rotary_dim = sum(dims)
     else:
         rotary_dim = head_dim if rotary_dim is None else rotary_dim
         check_even("rotary_dim", rotary_dim)
-        axes_dims = default_axes_dims(rotary_dim, 2 if num_axes is None else num_axes)
+        dims = default_axes_dims(rotary_dim, 2 if num_axes is None else num_axes)
     if rotary_dim > head_dim:
-        raise ValueError(f"rotary dims {rotary_dim} (axes_dims={axes_dims}) exceed head_dim={head_dim}")
+        raise ValueError(f"rotary dims {rotary_dim} (axes_dims={dims}) exceed head_dim={head_dim}")
     if rotary_dim == 0:
         raise ValueError("rotary_dim must be positive; use create_pe('nope') for no positional encoding")
-    return axes_dims, rotary_dim
+    return dims, rotary_dim
+
+
+def _pair_scaled(pair_scale: torch.Tensor | Sequence[float] | None) -> Callable[[RotarySpectrum], RotarySpectrum]:
+    """What finishes each built spectrum: its ``pair_scale`` magnitudes, or nothing."""
+    if pair_scale is None:
+        return lambda s: s
+    return lambda s: s.with_pair_scale(pair_scale)

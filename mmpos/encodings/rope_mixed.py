@@ -14,6 +14,7 @@ from torch import nn
 
 from .._validation import check_even, check_positive_int, check_theta
 from ..ops.phasors import unit_phasor_table
+from ..ops.tables import RotaryTable
 from .base import Capabilities
 from .registry import register_pe
 from .rotary_base import RotaryPE
@@ -60,20 +61,28 @@ class MixedRoPE(RotaryPE):
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.freqs = nn.Parameter(init_mixed_freqs(head_dim, num_heads, num_axes, theta, rotate, generator))
 
-    def compute_table(self, coords, complex_dtype):
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> RotaryTable:
         with torch.autocast(coords.device.type, enabled=False):
             freqs = self.freqs.to(coords.device, torch.float64)
             phase = torch.einsum("...la,hap->...hlp", coords.to(torch.float64), freqs)
         return unit_phasor_table(phase, complex_dtype)  # training: one backward for q and k (rotate_pair)
 
-    def frequency_matrix(self):
+    def frequency_matrix(self) -> torch.Tensor:
         return self.freqs.detach().to(torch.float64)
 
-    def no_weight_decay(self):
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names an optimiser should not decay (timm's hook)."""
         return {"freqs"}
 
 
-def init_mixed_freqs(head_dim, num_heads, num_axes=2, theta=10.0, rotate=True, generator=None) -> torch.Tensor:
+def init_mixed_freqs(
+    head_dim: int,
+    num_heads: int,
+    num_axes: int = 2,
+    theta: float = 10.0,
+    rotate: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """``[num_heads, num_axes, head_dim // 2]`` fp32 initial frequency vectors."""
     num_pairs = head_dim // 2
     if num_axes != 2:

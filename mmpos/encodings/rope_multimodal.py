@@ -36,7 +36,7 @@ from ..spectrum.multimodal import (
 from .base import Capabilities
 from .position_ids import ReadsPositionIds
 from .registry import register_pe
-from .rotary_base import RotaryPE
+from .rotary_base import RotaryPE, Table
 from .spectrum_rope import SpectrumRoPE
 
 
@@ -205,6 +205,7 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
 
     example_options = dict(head_dim=16, num_heads=4, head_section=(1, 1, 1))  # one NoPE head
     capabilities = Capabilities(relative=True, per_head_tables=True)
+    kv_head_of_query: torch.Tensor  # a buffer
 
     def __init__(
         self,
@@ -231,10 +232,10 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
         self.spectrum = ladder_spectrum(torch.zeros(self.rotary_dim // 2, dtype=torch.int64), theta, 1)
         self._spectrum_key = self.spectrum.key()
 
-    def table_key(self, complex_dtype):
+    def table_key(self, complex_dtype: torch.dtype) -> tuple:
         return (self.head_section, self.num_kv_heads, self._spectrum_key, complex_dtype)
 
-    def compute_table(self, coords, complex_dtype):
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> RotaryTable:
         num_pairs = self.rotary_dim // 2
         axis = self.head_axis.clamp_min(0).repeat_interleave(num_pairs)  # [H * P]
         inv_freq = self.spectrum.inv_freq.repeat(self.num_kv_heads)
@@ -242,9 +243,9 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
         phase = axial_phases(coords, axis, inv_freq).unflatten(-1, (self.num_kv_heads, num_pairs))
         return table_from_phases(phase.movedim(-2, -3), None, complex_dtype)  # [..., H_kv, L, P]
 
-    def rotate(self, x, table):
+    def rotate(self, x: torch.Tensor, table: Table) -> torch.Tensor:
         heads = x.shape[-3] if self.seq_dim == -2 else x.shape[-2]
-        if heads == self.num_kv_heads:
+        if heads == self.num_kv_heads or not isinstance(table, RotaryTable):  # the base refuses other tables
             return super().rotate(x, table)
         if heads != self.num_heads:
             raise ValueError(
@@ -255,7 +256,7 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
             return self._rotate_grouped(x, table)
         return super().rotate(x, RotaryTable(table.cis.index_select(-3, self.kv_head_of_query.to(table.cis.device))))
 
-    def _rotate_grouped(self, x, table):
+    def _rotate_grouped(self, x: torch.Tensor, table: RotaryTable) -> torch.Tensor:
         """Query heads ``[..., H, L, D]`` as ``[..., H_kv, group, L, D]``: the KV table broadcasts over each group
         (no copy). ``[B, H_kv, ...]`` is folded to ``[B * H_kv, ...]`` when that is a view (batch 1 or a
         batched table), so CUDA's fused 4-D kernel takes it."""
@@ -267,7 +268,7 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
             return folded.unflatten(0, grouped.shape[:2]).flatten(-4, -3)
         return super().rotate(grouped, RotaryTable(cis)).flatten(-4, -3)
 
-    def frequency_matrix(self):
+    def frequency_matrix(self) -> torch.Tensor:
         """``[H_kv, A, P]``: each head's frequency on its own axis, zero elsewhere (NoPE heads all zero)."""
         matrix = torch.zeros(self.num_kv_heads, self.num_axes, self.rotary_dim // 2, dtype=torch.float64)
         for head, axis in enumerate(self.head_axis.tolist()):
@@ -275,7 +276,7 @@ class MHRoPE(ReadsPositionIds, RotaryPE):
                 matrix[head, axis] = self.spectrum.inv_freq
         return matrix
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (
             super().extra_repr() + f", num_kv_heads={self.num_kv_heads}, num_heads={self.num_heads}, "
             f"head_section={self.head_section}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_choice
-from ..ops.tables import axial_phases, device_has_fp64, phases_fp32_reduced, table_from_phases
+from ..ops.tables import RotaryTable, axial_phases, device_has_fp64, phases_fp32_reduced, table_from_phases
 from ..spectrum.allocation import RotarySpectrum
 from .rotary_base import RotaryPE
 
@@ -48,10 +48,10 @@ class SpectrumRoPE(RotaryPE):
         self.axes_dims = tuple(2 * int((spectrum.axis_of_pair == a).sum()) for a in range(spectrum.num_axes))
         self._spectrum_key = spectrum.key()
 
-    def table_key(self, complex_dtype):
+    def table_key(self, complex_dtype: torch.dtype) -> tuple:
         return (self._spectrum_key, complex_dtype, self.table_precision)
 
-    def compute_table(self, coords, complex_dtype):
+    def compute_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> RotaryTable:
         return self.table_of_spectrum(self.spectrum, coords, complex_dtype)
 
     def spectrum_at(self, coords: torch.Tensor) -> RotarySpectrum:
@@ -59,7 +59,9 @@ class SpectrumRoPE(RotaryPE):
         spectrum follows a schedule resolves it here, without changing ``self.spectrum``)."""
         return self.spectrum
 
-    def table_of_spectrum(self, spectrum: RotarySpectrum, coords: torch.Tensor, complex_dtype: torch.dtype):
+    def table_of_spectrum(
+        self, spectrum: RotarySpectrum, coords: torch.Tensor, complex_dtype: torch.dtype
+    ) -> RotaryTable:
         """The table of ``spectrum`` on validated ``coords`` ``[L, A]`` or ``[B, L, A]``."""
         use_fp64 = self.table_precision == "fp64" or (self.table_precision == "auto" and device_has_fp64(coords.device))
         if use_fp64:
@@ -69,12 +71,11 @@ class SpectrumRoPE(RotaryPE):
         if coords.dim() == 3:
             phase = phase.unsqueeze(-3)  # [B, 1, L, P]: shared by the heads
         magnitude = spectrum.magnitude  # all ones: multiplying is exact, and a traced graph has no branch on data
-        if not torch.compiler.is_compiling() and bool((magnitude == 1).all()):
-            magnitude = None
-        return table_from_phases(phase, magnitude, complex_dtype)
+        ones = not torch.compiler.is_compiling() and bool((magnitude == 1).all())
+        return table_from_phases(phase, None if ones else magnitude, complex_dtype)
 
     def frequency_matrix(self) -> torch.Tensor:
         return self.spectrum.frequency_matrix()
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return super().extra_repr() + f", axes_dims={self.axes_dims}, allocation={self.allocation!r}"

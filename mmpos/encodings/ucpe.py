@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from .._validation import as_int_tuple, check_positive_int
+from ..camera.base import CameraModel
 from ..camera.cameras import Cameras
 from ..camera.poses import check_pose, invert_pose
 from ..camera.ray_frames import latitude_up_map, ray_frames
@@ -55,7 +56,15 @@ class UCPE(ProjectiveRoPE):
         return self._prepare_tensors(cameras.c2w, cameras.rays, cameras.grid, cameras.valid)
 
     @classmethod
-    def adapter_layer(cls, dim, num_heads, head_dim, use_orientation=True, rope_theta=100.0, qkv_bias=True):
+    def adapter_layer(
+        cls,
+        dim: int,
+        num_heads: int,
+        head_dim: int,
+        use_orientation: bool = True,
+        rope_theta: float = 100.0,
+        qkv_bias: bool = True,
+    ) -> UCPEAdapter:
         """UCPE's zero-initialised parallel attention branch (:class:`UCPEAdapter`)."""
         return UCPEAdapter(
             dim, num_heads, head_dim, use_orientation=use_orientation, qkv_bias=qkv_bias, rope_theta=rope_theta
@@ -137,7 +146,7 @@ class UCPEAdapter(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
         self.cam_encoder = nn.Linear(3, dim) if use_orientation else None
 
-    def prepare(self, *args, **kwargs) -> CameraTransforms:
+    def prepare(self, *args: Any, **kwargs: Any) -> CameraTransforms:
         """``prepare(cameras)``: the branch encoding's geometry (``ParallelAdapter.set_camera``'s ``camera``)."""
         if len(args) + len(kwargs) == 1:
             return self.encoding.prepare(*args, **kwargs)
@@ -145,7 +154,7 @@ class UCPEAdapter(nn.Module):
         return self.encoding._prepare_tensors(*args, **kwargs)
 
     # --- the per-layer adapter protocol of mmpos.integrations.diffusers.CameraAdapter --------------------------
-    def condition(self, cameras: Cameras) -> "BranchCondition":
+    def condition(self, cameras: Cameras) -> BranchCondition:
         """What every layer reads for one call: the geometry and (with ``use_orientation``) the latitude/up map."""
         orientation = None
         if self.cam_encoder is not None:
@@ -157,24 +166,29 @@ class UCPEAdapter(nn.Module):
             orientation = cameras.orientation
         return BranchCondition(self.encoding.prepare(cameras), orientation)
 
-    def input_delta(self, x: torch.Tensor, condition: "BranchCondition"):
+    def input_delta(self, x: torch.Tensor, condition: BranchCondition) -> None:
         """Nothing is added to the host attention's input (the branch runs beside it)."""
         return None
 
-    def residual(self, x: torch.Tensor, condition: "BranchCondition") -> torch.Tensor:
+    def residual(self, x: torch.Tensor, condition: BranchCondition) -> torch.Tensor:
         """The branch output ``[B, L, dim]``, added to the host attention's output."""
         return self(x, condition.geometry, condition.orientation)
 
     @staticmethod
     def orientation_map(
-        camera, c2w: torch.Tensor, grid_size: Sequence[int], offset=(0.5, 0.5), world_up=(0.0, -1.0, 0.0)
-    ):
+        camera: CameraModel,
+        c2w: torch.Tensor,
+        grid_size: Sequence[int],
+        offset: Sequence[float] = (0.5, 0.5),
+        world_up: Sequence[float] = (0.0, -1.0, 0.0),
+    ) -> torch.Tensor:
         """``[B, C * P, 3]`` latitude/up map of ``c2w [B, C, 4, 4]`` seen through ``camera`` (any model); the
         ``orientation`` input of :meth:`forward` (0 where undefined); ``offset`` as the rays' (patch centre)."""
         values, _ = latitude_up_map(camera, check_pose("c2w", c2w), grid_size, offset, world_up)
         return values.flatten(1, 2)
 
-    def forward(self, x: torch.Tensor, geo: CameraTransforms, orientation: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, geo: CameraTransforms, orientation: torch.Tensor | None = None) -> torch.Tensor:
+        """The branch output ``[B, L, dim]`` of tokens ``x [B, L, dim]`` (zero for queries with an invalid ray)."""
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be [B, L, {self.dim}], got {tuple(x.shape)}")
         if self.cam_encoder is not None:
@@ -182,11 +196,11 @@ class UCPEAdapter(nn.Module):
                 raise ValueError("orientation [B, L, 3] (latitude/up map) is required when use_orientation=True")
             x = x + self.cam_encoder(orientation.to(x.dtype))
         b, length, _ = x.shape
-        heads = [
+        q, k, v = (
             proj(x).view(b, length, self.num_heads, self.head_dim).transpose(1, 2)
             for proj in (self.to_q, self.to_k, self.to_v)
-        ]
-        out = self.encoding.attention(*heads, geo)
+        )
+        out = self.encoding.attention(q, k, v, geo)
         out = out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim)
         out = self.out_proj(out)
         if geo.valid is not None:
@@ -223,11 +237,12 @@ class ParallelAdapter(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        *args,
+        *args: Any,
         camera: CameraTransforms | None = None,
         orientation: torch.Tensor | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> Any:
+        """The host's output plus the adapter's residual (the host's alone without a camera)."""
         out = self.host(hidden_states, *args, **kwargs)
         if camera is None:
             camera, orientation = self.camera, self.orientation if orientation is None else orientation

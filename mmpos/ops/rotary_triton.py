@@ -27,14 +27,14 @@ def _kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def rotate_pairs(
+    def rotate_pairs(  # type: ignore[no-untyped-def]  # a Triton kernel: its parameters are pointers and ints
         x_ptr,
         out_ptr,
         cs_ptr,
         heads,
         length,
         pairs,
-        half_offset,  # type: ignore[no-untyped-def]
+        half_offset,
         xs_b,
         xs_h,
         xs_l,

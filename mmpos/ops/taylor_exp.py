@@ -13,7 +13,7 @@ share a plan are computed together): the fewest products with ``(theta / 2^s)^m 
 truncation, read as a relative backward error of ``A``, stays below the unit roundoff ``u``), with ``theta / 2^s <= 2`` so that the
 terms of the polynomial never outgrow its sum by more than ``e^2`` (rounding). Meant for skew-symmetric
 generators (rotations), whose exponential is perfectly conditioned; accurate to a few ``u`` there
-(``tests/test_taylor_exp.py`` compares it with ``torch.linalg.matrix_exp`` in fp64).
+(``tests/encodings/test_taylor_exp.py`` compares it with ``torch.linalg.matrix_exp`` in fp64).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from a :class:`DiffusionStep` the caller sets (``set_pe``'s pre-forward hook doe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from .._per_thread import PerThread
 from .._validation import check_choice, check_finite_number, per_axis
@@ -61,19 +61,20 @@ class DiffusionStep:
     sigma = property(lambda self: self._sigma.get(), lambda self, value: self._sigma.set(value))
     extents = property(lambda self: self._extents.get(), lambda self, value: self._extents.set(value))
 
-    def swap_extents(self, extents):
+    def swap_extents(self, extents: list | None) -> object:
         """``extents`` in this thread only, until :meth:`restore_extents` with the returned state."""
         return self._extents.swap(extents)
 
-    def restore_extents(self, previous) -> None:
+    def restore_extents(self, previous: object) -> None:
+        """Put back the state :meth:`swap_extents` returned."""
         self._extents.restore(previous)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, DiffusionStep) and (self.sigma, self.extents) == (other.sigma, other.extents)
 
-    __hash__ = None
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # equal by value and mutable: unhashable
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"DiffusionStep(sigma={self.sigma!r}, extents={self.extents!r})"
 
 

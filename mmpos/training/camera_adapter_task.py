@@ -2,7 +2,7 @@
 (``scripts/train_camera_adapter.py`` is its command line).
 
 Only the adapter trains (the transformer, VAE and text encoder are frozen and held, not registered, so neither
-checkpointed nor synced). Data: clip folders (:mod:`mmpos.pipelines.camera_clips`: RealEstate10K pose files or
+checkpointed nor synced). Data: clip folders (:mod:`.camera_clips`: RealEstate10K pose files or
 ``mmpos world clip`` output), one clip per sample; the focal zoom, the lens model, the noise and the flow time of
 a sample come from its own generator (:class:`~.scaffold.SampleNoise`). Each checkpoint also holds ``adapter/``
 (``CameraAdapter.from_pretrained``).
@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmpos.pipelines.lens_augment import LENS_MODELS
-
+from ..camera.lens_augment import LENS_MODELS, LensAugmentation
 from ..camera.video import stack_cameras, video_cameras
 from ..integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
+from . import camera_clips
 from .scaffold import SampleNoise, TrainingTask
 from .scaffold_config import ConfigError, TrainConfig, option, positive
 
@@ -80,13 +80,16 @@ class AdapterTraining(nn.Module):
 
 
 def load_parts(model: str, dtype):
-    from mmpos.pipelines import CameraControlWanPipeline
+    """The frozen parts as diffusers' stock ``WanPipeline`` (training needs its components and ``encode_prompt``,
+    not the camera call of ``mmpos.pipelines.CameraControlWanPipeline``): ``"tiny"`` builds
+    :func:`~mmpos.models.tiny_wan.tiny_wan_components` offline, anything else is a diffusers folder or hub id."""
+    from diffusers import WanPipeline
 
     if model == "tiny":
-        from mmpos.pipelines.tiny_wan import tiny_wan_components
+        from ..models.tiny_wan import tiny_wan_components
 
-        return CameraControlWanPipeline(**tiny_wan_components())
-    return CameraControlWanPipeline.from_pretrained(model, torch_dtype=dtype)
+        return WanPipeline(**tiny_wan_components())
+    return WanPipeline.from_pretrained(model, torch_dtype=dtype)
 
 
 class ClipIndex(torch.utils.data.Dataset):
@@ -112,9 +115,7 @@ class CameraAdapterTask(TrainingTask):
         self.pipe, self.clips, self._scope = None, None, None
 
     def dataset(self):
-        from mmpos.pipelines.camera_clips import find_clips
-
-        self.clips = find_clips(self.config.data)
+        self.clips = camera_clips.find_clips(self.config.data)
         return ClipIndex(self.clips)
 
     def collate(self, items):
@@ -154,9 +155,6 @@ class CameraAdapterTask(TrainingTask):
         return F.mse_loss(prediction.float(), (eps - latents).float())
 
     def _samples(self, batch, noise: SampleNoise) -> list:
-        from mmpos.pipelines import camera_clips
-        from mmpos.pipelines.lens_augment import LensAugmentation
-
         c = self.config
         size = (c.height, c.width)
         if c.lens_models:

@@ -41,7 +41,7 @@ import torch
 from .._validation import NonFiniteLossError, check_finite_loss  # noqa: F401 - the NaN stop's error
 from .interrupt import StopOnSignal
 from .scaffold_checkpoint import RunState, UnshareOutError, load_checkpoint, save_checkpoint, saved_config
-from .scaffold_config import ConfigError, check_resume_config, resolved
+from .scaffold_config import ConfigError, check_data_parallel, check_resume_config, resolved
 from .scaffold_folders import check_run, latest_checkpoint, remove_earlier_run
 
 SEED_STRIDE = 1_000_003
@@ -173,7 +173,9 @@ def make_accelerator(config):
     one gloo group (without it accelerate runs each as an independent single-process run)."""
     from accelerate import Accelerator
 
-    return Accelerator(mixed_precision=config.mixed_precision, cpu=not torch.cuda.is_available())
+    accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=not torch.cuda.is_available())
+    check_data_parallel(accelerator, f"the {type(config).__name__.removesuffix('Config')} trainer")
+    return accelerator
 
 
 def check_shared_out(accelerator, out: Path) -> None:

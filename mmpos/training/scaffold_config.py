@@ -32,6 +32,20 @@ class ConfigError(ValueError):
     """A config key that is unknown, or a value of the wrong type or out of range (the message names the key)."""
 
 
+SHARDED_ENGINES = ("FSDP", "DEEPSPEED")  # accelerate's distributed types that shard the model
+
+
+def check_data_parallel(accelerator, trainer: str, error: type[Exception] = ConfigError) -> None:
+    """Refuse accelerate's FSDP and DeepSpeed for ``trainer``: the trainers keep one whole model per process (DDP or
+    their own gradient all-reduce) and write whole-model checkpoints, which a sharded model would not give."""
+    engine = str(getattr(accelerator.distributed_type, "value", accelerator.distributed_type))
+    if engine in SHARDED_ENGINES:
+        raise error(
+            f"{trainer} trains one whole model per process (DDP), not under accelerate's distributed_type {engine}: "
+            "launch it without an FSDP / DeepSpeed config (docs/scaling.md, 'Sharded engines: what is covered')"
+        )
+
+
 def yaml_value(text: str):
     """``text`` as one YAML value (``1e-3`` -> float, ``[1, 2]`` -> list, ``none`` -> None)."""
     try:

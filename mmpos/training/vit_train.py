@@ -37,7 +37,8 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .interrupt import StopOnSignal
-from .vit_config import check_config, check_resume_config, eval_sizes
+from .scaffold_config import check_data_parallel
+from .vit_config import ConfigError, check_config, check_resume_config, eval_sizes
 from .vit_data import (
     SeededSamples,
     check_num_classes,
@@ -79,7 +80,7 @@ def _make_accelerator(config: dict, run_dir: Path) -> Accelerator:
     # cpu=True on a machine without CUDA: torchrun / `accelerate launch` processes then join one gloo group
     # (accelerate otherwise treats them as independent single-process runs)
     cpu_only = not torch.cuda.is_available()
-    return Accelerator(
+    accelerator = Accelerator(
         mixed_precision=config["mixed_precision"],
         gradient_accumulation_steps=config["grad_accum"],
         log_with=log_with,
@@ -87,6 +88,8 @@ def _make_accelerator(config: dict, run_dir: Path) -> Accelerator:
         cpu=cpu_only,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
+    check_data_parallel(accelerator, "the ViT trainer", error=ConfigError)
+    return accelerator
 
 
 def _criterion(config: dict, mixup):

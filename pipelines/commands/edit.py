@@ -13,6 +13,12 @@ from mmpos._arguments import positive_int_arg
 from ..edits import get_edit, list_edits
 from ._options import add_run_options
 
+OUTPUTS = (
+    "Writes edited_N.png (the model's output over the input picture; a world model's padding cropped off) and, "
+    "when the input was resized or padded for the model, edited_N_fullsize.png at the input file's size; then "
+    "config.yaml, comparison.png, diagnostic.png and summary.json. On the world models (32 px synthetic scenes) "
+    "a photo is fitted with its aspect kept and the output is a toy preview."
+)
 METHODS = tuple(list_edits())  # the shipped methods; `mmpos edit` lists those registered when it is built
 
 
@@ -21,14 +27,14 @@ def register(subparsers) -> None:
     names = list_edits()
     edit = subparsers.add_parser(
         "edit",
-        help=f"training-free PE edits on Flux: {' | '.join(names)}",
-        description="Run a training-free PE edit from a YAML config (configs/edit_*.yaml).",
+        help=f"training-free PE edits (FLUX.1, FLUX.2 / Klein, Qwen-Image, Z-Image): {' | '.join(names)}",
+        description=f"Run a training-free PE edit from a YAML config (configs/edit_*.yaml). {OUTPUTS}",
     )
     edit.set_defaults(func=run)
     methods = edit.add_subparsers(dest="method", required=True, metavar="{" + ",".join(names) + "}")
     for name in names:
         method = get_edit(name)
-        sub = methods.add_parser(name, help=method.help)
+        sub = methods.add_parser(name, help=method.help, description=f"{method.help}. {OUTPUTS}")
         method.add_options(sub)
         sub.add_argument(
             "--prompt", dest="prompt_text", help="prompt, band: of the Kontext variant (default: the config's prompt)"
@@ -64,22 +70,28 @@ def run(args) -> int:
     method = get_edit(args.method)
     config = edit_config(args)  # config errors (one line, exit 2) before diffusers is imported
     out = output_folder(args, Path(f"outputs/edit_{args.method}"))
+    print_world_notice(method, config)
     try:  # unreadable inputs, a box outside the image, a model the method does not run on, unknown words
         result = method.cli_run(args, config, lambda: load_edit_pipeline(method, config), tqdm)
     except (OSError, ValueError) as error:
         print(f"mmpos edit {args.method}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    placement = result.get("placement")  # where the user's image sits in the model input (None: new images)
+    crop = (lambda image: image) if placement is None else placement.crop
+    edited = {name: crop(image) for name, image in result["edited"].items()}
     out.mkdir(parents=True, exist_ok=True)  # after the work: a failed run leaves no folder behind
-    written = [save_image(image, out / f"edited_{i}.png") for i, image in enumerate(result["edited"].values())]
+    written = [save_image(image, out / f"edited_{i}.png") for i, image in enumerate(edited.values())]
+    if placement is not None and placement.changed:  # beside each: the edit at the input file's size
+        written += [
+            save_image(placement.to_source(image), out / f"edited_{i}_fullsize.png")
+            for i, image in enumerate(result["edited"].values())
+        ]
     written.append(save_config(config, out / "config.yaml"))
     if not args.no_figures:
         from ..figures import comparison_figure
 
-        written.append(
-            comparison_figure(
-                result["inputs"], result["edited"], result["sweep"], out / "comparison.png", result["title"]
-            )
-        )
+        sweep = {name: crop(image) for name, image in result["sweep"].items()}
+        written.append(comparison_figure(result["inputs"], edited, sweep, out / "comparison.png", result["title"]))
         if result.get("diagnostic") is not None:  # a method without a diagnostic figure gives None
             written.append(result["diagnostic"](out / "diagnostic.png"))
     summary = {
@@ -91,6 +103,20 @@ def run(args) -> int:
         temporary.write_text(json.dumps(summary, indent=2))
     report_written(written + [out / "summary.json"], out)
     return 0
+
+
+def print_world_notice(method, config) -> None:
+    """On a world model, say before it loads what it can and cannot do and which command runs a real model."""
+    from ..loading import is_world_model
+
+    if not is_world_model(config["model"]):
+        return
+    from ..edits.loading import input_side, world_task
+    from ..run_inputs import world_model_notice
+    from ..sources import HUB_FLUX
+
+    side = input_side(config, method) or 32
+    print(world_model_notice(f"mmpos edit {method.name}", HUB_FLUX[world_task(method, config)], side))
 
 
 def edit_config(args) -> dict:

@@ -102,24 +102,32 @@ def run_band(
 def cli_run(args, config, load, tqdm) -> dict:
     """``mmpos edit band``: the config's (or the options') prompts and images, a run and a strength sweep."""
     from ..figures import band_attention_maps, band_diagnostic
-    from ..run_inputs import load_grid_image, prompt_kwargs, sampler_options
+    from ..run_inputs import load_placed_image, prompt_kwargs, report_prompts, sampler_options
     from .loading import input_side
 
     pipe = load()
     variant = "kontext" if config.get("variant") == "kontext" else "flux"
-    band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config)
-    probe_layer = min(
-        int(figure.get("diagnostic_layer", 0)),
-        len(pipe.transformer.transformer_blocks) + len(pipe.transformer.single_transformer_blocks) - 1,
-    )
-    side, guidance = input_side(config, BAND), config.get("guidance")
-    if variant == "flux":
-        prompts = [args.reference_prompt or config["reference"]["prompt"], *(args.target or config["targets"])]
-        call = dict(**prompt_kwargs(args, prompts, pipe, guidance), **sampler)
+    band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config, pipe)
+    layers, axes, image_axes = attention_layout(pipe.transformer)
+    probe_layer = min(int(figure.get("diagnostic_layer", 0)), layers - 1)
+    side, guidance, placement = input_side(config, BAND), config.get("guidance"), None
+    if variant == "flux":  # the targets are new images: the reference's placement is not theirs
+        reference_prompt, targets = (
+            args.reference_prompt or config["reference"]["prompt"],
+            args.target or config["targets"],
+        )
+        report_prompts(
+            args,
+            [
+                ("reference", reference_prompt, "--reference-prompt", args.reference_prompt is not None),
+                ("targets", targets, "--target", args.target is not None),
+            ],
+        )
+        call = dict(**prompt_kwargs(args, [reference_prompt, *targets], pipe, guidance), **sampler)
         reference = args.reference_image or config["reference"].get("image")
         if reference:
             call.update(
-                reference_image=load_grid_image(reference, "reference image", pipe.token_pixels, side),
+                reference_image=load_placed_image(reference, "reference image", pipe.token_pixels, side)[0],
                 reference_seed=config["reference"].get("seed", 0),
                 reference_mode=config["reference"].get("mode", "noise"),
             )
@@ -127,9 +135,10 @@ def cli_run(args, config, load, tqdm) -> dict:
         image_path = args.image or config.get("image")
         if not image_path:
             raise ValueError("the Kontext variant needs --image (the context/reference image)")
-        context_image = load_grid_image(image_path, "image", pipe.token_pixels, side)
+        context_image, placement = load_placed_image(image_path, "image", pipe.token_pixels, side)
         height, width = context_image.shape[-2:]  # the output takes the context image's size
         sampler.update(height=height, width=width, max_area=height * width, _auto_resize=False)
+        report_prompts(args, [("", config.get("prompt"), "--prompt", args.prompt_text is not None)])
         call = dict(image=context_image, **prompt_kwargs(args, config.get("prompt"), pipe, guidance), **sampler)
 
     def run(strength, probe=None):
@@ -155,19 +164,29 @@ def cli_run(args, config, load, tqdm) -> dict:
     first = result.outputs[0]
     grid = (call.get("height", first.shape[-2]) // tokens, call.get("width", first.shape[-1]) // tokens)
     token = (grid[0] // 2) * grid[1] + grid[1] // 2
-    axes = pipe.transformer.config.axes_dims_rope
 
     def diagnostic(path):
-        maps = band_attention_maps(probe.query, probe.key, axes, grid, token, target)
+        maps = band_attention_maps(probe.query, probe.key, axes, grid, token, target, image_axes)
         return band_diagnostic(maps, grid, token, path, next(iter(inputs.values())))
 
     return dict(
         inputs=inputs,
         edited=edited,
         sweep=sweep,
-        diagnostic=diagnostic,
+        diagnostic=diagnostic if probe is not None and probe.query is not None else None,  # off: nothing recorded
+        placement=placement,
         title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}",
     )
+
+
+def attention_layout(transformer) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``(attention layers, native rotary channels per axis, image row / column axes)`` of ``transformer``, from
+    its diffusers family (:mod:`mmpos.integrations.diffusers.families`): what the probe and its figure need."""
+    from mmpos.integrations.diffusers.families import family_for
+
+    family = family_for(transformer)
+    layers = len(family.attention_modules(transformer))
+    return layers, tuple(family.native_axes_dims(transformer)), tuple(family.image_axes)
 
 
 def demo_section(source, steps: int, count: int, out_dir):

@@ -49,8 +49,10 @@ class EditMethod:
         collect: ``collect(result, call) -> {"outputs": images, ...}``: the images of one pipeline call that the
             method made (``"raw"`` and ``"references"`` optional, see :class:`EditRun`).
         cli_run: ``cli_run(args, config, load, tqdm) -> dict`` of ``inputs``, ``edited``, ``sweep`` (name ->
-            ``[3, H, W]`` image each), ``diagnostic`` (a function of the figure path, or None) and ``title``:
-            checks the inputs, ``pipe = load()``, then :func:`run_edit` on the CLI's inputs.
+            ``[3, H, W]`` image each), ``diagnostic`` (a function of the figure path, or None), ``title`` and,
+            optionally, ``placement`` (the :class:`~mmpos.pipelines.placement.Placement` of the input the edited
+            images are edits of: they are cropped back to it and also written at the input file's size): checks
+            the inputs, ``pipe = load()``, then :func:`run_edit` on the CLI's inputs.
         demo_section: ``demo_section(source, steps, count, out_dir) -> Section`` of the world demo, or None.
         variants: config ``variant`` value -> :class:`Variant` (band: ``flux``, ``kontext``); ``auto`` (or no
             variant) follows the model.

@@ -74,8 +74,22 @@ def resolve_pipeline(method, keys, variant=None, where: str = "the model") -> st
     what = f"a {keys[0]}{found}" if keys else "a pipeline of no known diffusers family"
     raise UnsupportedModelError(
         f"{where} is {what}; `mmpos edit {method.name}` runs on: "
-        f"{', '.join(method.pipelines)} (pipeline classes or diffusers families)"
+        f"{', '.join(method.pipelines)} (pipeline classes or diffusers families; families "
+        f"{', '.join(method_families(method))})"
     )
+
+
+def method_families(method) -> list[str]:
+    """The diffusers families ``method`` runs on: its family keys, and the families of its pipeline class keys."""
+    from mmpos.integrations.diffusers.families import FAMILIES, family_for_pipeline, list_families
+
+    list_families()
+    names = []
+    for key in method.pipelines:
+        family = FAMILIES.get(key) or family_for_pipeline(key)
+        if family is not None and family.name not in names:
+            names.append(family.name)
+    return names
 
 
 def pipeline_for(method, path, variant=None):

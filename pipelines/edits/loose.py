@@ -78,28 +78,28 @@ def cli_run(args, config, load, tqdm) -> dict:
     """``mmpos edit loose``: the collage and its paste mask (or the original), a run and a strength sweep."""
     from ..figures import loose_diagnostic
     from ..loose import LooseConfig
-    from ..run_inputs import load_grid_image, load_mask, prompt_kwargs, sampler_options
+    from ..run_inputs import load_placed_image, load_placed_mask, prompt_kwargs, report_prompts, sampler_options
     from .loading import input_side
 
     pipe = load()
-    side = input_side(config, LOOSE)
-    collage = load_grid_image(args.image, "image", pipe.token_pixels, side)
-    size = tuple(collage.shape[-2:])
-    pasted = (
-        {"crop_mask": load_mask(args.mask, size)}
-        if args.mask
-        else {"original": load_grid_image(args.original, "original", pipe.token_pixels, side)}
-    )
+    collage, placement = load_placed_image(args.image, "image", pipe.token_pixels, input_side(config, LOOSE))
+    if args.mask:
+        pasted = {"crop_mask": load_placed_mask(args.mask, placement, "the --image")}
+    else:  # placed like the collage, so that the two differ only where the object was pasted
+        from ..images import load_image
+
+        pasted = {"original": placement.place_image(load_image(args.original))}
+    report_prompts(args, [("", config.get("prompt"), "--prompt", args.prompt_text is not None)])
     call = dict(
         image=collage,
         **pasted,
         **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
-        **sampler_options(config),
+        **sampler_options(config, pipe),
     )
     if args.saliency:
-        from ..images import area_resize, load_image
+        from ..images import load_image
 
-        call["saliency"] = area_resize(load_image(args.saliency)[0].mean(0), size).clamp(0, 1)
+        call["saliency"] = placement.place_map(load_image(args.saliency)[0].mean(0)).clamp(0, 1)
     loose = dict(config["loose"])
 
     def run(strength):
@@ -118,6 +118,7 @@ def cli_run(args, config, load, tqdm) -> dict:
         edited={"harmonised": result.outputs[0]},
         sweep=sweep,
         diagnostic=lambda path: loose_diagnostic(maps, LooseConfig(**loose), path, collage[0]),
+        placement=placement,
         title=f"LooseRoPE ({loose['num_bins']} bins, boost {loose['saliency_boost']})",
     )
 

@@ -15,6 +15,10 @@ PIPELINES = {  # pipeline key (class name or diffusers family) -> pipeline; a ne
     "FluxFillPipeline": "mmpos.pipelines.transplant_pipeline:PosBridgeFillPipeline",
     "Flux2KleinInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeKleinInpaintPipeline",
     "QwenImageInpaintPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeQwenInpaintPipeline",
+    # the released Klein and Qwen-Image folders name their text-to-image pipeline; the inpainting pipeline takes the
+    # same components (FLUX.1 Fill, by contrast, has its own weights)
+    "Flux2KleinPipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeKleinInpaintPipeline",
+    "QwenImagePipeline": "mmpos.pipelines.family_transplant_pipeline:PosBridgeQwenInpaintPipeline",
 }
 WORLD_LAYOUT = "world"  # run_transplant's default: the world Fill model's canvas layout
 DEMO_SEED = 434_343  # insertion pairs never seen in training (those come from fill_canvas_example seeds)
@@ -33,7 +37,7 @@ def add_options(parser) -> None:
         nargs=4,
         metavar=("L", "T", "R", "B"),
         help="target box: left top right bottom in pixels of the --background file (exclusive "
-        "ends; rescaled with the background when it is resized; this or --mask is required)",
+        "ends; mapped with the background when it is resized or padded; this or --mask is required)",
     )
     parser.add_argument("--reference", action="append", required=True, help="reference view (repeat for more)")
     parser.add_argument(
@@ -88,32 +92,44 @@ def run_transplant(pipe, pairs, steps: int = 20, transplant=WORLD_LAYOUT, guidan
 
 def cli_run(args, config, load, tqdm) -> dict:
     """``mmpos edit transplant``: the background, the region, the references; a run and a tau sweep."""
+    from mmpos.integrations.diffusers.families import family_for
+
     from ..figures import transplant_diagnostic
     from ..images import load_image
-    from ..run_inputs import load_grid_image, load_mask, prompt_kwargs, rescale_box, sampler_options
+    from ..run_inputs import (
+        load_mask,
+        load_placed_image,
+        load_placed_mask,
+        prompt_kwargs,
+        report_prompts,
+        rescale_box,
+        sampler_options,
+    )
     from .loading import input_side
 
     if args.box:  # a box outside the background fails before the model loads
         rescale_box(args.box, image_height_width(args.background), image_height_width(args.background))
     pipe = load()
-    background = load_grid_image(args.background, "background", pipe.token_pixels, input_side(config, TRANSPLANT))
-    size = tuple(background.shape[-2:])
+    background, placement = load_placed_image(
+        args.background, "background", pipe.token_pixels, input_side(config, TRANSPLANT)
+    )
     references = [load_image(p) for p in args.reference]  # any size: each is fitted into its tile
     reference_masks = None
     if args.reference_mask:
         reference_masks = [load_mask(p, r.shape[-2:]) for p, r in zip(args.reference_mask, references)]
     where = (
-        {"mask_image": load_mask(args.mask, size)}
+        {"mask_image": load_placed_mask(args.mask, placement, "the background")}
         if args.mask
-        else {"target_box": target_box(args.box, args.background, size)}
+        else {"target_box": target_box(args.box, placement)}
     )
+    report_prompts(args, [("", config.get("prompt"), "--prompt", args.prompt_text is not None)])
     call = dict(
         image=background,
         references=references,
         reference_masks=reference_masks,
         **where,
         **prompt_kwargs(args, config.get("prompt"), pipe, config.get("guidance")),
-        **sampler_options(config),
+        **sampler_options(config, pipe),
     )
     transplant = dict(config["transplant"])
 
@@ -126,27 +142,28 @@ def cli_run(args, config, load, tqdm) -> dict:
     sweep = {f"tau={t}": run(t).outputs[0] for t in tqdm(config.get("figure", {}).get("sweep", []), desc="tau sweep")}
     inputs = {"background": background[0], **{f"reference {i}": r[0] for i, r in enumerate(references)}}
     last = result.last
+    image_axes = family_for(pipe.transformer).image_axes  # the ids are in the family's coordinates
     return dict(
         inputs=inputs,
         edited={"inserted": result.outputs[0]},
         sweep=sweep,
-        diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path),
+        diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path, image_axes),
+        placement=placement,
         title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})",
     )
 
 
-def target_box(box, background_path, size) -> list[int]:
-    """``--box`` (L T R B pixels of the background file) on the background as the pipeline gets it (``size``)."""
-    from ..run_inputs import rescale_box
-
-    original = image_height_width(background_path)
-    scaled = list(rescale_box(box, original, size))
-    if original != tuple(size):
+def target_box(box, placement) -> list[int]:
+    """``--box`` (L T R B pixels of the background file) on the background as the pipeline gets it (``placement``:
+    resized, and for a world model padded to its square)."""
+    placed = list(placement.place_box(box))
+    if placement.changed:
+        (h0, w0), (h1, w1) = placement.source, placement.canvas
         print(
-            f"--box {' '.join(map(str, box))} of the {original[0]}x{original[1]} background is "
-            f"{' '.join(map(str, scaled))} of the {size[0]}x{size[1]} model input"
+            f"--box {' '.join(map(str, box))} of the {h0}x{w0} background is "
+            f"{' '.join(map(str, placed))} of the {h1}x{w1} model input"
         )
-    return scaled
+    return placed
 
 
 def image_height_width(path) -> tuple[int, int]:

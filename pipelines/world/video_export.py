@@ -18,6 +18,7 @@ import numpy as np
 
 from mmpos._atomic import check_new_output, output_folder_written
 from mmpos._safe_state import load_torch_file
+from mmpos.training.model_cards import card_metadata, front_matter
 from mmpos.world.video_data import AMOUNTS, CLIP_FRAMES, CLIP_SIZE, MOTIONS
 
 SCHEDULER_SHIFT = 1.0
@@ -73,6 +74,7 @@ def model_card(stages: dict, parameters: dict) -> dict:
 
 
 def card_markdown(card: dict) -> str:
+    """The folder's ``README.md``: Hugging Face front matter, then the stages, losses and samples."""
     lines = [
         "# world-video",
         "",
@@ -110,7 +112,25 @@ def card_markdown(card: dict) -> str:
         "",
         'Reproduce: `bash scripts/train_world_video.sh` (README, "Camera-controlled clips").',
     ]
-    return "\n".join(lines) + "\n"
+    return front_matter(card_metadata("video")) + "\n".join(lines) + "\n"
+
+
+def adapter_card_markdown(card: dict, kind: str) -> str:
+    """``camera-<kind>/README.md``: front matter, what the adapter is, how to load it, its stage's numbers."""
+    stage = card["stages"][kind]
+    steps, minutes = stage.get("total_steps", stage["steps"]), stage.get("total_cpu_minutes", stage["cpu_minutes"])
+    lines = [
+        f"# camera-{kind}",
+        "",
+        f"A `{kind}` camera adapter (`mmpos.integrations.diffusers.CameraAdapter`) for the world video model in the "
+        "folder above, trained with its transformer frozen. Load it with `CameraAdapter.from_pretrained(folder)`, "
+        "or onto the pipeline: `load_camera_adapter(WorldVideoPipeline.from_pretrained(parent), folder)` "
+        "(`mmpos.pipelines`).",
+        "",
+        f"Parameters {card['parameters'].get(kind, '-')}, {steps} steps of batch {stage['recipe']['batch_size']}, "
+        f"{minutes} CPU minutes, final loss {stage['final_loss']}; data, loss curve and samples: `../README.md`.",
+    ]
+    return front_matter(card_metadata(f"camera-{kind}")) + "\n".join(lines) + "\n"
 
 
 def export_world_video(runs: Path, out: Path, adapters=("ucpe", "plucker"), overwrite: bool = False) -> Path:
@@ -142,6 +162,7 @@ def export_world_video(runs: Path, out: Path, adapters=("ucpe", "plucker"), over
         pipe.save_pretrained(folder)
         for kind in adapters:
             shutil.copytree(runs / kind / "camera_adapter", folder / f"camera-{kind}")
+            (folder / f"camera-{kind}" / "README.md").write_text(adapter_card_markdown(card, kind))
         (folder / "model_card.json").write_text(json.dumps(card, indent=1))
         (folder / "README.md").write_text(card_markdown(card))
         _write_samples(folder)

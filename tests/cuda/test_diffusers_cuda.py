@@ -14,9 +14,9 @@ import argparse
 
 import pytest
 import torch
-from fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
 from mmpos.integrations.diffusers import cast_keeping_pe_fp32, position_module, restore, set_pe
+from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs
 
 pytestmark = pytest.mark.cuda
 MODELS = {"flux": (tiny_flux, tiny_flux_inputs), "wan": (tiny_wan, tiny_wan_inputs)}

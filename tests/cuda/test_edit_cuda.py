@@ -15,7 +15,6 @@ import torch
 from diffusers import FluxFillPipeline, FluxKontextPipeline, FluxPipeline
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAttnProcessor, FluxPosEmbed
-from fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 from mmpos.coords import flux_ids
 from mmpos.coords.edits import shrink_ids
@@ -29,6 +28,7 @@ from mmpos.pipelines import (
 from mmpos.pipelines.band import SharedBandAttention
 from mmpos.pipelines.context import EditContext, segments_from_ids
 from mmpos.pipelines.loose import LooseRoPERule
+from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 pytestmark = pytest.mark.cuda
 AXES = (16, 56, 56)

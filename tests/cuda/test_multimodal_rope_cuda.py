@@ -88,9 +88,8 @@ def check_ids(device):
 
 
 def check_models(device):
-    import tiny_qwen_vl
-
     from mmpos.integrations.transformers_vlm import ENCODINGS, use_multimodal_rope
+    from tests.fixtures import tiny_qwen_vl
 
     text = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9]], device=device)
     ok = True

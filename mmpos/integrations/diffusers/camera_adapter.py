@@ -38,6 +38,7 @@ from ..._per_thread import PerThread
 from ...camera.cameras import Cameras
 from ...camera.video import VideoCameras
 from ...encodings.registry import list_pes, pe_capabilities, pe_class
+from .context_parallel import shard_sequence
 from .installer import CAMERA, ProcessorInstaller
 from .models import spec_for
 
@@ -133,6 +134,21 @@ class CameraConditioning:
 
     def __init__(self, adapter: CameraAdapter, scale: float = 1.0, state=None):
         self.adapter, self.scale, self.state = adapter, float(scale), state
+        self._shards: list = []  # (parallel config, this rank's conditioning), one per config seen
+
+    def sharded(self, parallel_config) -> "CameraConditioning":
+        """This rank's part under diffusers' context parallelism: the per-token state ``[B, L, ...]`` cut along the
+        tokens as the plan cuts the hidden states (once per call, shared by the layers); refused for kinds whose
+        conditioning is not per token (:func:`check_shardable`)."""
+        for config, shard in self._shards:
+            if config is parallel_config:
+                return shard
+        check_shardable(self.adapter)
+        if not isinstance(self.state, torch.Tensor) or self.state.dim() < 2:
+            raise RuntimeError(f"the {self.adapter.config.kind!r} conditioning is not a per-token [B, L, ...] tensor")
+        shard = CameraConditioning(self.adapter, self.scale, shard_sequence(self.state, 1, parallel_config))
+        self._shards.append((parallel_config, shard))
+        return shard
 
     def _scaled(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.scale == 1.0 else x * self.scale
@@ -152,7 +168,13 @@ class CameraAttnProcessor:
     """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added.
 
     ``conditioning`` is a :class:`CameraConditioning`, or a :class:`CameraCalls` whose calling thread's
-    conditioning is read per call (``None``: the level beneath runs unchanged)."""
+    conditioning is read per call (``None``: the level beneath runs unchanged).
+
+    ``_parallel_config`` is the attribute diffusers' ``enable_parallelism`` sets on the processors it finds; under
+    context parallelism (this level's or the level beneath's config set) the conditioning is cut to this rank's
+    tokens (:meth:`CameraConditioning.sharded`: per-token kinds) or the call is refused."""
+
+    _parallel_config = None
 
     def __init__(self, conditioning, layer: int, slot):
         self.conditioning, self.layer, self.slot = conditioning, layer, slot
@@ -166,6 +188,10 @@ class CameraAttnProcessor:
             conditioning = conditioning.current()
             if conditioning is None:
                 return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+        parallel = self._parallel_config
+        parallel = getattr(beneath, "_parallel_config", None) if parallel is None else parallel
+        if parallel is not None:
+            conditioning = conditioning.sharded(parallel)
         attention_input = conditioning.attention_input(self.layer, hidden_states)
         out = beneath(attn, attention_input, encoder_hidden_states, attention_mask, rotary_emb)
         residual = conditioning.residual(self.layer, hidden_states)
@@ -183,9 +209,25 @@ def check_adapter_fits(transformer, adapter: CameraAdapter) -> None:
         )
 
 
+def check_shardable(adapter: CameraAdapter) -> None:
+    """Under diffusers' context parallelism each rank holds a shard of the tokens: a per-token (additive) kind
+    (``plucker``) cuts its conditioning with them; a kind with its own attention branch over the whole sequence
+    (``ucpe``, ``prope``) is refused."""
+    kind = adapter.config.kind
+    if not pe_capabilities(kind).additive:
+        additive = [name for name in adapter_kinds() if pe_capabilities(name).additive]
+        raise RuntimeError(
+            f"the {kind!r} camera adapter does not run under diffusers' context parallelism (enable_parallelism): "
+            "its attention branch covers the whole sequence while each rank holds a shard of the tokens; use "
+            f"{additive} under context parallelism, or run {kind!r} calls on one process per video"
+        )
+
+
 def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
+    if isinstance(conditioning, CameraConditioning) and getattr(transformer, "_parallel_config", None) is not None:
+        check_shardable(conditioning.adapter)  # (a model made parallel later: the processors check each call)
     if isinstance(conditioning, CameraConditioning):
         check_adapter_fits(transformer, conditioning.adapter)
     installer = ProcessorInstaller.of(transformer)
@@ -231,6 +273,8 @@ class CameraCalls:
         """``conditioning`` (``None``: no camera) for this thread's call on ``transformer``."""
         if conditioning is not None:
             check_adapter_fits(transformer, conditioning.adapter)
+            if getattr(transformer, "_parallel_config", None) is not None:
+                check_shardable(conditioning.adapter)
             with self._lock:
                 if self._running == 0:
                     install_camera_adapter(transformer, self)

@@ -8,9 +8,11 @@ divides evenly, ``tensor.tensor_split`` with ``ulysses_anything`` / ``ring_anyth
   (dim 1), so the seam on rank ``r`` sees the *global* ids of its own tokens, in the order
   ``[txt shard r, img shard r]`` that its joint q/k have. Tables are built from those ids: coordinates are
   global and each table row belongs to its token by construction.
-* Wan splits the position module's outputs ``0`` and ``1`` along dim 1 and ``hidden_states`` at ``blocks.0``
-  along dim 1. The seam builds the full grid's tables and returns them packed as ``[b, L, G, 2P]`` with the
-  coordinates ``[1, L, 1, A]``: chunking dim 1 shards tables and coordinates exactly as the tokens.
+* Wan's plan splits the position module's outputs ``0`` and ``1`` along dim 1 and ``hidden_states`` at ``blocks.0``
+  along dim 1. The seam (``WanPositions``) takes that split over (:func:`own_output_split`): it asks diffusers'
+  own sharder which rows of the grid this rank keeps, builds (and caches) the tables and coordinates of those
+  rows only, and the plan's hook passes them on unsplit. So each rank holds ``1/N`` of the tables, never the
+  whole sequence's.
 
 q and k are rotated on each rank before attention, so ring (K/V passed around) and Ulysses (all-to-all
 over heads) attention see already-rotated keys: RoPE's relative property holds across shards.
@@ -19,15 +21,18 @@ Scheduled encodings (extrapolation presets) resolve their spectrum from the exte
 measured before the plan shards the ids (:mod:`.global_extents`), never from the shard's.
 
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
-statistics of the local shard (e.g. a grid size taken from ``ids.max()``). Wan tables of encodings whose
-table is not a ``RotaryTable`` cannot be packed and are rejected by the plan's output hook; Wan builds the full
-grid's tables on every rank. ``tests/test_context_parallel.py`` runs Flux on 2 processes (gloo); the
-single-process tests replay the sharding with :func:`shard_like_context_parallel`.
+statistics of the local shard (e.g. a grid size taken from ``ids.max()``). ``tests/integrations/test_context_parallel.py``
+runs Flux and Wan on 2 processes (gloo); the single-process tests replay the sharding with
+:func:`shard_like_context_parallel`.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+
+SPLIT_HOOK = "cp_input---{}"  # diffusers' name of a plan's split hook on the module at ``{}``
 
 
 def shard_like_context_parallel(
@@ -47,3 +52,63 @@ def shard_like_context_parallel(
             "(diffusers asserts this; use ulysses_anything/ring_anything)"
         )
     return x.chunk(world_size, dim=dim)[rank]
+
+
+def own_output_split(module: torch.nn.Module, name: str) -> Optional[object]:
+    """Take over the split of ``module``'s outputs by diffusers' context-parallel plan: returns the plan's split hook
+    on ``module`` (registered at ``name``) with its output split switched off (``module`` then returns this rank's
+    rows itself, :func:`own_rows`), or ``None`` when no plan splits ``module``'s outputs (one process).
+
+    Every output the plan splits must be split along dim 1 (Wan's ``rope``: outputs 0 and 1)."""
+    registry = getattr(module, "_diffusers_hook", None)
+    hook = registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
+    if hook is None or getattr(hook, "_mmpos_owned", False):
+        return hook
+    outputs = {key: plan for key, plan in hook.metadata.items() if getattr(plan, "split_output", False)}
+    if not outputs or any(plan.split_dim != 1 for plan in outputs.values()) or getattr(hook, "fn_ref", None) is None:
+        raise RuntimeError(
+            f"the context-parallel plan of {name!r} splits {hook.metadata}; mmpos takes over a split of the "
+            "position module's outputs along dim 1 only (diffusers 0.42's Wan plan)"
+        )
+    hook.fn_ref.post_forward = _as_built  # this call's too: the hook reads it after the module's forward
+    hook._mmpos_owned = True
+    return hook
+
+
+def _as_built(module, output):
+    return output
+
+
+def own_rows(hook, length: int) -> tuple[int, int]:
+    """The rows ``[start, stop)`` of a sequence of ``length`` that diffusers' sharder (the hook's own, with its
+    ``*_anything`` choice) gives this rank; cached per length. Refuses a length the even split cannot take."""
+    rows = getattr(hook, "_mmpos_rows", None)
+    if rows is None:
+        rows = hook._mmpos_rows = {}
+    if length not in rows:
+        plan = next(plan for plan in hook.metadata.values() if getattr(plan, "split_output", False))
+        probe = torch.arange(length).view(1, length, *(1,) * ((plan.expected_dims or 2) - 2))
+        try:
+            index = hook._prepare_cp_input(probe, plan)
+        except AssertionError:  # diffusers' even sharder asserts divisibility
+            raise ValueError(
+                f"the sequence has {length} tokens, not divisible by the context-parallel degree; "
+                "use ulysses_anything=True / ring_anything=True in ContextParallelConfig"
+            ) from None
+        index = index.flatten()
+        start, stop = int(index[0]), int(index[-1]) + 1
+        if index.numel() != stop - start:
+            raise RuntimeError(f"the context-parallel split of {length} rows is not contiguous")
+        rows[length] = (start, stop)
+    return rows[length]
+
+
+def shard_sequence(x: torch.Tensor, dim: int, parallel_config) -> torch.Tensor:
+    """This rank's shard of ``x`` along ``dim`` under a processor's ``_parallel_config`` (diffusers' ``ParallelConfig``),
+    cut by diffusers' own sharders exactly as the plan cuts the hidden states."""
+    from diffusers.hooks.context_parallel import EquipartitionSharder, PartitionAnythingSharder
+
+    config = getattr(parallel_config, "context_parallel_config", parallel_config)
+    if config.ulysses_anything or config.ring_anything:
+        return PartitionAnythingSharder.shard_anything(x, dim, config._flattened_mesh)
+    return EquipartitionSharder.shard(x, dim, config._flattened_mesh)

@@ -6,12 +6,23 @@ A schedule turns the coordinates' extent per axis into its spectrum. Under diffu
 ``txt_ids`` are split by the ``_cp_plan``), whose extent is smaller: each rank would resolve another spectrum.
 diffusers shards the inputs inside the transformer's ``forward`` (its hooks wrap it); a forward pre-hook runs
 before that, on the whole sequence. So this pre-hook, registered after the processor installer's (whose edit
-level may rewrite the ids), measures the extents on the family's :attr:`~.families.Family.global_coords` and
-sets them on each scheduled encoding's step for this thread and this forward (``DiffusionStep.extents``); the
-post-hook (also called when the forward raises) puts back what the thread had before.
+level may rewrite the ids), reads the family's :attr:`~.families.Family.global_coords`:
+
+* one tensor (FLUX.1, Wan: the seam is called once per forward on the whole sequence): it measures the extents
+  there and sets them on each scheduled encoding's step for this thread and this forward
+  (``DiffusionStep.extents``);
+* a tuple of tensors (FLUX.2: the seam is called on ``img_ids``, then on ``txt_ids``, each with its own extents):
+  it records them on the seam for this thread and this forward (``seam.global_inputs``); the seam finds the
+  tensor each call's ids are a part of (:func:`global_source`: a shard is a view of it) and measures there.
+
+The post-hook (also called when the forward raises) puts back what the thread had before.
 """
 
 from __future__ import annotations
+
+from functools import partial
+
+import torch
 
 from ..._per_thread import PerThread
 
@@ -21,7 +32,7 @@ class GlobalExtents:
 
     def __init__(self, family):
         self.family = family
-        self._saved = PerThread(None)  # this thread's (encoding, previous extents) pairs, per nested forward
+        self._saved = PerThread(None)  # this thread's undo steps, per nested forward
 
     def install(self, transformer) -> tuple[int, int]:
         """Register both hooks on ``transformer``; returns their ids (for :func:`remove`)."""
@@ -37,25 +48,52 @@ class GlobalExtents:
     def pre_forward(self, module, args, kwargs):
         seam, encodings = self.scheduled(module)
         stack = self._stack()
-        coords = self.family.global_coords(args, kwargs) if encodings else None
-        if coords is None:
-            stack.append(())
-        else:
+        coords = self.family.global_coords(seam, args, kwargs) if encodings else None
+        undo = []
+        if isinstance(coords, tuple):
+            undo.append(partial(seam.global_inputs.restore, seam.global_inputs.swap(coords)))
+        elif coords is not None:
             coords = seam.encoding_coords(coords)
-            stack.append(tuple((pe, pe.step.swap_extents(pe.coordinate_extents(coords))) for pe in encodings))
+            for pe in encodings:
+                undo.append(partial(pe.step.restore_extents, pe.step.swap_extents(pe.coordinate_extents(coords))))
+        stack.append(tuple(undo))
         self._saved.swap(stack)
         return None
 
     def post_forward(self, module, args, output):
         stack = self._stack()
         if stack:
-            for pe, previous in stack.pop():
-                pe.step.restore_extents(previous)
+            for step in reversed(stack.pop()):
+                step()
             self._saved.swap(stack)
         return None
 
     def _stack(self) -> list:
         return list(self._saved.get() or ()) if self._saved.is_set_here() else []
+
+
+def global_source(seam, ids: torch.Tensor):
+    """The tensor of this forward's ``seam.global_inputs`` that ``ids`` is a part of (the whole of it in one
+    process, this rank's shard of it under context parallelism: a view of its memory), else ``None``."""
+    for source in seam.global_inputs.get() or ():
+        if _is_part_of(ids, source):
+            return source
+    return None
+
+
+def _is_part_of(part: torch.Tensor, whole: torch.Tensor) -> bool:
+    if part.device != whole.device or part.dtype != whole.dtype or not part.numel() or not whole.numel():
+        return False
+    if part.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr():
+        return False
+    (low, high), (whole_low, whole_high) = _span(part), _span(whole)
+    return whole_low <= low and high <= whole_high
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The first and last element of the storage ``tensor`` reads."""
+    start = tensor.storage_offset()
+    return start, start + sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride()))
 
 
 def remove(transformer, hook_ids) -> None:

@@ -30,6 +30,7 @@ from typing import Callable, Optional
 from torch import nn
 
 from .models import spec_for
+from .xdit import check_no_xdit_parallelism, check_no_xdit_processors
 
 ENCODING, CAMERA, EDIT = "encoding", "camera", "edit"
 LEVELS = (ENCODING, CAMERA, EDIT)
@@ -63,6 +64,7 @@ class ProcessorInstaller:
 
     def __init__(self, transformer: nn.Module):
         attention = spec_for(transformer).attention_modules(transformer)
+        check_no_xdit_processors((name, module.processor) for name, module in attention)
         self.slots = [AttentionSlot(name, module, module.processor) for name, module in attention]
         self.hooks: dict[str, Callable] = {}
         self.hook_id = transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True).id
@@ -87,6 +89,7 @@ class ProcessorInstaller:
         """Install ``processors`` (layer index -> processor) at ``level`` and the level's pre-forward ``hook``
         (``hook(module, args, kwargs) -> None | (args, kwargs)``). Checked before anything changes."""
         _check_level(level)
+        check_no_xdit_parallelism(f"installing mmpos processors ({level!r} level)")
         if self.filled(level):
             raise RuntimeError(f"the {level!r} level is already filled; clear it first")
         for index in processors:
@@ -119,6 +122,7 @@ class ProcessorInstaller:
                 slot.module.set_processor(slot.top())
 
     def _pre_forward(self, module, args, kwargs):
+        check_no_xdit_parallelism("a forward with mmpos processors")
         for level in LEVELS:
             hook = self.hooks.get(level)
             if hook is not None:

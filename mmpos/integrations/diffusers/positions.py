@@ -9,8 +9,10 @@ What the seam returns is what the processors of :mod:`.processors` expect:
 * native (``pe="native"``): the stock format, ``(cos, sin)`` repeated per channel (Flux ``[S, D]``,
   Wan ``[1, L, 1, D]``), with values equal bit for bit to the stock module's;
 * an mmpos encoding on Flux: a :class:`LayerTables` tuple (one table per encoding);
-* an mmpos encoding on Wan: ``(packed_tables, coords)``, two 4-D tensors with the sequence on dim 1, because
-  Wan's context-parallel plan shards the position module's outputs ``0`` and ``1`` along dim 1.
+* an mmpos encoding on Wan: ``(packed_tables, coords)``, two 4-D tensors with the sequence on dim 1 (the layout
+  of Wan's context-parallel plan, which splits the position module's outputs ``0`` and ``1`` along dim 1).
+
+Under Wan's context-parallel plan the seam builds only this rank's rows (:mod:`.context_parallel`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from ...coords.grids import video_grid
+from ..._per_thread import PerThread
+from ...coords.grids import grid_rows, video_grid
 from ...ops.tables import KeyedCache, RotaryTable, device_has_fp64, library_owned
+from . import context_parallel
 
 
 class LayerTables(tuple):
@@ -80,6 +84,7 @@ class PositionSeam(nn.Module):
         self.forwards = 0
         self._seen_tables = weakref.WeakSet()
         self._native_cache: tuple | None = None
+        self.global_inputs = PerThread(())  # this forward's whole-sequence inputs (:mod:`.global_extents`)
 
     def encoding_coords(self, coords: torch.Tensor) -> torch.Tensor:
         if self.coord_axes is not None:
@@ -156,11 +161,22 @@ class WanPositions(PositionSeam):
         self.register_buffer("native_dtype_probe", torch.zeros((), dtype=native_dtype), persistent=False)
         self._grid_cache = KeyedCache(max_entries=4)
 
-    def grid_coords(self, grid: tuple[int, int, int], device) -> torch.Tensor:
-        """``video_grid`` coordinates, the same tensor while the grid and device stay (table cache hits by
-        identity: no value comparison, no device sync per step)."""
-        key = (grid, torch.device(device), torch.is_inference_mode_enabled())
-        return self._grid_cache.get(key, lambda: library_owned(video_grid(*grid, device=device)))
+    def grid_coords(self, grid: tuple[int, int, int], device, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """``video_grid`` coordinates (``rows``: only rows ``start:stop``), the same tensor while the grid, rows and
+        device stay (table cache hits by identity: no value comparison, no device sync per step)."""
+        key = (grid, rows, torch.device(device), torch.is_inference_mode_enabled())
+        return self._grid_cache.get(key, lambda: library_owned(self.fresh_coords(grid, rows, device)))
+
+    @staticmethod
+    def fresh_coords(grid: tuple[int, int, int], rows: tuple[int, int] | None, device=None) -> torch.Tensor:
+        """The grid's coordinates, or rows ``start:stop`` of them (built without the others)."""
+        return video_grid(*grid, device=device) if rows is None else grid_rows(grid, *rows, device=device)
+
+    def own_rows(self, grid: tuple[int, int, int]) -> tuple[int, int] | None:
+        """This rank's rows of the grid under Wan's context-parallel plan (the seam splits its outputs itself),
+        ``None`` in one process."""
+        hook = context_parallel.own_output_split(self, "rope")
+        return None if hook is None else context_parallel.own_rows(hook, grid[0] * grid[1] * grid[2])
 
     def grid(self, latents: torch.Tensor) -> tuple[int, int, int]:
         if latents.dim() != 5:
@@ -175,18 +191,26 @@ class WanPositions(PositionSeam):
 
     def forward(self, hidden_states: torch.Tensor):
         self.forwards += 1
-        frames, height, width = self.grid(hidden_states)
+        grid = self.grid(hidden_states)
         if not self.encodings:
             return None
+        rows = self.own_rows(grid)
         if self.native:  # the stock module computes its tables on the CPU at init: so do we, then cache
-            coords = video_grid(frames, height, width)
-            cos, sin = self.native_cos_sin(coords, self.native_dtype_probe.dtype, hidden_states.device)
+            cos, sin = self.native_cos_sin(
+                self.fresh_coords(grid, rows), self.native_dtype_probe.dtype, hidden_states.device
+            )
             return cos[None, :, None], sin[None, :, None]
-        coords = self.grid_coords((frames, height, width), hidden_states.device)
+        coords = self.grid_coords(grid, hidden_states.device, rows)
         tables = self.tables(coords, self.run_dtype(hidden_states.dtype, hidden_states.device))
         if not all(isinstance(t, RotaryTable) for t in tables):
-            return tables  # runs, but cannot be sharded by Wan's context-parallel plan
+            return tables  # not packed (a LayerTables tuple): under context parallelism already this rank's rows
         return pack_tables(tables), coords[None, :, None]
+
+    def global_coords(self, args, kwargs) -> torch.Tensor:
+        """The whole grid's coordinates (what scheduled encodings measure their extents on), built afresh: under
+        context parallelism no rank keeps them."""
+        hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+        return video_grid(*self.grid(hidden_states), device=hidden_states.device)
 
 
 def flux_coords(ids: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ Coordinates follow ``dynamic_img_size``, NaFlex ``patch_coord`` and PatchDropout
 
 from __future__ import annotations
 
-import types
+import functools
 
 import torch
 from timm.layers import Format
@@ -41,7 +41,7 @@ from .positions import (
     BlockTablesHook,
     NaFlexEmbedsHook,
     PatchGridHook,
-    RecordingPatchDropout,
+    PositionalPatchDropout,
     TokenPositions,
 )
 from .restore import OriginalState
@@ -122,7 +122,7 @@ def convert(
     model.mmpos_positions = positions
     model.mmpos_pe = pe
     model.mmpos_original = original
-    model.no_weight_decay = types.MethodType(_no_weight_decay, model)
+    model.no_weight_decay = functools.partial(_no_weight_decay, model)  # a partial pickles (torch.save(model))
     return model
 
 
@@ -264,12 +264,14 @@ def _enable_dynamic_img_size(model):
 
 
 def _install_position_hooks(model, positions):
+    """Steps 1 and 2 of a forward (:mod:`.positions`): the patch embedding starts it, PatchDropout reports the
+    kept tokens."""
     if isinstance(model, NaFlexVit):
         model.embeds.register_forward_hook(NaFlexEmbedsHook(positions), with_kwargs=True)
     else:
         model.patch_embed.register_forward_hook(PatchGridHook(positions))
     if isinstance(getattr(model, "patch_drop", None), nn.Module) and not isinstance(model.patch_drop, nn.Identity):
-        model.patch_drop = RecordingPatchDropout(model.patch_drop, positions)
+        model.patch_drop = PositionalPatchDropout(model.patch_drop, positions)
 
 
 def _no_weight_decay(self) -> set[str]:

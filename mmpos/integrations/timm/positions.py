@@ -1,19 +1,27 @@
 """Where a converted timm ViT's tokens sit, and the tables of each forward.
 
-Hooks set it, attention blocks read it:
+One object, the model's :class:`TokenPositions` (``model.mmpos_positions``), owns a forward's positional data;
+it goes through four steps, in the order timm's ``forward_features`` / ``forward_intermediates`` runs them:
 
-* the patch embedding reports the patch grid (static size, ``dynamic_img_size`` or NaFlex ``patch_coord``);
-* PatchDropout reports which patch tokens each sample kept;
-* right before the blocks (``norm_pre``), :class:`BlockTablesHook` checks the coordinates once and builds one
-  table per distinct shared encoding (as timm's Eva builds its rope in ``_pos_embed``); a block's own learned
-  encoding builds its table in that block's attention, where FSDP2 / ZeRO-3 gathered the block's parameters
-  (and where activation checkpointing recomputes it);
-* every converted attention block takes its encoding's table and only applies it (prefix tokens, i.e. cls and
-  registers, get no coordinates and stay unrotated).
+1. **start** -- the patch embedding's forward hook (:class:`PatchGridHook`, :class:`NaFlexEmbedsHook`) calls
+   :meth:`TokenPositions.start` with the patch grid (static size, ``dynamic_img_size``) or NaFlex ``patch_coord``:
+   a new :class:`ForwardState` for the calling thread;
+2. **keep** -- the model's PatchDropout, replaced by :class:`PositionalPatchDropout` (same randomness, same
+   outputs), calls :meth:`TokenPositions.keep` with the patch tokens each sample kept;
+3. **prepare** -- right before the blocks, ``norm_pre``'s forward pre-hook checks the coordinates once and
+   either builds one table per distinct shared rotary encoding (:class:`BlockTablesHook`, as timm's Eva builds
+   its rope in ``_pos_embed``; a block's own learned encoding builds its table in that block's attention, where
+   FSDP2 / ZeRO-3 gathered the block's parameters and where activation checkpointing recomputes it) or adds the
+   absolute encoding to the patch tokens (:class:`AddAbsoluteHook`);
+4. **apply** -- every converted attention block takes its encoding's table (:meth:`TokenPositions.table`) and
+   only applies it (prefix tokens, i.e. cls and registers, get no coordinates and stay unrotated).
 
-What a forward records lives in a :class:`ForwardState` of the calling thread, never on the shared module, so
-one model serves several threads with different image sizes. Coordinates of recent grids are reused across
-forwards (the same tensor object), so encodings' table caches hit by identity.
+The hooks of steps 1 and 3 are :class:`ForwardStep` objects (what ``restore`` removes). Steps 1 to 3 cannot hand
+their results to the attention modules as arguments: timm's blocks call ``attn(x, attn_mask=...)`` only. So
+the results go through the model's :class:`TokenPositions`, in a :class:`ForwardState` of the calling thread
+(:class:`~mmpos._per_thread.PerThread`), never on the shared module: one model serves several threads with
+different image sizes. Coordinates of recent grids are reused across forwards (the same tensor object), so
+encodings' table caches hit by identity.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from timm.layers import PatchDropout
 from timm.layers.patch_dropout import PatchDropoutWithIndices, patch_dropout_forward
 from torch import nn
 
+from ..._per_thread import PerThread
 from ..._validation import check_choice
 from ...coords.grids import MODES, image_grid
 from ...encodings.absolute import LearnedAPE
@@ -70,11 +79,10 @@ class TokenPositions:
         # comparison, so no device sync per step)
         self._grid_cache = KeyedCache(max_entries=4)
         self._grid_lock = threading.Lock()
-        self._local = threading.local()
-        self._latest = ForwardState()
+        self._forward = PerThread(ForwardState())  # this thread's forward (step 1 starts one)
 
     def __getstate__(self):  # copy.deepcopy (EMA) and pickling keep the settings, not forwards in flight
-        return {k: v for k, v in self.__dict__.items() if k not in ("_grid_cache", "_grid_lock", "_local", "_latest")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_grid_cache", "_grid_lock", "_forward")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -84,7 +92,7 @@ class TokenPositions:
     def current(self) -> ForwardState:
         """This thread's latest forward; in a thread that ran none (autograd's, recomputing a checkpointed block
         on a GPU), the latest forward of any thread."""
-        return getattr(self._local, "state", None) or self._latest
+        return self._forward.get()
 
     @property
     def grid(self) -> tuple[int, int] | None:
@@ -99,12 +107,11 @@ class TokenPositions:
         return self.current.keep_indices
 
     def start(self, grid: tuple[int, int] | None = None, patch_coord: torch.Tensor | None = None) -> None:
-        """A new forward: tokens on a ``grid`` (row-major) or at per-sample ``patch_coord`` ``[B, N, 2]``."""
-        state = ForwardState(None if grid is None else (int(grid[0]), int(grid[1])), patch_coord)
-        self._local.state = self._latest = state
+        """Step 1, a new forward: tokens on a ``grid`` (row-major) or at per-sample ``patch_coord`` ``[B, N, 2]``."""
+        self._forward.set(ForwardState(None if grid is None else (int(grid[0]), int(grid[1])), patch_coord))
 
     def keep(self, keep_indices: torch.Tensor | None) -> None:
-        """PatchDropout kept patch tokens ``keep_indices`` ``[B, K]`` (indices among patch tokens)."""
+        """Step 2: PatchDropout kept patch tokens ``keep_indices`` ``[B, K]`` (indices among patch tokens)."""
         state = self.current
         state.keep_indices, state.coords, state.tables = keep_indices, None, None
 
@@ -131,15 +138,16 @@ class TokenPositions:
         device,
         in_block: Sequence[nn.Module] = (),
     ) -> None:
-        """This forward's tables for its blocks' ``encodings`` (coordinates checked once, one table each;
+        """Step 3, this forward's tables for its blocks' ``encodings`` (coordinates checked once, one table each;
         those of ``in_block`` encodings are built when their block asks, see :class:`ForwardTables`)."""
         state = self.current
         state.tables = ForwardTables(encodings, self.coords(num_tokens, device), dtype, device, in_block)
         state.table_tokens = num_tokens
 
     def table(self, pe: nn.Module, num_tokens: int, q: torch.Tensor):
-        """``pe``'s table for a block's ``q`` ``[B, H, N, D]`` of ``num_tokens`` tokens: the one built for this
-        forward, or, for an attention module called on its own, a table built from this forward's coordinates."""
+        """Step 4: ``pe``'s table for a block's ``q`` ``[B, H, N, D]`` of ``num_tokens`` tokens: the one built for
+        this forward, or, for an attention module called on its own, a table built from this forward's
+        coordinates."""
         state = self.current
         if state.tables is None or state.table_tokens != num_tokens:
             return pe.table(self.coords(num_tokens, q.device), q.dtype, q.device)
@@ -185,8 +193,17 @@ class TokenPositions:
         return coords
 
 
-class BlockTablesHook:
-    """Forward pre-hook for ``norm_pre`` (the last module before the blocks, outside any checkpointed block):
+class ForwardStep:
+    """An mmpos hook on a converted timm model, one step of the forward (see the module docstring): a small
+    object holding the model's :class:`TokenPositions`, not a closure, so that ``copy.deepcopy(model)`` (EMA)
+    rewires it to the copy's positions and encodings; :func:`~.restore.restore` removes every one."""
+
+    positions: TokenPositions
+
+
+class BlockTablesHook(ForwardStep):
+    """Step 3 (rotary), forward pre-hook for ``norm_pre`` (the last module before the blocks, outside any
+    checkpointed block):
     check the coordinates and build this forward's tables for the blocks' shared ``encodings``; an encoding
     with parameters that only one block uses builds its table in that block (FSDP2 / ZeRO-3 shard it with the
     block and gather it for the block's forward only). An object, not a closure, so that ``copy.deepcopy(model)``
@@ -209,12 +226,8 @@ def block_owned(encodings: Sequence[nn.Module]) -> list[nn.Module]:
     return [pe for pe in encodings if uses[id(pe)] == 1 and any(True for _ in pe.parameters())]
 
 
-class PatchGridHook:
-    """Forward hook for a timm ``PatchEmbed``: record the grid of the image it just embedded.
-
-    Hooks are small objects, not closures, so ``copy.deepcopy(model)`` (EMA) rewires them to the copy's
-    ``TokenPositions``.
-    """
+class PatchGridHook(ForwardStep):
+    """Step 1, forward hook for a timm ``PatchEmbed``: record the grid of the image it just embedded."""
 
     def __init__(self, positions: TokenPositions):
         self.positions = positions
@@ -230,7 +243,7 @@ class PatchGridHook:
 
 
 class NaFlexEmbedsHook(PatchGridHook):
-    """Forward hook (with kwargs) for NaFlexVit's ``embeds``: the grid, or per-token ``patch_coord``."""
+    """Step 1, forward hook (with kwargs) for NaFlexVit's ``embeds``: the grid, or per-token ``patch_coord``."""
 
     def __call__(self, module, args, kwargs, output):
         patch_coord = kwargs.get("patch_coord", args[1] if len(args) > 1 else None)
@@ -240,9 +253,10 @@ class NaFlexEmbedsHook(PatchGridHook):
             self.positions.start(grid=output[1])
 
 
-class RecordingPatchDropout(nn.Module):
-    """timm PatchDropout that also tells ``positions`` which patch tokens it kept (same randomness,
-    same output type as the module it replaces)."""
+class PositionalPatchDropout(nn.Module):
+    """Step 2: timm's PatchDropout (the model's ``patch_drop``, which it replaces) that also tells ``positions``
+    which patch tokens it kept: same options, same randomness, same output type (with indices for timm's
+    ``PatchDropoutWithIndices``)."""
 
     def __init__(self, original: nn.Module, positions: TokenPositions):
         super().__init__()
@@ -261,9 +275,12 @@ class RecordingPatchDropout(nn.Module):
         return f"prob={self.prob}, num_prefix_tokens={self.num_prefix_tokens}, returns_indices={self.returns_indices}"
 
 
-class AddAbsoluteHook:
-    """Forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens (an object, not a
-    closure, so that ``copy.deepcopy(model)`` rewires it to the copy's encoding and positions)."""
+RecordingPatchDropout = PositionalPatchDropout  # its name before, kept for code that imports it
+
+
+class AddAbsoluteHook(ForwardStep):
+    """Step 3 (absolute), forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens, at
+    this forward's coordinates."""
 
     def __init__(self, ape, positions):
         self.ape, self.positions = ape, positions

@@ -14,7 +14,7 @@ from timm.models.naflexvit import NaFlexVit
 from torch import nn
 
 from ..pe_parameters import restore_requires_grad
-from .positions import AddAbsoluteHook, BlockTablesHook, PatchGridHook
+from .positions import ForwardStep
 
 _ADDED = ("mmpos_positions", "mmpos_pe", "mmpos_ape", "no_weight_decay")
 
@@ -97,10 +97,9 @@ def restore(model: nn.Module) -> nn.Module:
 
 
 def _remove_hooks(model: nn.Module) -> None:
-    mmpos_hooks = (BlockTablesHook, AddAbsoluteHook, PatchGridHook)  # NaFlexEmbedsHook is a PatchGridHook
     for module in model.modules():
         for hooks in (module._forward_pre_hooks, module._forward_hooks):
-            for handle_id in [i for i, hook in hooks.items() if isinstance(hook, mmpos_hooks)]:
+            for handle_id in [i for i, hook in hooks.items() if isinstance(hook, ForwardStep)]:
                 del hooks[handle_id]
                 module._forward_hooks_with_kwargs.pop(handle_id, None)
                 module._forward_pre_hooks_with_kwargs.pop(handle_id, None)

@@ -3,7 +3,8 @@
 A block's own learned encoding (``rope_mixed``, ``comrope_*``, ``liere``: one per block by default) is sharded with
 its block and builds its table inside that block, where FSDP has gathered it. A learned encoding shared by every
 block (``share_pe=True``) builds one table before the blocks from parameters that live under every block, which
-per-block FSDP cannot gather there: it is refused (:func:`shared_encoding_params` names those parameters).
+per-block FSDP cannot gather there: it is refused (:func:`shared_encoding_params` names those parameters). The
+sharding itself is :func:`mmpos.ops.sharding.fully_shard_blocks`, which the reference DiT uses as it is.
 
     import mmpos.integrations.timm as mt
     mt.fully_shard_blocks(model)            # in each process, after init_process_group; then build the optimizer
@@ -15,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+from ...ops.sharding import fully_shard_blocks as shard_per_block
 from .positions import block_owned
 
 
@@ -47,21 +49,4 @@ def fully_shard_blocks(model: nn.Module, **fsdp_options: Any) -> nn.Module:
             "Convert with share_pe=False (one encoding per block, the default for learned ones) or "
             "train with DDP"
         )
-    fully_shard = _fully_shard()
-    for block in model.blocks:
-        fully_shard(block, **fsdp_options)
-    return fully_shard(model, **fsdp_options)
-
-
-def _fully_shard():
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # torch < 2.6
-        try:
-            from torch.distributed._composable.fsdp import fully_shard
-        except ImportError as error:
-            raise ImportError(
-                "fully_shard_blocks needs FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.4 "
-                "with distributed support)"
-            ) from error
-    return fully_shard
+    return shard_per_block(model, model.blocks, **fsdp_options)

@@ -16,6 +16,7 @@ from ...models.world.image import build_pipeline
 from ...models.world.latents import to_unit
 from ...models.world.samples import generate, held_out_examples, image_grid, inputs_row
 from ...world.images import save_png
+from ..model_cards import card_metadata, front_matter
 
 WEIGHTS_DTYPE = torch.float16  # shipped transformer weights (half the size; loaders upcast to fp32)
 
@@ -36,6 +37,8 @@ def sample_grid(task: str, model, vae, config: dict) -> np.ndarray:
 
 
 def model_card_markdown(card: dict, folder_name: str) -> str:
+    """The folder's ``README.md``: Hugging Face front matter (:func:`~mmpos.training.model_cards.card_metadata`),
+    then the card's data, steps, losses and sample grid."""
     losses = card.get("loss_history") or []
     lines = [
         f"# {folder_name}",
@@ -87,7 +90,7 @@ def model_card_markdown(card: dict, folder_name: str) -> str:
         "Sample grid: held-out examples (dataset seed mmpos.models.world.samples.HELD_OUT_SEED) through the real "
         "diffusers pipeline.",
     ]
-    return "\n".join(lines) + "\n"
+    return front_matter(card_metadata(card["task"])) + "\n".join(lines) + "\n"
 
 
 def load_line(task: str, folder_name: str) -> list[str]:

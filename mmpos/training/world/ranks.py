@@ -14,13 +14,17 @@ import base64
 
 import torch
 
+from ..scaffold_config import check_data_parallel
+
 
 def make_accelerator(mixed_precision: str = "no", device: str | None = None):
     """accelerate's ``Accelerator``, on the CPU (gloo between torchrun processes) without CUDA or with
     ``device="cpu"``."""
     from accelerate import Accelerator
 
-    return Accelerator(mixed_precision=mixed_precision, cpu=device == "cpu" or not torch.cuda.is_available())
+    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=device == "cpu" or not torch.cuda.is_available())
+    check_data_parallel(accelerator, "the world trainers")
+    return accelerator
 
 
 def local(accelerator, batch_size: int) -> slice:

@@ -71,7 +71,7 @@ class Family:
         make_seam: tier 2 (and families with their own seam): ``make_seam(model, stock, encodings, native,
             coord_axes) -> nn.Module``; default: a :class:`SpectrumSeam`.
         check_inputs: optional ``check_inputs(seam, args, kwargs)`` run before each forward.
-        global_coords: optional ``global_coords(args, kwargs) -> coords [S, A]``: the whole sequence's coordinates
+        global_coords: optional ``global_coords(seam, args, kwargs) -> coords [S, A]``: the whole sequence's coordinates
             as the seam would receive them in one process, read from the forward's inputs before a
             context-parallel plan shards them (scheduled encodings measure their extents there,
             :mod:`..global_extents`); ``None`` where the seam's inputs are never sharded.
@@ -259,15 +259,25 @@ class SpectrumSeam(PositionSeam):
 
 
 class _Same:
-    """A tensor compared by identity and version (a cache key that keeps the tensor alive)."""
+    """A tensor compared by identity and version (a cache key that keeps the tensor alive). Views of the same
+    memory with the same layout are the same (a context-parallel plan hands the seam a new view of the caller's
+    ids at every step; views share their base's version counter)."""
 
     def __init__(self, tensor: torch.Tensor):
         self.tensor, self.version = tensor, tensor._version
 
     def __eq__(self, other):
-        return isinstance(other, _Same) and other.tensor is self.tensor and other.version == self.version
+        if not isinstance(other, _Same) or other.version != self.version:
+            return False
+        a, b = self.tensor, other.tensor
+        return a is b or (a.numel() > 0 and _layout(a) == _layout(b))
 
     __hash__ = None
+
+
+def _layout(tensor: torch.Tensor) -> tuple:
+    storage = tensor.untyped_storage()  # kept alive by the key: no other live tensor has its address
+    return storage.data_ptr(), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
 
 
 def _identity(value):

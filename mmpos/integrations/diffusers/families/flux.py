@@ -66,7 +66,7 @@ def check_flux_ids(seam, args, kwargs) -> None:
             )
 
 
-def flux_global_coords(args, kwargs):
+def flux_global_coords(seam, args, kwargs):
     """``[txt_ids; img_ids]`` as coordinates (what ``FluxPositions`` gets in one process), or ``None``."""
     ids = [kwargs.get(name, _positional(args, index)) for name, index in (("txt_ids", 5), ("img_ids", 4))]
     if not all(isinstance(i, torch.Tensor) for i in ids):

@@ -8,6 +8,10 @@ call returns ``(cos, sin)`` ``[S, 128]`` float32 (fp64 phases, pairs repeated). 
 models are concatenated to the image tokens with ``t = 10, 20, ...``; the output image has ``t = 0``. A schedule
 reads its scale from the output image's rows and columns (its extent); reference tokens get the same spectrum.
 Text ids are ``(0, 0, 0, l)``: extent 1 on the image axes, so text stays on the training spectrum.
+
+Context parallelism (diffusers' plan splits ``img_ids`` and ``txt_ids`` along the sequence): a scheduled encoding
+measures each call's extents on the whole ``img_ids`` / ``txt_ids`` the call's shard is part of
+(:func:`..global_extents.global_source`), never on the shard.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ....ops.tables import RotaryTable, device_has_fp64
+from ..global_extents import global_source
 from ..positions import PositionSeam, pack_tables
 from ..processors import _PEProcessor, processors_beneath
 from . import register_family
@@ -28,7 +33,9 @@ def flux2_tables(seam, ids: torch.Tensor):
     pos = ids.float()
     extents = None
     if seam.scheduled and pos.shape[0]:  # the output image (t = 0) gives the scale, not the references
-        extents = extents_of(pos[pos[:, 0] == pos[:, 0].min()])
+        source = global_source(seam, ids)  # under context parallelism: the whole ids this shard is part of
+        whole = pos if source is None else source.float()
+        extents = extents_of(whole[whole[:, 0] == whole[:, 0].min()])
     spectra = seam.axis_spectra(extents=extents)
     freqs_dtype = torch.float64 if device_has_fp64(ids.device) else torch.float32
     return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype)
@@ -48,13 +55,39 @@ class Flux2Positions(PositionSeam):
         coords = ids.float()
         if not self.encodings:
             return None
-        tables = self.tables(coords, self.run_dtype(torch.float32, coords.device))
+        undo = self.whole_extents(ids)
+        try:
+            tables = self.tables(coords, self.run_dtype(torch.float32, coords.device))
+        finally:
+            for pe, previous in undo:
+                pe.step.restore_extents(previous)
         if not all(isinstance(t, RotaryTable) for t in tables):
             raise TypeError(
                 "FLUX.2 concatenates the text and image tables: the encoding must give rotary tables "
                 f"(got {[type(t).__name__ for t in tables]})"
             )
         return pack_tables(tables)[0], coords
+
+    def whole_extents(self, ids) -> list:
+        """Scheduled encodings read their extents on the whole ids this call's are part of (this forward's
+        ``global_inputs``); returns the ``(encoding, previous extents)`` to put back."""
+        source = global_source(self, ids)
+        if source is None:
+            return []
+        scheduled = [pe for pe in self.encodings if getattr(pe, "schedule", None) is not None]
+        coords = self.encoding_coords(source.float())
+        return [(pe, pe.step.swap_extents(pe.coordinate_extents(coords))) for pe in scheduled]
+
+
+def flux2_global_inputs(seam, args, kwargs):
+    """``(img_ids, txt_ids)`` as the seam gets them in one process (``[S, 4]``; the model takes ``ids[0]`` of
+    batched ids), before the context-parallel plan splits them; ``None`` when either is missing."""
+    ids = [
+        kwargs.get(name, args[index] if len(args) > index else None) for name, index in (("img_ids", 3), ("txt_ids", 4))
+    ]
+    if not all(isinstance(i, torch.Tensor) for i in ids):
+        return None
+    return tuple(i[0] if i.dim() == 3 else i for i in ids)
 
 
 def _attention(model):
@@ -172,7 +205,8 @@ FLUX2 = register_family(
         make_seam=_seam,
         timestep_per_sigma=1.0,  # the pipelines pass t / 1000; the model multiplies by 1000
         timestep_arg=("timestep", 2),
-        pipelines=("Flux2Pipeline", "Flux2KleinPipeline"),
+        global_coords=flux2_global_inputs,
+        pipelines=("Flux2Pipeline", "Flux2KleinPipeline", "Flux2KleinInpaintPipeline"),
         train_size=1024,
         pixels_per_token=16,
         notes="any rotary encoding (native: stock processors); reference images at t = 10, 20, ...; scale from the "

@@ -42,6 +42,10 @@ def _processors(beneath, rotation, native):
     return processors_beneath(beneath, wan_stock_rotation if native else rotation, lambda _: WanPEAttnProcessor)
 
 
+def _global_coords(seam, args, kwargs):
+    return seam.global_coords(args, kwargs)
+
+
 def check_no_sharded_seam(model) -> None:
     """Wan's context-parallel plan hooks the position module itself: swapping it afterwards would drop the hook
     (tables unsharded while tokens are)."""
@@ -70,6 +74,7 @@ WAN = register_family(
         make_processors=_processors,
         make_seam=_seam,
         check_model=check_no_sharded_seam,
+        global_coords=_global_coords,
         pipelines=("WanPipeline", "WanImageToVideoPipeline"),
         train_size=832,
         pixels_per_token=16,

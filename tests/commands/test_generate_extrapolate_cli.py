@@ -1,0 +1,128 @@
+"""`mmpos generate --height/--width --extrapolate` on a tiny FLUX pipeline saved to disk."""
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from diffusers import FluxPipeline
+from PIL import Image
+from safetensors.torch import save_file
+
+from mmpos.cli import main
+from mmpos.pipelines.extrapolate import parse_extrapolate
+from mmpos.pipelines.run_inputs import fresh_folder
+from tests.fixtures.tiny_models import components, embeddings
+
+COMMON = [
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
+    "--set",
+    "sampler.num_inference_steps=2",
+    "--set",
+    "sampler.max_sequence_length=6",
+    "--train-size",
+    "32",
+]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny_generate")
+    FluxPipeline(**components("flux")).save_pretrained(root / "flux")
+    save_file(embeddings(1), str(root / "embeds.safetensors"))
+    return ["--model", str(root / "flux"), "--prompt-embeds", str(root / "embeds.safetensors")]
+
+
+def pixels(folder):
+    return np.asarray(Image.open(folder / "image_0.png"))
+
+
+def test_generate_with_dype_saves_the_schedule_and_is_stock_at_the_training_size(saved, tmp_path, capsys):
+    torch.set_num_threads(1)
+    for preset in ("none", "dype"):
+        assert (
+            main(
+                [
+                    "generate",
+                    *saved,
+                    *COMMON,
+                    "--height",
+                    "32",
+                    "--width",
+                    "32",
+                    "--extrapolate",
+                    preset,
+                    "--out",
+                    str(tmp_path / f"1x_{preset}"),
+                ]
+            )
+            == 0
+        )
+    assert np.array_equal(pixels(tmp_path / "1x_none"), pixels(tmp_path / "1x_dype"))
+    assert (
+        main(
+            [
+                "generate",
+                *saved,
+                *COMMON,
+                "--height",
+                "64",
+                "--width",
+                "96",
+                "--extrapolate",
+                "row=dype,col=ntk",
+                "--out",
+                str(tmp_path / "big"),
+            ]
+        )
+        == 0
+    )
+    assert Image.open(tmp_path / "big" / "image_0.png").size == (96, 64)
+    installed = yaml.safe_load((tmp_path / "big" / "config.yaml").read_text())["extrapolate"]["installed"]
+    assert installed["trained_grid"] == [2.0, 2.0]  # 32 px / 16 px per token
+    assert installed["schedules"]["row"]["dynamic"] and installed["schedules"]["row"]["method"] == "vision_yarn"
+    assert installed["schedules"]["col"] == {"method": "ntk", "original_length": 2.0, "dynamic": False}
+    assert '"row": "dype"' in capsys.readouterr().out  # printed
+
+
+def test_unnamed_outputs_never_overwrite_an_earlier_run(saved, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert main(["generate", *saved, *COMMON, "--height", "32", "--width", "32"]) == 0
+    assert (tmp_path / "outputs/generate/image_0.png").is_file()
+    assert (tmp_path / "outputs/generate-2/image_0.png").is_file()
+    assert fresh_folder(tmp_path / "outputs/generate") == tmp_path / "outputs/generate-3"
+
+
+def test_prompt_embeds_with_the_world_model_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "generate",
+                "--model",
+                "world",
+                "--prompt-embeds",
+                str(tmp_path / "embeds.pt"),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+    assert exit_info.value.code == 2 and "--prompt-embeds is for FLUX.1 / Qwen-Image" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_preset_is_one_line_and_exit_code_2(saved, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", *saved, *COMMON, "--extrapolate", "dyp"])
+    assert exit_info.value.code == 2
+    assert "--extrapolate 'dyp': preset 'dyp' is unknown" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="axis 'rows' is unknown"):
+        parse_extrapolate("rows=dype")
+
+
+def test_an_axis_given_twice_is_refused_not_the_last_one_taken():
+    with pytest.raises(ValueError, match="axis 'row' is given twice"):
+        parse_extrapolate("row=dype,row=ntk")
+    assert parse_extrapolate("row=dype,col=ntk") == {"row": "dype", "col": "ntk"}

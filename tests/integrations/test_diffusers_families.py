@@ -1,0 +1,170 @@
+"""Conformance suite: every registered diffusers family, on a tiny config built here (``fixtures.families``).
+
+Parametrised over the registry like timm's ``test_models.py``: a family is tested by being registered, and a
+registered family without a tiny case fails. Rows: native == stock bit for bit (fp32, bf16); restore == stock;
+every preset at the training grid == stock; DyPE at twice the grid finite and different, with a table build per
+distinct sigma; the seam runs as often as the stock position module; tier 2: an mmpos processor path == stock.
+"""
+
+import os
+
+import pytest
+import torch
+
+from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
+from mmpos.integrations.diffusers.families import builtin_families, get_family
+from mmpos.spectrum.schedule import PRESETS
+from tests.fixtures.families import CASES, output
+
+FAMILIES = builtin_families()
+
+
+def run(model, inputs):
+    with torch.no_grad():
+        return output(model(**inputs, return_dict=False))
+
+
+def cast(inputs, dtype):
+    def to(v):  # a tensor, or a list of them (Z-Image takes its latents and captions as lists)
+        if isinstance(v, (list, tuple)):
+            return type(v)(to(item) for item in v)
+        return v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    return {k: v if k.endswith("ids") else to(v) for k, v in inputs.items()}
+
+
+def test_every_registered_family_has_a_tiny_case():
+    assert sorted(CASES) == FAMILIES
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request):
+    torch.set_num_threads(1)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
+    case = CASES[family]
+    model = case.model().to(dtype)
+    inputs = cast(case.inputs(*case.grid), dtype)
+    stock = run(model, inputs)
+    set_pe(model, "native")
+    assert torch.equal(run(model, inputs), stock)
+    restore(model)
+    assert torch.equal(run(model, inputs), stock)
+    assert getattr(model, "_mmpos_installed") is None
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_each_preset_at_the_training_grid_is_stock(family, preset):
+    case = CASES[family]
+    model = case.model()
+    stock = {sigma: run(model, case.inputs(*case.grid, sigma=sigma)) for sigma in (1.0, 0.2)}
+    set_pe(model, "native", extrapolation=model_extrapolation(model, preset, case.grid))
+    for sigma, expected in stock.items():
+        assert torch.equal(run(model, case.inputs(*case.grid, sigma=sigma)), expected), sigma
+
+
+def test_dype_at_twice_the_grid_follows_the_step(family):
+    case = CASES[family]
+    model = case.model()
+    rows, cols = case.grid
+    big = {sigma: case.inputs(2 * rows, 2 * cols, sigma=sigma) for sigma in (1.0, 0.5)}
+    stock = {sigma: run(model, inputs) for sigma, inputs in big.items()}
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    seam = position_module(model)
+    outs = {sigma: run(model, inputs) for sigma, inputs in big.items()}
+    for sigma, out in outs.items():
+        assert torch.isfinite(out).all()
+        assert (out - stock[sigma]).abs().max() > 1e-6, sigma
+    assert seam.encodings[0].step.sigma == pytest.approx(0.5)
+    builds = seam.table_builds
+    run(model, big[0.5])  # the same sigma again: no new spectrum
+    assert seam.encodings[0].step.sigma == pytest.approx(0.5)
+    assert seam.table_builds - builds <= builds / 2  # at most what one forward builds
+
+
+def test_the_seam_runs_as_often_as_the_stock_position_module(family):
+    """Tables once per forward (or as often as the stock module is called), never once per layer."""
+    case = CASES[family]
+    model = case.model()
+    stock_module = getattr(model, get_family(family).position_attr)
+    calls = []
+    if isinstance(stock_module, torch.nn.Module):
+        handle = stock_module.register_forward_hook(lambda *a: calls.append(1))
+        run(model, case.inputs(*case.grid))
+        handle.remove()
+    set_pe(model, "native")
+    run(model, case.inputs(*case.grid))
+    run(model, case.inputs(*case.grid))
+    seam = position_module(model)
+    if calls:
+        assert seam.forwards == 2 * len(calls)
+    assert 2 <= seam.forwards <= 4
+
+
+def test_tier_two_families_run_an_mmpos_encoding_through_their_processors(family):
+    fam, case = get_family(family), CASES[family]
+    if fam.tier != 2:
+        pytest.skip(f"{family} is tier 1: its stock processors stay (set_pe changes the spectrum only)")
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = run(model, inputs)
+    set_pe(model, "rope_axial")  # the native spectrum through mmpos' own tables and rotation
+    assert torch.allclose(run(model, inputs), stock, atol=2e-5, rtol=1e-4)
+
+
+def test_tier_two_families_train_a_learned_encoding(family):
+    fam, case = get_family(family), CASES[family]
+    if fam.tier != 2 or not case.learned:
+        pytest.skip(f"{family}: no per-head learned encodings (tier {fam.tier})")
+    from mmpos.integrations.diffusers import train_only_pe
+
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = run(model, inputs)
+    set_pe(model, "rope_mixed", per_layer=True)
+    params = train_only_pe(model)
+    out = output(model(**inputs, return_dict=False))
+    assert torch.isfinite(out).all() and (out.detach() - stock).abs().max() > 1e-6
+    out.square().mean().backward()
+    assert params and all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+    assert sum(p.grad.abs().sum() for p in params) > 0
+
+
+def test_tier_one_families_refuse_what_needs_mmpos_processors(family):
+    fam, case = get_family(family), CASES[family]
+    if fam.tier != 1:
+        pytest.skip(f"{family} is tier 2")
+    model = case.model()
+    with pytest.raises(TypeError, match="tier 1"):
+        set_pe(model, "rope_mixed")
+    with pytest.raises(TypeError, match="spectrum options"):
+        set_pe(model, "native", layout="half")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("MMPOS_SLOW") != "1", reason="slow: compiles every family (MMPOS_SLOW=1)")
+def test_native_compiles_without_graph_breaks_where_stock_does(family):
+    case = CASES[family]
+    if not case.compiles:
+        pytest.skip(f"{family} does not compile with fullgraph=True (the reason: its case in fixtures/families.py)")
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    set_pe(model, "native")  # (a schedule reads the image extent as Python numbers: one graph per extent)
+    eager = run(model, inputs)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        assert torch.equal(output(compiled(**inputs, return_dict=False)), eager)
+
+
+def test_the_readme_table_lists_the_registered_families():
+    from pathlib import Path
+
+    from mmpos.integrations.diffusers.families import markdown_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("<!-- families-table:start -->\n", 1)[1].split("\n<!-- families-table:end -->", 1)[0]
+    assert table == markdown_table()  # regenerate: python -m mmpos.integrations.diffusers.families
