@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Iterable
 
 
@@ -55,6 +56,13 @@ def finite_float_arg(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
+
+
+def user_error(prog: str, message) -> SystemExit:
+    """``raise user_error(PROG, error)``: ``PROG: error: message`` on stderr, one line, and exit code 2 (a user
+    error, as argparse reports its own; ``SystemExit("text")`` would exit 1)."""
+    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return SystemExit(2)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -42,13 +42,27 @@ def check_theta(name: str, theta) -> None:
         raise ValueError(f"{name} must be a finite number above 0 (the frequency base), got {theta!r}")
 
 
+_SCALAR_TYPES = {  # annotation -> (accepts, what the message says was expected)
+    "float": (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool), "a number"),
+    "int": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "an integer"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
+
+
 def check_finite_fields(config) -> None:
-    """Every float of a dataclass ``config`` (also inside tuple or list fields) is finite: a NaN threshold or
-    strength compares False everywhere and silently switches an edit off. The error names ``Class.field``."""
+    """Every scalar field (annotated ``float``, ``int``, ``bool`` or ``str``) of a dataclass ``config`` has its type
+    (``tau: high`` would fail deep inside a run), and every float (also inside tuple or list fields) is finite: a
+    NaN threshold or strength compares False everywhere and silently switches an edit off. The error names
+    ``Class.field``."""
     import dataclasses
 
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
+        annotation = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", None)
+        accepts, expected = _SCALAR_TYPES.get(annotation, (None, None))
+        if accepts is not None and not accepts(value):
+            raise ValueError(f"{type(config).__name__}.{field.name}={value!r}: expected {expected}")
         items = value if isinstance(value, (tuple, list)) else (value,)
         if any(isinstance(v, float) and not math.isfinite(v) for v in items):
             raise ValueError(f"{type(config).__name__}.{field.name}={value!r}: expected finite numbers")
@@ -58,9 +72,20 @@ def check_finite(name: str, tensor: torch.Tensor) -> None:
     """Raise if ``tensor`` has NaN or inf (skipped while ``torch.compile`` traces: a data-dependent branch)."""
     if torch.compiler.is_compiling():
         return
+    check_not_meta(name, tensor)
     if not torch.isfinite(tensor).all():
         bad = (~torch.isfinite(tensor)).sum().item()
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf); expected finite numbers")
+
+
+def check_not_meta(name: str, tensor) -> None:
+    """A tensor with values: an encoding computes tables and geometry from data, which a meta tensor has none of
+    (torch says only "unsupported scalarType" from autocast, or ".item() cannot be called on meta tensors")."""
+    if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device: it holds no values to compute with; materialise the model "
+            "(to_empty + load the weights) or pass tensors on cpu/cuda"
+        )
 
 
 def check_float_coords(name: str, coords: torch.Tensor) -> None:

@@ -72,9 +72,17 @@ class EditAttnProcessor:
     """
 
     def __init__(self, context, layer_index: int, slot):
-        self.context = context
+        self._context = context  # an EditContext, or the EditCalls of sessions running in several threads
         self.layer_index = layer_index
         self.slot = slot
+
+    @property
+    def context(self):
+        """The :class:`~mmpos.pipelines.context.EditContext` of this call: the calling thread's session's when
+        the level serves concurrent sessions (:class:`~mmpos.pipelines.context.EditCalls`)."""
+        source = self._context
+        per_thread = getattr(type(source), "context", None)
+        return source.context() if callable(per_thread) else source
 
     @property
     def beneath(self):

@@ -27,6 +27,7 @@ from .band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipe
 from .band_reference import Flux2GivenReferenceMixin
 from .context import EditContext, EditSession
 from .edit_pipeline import coerce_config
+from .per_call import per_call
 
 
 def family_layer_rules(transformer, layers, rule) -> dict:
@@ -58,6 +59,7 @@ class _FamilyBandMixin(_ProbeMixin):
         """Pixels per side of one transformer token (VAE factor x 2x2 patches; 16 for the released models)."""
         return self.vae_scale_factor * 2
 
+    @per_call
     @torch.no_grad()
     def __call__(
         self,

@@ -14,9 +14,12 @@ from .context import EditContext
 from .edit_pipeline import EditPipelineMixin, coerce_config
 from .figures import AttentionProbe
 from .images import as_image_batch, check_token_grid
+from .per_call import per_call
 
 
 class _ProbeMixin:
+    _call_results = ("probe",)  # left on the pipeline by a call (:func:`~.per_call.per_call`)
+
     def _install_probe(self, context: EditContext, probe) -> None:
         """``probe=(layer, progress)``: record q/k of that layer for :func:`~.figures.band_attention_maps`
         (available as ``self.probe`` after the call)."""
@@ -43,6 +46,7 @@ class BandModulationFluxPipeline(_ProbeMixin, EditPipelineMixin, FluxPipeline):
     reference first.
     """
 
+    @per_call
     @torch.no_grad()
     def __call__(
         self,
@@ -208,6 +212,7 @@ class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextP
     (the stock one, or ``set_pe``'s).
     """
 
+    @per_call
     @torch.no_grad()
     def __call__(self, *args, band=None, probe: Optional[tuple] = None, **kwargs):
         """``FluxKontextPipeline.__call__`` with the context image's keys band-modulated.

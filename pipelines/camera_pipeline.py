@@ -14,9 +14,7 @@ size; the adapter's processors are removed after the call, also when it raises.
 
 from __future__ import annotations
 
-import copy
 import inspect
-import threading
 from typing import Optional
 
 import torch
@@ -32,6 +30,8 @@ from mmpos.integrations.diffusers.camera_adapter import (
     without_camera,
 )
 
+from .per_call import one_call
+
 __all__ = ["CameraControlWanPipeline", "CameraControlWanImageToVideoPipeline", "load_camera_adapter"]
 
 
@@ -39,59 +39,32 @@ def load_camera_adapter(pipe, path, **from_pretrained_kwargs) -> CameraAdapter:
     """Load a saved :class:`CameraAdapter` (folder or Hub id) onto ``pipe`` (its transformer's device and
     dtype) and return it; ``pipe.camera_adapter = None`` unloads."""
     adapter = CameraAdapter.from_pretrained(path, **from_pretrained_kwargs)
-    check_adapter_fits(pipe.transformer, adapter)  # a mismatched adapter: a ValueError now, not at the first call
+    check_adapter_fits(pipe.transformer, adapter)  # a mismatched adapter: a ValueError now, before placing it
     pipe.camera_adapter = placed_like(adapter, pipe.transformer).eval()
     return pipe.camera_adapter
-
-
-_SHARED_LOCKS = threading.Lock()
-
-
-def one_call(pipe):
-    """``pipe`` for one call, so that calls from several threads do not share per-call state: a shallow copy (the
-    same models) with its own scheduler (diffusers' schedulers keep the step index) and its own ``_guidance_scale``,
-    ``_current_timestep``, ... attributes; the VAE (its causal-conv cache) and the prompt encoding (the fast
-    tokenizer's padding state) are serialised by locks shared by all calls of ``pipe``."""
-    with _SHARED_LOCKS:
-        locks = pipe.__dict__.setdefault("_mmpos_call_locks", (threading.Lock(), threading.Lock()))
-    call = copy.copy(pipe)
-    call.__dict__["scheduler"] = copy.deepcopy(pipe.scheduler)
-    vae_lock, prompt_lock = locks
-    if pipe.vae is not None:
-        call.__dict__["vae"] = _Serialised(pipe.vae, vae_lock, ("encode", "decode"))
-    encode_prompt = getattr(call, "encode_prompt", None)
-    if encode_prompt is not None:
-
-        def serialised_encode_prompt(*args, **kwargs):
-            with prompt_lock:
-                return encode_prompt(*args, **kwargs)
-
-        call.__dict__["encode_prompt"] = serialised_encode_prompt
-    return call
-
-
-class _Serialised:
-    """``module`` with the calls of ``methods`` taken under ``lock`` (every other attribute is the module's)."""
-
-    def __init__(self, module, lock, methods):
-        self.__dict__.update(_module=module, _lock=lock, _methods=methods)
-
-    def __getattr__(self, name):
-        value = getattr(self._module, name)
-        if name not in self._methods:
-            return value
-
-        def locked(*args, **kwargs):
-            with self._lock:
-                return value(*args, **kwargs)
-
-        return locked
 
 
 class _CameraControl:
     """The camera part shared by both pipelines (a mixin in front of the diffusers class)."""
 
-    camera_adapter: Optional[CameraAdapter] = None
+    @property
+    def camera_adapter(self) -> Optional[CameraAdapter]:
+        """The :class:`CameraAdapter` a call with ``camera`` uses (``None``: none loaded)."""
+        return self.__dict__.get("_camera_adapter")
+
+    @camera_adapter.setter
+    def camera_adapter(self, adapter: Optional[CameraAdapter]) -> None:
+        """Checked now, as :func:`load_camera_adapter` checks it: a mismatched adapter fails here, not deep inside
+        the first call."""
+        if adapter is not None:
+            if not isinstance(adapter, CameraAdapter):
+                raise TypeError(
+                    "camera_adapter must be a CameraAdapter (load_camera_adapter(pipe, path) loads a saved one) "
+                    f"or None, got {type(adapter).__name__}"
+                )
+            if getattr(self, "transformer", None) is not None:
+                check_adapter_fits(self.transformer, adapter)
+        self.__dict__["_camera_adapter"] = adapter
 
     def __call__(self, *args, camera=None, camera_scale: float = 1.0, **kwargs):
         r"""The stock call (see the diffusers pipeline's ``__call__``) with a camera.

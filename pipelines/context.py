@@ -13,11 +13,13 @@ the adapter reads the forward's sigma and finds the token segments from the fami
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
+from mmpos._per_thread import PerThread
 from mmpos.integrations.diffusers.installer import EDIT, ProcessorInstaller
 
 from .attention import FamilyEditAttnProcessor
@@ -86,6 +88,83 @@ def schedule_step(scheduler, sigma: torch.Tensor) -> tuple[Optional[int], Option
     return step, len(timesteps)
 
 
+class EditCalls:
+    """The edit sessions running on one transformer, each in its own thread (one model serving requests).
+
+    The ``edit`` level is filled once, on every attention layer, while any session runs and emptied after the
+    last; each layer's edit processor reads the calling thread's :class:`EditContext` (:meth:`context`) and the
+    level's pre-forward hook runs the calling thread's session's, so concurrent calls with different rules, steps
+    and token segments never see each other's. A thread with no session (a stock call of the same transformer)
+    gets no edit: its layers run the level beneath unchanged.
+    """
+
+    _lock = threading.Lock()  # guards the count and the level of every transformer
+
+    def __init__(self):
+        self._sessions = PerThread(None)  # swapped without ``latest``: a thread without a session reads None
+        self._running = 0
+        self._installer = None
+
+    @classmethod
+    def of(cls, transformer) -> "EditCalls":
+        with cls._lock:
+            calls = transformer.__dict__.get("_mmpos_edit_calls")
+            if calls is None:
+                calls = transformer.__dict__["_mmpos_edit_calls"] = cls()
+            return calls
+
+    def context(self) -> EditContext:
+        """The calling thread's edit context (a disabled one when this thread runs no session)."""
+        session = self._sessions.get()
+        return _NO_EDIT if session is None else session.context
+
+    def enter(self, session: "EditSession"):
+        """Run ``session`` in this thread (the level is filled by the first running session); returns the state
+        to hand to :meth:`exit`."""
+        if self._sessions.get() is not None:
+            raise RuntimeError(
+                "an EditSession is already open on this transformer in this thread; close it before opening another"
+            )
+        transformer = session.transformer
+        with self._lock:
+            installer = ProcessorInstaller.of(transformer)
+            try:
+                session.check_layers(len(installer.slots))
+                if self._running == 0:
+                    processors = {i: session.processor(self, i, slot) for i, slot in enumerate(installer.slots)}
+                    installer.fill(EDIT, processors, hook=self._pre_forward)
+                    self._installer = installer
+            except BaseException:
+                if not installer.filled(EDIT):
+                    installer.clear(transformer, EDIT)  # drops an installer made only for this session
+                raise
+            self._running += 1
+        return self._sessions.swap(session)
+
+    def exit(self, session: "EditSession", previous) -> None:
+        """End this thread's ``session`` (``previous``: what :meth:`enter` returned); the last one running empties
+        the level."""
+        self._sessions.restore(previous)
+        with self._lock:
+            self._running -= 1
+            if self._running == 0 and self._installer is not None:
+                self._installer.clear(session.transformer, EDIT)
+                self._installer = None
+
+    def _pre_forward(self, module, args, kwargs):
+        session = self._sessions.get()
+        return None if session is None else session.pre_forward(module, args, kwargs)
+
+    def __getstate__(self):  # a copied transformer has no sessions running
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+
+_NO_EDIT = EditContext(enabled=False)
+
+
 def check_not_context_parallel(transformer) -> None:
     """The edits' rules read whole segments of the joint sequence (reference, targets, paste region); under
     diffusers' context parallelism (``enable_parallelism``) each rank holds a shard of the tokens, so an edit is
@@ -100,13 +179,15 @@ def check_not_context_parallel(transformer) -> None:
 
 class EditSession:
     """Installs an :class:`EditContext` on a transformer of a family with an edit adapter (:mod:`.families`) for
-    the duration of a ``with`` block.
+    the duration of a ``with`` block, for the calling thread (:class:`EditCalls`: sessions in other threads on the
+    same transformer run side by side, each with its own context).
 
     Through the one processor installer (:class:`~mmpos.integrations.diffusers.ProcessorInstaller`), every
-    attention layer named in ``context.rules`` gets the adapter's edit processor in its slot's ``"edit"`` level,
-    which runs the processor beneath it (stock, or ``set_pe``'s) whenever its rule is inactive; the edit's
-    pre-forward hook sets step, sigma and token segments and applies ``context.rewriters`` (after ``set_pe``'s
-    hook). On exit, also after an exception, the edit level is emptied: the layers run what they ran before.
+    attention layer gets the adapter's edit processor in its slot's ``"edit"`` level, which runs this thread's
+    rule for the layer (``context.rules``) and otherwise the processor beneath it (stock, or ``set_pe``'s); the
+    edit's pre-forward hook sets step, sigma and token segments and applies ``context.rewriters`` (after
+    ``set_pe``'s hook). On exit, also after an exception, the session ends; after the last running session the
+    edit level is emptied: the layers run what they ran before.
     """
 
     def __init__(self, transformer, context: EditContext, scheduler=None):
@@ -114,45 +195,36 @@ class EditSession:
         self.context = context
         self.scheduler = scheduler
         self.adapter = edit_attention_for(transformer)
-        self._installer = None
+        self._running = None  # (EditCalls, previous state) while the block runs
 
     def __enter__(self) -> EditContext:
         check_not_context_parallel(self.transformer)
-        installer = ProcessorInstaller.of(self.transformer)
-        try:
-            processors = {
-                index: self._processor(index, installer.slots[index])
-                for index in self._checked_layers(len(installer.slots))
-            }
-            installer.fill(EDIT, processors, hook=self._pre_forward)
-        except BaseException:
-            if not installer.filled(EDIT):
-                installer.clear(self.transformer, EDIT)  # drops an installer made only for this session
-            raise
-        self._installer = installer
+        calls = EditCalls.of(self.transformer)
+        self._running = calls, calls.enter(self)
         return self.context
 
     def __exit__(self, *exc) -> None:
-        if self._installer is not None:
-            self._installer.clear(self.transformer, EDIT)
-            self._installer = None
+        if self._running is not None:
+            calls, previous = self._running
+            self._running = None
+            calls.exit(self, previous)
 
-    def _processor(self, index: int, slot):
+    def processor(self, contexts: EditCalls, index: int, slot):
+        """Layer ``index``'s edit processor, reading its context from ``contexts`` (per thread)."""
         cls = self.adapter.processor_class(slot)
         if issubclass(cls, FamilyEditAttnProcessor):
-            return cls(self.context, index, slot, self.adapter)
-        return cls(self.context, index, slot)
+            return cls(contexts, index, slot, self.adapter)
+        return cls(contexts, index, slot)
 
-    def _checked_layers(self, num_layers: int) -> list[int]:
+    def check_layers(self, num_layers: int) -> None:
         for index in self.context.rules:
             if not 0 <= index < num_layers:
                 raise ValueError(
                     f"layer index {index} is out of range; the transformer has {num_layers} attention "
                     "layers (double blocks first, then single blocks)"
                 )
-        return list(self.context.rules)
 
-    def _pre_forward(self, module, args, kwargs):
+    def pre_forward(self, module, args, kwargs):
         check_not_context_parallel(module)  # (a model made parallel inside the session)
         context = self.context
         sigma = self.adapter.sigma(args, kwargs)

@@ -26,6 +26,8 @@ import torch
 from mmpos.integrations.diffusers.families import get_family
 from mmpos.integrations.diffusers.families.qwen import QwenPositions, qwen_coords
 
+from .per_call import this_thread_only
+
 
 def flux2_canvas_ids(ids: torch.Tensor) -> torch.Tensor:
     """FLUX.1-style canvas ids ``[N, 3]`` ``(0, row, col)`` -> FLUX.2 ``[N, 4]`` ``(0, row, col, 0)`` (fp32)."""
@@ -159,10 +161,14 @@ class TransplantHooks:
     def __enter__(self):
         hooks, transformer = self.hooks, self.transformer
         if isinstance(hooks, Flux2TransplantIds):
-            self._handles.append(transformer.register_forward_pre_hook(hooks, with_kwargs=True))
+            self._handles.append(transformer.register_forward_pre_hook(this_thread_only(hooks), with_kwargs=True))
         elif isinstance(hooks, QwenTransplantTables):
-            self._handles.append(transformer.register_forward_pre_hook(hooks.pre_forward, with_kwargs=True))
-            self._handles.append(transformer.pos_embed.register_forward_hook(hooks.on_positions, with_kwargs=True))
+            self._handles.append(
+                transformer.register_forward_pre_hook(this_thread_only(hooks.pre_forward), with_kwargs=True)
+            )
+            self._handles.append(
+                transformer.pos_embed.register_forward_hook(this_thread_only(hooks.on_positions), with_kwargs=True)
+            )
         elif hooks is not None:
             raise TypeError(f"unknown transplant hooks {type(hooks).__name__}")
         return hooks

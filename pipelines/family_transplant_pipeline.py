@@ -24,6 +24,7 @@ from .family_transplant import (
     flux2_canvas_ids,
     qwen_canvas_coords,
 )
+from .per_call import per_call
 from .transplant import TransplantConfig, token_sets
 from .transplant_pipeline import PosBridgeFillPipeline, transplant_output
 
@@ -79,6 +80,7 @@ class PosBridgeKleinInpaintPipeline(_CanvasMixin, Flux2KleinInpaintPipeline):
     while ``sigma >= tau``; ``native_ids``: their own), or with ``return_dict=False`` its fields as a tuple.
     """
 
+    @per_call
     @torch.no_grad()
     def __call__(
         self,
@@ -166,6 +168,7 @@ class PosBridgeQwenInpaintPipeline(_CanvasMixin, QwenImageInpaintPipeline):
     tuple with ``return_dict=False``.
     """
 
+    @per_call
     @torch.no_grad()
     def __call__(
         self,

@@ -27,6 +27,7 @@ from .images import as_image_batch, as_mask, to_pil
 from .loose import LooseConfig
 from .loose_families import POSITIONS, FamilyLooseRule, ForwardInputs
 from .loose_pipeline import DEFAULT_PROMPT, LooseRoPEKontextPipeline, LooseRoPEOutput, crop_mask_from_original
+from .per_call import per_call, this_thread_only
 
 
 class _FamilyLooseMixin:
@@ -57,7 +58,7 @@ class _FamilyLooseMixin:
         rule = FamilyLooseRule(config, POSITIONS[self.family], self.transformer, inputs, saliency_map, mask)
         context = EditContext(rules=self._family_layer_rules(config.layers, rule), enabled=config.enabled)
         # prepend: before the edit's own hook (set_pe's installer may have registered it earlier), which reads them
-        handle = self.transformer.register_forward_pre_hook(inputs, with_kwargs=True, prepend=True)
+        handle = self.transformer.register_forward_pre_hook(this_thread_only(inputs), with_kwargs=True, prepend=True)
         try:
             with EditSession(self.transformer, context, self.scheduler):
                 out = stock_call(self, return_dict=True, **arguments).images
@@ -90,6 +91,7 @@ class LooseRoPEKleinPipeline(_FamilyLooseMixin, Flux2KleinPipeline):
 
     family = "flux2"
 
+    @per_call
     @torch.no_grad()
     def __call__(self, *args, crop_mask=None, original=None, saliency=None, loose=None, **kwargs):
         return self._loose_call(Flux2KleinPipeline.__call__, args, kwargs, crop_mask, original, saliency, loose)
@@ -101,6 +103,7 @@ class LooseRoPEQwenEditPipeline(_FamilyLooseMixin, QwenImageEditPipeline):
 
     family = "qwen"
 
+    @per_call
     @torch.no_grad()
     def __call__(self, *args, crop_mask=None, original=None, saliency=None, loose=None, **kwargs):
         return self._loose_call(QwenImageEditPipeline.__call__, args, kwargs, crop_mask, original, saliency, loose)
@@ -111,6 +114,7 @@ class LooseRoPEQwenEditPlusPipeline(_FamilyLooseMixin, QwenImageEditPlusPipeline
 
     family = "qwen"
 
+    @per_call
     @torch.no_grad()
     def __call__(self, *args, crop_mask=None, original=None, saliency=None, loose=None, **kwargs):
         return self._loose_call(QwenImageEditPlusPipeline.__call__, args, kwargs, crop_mask, original, saliency, loose)

@@ -15,6 +15,7 @@ from .edit_pipeline import EditPipelineMixin, coerce_config
 from .images import as_image_batch, as_mask, check_token_grid
 from .loose import LooseConfig, LooseMaps, LooseRoPERule
 from .loose_verdict import Restart, VerdictProbe, next_boost
+from .per_call import per_call, this_thread_only
 from .saliency import make_saliency
 
 DEFAULT_PROMPT = (
@@ -78,6 +79,7 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
     most ``loose.verdict_retries`` times (the last attempt runs to the end).
     """
 
+    @per_call
     @torch.no_grad()
     def __call__(
         self,
@@ -155,7 +157,7 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
         hook = None
         if probe is not None:
             probe.context = context
-            hook = self.transformer.register_forward_hook(probe, with_kwargs=True)
+            hook = self.transformer.register_forward_hook(this_thread_only(probe), with_kwargs=True)
         try:
             with self.edit_session(context):
                 return super().__call__(image=collage, return_dict=True, **kwargs).images, rule.maps

@@ -7,6 +7,7 @@ Imports of torch/diffusers happen inside the functions, so importing this module
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -54,6 +55,7 @@ def resolve_config(args) -> dict:
         config = apply_flags(apply_overrides(config, args.set), args)
         check_prompt_source(args, config)
         check_config(config, args.config_name)
+        check_device(config.get("device"))
     except (FileNotFoundError, KeyError, ValueError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error  # KeyError quotes str()
         print(f"mmpos {args.command}: error: {message}", file=sys.stderr)
@@ -65,6 +67,18 @@ def resolve_config(args) -> dict:
             print("CUDA is not available: running on cpu (set --device to silence this)")
             config["device"] = "cpu"
     return config
+
+
+def check_device(device) -> None:
+    """``device`` (the config's, or ``--device``) names a torch device (None: the command's default)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device={device!r}: expected a torch device such as cpu, cuda, cuda:1 or mps") from None
 
 
 def check_prompt_source(args, config) -> None:
@@ -291,10 +305,15 @@ def output_folder(args, default: Path) -> Path:
     if not args.out:
         return fresh_folder(default)
     out = Path(args.out)
+    existing = next((p for p in (out, *out.parents) if p.exists()), Path("."))  # the nearest folder that exists
     if out.exists() and not out.is_dir():
         message = f"--out {out} is a file; expected a folder"
     elif out.is_dir() and any(out.iterdir()) and not getattr(args, "overwrite", False):
         message = f"--out {out} already holds files; choose another folder or pass --overwrite"
+    elif not existing.is_dir():
+        message = f"--out {out} cannot be created: {existing} is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        message = f"--out {out} cannot be created: {existing} is not writable"
     else:
         return out
     print(f"mmpos {args.command}: error: {message}", file=sys.stderr)

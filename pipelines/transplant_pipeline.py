@@ -14,6 +14,7 @@ from mmpos.coords.edits import transplant_ids
 from .context import EditContext
 from .edit_pipeline import EditPipelineMixin, coerce_config
 from .images import as_image_batch, as_mask, check_token_grid, to_pil
+from .per_call import per_call
 from .transplant import Canvas, TransplantConfig, TransplantIds, compose_canvas, token_sets
 
 
@@ -69,6 +70,7 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
     and ``joint_attention_kwargs={"scale": s}`` sets its weight, as for ``FluxFillPipeline``.
     """
 
+    @per_call
     @torch.no_grad()
     def __call__(
         self,

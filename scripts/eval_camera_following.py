@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mmpos._arguments import user_error
 from mmpos._atomic import written_atomically
 from mmpos.eval.video_eval import EVAL_MOTIONS, as_unit_float, eval_clips, evaluate_conditions, summarise
 from mmpos.models.world.samples import image_grid
@@ -56,7 +57,7 @@ def load(args):
     for name in args.adapters:
         folder = Path(name) if Path(name).is_dir() else Path(args.model) / f"camera-{name}"
         if not (folder / "config.json").is_file():
-            raise SystemExit(f"eval_camera_following: error: no camera adapter at {folder} (expected config.json)")
+            raise user_error("eval_camera_following", f"no camera adapter at {folder} (expected config.json)")
         adapters[CameraAdapter.load_config(folder)["kind"] if Path(name).is_dir() else name] = (
             CameraAdapter.from_pretrained(folder).eval()
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 
+from mmpos._arguments import user_error
 from mmpos.training.scaffold_config import ConfigError, parse_run
 
 PROG = "train_camera_adapter"
@@ -31,16 +32,20 @@ def train(argv=None) -> dict:
     try:
         return run_task(CameraAdapterTask(config), args.resume, args.overwrite).losses
     except (UnreadableCheckpointError, ConfigError) as error:
-        raise SystemExit(f"{PROG}: error: {error}") from None
+        raise user_error(PROG, error) from None
 
 
 def main(argv=None) -> int:
     from mmpos.training.scaffold import NonFiniteLossError
+    from mmpos.training.scaffold_checkpoint import CheckpointWriteError
 
     try:
         losses = train(argv)
     except NonFiniteLossError as error:
         print(f"{PROG}: error: NonFiniteLossError: {error}", file=sys.stderr)
+        return 1
+    except CheckpointWriteError as error:  # a full disk: the earlier checkpoints are intact
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
     if losses:
         last = max(losses)

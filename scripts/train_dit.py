@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 
+from mmpos._arguments import user_error
 from mmpos.training.scaffold_config import ConfigError, parse_run
 
 PROG = "train_dit.py"
@@ -28,6 +29,7 @@ def main(argv=None) -> int:
 
     config, args = parse_run(DiTConfig, PROG, __doc__, DiTTask.outputs, argv)
     from mmpos.training.scaffold import NonFiniteLossError, train
+    from mmpos.training.scaffold_checkpoint import CheckpointWriteError
     from mmpos.training.scaffold_folders import UnreadableCheckpointError
 
     try:
@@ -35,8 +37,11 @@ def main(argv=None) -> int:
     except NonFiniteLossError as error:
         print(f"{PROG}: error: NonFiniteLossError: {error}", file=sys.stderr)
         return 1
+    except CheckpointWriteError as error:  # a full disk: the earlier checkpoints are intact
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
     except (UnreadableCheckpointError, ConfigError) as error:
-        raise SystemExit(f"{PROG}: error: {error}") from None
+        raise user_error(PROG, error) from None
     return 0
 
 

@@ -106,7 +106,8 @@ def orthonormalize(rotation: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(rotation).all()):
         raise ValueError("rotation has non-finite entries (NaN or inf)")
     u, singular, vh = torch.linalg.svd(rotation)
-    if rotation.numel() and not bool(((singular[..., 0] > 0) & (singular[..., 1] > singular[..., 0] * 1e-12)).all()):
+    tolerance = singular[..., 0] * 3 * torch.finfo(singular.dtype).eps  # numpy's matrix_rank: what rounding leaves
+    if rotation.numel() and not bool(((singular[..., 0] > 0) & (singular[..., 1] > tolerance)).all()):
         raise ValueError(
             "rotation has rank below 2 (e.g. all zeros): no unique nearest rotation; expected a "
             "matrix close to a rotation"

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.types import Device
 
-from .._validation import as_int_tuple, check_choice, check_positive_int, check_theta
+from .._validation import as_int_tuple, check_choice, check_not_meta, check_positive_int, check_theta
 from ..coords.grids import image_grid
 from ..ops.projective import transform_blocks
 from ..ops.rotation import LAYOUTS, rotate
@@ -129,6 +129,8 @@ class ProjectiveRoPE(CameraPE):
         return torch.cat([head, x_block, y_block], dim=-1)
 
     def _check_x(self, x: torch.Tensor, table: RotaryTable) -> None:
+        check_not_meta("q/k/v", x)
+        check_not_meta("the camera geometry (prepare(cameras))", table.cis)
         if x.dim() != 4 or x.shape[-1] != self.head_dim:
             raise ValueError(f"expected [B, H, L, {self.head_dim}] tensors, got {tuple(x.shape)}")
         if x.shape[-2] != table.length:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.types import Device
 
-from .._validation import check_choice, check_positive_int
+from .._validation import check_choice, check_not_meta, check_positive_int
 from ..camera.cameras import Cameras
 from ..ops.rotation import rotate
 from ..ops.tables import RotaryTable
@@ -250,6 +250,7 @@ class RayRoPE(CameraPE):
         for name, x, side in (("q", q, query), ("k", k, key), ("v", v, key)):
             if x is None:
                 continue
+            check_not_meta(name, x)
             if x.dim() != 4 or x.shape[-1] != self.head_dim or x.shape[-2] != side.num_tokens:
                 raise ValueError(
                     f"{name} must be [B, H, {side.num_tokens}, {self.head_dim}] "

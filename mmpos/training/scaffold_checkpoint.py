@@ -61,19 +61,34 @@ class RunState:
     data: dict = field(default_factory=dict)
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a quota): nothing was replaced, the earlier checkpoints are
+    intact and the partial folder is removed."""
+
+
 def save_checkpoint(accelerator, out, state: RunState, config: dict, keep: int = 2, extras=None) -> Path:
     """``state`` as ``out/checkpoint-<step>`` (see the module docstring); ``extras(folder)`` (main process) adds
-    task files (an exported adapter). The newest ``keep`` checkpoints are kept."""
+    task files (an exported adapter). The newest ``keep`` checkpoints are kept. A failed write raises
+    :class:`CheckpointWriteError` naming the checkpoint, the cause and the newest intact one."""
     out = Path(out)
     final = out / f"checkpoint-{state.step}"
     partial = out / f".checkpoint-{state.step}.partial"
-    if accelerator.is_main_process:
-        shutil.rmtree(partial, ignore_errors=True)  # left over by a killed run
-        partial.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    write_json(partial / f"rng_{accelerator.process_index}.json", {"step": state.step, "rng": rng_state()})
-    if accelerator.is_main_process:
-        _write_main_files(accelerator, partial, state, config, extras)
+    try:
+        if accelerator.is_main_process:
+            shutil.rmtree(partial, ignore_errors=True)  # left over by a killed run
+            partial.mkdir(parents=True)
+        accelerator.wait_for_everyone()
+        write_json(partial / f"rng_{accelerator.process_index}.json", {"step": state.step, "rng": rng_state()})
+        if accelerator.is_main_process:
+            _write_main_files(accelerator, partial, state, config, extras)
+    except Exception as error:  # noqa: BLE001 - re-raised, named: safetensors and torch raise their own types
+        shutil.rmtree(partial, ignore_errors=True)  # a partial folder is never a checkpoint; free what it took
+        earlier = checkpoints(out)
+        kept = f"the newest checkpoint, {earlier[-1].name}, is intact" if earlier else "no earlier checkpoint"
+        cause = " ".join(str(error).split()) or type(error).__name__
+        raise CheckpointWriteError(
+            f"{final}: the checkpoint could not be written ({cause}); {kept}; free space and resume with --resume"
+        ) from error
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _write_progress(accelerator, partial, state)

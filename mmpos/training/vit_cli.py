@@ -111,6 +111,7 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
 def run_train(args, parser) -> int:
     """Train (or ``--eval-only``) from parsed ``args``; ``parser`` reports user errors (one line, exit 2)."""
     from .._validation import NonFiniteLossError
+    from .scaffold_checkpoint import CheckpointWriteError
     from .vit_train import train_vit
 
     try:
@@ -130,7 +131,7 @@ def run_train(args, parser) -> int:
         )
     except USER_ERRORS as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    except NonFiniteLossError as error:  # not a usage error: exit code 1
+    except (NonFiniteLossError, CheckpointWriteError) as error:  # not a usage error: exit code 1
         parser.exit(1, f"{parser.prog}: error: {error}\n")
     if is_main_process():  # under torchrun / accelerate launch every rank has the results: rank 0 prints them
         _print_table(results["eval"])

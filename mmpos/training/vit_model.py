@@ -100,6 +100,19 @@ def patch_size_of(model: nn.Module) -> int:
     return int(patch[0])
 
 
+def check_image_sizes(config: dict, model: nn.Module, sizes) -> None:
+    """``img_size`` and every evaluation size (the evaluation heights; widths are rounded to the patch) are
+    multiples of ``model``'s patch: timm stops with a bare ``AssertionError`` otherwise."""
+    patch = patch_size_of(model)
+    for key, values in (("img_size", [config["img_size"]]), ("eval_sizes", list(sizes))):
+        bad = [int(v) for v in values if int(v) % patch]
+        if bad:
+            raise ConfigError(
+                f"config {key}: {bad[0] if key == 'img_size' else bad} not divisible by the model's patch size "
+                f"{patch}; expected multiples of {patch}"
+            )
+
+
 def count_parameters(model: nn.Module) -> dict:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

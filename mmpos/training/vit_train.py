@@ -53,7 +53,7 @@ from .vit_data import (
     train_transform,
 )
 from .vit_eval import evaluate_resolutions, plot_results, save_results
-from .vit_model import build_vit, count_parameters, plain_model
+from .vit_model import build_vit, check_image_sizes, count_parameters, plain_model
 
 SEED_STRIDE = 1_000_003
 
@@ -178,6 +178,7 @@ def train_vit(
     accelerator = _make_accelerator(config, run_dir)
     set_seed(config["seed"])
     probe = build_vit({**config, "pretrained": False}, 1000)
+    check_image_sizes(config, probe, eval_sizes(config))
     train_set = make_dataset(config, config["train_split"], train_transform(config, probe), is_training=True)
     num_classes = config["num_classes"] or num_classes_of(train_set)
     check_num_classes(config, train_set)
@@ -250,7 +251,7 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
         dynamic_ncols=True,
     )
     started, images_seen = time.time(), 0
-    with StopOnSignal() as stop:  # SIGINT / SIGTERM: checkpoint at the update boundary, exit 130
+    with bar, StopOnSignal() as stop:  # the bar closed before an error prints; SIGINT / SIGTERM: checkpoint, exit 130
         while progress.step < config["steps"]:
             loader.set_epoch(progress.epoch)
             seeded.set_epoch(progress.epoch)

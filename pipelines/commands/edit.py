@@ -126,4 +126,33 @@ def edit_config(args) -> dict:
 
     config = resolve_config(args)
     extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)
+    try:
+        check_options(get_edit(args.method), config)
+    except ValueError as error:
+        print(f"mmpos edit {args.method}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     return config
+
+
+def check_options(method, config: dict) -> None:
+    """The config's ``METHOD:`` section is a mapping that builds the method's options dataclass (known keys, typed
+    and checked values), before any model loads: a ValueError naming ``METHOD.key`` if not."""
+    import dataclasses
+
+    section = config.get(method.name)
+    if not isinstance(section, dict):
+        raise ValueError(
+            f"config has no {method.name}: section (a mapping of the method's options, as in "
+            f"configs/edit_{method.name}.yaml); got {section!r}"
+        )
+    options = method.options_class()
+    if not dataclasses.is_dataclass(options):  # a method taking a plain mapping (``config_class=dict``)
+        return
+    known = {field.name for field in dataclasses.fields(options)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ValueError(f"config {method.name}: unknown key(s) {unknown}; expected some of {sorted(known)}")
+    try:
+        options(**section)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"config {method.name}: {error}") from None

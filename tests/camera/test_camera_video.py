@@ -227,9 +227,13 @@ def test_bad_cameras_get_named_errors(t2v):
         frames(pipe, camera=(preset_trajectory("orbit", 9).c2w, [bad.camera(0, 48, 32)] * 3))
     with pytest.raises(TypeError, match="camera must be"):
         frames(pipe, camera="orbit")
-    pipe.camera_adapter = CameraAdapter(kind="ucpe", dim=24, num_layers=3, head_dim=16)  # another model's
+    other = CameraAdapter(kind="ucpe", dim=24, num_layers=3, head_dim=16)  # another model's
+    with pytest.raises(ValueError, match="3 layers of width 24; the transformer has 2"):
+        pipe.camera_adapter = other  # refused at assignment (issue 35), as load_camera_adapter refuses it
+    pipe.__dict__["_camera_adapter"] = other  # past the setter: the call still checks before any work
     with pytest.raises(ValueError, match="3 layers of width 24; the transformer has 2"):
         frames(pipe, camera=preset_trajectory("orbit", 9))
+    pipe.camera_adapter = adapter_for(pipe.transformer, "ucpe")
     with pytest.raises(ValueError, match="camera_scale"):
         frames(pipe, camera=preset_trajectory("orbit", 9), camera_scale=float("nan"))
     assert processors(pipe.transformer) == before

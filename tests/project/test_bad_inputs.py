@@ -460,7 +460,8 @@ def test_train_dit_names_a_truncated_checkpoint(tmp_path, capsys):
     (tmp_path / "checkpoint-1" / "model.safetensors").write_bytes(b"\0" * 10)
     with pytest.raises(SystemExit) as exit_info:  # was: SafetensorError without the file's folder
         script.main(common + ["--steps", "2", "--resume", "latest"])
-    assert "checkpoint-1: cannot be resumed" in str(exit_info.value.code)
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "checkpoint-1: cannot be resumed" in err and len(err.splitlines()) == 1
 
 
 # ---- camera geometry: non-finite or degenerate inputs are masked invalid, never NaN (was: NaN marked valid)

@@ -141,3 +141,62 @@ def test_camera_control_wan_pipeline_with_orbit_pan_and_no_camera():
     assert not errors, errors
     assert_all_equal(outputs, expected)
     assert pipe.transformer.blocks[0].attn1.processor.__class__.__name__ == "WanAttnProcessor"  # all removed
+
+
+def _edit_runs(method):
+    """A tiny world edit pipeline and ``work(setting) -> outputs`` for four settings of ``method`` (one of them the
+    stock pipeline on the same transformer, which runs no edit session)."""
+    from mmpos.models.world.samples import generate
+    from mmpos.pipelines.edits.band import run_band
+    from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
+    from mmpos.pipelines.edits.transplant import run_transplant
+    from mmpos.world.canvas import WORLD_TRANSPLANT
+    from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
+    from tests.pipelines.test_world_editing import SIZE, stock, tiny_edit_pipeline
+
+    pipe = tiny_edit_pipeline(method)
+    if method == "band":
+        sets = [style_set(5, 2, SIZE)]
+        plain, captions = stock(pipe, "t2i"), [sets[0].reference.spec.caption()] + sets[0].prompts
+        examples = [{"image": sets[0].reference.image, "caption": c} for c in captions]
+        settings = {"off": {"enabled": False}, "half": {"strength": 0.5}, "full": {"strength": 1.0}}
+
+        def work(name):
+            if name == "stock":
+                return torch.from_numpy(generate(plain, "t2i", examples, steps=2)[1:])
+            return torch.from_numpy(run_band(pipe, sets, steps=2, band=settings[name], guidance=3.0).outputs)
+
+    elif method == "transplant":
+        pairs = [transplant_pair(3, SIZE)]
+        settings = {name: {**WORLD_TRANSPLANT, "tau": tau} for name, tau in (("early", 0.9), ("late", 0.0))}
+        settings["off"] = {**WORLD_TRANSPLANT, "enabled": False}
+        settings["swap"] = {**WORLD_TRANSPLANT, "mode": "swap"}
+
+        def work(name):
+            return torch.from_numpy(run_transplant(pipe, pairs, steps=3, transplant=settings[name]).outputs)
+
+    else:
+        pair = harmonise_pair(7, SIZE)
+        plain = stock(pipe, "kontext")
+        examples = [{"image": pair.target.image, "context": pair.collage, "caption": pair.instruction}]
+        settings = {name: loose_for_steps(3, strength=s) for name, s in (("zero", 0.0), ("one", 1.0), ("two", 2.0))}
+
+        def work(name):
+            if name == "stock":
+                return torch.from_numpy(generate(plain, "kontext", examples, steps=3))
+            return torch.from_numpy(run_loose(pipe, [pair], steps=3, loose=settings[name], guidance=3.0).outputs)
+
+    return work, tuple(settings) + (() if method == "transplant" else ("stock",))
+
+
+@pytest.mark.parametrize("method", ["band", "transplant", "loose"])
+def test_edit_pipeline_from_four_threads_with_different_settings(method):
+    """One edit pipeline (FLUX.1 world model, tiny config) from 4 threads, each with its own edit settings (and,
+    for band and loose, the stock pipeline on the same transformer in a thread without an edit session): every
+    output equals the sequential run's; none raises "the 'edit' level is already filled"."""
+    work, names = _edit_runs(method)
+    expected = {name: work(name) for name in names}
+    assert len({e.numpy().tobytes() for e in expected.values()}) >= 3  # the settings matter
+    outputs, errors = in_threads(work, names, repeats=3)
+    assert not errors, errors
+    assert_all_equal(outputs, expected)
