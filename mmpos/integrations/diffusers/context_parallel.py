@@ -13,6 +13,14 @@ divides evenly, ``tensor.tensor_split`` with ``ulysses_anything`` / ``ring_anyth
   own sharder which rows of the grid this rank keeps, builds (and caches) the tables and coordinates of those
   rows only, and the plan's hook passes them on unsplit. So each rank holds ``1/N`` of the tables, never the
   whole sequence's.
+* Qwen-Image's plan splits ``pos_embed``'s outputs ``0`` (image table ``[S_img, P]``) and ``1`` (text table) along
+  dim 0, ``hidden_states`` / ``encoder_hidden_states`` at ``transformer_blocks.0`` along dim 1 (so rank ``r``'s
+  joint q/k are ``[txt shard r, img shard r]``) and ``encoder_hidden_states_mask`` at every block. The seam
+  (``QwenPositions``) takes the output split over as Wan's does, one part after the other. It is called with the
+  whole sequence's image shapes and text length, so a schedule's extents are the whole image's by construction.
+  diffusers 0.42's ring attention cannot take a text mask that masks tokens (the even one applies each rank's local
+  mask to every rank's keys: silently wrong; ``ring_anything`` refuses any mask): mmpos refuses that case by name
+  (``QWEN.check_inputs``); Ulysses gathers the mask and is exact, even and uneven.
 
 q and k are rotated on each rank before attention, so ring (K/V passed around) and Ulysses (all-to-all
 over heads) attention see already-rotated keys: RoPE's relative property holds across shards.
@@ -22,7 +30,7 @@ measured before the plan shards the ids (:mod:`.global_extents`), never from the
 
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
 statistics of the local shard (e.g. a grid size taken from ``ids.max()``). ``tests/integrations/test_context_parallel.py``
-runs Flux and Wan on 2 processes (gloo); the single-process tests replay the sharding with
+runs Flux, FLUX.2, Wan and Qwen-Image on 2 processes (gloo); the single-process tests replay the sharding with
 :func:`shard_like_context_parallel`.
 """
 

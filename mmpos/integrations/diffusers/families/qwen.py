@@ -11,6 +11,10 @@ mmpos tables in that format and the processors stay stock.
 A schedule's scale (DyPE) is read from the image tokens' extent only (text positions run past the images), and
 the text tokens keep the training spectrum (no schedule, no YaRN magnitude), as in the DyPE authors' Qwen-Image code
 (``txt_freqs`` from the plain ladder); a static ``extrapolation`` policy applies to every token.
+
+Under diffusers' context parallelism (its plan splits ``pos_embed``'s outputs along dim 0) the seam builds and
+caches only this rank's rows of the image and text tables (:mod:`..context_parallel`); ring attention with a text
+mask that masks tokens is refused (:func:`_check_inputs`).
 """
 
 from __future__ import annotations
