@@ -5,9 +5,9 @@ named in ``tests/workers/cp_patches.py``):
 
 - a tiny fp64 Flux with ``set_pe("native", extrapolation=model_extrapolation(...))`` under ``enable_parallelism``
   (Ulysses and ring, even and uneven sequence lengths) gives the one-process output (``cp_flux_worker.py``);
-- tiny fp32 Wan, Flux and FLUX.2 models (native, ``rope_axial``, ``rope_mixed``, extrapolation presets) give the
-  one-process output, and every table and coordinate tensor a rank's seam caches has at most that rank's rows
-  (``cp_tables_worker.py``).
+- tiny fp32 Wan, Flux, FLUX.2 and Qwen-Image models (native, ``rope_axial``, ``rope_mixed``, extrapolation presets)
+  give the one-process output, and every table and coordinate tensor a rank's seam caches has at most that rank's
+  rows (``cp_tables_worker.py``); Qwen-Image's ring attention with a padded text mask is refused.
 """
 
 import json
@@ -88,6 +88,18 @@ TABLE_CASES = {
         ["flux2", "native", "ring", [6, 6, 5, 2, 4], "dype"],
         ["flux2", "rope_axial", "ulysses", [6, 6, 4], "yarn"],
     ],
+    # Qwen-Image: grid (rows, cols, text[, masked text tokens, reference rows, cols]); its plan splits pos_embed's
+    # outputs along dim 0. Masked tokens: a padded prompt (else the mask is None, as QwenImagePipeline passes it)
+    "qwen": [
+        ["qwen", "native", "ulysses", [4, 4, 8], None],
+        ["qwen", "native", "ring", [5, 5, 7], None],
+        ["qwen", "rope_axial", "ulysses", [5, 5, 7], None],
+        ["qwen", "rope_axial", "ring", [4, 6, 8], None],
+        ["qwen", "native", "ulysses", [6, 6, 7], "dype"],
+        ["qwen", "rope_axial", "ring", [6, 6, 8], "yarn"],
+        ["qwen", "native", "ulysses", [5, 5, 8, 3], None],
+        ["qwen", "native", "ring", [4, 4, 8, 0, 2, 3], "dype"],
+    ],
 }
 
 
@@ -95,7 +107,7 @@ TABLE_CASES = {
 def per_rank_tables(tmp_path_factory):
     """One 2-process run of every case of TABLE_CASES: per rank, per case, what cp_tables_worker.py records."""
     out = tmp_path_factory.mktemp("cp_tables")
-    cases = [case for family in TABLE_CASES.values() for case in family] + REFUSED
+    cases = [case for family in TABLE_CASES.values() for case in family] + REFUSED + QWEN_MASKED_RING
     torchrun(TABLES_WORKER, out, json.dumps(cases))
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
@@ -130,6 +142,27 @@ def test_two_process_branch_camera_adapters_are_refused_by_name(per_rank_tables)
             error = results["/".join(map(str, case))].get("error", "")
             assert f"the '{kind}' camera adapter does not run under diffusers' context parallelism" in error
             assert "['plucker']" in error and "\n" not in error
+
+
+# ring attention with a padded text mask: mmpos refuses it (even and uneven); stock diffusers (no mmpos) is wrong
+QWEN_MASKED_RING = [
+    ["qwen", "native", "ring", [4, 4, 8, 3], None],
+    ["qwen", "rope_axial", "ring", [5, 5, 7, 2], None],
+    ["qwen", "stock", "ring", [4, 4, 8, 3], None],
+]
+
+
+def test_two_process_qwen_ring_with_a_padded_text_mask_is_refused(per_rank_tables):
+    """diffusers 0.42's even ring attention applies each rank's text mask to every rank's keys: without mmpos the
+    output silently differs from one process (if this starts to hold, the refusal can go); with mmpos a one-line
+    error names the mask and what runs instead, never a result."""
+    for results in per_rank_tables:
+        stock = results["/".join(map(str, QWEN_MASKED_RING[-1]))]
+        assert stock["difference"] > 1e-3, f"stock diffusers' masked ring attention is now exact: {stock}"
+        for case in QWEN_MASKED_RING[:-1]:
+            error = results["/".join(map(str, case))].get("error", "")
+            assert "encoder_hidden_states_mask masks text tokens" in error and "use ulysses_degree" in error
+            assert "\n" not in error
 
 
 def shard(ids, rank, world_size=2):

@@ -117,3 +117,16 @@ def test_an_mmpos_encoding_counts_its_image_and_text_tables_once():
     for _ in range(2):
         run(model, inputs([(1, 4, 6)]))
     assert position_module(model).table_builds == 2 and position_module(model).forwards == 2
+
+
+def test_set_pe_and_restore_after_enable_parallelism_are_refused():
+    """Qwen-Image's context-parallel plan hooks ``pos_embed`` itself: swapping it afterwards would drop the hook."""
+    model = tiny_qwen()
+    model._parallel_config = object()  # what enable_parallelism records
+    with pytest.raises(RuntimeError, match="before enable_parallelism .* hooks the `pos_embed` module"):
+        set_pe(model, "rope_axial")
+    del model._parallel_config
+    set_pe(model, "rope_axial")
+    model._parallel_config = object()
+    with pytest.raises(RuntimeError, match="before enable_parallelism"):
+        restore(model)

@@ -3,7 +3,8 @@ accelerator:
 
 - ``torch.accelerator.device_count()`` is 0 and ``_resolve_parallel_config`` takes ``rank % 0`` (made 1);
 - ring attention needs each block's log-sum-exp, which diffusers' native (SDPA) op refuses to return and no CPU
-  backend has: the native op gets it from the plain softmax formula (in the inputs' dtype) when asked;
+  backend has: the native op gets it from the plain softmax formula (in the inputs' dtype, with SDPA's reading of
+  ``attn_mask``) when asked;
 - gloo's ``all_gather`` takes equal shapes only, so the output gather of uneven shards (``*_anything``) pads to
   the longest shard and trims.
 
@@ -45,9 +46,13 @@ def start() -> None:
                 ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, False, _save_ctx,
                 _parallel_config,
             )  # fmt: skip
-        assert attn_mask is None and not is_causal and dropout_p == 0.0
+        assert not is_causal and dropout_p == 0.0
         q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))  # [B, H, S, D]
         scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+        if attn_mask is not None:  # as SDPA reads it: bool keeps the True keys, a float mask is added
+            scores = (
+                scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+            )
         out = torch.softmax(scores, dim=-1) @ v
         return out.permute(0, 2, 1, 3), scores.logsumexp(dim=-1).permute(0, 2, 1)
 

@@ -5,8 +5,9 @@ seeded camera adapter of that kind). Writes ``rank{R}.json``: per case the large
 rows of every table and coordinate tensor the seam caches, this rank's token count, the tables the third forward
 built and (camera cases) how much the camera changes the one-process output; or the error of a refused case.
 
-Cases: ``[family, pe, mode, grid, preset]``; ``grid`` is Wan's latent ``(frames, height, width)``, Flux's
-``(height, width, text)`` or FLUX.2's ``(rows, cols, text[, reference rows, reference cols])``; ``preset`` an
+Cases: ``[family, pe, mode, grid, preset]`` (``pe="stock"``: diffusers without mmpos, only the difference); ``grid`` is Wan's latent ``(frames, height, width)``, Flux's
+``(height, width, text)``, FLUX.2's ``(rows, cols, text[, reference rows, reference cols])`` or Qwen-Image's
+``(rows, cols, text[, masked text tokens, reference rows, reference cols])``; ``preset`` an
 extrapolation preset of :func:`model_extrapolation` or ``null``. The diffusers CPU limitations patched (and only
 those): see :mod:`cp_patches`.
 """
@@ -21,14 +22,15 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 
-from diffusers import Flux2Transformer2DModel  # noqa: E402
+from diffusers import Flux2Transformer2DModel, QwenImageTransformer2DModel  # noqa: E402
 
 from mmpos.camera import preset_trajectory  # noqa: E402
 from mmpos.camera.video import video_cameras  # noqa: E402
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe  # noqa: E402
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning  # noqa: E402
-from tests.fixtures.families import FLUX2_CONFIG  # noqa: E402
+from tests.fixtures.families import FLUX2_CONFIG, QWEN_CONFIG, randn  # noqa: E402
 from tests.fixtures.families import _flux2_inputs as flux2_inputs  # noqa: E402
+from tests.fixtures.families import _qwen_inputs as qwen_inputs  # noqa: E402
 from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
 
@@ -43,6 +45,17 @@ def model_and_inputs(family, pe, grid, preset):
         model, (height, width, text) = tiny_flux(), grid
         inputs, parts = tiny_flux_inputs(height=height, width=width, text=text), [text, height * width]
         trained = (4, 4)
+    elif family == "qwen":  # grid (rows, cols, text[, masked, reference rows, reference cols])
+        torch.manual_seed(0)
+        model = QwenImageTransformer2DModel(**QWEN_CONFIG).eval()
+        rows, cols, text, masked, *reference = (*grid, 0) if len(grid) == 3 else grid
+        inputs, trained = qwen_inputs(rows, cols, text=text), (4, 4)
+        if reference:  # an Edit sequence: the image, then a reference image (QwenImageEditPipeline's img_shapes)
+            inputs["img_shapes"] = [[(1, rows, cols), (1, *reference[:2])]]
+            inputs["hidden_states"] = randn(1, rows * cols + reference[0] * reference[1], 16)
+        parts = [text, inputs["hidden_states"].shape[1]]
+        # the last `masked` text tokens padding; QwenImagePipeline passes None for an unpadded prompt
+        inputs["encoder_hidden_states_mask"] = (torch.arange(text) < text - masked)[None] if masked else None
     else:  # flux2: grid (rows, cols, text, reference rows, reference cols); the reference at t = 10
         torch.manual_seed(0)
         model, (rows, cols, text, *reference) = Flux2Transformer2DModel(**FLUX2_CONFIG).eval(), grid
@@ -50,7 +63,8 @@ def model_and_inputs(family, pe, grid, preset):
         parts, trained = [text, inputs["img_ids"].shape[1]], (4, 4)
     model.set_attention_backend("native")
     options = {} if preset is None else {"extrapolation": model_extrapolation(model, preset, trained_grid=trained)}
-    set_pe(model, pe, **options)
+    if pe != "stock":  # "stock": diffusers alone, without mmpos
+        set_pe(model, pe, **options)
     return model, inputs, parts
 
 
@@ -101,8 +115,10 @@ def run_case(family, pe, mode, grid, preset) -> dict:
         for _ in range(2):
             with torch.no_grad(), camera(model):
                 outputs.append(model(**inputs, return_dict=False)[0])
-    except RuntimeError as error:  # a refusal (recorded, checked by the test)
+    except (RuntimeError, ValueError) as error:  # a refusal (recorded, checked by the test)
         return dict(error=str(error))
+    if pe == "stock":
+        return dict(difference=max(float((out - alone).abs().max()) for out in outputs))
     seam = position_module(model)
     builds = seam.table_builds
     with torch.no_grad(), camera(model):

@@ -13,6 +13,14 @@ divides evenly, ``tensor.tensor_split`` with ``ulysses_anything`` / ``ring_anyth
   own sharder which rows of the grid this rank keeps, builds (and caches) the tables and coordinates of those
   rows only, and the plan's hook passes them on unsplit. So each rank holds ``1/N`` of the tables, never the
   whole sequence's.
+* Qwen-Image's plan splits ``pos_embed``'s outputs ``0`` (image table ``[S_img, P]``) and ``1`` (text table) along
+  dim 0, ``hidden_states`` / ``encoder_hidden_states`` at ``transformer_blocks.0`` along dim 1 (so rank ``r``'s
+  joint q/k are ``[txt shard r, img shard r]``) and ``encoder_hidden_states_mask`` at every block. The seam
+  (``QwenPositions``) takes the output split over as Wan's does, one part after the other. It is called with the
+  whole sequence's image shapes and text length, so a schedule's extents are the whole image's by construction.
+  diffusers 0.42's ring attention cannot take a text mask that masks tokens (the even one applies each rank's local
+  mask to every rank's keys: silently wrong; ``ring_anything`` refuses any mask): mmpos refuses that case by name
+  (``QWEN.check_inputs``); Ulysses gathers the mask and is exact, even and uneven.
 
 q and k are rotated on each rank before attention, so ring (K/V passed around) and Ulysses (all-to-all
 over heads) attention see already-rotated keys: RoPE's relative property holds across shards.
@@ -22,7 +30,7 @@ measured before the plan shards the ids (:mod:`.global_extents`), never from the
 
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
 statistics of the local shard (e.g. a grid size taken from ``ids.max()``). ``tests/integrations/test_context_parallel.py``
-runs Flux and Wan on 2 processes (gloo); the single-process tests replay the sharding with
+runs Flux, FLUX.2, Wan and Qwen-Image on 2 processes (gloo); the single-process tests replay the sharding with
 :func:`shard_like_context_parallel`.
 """
 
@@ -54,21 +62,33 @@ def shard_like_context_parallel(
     return x.chunk(world_size, dim=dim)[rank]
 
 
-def own_output_split(module: torch.nn.Module, name: str) -> Optional[object]:
+def plan_config(module: torch.nn.Module, name: str):
+    """The ``ContextParallelConfig`` of the plan's split hook on ``module`` (registered at ``name``), else ``None``."""
+    registry = getattr(module, "_diffusers_hook", None)
+    hook = registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
+    return None if hook is None else hook.parallel_config
+
+
+def own_output_split(module: torch.nn.Module, name: str, split_dim: int = 1) -> Optional[object]:
     """Take over the split of ``module``'s outputs by diffusers' context-parallel plan: returns the plan's split hook
     on ``module`` (registered at ``name``) with its output split switched off (``module`` then returns this rank's
     rows itself, :func:`own_rows`), or ``None`` when no plan splits ``module``'s outputs (one process).
 
-    Every output the plan splits must be split along dim 1 (Wan's ``rope``: outputs 0 and 1)."""
+    Every output the plan splits must be split along ``split_dim``, the sequence dim of the seam's outputs (Wan's
+    ``rope``: outputs 0 and 1 along dim 1; Qwen-Image's ``pos_embed``: outputs 0 and 1 along dim 0)."""
     registry = getattr(module, "_diffusers_hook", None)
     hook = registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
     if hook is None or getattr(hook, "_mmpos_owned", False):
         return hook
     outputs = {key: plan for key, plan in hook.metadata.items() if getattr(plan, "split_output", False)}
-    if not outputs or any(plan.split_dim != 1 for plan in outputs.values()) or getattr(hook, "fn_ref", None) is None:
+    if (
+        not outputs
+        or any(plan.split_dim != split_dim for plan in outputs.values())
+        or getattr(hook, "fn_ref", None) is None
+    ):
         raise RuntimeError(
             f"the context-parallel plan of {name!r} splits {hook.metadata}; mmpos takes over a split of the "
-            "position module's outputs along dim 1 only (diffusers 0.42's Wan plan)"
+            f"position module's outputs along dim {split_dim} only (diffusers 0.42's plan)"
         )
     hook.fn_ref.post_forward = _as_built  # this call's too: the hook reads it after the module's forward
     hook._mmpos_owned = True
@@ -87,9 +107,10 @@ def own_rows(hook, length: int) -> tuple[int, int]:
         rows = hook._mmpos_rows = {}
     if length not in rows:
         plan = next(plan for plan in hook.metadata.values() if getattr(plan, "split_output", False))
-        probe = torch.arange(length).view(1, length, *(1,) * ((plan.expected_dims or 2) - 2))
+        shape = [1] * max(plan.expected_dims or 0, plan.split_dim + 1)
+        shape[plan.split_dim] = length
         try:
-            index = hook._prepare_cp_input(probe, plan)
+            index = hook._prepare_cp_input(torch.arange(length).view(shape), plan)
         except AssertionError:  # diffusers' even sharder asserts divisibility
             raise ValueError(
                 f"the sequence has {length} tokens, not divisible by the context-parallel degree; "
@@ -101,6 +122,21 @@ def own_rows(hook, length: int) -> tuple[int, int]:
             raise RuntimeError(f"the context-parallel split of {length} rows is not contiguous")
         rows[length] = (start, stop)
     return rows[length]
+
+
+def refuse_after_parallelism(position_attr: str):
+    """A family's ``check_model``: refuse ``set_pe`` / ``restore`` on a model already under ``enable_parallelism``
+    whose plan hooks the position module at ``position_attr`` (swapping the module would drop the hook: tables
+    unsharded while the tokens are)."""
+
+    def check(model) -> None:
+        if getattr(model, "_parallel_config", None) is not None:
+            raise RuntimeError(
+                f"{type(model).__name__}: call set_pe/restore before enable_parallelism (its context-"
+                f"parallel plan hooks the `{position_attr}` module that set_pe replaces)"
+            )
+
+    return check
 
 
 def shard_sequence(x: torch.Tensor, dim: int, parallel_config) -> torch.Tensor:

@@ -11,6 +11,10 @@ mmpos tables in that format and the processors stay stock.
 A schedule's scale (DyPE) is read from the image tokens' extent only (text positions run past the images), and
 the text tokens keep the training spectrum (no schedule, no YaRN magnitude), as in the DyPE authors' Qwen-Image code
 (``txt_freqs`` from the plain ladder); a static ``extrapolation`` policy applies to every token.
+
+Under diffusers' context parallelism (its plan splits ``pos_embed``'s outputs along dim 0) the seam builds and
+caches only this rank's rows of the image and text tables (:mod:`..context_parallel`); ring attention with a text
+mask that masks tokens is refused (:func:`_check_inputs`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 
 from ....ops.tables import RotaryTable
 from ....spectrum.allocation import chunked_spectrum
+from .. import context_parallel
 from ..positions import PositionSeam
 from . import register_family
 from .base import Family, extents_of
@@ -62,16 +67,27 @@ class QwenPositions(PositionSeam):
         (encoding,) = self.encodings
         image, text = self.encoding_coords(image), self.encoding_coords(text)
         scheduled = getattr(encoding, "schedule", None) is not None
-        tables = []
-        for coords, extents in ((text, [0.0] * image.shape[-1]), (image, extents_of(image) if scheduled else None)):
-            if scheduled:  # text: extent 0, i.e. the training spectrum; images: their own scale
-                encoding.step.extents = extents
-            tables.append(
+        extents = {"text": [0.0] * image.shape[-1], "image": extents_of(image) if scheduled else None}
+        tables = {}
+        for part, coords in (("text", text), ("image", image)):
+            if scheduled:  # text: extent 0, i.e. the training spectrum; images: the whole image's scale
+                encoding.step.extents = extents[part]
+            coords = self.own_part(coords)
+            tables[part] = (
                 self._native_table(encoding, coords)
                 if self.native
                 else self.counted(encoding.table(coords, torch.float32, coords.device)).cis
             )
-        return tables[1], tables[0]
+        return tables["image"], tables["text"]
+
+    def own_part(self, coords: torch.Tensor) -> torch.Tensor:
+        """``coords`` (one part: image or text), or under Qwen-Image's context-parallel plan (which splits the
+        outputs ``0`` and ``1`` along dim 0) only this rank's rows of it: the seam splits its outputs itself."""
+        hook = context_parallel.own_output_split(self, "pos_embed", split_dim=0)
+        if hook is None:
+            return coords
+        start, stop = context_parallel.own_rows(hook, coords.shape[0])
+        return coords[start:stop]
 
     def _native_table(self, encoding, coords):
         """The stock arithmetic on ``encoding``'s spectrum at ``coords`` (a schedule's resolved at this step),
@@ -105,6 +121,21 @@ def _stock_ladder(axes_dims, theta, device) -> torch.Tensor:
 def _is_plain(spectrum, axes_dims, theta) -> bool:
     plain = chunked_spectrum(axes_dims, theta)
     return torch.equal(spectrum.inv_freq, plain.inv_freq) and bool((spectrum.magnitude == 1).all())
+
+
+def _check_inputs(seam, args, kwargs) -> None:
+    """Refuse a text mask that masks tokens under ring attention: diffusers 0.42's even ring attention applies each
+    rank's local mask to every rank's keys (a silently wrong result), its ``ring_anything`` refuses any mask."""
+    config = context_parallel.plan_config(seam, "pos_embed")
+    if config is None or config.ring_degree == 1:
+        return
+    mask = kwargs.get("encoder_hidden_states_mask", args[2] if len(args) > 2 else None)
+    if mask is not None and not bool(mask.all()):  # one device sync per forward, under ring attention only
+        raise ValueError(
+            f"Qwen-Image: encoder_hidden_states_mask masks text tokens, which diffusers' ring attention (ring_degree="
+            f"{config.ring_degree}) cannot take (it applies each rank's mask to every rank's keys); use ulysses_degree, "
+            "or pass the prompt without padding (mask None)"
+        )
 
 
 def _attention(model):
@@ -159,6 +190,8 @@ QWEN = register_family(
         stock_processor=_processor,
         make_processors=lambda beneath, rotation, native: {},
         make_seam=_seam,
+        check_model=context_parallel.refuse_after_parallelism("pos_embed"),  # the plan hooks the seam itself
+        check_inputs=_check_inputs,
         pipelines=(
             "QwenImagePipeline",
             "QwenImageEditPipeline",

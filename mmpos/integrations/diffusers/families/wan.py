@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..context_parallel import refuse_after_parallelism
 from ..positions import WanPositions
 from . import register_family
 from .base import Family
@@ -46,14 +47,7 @@ def _global_coords(seam, args, kwargs):
     return seam.global_coords(args, kwargs)
 
 
-def check_no_sharded_seam(model) -> None:
-    """Wan's context-parallel plan hooks the position module itself: swapping it afterwards would drop the hook
-    (tables unsharded while tokens are)."""
-    if getattr(model, "_parallel_config", None) is not None:
-        raise RuntimeError(
-            f"{type(model).__name__}: call set_pe/restore before enable_parallelism (its context-"
-            "parallel plan hooks the `rope` module that set_pe replaces)"
-        )
+check_no_sharded_seam = refuse_after_parallelism("rope")  # Wan's plan hooks the position module itself
 
 
 WAN = register_family(
