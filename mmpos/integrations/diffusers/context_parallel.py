@@ -13,6 +13,10 @@ divides evenly, ``tensor.tensor_split`` with ``ulysses_anything`` / ``ring_anyth
   own sharder which rows of the grid this rank keeps, builds (and caches) the tables and coordinates of those
   rows only, and the plan's hook passes them on unsplit. So each rank holds ``1/N`` of the tables, never the
   whole sequence's.
+* LTX-Video's plan splits the rope's outputs ``0`` and ``1`` (``(cos, sin)`` ``[B, S, D]``) along dim 1 and
+  ``hidden_states``, ``encoder_hidden_states`` and ``encoder_attention_mask`` at the model's input. Its seam takes
+  the split over the same way (the grid's extents come from ``num_frames, height, width`` or ``video_coords``,
+  which the plan leaves whole); what diffusers cannot shard (a text mask, per-token timesteps) is refused by name.
 
 q and k are rotated on each rank before attention, so ring (K/V passed around) and Ulysses (all-to-all
 over heads) attention see already-rotated keys: RoPE's relative property holds across shards.
@@ -22,7 +26,7 @@ measured before the plan shards the ids (:mod:`.global_extents`), never from the
 
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
 statistics of the local shard (e.g. a grid size taken from ``ids.max()``). ``tests/integrations/test_context_parallel.py``
-runs Flux and Wan on 2 processes (gloo); the single-process tests replay the sharding with
+runs Flux, FLUX.2, Wan and LTX-Video on 2 processes (gloo); the single-process tests replay the sharding with
 :func:`shard_like_context_parallel`.
 """
 
@@ -54,21 +58,27 @@ def shard_like_context_parallel(
     return x.chunk(world_size, dim=dim)[rank]
 
 
+def split_hook(module: torch.nn.Module, name: str) -> Optional[object]:
+    """The split hook diffusers' context-parallel plan registered on ``module`` (at ``name``), or ``None`` (one
+    process); its ``parallel_config`` is the ``ContextParallelConfig``."""
+    registry = getattr(module, "_diffusers_hook", None)
+    return registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
+
+
 def own_output_split(module: torch.nn.Module, name: str) -> Optional[object]:
     """Take over the split of ``module``'s outputs by diffusers' context-parallel plan: returns the plan's split hook
     on ``module`` (registered at ``name``) with its output split switched off (``module`` then returns this rank's
     rows itself, :func:`own_rows`), or ``None`` when no plan splits ``module``'s outputs (one process).
 
-    Every output the plan splits must be split along dim 1 (Wan's ``rope``: outputs 0 and 1)."""
-    registry = getattr(module, "_diffusers_hook", None)
-    hook = registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
+    Every output the plan splits must be split along dim 1 (Wan's and LTX's ``rope``: outputs 0 and 1)."""
+    hook = split_hook(module, name)
     if hook is None or getattr(hook, "_mmpos_owned", False):
         return hook
     outputs = {key: plan for key, plan in hook.metadata.items() if getattr(plan, "split_output", False)}
     if not outputs or any(plan.split_dim != 1 for plan in outputs.values()) or getattr(hook, "fn_ref", None) is None:
         raise RuntimeError(
             f"the context-parallel plan of {name!r} splits {hook.metadata}; mmpos takes over a split of the "
-            "position module's outputs along dim 1 only (diffusers 0.42's Wan plan)"
+            "position module's outputs along dim 1 only (diffusers 0.42's Wan and LTX plans)"
         )
     hook.fn_ref.post_forward = _as_built  # this call's too: the hook reads it after the module's forward
     hook._mmpos_owned = True
