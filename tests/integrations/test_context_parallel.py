@@ -5,9 +5,10 @@ named in ``tests/workers/cp_patches.py``):
 
 - a tiny fp64 Flux with ``set_pe("native", extrapolation=model_extrapolation(...))`` under ``enable_parallelism``
   (Ulysses and ring, even and uneven sequence lengths) gives the one-process output (``cp_flux_worker.py``);
-- tiny fp32 Wan, Flux, FLUX.2 and Qwen-Image models (native, ``rope_axial``, ``rope_mixed``, extrapolation presets)
-  give the one-process output, and every table and coordinate tensor a rank's seam caches has at most that rank's
-  rows (``cp_tables_worker.py``); Qwen-Image's ring attention with a padded text mask is refused.
+- tiny fp32 Wan, Flux, FLUX.2, Qwen-Image and LTX-Video models (native, ``rope_axial``, ``rope_mixed``, extrapolation
+  presets) give the one-process output, and every table and coordinate tensor a rank's seam caches has at most that
+  rank's rows (``cp_tables_worker.py``); what diffusers cannot shard (Qwen-Image's ring attention with a padded text
+  mask, LTX's text mask and per-token timesteps) is refused by name.
 """
 
 import json
@@ -22,6 +23,8 @@ import torch
 
 from mmpos.coords.grids import grid_coords, grid_rows
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
+from mmpos.integrations.diffusers.families import ltx
+from tests.fixtures.families import CASES as FAMILY_CASES
 from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 
 WORKER = Path(__file__).parents[1] / "workers" / "cp_flux_worker.py"
@@ -100,6 +103,13 @@ TABLE_CASES = {
         ["qwen", "native", "ulysses", [5, 5, 8, 3], None],
         ["qwen", "native", "ring", [4, 4, 8, 0, 2, 3], "dype"],
     ],
+    "ltx": [
+        ["ltx", "native", "ulysses", [2, 4, 4, 4], None],
+        ["ltx", "native", "ring", [2, 4, 4, 4], None],
+        ["ltx", "native", "ulysses", [3, 3, 5, 3], None],
+        ["ltx", "native", "ring", [1, 5, 7, 3], "yarn"],
+        ["ltx", "native", "ulysses", [2, 8, 8, 4], "dype"],
+    ],
 }
 
 
@@ -107,7 +117,9 @@ TABLE_CASES = {
 def per_rank_tables(tmp_path_factory):
     """One 2-process run of every case of TABLE_CASES: per rank, per case, what cp_tables_worker.py records."""
     out = tmp_path_factory.mktemp("cp_tables")
-    cases = [case for family in TABLE_CASES.values() for case in family] + REFUSED + QWEN_MASKED_RING
+    cases = (
+        [case for family in TABLE_CASES.values() for case in family] + REFUSED + QWEN_MASKED_RING + LTX_REFUSED_CASES
+    )
     torchrun(TABLES_WORKER, out, json.dumps(cases))
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
@@ -163,6 +175,74 @@ def test_two_process_qwen_ring_with_a_padded_text_mask_is_refused(per_rank_table
             error = results["/".join(map(str, case))].get("error", "")
             assert "encoder_hidden_states_mask masks text tokens" in error and "use ulysses_degree" in error
             assert "\n" not in error
+
+
+# LTX inputs diffusers 0.42 cannot shard: a text mask (Ulysses keeps all its heads, ring applies each rank's mask
+# to every rank's keys), per-token timesteps (the plan does not split them)
+LTX_REFUSED = {
+    "encoder_attention_mask is not supported": [
+        ["ltx", "native", "ulysses", [2, 4, 4, 4, 1, 0], None],
+        ["ltx", "native", "ring", [2, 4, 4, 4, 1, 0], None],
+    ],
+    "per-token timesteps": [["ltx", "native", "ring", [2, 4, 4, 4, 0, 1], None]],
+}
+LTX_REFUSED_CASES = [case for cases in LTX_REFUSED.values() for case in cases]
+
+
+def test_two_process_ltx_inputs_diffusers_cannot_shard_are_refused_by_name(per_rank_tables):
+    """An LTX text mask (ring: a silently wrong result; Ulysses: a broadcast error) and per-token timesteps (a
+    shape error) under real context parallelism: a one-line error naming the input, never a result."""
+    for results in per_rank_tables:
+        for message, cases in LTX_REFUSED.items():
+            for case in cases:
+                error = results["/".join(map(str, case))].get("error", "")
+                assert error.startswith(f"LTX-Video under diffusers' context parallelism: {message}"), error
+                assert "\n" not in error
+
+
+def test_ltx_rows_built_alone_are_the_whole_grids_rows(monkeypatch):
+    """A context-parallel rank's LTX tables (its rows only, also from ``video_coords`` and with a schedule) equal,
+    bit for bit, those rows of the one-process tables."""
+    model = FAMILY_CASES["ltx"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "yarn", trained_grid=(2, 2)))
+    seam = position_module(model)
+    inputs = FAMILY_CASES["ltx"].inputs(rows=3, cols=5, frames=3)
+    frames, rows, cols = inputs["num_frames"], inputs["height"], inputs["width"]
+    video_coords = torch.cartesian_prod(*(torch.arange(n) * 2.0 for n in (frames, rows, cols))).T[None]  # [1, 3, S]
+    calls = [
+        (frames, rows, cols, inputs["rope_interpolation_scale"], None),
+        (frames, rows, cols, None, None),
+        (None, None, None, None, video_coords),
+    ]
+    for call in calls:
+        monkeypatch.setattr(ltx, "own_rows", lambda *args: None)  # one process
+        whole = ltx.ltx_tables(seam, inputs["hidden_states"], *call)
+        for start, stop in [(0, 23), (23, 45), (7, 8)]:
+            monkeypatch.setattr(ltx, "own_rows", lambda *args, rows=(start, stop): rows)
+            part = ltx.ltx_tables(seam, inputs["hidden_states"][:, start:stop], *call)
+            for got, want in zip(part, whole):
+                assert torch.equal(got, want[:, start:stop])
+    stock = FAMILY_CASES["ltx"].model().rope(inputs["hidden_states"], *calls[-1])
+    assert not torch.allclose(stock[0], whole[0])  # the schedule changed the tables
+
+
+def test_ltx_rank_with_another_token_count_than_its_rows_is_refused(monkeypatch):
+    model = FAMILY_CASES["ltx"].model()
+    set_pe(model, "native")
+    inputs = FAMILY_CASES["ltx"].inputs(rows=2, cols=2)
+    monkeypatch.setattr(ltx.context_parallel, "own_output_split", lambda module, name: object())
+    monkeypatch.setattr(ltx.context_parallel, "own_rows", lambda hook, length: (0, 3))
+    with pytest.raises(
+        ValueError, match="hidden_states has 8 tokens on this rank, the plan gives it rows 0:3 of the 8"
+    ):
+        ltx.ltx_tables(position_module(model), inputs["hidden_states"], 2, 2, 2)
+
+
+def test_set_pe_after_enable_parallelism_on_ltx_is_refused():
+    model = FAMILY_CASES["ltx"].model()
+    model._parallel_config = object()  # what enable_parallelism records
+    with pytest.raises(RuntimeError, match="before enable_parallelism"):
+        set_pe(model, "native")
 
 
 def shard(ids, rank, world_size=2):

@@ -5,11 +5,12 @@ seeded camera adapter of that kind). Writes ``rank{R}.json``: per case the large
 rows of every table and coordinate tensor the seam caches, this rank's token count, the tables the third forward
 built and (camera cases) how much the camera changes the one-process output; or the error of a refused case.
 
-Cases: ``[family, pe, mode, grid, preset]`` (``pe="stock"``: diffusers without mmpos, only the difference); ``grid`` is Wan's latent ``(frames, height, width)``, Flux's
-``(height, width, text)``, FLUX.2's ``(rows, cols, text[, reference rows, reference cols])`` or Qwen-Image's
-``(rows, cols, text[, masked text tokens, reference rows, reference cols])``; ``preset`` an
-extrapolation preset of :func:`model_extrapolation` or ``null``. The diffusers CPU limitations patched (and only
-those): see :mod:`cp_patches`.
+Cases: ``[family, pe, mode, grid, preset]`` (``pe="stock"``: diffusers without mmpos, only the difference); ``grid``
+is Wan's latent ``(frames, height, width)``, Flux's ``(height, width, text)``, FLUX.2's ``(rows, cols, text[,
+reference rows, reference cols])``, Qwen-Image's ``(rows, cols, text[, masked text tokens, reference rows,
+reference cols])`` or LTX's ``(frames, rows, cols, text[, masked, per_token])``; ``preset`` an extrapolation preset
+of :func:`model_extrapolation` or ``null``. The diffusers CPU limitations patched (and only those): see
+:mod:`cp_patches`.
 """
 
 import contextlib
@@ -22,14 +23,15 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 
-from diffusers import Flux2Transformer2DModel, QwenImageTransformer2DModel  # noqa: E402
+from diffusers import Flux2Transformer2DModel, LTXVideoTransformer3DModel, QwenImageTransformer2DModel  # noqa: E402
 
 from mmpos.camera import preset_trajectory  # noqa: E402
 from mmpos.camera.video import video_cameras  # noqa: E402
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe  # noqa: E402
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning  # noqa: E402
-from tests.fixtures.families import FLUX2_CONFIG, QWEN_CONFIG, randn  # noqa: E402
+from tests.fixtures.families import FLUX2_CONFIG, LTX_CONFIG, QWEN_CONFIG, randn  # noqa: E402
 from tests.fixtures.families import _flux2_inputs as flux2_inputs  # noqa: E402
+from tests.fixtures.families import _ltx_inputs as ltx_inputs  # noqa: E402
 from tests.fixtures.families import _qwen_inputs as qwen_inputs  # noqa: E402
 from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
@@ -56,6 +58,9 @@ def model_and_inputs(family, pe, grid, preset):
         parts = [text, inputs["hidden_states"].shape[1]]
         # the last `masked` text tokens padding; QwenImagePipeline passes None for an unpadded prompt
         inputs["encoder_hidden_states_mask"] = (torch.arange(text) < text - masked)[None] if masked else None
+    elif family == "ltx":
+        model, inputs, parts = ltx_model_and_inputs(*grid)
+        trained = (4, 4)
     else:  # flux2: grid (rows, cols, text, reference rows, reference cols); the reference at t = 10
         torch.manual_seed(0)
         model, (rows, cols, text, *reference) = Flux2Transformer2DModel(**FLUX2_CONFIG).eval(), grid
@@ -68,6 +73,19 @@ def model_and_inputs(family, pe, grid, preset):
     return model, inputs, parts
 
 
+def ltx_model_and_inputs(frames, rows, cols, text, masked=0, per_token=0):
+    """LTX-Video (patch 1: a token per latent cell) without a text mask, or with the fixture's (``masked``), and one
+    timestep, or one per token with the first frame clean (``per_token``, the image-to-video pipeline's)."""
+    torch.manual_seed(0)
+    model, inputs = LTXVideoTransformer3DModel(**LTX_CONFIG).eval(), ltx_inputs(rows, cols, text=text, frames=frames)
+    if not masked:
+        inputs["encoder_attention_mask"] = None
+    if per_token:
+        timestep = inputs["timestep"].expand(1, frames * rows * cols).clone()
+        inputs["timestep"] = timestep.index_fill(1, torch.arange(rows * cols), 0.0)
+    return model, inputs, [frames * rows * cols, text]
+
+
 def cached_rows(seam) -> list[int]:
     """The sequence length of every tensor the seam and its encodings keep between forwards."""
     rows = []
@@ -76,8 +94,8 @@ def cached_rows(seam) -> list[int]:
             rows += [coords.shape[-2], table.cis.shape[-2]]
     if getattr(seam, "_native_cache", None) is not None:
         rows += [t.shape[0] for t in seam._native_cache[2]]
-    for _, out in getattr(seam, "_recent", ()):  # a spectrum seam's outputs (FLUX.2 native: per call)
-        rows += [t.shape[0] for t in out]
+    for _, out in getattr(seam, "_recent", ()):  # a spectrum seam's outputs (FLUX.2 [S, D], LTX [B, S, D])
+        rows += [t.shape[-2] for t in out]
     grid_cache = getattr(seam, "_grid_cache", None)
     if grid_cache is not None:
         rows += [coords.shape[0] for coords in grid_cache._entries.values()]

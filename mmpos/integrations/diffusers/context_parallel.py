@@ -21,6 +21,10 @@ divides evenly, ``tensor.tensor_split`` with ``ulysses_anything`` / ``ring_anyth
   diffusers 0.42's ring attention cannot take a text mask that masks tokens (the even one applies each rank's local
   mask to every rank's keys: silently wrong; ``ring_anything`` refuses any mask): mmpos refuses that case by name
   (``QWEN.check_inputs``); Ulysses gathers the mask and is exact, even and uneven.
+* LTX-Video's plan splits the rope's outputs ``0`` and ``1`` (``(cos, sin)`` ``[B, S, D]``) along dim 1 and
+  ``hidden_states``, ``encoder_hidden_states`` and ``encoder_attention_mask`` at the model's input. Its seam takes
+  the split over the same way (the grid's extents come from ``num_frames, height, width`` or ``video_coords``,
+  which the plan leaves whole); what diffusers cannot shard (a text mask, per-token timesteps) is refused by name.
 
 q and k are rotated on each rank before attention, so ring (K/V passed around) and Ulysses (all-to-all
 over heads) attention see already-rotated keys: RoPE's relative property holds across shards.
@@ -30,7 +34,7 @@ measured before the plan shards the ids (:mod:`.global_extents`), never from the
 
 Limits: coordinate transforms (``PositionSeam.coords_transform``) must use global quantities only, never
 statistics of the local shard (e.g. a grid size taken from ``ids.max()``). ``tests/integrations/test_context_parallel.py``
-runs Flux, FLUX.2, Wan and Qwen-Image on 2 processes (gloo); the single-process tests replay the sharding with
+runs Flux, FLUX.2, Wan, Qwen-Image and LTX-Video on 2 processes (gloo); the single-process tests replay the sharding with
 :func:`shard_like_context_parallel`.
 """
 
@@ -62,10 +66,16 @@ def shard_like_context_parallel(
     return x.chunk(world_size, dim=dim)[rank]
 
 
+def split_hook(module: torch.nn.Module, name: str) -> Optional[object]:
+    """The split hook diffusers' context-parallel plan registered on ``module`` (at ``name``), or ``None`` (one
+    process); its ``parallel_config`` is the ``ContextParallelConfig``."""
+    registry = getattr(module, "_diffusers_hook", None)
+    return registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
+
+
 def plan_config(module: torch.nn.Module, name: str):
     """The ``ContextParallelConfig`` of the plan's split hook on ``module`` (registered at ``name``), else ``None``."""
-    registry = getattr(module, "_diffusers_hook", None)
-    hook = registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
+    hook = split_hook(module, name)
     return None if hook is None else hook.parallel_config
 
 
@@ -75,9 +85,8 @@ def own_output_split(module: torch.nn.Module, name: str, split_dim: int = 1) -> 
     rows itself, :func:`own_rows`), or ``None`` when no plan splits ``module``'s outputs (one process).
 
     Every output the plan splits must be split along ``split_dim``, the sequence dim of the seam's outputs (Wan's
-    ``rope``: outputs 0 and 1 along dim 1; Qwen-Image's ``pos_embed``: outputs 0 and 1 along dim 0)."""
-    registry = getattr(module, "_diffusers_hook", None)
-    hook = registry.get_hook(SPLIT_HOOK.format(name)) if registry is not None else None
+    and LTX's ``rope``: outputs 0 and 1 along dim 1; Qwen-Image's ``pos_embed``: outputs 0 and 1 along dim 0)."""
+    hook = split_hook(module, name)
     if hook is None or getattr(hook, "_mmpos_owned", False):
         return hook
     outputs = {key: plan for key, plan in hook.metadata.items() if getattr(plan, "split_output", False)}

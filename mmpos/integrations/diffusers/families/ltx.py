@@ -15,6 +15,14 @@ stock frequency (PI, NTK, RIFLEx's chosen pair exact); its extent is in tokens (
 and lengths in its policies (YaRN's ``original_length``, RIFLEx's ``target_length``) are converted to the units in
 which the ladder's first pair turns as fast as the stock's highest frequency (``2 w_{F-1} * step`` per token), so
 YaRN's turn thresholds count the stock's true turns. Text has no rotary embedding.
+
+Context parallelism (diffusers' ``_cp_plan`` splits ``hidden_states``, ``encoder_hidden_states`` and the mask at the
+model's input and the rope's outputs ``0`` and ``1`` along dim 1): the seam takes the split of its outputs over
+(:func:`~..context_parallel.own_output_split`) and builds the rows of this rank only, from the whole grid's extents
+(``num_frames, height, width`` or ``video_coords``, which the plan leaves whole). What diffusers 0.42 cannot shard is
+refused by name before the forward (:func:`check_inputs`): an ``encoder_attention_mask`` (its Ulysses attention
+keeps all heads of the mask, its ring attention applies each rank's mask to every rank's keys) and per-token
+timesteps (the plan does not split ``timestep``).
 """
 
 from __future__ import annotations
@@ -24,9 +32,12 @@ import math
 
 import torch
 
+from ....coords.grids import grid_rows
 from ....spectrum.frequencies import rope_inv_freq
+from .. import context_parallel
 from . import register_family
 from .base import Family, SpectrumSeam
+from .wan import check_no_sharded_seam
 
 
 def ltx_frequencies(count: int, theta: float, dtype: torch.dtype, device=None) -> torch.Tensor:
@@ -82,21 +93,45 @@ def _theta(model):
     return float(rope.theta) ** (count / (count - 1))
 
 
-def _grid(rope, batch, num_frames, height, width, scale, video_coords, device):
-    """The stock fractional coordinates ``[B, S, 3]`` float32, the token extents, and the grid step per token."""
+def _grid(rope, batch, num_frames, height, width, scale, video_coords, device, rows=None):
+    """The stock fractional coordinates ``[B, S, 3]`` float32 (``rows``: only rows ``start:stop``, built without the
+    others), the token extents and the grid step per token (both of the whole grid)."""
     bases = (rope.base_num_frames, rope.base_height, rope.base_width)
     if video_coords is not None:
-        grid = torch.stack([video_coords[:, a] / bases[a] for a in range(3)], dim=-1)
         counts, steps = [], []
         for a in range(3):
             values = torch.unique(video_coords[0, a].double())
             counts.append(float(values.numel()))
             steps.append(float((values[1:] - values[:-1]).min()) / bases[a] if values.numel() > 1 else 1.0)
-        return grid, counts, steps
-    grid = rope._prepare_video_coords(batch, num_frames, height, width, scale, device)
+        part = video_coords if rows is None else video_coords[:, :, rows[0] : rows[1]]
+        return torch.stack([part[:, a] / bases[a] for a in range(3)], dim=-1), counts, steps
     patches = (rope.patch_size_t, rope.patch_size, rope.patch_size)
+    if rows is None:
+        grid = rope._prepare_video_coords(batch, num_frames, height, width, scale, device)
+    else:  # the stock arithmetic of `_prepare_video_coords`, on this rank's rows
+        grid = grid_rows((num_frames, height, width), *rows, device=device).T.unsqueeze(0).repeat(batch, 1, 1)
+        if scale is not None:
+            for a in range(3):
+                grid[:, a : a + 1] = grid[:, a : a + 1] * scale[a] * patches[a] / bases[a]
+        grid = grid.transpose(1, 2)
     steps = [float(scale[a]) * patches[a] / bases[a] for a in range(3)] if scale is not None else [1.0] * 3
     return grid, [float(num_frames), float(height), float(width)], steps
+
+
+def own_rows(seam, hidden_states, num_frames, height, width, video_coords):
+    """This rank's rows ``(start, stop)`` of the token grid under diffusers' context-parallel plan (the seam splits
+    its outputs itself), ``None`` in one process."""
+    hook = context_parallel.own_output_split(seam, "rope")
+    if hook is None:
+        return None
+    total = video_coords.shape[-1] if video_coords is not None else num_frames * height * width
+    start, stop = context_parallel.own_rows(hook, total)
+    if stop - start != hidden_states.shape[1]:
+        raise ValueError(
+            f"hidden_states has {hidden_states.shape[1]} tokens on this rank, the plan gives it rows {start}:{stop} "
+            f"of the {total} of the grid (num_frames * height * width or video_coords)"
+        )
+    return start, stop
 
 
 def ltx_tables(
@@ -107,8 +142,9 @@ def ltx_tables(
     if video_coords is None and None in (num_frames, height, width):
         raise ValueError("LTX rope: pass num_frames, height and width (latent tokens per axis) or video_coords")
     device = hidden_states.device
+    rows = own_rows(seam, hidden_states, num_frames, height, width, video_coords)
     grid, extents, steps = _grid(
-        rope, hidden_states.size(0), num_frames, height, width, rope_interpolation_scale, video_coords, device
+        rope, hidden_states.size(0), num_frames, height, width, rope_interpolation_scale, video_coords, device, rows
     )
     count = seam.axes_dims[0] // 2
     top = float(rope.theta) * math.pi / 2.0
@@ -138,6 +174,27 @@ def ltx_tables(
     return cos, sin
 
 
+def check_inputs(seam, args, kwargs) -> None:
+    """Under diffusers' context parallelism, refuse by name what its LTX plan cannot shard (module docstring)."""
+    hook = context_parallel.split_hook(seam, "rope")
+    if hook is None:
+        return
+    mask = kwargs.get("encoder_attention_mask", args[3] if len(args) > 3 else None)
+    if mask is not None:
+        raise RuntimeError(
+            "LTX-Video under diffusers' context parallelism: encoder_attention_mask is not supported (diffusers' "
+            "Ulysses attention keeps all heads of the mask, its ring attention applies each rank's mask to every "
+            "rank's keys); pass encoder_attention_mask=None (an unpadded prompt)"
+        )
+    timestep = kwargs.get("timestep", args[2] if len(args) > 2 else None)
+    if isinstance(timestep, torch.Tensor) and timestep.dim() >= 2 and timestep[0].numel() > 1:
+        raise RuntimeError(
+            "LTX-Video under diffusers' context parallelism: per-token timesteps (the image-to-video and "
+            f"condition pipelines', shape {tuple(timestep.shape)}) are not supported: the plan does not split "
+            "`timestep`; pass one timestep per sample"
+        )
+
+
 LTX = register_family(
     Family(
         name="ltx",
@@ -150,6 +207,8 @@ LTX = register_family(
         time_axis=0,
         tables=ltx_tables,
         make_seam=_make_seam,
+        check_model=check_no_sharded_seam,
+        check_inputs=check_inputs,
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (1000 sigma); I2V per-token ones
         timestep_arg=("timestep", 2),
         pipelines=("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline"),
