@@ -6,9 +6,9 @@ for context parallelism (the sequence split over the ranks by the model's ``_cp_
 its ``tensor_parallel_config`` for tensor parallelism. :func:`check_parallelism` allows:
 
 - context parallelism on a family whose seam a 2-process test showed equal to one process
-  (:attr:`~.families.Family.context_parallel`: FLUX.1, FLUX.2, Wan); every other family is refused (diffusers
-  0.42.1 ships no ``_cp_plan`` for most of them, so a plan would be the caller's, and the seam would see shards it
-  was never checked on);
+  (:attr:`~.families.Family.context_parallel`: FLUX.1, FLUX.2, Wan, Qwen-Image); every other family is refused
+  (diffusers 0.42.1 ships no ``_cp_plan`` for most of them, so a plan would be the caller's, and the seam would see
+  shards it was never checked on);
 - no tensor parallelism (no family is verified under it), and no xDiT parallel state (:mod:`.xdit`).
 
 It runs in ``set_pe`` (a model already parallel), when a camera adapter is installed, and at every forward with
