@@ -21,6 +21,7 @@ import torch
 
 from mmpos._per_thread import PerThread
 from mmpos.integrations.diffusers.installer import EDIT, ProcessorInstaller
+from mmpos.integrations.diffusers.parallelism import is_parallel
 
 from .attention import FamilyEditAttnProcessor
 from .families import edit_attention_for
@@ -169,7 +170,7 @@ def check_not_context_parallel(transformer) -> None:
     """The edits' rules read whole segments of the joint sequence (reference, targets, paste region); under
     diffusers' context parallelism (``enable_parallelism``) each rank holds a shard of the tokens, so an edit is
     refused by name rather than run on a shard."""
-    if getattr(transformer, "_parallel_config", None) is not None:
+    if is_parallel(transformer):
         raise RuntimeError(
             "the edit methods (band, transplant, loose) do not run under diffusers' context parallelism "
             "(enable_parallelism): their rules read whole token segments while each rank holds a shard; run "

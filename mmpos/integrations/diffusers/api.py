@@ -23,8 +23,9 @@ from .families import Family, SpectrumSeam, family_for, get_family, list_familie
 from .global_extents import GlobalExtents
 from .global_extents import remove as remove_global_extents
 from .installer import ENCODING, ProcessorInstaller
+from .parallelism import check_parallelism
 from .processors import EncodingRotation
-from .xdit import check_no_xdit_parallelism, check_no_xdit_processors
+from .xdit import check_no_xdit_processors
 
 NATIVE = "native"
 # rope_axial options that keep the stock operator meaningful for pe="native" (spectrum changes only)
@@ -82,7 +83,7 @@ def set_pe(
     family = family_for(transformer)
     check_model(transformer, family)
     check_no_xdit_processors(getattr(transformer, "attn_processors", {}).items())
-    check_no_xdit_parallelism("set_pe")
+    check_parallelism(transformer, "set_pe", family)
     if getattr(transformer, "_mmpos_installed", None) is not None:
         restore(transformer)
     coord_axes = check_coord_axes(coord_axes, family)

@@ -41,6 +41,7 @@ from ...encodings.registry import list_pes, pe_capabilities, pe_class
 from .context_parallel import shard_sequence
 from .installer import CAMERA, ProcessorInstaller
 from .models import spec_for
+from .parallelism import check_parallelism, is_parallel
 
 __all__ = [
     "ADAPTER_KINDS",
@@ -226,7 +227,8 @@ def check_shardable(adapter: CameraAdapter) -> None:
 def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
-    if isinstance(conditioning, CameraConditioning) and getattr(transformer, "_parallel_config", None) is not None:
+    check_parallelism(transformer, "a camera adapter", spec_for(transformer))
+    if isinstance(conditioning, CameraConditioning) and is_parallel(transformer):
         check_shardable(conditioning.adapter)  # (a model made parallel later: the processors check each call)
     if isinstance(conditioning, CameraConditioning):
         check_adapter_fits(transformer, conditioning.adapter)
@@ -273,7 +275,7 @@ class CameraCalls:
         """``conditioning`` (``None``: no camera) for this thread's call on ``transformer``."""
         if conditioning is not None:
             check_adapter_fits(transformer, conditioning.adapter)
-            if getattr(transformer, "_parallel_config", None) is not None:
+            if is_parallel(transformer):
                 check_shardable(conditioning.adapter)
             with self._lock:
                 if self._running == 0:

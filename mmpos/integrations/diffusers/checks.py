@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .families import Family
-from .xdit import check_no_xdit_parallelism
+from .parallelism import check_parallelism
 
 
 def check_model(transformer, family: Family) -> None:
@@ -51,7 +51,7 @@ def pe_pre_forward_hook(family: Family):
     forward's timestep (:meth:`Family.sigma`), and run the family's input checks."""
 
     def hook(module, args, kwargs):
-        check_no_xdit_parallelism("a forward with set_pe")
+        check_parallelism(module, "a forward with set_pe", family)
         hidden_states = kwargs.get("hidden_states", args[0] if args else None)
         seam = getattr(module, family.position_attr)
         if isinstance(hidden_states, torch.Tensor):

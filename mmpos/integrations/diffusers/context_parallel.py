@@ -139,7 +139,9 @@ def refuse_after_parallelism(position_attr: str):
     unsharded while the tokens are)."""
 
     def check(model) -> None:
-        if getattr(model, "_parallel_config", None) is not None:
+        from .parallelism import is_parallel  # (imported here: parallelism imports the families)
+
+        if is_parallel(model):
             raise RuntimeError(
                 f"{type(model).__name__}: call set_pe/restore before enable_parallelism (its context-"
                 f"parallel plan hooks the `{position_attr}` module that set_pe replaces)"

@@ -29,7 +29,9 @@ from typing import Callable, Optional
 
 from torch import nn
 
+from .families import get_family
 from .models import spec_for
+from .parallelism import check_parallelism
 from .xdit import check_no_xdit_parallelism, check_no_xdit_processors
 
 ENCODING, CAMERA, EDIT = "encoding", "camera", "edit"
@@ -63,7 +65,9 @@ class ProcessorInstaller:
     """The slots of one transformer (layer order: Flux double blocks then single blocks; Wan blocks)."""
 
     def __init__(self, transformer: nn.Module):
-        attention = spec_for(transformer).attention_modules(transformer)
+        family = spec_for(transformer)
+        self.family_name = family.name  # a name: the installer is copied and pickled with the transformer
+        attention = family.attention_modules(transformer)
         check_no_xdit_processors((name, module.processor) for name, module in attention)
         self.slots = [AttentionSlot(name, module, module.processor) for name, module in attention]
         self.hooks: dict[str, Callable] = {}
@@ -122,7 +126,7 @@ class ProcessorInstaller:
                 slot.module.set_processor(slot.top())
 
     def _pre_forward(self, module, args, kwargs):
-        check_no_xdit_parallelism("a forward with mmpos processors")
+        check_parallelism(module, "a forward with mmpos processors", get_family(self.family_name))
         for level in LEVELS:
             hook = self.hooks.get(level)
             if hook is not None:

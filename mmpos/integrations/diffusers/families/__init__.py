@@ -108,13 +108,23 @@ def family_for(model: nn.Module) -> Family:
 
 def markdown_table() -> str:
     """The README / docs table of the shipped families (``python -m mmpos.integrations.diffusers.families``)."""
-    rows = ["| family | diffusers class | pipelines | tier | notes |", "|---|---|---|---|---|"]
+    rows = ["| family | diffusers class | pipelines | tier | context parallel | notes |", "|---|---|---|---|---|---|"]
     for name in builtin_families():
         family = FAMILIES[name]
         classes = ", ".join(f"`{c.split(':')[1] if isinstance(c, str) else c.__name__}`" for c in family.classes)
         pipelines = ", ".join(family.pipelines) or "-"
-        rows.append(f"| `{name}` | {classes} | {pipelines} | {family.tier} | {family.notes} |")
+        parallel = context_parallel_row(family)
+        rows.append(f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {family.notes} |")
     return "\n".join(rows)
+
+
+def context_parallel_row(family: Family) -> str:
+    """The table's context-parallel cell: verified (:attr:`Family.context_parallel`), else refused by name, and
+    whether this diffusers install has a ``_cp_plan`` for the family's classes."""
+    if family.context_parallel:
+        return "yes (tested, 2 processes)"
+    planned = any(getattr(cls, "_cp_plan", None) is not None for cls in family.model_classes())
+    return "refused by name (diffusers plan, not verified)" if planned else "refused by name (no diffusers plan)"
 
 
 __all__ = [

@@ -78,6 +78,9 @@ class Family:
         pipelines: pipeline class names of the family (docs and ``mmpos generate``).
         train_size: the 1:1 training size in pixels; ``pixels_per_token``: latent patch size in pixels.
         notes: what is special (the README table).
+        context_parallel: the family's seam is verified under diffusers' context-parallel plan (a 2-process test
+            equals one process, ``tests/integrations/test_context_parallel.py``); ``False``: a forward with mmpos
+            installed under ``enable_parallelism`` is refused by name (:mod:`..parallelism`).
     """
 
     name: str
@@ -104,6 +107,7 @@ class Family:
     train_size: int = 1024
     pixels_per_token: int = 16
     notes: str = ""
+    context_parallel: bool = False
     extras: dict = field(default_factory=dict)
 
     @property

@@ -93,6 +93,7 @@ FLUX = register_family(
         make_seam=flux_seam,
         check_inputs=check_flux_ids,
         global_coords=flux_global_coords,
+        context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
         train_size=1024,
         pixels_per_token=16,

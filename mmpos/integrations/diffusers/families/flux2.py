@@ -206,6 +206,7 @@ FLUX2 = register_family(
         timestep_per_sigma=1.0,  # the pipelines pass t / 1000; the model multiplies by 1000
         timestep_arg=("timestep", 2),
         global_coords=flux2_global_inputs,
+        context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=("Flux2Pipeline", "Flux2KleinPipeline", "Flux2KleinInpaintPipeline"),
         train_size=1024,
         pixels_per_token=16,

@@ -211,6 +211,7 @@ LTX = register_family(
         check_inputs=check_inputs,
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (1000 sigma); I2V per-token ones
         timestep_arg=("timestep", 2),
+        context_parallel=True,  # tests/integrations/test_context_parallel.py (no text mask, one timestep per sample)
         pipelines=("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline"),
         train_size=512,
         pixels_per_token=32,  # VAE 32 x patch 1

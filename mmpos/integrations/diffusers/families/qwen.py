@@ -192,6 +192,7 @@ QWEN = register_family(
         make_seam=_seam,
         check_model=context_parallel.refuse_after_parallelism("pos_embed"),  # the plan hooks the seam itself
         check_inputs=_check_inputs,
+        context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=(
             "QwenImagePipeline",
             "QwenImageEditPipeline",

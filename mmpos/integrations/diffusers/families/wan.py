@@ -69,6 +69,7 @@ WAN = register_family(
         make_seam=_seam,
         check_model=check_no_sharded_seam,
         global_coords=_global_coords,
+        context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=("WanPipeline", "WanImageToVideoPipeline"),
         train_size=832,
         pixels_per_token=16,
