@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.integrations.test_fsdp_resume import assert_resumed_bit_identical
+from tests.workers.resume_worker import run_resume
 from tests.workers.zero3_worker import CONFIG, zero3_config
 
 WORKER = Path(__file__).parents[1] / "workers" / "zero3_worker.py"
@@ -51,3 +53,12 @@ def test_zero3_equals_one_process(tmp_path):
             # fp32 round-off of another reduction order (measured <= 1e-6 on outputs of size ~1)
             assert result["out"] < 1e-5 and result["params"] < 1e-5, (case, result)
             assert result["encoding_params"] and result["encoding_step"] > 1e-6, (case, result)  # it trained
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed support")
+def test_zero3_resume_is_bit_identical(tmp_path):
+    """DeepSpeed's save_checkpoint / load_checkpoint (plus each rank's generators), AdamW, fp32: 2 steps, a
+    checkpoint, 2 more equal bit for bit a new launch that loads it and takes the 2 steps, and 4 steps in one go."""
+    pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install deepspeed)")
+    cases = ["timm:rope_mixed", "dit:harope"]
+    assert_resumed_bit_identical(run_resume("zero3", cases, tmp_path, port=29569), tmp_path, cases)
