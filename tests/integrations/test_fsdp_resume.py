@@ -9,32 +9,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mmpos._safe_state import read_tensors
-from mmpos.integrations.pe_parameters import named_pe_parameters
 from mmpos.ops.sharded_checkpoint import IncompleteCheckpointError, load_sharded_checkpoint, save_sharded_checkpoint
-from tests.workers.fsdp_worker import tiny_model
-from tests.workers.resume_worker import run_resume
+from tests.workers.resume_worker import assert_resumed_bit_identical, run_resume
 
 # learned encodings in a timm block (rope_mixed, comrope_ap) and on the DiT (rope_mixed, harope folded into qkv)
 CASES = ["timm:rope_mixed", "timm:comrope_ap", "dit:rope_mixed", "dit:harope"]
-
-
-def assert_resumed_bit_identical(results: list[dict], records, cases: list[str]) -> None:
-    """Per rank, the losses; on rank 0's whole parameters: straight == first == resumed, and the 2 steps after the
-    checkpoint moved every encoding parameter (the resumed steps are no no-ops)."""
-    for rank_results in results:
-        for case in cases:
-            result = rank_results[case]
-            assert "error" not in result, (case, result.get("error"))
-            assert len(result["straight"]) == 4 and result["first"] == result["straight"], (case, result)
-            assert result["resumed"] == result["first"][2:], (case, result)
-    for case in cases:
-        runs = {name: read_tensors(records / f"{case}.{name}.safetensors") for name in ("straight", "first", "resumed")}
-        saved = read_tensors(records / f"{case}.saved.safetensors")
-        for name, expected in runs["straight"].items():
-            assert torch.equal(runs["first"][name], expected) and torch.equal(runs["resumed"][name], expected), name
-        encoding = [name for name, _ in named_pe_parameters(tiny_model(*case.split(":")))]
-        assert encoding and all(not torch.equal(saved[n], runs["resumed"][n]) for n in encoding), (case, encoding)
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed support")

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integrations.test_fsdp_resume import assert_resumed_bit_identical
-from tests.workers.resume_worker import run_resume
+from tests.workers.resume_worker import assert_resumed_bit_identical, run_resume
 from tests.workers.zero3_worker import CONFIG, zero3_config
 
 WORKER = Path(__file__).parents[1] / "workers" / "zero3_worker.py"

@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
-from mmpos._safe_state import read_json, rng_state, set_rng_state, write_json, write_tensors  # noqa: E402
+from mmpos._safe_state import read_json, read_tensors, rng_state, set_rng_state, write_json, write_tensors  # noqa: E402
+from mmpos.integrations.pe_parameters import named_pe_parameters  # noqa: E402
 from tests.workers.fsdp_worker import batch, loss_of, run, shard, tiny_model  # noqa: E402
 
 MICRO_BATCH, STEPS, LR = 2, 4, 1e-2
@@ -174,3 +175,22 @@ def run_resume(engine: str, cases: list[str], records: Path, port: int) -> list[
             for case, result in json.loads((records / f"rank{rank}.{phase}.json").read_text()).items():
                 results[rank][case].update(result)
     return results
+
+
+def assert_resumed_bit_identical(results: list[dict], records, cases: list[str]) -> None:
+    """Per rank, the losses; on rank 0's whole parameters: straight == first == resumed, and the 2 steps after the
+    checkpoint moved every encoding parameter (the resumed steps are no no-ops)."""
+    for rank_results in results:
+        for case in cases:
+            result = rank_results[case]
+            assert "error" not in result, (case, result.get("error"))
+            assert len(result["straight"]) == STEPS and result["first"] == result["straight"], (case, result)
+            assert result["resumed"] == result["first"][2:], (case, result)
+    for case in cases:
+        runs = {name: read_tensors(records / f"{case}.{name}.safetensors") for name in ("straight", "first", "resumed")}
+        saved = read_tensors(records / f"{case}.saved.safetensors")
+        assert runs["first"].keys() == runs["resumed"].keys() == runs["straight"].keys() == saved.keys(), case
+        for name, expected in runs["straight"].items():
+            assert torch.equal(runs["first"][name], expected) and torch.equal(runs["resumed"][name], expected), name
+        encoding = [name for name, _ in named_pe_parameters(tiny_model(*case.split(":")))]
+        assert encoding and all(not torch.equal(saved[n], runs["resumed"][n]) for n in encoding), (case, encoding)
