@@ -13,8 +13,13 @@ $(VENV)/.base: pyproject.toml setup.py
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
+# the test extra and deepspeed (the `deepspeed` extra, for the ZeRO-3 tests): deepspeed's source package builds against
+# the installed torch, so without build isolation (which would fetch another torch), its build helpers first; its ops
+# are not built (76 s in a fresh venv with only torch, on the 2-core machine under load)
+DEEPSPEED_BUILD := 'setuptools>=64' wheel hjson msgpack ninja py-cpuinfo
 $(VENV)/.test: $(VENV)/.base
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet $(DEEPSPEED_BUILD)
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[test,deepspeed]'
 	touch $@
 
 # ruff, mypy, pre-commit and the docs site (the `dev` extra)

@@ -1,0 +1,164 @@
+"""Atomic checkpoints of a sharded model (FSDP2, :func:`~.sharding.fully_shard_blocks`) and its optimizer, on torch's
+distributed checkpoint: every process writes its own shards, none gathers the whole model.
+
+``checkpoint-100/`` holds DCP's files (``.metadata``, ``__<rank>_0.distcp``: the model and optimizer state by
+parameter name), ``rng_<rank>.json`` (each process's generators) and ``sharded_checkpoint.json`` (format, process
+count, ``extra``), written last. The folder is written as ``.checkpoint-100.partial`` and renamed into place once
+complete, in the project's order: rank 0 empties the partial folder, barrier, every rank writes, barrier, rank 0
+writes the manifest and renames, barrier. DCP's ``.metadata`` is a pickle: load only checkpoints you trust.
+
+    from mmpos.ops.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
+    save_sharded_checkpoint("run/checkpoint-100", model, optimizer, extra={"step": 100})  # in every process
+    extra = load_sharded_checkpoint("run/checkpoint-100", model, optimizer)  # built, sharded, optimizer made
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+MANIFEST = "sharded_checkpoint.json"
+FORMAT = 1
+
+
+class IncompleteCheckpointError(ValueError):
+    """A folder that is not a complete sharded checkpoint (a ``.partial`` folder, DCP files or manifest missing)."""
+
+
+def save_sharded_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``model`` and ``optimizer`` (sharded or not) to the folder ``path``, atomically; call it in every process.
+
+    Args:
+        path: the checkpoint folder (on a file system every process sees); it must not exist unless ``overwrite``.
+        model: the model (after ``fully_shard``); its state is saved by parameter name.
+        optimizer: its optimizer (built after sharding).
+        extra: JSON values to keep with it (the step, a scheduler's state), returned by :func:`load_sharded_checkpoint`.
+        overwrite: replace a complete checkpoint at ``path`` (once the new one is complete).
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    try:
+        manifest = json.dumps(dict(format=FORMAT, processes=_world(), extra=extra or {}))
+    except TypeError as error:
+        raise TypeError(f"save_sharded_checkpoint: extra must hold JSON values ({error})") from None
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"save_sharded_checkpoint: {path} exists; pass overwrite=True to replace it")
+    partial = path.parent / f".{path.name}.partial"
+    if _rank() == 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    _barrier()
+    _dcp().save(_state(model, optimizer), checkpoint_id=partial)
+    from .._safe_state import rng_state, write_json
+
+    write_json(partial / f"rng_{_rank()}.json", rng_state())
+    _barrier()
+    if _rank() == 0:
+        (partial / MANIFEST).write_text(manifest, encoding="utf-8")
+        _replace(partial, path)
+    _barrier()
+    return path
+
+
+def load_sharded_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore ``model``, ``optimizer`` and this process's generators from a :func:`save_sharded_checkpoint` folder;
+    call it in every process, after building and sharding the model and building its optimizer as for the saved run.
+
+    Returns:
+        the ``extra`` values saved with it.
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        IncompleteCheckpointError: ``path`` is not a complete sharded checkpoint.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    state = _state(model, optimizer)
+    _dcp().load(state, checkpoint_id=path)
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    _restore_rng(path, manifest)
+    extra: dict[str, Any] = manifest["extra"]
+    return extra
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of a complete checkpoint folder, or the error naming what is missing."""
+    if not path.exists():
+        raise FileNotFoundError(f"load_sharded_checkpoint: {path} does not exist")
+    if path.name.endswith(".partial"):
+        raise IncompleteCheckpointError(f"{path}: an unfinished checkpoint (.partial), not a complete one")
+    for name in (MANIFEST, ".metadata"):
+        if not (path / name).is_file():
+            raise IncompleteCheckpointError(f"{path}: not a complete sharded checkpoint (no {name})")
+    try:
+        manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise IncompleteCheckpointError(f"{path / MANIFEST}: cannot be read ({error})") from None
+    if manifest.get("format") != FORMAT:
+        raise IncompleteCheckpointError(f"{path / MANIFEST}: format {manifest.get('format')!r}, expected {FORMAT}")
+    return manifest
+
+
+def _state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The model's and optimizer's state by parameter name (sharded tensors stay sharded)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def _restore_rng(path: Path, manifest: dict[str, Any]) -> None:
+    from .._safe_state import read_json, set_rng_state
+
+    rng = path / f"rng_{_rank()}.json"
+    if manifest.get("processes") == _world() and rng.is_file():
+        set_rng_state(read_json(rng))
+    else:
+        saved = manifest.get("processes")
+        warnings.warn(
+            f"{path}: saved by {saved} processes, loaded by {_world()}: generators not restored", stacklevel=3
+        )
+
+
+def _replace(partial: Path, path: Path) -> None:
+    """Rename the complete ``partial`` folder to ``path``, an earlier checkpoint there removed only afterwards."""
+    previous = path.parent / f".{path.name}.previous"
+    if path.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+        path.rename(previous)
+    partial.rename(path)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def _dcp() -> Any:
+    import torch.distributed.checkpoint as dcp
+
+    return dcp
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
