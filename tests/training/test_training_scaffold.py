@@ -257,13 +257,24 @@ def torchrun(task: str, argv: list, records: Path, port: int, processes: int = 2
     return [json.loads((records / f"rank{r}.json").read_text()) for r in range(processes)]
 
 
-def check_two_processes_equal_one(records: Path, ranks: list, single: dict, out: Path, tolerance: float):
+# The DiT's adaLN-zero: the modulation starts at zero, so the timestep embedding gets no gradient at the first update
+# and gradients made of cancelling terms after it; AdamW normalises them, so their round-off (another summation
+# order: two halves all-reduced against one batch) reaches the weights at ~lr / 10 (measured 1.8e-5 at lr 1e-4 after
+# 4 updates with one thread, below 1e-5 with two). Those weights are compared to ROUND_OFF_DOMINATED_ATOL.
+ROUND_OFF_DOMINATED = ("time_embed.", "adaLN_modulation.")
+ROUND_OFF_DOMINATED_ATOL = 1e-4
+
+
+def check_two_processes_equal_one(
+    records: Path, ranks: list, single: dict, out: Path, tolerance: float, round_off_dominated=()
+):
     weights = [load_file(str(records / f"rank{r}.safetensors")) for r in (0, 1)]
     assert ranks[0]["num_processes"] == 2
     for name in weights[0]:  # weights and EMA equal across ranks, bit for bit
         assert torch.equal(weights[0][name], weights[1][name]), name
     for name, value in single.items():  # and equal to one process at twice the batch
-        torch.testing.assert_close(weights[0][name], value, rtol=0, atol=tolerance, msg=name)
+        atol = ROUND_OFF_DOMINATED_ATOL if any(part in name for part in round_off_dominated) else tolerance
+        torch.testing.assert_close(weights[0][name], value, rtol=0, atol=atol, msg=name)
     assert set(ranks[1]["written"]) == {"rng_1.json"}  # rank 1 writes only its generators
     assert "rng_0.json" in ranks[0]["written"] and "model.safetensors" in ranks[0]["written"]
     for checkpoint in checkpoints(out):
@@ -284,7 +295,8 @@ def test_dit_two_processes_equal_one_at_twice_the_batch(tmp_path):
     ranks = torchrun("dit", dit_argv(tmp_path / "two", 4, 2), tmp_path, 29531)
     config, _ = parse_config(DiTConfig, build_parser(DiTConfig, "t"), dit_argv(tmp_path / "one", 4, 4))
     result = train(DiTTask(config))
-    check_two_processes_equal_one(tmp_path, ranks, single_process_weights(result), tmp_path / "two", 1e-5)
+    single = single_process_weights(result)
+    check_two_processes_equal_one(tmp_path, ranks, single, tmp_path / "two", 1e-5, ROUND_OFF_DOMINATED)
     two, one = log_of(tmp_path / "two"), log_of(tmp_path / "one")  # logged: the mean over ranks
     assert [r["step"] for r in two] == [1, 2, 3, 4]
     assert all(abs(a["loss"] - b["loss"]) < 1e-5 for a, b in zip(two, one))
