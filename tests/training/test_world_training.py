@@ -531,9 +531,8 @@ def test_train_world_video_refuses_a_run_with_checkpoints(tmp_path, capsys):
     (tmp_path / "checkpoint-2").mkdir()
     with pytest.raises(SystemExit) as refused:
         script.main(["--stage", "vae", "--out", str(tmp_path)])
-    assert (
-        refused.value.code == 2 and "holds a run (checkpoint-2); pass --resume, --overwrite" in capsys.readouterr().err
-    )
+    message = capsys.readouterr().err
+    assert refused.value.code == 2 and "holds an earlier run (checkpoint-2); pass --resume to continue it" in message
     with pytest.raises(SystemExit) as both:
         script.main(["--stage", "vae", "--out", str(tmp_path), "--resume", "--overwrite"])
     assert both.value.code == 2 and "pass one" in capsys.readouterr().err
