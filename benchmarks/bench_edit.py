@@ -16,15 +16,14 @@ Qwen-Image-shaped transformers at the same token counts instead.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from edit_cases import MODEL_CHANNELS, cases, family_band_case
 from family_edit_cases import family_rows
+from timing import write_results  # beside this script
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -306,8 +305,6 @@ def main(argv=None) -> int:
     else:
         rows = run(args.size, args.dtype, args.device, args.repeats, tuple(args.only))
     _print(rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(
         size=args.size,
         dtype=args.dtype,
@@ -317,8 +314,7 @@ def main(argv=None) -> int:
         threads=torch.get_num_threads(),
         platform=platform.platform(),
     )
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_results(args.out, meta, indent=2, rows=rows)
     return 0
 
 

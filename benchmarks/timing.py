@@ -1,9 +1,12 @@
-"""One timing loop for the benchmarks: median wall time, synchronising CUDA around each call."""
+"""One timing loop for the benchmarks (median wall time, synchronising CUDA around each call) and one way to write
+their results."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -22,3 +25,11 @@ def median_seconds(fn, device, repeats: int, warmup: int = 1) -> float:
         sync()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def write_results(out, meta: dict, indent: int = 1, **tables) -> None:
+    """``{"meta": meta, **tables}`` as JSON in ``out`` (its folder made), and one line saying so."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(meta=meta, **tables), indent=indent))
+    print(f"wrote {out}")
