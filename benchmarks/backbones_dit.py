@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from backbones_vit import DTYPES, VARIANTS, away_from_identity  # beside this script
-from timing import write_results  # beside this script
+from timing import machine_meta, write_results  # beside this script
 
 BASELINE = "nope"
 ENCODINGS = ["nope", "rope_axial", "rope_mixed", "comrope_ap", "comrope_ld", "harope"]
@@ -150,15 +150,7 @@ def main(argv=None) -> int:
     )
     rows = [row for preset in args.preset for row in run_preset(args, preset, device)]
     print(summary(rows))
-    meta = dict(
-        torch=torch.__version__,
-        device=args.device,
-        dtype=args.dtype,
-        threads=torch.get_num_threads(),
-        machine=platform.machine(),
-        rounds=args.rounds,
-        clock=args.clock,
-    )
+    meta = machine_meta(args.device, args.dtype, rounds=args.rounds, clock=args.clock)
     write_results(args.out, meta, results=rows)
     return 0
 

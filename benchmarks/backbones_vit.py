@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from timing import write_results  # beside this script
+from timing import machine_meta, write_results  # beside this script
 
 BASELINE = "nope"
 TARGETS = {"harope*": 1.25, "comrope*": 1.25, "*": 1.10}  # rotary encodings: max step time / NoPE's
@@ -73,16 +73,7 @@ def main(argv=None) -> int:
     )
     rows = run(args)
     print(summary(rows))
-    meta = dict(
-        torch=torch.__version__,
-        device=args.device,
-        dtype=args.dtype,
-        threads=torch.get_num_threads(),
-        machine=platform.machine(),
-        rounds=args.rounds,
-        repeats=args.repeats,
-        clock=args.clock,
-    )
+    meta = machine_meta(args.device, args.dtype, rounds=args.rounds, repeats=args.repeats, clock=args.clock)
     write_results(args.out, meta, results=rows)
     return 0
 

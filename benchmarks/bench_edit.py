@@ -22,7 +22,7 @@ import time
 
 import torch
 from edit_cases import MODEL_CHANNELS, cases, family_band_case
-from family_edit_cases import family_rows
+from family_edit_cases import family_rows, verdict
 from timing import write_results  # beside this script
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
@@ -201,8 +201,6 @@ def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dic
 
 
 def _row(case, inputs, result, text_len) -> dict:
-    variant, baseline, limit = case.target
-    ratio = result["ms"][variant] / result["ms"][baseline]
     return dict(
         case=case.name,
         tokens=inputs["hidden_states"].shape[1] + text_len,
@@ -210,13 +208,7 @@ def _row(case, inputs, result, text_len) -> dict:
         ms={k: round(v, 2) for k, v in result["ms"].items()},
         peak_mib=result["peak_mib"],
         on_vs_off=round(result["ms"]["on"] / result["ms"]["off"], 3),
-        target=f"{variant} / {baseline} <= {limit}",
-        ratio=round(ratio, 3),
-        met=ratio <= limit,
-        implied_attention_work=round(result["implied"], 3),
-        method_cost=case.method_cost,
-        off_equals_stock=result["off_equals_stock"],
-        max_change=result["max_change"],
+        **verdict(case, result),
     )
 
 

@@ -4,6 +4,7 @@ their results."""
 from __future__ import annotations
 
 import json
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -33,3 +34,15 @@ def write_results(out, meta: dict, indent: int = 1, **tables) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(meta=meta, **tables), indent=indent))
     print(f"wrote {out}")
+
+
+def machine_meta(device, dtype, **extra) -> dict:
+    """A results file's ``meta``: torch version, device, dtype, torch threads and machine, then ``extra``."""
+    return dict(
+        torch=torch.__version__,
+        device=device,
+        dtype=dtype,
+        threads=torch.get_num_threads(),
+        machine=platform.machine(),
+        **extra,
+    )
