@@ -8,8 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +25,8 @@ from mmpos.training.scaffold_config import (
     positive,
 )
 from mmpos.training.scaffold_folders import checkpoints
+from tests.fixtures.torchrun import rank_records
+from tests.fixtures.torchrun import torchrun as run_workers
 from tests.fixtures.world_clips import write_world_clips
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,25 +218,11 @@ def test_camera_adapter_stops_at_a_nan_loss(tmp_path, monkeypatch, capsys):
 
 # ---------------------------------------------------------------- 2 processes
 def torchrun(task: str, argv: list, records: Path, port: int, processes: int = 2, **env):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(processes),
-        "--master_port",
-        str(port),
-        str(WORKER),
-        task,
-        json.dumps(argv),
-        str(records),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = run_workers(WORKER, [task, json.dumps(argv), records], port, processes, **env)
     if env.get("SCAFFOLD_NODE_LOCAL_OUT"):
         return done
     assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads((records / f"rank{r}.json").read_text()) for r in range(processes)]
+    return rank_records(records, processes)
 
 
 def check_two_processes_equal_one(records: Path, ranks: list, single: dict, out: Path, tolerance: float):
