@@ -13,7 +13,6 @@ A step is forward + MSE + backward (a denoising loss on random latents). Encodin
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from backbones_vit import DTYPES, VARIANTS, away_from_identity  # beside this script
+from timing import machine_meta, write_results  # beside this script
 
 BASELINE = "nope"
 ENCODINGS = ["nope", "rope_axial", "rope_mixed", "comrope_ap", "comrope_ld", "harope"]
@@ -150,18 +150,8 @@ def main(argv=None) -> int:
     )
     rows = [row for preset in args.preset for row in run_preset(args, preset, device)]
     print(summary(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(
-        torch=torch.__version__,
-        device=args.device,
-        dtype=args.dtype,
-        threads=torch.get_num_threads(),
-        machine=platform.machine(),
-        rounds=args.rounds,
-        clock=args.clock,
-    )
-    args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-    print(f"wrote {args.out}")
+    meta = machine_meta(args.device, args.dtype, rounds=args.rounds, clock=args.clock)
+    write_results(args.out, meta, results=rows)
     return 0
 
 

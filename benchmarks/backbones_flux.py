@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from timing import write_results  # beside this script
 
 VARIANTS = {  # name: (pe, options) or None for the stock model
     "stock": None,
@@ -187,9 +187,7 @@ def main(argv=None) -> int:
         threads=torch.get_num_threads(),
         native_bit_identical=native_exact,
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-    print(f"wrote {args.out}")
+    write_results(args.out, meta, results=rows)
     return 0
 
 

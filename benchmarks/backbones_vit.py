@@ -11,7 +11,6 @@ Targets (issue 4): rotary encodings at most 10 % over NoPE, HARoPE and ComRoPE a
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from timing import machine_meta, write_results  # beside this script
 
 BASELINE = "nope"
 TARGETS = {"harope*": 1.25, "comrope*": 1.25, "*": 1.10}  # rotary encodings: max step time / NoPE's
@@ -73,19 +73,8 @@ def main(argv=None) -> int:
     )
     rows = run(args)
     print(summary(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(
-        torch=torch.__version__,
-        device=args.device,
-        dtype=args.dtype,
-        threads=torch.get_num_threads(),
-        machine=platform.machine(),
-        rounds=args.rounds,
-        repeats=args.repeats,
-        clock=args.clock,
-    )
-    args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-    print(f"wrote {args.out}")
+    meta = machine_meta(args.device, args.dtype, rounds=args.rounds, repeats=args.repeats, clock=args.clock)
+    write_results(args.out, meta, results=rows)
     return 0
 
 

@@ -16,15 +16,14 @@ Qwen-Image-shaped transformers at the same token counts instead.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from edit_cases import MODEL_CHANNELS, cases, family_band_case
-from family_edit_cases import family_rows
+from family_edit_cases import family_rows, verdict
+from timing import write_results  # beside this script
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -202,8 +201,6 @@ def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dic
 
 
 def _row(case, inputs, result, text_len) -> dict:
-    variant, baseline, limit = case.target
-    ratio = result["ms"][variant] / result["ms"][baseline]
     return dict(
         case=case.name,
         tokens=inputs["hidden_states"].shape[1] + text_len,
@@ -211,13 +208,7 @@ def _row(case, inputs, result, text_len) -> dict:
         ms={k: round(v, 2) for k, v in result["ms"].items()},
         peak_mib=result["peak_mib"],
         on_vs_off=round(result["ms"]["on"] / result["ms"]["off"], 3),
-        target=f"{variant} / {baseline} <= {limit}",
-        ratio=round(ratio, 3),
-        met=ratio <= limit,
-        implied_attention_work=round(result["implied"], 3),
-        method_cost=case.method_cost,
-        off_equals_stock=result["off_equals_stock"],
-        max_change=result["max_change"],
+        **verdict(case, result),
     )
 
 
@@ -306,8 +297,6 @@ def main(argv=None) -> int:
     else:
         rows = run(args.size, args.dtype, args.device, args.repeats, tuple(args.only))
     _print(rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(
         size=args.size,
         dtype=args.dtype,
@@ -317,8 +306,7 @@ def main(argv=None) -> int:
         threads=torch.get_num_threads(),
         platform=platform.platform(),
     )
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    write_results(args.out, meta, indent=2, rows=rows)
     return 0
 
 

@@ -14,13 +14,12 @@ DiT shape: ``[1, 12, T*H*W, 128]`` on a (t, row, col) grid (interleaved pairs) a
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from timing import median_seconds
+from timing import median_seconds, write_results
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -219,15 +218,13 @@ def main(argv=None) -> int:
     ]
     ids_row = bench_position_ids(args.device, args.repeats)
     out = args.out or Path(f"outputs/bench_multimodal_rope_{args.device}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(
         torch=torch.__version__,
         threads=torch.get_num_threads(),
         device=args.device,
         command="python benchmarks/bench_multimodal_rope.py " + " ".join(argv or []),
     )
-    out.write_text(json.dumps(dict(meta=meta, tables_and_rotation=rows, position_ids=ids_row), indent=1))
-    print(f"wrote {out}")
+    write_results(out, meta, tables_and_rotation=rows, position_ids=ids_row)
     return 0
 
 

@@ -12,12 +12,11 @@ the channel's rotation pair.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 from pathlib import Path
 
 import torch
-from timing import median_seconds
+from timing import median_seconds, write_results
 
 SHAPES = {  # name: (B, H, L, D, axes_dims)
     "flux": ((1, 24, 4608, 128), (16, 56, 56)),
@@ -198,15 +197,13 @@ def main(argv=None) -> int:
         for dtype_name in args.dtypes:
             rows += bench_shape(name, dtype_name, args.repeats, device=args.device)
     print(summary(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(
         torch=torch.__version__,
         threads=torch.get_num_threads(),
         machine=platform.machine(),
         device=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
     )
-    args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-    print(f"wrote {args.out}")
+    write_results(args.out, meta, results=rows)
     return 0
 
 

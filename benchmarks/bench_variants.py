@@ -21,13 +21,13 @@ dense formulation blows up. Both are reported on CUDA.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from timing import write_results  # beside this script
 from torch.nn import functional as F
 
 # name: (B, H, L, D, grid, num_prefix_tokens) per size preset
@@ -380,7 +380,6 @@ def main(argv=None) -> int:
             rows += harope_rows(shape, spec, device, repeats, print, clock=args.clock)
     add_ratios(rows)
     print(summary(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(
         torch=torch.__version__,
         device=str(device),
@@ -391,8 +390,7 @@ def main(argv=None) -> int:
         threads=torch.get_num_threads(),
         memory="cuda peak above baseline" if device.type == "cuda" else "bytes saved for backward (CPU)",
     )
-    args.out.write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-    print(f"wrote {args.out}")
+    write_results(args.out, meta, results=rows)
     return 0
 
 

@@ -1,9 +1,13 @@
-"""One timing loop for the benchmarks: median wall time, synchronising CUDA around each call."""
+"""One timing loop for the benchmarks (median wall time, synchronising CUDA around each call) and one way to write
+their results."""
 
 from __future__ import annotations
 
+import json
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -22,3 +26,23 @@ def median_seconds(fn, device, repeats: int, warmup: int = 1) -> float:
         sync()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def write_results(out, meta: dict, indent: int = 1, **tables) -> None:
+    """``{"meta": meta, **tables}`` as JSON in ``out`` (its folder made), and one line saying so."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(meta=meta, **tables), indent=indent))
+    print(f"wrote {out}")
+
+
+def machine_meta(device, dtype, **extra) -> dict:
+    """A results file's ``meta``: torch version, device, dtype, torch threads and machine, then ``extra``."""
+    return dict(
+        torch=torch.__version__,
+        device=device,
+        dtype=dtype,
+        threads=torch.get_num_threads(),
+        machine=platform.machine(),
+        **extra,
+    )

@@ -18,7 +18,6 @@ import argparse
 import glob
 import json
 import os
-import shutil
 import sys
 
 import torch
@@ -29,7 +28,7 @@ from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos._validation import NonFiniteLossError
 from mmpos.eval.image_quality import psnr, ssim
 from mmpos.models.world.nvs import NVS_ENCODINGS
-from mmpos.training.run_folders import RunExistsError, UnreadableCheckpointError
+from mmpos.training.scaffold_folders import UnreadableCheckpointError, refuse_earlier_run, remove_paths
 from mmpos.training.world.nvs_training import (
     NVSRecipe,
     evaluate,
@@ -62,12 +61,7 @@ def train(args):
     name = f"{args.encoding}_s{args.seed}.pt"
     checkpoint = os.path.join(args.out, args.checkpoints, name)
     earlier = [p for p in (checkpoint, run_folder(checkpoint)) if os.path.exists(p)]
-    if args.resume and args.overwrite:
-        raise RunExistsError("--resume continues the earlier run and --overwrite replaces it: pass one")
-    if earlier and not (args.resume or args.overwrite):
-        raise RunExistsError(
-            f"{earlier[0]} holds an earlier run; pass --resume to continue it or --overwrite to replace it"
-        )
+    refuse_earlier_run(f"{earlier[0]} holds an earlier run" if earlier else None, args.resume, args.overwrite)
     recipe = NVSRecipe(
         args.encoding,
         args.seed,
@@ -80,8 +74,7 @@ def train(args):
     data = load_torch_file(os.path.join(args.out, "data.pt"))["train"]
     os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
     if args.overwrite and int(os.environ.get("RANK", "0")) == 0:
-        for path in earlier:
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        remove_paths(earlier)
     train_nvs(recipe, data, checkpoint, log=lambda line: print(line, flush=True))
 
 

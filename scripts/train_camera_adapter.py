@@ -16,36 +16,25 @@ from __future__ import annotations
 
 import sys
 
-from mmpos._arguments import user_error
-from mmpos.training.scaffold_config import ConfigError, parse_run
+from mmpos.training.scaffold_config import parse_run
 
 PROG = "train_camera_adapter"
 
 
-def train(argv=None) -> dict:
-    """Train; returns ``{update: loss}`` (the mean over processes) of the updates this run made."""
+def train(argv=None) -> dict | None:
+    """Train; returns ``{update: loss}`` (the mean over processes) of the updates this run made, None when a
+    non-finite loss or a failed checkpoint write stopped it (said on stderr)."""
     from mmpos.training.camera_adapter_task import CameraAdapterConfig, CameraAdapterTask
-    from mmpos.training.scaffold import train as run_task
-    from mmpos.training.scaffold_folders import UnreadableCheckpointError
+    from mmpos.training.scaffold import train_command
 
     config, args = parse_run(CameraAdapterConfig, PROG, __doc__, (), argv)
-    try:
-        return run_task(CameraAdapterTask(config), args.resume, args.overwrite).losses
-    except (UnreadableCheckpointError, ConfigError) as error:
-        raise user_error(PROG, error) from None
+    result = train_command(PROG, CameraAdapterTask(config), args.resume, args.overwrite)
+    return None if result is None else result.losses
 
 
 def main(argv=None) -> int:
-    from mmpos.training.scaffold import NonFiniteLossError
-    from mmpos.training.scaffold_checkpoint import CheckpointWriteError
-
-    try:
-        losses = train(argv)
-    except NonFiniteLossError as error:
-        print(f"{PROG}: error: NonFiniteLossError: {error}", file=sys.stderr)
-        return 1
-    except CheckpointWriteError as error:  # a full disk: the earlier checkpoints are intact
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+    losses = train(argv)
+    if losses is None:
         return 1
     if losses:
         last = max(losses)

@@ -16,10 +16,7 @@ weights, keeping the last checkpoint.
 
 from __future__ import annotations
 
-import sys
-
-from mmpos._arguments import user_error
-from mmpos.training.scaffold_config import ConfigError, parse_run
+from mmpos.training.scaffold_config import parse_run
 
 PROG = "train_dit.py"
 
@@ -28,21 +25,9 @@ def main(argv=None) -> int:
     from mmpos.training.dit_task import DiTConfig, DiTTask
 
     config, args = parse_run(DiTConfig, PROG, __doc__, DiTTask.outputs, argv)
-    from mmpos.training.scaffold import NonFiniteLossError, train
-    from mmpos.training.scaffold_checkpoint import CheckpointWriteError
-    from mmpos.training.scaffold_folders import UnreadableCheckpointError
+    from mmpos.training.scaffold import train_command
 
-    try:
-        train(DiTTask(config), args.resume, args.overwrite)
-    except NonFiniteLossError as error:
-        print(f"{PROG}: error: NonFiniteLossError: {error}", file=sys.stderr)
-        return 1
-    except CheckpointWriteError as error:  # a full disk: the earlier checkpoints are intact
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
-    except (UnreadableCheckpointError, ConfigError) as error:
-        raise user_error(PROG, error) from None
-    return 0
+    return 1 if train_command(PROG, DiTTask(config), args.resume, args.overwrite) is None else 0
 
 
 run = main  # the entry point's earlier name

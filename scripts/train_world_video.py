@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 
 from mmpos._atomic import written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
+from mmpos.training.scaffold_folders import RunExistsError, refuse_earlier_run, remove_paths
 from mmpos.training.world.video_training import STAGES, VideoRecipe, train_stage
 from mmpos.world.video_data import make_clips
 
@@ -95,16 +95,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     earlier = earlier_run(out)
-    if args.resume and args.overwrite:
-        parser.exit(
-            2, f"{parser.prog}: error: --resume continues the earlier run and --overwrite replaces it: pass one\n"
+    try:
+        refuse_earlier_run(
+            f"--out {out} holds an earlier run ({earlier[0].name})" if earlier else None, args.resume, args.overwrite
         )
-    if earlier and not (args.resume or args.overwrite):
-        parser.exit(
-            2,
-            f"{parser.prog}: error: {out} holds a run ({earlier[0].name}); pass --resume, --overwrite or "
-            "another --out\n",
-        )
+    except RunExistsError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.stage not in ("vae", "base") and not args.base:
         parser.exit(
             2,
@@ -128,8 +124,7 @@ def main(argv=None) -> int:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     out.mkdir(parents=True, exist_ok=True)
     if args.overwrite and int(os.environ.get("RANK", "0")) == 0:
-        for path in earlier:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        remove_paths(earlier)
     try:
         data = cached_clips(out, args.scenes, args.frames, args.size)
         vae = AutoencoderKL.from_pretrained(args.vae)

@@ -72,18 +72,15 @@ def load_checkpoint(accelerator, folder, state: TrainingState) -> None:
         accelerator.step = int(data.pop("accelerator_step"))
         state.progress.load_state_dict(data)
         return
-    try:
+    from .scaffold_checkpoint import reading_checkpoint
+
+    with reading_checkpoint(folder):
         if (folder / "trainer_state.json").is_file():
             _read_state(accelerator, folder, state)
         elif (folder / "optimizer.bin").is_file():
             _read_accelerate_state(accelerator, folder, state)
         else:
             raise UnsafeStateError(f"{folder}: not a checkpoint of the ViT trainer (no trainer_state.json)")
-    except UnsafeStateError as error:
-        raise UnreadableCheckpointError(f"cannot be resumed: {error}") from None
-    except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as error:  # parts that do not fit
-        message = " ".join(str(error).split())
-        raise UnreadableCheckpointError(f"{folder}: cannot be resumed ({type(error).__name__}: {message})") from None
 
 
 def _load_model(model, path: Path, device) -> None:

@@ -20,11 +20,21 @@ class UnreadableCheckpointError(ValueError):
     """A checkpoint folder whose files are missing, truncated, foreign or unsafe (pickled objects)."""
 
 
+def refuse_earlier_run(holder: str | None, resume: bool, overwrite: bool) -> None:
+    """Every trainer's ``--resume`` / ``--overwrite`` rule (nothing is written): both together, or neither over an
+    earlier run, is :class:`RunExistsError`. ``holder``: what holds the earlier run, the message's start
+    (``"--out runs/x holds an earlier run (checkpoint-4, ...)"``); None when there is none."""
+    if resume and overwrite:
+        raise RunExistsError("--resume continues the earlier run and --overwrite replaces it: pass one")
+    if holder and not (resume or overwrite):
+        raise RunExistsError(f"{holder}; pass --resume to continue it or --overwrite to replace it")
+
+
 def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
     """:class:`RunExistsError` / ``FileNotFoundError`` for a run folder that cannot be used as asked (nothing is
     written); returns whether it exists and holds files."""
-    if resume and overwrite:
-        raise RunExistsError("--resume and --overwrite exclude each other")
+    exists = run_dir.is_dir() and any(run_dir.iterdir())
+    refuse_earlier_run(f"run folder {run_dir} exists" if exists else None, resume, overwrite)
     if run_dir.exists() and not run_dir.is_dir():
         raise RunExistsError(f"run folder {run_dir} is a file; choose another --output-dir")
     if overwrite and run_dir.is_symlink():  # rmtree refuses links; the target is not ours to empty
@@ -32,9 +42,6 @@ def check_run_folder(run_dir: Path, resume: bool, overwrite: bool) -> bool:
             f"--output-dir {run_dir}: a symbolic link (to {os.readlink(run_dir)}); --overwrite "
             "does not empty a link's target (left untouched): pass the real folder"
         )
-    exists = run_dir.exists() and any(run_dir.iterdir())
-    if exists and not (resume or overwrite):
-        raise RunExistsError(f"run folder {run_dir} exists; pass --resume to continue it or --overwrite to replace it")
     if resume and latest_checkpoint(run_dir) is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint-<step> under {run_dir}")
     return exists

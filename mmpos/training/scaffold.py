@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from .._validation import NonFiniteLossError, check_finite_loss  # noqa: F401 - 
 from .interrupt import StopOnSignal
 from .scaffold_checkpoint import RunState, UnshareOutError, load_checkpoint, save_checkpoint, saved_config
 from .scaffold_config import ConfigError, check_data_parallel, check_resume_config, resolved
-from .scaffold_folders import check_run, latest_checkpoint, remove_earlier_run
+from .scaffold_folders import check_run, kept_checkpoint_note, latest_checkpoint, remove_earlier_run
 
 SEED_STRIDE = 1_000_003
 
@@ -244,6 +245,25 @@ def train(task: TrainingTask, resume: str | None = None, overwrite: bool = False
     return TrainResult(losses, accelerator.unwrap_model(model), ema, accelerator, last)
 
 
+def train_command(prog: str, task: TrainingTask, resume: str | None, overwrite: bool) -> TrainResult | None:
+    """:func:`train` for a script's ``main``: an unreadable checkpoint or a config error ends it with one line and
+    exit code 2 (``SystemExit``); a non-finite loss or a checkpoint that could not be written (a full disk: the
+    earlier checkpoints are intact) is one line on stderr and None (the script exits with code 1)."""
+    from .._arguments import user_error
+    from .scaffold_checkpoint import CheckpointWriteError
+    from .scaffold_folders import UnreadableCheckpointError
+
+    try:
+        return train(task, resume, overwrite)
+    except NonFiniteLossError as error:
+        print(f"{prog}: error: NonFiniteLossError: {error}", file=sys.stderr)
+    except CheckpointWriteError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+    except (UnreadableCheckpointError, ConfigError) as error:
+        raise user_error(prog, error) from None
+    return None
+
+
 def _loader(task, accelerator, dataset, stream: DataStream, start: int):
     config = task.config
     sampler = RankBatches(stream, start, config.steps, accelerator.process_index, config.batch_size)
@@ -295,7 +315,11 @@ def _update(task, accelerator, state: RunState, stream, log, positions, step: in
     with task.step_scope():
         with accelerator.autocast():
             loss = task.loss(model, batch, SampleNoise(config.seed, step, positions, accelerator.device))
-        check_finite_loss(accelerator.gather(loss.detach().float()[None]), step + 1, lambda: _kept(out))
+        check_finite_loss(
+            accelerator.gather(loss.detach().float()[None]),
+            step + 1,
+            lambda: kept_checkpoint_note(latest_checkpoint(out)),
+        )
         accelerator.backward(loss)
     if config.grad_clip is not None:
         accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -323,15 +347,6 @@ def _save(task, accelerator, state: RunState) -> Path:
         resolved(config),
         config.keep,
         lambda folder: task.checkpoint_extras(folder, accelerator.unwrap_model(model), ema),
-    )
-
-
-def _kept(out: Path) -> str:
-    kept = latest_checkpoint(out)
-    return (
-        f"The last checkpoint, {kept}, is kept (--resume continues from it)."
-        if kept
-        else "No checkpoint was written yet."
     )
 
 

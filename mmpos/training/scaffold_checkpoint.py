@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import shutil
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,13 +146,21 @@ def load_checkpoint(accelerator, folder, state: RunState) -> dict:
     for a checkpoint of an earlier layout). A missing, truncated, mixed, foreign or unsafe checkpoint raises
     :class:`UnreadableCheckpointError` naming the file."""
     folder = Path(folder)
-    try:
+    with reading_checkpoint(folder):
         if (folder / "progress.json").is_file():
             return _read(accelerator, folder, state)
         if (folder / "optimizer.bin").is_file():
             _read_accelerate_layout(accelerator, folder, state)
             return {}
         raise UnsafeStateError(f"{folder}: not a training checkpoint (no progress.json)")
+
+
+@contextmanager
+def reading_checkpoint(folder: Path):
+    """Reading the checkpoint ``folder``: an unsafe part, or parts that do not fit the run, raise one
+    :class:`UnreadableCheckpointError` naming the folder (one line)."""
+    try:
+        yield
     except UnsafeStateError as error:
         raise UnreadableCheckpointError(f"{folder}: cannot be resumed ({error})") from None
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as error:  # parts that do not fit

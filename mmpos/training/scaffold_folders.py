@@ -10,7 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .run_folders import RunExistsError, UnreadableCheckpointError  # noqa: F401 - the one pair of errors
+from .run_folders import RunExistsError, UnreadableCheckpointError, refuse_earlier_run  # noqa: F401 - one rule
 
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
@@ -29,6 +29,16 @@ def latest_checkpoint(out) -> Path | None:
     return found[-1] if found else None
 
 
+def kept_checkpoint_note(kept: Path | None) -> str:
+    """The end of a stopped run's error (the NaN stop): the newest complete checkpoint ``kept``, which ``--resume``
+    continues from, or that there is none yet."""
+    return (
+        f"The last checkpoint, {kept}, is kept (--resume continues from it)."
+        if kept
+        else "No checkpoint was written yet."
+    )
+
+
 def check_run(out, resume: str | None, overwrite: bool, outputs: tuple[str, ...] = ()) -> Path | None:
     """Check ``--out`` against ``--resume`` / ``--overwrite`` (nothing is written or deleted here).
 
@@ -36,16 +46,12 @@ def check_run(out, resume: str | None, overwrite: bool, outputs: tuple[str, ...]
     run (a checkpoint or one of the task's ``outputs``) without either flag is :class:`RunExistsError`; ``--resume``
     without a complete checkpoint ``FileNotFoundError``."""
     out = Path(out)
-    if resume and overwrite:
-        raise RunExistsError("--resume continues the earlier run and --overwrite replaces it: pass one")
+    earlier = earlier_run(out, outputs)  # none when out is a file
+    refuse_earlier_run(
+        f"--out {out} holds an earlier run ({earlier[0].name}, ...)" if earlier else None, resume, overwrite
+    )
     if out.exists() and not out.is_dir():
         raise RunExistsError(f"--out {out} is a file; expected a folder")
-    earlier = earlier_run(out, outputs)
-    if earlier and not (resume or overwrite):
-        raise RunExistsError(
-            f"--out {out} holds an earlier run ({earlier[0].name}, ...); pass --resume to continue "
-            "it or --overwrite to replace it"
-        )
     if not resume:
         return None
     found = latest_checkpoint(out) if resume == "latest" else Path(resume)
@@ -68,5 +74,10 @@ def earlier_run(out: Path, outputs: tuple[str, ...] = ()) -> list[Path]:
 
 def remove_earlier_run(out, outputs: tuple[str, ...] = ()) -> None:
     """``--overwrite``: delete the earlier run's checkpoints, log and outputs (nothing else in ``out``)."""
-    for path in earlier_run(Path(out), outputs):
+    remove_paths(earlier_run(Path(out), outputs))
+
+
+def remove_paths(paths) -> None:
+    """Delete these files and folders (an earlier run's, on ``--overwrite``)."""
+    for path in map(Path, paths):
         shutil.rmtree(path) if path.is_dir() else path.unlink()

@@ -39,6 +39,7 @@ from .checkpoints import (
 )
 from .interrupt import StopOnSignal
 from .scaffold_config import check_data_parallel
+from .scaffold_folders import kept_checkpoint_note
 from .vit_config import ConfigError, check_config, check_resume_config, eval_sizes
 from .vit_data import (
     SeededSamples,
@@ -265,7 +266,9 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
                     with accelerator.autocast():
                         loss = criterion(model(images), targets)
                     check_finite_loss(
-                        accelerator.gather(loss.detach()[None]), progress.step + 1, lambda: _kept(run_dir)
+                        accelerator.gather(loss.detach()[None]),
+                        progress.step + 1,
+                        lambda: kept_checkpoint_note(latest_checkpoint(run_dir)),
                     )
                     accelerator.backward(loss)
                     grad_norm = None
@@ -301,11 +304,6 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
     bar.close()
     accelerator.wait_for_everyone()
     accelerator.save_model(ema.module if ema is not None else plain_model(accelerator, model), str(run_dir))
-
-
-def _kept(run_dir) -> str:
-    kept = latest_checkpoint(run_dir)
-    return f"The last checkpoint, {kept}, is kept (--resume continues from it)." if kept else "No checkpoint yet."
 
 
 def _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started):

@@ -108,17 +108,15 @@ class FamilyEditAttention:
             return None
         return self.make_call(attn, inputs, segments, processor.layer_rotation(self, self.rotary_emb(inputs)))
 
-    def make_call(self, attn, inputs: dict, segments: TokenSegments, rotation: LayerRotation) -> LayerCall:
-        """The :class:`LayerCall` of ``attn`` called with ``inputs`` (the stock processor's arguments by name)."""
+    def make_call(
+        self, attn, inputs: dict, segments: TokenSegments, rotation: LayerRotation, kind=LayerCall, **extra
+    ) -> LayerCall:
+        """The :class:`LayerCall` of ``attn`` called with ``inputs`` (the stock processor's arguments by name); a
+        family's subclass ``kind`` gets its own fields ``extra``."""
         query, key, value, state = self.project(attn, inputs)
         mask = self.key_mask(inputs, segments, query.shape[0], query.shape[1])
-        return LayerCall(
-            attn,
-            query,
-            key,
-            value,
-            segments,
-            rotation,
-            mask,
-            lambda out, dtype: self.finish(attn, inputs, state, out, dtype),
-        )
+
+        def finish(out, dtype):
+            return self.finish(attn, inputs, state, out, dtype)
+
+        return kind(attn, query, key, value, segments, rotation, mask, finish, **extra)

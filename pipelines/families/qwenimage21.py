@@ -176,20 +176,8 @@ class Qwen21EditAttention(FamilyEditAttention):
         rotation = processor.layer_rotation(self, inputs["rotary_emb"])
         if inputs.get("kv_cache_mode") == "cached":
             rotation = self._padded(processor.context, rotation, segments.target_start)
-        query, key, value, state = self.project(attn, inputs)
-        mask = self.key_mask(inputs, segments, query.shape[0], query.shape[1])
-        return Qwen21LayerCall(
-            attn,
-            query,
-            key,
-            value,
-            segments,
-            rotation,
-            mask,
-            lambda out, dtype: self.finish(attn, inputs, state, out, dtype),
-            blocks=tuple(processor.context.layout),
-            cached=inputs.get("kv_cache_mode") == "cached",
-        )
+        blocks, cached = tuple(processor.context.layout), inputs.get("kv_cache_mode") == "cached"
+        return self.make_call(attn, inputs, segments, rotation, Qwen21LayerCall, blocks=blocks, cached=cached)
 
     @staticmethod
     def _padded(context, rotation: LayerRotation, prefix: int) -> LayerRotation:

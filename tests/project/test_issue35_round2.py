@@ -193,12 +193,10 @@ def test_vit_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_previous(vi
 
 
 def test_train_camera_adapter_max_zoom_and_resume_lr_are_one_line_errors(tmp_path, capsys):
-    from mmpos.cli import main
+    from tests.fixtures.world_clips import write_world_clips
     from tests.training.test_train_camera_adapter import args, load_script
 
-    for seed in range(2):
-        out = tmp_path / "clips" / f"clip_{seed}"
-        assert main(["world", "clip", "--out", str(out), "--frames", "6", "--size", "64", "--seed", str(seed)]) == 0
+    write_world_clips(tmp_path / "clips", 2)
     script = load_script()
 
     def error(argv, code=2):

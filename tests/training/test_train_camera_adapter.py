@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import mmpos.training.camera_adapter_task as task_module
-from mmpos.cli import main as mmpos_main
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 from mmpos.training import camera_clips
+from tests.fixtures.world_clips import write_world_clips
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_camera_adapter.py"
 
@@ -25,25 +25,7 @@ def load_script():
 
 @pytest.fixture(scope="module")
 def world_clips(tmp_path_factory):
-    data = tmp_path_factory.mktemp("clips")
-    for seed in range(2):
-        assert (
-            mmpos_main(
-                [
-                    "world",
-                    "clip",
-                    "--out",
-                    str(data / f"clip_{seed}"),
-                    "--frames",
-                    "6",
-                    "--size",
-                    "64",
-                    "--seed",
-                    str(seed),
-                ]
-            )
-            == 0
-        )
+    data = write_world_clips(tmp_path_factory.mktemp("clips"), 2)
     (data / "clip_1" / "caption.txt").write_text("a camera orbit around the scene")
     return data
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,8 @@ from mmpos.training.checkpoints import RunExistsError, UnreadableCheckpointError
 from mmpos.training.vit_cli import train_main
 from mmpos.training.vit_config import ConfigError
 from mmpos.world.positional import write_positional_folder
+from tests.fixtures.torchrun import rank_records
+from tests.fixtures.torchrun import torchrun as run_workers
 
 TINY_MODEL = {"patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2, "class_token": False, "global_pool": "avg"}
 WORKER = Path(__file__).parents[1] / "workers" / "vit_ddp_worker.py"
@@ -203,26 +202,12 @@ def test_ape_warm_start_choices(data_dir):
 
 def test_two_process_gloo_run(data_dir, tmp_path):
     """torchrun --nproc_per_node 2 (gloo on CPU): the ranks read different samples and end with equal weights."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     config = tiny_config(data_dir, steps=3, eval_sizes=[32], eval_extrapolation=["none"])
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(config))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "29517",
-        str(WORKER),
-        str(config_path),
-        str(tmp_path / "run"),
-        str(tmp_path),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = run_workers(WORKER, [config_path, tmp_path / "run", tmp_path], 29517, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = rank_records(tmp_path)
     seen = [{tuple(pair) for pair in r["indices"]} for r in ranks]  # (epoch, index): 2 updates per epoch
     assert min(len(s) for s in seen) >= 3 * 8  # 3 updates of 8 (plus the loader's look-ahead)
     assert not seen[0] & seen[1]  # within an epoch, the ranks read disjoint samples

@@ -17,6 +17,7 @@ import yaml
 
 from mmpos.training.interrupt import resume_command
 from mmpos.training.scaffold_folders import checkpoints
+from tests.training.test_training_scaffold import TINY_DIT
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).parents[1] / "workers" / "sigint_worker.py"
@@ -43,31 +44,7 @@ def interrupt_and_resume(trainer, args, out, signal_at):
     assert f"resumed from {out}/checkpoint-{signal_at}" in resumed.stdout + resumed.stderr
 
 
-DIT = [
-    "--tiny",
-    "--data",
-    "shapes",
-    "--samples",
-    "24",
-    "--resolution",
-    "8",
-    "--num-classes",
-    "4",
-    "--pe",
-    "rope_mixed",
-    "--sample-steps",
-    "0",
-    "--ema-decay",
-    "0.5",
-    "--lr",
-    "1e-2",
-    "--batch-size",
-    "4",
-    "--steps",
-    "8",
-    "--checkpoint-every",
-    "100",
-]
+DIT = [*TINY_DIT, "--batch-size", "4", "--steps", "8", "--checkpoint-every", "100"]
 
 
 def test_scaffold_run_interrupted_and_resumed_equals_an_uninterrupted_one(tmp_path):

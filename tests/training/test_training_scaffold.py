@@ -8,8 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +25,9 @@ from mmpos.training.scaffold_config import (
     positive,
 )
 from mmpos.training.scaffold_folders import checkpoints
+from tests.fixtures.torchrun import rank_records
+from tests.fixtures.torchrun import torchrun as run_workers
+from tests.fixtures.world_clips import write_world_clips
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).parents[1] / "workers" / "scaffold_ddp_worker.py"
@@ -191,28 +192,9 @@ def test_dit_stops_at_the_first_nan_loss_keeping_the_last_checkpoint(tmp_path, m
 
 
 def test_camera_adapter_stops_at_a_nan_loss(tmp_path, monkeypatch, capsys):
-    from mmpos.cli import main as mmpos_main
     from mmpos.training.camera_adapter_task import CameraAdapterTask
 
-    data = tmp_path / "clips"
-    for seed in range(2):
-        assert (
-            mmpos_main(
-                [
-                    "world",
-                    "clip",
-                    "--out",
-                    str(data / f"clip_{seed}"),
-                    "--frames",
-                    "6",
-                    "--size",
-                    "64",
-                    "--seed",
-                    str(seed),
-                ]
-            )
-            == 0
-        )
+    data = write_world_clips(tmp_path / "clips", 2)
     original = CameraAdapterTask.loss
     monkeypatch.setattr(CameraAdapterTask, "loss", lambda self, *a: original(self, *a) * float("inf"))
     argv = [
@@ -236,25 +218,11 @@ def test_camera_adapter_stops_at_a_nan_loss(tmp_path, monkeypatch, capsys):
 
 # ---------------------------------------------------------------- 2 processes
 def torchrun(task: str, argv: list, records: Path, port: int, processes: int = 2, **env):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(processes),
-        "--master_port",
-        str(port),
-        str(WORKER),
-        task,
-        json.dumps(argv),
-        str(records),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = run_workers(WORKER, [task, json.dumps(argv), records], port, processes, **env)
     if env.get("SCAFFOLD_NODE_LOCAL_OUT"):
         return done
     assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads((records / f"rank{r}.json").read_text()) for r in range(processes)]
+    return rank_records(records, processes)
 
 
 # The DiT's adaLN-zero: the modulation starts at zero, so the timestep embedding gets no gradient at the first update
@@ -312,29 +280,10 @@ def test_an_out_folder_the_processes_do_not_share_stops_the_run_at_start(tmp_pat
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("MMPOS_SLOW") != "1", reason="slow: two tiny Wans under torchrun (MMPOS_SLOW=1)")
 def test_camera_adapter_two_processes_equal_one_at_twice_the_batch(tmp_path):
-    from mmpos.cli import main as mmpos_main
     from mmpos.training.camera_adapter_task import CameraAdapterConfig, CameraAdapterTask
     from mmpos.training.scaffold import train
 
-    data = tmp_path / "clips"
-    for seed in range(4):
-        assert (
-            mmpos_main(
-                [
-                    "world",
-                    "clip",
-                    "--out",
-                    str(data / f"clip_{seed}"),
-                    "--frames",
-                    "6",
-                    "--size",
-                    "64",
-                    "--seed",
-                    str(seed),
-                ]
-            )
-            == 0
-        )
+    data = write_world_clips(tmp_path / "clips", 4)
 
     def argv(out, batch):
         return [

@@ -7,8 +7,6 @@ equal weights, equal one process at twice the batch, and only rank 0 writes."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from mmpos.training.scaffold_folders import checkpoints
+from tests.fixtures.torchrun import rank_records
+from tests.fixtures.torchrun import torchrun as run_workers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,29 +215,10 @@ def test_an_earlier_train_state_folder_resumes(tmp_path):
 
 # ---------------------------------------------------------------- 2 processes
 def torchrun(kind: str, spec: dict, records: Path, port: int, processes: int = 2):
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(
-            [str(WORKER.parent)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        ),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(processes),
-        "--master_port",
-        str(port),
-        str(WORKER),
-        kind,
-        json.dumps(spec),
-        str(records),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    path = os.pathsep.join([str(WORKER.parent)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    done = run_workers(WORKER, [kind, json.dumps(spec), records], port, processes, PYTHONPATH=path)
     assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads((records / f"rank{r}.json").read_text()) for r in range(processes)]
+    return rank_records(records, processes)
 
 
 def check_ranks(records: Path, single: dict, atol: float, round_off_only: tuple = ()) -> list:
@@ -531,9 +512,8 @@ def test_train_world_video_refuses_a_run_with_checkpoints(tmp_path, capsys):
     (tmp_path / "checkpoint-2").mkdir()
     with pytest.raises(SystemExit) as refused:
         script.main(["--stage", "vae", "--out", str(tmp_path)])
-    assert (
-        refused.value.code == 2 and "holds a run (checkpoint-2); pass --resume, --overwrite" in capsys.readouterr().err
-    )
+    message = capsys.readouterr().err
+    assert refused.value.code == 2 and "holds an earlier run (checkpoint-2); pass --resume to continue it" in message
     with pytest.raises(SystemExit) as both:
         script.main(["--stage", "vae", "--out", str(tmp_path), "--resume", "--overwrite"])
     assert both.value.code == 2 and "pass one" in capsys.readouterr().err

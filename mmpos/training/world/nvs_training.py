@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 
 from ..._safe_state import load_torch_file, read_json, read_tensors, write_json
-from ..._validation import check_finite_loss
+from ..._validation import check_non_negative_int, check_positive_int
 from ...eval.image_quality import psnr, ssim
 from ...models.world.nvs import NovelViewTransformer
 from ...world.nvs_data import select
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
 from ..scaffold_folders import latest_checkpoint
-from .ranks import average_gradients, check_shared, local, make_accelerator, mean_loss
+from .ranks import check_shared, local, make_accelerator, step_generator, update
 
 
 @dataclass
@@ -43,11 +43,8 @@ class NVSRecipe:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "dim", "depth", "heads"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not (isinstance(self.warmup, int) and self.warmup >= 0):
-            raise ValueError(f"warmup must be a non-negative integer, got {self.warmup!r}")
+            check_positive_int(name, getattr(self, name))
+        check_non_negative_int("warmup", self.warmup)
         for name in ("lr", "weight_decay"):  # lr 0: continued training that keeps the weights (tested)
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
@@ -135,23 +132,17 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
     optimizer = _optimizer(model, recipe)
     state = _start(recipe, model, optimizer, accelerator, checkpoint)
     count, folder = data["images"].shape[0], run_folder(checkpoint)
-    mine = local(accelerator, recipe.batch_size)
+    mine, parameters = local(accelerator, recipe.batch_size), list(model.parameters())
     while state["step"] < recipe.steps:
         started = time.process_time()
         step = state["step"]
-        generator = torch.Generator().manual_seed(recipe.seed * 1_000_003 + state.get("previous_steps", 0) + step)
+        generator = step_generator(recipe.seed, state.get("previous_steps", 0) + step)
         index = torch.randint(count, (recipe.batch_size * accelerator.num_processes,), generator=generator)
         batch = select(data, index[mine])
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(recipe, step)
         loss = (model(batch) - batch["images"][:, 2]).pow(2).mean()
-        check_finite_loss(accelerator.gather(loss.detach()[None]), step + 1, lambda: _kept(folder))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        average_gradients(accelerator, model.parameters())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        state["losses"].append(mean_loss(accelerator, loss))
+        state["losses"].append(
+            update(accelerator, optimizer, parameters, loss, learning_rate(recipe, step), step, folder)
+        )
         state["step"] += 1
         state["cpu_seconds"] += time.process_time() - started
         if state["step"] % checkpoint_every == 0 or state["step"] == recipe.steps:
@@ -174,11 +165,6 @@ def _save(accelerator, folder: Path, model, optimizer, state: dict) -> Path:
         keep=2,
         extras=lambda part: write_json(part / "nvs_progress.json", state),
     )
-
-
-def _kept(folder: Path) -> str:
-    kept = latest_checkpoint(folder)
-    return f"The last checkpoint, {kept}, is kept." if kept else "No checkpoint was written yet."
 
 
 def load_trained(checkpoint: str, image_size: int = 32) -> NovelViewTransformer:

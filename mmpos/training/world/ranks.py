@@ -14,7 +14,9 @@ import base64
 
 import torch
 
+from ..._validation import check_finite_loss
 from ..scaffold_config import check_data_parallel
+from ..scaffold_folders import kept_checkpoint_note, latest_checkpoint
 
 
 def make_accelerator(mixed_precision: str = "no", device: str | None = None):
@@ -48,6 +50,29 @@ def average_gradients(accelerator, parameters) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
+
+
+def step_generator(seed: int, step: int) -> torch.Generator:
+    """The CPU generator of update ``step``'s draws: batches and noise are a function of ``(seed, step)``."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def update(accelerator, optimizer, parameters: list, loss: torch.Tensor, lr: float, step: int, out) -> float:
+    """One update of the NVS and video trainers from this process's ``loss`` at learning rate ``lr``: the NaN stop
+    first (every process's loss; the message names ``out``'s newest checkpoint), then the backward pass, the
+    gradients averaged over the processes and clipped to norm 1, the step. Returns the loss averaged over the
+    processes (what is logged)."""
+    check_finite_loss(
+        accelerator.gather(loss.detach()[None]), step + 1, lambda: kept_checkpoint_note(latest_checkpoint(out))
+    )
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    average_gradients(accelerator, parameters)
+    torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+    optimizer.step()
+    return mean_loss(accelerator, loss)
 
 
 def mean_loss(accelerator, loss: torch.Tensor) -> float:

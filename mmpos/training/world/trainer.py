@@ -25,7 +25,7 @@ from ...models.world.image import TASKS, build_text_encoder, build_vae, vae_scal
 from ...models.world.latents import to_unit
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
 from ..scaffold_config import ConfigError
-from ..scaffold_folders import UnreadableCheckpointError, latest_checkpoint
+from ..scaffold_folders import UnreadableCheckpointError, kept_checkpoint_note, latest_checkpoint
 from .checkpoints import DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae, previous_training
 from .export import export_model
 from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
@@ -219,11 +219,8 @@ class WorldTrainer:
 
     def _kept(self) -> str:
         kept = latest_checkpoint(self.run_dir)
-        if kept is not None:
-            return f"The last checkpoint is kept in {kept} (--resume continues from it)."
-        if (self.state_dir / "progress.json").is_file():
-            return f"The last checkpoint is kept in {self.state_dir} (--resume continues from it)."
-        return "No checkpoint was written yet."
+        earlier = self.state_dir if (self.state_dir / "progress.json").is_file() else None  # the earlier layout
+        return kept_checkpoint_note(kept or earlier)
 
     def _run_state(self) -> RunState:
         return RunState(self.raw, self.optimizer, self.scheduler, self.ema, self.step, {})

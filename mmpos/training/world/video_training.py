@@ -28,13 +28,13 @@ import torch
 
 from ..._atomic import folder_written_atomically
 from ..._safe_state import load_torch_file, read_json, write_json
-from ..._validation import check_choice, check_finite_loss
+from ..._validation import check_choice, check_positive_int
 from ...models.world.video import encode_frames, flow_loss, world_video_transformer
 from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
 from ..scaffold_folders import latest_checkpoint
 from .losses import vae_loss
 from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
-from .ranks import any_process, average_gradients, check_shared, local, make_accelerator, mean_loss
+from .ranks import any_process, check_shared, local, make_accelerator, step_generator, update
 
 STAGES = ("vae", "base", "ucpe", "plucker", "prope")
 EXPORTED = {"vae": "vae", "base": "transformer"}  # camera stages export ``camera_adapter``
@@ -56,8 +56,7 @@ class VideoRecipe:
     def __post_init__(self):
         check_choice("stage", self.stage, STAGES)
         for name in ("steps", "batch_size", "train_scenes", "clips_per_scene", "checkpoint_every"):
-            if not (isinstance(getattr(self, name), int) and getattr(self, name) > 0):
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+            check_positive_int(name, getattr(self, name))
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
 
@@ -198,17 +197,9 @@ def train_stage(
     while state["step"] < last and not any_process(accelerator, (time.time() - wall_start) >= max_minutes * 60):
         started = time.process_time()
         step = state["step"]
-        generator = torch.Generator().manual_seed(recipe.seed * 1_000_003 + step)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(recipe, step)
-        loss = stage.loss(generator)
-        check_finite_loss(accelerator.gather(loss.detach()[None]), step + 1, lambda: _kept(out))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        average_gradients(accelerator, parameters)
-        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-        optimizer.step()
-        state["losses"].append(round(mean_loss(accelerator, loss), 6))
+        loss = stage.loss(step_generator(recipe.seed, step))
+        mean = update(accelerator, optimizer, parameters, loss, learning_rate(recipe, step), step, out)
+        state["losses"].append(round(mean, 6))
         state["step"] += 1
         state["cpu_seconds"] += time.process_time() - started
         if state["step"] % recipe.checkpoint_every == 0:
@@ -242,15 +233,6 @@ def _resume(out: Path, recipe: VideoRecipe, stage: VideoStage, optimizer, accele
     stage.trained.load_state_dict(saved.pop("model"))
     optimizer.load_state_dict(saved.pop("optimizer"))
     return saved
-
-
-def _kept(out: Path) -> str:
-    kept = latest_checkpoint(out)
-    return (
-        f"The last checkpoint, {kept}, is kept (--resume continues from it)."
-        if kept
-        else "No checkpoint was written yet."
-    )
 
 
 def _save_state(accelerator, out: Path, state: dict, stage: VideoStage, optimizer) -> None:
