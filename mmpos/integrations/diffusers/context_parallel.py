@@ -133,14 +133,22 @@ def own_rows(hook, length: int) -> tuple[int, int]:
     return rows[length]
 
 
+def parallel_config(model):
+    """The ``ParallelConfig`` diffusers recorded on ``model`` (``enable_parallelism``), or ``None``."""
+    return getattr(model, "_parallel_config", None)
+
+
+def is_parallel(model) -> bool:
+    """``enable_parallelism`` (context or tensor parallel) was applied to ``model``."""
+    return parallel_config(model) is not None
+
+
 def refuse_after_parallelism(position_attr: str):
     """A family's ``check_model``: refuse ``set_pe`` / ``restore`` on a model already under ``enable_parallelism``
     whose plan hooks the position module at ``position_attr`` (swapping the module would drop the hook: tables
     unsharded while the tokens are)."""
 
     def check(model) -> None:
-        from .parallelism import is_parallel  # (imported here: parallelism imports the families)
-
         if is_parallel(model):
             raise RuntimeError(
                 f"{type(model).__name__}: call set_pe/restore before enable_parallelism (its context-"

@@ -6,7 +6,7 @@ for context parallelism (the sequence split over the ranks by the model's ``_cp_
 its ``tensor_parallel_config`` for tensor parallelism. :func:`check_parallelism` allows:
 
 - context parallelism on a family whose seam a 2-process test showed equal to one process
-  (:attr:`~.families.Family.context_parallel`: FLUX.1, FLUX.2, Wan, Qwen-Image); every other family is refused
+  (:attr:`~.families.Family.context_parallel`: FLUX.1, FLUX.2, Wan, Qwen-Image, LTX-Video); every other family is refused
   (diffusers 0.42.1 ships no ``_cp_plan`` for most of them, so a plan would be the caller's, and the seam would see
   shards it was never checked on);
 - no tensor parallelism (no family is verified under it), and no xDiT parallel state (:mod:`.xdit`).
@@ -20,18 +20,11 @@ from __future__ import annotations
 
 import torch
 
+from .context_parallel import is_parallel, parallel_config
 from .families import Family, get_family, list_families
 from .xdit import check_no_xdit_parallelism
 
-
-def parallel_config(model):
-    """The ``ParallelConfig`` diffusers recorded on ``model`` (``enable_parallelism``), or ``None``."""
-    return getattr(model, "_parallel_config", None)
-
-
-def is_parallel(model) -> bool:
-    """``enable_parallelism`` (context or tensor parallel) was applied to ``model``."""
-    return parallel_config(model) is not None
+__all__ = ["check_parallelism", "is_parallel", "parallel_config", "verified_families"]
 
 
 def verified_families() -> list[str]:
