@@ -37,9 +37,16 @@ test: $(VENV)/.test
 
 # the unit tests: everything but the end-to-end files that took most of `make test`'s time (pytest --durations=0,
 # 2-core machine, 2026-12-01: documentation 118 s, compile 83 s, world_demo 36 s, world_video 24 s, train_vit 23 s,
-# edit_cli 16 s of 462 s; edit_cli_families, added later: 37 s, 90 s on a busier machine); `make test` runs them too
+# edit_cli 16 s of 462 s; edit_cli_families, added later: 37 s, 90 s on a busier machine); and the files of 2-process
+# (torchrun) runs and other long ones added since (2026-12-02: zero3 126 s, context_parallel 140 s, fsdp_* 107 s,
+# training_interrupt 70 s, world_training 68 s, ...: with them `make test-fast` took 14 min); `make test` runs them too
 FAST_EXCLUDE := tests/project/test_documentation.py tests/encodings/test_compile.py tests/commands/test_world_demo.py tests/pipelines/test_world_video.py \
-	tests/training/test_train_vit.py tests/commands/test_edit_cli.py tests/commands/test_edit_cli_families.py
+	tests/training/test_train_vit.py tests/commands/test_edit_cli.py tests/commands/test_edit_cli_families.py \
+	tests/integrations/test_zero3.py tests/integrations/test_fsdp_resume.py tests/integrations/test_fsdp_dit.py \
+	tests/integrations/test_fsdp_timm.py tests/integrations/test_context_parallel.py \
+	tests/integrations/test_context_parallel_refusal.py tests/training/test_training_interrupt.py \
+	tests/training/test_world_training.py tests/training/test_training_scaffold.py tests/project/test_no_data_loss.py \
+	tests/project/test_packaging.py tests/pipelines/test_loose_families.py
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q $(addprefix --ignore=,$(FAST_EXCLUDE))
 
