@@ -5,7 +5,9 @@ distributed checkpoint: every process writes its own shards, none gathers the wh
 parameter name), ``rng_<rank>.json`` (each process's generators) and ``sharded_checkpoint.json`` (format, process
 count, ``extra``), written last. The folder is written as ``.checkpoint-100.partial`` and renamed into place once
 complete, in the project's order: rank 0 empties the partial folder, barrier, every rank writes, barrier, rank 0
-writes the manifest and renames, barrier. DCP's ``.metadata`` is a pickle: load only checkpoints you trust.
+writes the manifest and renames, barrier. DCP's ``.metadata`` is a pickle: it is read by an unpickler that admits
+only DCP's metadata classes, ``torch.Size``, dtypes, layouts and paths (anything else is refused naming it), and the
+shards by DCP's own ``torch.load(weights_only=True)``.
 
     from mmpos.ops.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
     save_sharded_checkpoint("run/checkpoint-100", model, optimizer, extra={"step": 100})  # in every process
@@ -15,6 +17,7 @@ writes the manifest and renames, barrier. DCP's ``.metadata`` is a pickle: load 
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import warnings
 from pathlib import Path
@@ -87,7 +90,9 @@ def load_sharded_checkpoint(path: str | Path, model: nn.Module, optimizer: torch
     path = Path(path)
     manifest = read_manifest(path)
     state = _state(model, optimizer)
-    _dcp().load(state, checkpoint_id=path)
+    reader = _allowlist_reader(path)
+    reader.read_metadata()  # refuses a tampered .metadata here, before DCP wraps the error in its own
+    _dcp().load(state, storage_reader=reader)
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
@@ -149,6 +154,50 @@ def _dcp() -> Any:
     import torch.distributed.checkpoint as dcp
 
     return dcp
+
+
+# what DCP's .metadata pickles (torch 2.14): its metadata classes, shapes, dtypes, layouts and the storage paths
+_METADATA_GLOBALS = {
+    "torch.distributed.checkpoint.metadata": {
+        "BytesStorageMetadata", "ChunkStorageMetadata", "Metadata", "MetadataIndex", "StorageMeta",
+        "TensorProperties", "TensorStorageMetadata", "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "pathlib": {"Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"},
+}  # fmt: skip
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's ``.metadata`` admitting only :data:`_METADATA_GLOBALS`, ``torch.Size`` and dtypes."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None), torch.dtype)):
+            return getattr(torch, name)
+        if name in _METADATA_GLOBALS.get(module, ()):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a distributed-checkpoint metadata file")
+
+
+def _allowlist_reader(path: Path) -> Any:
+    """DCP's file-system reader of ``path`` whose ``read_metadata`` uses :class:`_MetadataUnpickler`."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class AllowlistReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            metadata_path = self._get_metadata_path(kwargs.get("rank"))
+            with self.fs.create_stream(metadata_path, "rb") as stream:
+                try:
+                    metadata = _MetadataUnpickler(stream).load()
+                except pickle.UnpicklingError as error:
+                    raise IncompleteCheckpointError(f"{metadata_path}: refused ({error})") from None
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return AllowlistReader(path)
 
 
 def _rank() -> int:

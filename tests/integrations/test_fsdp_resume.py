@@ -70,3 +70,24 @@ def test_a_missing_or_incomplete_checkpoint_is_refused_by_name(tmp_path, one_pro
     (tmp_path / "checkpoint-3" / "sharded_checkpoint.json").unlink()  # as if its writer had died before the rename
     with pytest.raises(IncompleteCheckpointError, match="checkpoint-3: not a complete sharded checkpoint"):
         load_sharded_checkpoint(tmp_path / "checkpoint-3", model, optimizer)
+
+
+class RunsACommand:  # a pickle payload: unpickling it would call os.system
+    def __reduce__(self):
+        import os
+
+        return os.system, ("echo tampered > tampered.txt",)
+
+
+def test_a_tampered_metadata_pickle_is_refused_without_running_it(tmp_path, one_process_group, monkeypatch):
+    """DCP's ``.metadata`` is a pickle: the loader admits DCP's metadata classes only, so a folder whose metadata
+    calls a function is refused naming it, and the function never runs. The genuine file loads (above)."""
+    import pickle
+
+    model, optimizer = small_sharded_model()
+    target = save_sharded_checkpoint(tmp_path / "checkpoint-1", model, optimizer)
+    (target / ".metadata").write_bytes(pickle.dumps(RunsACommand()))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(IncompleteCheckpointError, match=r"\.metadata: refused \(posix\.system is not part of"):
+        load_sharded_checkpoint(target, *small_sharded_model())
+    assert not (tmp_path / "tampered.txt").exists()
