@@ -56,6 +56,33 @@ def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
     assert getattr(model, "_mmpos_installed") is None
 
 
+def test_native_follows_a_dtype_move_after_set_pe(family):
+    """``set_pe`` on the float32 model, then ``.to(torch.bfloat16)``: the stock model moved alike, bit for bit."""
+    case = CASES[family]
+    stock_model, model = case.model().to(torch.bfloat16), case.model()
+    set_pe(model, "native")
+    model.to(torch.bfloat16)
+    inputs = cast(case.inputs(*case.grid), torch.bfloat16)
+    assert torch.equal(run(model, inputs), run(stock_model, inputs))
+
+
+def test_save_and_load_with_set_pe_installed_is_the_stock_checkpoint(family, tmp_path):
+    """``save_pretrained`` with the seam installed writes the stock weights and config (no mmpos state): the stock
+    class loads them and computes the stock output; ``set_pe`` on the loaded model is stock again."""
+    case = CASES[family]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = run(model, inputs)
+    keys = sorted(model.state_dict())
+    set_pe(model, "native")
+    assert sorted(model.state_dict()) == keys
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path).eval()
+    assert torch.equal(run(loaded, inputs), stock)
+    set_pe(loaded, "native")
+    assert torch.equal(run(loaded, inputs), stock)
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_each_preset_at_the_training_grid_is_stock(family, preset):
     case = CASES[family]

@@ -41,6 +41,7 @@ class _Installed:
     position_module: object
     hook: object = None  # tier 1: the pre-forward hook's handle (tier 2: the installer holds it)
     extents_hooks: tuple = ()  # the ids of the global-extents hooks (:mod:`.global_extents`)
+    companions: tuple = ()  # (attr, stock module) of the family's companion position modules
 
 
 def set_pe(
@@ -96,10 +97,13 @@ def set_pe(
         seam = _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = None
     setattr(transformer, family.position_attr, seam)
+    companions = tuple((attr, getattr(transformer, attr)) for attr in family.companion_attrs)
+    for attr in family.companion_attrs:
+        setattr(transformer, attr, seam.companions[attr])
     scheduled = any(getattr(e, "schedule", None) is not None for e in getattr(seam, "encodings", ()))
     extents_hooks = GlobalExtents(family).install(transformer) if scheduled and family.global_coords else ()
     transformer._mmpos_installed = _Installed(
-        pe=pe, position_module=stock_position, hook=hook, extents_hooks=extents_hooks
+        pe=pe, position_module=stock_position, hook=hook, extents_hooks=extents_hooks, companions=companions
     )
     if backend is not None:
         transformer.set_attention_backend(backend)
@@ -175,6 +179,8 @@ def restore(transformer: nn.Module) -> nn.Module:
     if not isinstance(installed.position_module, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
         delattr(transformer, family.position_attr)  # the seam is a submodule, which only a module may replace
     setattr(transformer, family.position_attr, installed.position_module)
+    for attr, stock in installed.companions:
+        setattr(transformer, attr, stock)
     remove_global_extents(transformer, installed.extents_hooks)
     if installed.hook is not None:
         installed.hook.remove()

@@ -38,6 +38,7 @@ _MODULES = (
     "hunyuan_video",
     "skyreels_v2",
     "cogview4",
+    "ltx2",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

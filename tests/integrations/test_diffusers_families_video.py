@@ -1,0 +1,144 @@
+"""The video families' tables against their own formulas (float64, written here from the stock modules' maths):
+LTX-2's video and audio tables (both ``rope_type`` layouts). Extrapolation at twice the grid (PI), DyPE through
+NTK at 2x (``theta * s ** (kappa d / (d - 2))`` with ``kappa = 2 sigma ** 2``), what stays stock (the cross-modal
+tables, the axes at their training extent)."""
+
+import math
+
+import pytest
+import torch
+
+from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
+from tests.fixtures.families import CASES, _ltx2, _ltx2_inputs
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def run_all(model, inputs):
+    """Every output of the forward (LTX-2: video and audio)."""
+    with torch.no_grad():
+        return model(**inputs, return_dict=False)
+
+
+# ---- LTX-2 ------------------------------------------------------------------------------------------------------
+def ltx2_phases(positions, base, count, theta=10000.0, divide=None):
+    """float64 ``[B, S, A, F]`` phases ``w_j / divide[a, j] * (2 g - 1)``, ``g = position / base[a]``,
+    ``w_j = pi / 2 * theta ** (j / (F - 1))``."""
+    w = math.pi / 2 * theta ** torch.linspace(0, 1, count, dtype=torch.float64)
+    g = positions.double().transpose(1, 2) / torch.tensor(base, dtype=torch.float64)  # [B, S, A]
+    freqs = w if divide is None else w / divide
+    return (2 * g - 1)[..., None] * freqs
+
+
+def midpoints(coords):
+    return coords.double().mean(dim=-1) if coords.ndim == 4 else coords.double()
+
+
+def ltx2_pairs(cos, num_axes, count):
+    """An interleaved table ``[B, S, D]`` -> its per-axis pair values ``[B, S, A, F]`` (padding and repeats dropped)."""
+    pad = cos.shape[-1] % (2 * num_axes)
+    return cos[..., pad::2].unflatten(-1, (count, num_axes)).transpose(-1, -2).double()
+
+
+@pytest.mark.parametrize("rope_type", ["interleaved", "split"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ltx2_native_is_stock_on_video_and_audio(rope_type, dtype):
+    torch.manual_seed(0)
+    model = _ltx2(rope_type=rope_type).eval().to(dtype)
+    inputs = {
+        k: v.to(dtype) if torch.is_tensor(v) and k.endswith("states") else v for k, v in _ltx2_inputs(4, 4).items()
+    }
+    stock = run_all(model, inputs)
+    set_pe(model, "native")
+    assert type(model.audio_rope).__name__ == "LTX2AudioSeam"
+    for ours, expected in zip(run_all(model, inputs), stock, strict=True):
+        assert torch.equal(ours, expected)
+    restore(model)
+    assert type(model.audio_rope).__name__ == "LTX2AudioVideoRotaryPosEmbed"
+    for ours, expected in zip(run_all(model, inputs), stock, strict=True):
+        assert torch.equal(ours, expected)
+
+
+def _ltx2_video_coords(model, rows, cols, frames=2):
+    return model.rope.stock[0].prepare_video_coords(1, frames, rows, cols, torch.device("cpu"), fps=24.0)
+
+
+def test_ltx2_position_interpolation_at_twice_the_grid_divides_rows_and_cols():
+    model = CASES["ltx2"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
+    coords = _ltx2_video_coords(model, 8, 8)
+    cos, _ = position_module(model)(coords)
+    count = model.rope.axes_dims[0] // 2
+    divide = torch.tensor([1.0, 2.0, 2.0], dtype=torch.float64)[:, None]  # time at its training extent: stock
+    expected = ltx2_phases(midpoints(coords), (20.0, 2048.0, 2048.0), count, divide=divide).cos()
+    got = ltx2_pairs(cos, 3, count)
+    assert torch.allclose(got, expected, atol=2e-3)
+    stock = ltx2_pairs(model.rope.stock[0](coords)[0], 3, count)
+    assert torch.equal(got[:, :, 0], stock[:, :, 0])  # the time axis: stock bit for bit
+    assert (got[:, :, 1:] - stock[:, :, 1:]).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("sigma", [1.0, 0.5])
+def test_ltx2_dype_ntk_at_twice_the_grid_follows_sigma(sigma):
+    """NTK at ``s ** kappa`` on the plain ladder of ``2 F`` channels, ``theta ** (F / (F - 1))``: stock frequency ``w_j``
+    is divided by ``s ** (kappa (F - 1 - j) / (F - 1))`` (the lowest by ``s ** kappa``, the highest kept)."""
+    model = CASES["ltx2"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype_ntk", (4, 4)))
+    inputs = _ltx2_inputs(8, 8, sigma=sigma)
+    with torch.no_grad():
+        model(**inputs, return_dict=False)  # the pre-forward hook sets the step's sigma
+    coords = _ltx2_video_coords(model, 8, 8)
+    cos, sin = position_module(model)(coords)
+    count = model.rope.axes_dims[0] // 2
+    kappa = 2.0 * sigma**2
+    j = torch.arange(count, dtype=torch.float64)
+    divide = torch.stack(
+        [torch.ones(count, dtype=torch.float64)] + [2.0 ** (kappa * (count - 1 - j) / (count - 1))] * 2
+    )
+    expected = ltx2_phases(midpoints(coords), (20.0, 2048.0, 2048.0), count, divide=divide)
+    assert torch.allclose(ltx2_pairs(cos, 3, count), expected.cos(), atol=2e-3)
+    assert torch.allclose(ltx2_pairs(sin, 3, count), expected.sin(), atol=2e-3)
+
+
+def test_ltx2_audio_axis_extrapolates_its_own_table_only():
+    """An extrapolation entry on the family's fourth axis (audio) changes the audio table (PI at 12 tokens over 6);
+    the video table and the cross-modal tables stay stock."""
+    case = CASES["ltx2"]
+    model = case.model()
+    inputs = _ltx2_inputs(*case.grid, audio_frames=12)
+    stock = run_all(model, inputs)
+    set_pe(
+        model, "native", extrapolation=[None, None, None, {"type": "schedule", "method": "pi", "original_length": 6}]
+    )
+    audio_stock = model.audio_rope.stock[0]
+    coords = audio_stock.prepare_audio_coords(1, 12, torch.device("cpu"))
+    cos, _ = model.audio_rope(coords)
+    count = model.rope.axes_dims[3] // 2
+    expected = ltx2_phases(midpoints(coords), (20.0,), count, divide=torch.full((1, count), 2.0, dtype=torch.float64))
+    assert torch.allclose(ltx2_pairs(cos, 1, count), expected.cos(), atol=2e-3)
+    video_coords = _ltx2_video_coords(model, *case.grid)
+    assert torch.equal(position_module(model)(video_coords)[0], model.rope.stock[0](video_coords)[0])
+    assert type(model.cross_attn_rope).__name__ == "LTX2AudioVideoRotaryPosEmbed"  # stock: cross-modal time scale
+    changed = run_all(model, inputs)
+    assert all((a - b).abs().max() > 1e-6 for a, b in zip(changed, stock))
+
+
+def test_ltx2_split_layout_extrapolates_per_head():
+    """``rope_type="split"``: ``[B, heads, S, dim / (2 heads)]``, the padding pairs first; PI at 2x on the split table
+    equals the interleaved table's pairs (the same phases in another layout)."""
+    tables = {}
+    for rope_type in ("interleaved", "split"):
+        torch.manual_seed(0)
+        model = _ltx2(rope_type=rope_type).eval()
+        set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
+        tables[rope_type] = position_module(model)(_ltx2_video_coords(model, 8, 8))
+    count = 5
+    cos_split = tables["split"][0]  # [1, 2, S, 8]: 1 padding pair, then 15 pairs (5 frequencies x 3 axes)
+    assert cos_split.shape == (1, 2, 128, 8)
+    pairs = cos_split.transpose(1, 2).flatten(2)[..., 1:]
+    assert torch.equal(pairs, tables["interleaved"][0][..., 2::2])
+    assert torch.equal(cos_split.transpose(1, 2).flatten(2)[..., :1], torch.ones(1, 128, 1))
+    assert ltx2_pairs(tables["interleaved"][0], 3, count).shape == (1, 128, 3, count)
