@@ -142,3 +142,64 @@ def test_ltx2_split_layout_extrapolates_per_head():
     assert torch.equal(pairs, tables["interleaved"][0][..., 2::2])
     assert torch.equal(cos_split.transpose(1, 2).flatten(2)[..., :1], torch.ones(1, 128, 1))
     assert ltx2_pairs(tables["interleaved"][0], 3, count).shape == (1, 128, 3, count)
+
+
+# ---- MiniMax H3 -------------------------------------------------------------------------------------------------
+def half_table(pos, inv_freqs):
+    """float64 ``(cos, sin)`` ``[S, 6F]``: per axis ``pos[:, a] * inv_freqs[a]``, ``cat(t, h, w)`` twice."""
+    phases = torch.cat([pos[:, a : a + 1].double() * inv for a, inv in enumerate(inv_freqs)], dim=-1)
+    phases = torch.cat([phases, phases], dim=-1)
+    return phases.cos(), phases.sin()
+
+
+@pytest.mark.parametrize("sigma", [1.0, 0.5])
+def test_minimax_h3_dype_ntk_on_the_video_rows_only(sigma):
+    """At twice the grid (8 distinct row and column positions over the trained 4, the same normalised span), DyPE-NTK
+    gives the video rows ``theta * 2 ** (kappa d / (d - 2))`` on rows and columns (``kappa = 2 sigma ** 2``); text and
+    audio rows keep the stock table bit for bit."""
+    case = CASES["minimax_h3"]
+    model = case.model()
+    inputs = case.inputs(8, 8, sigma=sigma)
+    stock_table = model.rope(inputs["position_ids"])
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype_ntk", case.grid))
+    with torch.no_grad():
+        model(**inputs, return_dict=False)
+    assert position_module(model).encodings[0].step.sigma == pytest.approx(sigma)
+    cos, sin = position_module(model)(inputs["position_ids"])
+    d = 2 * model.config.rope_freq_dim
+    plain = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ntk = (10000.0 * 2.0 ** (2 * sigma**2 * d / (d - 2))) ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    expected_cos, expected_sin = half_table(inputs["position_ids"], [plain, ntk, ntk])
+    video = inputs["token_tags"] == 0
+    assert torch.allclose(cos[video].double(), expected_cos[video], atol=1e-5)
+    assert torch.allclose(sin[video].double(), expected_sin[video], atol=1e-5)
+    assert (cos[video] - stock_table[0][video]).abs().max() > 0.01
+    assert torch.equal(cos[~video], stock_table[0][~video]) and torch.equal(sin[~video], stock_table[1][~video])
+
+
+def test_minimax_h3_position_interpolation_at_twice_the_grid():
+    case = CASES["minimax_h3"]
+    model = case.model()
+    position_ids = case.inputs(8, 8)["position_ids"]
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", case.grid))
+    with torch.no_grad():
+        model(**case.inputs(8, 8), return_dict=False)  # records the video rows
+    cos, _ = position_module(model)(position_ids)
+    d = 2 * model.config.rope_freq_dim
+    plain = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    expected_cos, _ = half_table(position_ids, [plain, plain / 2, plain / 2])
+    video = case.inputs(8, 8)["token_tags"] == 0
+    assert torch.allclose(cos[video].double(), expected_cos[video], atol=1e-5)
+
+
+def test_minimax_h3_reads_sigma_from_one_minus_the_noisiest_timestep():
+    """``timestep`` holds the sequence's distinct values ``1 - sigma``, sorted: conditioning rows pinned near clean
+    (0.95) do not hide the target's sigma (0.7)."""
+    case = CASES["minimax_h3"]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    inputs.update(timestep=torch.tensor([0.3, 0.95]))
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    with torch.no_grad():
+        model(**inputs, return_dict=False)
+    assert position_module(model).encodings[0].step.sigma == pytest.approx(0.7)

@@ -39,6 +39,7 @@ _MODULES = (
     "skyreels_v2",
     "cogview4",
     "ltx2",
+    "minimax_h3",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
