@@ -203,3 +203,64 @@ def test_minimax_h3_reads_sigma_from_one_minus_the_noisiest_timestep():
     with torch.no_grad():
         model(**inputs, return_dict=False)
     assert position_module(model).encodings[0].step.sigma == pytest.approx(0.7)
+
+
+# ---- Helios -----------------------------------------------------------------------------------------------------
+def helios_table(frame_indices, height, width, inv_freqs):
+    """float64 ``[B, 2 sum(d), T, H, W]``: per axis ``inv[d] * grid`` with pairs repeated, ``[cos t y x, sin t y x]``."""
+    t = frame_indices.double()[:, :, None, None].expand(-1, -1, height, width)
+    y = torch.arange(height, dtype=torch.float64)[None, None, :, None].expand_as(t)
+    x = torch.arange(width, dtype=torch.float64)[None, None, None, :].expand_as(t)
+    phases = [
+        torch.einsum("d,bthw->bdthw", inv, grid).repeat_interleave(2, dim=1) for inv, grid in zip(inv_freqs, (t, y, x))
+    ]
+    return torch.cat([p.cos() for p in phases] + [p.sin() for p in phases], dim=1)
+
+
+def ladder64(dim, theta=10000.0):
+    return theta ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+@pytest.mark.parametrize("sigma", [1.0, 0.5])
+def test_helios_dype_ntk_gives_the_chunk_and_every_history_table_one_spectrum(sigma):
+    """DyPE-NTK at twice the trained grid: rows and columns at ``theta * 2 ** (kappa d / (d - 2))``, ``kappa = 2 sigma
+    ** 2``, on the chunk's table and on the short / mid / long history tables alike (time at its trained span)."""
+    case = CASES["helios"]
+    model = case.model()
+    rows, cols = (2 * n for n in case.grid)
+    inputs = case.inputs(rows, cols, sigma=sigma)
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype_ntk", case.grid))
+    with torch.no_grad():
+        model(**inputs, return_dict=False)  # sets the step's sigma and the forward's extents
+    seam = position_module(model)
+    assert seam.encodings[0].step.extents == [9.0, rows, cols]  # 4 + 2 + 1 history frames and 2 chunk frames
+    d = 4
+    ntk = (10000.0 * 2.0 ** (2 * sigma**2 * d / (d - 2))) ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    stock = model.rope.stock[0]
+    for name in ("indices_hidden_states", "indices_latents_history_short", "indices_latents_history_long"):
+        table = seam(inputs[name], rows, cols, torch.device("cpu"))
+        expected = helios_table(inputs[name], rows, cols, [ladder64(d), ntk, ntk])
+        assert torch.allclose(table.double(), expected, atol=1e-5), name
+        assert (table - stock(inputs[name], rows, cols, torch.device("cpu"))).abs().max() > 1e-3
+
+
+def test_helios_time_policy_spans_the_history_window():
+    """NTK on time at factor 2 (``model_extrapolation(..., time=...)``): the time channels of every table follow
+    ``theta * 2 ** (d / (d - 2))``, rows and columns (at their trained size) stay stock bit for bit."""
+    case = CASES["helios"]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    set_pe(
+        model, "native", extrapolation=model_extrapolation(model, "none", case.grid, time={"type": "ntk", "factor": 2})
+    )
+    seam = position_module(model)
+    stock = model.rope.stock[0]
+    d = 4
+    ntk = (10000.0 * 2.0 ** (d / (d - 2))) ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    rows, cols = case.grid
+    for name in ("indices_hidden_states", "indices_latents_history_mid"):
+        table = seam(inputs[name], rows, cols, torch.device("cpu"))
+        expected = helios_table(inputs[name], rows, cols, [ntk, ladder64(d), ladder64(d)])
+        assert torch.allclose(table.double(), expected, atol=1e-5)
+        spatial = [*range(4, 12), *range(16, 24)]  # cos y x, sin y x
+        assert torch.equal(table[:, spatial], stock(inputs[name], rows, cols, torch.device("cpu"))[:, spatial])

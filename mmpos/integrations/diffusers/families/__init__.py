@@ -40,6 +40,7 @@ _MODULES = (
     "cogview4",
     "ltx2",
     "minimax_h3",
+    "helios",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
