@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
-from tests.fixtures.families import CASES, _ltx2, _ltx2_inputs
+from tests.fixtures.families import CASES, _cosmos, _ltx2, _ltx2_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -264,3 +264,92 @@ def test_helios_time_policy_spans_the_history_window():
         assert torch.allclose(table.double(), expected, atol=1e-5)
         spatial = [*range(4, 12), *range(16, 24)]  # cos y x, sin y x
         assert torch.equal(table[:, spatial], stock(inputs[name], rows, cols, torch.device("cpu"))[:, spatial])
+
+
+# ---- Cosmos / Anima ---------------------------------------------------------------------------------------------
+def run(model, inputs):
+    return run_all(model, inputs)[0]
+
+
+def cosmos_table(sizes, inv_freqs, time_scale=1.0):
+    """float64 ``(cos, sin)`` ``[T H W, sum(d)]``: ``cat([t, h, w] * 2)`` of ``outer(position, inv)`` per axis."""
+    grids = torch.meshgrid(*[torch.arange(n, dtype=torch.float64) for n in sizes], indexing="ij")
+    grids = [grids[0] * time_scale, grids[1], grids[2]]
+    phases = torch.cat([g.reshape(-1, 1) * inv for g, inv in zip(grids, inv_freqs)], dim=-1)
+    phases = torch.cat([phases, phases], dim=-1)
+    return phases.cos(), phases.sin()
+
+
+def test_cosmos_fps_modulation_off_is_the_reference_convention():
+    """diffusers#14768: ``fps_modulation="off"`` ignores ``fps`` (time positions are frame indices), so the model with
+    ``fps=16`` computes what the stock model computes without ``fps``; the default keeps the stock modulation."""
+    case = CASES["cosmos"]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    modulated = run(model, inputs)
+    unmodulated = run(model, {**inputs, "fps": None})
+    assert (modulated - unmodulated).abs().max() > 1e-4  # 16 fps: the time phases turn 1.5x faster
+    set_pe(model, "native", fps_modulation="off")
+    assert torch.equal(run(model, inputs), unmodulated)
+    set_pe(model, "native")
+    assert position_module(model).fps_modulation == "stock"
+    assert torch.equal(run(model, inputs), modulated)
+
+
+def test_cosmos_refuses_an_unknown_fps_modulation_by_name():
+    model = CASES["cosmos"].model()
+    with pytest.raises(ValueError, match=r"fps_modulation='reference'; expected one of \['stock', 'off'\]"):
+        set_pe(model, "native", fps_modulation="reference")
+    with pytest.raises(TypeError, match=r"its own \['fps_modulation'\]"):
+        set_pe(model, "native", fps_scale=1.0)
+    flux = CASES["flux"].model()
+    with pytest.raises(TypeError, match="spectrum options"):
+        set_pe(flux, "native", fps_modulation="off")
+
+
+@pytest.mark.parametrize("sigma", [1.0, 0.5])
+def test_cosmos_dype_ntk_on_top_of_the_built_in_ntk(sigma):
+    """Anima's rows and columns are already NTK-scaled (``theta_a = 10000 * 4 ** (d / (d - 2))``); DyPE-NTK at twice
+    the grid scales that base again by ``2 ** (kappa d / (d - 2))``; time (16 fps: positions ``1.5 t``) stays stock."""
+    case = CASES["cosmos"]
+    model = case.model()
+    rows, cols = (2 * n for n in case.grid)
+    inputs = case.inputs(rows, cols, sigma=sigma)
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype_ntk", case.grid))
+    with torch.no_grad():
+        model(**inputs, return_dict=False)
+    cos, sin = position_module(model)(inputs["hidden_states"], fps=16)
+    d = 8
+    steps = torch.arange(0, d, 2, dtype=torch.float64) / d
+    built_in = 10000.0 * 4.0 ** (d / (d - 2))
+    dype = (built_in * 2.0 ** (2 * sigma**2 * d / (d - 2))) ** -steps
+    expected_cos, expected_sin = cosmos_table((2, rows, cols), [10000.0**-steps, dype, dype], time_scale=24 / 16)
+    assert torch.allclose(cos.double(), expected_cos, atol=1e-5) and torch.allclose(
+        sin.double(), expected_sin, atol=1e-5
+    )
+    stock_cos, _ = model.rope.stock[0](inputs["hidden_states"], fps=16)
+    assert (cos - stock_cos).abs().max() > 1e-3
+
+
+def test_cosmos_grid_past_max_size_runs_as_a_stock_model_with_a_larger_max_size():
+    """The stock module slices ``arange(max(max_size) / patch)`` positions (16 here): a 20-token-wide grid fails; the
+    seam gives what a stock model with a larger ``max_size`` gives."""
+    case = CASES["cosmos"]
+    model = case.model()
+    inputs = case.inputs(4, 20)
+    with pytest.raises(RuntimeError):
+        run(model, inputs)
+    reference = _cosmos(max_size=(4, 64, 64)).eval()
+    reference.load_state_dict(model.state_dict())
+    set_pe(model, "native")
+    assert torch.equal(run(model, inputs), run(reference, inputs))
+
+
+def test_cosmos_1_0_with_its_learnable_embedding_is_stock():
+    """Cosmos 1.0's config (``rope_scale=(2, 1, 1)``, the learnable absolute embedding kept stock)."""
+    torch.manual_seed(0)
+    model = _cosmos(rope_scale=(2.0, 1.0, 1.0), extra_pos_embed_type="learnable").eval()
+    inputs = CASES["cosmos"].inputs(4, 4, fps=30)
+    stock = run(model, inputs)
+    set_pe(model, "native")
+    assert torch.equal(run(model, inputs), stock)

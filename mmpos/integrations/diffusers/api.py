@@ -134,9 +134,11 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
             f"spectrum only (pe='native' with {TIER1_OPTIONS}), its stock processors stay; "
             f"pe={pe!r}, coord_axes and per_layer need mmpos processors (tier-2 families: {tier2})"
         )
-    extra = sorted(set(options) - set(TIER1_OPTIONS))
+    extra = sorted(set(options) - set(TIER1_OPTIONS) - set(family.seam_options))
     if extra:
-        raise TypeError(f"{family.name} (tier 1) takes only the spectrum options {TIER1_OPTIONS}, got {extra}")
+        own = f" and its own {sorted(family.seam_options)}" if family.seam_options else ""
+        raise TypeError(f"{family.name} (tier 1) takes only the spectrum options {TIER1_OPTIONS}{own}, got {extra}")
+    choices = _seam_choices(family, options)
     axes_dims, theta = family.native_axes_dims(transformer), family.native_theta(transformer)
     encoding = pe_class("rope_axial")(
         head_dim=sum(axes_dims),
@@ -151,7 +153,20 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
         if custom
         else SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
     )
+    for name, value in choices.items():
+        setattr(seam, name, value)
     return _on_model(seam, transformer)
+
+
+def _seam_choices(family: Family, options: dict) -> dict:
+    """The family's own seam options (:attr:`Family.seam_options`), each given or its default (the first choice)."""
+    choices = {}
+    for name, allowed in family.seam_options.items():
+        value = options.get(name, allowed[0])
+        if value not in allowed:
+            raise ValueError(f"{family.name}: {name}={value!r}; expected one of {list(allowed)}")
+        choices[name] = value
+    return choices
 
 
 def _on_model(seam, transformer):

@@ -41,6 +41,7 @@ _MODULES = (
     "ltx2",
     "minimax_h3",
     "helios",
+    "cosmos",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
