@@ -42,6 +42,7 @@ _MODULES = (
     "minimax_h3",
     "helios",
     "cosmos",
+    "sana_wm",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
