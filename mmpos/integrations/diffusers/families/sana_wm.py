@@ -11,7 +11,9 @@ schedule's extents are the patch grid in tokens.
 The camera branch (UCPE: per-pixel ``ray <- world`` matrices from unified-camera intrinsics applied as ``P^T q`` /
 ``P^-1 kv``, the first half of each head; and Plücker raymaps after attention) reads the rotary table the seam builds
 (its second half rotates with ``_slice_rope_for_cam`` of it), so an extrapolation reaches it too; the camera geometry
-itself stays stock (mmpos' ``ucpe`` / ``plucker`` geometry equals it: ``tests/integrations/test_sana_wm_cameras.py``).
+itself stays stock. mmpos' ``ucpe`` ray matrices and ``plucker`` rays equal SANA-WM's in float64; its latitude / up
+map differs from SANA-WM's by a spurious term of SANA-WM's Rodrigues rotation only
+(``tests/integrations/test_sana_wm_cameras.py``).
 
 The pipeline passes per-frame timesteps ``(B, 1, T)`` = 1000 sigma with conditioning frames pinned at 0: sigma is
 read from the noisiest frame. No context-parallel plan in diffusers: refused by name.
