@@ -19,7 +19,6 @@ import torch
 from diffusers import Flux2KleinPipeline, Flux2Pipeline, QwenImage21Pipeline, QwenImagePipeline, ZImagePipeline
 
 from mmpos.integrations.diffusers.families import family_for
-from mmpos.integrations.diffusers.models import spec_for
 
 from .attention import select_layers
 from .band import BandConfig, ContextBandScaling, SharedBandAttention
@@ -33,7 +32,7 @@ from .per_call import per_call
 def family_layer_rules(transformer, layers, rule) -> dict:
     """``{layer index: rule}`` for ``layers`` (``"all"``, ``"double"``, ``"single"``, indices, a range) over the
     transformer's attention layers in the installer's order (FLUX.2: double blocks, then single blocks)."""
-    count = len(spec_for(transformer).attention_modules(transformer))
+    count = len(family_for(transformer).attention_modules(transformer))
     double = len(transformer.transformer_blocks) if hasattr(transformer, "single_transformer_blocks") else count
     return dict.fromkeys(select_layers(layers, count, double), rule)
 

@@ -106,6 +106,12 @@ def family_for(model: nn.Module) -> Family:
     )
 
 
+def supported_classes() -> dict[type, Family]:
+    """Every covered diffusers transformer class this install has, with its family."""
+    _load()
+    return {cls: family for family in FAMILIES.values() for cls in family.model_classes()}
+
+
 def markdown_table() -> str:
     """The README / docs table of the shipped families (``python -m mmpos.integrations.diffusers.families``)."""
     rows = ["| family | diffusers class | pipelines | tier | context parallel | notes |", "|---|---|---|---|---|---|"]
@@ -139,5 +145,6 @@ __all__ = [
     "get_family",
     "family_for",
     "family_for_pipeline",
+    "supported_classes",
     "markdown_table",
 ]
