@@ -39,8 +39,8 @@ from ...camera.cameras import Cameras
 from ...camera.video import VideoCameras
 from ...encodings.registry import list_pes, pe_capabilities, pe_class
 from .context_parallel import shard_sequence
-from .installer import CAMERA, ProcessorInstaller
 from .families import family_for
+from .installer import CAMERA, ProcessorInstaller
 from .parallelism import check_parallelism, is_parallel
 
 __all__ = [
