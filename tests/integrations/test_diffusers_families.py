@@ -160,6 +160,46 @@ def test_native_compiles_without_graph_breaks_where_stock_does(family):
         assert torch.equal(output(compiled(**inputs, return_dict=False)), eager)
 
 
+def test_every_rotary_transformer_of_diffusers_is_registered_or_excluded():
+    """The installed diffusers' rotary transformer classes (``families.coverage``'s criterion), enumerated now: each
+    is covered by a registered family or named in ``EXCLUDED``, never both; no stale exclusion; one per line, sorted."""
+    from mmpos.integrations.diffusers.families.coverage import (
+        EXCLUDED,
+        registered_class_names,
+        rotary_transformer_classes,
+    )
+
+    classes = rotary_transformer_classes()
+    registered = registered_class_names()
+    print(f"{len(classes)} rotary transformer classes in diffusers:", ", ".join(classes))
+    print(f"{sum(name in registered for name in classes)} registered, {len(EXCLUDED)} excluded")
+    assert [name for name in classes if name not in registered and name not in EXCLUDED] == []
+    assert [name for name in EXCLUDED if name in registered] == []
+    assert [name for name in EXCLUDED if name not in classes] == []  # stale: diffusers renamed or removed it
+    assert list(EXCLUDED) == sorted(EXCLUDED) and all(reason.strip() for reason in EXCLUDED.values())
+    assert [name for name in registered if name not in classes] == []  # every family's classes are rotary ones
+
+
+def test_the_rotary_criterion_tells_rotary_modules_from_the_others():
+    """Rotary: Flux's (imports its rope), SANA-Video's (``WanRotaryPosEmbed``), Mochi's (learned ``pos_frequencies``
+    under ``rope``); not rotary: SD3 and PixArt (sincos), the protein model whose source only says "proper"."""
+    from mmpos.integrations.diffusers.families.coverage import rotary_transformer_classes
+
+    classes = rotary_transformer_classes()
+    assert {"FluxTransformer2DModel", "SanaVideoTransformer3DModel", "MochiTransformer3DModel"} <= set(classes)
+    assert not {"SD3Transformer2DModel", "PixArtTransformer2DModel", "RFD4ProteinaTransformer"} & set(classes)
+
+
+def test_the_docs_list_the_exclusions():
+    from pathlib import Path
+
+    from mmpos.integrations.diffusers.families.coverage import exclusions_table
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "adding_a_family.md").read_text()
+    table = page.split("<!-- exclusions-table:start -->\n", 1)[1].split("\n<!-- exclusions-table:end -->", 1)[0]
+    assert table == exclusions_table()  # regenerate: python -m mmpos.integrations.diffusers.families
+
+
 def test_the_readme_table_lists_the_registered_families():
     from pathlib import Path
 

@@ -15,6 +15,7 @@ import importlib
 from torch import nn
 
 from .base import STOCK, AxisSpectrum, Family, SpectrumSeam
+from .coverage import EXCLUDED, rotary_transformer_classes, uncovered
 
 FAMILIES: dict[str, Family] = {}
 
@@ -113,15 +114,28 @@ def supported_classes() -> dict[type, Family]:
 
 
 def markdown_table() -> str:
-    """The README / docs table of the shipped families (``python -m mmpos.integrations.diffusers.families``)."""
-    rows = ["| family | diffusers class | pipelines | tier | context parallel | notes |", "|---|---|---|---|---|---|"]
+    """The README table of the shipped families (``python -m mmpos.integrations.diffusers.families``)."""
+    rows = [
+        "| family | diffusers class | pipelines | tier | context parallel | extrapolation scales | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in builtin_families():
         family = FAMILIES[name]
         classes = ", ".join(f"`{c.split(':')[1] if isinstance(c, str) else c.__name__}`" for c in family.classes)
         pipelines = ", ".join(family.pipelines) or "-"
         parallel = context_parallel_row(family)
-        rows.append(f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {family.notes} |")
+        scales = extrapolation_row(family)
+        rows.append(f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {scales} | {family.notes} |")
     return "\n".join(rows)
+
+
+def extrapolation_row(family: Family) -> str:
+    """The table's extrapolation cell: the axes :func:`~..extrapolation.model_extrapolation`'s presets scale (the
+    image rows and columns), and the time axis its ``time=`` policy (RIFLEx) takes, named as the family's axes."""
+    image = ", ".join(family.axis_names[a] for a in family.image_axes)
+    if family.time_axis is None:
+        return image
+    return f"{image}; `time=`: {family.axis_names[family.time_axis]}"
 
 
 def context_parallel_row(family: Family) -> str:
@@ -147,4 +161,7 @@ __all__ = [
     "family_for_pipeline",
     "supported_classes",
     "markdown_table",
+    "EXCLUDED",
+    "rotary_transformer_classes",
+    "uncovered",
 ]
