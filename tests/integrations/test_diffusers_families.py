@@ -56,6 +56,46 @@ def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
     assert getattr(model, "_mmpos_installed") is None
 
 
+def test_native_follows_a_dtype_move_after_set_pe(family):
+    """``model.to(bfloat16)`` after ``set_pe``: the seam's tables follow the cast as the stock module's would, and
+    ``restore`` gives the stock model cast the same way (its position module follows the cast it missed)."""
+    case = CASES[family]
+    stock, model = case.model().to(torch.bfloat16), case.model()
+    set_pe(model, "native")
+    model.to(torch.bfloat16)
+    inputs = cast(case.inputs(*case.grid), torch.bfloat16)
+    expected = run(stock, inputs)
+    assert torch.equal(run(model, inputs), expected)
+    restore(model)
+    assert torch.equal(run(model, inputs), expected)
+
+
+def test_save_and_load_with_set_pe_give_the_stock_checkpoint(family, tmp_path):
+    """``save_pretrained`` with ``set_pe`` (DyPE) installed writes the stock checkpoint (the same tensors, no mmpos
+    key); it loads into the stock class, which computes the stock output."""
+    from safetensors.torch import load_file
+
+    case = CASES[family]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = run(model, inputs)
+    expected = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "diffusion_pytorch_model.safetensors")
+    assert sorted(saved) == sorted(expected)
+    assert all(torch.equal(saved[name], expected[name]) for name in expected)
+    loaded = type(model).from_pretrained(tmp_path).eval()
+    assert torch.equal(run(loaded, inputs), stock)
+
+
+def test_the_family_pipelines_exist_in_diffusers(family):
+    import diffusers
+
+    missing = [name for name in get_family(family).pipelines if not hasattr(diffusers, name)]
+    assert missing == []
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_each_preset_at_the_training_grid_is_stock(family, preset):
     case = CASES[family]

@@ -29,7 +29,6 @@ EXCLUDED: dict[str, str] = {
     "BriaFibo2Transformer2DModel": NOT_YET,
     "BriaFiboTransformer2DModel": NOT_YET,
     "BriaTransformer2DModel": NOT_YET,
-    "ChronoEditTransformer3DModel": NOT_YET,
     "CogVideoXTransformer3DModel": NOT_YET,
     "ConsisIDTransformer3DModel": NOT_YET,
     "Cosmos3OmniTransformer": NOT_YET,
@@ -57,14 +56,11 @@ EXCLUDED: dict[str, str] = {
     "OmniGenTransformer2DModel": NOT_YET,
     "OvisImageTransformer2DModel": NOT_YET,
     "PRXTransformer2DModel": NOT_YET,
-    "SanaVideoTransformer3DModel": NOT_YET,
     "SanaWMLTX2RefinerTransformer3DModel": NOT_YET,
     "SanaWMTransformer3DModel": NOT_YET,
     "StableAudio3DiTModel": NOT_YET,
     "StableAudioDiTModel": NOT_YET,
     "WanAnimate2Transformer3DModel": NOT_YET,
-    "WanAnimateTransformer3DModel": NOT_YET,
-    "WanVACETransformer3DModel": NOT_YET,
 }
 
 _ROTARY = re.compile(r"rotary|(?<![a-z])rope|rope(?![a-z])", re.IGNORECASE)
