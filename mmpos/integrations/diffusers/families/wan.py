@@ -295,7 +295,7 @@ CHRONOEDIT = register_wan_family(
     "any rotary encoding; a two-frame input (image, edit) at times 0 and temporal_skip_len - 1",
     frame_step=chronoedit_frame_step,
     check_model=check_chronoedit,
-    timestep_index=1,
+    context_parallel=True,  # its plan is Wan's: tests/integrations/test_context_parallel.py
 )
 SANA_VIDEO = register_wan_family(
     "sana_video",
