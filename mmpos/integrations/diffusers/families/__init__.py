@@ -11,6 +11,7 @@ Adding a family is one module in this package that calls :func:`register_family`
 from __future__ import annotations
 
 import importlib
+from typing import Optional, Sequence
 
 from torch import nn
 
@@ -113,11 +114,16 @@ def supported_classes() -> dict[type, Family]:
     return {cls: family for family in FAMILIES.values() for cls in family.model_classes()}
 
 
-def markdown_table() -> str:
-    """The README table of the shipped families (``python -m mmpos.integrations.diffusers.families``)."""
+def markdown_table(timings: Optional[Sequence[dict]] = None) -> str:
+    """The README table of the shipped families (``python -m mmpos.integrations.diffusers.families``).
+
+    ``timings``: the rows of ``benchmarks/bench_families.py --out`` (``family``, ``native_x``, ``dype_x``: forward
+    time over stock); a family without a row gets ``-`` in the forward-time column."""
+    measured = {row["family"]: row for row in timings or ()}
     rows = [
-        "| family | diffusers class | pipelines | tier | context parallel | extrapolation scales | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| family | diffusers class | pipelines | tier | context parallel | extrapolation scales "
+        "| forward vs stock (native / DyPE) | notes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in builtin_families():
         family = FAMILIES[name]
@@ -125,7 +131,11 @@ def markdown_table() -> str:
         pipelines = ", ".join(family.pipelines) or "-"
         parallel = context_parallel_row(family)
         scales = extrapolation_row(family)
-        rows.append(f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {scales} | {family.notes} |")
+        row = measured.get(name)
+        timing = f"{row['native_x']:.2f}x / {row['dype_x']:.2f}x" if row else "-"
+        rows.append(
+            f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {scales} | {timing} | {family.notes} |"
+        )
     return "\n".join(rows)
 
 
