@@ -302,7 +302,7 @@ SANA_VIDEO = register_wan_family(
     "transformer_sana_video",
     "SanaVideoTransformer3DModel",
     ("SanaVideoPipeline", "SanaImageToVideoPipeline"),
-    "Wan's rope in linear attention (stock processors); tables from positions past rope_max_seq_len",
+    "Wan's rope in linear attention: the stock processors read the rebuilt tables",
     tier=1,
     timestep_index=2,
     train_size=720,  # 480p / 720p
