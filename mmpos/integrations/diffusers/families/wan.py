@@ -201,7 +201,7 @@ def register_wan_family(
     tier: int = 2,
     context_parallel: bool = False,
     frame_step: Optional[Callable] = None,
-    check_model: Callable = check_no_sharded_seam,
+    check_model: Optional[Callable] = None,
     timestep_index: int = 1,
     train_size: int = 832,
 ) -> Family:
@@ -210,7 +210,12 @@ def register_wan_family(
     Tier 2: :class:`WanPositions` and :class:`WanPEAttnProcessor` over :func:`wan_self_attention` (``frame_step(stock
     rope, frames)``: the seam's time step between latent frames); tier 1: SkyReels-V2's tables (the stock format
     ``(cos, sin) [1, F * H * W, 1, head_dim]`` from positions). The pipelines pass ``timestep = 1000 sigma``.
+    ``check_model`` defaults, for a family verified under diffusers' context parallelism (``context_parallel``:
+    Wan's plan, which hooks ``rope``), to refusing ``set_pe`` on a model already parallel; an unverified family is
+    refused there by name (:mod:`..parallelism`).
     """
+    if check_model is None and context_parallel:
+        check_model = check_no_sharded_seam
     tier2 = dict(
         attention_modules=wan_self_attention,
         stock_processor=partial(_stock_processor, module),
