@@ -17,10 +17,10 @@ output, so a loaded IP-Adapter keeps acting on edited layers unchanged.
 
 from __future__ import annotations
 
+from mmpos.integrations.diffusers.families.flux import flux_finish_attention as finish_attention  # noqa: F401
+from mmpos.integrations.diffusers.families.flux import flux_project_heads as project_heads  # noqa: F401
 from mmpos.integrations.diffusers.installer import EDIT
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
-from mmpos.integrations.diffusers.processors import flux_finish_attention as finish_attention  # noqa: F401
-from mmpos.integrations.diffusers.processors import flux_project_heads as project_heads  # noqa: F401
 
 
 def attention_layer_names(transformer) -> list[str]:

@@ -189,7 +189,7 @@ class LoosePositions:
         return rotation.table_of(emb)
 
 
-class FluxPositions(LoosePositions):
+class FluxLoosePositions(LoosePositions):
     """FLUX.1 Kontext: ``img_ids (index, row, col)`` (target index 0, context 1); text at ``txt_ids``."""
 
     def image_coords(self, inputs):
@@ -202,7 +202,7 @@ class FluxPositions(LoosePositions):
         return transformer.pos_embed(torch.cat([text, image_coords]))
 
 
-class Flux2Positions(LoosePositions):
+class Flux2LoosePositions(LoosePositions):
     def image_coords(self, inputs):
         ids = inputs["img_ids"]
         return (ids[0] if ids.ndim == 3 else ids).float()
@@ -220,7 +220,7 @@ class Flux2Positions(LoosePositions):
         return rotation.table_of(emb)
 
 
-class QwenPositions(LoosePositions):
+class QwenLoosePositions(LoosePositions):
     def image_coords(self, inputs):
         return qwen_coords(inputs["img_shapes"], 1, inputs["hidden_states"].device)[0]
 
@@ -230,7 +230,7 @@ class QwenPositions(LoosePositions):
         return RotaryTable(torch.cat([text, qwen_table_at(transformer.pos_embed, image_coords)], dim=0))
 
 
-POSITIONS = {"flux": FluxPositions(), "flux2": Flux2Positions(), "qwen": QwenPositions()}
+POSITIONS = {"flux": FluxLoosePositions(), "flux2": Flux2LoosePositions(), "qwen": QwenLoosePositions()}
 
 
 def grid_cells(coords: torch.Tensor, axes=(1, 2)) -> tuple[torch.Tensor, tuple[int, int]]:
