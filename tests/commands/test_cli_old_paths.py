@@ -7,8 +7,6 @@ import sys
 import pytest
 
 MOVED = [  # (old module, name, new module, new name)
-    ("mmpos.cli", "DefaultsHelpFormatter", "mmpos._arguments", "DefaultsHelpFormatter"),
-    ("mmpos.cli", "show_defaults", "mmpos._arguments", "show_defaults"),
     ("mmpos.pipelines.cli", "main", "mmpos.pipelines.commands", "main"),
     ("mmpos.pipelines.cli", "split_comma_box", "mmpos.pipelines.commands._options", "split_comma_box"),
     ("mmpos.pipelines.cli", "run_edit", "mmpos.pipelines.commands.edit", "run"),
@@ -18,12 +16,6 @@ MOVED = [  # (old module, name, new module, new name)
     ("mmpos.pipelines.video_cli", "extrapolation_policies", "mmpos.pipelines.video_generate", "extrapolation_policies"),
     ("mmpos.pipelines.video_cli", "riflex_k", "mmpos.pipelines.video_generate", "riflex_k"),
     ("mmpos.pipelines.world_video_cli", "run_world", "mmpos.pipelines.world_video_generate", "run_world"),
-    ("mmpos.world.edit_runs", "run_band", "mmpos.pipelines.edits.band", "run_band"),
-    ("mmpos.world.edit_runs", "run_transplant", "mmpos.pipelines.edits.transplant", "run_transplant"),
-    ("mmpos.world.edit_runs", "run_loose", "mmpos.pipelines.edits.loose", "run_loose"),
-    ("mmpos.world.edit_runs", "loose_for_steps", "mmpos.pipelines.edits.loose", "loose_for_steps"),
-    ("mmpos.world.edit_runs", "EditRun", "mmpos.pipelines.edits.base", "EditRun"),
-    ("mmpos.world.edit_runs", "load_edit_pipeline", "mmpos.pipelines.sources", "load_world_edit"),
     ("mmpos.pipelines.edit_methods", "target_box", "mmpos.pipelines.edits.transplant", "target_box"),
 ]
 
@@ -65,22 +57,19 @@ def test_the_old_registration_helper_registers_edit_and_generate():
 
 
 def test_the_old_runner_paths_keep_their_signatures():
-    """``mmpos.world.edit_runs.run_*`` take (pipe, pairs, steps, options, guidance, seed) as before;
-    ``mmpos.pipelines.edit_methods.run_*`` take (args, config, tqdm) and warn."""
+    """``mmpos.pipelines.edit_methods.run_*`` take (args, config, tqdm) and warn."""
     import inspect
 
     from mmpos.pipelines import edit_methods
 
     for name in ("run_band", "run_transplant", "run_loose"):
-        with pytest.warns(DeprecationWarning):
-            world = getattr(importlib.import_module("mmpos.world.edit_runs"), name)
-        assert list(inspect.signature(world).parameters)[:3] == [
-            "pipe",
-            "style_sets" if name == "run_band" else "pairs",
-            "steps",
-        ]
         assert list(inspect.signature(getattr(edit_methods, name)).parameters) == ["args", "config", "tqdm"]
-    with pytest.warns(DeprecationWarning, match="mmpos.world.sources moved to mmpos.pipelines.sources"):
-        sys.modules.pop("mmpos.world.sources", None)
-        tasks = importlib.import_module("mmpos.world.sources").TASK_OF_METHOD
-    assert tasks == {"generate": "t2i", "band": "t2i", "transplant": "fill", "loose": "kontext"}
+
+
+def test_mmpos_keeps_no_old_cli_or_runner_path():
+    import mmpos.cli
+
+    assert not hasattr(mmpos.cli, "DefaultsHelpFormatter") and not hasattr(mmpos.cli, "show_defaults")
+    sys.modules.pop("mmpos.world.edit_runs", None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("mmpos.world.edit_runs")
