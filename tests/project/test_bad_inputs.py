@@ -25,7 +25,7 @@ from mmpos.pipelines.config import apply_overrides, check_config
 from mmpos.pipelines.loose import LooseConfig
 from mmpos.pipelines.transplant import TransplantConfig
 from mmpos.spectrum.extrapolation import RIFLEx, VisionYaRN, YaRN
-from mmpos.training.world.training import check_earlier_run, check_writable_folder
+from mmpos.training.tasks.world_image import check_earlier_run, check_writable_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
