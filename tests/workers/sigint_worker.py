@@ -34,7 +34,8 @@ def signalling(loss_function):
 
 torch.set_num_threads(1)
 if trainer == "vit":
-    from mmpos.training import vit_cli, vit_train
+    from mmpos.training import vit_cli
+    from mmpos.training.tasks import vit as vit_train
 
     make_criterion = vit_train._criterion
     vit_train._criterion = lambda config, mixup: signalling(make_criterion(config, mixup))

@@ -54,7 +54,7 @@ class DiTTask(TrainingTask):
     def __init__(self, config: DiTConfig):
         super().__init__(config)
         if config.data == "folder" and config.data_dir is None:
-            from .scaffold_config import ConfigError
+            from ..scaffold.config import ConfigError
 
             raise ConfigError("data_dir: --data folder needs --data-dir")
         self.vae, self.label_dropout, self.noise_scheduler = None, 0.0, None
@@ -90,7 +90,7 @@ class DiTTask(TrainingTask):
         in_channels = vae_config["latent_channels"] if vae_config else 3
         factor = 2 ** (len(vae_config["block_out_channels"]) - 1) if vae_config else 1
         if c.resolution % factor:
-            from .scaffold_config import ConfigError
+            from ..scaffold.config import ConfigError
 
             raise ConfigError(f"resolution: {c.resolution} must be divisible by the VAE factor {factor}")
         arch = dict(DIT_PRESETS[c.model], **(TINY if c.tiny else {}))
