@@ -11,12 +11,17 @@ MOVED = [  # (old module, name, new module, new name)
     ("mmpos.pipelines.cli", "split_comma_box", "mmpos.pipelines.commands._options", "split_comma_box"),
     ("mmpos.pipelines.cli", "run_edit", "mmpos.pipelines.commands.edit", "run"),
     ("mmpos.pipelines.cli", "METHODS", "mmpos.pipelines.commands.edit", "METHODS"),
-    ("mmpos.pipelines.cli", "report_written", "mmpos.pipelines.run_inputs", "report_written"),
+    ("mmpos.pipelines.cli", "report_written", "mmpos.pipelines.commands._options", "report_written"),
     ("mmpos.pipelines.video_cli", "build_parser", "mmpos.pipelines.commands.generate", "video_parser"),
-    ("mmpos.pipelines.video_cli", "extrapolation_policies", "mmpos.pipelines.video_generate", "extrapolation_policies"),
-    ("mmpos.pipelines.video_cli", "riflex_k", "mmpos.pipelines.video_generate", "riflex_k"),
-    ("mmpos.pipelines.world_video_cli", "run_world", "mmpos.pipelines.world_video_generate", "run_world"),
-    ("mmpos.pipelines.edit_methods", "target_box", "mmpos.pipelines.edits.transplant", "target_box"),
+    (
+        "mmpos.pipelines.video_cli",
+        "extrapolation_policies",
+        "mmpos.pipelines.commands.generate.video",
+        "extrapolation_policies",
+    ),
+    ("mmpos.pipelines.video_cli", "riflex_k", "mmpos.pipelines.commands.generate.video", "riflex_k"),
+    ("mmpos.pipelines.world_video_cli", "run_world", "mmpos.pipelines.commands.generate.world_video", "run_world"),
+    ("mmpos.pipelines.edit_methods", "target_box", "mmpos.pipelines.edits.transplant.cli", "target_box"),
 ]
 
 

@@ -24,7 +24,7 @@ WORLD_MODEL_FILES = ["world-vae/config.json", "world-vae/diffusion_pytorch_model
 
 # run in the installed copy: each line prints what the code resolved
 PROBE = """
-from mmpos.pipelines.config import default_config_path
+from mmpos.pipelines.commands._config import default_config_path
 from mmpos.models.world.image import DEFAULT_ASSETS, check_world_checkpoint
 import mmpos
 print(mmpos.__file__)
@@ -52,7 +52,7 @@ def wheel(tmp_path_factory) -> Path:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)], check=True, timeout=900
     )
-    return next(dist.glob("mmpos-*.whl"))
+    return next(dist.glob("mmpos_toolbox-*.whl"))
 
 
 def test_the_wheel_holds_the_configs_and_world_models(wheel):
