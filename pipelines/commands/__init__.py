@@ -18,7 +18,6 @@ from mmpos._arguments import OneLineErrorParser, show_defaults
 from mmpos.training.scaffold.interrupt import EXIT_CODE
 
 from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
-from ._options import split_comma_box
 
 COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
     demo,
@@ -59,8 +58,7 @@ def main(argv=None) -> int:
     """``mmpos ARGS``: parse (light), then run the chosen command (heavy imports happen there). Ctrl-C
     (``KeyboardInterrupt``) while a command loads or runs ends it with one line and exit code 130; a training loop
     stops at its next update on its own (:mod:`mmpos.training.scaffold.interrupt`)."""
-    argv = split_comma_box(sys.argv[1:] if argv is None else list(argv))
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         return args.func(args)
     except KeyboardInterrupt:
