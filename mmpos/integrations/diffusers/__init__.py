@@ -21,10 +21,11 @@ from .backends import resolve_attention_backend
 from .camera_adapter import CameraAdapter, camera_conditioning
 from .context_parallel import shard_like_context_parallel
 from .extrapolation import model_extrapolation
-from .hooks import PE_HOOK, DyPEConfig, PEConfig, PEHook, apply_dype, apply_pe
+from .hooks import PE_HOOK, DyPEConfig, PEConfig, PEHook, apply_dype, apply_dype_to_pipeline, apply_pe
 from .installer import CAMERA, EDIT, ENCODING, AttentionSlot, ProcessorInstaller
 from .layer_rotation import LayerRotation
 from .models import supported_classes
+from .noise_shift import NoiseShift, apply_noise_shift
 from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
 from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
 from .ucpe_checkpoint import load_ucpe_checkpoint
@@ -34,6 +35,9 @@ __all__ = [
     "restore",
     "apply_pe",
     "apply_dype",
+    "apply_dype_to_pipeline",
+    "NoiseShift",
+    "apply_noise_shift",
     "PEConfig",
     "DyPEConfig",
     "PEHook",

@@ -27,6 +27,7 @@ from diffusers.hooks import HookRegistry, ModelHook
 from torch import nn
 
 from .extrapolation import model_extrapolation
+from .noise_shift import NoiseShift, apply_noise_shift
 from .pe_install import NATIVE, InstalledEncoding, install_encoding, remove_encoding
 
 PE_HOOK = "mmpos_pe"
@@ -66,6 +67,8 @@ class DyPEConfig:
         time: video families: the time axis' policy (``{"type": "riflex", "k": 4, "target_length": 32}``).
         pe: ``"native"`` (stock processors where the family allows) or ``"rope_axial"`` (mmpos processors).
         attention_backend: as in :class:`PEConfig`.
+        shift: the noise-schedule shift a pipeline gets with it (:func:`apply_dype_to_pipeline`):
+            ``NoiseShift("authors")`` (default), ``NoiseShift("comfyui")``, or ``None`` (off: the pipeline's ``mu``).
     """
 
     trained_grid: tuple[float, float]
@@ -77,6 +80,7 @@ class DyPEConfig:
     time: Optional[dict] = None
     pe: str = NATIVE
     attention_backend: Optional[str] = None
+    shift: Optional[NoiseShift] = NoiseShift("authors")
 
     def pe_config(self, transformer: nn.Module) -> PEConfig:
         """The :class:`PEConfig` this DyPE config installs on ``transformer``."""
@@ -143,6 +147,15 @@ def apply_dype(transformer: nn.Module, config: DyPEConfig) -> None:
     if not isinstance(config, DyPEConfig):
         raise TypeError(f"config must be a DyPEConfig, got {type(config).__name__}")
     apply_pe(transformer, config.pe_config(transformer))
+
+
+def apply_dype_to_pipeline(pipe, config: DyPEConfig, height: int, width: int) -> Optional[float]:
+    """DyPE on ``pipe``: :func:`apply_dype` on its transformer and ``config.shift`` on its scheduler for
+    ``height x width`` outputs (:mod:`.noise_shift`); returns the scheduler's ``mu`` (``None``: the pipeline's)."""
+    apply_dype(pipe.transformer, config)
+    if config.shift is None:
+        return None
+    return apply_noise_shift(pipe, config.shift, height, width, config.trained_grid)
 
 
 def installed_hook(transformer: nn.Module) -> Optional[PEHook]:
