@@ -125,14 +125,16 @@ def install_noise_shift(pipe, presets: dict, shift: str, trained_grid, height: i
     ``"off"``) on ``pipe``'s scheduler, when a DyPE preset is installed and the ``height x width`` output has more
     tokens than the ``trained_grid`` (at or below it the run stays stock); returns what was done, for the config."""
     from mmpos.integrations.diffusers import NoiseShift, apply_noise_shift
+    from mmpos.integrations.diffusers.noise_shift import shift_refusal
 
     dype = any(PRESETS.get(preset, {}).get("dynamic") for preset in presets.values())
     per_token = pipe.vae_scale_factor * 2
     above = (height // per_token) * (width // per_token) > trained_grid[0] * trained_grid[1]
     if shift == "off" or not dype or not above:
         return {"convention": shift, "mu": None}
-    if not pipe.scheduler.config.get("use_dynamic_shifting", False):
-        print(f"noise shift: {type(pipe.scheduler).__name__} has a fixed shift; --dype-shift {shift} changes nothing")
+    refusal = shift_refusal(pipe)
+    if refusal is not None:
+        print(f"noise shift: {refusal}; --dype-shift {shift} changes nothing")
         return {"convention": shift, "mu": None}
     mu = apply_noise_shift(pipe, NoiseShift(shift), height, width, trained_grid)
     return {"convention": shift, "mu": mu}

@@ -73,13 +73,17 @@ def test_above_the_training_size_the_conventions_undo_the_stock_extrapolation():
 def test_the_pipelines_own_calculate_shift_returns_the_conventions_mu(pipeline, convention):
     """Each family's pipeline computes mu with its module's ``calculate_shift`` from the scheduler's config: the
     shifted scheduler makes it return the convention's mu at the size it was installed for."""
-    from mmpos.integrations.diffusers.noise_shift import shifted_scheduler
-
-    calculate_shift = importlib.import_module(f"diffusers.pipelines.{pipeline}").calculate_shift
+    module = importlib.import_module(f"diffusers.pipelines.{pipeline}")
+    stand_in = type("Pipeline", (), {"__module__": module.__name__})  # the parts apply_noise_shift reads
     for n in TOKENS:
-        mu = NoiseShift(convention).mu(n, 4096, FLUX_DEV)
-        config = shifted_scheduler(FlowMatchEulerDiscreteScheduler(**FLUX_DEV), mu).config
-        got = calculate_shift(
+        pipe = stand_in()
+        pipe.vae_scale_factor = 8
+        pipe.scheduler = FlowMatchEulerDiscreteScheduler(**FLUX_DEV)
+        side = int(n**0.5) * 16
+        mu = apply_noise_shift(pipe, NoiseShift(convention), side, side, (64, 64))
+        assert mu == NoiseShift(convention).mu(n, 4096, FLUX_DEV)
+        config = pipe.scheduler.config
+        got = module.calculate_shift(
             n, config["base_image_seq_len"], config["max_image_seq_len"], config["base_shift"], config["max_shift"]
         )
         assert got == mu
@@ -148,3 +152,12 @@ def test_bad_shift_settings_are_refused_by_name():
     pipe.scheduler = FlowMatchEulerDiscreteScheduler()  # a fixed shift
     with pytest.raises(ValueError, match="use_dynamic_shifting=False"):
         apply_noise_shift(pipe, NoiseShift("authors"), 64, 64, (2, 2))
+
+
+def test_a_pipeline_with_another_mu_law_is_refused_by_name():
+    """FLUX.2 computes an empirical mu (``compute_empirical_mu``), not ``calculate_shift``: no convention defines it."""
+    from diffusers import Flux2Pipeline
+
+    pipe = object.__new__(Flux2Pipeline)  # only its class is read before the refusal
+    with pytest.raises(ValueError, match="Flux2Pipeline does not compute mu with calculate_shift"):
+        apply_noise_shift(pipe, NoiseShift("authors"), 2048, 2048, (64, 64))

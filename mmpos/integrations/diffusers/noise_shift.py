@@ -71,33 +71,37 @@ class NoiseShift:
         return max(0.0, float(top if image_seq_len > train_seq_len else base))
 
 
-def shifted_scheduler(scheduler, mu: float):
-    """A copy of ``scheduler`` (a dynamic-shifting flow-matching scheduler) whose config makes ``calculate_shift``
-    give ``mu`` at every size: ``base_shift = max_shift = mu``."""
-    config = scheduler.config
-    if not config.get("use_dynamic_shifting", False) or "max_shift" not in config:
-        raise ValueError(
-            f"{type(scheduler).__name__} does not take a resolution-dependent mu (use_dynamic_shifting=False or no "
-            "base_shift / max_shift): DyPE's noise shift needs one; pass shift=None"
+def shift_refusal(pipe) -> Optional[str]:
+    """Why ``pipe`` cannot take DyPE's noise shift, or ``None`` when it can: its pipeline computes ``mu`` with
+    ``calculate_shift`` from a dynamic-shifting scheduler's config."""
+    if not hasattr(sys.modules[type(pipe).__module__], "calculate_shift"):
+        return (
+            f"{type(pipe).__name__} does not compute mu with calculate_shift (the law DyPE's shift conventions "
+            "change; FLUX.2: an empirical mu)"
         )
-    return type(scheduler).from_config(config, base_shift=mu, max_shift=mu)
+    config = pipe.scheduler.config
+    if not config.get("use_dynamic_shifting", False) or "max_shift" not in config:
+        return (
+            f"{type(pipe.scheduler).__name__} does not take a resolution-dependent mu (use_dynamic_shifting=False or "
+            "no base_shift / max_shift)"
+        )
+    return None
 
 
 def apply_noise_shift(pipe, shift: NoiseShift, height: int, width: int, train_grid) -> Optional[float]:
-    """Give ``pipe`` the scheduler of ``shift`` for ``height x width`` outputs (``train_grid``: the training
-    ``(rows, cols)`` tokens); returns ``mu``, or ``None`` (off: nothing changed). Pipelines that compute ``mu`` by
-    another law than ``calculate_shift`` (FLUX.2's ``compute_empirical_mu``) are refused by name."""
+    """Give ``pipe`` a copy of its scheduler whose config makes the pipeline's ``calculate_shift`` return the
+    ``mu`` of ``shift`` for ``height x width`` outputs (``base_shift = max_shift = mu``; ``train_grid``: the training
+    ``(rows, cols)`` tokens); returns ``mu``, or ``None`` (off: nothing changed). A pipeline that cannot take it is
+    refused by name (:func:`shift_refusal`)."""
     if not isinstance(shift, NoiseShift):
         raise TypeError(f"shift must be a NoiseShift, got {type(shift).__name__}")
     if shift.convention is None:
         return None
-    if not hasattr(sys.modules[type(pipe).__module__], "calculate_shift"):
-        raise ValueError(
-            f"{type(pipe).__name__} does not compute mu with calculate_shift (the law DyPE's shift conventions "
-            "change); pass shift=None"
-        )
+    refusal = shift_refusal(pipe)
+    if refusal is not None:
+        raise ValueError(f"{refusal}: DyPE's noise shift cannot apply; pass shift=None")
     per_token = pipe.vae_scale_factor * 2
     tokens = (int(height) // per_token) * (int(width) // per_token)
     mu = shift.mu(tokens, float(train_grid[0]) * float(train_grid[1]), pipe.scheduler.config)
-    pipe.scheduler = shifted_scheduler(pipe.scheduler, mu)
+    pipe.scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config, base_shift=mu, max_shift=mu)
     return mu
