@@ -168,3 +168,47 @@ def test_a_deep_copy_runs_its_own_weights():
     restore(reference)
     apply_pe(reference, PEConfig("rope_axial"))
     assert torch.equal(run(clone, inputs), run(reference, inputs))
+
+
+def _taylorseer():
+    from diffusers.hooks import TaylorSeerCacheConfig
+
+    return TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, taylor_factors_dtype=torch.float32)
+
+
+CACHES = {"first_block_cache": lambda: FirstBlockCacheConfig(threshold=0.05), "taylorseer": _taylorseer}
+
+
+def _steps(model, inputs, count=5):
+    """``count`` denoising-like forwards (the latent drifts) in one cache context."""
+    outs = []
+    with model.cache_context("cond"):
+        for step in range(count):
+            outs.append(run(model, dict(inputs, hidden_states=inputs["hidden_states"] * (1 - 0.01 * step))))
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize(  # TaylorSeer leaves the tiny Wan's steps unchanged: nothing to compare there
+    "family,cache", [("flux", "first_block_cache"), ("wan", "first_block_cache"), ("flux", "taylorseer")]
+)
+def test_cache_hooks_over_several_steps_stack_in_either_order(family, cache):
+    """Several steps under a diffusers cache (``enable_cache``): mmpos before or after the cache gives the same steps,
+    and mmpos ``"native"`` under the cache gives the stock model's steps under it."""
+    case = CASES[family]
+    inputs = case.inputs(*case.grid)
+    config = PEConfig("rope_axial", options={"theta": 300.0})
+    pe_first, cache_first, native, stock = (case.model() for _ in range(4))
+    apply_pe(pe_first, config)
+    pe_first.enable_cache(CACHES[cache]())
+    cache_first.enable_cache(CACHES[cache]())
+    apply_pe(cache_first, config)
+    assert torch.equal(_steps(pe_first, inputs), _steps(cache_first, inputs))
+    native.enable_cache(CACHES[cache]())
+    apply_pe(native, PEConfig("native"))
+    stock.enable_cache(CACHES[cache]())
+    cached = _steps(stock, inputs)
+    assert torch.equal(_steps(native, inputs), cached)
+    uncached = torch.stack(
+        [run(case.model(), dict(inputs, hidden_states=inputs["hidden_states"] * (1 - 0.01 * s))) for s in range(5)]
+    )
+    assert not torch.equal(cached, uncached)  # the cache did skip work
