@@ -67,6 +67,8 @@ class DyPEConfig:
         time: video families: the time axis' policy (``{"type": "riflex", "k": 4, "target_length": 32}``).
         pe: ``"native"`` (stock processors where the family allows) or ``"rope_axial"`` (mmpos processors).
         attention_backend: as in :class:`PEConfig`.
+        convention: ``"authors"`` (the DyPE authors' code) or ``"comfyui"`` (ComfyUI-DyPE's vision YaRN:
+            ``docs/extrapolation.md``; ``lambda_s=None`` is then its 2).
         shift: the noise-schedule shift a pipeline gets with it (:func:`apply_dype_to_pipeline`):
             ``NoiseShift("authors")`` (default), ``NoiseShift("comfyui")``, or ``None`` (off: the pipeline's ``mu``).
     """
@@ -80,6 +82,7 @@ class DyPEConfig:
     time: Optional[dict] = None
     pe: str = NATIVE
     attention_backend: Optional[str] = None
+    convention: str = "authors"
     shift: Optional[NoiseShift] = NoiseShift("authors")
 
     def pe_config(self, transformer: nn.Module) -> PEConfig:
@@ -97,6 +100,7 @@ class DyPEConfig:
             lambda_t=self.lambda_t,
             start_sigma=self.start_sigma,
             schedule_magnitude=self.schedule_magnitude,
+            convention=self.convention,
         )
         return PEConfig(self.pe, attention_backend=self.attention_backend, options={"extrapolation": extrapolation})
 
