@@ -54,7 +54,13 @@ def extrapolate_setting(config: dict, preset, train_size, command: str, default_
     return setting
 
 
-OPTION_KEYS = ("lambda_s", "lambda_t", "start_sigma", "schedule_magnitude")  # ExtrapolationSchedule's tunables
+OPTION_KEYS = (
+    "lambda_s",
+    "lambda_t",
+    "start_sigma",
+    "schedule_magnitude",
+    "convention",
+)  # ExtrapolationSchedule's tunables
 
 
 def check_extrapolate_setting(setting, presets: dict) -> None:

@@ -59,3 +59,10 @@ def test_a_bad_shift_in_the_config_is_one_line_and_exit_code_2(saved, capsys):
         main(["generate", *saved, *COMMON, "--set", "extrapolate.shift=paper"])
     assert exit_info.value.code == 2
     assert "extrapolate.shift='paper': expected one of ('authors', 'comfyui', 'off')" in capsys.readouterr().err
+
+
+def test_the_comfyui_convention_is_an_extrapolate_option(saved, tmp_path):
+    torch.set_num_threads(1)
+    setting, _ = generate(saved, tmp_path / "c", "64", "--set", "extrapolate.options={convention: comfyui}")
+    row = setting["installed"]["schedules"]["row"]
+    assert row["convention"] == "comfyui" and row["lambda_s"] == 2.0
