@@ -38,6 +38,11 @@ _MODULES = (
     "hunyuan_video",
     "skyreels_v2",
     "cogview4",
+    "ltx2",
+    "minimax_h3",
+    "helios",
+    "cosmos",
+    "sana_wm",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
