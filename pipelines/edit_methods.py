@@ -10,7 +10,10 @@ from mmpos._deprecation import moved_names
 
 __getattr__ = moved_names(
     __name__,
-    {"target_box": "mmpos.pipelines.edits.transplant.cli", "image_height_width": "mmpos.pipelines.edits.transplant.cli"},
+    {
+        "target_box": "mmpos.pipelines.edits.transplant.cli",
+        "image_height_width": "mmpos.pipelines.edits.transplant.cli",
+    },
 )
 
 
