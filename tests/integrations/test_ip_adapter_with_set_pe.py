@@ -15,11 +15,12 @@ def run(model, inputs):
 
 
 def test_set_pe_after_an_ip_adapter_is_refused_naming_unload_ip_adapter():
-    model, inputs = load_tiny_ip_adapter(tiny_flux()), tiny_flux_inputs()
-    processors = dict(model.attn_processors)
+    model = load_tiny_ip_adapter(tiny_flux())
+    processors, position = dict(model.attn_processors), model.pos_embed
     with pytest.raises(TypeError, match=r"FluxIPAdapterAttnProcessor.*unload_ip_adapter\(\) first"):
         set_pe(model, "rope_axial")
     assert model.attn_processors == processors and getattr(model, "_mmpos_installed", None) is None
+    assert model.pos_embed is position  # nothing was installed
 
 
 def test_an_ip_adapter_after_set_pe_is_refused_naming_set_pe():
