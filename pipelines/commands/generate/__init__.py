@@ -112,6 +112,13 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
         "MODEL/camera-ucpe, 'none' for the base model alone)",
     )
     parser.add_argument(
+        "--compare-motions",
+        action="store_true",
+        help="--model world: also generate orbit, dolly and pan from the same first frame and seed, print each "
+        "one's camera following (RotErr / TransErr, and whether the model follows it) and write motions.png "
+        "side by side (every run writes following.json)",
+    )
+    parser.add_argument(
         "--camera-scale", type=finite_float_arg, default=1.0, help="strength of the adapter (default: 1)"
     )
     parser.add_argument(
