@@ -180,18 +180,38 @@ def claim_output(path) -> Path:
     """Hold :func:`output_lock` on the output ``path`` (a file or folder, existing or not) until the enclosing
     :func:`claimed_outputs` ends, so a second process writing ``path`` meanwhile gets :class:`ConcurrentWriteError`
     naming it at once (nested ``output_lock`` / :func:`output_folder_written` of ``path`` in this process pass).
-    Missing parent folders are made (the lock file lies beside ``path``). Outside a scope: nothing is claimed."""
+    Missing parent folders are made (the lock file lies beside ``path``). Outside a scope, or where no lock can be
+    made (a file in the way, a read-only place: the command's own check names that), nothing is claimed."""
     path = Path(path)
     if not _scopes or _claimed_here(path):
         return path
     stack = _scopes[-1]
     made = [p for p in reversed(path.parents) if not p.exists()]
-    path.parent.mkdir(parents=True, exist_ok=True)
     stack.callback(_remove_if_empty, made)
-    stack.enter_context(output_lock(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stack.enter_context(output_lock(path))
+    except ConcurrentWriteError:
+        raise
+    except OSError:
+        return path
     _claimed[_lock_key(path)] = stack
     stack.callback(_claimed.pop, _lock_key(path), None)
     return path
+
+
+@contextmanager
+def claimed_output(*paths) -> Iterator[None]:
+    """A :func:`claimed_outputs` scope claiming ``paths`` (``None`` skipped): for a script's one command.
+
+    with claimed_output(args.out):  # ConcurrentWriteError (a FileExistsError) if another process writes it
+        write_report(args.out)
+    """
+    with claimed_outputs():
+        for path in paths:
+            if path is not None:
+                claim_output(path)
+        yield
 
 
 def _remove_if_empty(folders: list[Path]) -> None:

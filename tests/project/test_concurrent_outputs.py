@@ -83,3 +83,23 @@ def test_an_unnamed_output_skips_a_folder_another_process_holds(tmp_path):
             assert (outputs / ".demo-2.lock").is_file()  # held by this command until it ends
         assert sorted(p.name for p in outputs.iterdir()) == [".demo.lock"]
     assert sorted(p.name for p in outputs.iterdir()) == []
+
+
+SCRIPTS = {  # the report writers outside the command tree: arguments, and what the script claims
+    "eval_nvs.py": (["--out", "OUT", "report"], "OUT/results.json"),
+    "eval_camera_following.py": (["--out", "OUT"], "OUT"),
+    "eval_extrapolation.py": (["--out", "OUT"], "OUT"),
+}
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_a_second_report_while_the_first_writes_is_refused_by_name(tmp_path, script):
+    argv, claimed = SCRIPTS[script]
+    out = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "scripts" / script), *[str(out) if a == "OUT" else a for a in argv]]
+    with _atomic.claimed_outputs():
+        _atomic.claim_output(Path(claimed.replace("OUT", str(out))))
+        run = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and "another process is writing it now" in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
