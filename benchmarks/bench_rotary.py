@@ -1,6 +1,6 @@
 """Rotary apply benchmark: mmpos vs diffusers, timm, rotary-embedding-torch and a copy of q and k.
 
-rotary-embedding-torch is optional (``pip install 'mmpos[bench]'``): without it its rows are skipped, with a note.
+rotary-embedding-torch is optional (``pip install 'mmpos-toolbox[bench]'``): without it its rows are skipped, with a note.
 
 Each method rotates q and k of one shape with its own precomputed table (table building is not timed);
 the time is the median over repeats. GB/s counts one read and one write of q and k. Errors are against
@@ -78,7 +78,7 @@ def optional_peer(module: str, attribute: str, package: str):
             _NOTED.add(package)
             print(
                 f"note: {package} is not installed; its rows are skipped "
-                f"(pip install 'mmpos[bench]' or pip install {package})"
+                f"(pip install 'mmpos-toolbox[bench]' or pip install {package})"
             )
         return None
 

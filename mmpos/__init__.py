@@ -41,12 +41,15 @@ _SUBPACKAGES = (
 )
 
 
+DISTRIBUTION = "mmpos-toolbox"  # the name on the package index (pyproject.toml); the import name is mmpos
+
+
 def _installed_version() -> str:
     """The version of the installed distribution: pyproject.toml is the one place it is written."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("mmpos")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # a checkout imported without `pip install -e .`
         return "0+unknown"
 

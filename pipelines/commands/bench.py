@@ -18,7 +18,7 @@ def register(subparsers) -> None:
         description="Run benchmarks/bench_rotary.py; arguments after `--` go to it "
         "(e.g. `mmpos bench -- --shapes flux --dtypes bf16`; its defaults: "
         "`mmpos bench -- --help`). The rotary-embedding-torch peer is optional (pip install "
-        "'mmpos[bench]'): without it its rows are skipped.",
+        "'mmpos-toolbox[bench]'): without it its rows are skipped.",
     )
     bench.add_argument(
         "bench_args",

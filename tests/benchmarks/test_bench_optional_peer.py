@@ -23,7 +23,7 @@ def _run(tmp_path, capsys):
 def test_a_missing_peer_is_skipped_with_a_note(tiny_shape, monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "rotary_embedding_torch", None)  # import raises ImportError
     printed, results = _run(tmp_path, capsys)
-    assert printed.count("note: rotary-embedding-torch is not installed") == 1 and "mmpos[bench]" in printed
+    assert printed.count("note: rotary-embedding-torch is not installed") == 1 and "mmpos-toolbox[bench]" in printed
     assert "rotary-embedding-torch" not in results
     assert '"method": "mmpos"' in results and '"method": "diffusers apply_rotary_emb"' in results
 

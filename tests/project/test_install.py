@@ -52,7 +52,7 @@ def wheel(tmp_path_factory) -> Path:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)], check=True, timeout=900
     )
-    return next(dist.glob("mmpos-*.whl"))
+    return next(dist.glob("mmpos_toolbox-*.whl"))
 
 
 def test_the_wheel_holds_the_configs_and_world_models(wheel):

@@ -273,7 +273,7 @@ def _declared_closure() -> set:
     def normal(name):
         return re.sub(r"[-_.]+", "-", name).lower()
 
-    todo = [Requirement(r) for r in metadata.requires("mmpos") if "extra ==" not in r]
+    todo = [Requirement(r) for r in metadata.requires("mmpos-toolbox") if "extra ==" not in r]
     seen = set()
     while todo:
         requirement = todo.pop()

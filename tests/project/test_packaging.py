@@ -26,9 +26,18 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 def test_the_version_is_written_once_and_read_from_the_metadata():
     import mmpos
 
-    assert mmpos.__version__ == importlib.metadata.version("mmpos") == PYPROJECT["project"]["version"]
+    assert mmpos.__version__ == importlib.metadata.version(mmpos.DISTRIBUTION) == PYPROJECT["project"]["version"]
     written = re.findall(r"^__version__\s*=", (ROOT / "mmpos" / "__init__.py").read_text(), re.M)
     assert not written, "mmpos/__init__.py writes a version of its own (pyproject.toml is the one source)"
+
+
+def test_the_distribution_name_is_ours_not_the_taken_one():
+    """``mmpos`` on the package index is an unrelated project (checked 2026-12-03): ``pip install mmpos`` would install
+    someone else's code. The distribution is ``mmpos-toolbox`` (free on the index that day); the import name stays."""
+    import mmpos
+
+    assert PYPROJECT["project"]["name"] == mmpos.DISTRIBUTION == "mmpos-toolbox"
+    assert importlib.metadata.distribution(mmpos.DISTRIBUTION).read_text("top_level.txt") in (None, "mmpos\n")
 
 
 def test_the_licence_file_is_the_declared_licence():
