@@ -204,8 +204,8 @@ def claim_output(path) -> Path:
 def claimed_output(*paths) -> Iterator[None]:
     """A :func:`claimed_outputs` scope claiming ``paths`` (``None`` skipped): for a script's one command.
 
-        with claimed_output(args.out):  # ConcurrentWriteError (a FileExistsError) if another process writes it
-            write_report(args.out)
+    with claimed_output(args.out):  # ConcurrentWriteError (a FileExistsError) if another process writes it
+        write_report(args.out)
     """
     with claimed_outputs():
         for path in paths:

@@ -73,7 +73,7 @@ def test_a_second_writer_while_the_first_writes_is_refused_by_name(tmp_path, com
 
 
 def test_an_unnamed_output_skips_a_folder_another_process_holds(tmp_path):
-    from mmpos.pipelines.run_inputs import fresh_folder
+    from mmpos.pipelines.commands._options import fresh_folder
 
     outputs = tmp_path / "outputs"
     outputs.mkdir()
