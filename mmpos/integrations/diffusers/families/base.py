@@ -178,16 +178,6 @@ class SpectrumSeam(PositionSeam):
         self._resolved: dict = {}
         self._recent: list = []  # (call key, output), newest first
 
-    def _apply(self, fn, recurse: bool = True):
-        """``model.to(dtype / device)``, ``.cuda()``, ``.half()``: the stock module kept aside moves with the model,
-        as it would in place (tables that follow its buffers' dtype then match stock's, and :func:`restore` puts
-        back a module in the model's dtype); outputs cached before the move are dropped."""
-        super()._apply(fn, recurse)
-        if isinstance(self.stock[0], nn.Module):
-            self.stock[0]._apply(fn, recurse)
-        self._recent = []
-        return self
-
     def forward(self, *args, **kwargs):
         """The stock module's output for the stock call; rebuilt only when the inputs (the same tensors, unchanged,
         as pipelines pass them at every step) or the step's sigma change."""
