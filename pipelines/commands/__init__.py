@@ -17,10 +17,9 @@ import sys
 
 from mmpos._arguments import OneLineErrorParser, show_defaults
 from mmpos._atomic import ConcurrentWriteError, claim_output, claimed_outputs
-from mmpos.training.interrupt import EXIT_CODE
+from mmpos.training.scaffold.interrupt import EXIT_CODE
 
 from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
-from ._options import split_comma_box
 
 COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
     demo,
@@ -60,10 +59,9 @@ def command_paths(parser: argparse.ArgumentParser, path: tuple = ()):
 def main(argv=None) -> int:
     """``mmpos ARGS``: parse (light), then run the chosen command (heavy imports happen there). Ctrl-C
     (``KeyboardInterrupt``) while a command loads or runs ends it with one line and exit code 130; a training loop
-    stops at its next update on its own (:mod:`mmpos.training.interrupt`). A named ``--out`` is claimed for the
-    whole run: a second ``mmpos`` writing it meanwhile stops at once with one line (exit code 2)."""
-    argv = split_comma_box(sys.argv[1:] if argv is None else list(argv))
-    args = build_parser().parse_args(argv)
+    stops at its next update on its own (:mod:`mmpos.training.scaffold.interrupt`). A named ``--out`` is claimed
+    for the whole run: a second ``mmpos`` writing it meanwhile stops at once with one line (exit code 2)."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         with claimed_outputs():
             if getattr(args, "out", None) and os.environ.get("RANK", "0") == "0":  # one claim per launch

@@ -1,8 +1,5 @@
 """A clip folder (:mod:`mmpos.training.camera_clips`) pairs every frame with one pose: a folder whose frame count and
-pose count differ is refused naming both counts and the pose file (issue 41: 12 frames and 4 poses were accepted),
-through the module's real path and its old one alike."""
-
-import warnings
+pose count differ is refused naming both counts and the pose file (issue 41: 12 frames and 4 poses were accepted)."""
 
 import numpy as np
 import pytest
@@ -36,11 +33,6 @@ def test_a_clip_with_fewer_poses_than_frames_is_refused_naming_both(tmp_path, po
         read_clip(folder)
     with pytest.raises(ValueError, match="12 frames but 4 poses"):
         find_clips(tmp_path / "data")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from mmpos.pipelines.camera_clips import read_clip as old_path_read_clip
-    with pytest.raises(ValueError, match="12 frames but 4 poses"):
-        old_path_read_clip(folder)
 
 
 def test_a_clip_with_one_pose_per_frame_is_read(tmp_path):
