@@ -56,6 +56,36 @@ def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
     assert getattr(model, "_mmpos_installed") is None
 
 
+def test_native_follows_a_dtype_move_after_set_pe(family):
+    """``set_pe`` then ``model.to(bfloat16)``: the stock model moved alike, bit for bit, and so after ``restore``."""
+    case = CASES[family]
+    stock_model, model = case.model(), case.model()
+    set_pe(model, "native")
+    stock_model.to(torch.bfloat16), model.to(torch.bfloat16)
+    inputs = cast(case.inputs(*case.grid), torch.bfloat16)
+    stock = run(stock_model, inputs)
+    assert torch.equal(run(model, inputs), stock)
+    restore(model)
+    assert torch.equal(run(model, inputs), stock)
+
+
+def test_a_checkpoint_saved_with_set_pe_is_the_stock_checkpoint(family, tmp_path):
+    """``save_pretrained`` with an extrapolation installed writes the stock weights (no mmpos keys); the stock class
+    loads them and gives the stock output, and ``set_pe`` installs on the loaded model."""
+    case = CASES[family]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = run(model, inputs)
+    keys = sorted(model.state_dict())
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    assert sorted(model.state_dict()) == keys
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path).eval()
+    assert torch.equal(run(loaded, inputs), stock)
+    set_pe(loaded, "native")
+    assert torch.equal(run(loaded, inputs), stock)
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_each_preset_at_the_training_grid_is_stock(family, preset):
     case = CASES[family]

@@ -38,6 +38,8 @@ _MODULES = (
     "hunyuan_video",
     "skyreels_v2",
     "cogview4",
+    "bria",
+    "ovis_image",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

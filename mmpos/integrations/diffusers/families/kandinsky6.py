@@ -23,6 +23,7 @@ import torch
 from . import register_family
 from .base import Family, SpectrumSeam
 from .codecs import axis_frequencies, rotation_matrices
+from .probe import probed_seam
 
 
 def _stock_rope(model):
@@ -59,7 +60,7 @@ def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
     blocks = []
     for axis, (dim, spectrum, p) in enumerate(zip(seam.axes_dims, spectra, pos)):
         freq = axis_frequencies(spectrum, dim, seam.theta, torch.float32, p.device, stock_ladder=k6_ladder)
-        buffer_dtype = getattr(seam.stock[0], f"angles_{axis}").dtype  # bf16 after model.to(bfloat16)
+        buffer_dtype = seam.native_dtype_probe.dtype  # the stock buffers' (bf16 after model.to(bfloat16))
         angles = torch.outer(p.to(torch.float32), freq).to(buffer_dtype) / scale_factor[axis]  # (n, d / 2)
         shape = [1, 1, 1, -1]
         shape[axis] = sizes[axis]
@@ -79,6 +80,7 @@ KANDINSKY6 = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky6_tables,
+        make_seam=probed_seam("angles_0"),  # the tables follow the stock buffers' casts
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
         timestep_arg=("timestep", 3),
         pipelines=("Kandinsky6TI2VAPipeline",),  # the SR model is its own class (Kandinsky6SRTransformer3DModel)
