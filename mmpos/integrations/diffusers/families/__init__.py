@@ -40,6 +40,8 @@ _MODULES = (
     "cogview4",
     "bria",
     "ovis_image",
+    "hunyuan_image",
+    "motif_video",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
