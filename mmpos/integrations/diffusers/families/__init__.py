@@ -42,6 +42,7 @@ _MODULES = (
     "ovis_image",
     "hunyuan_image",
     "motif_video",
+    "hunyuan_video_framepack",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
