@@ -43,6 +43,7 @@ _MODULES = (
     "hunyuan_image",
     "motif_video",
     "hunyuan_video_framepack",
+    "nucleusmoe_image",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
