@@ -46,7 +46,7 @@ def family(request):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
     case = CASES[family]
-    model = case.model().to(dtype)
+    model = case.to(case.model(), dtype)
     inputs = cast(case.inputs(*case.grid), dtype)
     stock = run(model, inputs)
     set_pe(model, "native")
@@ -61,7 +61,7 @@ def test_native_follows_a_dtype_move_after_set_pe(family):
     case = CASES[family]
     stock_model, model = case.model(), case.model()
     set_pe(model, "native")
-    stock_model.to(torch.bfloat16), model.to(torch.bfloat16)
+    case.to(stock_model, torch.bfloat16), case.to(model, torch.bfloat16)
     inputs = cast(case.inputs(*case.grid), torch.bfloat16)
     stock = run(stock_model, inputs)
     assert torch.equal(run(model, inputs), stock)

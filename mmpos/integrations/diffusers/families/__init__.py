@@ -44,6 +44,8 @@ _MODULES = (
     "motif_video",
     "hunyuan_video_framepack",
     "nucleusmoe_image",
+    "kandinsky5",
+    "kandinsky6_sr",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

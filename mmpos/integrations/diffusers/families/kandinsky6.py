@@ -26,7 +26,7 @@ from .codecs import axis_frequencies, rotation_matrices
 from .probe import probed_seam
 
 
-def _stock_rope(model):
+def stock_rope(model):
     """The stock position module (also while ``set_pe`` has replaced it)."""
     rope = model.visual_rope_embeddings
     return rope.stock[0] if isinstance(rope, SpectrumSeam) else rope
@@ -75,8 +75,8 @@ KANDINSKY6 = register_family(
         classes=("diffusers.models.transformers.transformer_kandinsky6:Kandinsky6Transformer3DModel",),
         position_attr="visual_rope_embeddings",
         axis_names=("t", "row", "col"),
-        native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dims),
-        native_theta=lambda model: float(_stock_rope(model).max_period),
+        native_axes_dims=lambda model: tuple(int(d) for d in stock_rope(model).axes_dims),
+        native_theta=lambda model: float(stock_rope(model).max_period),
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky6_tables,
