@@ -77,7 +77,7 @@ def test_a_checkpoint_saved_with_set_pe_is_the_stock_checkpoint(family, tmp_path
     inputs = case.inputs(*case.grid)
     stock = run(model, inputs)
     keys = sorted(model.state_dict())
-    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    set_pe(model, "native", extrapolation=case.dype(model))
     assert sorted(model.state_dict()) == keys
     model.save_pretrained(tmp_path)
     loaded = type(model).from_pretrained(tmp_path).eval()
@@ -102,7 +102,7 @@ def test_dype_at_twice_the_grid_follows_the_step(family):
     rows, cols = case.grid
     big = {sigma: case.inputs(2 * rows, 2 * cols, sigma=sigma) for sigma in (1.0, 0.5)}
     stock = {sigma: run(model, inputs) for sigma, inputs in big.items()}
-    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    set_pe(model, "native", extrapolation=case.dype(model))
     seam = position_module(model)
     outs = {sigma: run(model, inputs) for sigma, inputs in big.items()}
     for sigma, out in outs.items():

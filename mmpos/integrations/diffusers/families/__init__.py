@@ -46,6 +46,7 @@ _MODULES = (
     "nucleusmoe_image",
     "kandinsky5",
     "kandinsky6_sr",
+    "ernie_image",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
