@@ -47,6 +47,7 @@ _MODULES = (
     "kandinsky5",
     "kandinsky6_sr",
     "ernie_image",
+    "prx",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
