@@ -48,6 +48,7 @@ _MODULES = (
     "kandinsky6_sr",
     "ernie_image",
     "prx",
+    "glm_image",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
