@@ -140,6 +140,7 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
         theta=options.get("theta", theta),
         extrapolation=options.get("extrapolation"),
         pair_scale=options.get("pair_scale"),
+        allocation=family.extras.get("allocation", "chunked"),  # "interleaved": MRoPE-I models (Ideogram 4)
     )
     custom = family.make_seam if family.tier == 1 else None  # a tier-2 family's make_seam is its mmpos seam
     seam = (

@@ -49,6 +49,7 @@ _MODULES = (
     "ernie_image",
     "prx",
     "glm_image",
+    "ideogram4",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
