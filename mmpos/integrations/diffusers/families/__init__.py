@@ -50,6 +50,7 @@ _MODULES = (
     "prx",
     "glm_image",
     "ideogram4",
+    "bria_fibo2",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
