@@ -51,6 +51,7 @@ _MODULES = (
     "glm_image",
     "ideogram4",
     "bria_fibo2",
+    "anyflow",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
