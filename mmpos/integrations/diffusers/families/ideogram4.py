@@ -20,9 +20,8 @@ import torch
 
 from ....spectrum.allocation import interleaved_spectrum
 from . import register_family
-from .base import STOCK, AxisSpectrum, Family
+from .base import STOCK, AxisSpectrum, CastFollowingSeam, Family
 from .codecs import forward_arg, ladder, masked_extents
-from .probe import ProbedSeam
 
 OUTPUT_IMAGE_INDICATOR = 2  # diffusers' transformer_ideogram4.OUTPUT_IMAGE_INDICATOR
 
@@ -34,12 +33,12 @@ def _axes_dims(model) -> tuple[int, int, int]:
     return head_dim - 2 * rows - 2 * cols, 2 * rows, 2 * cols
 
 
-class InterleavedSeam(ProbedSeam):
+class InterleavedSeam(CastFollowingSeam):
     """The tier-1 seam of an interleaved (MRoPE-I) spectrum: each axis' pairs are picked by ``axis_of_pair``, not a
     contiguous block; ``native_dtype_probe`` follows the stock ``inv_freq`` buffer's casts."""
 
     def __init__(self, family, encoding, stock, axes_dims, theta):
-        super().__init__(family, encoding, stock, axes_dims, theta, "inv_freq")
+        super().__init__(family, encoding, stock, axes_dims, theta, probe="inv_freq")
         self._plain = interleaved_spectrum(self.axes_dims, self.theta)
         self.axis_of_pair = self._plain.axis_of_pair
 

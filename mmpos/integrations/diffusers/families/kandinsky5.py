@@ -16,9 +16,14 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
-from .kandinsky6 import kandinsky6_tables, stock_rope
-from .probe import probed_seam
+from .base import CastFollowingSeam, Family, SpectrumSeam
+from .kandinsky6 import kandinsky6_tables
+
+
+def _stock_rope(model):
+    """The stock position module (also while ``set_pe`` has replaced it)."""
+    rope = model.visual_rope_embeddings
+    return rope.stock[0] if isinstance(rope, SpectrumSeam) else rope
 
 
 def kandinsky5_tables(seam, shape, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
@@ -29,18 +34,24 @@ def kandinsky5_tables(seam, shape, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.T
     return table.unsqueeze(0).repeat(shape[0], *([1] * table.dim()))
 
 
+def _make_seam(model, stock, encodings, native, coord_axes):
+    (encoding,) = encodings
+    axes_dims, theta = KANDINSKY5.native_axes_dims(model), KANDINSKY5.native_theta(model)
+    return CastFollowingSeam(KANDINSKY5, encoding, stock, axes_dims, theta, probe="args_0")
+
+
 KANDINSKY5 = register_family(
     Family(
         name="kandinsky5",
         classes=("diffusers.models.transformers.transformer_kandinsky:Kandinsky5Transformer3DModel",),
         position_attr="visual_rope_embeddings",
         axis_names=("t", "row", "col"),
-        native_axes_dims=lambda model: tuple(int(d) for d in stock_rope(model).axes_dims),
-        native_theta=lambda model: float(stock_rope(model).max_period),
+        native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dims),
+        native_theta=lambda model: float(_stock_rope(model).max_period),
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky5_tables,
-        make_seam=probed_seam("args_0"),  # the tables follow the stock buffers' casts
+        make_seam=_make_seam,  # the tables follow the stock buffers' casts
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
         timestep_arg=("timestep", 2),
         pipelines=("Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline", "Kandinsky5T2IPipeline", "Kandinsky5I2IPipeline"),

@@ -21,12 +21,11 @@ import math
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import CastFollowingSeam, Family, SpectrumSeam
 from .codecs import axis_frequencies, rotation_matrices
-from .probe import probed_seam
 
 
-def stock_rope(model):
+def _stock_rope(model):
     """The stock position module (also while ``set_pe`` has replaced it)."""
     rope = model.visual_rope_embeddings
     return rope.stock[0] if isinstance(rope, SpectrumSeam) else rope
@@ -60,7 +59,7 @@ def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
     blocks = []
     for axis, (dim, spectrum, p) in enumerate(zip(seam.axes_dims, spectra, pos)):
         freq = axis_frequencies(spectrum, dim, seam.theta, torch.float32, p.device, stock_ladder=k6_ladder)
-        buffer_dtype = seam.native_dtype_probe.dtype  # the stock buffers' (bf16 after model.to(bfloat16))
+        buffer_dtype = seam.native_dtype_probe.dtype  # the stock buffers' dtype: bf16 after model.to(bfloat16)
         angles = torch.outer(p.to(torch.float32), freq).to(buffer_dtype) / scale_factor[axis]  # (n, d / 2)
         shape = [1, 1, 1, -1]
         shape[axis] = sizes[axis]
@@ -69,18 +68,24 @@ def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
     return torch.cat(blocks, dim=-3).unsqueeze(-4)
 
 
+def _make_seam(model, stock, encodings, native, coord_axes):
+    (encoding,) = encodings
+    axes_dims, theta = KANDINSKY6.native_axes_dims(model), KANDINSKY6.native_theta(model)
+    return CastFollowingSeam(KANDINSKY6, encoding, stock, axes_dims, theta, probe="angles_0")
+
+
 KANDINSKY6 = register_family(
     Family(
         name="kandinsky6",
         classes=("diffusers.models.transformers.transformer_kandinsky6:Kandinsky6Transformer3DModel",),
         position_attr="visual_rope_embeddings",
         axis_names=("t", "row", "col"),
-        native_axes_dims=lambda model: tuple(int(d) for d in stock_rope(model).axes_dims),
-        native_theta=lambda model: float(stock_rope(model).max_period),
+        native_axes_dims=lambda model: tuple(int(d) for d in _stock_rope(model).axes_dims),
+        native_theta=lambda model: float(_stock_rope(model).max_period),
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky6_tables,
-        make_seam=probed_seam("angles_0"),  # the tables follow the stock buffers' casts
+        make_seam=_make_seam,
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
         timestep_arg=("timestep", 3),
         pipelines=("Kandinsky6TI2VAPipeline",),  # the SR model is its own class (Kandinsky6SRTransformer3DModel)
