@@ -1,9 +1,11 @@
 """The families of issue 43's second round (Bria, FIBO, FIBO 2, Ovis-Image, HunyuanImage 2.1, Motif-Video, FramePack,
-NucleusMoE-Image, Kandinsky 5, Kandinsky 6 SR, ERNIE-Image, PRX, GLM-Image, Ideogram 4, AnyFlow) at twice their
+NucleusMoE-Image, Kandinsky 5, Kandinsky 6 SR, ERNIE-Image, PRX, GLM-Image, Ideogram 4, AnyFlow, JoyImage Edit and
+Edit Plus) at twice their
 tiny case's grid with ``"pi"``: the seam's tables against each family's own table formula with the image axes'
 frequencies halved (the stock module at halved image positions or scale, where it takes them; float64 math
 otherwise). Text and other non-image tokens keep the stock tables. Plus what the suite's rows cannot state: the
-refusals by name (ERNIE-Image's phase tables, HunyuanImage's 3D-rope config) and FramePack's one spectrum per forward.
+refusals by name (ERNIE-Image's phase tables, HunyuanImage's 3D-rope config), FramePack's and JoyImage Edit Plus' one
+spectrum per forward, and JoyImage's rope methods shadowed and given back.
 """
 
 import math
@@ -233,3 +235,49 @@ def test_hunyuan_image_refuses_the_3d_rope_config_by_name():
     model = HunyuanImageTransformer2DModel(**config)
     with pytest.raises(TypeError, match="rope_axes_dim"):
         set_pe(model, "native")
+
+
+def test_joyimage_visual_grid_halved_text_stock():
+    """The reference item is the next time step; the mrope text after the largest visual index keeps the stock
+    tables (the stock method)."""
+    _, calls, seam, model, inputs = pi_at_twice_the_grid("joyimage")
+    ((args, kwargs, (vis, txt)),) = calls
+    items, rows, cols = inputs["hidden_states"].shape[1], *(n // 2 for n in inputs["hidden_states"].shape[4:])
+    expected = repeated_cos_sin(grid_phases((items, rows, cols), seam.axes_dims, seam.theta, (1, 2, 2)))
+    close(vis[0], expected[0]), close(vis[1], expected[1])
+    stock = type(model).get_rotary_pos_embed(model, **kwargs)
+    assert torch.equal(txt[0], stock[1][0]) and torch.equal(txt[1], stock[1][1])
+
+
+@pytest.mark.parametrize("family", ["joyimage", "joyimage_edit_plus"])
+def test_joyimage_rope_methods_are_shadowed_and_given_back(family):
+    case = CASES[family]
+    model = case.model()
+    name = get_family(family).position_attr
+    set_pe(model, "native")
+    assert name in vars(model) and name not in dict(model.named_modules())  # not a submodule: stock checkpoint
+    from mmpos.integrations.diffusers import restore
+
+    restore(model)
+    assert name not in vars(model) and getattr(model, name).__func__ is getattr(type(model), name)
+
+
+def test_joyimage_edit_plus_references_get_the_edited_images_spectrum():
+    """A reference component at ``t = 1`` of another size: the same halved row and column frequencies as the edited
+    image's (the spectrum of the forward, from the edited image's grid), at its own positions."""
+    case = CASES["joyimage_edit_plus"]
+    model = case.model()
+    rows, cols = (2 * n for n in case.grid)
+    inputs = case.inputs(rows, cols, sigma=1.0)
+    reference = (3, 5)
+    inputs["hidden_states"] = torch.cat([inputs["hidden_states"], torch.randn(1, 15, 4, 1, 2, 2)], dim=1)
+    inputs["shape_list"] = [[(1, rows, cols), (1, *reference)]]
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", case.grid))
+    seam = position_module(model)
+    calls = calls_of(seam, model, inputs)
+    assert len(calls) == 2
+    for (args, _, (cos, sin)), (t, r, c) in zip(calls, [(0, rows, cols), (1, *reference)]):
+        expected = repeated_cos_sin(
+            grid_phases((torch.tensor([float(t)]), r, c), seam.axes_dims, seam.theta, (1, 2, 2))
+        )
+        close(cos, expected[0]), close(sin, expected[1])

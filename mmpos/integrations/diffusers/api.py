@@ -95,7 +95,7 @@ def set_pe(
     else:
         seam = _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = None
-    setattr(transformer, family.position_attr, seam)
+    _install_position(transformer, family.position_attr, seam)
     scheduled = any(getattr(e, "schedule", None) is not None for e in getattr(seam, "encodings", ()))
     extents_hooks = GlobalExtents(family).install(transformer) if scheduled and family.global_coords else ()
     transformer._mmpos_installed = _Installed(
@@ -173,9 +173,7 @@ def restore(transformer: nn.Module) -> nn.Module:
     probe = getattr(seam, "native_dtype_probe", None)
     if probe is not None:  # the stock module missed the .to() calls made while the seam was installed
         installed.position_module.to(probe.device, probe.dtype)
-    if not isinstance(installed.position_module, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
-        delattr(transformer, family.position_attr)  # the seam is a submodule, which only a module may replace
-    setattr(transformer, family.position_attr, installed.position_module)
+    _restore_position(transformer, family.position_attr, installed.position_module)
     remove_global_extents(transformer, installed.extents_hooks)
     if installed.hook is not None:
         installed.hook.remove()
@@ -184,6 +182,30 @@ def restore(transformer: nn.Module) -> nn.Module:
     transformer._mmpos_installed = None
     restore_requires_grad(transformer)
     return transformer
+
+
+def _is_method_seam(transformer: nn.Module, name: str) -> bool:
+    """The family's seam is a method of the model's class (JoyImage's ``get_rotary_pos_embed``)."""
+    return inspect.isfunction(inspect.getattr_static(type(transformer), name, None))
+
+
+def _install_position(transformer: nn.Module, name: str, seam) -> None:
+    """Put ``seam`` where the model looks its position module up. A method of the class is shadowed through the
+    instance's ``__dict__`` (a registered submodule would not shadow it; the checkpoint keeps the stock keys)."""
+    if _is_method_seam(transformer, name):
+        transformer.__dict__[name] = seam
+    else:
+        setattr(transformer, name, seam)
+
+
+def _restore_position(transformer: nn.Module, name: str, stock) -> None:
+    """Undo :func:`_install_position` with the stock module, plain object or method."""
+    if _is_method_seam(transformer, name):
+        transformer.__dict__.pop(name, None)  # the class's method is found again
+        return
+    if not isinstance(stock, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
+        delattr(transformer, name)  # the seam is a submodule, which only a module may replace
+    setattr(transformer, name, stock)
 
 
 def position_module(transformer: nn.Module):

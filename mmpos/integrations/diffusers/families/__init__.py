@@ -52,6 +52,7 @@ _MODULES = (
     "ideogram4",
     "bria_fibo2",
     "anyflow",
+    "joyimage",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
