@@ -67,7 +67,7 @@ class FamilyCase:
 
 def _transplant_hooks(family, side):
     from mmpos.coords.edits import transplant_ids
-    from mmpos.pipelines.family_transplant import Flux2TransplantIds, QwenTransplantTables, TransplantHooks
+    from mmpos.pipelines.edits.transplant.positions import Flux2TransplantIds, QwenTransplantTables, TransplantHooks
 
     source = torch.zeros(side, side, dtype=torch.bool)
     source[: side // 4, : side // 4] = True  # the reference object in a canvas corner
@@ -129,7 +129,7 @@ class _LooseSession:
 def loose_case(family, model, size, dtype, device) -> FamilyCase:
     """The output image and the collage (``side x side`` each), a paste of 1/4 of the image, step 0."""
     from mmpos.pipelines import LooseConfig
-    from mmpos.pipelines.loose_families import POSITIONS, FamilyLooseRule, ForwardInputs
+    from mmpos.pipelines.edits.loose.family_rule import POSITIONS, FamilyLooseRule, ForwardInputs
 
     side, text, _, _, _, text_dim = size
     pixels = side * 16

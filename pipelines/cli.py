@@ -15,8 +15,8 @@ __getattr__ = moved_names(
         "METHODS": "mmpos.pipelines.commands.edit",
         "run_edit": "mmpos.pipelines.commands.edit:run",
         "split_comma_box": "mmpos.pipelines.commands._options",
-        "report_written": "mmpos.pipelines.run_inputs",
-        "run_generate": "mmpos.pipelines.generate",
+        "report_written": "mmpos.pipelines.commands._options",
+        "run_generate": "mmpos.pipelines.commands.generate.image",
     },
 )
 
@@ -29,13 +29,13 @@ def add_commands(subparsers) -> None:
         DeprecationWarning,
         stacklevel=2,
     )
-    from mmpos.pipelines.commands import edit, generate
+    from .commands import edit, generate
 
     edit.register(subparsers)
     generate.register(subparsers)
 
 
 if __name__ == "__main__":
-    from mmpos.pipelines.commands import main
+    from .commands import main
 
     sys.exit(main())

@@ -1,5 +1,5 @@
 """Deprecated (one release): ``mmpos generate video`` moved; its options are in
-:mod:`mmpos.pipelines.commands.generate`, its run in :mod:`mmpos.pipelines.video_generate`. The names below still
+:mod:`mmpos.pipelines.commands.generate`, its run in :mod:`mmpos.pipelines.commands.generate.video`. The names below still
 import from here, with a ``DeprecationWarning``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import warnings
 
 from mmpos._deprecation import moved_names
 
-_RUN = "mmpos.pipelines.video_generate"
+_RUN = "mmpos.pipelines.commands.generate.video"
 __getattr__ = moved_names(
     __name__,
     {
@@ -42,8 +42,8 @@ def run(argv=None) -> int:
         DeprecationWarning,
         stacklevel=2,
     )
-    from mmpos.pipelines.commands.generate import video_parser
-    from mmpos.pipelines.video_generate import run_video
+    from .commands.generate import video_parser
+    from .commands.generate.video import run_video
 
     parser = video_parser()
     return run_video(parser.parse_args(argv), parser)
@@ -52,6 +52,6 @@ def run(argv=None) -> int:
 main = run
 
 if __name__ == "__main__":
-    from mmpos.pipelines.commands import main
+    from .commands import main
 
     sys.exit(main(["generate", "video", *sys.argv[1:]]))

@@ -1,4 +1,4 @@
-"""Deprecated (one release): moved to :mod:`mmpos.pipelines.world_video_generate` (the names import from here,
+"""Deprecated (one release): moved to :mod:`mmpos.pipelines.commands.generate.world_video` (the names import from here,
 with a ``DeprecationWarning``)."""
 
 from mmpos._deprecation import moved_names
@@ -15,6 +15,6 @@ __getattr__ = moved_names(
             "world_first_frame",
             "run_world",
         ),
-        "mmpos.pipelines.world_video_generate",
+        "mmpos.pipelines.commands.generate.world_video",
     ),
 )

@@ -9,7 +9,7 @@ through ``mmpos.camera`` models along trajectories, their solid textures), ``nvs
 
 The models trained on the world are :mod:`mmpos.models.world`, their training :mod:`mmpos.training.world`, the
 metrics :mod:`mmpos.eval`, the demo and exports :mod:`mmpos.pipelines.world`, the demo's model sources
-:mod:`mmpos.pipelines.sources` and the edit runners the edit methods (:mod:`mmpos.pipelines.edits`;
+:mod:`mmpos.pipelines.world.sources` and the edit runners the edit methods (:mod:`mmpos.pipelines.edits`;
 ``mmpos.world.edit_runs`` names them, with a ``DeprecationWarning``). Their old paths here
 (``mmpos.world.models``, ``mmpos.world.trainer``, ...; :data:`MOVED`) still import, with a ``DeprecationWarning``,
 for one release.
@@ -44,7 +44,7 @@ MOVED = {  # old submodule -> its new module (the old path goes in the next rele
     "video_demo": "mmpos.pipelines.world.video_demo",
     "extrapolation_runs": "mmpos.pipelines.world.extrapolation_runs",
     "video_export": "mmpos.pipelines.world.video_export",
-    "sources": "mmpos.pipelines.sources",
+    "sources": "mmpos.pipelines.world.sources",
 }
 moved_modules(__name__, MOVED)
 

@@ -7,12 +7,12 @@ from mmpos._deprecation import moved_names
 __getattr__ = moved_names(
     __name__,
     {
-        "EditRun": "mmpos.pipelines.edits.base",
-        "run_band": "mmpos.pipelines.edits.band",
-        "run_transplant": "mmpos.pipelines.edits.transplant",
-        "run_loose": "mmpos.pipelines.edits.loose",
-        "loose_for_steps": "mmpos.pipelines.edits.loose",
-        "load_edit_pipeline": "mmpos.pipelines.sources:load_world_edit",
-        "LOOSE_SCHEDULE_STEPS": "mmpos.pipelines.edits.loose:SCHEDULE_STEPS",
+        "EditRun": "mmpos.pipelines.edits.method",
+        "run_band": "mmpos.pipelines.edits.band.demo",
+        "run_transplant": "mmpos.pipelines.edits.transplant.demo",
+        "run_loose": "mmpos.pipelines.edits.loose.demo",
+        "loose_for_steps": "mmpos.pipelines.edits.loose.demo",
+        "load_edit_pipeline": "mmpos.pipelines.world.sources:load_world_edit",
+        "LOOSE_SCHEDULE_STEPS": "mmpos.pipelines.edits.loose.demo:SCHEDULE_STEPS",
     },
 )

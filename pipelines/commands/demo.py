@@ -56,7 +56,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from mmpos.demo import run_demo
 
-    from ..run_inputs import output_folder
+    from ._options import output_folder
 
     out = output_folder(args, Path("outputs/demo"))  # never the user's files unless --overwrite (else exit 2)
     try:

@@ -20,7 +20,7 @@ def test_off_is_stock_and_on_edits(tmp_path, monkeypatch):
 
 def test_plain_shared_attention_is_band_at_strength_zero():
     from mmpos.pipelines import BandConfig, EditContext, EditSession
-    from mmpos.pipelines.band import SharedBandAttention
+    from mmpos.pipelines.edits.band.rule import SharedBandAttention
 
     transformer = bench_edit.build_transformer(1, 1, 1, 64, torch.float32, torch.device("cpu"))
     inputs = bench_edit._inputs("flux", 3, 8, 16, 64, torch.float32, torch.device("cpu"))

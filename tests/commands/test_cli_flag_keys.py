@@ -11,7 +11,7 @@ import torch
 
 from mmpos.pipelines.commands import build_parser
 from mmpos.pipelines.commands.edit import edit_config
-from mmpos.pipelines.generate import generate_config
+from mmpos.pipelines.commands.generate.image import generate_config
 from mmpos.training import vit_cli
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

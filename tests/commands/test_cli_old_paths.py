@@ -13,18 +13,23 @@ MOVED = [  # (old module, name, new module, new name)
     ("mmpos.pipelines.cli", "split_comma_box", "mmpos.pipelines.commands._options", "split_comma_box"),
     ("mmpos.pipelines.cli", "run_edit", "mmpos.pipelines.commands.edit", "run"),
     ("mmpos.pipelines.cli", "METHODS", "mmpos.pipelines.commands.edit", "METHODS"),
-    ("mmpos.pipelines.cli", "report_written", "mmpos.pipelines.run_inputs", "report_written"),
+    ("mmpos.pipelines.cli", "report_written", "mmpos.pipelines.commands._options", "report_written"),
     ("mmpos.pipelines.video_cli", "build_parser", "mmpos.pipelines.commands.generate", "video_parser"),
-    ("mmpos.pipelines.video_cli", "extrapolation_policies", "mmpos.pipelines.video_generate", "extrapolation_policies"),
-    ("mmpos.pipelines.video_cli", "riflex_k", "mmpos.pipelines.video_generate", "riflex_k"),
-    ("mmpos.pipelines.world_video_cli", "run_world", "mmpos.pipelines.world_video_generate", "run_world"),
-    ("mmpos.world.edit_runs", "run_band", "mmpos.pipelines.edits.band", "run_band"),
-    ("mmpos.world.edit_runs", "run_transplant", "mmpos.pipelines.edits.transplant", "run_transplant"),
-    ("mmpos.world.edit_runs", "run_loose", "mmpos.pipelines.edits.loose", "run_loose"),
-    ("mmpos.world.edit_runs", "loose_for_steps", "mmpos.pipelines.edits.loose", "loose_for_steps"),
-    ("mmpos.world.edit_runs", "EditRun", "mmpos.pipelines.edits.base", "EditRun"),
-    ("mmpos.world.edit_runs", "load_edit_pipeline", "mmpos.pipelines.sources", "load_world_edit"),
-    ("mmpos.pipelines.edit_methods", "target_box", "mmpos.pipelines.edits.transplant", "target_box"),
+    (
+        "mmpos.pipelines.video_cli",
+        "extrapolation_policies",
+        "mmpos.pipelines.commands.generate.video",
+        "extrapolation_policies",
+    ),
+    ("mmpos.pipelines.video_cli", "riflex_k", "mmpos.pipelines.commands.generate.video", "riflex_k"),
+    ("mmpos.pipelines.world_video_cli", "run_world", "mmpos.pipelines.commands.generate.world_video", "run_world"),
+    ("mmpos.world.edit_runs", "run_band", "mmpos.pipelines.edits.band.demo", "run_band"),
+    ("mmpos.world.edit_runs", "run_transplant", "mmpos.pipelines.edits.transplant.demo", "run_transplant"),
+    ("mmpos.world.edit_runs", "run_loose", "mmpos.pipelines.edits.loose.demo", "run_loose"),
+    ("mmpos.world.edit_runs", "loose_for_steps", "mmpos.pipelines.edits.loose.demo", "loose_for_steps"),
+    ("mmpos.world.edit_runs", "EditRun", "mmpos.pipelines.edits.method", "EditRun"),
+    ("mmpos.world.edit_runs", "load_edit_pipeline", "mmpos.pipelines.world.sources", "load_world_edit"),
+    ("mmpos.pipelines.edit_methods", "target_box", "mmpos.pipelines.edits.transplant.cli", "target_box"),
 ]
 
 
@@ -80,7 +85,7 @@ def test_the_old_runner_paths_keep_their_signatures():
             "steps",
         ]
         assert list(inspect.signature(getattr(edit_methods, name)).parameters) == ["args", "config", "tqdm"]
-    with pytest.warns(DeprecationWarning, match="mmpos.world.sources moved to mmpos.pipelines.sources"):
+    with pytest.warns(DeprecationWarning, match="mmpos.world.sources moved to mmpos.pipelines.world.sources"):
         sys.modules.pop("mmpos.world.sources", None)
         tasks = importlib.import_module("mmpos.world.sources").TASK_OF_METHOD
     assert tasks == {"generate": "t2i", "band": "t2i", "transplant": "fill", "loose": "kontext"}

@@ -26,9 +26,9 @@ from mmpos.pipelines import (
     LooseRoPEKontextPipeline,
     PosBridgeFillPipeline,
 )
-from mmpos.pipelines.band import SharedBandAttention
-from mmpos.pipelines.context import EditContext, segments_from_ids
-from mmpos.pipelines.loose import LooseRoPERule
+from mmpos.pipelines.edits.band.rule import SharedBandAttention
+from mmpos.pipelines.edits.context import EditContext, segments_from_ids
+from mmpos.pipelines.edits.loose.rule import LooseRoPERule
 from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 pytestmark = pytest.mark.cuda

@@ -8,8 +8,8 @@ from diffusers.models.transformers.transformer_flux import FluxAttention, FluxAt
 
 from mmpos.coords import flux_ids
 from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulationKontextPipeline
-from mmpos.pipelines.band import SharedBandAttention
-from mmpos.pipelines.context import EditContext, segments_from_ids
+from mmpos.pipelines.edits.band.rule import SharedBandAttention
+from mmpos.pipelines.edits.context import EditContext, segments_from_ids
 from mmpos.spectrum.bands import band_channel_scales, band_pair_scales
 from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
@@ -302,7 +302,7 @@ def test_inverted_reference_follows_inverse_euler(flux_pipes):
 
 
 def test_adain_matches_reference_statistics_and_leaves_the_reference_alone():
-    from mmpos.pipelines.band import adain
+    from mmpos.pipelines.edits.band.rule import adain
 
     x = torch.randn(2, 10, 3, 4, dtype=torch.float64) * 3 + 1
     ref = torch.randn(1, 7, 3, 4, dtype=torch.float64) * 0.5 - 2
@@ -316,7 +316,7 @@ def test_adain_matches_reference_statistics_and_leaves_the_reference_alone():
 
 
 def test_attention_probe_records_what_the_rule_attends_with():
-    from mmpos.pipelines.figures import AttentionProbe
+    from mmpos.pipelines.edits.band.figures import AttentionProbe
 
     attn, rotary, context, hidden, text = _shared_attention_setup(double=True)
     probes = {}

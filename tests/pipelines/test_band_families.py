@@ -31,12 +31,12 @@ from mmpos.pipelines import (
     EditContext,
     EditSession,
 )
-from mmpos.pipelines.band import ContextBandScaling, SharedBandAttention
-from mmpos.pipelines.families import LayerCall, edit_attention
-from mmpos.pipelines.families.flux2 import flux2_segments
-from mmpos.pipelines.families.qwen import qwen_segments
-from mmpos.pipelines.families.z_image import z_image_segments
-from mmpos.pipelines.segments import TokenSegments
+from mmpos.pipelines.edits.band.rule import ContextBandScaling, SharedBandAttention
+from mmpos.pipelines.edits.families import LayerCall, edit_attention
+from mmpos.pipelines.edits.families.flux2 import flux2_segments
+from mmpos.pipelines.edits.families.qwen import qwen_segments
+from mmpos.pipelines.edits.families.z_image import z_image_segments
+from mmpos.pipelines.edits.segments import TokenSegments
 from mmpos.spectrum import chunked_spectrum
 from mmpos.spectrum.bands import band_scale_per_pair, band_spectrum
 from tests.fixtures.families import _flux2, _flux2_inputs, _z_image, randn

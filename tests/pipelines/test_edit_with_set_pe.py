@@ -9,11 +9,11 @@ from mmpos.coords.edits import shrink_ids
 from mmpos.integrations.diffusers import FluxPEAttnProcessor, position_module, restore, set_pe
 from mmpos.integrations.diffusers.installer import ATTRIBUTE, ProcessorInstaller
 from mmpos.pipelines import BandModulationKontextPipeline, LooseRoPEKontextPipeline
-from mmpos.pipelines.attention import EditAttnProcessor
-from mmpos.pipelines.band import BandConfig, ContextBandScaling
-from mmpos.pipelines.context import EditContext, EditSession
-from mmpos.pipelines.loose import LooseConfig, LooseRoPERule
-from mmpos.pipelines.saliency import UniformSaliency
+from mmpos.pipelines.edits.band.rule import BandConfig, ContextBandScaling
+from mmpos.pipelines.edits.context import EditContext, EditSession
+from mmpos.pipelines.edits.loose.rule import LooseConfig, LooseRoPERule
+from mmpos.pipelines.edits.loose.saliency import UniformSaliency
+from mmpos.pipelines.edits.processor import EditAttnProcessor
 from mmpos.spectrum.bands import band_spectrum
 from tests.fixtures.tiny_models import TEXT_LEN, components, embeddings, image
 

@@ -8,8 +8,8 @@ from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
 
 from mmpos.coords import flux_ids
 from mmpos.pipelines import BandModulationFluxPipeline, BandModulationKontextPipeline, LooseRoPEKontextPipeline
-from mmpos.pipelines.attention import EditAttnProcessor
-from mmpos.pipelines.context import EditContext, EditSession
+from mmpos.pipelines.edits.context import EditContext, EditSession
+from mmpos.pipelines.edits.processor import EditAttnProcessor
 from tests.fixtures.tiny_models import components, embeddings, image, ip_adapter_embeds, load_tiny_ip_adapter
 
 IP = dict(ip_adapter_image_embeds=ip_adapter_embeds(), negative_ip_adapter_image_embeds=ip_adapter_embeds(seed=5))

@@ -11,9 +11,9 @@ from diffusers.models.transformers.transformer_flux import FluxAttention, FluxPo
 from mmpos.coords import flux_ids
 from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines import LooseConfig, LooseRoPEKontextPipeline
-from mmpos.pipelines.context import EditContext, segments_from_ids
-from mmpos.pipelines.loose import LooseRoPERule, per_token, saliency_bins, tanh_ramp, token_maps
-from mmpos.pipelines.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
+from mmpos.pipelines.edits.context import EditContext, segments_from_ids
+from mmpos.pipelines.edits.loose.rule import LooseRoPERule, per_token, saliency_bins, tanh_ramp, token_maps
+from mmpos.pipelines.edits.loose.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
 from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
 
@@ -254,7 +254,7 @@ def test_saliency_providers():
     assert s[mask].min() == 0 and s[mask].max() == 1
     import timm
 
-    from mmpos.pipelines.saliency import FeatureEnergySaliency
+    from mmpos.pipelines.edits.loose.saliency import FeatureEnergySaliency
 
     backbone = timm.create_model("resnet10t", pretrained=False, features_only=True, out_indices=(1,))
     s = FeatureEnergySaliency(backbone)(COLLAGE, mask)

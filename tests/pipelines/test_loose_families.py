@@ -13,16 +13,16 @@ from diffusers import (
 
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.integrations.diffusers.families.qwen import qwen_coords
-from mmpos.pipelines.context import EditContext, EditSession
-from mmpos.pipelines.loose import LooseConfig
-from mmpos.pipelines.loose_families import POSITIONS, FamilyLooseRule, ForwardInputs, grid_cells
-from mmpos.pipelines.loose_family_pipeline import (
+from mmpos.pipelines.edits.context import EditContext, EditSession
+from mmpos.pipelines.edits.loose.family_rule import POSITIONS, FamilyLooseRule, ForwardInputs, grid_cells
+from mmpos.pipelines.edits.loose.pipelines import (
     LOOSE_PIPELINES,
     LOOSE_PIPELINES_BY_STOCK,
     LooseRoPEKleinPipeline,
     LooseRoPEQwenEditPipeline,
     LooseRoPEQwenEditPlusPipeline,
 )
+from mmpos.pipelines.edits.loose.rule import LooseConfig
 from tests.fixtures.tiny_edit_families import (
     KLEIN_TRANSFORMER,
     klein_prompt_embeds,

@@ -6,12 +6,12 @@ import torch
 from diffusers import Flux2KleinInpaintPipeline, QwenImageInpaintPipeline
 
 from mmpos.integrations.diffusers import restore, set_pe
-from mmpos.pipelines.family_transplant import Flux2TransplantIds, QwenTransplantTables, flux2_canvas_ids
-from mmpos.pipelines.family_transplant_pipeline import (
+from mmpos.pipelines.edits.transplant.pipeline_inpaint import (
     TRANSPLANT_PIPELINES,
     PosBridgeKleinInpaintPipeline,
     PosBridgeQwenInpaintPipeline,
 )
+from mmpos.pipelines.edits.transplant.positions import Flux2TransplantIds, QwenTransplantTables, flux2_canvas_ids
 from mmpos.pipelines.images import mask_to_tokens
 from tests.fixtures.tiny_edit_families import (
     klein_prompt_embeds,

@@ -41,6 +41,7 @@ class _Installed:
     position_module: object
     hook: object = None  # tier 1: the pre-forward hook's handle (tier 2: the installer holds it)
     extents_hooks: tuple = ()  # the ids of the global-extents hooks (:mod:`.global_extents`)
+    companions: tuple = ()  # (attr, stock module) of the family's companion position modules
 
 
 def set_pe(
@@ -96,10 +97,13 @@ def set_pe(
         seam = _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = None
     _install_position(transformer, family.position_attr, seam)
+    companions = tuple((attr, getattr(transformer, attr)) for attr in family.companion_attrs)
+    for attr in family.companion_attrs:
+        setattr(transformer, attr, seam.companions[attr])
     scheduled = any(getattr(e, "schedule", None) is not None for e in getattr(seam, "encodings", ()))
     extents_hooks = GlobalExtents(family).install(transformer) if scheduled and family.global_coords else ()
     transformer._mmpos_installed = _Installed(
-        pe=pe, position_module=stock_position, hook=hook, extents_hooks=extents_hooks
+        pe=pe, position_module=stock_position, hook=hook, extents_hooks=extents_hooks, companions=companions
     )
     if backend is not None:
         transformer.set_attention_backend(backend)
@@ -130,9 +134,11 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
             f"spectrum only (pe='native' with {TIER1_OPTIONS}), its stock processors stay; "
             f"pe={pe!r}, coord_axes and per_layer need mmpos processors (tier-2 families: {tier2})"
         )
-    extra = sorted(set(options) - set(TIER1_OPTIONS))
+    extra = sorted(set(options) - set(TIER1_OPTIONS) - set(family.seam_options))
     if extra:
-        raise TypeError(f"{family.name} (tier 1) takes only the spectrum options {TIER1_OPTIONS}, got {extra}")
+        own = f" and its own {sorted(family.seam_options)}" if family.seam_options else ""
+        raise TypeError(f"{family.name} (tier 1) takes only the spectrum options {TIER1_OPTIONS}{own}, got {extra}")
+    choices = _seam_choices(family, options)
     axes_dims, theta = family.native_axes_dims(transformer), family.native_theta(transformer)
     encoding = pe_class("rope_axial")(
         head_dim=sum(axes_dims),
@@ -148,7 +154,20 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
         if custom
         else SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
     )
+    for name, value in choices.items():
+        setattr(seam, name, value)
     return _on_model(seam, transformer)
+
+
+def _seam_choices(family: Family, options: dict) -> dict:
+    """The family's own seam options (:attr:`Family.seam_options`), each given or its default (the first choice)."""
+    choices = {}
+    for name, allowed in family.seam_options.items():
+        value = options.get(name, allowed[0])
+        if value not in allowed:
+            raise ValueError(f"{family.name}: {name}={value!r}; expected one of {list(allowed)}")
+        choices[name] = value
+    return choices
 
 
 def _on_model(seam, transformer):
@@ -174,6 +193,8 @@ def restore(transformer: nn.Module) -> nn.Module:
     if probe is not None:  # the stock module missed the .to() calls made while the seam was installed
         installed.position_module.to(probe.device, probe.dtype)
     _restore_position(transformer, family.position_attr, installed.position_module)
+    for attr, stock in installed.companions:
+        setattr(transformer, attr, stock)
     remove_global_extents(transformer, installed.extents_hooks)
     if installed.hook is not None:
         installed.hook.remove()

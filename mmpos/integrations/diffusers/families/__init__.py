@@ -53,6 +53,11 @@ _MODULES = (
     "bria_fibo2",
     "anyflow",
     "joyimage",
+    "ltx2",
+    "minimax_h3",
+    "helios",
+    "cosmos",
+    "sana_wm",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

@@ -58,6 +58,10 @@ class Family:
         classes: the covered transformer classes, as ``"module:Class"`` (imported lazily; missing ones are
             skipped) or as classes.
         position_attr: attribute of the model holding its position module (the seam).
+        seam_options: tier 1: the family's own ``set_pe`` options, name -> allowed values (the first is the default,
+            the stock behaviour), set on the seam as attributes (Cosmos: ``fps_modulation``).
+        companion_attrs: further position modules of the model that the seam replaces too, each by
+            ``seam.companions[attr]`` (LTX-2's audio rope); :func:`~..restore` puts the stock ones back.
         axis_names: the coordinate axes the seam gives each token.
         native_axes_dims / native_theta: the model's rotary channels per axis and base.
         image_axes: indices of the image (row, col) axes; ``time_axis``: of the time axis, or ``None``.
@@ -109,6 +113,8 @@ class Family:
     notes: str = ""
     context_parallel: bool = False
     extras: dict = field(default_factory=dict)
+    companion_attrs: tuple[str, ...] = ()
+    seam_options: dict = field(default_factory=dict)
 
     @property
     def has_tables(self) -> bool:
