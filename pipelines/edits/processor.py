@@ -24,10 +24,10 @@ import torch
 from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
 from diffusers.models.transformers.transformer_flux import _get_qkv_projections
 
+from mmpos.integrations.diffusers.families.flux import flux_finish_attention as finish_attention  # noqa: F401
+from mmpos.integrations.diffusers.families.flux import flux_project_heads as project_heads  # noqa: F401
 from mmpos.integrations.diffusers.installer import EDIT
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
-from mmpos.integrations.diffusers.processors import flux_finish_attention as finish_attention  # noqa: F401
-from mmpos.integrations.diffusers.processors import flux_project_heads as project_heads  # noqa: F401
 
 
 def attention_layer_names(transformer) -> list[str]:

@@ -18,11 +18,13 @@ from .backends import resolve_attention_backend
 from .camera_adapter import CameraAdapter, camera_conditioning
 from .context_parallel import shard_like_context_parallel
 from .extrapolation import model_extrapolation
+from .families import supported_classes
+from .families.flux import FluxPEAttnProcessor
+from .families.wan import WanPEAttnProcessor
 from .installer import CAMERA, EDIT, ENCODING, AttentionSlot, ProcessorInstaller
 from .layer_rotation import LayerRotation
-from .models import supported_classes
 from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
-from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
+from .processors import EncodingRotation
 from .ucpe_checkpoint import load_ucpe_checkpoint
 
 __all__ = [

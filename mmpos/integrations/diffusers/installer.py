@@ -29,8 +29,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from .families import get_family
-from .models import spec_for
+from .families import family_for, get_family
 from .parallelism import check_parallelism
 from .xdit import check_no_xdit_parallelism, check_no_xdit_processors
 
@@ -65,7 +64,7 @@ class ProcessorInstaller:
     """The slots of one transformer (layer order: Flux double blocks then single blocks; Wan blocks)."""
 
     def __init__(self, transformer: nn.Module):
-        family = spec_for(transformer)
+        family = family_for(transformer)
         self.family_name = family.name  # a name: the installer is copied and pickled with the transformer
         attention = family.attention_modules(transformer)
         check_no_xdit_processors((name, module.processor) for name, module in attention)

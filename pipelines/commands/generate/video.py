@@ -137,10 +137,10 @@ def riflex_k(transformer, repeat_latent_frames: int) -> int:
     """RIFLEx's intrinsic frequency on ``transformer``'s time axis (:func:`~mmpos.spectrum.extrapolation.
     riflex_intrinsic_k`): the (1-based) time-axis pair whose period is closest to RIFLEx's ``N``, the latent frame
     where the stock video first repeats; pass the trained latent length where it has not been observed."""
-    from mmpos.integrations.diffusers.models import spec_for
+    from mmpos.integrations.diffusers.families import family_for
     from mmpos.spectrum.extrapolation import riflex_intrinsic_k
 
-    spec = spec_for(transformer)
+    spec = family_for(transformer)
     time_dim, theta = spec.native_axes_dims(transformer)[0], spec.native_theta(transformer)
     return riflex_intrinsic_k(time_dim, theta, repeat_latent_frames)
 

@@ -18,7 +18,6 @@ from diffusers import (
 
 from mmpos._validation import check_choice
 from mmpos.integrations.diffusers.families import family_for
-from mmpos.integrations.diffusers.models import spec_for
 
 from ...images import as_image_batch, check_token_grid
 from ..context import EditContext, EditSession
@@ -185,7 +184,7 @@ class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextP
 def family_layer_rules(transformer, layers, rule) -> dict:
     """``{layer index: rule}`` for ``layers`` (``"all"``, ``"double"``, ``"single"``, indices, a range) over the
     transformer's attention layers in the installer's order (FLUX.2: double blocks, then single blocks)."""
-    count = len(spec_for(transformer).attention_modules(transformer))
+    count = len(family_for(transformer).attention_modules(transformer))
     double = len(transformer.transformer_blocks) if hasattr(transformer, "single_transformer_blocks") else count
     return dict.fromkeys(select_layers(layers, count, double), rule)
 
