@@ -62,19 +62,6 @@ def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: 
         )
 
 
-def split_comma_box(argv: list[str]) -> list[str]:
-    """``--box 8,8,40,40`` (the old syntax) -> ``--box 8 8 40 40``, with a deprecation note."""
-    out = []
-    for arg in argv:
-        value = arg[len("--box=") :] if arg.startswith("--box=") else arg if out[-1:] == ["--box"] else None
-        if value is not None and "," in value:
-            print(f"note: --box {value} is deprecated; write --box {value.replace(',', ' ')}", file=sys.stderr)
-            out += (["--box"] if arg.startswith("--box=") else []) + [v.strip() for v in value.split(",")]
-        else:
-            out.append(arg)
-    return out
-
-
 def output_folder(args, default: Path) -> Path:
     """Where a run writes: a named ``--out`` that holds files is refused (one line, exit 2) unless ``--overwrite``;
     without ``--out``, ``default`` or the next free ``default-2``, ``default-3``, ... (never an earlier run)."""
