@@ -7,9 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+from mmpos._arguments import user_error
+
 from .config import save_config
 from .edits.base import seeded_generator
 from .extrapolate import extrapolate_setting, install_extrapolation, parse_extrapolate
+from .commands._options import check_sampler_size
 from .images import save_image
 from .run_inputs import output_folder, prompt_kwargs, report_written, resolve_config, sampler_options
 
@@ -18,6 +21,10 @@ def run_generate(args) -> int:
     config = generate_config(args)
     out = output_folder(args, Path("outputs/generate"))
     pipe, call = _generate_pipeline(args, config)
+    try:  # before anything is allocated: the size on the model's token grid and in the device's memory
+        check_sampler_size(pipe, config["sampler"], len(args.prompt or config["prompts"]), _train_size(config))
+    except ValueError as error:
+        raise user_error("mmpos generate", error) from None
     setting = config.get("extrapolate", {})
     installed = install_extrapolation(
         pipe, parse_extrapolate(str(setting.get("preset", "none"))), _train_size(config), setting.get("options")

@@ -48,6 +48,7 @@ def resolve_config(args) -> dict:
     """The command's YAML config <- ``--set`` <- the options that name a config key (:func:`flag_keys`); cuda falls
     back to cpu, saying so. A missing or malformed ``--config`` or a bad ``--set`` ends the command: one line, exit
     code 2."""
+    from .commands._options import check_sampler
     from .config import apply_overrides, check_config, default_config_path, load_config
 
     try:
@@ -55,6 +56,7 @@ def resolve_config(args) -> dict:
         config = apply_flags(apply_overrides(config, args.set), args)
         check_prompt_source(args, config)
         check_config(config, args.config_name)
+        check_sampler(config)
         check_device(config.get("device"))
     except (FileNotFoundError, KeyError, ValueError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error  # KeyError quotes str()
@@ -203,7 +205,7 @@ def load_placed_image(path, what: str, token_pixels: int, side: int | None = Non
     from .images import load_image
     from .placement import fit_square, on_token_grid
 
-    image = load_image(path)
+    image = load_image(path, "--" + what.replace(" ", "-"))  # its option: --background, --reference-image
     source = tuple(image.shape[-2:])
     placement = fit_square(source, side) if side is not None else on_token_grid(source, token_pixels)
     message = placement.describe(what)
@@ -219,9 +221,9 @@ def load_placed_mask(path, placement, what: str = "the image"):
     stretched to it, nearest, saying so) placed like the image (:meth:`Placement.place_mask`)."""
     from PIL import Image
 
-    from .images import as_mask
+    from .images import as_mask, read_mask_pil
 
-    mask = Image.open(path).convert("L")
+    mask = read_mask_pil(path)
     (height, width), (h, w), canvas = placement.source, placement.content, placement.canvas
     size, stretched = f"{mask.height}x{mask.width}", (mask.height, mask.width) != (height, width)
     if stretched:
@@ -277,9 +279,9 @@ def load_mask(path, size):
     """A [H, W] mask of ``size`` (resized nearest, saying so)."""
     from PIL import Image
 
-    from .images import as_mask
+    from .images import as_mask, read_mask_pil
 
-    mask = Image.open(path).convert("L")
+    mask = read_mask_pil(path)
     if (mask.height, mask.width) != tuple(size):
         print(f"mask {path}: resized {mask.height}x{mask.width} to {size[0]}x{size[1]} (nearest)")
         mask = mask.resize((size[1], size[0]), Image.NEAREST)

@@ -247,12 +247,12 @@ def run_video(args, parser) -> int:
 def _first_frame(args, parser, settings):
     if not args.image:
         return None
-    from PIL import Image
+    from .images import read_photo_pil
 
     try:
-        image = Image.open(args.image).convert("RGB")
-    except (FileNotFoundError, OSError) as error:
-        _fail(parser, f"--image {args.image}: {error}")
+        image = read_photo_pil(args.image, "--image")
+    except ValueError as error:
+        _fail(parser, str(error))
     return resized_first_frame(image, args.image, settings["width"], settings["height"])
 
 

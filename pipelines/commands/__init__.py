@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmpos._arguments import OneLineErrorParser, show_defaults
+from mmpos._arguments import OneLineErrorParser, check_out_writable, show_defaults, user_error, write_error_line
 from mmpos.training.interrupt import EXIT_CODE
 
 from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
@@ -62,7 +62,24 @@ def main(argv=None) -> int:
     argv = split_comma_box(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     try:
+        check_outputs_writable(args)
+    except ValueError as error:
+        raise user_error(f"mmpos {args.command}", error) from None
+    try:
         return args.func(args)
     except KeyboardInterrupt:
         print(f"mmpos {args.command}: interrupted", file=sys.stderr)
         return EXIT_CODE
+    except OSError as error:  # disk full, quota, read-only file system while writing: one line naming the file
+        line = write_error_line(error)
+        if line is None:
+            raise
+        raise user_error(f"mmpos {args.command}", line) from None
+
+
+def check_outputs_writable(args) -> None:
+    """``--out`` / ``--output-dir`` of the chosen command: files can be created there, checked before any work."""
+    for dest, option in (("out", "--out"), ("output_dir", "--output-dir")):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            check_out_writable(value, option)

@@ -71,3 +71,59 @@ def split_comma_box(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
     return out
+
+
+SAMPLER_INTEGERS = {  # sampler key -> what it counts (each a positive integer when set)
+    "num_inference_steps": "denoising steps",
+    "height": "pixels",
+    "width": "pixels",
+    "max_sequence_length": "text tokens",
+    "num_images_per_prompt": "images",
+}
+SAMPLER_NUMBERS = ("guidance_scale", "true_cfg_scale")
+SAMPLER_OPTIONS = {"height": "--height", "width": "--width"}  # the options of `mmpos generate` that set them
+
+
+def sampler_value_name(key: str, value) -> str:
+    """``("height", 7)`` -> ``--height 7 (sampler.height)``: the option that sets the key and the key; a key no
+    option sets: ``sampler.steps=0``."""
+    option = SAMPLER_OPTIONS.get(key)
+    return f"{option} {value!r} (sampler.{key})" if option else f"sampler.{key}={value!r}"
+
+
+def check_sampler(config: dict) -> None:
+    """The config's ``sampler`` section: counts are positive integers, scales are numbers (``--set
+    sampler.num_inference_steps=0`` would divide by zero inside diffusers); a ValueError names the key."""
+    sampler = config.get("sampler") or {}
+    if not isinstance(sampler, dict):
+        raise ValueError(f"config sampler={sampler!r}: expected a mapping of pipeline call arguments")
+    for key, counts in SAMPLER_INTEGERS.items():
+        value = sampler.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{sampler_value_name(key, value)}: expected a positive integer ({counts})")
+    for key in SAMPLER_NUMBERS:
+        value = sampler.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"sampler.{key}={value!r}: expected a number")
+
+
+MAX_SIZE_OVER_TRAINED = 16  # per side: DyPE / YaRN results reach 4-8x the training side; beyond 16x nothing is known
+
+
+def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
+    """``sampler.height`` / ``.width``: at most :data:`MAX_SIZE_OVER_TRAINED` times the model's ``train_size``
+    (pixels, an int or ``(height, width)``) per side, on ``pipe``'s token grid and within its device's free memory
+    for ``prompts`` prompts (:func:`mmpos.pipelines.images.check_output_size`); the ValueError names ``--height`` /
+    ``--width``."""
+    from ..images import check_output_size
+
+    trained = (train_size, train_size) if isinstance(train_size, int) else tuple(train_size)
+    names = [sampler_value_name(key, sampler[key]) for key in ("height", "width")]
+    for name, value, side in zip(names, (sampler["height"], sampler["width"]), trained):
+        if value > MAX_SIZE_OVER_TRAINED * side:
+            raise ValueError(
+                f"{name}: {value / side:.0f}x the model's training size {side}; expected at most "
+                f"{MAX_SIZE_OVER_TRAINED}x ({MAX_SIZE_OVER_TRAINED * side} pixels)"
+            )
+    batch = prompts * sampler.get("num_images_per_prompt", 1)
+    check_output_size(pipe, sampler["height"], sampler["width"], batch, names)

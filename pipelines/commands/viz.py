@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mmpos._arguments import finite_float_arg, positive_int_arg
+from mmpos._arguments import bounded_float_arg, finite_float_arg, positive_int_arg
 from mmpos._camera_motions import is_motion, vocabulary_help
 
 
@@ -101,9 +101,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     cameras.add_argument(
         "--fov",
-        type=finite_float_arg,
+        type=bounded_float_arg(0, 180),
         default=None,
-        help="horizontal FoV (degrees) for --model unified (default: the trajectory's)",
+        help="horizontal FoV in degrees, in (0, 180), for --model unified (default: the trajectory's)",
     )
     cameras.add_argument("--xi", type=finite_float_arg, default=0.0, help="xi for --model unified (0 = pinhole)")
     return viz
