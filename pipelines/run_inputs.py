@@ -169,14 +169,15 @@ def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"),
     for key, value in embeds.items():
         shape = tuple(getattr(value, "shape", ()))
         if not isinstance(value, torch.Tensor) or len(shape) != len(EMBED_DIMS[key]) or 0 in shape:
-            raise ValueError(f"--prompt-embeds {path}: {key} has shape {shape}; expected {EMBED_DIMS[key]}")
+            expected = f"[{', '.join(EMBED_DIMS[key])}]"
+            raise ValueError(f"--prompt-embeds {path}: {key} has shape {shape}; expected {expected}")
     if len({v.shape[0] for v in embeds.values()}) > 1:
         shapes = {k: tuple(v.shape) for k, v in embeds.items()}
         raise ValueError(f"--prompt-embeds {path}: {shapes} differ in the batch size B; expected one B")
     return embeds
 
 
-EMBED_DIMS = {"prompt_embeds": "[B, L, D]", "pooled_prompt_embeds": "[B, D]", "prompt_embeds_mask": "[B, L]"}
+EMBED_DIMS = {"prompt_embeds": ("B", "L", "D"), "pooled_prompt_embeds": ("B", "D"), "prompt_embeds_mask": ("B", "L")}
 
 
 def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:

@@ -20,7 +20,9 @@ def model_index(path) -> dict:
     """``model_index.json`` of a local folder or a hub id (only that file is fetched); ValueError if there is none."""
     index = Path(str(path)) / "model_index.json"
     if index.is_file():
-        return json.loads(index.read_text())
+        from ..loading import read_json_file
+
+        return read_json_file(index, "a mapping of component names")
     if Path(str(path)).is_dir():
         raise ValueError(
             f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
