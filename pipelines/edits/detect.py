@@ -8,7 +8,6 @@ index). The method's ``pipelines`` entry of the first key it has is the pipeline
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
