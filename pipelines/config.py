@@ -100,3 +100,37 @@ def save_config(config: dict, path) -> Path:
     with written_atomically(path) as temporary, open(temporary, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     return path
+
+
+SAMPLER_INTEGERS = {  # sampler key -> what it counts (each a positive integer when set)
+    "num_inference_steps": "denoising steps",
+    "height": "pixels",
+    "width": "pixels",
+    "max_sequence_length": "text tokens",
+    "num_images_per_prompt": "images",
+}
+SAMPLER_NUMBERS = ("guidance_scale", "true_cfg_scale")
+SAMPLER_OPTIONS = {"height": "--height", "width": "--width"}  # the options of `mmpos generate` that set them
+
+
+def sampler_value_name(key: str, value) -> str:
+    """``("height", 7)`` -> ``--height 7 (sampler.height)``: the option that sets the key and the key; a key no
+    option sets: ``sampler.steps=0``."""
+    option = SAMPLER_OPTIONS.get(key)
+    return f"{option} {value!r} (sampler.{key})" if option else f"sampler.{key}={value!r}"
+
+
+def check_sampler(config: dict) -> None:
+    """The config's ``sampler`` section: counts are positive integers, scales are numbers (``--set
+    sampler.num_inference_steps=0`` would divide by zero inside diffusers); a ValueError names the key."""
+    sampler = config.get("sampler") or {}
+    if not isinstance(sampler, dict):
+        raise ValueError(f"config sampler={sampler!r}: expected a mapping of pipeline call arguments")
+    for key, counts in SAMPLER_INTEGERS.items():
+        value = sampler.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{sampler_value_name(key, value)}: expected a positive integer ({counts})")
+    for key in SAMPLER_NUMBERS:
+        value = sampler.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"sampler.{key}={value!r}: expected a number")

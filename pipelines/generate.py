@@ -9,11 +9,10 @@ from pathlib import Path
 
 from mmpos._arguments import user_error
 
-from .commands._options import check_sampler_size
 from .config import save_config
 from .edits.base import seeded_generator
 from .extrapolate import extrapolate_setting, install_extrapolation, parse_extrapolate
-from .images import save_image
+from .images import check_sampler_size, save_image
 from .run_inputs import output_folder, prompt_kwargs, report_written, resolve_config, sampler_options
 
 

@@ -269,3 +269,25 @@ def check_output_size(pipe, height: int, width: int, batch: int, names=None) -> 
             f"{names[0]}, {names[1]}: {batch} image(s) of {height}x{width} pixels need at least "
             f"{needed / 2**30:,.1f} GiB but {pipe.device} has {free / 2**30:,.1f} GiB free; expected a smaller size"
         )
+
+
+MAX_SIZE_OVER_TRAINED = 16  # per side: DyPE / YaRN results reach 4-8x the training side; beyond 16x nothing is known
+
+
+def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
+    """``sampler.height`` / ``.width``: at most :data:`MAX_SIZE_OVER_TRAINED` times the model's ``train_size``
+    (pixels, an int or ``(height, width)``) per side, on ``pipe``'s token grid and within its device's free memory
+    for ``prompts`` prompts (:func:`mmpos.pipelines.images.check_output_size`); the ValueError names ``--height`` /
+    ``--width``."""
+    from .config import sampler_value_name
+
+    trained = (train_size, train_size) if isinstance(train_size, int) else tuple(train_size)
+    names = [sampler_value_name(key, sampler[key]) for key in ("height", "width")]
+    for name, value, side in zip(names, (sampler["height"], sampler["width"]), trained):
+        if value > MAX_SIZE_OVER_TRAINED * side:
+            raise ValueError(
+                f"{name}: {value / side:.0f}x the model's training size {side}; expected at most "
+                f"{MAX_SIZE_OVER_TRAINED}x ({MAX_SIZE_OVER_TRAINED * side} pixels)"
+            )
+    batch = prompts * sampler.get("num_images_per_prompt", 1)
+    check_output_size(pipe, sampler["height"], sampler["width"], batch, names)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -92,6 +91,8 @@ def missing_components(path, cls=None) -> dict:
     index = Path(path) / "model_index.json"
     if not index.is_file():
         return {}
+    from .edits.detect import read_json_file
+
     entries = read_json_file(index, "a mapping of component names")
     saved = [name for name, entry in entries.items() if isinstance(entry, list) and len(entry) == 2]
     names = dict.fromkeys([*TEXT_COMPONENTS, *saved])
@@ -147,25 +148,12 @@ def world_image_size(path) -> int:
     card = Path(path) / "model_card.json"
     if not card.is_file():
         return 32
+    from .edits.detect import read_json_file
+
     side = read_json_file(card, "a model card").get("data", {}).get("image_size")
     if isinstance(side, bool) or not isinstance(side, int) or side < 1:
         raise ValueError(f"--model {path}: {card.name} data.image_size={side!r}; expected a positive integer")
     return side
-
-
-def read_json_file(path, expected: str) -> dict:
-    """A JSON object file of a model folder (``model_index.json``, ``model_card.json``); a ValueError naming
-    ``--model`` and the file if it is not UTF-8 JSON holding an object (``expected`` says which)."""
-    path = Path(path)
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(
-            f"--model {path.parent}: {path.name} is not valid JSON ({error}); expected {expected}"
-        ) from None
-    if not isinstance(value, dict):
-        raise ValueError(f"--model {path.parent}: {path.name} holds a {type(value).__name__}; expected {expected}")
-    return value
 
 
 def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None = None):

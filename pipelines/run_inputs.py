@@ -48,8 +48,7 @@ def resolve_config(args) -> dict:
     """The command's YAML config <- ``--set`` <- the options that name a config key (:func:`flag_keys`); cuda falls
     back to cpu, saying so. A missing or malformed ``--config`` or a bad ``--set`` ends the command: one line, exit
     code 2."""
-    from .commands._options import check_sampler
-    from .config import apply_overrides, check_config, default_config_path, load_config
+    from .config import apply_overrides, check_config, check_sampler, default_config_path, load_config
 
     try:
         config = load_config(args.config or default_config_path(default_config_name(args)))
