@@ -271,7 +271,16 @@ def check_output_size(pipe, height: int, width: int, batch: int, names=None) -> 
         )
 
 
+TRAINING = "the model's training"
 MAX_SIZE_OVER_TRAINED = 16  # per side: DyPE / YaRN results reach 4-8x the training side; beyond 16x nothing is known
+
+
+def over_trained(value: int, trained: int, what: str, whose: str) -> str:
+    """``"3125x the model's training size 32; expected at most 16x (512)"``."""
+    return (
+        f"{value / trained:.0f}x {whose} {what} {trained}; expected at most {MAX_SIZE_OVER_TRAINED}x "
+        f"({MAX_SIZE_OVER_TRAINED * trained})"
+    )
 
 
 def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
@@ -285,9 +294,6 @@ def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
     names = [sampler_value_name(key, sampler[key]) for key in ("height", "width")]
     for name, value, side in zip(names, (sampler["height"], sampler["width"]), trained):
         if value > MAX_SIZE_OVER_TRAINED * side:
-            raise ValueError(
-                f"{name}: {value / side:.0f}x the model's training size {side}; expected at most "
-                f"{MAX_SIZE_OVER_TRAINED}x ({MAX_SIZE_OVER_TRAINED * side} pixels)"
-            )
+            raise ValueError(f"{name}: {over_trained(value, side, 'size', TRAINING)}")
     batch = prompts * sampler.get("num_images_per_prompt", 1)
     check_output_size(pipe, sampler["height"], sampler["width"], batch, names)

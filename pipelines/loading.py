@@ -61,14 +61,9 @@ GENERATE_KINDS = {"FluxPipeline": "generate", "QwenImagePipeline": "generate_qwe
 def generate_kind(path) -> str:
     """``"generate"`` (FluxPipeline) or ``"generate_qwen"`` (QwenImagePipeline), from the saved pipeline's
     ``model_index.json`` (a local folder, or the hub's file: only that file is fetched)."""
-    from diffusers import DiffusionPipeline
+    from .edits.detect import model_index
 
-    from .edits.detect import unreadable_model_message
-
-    try:
-        class_name = DiffusionPipeline.load_config(path).get("_class_name")
-    except OSError as err:
-        raise ValueError(unreadable_model_message(path, err)) from None
+    class_name = model_index(path).get("_class_name")  # a folder's own file (checked), or the hub's
     if class_name in GENERATE_KINDS:
         return GENERATE_KINDS[class_name]
     from mmpos.integrations.diffusers.families import FAMILIES, family_for_pipeline
