@@ -253,7 +253,7 @@ def load_placed_mask(path, placement, what: str = "the image"):
 
     from .images import as_mask, read_mask_pil
 
-    mask = read_mask_pil(path)
+    mask = read_mask_pil(path, "--mask")
     (height, width), (h, w), canvas = placement.source, placement.content, placement.canvas
     size, stretched = f"{mask.height}x{mask.width}", (mask.height, mask.width) != (height, width)
     if stretched:
@@ -311,7 +311,7 @@ def load_mask(path, size):
 
     from .images import as_mask, read_mask_pil
 
-    mask = read_mask_pil(path)
+    mask = read_mask_pil(path, "--mask")
     if (mask.height, mask.width) != tuple(size):
         print(f"mask {path}: resized {mask.height}x{mask.width} to {size[0]}x{size[1]} (nearest)")
         mask = mask.resize((size[1], size[0]), Image.NEAREST)
