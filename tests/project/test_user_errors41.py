@@ -334,8 +334,11 @@ def test_a_misspelt_pe_option_in_a_vit_config_names_the_key_and_the_valid_ones(t
 @pytest.mark.parametrize(
     "argv, named",
     [
-        (["viz", "cameras", "preset:orbit", "--model", "unified", "--fov", "0"], ["--fov", "(0, 180)"]),
-        (["viz", "cameras", "preset:orbit", "--model", "unified", "--fov", "400"], ["--fov", "(0, 180)"]),
+        (["viz", "cameras", "preset:orbit", "--model", "unified", "--fov", "0"], ["--fov", "(0, 360)"]),
+        (["viz", "cameras", "preset:orbit", "--model", "unified", "--fov", "400"], ["--fov", "(0, 360)"]),
+        (["viz", "cameras", "preset:orbit", "--fov", "400"], ["--fov", "(0, 360)"]),
+        (["viz", "cameras", "preset:orbit", "--fov", "90"], ["--fov / --xi", "--model unified"]),  # was: ignored
+        (["viz", "cameras", "preset:orbit", "--model", "unified", "--fov", "200"], ["fov_degrees=200", "xi=0"]),
         (["world", "clip", "--objects", "100000"], ["--objects", "[0, 64]"]),
         (["world", "clip", "--objects", "-1"], ["--objects", "[0, 64]"]),
         (["world", "clip", "--scale", "nan"], ["--scale", "finite"]),
