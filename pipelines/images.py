@@ -228,8 +228,9 @@ def generation_bytes(pipe, height: int, width: int, batch: int) -> int:
     VAE decoder's full-size block (its input, hidden and output maps) and one transformer block over the image
     tokens (q, k, v, output and a 4x MLP of the hidden size)."""
     vae, transformer = pipe.vae.config, pipe.transformer
+    channels = (vae.get("block_out_channels") or [vae.get("base_dim", 128)])[0]  # AutoencoderKL / Qwen-Image, Wan
     pixels = batch * height * width
-    vae_bytes = 3 * pixels * vae.block_out_channels[0] * torch.finfo(pipe.vae.dtype).bits // 8
+    vae_bytes = 3 * pixels * channels * torch.finfo(pipe.vae.dtype).bits // 8
     tokens = pixels // model_token_pixels(pipe) ** 2
     config = transformer.config
     hidden = getattr(config, "num_attention_heads", 1) * getattr(config, "attention_head_dim", 64)

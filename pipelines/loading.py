@@ -61,9 +61,16 @@ GENERATE_KINDS = {"FluxPipeline": "generate", "QwenImagePipeline": "generate_qwe
 def generate_kind(path) -> str:
     """``"generate"`` (FluxPipeline) or ``"generate_qwen"`` (QwenImagePipeline), from the saved pipeline's
     ``model_index.json`` (a local folder, or the hub's file: only that file is fetched)."""
-    from .edits.detect import model_index
+    from diffusers import DiffusionPipeline
 
-    class_name = model_index(path).get("_class_name")  # a folder's own file (checked), or the hub's
+    from .edits.detect import read_json_file, unreadable_model_message
+
+    index = Path(str(path)) / "model_index.json"
+    try:
+        config = read_json_file(index, "a mapping of component names") if index.is_file() else None
+        class_name = (config or DiffusionPipeline.load_config(path)).get("_class_name")
+    except OSError as err:
+        raise ValueError(unreadable_model_message(path, err)) from None
     if class_name in GENERATE_KINDS:
         return GENERATE_KINDS[class_name]
     from mmpos.integrations.diffusers.families import FAMILIES, family_for_pipeline

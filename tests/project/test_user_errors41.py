@@ -183,7 +183,7 @@ def test_generation_estimate_grows_with_the_pixels():
     from mmpos.pipelines.images import generation_bytes
 
     pipe = SimpleNamespace(
-        vae=SimpleNamespace(config=SimpleNamespace(block_out_channels=[128, 256]), dtype=torch.bfloat16),
+        vae=SimpleNamespace(config={"block_out_channels": [128, 256]}, dtype=torch.bfloat16),
         transformer=SimpleNamespace(
             config=SimpleNamespace(num_attention_heads=24, attention_head_dim=128), dtype=torch.bfloat16
         ),
@@ -302,14 +302,35 @@ def test_bad_prompt_embeds_files_are_one_line(tmp_path, capsys, tiny_flux_folder
     assert not (tmp_path / "o").exists()
 
 
+def test_generate_video_out_under_proc_names_the_command(capsys):
+    if not Path("/proc").is_dir():
+        pytest.skip("no /proc")
+    _one_line_exit_2(capsys, ["generate", "video", "--model", "tiny", "--out", "/proc/x/y"], "--out /proc/x/y")
+
+
+def test_the_benchmark_s_argument_errors_are_one_line(capsys):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_rotary.py"), "--repeats", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "--repeats" in lines[0], done.stderr  # was: the usage block
+
+
 # ----- model folders, ViT configs ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("contents", ['{"_class_name": "FluxPipeline", ', "[1, 2]"])
 @pytest.mark.parametrize("command", [["generate"], ["edit", "loose"]])
-def test_a_malformed_model_index_is_one_line(tmp_path, capsys, command):
+def test_a_malformed_model_index_is_one_line(tmp_path, capsys, command, contents):
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "model_index.json").write_text('{"_class_name": "FluxPipeline", ')
+    (folder / "model_index.json").write_text(contents)  # was: JSONDecodeError / AttributeError tracebacks
     image = _png(tmp_path / "i.png", np.full((32, 32, 3), 90, np.uint8))
     extra = ["--image", image, "--original", image] if command[0] == "edit" else []
     argv = [*command, "--model", str(folder), "--device", "cpu", *extra, "--out", str(tmp_path / "o")]
@@ -347,6 +368,9 @@ def test_a_misspelt_pe_option_in_a_vit_config_names_the_key_and_the_valid_ones(t
         (["world", "clip", "--fov", "180"], ["--fov", "(0, 180)"]),
         (["world", "clip", "--degrees", "nan"], ["--degrees", "finite"]),
         (["world", "render", "--size", "100000"], ["--size", "[1, 2048]"]),
+        (["demo", "--image-size", "100000"], ["--image-size", "[1, 4096]"]),  # was: numpy MemoryError
+        (["generate", "video", "--model", "tiny", "--height", "100000"], ["--height 100000", "1562x", "16x"]),
+        (["generate", "video", "--model", "tiny", "--frames", "100001"], ["--frames 100001", "at most 16x"]),
     ],
 )
 def test_bounded_numbers(tmp_path, capsys, argv, named):
