@@ -4,12 +4,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch is pinned here (a local wheel on the project's machines); the package itself asks for a range.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+# PyPI's Linux torch wheels are CUDA builds (4.1 GB of CUDA libraries and Triton in a 6.4 GB venv); where the PyTorch
+# index is reachable, `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU-only build instead
+TORCH_INDEX ?=
 
 .PHONY: demo test test-fast test-install bench install clean style quality typecheck docs
 
 $(VENV)/.base: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet $(TORCH_PINS)
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PINS)
 	$(PY) -m pip install --quiet -e .
 	touch $@
 

@@ -55,7 +55,7 @@ def plain_shared_attention(config, axes=AXES):
     """StyleAligned-style shared attention with the stock table on the reference keys (the band law off): the
     baseline band modulation is held to."""
     from mmpos.integrations.diffusers.layer_rotation import sequence_slice
-    from mmpos.pipelines.band import SharedBandAttention
+    from mmpos.pipelines.edits.band.rule import SharedBandAttention
 
     class PlainSharedAttention(SharedBandAttention):
         def band_table(self, context, rotation, tokens, sample=0):
@@ -68,7 +68,7 @@ def band_case(
     num_layers: int, axes=AXES, name: str = "band (Flux, batch [reference, 2 targets])", model: str = "flux"
 ) -> Case:
     from mmpos.pipelines import BandConfig
-    from mmpos.pipelines.band import SharedBandAttention
+    from mmpos.pipelines.edits.band.rule import SharedBandAttention
 
     band = {i: SharedBandAttention(BandConfig(), axes) for i in range(num_layers)}
     plain = {i: plain_shared_attention(BandConfig(), axes) for i in range(num_layers)}
@@ -92,13 +92,13 @@ def band_case(
 
 def loose_case(num_layers: int, side: int, pos_embed) -> Case:
     from mmpos.pipelines import LooseConfig
-    from mmpos.pipelines.loose import LooseRoPERule
+    from mmpos.pipelines.edits.loose.rule import POSITIONS, LooseRoPERule
 
     pixels = side * 16
     crop = torch.zeros(pixels, pixels, dtype=torch.bool)
     crop[pixels // 4 : 3 * pixels // 4, pixels // 4 : 3 * pixels // 4] = True
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
-    rule = LooseRoPERule(LooseConfig(saliency_blur=0), pos_embed, saliency, crop)
+    rule = LooseRoPERule(LooseConfig(saliency_blur=0), POSITIONS["flux"], saliency, crop)
     rules = dict.fromkeys(range(num_layers), rule)
 
     def implied(context, text_len, image_len):  # + per bin: paste queries x all keys at 2d (q/k) + d (v)
@@ -120,7 +120,7 @@ def loose_case(num_layers: int, side: int, pos_embed) -> Case:
 
 def transplant_case(side: int) -> Case:
     from mmpos.coords.edits import transplant_ids
-    from mmpos.pipelines.transplant import TransplantIds
+    from mmpos.pipelines.edits.transplant.canvas import TransplantIds
 
     source = torch.zeros(side, side, dtype=torch.bool)
     source[: side // 4, : side // 4] = True  # the reference object in a canvas corner

@@ -282,19 +282,3 @@ def over_trained(value: int, trained: int, what: str, whose: str) -> str:
         f"{value / trained:.0f}x {whose} {what} {trained}; expected at most {MAX_SIZE_OVER_TRAINED}x "
         f"({MAX_SIZE_OVER_TRAINED * trained})"
     )
-
-
-def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
-    """``sampler.height`` / ``.width``: at most :data:`MAX_SIZE_OVER_TRAINED` times the model's ``train_size``
-    (pixels, an int or ``(height, width)``) per side, on ``pipe``'s token grid and within its device's free memory
-    for ``prompts`` prompts (:func:`mmpos.pipelines.images.check_output_size`); the ValueError names ``--height`` /
-    ``--width``."""
-    from .config import sampler_value_name
-
-    trained = (train_size, train_size) if isinstance(train_size, int) else tuple(train_size)
-    names = [sampler_value_name(key, sampler[key]) for key in ("height", "width")]
-    for name, value, side in zip(names, (sampler["height"], sampler["width"]), trained):
-        if value > MAX_SIZE_OVER_TRAINED * side:
-            raise ValueError(f"{name}: {over_trained(value, side, 'size', TRAINING)}")
-    batch = prompts * sampler.get("num_images_per_prompt", 1)
-    check_output_size(pipe, sampler["height"], sampler["width"], batch, names)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from mmpos._validation import check_choice
+
+from .edits.method import EditMethod
 
 TEXT_COMPONENTS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -158,6 +163,30 @@ def world_image_size(path) -> int:
     return side
 
 
+@dataclass(frozen=True)
+class ModelRef:
+    """``--model`` resolved once and passed along a run (rather than asked again at each step).
+
+    Attributes:
+        given: the model as the user or the config named it (``"world"``, a folder, a hub id).
+        path: what loads: the folder or hub id; for ``"world"`` the shipped world model folder of the command's task.
+        is_world: a world model (``"world"`` or a folder with the world's text encoder, :func:`is_world_model`).
+        side: the image side a world model was trained at (:func:`world_image_size`); None for other models.
+    """
+
+    given: str
+    path: str
+    is_world: bool
+    side: int | None
+
+
+def model_ref(kind: str, model) -> ModelRef:
+    """``model`` (``--model`` or the config's ``model``) resolved for ``kind`` (``generate``, an edit method)."""
+    path = model_path(kind, model)
+    world = is_world_model(model)
+    return ModelRef(str(model), path, world, world_image_size(path) if world else None)
+
+
 def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None = None):
     """``from_pretrained`` of the pipeline for ``kind`` (an edit method, band_kontext, generate, generate_qwen)
     from ``path`` (a pipeline folder, a hub id, or ``"world"``: the shipped world model); an edit method's class
@@ -193,4 +222,65 @@ def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None =
         raise ValueError(f"--model {path}: cannot load a {cls.__name__} ({reason})") from None
     if device is not None:
         pipe = pipe.to(device)
+    return pipe
+
+
+def world_task(method: EditMethod, config) -> str:
+    """The world model (``t2i``, ``fill``, ``kontext``) ``method`` runs on with ``--model world``."""
+    return method.world_task_for(config.get("variant"))
+
+
+def model_folder(method: EditMethod, config) -> str:
+    """``config["model"]``, or for ``world`` the shipped world model folder the method runs on."""
+
+    if str(config["model"]) != WORLD:
+        return str(config["model"])
+    from mmpos.models.world.image import DEFAULT_ASSETS
+
+    return str(DEFAULT_ASSETS / f"world-{world_task(method, config)}")
+
+
+def input_side(config, method: EditMethod) -> int | None:
+    """The side input images are resized to: the config's ``image_size`` (``auto``: the world model card's), None
+    for configs without one (FLUX.1: the image's own size on the token grid)."""
+    side = config.get("image_size")
+    if side == "auto":
+        return world_image_size(model_folder(method, config))
+    return None if side is None else int(side)
+
+
+def resolve_model(method: EditMethod, config):
+    """``(folder or hub id, pipeline class)`` for ``config["model"]``; sets ``config["variant"]`` to the variant
+    the model runs (band: ``flux`` or ``kontext``) when the method has variants. ValueError: one line."""
+    from .edits.detect import model_pipeline_keys, resolve_pipeline
+
+    path = model_folder(method, config)
+    key = resolve_pipeline(method, model_pipeline_keys(path), config.get("variant"), f"--model {path}")
+    if method.variants:
+        config["variant"] = next(
+            (name for name, v in method.variants.items() if v.pipeline == key), config.get("variant", "auto")
+        )
+    return path, method.pipeline_class(key)
+
+
+def load_edit_pipeline(method: EditMethod, config):
+    """The method's pipeline for ``config["model"]`` (saying which model, class, device and dtype), with
+    ``config["extrapolate"]``'s schedule installed under the edit (``set_pe``); a model that cannot be loaded
+    ends the command (one line, exit code 2)."""
+    from .extrapolate import install_extrapolation, parse_extrapolate
+
+    try:
+        path, cls = resolve_model(method, config)
+        print(f"model: {path} ({cls.__name__}), device {config['device']}, dtype {config['dtype']}")
+        pipe = load_pipeline_class(cls, path, config["dtype"], config["device"])
+    except ValueError as error:
+        print(f"mmpos edit {method.name}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    setting = config["extrapolate"]
+    installed = install_extrapolation(
+        pipe, parse_extrapolate(str(setting["preset"])), setting["train_size"], setting.get("options")
+    )
+    if installed["schedules"] is not None:
+        setting["installed"] = installed
+        print(f"extrapolation: {json.dumps(installed)}")
     return pipe

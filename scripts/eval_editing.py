@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from mmpos.pipelines.sources import WORLD_GUIDANCE
+from mmpos.pipelines.world.sources import WORLD_GUIDANCE
 
 MODEL_OF_TASK = {"transplant": "fill", "harmonise": "kontext", "style": "t2i"}  # evaluation task -> world model
 LOOSE_STRENGTHS = (0.5, 1.0, 2.0)
@@ -42,7 +42,7 @@ BAND_ROWS = (
 
 def eval_transplant(args, pipes) -> list[dict]:
     from mmpos.eval.edit_scores import transplant_row
-    from mmpos.pipelines.edits.transplant import run_transplant
+    from mmpos.pipelines.edits.transplant.demo import run_transplant
     from mmpos.world.canvas import WORLD_TRANSPLANT, insertion_canvas, scene_part
     from mmpos.world.edit_pairs import transplant_pair
 
@@ -68,7 +68,7 @@ def eval_transplant(args, pipes) -> list[dict]:
 
 def eval_harmonise(args, pipes) -> list[dict]:
     from mmpos.eval.edit_scores import harmonise_row
-    from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
+    from mmpos.pipelines.edits.loose.demo import loose_for_steps, run_loose
     from mmpos.world.edit_pairs import harmonise_pair
 
     pairs = [harmonise_pair(args.seed + i, args.sizes["kontext"]) for i in range(args.count)]
@@ -92,7 +92,7 @@ def eval_harmonise(args, pipes) -> list[dict]:
 
 def eval_style(args, pipes) -> list[dict]:
     from mmpos.eval.edit_scores import style_row
-    from mmpos.pipelines.edits.band import run_band
+    from mmpos.pipelines.edits.band.demo import run_band
     from mmpos.world.edit_pairs import style_set
 
     sets = [style_set(args.seed + i, 2, args.sizes["t2i"]) for i in range(max(args.count // 2, 1))]
@@ -119,7 +119,7 @@ def world_pipelines(root, device: str):
     ``architecture: flux2`` export) runs band modulation through ``BandModulationFlux2KleinPipeline`` (true CFG
     as the FLUX.1 world model, the reference given and noised as there)."""
     from mmpos.models.world.image import load_world_pipeline, world_architecture
-    from mmpos.pipelines.sources import ModelSource
+    from mmpos.pipelines.world.sources import ModelSource
 
     source = ModelSource(root, device=device).pipeline
     if world_architecture(root, "t2i") != "flux2":

@@ -5,9 +5,15 @@ distributed checkpoint: every process writes its own shards, none gathers the wh
 parameter name), ``rng_<rank>.json`` (each process's generators) and ``sharded_checkpoint.json`` (format, process
 count, ``extra``), written last. The folder is written as ``.checkpoint-100.partial`` and renamed into place once
 complete, in the project's order: rank 0 empties the partial folder, barrier, every rank writes, barrier, rank 0
-writes the manifest and renames, barrier. DCP's ``.metadata`` is a pickle: it is read by an unpickler that admits
-only DCP's metadata classes, ``torch.Size``, dtypes, layouts and paths (anything else is refused naming it), and the
-shards by DCP's own ``torch.load(weights_only=True)``.
+writes the manifest and renames, barrier.
+
+A checkpoint folder is a file a user may be handed, so loading one runs no code and reads nothing outside it. DCP's
+``.metadata`` is a pickle: it is read by an unpickler that admits only DCP's metadata classes, ``torch.Size``,
+dtypes, layouts and paths (anything else is refused naming it). Every storage path it lists must lie inside the
+folder (no ``..``, no absolute path, no symlink out), checked before any shard is read. Tensors in the shards are
+read by DCP's ``torch.load(weights_only=True)``, and so are the non-tensor items (an optimizer's ``lr``, ``betas``),
+which DCP itself would unpickle unrestricted: an item that needs more than tensors and plain values is refused
+naming it. DCP's own failures (a ``BaseException``) reach the caller as :class:`ShardedCheckpointError`.
 
     from mmpos.ops.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
     save_sharded_checkpoint("run/checkpoint-100", model, optimizer, extra={"step": 100})  # in every process
@@ -18,8 +24,11 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import shutil
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +40,17 @@ MANIFEST = "sharded_checkpoint.json"
 FORMAT = 1
 
 
-class IncompleteCheckpointError(ValueError):
+class ShardedCheckpointError(ValueError):
+    """A sharded checkpoint folder that cannot be loaded (into this model and optimizer), or saved."""
+
+
+class IncompleteCheckpointError(ShardedCheckpointError):
     """A folder that is not a complete sharded checkpoint (a ``.partial`` folder, DCP files or manifest missing)."""
+
+
+class RefusedCheckpointError(ShardedCheckpointError):
+    """A checkpoint file that needs more than plain data to read (a pickled object that could run code), or a
+    storage path outside the checkpoint folder."""
 
 
 def save_sharded_checkpoint(
@@ -65,7 +83,8 @@ def save_sharded_checkpoint(
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
     _barrier()
-    _dcp().save(_state(model, optimizer), checkpoint_id=partial)
+    with _named_failures(partial, "save_sharded_checkpoint"):
+        _dcp().save(_state(model, optimizer), checkpoint_id=partial)
     from .._safe_state import rng_state, write_json
 
     write_json(partial / f"rng_{_rank()}.json", rng_state())
@@ -86,13 +105,16 @@ def load_sharded_checkpoint(path: str | Path, model: nn.Module, optimizer: torch
     Raises:
         FileNotFoundError: ``path`` does not exist.
         IncompleteCheckpointError: ``path`` is not a complete sharded checkpoint.
+        RefusedCheckpointError: a file in it needs more than plain data to read, or names a file outside it.
+        ShardedCheckpointError: it does not fit ``model`` and ``optimizer`` (DCP's error, named).
     """
     path = Path(path)
     manifest = read_manifest(path)
     state = _state(model, optimizer)
     reader = _allowlist_reader(path)
     reader.read_metadata()  # refuses a tampered .metadata here, before DCP wraps the error in its own
-    _dcp().load(state, storage_reader=reader)
+    with _named_failures(path, "load_sharded_checkpoint"):
+        _dcp().load(state, storage_reader=reader, planner=_weights_only_planner(path))
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
@@ -110,6 +132,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
     for name in (MANIFEST, ".metadata"):
         if not (path / name).is_file():
             raise IncompleteCheckpointError(f"{path}: not a complete sharded checkpoint (no {name})")
+        _refuse_outside(path, name)
     try:
         manifest: dict[str, Any] = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
@@ -132,6 +155,7 @@ def _restore_rng(path: Path, manifest: dict[str, Any]) -> None:
 
     rng = path / f"rng_{_rank()}.json"
     if manifest.get("processes") == _world() and rng.is_file():
+        _refuse_outside(path, rng.name)
         set_rng_state(read_json(rng))
     else:
         saved = manifest.get("processes")
@@ -187,17 +211,95 @@ def _allowlist_reader(path: Path) -> Any:
     class AllowlistReader(FileSystemReader):
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             metadata_path = self._get_metadata_path(kwargs.get("rank"))
+            _refuse_outside(path, Path(metadata_path).name)
             with self.fs.create_stream(metadata_path, "rb") as stream:
                 try:
                     metadata = _MetadataUnpickler(stream).load()
                 except pickle.UnpicklingError as error:
                     raise IncompleteCheckpointError(f"{metadata_path}: refused ({error})") from None
+            _check_storage(path, metadata)
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
             return metadata
 
+        def set_up_storage_reader(self, metadata: Any, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+            _check_storage(path, metadata)  # every process, on the metadata it was handed, before reading
+            super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
+
     return AllowlistReader(path)
+
+
+def _check_storage(path: Path, metadata: Any) -> None:
+    """Refuse a ``.metadata`` that is not DCP's ``Metadata`` or whose storage entries are not
+    ``(relative_path, offset, length)`` of a file inside ``path``."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    where = path / ".metadata"
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
+        raise IncompleteCheckpointError(f"{where}: not a distributed-checkpoint metadata file")
+    for info in metadata.storage_data.values():
+        if not isinstance(info, _StorageInfo) or not isinstance(info.relative_path, str):
+            raise RefusedCheckpointError(f"{where}: a storage entry is not a file name, offset and length")
+        if not all(isinstance(n, int) and n >= 0 for n in (info.offset, info.length)):
+            raise RefusedCheckpointError(f"{where}: storage entry of {info.relative_path!r} has a negative offset")
+        _refuse_outside(path, info.relative_path)
+
+
+def _refuse_outside(path: Path, name: str) -> None:
+    """Refuse a file ``name`` of the checkpoint folder ``path`` that lies outside it (absolute, ``..``, or a symlink
+    resolving elsewhere)."""
+    root = path.resolve()
+    if Path(name).is_absolute() or not (root / name).resolve().is_relative_to(root):
+        raise RefusedCheckpointError(f"{path}: refused: {name!r} is outside the checkpoint folder")
+
+
+def _weights_only_planner(path: Path) -> Any:
+    """DCP's load planner, its non-tensor items read with ``torch.load(weights_only=True)``: tensors, containers,
+    numbers and strings; anything else refused naming the item (DCP's own reads them unrestricted)."""
+    import io
+
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint._traverse import set_element
+    from torch.distributed.checkpoint.planner import ReadItem
+
+    class WeightsOnlyPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+            fqn = read_item.dest_index.fqn
+            try:
+                item = torch.load(value, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError as error:
+                named = re.search(r"GLOBAL ([\w.]+)", str(error))
+                raise RefusedCheckpointError(
+                    f"{path}: refused: item {fqn!r} holds pickled objects other than tensors and plain values "
+                    f"(loading it could run code: {named.group(1) if named else type(error).__name__})"
+                ) from None
+            except (EOFError, RuntimeError, ValueError) as error:
+                raise ShardedCheckpointError(f"{path}: item {fqn!r} cannot be read ({error})") from None
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[fqn], item)
+            else:
+                self.state_dict[fqn] = item
+
+    return WeightsOnlyPlanner()
+
+
+@contextmanager
+def _named_failures(path: Path, caller: str) -> Iterator[None]:
+    """Turn DCP's ``CheckpointException`` (a ``BaseException``, which ``except Exception`` misses) into the error
+    of the first failing process: an mmpos error or an ``OSError`` as it was, anything else as
+    :class:`ShardedCheckpointError` naming ``path``."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as error:
+        rank, (failure, _) = min(error.failures.items())
+        if isinstance(failure, (ShardedCheckpointError, OSError)):
+            raise failure from None
+        message = " ".join(str(failure).split()) or type(failure).__name__
+        raise ShardedCheckpointError(f"{caller}: {path} (process {rank}): {message}") from None
 
 
 def _rank() -> int:

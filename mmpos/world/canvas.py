@@ -1,7 +1,7 @@
 """Fill canvases: the world's inpainting examples laid out as PE transplant lays out its canvas.
 
 The world's Fill model is trained on ``S x 2S`` canvases, the reference tile left of the scene
-(``side_by_side`` layout of :mod:`mmpos.coords.canvas`, composed as :mod:`mmpos.pipelines.transplant` composes
+(``side_by_side`` layout of :mod:`mmpos.coords.canvas`, composed as :mod:`mmpos.pipelines.edits.transplant.canvas` composes
 its canvas; the world does not import the pipelines): half of the examples insert the tile's object at a box in the scene (the scene with the object drawn there is the target),
 half inpaint a region of the scene beside a plain tile. So ``PosBridgeFillPipeline`` with
 :data:`WORLD_TRANSPLANT` meets exactly the layout the model was trained on, and plain Fill (the same pipeline with
@@ -40,7 +40,7 @@ def insertion_canvas(pair: TransplantPair) -> FillCanvas:
     """The transplant pipeline's canvas for ``pair`` with the target scene in place of the background: on
     :data:`WORLD_TRANSPLANT`'s layout, the reference cropped to its object and fitted in the tile (aspect kept,
     centred, antialiased bilinear) on a ``FILL_VALUE`` ground, and Fill's mask the box dilated by
-    ``MASK_DILATE_TOKENS`` tokens, as :func:`mmpos.pipelines.transplant.compose_canvas` builds them (a test
+    ``MASK_DILATE_TOKENS`` tokens, as :func:`mmpos.pipelines.edits.transplant.canvas.compose_canvas` builds them (a test
     holds the two equal)."""
     size = pair.background.image.shape[:2]
     layout = CANVAS_LAYOUTS[WORLD_TRANSPLANT["layout"]](*size, 1, WORLD_TRANSPLANT["tile_fraction"], TOKEN_PIXELS)

@@ -4,7 +4,9 @@ old ``--box L,T,R,B`` spelling. Light: nothing here imports torch or diffusers."
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 
 def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: bool = True) -> None:
@@ -60,14 +62,37 @@ def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: 
         )
 
 
-def split_comma_box(argv: list[str]) -> list[str]:
-    """``--box 8,8,40,40`` (the old syntax) -> ``--box 8 8 40 40``, with a deprecation note."""
-    out = []
-    for arg in argv:
-        value = arg[len("--box=") :] if arg.startswith("--box=") else arg if out[-1:] == ["--box"] else None
-        if value is not None and "," in value:
-            print(f"note: --box {value} is deprecated; write --box {value.replace(',', ' ')}", file=sys.stderr)
-            out += (["--box"] if arg.startswith("--box=") else []) + [v.strip() for v in value.split(",")]
-        else:
-            out.append(arg)
-    return out
+def output_folder(args, default: Path) -> Path:
+    """Where a run writes: a named ``--out`` that holds files is refused (one line, exit 2) unless ``--overwrite``;
+    without ``--out``, ``default`` or the next free ``default-2``, ``default-3``, ... (never an earlier run)."""
+    if not args.out:
+        return fresh_folder(default)
+    out = Path(args.out)
+    existing = next((p for p in (out, *out.parents) if p.exists()), Path("."))  # the nearest folder that exists
+    if out.exists() and not out.is_dir():
+        message = f"--out {out} is a file; expected a folder"
+    elif out.is_dir() and any(out.iterdir()) and not getattr(args, "overwrite", False):
+        message = f"--out {out} already holds files; choose another folder or pass --overwrite"
+    elif not existing.is_dir():
+        message = f"--out {out} cannot be created: {existing} is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        message = f"--out {out} cannot be created: {existing} is not writable"
+    else:
+        return out
+    print(f"mmpos {args.command}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def fresh_folder(default: Path) -> Path:
+    """``default`` if absent or empty, else ``default-2``, ``default-3``, ...: an unnamed output never overwrites
+    an earlier run."""
+    candidate, index = default, 1
+    while candidate.exists() and any(candidate.iterdir()):
+        index += 1
+        candidate = default.with_name(f"{default.name}-{index}")
+    return candidate
+
+
+def report_written(paths, out: Path) -> None:
+    """Print every file a command wrote (names inside ``out``)."""
+    print(f"wrote {len(paths)} files to {out.resolve()}:", *(Path(p).name for p in paths), sep="\n  ")

@@ -56,7 +56,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from mmpos.demo import run_demo
 
-    from ..run_inputs import output_folder
+    from ._options import output_folder
 
     out = output_folder(args, Path("outputs/demo"))  # never the user's files unless --overwrite (else exit 2)
     try:
@@ -83,7 +83,7 @@ def model_source(args):
     """The world demo's models: ``--model`` pretrained pipelines, else the world checkpoints (None: default)."""
     if not args.model and args.device is None and args.dtype is None and args.image_size is None:
         return None
-    from mmpos.world.sources import ModelSource, parse_model_args
+    from mmpos.pipelines.world.sources import ModelSource, parse_model_args
 
     device = args.device or "cpu"
     if device == "cuda":

@@ -60,10 +60,10 @@ def run(args) -> int:
 
     from mmpos._atomic import written_atomically
 
-    from ..config import save_config
-    from ..edits.loading import load_edit_pipeline
     from ..images import save_image
-    from ..run_inputs import output_folder, report_written
+    from ..loading import load_edit_pipeline
+    from ._config import save_config
+    from ._options import output_folder, report_written
 
     method = get_edit(args.method)
     config = edit_config(args)  # config errors (one line, exit 2) before diffusers is imported
@@ -86,7 +86,7 @@ def run(args) -> int:
         ]
     written.append(save_config(config, out / "config.yaml"))
     if not args.no_figures:
-        from ..figures import comparison_figure
+        from ..edits.figures import comparison_figure
 
         sweep = {name: crop(image) for name, image in result["sweep"].items()}
         written.append(comparison_figure(result["inputs"], edited, sweep, out / "comparison.png", result["title"]))
@@ -109,9 +109,9 @@ def print_world_notice(method, config) -> None:
 
     if not is_world_model(config["model"]):
         return
-    from ..edits.loading import input_side, world_task
-    from ..run_inputs import world_model_notice
-    from ..sources import HUB_FLUX
+    from ..inputs import world_model_notice
+    from ..loading import input_side, world_task
+    from ..world.sources import HUB_FLUX
 
     side = input_side(config, method) or 32
     print(world_model_notice(f"mmpos edit {method.name}", HUB_FLUX[world_task(method, config)], side))
@@ -120,9 +120,9 @@ def print_world_notice(method, config) -> None:
 def edit_config(args) -> dict:
     """The config a ``mmpos edit METHOD`` run uses (saved as its ``config.yaml``): the YAML config, ``--set``, then
     each option naming a key (``--prompt`` prompt, ``--target`` targets, ``--extrapolate`` extrapolate.preset, ...)
-    over its own key only (:func:`mmpos.pipelines.run_inputs.flag_keys`)."""
+    over its own key only (:func:`mmpos.pipelines.commands._config.flag_keys`)."""
     from ..extrapolate import extrapolate_setting
-    from ..run_inputs import resolve_config
+    from ._config import resolve_config
 
     config = resolve_config(args)
     extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos edit", default_train_size=1024)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 
-from .base import EditMethod, EditRun, Variant, load_object, run_edit, seeded_generator
 from .detect import UnsupportedModelError, model_pipeline_keys, pipeline_for, resolve_pipeline
+from .method import EditMethod, EditRun, Variant, load_object, run_edit, seeded_generator
 
 __all__ = [
     "EditMethod",
@@ -67,9 +67,11 @@ def _load() -> None:
 
 
 def list_edits() -> list[str]:
-    """Names of the registered edit methods, shipped ones first, in registration order."""
+    """Names of the registered edit methods: the shipped ones in :data:`_MODULES` order (importing a method's
+    folder registers it, in whatever order that happens), then the others in registration order."""
     _load()
-    return list(_REGISTRY)
+    shipped = [name for name in _MODULES if name in _REGISTRY]
+    return shipped + [name for name in _REGISTRY if name not in shipped]
 
 
 def get_edit(name: str) -> EditMethod:

@@ -21,10 +21,10 @@ import numpy as np
 
 from mmpos.models.world.image import DEFAULT_ASSETS
 from mmpos.models.world.samples import generate, held_out_examples, image_grid
-from mmpos.pipelines.sources import ModelSource, trained_tasks
 from mmpos.world.images import save_png
 
-from .section import Section
+from ..report import Section
+from .sources import ModelSource, trained_tasks
 
 EXTRAPOLATION_SCALES = (1, 2, 3)
 EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two objects on a patterned background
@@ -32,28 +32,6 @@ EXTRAPOLATION_CAPTIONS = 16  # the shown caption: the first of these with two ob
 
 def world_models_available(root=None) -> bool:
     return bool(trained_tasks(root))
-
-
-def error_map(output: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """uint8 ``[N, S, S, 3]`` heat map of the per-pixel max |output - truth| (black = exact, red = off)."""
-    error = np.abs(output.astype(np.int16) - truth.astype(np.int16)).max(axis=-1).astype(np.float64) / 255
-    heat = np.zeros(output.shape, dtype=np.uint8)
-    heat[..., 0] = np.clip(error * 2 * 255, 0, 255).astype(np.uint8)
-    heat[..., 1] = np.clip((error - 0.5) * 2 * 255, 0, 255).astype(np.uint8)
-    return heat
-
-
-def mask_image(masks: np.ndarray) -> np.ndarray:
-    return np.repeat(masks[..., None].astype(np.uint8) * 255, 3, axis=-1)
-
-
-def with_box(image: np.ndarray, box, colour=(255, 0, 0)) -> np.ndarray:
-    """A copy of uint8 ``[S, S, 3]`` with the ``(left, top, right, bottom)`` box outlined one pixel inside."""
-    left, top, right, bottom = box
-    out = image.copy()
-    out[top:bottom, [left, right - 1]] = colour
-    out[[top, bottom - 1], left:right] = colour
-    return out
 
 
 def text_to_image_section(source: ModelSource, steps: int, count: int, out_dir: Path) -> Section:
@@ -114,7 +92,7 @@ def extrapolation_section(source: ModelSource, steps: int, count: int, out_dir: 
 def sections() -> list:
     """``(name, task, build)`` of every section in report order: text to image, each registered edit method's
     demo section (:attr:`~mmpos.pipelines.edits.EditMethod.demo_section`, by ``demo_order``), extrapolation."""
-    from mmpos.pipelines.edits import get_edit, list_edits
+    from ..edits import get_edit, list_edits
 
     edits = sorted((get_edit(name) for name in list_edits()), key=lambda method: method.demo_order)
     return [

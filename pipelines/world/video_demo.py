@@ -12,7 +12,7 @@ from mmpos.eval.video_eval import EvalClip, as_unit_float, generate, score
 from mmpos.models.world.image import DEFAULT_ASSETS
 from mmpos.world.video_data import Motion, motion_trajectory, render_clip, start_pose
 
-from .section import Section
+from ..report import Section
 
 VIDEO_MODEL = "world-video"
 DEMO_SCENE_SEED = 1_000_007  # a test-split scene (see mmpos.world.nvs_data.scene_seeds)
@@ -76,7 +76,8 @@ def write_rigs(clips: list[EvalClip], path: Path) -> Path:
 def load_video_model(folder: Path):
     """``(pipe, {kind: adapter})``: the pipeline and the camera adapters shipped in ``folder``."""
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
-    from mmpos.pipelines import WorldVideoPipeline
+
+    from .. import WorldVideoPipeline
 
     pipe = WorldVideoPipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)
@@ -112,7 +113,7 @@ def labelled_rows(results) -> list[tuple[str, np.ndarray]]:
 
 
 def camera_clips_section(out_dir: Path, root=None, steps: int = 24):
-    """The section (a :class:`~mmpos.pipelines.world.section.Section`), or None without a trained video model."""
+    """The section (a :class:`~mmpos.pipelines.report.Section`), or None without a trained video model."""
     folder = video_model_folder(root)
     if folder is None:
         print("no world video model in assets/; skipping the camera-controlled clips section")

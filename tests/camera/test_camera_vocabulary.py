@@ -68,7 +68,7 @@ def test_bad_motions_are_refused_naming_the_vocabulary(bad, message):
 
 
 def test_every_name_on_the_wan_and_tiny_path():
-    from mmpos.pipelines.video_generate import _trajectory
+    from mmpos.pipelines.commands.generate.video import _trajectory
 
     class Args:
         camera = None
@@ -79,7 +79,7 @@ def test_every_name_on_the_wan_and_tiny_path():
 
 
 def test_every_name_on_the_world_video_model_path(capsys):
-    from mmpos.pipelines.world_video_generate import world_trajectory
+    from mmpos.pipelines.commands.generate.world_video import world_trajectory
 
     def fail(message):
         raise AssertionError(message)
@@ -104,8 +104,8 @@ def test_every_name_on_the_world_video_model_path(capsys):
 def test_world_model_trained_motion_keeps_its_trajectory():
     """``orbit``/``dolly``/``pan`` on the world model are its training motions (amounts default to its own)."""
     from mmpos.eval.video_eval import EVAL_MOTIONS
+    from mmpos.pipelines.commands.generate.world_video import world_trajectory
     from mmpos.pipelines.world.video_demo import DEMO_START_DEGREES
-    from mmpos.pipelines.world_video_generate import world_trajectory
     from mmpos.world.video_data import Motion, motion_trajectory, start_pose
 
     for name in ("orbit", "dolly", "pan"):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mmpos.training.interrupt import EXIT_CODE
+from mmpos.training.scaffold.interrupt import EXIT_CODE
 
 RUN = """
 import os, signal, sys, time
@@ -26,7 +26,7 @@ CASES = {  # command: (argv after the command words, the loader patched)
     "generate": (["--model", "world", "--prompt", "a red cube"], "mmpos.pipelines.loading.load_pipeline"),
     "generate video": (
         ["--model", "tiny", "--frames", "5", "--steps", "1"],
-        "mmpos.pipelines.video_generate._pipeline",
+        "mmpos.pipelines.commands.generate.video._pipeline",
     ),
 }
 

@@ -21,10 +21,10 @@ from PIL import Image
 
 from mmpos.cli import main
 from mmpos.pipelines.edits import get_edit
-from mmpos.pipelines.edits.base import seeded_generator
+from mmpos.pipelines.edits.method import seeded_generator
+from mmpos.pipelines.edits.transplant.canvas import TransplantConfig
 from mmpos.pipelines.images import load_image, to_pil
 from mmpos.pipelines.loading import load_pipeline_class
-from mmpos.pipelines.transplant import TransplantConfig
 from tests.fixtures.tiny_edit_families import (
     TINY_FAMILY_MODELS,
     family_prompt_embeds,
@@ -231,7 +231,10 @@ def test_a_model_the_method_does_not_know_is_one_line_naming_its_families(
 
 def test_the_released_klein_and_qwen_image_folders_run_transplant_on_their_inpainting_pipeline(tiny):
     from mmpos.pipelines.edits import pipeline_for
-    from mmpos.pipelines.family_transplant_pipeline import PosBridgeKleinInpaintPipeline, PosBridgeQwenInpaintPipeline
+    from mmpos.pipelines.edits.transplant.pipeline_inpaint import (
+        PosBridgeKleinInpaintPipeline,
+        PosBridgeQwenInpaintPipeline,
+    )
 
     transplant = get_edit("transplant")
     assert pipeline_for(transplant, tiny[1]["klein"]) is PosBridgeKleinInpaintPipeline  # saved as Flux2KleinPipeline

@@ -9,8 +9,8 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from mmpos.cli import main
+from mmpos.pipelines.commands._options import fresh_folder
 from mmpos.pipelines.extrapolate import parse_extrapolate
-from mmpos.pipelines.run_inputs import fresh_folder
 from tests.fixtures.tiny_models import components, embeddings
 
 COMMON = [

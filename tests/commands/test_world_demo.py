@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from mmpos.cli import main
-from mmpos.pipelines.world.demo import error_map, run_world_demo
-from mmpos.training.world.training import train
+from mmpos.pipelines.report import error_map
+from mmpos.pipelines.world.demo import run_world_demo
+from mmpos.training.tasks.world_image import train
 from tests.models.test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 
@@ -74,7 +75,7 @@ def test_world_demo_end_to_end(tiny_world, tmp_path):
 
 
 def test_the_transplant_box_is_outlined_on_its_edge_pixels():
-    from mmpos.pipelines.world.demo import with_box
+    from mmpos.pipelines.report import with_box
 
     image = np.zeros((8, 8, 3), dtype=np.uint8)
     boxed = with_box(image, (2, 1, 6, 5))  # left, top, right, bottom (exclusive)
@@ -126,7 +127,7 @@ def pretrained_folders(tmp_path_factory):
 
 
 def test_world_demo_runs_pretrained_pipelines_on_prompt_strings(pretrained_folders, tmp_path):
-    from mmpos.pipelines.sources import ModelSource, parse_model_args
+    from mmpos.pipelines.world.sources import ModelSource, parse_model_args
 
     models = parse_model_args([f"{t}={pretrained_folders / t}" for t in ("t2i", "fill", "kontext")])
     source = ModelSource(models=models, image_size=64)
@@ -138,7 +139,7 @@ def test_world_demo_runs_pretrained_pipelines_on_prompt_strings(pretrained_folde
 
 
 def test_model_arguments_and_errors(capsys):
-    from mmpos.pipelines.sources import HUB_FLUX, parse_model_args
+    from mmpos.pipelines.world.sources import HUB_FLUX, parse_model_args
 
     assert parse_model_args(["flux"]) == HUB_FLUX
     assert parse_model_args(["flux", "fill=my/fill"]) == {**HUB_FLUX, "fill": "my/fill"}

@@ -6,8 +6,8 @@ from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
 from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
 
 from mmpos.coords import flux_ids
-from mmpos.pipelines.attention import EditAttnProcessor, attention_layer_names, select_layers
-from mmpos.pipelines.context import EditContext, EditSession, schedule_step, segments_from_ids
+from mmpos.pipelines.edits.context import EditContext, EditSession, schedule_step, segments_from_ids
+from mmpos.pipelines.edits.processor import EditAttnProcessor, attention_layer_names, select_layers
 from tests.fixtures.tiny_models import components, embeddings
 
 

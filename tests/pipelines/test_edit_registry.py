@@ -11,14 +11,6 @@ from diffusers import FluxPipeline
 
 from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae, conditioning
 from mmpos.models.world.samples import generate
-from mmpos.pipelines.band_families import (
-    BandModulationFlux2KleinPipeline,
-    BandModulationFlux2Pipeline,
-    BandModulationQwenImage21Pipeline,
-    BandModulationQwenImagePipeline,
-    BandModulationZImagePipeline,
-)
-from mmpos.pipelines.band_pipeline import BandModulationFluxPipeline, BandModulationKontextPipeline
 from mmpos.pipelines.commands import build_parser, main
 from mmpos.pipelines.commands.edit import edit_config
 from mmpos.pipelines.edits import (
@@ -32,16 +24,28 @@ from mmpos.pipelines.edits import (
     run_edit,
     unregister_edit,
 )
+from mmpos.pipelines.edits.band.pipelines import (
+    BandModulationFlux2KleinPipeline,
+    BandModulationFlux2Pipeline,
+    BandModulationFluxPipeline,
+    BandModulationKontextPipeline,
+    BandModulationQwenImage21Pipeline,
+    BandModulationQwenImagePipeline,
+    BandModulationZImagePipeline,
+)
 from mmpos.pipelines.edits.detect import index_pipeline_keys
-from mmpos.pipelines.edits.loading import resolve_model
-from mmpos.pipelines.family_transplant_pipeline import PosBridgeKleinInpaintPipeline, PosBridgeQwenInpaintPipeline
-from mmpos.pipelines.loose_family_pipeline import (
+from mmpos.pipelines.edits.loose.pipelines import (
     LooseRoPEKleinPipeline,
+    LooseRoPEKontextPipeline,
     LooseRoPEQwenEditPipeline,
     LooseRoPEQwenEditPlusPipeline,
 )
-from mmpos.pipelines.loose_pipeline import LooseRoPEKontextPipeline
-from mmpos.pipelines.transplant_pipeline import PosBridgeFillPipeline
+from mmpos.pipelines.edits.transplant.pipeline_fill import PosBridgeFillPipeline
+from mmpos.pipelines.edits.transplant.pipeline_inpaint import (
+    PosBridgeKleinInpaintPipeline,
+    PosBridgeQwenInpaintPipeline,
+)
+from mmpos.pipelines.loading import resolve_model
 from tests.models.test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 
@@ -253,6 +257,6 @@ def test_a_registered_methods_runner_on_a_tiny_world_model(shift):
 
 
 def pipeline_for_world(method):
-    from mmpos.pipelines.sources import world_pipeline_class
+    from mmpos.pipelines.world.sources import world_pipeline_class
 
     return world_pipeline_class(method.name, method.world_task)

@@ -7,14 +7,14 @@ import torch
 
 from mmpos.models.world.image import build_pipeline, build_text_encoder, build_transformer, build_vae
 from mmpos.models.world.samples import generate
-from mmpos.pipelines.edits.band import run_band
-from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
-from mmpos.pipelines.edits.transplant import run_transplant
+from mmpos.pipelines.edits.band.demo import run_band
+from mmpos.pipelines.edits.loose.demo import loose_for_steps, run_loose
+from mmpos.pipelines.edits.transplant.canvas import TransplantConfig
+from mmpos.pipelines.edits.transplant.demo import run_transplant
+from mmpos.pipelines.edits.transplant.pipeline_fill import box_to_mask
 from mmpos.pipelines.loading import pipeline_class
-from mmpos.pipelines.sources import ModelSource
-from mmpos.pipelines.sources import load_world_edit as load_edit_pipeline
-from mmpos.pipelines.transplant import TransplantConfig
-from mmpos.pipelines.transplant_pipeline import box_to_mask
+from mmpos.pipelines.world.sources import ModelSource
+from mmpos.pipelines.world.sources import load_world_edit as load_edit_pipeline
 from mmpos.world.canvas import WORLD_TRANSPLANT, fill_canvas_example, insertion_canvas, scene_part
 from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
 from tests.models.test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
@@ -70,7 +70,7 @@ def test_insertion_canvas_is_the_transplant_pipelines_canvas(seed):
 def pipeline_insertion_canvas(pair):
     """The insertion canvas as the world built it before it stopped importing the pipelines: the transplant
     pipeline's own ``compose_canvas``, with the target scene in place of the background."""
-    from mmpos.pipelines.transplant import compose_canvas
+    from mmpos.pipelines.edits.transplant.canvas import compose_canvas
     from mmpos.world.canvas import TOKEN_PIXELS
     from mmpos.world.images import to_chw, to_uint8
 
@@ -175,7 +175,7 @@ def test_loose_schedule_is_rescaled_to_the_step_count():
 
 
 def test_model_source_loads_each_model_once(tmp_path, monkeypatch):
-    import mmpos.pipelines.sources as sources
+    import mmpos.pipelines.world.sources as sources
 
     pipe = tiny_edit_pipeline("band")
     loads = []

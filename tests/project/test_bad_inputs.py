@@ -20,12 +20,12 @@ from mmpos.camera.trajectory import Trajectory, read_json, read_re10k
 from mmpos.cli import main
 from mmpos.coords import image_grid
 from mmpos.encodings import UCPE, RayRoPE
-from mmpos.pipelines.band import BandConfig
-from mmpos.pipelines.config import apply_overrides, check_config
-from mmpos.pipelines.loose import LooseConfig
-from mmpos.pipelines.transplant import TransplantConfig
+from mmpos.pipelines.commands._config import apply_overrides, check_config
+from mmpos.pipelines.edits.band.rule import BandConfig
+from mmpos.pipelines.edits.loose.rule import LooseConfig
+from mmpos.pipelines.edits.transplant.canvas import TransplantConfig
 from mmpos.spectrum.extrapolation import RIFLEx, VisionYaRN, YaRN
-from mmpos.training.world.training import check_earlier_run, check_writable_folder
+from mmpos.training.tasks.world_image import check_earlier_run, check_writable_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -24,7 +24,7 @@ WORLD_MODEL_FILES = ["world-vae/config.json", "world-vae/diffusion_pytorch_model
 
 # run in the installed copy: each line prints what the code resolved
 PROBE = """
-from mmpos.pipelines.config import default_config_path
+from mmpos.pipelines.commands._config import default_config_path
 from mmpos.models.world.image import DEFAULT_ASSETS, check_world_checkpoint
 import mmpos
 print(mmpos.__file__)

@@ -303,5 +303,5 @@ def test_the_default_commands_import_only_declared_distributions():
     assert probe["codes"] == [0, 0, 0]
     providers = metadata.packages_distributions()
     imported = {re.sub(r"[-_.]+", "-", d).lower() for m in probe["modules"] for d in providers.get(m, ())}
-    undeclared = sorted(imported - _declared_closure() - {"mmpos"} - OPTIONAL_IMPORTS)
+    undeclared = sorted(imported - _declared_closure() - {"mmpos-toolbox"} - OPTIONAL_IMPORTS)
     assert "transformers" in imported and not undeclared, undeclared

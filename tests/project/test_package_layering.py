@@ -57,7 +57,7 @@ def test_core_never_imports_the_pipelines(part):
 
 def test_pipelines_come_from_the_same_installation_as_mmpos():
     import mmpos.pipelines
-    import mmpos.pipelines.band  # noqa: F401
+    import mmpos.pipelines.edits.band  # noqa: F401
 
     pipelines_init = Path(mmpos.pipelines.__file__).resolve()
     # setup.py maps mmpos.pipelines to the top-level pipelines/ folder: beside mmpos/ in a checkout (editable),

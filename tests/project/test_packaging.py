@@ -106,3 +106,10 @@ def test_the_docs_site_builds_in_strict_mode(tmp_path):
     for name in ("PosBridgeFillPipeline.__call__", "BandModulationFluxPipeline.__call__"):
         assert name in api, f"the API reference has no entry for {name}"
     assert "set_pe" in (tmp_path / "site" / "api" / "diffusers" / "index.html").read_text()
+
+
+def test_every_source_folder_is_a_package():
+    """setup.py's ``find_packages`` skips a folder without ``__init__.py``: its modules would be missing from the wheel."""
+    folders = {p.parent for root in ("mmpos", "pipelines") for p in (ROOT / root).rglob("*.py")}
+    missing = sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").is_file())
+    assert not missing, f"folders of Python modules without __init__.py (left out of the wheel): {missing}"

@@ -147,9 +147,9 @@ def _edit_runs(method):
     """A tiny world edit pipeline and ``work(setting) -> outputs`` for four settings of ``method`` (one of them the
     stock pipeline on the same transformer, which runs no edit session)."""
     from mmpos.models.world.samples import generate
-    from mmpos.pipelines.edits.band import run_band
-    from mmpos.pipelines.edits.loose import loose_for_steps, run_loose
-    from mmpos.pipelines.edits.transplant import run_transplant
+    from mmpos.pipelines.edits.band.demo import run_band
+    from mmpos.pipelines.edits.loose.demo import loose_for_steps, run_loose
+    from mmpos.pipelines.edits.transplant.demo import run_transplant
     from mmpos.world.canvas import WORLD_TRANSPLANT
     from mmpos.world.edit_pairs import harmonise_pair, style_set, transplant_pair
     from tests.pipelines.test_world_editing import SIZE, stock, tiny_edit_pipeline

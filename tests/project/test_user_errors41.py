@@ -93,7 +93,7 @@ def test_every_exif_orientation_matches_pil(tmp_path, orientation):
 
 def test_an_upright_box_is_checked_against_the_shown_size(tmp_path, capsys):
     """A --box inside the shown (rotated) portrait background is inside: the size is the upright one."""
-    from mmpos.pipelines.edits.transplant import image_height_width
+    from mmpos.pipelines.edits.transplant.cli import image_height_width
 
     path = _with_orientation(np.zeros((40, 64, 3), np.uint8), 6, tmp_path / "portrait.png")
     assert image_height_width(path) == (64, 40)

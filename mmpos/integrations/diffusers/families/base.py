@@ -58,6 +58,10 @@ class Family:
         classes: the covered transformer classes, as ``"module:Class"`` (imported lazily; missing ones are
             skipped) or as classes.
         position_attr: attribute of the model holding its position module (the seam).
+        seam_options: tier 1: the family's own ``set_pe`` options, name -> allowed values (the first is the default,
+            the stock behaviour), set on the seam as attributes (Cosmos: ``fps_modulation``).
+        companion_attrs: further position modules of the model that the seam replaces too, each by
+            ``seam.companions[attr]`` (LTX-2's audio rope); :func:`~..restore` puts the stock ones back.
         axis_names: the coordinate axes the seam gives each token.
         native_axes_dims / native_theta: the model's rotary channels per axis and base.
         image_axes: indices of the image (row, col) axes; ``time_axis``: of the time axis, or ``None``.
@@ -109,6 +113,8 @@ class Family:
     notes: str = ""
     context_parallel: bool = False
     extras: dict = field(default_factory=dict)
+    companion_attrs: tuple[str, ...] = ()
+    seam_options: dict = field(default_factory=dict)
 
     @property
     def has_tables(self) -> bool:
@@ -260,6 +266,19 @@ class SpectrumSeam(PositionSeam):
 
     def extra_repr(self) -> str:
         return f"family={self.family.name}, axes_dims={self.axes_dims}, theta={self.theta}"
+
+
+class CastFollowingSeam(SpectrumSeam):
+    """A :class:`SpectrumSeam` for a stock module whose tables follow the model's casts (float buffers that
+    ``model.to(dtype)`` converts): the buffer ``native_dtype_probe`` (a scalar) takes the dtype and device of the stock
+    buffer named ``probe`` and follows the model's later ``.to()`` calls, so tables can be built in the dtype the
+    stock buffers would have now, and :func:`~mmpos.integrations.diffusers.restore` moves the stock module to it."""
+
+    def __init__(self, family: Family, encoding: nn.Module, stock, axes_dims: Sequence[int], theta: float, probe: str):
+        super().__init__(family, encoding, stock, axes_dims, theta)
+        buffer = getattr(stock, probe, None)
+        dtype, device = (buffer.dtype, buffer.device) if buffer is not None else (torch.float32, None)
+        self.register_buffer("native_dtype_probe", torch.zeros((), dtype=dtype, device=device), persistent=False)
 
 
 class _Same:

@@ -21,7 +21,7 @@ import math
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import CastFollowingSeam, Family, SpectrumSeam
 from .codecs import axis_frequencies, rotation_matrices
 
 
@@ -59,13 +59,19 @@ def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
     blocks = []
     for axis, (dim, spectrum, p) in enumerate(zip(seam.axes_dims, spectra, pos)):
         freq = axis_frequencies(spectrum, dim, seam.theta, torch.float32, p.device, stock_ladder=k6_ladder)
-        buffer_dtype = getattr(seam.stock[0], f"angles_{axis}").dtype  # bf16 after model.to(bfloat16)
+        buffer_dtype = seam.native_dtype_probe.dtype  # the stock buffers' dtype: bf16 after model.to(bfloat16)
         angles = torch.outer(p.to(torch.float32), freq).to(buffer_dtype) / scale_factor[axis]  # (n, d / 2)
         shape = [1, 1, 1, -1]
         shape[axis] = sizes[axis]
         angles = angles.view(*shape).expand(*sizes, -1)
         blocks.append(rotation_matrices(torch.cos(angles), torch.sin(angles), spectrum.magnitude))
     return torch.cat(blocks, dim=-3).unsqueeze(-4)
+
+
+def _make_seam(model, stock, encodings, native, coord_axes):
+    (encoding,) = encodings
+    axes_dims, theta = KANDINSKY6.native_axes_dims(model), KANDINSKY6.native_theta(model)
+    return CastFollowingSeam(KANDINSKY6, encoding, stock, axes_dims, theta, probe="angles_0")
 
 
 KANDINSKY6 = register_family(
@@ -79,6 +85,7 @@ KANDINSKY6 = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky6_tables,
+        make_seam=_make_seam,
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
         timestep_arg=("timestep", 3),
         pipelines=("Kandinsky6TI2VAPipeline",),  # the SR model is its own class (Kandinsky6SRTransformer3DModel)

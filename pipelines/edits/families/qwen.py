@@ -1,0 +1,120 @@
+"""Qwen-Image (and -Edit): ``QwenDoubleStreamAttnProcessor2_0``, joint ``[text | images]``, complex tables.
+
+The processor rotates text and image tokens with the two complex ``[S, P]`` tables ``QwenEmbedRope`` returns
+(``(image, text)``; interleaved pairs) and concatenates ``[text, image]``; the edit's rotation is the table of
+that joint sequence. Segments from the coordinates (:func:`~mmpos.integrations.diffusers.families.qwen.qwen_coords`
+on ``img_shapes``): the target is the image at frame index 0, each condition image (Edit) one frame index after it.
+The key mask is the text mask (``encoder_hidden_states_mask``) then the image tokens, as the processor builds it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mmpos.integrations.diffusers.families.qwen import qwen_coords
+from mmpos.integrations.diffusers.layer_rotation import LayerRotation
+from mmpos.ops.tables import RotaryTable
+
+from ..processor import EditAttnProcessor
+from ..segments import TokenSegments, grid_shape, runs_by_value
+from .base import FamilyEditAttention
+
+
+class QwenEditAttnProcessor(EditAttnProcessor):
+    """The edit level of a Qwen-Image block (``QwenDoubleStreamAttnProcessor2_0``'s signature)."""
+
+    def __call__(
+        self,
+        attn,
+        hidden_states,
+        encoder_hidden_states=None,
+        encoder_hidden_states_mask=None,
+        attention_mask=None,
+        image_rotary_emb=None,
+    ):
+        return self.run(
+            attn,
+            dict(
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_hidden_states_mask=encoder_hidden_states_mask,
+                attention_mask=attention_mask,
+                image_rotary_emb=image_rotary_emb,
+            ),
+        )
+
+
+def qwen_segments(text_len: int, img_shapes) -> TokenSegments:
+    """Segments of ``[text | images]``: the target at frame index 0, condition images at the later ones."""
+    image, _ = qwen_coords(img_shapes, 1)
+    runs = runs_by_value(image[:, 0])
+    (_, target), references = runs[0], [tokens for _, tokens in runs[1:]]
+    if references and target.start != 0:
+        raise ValueError("img_shapes: expected the target image (frame index 0) first")
+    context_len = sum(r.stop - r.start for r in references)
+    return TokenSegments(
+        text_len,
+        target.stop - target.start,
+        context_len,
+        grid_shape(image[target]),
+        grid_shape(image[references[0]]) if references else (0, 0),
+        references=tuple(slice(text_len + r.start, text_len + r.stop) for r in references),
+    )
+
+
+class QwenEditAttention(FamilyEditAttention):
+    family = "qwen"
+
+    def processor_class(self, slot) -> type:
+        return QwenEditAttnProcessor
+
+    def sigma(self, args, kwargs):
+        timestep = kwargs.get("timestep", args[3] if len(args) > 3 else None)
+        return timestep.flatten()[:1]
+
+    def observe(self, context, module, args, kwargs) -> None:
+        text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+        img_shapes = kwargs.get("img_shapes", args[4] if len(args) > 4 else None)
+        context.segments = qwen_segments(text.shape[1], img_shapes)
+
+    def project(self, attn, inputs):
+        hidden_states, encoder_hidden_states = inputs["hidden_states"], inputs["encoder_hidden_states"]
+        if inputs.get("attention_mask") is not None:
+            raise ValueError("QwenDoubleStreamAttnProcessor2_0 does not accept an external attention_mask")
+        head_dim = attn.inner_dim // attn.heads
+        img = [f(hidden_states).unflatten(-1, (-1, head_dim)) for f in (attn.to_q, attn.to_k, attn.to_v)]
+        txt = [
+            f(encoder_hidden_states).unflatten(-1, (-1, head_dim))
+            for f in (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj)
+        ]
+        for stream, norms in ((img, (attn.norm_q, attn.norm_k)), (txt, (attn.norm_added_q, attn.norm_added_k))):
+            for i, norm in enumerate(norms):
+                if norm is not None:
+                    stream[i] = norm(stream[i])
+        query, key, value = (torch.cat([t, i], dim=1) for t, i in zip(txt, img))
+        return query, key, value, None
+
+    def rotary_emb(self, inputs):
+        return inputs["image_rotary_emb"]
+
+    def rotation(self, beneath, rotary_emb, layer: int) -> LayerRotation:
+        img_freqs, txt_freqs = rotary_emb
+        return LayerRotation(RotaryTable(torch.cat([txt_freqs, img_freqs], dim=0)))
+
+    def key_mask(self, inputs, segments, batch, length):
+        mask = inputs.get("encoder_hidden_states_mask")
+        if mask is None:
+            return None
+        image = torch.ones(batch, length - mask.shape[1], dtype=torch.bool, device=mask.device)
+        return torch.cat([mask, image], dim=1)
+
+    def finish(self, attn, inputs, state, out, dtype):
+        joint = out.flatten(2, 3).to(dtype)
+        text = inputs["encoder_hidden_states"].shape[1]
+        img = attn.to_out[0](joint[:, text:].contiguous())
+        if len(attn.to_out) > 1:
+            img = attn.to_out[1](img)
+        return img, attn.to_add_out(joint[:, :text].contiguous())
+
+
+ADAPTER = QwenEditAttention()
