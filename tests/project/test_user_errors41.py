@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from diffusers import FluxFillPipeline  # noqa: F401  (imported here: torchao's import-time warnings are not a command's stderr)
 from PIL import Image, ImageOps
 
 from mmpos.pipelines.commands import main
