@@ -47,6 +47,10 @@ def written_atomically(path, replace: bool = True) -> Iterator[Path]:
     try:
         yield temporary
         _publish_file(temporary, path, replace)
+    except OSError as error:  # disk full, ...: name the file the user asked for, not the temporary one
+        if error.errno is None or error.filename not in (None, str(temporary), temporary):
+            raise
+        raise OSError(error.errno, error.strerror or os.strerror(error.errno), str(path)) from error
     finally:
         temporary.unlink(missing_ok=True)
 

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from mmpos._arguments import OneLineErrorParser, show_defaults
+from mmpos._arguments import OneLineErrorParser, check_out_writable, show_defaults, user_error, write_error_line
 from mmpos._atomic import ConcurrentWriteError, claim_output, claimed_outputs
 from mmpos.training.scaffold.interrupt import EXIT_CODE
 
@@ -63,6 +63,10 @@ def main(argv=None) -> int:
     for the whole run: a second ``mmpos`` writing it meanwhile stops at once with one line (exit code 2)."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
+        check_outputs_writable(args)  # before the claim: its lock file goes beside --out
+    except ValueError as error:
+        raise user_error(f"mmpos {args.command}", error) from None
+    try:
         with claimed_outputs():
             if getattr(args, "out", None) and os.environ.get("RANK", "0") == "0":  # one claim per launch
                 try:
@@ -74,3 +78,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"mmpos {args.command}: interrupted", file=sys.stderr)
         return EXIT_CODE
+    except OSError as error:  # disk full, quota, read-only file system while writing: one line naming the file
+        line = write_error_line(error)
+        if line is None:
+            raise
+        raise user_error(f"mmpos {args.command}", line) from None
+
+
+def check_outputs_writable(args) -> None:
+    """``--out`` / ``--output-dir`` of the chosen command: files can be created there, checked before any work."""
+    for dest, option in (("out", "--out"), ("output_dir", "--output-dir")):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            check_out_writable(value, option)
