@@ -20,15 +20,25 @@ VIDEO_DESCRIPTION = "``mmpos generate video``: a camera-controlled Wan video fro
 # pipelines, written out so that ``--help`` imports neither torch nor diffusers; a test keeps it equal to the
 # registry's builtin families without a time axis.
 IMAGE_FAMILIES = {
+    "bria": ("BriaPipeline",),
+    "bria_fibo": ("BriaFiboPipeline", "BriaFiboEditPipeline"),
+    "bria_fibo2": ("BriaFibo2Pipeline",),
     "chroma": ("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
     "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),
+    "ernie_image": ("ErnieImagePipeline",),
     "flux": ("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
     "flux2": ("Flux2Pipeline", "Flux2KleinPipeline", "Flux2KleinInpaintPipeline"),
     "flux3": ("Flux3ModularPipeline", "Flux3DistilledModularPipeline"),
+    "glm_image": ("GlmImagePipeline",),
     "hidream": ("HiDreamImagePipeline",),
+    "hunyuan_image": ("HunyuanImagePipeline",),
+    "ideogram4": ("Ideogram4Pipeline",),
     "krea2": ("Krea2Pipeline",),
     "longcat_image": ("LongCatImagePipeline", "LongCatImageEditPipeline"),
     "lumina2": ("Lumina2Pipeline",),
+    "nucleusmoe_image": ("NucleusMoEImagePipeline",),
+    "ovis_image": ("OvisImagePipeline",),
+    "prx": ("PRXPipeline", "PRXPixelPipeline"),
     "qwen": (
         "QwenImagePipeline",
         "QwenImageEditPipeline",
