@@ -36,7 +36,6 @@ EXCLUDED: dict[str, str] = {
     "SanaWMLTX2RefinerTransformer3DModel": "the rotary tables come in as forward(video_rotary_emb=...): the pipeline builds them with build_rotary_emb_for_absolute_positions (absolute frame positions of the AR window) and the KV cache holds a sink_pe table; no position module called inside forward to replace (needs a seam on the forward argument)",
     "StableAudio3DiTModel": "audio-only: rotary_pos_emb is a partial 1D rope over audio latent frames; the families target image/video grids",
     "StableAudioDiTModel": "audio-only: the pipeline builds a 1D rope over audio latent frames and passes it to forward(rotary_embedding=...); the families target image/video grids",
-    "WanAnimate2Transformer3DModel": "no position module: the method _rope_freqs builds complex tables over 512 fixed positions per reference offset (cached in rope_freqs_cache), applied by rope_apply inside the KV-cache processors; a seam must replace the method (not yet reached, issue 43)",
 }
 
 _ROTARY = re.compile(r"rotary|(?<![a-z])rope|rope(?![a-z])", re.IGNORECASE)
