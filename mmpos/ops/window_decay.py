@@ -42,7 +42,7 @@ class WindowDecay:
     isolate_first_frame: bool = True
     center_keys: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.train_frames, int) and self.train_frames >= 1):
             raise ValueError(f"train_frames must be a positive int (latent frames), got {self.train_frames!r}")
         if not (0.0 < float(self.alpha) <= 1.0):
@@ -56,7 +56,7 @@ class WindowDecay:
         """Whether a video of ``tokens`` tokens is longer than the training window (else: stock attention)."""
         return tokens > self.window(frame_tokens)
 
-    def logits(self, scores: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, frame_tokens: int):
+    def logits(self, scores: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, frame_tokens: int) -> torch.Tensor:
         """The rule on logits ``scores [..., Lq, Lk]`` of query tokens ``rows [Lq]`` and key tokens ``cols [Lk]``."""
         distance = (rows[:, None] - cols[None, :]).abs()
         beyond = (distance.to(torch.float64) > self.window(frame_tokens) / 2) & (scores >= 0)
