@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from mmpos.cli import build_parser, main
-from mmpos.pipelines.cli import split_comma_box
+from mmpos.pipelines.commands._options import split_comma_box
 from mmpos.pipelines.inputs import rescale_box
 
 FAST = ["--set", "sampler.num_inference_steps=2", "--set", "figure.sweep=[0.0]"]

@@ -1,7 +1,6 @@
 """The old paths of moved modules still import, for one release: the same module object as the new path, with a
-DeprecationWarning naming both paths. ``mmpos.world.<module>`` for what moved out of the world, and
-``mmpos.pipelines.<module>`` for the camera adapter's training data, lens augmentation and tiny Wan, which moved
-below the pipelines."""
+DeprecationWarning naming both paths (``mmpos.world.<module>`` for what moved out of the world). ``mmpos.pipelines``
+keeps no old path: ``mmpos.pipelines.camera_clips`` and the like are gone."""
 
 import importlib
 import subprocess
@@ -10,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import mmpos.pipelines
 import mmpos.world
 from mmpos._deprecation import MovedModules, moved_modules
 
-PACKAGES = (mmpos.world, mmpos.pipelines)
+PACKAGES = (mmpos.world,)
 MOVES = [(package.__name__, old, new) for package in PACKAGES for old, new in sorted(package.MOVED.items())]
 
 
@@ -50,29 +48,16 @@ def test_every_import_form_of_an_old_path_works_in_a_fresh_interpreter():
     assert result.returncode == 0, result.stderr
 
 
-def test_every_import_form_of_an_old_pipelines_path_works_in_a_fresh_interpreter():
-    """``from mmpos.pipelines import camera_clips`` goes through the package's lazy ``__getattr__`` first (which
-    knows only the pipeline classes) and then to the hook: the moved module, not an AttributeError."""
-    code = (
-        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-        "import mmpos.training.camera_clips as clips, mmpos.models.tiny_wan as wan, mmpos.camera.lens_augment as lens\n"
-        "for statement in ('import mmpos.pipelines.tiny_wan', 'from mmpos.pipelines import camera_clips',\n"
-        "                  'from mmpos.pipelines.lens_augment import LensAugmentation'):\n"
-        "    try:\n"
-        "        exec(statement)\n"
-        "        raise SystemExit(statement + ': no warning')\n"
-        "    except DeprecationWarning as warning:\n"
-        "        assert 'moved to' in str(warning), warning\n"
-        "warnings.simplefilter('ignore', DeprecationWarning)\n"
-        "import mmpos.pipelines.tiny_wan as old_wan\n"
-        "from mmpos.pipelines import camera_clips\n"
-        "from mmpos.pipelines.lens_augment import LensAugmentation\n"
-        "assert old_wan is wan and camera_clips is clips and LensAugmentation is lens.LensAugmentation\n"
-        "import mmpos.pipelines\n"
-        "assert mmpos.pipelines.tiny_wan is wan\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+def test_the_pipelines_keep_no_old_module_path():
+    """What moved below the pipelines (the camera adapter's clips, lens augmentation, the tiny Wan) is imported from
+    its one home; the old ``mmpos.pipelines`` paths fail like any unknown module or name."""
+    for old in ("camera_clips", "lens_augment", "tiny_wan"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"mmpos.pipelines.{old}")
+    import mmpos.pipelines
+
+    with pytest.raises(AttributeError, match="camera_clips"):
+        mmpos.pipelines.camera_clips  # noqa: B018
 
 
 def test_the_warning_names_the_importing_line(tmp_path):

@@ -289,21 +289,3 @@ class BandModulationQwenImage21Pipeline(_FamilyBandMixin, QwenImage21Pipeline):
 class BandModulationZImagePipeline(_FamilyBandMixin, ZImagePipeline):
     """``ZImagePipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``; with CFG the
     pipeline batches ``[positive, negative]``: each half is shared within itself)."""
-
-
-BAND_PIPELINES = {
-    "flux": BandModulationFluxPipeline,
-    "flux2": BandModulationFlux2Pipeline,
-    "qwen": BandModulationQwenImagePipeline,
-    "qwenimage21": BandModulationQwenImage21Pipeline,
-    "z_image": BandModulationZImagePipeline,
-}
-BAND_PIPELINES_BY_STOCK = {
-    "FluxPipeline": BandModulationFluxPipeline,
-    "FluxKontextPipeline": BandModulationKontextPipeline,
-    "Flux2Pipeline": BandModulationFlux2Pipeline,
-    "Flux2KleinPipeline": BandModulationFlux2KleinPipeline,
-    "QwenImagePipeline": BandModulationQwenImagePipeline,
-    "QwenImage21Pipeline": BandModulationQwenImage21Pipeline,
-    "ZImagePipeline": BandModulationZImagePipeline,
-}

@@ -14,12 +14,12 @@ import torch
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.integrations.diffusers.processors import EncodingRotation
 
-from ..processor import FamilyEditAttnProcessor
+from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape, runs_by_value
 from .base import FamilyEditAttention
 
 
-class Flux2EditAttnProcessor(FamilyEditAttnProcessor):
+class Flux2EditAttnProcessor(EditAttnProcessor):
     """The edit level of a FLUX.2 double block (``Flux2AttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
@@ -34,7 +34,7 @@ class Flux2EditAttnProcessor(FamilyEditAttnProcessor):
         )
 
 
-class Flux2ParallelEditAttnProcessor(FamilyEditAttnProcessor):
+class Flux2ParallelEditAttnProcessor(EditAttnProcessor):
     """The edit level of a FLUX.2 single block (``Flux2ParallelSelfAttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, attention_mask=None, image_rotary_emb=None):

@@ -15,12 +15,12 @@ from mmpos.integrations.diffusers.families.qwen import qwen_coords
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 
-from ..processor import FamilyEditAttnProcessor
+from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape, runs_by_value
 from .base import FamilyEditAttention
 
 
-class QwenEditAttnProcessor(FamilyEditAttnProcessor):
+class QwenEditAttnProcessor(EditAttnProcessor):
     """The edit level of a Qwen-Image block (``QwenDoubleStreamAttnProcessor2_0``'s signature)."""
 
     def __call__(
