@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import clear_attention_rule, set_attention_rule, set_pe
+from mmpos.integrations.diffusers.installer import CAMERA, ProcessorInstaller
 from mmpos.ops.window_decay import WindowDecay
 from tests.fixtures.tiny_models import tiny_flux, tiny_wan, tiny_wan_inputs
 
@@ -61,3 +62,24 @@ def test_refusals_name_what_is_wrong():
         set_attention_rule(set_pe(tiny_wan(), "native"), {"type": "ultravico"})
     with pytest.raises(ValueError, match="unknown options"):
         set_attention_rule(set_pe(tiny_wan(), "native"), {"type": "ultravico", "train_frames": 2, "beta": 1})
+
+
+class Passthrough:
+    """A camera-level processor that only delegates to the encoding level (as the camera adapters' do)."""
+
+    def __init__(self, slot):
+        self.slot = slot
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
+        beneath = self.slot.below(CAMERA)
+        return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+
+
+def test_found_beneath_a_camera_level():
+    model = set_pe(tiny_wan(), "native")
+    before = run(model, 4)
+    installer = ProcessorInstaller.of(model)
+    installer.fill(CAMERA, {i: Passthrough(slot) for i, slot in enumerate(installer.slots)})
+    assert torch.equal(run(model, 4), before)
+    set_attention_rule(model, {"type": "ultravico", "train_frames": 2, "alpha": 0.5})
+    assert (run(model, 4) - before).abs().max() > 1e-3

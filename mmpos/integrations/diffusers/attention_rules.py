@@ -20,6 +20,7 @@ from torch import nn
 from ..._per_thread import PerThread
 from ...ops.window_decay import WindowDecay
 from .families import family_for
+from .installer import ENCODING, ProcessorInstaller
 from .processors import PEProcessor
 
 VIDEO_FAMILIES = ("wan", "wan_vace", "wan_animate")
@@ -68,7 +69,7 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
             f"ultravico: the {family.name} family is not supported (its processors are stock); "
             f"supported: {', '.join(VIDEO_FAMILIES)}"
         )
-    processors = [p for p in transformer.attn_processors.values() if isinstance(p, PEProcessor)]
+    processors = encoding_processors(transformer)
     if not processors:
         raise ValueError("set_attention_rule needs set_pe first (set_pe(model, 'native') keeps the stock model)")
     clear_attention_rule(transformer)
@@ -85,6 +86,16 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     handle = transformer.register_forward_pre_hook(read_frame_size, with_kwargs=True)
     transformer._mmpos_attention_rule = (state, handle, processors)
     return transformer
+
+
+def encoding_processors(transformer: nn.Module) -> list:
+    """The mmpos processors of the encoding level (under a camera adapter or an edit too)."""
+    installer = ProcessorInstaller.find(transformer)
+    if installer is not None:
+        found = [slot.levels.get(ENCODING) for slot in installer.slots]
+    else:
+        found = list(transformer.attn_processors.values())
+    return [p for p in found if isinstance(p, PEProcessor)]
 
 
 def clear_attention_rule(transformer: nn.Module) -> nn.Module:
