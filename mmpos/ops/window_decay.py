@@ -59,7 +59,7 @@ class WindowDecay:
     def logits(self, scores: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, frame_tokens: int) -> torch.Tensor:
         """The rule on logits ``scores [..., Lq, Lk]`` of query tokens ``rows [Lq]`` and key tokens ``cols [Lk]``."""
         distance = (rows[:, None] - cols[None, :]).abs()
-        beyond = (distance.to(torch.float64) > self.window(frame_tokens) / 2) & (scores >= 0)
+        beyond = (2 * distance > self.window(frame_tokens)) & (scores >= 0)  # |i - j| > W / 2, in integers
         scores = torch.where(beyond, scores * self.alpha, scores)
         if self.isolate_first_frame:
             hidden = (rows[:, None] < frame_tokens) & (cols[None, :] >= self.window(frame_tokens))
