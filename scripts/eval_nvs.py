@@ -28,8 +28,8 @@ from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos._validation import NonFiniteLossError
 from mmpos.eval.image_quality import psnr, ssim
 from mmpos.models.world.nvs import NVS_ENCODINGS
-from mmpos.training.scaffold_folders import UnreadableCheckpointError, refuse_earlier_run, remove_paths
-from mmpos.training.world.nvs_training import (
+from mmpos.training.scaffold.folders import UnreadableCheckpointError, refuse_earlier_run, remove_paths
+from mmpos.training.tasks.nvs import (
     NVSRecipe,
     evaluate,
     load_trained,

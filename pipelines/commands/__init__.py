@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from mmpos._arguments import OneLineErrorParser, show_defaults
-from mmpos.training.interrupt import EXIT_CODE
+from mmpos.training.scaffold.interrupt import EXIT_CODE
 
 from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
 from ._options import split_comma_box
@@ -58,7 +58,7 @@ def command_paths(parser: argparse.ArgumentParser, path: tuple = ()):
 def main(argv=None) -> int:
     """``mmpos ARGS``: parse (light), then run the chosen command (heavy imports happen there). Ctrl-C
     (``KeyboardInterrupt``) while a command loads or runs ends it with one line and exit code 130; a training loop
-    stops at its next update on its own (:mod:`mmpos.training.interrupt`)."""
+    stops at its next update on its own (:mod:`mmpos.training.scaffold.interrupt`)."""
     argv = split_comma_box(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     try:

@@ -83,7 +83,7 @@ def model_source(args):
     """The world demo's models: ``--model`` pretrained pipelines, else the world checkpoints (None: default)."""
     if not args.model and args.device is None and args.dtype is None and args.image_size is None:
         return None
-    from mmpos.world.sources import ModelSource, parse_model_args
+    from mmpos.pipelines.world.sources import ModelSource, parse_model_args
 
     device = args.device or "cpu"
     if device == "cuda":

@@ -20,7 +20,6 @@ LAYERS = {
     "_validation": 0,
     "_atomic": 0,
     "_arguments": 0,
-    "_deprecation": 0,
     "_safe_state": 0,
     "_per_thread": 0,
     "_camera_motions": 0,

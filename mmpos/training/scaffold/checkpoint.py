@@ -15,9 +15,14 @@ last and renames the folder into place (an older folder of the name is replaced 
 file is checked against ``progress.json`` (present, of the recorded size, the RNG file of the same step), so a
 folder mixing steps or processes is refused by name.
 
-Checkpoints of earlier versions of the DiT and camera-adapter scripts (accelerate's ``save_state``:
-``model.safetensors``, ``optimizer.bin``, ``random_states_<N>.pkl``, an ``ema.safetensors`` or
-``custom_checkpoint_0.pkl``, a ``step.json``) are read too, every torch file with ``weights_only=True``.
+Checkpoints of earlier layouts are read too, every torch file with ``weights_only=True`` (a file holding anything
+but tensors and plain values is refused naming it), and resume as the scaffold's do:
+
+* the ViT trainer's before the scaffold, ``checkpoints/step_<N>/`` with ``trainer_state.json`` (progress,
+  scheduler, accelerate's step, grad scaler) and plain ``rng_<process>.json``;
+* accelerate's ``save_state`` (``model.safetensors``, ``optimizer.bin``, ``random_states_<N>.pkl``): the ViT
+  trainer's with its scheduler, progress and EMA registered as ``custom_checkpoint_0/1/2.pkl``; the DiT and
+  camera-adapter scripts' with an ``ema.safetensors`` or ``custom_checkpoint_0.pkl`` and a ``step.json``.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from .._atomic import replace_folder
-from .._safe_state import (
+from ..._atomic import replace_folder
+from ..._safe_state import (
     UnsafeStateError,
     join_optimizer_state,
     load_torch_file,
@@ -44,7 +49,8 @@ from .._safe_state import (
     write_json,
     write_tensors,
 )
-from .scaffold_folders import CHECKPOINT_DIR, UnreadableCheckpointError, checkpoints
+from .folders import CHECKPOINT_DIR, UnreadableCheckpointError, checkpoints
+from .processes import UnshareOutError
 
 FORMAT = 1
 
@@ -52,7 +58,7 @@ FORMAT = 1
 @dataclass
 class RunState:
     """What a checkpoint holds: the prepared model (any wrapper) and optimizer, an LR scheduler (or None), the
-    EMA (or None), the step and the data-stream position."""
+    EMA (or None), the step and the data-stream position (a task's progress: JSON values)."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -94,7 +100,7 @@ def save_checkpoint(accelerator, out, state: RunState, config: dict, keep: int =
     if accelerator.is_main_process:
         _write_progress(accelerator, partial, state)
         replace_folder(partial, final)
-        for old in checkpoints(out)[:-keep]:
+        for old in [c for c in checkpoints(out) if CHECKPOINT_DIR.match(c.name)][:-keep]:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
@@ -137,10 +143,6 @@ def _write_progress(accelerator, folder: Path, state: RunState) -> None:
     )
 
 
-class UnshareOutError(RuntimeError):
-    """The processes of one run do not see one ``--out`` folder (node-local storage on a multi-node run)."""
-
-
 def load_checkpoint(accelerator, folder, state: RunState) -> dict:
     """Restore ``state`` (and this process's generators) from ``folder``; returns the run's saved config (``{}``
     for a checkpoint of an earlier layout). A missing, truncated, mixed, foreign or unsafe checkpoint raises
@@ -149,10 +151,15 @@ def load_checkpoint(accelerator, folder, state: RunState) -> dict:
     with reading_checkpoint(folder):
         if (folder / "progress.json").is_file():
             return _read(accelerator, folder, state)
-        if (folder / "optimizer.bin").is_file():
+        if (folder / "trainer_state.json").is_file():
+            _read_trainer_state(accelerator, folder, state)
+        elif (folder / "custom_checkpoint_1.pkl").is_file():
+            _read_accelerate_progress_layout(accelerator, folder, state)
+        elif (folder / "optimizer.bin").is_file():
             _read_accelerate_layout(accelerator, folder, state)
-            return {}
-        raise UnsafeStateError(f"{folder}: not a training checkpoint (no progress.json)")
+        else:
+            raise UnsafeStateError(f"{folder}: not a training checkpoint (no progress.json)")
+        return {}
 
 
 @contextmanager
@@ -260,3 +267,47 @@ def _read_accelerate_layout(accelerator, folder: Path, state: RunState) -> None:
         raise UnsafeStateError(f"{folder}: no step.json and not named checkpoint-<step>")
     state.data = {}
     _restore_rng(folder / f"random_states_{accelerator.process_index}.pkl", lambda saved: saved)
+
+
+def _restore_progress(accelerator, state: RunState, scheduler, progress: dict, step: int, scaler) -> None:
+    """An earlier layout's scheduler, progress (``state.data``, with accelerate's step) and grad scaler."""
+    state.scheduler.load_state_dict(scheduler)
+    state.step, state.data = int(progress.get("step", 0)), {**progress, "accelerator_step": int(step)}
+    if scaler is not None and getattr(accelerator, "scaler", None) is not None:
+        accelerator.scaler.load_state_dict(scaler)
+
+
+def _read_trainer_state(accelerator, folder: Path, state: RunState) -> None:
+    """The ViT trainer's layout before the scaffold: ``trainer_state.json`` and plain ``rng_<process>.json``."""
+    saved = read_json(folder / "trainer_state.json")
+    if saved.get("format") != FORMAT:
+        raise UnsafeStateError(f"{folder / 'trainer_state.json'}: format {saved.get('format')!r}, expected {FORMAT}")
+    _load_model(accelerator.unwrap_model(state.model), folder / "model.safetensors", accelerator.device)
+    live = state.optimizer.state_dict()
+    tensors = read_tensors(folder / "optimizer.safetensors", "cpu")  # as accelerate: the optimizer moves them
+    state.optimizer.load_state_dict(join_optimizer_state(tensors, read_json(folder / "optimizer.json"), live))
+    if state.ema is not None:
+        _load_model(state.ema, folder / "ema.safetensors", next(state.ema.parameters()).device)
+    _restore_progress(
+        accelerator, state, saved["scheduler"], saved["progress"], saved["accelerator_step"], saved.get("scaler")
+    )
+    _restore_rng(folder / f"rng_{accelerator.process_index}.json", lambda saved: saved)
+
+
+def _read_accelerate_progress_layout(accelerator, folder: Path, state: RunState) -> None:
+    """The ViT trainer's ``accelerator.save_state``, with the scheduler, progress and EMA registered (in that order)
+    as ``custom_checkpoint_0/1/2.pkl``."""
+    plain = accelerator.unwrap_model(state.model)
+    weights = read_tensors(folder / "model.safetensors", accelerator.device)
+    plain.load_state_dict({k.removeprefix("module.").removeprefix("_orig_mod."): v for k, v in weights.items()})
+    state.optimizer.load_state_dict(load_torch_file(folder / "optimizer.bin", "cpu"))
+    scheduler = load_torch_file(folder / "custom_checkpoint_0.pkl")
+    progress = load_torch_file(folder / "custom_checkpoint_1.pkl")
+    if state.ema is not None:
+        state.ema.load_state_dict(load_torch_file(folder / "custom_checkpoint_2.pkl", accelerator.device))
+    rng = folder / f"random_states_{accelerator.process_index}.pkl"
+    rng_saved = load_torch_file(rng, allow_numpy=True) if rng.is_file() else {}
+    scaler = load_torch_file(folder / "scaler.pt") if (folder / "scaler.pt").is_file() else None
+    _restore_progress(accelerator, state, scheduler, progress, rng_saved.get("step", 0), scaler)
+    if rng_saved:
+        set_rng_state(rng_saved)

@@ -19,37 +19,42 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 import typing
 from pathlib import Path
 
 import yaml
 
-from .._arguments import OneLineErrorParser
-from .vit_config import _Loader
+from ..._arguments import OneLineErrorParser
 
 
 class ConfigError(ValueError):
-    """A config key that is unknown, or a value of the wrong type or out of range (the message names the key)."""
+    """A config key that is unknown, or a value of the wrong type or out of range (the message names the key;
+    reported as one line, exit code 2, by the command lines)."""
 
 
-SHARDED_ENGINES = ("FSDP", "DEEPSPEED")  # accelerate's distributed types that shard the model
+class Yaml12Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` reading ``1e-3`` / ``5E+4`` as floats (YAML 1.2; PyYAML's 1.1 resolver wants a dot)."""
 
 
-def check_data_parallel(accelerator, trainer: str, error: type[Exception] = ConfigError) -> None:
-    """Refuse accelerate's FSDP and DeepSpeed for ``trainer``: the trainers keep one whole model per process (DDP or
-    their own gradient all-reduce) and write whole-model checkpoints, which a sharded model would not give."""
-    engine = str(getattr(accelerator.distributed_type, "value", accelerator.distributed_type))
-    if engine in SHARDED_ENGINES:
-        raise error(
-            f"{trainer} trains one whole model per process (DDP), not under accelerate's distributed_type {engine}: "
-            "launch it without an FSDP / DeepSpeed config (docs/scaling.md, 'Sharded engines: what is covered')"
-        )
+Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def yaml_value(text: str):
     """``text`` as one YAML value (``1e-3`` -> float, ``[1, 2]`` -> list, ``none`` -> None)."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+        return yaml.load(text, Loader=Yaml12Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as error:
         raise ConfigError(f"{text!r} is not a YAML value ({' '.join(str(error).split())})") from None
 
@@ -228,7 +233,7 @@ def build_parser(cls, prog: str, description: str = "") -> argparse.ArgumentPars
 def read_config_file(cls, path) -> dict:
     """The keys of a YAML config file, each checked (an unknown one refused naming the file and the key)."""
     try:
-        values = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_Loader) or {}  # noqa: S506
+        values = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Yaml12Loader) or {}  # noqa: S506
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"--config {path}: cannot be read ({' '.join(str(error).split())})") from None
     if not isinstance(values, dict):
@@ -280,9 +285,9 @@ def check_resume_config(config, saved: dict, where) -> None:
 
 
 def parse_run(cls, prog: str, description: str = "", outputs: tuple[str, ...] = (), argv=None):
-    """:func:`parse_config` plus the run folder check (:func:`~.scaffold_folders.check_run`), both before any
+    """:func:`parse_config` plus the run folder check (:func:`~.folders.check_run`), both before any
     training import: a bad value or an existing run without ``--resume`` / ``--overwrite`` is one line, exit 2."""
-    from .scaffold_folders import check_run
+    from .folders import check_run
 
     parser = build_parser(cls, prog, description)
     config, args = parse_config(cls, parser, argv)

@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..camera.lens_augment import LENS_MODELS, LensAugmentation
-from ..camera.video import stack_cameras, video_cameras
-from ..integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
-from . import camera_clips
-from .scaffold import SampleNoise, TrainingTask
-from .scaffold_config import ConfigError, TrainConfig, option, positive
+from ...camera.lens_augment import LENS_MODELS, LensAugmentation
+from ...camera.video import stack_cameras, video_cameras
+from ...integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
+from .. import camera_clips
+from ..scaffold.config import ConfigError, TrainConfig, option, positive
+from ..scaffold.loop import SampleNoise, TrainingTask
 
 
 def at_least_one(value) -> str | None:
@@ -86,7 +86,7 @@ def load_parts(model: str, dtype):
     from diffusers import WanPipeline
 
     if model == "tiny":
-        from ..models.tiny_wan import tiny_wan_components
+        from ...models.tiny_wan import tiny_wan_components
 
         return WanPipeline(**tiny_wan_components())
     return WanPipeline.from_pretrained(model, torch_dtype=dtype)

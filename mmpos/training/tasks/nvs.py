@@ -22,9 +22,10 @@ from ..._validation import check_non_negative_int, check_positive_int
 from ...eval.image_quality import psnr, ssim
 from ...models.world.nvs import NovelViewTransformer
 from ...world.nvs_data import select
-from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
-from ..scaffold_folders import latest_checkpoint
-from .ranks import check_shared, local, make_accelerator, step_generator, update
+from ..scaffold.checkpoint import RunState, load_checkpoint, save_checkpoint
+from ..scaffold.folders import latest_checkpoint
+from ..scaffold.loop import update_averaging_gradients
+from ..scaffold.processes import check_shared, local, make_accelerator, step_generator
 
 
 @dataclass
@@ -126,7 +127,7 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
     the global batch's indices (one process draws what it always drew) and trains on its slice, the gradients are
     averaged, the main process writes. A non-finite loss stops before its update
     (:class:`~mmpos._validation.NonFiniteLossError`), keeping the last checkpoint."""
-    accelerator = make_accelerator(device="cpu")
+    accelerator = make_accelerator("no", "the world trainers", cpu=True)
     check_shared(accelerator, run_folder(checkpoint))
     model = build_model(recipe, data["images"].shape[-1])
     optimizer = _optimizer(model, recipe)
@@ -141,7 +142,9 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
         batch = select(data, index[mine])
         loss = (model(batch) - batch["images"][:, 2]).pow(2).mean()
         state["losses"].append(
-            update(accelerator, optimizer, parameters, loss, learning_rate(recipe, step), step, folder)
+            update_averaging_gradients(
+                accelerator, optimizer, parameters, loss, learning_rate(recipe, step), step, folder
+            )
         )
         state["step"] += 1
         state["cpu_seconds"] += time.process_time() - started

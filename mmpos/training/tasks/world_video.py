@@ -12,7 +12,7 @@ run finishes, the model in diffusers layout (``vae/``, ``transformer/`` or ``cam
 ``save_pretrained``). Batches and noise are functions of ``(seed, step)``, so a resumed run takes the steps an
 uninterrupted one would, bit for bit.
 
-On N processes (torchrun; :mod:`.ranks`) ``batch_size`` is per process: every process draws the global batch's
+On N processes (torchrun; :mod:`..scaffold.processes`) ``batch_size`` is per process: every process draws the global batch's
 clips, frames, sigmas and noise (one process draws what it always drew) and trains on its slice; the gradients are
 averaged, the main process writes. The VAE stage's posterior noise is each process's own generator's.
 """
@@ -30,11 +30,12 @@ from ..._atomic import folder_written_atomically
 from ..._safe_state import load_torch_file, read_json, write_json
 from ..._validation import check_choice, check_positive_int
 from ...models.world.video import encode_frames, flow_loss, world_video_transformer
-from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint
-from ..scaffold_folders import latest_checkpoint
-from .losses import vae_loss
-from .nvs_training import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
-from .ranks import any_process, check_shared, local, make_accelerator, step_generator, update
+from ..scaffold.checkpoint import RunState, load_checkpoint, save_checkpoint
+from ..scaffold.folders import latest_checkpoint
+from ..scaffold.loop import update_averaging_gradients
+from ..scaffold.processes import any_process, check_shared, local, make_accelerator, step_generator
+from ..world.losses import vae_loss
+from .nvs import learning_rate  # warm-up then cosine, from a recipe's lr, warmup and steps
 
 STAGES = ("vae", "base", "ucpe", "plucker", "prope")
 EXPORTED = {"vae": "vae", "base": "transformer"}  # camera stages export ``camera_adapter``
@@ -177,7 +178,7 @@ def train_stage(
     batches and noise are drawn on the CPU, so a run is the same sequence on any device. A non-finite loss stops
     before its update (:class:`~mmpos._validation.NonFiniteLossError`), keeping the last checkpoint."""
     out = Path(out)
-    accelerator = make_accelerator(device=str(device))
+    accelerator = make_accelerator("no", "the world trainers", cpu=str(device) == "cpu")
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
@@ -198,7 +199,9 @@ def train_stage(
         started = time.process_time()
         step = state["step"]
         loss = stage.loss(step_generator(recipe.seed, step))
-        mean = update(accelerator, optimizer, parameters, loss, learning_rate(recipe, step), step, out)
+        mean = update_averaging_gradients(
+            accelerator, optimizer, parameters, loss, learning_rate(recipe, step), step, out
+        )
         state["losses"].append(round(mean, 6))
         state["step"] += 1
         state["cpu_seconds"] += time.process_time() - started

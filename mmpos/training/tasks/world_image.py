@@ -1,16 +1,25 @@
-"""One world model's training run: models, data, optimiser (accelerate), EMA, progress, resume and export.
+"""The world's image models as a training task: the VAE (reconstruction + KL), then the t2i / fill / kontext
+transformers (rectified flow). :func:`train` runs one (:class:`WorldTrainer`: models, data, optimiser, EMA,
+progress, resume, export) until its step or time budget or SIGTERM; the pieces are :mod:`..world` (examples,
+objectives, the trained unit, the export, the config).
 
-On the training scaffold's checkpoints (``train-<task>/checkpoint-<step>/``) and on N processes (:mod:`.ranks`:
-every process draws the global batch's indices and noise from the one generator and keeps its slice; one process
-draws what it always drew). The VAE's posterior noise is each process's own generator's (on N processes seeded per
-process), so a VAE run equals one process at N times the batch in distribution, not to float tolerance."""
+On the training scaffold's checkpoints (``train-<task>/checkpoint-<step>/``), backward pass and NaN stop
+(:func:`..scaffold.loop.backward`) and on N processes (:mod:`..scaffold.processes`: every process draws the global
+batch's indices and noise from the one generator and keeps its slice; one process draws what it always drew). The
+VAE's posterior noise is each process's own generator's (on N processes seeded per process), so a VAE run equals
+one process at N times the batch in distribution, not to float tolerance."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
+import shutil
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -18,18 +27,16 @@ from safetensors import SafetensorError
 
 from ..._atomic import recover_folder
 from ..._safe_state import UnsafeStateError, load_torch_file, read_json, read_tensors, set_rng_state, write_json
-from ..._validation import check_choice, check_finite_loss
+from ..._validation import check_choice
 from ...models.ema import EMA
 from ...models.world.architectures import build_world_transformer
-from ...models.world.image import TASKS, build_text_encoder, build_vae, vae_scale_factor
+from ...models.world.image import build_text_encoder, build_vae, vae_scale_factor
 from ...models.world.latents import to_unit
-from ..scaffold_checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
-from ..scaffold_config import ConfigError
-from ..scaffold_folders import UnreadableCheckpointError, kept_checkpoint_note, latest_checkpoint
-from .checkpoints import DenoiserWithText, check_same_config, load_trained_denoiser, load_trained_vae, previous_training
-from .export import export_model
-from .losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
-from .ranks import (
+from ..scaffold.checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
+from ..scaffold.config import ConfigError
+from ..scaffold.folders import UnreadableCheckpointError, latest_checkpoint
+from ..scaffold.loop import backward
+from ..scaffold.processes import (
     any_process,
     average_gradients,
     check_shared,
@@ -39,52 +46,17 @@ from .ranks import (
     mean_loss,
     set_generator_state,
 )
-from .training_data import TrainingData
-
-ALL_TASKS = ("vae",) + TASKS
-DEFAULTS = {
-    "task": "t2i",
-    "image_size": 64,
-    "num_examples": 20000,
-    "data_seed": 0,
-    "workers": 1,
-    "batch_size": 64,
-    "lr": 3e-4,
-    "weight_decay": 0.0,
-    "warmup_steps": 100,
-    "ema_decay": 0.999,
-    "max_steps": 100000,
-    "max_minutes": 10.0,
-    "mixed_precision": "no",
-    "seed": 0,
-    "log_every": 50,
-    "checkpoint_every": 1000,
-    "caption_dropout": 0.1,
-    "style_dropout": 0.25,
-    "kl_weight": 1e-6,
-    "sample_steps": 20,
-    "sample_guidance": 3.0,
-    "num_samples": 8,
-    "vae_path": None,
-    "init_from": None,
-    "transformer": {},
-    "text_encoder": {},
-    "vae": {},
-    "architecture": "flux",
-}
-# what a resumed run may change (the rest defines the model, the data or the run's draws)
-RESUME_MAY_CHANGE = {
-    "max_steps",
-    "max_minutes",
-    "log_every",
-    "checkpoint_every",
-    "workers",
-    "sample_steps",
-    "sample_guidance",
-    "num_samples",
-    "device",
-    "vae_path",
-}
+from ..world.checkpoints import (
+    DenoiserWithText,
+    check_same_config,
+    load_trained_denoiser,
+    load_trained_vae,
+    previous_training,
+)
+from ..world.config import ALL_TASKS, DEFAULTS, RESUME_MAY_CHANGE
+from ..world.export import export_model
+from ..world.losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
+from ..world.training_data import TrainingData
 
 
 def _lr_lambda(warmup: int):
@@ -108,7 +80,9 @@ class WorldTrainer:
         self.out_dir, self.progress = Path(out_dir), progress
         self.run_dir = self.out_dir / f"train-{task}"  # checkpoint-<step>/ (the training scaffold's layout)
         self.state_dir = self.out_dir / f"train_state-{task}"  # the layout before it (read on --resume)
-        self.accelerator = make_accelerator(config["mixed_precision"], config.get("device"))
+        self.accelerator = make_accelerator(
+            config["mixed_precision"], "the world trainers", cpu=config.get("device") == "cpu"
+        )
         self.device = self.accelerator.device
         check_shared(self.accelerator, self.out_dir)
         torch.manual_seed(config["seed"])
@@ -120,7 +94,7 @@ class WorldTrainer:
             torch.manual_seed(config["seed"] * 1_000_003 + self.accelerator.process_index)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
         # not prepared: accelerate's scheduler steps once per process and update; the model is not DDP-wrapped (the
-        # losses call its parts): the gradients are averaged over the processes after the backward pass (.ranks)
+        # losses call its parts): the gradients are averaged over the processes after the backward pass
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config["warmup_steps"]))
         self.model = self.raw = model.to(self.device)
         self.optimizer = self.accelerator.prepare(optimizer)
@@ -160,7 +134,8 @@ class WorldTrainer:
 
     def loss(self, index: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """This process's loss; ``index``: the global batch (``batch_size`` x processes), whose noise is drawn in
-        full on every process (one process at N times the batch draws the same) and sliced (:func:`.ranks.local`)."""
+        full on every process (one process at N times the batch draws the same) and sliced
+        (:func:`~..scaffold.processes.local`)."""
         config, data, device = self.config, self.data, self.device
         mine = local(self.accelerator, config["batch_size"])
         if self.task == "vae":
@@ -193,8 +168,7 @@ class WorldTrainer:
             index = torch.randint(0, self.data.num, (global_batch,), device=self.device, generator=self.generator)
             with accelerator.autocast():
                 loss = self.loss(index, self.generator)
-            check_finite_loss(accelerator.gather(loss.detach()[None]), self.step + 1, self._kept)
-            accelerator.backward(loss)
+            backward(accelerator, loss, self.step, self._newest_checkpoint)
             average_gradients(accelerator, self.raw.parameters())
             accelerator.clip_grad_norm_(self.raw.parameters(), 1.0)
             self.optimizer.step()
@@ -217,16 +191,16 @@ class WorldTrainer:
         if not self.progress and self.accelerator.is_main_process:
             print(f"[{self.task}] step {self.step} loss {value:.5f}", flush=True)
 
-    def _kept(self) -> str:
+    def _newest_checkpoint(self) -> Path | None:
         kept = latest_checkpoint(self.run_dir)
         earlier = self.state_dir if (self.state_dir / "progress.json").is_file() else None  # the earlier layout
-        return kept_checkpoint_note(kept or earlier)
+        return kept or earlier
 
     def _run_state(self) -> RunState:
         return RunState(self.raw, self.optimizer, self.scheduler, self.ema, self.step, {})
 
     def save_state(self) -> None:
-        """``train-<task>/checkpoint-<step>/`` (:mod:`mmpos.training.scaffold_checkpoint`: written by the main
+        """``train-<task>/checkpoint-<step>/`` (:mod:`mmpos.training.scaffold.checkpoint`: written by the main
         process, renamed into place once complete; every process's generators): model, optimiser, scheduler, EMA,
         the draws' generator and ``world_progress.json`` (time, loss history, first validation). Collective."""
         state = self._run_state()
@@ -386,3 +360,74 @@ def _ema_state(saved: dict) -> dict:
         **{f"model.{key}": value for key, value in saved["shadow"].items()},
         "num_updates": torch.tensor(saved["updates"]),
     }
+
+
+@contextmanager
+def stop_on_sigterm():
+    """Yields a dict whose ``"stop"`` turns True on SIGTERM (so ``timeout`` ends training, not the export)."""
+    flag = {"stop": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: flag.update(stop=True))
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def train(config: dict, out_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
+    """Train ``config['task']``; write the model (EMA weights), model card and samples under ``out_dir``.
+
+    Runs on N processes (torchrun / ``accelerate launch``): ``batch_size`` is per process; every process draws the
+    global batch and trains on its slice, only the main process writes (checkpoints ``out_dir/train-<task>/
+    checkpoint-<step>/``, the export). ``resume`` continues the newest checkpoint (or an earlier layout's
+    ``train_state-<task>/``); ``overwrite`` deletes the earlier run's checkpoints first.
+
+    Stops at ``max_steps``, after ``max_minutes`` of training or on SIGTERM; a NaN or inf loss raises
+    :class:`~mmpos._validation.NonFiniteLossError`, keeping the last checkpoint. An ``out_dir`` that is a file or
+    cannot be written is refused before training. Returns the model card, whose
+    ``val_loss_start`` is the validation loss of the starting weights (random, or ``init_from``'s on this run's
+    validation data: then equal to the previous card's ``val_loss`` when the data are the same), measured before the
+    first step and kept by ``resume``; ``val_loss`` is the final EMA weights'. Validation uses fixed examples, sigmas
+    and noise (:func:`~mmpos.training.world.losses.validation_loss`), so values of different runs compare.
+    """
+    check_writable_folder(out_dir)
+    trainer = WorldTrainer(config, out_dir, progress)
+    if overwrite and not resume:  # the earlier run's checkpoints go; its export is replaced once the new one is whole
+        trainer.accelerator.wait_for_everyone()
+        if trainer.accelerator.is_main_process:
+            for folder in (trainer.run_dir, trainer.state_dir):
+                shutil.rmtree(folder, ignore_errors=True)
+        trainer.accelerator.wait_for_everyone()
+    if resume:
+        trainer.load_state()
+    with stop_on_sigterm() as signals:
+        trainer.run(signals)
+    trainer.save_state()
+    return trainer.finish()
+
+
+def check_writable_folder(out_dir) -> Path:
+    """``out_dir``, made if missing; a file or a folder that cannot be written raises, naming it."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file; expected a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PermissionError(f"--out {out} is not writable")
+    return out
+
+
+def check_earlier_run(out_dir, task: str, resume: bool, overwrite: bool) -> None:
+    """A fresh run over an earlier run of ``task`` in ``out_dir`` (its train state or export) is refused unless
+    ``resume`` (continue it) or ``overwrite`` (replace it, each part once the new one is complete)."""
+    if resume and overwrite:
+        raise ValueError("--resume continues the earlier run and --overwrite replaces it: pass one")
+    out = Path(out_dir)
+    earlier = [p for p in (out / f"train-{task}", out / f"train_state-{task}", out / f"world-{task}") if p.exists()]
+    if earlier and not (resume or overwrite):
+        raise FileExistsError(
+            f"--out {out} holds an earlier {task} run ({', '.join(p.name for p in earlier)}); "
+            "pass --resume to continue it or --overwrite to replace it"
+        )

@@ -4,9 +4,11 @@
     results = train_vit(load_config("configs/vit/world_relation.yaml"), "runs/rope_mixed", )
 
 A run folder holds ``config.yaml``, ``log.csv``, ``checkpoint-<step>/`` (the training scaffold's layout: safetensors
-and JSON, no pickle, see :mod:`.checkpoints`; written to a temporary folder and renamed into place; the newest two
-kept), ``model.safetensors`` and ``results.json``. Ctrl-C / SIGTERM writes a checkpoint at the next update, prints the
-resume command and exits with code 130 (:mod:`.interrupt`).
+and JSON, no pickle, see :mod:`..scaffold.checkpoint`, which also resumes the layouts before it; written to a
+temporary folder and renamed into place; the newest two kept), ``model.safetensors`` and ``results.json``. Ctrl-C /
+SIGTERM writes a checkpoint at the next update, prints the resume command and exits with code 130
+(:mod:`..scaffold.interrupt`). The update's backward pass and NaN stop are the scaffold's (:func:`..scaffold.loop.
+backward`); the loop is the ViT's own (timm's optimizers and per-update schedules, gradient accumulation, mixup).
 Randomness is a function of (seed, update, process) for dropout/mixup and of (seed, epoch, sample) for
 augmentation, so ``resume`` continues with the losses an uninterrupted run would have had.
 """
@@ -14,12 +16,14 @@ augmentation, so ``resume`` continues with the losses an uninterrupted run would
 from __future__ import annotations
 
 import csv
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
-from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate import DataLoaderConfiguration
 from accelerate.utils import set_seed
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
@@ -27,21 +31,14 @@ from timm.scheduler import create_scheduler_v2
 from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
-from .._atomic import written_atomically
-from .._validation import check_finite_loss
-from .checkpoints import (
-    TrainingState,
-    check_run_folder,
-    latest_checkpoint,
-    load_checkpoint,
-    prepare_run_folder,
-    save_checkpoint,
-)
-from .interrupt import StopOnSignal
-from .scaffold_config import check_data_parallel
-from .scaffold_folders import kept_checkpoint_note
-from .vit_config import ConfigError, check_config, check_resume_config, eval_sizes
-from .vit_data import (
+from ..._atomic import written_atomically
+from ..scaffold.checkpoint import RunState, load_checkpoint, save_checkpoint
+from ..scaffold.folders import check_run_folder, latest_checkpoint
+from ..scaffold.interrupt import StopOnSignal
+from ..scaffold.loop import backward
+from ..scaffold.processes import check_shared_out, make_accelerator
+from ..vit_config import check_config, check_resume_config, eval_sizes
+from ..vit_data import (
     SeededSamples,
     check_num_classes,
     check_one_batch,
@@ -53,8 +50,8 @@ from .vit_data import (
     train_loader,
     train_transform,
 )
-from .vit_eval import evaluate_resolutions, plot_results, save_results
-from .vit_model import build_vit, check_image_sizes, count_parameters, plain_model
+from ..vit_eval import evaluate_resolutions, plot_results, save_results
+from ..vit_model import build_vit, check_image_sizes, count_parameters, plain_model
 
 SEED_STRIDE = 1_000_003
 
@@ -72,26 +69,61 @@ class Progress:
         vars(self).update(state)
 
 
-def _make_accelerator(config: dict, run_dir: Path) -> Accelerator:
+@dataclass
+class TrainingState:
+    """What a ViT checkpoint holds (the scaffold's :class:`~..scaffold.checkpoint.RunState`, with the trainer's
+    progress and accelerate's step as its data): the prepared model (any wrapper) and optimizer, the timm
+    scheduler, the progress and the EMA model (or None)."""
+
+    model: torch.nn.Module
+    optimizer: object
+    scheduler: object
+    progress: Progress
+    ema: torch.nn.Module | None = None
+
+    def save(self, accelerator, run_dir: Path, config: dict) -> Path:
+        data = {**self.progress.state_dict(), "accelerator_step": accelerator.step}
+        model = plain_model(accelerator, self.model)
+        run = RunState(model, self.optimizer, self.scheduler, self.ema, self.progress.step, data)
+        return save_checkpoint(accelerator, run_dir, run, config)
+
+    def load(self, accelerator, folder) -> None:
+        """Restore from ``folder`` (any layout :func:`~..scaffold.checkpoint.load_checkpoint` reads)."""
+        run = RunState(plain_model(accelerator, self.model), self.optimizer, self.scheduler, self.ema)
+        load_checkpoint(accelerator, folder, run)
+        data = dict(run.data)
+        accelerator.step = int(data.pop("accelerator_step"))
+        self.progress.load_state_dict(data)
+
+
+def _make_accelerator(config: dict, run_dir: Path):
     try:
         import tensorboard  # noqa: F401
 
         log_with = ["tensorboard"]
     except ImportError:
         log_with = None
-    # cpu=True on a machine without CUDA: torchrun / `accelerate launch` processes then join one gloo group
-    # (accelerate otherwise treats them as independent single-process runs)
-    cpu_only = not torch.cuda.is_available()
-    accelerator = Accelerator(
-        mixed_precision=config["mixed_precision"],
+    return make_accelerator(
+        config["mixed_precision"],
+        "the ViT trainer",
         gradient_accumulation_steps=config["grad_accum"],
         log_with=log_with,
         project_dir=str(run_dir),
-        cpu=cpu_only,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
-    check_data_parallel(accelerator, "the ViT trainer", error=ConfigError)
-    return accelerator
+
+
+def prepare_run_folder(run_dir: Path, resume: bool, overwrite: bool, accelerator) -> None:
+    """Refuse to write into an existing run without ``resume`` / ``overwrite``; ``overwrite`` empties it. Every
+    process must see the folder (:func:`~..scaffold.processes.check_shared_out`)."""
+    exists = check_run_folder(run_dir, resume, overwrite)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if exists and overwrite:
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+    check_shared_out(accelerator, run_dir)
 
 
 def _criterion(config: dict, mixup):
@@ -202,7 +234,7 @@ def train_vit(
     state = TrainingState(model, optimizer, scheduler, progress, ema)  # checkpointed without pickle
     start = checkpoint or (latest_checkpoint(run_dir) if resume else None)
     if start is not None:
-        load_checkpoint(accelerator, start, state)
+        state.load(accelerator, start)
         accelerator.print(f"resumed from {start} at update {progress.step}")
     if not eval_only:
         if accelerator.trackers == [] and accelerator.log_with:
@@ -265,12 +297,7 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
                 with accelerator.accumulate(model):
                     with accelerator.autocast():
                         loss = criterion(model(images), targets)
-                    check_finite_loss(
-                        accelerator.gather(loss.detach()[None]),
-                        progress.step + 1,
-                        lambda: kept_checkpoint_note(latest_checkpoint(run_dir)),
-                    )
-                    accelerator.backward(loss)
+                    backward(accelerator, loss, progress.step, lambda: latest_checkpoint(run_dir))
                     grad_norm = None
                     if accelerator.sync_gradients and config["clip_grad"]:
                         grad_norm = accelerator.clip_grad_norm_(model.parameters(), config["clip_grad"])
@@ -290,14 +317,12 @@ def _train_loop(config, run_dir, accelerator, state, loader, seeded, num_classes
                     _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_seen, started)
                 saved = None
                 if progress.step % config["checkpoint_every"] == 0 or progress.step == config["steps"]:
-                    saved = save_checkpoint(accelerator, run_dir, progress.step, state, config=config)
+                    saved = state.save(accelerator, run_dir, config)
                 if progress.step >= config["steps"]:
                     break
                 if stop.requested(accelerator):
                     bar.close()
-                    stop.exit(
-                        accelerator, saved or save_checkpoint(accelerator, run_dir, progress.step, state, config=config)
-                    )
+                    stop.exit(accelerator, saved or state.save(accelerator, run_dir, config))
             else:
                 progress.epoch += 1
                 progress.batch = 0

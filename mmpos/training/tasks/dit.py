@@ -4,7 +4,7 @@ latents with any mmpos encoding (``scripts/train_dit.py`` is its command line).
 Data: ``shapes`` (:class:`~mmpos.models.ProceduralShapes`), ``random`` (256 seeded images) or ``folder`` (an
 ImageFolder, resized and centre-cropped). Every random draw of a sample -- its noise, timestep, label dropout, the
 VAE latent's sample and the horizontal flip of folder images -- comes from that sample's generator
-(:class:`~.scaffold.SampleNoise`), so N processes train as one process at N times the batch.
+(:class:`~..scaffold.loop.SampleNoise`), so N processes train as one process at N times the batch.
 Outputs (main process): ``model/`` and ``model_ema/`` (``DiT.from_pretrained``) and ``samples.png``.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from ..models.dit import DIT_PRESETS
-from .scaffold import SampleNoise, TrainingTask
-from .scaffold_config import TrainConfig, finite, in_unit_interval, non_negative, option, positive
+from ...models.dit import DIT_PRESETS
+from ..scaffold.config import TrainConfig, finite, in_unit_interval, non_negative, option, positive
+from ..scaffold.loop import SampleNoise, TrainingTask
 
 TINY = dict(depth=2, hidden_size=64, num_heads=2, patch_size=2)
 PRESETS = tuple(sorted(DIT_PRESETS))
@@ -54,14 +54,14 @@ class DiTTask(TrainingTask):
     def __init__(self, config: DiTConfig):
         super().__init__(config)
         if config.data == "folder" and config.data_dir is None:
-            from .scaffold_config import ConfigError
+            from ..scaffold.config import ConfigError
 
             raise ConfigError("data_dir: --data folder needs --data-dir")
         self.vae, self.label_dropout, self.noise_scheduler = None, 0.0, None
 
     def dataset(self):
         c = self.config
-        from ..models import ProceduralShapes
+        from ...models import ProceduralShapes
 
         if c.data == "shapes":
             return ProceduralShapes(c.resolution, 3, c.num_classes, length=c.samples)
@@ -83,14 +83,14 @@ class DiTTask(TrainingTask):
         return datasets.ImageFolder(c.data_dir, transform=tf)  # flipped per sample in loss()
 
     def build_model(self):
-        from ..models import DIT_PRESETS, DiT
+        from ...models import DIT_PRESETS, DiT
 
         c = self.config
         vae_config = self._vae_config()
         in_channels = vae_config["latent_channels"] if vae_config else 3
         factor = 2 ** (len(vae_config["block_out_channels"]) - 1) if vae_config else 1
         if c.resolution % factor:
-            from .scaffold_config import ConfigError
+            from ..scaffold.config import ConfigError
 
             raise ConfigError(f"resolution: {c.resolution} must be divisible by the VAE factor {factor}")
         arch = dict(DIT_PRESETS[c.model], **(TINY if c.tiny else {}))
@@ -116,7 +116,7 @@ class DiTTask(TrainingTask):
         return dict(AutoencoderKL.load_config(self.config.vae))
 
     def setup(self, accelerator) -> None:
-        from ..models import make_noise_scheduler
+        from ...models import make_noise_scheduler
 
         self.noise_scheduler = make_noise_scheduler(self.config.objective)
         if self.config.vae:
@@ -135,7 +135,7 @@ class DiTTask(TrainingTask):
         return torch.optim.AdamW(groups, lr=self.config.lr)
 
     def loss(self, model, batch, noise: SampleNoise) -> torch.Tensor:
-        from ..models import diffusion_loss
+        from ...models import diffusion_loss
 
         images, labels = (part.to(noise.device) for part in batch)
         if self.config.data == "folder":
@@ -157,7 +157,7 @@ class DiTTask(TrainingTask):
 
     @torch.no_grad()
     def finish(self, accelerator, model, ema) -> None:
-        from .._atomic import folder_written_atomically, written_atomically
+        from ..._atomic import folder_written_atomically, written_atomically
 
         out = Path(self.config.out)
         for name, weights in (("model", model), ("model_ema", ema.model if ema is not None else model)):
@@ -171,7 +171,7 @@ class DiTTask(TrainingTask):
                 save_image(image, temporary, nrow=int(math.sqrt(len(image))) + 1)
 
     def _samples(self, model) -> torch.Tensor:
-        from ..models import make_noise_scheduler, sample_dit
+        from ...models import make_noise_scheduler, sample_dit
 
         c = self.config
         labels = torch.arange(min(c.num_classes, 16), device=model.device).repeat_interleave(2)

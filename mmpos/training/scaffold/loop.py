@@ -18,13 +18,14 @@ What every task gets (:func:`train`):
   on every process and the EMA starts from them after ``prepare``, so weights and EMA are equal across processes.
 * **Resume bit-identical mid-epoch**, the data stream included: the stream's position is a function of the update
   (recorded in ``progress.json`` and checked on resume), every generator is restored.
-* **Checkpoints** ``checkpoint-<step>/`` (:mod:`.scaffold_checkpoint`), written by the main process (every process
+* **Checkpoints** ``checkpoint-<step>/`` (:mod:`.checkpoint`), written by the main process (every process
   writes only its ``rng_<r>.json``), renamed into place once complete; ``--out`` must be one folder every process
   sees (checked at start: :class:`UnshareOutError`).
 * **Ctrl-C / SIGTERM**: the update in flight finishes, a checkpoint is written, one line prints the resume
   command, and every process exits with code 130 (:mod:`.interrupt`).
 * **A NaN stop**: the first non-finite loss on any process stops every process before the update
-  (:class:`~mmpos._validation.NonFiniteLossError`, naming the step and the last checkpoint, which is kept).
+  (:class:`~mmpos._validation.NonFiniteLossError`, naming the step and the last checkpoint, which is kept). Every
+  trainer of the package takes its backward pass through :func:`backward`, the one place that calls it.
 * **Logged losses are the mean over the processes** (``log.jsonl``, main process; a resumed run drops the lines
   after its checkpoint).
 """
@@ -32,24 +33,24 @@ What every task gets (:func:`train`):
 from __future__ import annotations
 
 import json
-import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .._validation import NonFiniteLossError, check_finite_loss  # noqa: F401 - the NaN stop's error
+from ..._validation import NonFiniteLossError, check_finite_loss  # noqa: F401 - the NaN stop's error
+from .checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
+from .config import ConfigError, check_resume_config, resolved
+from .folders import check_run, kept_checkpoint_note, latest_checkpoint, remove_earlier_run
 from .interrupt import StopOnSignal
-from .scaffold_checkpoint import RunState, UnshareOutError, load_checkpoint, save_checkpoint, saved_config
-from .scaffold_config import ConfigError, check_data_parallel, check_resume_config, resolved
-from .scaffold_folders import check_run, kept_checkpoint_note, latest_checkpoint, remove_earlier_run
+from .processes import average_gradients, check_shared_out, make_accelerator, mean_loss
 
 SEED_STRIDE = 1_000_003
 
 
 class TrainingTask:
-    """A task: its config (a :class:`~.scaffold_config.TrainConfig`), data, model and loss; optional hooks."""
+    """A task: its config (a :class:`~.config.TrainConfig`), data, model and loss; optional hooks."""
 
     outputs: tuple[str, ...] = ()  # what the run writes into --out besides checkpoints and log.jsonl
 
@@ -169,36 +170,33 @@ class TrainResult:
     checkpoint: Path | None  # the last one written
 
 
-def make_accelerator(config):
-    """accelerate on every machine: ``cpu=True`` without CUDA, so torchrun / ``accelerate launch`` processes join
-    one gloo group (without it accelerate runs each as an independent single-process run)."""
-    from accelerate import Accelerator
+def backward(accelerator, loss: torch.Tensor, step: int, newest) -> None:
+    """The one backward pass of every trainer, update ``step`` (0-based): the NaN stop first (every process's loss
+    gathered: a non-finite one on any process raises :class:`NonFiniteLossError` on every process before the
+    update, naming the step and ``newest()``, the newest checkpoint, which is kept), then accelerate's backward
+    (the loss over the gradient-accumulation steps, scaled under fp16)."""
+    check_finite_loss(accelerator.gather(loss.detach().float()[None]), step + 1, lambda: kept_checkpoint_note(newest()))
+    accelerator.backward(loss)
 
-    accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=not torch.cuda.is_available())
-    check_data_parallel(accelerator, f"the {type(config).__name__.removesuffix('Config')} trainer")
-    return accelerator
+
+def update_averaging_gradients(accelerator, optimizer, parameters: list, loss, lr: float, step: int, out) -> float:
+    """One update of a model that is not wrapped in DDP (the NVS and world-video trainers: every process draws the
+    global batch and trains on its slice, :mod:`.processes`) from this process's ``loss`` at learning rate ``lr``:
+    the :func:`backward` pass (its NaN stop names ``out``'s newest checkpoint), the gradients averaged over the
+    processes and clipped to norm 1, the step. Returns the loss averaged over the processes (what is logged)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    backward(accelerator, loss, step, lambda: latest_checkpoint(out))
+    average_gradients(accelerator, parameters)
+    torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+    optimizer.step()
+    return mean_loss(accelerator, loss)
 
 
-def check_shared_out(accelerator, out: Path) -> None:
-    """Every process must see the file the main process writes into ``out``: else :class:`UnshareOutError` on
-    every process (node-local run folders would lose the other nodes' generators and break ``--resume``)."""
-    from accelerate.utils import broadcast
-
-    token = torch.tensor([secrets.randbits(62) if accelerator.is_main_process else 0], device=accelerator.device)
-    token = broadcast(token)
-    marker = out / ".run" / "shared"
-    if accelerator.is_main_process:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(str(int(token.item())))
-    accelerator.wait_for_everyone()
-    seen = marker.is_file() and marker.read_text().strip() == str(int(token.item()))
-    missing = accelerator.gather(torch.tensor([0 if seen else 1], device=accelerator.device))
-    if int(missing.sum()):
-        ranks = [r for r, m in enumerate(missing.tolist()) if m]
-        raise UnshareOutError(
-            f"--out {out}: processes {ranks} do not see what process 0 wrote there; put --out on "
-            "storage every node sees (one shared folder)"
-        )
+def task_accelerator(config):
+    """The accelerator of a scaffold task (its config's ``mixed_precision``; errors name the task)."""
+    return make_accelerator(config.mixed_precision, f"the {type(config).__name__.removesuffix('Config')} trainer")
 
 
 def prepare_out(accelerator, task, resume, overwrite) -> Path | None:
@@ -219,7 +217,7 @@ def train(task: TrainingTask, resume: str | None = None, overwrite: bool = False
     from accelerate.utils import set_seed
 
     config = task.config
-    accelerator = make_accelerator(config)
+    accelerator = task_accelerator(config)
     start_from = prepare_out(accelerator, task, resume, overwrite)
     set_seed(config.seed)  # the same initial weights on every process
     model = task.build_model()
@@ -229,7 +227,7 @@ def train(task: TrainingTask, resume: str | None = None, overwrite: bool = False
     model, optimizer = accelerator.prepare(model, optimizer)
     ema = None
     if config.ema_decay is not None:
-        from ..models.ema import EMA
+        from ...models.ema import EMA
 
         ema = EMA(accelerator.unwrap_model(model), config.ema_decay).to(accelerator.device)
     state = RunState(model, optimizer, scheduler, ema)
@@ -249,9 +247,9 @@ def train_command(prog: str, task: TrainingTask, resume: str | None, overwrite: 
     """:func:`train` for a script's ``main``: an unreadable checkpoint or a config error ends it with one line and
     exit code 2 (``SystemExit``); a non-finite loss or a checkpoint that could not be written (a full disk: the
     earlier checkpoints are intact) is one line on stderr and None (the script exits with code 1)."""
-    from .._arguments import user_error
-    from .scaffold_checkpoint import CheckpointWriteError
-    from .scaffold_folders import UnreadableCheckpointError
+    from ..._arguments import user_error
+    from .checkpoint import CheckpointWriteError
+    from .folders import UnreadableCheckpointError
 
     try:
         return train(task, resume, overwrite)
@@ -315,12 +313,7 @@ def _update(task, accelerator, state: RunState, stream, log, positions, step: in
     with task.step_scope():
         with accelerator.autocast():
             loss = task.loss(model, batch, SampleNoise(config.seed, step, positions, accelerator.device))
-        check_finite_loss(
-            accelerator.gather(loss.detach().float()[None]),
-            step + 1,
-            lambda: kept_checkpoint_note(latest_checkpoint(out)),
-        )
-        accelerator.backward(loss)
+        backward(accelerator, loss, step, lambda: latest_checkpoint(out))
     if config.grad_clip is not None:
         accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
     optimizer.step()
@@ -360,7 +353,7 @@ class JsonLog:
             lines = [line for line in path.read_text().splitlines() if line.strip()]
             kept = [line for line in lines if json.loads(line)["step"] <= step]
             if kept != lines:
-                from .._atomic import written_atomically
+                from ..._atomic import written_atomically
 
                 with written_atomically(path) as temporary:
                     temporary.write_text("".join(line + "\n" for line in kept))
