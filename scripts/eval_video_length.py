@@ -46,6 +46,14 @@ def frame_stats(frames: np.ndarray, truth: np.ndarray) -> dict:
     return out
 
 
+def write_results(out: Path, results: dict) -> None:
+    from mmpos._atomic import written_atomically
+
+    out.mkdir(parents=True, exist_ok=True)
+    with written_atomically(out / "results.json") as temporary:
+        Path(temporary).write_text(json.dumps(results))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenes", type=int, default=8)
@@ -72,12 +80,11 @@ def main(argv=None) -> int:
     load_camera_adapter(pipe, folder / "camera-ucpe")
     assert isinstance(pipe.camera_adapter, CameraAdapter)
     results: dict = {}
-    for scale in args.scales:
-        frames_n = (TRAIN_FRAMES - 1) * scale + 1
-        motion = Motion("orbit", DEGREES_PER_CLIP * scale)
-        for i in range(args.scenes):
-            seed = 1_000_000 + i
-            scene = sample_scene3d(seed, 4, textured=True)
+    for i in range(args.scenes):  # scenes outside: an interrupted run has every length for the scenes it did
+        scene = sample_scene3d(1_000_000 + i, 4, textured=True)
+        for scale in args.scales:
+            frames_n = (TRAIN_FRAMES - 1) * scale + 1
+            motion = Motion("orbit", DEGREES_PER_CLIP * scale)
             trajectory = motion_trajectory(motion, start_pose(200.0 + 17.0 * i), frames_n)
             truth = render_clip(scene, trajectory, 32).permute(0, 2, 3, 1).numpy().astype(np.float64) / 255
             first = torch.from_numpy(truth[0]).permute(2, 0, 1)[None].float()
@@ -91,9 +98,8 @@ def main(argv=None) -> int:
                 frames = pipe(first, **call, generator=generator, camera=trajectory).frames[0]
                 stats = frame_stats(np.asarray(frames, dtype=np.float64), truth)
                 results.setdefault(f"{scale}x", {}).setdefault(name, []).append(stats)
+            write_results(out, results)  # after every scene: an interrupted run keeps what it measured
             print(f"{scale}x scene {i} done", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results))
     keys = ("psnr_past", "motion_ratio", "period_psnr_excess")
     print("| length | condition | PSNR past 9 frames (dB) | motion / truth | period-9 PSNR excess (dB) |")
     print("|---|---|---|---|---|")
