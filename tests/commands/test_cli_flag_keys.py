@@ -55,6 +55,7 @@ EDIT_OPTIONS = {
         "prompt": ("prompts", ["a green square"]),
         "height": ("sampler.height", ["48", "64"]),
         "width": ("sampler.width", ["48", "64"]),
+        "dype_shift": ("extrapolate.shift", ["comfyui", "off"]),
     },
 }
 # options that name inputs or outputs of a run, not config keys
