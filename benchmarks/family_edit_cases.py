@@ -128,7 +128,7 @@ class _LooseSession:
 def loose_case(family, model, size, dtype, device) -> FamilyCase:
     """The output image and the collage (``side x side`` each), a paste of 1/4 of the image, step 0."""
     from mmpos.pipelines import LooseConfig
-    from mmpos.pipelines.edits.loose.rule import POSITIONS, LooseRoPERule
+    from mmpos.pipelines.edits.loose.rule import LooseRoPERule
 
     side, text, _, _, _, text_dim = size
     pixels = side * 16
@@ -136,7 +136,7 @@ def loose_case(family, model, size, dtype, device) -> FamilyCase:
     crop[pixels // 4 : 3 * pixels // 4, pixels // 4 : 3 * pixels // 4] = True
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
     inputs = INPUTS[family](side, text, True, dtype, device, text_dim=text_dim)
-    rule = LooseRoPERule(LooseConfig(saliency_blur=0), POSITIONS[family], saliency, crop)
+    rule = LooseRoPERule(LooseConfig(saliency_blur=0), saliency, crop)
     case = FamilyCase(
         f"looserope ({NAMES[family][1]}, paste = 1/4 of the image)",
         model,

@@ -45,6 +45,7 @@ class EditContext:
     segments: Optional[TokenSegments] = None
     img_ids: Optional[torch.Tensor] = None  # the ids of this forward, after rewriting (FLUX.1, FLUX.2)
     inputs: dict = field(default_factory=dict)  # this forward's keyword inputs, after rewriting
+    adapter: Optional[object] = None  # the family's edit adapter (mmpos.pipelines.edits.families)
     layout: Optional[object] = None  # per-layer-kind segments where they differ (Z-Image)
     group_size: Optional[int] = None  # batch elements per [reference, target, ...] group (batched CFG)
     enabled: bool = True
@@ -233,7 +234,7 @@ class EditSession:
             raise TypeError("EditSession's rewriters expect the transformer to be called with keyword arguments")
         for rewrite in context.rewriters:
             kwargs = rewrite(context, kwargs)
-        context.inputs = kwargs
+        context.inputs, context.adapter = kwargs, self.adapter
         self.adapter.observe(context, module, args, kwargs)
         for rule in {id(r): r for r in context.rules.values()}.values():  # each rule once, not once per layer
             prepare: Optional[Callable] = getattr(rule, "prepare", None)

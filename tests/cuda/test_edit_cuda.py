@@ -29,8 +29,9 @@ from mmpos.pipelines import (
 )
 from mmpos.pipelines.edits.band.rule import SharedBandAttention
 from mmpos.pipelines.edits.context import EditContext, segments_from_ids
+from mmpos.pipelines.edits.families import edit_attention
 from mmpos.pipelines.edits.families.flux import flux_layer_call
-from mmpos.pipelines.edits.loose.rule import POSITIONS, LooseRoPERule
+from mmpos.pipelines.edits.loose.rule import LooseRoPERule
 from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
 pytestmark = pytest.mark.cuda
@@ -160,10 +161,11 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     rot = lambda x, table: apply_rotary_emb(x, table, sequence_dim=1)  # noqa: E731
     rotary64 = tuple(t.double() for t in pos_embed(full_ids))
     logits = torch.einsum("bqhd,bkhd->bhqk", rot(q, rotary64), rot(k, rotary64))
-    rule = LooseRoPERule(config, POSITIONS["flux"], saliency, mask)
+    rule = LooseRoPERule(config, saliency, mask)
     context = EditContext(step=0, num_steps=28)
     context.segments, context.img_ids = segments_from_ids(text_len, img_ids), img_ids
     context.inputs = {"img_ids": img_ids, "txt_ids": torch.zeros(text_len, 3)}
+    context.adapter = edit_attention("flux")
     assert rule.is_active(context)
     maps = rule.maps
     shrink, factor = config.factors(0)
@@ -182,10 +184,11 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     expected = torch.einsum("bhqk,bkhd->bqhd", (logits / math.sqrt(128)).softmax(-1), v).flatten(2)
     reference = attn.to_out[0](expected[:, text_len:])
     attn_dev = _attention_module(double=True).to(device, torch.bfloat16)
-    rule_dev = LooseRoPERule(config, POSITIONS["flux"], saliency, mask)
+    rule_dev = LooseRoPERule(config, saliency, mask)
     context_dev = EditContext(step=0, num_steps=28)
     context_dev.segments, context_dev.img_ids = context.segments, img_ids.to(device)
     context_dev.inputs = {"img_ids": img_ids.to(device), "txt_ids": torch.zeros(text_len, 3, device=device)}
+    context_dev.adapter = edit_attention("flux")
     rule_dev.prepare(context_dev, SimpleNamespace(pos_embed=pos_embed))
     rotary_dev = tuple(t.to(device) for t in pos_embed(full_ids.to(device)))
     call = flux_layer_call(

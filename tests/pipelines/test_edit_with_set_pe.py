@@ -11,7 +11,7 @@ from mmpos.integrations.diffusers.installer import ATTRIBUTE, ProcessorInstaller
 from mmpos.pipelines import BandModulationKontextPipeline, LooseRoPEKontextPipeline
 from mmpos.pipelines.edits.band.rule import BandConfig, ContextBandScaling
 from mmpos.pipelines.edits.context import EditContext, EditSession
-from mmpos.pipelines.edits.loose.rule import POSITIONS, LooseConfig, LooseRoPERule
+from mmpos.pipelines.edits.loose.rule import LooseConfig, LooseRoPERule
 from mmpos.pipelines.edits.loose.saliency import UniformSaliency
 from mmpos.pipelines.edits.processor import EditAttnProcessor
 from mmpos.spectrum.bands import band_spectrum
@@ -144,7 +144,7 @@ def test_loose_tables_come_from_the_set_pe_spectrum():
     collage, mask = image(32, 48), torch.zeros(32, 48, dtype=torch.bool)
     mask[0:32, 0:32] = True
     config = LooseConfig(saliency_blur=0, saliency_boost=1.0, step_range=(0, 5))
-    spy = RecordRotation(LooseRoPERule(config, POSITIONS["flux"], UniformSaliency()(collage, mask), mask))
+    spy = RecordRotation(LooseRoPERule(config, UniformSaliency()(collage, mask), mask))
     context = EditContext(rules={0: spy, 1: spy})
     with EditSession(transformer, context, pipe.scheduler):
         _run(pipe, image=collage)

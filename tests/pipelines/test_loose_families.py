@@ -19,7 +19,7 @@ from mmpos.pipelines.edits.loose.pipelines import (
     LooseRoPEQwenEditPipeline,
     LooseRoPEQwenEditPlusPipeline,
 )
-from mmpos.pipelines.edits.loose.rule import POSITIONS, LooseConfig, LooseRoPERule, grid_cells
+from mmpos.pipelines.edits.loose.rule import LooseConfig, LooseRoPERule, grid_cells
 from tests.fixtures.tiny_edit_families import (
     KLEIN_TRANSFORMER,
     klein_prompt_embeds,
@@ -149,7 +149,7 @@ def _flux2_forward(order_seed=None, dtype=torch.float32):
 
 def _run_rule(model, scheduler, kwargs, config, record=None):
     saliency = torch.linspace(0, 1, 16 * 16).reshape(16, 16)
-    rule = LooseRoPERule(config, POSITIONS["flux2"], saliency, _paste(16))
+    rule = LooseRoPERule(config, saliency, _paste(16))
     if record is not None:
         rule = record(rule)
     with torch.no_grad(), EditSession(model, EditContext(rules={0: rule, 1: rule}), scheduler):

@@ -98,6 +98,16 @@ class FluxEditAttention(FamilyEditAttention):
     def finish(self, attn, inputs: dict, state, out: torch.Tensor, dtype: torch.dtype):
         return finish_attention(attn, out, inputs["encoder_hidden_states"], dtype)
 
+    def image_coords(self, inputs):
+        """``img_ids (index, row, col)``: the target at index 0, Kontext's context image at 1."""
+        ids = inputs["img_ids"]
+        return (ids[0] if ids.ndim == 3 else ids).float()
+
+    def table_at(self, transformer, inputs, image_coords):
+        txt_ids = inputs["txt_ids"]
+        text = (txt_ids[0] if txt_ids.ndim == 3 else txt_ids).to(image_coords)
+        return transformer.pos_embed(torch.cat([text, image_coords]))
+
 
 @functools.lru_cache(maxsize=None)
 def _call_parameters(processor_type) -> frozenset:

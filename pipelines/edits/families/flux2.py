@@ -120,6 +120,23 @@ class Flux2EditAttention(FamilyEditAttention):
 
         return flux2_finish_attention(attn, hidden_states, inputs["encoder_hidden_states"])
 
+    def image_coords(self, inputs):
+        """``img_ids (t, h, w, l)``: the target at ``t = 0``, reference images at ``t = 10, 20, ...``."""
+        ids = inputs["img_ids"]
+        return (ids[0] if ids.ndim == 3 else ids).float()
+
+    def table_at(self, transformer, inputs, image_coords):
+        txt_ids = inputs["txt_ids"]
+        text = transformer.pos_embed(txt_ids[0] if txt_ids.ndim == 3 else txt_ids)
+        image = transformer.pos_embed(image_coords)
+        return tuple(torch.cat([t, i], dim=0) for t, i in zip(text, image))
+
+    def layer_table(self, rotation, emb):
+        if isinstance(rotation.rotation, EncodingRotation):  # set_pe: (packed [S, G, 2P], coords)
+            packed, coords = emb
+            return rotation.table_of((packed[None], coords))
+        return rotation.table_of(emb)
+
 
 def _parallel_project(attn, hidden_states):
     """``Flux2ParallelSelfAttnProcessor``'s projection: q, k, v ``[B, S, H, D]`` and the MLP input."""

@@ -17,7 +17,7 @@ from ...images import as_image_batch, as_mask, check_token_grid, to_pil
 from ..context import EditContext, EditSession
 from ..pipeline import EditPipelineMixin, coerce_config, per_call, this_thread_only
 from ..processor import select_layers
-from .rule import POSITIONS, LooseConfig, LooseMaps, LooseRoPERule
+from .rule import LooseConfig, LooseMaps, LooseRoPERule
 from .saliency import make_saliency
 from .verdict import Restart, VerdictProbe, next_boost
 
@@ -155,7 +155,7 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
 
     def _harmonise(self, config, collage, saliency_map, mask, probe, kwargs):
         """One Kontext run with the LooseRoPE rule (and the verdict probe, if any): ``(images, token maps)``."""
-        rule = LooseRoPERule(config, POSITIONS["flux"], saliency_map, mask)
+        rule = LooseRoPERule(config, saliency_map, mask)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         hook = None
         if probe is not None:
@@ -212,7 +212,7 @@ class _FamilyLooseMixin:
         if arguments.get("prompt") is None and arguments.get("prompt_embeds") is None:
             arguments["prompt"] = DEFAULT_PROMPT
         return_dict = arguments.pop("return_dict", True)
-        rule = LooseRoPERule(config, POSITIONS[self.family], saliency_map, mask)
+        rule = LooseRoPERule(config, saliency_map, mask)
         context = EditContext(rules=self._family_layer_rules(config.layers, rule), enabled=config.enabled)
         with EditSession(self.transformer, context, self.scheduler):
             out = stock_call(self, return_dict=True, **arguments).images

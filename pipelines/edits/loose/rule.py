@@ -15,12 +15,13 @@ most loosened. Defaults are those of the authors' configuration (spec section 4.
 The authors' optional VLM verdict-and-restart loop is an optional callable here (``verdict=`` of the pipeline,
 :mod:`mmpos.pipelines.edits.loose.verdict`); no VLM is shipped.
 One rule, written against one attention layer call of any family (:class:`~mmpos.pipelines.edits.families.LayerCall`);
-what is per family is a :class:`LoosePositions` (:data:`POSITIONS`): the coordinates of this forward's image tokens,
-read from the transformer's inputs (FLUX.1: ``img_ids (index, row, col)``; FLUX.2: ``img_ids (t, h, w, l)``;
+what is per family is behind the family's edit adapter: the coordinates of this forward's image tokens, read from the
+transformer's inputs (``image_coords``; FLUX.1: ``img_ids (index, row, col)``; FLUX.2: ``img_ids (t, h, w, l)``;
 Qwen-Image: its centred ``(frame, row, col)`` from ``img_shapes``), and the rotary embedding the model's position
-module gives other coordinates, in the joint format the layer reads. The output image is the tokens at the
-smallest frame coordinate, the collage the first reference image; every token's grid cell is read from its
-coordinates, so the paste, the bins and the crop keys do not depend on the order of the tokens in the sequence.
+module gives other coordinates, in the joint format the layer reads (``table_at``, ``layer_table``). The output
+image is the tokens at the smallest frame coordinate, the collage the first reference image; every token's grid
+cell is read from its coordinates, so the paste, the bins and the crop keys do not depend on the order of the
+tokens in the sequence.
 The stock attention is computed only for the queries no bin replaces (the binned ones get the loosened mix).
 
 The exact attention is computed without forming the logit matrix: per bin, queries ``[q_std ; q_i]`` and keys
@@ -38,13 +39,9 @@ from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_a
 
 from mmpos._validation import check_finite_fields
 from mmpos.coords.edits import shrink_ids
-from mmpos.integrations.diffusers.families.qwen import qwen_coords
-from mmpos.integrations.diffusers.layer_rotation import LayerRotation, sequence_slice
-from mmpos.integrations.diffusers.processors import EncodingRotation
-from mmpos.ops.tables import RotaryTable
+from mmpos.integrations.diffusers.layer_rotation import sequence_slice
 
 from ...images import area_resize, dilate, mask_to_tokens
-from ..transplant.positions import qwen_table_at
 from .saliency import gaussian_blur
 
 
@@ -172,67 +169,6 @@ def token_maps(
     return LooseMaps(tokens, bins, target_region, context_region)
 
 
-class LoosePositions:
-    """A family's coordinates and position module, as the LooseRoPE rule needs them."""
-
-    spatial_axes = (1, 2)
-
-    def image_coords(self, inputs: dict) -> torch.Tensor:
-        """``[S_img, A]`` fp32 coordinates of the image tokens, in sequence order."""
-        raise NotImplementedError
-
-    def joint_emb(self, transformer, inputs: dict, image_coords: torch.Tensor):
-        """The rotary embedding of ``[text | image tokens at image_coords]`` in the layers' format."""
-        raise NotImplementedError
-
-    def layer_table(self, rotation: LayerRotation, emb) -> RotaryTable:
-        return rotation.table_of(emb)
-
-
-class FluxLoosePositions(LoosePositions):
-    """FLUX.1 Kontext: ``img_ids (index, row, col)`` (target index 0, context 1); text at ``txt_ids``."""
-
-    def image_coords(self, inputs):
-        ids = inputs["img_ids"]
-        return (ids[0] if ids.ndim == 3 else ids).float()
-
-    def joint_emb(self, transformer, inputs, image_coords):
-        txt_ids = inputs["txt_ids"]
-        text = (txt_ids[0] if txt_ids.ndim == 3 else txt_ids).to(image_coords)
-        return transformer.pos_embed(torch.cat([text, image_coords]))
-
-
-class Flux2LoosePositions(LoosePositions):
-    def image_coords(self, inputs):
-        ids = inputs["img_ids"]
-        return (ids[0] if ids.ndim == 3 else ids).float()
-
-    def joint_emb(self, transformer, inputs, image_coords):
-        txt_ids = inputs["txt_ids"]
-        text = transformer.pos_embed(txt_ids[0] if txt_ids.ndim == 3 else txt_ids)
-        image = transformer.pos_embed(image_coords)
-        return tuple(torch.cat([t, i], dim=0) for t, i in zip(text, image))
-
-    def layer_table(self, rotation, emb):
-        if isinstance(rotation.rotation, EncodingRotation):  # set_pe: (packed [S, G, 2P], coords)
-            packed, coords = emb
-            return rotation.table_of((packed[None], coords))
-        return rotation.table_of(emb)
-
-
-class QwenLoosePositions(LoosePositions):
-    def image_coords(self, inputs):
-        return qwen_coords(inputs["img_shapes"], 1, inputs["hidden_states"].device)[0]
-
-    def joint_emb(self, transformer, inputs, image_coords):
-        text_len = inputs["encoder_hidden_states"].shape[1]
-        _, text = transformer.pos_embed(inputs["img_shapes"], max_txt_seq_len=text_len, device=image_coords.device)
-        return RotaryTable(torch.cat([text, qwen_table_at(transformer.pos_embed, image_coords)], dim=0))
-
-
-POSITIONS = {"flux": FluxLoosePositions(), "flux2": Flux2LoosePositions(), "qwen": QwenLoosePositions()}
-
-
 def grid_cells(coords: torch.Tensor, axes=(1, 2)) -> tuple[torch.Tensor, tuple[int, int]]:
     """Cell ``row * cols + col`` of each token of one image (``coords [N, A]``, rows and columns counted from their
     minimum) and the grid ``(rows, cols)``; an error unless the tokens fill the grid once each."""
@@ -246,11 +182,12 @@ def grid_cells(coords: torch.Tensor, axes=(1, 2)) -> tuple[torch.Tensor, tuple[i
 
 
 class LooseRoPERule:
-    """LooseRoPE on one family's layers (see the module docstring): ``positions`` the family's
-    (:data:`POSITIONS`), read from the forward's inputs (``context.inputs``, set by the edit's pre-forward hook)."""
+    """LooseRoPE on one family's layers (see the module docstring): the coordinates and tables come from the family's
+    edit adapter (``context.adapter``) on the forward's inputs (``context.inputs``), both set by the edit's
+    pre-forward hook."""
 
-    def __init__(self, config: LooseConfig, positions: LoosePositions, saliency: torch.Tensor, crop_mask: torch.Tensor):
-        self.config, self.positions = config, positions
+    def __init__(self, config: LooseConfig, saliency: torch.Tensor, crop_mask: torch.Tensor):
+        self.config = config
         self.saliency, self.crop_mask = saliency, crop_mask
         self.maps: Optional[LooseMaps] = None
 
@@ -265,13 +202,13 @@ class LooseRoPERule:
         key = ("loose_layout", id(self))
         if key not in context.cache:
             seg = context.segments
-            coords = self.positions.image_coords(context.inputs)
+            coords = context.adapter.image_coords(context.inputs)
             start = seg.image_start
             target = torch.arange(seg.target_start - start, seg.target_start - start + seg.target_len)
             collage = seg.references[0]
             collage = torch.arange(collage.start - start, collage.stop - start)
-            target_cells, target_grid = grid_cells(coords[target], self.positions.spatial_axes)
-            collage_cells, collage_grid = grid_cells(coords[collage], self.positions.spatial_axes)
+            target_cells, target_grid = grid_cells(coords[target], context.adapter.spatial_axes)
+            collage_cells, collage_grid = grid_cells(coords[collage], context.adapter.spatial_axes)
             if (
                 self.maps is None
                 or self.maps.bins.shape != target_grid
@@ -299,14 +236,14 @@ class LooseRoPERule:
     def prepare(self, context, transformer) -> None:
         """Per forward: the position module's embedding of each active bin's loosened coordinates."""
         coords, target, _, collage, collage_cells = self._layout(context)
-        axes = self.positions.spatial_axes
+        axes = context.adapter.spatial_axes
         low, high = coords[target][:, list(axes)].amin(0), coords[target][:, list(axes)].amax(0)
         centre = tuple(float(v) for v in (low + high) / 2)
         region = self.maps.context_region.flatten()[collage_cells].to(coords.device)  # per collage token
         entries = []
         for b, shrink, factor, tokens in self._bins(context):
             shrunk = shrink_ids(coords, shrink, centre, self.config.quantize_ids_bf16, axes)
-            emb = self.positions.joint_emb(transformer, context.inputs, shrunk)
+            emb = context.adapter.table_at(transformer, context.inputs, shrunk)
             entries.append((b, tokens.to(coords.device), emb, torch.where(region, factor, 1.0).float()))
         context.cache["loose"] = entries
 
@@ -345,7 +282,7 @@ class LooseRoPERule:
         cache_key = ("loose_table", id(rotation.rotation), rotation.index, bin_index)
         cached = context.cache.get(cache_key)
         if cached is None or cached[0] is not emb:
-            cached = context.cache[cache_key] = (emb, self.positions.layer_table(rotation, emb))
+            cached = context.cache[cache_key] = (emb, context.adapter.layer_table(rotation, emb))
         return cached[1]
 
 
