@@ -82,7 +82,7 @@ class WanPositions(PositionSeam):
         return tuple(n // p for n, p in zip(sizes, self.patch_size))
 
     def forward(self, hidden_states: torch.Tensor):
-        self.forwards += 1
+        self.count_forward()
         grid = self.grid(hidden_states)
         if not self.encodings:
             return None
