@@ -85,6 +85,7 @@ def _needed(run: CommandRun, name: str) -> Path:
 @dataclass
 class EditResult:
     edited: list[Path]  # edited_N.png (the model's output over the input picture)
+    fullsize: list[Path]  # edited_N_fullsize.png: at the input file's size, where the model's input was resized
     comparison: Path  # the CLI's comparison strip: inputs, edited, strength sweep
     diagnostic: Path | None
     config: Path
@@ -107,7 +108,9 @@ def edit(space: Workspace, method: str, inputs: list[str], strength, steps, seed
         argv += ["--prompt", prompt.strip()]
     run = run_command(argv, space.new_run(f"edit_{method}"))
     edited = sorted(run.out.glob("edited_*[0-9].png"), key=lambda p: int(p.stem.split("_")[1]))
-    return EditResult(edited, _needed(run, "comparison.png"), run.file("diagnostic.png"), _needed(run, "config.yaml"), run.log)
+    fullsize = [path.with_name(f"{path.stem}_fullsize.png") for path in edited]
+    fullsize = [path for path in fullsize if path.is_file()]
+    return EditResult(edited, fullsize, _needed(run, "comparison.png"), run.file("diagnostic.png"), _needed(run, "config.yaml"), run.log)
 
 
 def band_inputs(reference_image: str | None, reference_prompt: str, targets: str) -> list[str]:

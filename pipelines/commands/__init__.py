@@ -17,7 +17,7 @@ import sys
 from mmpos._arguments import OneLineErrorParser, show_defaults
 from mmpos.training.interrupt import EXIT_CODE
 
-from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
+from . import app, bench, demo, edit, evaluate, generate, listing, train, viz, world
 from ._options import split_comma_box
 
 COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
@@ -30,6 +30,7 @@ COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
     world,
     train,
     evaluate,
+    app,
 ]
 
 
