@@ -63,7 +63,7 @@ def _generate_tab(space):
             extrapolate = gr.Dropdown(list(workflows.EXTRAPOLATION_PRESETS), value="dype", label="extrapolation preset")
             with gr.Row():
                 seed = gr.Number(0, label="seed", precision=0)
-                steps = gr.Number(20, label="steps", precision=0)
+                steps = gr.Number(20, label="steps", precision=0, elem_id="generate-steps")
             run = gr.Button("Generate", variant="primary", elem_id="generate-run")
         with gr.Column():
             with gr.Row():
@@ -98,7 +98,7 @@ def _box_preview(background, box):
 def _edit_tab(space):
     events = []
     with gr.Row():
-        steps = gr.Number(20, label="steps", precision=0)
+        steps = gr.Number(20, label="steps", precision=0, elem_id="edit-steps")
         seed = gr.Number(0, label="seed", precision=0)
     with gr.Tab("Band modulation"):
         with gr.Row():
@@ -192,7 +192,7 @@ def _edit_outputs(method):
 def _camera_tab(space):
     with gr.Row():
         with gr.Column():
-            mode = gr.Radio(["preset", "actions"], value="preset", label="camera path")
+            mode = gr.Radio(["preset", "actions"], value="preset", label="camera path", elem_id="camera-mode")
             preset = gr.Textbox("orbit:35", label="motion: orbit, arc, pan, tilt, roll, dolly, zoom [:AMOUNT]")
             actions = gr.Textbox(
                 "forward 0.4; turn 20; strafe -0.2",
@@ -201,7 +201,7 @@ def _camera_tab(space):
             )
             with gr.Row():
                 frames = gr.Number(9, label="frames", precision=0)
-                steps = gr.Number(24, label="steps", precision=0)
+                steps = gr.Number(24, label="steps", precision=0, elem_id="camera-steps")
                 seed = gr.Number(0, label="seed", precision=0)
             adapter = gr.Dropdown(list(workflows.CAMERA_ADAPTERS), value="ucpe", label="camera adapter")
             scale = gr.Slider(0, 2, 1, step=0.1, label="camera_scale")
