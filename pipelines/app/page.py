@@ -12,6 +12,9 @@ import gradio as gr
 from . import workflows
 from .runs import CommandError, cancel_running
 
+PAGE_CSS = (
+    ".image-container img, .grid-wrap img, img.pixelated { image-rendering: pixelated; }"  # 32 px previews, sharp
+)
 WORLD_NOTE = (
     "Runs on the embedded mini-world models (tiny Flux-class image models and a world video model, trained on 32 px "
     "synthetic scenes, CPU): prompts use the world's words, photos are fitted into 32 px; the outputs are toy "
@@ -67,18 +70,29 @@ def _generate_tab(space):
             run = gr.Button("Generate", variant="primary", elem_id="generate-run")
         with gr.Column():
             with gr.Row():
-                extrapolated = gr.Image(label="with extrapolation", type="filepath", elem_id="generate-extrapolated")
-                plain = gr.Image(label="same seed, no extrapolation", type="filepath")
+                extrapolated = gr.Image(
+                    label="with extrapolation", type="filepath", elem_id="generate-extrapolated", height=256
+                )
+                plain = gr.Image(
+                    label="same seed, no extrapolation", type="filepath", elem_id="generate-plain", height=256
+                )
             downloads = gr.File(label="downloads (PNG, config.yaml)", file_count="multiple")
 
     @_page_errors
     def on_generate(prompt, height, width, extrapolate, seed, steps, progress=gr.Progress(track_tqdm=True)):
         progress(0, desc="loading the model")
         result = workflows.generate(space, prompt, height, width, extrapolate, seed, steps)
-        return str(result.extrapolated), str(result.plain), [str(result.extrapolated), str(result.plain), str(result.config)]
+        return (
+            str(result.extrapolated),
+            str(result.plain),
+            [str(result.extrapolated), str(result.plain), str(result.config)],
+        )
 
     event = run.click(
-        on_generate, [prompt, height, width, extrapolate, seed, steps], [extrapolated, plain, downloads], api_name="generate"
+        on_generate,
+        [prompt, height, width, extrapolate, seed, steps],
+        [extrapolated, plain, downloads],
+        api_name="generate",
     )
     return [event]
 
@@ -91,7 +105,9 @@ def _box_preview(background, box):
 
     image = Image.open(background).convert("RGB")
     left, top, right, bottom = (int(v or 0) for v in box)
-    ImageDraw.Draw(image).rectangle((left, top, right - 1, bottom - 1), outline=(255, 0, 0), width=max(1, image.width // 64))
+    ImageDraw.Draw(image).rectangle(
+        (left, top, right - 1, bottom - 1), outline=(255, 0, 0), width=max(1, image.width // 64)
+    )
     return image
 
 
@@ -103,7 +119,9 @@ def _edit_tab(space):
     with gr.Tab("Band modulation"):
         with gr.Row():
             with gr.Column():
-                reference = gr.Image(label="reference photo (shown as given)", type="filepath", elem_id="band-reference")
+                reference = gr.Image(
+                    label="reference photo (shown as given)", type="filepath", elem_id="band-reference"
+                )
                 reference_prompt = gr.Textbox(label="reference prompt (used without a photo; empty: the config's)")
                 targets = gr.Textbox(label="targets, one per line (empty: the config's)", lines=2)
                 band_strength = gr.Slider(0, 1.5, 1.0, step=0.05, label="band.strength")
@@ -112,13 +130,21 @@ def _edit_tab(space):
     with gr.Tab("PE transplant"):
         with gr.Row():
             with gr.Column():
-                background = gr.Image(label="background (click two corners of the box)", type="filepath", elem_id="transplant-background")
+                background = gr.Image(
+                    label="background (click two corners of the box)", type="filepath", elem_id="transplant-background"
+                )
                 reference_object = gr.Image(label="reference object", type="filepath", elem_id="transplant-reference")
                 with gr.Row():
-                    box = [gr.Number(v, label=n, precision=0, elem_id=f"box-{n}") for n, v in zip("LTRB", (8, 8, 24, 24))]
-                preview = gr.Image(label="box on the background", interactive=False, elem_id="transplant-box")
+                    box = [
+                        gr.Number(v, label=n, precision=0, elem_id=f"box-{n}") for n, v in zip("LTRB", (8, 8, 24, 24))
+                    ]
+                preview = gr.Image(
+                    label="box on the background", interactive=False, elem_id="transplant-box", height=200
+                )
                 transplant_prompt = gr.Textbox(label="prompt (the edited scene; empty: the config's)")
-                tau = gr.Slider(0.0, 1.01, 0.85, step=0.01, label="transplant.tau (transplanted while sigma > tau; 1.01: off)")
+                tau = gr.Slider(
+                    0.0, 1.01, 0.85, step=0.01, label="transplant.tau (transplanted while sigma > tau; 1.01: off)"
+                )
                 transplant_run = gr.Button("Run PE transplant", variant="primary", elem_id="transplant-run")
             transplant_out = _edit_outputs("transplant")
         corner = gr.State(None)
@@ -127,7 +153,8 @@ def _edit_tab(space):
             x, y = (int(v) for v in evt.index)
             if corner is None:  # first corner: wait for the second
                 return (x, y), *box, _box_preview(background, box)
-            (x0, y0), new = corner, (min(corner[0], x), min(corner[1], y), max(corner[0], x) + 1, max(corner[1], y) + 1)
+            (x0, y0) = corner  # the box spans both corners' pixels (right and bottom exclusive, as --box)
+            new = (min(x0, x), min(y0, y), max(x0, x) + 1, max(y0, y) + 1)
             return None, *new, _box_preview(background, new)
 
         background.select(on_click, [background, corner, *box], [corner, *box, preview], api_name=False)
@@ -149,7 +176,11 @@ def _edit_tab(space):
             *given, strength, steps, seed, prompt = values
             progress(0, desc="loading the model")
             result = workflows.edit(space, method, inputs(*given), strength, steps, seed, prompt)
-            files = [str(p) for p in [*result.edited, *result.fullsize, result.comparison, result.diagnostic, result.config] if p]
+            files = [
+                str(p)
+                for p in [*result.edited, *result.fullsize, result.comparison, result.diagnostic, result.config]
+                if p
+            ]
             return [str(p) for p in result.edited], str(result.comparison), files
 
         return on_run
@@ -184,7 +215,12 @@ def _edit_tab(space):
 def _edit_outputs(method):
     with gr.Column():
         edited = gr.Gallery(label="edited", elem_id=f"{method}-edited", columns=2, height=260)
-        comparison = gr.Image(label="comparison (inputs, edited, strength sweep)", type="filepath", elem_id=f"{method}-comparison")
+        comparison = gr.Image(
+            label="comparison (inputs, edited, strength sweep)",
+            type="filepath",
+            elem_id=f"{method}-comparison",
+            height=260,
+        )
         files = gr.File(label="downloads (PNG, config.yaml)", file_count="multiple")
     return [edited, comparison, files]
 
@@ -209,8 +245,10 @@ def _camera_tab(space):
                 plot = gr.Button("Plot the rig", elem_id="camera-plot")
                 run = gr.Button("Generate the clip", variant="primary", elem_id="camera-run")
         with gr.Column():
-            rig = gr.Image(label="camera rig (before running)", type="filepath", elem_id="camera-rig")
-            video = gr.Video(label="world video", elem_id="camera-video", format="mp4")
+            rig = gr.Image(label="camera rig (before running)", type="filepath", elem_id="camera-rig", height=300)
+            video = gr.Video(
+                label="world video", elem_id="camera-video", format="mp4", height=256, autoplay=True, loop=True
+            )
             frames_png = gr.Image(label="frames", type="filepath")
             numbers = gr.JSON(label="camera following (degrees): RotErr / TransErr per frame", elem_id="camera-numbers")
             files = gr.File(label="downloads (MP4, PNG, trajectory)", file_count="multiple")
@@ -230,7 +268,10 @@ def _camera_tab(space):
 
     plot.click(on_plot, [mode, preset, actions, frames], rig, api_name="plot_rig")
     event = run.click(
-        on_run, [mode, preset, actions, frames, steps, seed, adapter, scale], [rig, video, frames_png, numbers, files], api_name="camera_video"
+        on_run,
+        [mode, preset, actions, frames, steps, seed, adapter, scale],
+        [rig, video, frames_png, numbers, files],
+        api_name="camera_video",
     )
     return [event]
 

@@ -71,8 +71,12 @@ def generate(space: Workspace, prompt: str, height, width, extrapolate: str, see
     argv += ["--width", str(_int("width", width, 1)), *_steps_and_seed(steps, seed)]
     if prompt and prompt.strip():
         argv += ["--prompt", prompt.strip()]
-    runs = [run_command([*argv, "--extrapolate", preset], space.new_run("generate")) for preset in (extrapolate, "none")]
-    return GenerateResult(_needed(runs[0], "image_0.png"), _needed(runs[1], "image_0.png"), _needed(runs[0], "config.yaml"), runs[0].log)
+    runs = [
+        run_command([*argv, "--extrapolate", preset], space.new_run("generate")) for preset in (extrapolate, "none")
+    ]
+    return GenerateResult(
+        _needed(runs[0], "image_0.png"), _needed(runs[1], "image_0.png"), _needed(runs[0], "config.yaml"), runs[0].log
+    )
 
 
 def _needed(run: CommandRun, name: str) -> Path:
@@ -110,7 +114,14 @@ def edit(space: Workspace, method: str, inputs: list[str], strength, steps, seed
     edited = sorted(run.out.glob("edited_*[0-9].png"), key=lambda p: int(p.stem.split("_")[1]))
     fullsize = [path.with_name(f"{path.stem}_fullsize.png") for path in edited]
     fullsize = [path for path in fullsize if path.is_file()]
-    return EditResult(edited, fullsize, _needed(run, "comparison.png"), run.file("diagnostic.png"), _needed(run, "config.yaml"), run.log)
+    return EditResult(
+        edited,
+        fullsize,
+        _needed(run, "comparison.png"),
+        run.file("diagnostic.png"),
+        _needed(run, "config.yaml"),
+        run.log,
+    )
 
 
 def band_inputs(reference_image: str | None, reference_prompt: str, targets: str) -> list[str]:
@@ -126,14 +137,23 @@ def band_inputs(reference_image: str | None, reference_prompt: str, targets: str
     return argv
 
 
-def transplant_inputs(background: str | None, reference: str | None, box, reference_mask: str | None = None) -> list[str]:
+def transplant_inputs(
+    background: str | None, reference: str | None, box, reference_mask: str | None = None
+) -> list[str]:
     """``mmpos edit transplant``'s inputs: background, reference object (and its mask), ``box`` ``(L, T, R, B)`` in
     the background's pixels."""
     if not background:
         raise CommandError("mmpos edit transplant: error: --background: upload a background image")
     if not reference:
         raise CommandError("mmpos edit transplant: error: --reference: upload the reference object's image")
-    argv = ["--background", background, "--reference", reference, "--box", *(str(_int(n, v, 0)) for n, v in zip("LTRB", box))]
+    argv = [
+        "--background",
+        background,
+        "--reference",
+        reference,
+        "--box",
+        *(str(_int(n, v, 0)) for n, v in zip("LTRB", box)),
+    ]
     return argv + (["--reference-mask", reference_mask] if reference_mask else [])
 
 
@@ -182,7 +202,9 @@ def plot_rig(space: Workspace, spec: str, frames) -> Path:
     trajectory = world_trajectory(spec, count, fail)
     folder = space.new_run("rig")
     folder.mkdir(parents=True)
-    return write_rig_plot(trajectory, folder / "rig.png", f"{spec if len(spec) < 40 else Path(spec).name}: {count} frames")
+    return write_rig_plot(
+        trajectory, folder / "rig.png", f"{spec if len(spec) < 40 else Path(spec).name}: {count} frames"
+    )
 
 
 @dataclass
@@ -194,7 +216,9 @@ class VideoResult:
     log: str
 
 
-def camera_video(space: Workspace, spec: str, frames, steps, seed, adapter: str = "ucpe", camera_scale=1.0) -> VideoResult:
+def camera_video(
+    space: Workspace, spec: str, frames, steps, seed, adapter: str = "ucpe", camera_scale=1.0
+) -> VideoResult:
     """``mmpos generate video --model world --camera SPEC ...`` and the camera-following numbers of its frames
     (:func:`mmpos.eval.camera_following.camera_errors`: RotErr / TransErr of the motion recovered from the video
     against the commanded one)."""
@@ -209,7 +233,14 @@ def camera_video(space: Workspace, spec: str, frames, steps, seed, adapter: str 
         return write_outputs(paths, video, trajectory, args, settings)
 
     argv = ["generate", "video", "--model", space.model, "--camera", spec, "--frames", str(_int("frames", frames, 2))]
-    argv += ["--steps", str(_int("steps", steps, 1)), "--seed", str(_int("seed", seed, 0)), "--camera-scale", str(float(camera_scale))]
+    argv += [
+        "--steps",
+        str(_int("steps", steps, 1)),
+        "--seed",
+        str(_int("seed", seed, 0)),
+        "--camera-scale",
+        str(float(camera_scale)),
+    ]
     if space.world:
         from ..world.video_demo import video_model_folder
 
@@ -261,7 +292,9 @@ def encoding_figure(space: Workspace, name: str, head_dim, options: str = "", si
     try:
         extra = json.loads(options) if options and options.strip() else {}
     except json.JSONDecodeError as error:
-        raise CommandError(f"options: expected a JSON object of create_pe options, got {options!r} ({error.msg})") from None
+        raise CommandError(
+            f"options: expected a JSON object of create_pe options, got {options!r} ({error.msg})"
+        ) from None
     if not isinstance(extra, dict):
         raise CommandError(f"options: expected a JSON object of create_pe options, got {options!r}")
     folder = space.new_run("encoding")

@@ -23,7 +23,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def served_app(tmp_path_factory):
     """``(url, outputs folder)`` of the page, served in this process (one thread per torch op: tiny models)."""
-    from mmpos.pipelines.app.page import build_app
+    from mmpos.pipelines.app.page import PAGE_CSS, build_app
     from mmpos.pipelines.app.workflows import Workspace
 
     threads = torch.get_num_threads()
@@ -32,7 +32,14 @@ def served_app(tmp_path_factory):
     app = build_app(Workspace(root, "world"))
     app.queue()
     port = _free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, allowed_paths=[str(root)], quiet=True)
+    app.launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        allowed_paths=[str(root)],
+        quiet=True,
+        css=PAGE_CSS,
+    )
     yield f"http://127.0.0.1:{port}/", root
     app.close()
     torch.set_num_threads(threads)

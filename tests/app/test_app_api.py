@@ -98,7 +98,12 @@ def test_edit_loose(client, pictures):
     from gradio_client import handle_file
 
     edited, comparison, downloads = client.predict(
-        handle_file(str(pictures["collage"])), handle_file(str(pictures["background"])), 1.0, STEPS, 0, "",
+        handle_file(str(pictures["collage"])),
+        handle_file(str(pictures["background"])),
+        1.0,
+        STEPS,
+        0,
+        "",
         api_name="/edit_loose",
     )
     assert len(edited) == 1 and "comparison.png" in _files(downloads)

@@ -198,7 +198,9 @@ def run_video(args, parser, write=None) -> int:
     if args.model == WORLD and world is None:
         _fail(parser, "--model world: no world video model in assets/world-video (see scripts/train_world_video.sh)")
     if world is not None:
-        return run_world(args, world, _outputs(args, parser), lambda message: _fail(parser, message), write or write_outputs)
+        return run_world(
+            args, world, _outputs(args, parser), lambda message: _fail(parser, message), write or write_outputs
+        )
     settings = _settings(args, parser)
     paths = _outputs(args, parser)
     shown = "tiny offline Wan components (random weights, no download)" if settings["tiny"] else args.model
