@@ -138,6 +138,9 @@ def _edit_tab(space):
                     box = [
                         gr.Number(v, label=n, precision=0, elem_id=f"box-{n}") for n, v in zip("LTRB", (8, 8, 24, 24))
                     ]
+                box_status = gr.Markdown(
+                    "Box: click its two corners on the background, or type them.", elem_id="box-status"
+                )
                 preview = gr.Image(
                     label="box on the background", interactive=False, elem_id="transplant-box", height=200
                 )
@@ -149,15 +152,17 @@ def _edit_tab(space):
             transplant_out = _edit_outputs("transplant")
         corner = gr.State(None)
 
-        def on_click(background, corner, *box, evt: gr.SelectData):
+        def on_click(background, corner, left, top, right, bottom, evt: gr.SelectData):
+            """Two clicks on the background: the box's corners (pixels of the file; right and bottom exclusive)."""
             x, y = (int(v) for v in evt.index)
             if corner is None:  # first corner: wait for the second
-                return (x, y), *box, _box_preview(background, box)
-            (x0, y0) = corner  # the box spans both corners' pixels (right and bottom exclusive, as --box)
+                box = (left, top, right, bottom)
+                return (x, y), *box, _box_preview(background, box), f"Box: first corner ({x}, {y}); click the other."
+            (x0, y0) = corner
             new = (min(x0, x), min(y0, y), max(x0, x) + 1, max(y0, y) + 1)
-            return None, *new, _box_preview(background, new)
+            return None, *new, _box_preview(background, new), f"Box: {new[0]} {new[1]} {new[2]} {new[3]} (L T R B)."
 
-        background.select(on_click, [background, corner, *box], [corner, *box, preview], api_name=False)
+        background.select(on_click, [background, corner, *box], [corner, *box, preview, box_status], api_name=False)
         for field in [background, *box]:
             field.change(lambda b, *v: _box_preview(b, v), [background, *box], preview, api_name=False)
     with gr.Tab("LooseRoPE"):
@@ -170,24 +175,31 @@ def _edit_tab(space):
                 loose_run = gr.Button("Run LooseRoPE", variant="primary", elem_id="loose-run")
             loose_out = _edit_outputs("loose")
 
-    def runner(method, inputs):
-        @_page_errors
-        def on_run(*values, progress=gr.Progress(track_tqdm=True)):
-            *given, strength, steps, seed, prompt = values
-            progress(0, desc="loading the model")
-            result = workflows.edit(space, method, inputs(*given), strength, steps, seed, prompt)
-            files = [
-                str(p)
-                for p in [*result.edited, *result.fullsize, result.comparison, result.diagnostic, result.config]
-                if p
-            ]
-            return [str(p) for p in result.edited], str(result.comparison), files
+    def shown(method, inputs, strength, steps, seed, prompt, progress):
+        """Run the edit; (edited images, comparison strip, downloads)."""
+        progress(0, desc="loading the model")
+        result = workflows.edit(space, method, inputs, strength, steps, seed, prompt)
+        files = [*result.edited, *result.fullsize, result.comparison, result.diagnostic, result.config]
+        return [str(p) for p in result.edited], str(result.comparison), [str(p) for p in files if p]
 
-        return on_run
+    # Gradio passes its progress tracker to a positional parameter whose default is gr.Progress
+    @_page_errors
+    def on_band(reference, reference_prompt, targets, strength, steps, seed, prompt, progress=gr.Progress(True)):
+        inputs = workflows.band_inputs(reference, reference_prompt, targets)
+        return shown("band", inputs, strength, steps, seed, prompt, progress)
+
+    @_page_errors
+    def on_transplant(background, obj, left, top, right, bottom, tau, steps, seed, prompt, progress=gr.Progress(True)):
+        inputs = workflows.transplant_inputs(background, obj, (left, top, right, bottom))
+        return shown("transplant", inputs, tau, steps, seed, prompt, progress)
+
+    @_page_errors
+    def on_loose(collage, original, strength, steps, seed, prompt, progress=gr.Progress(True)):
+        return shown("loose", workflows.loose_inputs(collage, original), strength, steps, seed, prompt, progress)
 
     events.append(
         band_run.click(
-            runner("band", lambda r, p, t: workflows.band_inputs(r, p, t)),
+            on_band,
             [reference, reference_prompt, targets, band_strength, steps, seed, gr.State("")],
             band_out,
             api_name="edit_band",
@@ -195,7 +207,7 @@ def _edit_tab(space):
     )
     events.append(
         transplant_run.click(
-            runner("transplant", lambda b, r, *box: workflows.transplant_inputs(b, r, box)),
+            on_transplant,
             [background, reference_object, *box, tau, steps, seed, transplant_prompt],
             transplant_out,
             api_name="edit_transplant",
@@ -203,7 +215,7 @@ def _edit_tab(space):
     )
     events.append(
         loose_run.click(
-            runner("loose", lambda c, o: workflows.loose_inputs(c, o)),
+            on_loose,
             [collage, original, loose_strength, steps, seed, loose_prompt],
             loose_out,
             api_name="edit_loose",
@@ -249,7 +261,7 @@ def _camera_tab(space):
             video = gr.Video(
                 label="world video", elem_id="camera-video", format="mp4", height=256, autoplay=True, loop=True
             )
-            frames_png = gr.Image(label="frames", type="filepath")
+            frames_png = gr.Image(label="frames", type="filepath", elem_id="camera-frames")
             numbers = gr.JSON(label="camera following (degrees): RotErr / TransErr per frame", elem_id="camera-numbers")
             files = gr.File(label="downloads (MP4, PNG, trajectory)", file_count="multiple")
 
