@@ -226,7 +226,7 @@ def _edit_tab(space):
 
 def _edit_outputs(method):
     with gr.Column():
-        edited = gr.Gallery(label="edited", elem_id=f"{method}-edited", columns=2, height=260)
+        edited = gr.Gallery(label="edited", elem_id=f"{method}-edited", columns=2, height=260, object_fit="contain")
         comparison = gr.Image(
             label="comparison (inputs, edited, strength sweep)",
             type="filepath",

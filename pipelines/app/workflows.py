@@ -264,12 +264,12 @@ def following_numbers(kept: dict) -> dict:
     frames = video_to_uint8(kept["video"])
     errors = camera_errors(frames, resample(kept["trajectory"], len(frames)))
     return {
-        "frame": list(range(1, len(frames))),
-        "rot_err": [_number(v) for v in errors["rot_err"]],
-        "trans_err": [_number(v) for v in errors["trans_err"]],
         "rot_err_mean": _number(errors["rot_err_mean"]),
         "trans_err_mean": _number(errors["trans_err_mean"]),
         "tracks": errors["tracks"],
+        "frame": list(range(1, len(frames))),
+        "rot_err": [_number(v) for v in errors["rot_err"]],
+        "trans_err": [_number(v) for v in errors["trans_err"]],
     }
 
 
