@@ -23,8 +23,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def served_app(tmp_path_factory):
     """``(url, outputs folder)`` of the page, served in this process (one thread per torch op: tiny models)."""
-    from mmpos.pipelines.app.page import PAGE_CSS, build_app
-    from mmpos.pipelines.app.workflows import Workspace
+    from mmpos.pipelines.commands.app.page import PAGE_CSS, build_app
+    from mmpos.pipelines.commands.app.workflows import Workspace
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

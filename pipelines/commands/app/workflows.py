@@ -1,6 +1,6 @@
 """What each button of ``mmpos app`` runs: an ``mmpos`` command line built from the page's values and run in this
-process (:func:`~mmpos.pipelines.app.runs.run_command`), its output files handed back. Gradio-free: the page
-(:mod:`mmpos.pipelines.app.page`) and the API tests call these functions the same way."""
+process (:func:`~mmpos.pipelines.commands.app.runs.run_command`), its output files handed back. Gradio-free: the page
+(:mod:`mmpos.pipelines.commands.app.page`) and the API tests call these functions the same way."""
 
 from __future__ import annotations
 
@@ -191,8 +191,8 @@ def camera_spec(space: Workspace, mode: str, preset: str, actions: str) -> str:
 def plot_rig(space: Workspace, spec: str, frames) -> Path:
     """The rig plot of the path ``mmpos generate video --model world --camera SPEC`` would follow (the same
     function places it at the world clip's first camera), before anything is generated."""
-    from ..commands.generate.video_files import write_rig_plot
-    from ..commands.generate.world_video import world_trajectory
+    from ..generate.video_files import write_rig_plot
+    from ..generate.world_video import world_trajectory
 
     count = _int("frames", frames, 2)
 
@@ -222,7 +222,7 @@ def camera_video(
     """``mmpos generate video --model world --camera SPEC ...`` and the camera-following numbers of its frames
     (:func:`mmpos.eval.camera_following.camera_errors`: RotErr / TransErr of the motion recovered from the video
     against the commanded one)."""
-    from ..commands.generate.video import run_video, write_outputs
+    from ..generate.video import run_video, write_outputs
 
     if adapter not in CAMERA_ADAPTERS:
         raise CommandError(f"adapter: expected one of {', '.join(CAMERA_ADAPTERS)}, got {adapter!r}")
@@ -242,7 +242,7 @@ def camera_video(
         str(float(camera_scale)),
     ]
     if space.world:
-        from ..world.video_demo import video_model_folder
+        from ...world.video_demo import video_model_folder
 
         folder = video_model_folder()
         argv += ["--adapter", "none" if adapter == "none" else str(Path(folder) / f"camera-{adapter}")]
@@ -259,7 +259,7 @@ def following_numbers(kept: dict) -> dict:
     from mmpos.camera import resample
     from mmpos.eval.camera_following import camera_errors
 
-    from ..commands.generate.video_files import video_to_uint8
+    from ..generate.video_files import video_to_uint8
 
     frames = video_to_uint8(kept["video"])
     errors = camera_errors(frames, resample(kept["trajectory"], len(frames)))

@@ -39,7 +39,7 @@ class CommandRun:
 
 def parse_command(argv: list[str]):
     """``argv`` parsed by the root ``mmpos`` parser; a parse error is a :class:`CommandError` with argparse's line."""
-    from ..commands import build_parser
+    from .. import build_parser
 
     errors = io.StringIO()
     try:

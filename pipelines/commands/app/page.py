@@ -1,4 +1,4 @@
-"""The ``mmpos app`` page (Gradio Blocks): four tabs over :mod:`mmpos.pipelines.app.workflows`. Every button runs
+"""The ``mmpos app`` page (Gradio Blocks): four tabs over :mod:`mmpos.pipelines.commands.app.workflows`. Every button runs
 an ``mmpos`` command in this process; a user error is the command's own line, shown in the page (``gr.Error``);
 long runs show tqdm's progress (``gr.Progress(track_tqdm=True)``) and stop on Cancel."""
 

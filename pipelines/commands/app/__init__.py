@@ -1,9 +1,12 @@
-"""``mmpos app``: serve the local web page (:mod:`mmpos.pipelines.app`) over the embedded mini-world models or a
-user's model. Gradio is imported when the command runs (the ``[app]`` extra)."""
+"""``mmpos app``: a local web page (Gradio, the ``[app]`` extra) over the ``mmpos`` commands: generate with
+extrapolation, the three PE edits, camera-controlled world video, encoding figures. Every button runs a command of
+this tree in-process (:mod:`.runs`; what each button runs: :mod:`.workflows`, Gradio-free; the page: :mod:`.page`).
+Parsing stays light: Gradio, torch and diffusers are imported when the command runs."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from mmpos._arguments import positive_int_arg
 
@@ -37,7 +40,27 @@ def run(args) -> int:
             file=sys.stderr,
         )
         return 2
-    from ..app import launch
-
     launch(args.model, args.outputs, args.host, args.port)
     return 0
+
+
+def launch(
+    model: str = "world",
+    outputs: Path | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    **launch_options,
+):
+    """Build the page over ``model`` (runs written under ``outputs``, default a fresh temporary folder) and serve it."""
+    import tempfile
+
+    from .page import PAGE_CSS, build_app
+    from .workflows import Workspace
+
+    root = Path(outputs) if outputs is not None else Path(tempfile.mkdtemp(prefix="mmpos-app-"))
+    root.mkdir(parents=True, exist_ok=True)
+    app = build_app(Workspace(root.resolve(), model))
+    app.queue()
+    return app.launch(
+        server_name=host, server_port=port, allowed_paths=[str(root.resolve())], css=PAGE_CSS, **launch_options
+    )
