@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import time
 
 import torch
 from edit_cases import MODEL_CHANNELS, cases, family_band_case
-from family_edit_cases import family_rows, verdict
-from timing import write_results  # beside this script
+from family_edit_cases import build_family_transformer, family_rows, verdict  # beside this script
+from timing import timed, write_results
 
 SIZES = {  # name: (image side in tokens, text length, double blocks, single blocks, heads of 128, text width)
     "flux1024": (64, 512, 1, 2, 24, 4096),
@@ -32,40 +31,6 @@ SIZES = {  # name: (image side in tokens, text length, double blocks, single blo
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 FAMILIES = ("flux2", "qwen")  # --families: band modulation on these architectures through the edit seam
-
-
-def build_family_transformer(family: str, num_double: int, num_single: int, heads: int, text_dim: int, dtype, device):
-    """A FLUX.2-shaped (``Flux2Transformer2DModel``: double + parallel single blocks, axes (32, 32, 32, 32)) or
-    Qwen-Image-shaped (``QwenImageTransformer2DModel``: ``num_double + num_single`` double-stream blocks, axes
-    (16, 56, 56), complex tables) transformer, heads of 128, random weights."""
-    from diffusers import Flux2Transformer2DModel, QwenImageTransformer2DModel
-
-    torch.manual_seed(0)
-    if family == "flux2":
-        model = Flux2Transformer2DModel(
-            patch_size=1,
-            in_channels=128,
-            num_layers=num_double,
-            num_single_layers=num_single,
-            attention_head_dim=128,
-            num_attention_heads=heads,
-            joint_attention_dim=text_dim,
-            timestep_guidance_channels=256,
-            axes_dims_rope=(32, 32, 32, 32),
-            guidance_embeds=False,
-        )
-    else:
-        model = QwenImageTransformer2DModel(
-            patch_size=2,
-            in_channels=64,
-            out_channels=16,
-            num_layers=num_double + num_single,
-            attention_head_dim=128,
-            num_attention_heads=heads,
-            joint_attention_dim=text_dim,
-            axes_dims_rope=(16, 56, 56),
-        )
-    return model.to(device=device, dtype=dtype).eval()
 
 
 def _family_inputs(family, batch, side, text_len, text_dim, dtype, device):
@@ -145,16 +110,6 @@ def _scheduler_at_first_step(device):
     return scheduler
 
 
-def _timed(step, device) -> tuple[float, torch.Tensor]:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, out
-
-
 def _reset_peak(device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -188,7 +143,7 @@ def time_case(case, transformer, inputs, scheduler, repeats: int, device) -> dic
             for _ in range(repeats):
                 for name, configure in case.variants.items():
                     configure(context)
-                    seconds, _ = _timed(step, device)
+                    seconds, _ = timed(step, device)
                     samples[name].append(seconds)
     ms = {name: statistics.median(values) * 1e3 for name, values in samples.items()}
     return dict(
@@ -226,7 +181,7 @@ def run_families(
         case = family_band_case(family, num_double + num_single)
         inputs = _family_inputs(family, case.batch, side, text_len, text_dim, torch_dtype, device)
         rows.append(_row(case, inputs, time_case(case, model, inputs, scheduler, repeats, device), text_len))
-        rows += family_rows(family, SIZES[size], torch_dtype, device, repeats, _timed)
+        rows += family_rows(family, SIZES[size], torch_dtype, device, repeats, timed)
     return rows
 
 

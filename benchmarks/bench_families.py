@@ -8,6 +8,9 @@ builds its tables once and reuses them while the inputs stay the same tensors (a
 these small configs it may be faster than stock, which rebuilds them every forward.
 
     python benchmarks/bench_families.py --scale 2 --repeats 9 --threads 1
+
+``--out`` writes the rows as JSON (atomically); the README's family table shows them
+(``python -m mmpos.integrations.diffusers.families --timings assets/results/families/bench_families.json``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import platform
 import statistics
 import sys
@@ -29,14 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the ti
 def bench_family(name: str, scale: int, repeats: int) -> dict:
     from fixtures.families import CASES, output
 
-    from mmpos.integrations.diffusers import model_extrapolation, set_pe
+    from mmpos.integrations.diffusers import set_pe
     from mmpos.integrations.diffusers.families import get_family
 
     case = CASES[name]
     stock = case.model()
     native, dype = copy.deepcopy(stock), copy.deepcopy(stock)
     set_pe(native, "native")
-    set_pe(dype, "native", extrapolation=model_extrapolation(dype, "dype", case.grid))
+    set_pe(dype, "native", extrapolation=case.dype(dype))  # ERNIE-Image: DyPE through NTK
     sigmas = iter([1.0 - i / (4 * repeats + 8) for i in range(4 * repeats + 8)])
     rows, cols = case.grid
     inputs = case.inputs(scale * rows, scale * cols)
@@ -96,7 +100,8 @@ def main(argv=None) -> int:
         parser.error(f"--families: unknown {unknown}; expected some of {builtin_families()}")
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-        f"{args.scale}x each case's training grid, median of {args.repeats}"
+        f"{args.scale}x each case's training grid, median of {args.repeats}, load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     print(f"{'family':<16} {'stock ms':>9} {'native/stock':>13} {'dype/stock':>11} {'native == stock':>16}")
     rows = []
@@ -108,8 +113,10 @@ def main(argv=None) -> int:
             f"{str(row['native_equals_stock']):>16}",
             flush=True,
         )
-    if args.out is not None:
-        args.out.write_text(json.dumps(rows, indent=1))
+    if args.out is not None:  # atomic: a reader never sees half a file
+        partial = args.out.with_name(f".{args.out.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(rows, indent=1) + "\n")
+        os.replace(partial, args.out)
     return 0
 
 

@@ -98,7 +98,7 @@ def loose_case(num_layers: int, side: int, pos_embed) -> Case:
     crop = torch.zeros(pixels, pixels, dtype=torch.bool)
     crop[pixels // 4 : 3 * pixels // 4, pixels // 4 : 3 * pixels // 4] = True
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
-    rule = LooseRoPERule(LooseConfig(saliency_blur=0), pos_embed, saliency, crop)
+    rule = LooseRoPERule(LooseConfig(saliency_blur=0), saliency, crop)
     rules = dict.fromkeys(range(num_layers), rule)
 
     def implied(context, text_len, image_len):  # + per bin: paste queries x all keys at 2d (q/k) + d (v)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from timing import timed  # beside this script
 
 NAMES = {"flux2": ("FLUX.2 Klein inpaint", "FLUX.2 Klein edit"), "qwen": ("Qwen-Image inpaint", "Qwen-Image-Edit")}
 
@@ -101,35 +102,33 @@ def transplant_case(family, model, size, dtype, device) -> FamilyCase:
 class _LooseSession:
     """LooseRoPE on every layer for the timed forwards (``enabled=False``: installed, falling through)."""
 
-    def __init__(self, model, rule, inputs, enabled: bool):
+    def __init__(self, model, rule, enabled: bool):
         from diffusers import FlowMatchEulerDiscreteScheduler
 
         from mmpos.pipelines import EditContext
 
-        self.model, self.inputs = model, inputs
+        self.model = model
         self.scheduler = FlowMatchEulerDiscreteScheduler()
         self.scheduler.set_timesteps(28)
         layers = len(model.transformer_blocks) + len(getattr(model, "single_transformer_blocks", ()))
         self.context = EditContext(rules=dict.fromkeys(range(layers), rule), enabled=enabled)
-        self._session = self._handle = None
+        self._session = None
 
     def __enter__(self):
         from mmpos.pipelines import EditSession
 
-        self._handle = self.model.register_forward_pre_hook(self.inputs, with_kwargs=True, prepend=True)
         self._session = EditSession(self.model, self.context, self.scheduler)
         self._session.__enter__()
         return self.context
 
     def __exit__(self, *exc):
         self._session.__exit__(*exc)
-        self._handle.remove()
 
 
 def loose_case(family, model, size, dtype, device) -> FamilyCase:
     """The output image and the collage (``side x side`` each), a paste of 1/4 of the image, step 0."""
     from mmpos.pipelines import LooseConfig
-    from mmpos.pipelines.edits.loose.family_rule import POSITIONS, FamilyLooseRule, ForwardInputs
+    from mmpos.pipelines.edits.loose.rule import LooseRoPERule
 
     side, text, _, _, _, text_dim = size
     pixels = side * 16
@@ -137,15 +136,14 @@ def loose_case(family, model, size, dtype, device) -> FamilyCase:
     crop[pixels // 4 : 3 * pixels // 4, pixels // 4 : 3 * pixels // 4] = True
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
     inputs = INPUTS[family](side, text, True, dtype, device, text_dim=text_dim)
-    recorder = ForwardInputs()
-    rule = FamilyLooseRule(LooseConfig(saliency_blur=0), POSITIONS[family], model, recorder, saliency, crop)
+    rule = LooseRoPERule(LooseConfig(saliency_blur=0), saliency, crop)
     case = FamilyCase(
         f"looserope ({NAMES[family][1]}, paste = 1/4 of the image)",
         model,
         inputs,
         {
-            "off": lambda: _LooseSession(model, rule, recorder, False),
-            "on": lambda: _LooseSession(model, rule, recorder, True),
+            "off": lambda: _LooseSession(model, rule, False),
+            "on": lambda: _LooseSession(model, rule, True),
         },
         ("on", "off", 1.50),
         "per saliency bin, logits from the paste's queries at twice the q/k width",
@@ -198,13 +196,10 @@ def time_family_case(case: FamilyCase, repeats: int, device, timed: Callable) ->
     )
 
 
-def family_rows(family: str, size: tuple, dtype, device, repeats: int, timed=None) -> list[dict]:
+def family_rows(family: str, size: tuple, dtype, device, repeats: int, timed=timed) -> list[dict]:
     """Rows of ``bench_edit``'s table for ``family``'s transplant and LooseRoPE cases; ``size`` is a
     ``bench_edit.SIZES`` entry (image side in tokens, text length, double blocks, single blocks, heads, text
     width)."""
-    from bench_edit import build_family_transformer
-
-    timed = timed or _timed
     _, _, num_double, num_single, heads, text_dim = size
     model = build_family_transformer(family, num_double, num_single, heads, text_dim, dtype, device)
     rows = []
@@ -244,7 +239,35 @@ def verdict(case, result: dict) -> dict:
     )
 
 
-def _timed(step, device):
-    from bench_edit import _timed as timed
+def build_family_transformer(family: str, num_double: int, num_single: int, heads: int, text_dim: int, dtype, device):
+    """A FLUX.2-shaped (``Flux2Transformer2DModel``: double + parallel single blocks, axes (32, 32, 32, 32)) or
+    Qwen-Image-shaped (``QwenImageTransformer2DModel``: ``num_double + num_single`` double-stream blocks, axes
+    (16, 56, 56), complex tables) transformer, heads of 128, random weights."""
+    from diffusers import Flux2Transformer2DModel, QwenImageTransformer2DModel
 
-    return timed(step, device)
+    torch.manual_seed(0)
+    if family == "flux2":
+        model = Flux2Transformer2DModel(
+            patch_size=1,
+            in_channels=128,
+            num_layers=num_double,
+            num_single_layers=num_single,
+            attention_head_dim=128,
+            num_attention_heads=heads,
+            joint_attention_dim=text_dim,
+            timestep_guidance_channels=256,
+            axes_dims_rope=(32, 32, 32, 32),
+            guidance_embeds=False,
+        )
+    else:
+        model = QwenImageTransformer2DModel(
+            patch_size=2,
+            in_channels=64,
+            out_channels=16,
+            num_layers=num_double + num_single,
+            attention_head_dim=128,
+            num_attention_heads=heads,
+            joint_attention_dim=text_dim,
+            axes_dims_rope=(16, 56, 56),
+        )
+    return model.to(device=device, dtype=dtype).eval()

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     size, dtype, device = bench_edit.SIZES[args.size], bench_edit.DTYPES[args.dtype], torch.device("cpu")
     for family in bench_edit.FAMILIES:
-        model = bench_edit.build_family_transformer(family, *size[2:6], dtype, device)
+        model = family_edit_cases.build_family_transformer(family, *size[2:6], dtype, device)
         for case in (
             family_edit_cases.transplant_case(family, model, size, dtype, device),
             family_edit_cases.loose_case(family, model, size, dtype, device),

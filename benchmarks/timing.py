@@ -46,3 +46,14 @@ def machine_meta(device, dtype, **extra) -> dict:
         machine=platform.machine(),
         **extra,
     )
+
+
+def timed(step, device) -> tuple[float, torch.Tensor]:
+    """``(seconds, step())``: one call of ``step`` timed, synchronising CUDA before and after."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, out

@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from mmpos._deprecation import moved_names
 from mmpos.pipelines.commands import build_parser, main
 
 __all__ = ["build_parser", "main"]
-
-__getattr__ = moved_names(
-    __name__,
-    {
-        "DefaultsHelpFormatter": "mmpos._arguments",
-        "show_defaults": "mmpos._arguments",
-        "BENCH_SCRIPT": "mmpos.pipelines.commands.bench",
-    },
-)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,7 +28,7 @@ def run_demo(
     out_dir: Path, size: int = 31, world: bool = False, steps: int = 20, checkpoint=None, source=None, count: int = 6
 ) -> list[Path]:
     """Spectrum and camera figures; with ``world``, also the mini-world generation/editing figures and
-    report.html (from ``source``, a :class:`~mmpos.world.sources.ModelSource`, else ``checkpoint``, else the
+    report.html (from ``source``, a :class:`~mmpos.pipelines.world.sources.ModelSource`, else ``checkpoint``, else the
     shipped assets when they are there)."""
     from .viz.cameras import camera_encoding_figure, demo_camera_figures
     from .viz.spectrum import encoding_figure

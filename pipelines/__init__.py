@@ -1,51 +1,19 @@
-"""Training-free editing pipelines on diffusers, installed as ``mmpos.pipelines``.
+"""Training-free editing pipelines on diffusers, and camera-controlled video, installed as ``mmpos.pipelines``.
 
-Band modulation (Untwisting RoPE) on Flux and Kontext, PE transplant (PosBridge) on Fill, LooseRoPE on Kontext
-(and on FLUX.2 Klein / Qwen-Image(-Edit): ``BAND_PIPELINES``, ``TRANSPLANT_PIPELINES``, ``LOOSE_PIPELINES``);
-camera-controlled Wan video (:mod:`.camera_pipeline`) and the mini-world's image-to-video model (:mod:`.world_video`);
-all share an explicit edit context set by a transformer pre-forward hook (:mod:`.context`). Exports are loaded on
-first use, so ``mmpos`` commands that do not edit never import diffusers.
-
-The camera adapter's training data, its lens augmentation and the tiny offline Wan moved below the pipelines
-(:data:`MOVED`); their old paths here (``mmpos.pipelines.camera_clips``, ...) still import, the same module with a
-``DeprecationWarning``, for one release.
+Every registered edit method's pipelines and options class are exported by name (``BandModulationFluxPipeline``,
+``PosBridgeKleinInpaintPipeline``, ``LooseConfig``, ...): read from the edit registry (:mod:`.edits`, each method's
+record in ``edits/<method>/__init__.py``), the one map from a model's pipeline class or family to the edit pipeline.
+Beside them: the edit context and session (:mod:`.edits.context`), :func:`~.loading.load_pipeline`, the
+camera-controlled Wan pipelines (:mod:`.video.camera`) and the mini-world's image-to-video model
+(:mod:`.video.world`). Exports are loaded on first use, so ``mmpos`` commands that do not edit never import diffusers.
 """
 
 from importlib import import_module
 
-from mmpos._deprecation import moved_modules
-
-MOVED = {  # old submodule -> its new module (the old path goes in the next release)
-    "camera_clips": "mmpos.training.camera_clips",
-    "lens_augment": "mmpos.camera.lens_augment",
-    "tiny_wan": "mmpos.models.tiny_wan",
-}
-moved_modules(__name__, MOVED)
-
-_EXPORTS = {
-    "BandConfig": ".edits.band.rule",
-    "BandModulationFluxPipeline": ".edits.band.pipelines",
-    "BandModulationKontextPipeline": ".edits.band.pipelines",
-    "BAND_PIPELINES": ".edits.band.pipelines",
-    "BandModulationFlux2Pipeline": ".edits.band.pipelines",
-    "BandModulationFlux2KleinPipeline": ".edits.band.pipelines",
-    "BandModulationQwenImagePipeline": ".edits.band.pipelines",
-    "BandModulationZImagePipeline": ".edits.band.pipelines",
-    "BandModulationQwenImage21Pipeline": ".edits.band.pipelines",
+_EXPORTS = {  # besides the edit methods' pipelines and options classes (those come from their records)
     "EditContext": ".edits.context",
     "EditSession": ".edits.context",
-    "TokenSegments": ".edits.context",
-    "LooseConfig": ".edits.loose.rule",
-    "LooseRoPEKontextPipeline": ".edits.loose.pipelines",
-    "LOOSE_PIPELINES": ".edits.loose.pipelines",
-    "LooseRoPEKleinPipeline": ".edits.loose.pipelines",
-    "LooseRoPEQwenEditPipeline": ".edits.loose.pipelines",
-    "LooseRoPEQwenEditPlusPipeline": ".edits.loose.pipelines",
-    "TransplantConfig": ".edits.transplant.canvas",
-    "PosBridgeFillPipeline": ".edits.transplant.pipeline_fill",
-    "TRANSPLANT_PIPELINES": ".edits.transplant.pipeline_inpaint",
-    "PosBridgeKleinInpaintPipeline": ".edits.transplant.pipeline_inpaint",
-    "PosBridgeQwenInpaintPipeline": ".edits.transplant.pipeline_inpaint",
+    "TokenSegments": ".edits.segments",
     "load_pipeline": ".loading",
     "CameraControlWanPipeline": ".video.camera",
     "CameraControlWanImageToVideoPipeline": ".video.camera",
@@ -53,6 +21,22 @@ _EXPORTS = {
     "WorldVideoPipeline": ".video.world",
 }
 
+
+def _edit_exports() -> dict:
+    """Class name -> module of each shipped edit method's options class and pipelines (its registry record)."""
+    from .edits import get_edit, list_edits
+
+    exports = {}
+    for name in list_edits():
+        method = get_edit(name)
+        for spec in (method.config_class, *method.pipelines.values()):
+            if isinstance(spec, str):
+                module, _, attribute = spec.partition(":")
+                exports[attribute] = module
+    return exports
+
+
+_EXPORTS.update(_edit_exports())
 __all__ = sorted(_EXPORTS)
 
 

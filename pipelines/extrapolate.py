@@ -15,6 +15,7 @@ from mmpos.spectrum.schedule import PRESETS, extrapolation_preset
 
 CHOICES = ("none", *PRESETS)
 AXES = ("row", "col")
+SHIFTS = ("authors", "comfyui", "off")  # DyPE's noise-schedule shift (mmpos.integrations.diffusers.noise_shift)
 
 
 def parse_extrapolate(text: str) -> dict:
@@ -53,7 +54,13 @@ def extrapolate_setting(config: dict, preset, train_size, command: str, default_
     return setting
 
 
-OPTION_KEYS = ("lambda_s", "lambda_t", "start_sigma", "schedule_magnitude")  # ExtrapolationSchedule's tunables
+OPTION_KEYS = (
+    "lambda_s",
+    "lambda_t",
+    "start_sigma",
+    "schedule_magnitude",
+    "convention",
+)  # ExtrapolationSchedule's tunables
 
 
 def check_extrapolate_setting(setting, presets: dict) -> None:
@@ -72,6 +79,9 @@ def check_extrapolate_setting(setting, presets: dict) -> None:
         raise ValueError(
             f"extrapolate.train_size={size!r}: expected 'auto', a positive number of pixels or [height, width]"
         )
+    shift = setting.get("shift", "authors")
+    if shift not in SHIFTS:
+        raise ValueError(f"extrapolate.shift={shift!r}: expected one of {SHIFTS}")
     options = setting.get("options") or {}
     if not isinstance(options, dict):
         raise ValueError(f"extrapolate.options={options!r}: expected a mapping of {', '.join(OPTION_KEYS)}")
@@ -114,3 +124,23 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
         "options": options,
         "schedules": schedules,
     }
+
+
+def install_noise_shift(pipe, presets: dict, shift: str, trained_grid, height: int, width: int) -> dict:
+    """DyPE's noise-schedule shift (``shift``: a convention of :class:`~mmpos.integrations.diffusers.NoiseShift` or
+    ``"off"``) on ``pipe``'s scheduler, when a DyPE preset is installed and the ``height x width`` output has more
+    tokens than the ``trained_grid`` (at or below it the run stays stock); returns what was done, for the config."""
+    from mmpos.integrations.diffusers import NoiseShift, apply_noise_shift
+    from mmpos.integrations.diffusers.noise_shift import shift_refusal
+
+    dype = any(PRESETS.get(preset, {}).get("dynamic") for preset in presets.values())
+    per_token = pipe.vae_scale_factor * 2
+    above = (height // per_token) * (width // per_token) > trained_grid[0] * trained_grid[1]
+    if shift == "off" or not dype or not above:
+        return {"convention": shift, "mu": None}
+    refusal = shift_refusal(pipe)
+    if refusal is not None:
+        print(f"noise shift: {refusal}; --dype-shift {shift} changes nothing")
+        return {"convention": shift, "mu": None}
+    mu = apply_noise_shift(pipe, NoiseShift(shift), height, width, trained_grid)
+    return {"convention": shift, "mu": mu}

@@ -5,7 +5,7 @@
         --bf16 --gradient-checkpointing
     python scripts/train_camera_adapter.py --data DATA --out runs/tiny --steps 4     # tiny offline Wan, CPU
 
-Only the adapter's parameters train (mmpos.training.camera_adapter_task). The run is the training scaffold's
+Only the adapter's parameters train (mmpos.training.tasks.camera_adapter). The run is the training scaffold's
 (mmpos.training.scaffold, docs/scaling.md): ``OUT/checkpoint-<step>/`` (safetensors and JSON, no pickle, plus
 ``adapter/`` for ``CameraAdapter.from_pretrained``), ``log.jsonl``; ``--resume`` continues from the latest
 checkpoint, bit-identical to an uninterrupted run; --batch-size is per process. Any key can also come from
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from mmpos.training.scaffold_config import parse_run
+from mmpos.training.scaffold.config import parse_run
 
 PROG = "train_camera_adapter"
 
@@ -24,8 +24,8 @@ PROG = "train_camera_adapter"
 def train(argv=None) -> dict | None:
     """Train; returns ``{update: loss}`` (the mean over processes) of the updates this run made, None when a
     non-finite loss or a failed checkpoint write stopped it (said on stderr)."""
-    from mmpos.training.camera_adapter_task import CameraAdapterConfig, CameraAdapterTask
-    from mmpos.training.scaffold import train_command
+    from mmpos.training.scaffold.loop import train_command
+    from mmpos.training.tasks.camera_adapter import CameraAdapterConfig, CameraAdapterTask
 
     config, args = parse_run(CameraAdapterConfig, PROG, __doc__, (), argv)
     result = train_command(PROG, CameraAdapterTask(config), args.resume, args.overwrite)

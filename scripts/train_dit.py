@@ -16,16 +16,16 @@ weights, keeping the last checkpoint.
 
 from __future__ import annotations
 
-from mmpos.training.scaffold_config import parse_run
+from mmpos.training.scaffold.config import parse_run
 
 PROG = "train_dit.py"
 
 
 def main(argv=None) -> int:
-    from mmpos.training.dit_task import DiTConfig, DiTTask
+    from mmpos.training.tasks.dit import DiTConfig, DiTTask
 
     config, args = parse_run(DiTConfig, PROG, __doc__, DiTTask.outputs, argv)
-    from mmpos.training.scaffold import train_command
+    from mmpos.training.scaffold.loop import train_command
 
     return 1 if train_command(PROG, DiTTask(config), args.resume, args.overwrite) is None else 0
 

@@ -42,10 +42,10 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="override config entries")
     args = parser.parse_args(argv)
 
-    from mmpos.training.scaffold_config import ConfigError
-    from mmpos.training.scaffold_folders import UnreadableCheckpointError
+    from mmpos.training.scaffold.config import ConfigError
+    from mmpos.training.scaffold.folders import UnreadableCheckpointError
+    from mmpos.training.tasks.world_image import DEFAULTS, check_earlier_run, check_writable_folder, train
     from mmpos.training.world.config import load_world_config
-    from mmpos.training.world.training import DEFAULTS, check_earlier_run, check_writable_folder, train
 
     config_path = Path(args.config)
     if not config_path.is_file():

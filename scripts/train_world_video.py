@@ -5,7 +5,7 @@
     python scripts/train_world_video.py --stage ucpe --out runs/video/ucpe --vae runs/video/vae/vae \\
         --base runs/video/base/transformer
 
-Stages, data and checkpoints: :mod:`mmpos.training.world.video_training`. ``--resume`` continues a run folder's
+Stages, data and checkpoints: :mod:`mmpos.training.tasks.world_video`. ``--resume`` continues a run folder's
 newest ``checkpoint-<step>/`` (or a ``state.pt`` of the earlier layout), ``--overwrite`` replaces the run; without
 either a folder that has one is refused. ``--max-minutes`` stops (with a checkpoint) after that wall time; rerun
 with ``--resume`` to go on. The rendered clips are cached in ``OUT/clips-train.pt``. On N processes
@@ -23,8 +23,8 @@ import torch
 
 from mmpos._atomic import written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
-from mmpos.training.scaffold_folders import RunExistsError, refuse_earlier_run, remove_paths
-from mmpos.training.world.video_training import STAGES, VideoRecipe, train_stage
+from mmpos.training.scaffold.folders import RunExistsError, refuse_earlier_run, remove_paths
+from mmpos.training.tasks.world_video import STAGES, VideoRecipe, train_stage
 from mmpos.world.video_data import make_clips
 
 DEFAULT_VAE = Path(__file__).resolve().parents[1] / "assets" / "world-vae"

@@ -17,7 +17,6 @@ without building one: :func:`~.registry.pe_capabilities`); an instance whose opt
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar, Iterable
@@ -133,31 +132,24 @@ class CameraPE(PositionalEncoding):
     ``attention(q, k, v, query, key=None, attn_mask=None, scale=None)``: ``key`` is the key side's geometry
     (cross-attention; default ``query``). An encoding with ``capabilities.predicts_depth`` also takes the
     per-layer depth head's output, ``attention(..., depth_q=head(x))`` with ``head = cls.depth_head(dim)``.
-    Subclasses implement ``_prepare(cameras)``; the old per-encoding tensor signatures of ``prepare`` still
-    work for one release (``_prepare_tensors``, with a ``DeprecationWarning``).
+    Subclasses implement ``_prepare(cameras)``.
     """
 
     kind = PEKind.CAMERA
     capabilities = Capabilities(needs_cameras=True)
     num_axes = None  # no grid coordinates: inputs are cameras (see prepare)
 
-    def prepare(self, *args: Any, **kwargs: Any) -> Any:
+    def prepare(self, cameras: Cameras) -> Any:
         """``prepare(cameras)`` -> the encoding's geometry of a :class:`mmpos.camera.Cameras`."""
-        if len(args) + len(kwargs) == 1 and isinstance(next(iter((*args, *kwargs.values()))), Cameras):
-            return self._prepare(next(iter((*args, *kwargs.values()))))
-        warn_old_signature(f"{type(self).__name__}.prepare", "prepare(cameras) with a mmpos.camera.Cameras")
-        return self._prepare_tensors(*args, **kwargs)
+        if not isinstance(cameras, Cameras):
+            raise TypeError(
+                f"{type(self).__name__}.prepare takes one mmpos.camera.Cameras, got {type(cameras).__name__}"
+            )
+        return self._prepare(cameras)
 
     def _prepare(self, cameras: Cameras) -> Any:
         """The encoding's geometry of ``cameras`` (what ``attention`` and ``logits`` take)."""
         raise NotImplementedError(f"{type(self).__name__} must implement _prepare(cameras)")
-
-    def _prepare_tensors(self, *args: Any, **kwargs: Any) -> Any:
-        """The old per-encoding tensor signature of ``prepare`` (deprecated): none by default."""
-        raise TypeError(
-            f"{type(self).__name__}.prepare takes one mmpos.camera.Cameras, got "
-            f"{[type(a).__name__ for a in args]} {sorted(kwargs)}"
-        )
 
     def attention(
         self,
@@ -202,11 +194,3 @@ class CameraPE(PositionalEncoding):
         ``capabilities.adapter``): a module with ``condition(cameras) -> state``, ``input_delta(x, state)`` and
         ``residual(x, state)`` (each ``None`` or ``[B, L, dim]``; see :mod:`mmpos.integrations.diffusers`)."""
         raise NotImplementedError(f"{cls.__name__} has no camera adapter (capabilities.adapter is False)")
-
-
-def warn_old_signature(old: str, new: str) -> None:
-    warnings.warn(
-        f"{old}(tensors...) is deprecated: use {new}; the old signature goes in the next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )

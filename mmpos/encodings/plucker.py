@@ -10,17 +10,17 @@ default-initialised projection). Not invariant to the world frame (it is absolut
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import as_int_tuple, check_positive_int
+from .._validation import check_positive_int
 from ..camera.cameras import Cameras
 from ..camera.poses import check_pose
 from ..camera.rays import PLUCKER_ORDERS, plucker_rays
-from .base import CameraPE, Capabilities, warn_old_signature
+from .base import CameraPE, Capabilities
 from .registry import register_pe
 
 
@@ -79,50 +79,24 @@ class PluckerRays(CameraPE):
         ``(d, o x d)`` for ``order="direction_moment"``."""
         return _plucker(cameras.c2w, _rays_of(cameras), self.order)
 
-    def _prepare_tensors(self, c2w: torch.Tensor, rays_cam: torch.Tensor) -> torch.Tensor:
-        """Deprecated form of ``prepare(cameras)``: ``c2w [B, C, 4, 4]``, ``rays_cam [P, 3] | [C, P, 3] | [B, C, P, 3]``."""
-        return _plucker(c2w, rays_cam, self.order)
-
     @staticmethod
-    def embed(c2w: torch.Tensor, rays_cam: torch.Tensor, order: str = "moment_direction") -> torch.Tensor:
-        """Deprecated (use ``prepare(cameras)``): ``c2w [B, C, 4, 4]``, ``rays_cam [P, 3] | [C, P, 3] | [B, C, P,
-        3]`` -> ``[B, C * P, 6]``."""
-        warn_old_signature("PluckerRays.embed", "PluckerRays(...).prepare(cameras) with a mmpos.camera.Cameras")
-        return _plucker(c2w, rays_cam, order)
-
-    @staticmethod
-    def maps(*args: Any, order: str = "moment_direction", **kwargs: Any) -> torch.Tensor:
+    def maps(cameras: Cameras, order: str = "moment_direction") -> torch.Tensor:
         """``maps(cameras)`` -> ``[B, C, 6, rows, cols]`` Plücker images (the input of conv camera encoders;
-        CameraCtrl's ``ray_condition`` permuted to channels-first). The old ``maps(c2w, rays_cam, grid_size)``
-        works for one release (``DeprecationWarning``)."""
-        if len(args) == 1 and not kwargs and isinstance(args[0], Cameras):
-            cameras = args[0]
-            rays, (rows, cols), count = (
-                _plucker(cameras.c2w, _rays_of(cameras), order),
-                cameras.grid,
-                cameras.num_cameras,
-            )
-        else:
-            warn_old_signature("PluckerRays.maps", "PluckerRays.maps(cameras) with a mmpos.camera.Cameras")
-            c2w, rays_cam, grid_size, given_order = _legacy_maps_args(*args, **kwargs)
-            order = order if given_order is None else given_order
-            rows, cols = as_int_tuple("grid_size", grid_size)
-            rays, count = _plucker(c2w, rays_cam, order), c2w.shape[1]
-        return rays.unflatten(1, (count, rows, cols)).permute(0, 1, 4, 2, 3)
+        CameraCtrl's ``ray_condition`` permuted to channels-first)."""
+        if not isinstance(cameras, Cameras):
+            raise TypeError(f"PluckerRays.maps takes one mmpos.camera.Cameras, got {type(cameras).__name__}")
+        rows, cols = cameras.grid
+        rays = _plucker(cameras.c2w, _rays_of(cameras), order)
+        return rays.unflatten(1, (cameras.num_cameras, rows, cols)).permute(0, 1, 4, 2, 3)
 
     # --- the additive embedding -------------------------------------------------------------------------------
     def embed_tokens(self, x: torch.Tensor, geometry: torch.Tensor) -> torch.Tensor:
         """``x [B, L, embed_dim] + proj(rays)`` with ``rays = prepare(cameras)`` ``[B, L, 6]``."""
         return x + self.input_delta(x, geometry)
 
-    def forward(self, x: torch.Tensor, *camera: torch.Tensor) -> torch.Tensor:
-        """``pe(x, rays)`` (:meth:`embed_tokens`); the old ``pe(x, c2w, rays_cam)`` works for one release."""
-        if len(camera) == 2:
-            warn_old_signature("PluckerRays.forward", "pe(x, pe.prepare(cameras))")
-            return self.embed_tokens(x, _plucker(camera[0], camera[1], self.order))
-        if len(camera) != 1:
-            raise TypeError("PluckerRays: call pe(x, rays) with rays = pe.prepare(cameras)")
-        return self.embed_tokens(x, camera[0])
+    def forward(self, x: torch.Tensor, rays: torch.Tensor) -> torch.Tensor:
+        """``pe(x, rays)`` (:meth:`embed_tokens`) with ``rays = pe.prepare(cameras)``."""
+        return self.embed_tokens(x, rays)
 
     def attention(
         self,
@@ -173,10 +147,3 @@ def _rays_of(cameras: Cameras) -> torch.Tensor:
     if cameras.rays is None:
         raise ValueError("cameras: plucker needs the patches' rays (cameras.rays; e.g. Cameras.from_models)")
     return cameras.rays
-
-
-def _legacy_maps_args(
-    c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int], order: str | None = None
-) -> tuple[torch.Tensor, torch.Tensor, Sequence[int], str | None]:
-    """The old ``maps(c2w, rays_cam, grid_size, order)`` arguments (``order=None``: not given here)."""
-    return c2w, rays_cam, grid_size, order

@@ -93,7 +93,7 @@ class PRoPE(ProjectiveRoPE):
         intrinsics: torch.Tensor | None = None,
         image_size: Sequence[float] | None = None,
     ) -> CameraTransforms:
-        """Deprecated form of ``prepare(cameras)``: ``C`` cameras with ``rows x cols`` patches each (``L = C * rows
+        """``prepare(cameras)`` on its tensors: ``C`` cameras with ``rows x cols`` patches each (``L = C * rows
         * cols`` tokens).
 
         Args:

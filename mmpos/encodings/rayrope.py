@@ -27,7 +27,6 @@ mmpos rotary operator in their own dtype.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -98,13 +97,6 @@ class RayRoPE(CameraPE):
         if cameras.depth is not None:
             side.known_depth = sample_ray_depths(cameras.depth, cameras.grid, self.num_rays)
         return side
-
-    def _prepare_tensors(
-        self, w2c: torch.Tensor, intrinsics: torch.Tensor, image_size: Sequence[float], grid_size: Sequence[int]
-    ) -> RaySide:
-        """Deprecated form of ``prepare(cameras)``: ``w2c [B, C, 4, 4]``, pixel ``intrinsics [B, C, 3, 3]`` of
-        ``image_size = (H, W)`` images cut into ``grid_size = (rows, cols)`` patches."""
-        return ray_side(w2c, intrinsics, image_size, grid_size, self.num_rays)
 
     @classmethod
     def depth_head(cls, dim: int) -> RayDepthHead:

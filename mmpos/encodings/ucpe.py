@@ -24,7 +24,6 @@ from ..camera.base import CameraModel
 from ..camera.cameras import Cameras
 from ..camera.poses import check_pose, invert_pose
 from ..camera.ray_frames import latitude_up_map, ray_frames
-from .base import warn_old_signature
 from .projective_base import CameraTransforms, ProjectiveRoPE
 from .registry import register_pe
 
@@ -73,8 +72,8 @@ class UCPE(ProjectiveRoPE):
     def _prepare_tensors(
         self, c2w: torch.Tensor, rays_cam: torch.Tensor, grid_size: Sequence[int], valid: torch.Tensor | None = None
     ) -> CameraTransforms:
-        """Deprecated form of ``prepare(cameras)``: ``C`` cameras (or video frames) with ``P = rows * cols``
-        patches each.
+        """The geometry of ``C`` cameras (or video frames) with ``P = rows * cols`` patches each, from tensors
+        (what ``prepare(cameras)`` reads off the :class:`~mmpos.camera.Cameras`).
 
         Args:
             c2w: ``[B, C, 4, 4]`` camera-to-world (OpenCV axes), float32/float64.
@@ -146,12 +145,9 @@ class UCPEAdapter(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
         self.cam_encoder = nn.Linear(3, dim) if use_orientation else None
 
-    def prepare(self, *args: Any, **kwargs: Any) -> CameraTransforms:
+    def prepare(self, cameras: Cameras) -> CameraTransforms:
         """``prepare(cameras)``: the branch encoding's geometry (``ParallelAdapter.set_camera``'s ``camera``)."""
-        if len(args) + len(kwargs) == 1:
-            return self.encoding.prepare(*args, **kwargs)
-        warn_old_signature("UCPEAdapter.prepare", "prepare(cameras) with a mmpos.camera.Cameras")
-        return self.encoding._prepare_tensors(*args, **kwargs)
+        return self.encoding.prepare(cameras)
 
     # --- the per-layer adapter protocol of mmpos.integrations.diffusers.CameraAdapter --------------------------
     def condition(self, cameras: Cameras) -> BranchCondition:

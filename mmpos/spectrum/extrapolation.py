@@ -105,6 +105,10 @@ class VisionYaRN:
     index join them (:func:`correction_ramp`, ends clamped at ``dim // 2`` as DyPE's code does).
     ``threshold_scale`` multiplies all four turn counts (DyPE's ``kappa(t)``: towards 0 every pair keeps the
     plain ladder). cos/sin are scaled by ``attention_factor`` (default ``0.1 ln(factor) + 1``).
+
+    ComfyUI-DyPE's variant (``threshold_power=True``): the turn counts are raised to the power ``threshold_scale``
+    instead, and the NTK ladder takes its own ``ntk_factor`` (the image's longest axis) while the interpolation
+    takes ``factor`` (this axis).
     """
 
     factor: float
@@ -113,12 +117,16 @@ class VisionYaRN:
     gamma: tuple[float, float] = (16.0, 2.0)
     threshold_scale: float = 1.0
     attention_factor: float | None = None
+    ntk_factor: float | None = None
+    threshold_power: bool = False
 
     def __post_init__(self) -> None:
         _check_factor("VisionYaRN", self.factor)
         _check_positive("VisionYaRN.original_length", self.original_length)
         if self.attention_factor is not None:
             _check_positive("VisionYaRN.attention_factor", self.attention_factor)
+        if self.ntk_factor is not None:
+            _check_factor("VisionYaRN.ntk", self.ntk_factor)
         if not (math.isfinite(self.threshold_scale) and self.threshold_scale >= 0):
             raise ValueError(f"VisionYaRN.threshold_scale must be finite and >= 0, got {self.threshold_scale!r}")
         for name in ("beta", "gamma"):
@@ -134,17 +142,24 @@ class VisionYaRN:
             raise ValueError(f"VisionYaRN needs an axis with more than 2 rotary dims, got dim={dim}")
         plain = rope_inv_freq(dim, theta)
         magnitude = yarn_attention_factor(self.factor) if self.attention_factor is None else self.attention_factor
-        if self.threshold_scale == 0:  # every pair turns "more than 0 times": the plain ladder
+        if self.threshold_scale == 0 and not self.threshold_power:  # every pair turns "more than 0 times": plain
             return plain, float(magnitude)
         interpolated = plain / self.factor
-        ntk, _ = NTKAware(self.factor).frequencies(dim, theta)
+        ntk, _ = NTKAware(self.factor if self.ntk_factor is None else self.ntk_factor).frequencies(dim, theta)
         scale = self.threshold_scale
+        beta, gamma = self.beta, self.gamma
+        if self.threshold_power:  # ComfyUI-DyPE: turn counts ** k, its ramps clamped as the reference clamps them
+            beta, gamma = tuple(b**scale for b in beta), tuple(g**scale for g in gamma)
+            low_part = correction_ramp(dim, theta, self.original_length, *beta, convention="dype")
+            high_part = correction_ramp(dim, theta, self.original_length, *gamma, convention="dype")
+            inv_freq = interpolated * low_part + ntk * (1 - low_part)
+            return inv_freq * high_part + plain * (1 - high_part), float(magnitude)
         low_part = correction_ramp(
             dim,
             theta,
             self.original_length,
-            self.beta[0] * scale,
-            self.beta[1] * scale,
+            beta[0] * scale,
+            beta[1] * scale,
             clamp_low_end=True,
             convention="dype",
         )

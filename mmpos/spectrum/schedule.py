@@ -23,6 +23,7 @@ from a :class:`DiffusionStep` the caller sets (``set_pe``'s pre-forward hook doe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -44,6 +45,8 @@ from .extrapolation import (
 METHODS = ("pi", "ntk", "yarn", "vision_yarn")
 DYNAMIC_METHODS = ("ntk", "yarn", "vision_yarn")
 DEFAULT_LAMBDA_S = {"ntk": 2.0, "yarn": 1.0, "vision_yarn": 1.0}  # the reference code's values
+CONVENTIONS = ("authors", "comfyui")  # the DyPE authors' code; ComfyUI-DyPE's port (its vision_yarn)
+COMFYUI_LAMBDA_S = 2.0  # ComfyUI-DyPE's dype_scale default
 
 
 class DiffusionStep:
@@ -91,6 +94,10 @@ class ExtrapolationSchedule:
             and 1 for the YaRNs, ``lambda_t`` to 2.
         start_sigma: ``t = min(sigma / start_sigma, 1)``: full strength above ``start_sigma``.
         schedule_magnitude: scale YaRN's attention magnitude with ``min(kappa, 1)`` too.
+        convention: ``"authors"`` (the DyPE authors' code, above) or ``"comfyui"`` (ComfyUI-DyPE, ``vision_yarn``
+            only: ``k = lambda_s * sigma ** lambda_t`` with ``lambda_s`` 2 by default, turn counts ``** k``, the NTK
+            ladder and the magnitude ``0.1 ln(s_g) min(sigma / start_sigma, 1) ** lambda_t + 1`` from the longest
+            image axis' scale ``s_g`` (:meth:`policy`'s ``global_scale``), interpolation from this axis' scale).
     """
 
     method: str
@@ -100,14 +107,22 @@ class ExtrapolationSchedule:
     lambda_t: float = 2.0
     start_sigma: float = 1.0
     schedule_magnitude: bool = True
+    convention: str = "authors"
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
+        check_choice("convention", self.convention, CONVENTIONS)
+        if self.convention == "comfyui" and (self.method != "vision_yarn" or not self.dynamic):
+            raise ValueError(
+                f"convention='comfyui' is ComfyUI-DyPE's dynamic vision_yarn; got method={self.method!r}, "
+                f"dynamic={self.dynamic}"
+            )
         check_finite_number("original_length", self.original_length, positive=True)
         if self.dynamic and self.method not in DYNAMIC_METHODS:
             raise ValueError(f"dynamic=True needs method in {DYNAMIC_METHODS}, got {self.method!r}")
         if self.lambda_s is None:
-            object.__setattr__(self, "lambda_s", DEFAULT_LAMBDA_S.get(self.method, 1.0))
+            default = COMFYUI_LAMBDA_S if self.convention == "comfyui" else DEFAULT_LAMBDA_S.get(self.method, 1.0)
+            object.__setattr__(self, "lambda_s", default)
         for name in ("lambda_s", "lambda_t", "start_sigma"):
             check_finite_number(name, getattr(self, name), positive=True)
 
@@ -118,9 +133,12 @@ class ExtrapolationSchedule:
         t = min(sigma / self.start_sigma, 1.0)
         return self.lambda_s * t**self.lambda_t
 
-    def policy(self, extent: float, sigma: float | None = None) -> Policy:
-        """The static policy for an axis spanning ``extent`` coordinate units at noise level ``sigma``."""
+    def policy(self, extent: float, sigma: float | None = None, global_scale: float | None = None) -> Policy:
+        """The static policy for an axis spanning ``extent`` coordinate units at noise level ``sigma``
+        (``global_scale``: ``"comfyui"``, the longest image axis' scale; default this axis')."""
         scale = extent / self.original_length
+        if self.convention == "comfyui":
+            return self._comfyui(scale, scale if global_scale is None else global_scale, sigma)
         if scale <= 1:
             return NoExtrapolation()
         if not self.dynamic:
@@ -140,6 +158,25 @@ class ExtrapolationSchedule:
             return YaRN(scale, self.original_length, 32.0 * kappa, 1.0 * kappa, magnitude, clamp_low_end=True)
         return VisionYaRN(scale, self.original_length, threshold_scale=kappa, attention_factor=magnitude)
 
+    def _comfyui(self, scale: float, global_scale: float, sigma: float | None) -> Policy:
+        """ComfyUI-DyPE's ``get_1d_dype_yarn_pos_embed`` on this axis (re-implemented from its formulas)."""
+        if global_scale <= 1:
+            return NoExtrapolation()
+        if sigma is None:
+            raise ValueError("this DyPE schedule needs the step's sigma: set encoding.step.sigma")
+        t = min(max(check_finite_number("sigma", sigma), 0.0), 1.0)
+        t_norm = 1.0 if t > self.start_sigma else t / self.start_sigma
+        magnitude = 0.1 * math.log(global_scale) * t_norm**self.lambda_t + 1.0
+        k = self.lambda_s * t**self.lambda_t
+        return VisionYaRN(
+            max(scale, 1.0),
+            self.original_length,
+            threshold_scale=k,
+            attention_factor=magnitude,
+            ntk_factor=global_scale,
+            threshold_power=True,
+        )
+
     def _static(self, scale: float) -> Policy:
         if self.method == "pi":
             return PositionInterpolation(scale)
@@ -154,6 +191,7 @@ class ExtrapolationSchedule:
         out = {"method": self.method, "original_length": self.original_length, "dynamic": self.dynamic}
         if self.dynamic:
             out.update(
+                convention=self.convention,
                 lambda_s=self.lambda_s,
                 lambda_t=self.lambda_t,
                 start_sigma=self.start_sigma,
@@ -233,9 +271,16 @@ class ScheduledSpectrum:
         return any(isinstance(e, ExtrapolationSchedule) and e.dynamic for e in self.entries)
 
     def policies(self, extents: Sequence[float], sigma: float | None) -> tuple:
-        """The static policy of each axis (hashable, equal by value: the cache key of tables)."""
+        """The static policy of each axis (hashable, equal by value: the cache key of tables). ``"comfyui"``
+        schedules share the largest scale among them (ComfyUI-DyPE's scale from the longest image axis)."""
+        scales = [
+            extent / e.original_length
+            for e, extent in zip(self.entries, extents)
+            if isinstance(e, ExtrapolationSchedule) and e.convention == "comfyui"
+        ]
+        global_scale = max(scales) if scales else None
         return tuple(
-            e.policy(extent, sigma) if isinstance(e, ExtrapolationSchedule) else e
+            e.policy(extent, sigma, global_scale) if isinstance(e, ExtrapolationSchedule) else e
             for e, extent in zip(self.entries, extents)
         )
 

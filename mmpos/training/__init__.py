@@ -1,8 +1,9 @@
 """Training workflows built on the public mmpos API (timm conversion, the mini-world data).
 
-One scaffold (:mod:`.scaffold`: N processes, ``checkpoint-<step>/`` checkpoints, resume, the NaN stop; configs in
-:mod:`.scaffold_config`) and one module per task: :mod:`.dit_task`, :mod:`.camera_adapter_task`; the ViT trainer
-(:mod:`.vit_train`) writes the scaffold's checkpoints from its own loop.
+One scaffold (:mod:`.scaffold`: the loop and the one backward pass, ``checkpoint-<step>/`` checkpoints and resume,
+the config style, run folders, Ctrl-C, the accelerator and N processes) and one module per task
+(:mod:`.tasks`: ``vit``, ``dit``, ``camera_adapter``, ``world_image``, ``world_video``, ``nvs``; registered in
+:data:`.tasks.TASKS`, which ``mmpos train TASK`` reads).
 
 The exports are loaded on first use, so the ViT task's command line (:mod:`.vit_cli`) parses without torch."""
 
@@ -15,7 +16,7 @@ _EXPORTS = {
     "plot_results": (".vit_eval", "plot_results"),
     "build_vit": (".vit_model", "build_vit"),
     "freeze_except": (".vit_model", "freeze_except"),
-    "train_vit": (".vit_train", "train_vit"),
+    "train_vit": (".tasks.vit", "train_vit"),
 }
 __all__ = [
     "VIT_DEFAULTS",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .._arguments import DefaultsHelpFormatter, OneLineErrorParser, positive_int_arg
-from .run_folders import RunExistsError, UnreadableCheckpointError, latest_checkpoint
+from .scaffold.folders import RunExistsError, UnreadableCheckpointError, latest_checkpoint
 from .vit_config import ConfigError, load_config
 
 USER_ERRORS = (ConfigError, RunExistsError, FileNotFoundError, UnreadableCheckpointError)
@@ -111,8 +111,8 @@ def train_main(argv=None, prog: str = "train_vit.py") -> int:
 def run_train(args, parser) -> int:
     """Train (or ``--eval-only``) from parsed ``args``; ``parser`` reports user errors (one line, exit 2)."""
     from .._validation import NonFiniteLossError
-    from .scaffold_checkpoint import CheckpointWriteError
-    from .vit_train import train_vit
+    from .scaffold.checkpoint import CheckpointWriteError
+    from .tasks.vit import train_vit
 
     try:
         config = resolve_train_config(args)
@@ -188,8 +188,8 @@ def eval_main(argv=None, prog: str = "eval_vit.py") -> int:
 
 def run_eval(args, parser) -> int:
     """Evaluate the runs of parsed ``args``; ``parser`` reports user errors (one line, exit 2)."""
+    from .tasks.vit import train_vit
     from .vit_eval import plot_results, save_results
-    from .vit_train import train_vit
 
     folder = Path(args.out)
     if folder.suffix.lower() in (".json", ".png") or folder.is_file():  # every mmpos --out is a folder

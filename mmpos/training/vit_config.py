@@ -10,10 +10,11 @@ Every value is checked against :data:`RULES` (type and range) before anything is
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import yaml
+
+from .scaffold.config import ConfigError, Yaml12Loader
 
 DEFAULTS: dict = {
     # model
@@ -77,10 +78,6 @@ DEFAULTS: dict = {
 }
 
 
-class ConfigError(ValueError):
-    """A config key or value the user gave is wrong (reported as one line, exit code 2, by the command lines)."""
-
-
 SCHEDULERS = ("cosine", "tanh", "step", "multistep", "constant", "poly")  # timm's per-update schedules
 CHOICES = {
     "ape": ("drop", "keep", "resample"),
@@ -104,28 +101,10 @@ RESUMABLE_KEYS = (
 )
 
 
-class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` reading ``1e-3`` / ``5E+4`` as floats (YAML 1.2; PyYAML's 1.1 resolver wants a dot)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
 def parse_yaml(text: str, where: str):
     """``text`` parsed as YAML (safe: no ``!!python`` tags), or a one-line :class:`ConfigError` naming ``where``."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+        return yaml.load(text, Loader=Yaml12Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -197,12 +176,31 @@ def check_config(config: dict) -> None:
 
         if config["pe"] not in list_pes():
             raise ConfigError(f"config pe={config['pe']!r}: expected one of mmpos.list_pes() {list_pes()}")
+    check_pe_options(config)
     check_model_name(config["model"])
     if isinstance(config["pretrained"], str) and not str(config["model"]).startswith("open_clip:"):
         raise ConfigError(
             f"config pretrained={config['pretrained']!r}: expected true or false (a tag only for open_clip:NAME models)"
         )
     _check_optimizer_name(config["opt"])
+
+
+CONVERT_OPTIONS = ("share_pe", "grid_mode", "grid_scale", "grid_indexing")  # mmpos.integrations.timm.convert's own
+
+
+def check_pe_options(config: dict) -> None:
+    """Every key of ``pe_options`` is an option of the encoding (``pe``; ``ape: resample``: ape_learned) or of the
+    timm conversion; a ConfigError names the unknown key and the valid ones (else a TypeError deep in the build)."""
+    from mmpos.encodings import pe_options
+
+    pe = "ape_learned" if config["ape"] == "resample" and config["pe"] is None else config["pe"]
+    if pe is None or not config["pe_options"] or str(config["model"]).startswith("open_clip:"):
+        return
+    supplied = ("head_dim", "num_heads", "num_prefix_tokens", "num_axes", "embed_dim", "grid_size")  # by the model
+    valid = sorted(set(pe_options(pe)) - set(supplied) | set(CONVERT_OPTIONS))
+    unknown = sorted(set(config["pe_options"]) - set(valid))
+    if unknown:
+        raise ConfigError(f"config pe_options: unknown key(s) {unknown} for pe={pe!r}; valid keys: {valid}")
 
 
 def _holds(ok, value) -> bool:

@@ -7,25 +7,14 @@ from pathlib import Path
 
 import torch
 
-from .._deprecation import moved_names
 from ..camera.cameras import Cameras
-from ..camera.frusta import frustum_lines as _frustum_lines
+from ..camera.frusta import frustum_lines
 from ..camera.presets import preset_trajectory
 from ..camera.ray_frames import latitude_up_map
 from ..camera.rays import ray_grid, world_rays
-from ..camera.specs import frame_camera as _frame_camera
+from ..camera.specs import frame_camera
 from ..camera.trajectory import Trajectory
 from .figure_files import pyplot, save_figure
-
-# pure geometry moved to mmpos.camera (old paths kept for one release)
-__getattr__ = moved_names(
-    "mmpos.viz.cameras",
-    {
-        "frustum_lines": "mmpos.camera.frusta",
-        "resolve_trajectory": "mmpos.camera.specs",
-        "frame_camera": "mmpos.camera.specs",
-    },
-)
 
 
 def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "camera rig") -> None:
@@ -42,7 +31,7 @@ def plot_rig(ax, trajectory: Trajectory, max_frusta: int = 16, title: str = "cam
     ax.plot(centres[:, 0].numpy(), centres[:, 2].numpy(), -centres[:, 1].numpy(), color="0.6", lw=1)
     drawn = [centres]
     for i in picks:
-        segments = _frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth)
+        segments = frustum_lines(c2w[i], trajectory.intrinsics[i].double(), depth)
         drawn.append(segments.reshape(-1, 3))
         for segment in segments:
             ax.plot(segment[:, 0].numpy(), segment[:, 2].numpy(), -segment[:, 1].numpy(), color=colours[i], lw=1)
@@ -114,13 +103,13 @@ def camera_figures(
     ``replace=False``: an existing figure is kept and :class:`~mmpos._atomic.OutputTakenError` raised."""
     if not -len(trajectory) <= frame < len(trajectory):
         raise ValueError(f"frame={frame} is outside the trajectory's {len(trajectory)} frames")
+    height, width = image_size
+    camera = frame_camera(trajectory, frame, width, height, model, fov, xi)  # a bad fov / xi: before any file
     plt = pyplot()
     out_dir = Path(out_dir)
     fig = plt.figure(figsize=(6, 5))
     plot_rig(fig.add_subplot(projection="3d"), trajectory, title=f"{stem}: {len(trajectory)} frames")
     rig_path = save_figure(fig, out_dir / f"{stem}_rig.png", replace=replace)
-    height, width = image_size
-    camera = _frame_camera(trajectory, frame, width, height, model, fov, xi)
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")  # colour bar beside, not over, labels
     plot_ray_maps(axes, camera, trajectory.c2w[frame], grid_size)
     fig.suptitle(

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from mmpos._atomic import ConcurrentWriteError, claim_output
+
 
 def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: bool = True) -> None:
     """``--config``, ``--model``, ``--prompt-embeds``, ``--device``, ``--dtype``, ``--set``, ``--out``,
@@ -62,19 +64,6 @@ def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: 
         )
 
 
-def split_comma_box(argv: list[str]) -> list[str]:
-    """``--box 8,8,40,40`` (the old syntax) -> ``--box 8 8 40 40``, with a deprecation note."""
-    out = []
-    for arg in argv:
-        value = arg[len("--box=") :] if arg.startswith("--box=") else arg if out[-1:] == ["--box"] else None
-        if value is not None and "," in value:
-            print(f"note: --box {value} is deprecated; write --box {value.replace(',', ' ')}", file=sys.stderr)
-            out += (["--box"] if arg.startswith("--box=") else []) + [v.strip() for v in value.split(",")]
-        else:
-            out.append(arg)
-    return out
-
-
 def output_folder(args, default: Path) -> Path:
     """Where a run writes: a named ``--out`` that holds files is refused (one line, exit 2) unless ``--overwrite``;
     without ``--out``, ``default`` or the next free ``default-2``, ``default-3``, ... (never an earlier run)."""
@@ -98,12 +87,16 @@ def output_folder(args, default: Path) -> Path:
 
 def fresh_folder(default: Path) -> Path:
     """``default`` if absent or empty, else ``default-2``, ``default-3``, ...: an unnamed output never overwrites
-    an earlier run."""
+    an earlier run, nor one another process writes now (claimed for the command, :func:`~mmpos._atomic.claim_output`)."""
     candidate, index = default, 1
-    while candidate.exists() and any(candidate.iterdir()):
+    while True:
+        if not (candidate.exists() and any(candidate.iterdir())):
+            try:
+                return claim_output(candidate)  # another mmpos choosing the same free folder now: the next one
+            except ConcurrentWriteError:
+                pass
         index += 1
         candidate = default.with_name(f"{default.name}-{index}")
-    return candidate
 
 
 def report_written(paths, out: Path) -> None:

@@ -24,7 +24,6 @@ from mmpos.integrations.diffusers.installer import EDIT, ProcessorInstaller
 from mmpos.integrations.diffusers.parallelism import is_parallel
 
 from .families import edit_attention_for
-from .processor import FamilyEditAttnProcessor
 from .segments import TokenSegments, segments_from_ids  # noqa: F401  (re-exported: the names' old home)
 
 
@@ -33,8 +32,8 @@ class EditContext:
     """State shared by the pre-forward hook and the per-layer processors of one edit.
 
     ``rules`` maps a layer index (0..18 double blocks, then single blocks, the FreeFlux/LooseRoPE convention) to
-    a rule object with ``is_active(context) -> bool`` and ``attend(attn, hidden_states, encoder_hidden_states,
-    attention_mask, image_rotary_emb, context)``. ``rewriters`` are called by the hook with ``(context,
+    a rule object with ``is_active(context) -> bool`` and ``attend_call(call, context)`` (``call``: the family
+    adapter's :class:`~mmpos.pipelines.edits.families.LayerCall` of one layer call; it returns the layer's output). ``rewriters`` are called by the hook with ``(context,
     kwargs)`` and return the transformer kwargs to use (id transplant, reference latents).
     """
 
@@ -45,6 +44,8 @@ class EditContext:
     sigma: Optional[float] = None
     segments: Optional[TokenSegments] = None
     img_ids: Optional[torch.Tensor] = None  # the ids of this forward, after rewriting (FLUX.1, FLUX.2)
+    inputs: dict = field(default_factory=dict)  # this forward's keyword inputs, after rewriting
+    adapter: Optional[object] = None  # the family's edit adapter (mmpos.pipelines.edits.families)
     layout: Optional[object] = None  # per-layer-kind segments where they differ (Z-Image)
     group_size: Optional[int] = None  # batch elements per [reference, target, ...] group (batched CFG)
     enabled: bool = True
@@ -212,10 +213,7 @@ class EditSession:
 
     def processor(self, contexts: EditCalls, index: int, slot):
         """Layer ``index``'s edit processor, reading its context from ``contexts`` (per thread)."""
-        cls = self.adapter.processor_class(slot)
-        if issubclass(cls, FamilyEditAttnProcessor):
-            return cls(contexts, index, slot, self.adapter)
-        return cls(contexts, index, slot)
+        return self.adapter.processor_class(slot)(contexts, index, slot, self.adapter)
 
     def check_layers(self, num_layers: int) -> None:
         for index in self.context.rules:
@@ -236,6 +234,7 @@ class EditSession:
             raise TypeError("EditSession's rewriters expect the transformer to be called with keyword arguments")
         for rewrite in context.rewriters:
             kwargs = rewrite(context, kwargs)
+        context.inputs, context.adapter = kwargs, self.adapter
         self.adapter.observe(context, module, args, kwargs)
         for rule in {id(r): r for r in context.rules.values()}.values():  # each rule once, not once per layer
             prepare: Optional[Callable] = getattr(rule, "prepare", None)

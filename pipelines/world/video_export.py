@@ -27,7 +27,7 @@ SCHEDULER_SHIFT = 1.0
 def stage_summary(run: Path, window: int = 100) -> dict:
     """What a finished stage's newest checkpoint (or ``state.pt`` of the earlier layout) records: recipe, steps,
     CPU minutes, loss curve (means of ``window`` steps) and final loss (mean of the last ``window``)."""
-    from mmpos.training.world.video_training import read_stage_state
+    from mmpos.training.tasks.world_video import read_stage_state
 
     state = read_stage_state(run)
     if state is None:

@@ -5,6 +5,7 @@ import json
 
 import bench_edit  # benchmarks/ is on the test path (pyproject)
 import edit_cases
+import timing
 import torch
 
 
@@ -53,7 +54,7 @@ def test_family_cases_off_is_stock_and_on_edits():
         row
         for family in ("flux2", "qwen")
         for row in family_edit_cases.family_rows(
-            family, (8, 16, 1, 1, 1, 32), torch.float32, torch.device("cpu"), 1, bench_edit._timed
+            family, (8, 16, 1, 1, 1, 32), torch.float32, torch.device("cpu"), 1, timing.timed
         )
     ]
     assert [r["case"].split(" (")[0] for r in rows] == ["pe transplant", "looserope"] * 2

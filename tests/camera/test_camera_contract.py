@@ -1,7 +1,6 @@
 """The camera-encoding contract: one ``Cameras`` value (validated at construction, converters from the forms
-users have), ``prepare(cameras)`` / ``attention(q, k, v, geometry)`` for every camera encoding, the old
-signatures bit-identical to the contract in fp64 (with a DeprecationWarning), and consumers that take their
-kinds from the registry."""
+users have), ``prepare(cameras)`` / ``attention(q, k, v, geometry)`` for every camera encoding (anything but one ``Cameras``
+refused by name), and consumers that take their kinds from the registry."""
 
 import warnings
 
@@ -55,12 +54,6 @@ def qkv(head_dim, seed=1):
     return [torch.randn(B, 2, C * P, head_dim, generator=g, dtype=F64) for _ in range(3)]
 
 
-def old(call, *args, **kwargs):
-    """An old-signature call: it warns (DeprecationWarning) and returns what it returned before."""
-    with pytest.warns(DeprecationWarning, match="deprecated"):
-        return call(*args, **kwargs)
-
-
 def assert_same_geometry(a, b):
     for name in vars(a):
         x, y = getattr(a, name), getattr(b, name)
@@ -72,83 +65,63 @@ def assert_same_geometry(a, b):
             assert x == y, name
 
 
-# --- old signature == new contract, bit for bit in fp64 ---------------------------------------------------------
-@pytest.mark.parametrize("gta", [False, True])
-def test_prope_old_signature_equals_the_contract(gta):
-    c2w, k_mat = random_c2w(0), random_k(1)
-    w2c = invert_pose(c2w)
-    pe = PRoPE(16, gta=gta)
-    q, k, v = qkv(16)
-    before = old(pe.prepare, w2c, GRID, None if gta else k_mat, None if gta else IMAGE)
-    now = pe.prepare(Cameras(w2c=w2c, grid=GRID, image_size=IMAGE, intrinsics=k_mat))
-    assert_same_geometry(before, now)
-    assert torch.equal(pe.attention(q, k, v, before), pe.attention(q, k, v, now))
-    from_c2w = pe.prepare(Cameras(c2w=c2w, grid=GRID, image_size=IMAGE, intrinsics=k_mat))  # w2c derived
-    assert torch.equal(
-        pe.attention(q, k, v, old(pe.prepare, invert_pose(c2w), GRID, None if gta else k_mat, None if gta else IMAGE)),
-        pe.attention(q, k, v, from_c2w),
-    )
+# --- prepare(cameras) ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["prope", "ucpe", "rayrope", "plucker"])
+def test_prepare_takes_one_cameras_value_and_names_anything_else(name):
+    pe = mmpos.pe_class(name).for_head_dim(24)
+    with pytest.raises(TypeError, match=r"prepare takes one mmpos.camera.Cameras, got Tensor"):
+        pe.prepare(random_c2w(0))
+    with pytest.raises(TypeError):
+        pe.prepare(random_c2w(0), GRID)  # the old per-encoding tensor signatures are gone
 
 
-def test_ucpe_old_signature_equals_the_contract():
+def test_ucpe_adapter_prepares_its_encodings_geometry_with_the_mask():
     c2w, (rays, valid) = random_c2w(2), fisheye_rays()
     assert not valid.all()  # some tokens are masked: the mask travels through Cameras
-    pe = UCPE(16)
-    q, k, v = qkv(16)
-    before = old(pe.prepare, c2w, rays, GRID, valid)
-    now = pe.prepare(Cameras(c2w=c2w, grid=GRID, rays=rays, valid=valid))
-    assert_same_geometry(before, now)
-    assert torch.equal(pe.attention(q, k, v, before), pe.attention(q, k, v, now))
+    cameras = Cameras(c2w=c2w, grid=GRID, rays=rays, valid=valid)
     adapter = UCPEAdapter(32, num_heads=2, head_dim=16).double()
-    assert_same_geometry(
-        old(adapter.prepare, c2w, rays, GRID, valid),
-        adapter.prepare(Cameras(c2w=c2w, grid=GRID, rays=rays, valid=valid)),
-    )
+    assert_same_geometry(adapter.prepare(cameras), UCPE(16).double().prepare(cameras))
 
 
 @pytest.mark.parametrize("num_rays", [1, 3])
-def test_rayrope_old_signature_equals_the_contract(num_rays):
+def test_rayrope_known_depths_come_in_cameras(num_rays):
     c2w, k_mat = random_c2w(3), random_k(4)
     head_dim = 2 * (3 + 3 * num_rays) * 2
     pe = RayRoPE(head_dim, num_rays=num_rays)
     q, k, v = qkv(head_dim)
     raw = torch.randn(B, C * P, 2, generator=torch.Generator().manual_seed(5), dtype=F64) * 0.5
-    before = old(pe.prepare, invert_pose(c2w), k_mat, IMAGE, GRID)
     now = pe.prepare(Cameras(c2w=c2w, grid=GRID, image_size=IMAGE, intrinsics=k_mat))
-    assert_same_geometry(before, now)
-    assert torch.equal(pe.attention(q, k, v, before, depth_q=raw), pe.attention(q, k, v, now, depth_q=raw))
     # known depth of the first two views (RGB-D): Cameras.depth == known_depth_q of the sampled maps
     maps = 1 + torch.rand(B, 2, *IMAGE, generator=torch.Generator().manual_seed(6), dtype=F64)
     known = sample_ray_depths(maps, GRID, num_rays)
     with_depth = pe.prepare(Cameras(c2w=c2w, grid=GRID, image_size=IMAGE, intrinsics=k_mat, depth=maps))
-    expected = pe.attention(q, k, v, before, depth_q=raw, known_depth_q=known)
+    expected = pe.attention(q, k, v, now, depth_q=raw, known_depth_q=known)
     assert torch.equal(pe.attention(q, k, v, with_depth, depth_q=raw), expected)
     assert (expected - pe.attention(q, k, v, now, depth_q=raw)).abs().max() > 1e-6  # the depth matters
 
 
-def test_plucker_old_signatures_equal_the_contract():
+def test_plucker_embeds_and_maps_the_rays():
     c2w = random_c2w(7)
     rays, _ = ray_grid(Pinhole(40, 40, 32, 24, 64, 48), GRID, dtype=F64)
     cameras = Cameras(c2w=c2w, grid=GRID, rays=rays)
     pe = PluckerRays(16, zero_init=False).double()
     geometry = pe.prepare(cameras)
-    assert torch.equal(old(PluckerRays.embed, c2w, rays), geometry)
-    assert torch.equal(old(PluckerRays.maps, c2w, rays, GRID), PluckerRays.maps(cameras))
+    assert torch.equal(geometry, plucker_rays(c2w[:, :, None], rays[None, None, None]).flatten(1, 3))
+    maps = PluckerRays.maps(cameras)  # [B, C, 6, rows, cols]
+    assert torch.equal(maps, geometry.unflatten(1, (C, *GRID)).permute(0, 1, 4, 2, 3))
     x = torch.randn(B, C * P, 16, dtype=F64)
-    assert torch.equal(old(pe, x, c2w, rays), pe.embed_tokens(x, geometry))
     assert torch.equal(pe(x, geometry), x + pe.proj(geometry))
     q, k, v = qkv(8)
     assert torch.equal(pe.attention(q, k, v, geometry), F.scaled_dot_product_attention(q, k, v))
     assert PluckerRays.for_head_dim(8).proj is None and not PluckerRays.for_head_dim(8).capabilities.learnable
 
 
-def test_plucker_old_maps_takes_its_order_positionally_and_maps_without_rays_names_them():
+def test_plucker_maps_take_the_order_and_name_missing_rays():
     c2w = random_c2w(8)
     rays, _ = ray_grid(Pinhole(40, 40, 32, 24, 64, 48), GRID, dtype=F64)
-    by_keyword = old(PluckerRays.maps, c2w, rays, GRID, order="direction_moment")
-    assert torch.equal(old(PluckerRays.maps, c2w, rays, GRID, "direction_moment"), by_keyword)  # was a TypeError
-    moment_first = old(PluckerRays.maps, c2w, rays, GRID)
-    assert torch.equal(by_keyword, moment_first[:, :, [3, 4, 5, 0, 1, 2]])
+    cameras = Cameras(c2w=c2w, grid=GRID, rays=rays)
+    direction_first = PluckerRays.maps(cameras, order="direction_moment")
+    assert torch.equal(direction_first, PluckerRays.maps(cameras)[:, :, [3, 4, 5, 0, 1, 2]])
     with pytest.raises(ValueError, match="cameras.rays"):  # was an AttributeError on None
         PluckerRays.maps(Cameras(c2w=c2w, grid=GRID))
 
@@ -289,7 +262,10 @@ def test_nvs_model_geometry_is_the_old_one_bit_for_bit():
     )
     prope = NovelViewTransformer("prope", size, patch, dim=32, depth=1, heads=2)
     assert_same_geometry(
-        prope.geometry(batch), old(prope.pe.prepare, invert_pose(c2w.float()), (4, 4), k_mat.float(), (size, size))
+        prope.geometry(batch),
+        prope.pe.prepare(
+            Cameras(w2c=invert_pose(c2w.float()), grid=(4, 4), intrinsics=k_mat.float(), image_size=(size, size))
+        ),
     )
     plucker = NovelViewTransformer("plucker", size, patch, dim=32, depth=1, heads=2)
     rays = plucker_rays(c2w[:, :, None], batch["pixel_rays"][:, :, None]).float()  # the model's former formula
@@ -300,21 +276,3 @@ def test_nvs_model_geometry_is_the_old_one_bit_for_bit():
     ray = NovelViewTransformer("rayrope", size, patch, dim=48, depth=1, heads=2)
     assert isinstance(ray.blocks[0].attn.depth, RayDepthHead) and prope.blocks[0].attn.depth is None
     assert torch.isfinite(ray(batch)).all()
-
-
-@pytest.mark.parametrize(
-    "old_module, name, new_module",
-    [
-        ("mmpos.integrations.diffusers.video_cameras", "video_cameras", "mmpos.camera.video"),
-        ("mmpos.integrations.diffusers.video_cameras", "CameraPath", "mmpos.camera.video"),
-        ("mmpos.viz.cameras", "frustum_lines", "mmpos.camera.frusta"),
-        ("mmpos.viz.cameras", "resolve_trajectory", "mmpos.camera.specs"),
-        ("mmpos.viz.cameras", "frame_camera", "mmpos.camera.specs"),
-    ],
-)
-def test_moved_geometry_keeps_its_old_path_for_one_release(old_module, name, new_module):
-    from importlib import import_module
-
-    with pytest.warns(DeprecationWarning, match=f"{old_module}.{name} moved to {new_module}.{name}"):
-        moved = getattr(import_module(old_module), name)
-    assert moved is getattr(import_module(new_module), name) is getattr(mmpos.camera, name)

@@ -1,7 +1,6 @@
 """Each camera encoding against an independent fp64 implementation of its reference formula, the sign of the
 2D-RoPE / ray rotations included (q, k, v by -theta, output by +theta; ``tests/fixtures/camera_reference.py``), on random
-cameras, through the contract (``pe.prepare(cameras)``; the old signatures equal it bit for bit:
-``tests/camera/test_camera_contract.py``)."""
+cameras, through the contract (``pe.prepare(cameras)``)."""
 
 import pytest
 import torch

@@ -57,7 +57,7 @@ def test_every_subcommand_help_states_its_defaults():
     import argparse
 
     from mmpos.cli import build_parser
-    from mmpos.pipelines.video_cli import build_parser as video_parser
+    from mmpos.pipelines.commands.generate import video_parser
     from mmpos.training.vit_cli import eval_parser, train_parser
 
     parsers = [

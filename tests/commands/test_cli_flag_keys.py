@@ -55,6 +55,7 @@ EDIT_OPTIONS = {
         "prompt": ("prompts", ["a green square"]),
         "height": ("sampler.height", ["48", "64"]),
         "width": ("sampler.width", ["48", "64"]),
+        "dype_shift": ("extrapolate.shift", ["comfyui", "off"]),
     },
 }
 # options that name inputs or outputs of a run, not config keys
@@ -138,7 +139,7 @@ def test_every_vit_option_is_covered():
 @pytest.fixture()
 def recorded_vit_config(monkeypatch, tmp_path):
     """``resolve(argv)``: the config ``mmpos train vit ARGV`` hands the trainer (the trainer is not run)."""
-    import mmpos.training.vit_train as vit_train
+    import mmpos.training.tasks.vit as vit_train
 
     seen = []
     monkeypatch.setattr(vit_train, "train_vit", lambda config, *a, **k: seen.append(config) or {"eval": []})

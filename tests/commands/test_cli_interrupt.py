@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mmpos.training.interrupt import EXIT_CODE
+from mmpos.training.scaffold.interrupt import EXIT_CODE
 
 RUN = """
 import os, signal, sys, time

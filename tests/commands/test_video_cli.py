@@ -8,7 +8,7 @@ import pytest
 from mmpos.cli import main
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 from mmpos.models.tiny_wan import tiny_wan_transformer
-from mmpos.pipelines.video_cli import extrapolation_policies, riflex_k
+from mmpos.pipelines.commands.generate.video import extrapolation_policies, riflex_k
 
 SMALL = ["--model", "tiny", "--frames", "9", "--height", "32", "--width", "48", "--steps", "2"]
 
@@ -148,7 +148,7 @@ def test_riflex_repeat_sets_n_from_the_observed_repeat(tmp_path, capsys):
 
 
 def test_extrapolation_policies_per_axis():
-    from mmpos.pipelines.video_cli import SPATIAL
+    from mmpos.pipelines.commands.generate.video import SPATIAL
     from mmpos.spectrum.extrapolation import make_policy
     from mmpos.spectrum.schedule import PRESETS
 
@@ -172,7 +172,7 @@ def test_extrapolation_policies_per_axis():
 def test_frames_as_a_multiple_of_the_trained_length(frames, train, expected):
     import argparse
 
-    from mmpos.pipelines.video_cli import _frame_count
+    from mmpos.pipelines.commands.generate.video import _frame_count
 
     assert _frame_count(frames, train or 17, True, argparse.ArgumentParser()) == expected
 

@@ -10,7 +10,7 @@ import pytest
 from mmpos.cli import main
 from mmpos.pipelines.report import error_map
 from mmpos.pipelines.world.demo import run_world_demo
-from mmpos.training.world.training import train
+from mmpos.training.tasks.world_image import train
 from tests.models.test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
 

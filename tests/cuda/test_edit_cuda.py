@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,6 +29,8 @@ from mmpos.pipelines import (
 )
 from mmpos.pipelines.edits.band.rule import SharedBandAttention
 from mmpos.pipelines.edits.context import EditContext, segments_from_ids
+from mmpos.pipelines.edits.families import edit_attention
+from mmpos.pipelines.edits.families.flux import flux_layer_call
 from mmpos.pipelines.edits.loose.rule import LooseRoPERule
 from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image
 
@@ -129,10 +132,12 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     hidden = torch.randn(3, text_len + side * side, 256, dtype=torch.float64)
     rule = SharedBandAttention(BandConfig(), AXES)
     rotary64 = tuple(t.double() for t in pos_embed(ids))
-    reference = rule.attend(attn, hidden, None, rotary64, context)
+    reference = rule.attend_call(flux_layer_call(attn, hidden, None, rotary64, context.segments), context)
     attn_dev = _attention_module(double=False).to(device, torch.bfloat16)
     rotary_dev = tuple(t.to(device) for t in pos_embed(ids.float().to(device)))
-    edited = rule.attend(attn_dev, hidden.to(device, torch.bfloat16), None, rotary_dev, context)
+    edited = rule.attend_call(
+        flux_layer_call(attn_dev, hidden.to(device, torch.bfloat16), None, rotary_dev, context.segments), context
+    )
     stock_ref = FluxAttnProcessor()(attn, hidden, None, None, rotary64)
     stock_dev = FluxAttnProcessor()(attn_dev, hidden.to(device, torch.bfloat16), None, None, rotary_dev)
     rows.append(
@@ -156,10 +161,13 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     rot = lambda x, table: apply_rotary_emb(x, table, sequence_dim=1)  # noqa: E731
     rotary64 = tuple(t.double() for t in pos_embed(full_ids))
     logits = torch.einsum("bqhd,bkhd->bhqk", rot(q, rotary64), rot(k, rotary64))
-    rule = LooseRoPERule(config, lambda i: pos_embed(i), saliency, mask)
+    rule = LooseRoPERule(config, saliency, mask)
     context = EditContext(step=0, num_steps=28)
     context.segments, context.img_ids = segments_from_ids(text_len, img_ids), img_ids
-    maps = rule.maps_for(context.segments)
+    context.inputs = {"img_ids": img_ids, "txt_ids": torch.zeros(text_len, 3)}
+    context.adapter = edit_attention("flux")
+    assert rule.is_active(context)
+    maps = rule.maps
     shrink, factor = config.factors(0)
     ctx = slice(text_len + side * side, None)
     pasted = maps.context_region.flatten()
@@ -176,14 +184,17 @@ def precision_checks(device) -> list[tuple[str, float, float]]:
     expected = torch.einsum("bhqk,bkhd->bqhd", (logits / math.sqrt(128)).softmax(-1), v).flatten(2)
     reference = attn.to_out[0](expected[:, text_len:])
     attn_dev = _attention_module(double=True).to(device, torch.bfloat16)
-    rule_dev = LooseRoPERule(config, pos_embed, saliency, mask)
+    rule_dev = LooseRoPERule(config, saliency, mask)
     context_dev = EditContext(step=0, num_steps=28)
     context_dev.segments, context_dev.img_ids = context.segments, img_ids.to(device)
-    rule_dev.prepare(context_dev, None)
+    context_dev.inputs = {"img_ids": img_ids.to(device), "txt_ids": torch.zeros(text_len, 3, device=device)}
+    context_dev.adapter = edit_attention("flux")
+    rule_dev.prepare(context_dev, SimpleNamespace(pos_embed=pos_embed))
     rotary_dev = tuple(t.to(device) for t in pos_embed(full_ids.to(device)))
-    edited = rule_dev.attend(
-        attn_dev, hidden.to(device, torch.bfloat16), text.to(device, torch.bfloat16), rotary_dev, context_dev
+    call = flux_layer_call(
+        attn_dev, hidden.to(device, torch.bfloat16), text.to(device, torch.bfloat16), rotary_dev, context_dev.segments
     )
+    edited = rule_dev.attend_call(call, context_dev)
     stock_ref = FluxAttnProcessor()(attn, hidden, text, None, rotary64)
     stock_dev = FluxAttnProcessor()(
         attn_dev, hidden.to(device, torch.bfloat16), text.to(device, torch.bfloat16), None, rotary_dev

@@ -5,7 +5,7 @@ named in ``tests/workers/cp_patches.py``):
 
 - a tiny fp64 Flux with ``set_pe("native", extrapolation=model_extrapolation(...))`` under ``enable_parallelism``
   (Ulysses and ring, even and uneven sequence lengths) gives the one-process output (``cp_flux_worker.py``);
-- tiny fp32 Wan, Flux, FLUX.2, Qwen-Image and LTX-Video models (native, ``rope_axial``, ``rope_mixed``, extrapolation
+- tiny fp32 Wan, ChronoEdit, Flux, FLUX.2, Qwen-Image and LTX-Video models (native, ``rope_axial``, ``rope_mixed``, extrapolation
   presets) give the one-process output, and every table and coordinate tensor a rank's seam caches has at most that
   rank's rows (``cp_tables_worker.py``); what diffusers cannot shard (Qwen-Image's ring attention with a padded text
   mask, LTX's text mask and per-token timesteps) is refused by name.
@@ -82,6 +82,12 @@ TABLE_CASES = {
         ["wan", "rope_axial", "ring", [2, 8, 8], "ntk"],
     ],
     "flux": [["flux", "native", "ring", [4, 4, 8], None], ["flux", "rope_mixed", "ulysses", [5, 5, 7], None]],
+    # ChronoEdit: Wan's plan and seam; its two-frame input at times 0 and 7 (latents (frames, height, width))
+    "chronoedit": [
+        ["chronoedit", "native", "ulysses", [2, 8, 8], None],
+        ["chronoedit", "rope_axial", "ring", [2, 6, 10], "dype"],
+        ["chronoedit", "rope_mixed", "ulysses", [3, 8, 8], None],
+    ],
     "camera": [
         ["wan+plucker", "native", "ulysses", [2, 8, 8], None],
         ["wan+plucker", "rope_mixed", "ring", [1, 6, 10], None],

@@ -49,7 +49,7 @@ def family(request):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
     case = CASES[family]
-    model = case.model().to(dtype)
+    model = case.to(case.model(), dtype)
     inputs = cast(case.inputs(*case.grid), dtype, case)
     stock = run(model, inputs)
     set_pe(model, "native")
@@ -57,16 +57,6 @@ def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
     restore(model)
     assert torch.equal(run(model, inputs), stock)
     assert getattr(model, "_mmpos_installed") is None
-
-
-def test_native_follows_a_dtype_move_after_set_pe(family):
-    """``set_pe`` on the float32 model, then ``.to(torch.bfloat16)``: the stock model moved alike, bit for bit."""
-    case = CASES[family]
-    stock_model, model = case.model().to(torch.bfloat16), case.model()
-    set_pe(model, "native")
-    model.to(torch.bfloat16)
-    inputs = cast(case.inputs(*case.grid), torch.bfloat16, case)
-    assert torch.equal(run(model, inputs), run(stock_model, inputs))
 
 
 def test_save_and_load_with_set_pe_installed_is_the_stock_checkpoint(family, tmp_path):
@@ -86,6 +76,46 @@ def test_save_and_load_with_set_pe_installed_is_the_stock_checkpoint(family, tmp
     assert torch.equal(run(loaded, inputs), stock)
 
 
+def test_native_follows_a_dtype_move_after_set_pe(family):
+    """``model.to(bfloat16)`` after ``set_pe``: the seam's tables follow the cast as the stock module's would, and
+    ``restore`` gives the stock model cast the same way (its position module follows the cast it missed)."""
+    case = CASES[family]
+    stock, model = case.to(case.model(), torch.bfloat16), case.model()
+    set_pe(model, "native")
+    case.to(model, torch.bfloat16)
+    inputs = cast(case.inputs(*case.grid), torch.bfloat16, case)
+    expected = run(stock, inputs)
+    assert torch.equal(run(model, inputs), expected)
+    restore(model)
+    assert torch.equal(run(model, inputs), expected)
+
+
+def test_save_and_load_with_set_pe_give_the_stock_checkpoint(family, tmp_path):
+    """``save_pretrained`` with ``set_pe`` (DyPE) installed writes the stock checkpoint (the same tensors, no mmpos
+    key); it loads into the stock class, which computes the stock output."""
+    from safetensors.torch import load_file
+
+    case = CASES[family]
+    model = case.model()
+    inputs = case.inputs(*case.grid)
+    stock = run(model, inputs)
+    expected = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    set_pe(model, "native", extrapolation=case.dype(model))
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "diffusion_pytorch_model.safetensors")
+    assert sorted(saved) == sorted(expected)
+    assert all(torch.equal(saved[name], expected[name]) for name in expected)
+    loaded = type(model).from_pretrained(tmp_path).eval()
+    assert torch.equal(run(loaded, inputs), stock)
+
+
+def test_the_family_pipelines_exist_in_diffusers(family):
+    import diffusers
+
+    missing = [name for name in get_family(family).pipelines if not hasattr(diffusers, name)]
+    assert missing == []
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_each_preset_at_the_training_grid_is_stock(family, preset):
     case = CASES[family]
@@ -102,7 +132,7 @@ def test_dype_at_twice_the_grid_follows_the_step(family):
     rows, cols = case.grid
     big = {sigma: case.inputs(2 * rows, 2 * cols, sigma=sigma) for sigma in (1.0, 0.5)}
     stock = {sigma: run(model, inputs) for sigma, inputs in big.items()}
-    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    set_pe(model, "native", extrapolation=case.dype(model))
     seam = position_module(model)
     outs = {sigma: run(model, inputs) for sigma, inputs in big.items()}
     for sigma, out in outs.items():
@@ -129,7 +159,7 @@ def test_the_seam_runs_as_often_as_the_stock_position_module(family):
     run(model, case.inputs(*case.grid))
     run(model, case.inputs(*case.grid))
     seam = position_module(model)
-    if calls:  # as often as the stock module (Helios: four tables a forward, chunk and history)
+    if calls:  # as often as the stock module (Helios, FramePack: four tables a forward, one per token group)
         assert seam.forwards == 2 * len(calls)
     else:
         assert 2 <= seam.forwards <= 4
@@ -191,11 +221,56 @@ def test_native_compiles_without_graph_breaks_where_stock_does(family):
         assert torch.equal(output(compiled(**inputs, return_dict=False)), eager)
 
 
+def test_every_rotary_transformer_of_diffusers_is_registered_or_excluded():
+    """The installed diffusers' rotary transformer classes (``families.coverage``'s criterion), enumerated now: each
+    is covered by a registered family or named in ``EXCLUDED``, never both; no stale exclusion; one per line, sorted."""
+    from mmpos.integrations.diffusers.families.coverage import (
+        EXCLUDED,
+        registered_class_names,
+        rotary_transformer_classes,
+    )
+
+    classes = rotary_transformer_classes()
+    registered = registered_class_names()
+    print(f"{len(classes)} rotary transformer classes in diffusers:", ", ".join(classes))
+    print(f"{sum(name in registered for name in classes)} registered, {len(EXCLUDED)} excluded")
+    assert [name for name in classes if name not in registered and name not in EXCLUDED] == []
+    assert [name for name in EXCLUDED if name in registered] == []
+    assert [name for name in EXCLUDED if name not in classes] == []  # stale: diffusers renamed or removed it
+    assert list(EXCLUDED) == sorted(EXCLUDED) and all(reason.strip() for reason in EXCLUDED.values())
+    assert [name for name in registered if name not in classes] == []  # every family's classes are rotary ones
+
+
+def test_the_rotary_criterion_tells_rotary_modules_from_the_others():
+    """Rotary: Flux's (imports its rope), SANA-Video's (``WanRotaryPosEmbed``), Mochi's (learned ``pos_frequencies``
+    under ``rope``); not rotary: SD3 and PixArt (sincos), the protein model whose source only says "proper"."""
+    from mmpos.integrations.diffusers.families.coverage import rotary_transformer_classes
+
+    classes = rotary_transformer_classes()
+    assert {"FluxTransformer2DModel", "SanaVideoTransformer3DModel", "MochiTransformer3DModel"} <= set(classes)
+    assert not {"SD3Transformer2DModel", "PixArtTransformer2DModel", "RFD4ProteinaTransformer"} & set(classes)
+
+
+def test_the_docs_list_the_exclusions():
+    from pathlib import Path
+
+    from mmpos.integrations.diffusers.families.coverage import exclusions_table
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "adding_a_family.md").read_text()
+    table = page.split("<!-- exclusions-table:start -->\n", 1)[1].split("\n<!-- exclusions-table:end -->", 1)[0]
+    assert table == exclusions_table()  # regenerate: python -m mmpos.integrations.diffusers.families
+
+
 def test_the_readme_table_lists_the_registered_families():
+    """The README table is the registry's, with the forward-time column of the committed benchmark rows."""
+    import json
     from pathlib import Path
 
     from mmpos.integrations.diffusers.families import markdown_table
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    root = Path(__file__).resolve().parents[2]
+    timings = json.loads((root / "assets/results/families/bench_families.json").read_text())
+    readme = (root / "README.md").read_text()
     table = readme.split("<!-- families-table:start -->\n", 1)[1].split("\n<!-- families-table:end -->", 1)[0]
-    assert table == markdown_table()  # regenerate: python -m mmpos.integrations.diffusers.families
+    # regenerate: python -m mmpos.integrations.diffusers.families --timings assets/results/families/bench_families.json
+    assert table == markdown_table(timings)

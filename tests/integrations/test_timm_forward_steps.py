@@ -13,7 +13,7 @@ from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
 from timm.models.vision_transformer import VisionTransformer
 
 import mmpos.integrations.timm as mt
-from mmpos.integrations.timm.positions import ForwardStep, PositionalPatchDropout, RecordingPatchDropout
+from mmpos.integrations.timm.positions import ForwardStep, PositionalPatchDropout
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 IMG, PATCH = 32, 8  # a 4x4 patch grid
@@ -88,7 +88,6 @@ def test_a_deep_copy_drops_patches_into_its_own_positions():
     assert ema.patch_drop.positions is ema.mmpos_positions is not model.mmpos_positions
     ema(torch.randn(2, 3, IMG, IMG))
     assert ema.mmpos_positions.keep_indices.shape == (2, 8) and model.mmpos_positions.keep_indices is None
-    assert RecordingPatchDropout is PositionalPatchDropout  # the old name still imports
 
 
 @pytest.mark.parametrize("pe", ["rope_mixed", "ape_learned"])

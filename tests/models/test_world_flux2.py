@@ -13,8 +13,8 @@ from mmpos.models.world.flux2 import flux2_conditioning, flux2_text_ids, flux2_t
 from mmpos.models.world.image import build_vae, load_world_pipeline, world_architecture
 from mmpos.models.world.latents import encode_latents
 from mmpos.pipelines import BandModulationFlux2KleinPipeline, BandModulationFlux2Pipeline
+from mmpos.training.tasks.world_image import train
 from mmpos.training.world.flux2_losses import flux2_flow_matching_inputs
-from mmpos.training.world.training import train
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
 TINY_FLUX2 = dict(

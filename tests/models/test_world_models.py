@@ -22,7 +22,7 @@ from mmpos.models.world.latents import latent_ids, pack, pack_pixel_mask
 from mmpos.models.world.samples import generate, held_out_examples
 from mmpos.models.world.text import WorldTextEncoder
 from mmpos.training.model_cards import card_metadata, split_front_matter
-from mmpos.training.world.training import train
+from mmpos.training.tasks.world_image import train
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
 TINY_TRANSFORMER = dict(

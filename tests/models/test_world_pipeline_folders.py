@@ -100,29 +100,3 @@ def test_an_older_export_still_loads_and_upgrades_to_a_pipeline_folder(tmp_path)
     for name in ("transformer", "vae", "text_encoder", "text_encoder_2"):
         old_state, new_state = getattr(old, name).state_dict(), getattr(new, name).state_dict()
         assert all(torch.equal(old_state[k], new_state[k]) for k in old_state), name
-
-
-def test_a_folder_exported_before_the_world_split_still_loads(tmp_path):
-    """Folders written before the text encoder moved name ``mmpos.world.text`` in ``model_index.json``: mmpos's
-    loaders import that old path (one release, with a DeprecationWarning) and load them; a new export names the new
-    module."""
-    import json
-    import sys
-
-    from mmpos.pipelines.loading import is_world_model, load_pipeline
-
-    root = tmp_path / "old"
-    shutil.copytree(ASSETS / "world-t2i", root / "world-t2i")
-    index = json.loads((root / "world-t2i" / "model_index.json").read_text())
-    assert index["text_encoder"] == ["mmpos.models.world.text", "WorldTextEncoder"]
-    index["text_encoder"] = index["text_encoder_2"] = ["mmpos.world.text", "WorldTextEncoder"]
-    (root / "world-t2i" / "model_index.json").write_text(json.dumps(index))
-    assert is_world_model(root / "world-t2i") and is_world_model(ASSETS / "world-t2i")
-    for load in (lambda: load_world_pipeline("t2i", root), lambda: load_pipeline("generate", root / "world-t2i")):
-        sys.modules.pop("mmpos.world.text", None)
-        with pytest.warns(DeprecationWarning, match="mmpos.world.text moved to mmpos.models.world.text"):
-            pipe = load()
-        assert type(pipe.text_encoder) is WorldTextEncoder and type(pipe.text_encoder_2) is WorldTextEncoder
-    pipe.save_pretrained(tmp_path / "again")
-    again = json.loads((tmp_path / "again" / "model_index.json").read_text())
-    assert again["text_encoder"] == ["mmpos.models.world.text", "WorldTextEncoder"]

@@ -10,6 +10,7 @@ from mmpos.coords import flux_ids
 from mmpos.pipelines import BandConfig, BandModulationFluxPipeline, BandModulationKontextPipeline
 from mmpos.pipelines.edits.band.rule import SharedBandAttention
 from mmpos.pipelines.edits.context import EditContext, segments_from_ids
+from mmpos.pipelines.edits.families.flux import flux_layer_call
 from mmpos.spectrum.bands import band_channel_scales, band_pair_scales
 from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
 
@@ -116,7 +117,7 @@ def test_shared_attention_matches_explicit_math(double):
     attn, rotary, context, hidden, text = _shared_attention_setup(double)
     config = BandConfig(s_hf=(0.2, 0.6), s_lf=(1.1, 1.5))
     rule = SharedBandAttention(config, (4, 4, 8))
-    out = rule.attend(attn, hidden, text, rotary, context)
+    out = rule.attend_call(flux_layer_call(attn, hidden, text, rotary, context.segments), context)
     q, k, v = explicit_qkv(attn, hidden, text)
     q, k = rotate_fp64(q, rotary), rotate_fp64(k, rotary)  # the rule rotates exactly in fp64 (mmpos operator)
     image = slice(3, None)
@@ -143,15 +144,17 @@ def test_shared_attention_matches_explicit_math(double):
 def test_targets_never_attend_to_other_targets():
     attn, rotary, context, hidden, text = _shared_attention_setup(double=False)
     rule = SharedBandAttention(BandConfig(), (4, 4, 8))
-    out = rule.attend(attn, hidden, text, rotary, context)
+    out = rule.attend_call(flux_layer_call(attn, hidden, text, rotary, context.segments), context)
     other = hidden.clone()
     other[2] = torch.randn_like(other[2])
-    changed = rule.attend(attn, other, text, rotary, context)
+    changed = rule.attend_call(flux_layer_call(attn, other, text, rotary, context.segments), context)
     assert torch.equal(out[:2], changed[:2])
     assert not torch.allclose(out[2], changed[2])
     ref_changed = hidden.clone()
     ref_changed[0] += 1
-    assert not torch.allclose(rule.attend(attn, ref_changed, text, rotary, context)[1], out[1])
+    assert not torch.allclose(
+        rule.attend_call(flux_layer_call(attn, ref_changed, text, rotary, context.segments), context)[1], out[1]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -310,8 +313,12 @@ def test_adain_matches_reference_statistics_and_leaves_the_reference_alone():
     torch.testing.assert_close(out.mean(1), ref.mean(1).expand(2, -1, -1))
     torch.testing.assert_close(out.std(1), ref.std(1).expand(2, -1, -1))
     attn, rotary, context, hidden, text = _shared_attention_setup(double=False)
-    plain = SharedBandAttention(BandConfig(), (4, 4, 8)).attend(attn, hidden, text, rotary, context)
-    with_adain = SharedBandAttention(BandConfig(adain_qk=True), (4, 4, 8)).attend(attn, hidden, text, rotary, context)
+    plain = SharedBandAttention(BandConfig(), (4, 4, 8)).attend_call(
+        flux_layer_call(attn, hidden, text, rotary, context.segments), context
+    )
+    with_adain = SharedBandAttention(BandConfig(adain_qk=True), (4, 4, 8)).attend_call(
+        flux_layer_call(attn, hidden, text, rotary, context.segments), context
+    )
     assert torch.equal(plain[0], with_adain[0]) and not torch.allclose(plain[1:], with_adain[1:])
 
 
@@ -322,7 +329,7 @@ def test_attention_probe_records_what_the_rule_attends_with():
     probes = {}
     for adain_qk in (False, True):
         probe = AttentionProbe(SharedBandAttention(BandConfig(adain_qk=adain_qk), (4, 4, 8)), progress=0.0)
-        probe.attend(attn, hidden, text, rotary, context)
+        probe.attend_call(flux_layer_call(attn, hidden, text, rotary, context.segments), context)
         probes[adain_qk] = probe
     plain, matched = probes[False], probes[True]
     assert torch.equal(plain.query[0], matched.query[0])  # the reference is never AdaIN-ed

@@ -22,7 +22,6 @@ from mmpos.integrations.diffusers import set_pe
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 from mmpos.pipelines import (
-    BAND_PIPELINES,
     BandConfig,
     BandModulationFlux2KleinPipeline,
     BandModulationFlux2Pipeline,
@@ -189,12 +188,18 @@ def test_z_image_cfg_batches_are_shared_within_each_half():
     assert not torch.allclose(edited[1:], reference[1:])
 
 
-def test_the_band_pipelines_are_one_dict_by_family():
-    assert BAND_PIPELINES["flux2"] is BandModulationFlux2Pipeline
-    assert BAND_PIPELINES["qwen"] is BandModulationQwenImagePipeline
-    assert BAND_PIPELINES["z_image"] is BandModulationZImagePipeline
-    for family, cls in BAND_PIPELINES.items():
-        assert edit_attention(family).family == family and callable(cls)
+def test_the_band_record_maps_each_stock_pipeline_to_its_band_pipeline():
+    from mmpos.integrations.diffusers.families import family_for_pipeline
+    from mmpos.pipelines.edits import get_edit
+
+    band = get_edit("band")
+    assert band.pipeline_class("Flux2Pipeline") is BandModulationFlux2Pipeline
+    assert band.pipeline_class("QwenImagePipeline") is BandModulationQwenImagePipeline
+    assert band.pipeline_class("ZImagePipeline") is BandModulationZImagePipeline
+    for stock in band.pipelines:  # each a subclass of the stock pipeline it runs on, of a family with an adapter
+        assert stock in [cls.__name__ for cls in band.pipeline_class(stock).__mro__]
+        family = family_for_pipeline(stock)
+        assert family is not None and edit_attention(family.name).family == family.name
 
 
 # ---- the rotation: the family's spectrum at the family's coordinates, scaled by the band law ----------------------

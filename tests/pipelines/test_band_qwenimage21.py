@@ -14,8 +14,8 @@ from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21Fle
 from mmpos.integrations.diffusers import set_pe
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
-from mmpos.pipelines import BAND_PIPELINES, BandConfig, BandModulationQwenImage21Pipeline, EditContext, EditSession
-from mmpos.pipelines.edits.band.pipelines import BAND_PIPELINES_BY_STOCK
+from mmpos.pipelines import BandConfig, BandModulationQwenImage21Pipeline, EditContext, EditSession
+from mmpos.pipelines.edits import get_edit
 from mmpos.pipelines.edits.band.rule import SharedBandAttention
 from mmpos.pipelines.edits.families import edit_attention
 from mmpos.pipelines.edits.families.qwenimage21 import Qwen21LayerCall, prefix_blocks, qwen21_segments
@@ -159,8 +159,7 @@ def test_band_batch_is_checked_before_any_work():
 
 
 def test_registered_by_family_and_by_stock_pipeline():
-    assert BAND_PIPELINES["qwenimage21"] is BandModulationQwenImage21Pipeline
-    assert BAND_PIPELINES_BY_STOCK["QwenImage21Pipeline"] is BandModulationQwenImage21Pipeline
+    assert get_edit("band").pipeline_class("QwenImage21Pipeline") is BandModulationQwenImage21Pipeline
     assert edit_attention("qwenimage21").family == "qwenimage21"
 
 

@@ -34,9 +34,9 @@ class RecordRotation:
     def is_active(self, context):
         return self.rule.is_active(context)
 
-    def attend(self, attn, hidden_states, encoder_hidden_states, rotation, context):
-        self.seen.append((rotation, context.progress, context.img_ids, context.segments))
-        return self.rule.attend(attn, hidden_states, encoder_hidden_states, rotation, context)
+    def attend_call(self, call, context):
+        self.seen.append((call.rotation, context.progress, context.img_ids, context.segments))
+        return self.rule.attend_call(call, context)
 
 
 def _kontext(seed=0):
@@ -144,7 +144,7 @@ def test_loose_tables_come_from_the_set_pe_spectrum():
     collage, mask = image(32, 48), torch.zeros(32, 48, dtype=torch.bool)
     mask[0:32, 0:32] = True
     config = LooseConfig(saliency_blur=0, saliency_boost=1.0, step_range=(0, 5))
-    spy = RecordRotation(LooseRoPERule(config, transformer.pos_embed, UniformSaliency()(collage, mask), mask))
+    spy = RecordRotation(LooseRoPERule(config, UniformSaliency()(collage, mask), mask))
     context = EditContext(rules={0: spy, 1: spy})
     with EditSession(transformer, context, pipe.scheduler):
         _run(pipe, image=collage)

@@ -10,6 +10,7 @@ from mmpos.coords import flux_ids
 from mmpos.pipelines import BandModulationFluxPipeline, BandModulationKontextPipeline, LooseRoPEKontextPipeline
 from mmpos.pipelines.edits.context import EditContext, EditSession
 from mmpos.pipelines.edits.processor import EditAttnProcessor
+from mmpos.pipelines.edits.segments import segments_from_ids
 from tests.fixtures.tiny_models import components, embeddings, image, ip_adapter_embeds, load_tiny_ip_adapter
 
 IP = dict(ip_adapter_image_embeds=ip_adapter_embeds(), negative_ip_adapter_image_embeds=ip_adapter_embeds(seed=5))
@@ -63,14 +64,15 @@ def test_kontext_edits_off_equal_stock_kontext_with_an_ip_adapter(pipeline, off,
 class _StockAttention:
     """A rule that recomputes the joint attention as the stock processor would (to isolate the IP term)."""
 
-    def __init__(self, processor, rotary_emb):
+    def __init__(self, processor, rotary_emb, hidden_states, encoder_hidden_states):
         self.processor, self.rotary_emb = processor, rotary_emb
+        self.inputs = hidden_states, encoder_hidden_states
 
     def is_active(self, context):
         return True
 
-    def attend(self, attn, hidden_states, encoder_hidden_states, rotation, context):
-        return self.processor(attn, hidden_states, encoder_hidden_states, None, self.rotary_emb)
+    def attend_call(self, call, context):
+        return self.processor(call.attn, *self.inputs, None, self.rotary_emb)
 
 
 def test_active_rule_keeps_the_ip_adapter_term():
@@ -83,7 +85,8 @@ def test_active_rule_keeps_the_ip_adapter_term():
     ip_states = [torch.randn(1, 4, 32, generator=generator)]
     rotary_emb = transformer.pos_embed(flux_ids(2, 2, text_length=3))
     expected = ip_processor(attn, hidden, text, None, rotary_emb, ip_hidden_states=ip_states)
-    context = EditContext(rules={0: _StockAttention(FluxAttnProcessor(), rotary_emb)})
+    rule = _StockAttention(FluxAttnProcessor(), rotary_emb, hidden, text)
+    context = EditContext(rules={0: rule}, segments=segments_from_ids(3, flux_ids(2, 2)))  # as the hook sets them
     with EditSession(transformer, context):
         assert isinstance(attn.processor, EditAttnProcessor)
         out = attn(hidden, text, image_rotary_emb=rotary_emb, ip_hidden_states=ip_states)  # FluxAttention filters

@@ -1,6 +1,7 @@
 """LooseRoPE: factor tables, bins, token maps, the concatenated-q/k logit mix, Kontext bit-identity, step tracking."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ from mmpos.coords import flux_ids
 from mmpos.coords.edits import shrink_ids
 from mmpos.pipelines import LooseConfig, LooseRoPEKontextPipeline
 from mmpos.pipelines.edits.context import EditContext, segments_from_ids
+from mmpos.pipelines.edits.families import edit_attention
+from mmpos.pipelines.edits.families.flux import flux_layer_call
 from mmpos.pipelines.edits.loose.rule import LooseRoPERule, per_token, saliency_bins, tanh_ramp, token_maps
 from mmpos.pipelines.edits.loose.saliency import SpectralResidualSaliency, UniformSaliency, make_saliency
 from tests.fixtures.tiny_models import components, embeddings, explicit_qkv, image, softmax_attention
@@ -140,17 +143,18 @@ def test_logit_mix_matches_explicit_attention(double):
     saliency = torch.zeros(48, 48)
     saliency[0:16, 0:16] = 1.0
     config = LooseConfig(saliency_blur=0, saliency_boost=1.0, step_range=(0, 5), mask_dilation=0)
-    rule = LooseRoPERule(config, lambda i: tuple(t.double() for t in pos_embed(i)), saliency, mask)
+    rule = LooseRoPERule(config, saliency, mask)
     context = EditContext(step=0, num_steps=6)
     context.segments = segments_from_ids(text_len, img_ids)
-    context.img_ids = img_ids
+    context.img_ids, context.inputs = img_ids, {"img_ids": img_ids, "txt_ids": torch.zeros(text_len, 3)}
+    context.adapter = edit_attention("flux")
     assert rule.is_active(context)
-    rule.prepare(context, None)
+    rule.prepare(context, SimpleNamespace(pos_embed=lambda i: tuple(t.double() for t in pos_embed(i))))
     hidden = torch.randn(2, 18, 32, dtype=torch.float64)
     text = torch.randn(2, text_len, 32, dtype=torch.float64) if double else None
     if not double:
         hidden = torch.randn(2, text_len + 18, 32, dtype=torch.float64)
-    out = rule.attend(attn, hidden, text, rotary, context)
+    out = rule.attend_call(flux_layer_call(attn, hidden, text, rotary, context.segments), context)
 
     q, k, v = explicit_qkv(attn, hidden, text)
     standard = torch.einsum(

@@ -14,15 +14,12 @@ from diffusers import (
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.integrations.diffusers.families.qwen import qwen_coords
 from mmpos.pipelines.edits.context import EditContext, EditSession
-from mmpos.pipelines.edits.loose.family_rule import POSITIONS, FamilyLooseRule, ForwardInputs, grid_cells
 from mmpos.pipelines.edits.loose.pipelines import (
-    LOOSE_PIPELINES,
-    LOOSE_PIPELINES_BY_STOCK,
     LooseRoPEKleinPipeline,
     LooseRoPEQwenEditPipeline,
     LooseRoPEQwenEditPlusPipeline,
 )
-from mmpos.pipelines.edits.loose.rule import LooseConfig
+from mmpos.pipelines.edits.loose.rule import LooseConfig, LooseRoPERule, grid_cells
 from tests.fixtures.tiny_edit_families import (
     KLEIN_TRANSFORMER,
     klein_prompt_embeds,
@@ -68,10 +65,13 @@ def _qwen_run(pipe, image=None, **extra):
 
 
 def test_registries_map_families_and_stock_classes_to_subclasses():
-    assert issubclass(LOOSE_PIPELINES["flux2"], Flux2KleinPipeline)
-    assert issubclass(LOOSE_PIPELINES["qwen"], QwenImageEditPipeline)
-    for stock, ours in LOOSE_PIPELINES_BY_STOCK.items():
-        assert ours.__mro__[2].__name__ == stock
+    from mmpos.pipelines.edits import get_edit
+
+    loose = get_edit("loose")
+    assert issubclass(loose.pipeline_class("Flux2KleinPipeline"), Flux2KleinPipeline)
+    assert issubclass(loose.pipeline_class("QwenImageEditPipeline"), QwenImageEditPipeline)
+    for stock in ("Flux2KleinPipeline", "QwenImageEditPipeline", "QwenImageEditPlusPipeline"):
+        assert loose.pipeline_class(stock).__mro__[2].__name__ == stock
 
 
 @pytest.mark.parametrize("loose", [{"enabled": False}, {"strength": 0.0}])
@@ -148,17 +148,12 @@ def _flux2_forward(order_seed=None, dtype=torch.float32):
 
 
 def _run_rule(model, scheduler, kwargs, config, record=None):
-    inputs = ForwardInputs()
     saliency = torch.linspace(0, 1, 16 * 16).reshape(16, 16)
-    rule = FamilyLooseRule(config, POSITIONS["flux2"], model, inputs, saliency, _paste(16))
+    rule = LooseRoPERule(config, saliency, _paste(16))
     if record is not None:
         rule = record(rule)
-    handle = model.register_forward_pre_hook(inputs, with_kwargs=True, prepend=True)
-    try:
-        with torch.no_grad(), EditSession(model, EditContext(rules={0: rule, 1: rule}), scheduler):
-            return model(**kwargs)[0]
-    finally:
-        handle.remove()
+    with torch.no_grad(), EditSession(model, EditContext(rules={0: rule, 1: rule}), scheduler):
+        return model(**kwargs)[0]
 
 
 def _tiny_flux2(dtype=torch.float32):
@@ -285,14 +280,14 @@ def test_qwen_edit_plus_collage_is_the_first_condition_image_by_frame_index():
     c = tiny_qwen_image_components(text_encoder=False)
     pipe = LooseRoPEQwenEditPlusPipeline(processor=None, **c)
     layouts = []
-    original = FamilyLooseRule._layout
+    original = LooseRoPERule._layout
 
     def spy(self, context):
         out = original(self, context)
-        layouts.append((out, self.inputs.kwargs["img_shapes"]))
+        layouts.append((out, context.inputs["img_shapes"]))
         return out
 
-    FamilyLooseRule._layout = spy
+    LooseRoPERule._layout = spy
     try:
         for images in ([pil_image(64, 64), pil_image(32, 64, seed=4)], [pil_image(32, 64), pil_image(64, 64, seed=4)]):
             layouts.clear()
@@ -307,4 +302,4 @@ def test_qwen_edit_plus_collage_is_the_first_condition_image_by_frame_index():
             assert torch.equal(collage, torch.nonzero(coords[:, 0] == 1).flatten())
             assert out.maps.context_region.shape == shapes[0][1][1:]
     finally:
-        FamilyLooseRule._layout = original
+        LooseRoPERule._layout = original

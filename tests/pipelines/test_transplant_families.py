@@ -7,7 +7,6 @@ from diffusers import Flux2KleinInpaintPipeline, QwenImageInpaintPipeline
 
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.pipelines.edits.transplant.pipeline_inpaint import (
-    TRANSPLANT_PIPELINES,
     PosBridgeKleinInpaintPipeline,
     PosBridgeQwenInpaintPipeline,
 )
@@ -73,8 +72,11 @@ def _stock_on_canvas(stock, out, args, **extra):
 
 
 def test_registry_maps_families_to_subclasses_of_the_stock_pipelines():
-    assert issubclass(TRANSPLANT_PIPELINES["flux2"], Flux2KleinInpaintPipeline)
-    assert issubclass(TRANSPLANT_PIPELINES["qwen"], QwenImageInpaintPipeline)
+    from mmpos.pipelines.edits import get_edit
+
+    transplant = get_edit("transplant")
+    assert issubclass(transplant.pipeline_class("Flux2KleinInpaintPipeline"), Flux2KleinInpaintPipeline)
+    assert issubclass(transplant.pipeline_class("QwenImageInpaintPipeline"), QwenImageInpaintPipeline)
 
 
 @pytest.mark.parametrize("transplant", [{"enabled": False}, {"tau": 2.0}])

@@ -229,7 +229,7 @@ def test_training_resumes_bit_identically(clips, tmp_path):
     from diffusers import AutoencoderKL
 
     from mmpos.models.world import video as video_model
-    from mmpos.training.world.video_training import VideoRecipe, train_stage
+    from mmpos.training.tasks.world_video import VideoRecipe, train_stage
 
     vae = AutoencoderKL(
         block_out_channels=(8, 8),
@@ -268,7 +268,7 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
     from mmpos.models.world import video as video_model
     from mmpos.pipelines.world import video_demo
     from mmpos.pipelines.world.video_export import export_world_video
-    from mmpos.training.world.video_training import VideoRecipe, train_stage
+    from mmpos.training.tasks.world_video import VideoRecipe, train_stage
 
     monkeypatch.setattr(video_model, "TRANSFORMER_CONFIG", {**video_model.TRANSFORMER_CONFIG, **SMALL})
     runs = tmp_path / "runs"

@@ -25,7 +25,7 @@ from mmpos.pipelines.edits.band.rule import BandConfig
 from mmpos.pipelines.edits.loose.rule import LooseConfig
 from mmpos.pipelines.edits.transplant.canvas import TransplantConfig
 from mmpos.spectrum.extrapolation import RIFLEx, VisionYaRN, YaRN
-from mmpos.training.world.training import check_earlier_run, check_writable_folder
+from mmpos.training.tasks.world_image import check_earlier_run, check_writable_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -137,7 +137,7 @@ def _count(text: str) -> int:
 
 
 def test_novel_view_parameter_counts():
-    from mmpos.training.world.nvs_training import NVSRecipe, build_model
+    from mmpos.training.tasks.nvs import NVSRecipe, build_model
 
     text = " ".join(page("docs/results.md").split())
     sentence = re.search(r"Parameters: (.*?)\. ", text).group(1)

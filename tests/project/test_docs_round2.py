@@ -248,7 +248,7 @@ def test_log_csv_has_each_step_once_after_a_resume(data_dir, tmp_path):
     """A run interrupted after logging updates 5 and 6 but checkpointed at 4 resumes from 4: those updates are logged
     again, and the interrupted run's rows of them are dropped (they were repeated)."""
     from mmpos.training import train_vit
-    from mmpos.training.checkpoints import checkpoints
+    from mmpos.training.scaffold.folders import checkpoints
 
     torch.set_num_threads(1)
     config = _tiny_vit_config(data_dir)
@@ -272,7 +272,7 @@ def test_the_results_table_is_printed_by_rank_0_only(monkeypatch, capsys):
     from mmpos.training import vit_cli
 
     results = {"eval": [dict(height=32, width=32, extrapolation="none", top1=91.0, top5=100.0)]}
-    monkeypatch.setattr("mmpos.training.vit_train.train_vit", lambda *a, **k: results)
+    monkeypatch.setattr("mmpos.training.tasks.vit.train_vit", lambda *a, **k: results)
     parser = vit_cli.train_parser()
     args = parser.parse_args(["--output-dir", "unused", "--set", "data_dir=unused"])
     monkeypatch.setattr(vit_cli, "resolve_train_config", lambda a: {})

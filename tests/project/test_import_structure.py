@@ -5,8 +5,7 @@ camera geometry (``camera``); named encodings (``encodings``); the mini-world as
 edit pairs, datasets); what plugs encodings into models and the models themselves (``integrations``, ``models``,
 including the world's models, ``viz``); training and evaluation (``training``, ``eval``); the application
 (``pipelines``, installed as ``mmpos.pipelines``, with the world's demo and exports, and ``demo``); on top, the
-command tree (``mmpos.pipelines.commands``, the ``mmpos.cli`` console script that aliases it, and the deprecated
-old CLI paths). A module may import its own layer or lower ones, never a higher one, not even lazily (imports of
+command tree (``mmpos.pipelines.commands`` and the ``mmpos.cli`` console script that aliases it). A module may import its own layer or lower ones, never a higher one, not even lazily (imports of
 ``mmpos.pipelines`` count like any other, however they are written); and no two modules import each other, not
 even through function-level imports.
 """
@@ -21,7 +20,6 @@ LAYERS = {
     "_validation": 0,
     "_atomic": 0,
     "_arguments": 0,
-    "_deprecation": 0,
     "_safe_state": 0,
     "_per_thread": 0,
     "_camera_motions": 0,
@@ -46,7 +44,6 @@ LAYERS = {
 # reading its clips, lens augmentation and tiny Wan from `pipelines/`, went with issue 26 item 3)
 STILL_UPWARD: set[tuple[str, str]] = set()
 COMMAND_TREE = "mmpos.pipelines.commands"
-OLD_CLI_PATHS = ("mmpos.pipelines.cli", "mmpos.pipelines.video_cli", "mmpos.pipelines.world_video_cli")  # aliases
 COMMAND_LAYER = 7
 
 
@@ -80,7 +77,7 @@ def imported_names(path: Path, module: str, top_level_only: bool) -> list[str]:
 
 
 def layer_of(module: str) -> int | None:
-    if module == COMMAND_TREE or module.startswith(COMMAND_TREE + ".") or module in OLD_CLI_PATHS:
+    if module == COMMAND_TREE or module.startswith(COMMAND_TREE + "."):
         return COMMAND_LAYER
     parts = module.split(".")
     return LAYERS.get(parts[1] if len(parts) > 1 else "__init__")

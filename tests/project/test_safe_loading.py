@@ -18,7 +18,7 @@ import torch
 
 from mmpos._safe_state import UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors
 from mmpos.training import train_vit
-from mmpos.training.checkpoints import UnreadableCheckpointError, checkpoints
+from mmpos.training.scaffold.folders import UnreadableCheckpointError, checkpoints
 from mmpos.training.vit_cli import eval_main, train_main
 from tests.training.test_train_vit import read_log, tiny_config
 
@@ -256,7 +256,7 @@ def triples():
 
 
 def test_nvs_checkpoints_with_a_payload_are_refused(triples, tmp_path):
-    from mmpos.training.world.nvs_training import NVSRecipe, load_trained, train_nvs
+    from mmpos.training.tasks.nvs import NVSRecipe, load_trained, train_nvs
 
     marker = tmp_path / "marker"
     recipe = NVSRecipe("ucpe", seed=1, steps=2, batch_size=2, warmup=1, dim=48, depth=1)
@@ -313,7 +313,7 @@ def tiny_vae():
 
 def test_world_video_state_with_a_payload_is_refused(clips, tmp_path):
     from mmpos.pipelines.world.video_export import stage_summary
-    from mmpos.training.world.video_training import VideoRecipe, train_stage
+    from mmpos.training.tasks.world_video import VideoRecipe, train_stage
 
     marker = tmp_path / "marker"
     run = tmp_path / "run"
@@ -370,7 +370,7 @@ def test_export_world_video_cli_names_the_tampered_state(tmp_path):
 
 @pytest.mark.parametrize("part, named", [("ema.pt", "ema.pt"), ("optimizer.bin", "train_state-vae")])
 def test_world_trainer_state_with_a_payload_is_refused(tmp_path, part, named):
-    from mmpos.training.world.trainer import WorldTrainer
+    from mmpos.training.tasks.world_image import WorldTrainer
     from tests.training.test_kill_safety import CONFIG
     from tests.training.test_world_training import write_earlier_layout
 

@@ -239,7 +239,7 @@ def test_eval_nvs_negative_steps(capsys, tmp_path):
 
 
 def test_overwrite_through_a_symlinked_run_folder_is_named(tmp_path):
-    from mmpos.training.run_folders import RunExistsError, check_run_folder
+    from mmpos.training.scaffold.folders import RunExistsError, check_run_folder
 
     target = tmp_path / "real"
     target.mkdir()

@@ -16,8 +16,7 @@ import torch
 
 from mmpos._atomic import folder_written_atomically, recover_folder, replace_folder
 from mmpos._validation import NonFiniteLossError
-from mmpos.training.world.trainer import WorldTrainer
-from mmpos.training.world.training import train
+from mmpos.training.tasks.world_image import WorldTrainer, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -41,7 +40,7 @@ CONFIG = dict(
 SAVER = """
 import sys, torch
 torch.set_num_threads(1)
-from mmpos.training.world.trainer import WorldTrainer
+from mmpos.training.tasks.world_image import WorldTrainer
 trainer = WorldTrainer({config}, sys.argv[1], progress=False)
 print("ready", flush=True)
 while True:
@@ -106,7 +105,7 @@ def test_sigkill_while_the_state_is_written_leaves_a_resumable_state(tmp_path):
 
 
 def test_a_writer_failing_mid_write_keeps_the_previous_state(tmp_path, monkeypatch):
-    import mmpos.training.world.trainer as trainer_module
+    import mmpos.training.tasks.world_image as trainer_module
 
     train({**CONFIG, "max_steps": 2, "sample_steps": 1}, tmp_path, progress=False)
     run_dir = tmp_path / "train-vae"

@@ -11,7 +11,7 @@ import torch
 from mmpos.camera import axis_angle_to_matrix, pose_from_rotation_translation
 from mmpos.eval.image_quality import gaussian_window, psnr, ssim
 from mmpos.models.world.nvs import NVS_ENCODINGS, NovelViewTransformer
-from mmpos.training.world.nvs_training import NVSRecipe, train_nvs
+from mmpos.training.tasks.nvs import NVSRecipe, train_nvs
 from mmpos.world.nvs_data import make_camera, make_triples, scene_seeds
 from mmpos.world.scene3d import GROUND_ID, LIGHT, Scene3D, orbit_trajectory, render_view, sample_scene3d
 from mmpos.world.textures import solid_texture

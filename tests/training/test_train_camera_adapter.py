@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import mmpos.training.camera_adapter_task as task_module
+import mmpos.training.tasks.camera_adapter as task_module
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 from mmpos.training import camera_clips
 from tests.fixtures.world_clips import write_world_clips

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mmpos.training import build_vit, load_config, train_vit
-from mmpos.training.checkpoints import RunExistsError, UnreadableCheckpointError, checkpoints
+from mmpos.training.scaffold.folders import RunExistsError, UnreadableCheckpointError, checkpoints
 from mmpos.training.vit_cli import train_main
 from mmpos.training.vit_config import ConfigError
 from mmpos.world.positional import write_positional_folder
@@ -175,7 +175,7 @@ def test_unknown_model_is_refused_before_the_run_folder_is_made(tmp_path, capsys
 
 
 def test_train_only_pe_head_and_no_decay_on_pe(data_dir):
-    from mmpos.training.vit_train import _optimizer_and_scheduler
+    from mmpos.training.tasks.vit import _optimizer_and_scheduler
 
     config = tiny_config(data_dir, train_only="pe,head")
     model = build_vit(config, 4)

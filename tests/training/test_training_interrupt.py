@@ -1,7 +1,7 @@
 """Ctrl-C during training (issue 31, item 3): a run sent SIGINT mid-update writes a checkpoint at the update
 boundary, prints one line with the resume command and exits 130 without a traceback; running that command
 finishes the run with the losses and weights of an uninterrupted one. Both trainers: the scaffold (DiT) and the
-ViT loop (one helper, :mod:`mmpos.training.interrupt`)."""
+ViT loop (one helper, :mod:`mmpos.training.scaffold.interrupt`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mmpos.training.interrupt import resume_command
-from mmpos.training.scaffold_folders import checkpoints
+from mmpos.training.scaffold.folders import checkpoints
+from mmpos.training.scaffold.interrupt import resume_command
 from tests.training.test_training_scaffold import TINY_DIT
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mmpos.training.scaffold_config import (
+from mmpos.training.scaffold.config import (
     ConfigError,
     TrainConfig,
     build_parser,
@@ -24,7 +24,7 @@ from mmpos.training.scaffold_config import (
     parse_config,
     positive,
 )
-from mmpos.training.scaffold_folders import checkpoints
+from mmpos.training.scaffold.folders import checkpoints
 from tests.fixtures.torchrun import rank_records
 from tests.fixtures.torchrun import torchrun as run_workers
 from tests.fixtures.world_clips import write_world_clips
@@ -121,7 +121,7 @@ class Killed(BaseException):
 def test_dit_killed_mid_epoch_resumes_bit_identical(tmp_path, monkeypatch):
     """24 samples / global batch 4: 6 updates per epoch; killed inside update 5 (checkpoint-4 is the last),
     resumed to update 8 (crossing the epoch) with the same weights, EMA, optimizer and losses as a run never killed."""
-    from mmpos.training.dit_task import DiTTask
+    from mmpos.training.tasks.dit import DiTTask
 
     script = load_script("train_dit")
     assert script.main(dit_argv(tmp_path / "straight", 8)) == 0
@@ -173,7 +173,7 @@ def test_resume_refuses_a_mixed_checkpoint_and_a_changed_model(tmp_path, capsys)
 
 
 def test_dit_stops_at_the_first_nan_loss_keeping_the_last_checkpoint(tmp_path, monkeypatch, capsys):
-    from mmpos.training.dit_task import DiTTask
+    from mmpos.training.tasks.dit import DiTTask
 
     calls, original = [], DiTTask.loss
 
@@ -192,7 +192,7 @@ def test_dit_stops_at_the_first_nan_loss_keeping_the_last_checkpoint(tmp_path, m
 
 
 def test_camera_adapter_stops_at_a_nan_loss(tmp_path, monkeypatch, capsys):
-    from mmpos.training.camera_adapter_task import CameraAdapterTask
+    from mmpos.training.tasks.camera_adapter import CameraAdapterTask
 
     data = write_world_clips(tmp_path / "clips", 2)
     original = CameraAdapterTask.loss
@@ -257,8 +257,8 @@ def single_process_weights(result) -> dict:
 
 
 def test_dit_two_processes_equal_one_at_twice_the_batch(tmp_path):
-    from mmpos.training.dit_task import DiTConfig, DiTTask
-    from mmpos.training.scaffold import train
+    from mmpos.training.scaffold.loop import train
+    from mmpos.training.tasks.dit import DiTConfig, DiTTask
 
     ranks = torchrun("dit", dit_argv(tmp_path / "two", 4, 2), tmp_path, 29531)
     config, _ = parse_config(DiTConfig, build_parser(DiTConfig, "t"), dit_argv(tmp_path / "one", 4, 4))
@@ -280,8 +280,8 @@ def test_an_out_folder_the_processes_do_not_share_stops_the_run_at_start(tmp_pat
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("MMPOS_SLOW") != "1", reason="slow: two tiny Wans under torchrun (MMPOS_SLOW=1)")
 def test_camera_adapter_two_processes_equal_one_at_twice_the_batch(tmp_path):
-    from mmpos.training.camera_adapter_task import CameraAdapterConfig, CameraAdapterTask
-    from mmpos.training.scaffold import train
+    from mmpos.training.scaffold.loop import train
+    from mmpos.training.tasks.camera_adapter import CameraAdapterConfig, CameraAdapterTask
 
     data = write_world_clips(tmp_path / "clips", 4)
 
@@ -325,8 +325,8 @@ def test_a_dit_checkpoint_of_the_earlier_script_resumes(tmp_path, ema_file):
     from safetensors.torch import save_model
 
     from mmpos.models import EMA, DiT
-    from mmpos.training.dit_task import DiTConfig, DiTTask
-    from mmpos.training.scaffold import train
+    from mmpos.training.scaffold.loop import train
+    from mmpos.training.tasks.dit import DiTConfig, DiTTask
 
     config, _ = parse_config(DiTConfig, build_parser(DiTConfig, "t"), dit_argv(tmp_path / "old", 2))
     task = DiTTask(config)
@@ -364,19 +364,19 @@ def test_every_trainer_refuses_a_sharded_engine_by_name(monkeypatch, tmp_path, e
     import accelerate
     from accelerate.utils import DistributedType
 
-    from mmpos.training import scaffold, vit_config, vit_train
-    from mmpos.training.dit_task import DiTConfig
-    from mmpos.training.world import ranks
+    from mmpos.training import vit_config
+    from mmpos.training.scaffold import loop, processes
+    from mmpos.training.tasks import vit as vit_train
+    from mmpos.training.tasks.dit import DiTConfig
 
     class ShardingAccelerator:  # what accelerate's state says under `accelerate launch --config_file fsdp2.yaml`
         def __init__(self, **kwargs):
             self.distributed_type = DistributedType[engine]
 
     monkeypatch.setattr(accelerate, "Accelerator", ShardingAccelerator)
-    monkeypatch.setattr(vit_train, "Accelerator", ShardingAccelerator)
-    calls = {
-        "the DiT trainer": lambda: scaffold.make_accelerator(DiTConfig()),
-        "the world trainers": lambda: ranks.make_accelerator(),
+    calls = {  # every trainer's accelerator comes from the one factory, processes.make_accelerator
+        "the DiT trainer": lambda: loop.task_accelerator(DiTConfig()),
+        "the world trainers": lambda: processes.make_accelerator("no", "the world trainers"),
         "the ViT trainer": lambda: vit_train._make_accelerator(dict(mixed_precision="no", grad_accum=1), tmp_path),
     }
     for trainer, call in calls.items():

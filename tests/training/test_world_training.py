@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mmpos.training.scaffold_folders import checkpoints
+from mmpos.training.scaffold.folders import checkpoints
 from tests.fixtures.torchrun import rank_records
 from tests.fixtures.torchrun import torchrun as run_workers
 
@@ -54,7 +54,7 @@ class Stop(Exception):
 
 @pytest.fixture(scope="module")
 def vae_folder(tmp_path_factory):
-    from mmpos.training.world.training import train
+    from mmpos.training.tasks.world_image import train
 
     out = tmp_path_factory.mktemp("vae")
     train({**BASE, "task": "vae", "vae": TINY_VAE, "max_steps": 1}, out, progress=False)
@@ -108,9 +108,9 @@ def test_image_trainer_draws_what_the_recipe_draws(tmp_path, vae_folder, task):
     """A reference loop (the recipe: one generator seeded ``seed``, per step indices, sigmas, noise, caption
     dropout; AdamW, warm-up, clip 1.0) gives the trainer's losses and weights bit for bit."""
     from mmpos.models.world.image import build_text_encoder, build_transformer, vae_scale_factor
+    from mmpos.training.tasks.world_image import DEFAULTS, WorldTrainer
     from mmpos.training.world.checkpoints import DenoiserWithText, load_trained_vae
     from mmpos.training.world.losses import denoiser_loss
-    from mmpos.training.world.trainer import DEFAULTS, WorldTrainer
     from mmpos.training.world.training_data import TrainingData
 
     config = {**DEFAULTS, **image_config(task, vae_folder)}
@@ -148,7 +148,7 @@ def test_image_trainer_draws_what_the_recipe_draws(tmp_path, vae_folder, task):
 # ---------------------------------------------------------------- image models: resume
 @pytest.mark.parametrize("task", ["vae", "t2i"])
 def test_image_trainer_killed_and_resumed_equals_uninterrupted(tmp_path, vae_folder, task):
-    from mmpos.training.world.trainer import WorldTrainer
+    from mmpos.training.tasks.world_image import WorldTrainer
 
     config = image_config(task, vae_folder, max_steps=5)
     whole = WorldTrainer(config, tmp_path / "whole", progress=False)
@@ -192,7 +192,7 @@ def write_earlier_layout(trainer) -> Path:
 
 
 def test_an_earlier_train_state_folder_resumes(tmp_path):
-    from mmpos.training.world.trainer import WorldTrainer
+    from mmpos.training.tasks.world_image import WorldTrainer
 
     config = image_config("vae", max_steps=3, checkpoint_every=100)
     first = WorldTrainer(config, tmp_path, progress=False)
@@ -234,7 +234,7 @@ def check_ranks(records: Path, single: dict, atol: float, round_off_only: tuple 
 
 
 def test_image_trainer_two_processes_equal_one_at_twice_the_batch(tmp_path, vae_folder):
-    from mmpos.training.world.trainer import WorldTrainer
+    from mmpos.training.tasks.world_image import WorldTrainer
 
     config = image_config("t2i", vae_folder, batch_size=2, max_steps=3)
     ranks = torchrun("image", {"config": config, "out": str(tmp_path / "two")}, tmp_path, 29561)
@@ -261,7 +261,7 @@ def video_run(out: Path, recipe: dict, stop_before: int | None = None):
     from diffusers import AutoencoderKL
 
     from mmpos.models.world import video as video_model
-    from mmpos.training.world import video_training
+    from mmpos.training.tasks import world_video as video_training
     from mmpos.world.video_data import make_clips
 
     clips = make_clips("test", 2, 2)
@@ -318,7 +318,7 @@ def test_video_trainer_killed_and_resumed_equals_uninterrupted(tmp_path, stage):
 
 
 def test_video_trainer_resumes_an_earlier_state_pt(tmp_path):
-    from mmpos.training.world.video_training import read_stage_state
+    from mmpos.training.tasks.world_video import read_stage_state
 
     recipe = dict(stage="base", steps=4, batch_size=2, checkpoint_every=2, warmup=1)
     whole, whole_stage = video_run(tmp_path / "whole", recipe)
@@ -381,7 +381,7 @@ def nvs_run(out: Path, recipe: dict, stop_before: int | None = None):
     """``(model, state, accelerator state)`` of a tiny NVS run into ``out/run.pt`` (``stop_before``: a kill)."""
     from accelerate import PartialState
 
-    from mmpos.training.world import nvs_training
+    from mmpos.training.tasks import nvs as nvs_training
     from mmpos.world.nvs_data import make_triples
 
     triples = make_triples("train", 1, 2, size=16, objects=3)
@@ -444,7 +444,7 @@ def test_nvs_trainer_resumes_an_earlier_pt_file(tmp_path):
 def test_nvs_trainer_stops_at_a_nan_loss_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
     """``eval_nvs train --lr 1e8`` trained on with NaN and saved NaN weights (issue 35): now the NaN stop."""
     from mmpos._validation import NonFiniteLossError
-    from mmpos.training.world import nvs_training
+    from mmpos.training.tasks import nvs as nvs_training
 
     original, calls = nvs_training.NovelViewTransformer.forward, []
 

@@ -8,7 +8,8 @@ built and (camera cases) how much the camera changes the one-process output; or 
 Cases: ``[family, pe, mode, grid, preset]`` (``pe="stock"``: diffusers without mmpos, only the difference); ``grid``
 is Wan's latent ``(frames, height, width)``, Flux's ``(height, width, text)``, FLUX.2's ``(rows, cols, text[,
 reference rows, reference cols])``, Qwen-Image's ``(rows, cols, text[, masked text tokens, reference rows,
-reference cols])`` or LTX's ``(frames, rows, cols, text[, masked, per_token])``; ``preset`` an extrapolation preset
+reference cols])``, LTX's ``(frames, rows, cols, text[, masked, per_token])`` or ChronoEdit's latent
+``(frames, height, width)``; ``preset`` an extrapolation preset
 of :func:`model_extrapolation` or ``null``. The diffusers CPU limitations patched (and only those): see
 :mod:`cp_patches`.
 """
@@ -29,7 +30,8 @@ from mmpos.camera import preset_trajectory  # noqa: E402
 from mmpos.camera.video import video_cameras  # noqa: E402
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe  # noqa: E402
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning  # noqa: E402
-from tests.fixtures.families import FLUX2_CONFIG, LTX_CONFIG, QWEN_CONFIG, randn  # noqa: E402
+from tests.fixtures.families import CASES, FLUX2_CONFIG, LTX_CONFIG, QWEN_CONFIG, randn  # noqa: E402
+from tests.fixtures.families import _chronoedit_inputs as chronoedit_inputs  # noqa: E402
 from tests.fixtures.families import _flux2_inputs as flux2_inputs  # noqa: E402
 from tests.fixtures.families import _ltx_inputs as ltx_inputs  # noqa: E402
 from tests.fixtures.families import _qwen_inputs as qwen_inputs  # noqa: E402
@@ -61,6 +63,11 @@ def model_and_inputs(family, pe, grid, preset):
     elif family == "ltx":
         model, inputs, parts = ltx_model_and_inputs(*grid)
         trained = (4, 4)
+    elif family == "chronoedit":  # grid: latents (frames, height, width), patch (1, 2, 2); two frames at t = 0, 7
+        frames, height, width = grid
+        model = CASES["chronoedit"].model()
+        inputs = chronoedit_inputs(height // 2, width // 2, frames=frames)
+        parts, trained = [frames * height * width // 4], (2, 2)
     else:  # flux2: grid (rows, cols, text, reference rows, reference cols); the reference at t = 10
         torch.manual_seed(0)
         model, (rows, cols, text, *reference) = Flux2Transformer2DModel(**FLUX2_CONFIG).eval(), grid

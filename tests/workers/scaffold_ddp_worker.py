@@ -9,9 +9,9 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-import mmpos.training.scaffold_checkpoint as checkpoint_module
-from mmpos.training.scaffold import JsonLog, train
-from mmpos.training.scaffold_config import build_parser, parse_config
+import mmpos.training.scaffold.checkpoint as checkpoint_module
+from mmpos.training.scaffold.config import build_parser, parse_config
+from mmpos.training.scaffold.loop import JsonLog, train
 
 task_name, argv, records = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
 written = []
@@ -32,13 +32,13 @@ checkpoint_module.write_tensors = recording(checkpoint_module.write_tensors, lam
 safetensors.torch.save_model = recording(safetensors.torch.save_model, lambda model, path, *a, **k: path)
 JsonLog.write = recording(JsonLog.write, lambda self, row: self.path if self.enabled else None)
 if task_name == "dit":
-    from mmpos.training.dit_task import DiTConfig as Config
-    from mmpos.training.dit_task import DiTTask as Task
+    from mmpos.training.tasks.dit import DiTConfig as Config
+    from mmpos.training.tasks.dit import DiTTask as Task
 
     Task.finish = recording(Task.finish, lambda self, *a: "finish")
 else:
-    from mmpos.training.camera_adapter_task import CameraAdapterConfig as Config
-    from mmpos.training.camera_adapter_task import CameraAdapterTask as Task
+    from mmpos.training.tasks.camera_adapter import CameraAdapterConfig as Config
+    from mmpos.training.tasks.camera_adapter import CameraAdapterTask as Task
 torch.set_num_threads(1)
 config, args = parse_config(Config, build_parser(Config, "worker"), argv)
 if os.environ.get("SCAFFOLD_NODE_LOCAL_OUT"):  # stands for a node-local --out: the same name, another folder

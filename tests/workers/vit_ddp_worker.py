@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-import mmpos.training.vit_train as vit_train
+import mmpos.training.tasks.vit as vit_train
 from mmpos.training.vit_data import SeededSamples
 
 config_path, run_dir, out_dir = sys.argv[1:4]

@@ -9,7 +9,7 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-import mmpos.training.scaffold_checkpoint as checkpoint_module
+import mmpos.training.scaffold.checkpoint as checkpoint_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 kind, spec, records = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
@@ -30,8 +30,8 @@ safetensors.torch.save_model = recording(safetensors.torch.save_model, lambda mo
 torch.set_num_threads(1)
 tensors = {}
 if kind == "image":
-    import mmpos.training.world.trainer as trainer_module
-    from mmpos.training.world.training import train
+    import mmpos.training.tasks.world_image as trainer_module
+    from mmpos.training.tasks.world_image import train
 
     trainer_module.export_model = recording(trainer_module.export_model, lambda task, *a: f"world-{task}")
     captured = {}

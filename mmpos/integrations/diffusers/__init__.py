@@ -8,6 +8,9 @@
     params = train_only_pe(pipe.transformer)                                        # fine-tune only the PE
     restore(pipe.transformer)                                                       # back to stock
 
+The same as diffusers hooks (:mod:`.hooks`): ``apply_pe(transformer, PEConfig(...))``, ``apply_dype(transformer,
+DyPEConfig(trained_grid=(64, 64)))``; removed by ``restore`` or the model's ``HookRegistry``.
+
 Camera adapters on Wan (``ucpe``, ``prope``, ``plucker``): :class:`CameraAdapter`, :func:`camera_conditioning`,
 :func:`video_cameras` (from :mod:`mmpos.camera.video`; see ``docs/video.md``).
 """
@@ -18,16 +21,29 @@ from .backends import resolve_attention_backend
 from .camera_adapter import CameraAdapter, camera_conditioning
 from .context_parallel import shard_like_context_parallel
 from .extrapolation import model_extrapolation
+from .families import supported_classes
+from .families.flux import FluxPEAttnProcessor
+from .families.wan import WanPEAttnProcessor
+from .hooks import PE_HOOK, DyPEConfig, PEConfig, PEHook, apply_dype, apply_dype_to_pipeline, apply_pe
 from .installer import CAMERA, EDIT, ENCODING, AttentionSlot, ProcessorInstaller
 from .layer_rotation import LayerRotation
-from .models import supported_classes
+from .noise_shift import NoiseShift, apply_noise_shift
 from .pe_training import cast_keeping_pe_fp32, pe_parameters, train_only_pe
-from .processors import EncodingRotation, FluxPEAttnProcessor, WanPEAttnProcessor
+from .processors import EncodingRotation
 from .ucpe_checkpoint import load_ucpe_checkpoint
 
 __all__ = [
     "set_pe",
     "restore",
+    "apply_pe",
+    "apply_dype",
+    "apply_dype_to_pipeline",
+    "NoiseShift",
+    "apply_noise_shift",
+    "PEConfig",
+    "DyPEConfig",
+    "PEHook",
+    "PE_HOOK",
     "model_extrapolation",
     "cast_keeping_pe_fp32",
     "position_module",

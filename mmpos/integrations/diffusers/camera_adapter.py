@@ -39,8 +39,8 @@ from ...camera.cameras import Cameras
 from ...camera.video import VideoCameras
 from ...encodings.registry import list_pes, pe_capabilities, pe_class
 from .context_parallel import shard_sequence
+from .families import family_for
 from .installer import CAMERA, ProcessorInstaller
-from .models import spec_for
 from .parallelism import check_parallelism, is_parallel
 
 __all__ = [
@@ -201,7 +201,7 @@ class CameraAttnProcessor:
 
 def check_adapter_fits(transformer, adapter: CameraAdapter) -> None:
     """Raise ValueError unless ``adapter`` has one layer per self-attention layer of ``transformer``, of its width."""
-    spec = spec_for(transformer)
+    spec = family_for(transformer)
     count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
     if (count, width) != (len(adapter.layers), adapter.config.dim):
         raise ValueError(
@@ -227,7 +227,7 @@ def check_shardable(adapter: CameraAdapter) -> None:
 def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
-    check_parallelism(transformer, "a camera adapter", spec_for(transformer))
+    check_parallelism(transformer, "a camera adapter", family_for(transformer))
     if isinstance(conditioning, CameraConditioning) and is_parallel(transformer):
         check_shardable(conditioning.adapter)  # (a model made parallel later: the processors check each call)
     if isinstance(conditioning, CameraConditioning):

@@ -29,8 +29,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from .families import get_family
-from .models import spec_for
+from .families import family_for, get_family
 from .parallelism import check_parallelism
 from .xdit import check_no_xdit_parallelism, check_no_xdit_processors
 
@@ -65,7 +64,7 @@ class ProcessorInstaller:
     """The slots of one transformer (layer order: Flux double blocks then single blocks; Wan blocks)."""
 
     def __init__(self, transformer: nn.Module):
-        family = spec_for(transformer)
+        family = family_for(transformer)
         self.family_name = family.name  # a name: the installer is copied and pickled with the transformer
         attention = family.attention_modules(transformer)
         check_no_xdit_processors((name, module.processor) for name, module in attention)
@@ -125,8 +124,24 @@ class ProcessorInstaller:
             if slot.module.processor is not slot.top():
                 slot.module.set_processor(slot.top())
 
+    def check_processors(self) -> None:
+        """Refuse a forward where a layer runs another processor than the one installed at its highest filled level
+        (``set_attn_processor`` / ``set_default_attn_processor`` / a loader called after ``set_pe``): the stock
+        processors would drop the encoding, or read its tables in another format (a silently wrong result on Wan,
+        an unnamed shape error on FLUX.1 / FLUX.2 / Z-Image)."""
+        for slot in self.slots:
+            if slot.levels and slot.module.processor is not slot.top():
+                levels = [level for level in LEVELS if level in slot.levels]
+                raise RuntimeError(
+                    f"{slot.name} runs {type(slot.module.processor).__name__}, not the "
+                    f"{type(slot.top()).__name__} mmpos installed there (levels {levels}): its processor was replaced "
+                    "after set_pe / a camera adapter / an edit, and would not apply the encoding. Call "
+                    "mmpos.integrations.diffusers.restore(transformer) before setting processors, then set_pe again"
+                )
+
     def _pre_forward(self, module, args, kwargs):
         check_parallelism(module, "a forward with mmpos processors", get_family(self.family_name))
+        self.check_processors()
         for level in LEVELS:
             hook = self.hooks.get(level)
             if hook is not None:

@@ -1,10 +1,12 @@
-"""The seam: modules that replace a diffusers transformer's position module (Flux ``pos_embed``, Wan ``rope``).
+"""The seam's base: :class:`PositionSeam` replaces a diffusers transformer's position module; each family's seam
+(``FluxPositions`` for Flux's ``pos_embed``, ``WanPositions`` for Wan's ``rope``, ...) lives in its module under
+:mod:`.families`.
 
 The model calls its position module once per forward and hands the result to every attention layer, so
 tables built here are built once per forward, never per layer; each encoding's table cache then makes
 equal coordinates (every step of a sampling run) reuse the same table.
 
-What the seam returns is what the processors of :mod:`.processors` expect:
+What a seam returns is what its family's processors expect:
 
 * native (``pe="native"``): the stock format, ``(cos, sin)`` repeated per channel (Flux ``[S, D]``,
   Wan ``[1, L, 1, D]``), with values equal bit for bit to the stock module's;
@@ -12,7 +14,7 @@ What the seam returns is what the processors of :mod:`.processors` expect:
 * an mmpos encoding on Wan: ``(packed_tables, coords)``, two 4-D tensors with the sequence on dim 1 (the layout
   of Wan's context-parallel plan, which splits the position module's outputs ``0`` and ``1`` along dim 1).
 
-Under Wan's context-parallel plan the seam builds only this rank's rows (:mod:`.context_parallel`).
+Under Wan's context-parallel plan its seam builds only this rank's rows (:mod:`.context_parallel`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,7 @@ import torch
 from torch import nn
 
 from ..._per_thread import PerThread
-from ...coords.grids import grid_rows, video_grid
-from ...ops.tables import KeyedCache, RotaryTable, device_has_fp64, library_owned
-from . import context_parallel
+from ...ops.tables import RotaryTable, device_has_fp64
 
 
 class LayerTables(tuple):
@@ -127,118 +127,3 @@ class PositionSeam(nn.Module):
 
     def extra_repr(self) -> str:
         return f"native={self.native}, coord_axes={self.coord_axes}"
-
-
-class FluxPositions(PositionSeam):
-    """Replaces ``FluxTransformer2DModel.pos_embed``: ``ids [S, 3]`` (text then image) -> tables.
-
-    ``ids_precision`` checks the forward's 16-bit ids once per ids tensor (the family's input check)."""
-
-    def __init__(self, encodings, native, coord_axes):
-        super().__init__(encodings, native, coord_axes)
-        self.ids_precision = IdsPrecisionCheck()
-
-    def forward(self, ids: torch.Tensor):
-        self.forwards += 1
-        coords = flux_coords(ids)
-        if not self.encodings:
-            return None
-        if self.native:
-            return self.native_cos_sin(coords, torch.float32, coords.device)
-        return self.tables(coords, self.run_dtype(torch.float32, coords.device))
-
-
-class WanPositions(PositionSeam):
-    """Replaces ``WanTransformer3DModel.rope``: latents ``[B, C, F, H, W]`` -> tables of the patch grid.
-
-    ``native_dtype`` follows the model's casts like the stock module's fp32 buffers do (``_keep_in_fp32_modules``
-    keeps it fp32 under ``from_pretrained(torch_dtype=...)``; ``model.to(torch.bfloat16)`` makes it bf16).
-    """
-
-    def __init__(self, encodings, native, coord_axes, patch_size, native_dtype=torch.float32):
-        super().__init__(encodings, native, coord_axes)
-        self.patch_size = tuple(int(p) for p in patch_size)
-        self.register_buffer("native_dtype_probe", torch.zeros((), dtype=native_dtype), persistent=False)
-        self._grid_cache = KeyedCache(max_entries=4)
-
-    def grid_coords(self, grid: tuple[int, int, int], device, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """``video_grid`` coordinates (``rows``: only rows ``start:stop``), the same tensor while the grid, rows and
-        device stay (table cache hits by identity: no value comparison, no device sync per step)."""
-        key = (grid, rows, torch.device(device), torch.is_inference_mode_enabled())
-        return self._grid_cache.get(key, lambda: library_owned(self.fresh_coords(grid, rows, device)))
-
-    @staticmethod
-    def fresh_coords(grid: tuple[int, int, int], rows: tuple[int, int] | None, device=None) -> torch.Tensor:
-        """The grid's coordinates, or rows ``start:stop`` of them (built without the others)."""
-        return video_grid(*grid, device=device) if rows is None else grid_rows(grid, *rows, device=device)
-
-    def own_rows(self, grid: tuple[int, int, int]) -> tuple[int, int] | None:
-        """This rank's rows of the grid under Wan's context-parallel plan (the seam splits its outputs itself),
-        ``None`` in one process."""
-        hook = context_parallel.own_output_split(self, "rope")
-        return None if hook is None else context_parallel.own_rows(hook, grid[0] * grid[1] * grid[2])
-
-    def grid(self, latents: torch.Tensor) -> tuple[int, int, int]:
-        if latents.dim() != 5:
-            raise ValueError(f"hidden_states has shape {tuple(latents.shape)}; expected [B, C, F, H, W]")
-        sizes = tuple(latents.shape[2:])
-        if any(n % p for n, p in zip(sizes, self.patch_size)):
-            raise ValueError(
-                f"hidden_states has (frames, height, width) = {sizes}, not divisible by the patch "
-                f"size {self.patch_size}; the stock model would silently drop the remainder"
-            )
-        return tuple(n // p for n, p in zip(sizes, self.patch_size))
-
-    def forward(self, hidden_states: torch.Tensor):
-        self.forwards += 1
-        grid = self.grid(hidden_states)
-        if not self.encodings:
-            return None
-        rows = self.own_rows(grid)
-        if self.native:  # the stock module computes its tables on the CPU at init: so do we, then cache
-            cos, sin = self.native_cos_sin(
-                self.fresh_coords(grid, rows), self.native_dtype_probe.dtype, hidden_states.device
-            )
-            return cos[None, :, None], sin[None, :, None]
-        coords = self.grid_coords(grid, hidden_states.device, rows)
-        tables = self.tables(coords, self.run_dtype(hidden_states.dtype, hidden_states.device))
-        if not all(isinstance(t, RotaryTable) for t in tables):
-            return tables  # not packed (a LayerTables tuple): under context parallelism already this rank's rows
-        return pack_tables(tables), coords[None, :, None]
-
-    def global_coords(self, args, kwargs) -> torch.Tensor:
-        """The whole grid's coordinates (what scheduled encodings measure their extents on), built afresh: under
-        context parallelism no rank keeps them."""
-        hidden_states = kwargs.get("hidden_states", args[0] if args else None)
-        return video_grid(*self.grid(hidden_states), device=hidden_states.device)
-
-
-def flux_coords(ids: torch.Tensor) -> torch.Tensor:
-    """Flux ids ``[S, A]`` as fp32 coordinates, as the stock ``FluxPosEmbed`` reads them."""
-    if ids.dim() != 2:
-        raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, num_axes]")
-    return ids.float()
-
-
-class IdsPrecisionCheck:
-    """Refuse 16-bit ids that lost positions (bf16 holds integers exactly only up to 256, fp16 up to 2048).
-
-    Reading the maximum synchronises with the device, so each ids tensor is checked once: pipelines pass the
-    same ids object at every step.
-    """
-
-    def __init__(self):
-        self._checked: dict[str, tuple] = {}
-
-    def __call__(self, name: str, ids: torch.Tensor) -> None:
-        if ids.dtype not in (torch.float16, torch.bfloat16):
-            return
-        seen = self._checked.get(name)
-        if seen is not None and seen[0]() is ids and seen[1] == ids._version:
-            return
-        exact = 256 if ids.dtype == torch.bfloat16 else 2048
-        if ids.numel() and ids.abs().max().item() > exact:
-            raise ValueError(
-                f"{name} is {ids.dtype} with positions above {exact}, which that dtype rounds; build the ids in float32"
-            )
-        self._checked[name] = (weakref.ref(ids), ids._version)

@@ -1,46 +1,23 @@
-"""Attention processors for Flux and Wan whose q/k rotation comes from mmpos.
+"""What every mmpos attention processor shares: the rotation it delegates to and diffusers' dispatch settings.
 
-Each processor is the stock one (diffusers 0.42, Apache-2.0) with the rotation step delegated to a
-``rotation(q, k, rotary_emb, layer) -> (q, k)`` callable; attention runs through diffusers'
-``dispatch_attention_fn`` (SDPA by default; any dispatch backend, and context parallelism, via
-``_attention_backend`` / ``_parallel_config`` like the stock processors).
+A family's processors (in its module under :mod:`.families`) are its stock processor (diffusers 0.42, Apache-2.0)
+with the rotation step delegated to a ``rotation(q, k, rotary_emb, layer) -> (q, k)`` callable: the family's stock
+arithmetic on the stock tables (``pe="native"``: bit-identical to the stock model), or :class:`EncodingRotation`.
+Attention runs through diffusers' ``dispatch_attention_fn`` (SDPA by default; any dispatch backend, and context
+parallelism, via ``_attention_backend`` / ``_parallel_config`` like the stock processors).
 
-Rotations:
-* :func:`flux_stock_rotation`, :func:`wan_stock_rotation`: the stock arithmetic on the stock ``(cos, sin)``
-  format (``pe="native"``: bit-identical to the stock model);
 * :class:`EncodingRotation`: an mmpos encoding's operator on its own tables: every ``RotaryPE`` has
-  ``table(coords, dtype, device)`` and ``rotate_qk(q, k, table)`` (HARoPE's applies ``M q`` and ``M^-T k``).
+  ``table(coords, dtype, device)`` and ``rotate_qk(q, k, table)`` (HARoPE's applies ``M q`` and ``M^-T k``);
+* :class:`PEProcessor`: the base of the families' processors; :func:`processors_beneath` makes one per layer.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
-from diffusers.models.embeddings import apply_rotary_emb
-from diffusers.models.transformers import transformer_flux, transformer_wan
 
 from .positions import LayerTables, unpack_table
-
-
-def flux_stock_rotation(query, key, rotary_emb, layer):
-    return apply_rotary_emb(query, rotary_emb, sequence_dim=1), apply_rotary_emb(key, rotary_emb, sequence_dim=1)
-
-
-def wan_stock_rotation(query, key, rotary_emb, layer):
-    return _wan_rotate(query, *rotary_emb), _wan_rotate(key, *rotary_emb)
-
-
-def _wan_rotate(x, freqs_cos, freqs_sin):
-    """``WanAttnProcessor``'s nested ``apply_rotary_emb``, expression for expression."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    cos = freqs_cos[..., 0::2]
-    sin = freqs_sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(x)
 
 
 class EncodingRotation:
@@ -70,7 +47,7 @@ class EncodingRotation:
         return pe.rotate_qk(query, key, table)
 
 
-class _PEProcessor:
+class PEProcessor:
     """Shared state of the processors: the rotation, this layer's index, and diffusers' dispatch settings."""
 
     _attention_backend = None
@@ -103,83 +80,3 @@ def processors_beneath(beneath, rotation, processor_class) -> dict:
         )
         for layer, (_, stock) in enumerate(beneath)
     }
-
-
-def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
-    """q, k, v as ``[B, S, H, D]`` after qk-norm, text prepended in double blocks; RoPE not yet applied.
-
-    Same operations, in the same order, as diffusers' ``FluxAttnProcessor``.
-    """
-    query, key, value, encoder_query, encoder_key, encoder_value = transformer_flux._get_qkv_projections(
-        attn, hidden_states, encoder_hidden_states
-    )
-    query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
-    key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
-    value = value.unflatten(-1, (-1, attn.head_dim))
-    if attn.added_kv_proj_dim is not None:
-        encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
-        encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
-        encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
-        query = torch.cat([encoder_query, query], dim=1)
-        key = torch.cat([encoder_key, key], dim=1)
-        value = torch.cat([encoder_value, value], dim=1)
-    return query, key, value
-
-
-def flux_finish_attention(attn, hidden_states, encoder_hidden_states, dtype):
-    """Merge heads and apply the output projections exactly as the stock processor does."""
-    hidden_states = hidden_states.flatten(2, 3).to(dtype)
-    if encoder_hidden_states is None:
-        return hidden_states
-    text_len = encoder_hidden_states.shape[1]
-    encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-        [text_len, hidden_states.shape[1] - text_len], dim=1
-    )
-    hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
-    encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
-    return hidden_states, encoder_hidden_states
-
-
-class FluxPEAttnProcessor(_PEProcessor):
-    """``FluxAttnProcessor`` with the rotation from mmpos (joint text+image sequence, ``[B, S, H, D]``)."""
-
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
-        query, key, value = flux_project_heads(attn, hidden_states, encoder_hidden_states)
-        if image_rotary_emb is not None:
-            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
-
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
-        return flux_finish_attention(attn, hidden_states, encoder_hidden_states, query.dtype)
-
-
-class WanPEAttnProcessor(_PEProcessor):
-    """``WanAttnProcessor`` (self-attention, I2V image branch included) with the rotation from mmpos."""
-
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
-        encoder_hidden_states_img = None
-        if attn.add_k_proj is not None:
-            image_context_length = encoder_hidden_states.shape[1] - 512  # the stock processor's constant
-            encoder_hidden_states_img = encoder_hidden_states[:, :image_context_length]
-            encoder_hidden_states = encoder_hidden_states[:, image_context_length:]
-
-        query, key, value = transformer_wan._get_qkv_projections(attn, hidden_states, encoder_hidden_states)
-        query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
-        key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
-
-        if rotary_emb is not None:
-            query, key = self.rotation(query, key, rotary_emb, self.layer)
-
-        hidden_states_img = None
-        if encoder_hidden_states_img is not None:
-            key_img, value_img = transformer_wan._get_added_kv_projections(attn, encoder_hidden_states_img)
-            key_img = attn.norm_added_k(key_img).unflatten(2, (attn.heads, -1))
-            value_img = value_img.unflatten(2, (attn.heads, -1))
-            hidden_states_img = self._attend(query, key_img, value_img, None, None).flatten(2, 3).type_as(query)
-
-        parallel_config = self._parallel_config if encoder_hidden_states is None else None
-        hidden_states = self._attend(query, key, value, attention_mask, parallel_config)
-        hidden_states = hidden_states.flatten(2, 3).type_as(query)
-        if hidden_states_img is not None:
-            hidden_states = hidden_states + hidden_states_img
-        return attn.to_out[1](attn.to_out[0](hidden_states))

@@ -275,9 +275,6 @@ class PositionalPatchDropout(nn.Module):
         return f"prob={self.prob}, num_prefix_tokens={self.num_prefix_tokens}, returns_indices={self.returns_indices}"
 
 
-RecordingPatchDropout = PositionalPatchDropout  # its name before, kept for code that imports it
-
-
 class AddAbsoluteHook(ForwardStep):
     """Step 3 (absolute), forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens, at
     this forward's coordinates."""

@@ -209,8 +209,7 @@ def load_pretrained(cls, folder: Path, **options):
 
 def import_named_modules(folder) -> None:
     """Import the ``mmpos`` modules ``folder/model_index.json`` names for its components (diffusers loads classes
-    only from imported modules): a folder exported before a module moved names its old path, which imports, with a
-    ``DeprecationWarning``, for one release. A name that does not import is left to diffusers' own error."""
+    only from imported modules). A name that does not import is left to diffusers' own error."""
     index = Path(folder) / "model_index.json"
     if not index.is_file():
         return

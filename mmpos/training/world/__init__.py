@@ -1,7 +1,8 @@
-"""Training the mini-world's models (:mod:`mmpos.models.world`) on its data (:mod:`mmpos.world`).
+"""The mini-world's image models (:mod:`mmpos.models.world`) as trained on its data (:mod:`mmpos.world`): the
+pieces the image task (:mod:`mmpos.training.tasks.world_image`) runs.
 
-Modules: ``training`` (the image models' command-line entry: VAE, then t2i / fill / kontext transformers),
-``trainer`` (one image model's run: optimiser, EMA, progress, resume, export), ``training_data`` / ``losses`` /
+Modules: ``config`` (the image trainer's keys and their rules), ``training_data`` / ``losses`` / ``flux2_losses`` /
 ``checkpoints`` (its examples, objectives and the trained unit), ``export`` (the trained pipeline folder and model
-card), ``video_training`` (the world video model's three stages), ``nvs_training`` (the novel-view transformer).
+card). The world video model's stages and the novel-view transformer are :mod:`mmpos.training.tasks.world_video` and
+:mod:`mmpos.training.tasks.nvs`.
 """

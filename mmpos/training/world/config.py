@@ -1,6 +1,6 @@
 """The world image trainer's config as a dataclass (the training scaffold's config style), made from
-:data:`~.trainer.DEFAULTS` so that a key added there is a field here: each value checked against its field's type
-and rule, an unknown key refused by name, ``--set`` values parsed as YAML (:mod:`mmpos.training.scaffold_config`).
+:data:`DEFAULTS` so that a key added there is a field here: each value checked against its field's type
+and rule, an unknown key refused by name, ``--set`` values parsed as YAML (:mod:`mmpos.training.scaffold.config`).
 
     config = load_world_config("configs/world/t2i.yaml", ["lr=1e-3"], {"max_steps": 10})   # a checked dict
 """
@@ -9,8 +9,53 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..scaffold_config import ConfigError, check_value, finite, non_negative, positive, read_config_file, yaml_value
-from .trainer import ALL_TASKS, DEFAULTS, RESUME_MAY_CHANGE  # noqa: F401 - the keys a resume may change
+from ...models.world.image import TASKS
+from ..scaffold.config import ConfigError, check_value, finite, non_negative, positive, read_config_file, yaml_value
+
+ALL_TASKS = ("vae",) + TASKS
+DEFAULTS = {
+    "task": "t2i",
+    "image_size": 64,
+    "num_examples": 20000,
+    "data_seed": 0,
+    "workers": 1,
+    "batch_size": 64,
+    "lr": 3e-4,
+    "weight_decay": 0.0,
+    "warmup_steps": 100,
+    "ema_decay": 0.999,
+    "max_steps": 100000,
+    "max_minutes": 10.0,
+    "mixed_precision": "no",
+    "seed": 0,
+    "log_every": 50,
+    "checkpoint_every": 1000,
+    "caption_dropout": 0.1,
+    "style_dropout": 0.25,
+    "kl_weight": 1e-6,
+    "sample_steps": 20,
+    "sample_guidance": 3.0,
+    "num_samples": 8,
+    "vae_path": None,
+    "init_from": None,
+    "transformer": {},
+    "text_encoder": {},
+    "vae": {},
+    "architecture": "flux",
+}
+# what a resumed run may change (the rest defines the model, the data or the run's draws)
+RESUME_MAY_CHANGE = {
+    "max_steps",
+    "max_minutes",
+    "log_every",
+    "checkpoint_every",
+    "workers",
+    "sample_steps",
+    "sample_guidance",
+    "num_samples",
+    "device",
+    "vae_path",
+}
 
 
 def _unit(value) -> str | None:
@@ -60,7 +105,7 @@ def _field(name: str, default):
 WorldImageConfig = dataclasses.make_dataclass(
     "WorldImageConfig", [_field(k, v) for k, v in {**DEFAULTS, "device": None}.items()]
 )
-WorldImageConfig.__doc__ = "The world image trainer's keys (:data:`~.trainer.DEFAULTS`, plus ``device``)."
+WorldImageConfig.__doc__ = "The world image trainer's keys (:data:`DEFAULTS`, plus ``device``)."
 
 
 def _checked(key: str, value):
@@ -70,7 +115,7 @@ def _checked(key: str, value):
 
 def load_world_config(path=None, sets=(), flags: dict | None = None) -> dict:
     """The config: ``path``'s keys, then the flags (``None`` values skipped), then ``KEY=VALUE`` items (YAML).
-    Raises :class:`~mmpos.training.scaffold_config.ConfigError` naming the key (and the file)."""
+    Raises :class:`~mmpos.training.scaffold.config.ConfigError` naming the key (and the file)."""
     config = read_config_file(WorldImageConfig, path) if path is not None else {}
     config = {key: _checked(key, value) for key, value in _as_given(path, config).items()}
     for key, value in (flags or {}).items():
@@ -93,7 +138,7 @@ def _as_given(path, checked: dict) -> dict:
 
     import yaml
 
-    from ..vit_config import _Loader
+    from ..scaffold.config import Yaml12Loader
 
-    raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_Loader) or {}  # noqa: S506 - a SafeLoader
+    raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Yaml12Loader) or {}  # noqa: S506 - a SafeLoader
     return {key: raw[key] for key in checked}

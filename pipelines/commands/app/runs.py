@@ -50,16 +50,18 @@ def parse_command(argv: list[str]):
 
 
 def run_command(argv: list[str], out: Path, call=None) -> CommandRun:
-    """Run ``mmpos ARGV --out OUT`` in this process (``call(args)``: the command's own ``run`` unless given); its
-    user errors (exit code 2) become :class:`CommandError`, and :func:`cancel_running` interrupts it as Ctrl-C
-    interrupts the command line."""
+    """Run ``mmpos ARGV --out OUT`` in this process as ``mmpos`` does (:func:`mmpos.pipelines.commands.run_parsed`:
+    ``--out`` claimed; ``call(args)``: the command's own ``run`` unless given); its user errors (exit code 2) become
+    :class:`CommandError`, and :func:`cancel_running` interrupts it as Ctrl-C interrupts the command line."""
     global _running
+    from .. import run_parsed
+
     args = parse_command([*argv, "--out", str(out)])
     printed, errors = io.StringIO(), io.StringIO()
     with _RUN_LOCK, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
         _running = threading.get_ident()
         try:
-            code = (call or args.func)(args)
+            code = run_parsed(args, call)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 2
         except KeyboardInterrupt:

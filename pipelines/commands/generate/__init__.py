@@ -66,6 +66,12 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
         help="training resolution in pixels (default: the config's "
         "extrapolate.train_size; auto: 1024 FLUX.1, 1328 Qwen-Image, 32 world)",
     )
+    parser.add_argument(
+        "--dype-shift",
+        choices=("authors", "comfyui", "off"),
+        help="with a DyPE preset above the training size, the noise schedule's mu: the DyPE authors' (max_shift at "
+        "every size), ComfyUI-DyPE's, or off (the pipeline's own; default: the config's extrapolate.shift, authors)",
+    )
     add_run_options(parser, "generate", figures=False)  # images and config.yaml only
     parser.set_defaults(method="generate")
 

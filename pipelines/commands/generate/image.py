@@ -7,11 +7,13 @@ import json
 import sys
 from pathlib import Path
 
+from mmpos._arguments import user_error
+
 from ...edits.method import seeded_generator
-from ...extrapolate import extrapolate_setting, install_extrapolation, parse_extrapolate
+from ...extrapolate import extrapolate_setting, install_extrapolation, install_noise_shift, parse_extrapolate
 from ...images import save_image
 from ...inputs import prompt_kwargs, sampler_options
-from .._config import resolve_config, save_config
+from .._config import check_sampler_size, resolve_config, save_config
 from .._options import output_folder, report_written
 
 
@@ -20,10 +22,19 @@ def run_generate(args) -> int:
     out = output_folder(args, Path("outputs/generate"))
     model = _model(config)
     pipe, call = _generate_pipeline(args, config, model)
+    try:  # before anything is allocated: the size on the model's token grid and in the device's memory
+        check_sampler_size(pipe, config["sampler"], len(args.prompt or config["prompts"]), _train_size(config, model))
+    except ValueError as error:
+        raise user_error("mmpos generate", error) from None
     setting = config.get("extrapolate", {})
-    installed = install_extrapolation(
-        pipe, parse_extrapolate(str(setting.get("preset", "none"))), _train_size(config, model), setting.get("options")
-    )
+    presets = parse_extrapolate(str(setting.get("preset", "none")))
+    installed = install_extrapolation(pipe, presets, _train_size(config, model), setting.get("options"))
+    if installed["schedules"] is not None:
+        sampler, default = sampler_options(config), pipe.default_sample_size * pipe.vae_scale_factor
+        size = (sampler.get("height") or default, sampler.get("width") or default)
+        installed["noise_shift"] = install_noise_shift(
+            pipe, presets, setting["shift"], installed["trained_grid"], *size
+        )
     config["extrapolate"]["installed"] = installed
     print(f"extrapolation: {json.dumps(installed)}")
     images = pipe(
@@ -40,6 +51,9 @@ def generate_config(args) -> dict:
     config, ``--set``, then each option naming a key (``--height`` sampler.height, ``--extrapolate``
     extrapolate.preset, ...) over its own key only."""
     config = resolve_config(args)
+    config.setdefault("extrapolate", {}).setdefault("shift", "authors")
+    if getattr(args, "dype_shift", None):
+        config["extrapolate"]["shift"] = args.dype_shift
     extrapolate_setting(config, args.extrapolate, args.train_size, "mmpos generate")
     return config
 

@@ -34,6 +34,8 @@ def _fail(parser, message: str):
 def _settings(args, parser) -> dict:
     import torch
 
+    from ...images import MAX_SIZE_OVER_TRAINED, over_trained
+
     tiny = args.model == TINY
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -52,9 +54,11 @@ def _settings(args, parser) -> dict:
     )
     if values["frames"] < 1 or (values["frames"] - 1) % 4:
         _fail(parser, f"--frames {values['frames']}: expected 4k + 1 frames (5, 9, ..., 81)")
-    for name in ("height", "width"):
-        if values[name] < 16 or values[name] % 16:
+    for name, trained in zip(("height", "width", "frames"), (*values["train_size"], values["train_frames"])):
+        if name != "frames" and (values[name] < 16 or values[name] % 16):
             _fail(parser, f"--{name} {values[name]}: expected a positive multiple of 16 pixels")
+        if values[name] > MAX_SIZE_OVER_TRAINED * trained:  # before anything is allocated
+            _fail(parser, f"--{name} {values[name]}: {over_trained(values[name], trained, name, 'the trained')}")
     if values["steps"] < 1:
         _fail(parser, f"--steps {values['steps']}: expected at least 1")
     return dict(values, tiny=tiny, device=device, dtype=dtype)
@@ -137,10 +141,10 @@ def riflex_k(transformer, repeat_latent_frames: int) -> int:
     """RIFLEx's intrinsic frequency on ``transformer``'s time axis (:func:`~mmpos.spectrum.extrapolation.
     riflex_intrinsic_k`): the (1-based) time-axis pair whose period is closest to RIFLEx's ``N``, the latent frame
     where the stock video first repeats; pass the trained latent length where it has not been observed."""
-    from mmpos.integrations.diffusers.models import spec_for
+    from mmpos.integrations.diffusers.families import family_for
     from mmpos.spectrum.extrapolation import riflex_intrinsic_k
 
-    spec = spec_for(transformer)
+    spec = family_for(transformer)
     time_dim, theta = spec.native_axes_dims(transformer)[0], spec.native_theta(transformer)
     return riflex_intrinsic_k(time_dim, theta, repeat_latent_frames)
 
@@ -251,12 +255,12 @@ def run_video(args, parser, write=None) -> int:
 def _first_frame(args, parser, settings):
     if not args.image:
         return None
-    from PIL import Image
+    from ...images import read_photo_pil
 
     try:
-        image = Image.open(args.image).convert("RGB")
-    except (FileNotFoundError, OSError) as error:
-        _fail(parser, f"--image {args.image}: {error}")
+        image = read_photo_pil(args.image, "--image")
+    except ValueError as error:
+        _fail(parser, str(error))
     return resized_first_frame(image, args.image, settings["width"], settings["height"])
 
 

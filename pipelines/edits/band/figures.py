@@ -12,14 +12,12 @@ from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.viz.figure_files import pyplot, save_figure
 
 from ..figures import show_image
-from ..processor import project_heads
 
 
 class AttentionProbe:
     """Wraps a rule on one layer: it records the rotated q and k (the reference keys band-scaled) of the first
     forward at or after ``progress`` (or of the last forward, when sampling ends before it: ``--steps 1``) and
-    runs the wrapped rule unchanged. FLUX.1's processor calls :meth:`attend`, the other families' edit seam
-    :meth:`attend_call` (:class:`~mmpos.pipelines.edits.families.LayerCall`)."""
+    runs the wrapped rule unchanged on the layer call (:class:`~mmpos.pipelines.edits.families.LayerCall`)."""
 
     def __init__(self, rule, progress: float):
         self.rule, self.progress = rule, progress
@@ -28,12 +26,6 @@ class AttentionProbe:
 
     def is_active(self, context) -> bool:
         return self.rule.is_active(context)
-
-    def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
-        if not self.reached:
-            query, key, _ = project_heads(attn, hidden_states, encoder_hidden_states)
-            self._record(query, key, LayerRotation.wrap(image_rotary_emb), context.segments, context)
-        return self.rule.attend(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context)
 
     def attend_call(self, call, context):
         if not self.reached:

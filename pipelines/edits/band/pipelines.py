@@ -18,7 +18,6 @@ from diffusers import (
 
 from mmpos._validation import check_choice
 from mmpos.integrations.diffusers.families import family_for
-from mmpos.integrations.diffusers.models import spec_for
 
 from ...images import as_image_batch, check_token_grid
 from ..context import EditContext, EditSession
@@ -185,7 +184,7 @@ class BandModulationKontextPipeline(_ProbeMixin, EditPipelineMixin, FluxKontextP
 def family_layer_rules(transformer, layers, rule) -> dict:
     """``{layer index: rule}`` for ``layers`` (``"all"``, ``"double"``, ``"single"``, indices, a range) over the
     transformer's attention layers in the installer's order (FLUX.2: double blocks, then single blocks)."""
-    count = len(spec_for(transformer).attention_modules(transformer))
+    count = len(family_for(transformer).attention_modules(transformer))
     double = len(transformer.transformer_blocks) if hasattr(transformer, "single_transformer_blocks") else count
     return dict.fromkeys(select_layers(layers, count, double), rule)
 
@@ -290,21 +289,3 @@ class BandModulationQwenImage21Pipeline(_FamilyBandMixin, QwenImage21Pipeline):
 class BandModulationZImagePipeline(_FamilyBandMixin, ZImagePipeline):
     """``ZImagePipeline`` with band-modulated shared attention (batch ``[reference, target, ...]``; with CFG the
     pipeline batches ``[positive, negative]``: each half is shared within itself)."""
-
-
-BAND_PIPELINES = {
-    "flux": BandModulationFluxPipeline,
-    "flux2": BandModulationFlux2Pipeline,
-    "qwen": BandModulationQwenImagePipeline,
-    "qwenimage21": BandModulationQwenImage21Pipeline,
-    "z_image": BandModulationZImagePipeline,
-}
-BAND_PIPELINES_BY_STOCK = {
-    "FluxPipeline": BandModulationFluxPipeline,
-    "FluxKontextPipeline": BandModulationKontextPipeline,
-    "Flux2Pipeline": BandModulationFlux2Pipeline,
-    "Flux2KleinPipeline": BandModulationFlux2KleinPipeline,
-    "QwenImagePipeline": BandModulationQwenImagePipeline,
-    "QwenImage21Pipeline": BandModulationQwenImage21Pipeline,
-    "ZImagePipeline": BandModulationZImagePipeline,
-}

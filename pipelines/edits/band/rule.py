@@ -27,8 +27,6 @@ from mmpos.ops.tables import RotaryTable
 from mmpos.spectrum import chunked_spectrum
 from mmpos.spectrum.bands import AXIS0_MODES, band_channel_scales, band_scale_per_pair
 
-from ..families.flux import flux_layer_call
-
 
 @dataclass
 class BandConfig:
@@ -168,11 +166,6 @@ class SharedBandAttention(_BandRule):
             return query, key
         return _adain_targets(query, segments.image), _adain_targets(key, segments.image)
 
-    def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
-        """FLUX.1's processor arguments (see :meth:`attend_call`)."""
-        call = flux_layer_call(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context.segments)
-        return self.attend_call(call, context)
-
     def attend_call(self, call, context):
         """The rule on one layer call (:class:`~mmpos.pipelines.edits.families.LayerCall`, any family)."""
         batch = call.query.shape[0]
@@ -249,11 +242,6 @@ class ContextBandScaling(_BandRule):
             return RotaryTable(cis)
 
         return self._per_forward(context, ("keys", seg.context.start, seg.context.stop), rotation, build)
-
-    def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
-        """FLUX.1's processor arguments (see :meth:`attend_call`)."""
-        call = flux_layer_call(attn, hidden_states, encoder_hidden_states, image_rotary_emb, context.segments)
-        return self.attend_call(call, context)
 
     def attend_call(self, call, context):
         """The rule on one layer call (:class:`~mmpos.pipelines.edits.families.LayerCall`, any family)."""

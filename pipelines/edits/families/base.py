@@ -18,6 +18,7 @@ import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
+from mmpos.ops.tables import RotaryTable
 
 from ..segments import TokenSegments
 
@@ -100,6 +101,23 @@ class FamilyEditAttention:
 
     def finish(self, attn, inputs: dict, state, out: torch.Tensor, dtype: torch.dtype):
         raise NotImplementedError
+
+    # coordinate edits (LooseRoPE): the family's image coordinates and the tables at other coordinates
+    spatial_axes = (1, 2)  # the row and column axes of image_coords
+
+    def image_coords(self, inputs: dict) -> torch.Tensor:
+        """``[S_img, A]`` fp32 coordinates of this forward's image tokens (``inputs``: the transformer's keyword
+        inputs), in sequence order."""
+        raise NotImplementedError(f"the {self.family} edit adapter gives no image coordinates (coordinate edits)")
+
+    def table_at(self, transformer, inputs: dict, image_coords: torch.Tensor):
+        """The rotary embedding the model's position module gives ``[text | image tokens at image_coords]``, in the
+        format the layers read (what :meth:`layer_table` turns into a layer's table)."""
+        raise NotImplementedError(f"the {self.family} edit adapter gives no tables at other coordinates")
+
+    def layer_table(self, rotation: LayerRotation, emb) -> RotaryTable:
+        """A layer's table of the embedding :meth:`table_at` gave."""
+        return rotation.table_of(emb)
 
     def layer_call(self, processor, attn, inputs: dict) -> Optional[LayerCall]:
         """The :class:`LayerCall` of ``processor``'s layer for this call, or ``None`` (no image tokens here)."""

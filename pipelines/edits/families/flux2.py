@@ -14,12 +14,12 @@ import torch
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.integrations.diffusers.processors import EncodingRotation
 
-from ..processor import FamilyEditAttnProcessor
+from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape, runs_by_value
 from .base import FamilyEditAttention
 
 
-class Flux2EditAttnProcessor(FamilyEditAttnProcessor):
+class Flux2EditAttnProcessor(EditAttnProcessor):
     """The edit level of a FLUX.2 double block (``Flux2AttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
@@ -34,7 +34,7 @@ class Flux2EditAttnProcessor(FamilyEditAttnProcessor):
         )
 
 
-class Flux2ParallelEditAttnProcessor(FamilyEditAttnProcessor):
+class Flux2ParallelEditAttnProcessor(EditAttnProcessor):
     """The edit level of a FLUX.2 single block (``Flux2ParallelSelfAttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, attention_mask=None, image_rotary_emb=None):
@@ -119,6 +119,23 @@ class Flux2EditAttention(FamilyEditAttention):
         from mmpos.integrations.diffusers.families.flux2 import flux2_finish_attention
 
         return flux2_finish_attention(attn, hidden_states, inputs["encoder_hidden_states"])
+
+    def image_coords(self, inputs):
+        """``img_ids (t, h, w, l)``: the target at ``t = 0``, reference images at ``t = 10, 20, ...``."""
+        ids = inputs["img_ids"]
+        return (ids[0] if ids.ndim == 3 else ids).float()
+
+    def table_at(self, transformer, inputs, image_coords):
+        txt_ids = inputs["txt_ids"]
+        text = transformer.pos_embed(txt_ids[0] if txt_ids.ndim == 3 else txt_ids)
+        image = transformer.pos_embed(image_coords)
+        return tuple(torch.cat([t, i], dim=0) for t, i in zip(text, image))
+
+    def layer_table(self, rotation, emb):
+        if isinstance(rotation.rotation, EncodingRotation):  # set_pe: (packed [S, G, 2P], coords)
+            packed, coords = emb
+            return rotation.table_of((packed[None], coords))
+        return rotation.table_of(emb)
 
 
 def _parallel_project(attn, hidden_states):

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import torch
 
-from mmpos.integrations.diffusers.families.qwen import qwen_coords
+from mmpos.integrations.diffusers.families.qwen import QwenPositions, qwen_coords
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 
-from ..processor import FamilyEditAttnProcessor
+from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape, runs_by_value
 from .base import FamilyEditAttention
 
 
-class QwenEditAttnProcessor(FamilyEditAttnProcessor):
+class QwenEditAttnProcessor(EditAttnProcessor):
     """The edit level of a Qwen-Image block (``QwenDoubleStreamAttnProcessor2_0``'s signature)."""
 
     def __call__(
@@ -115,6 +115,31 @@ class QwenEditAttention(FamilyEditAttention):
         if len(attn.to_out) > 1:
             img = attn.to_out[1](img)
         return img, attn.to_add_out(joint[:, :text].contiguous())
+
+    def image_coords(self, inputs):
+        """The centred ``(frame, row, col)`` of ``img_shapes``: the target at frame 0, condition images after."""
+        return qwen_coords(inputs["img_shapes"], 1, inputs["hidden_states"].device)[0]
+
+    def table_at(self, transformer, inputs, image_coords):
+        text_len = inputs["encoder_hidden_states"].shape[1]
+        _, text = transformer.pos_embed(inputs["img_shapes"], max_txt_seq_len=text_len, device=image_coords.device)
+        return RotaryTable(torch.cat([text, qwen_table_at(transformer.pos_embed, image_coords)], dim=0))
+
+
+def qwen_table_at(module, coords: torch.Tensor) -> torch.Tensor:
+    """The complex image table ``[S, P]`` Qwen-Image's position ``module`` gives tokens at ``coords [S, 3]``:
+    the stock ``QwenEmbedRope``'s arithmetic (fp32 ladder times fp32 positions, ``torch.polar``), or a
+    ``set_pe`` seam's encoding (its native arithmetic or its own table)."""
+    if isinstance(module, QwenPositions):
+        (encoding,) = module.encodings
+        coords = module.encoding_coords(coords.float())
+        if module.native:
+            return module._native_table(encoding, coords)
+        return encoding.table(coords, torch.float32, coords.device).cis
+    ladders = [1.0 / torch.pow(module.theta, torch.arange(0, d, 2).to(torch.float32).div(d)) for d in module.axes_dim]
+    axis = torch.cat([torch.full((d // 2,), i, dtype=torch.long) for i, d in enumerate(module.axes_dim)])
+    phase = coords.float()[:, axis.to(coords.device)] * torch.cat(ladders).to(coords.device)
+    return torch.polar(torch.ones_like(phase), phase)
 
 
 ADAPTER = QwenEditAttention()

@@ -30,14 +30,14 @@ from mmpos.integrations.diffusers.installer import EDIT
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 
-from ..processor import FamilyEditAttnProcessor
+from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape, runs_by_value
 from .base import FamilyEditAttention, LayerCall
 
 _TOKENS_PER_SLOT = 4  # each vision-language image slot stands for 2 x 2 latent tokens
 
 
-class Qwen21EditAttnProcessor(FamilyEditAttnProcessor):
+class Qwen21EditAttnProcessor(EditAttnProcessor):
     """The edit level of a Qwen-Image 2.1 block (``QwenImage21AttnProcessor``'s signature)."""
 
     def __call__(

@@ -17,12 +17,12 @@ from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.integrations.diffusers.processors import EncodingRotation
 from mmpos.ops.tables import RotaryTable
 
-from ..processor import FamilyEditAttnProcessor
+from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape
 from .base import FamilyEditAttention
 
 
-class ZImageEditAttnProcessor(FamilyEditAttnProcessor):
+class ZImageEditAttnProcessor(EditAttnProcessor):
     """The edit level of a Z-Image block (``ZSingleStreamAttnProcessor``'s signature)."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, freqs_cis=None):

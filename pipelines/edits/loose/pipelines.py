@@ -17,7 +17,6 @@ from ...images import as_image_batch, as_mask, check_token_grid, to_pil
 from ..context import EditContext, EditSession
 from ..pipeline import EditPipelineMixin, coerce_config, per_call, this_thread_only
 from ..processor import select_layers
-from .family_rule import POSITIONS, FamilyLooseRule, ForwardInputs
 from .rule import LooseConfig, LooseMaps, LooseRoPERule
 from .saliency import make_saliency
 from .verdict import Restart, VerdictProbe, next_boost
@@ -156,7 +155,7 @@ class LooseRoPEKontextPipeline(EditPipelineMixin, FluxKontextPipeline):
 
     def _harmonise(self, config, collage, saliency_map, mask, probe, kwargs):
         """One Kontext run with the LooseRoPE rule (and the verdict probe, if any): ``(images, token maps)``."""
-        rule = LooseRoPERule(config, self.transformer.pos_embed, saliency_map, mask)
+        rule = LooseRoPERule(config, saliency_map, mask)
         context = EditContext(rules=self._layer_rules(config.layers, rule), enabled=config.enabled)
         hook = None
         if probe is not None:
@@ -213,16 +212,10 @@ class _FamilyLooseMixin:
         if arguments.get("prompt") is None and arguments.get("prompt_embeds") is None:
             arguments["prompt"] = DEFAULT_PROMPT
         return_dict = arguments.pop("return_dict", True)
-        inputs = ForwardInputs()
-        rule = FamilyLooseRule(config, POSITIONS[self.family], self.transformer, inputs, saliency_map, mask)
+        rule = LooseRoPERule(config, saliency_map, mask)
         context = EditContext(rules=self._family_layer_rules(config.layers, rule), enabled=config.enabled)
-        # prepend: before the edit's own hook (set_pe's installer may have registered it earlier), which reads them
-        handle = self.transformer.register_forward_pre_hook(this_thread_only(inputs), with_kwargs=True, prepend=True)
-        try:
-            with EditSession(self.transformer, context, self.scheduler):
-                out = stock_call(self, return_dict=True, **arguments).images
-        finally:
-            handle.remove()
+        with EditSession(self.transformer, context, self.scheduler):
+            out = stock_call(self, return_dict=True, **arguments).images
         output = LooseRoPEOutput(out, saliency_map, mask, rule.maps, None)
         return output if return_dict else (out, saliency_map, mask, rule.maps, None)
 
@@ -277,11 +270,3 @@ class LooseRoPEQwenEditPlusPipeline(_FamilyLooseMixin, QwenImageEditPlusPipeline
     @torch.no_grad()
     def __call__(self, *args, crop_mask=None, original=None, saliency=None, loose=None, **kwargs):
         return self._loose_call(QwenImageEditPlusPipeline.__call__, args, kwargs, crop_mask, original, saliency, loose)
-
-
-LOOSE_PIPELINES = {"flux2": LooseRoPEKleinPipeline, "qwen": LooseRoPEQwenEditPipeline}
-LOOSE_PIPELINES_BY_STOCK = {
-    "Flux2KleinPipeline": LooseRoPEKleinPipeline,
-    "QwenImageEditPipeline": LooseRoPEQwenEditPipeline,
-    "QwenImageEditPlusPipeline": LooseRoPEQwenEditPlusPipeline,
-}

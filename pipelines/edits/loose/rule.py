@@ -14,6 +14,16 @@ most loosened. Defaults are those of the authors' configuration (spec section 4.
 
 The authors' optional VLM verdict-and-restart loop is an optional callable here (``verdict=`` of the pipeline,
 :mod:`mmpos.pipelines.edits.loose.verdict`); no VLM is shipped.
+One rule, written against one attention layer call of any family (:class:`~mmpos.pipelines.edits.families.LayerCall`);
+what is per family is behind the family's edit adapter: the coordinates of this forward's image tokens, read from the
+transformer's inputs (``image_coords``; FLUX.1: ``img_ids (index, row, col)``; FLUX.2: ``img_ids (t, h, w, l)``;
+Qwen-Image: its centred ``(frame, row, col)`` from ``img_shapes``), and the rotary embedding the model's position
+module gives other coordinates, in the joint format the layer reads (``table_at``, ``layer_table``). The output
+image is the tokens at the smallest frame coordinate, the collage the first reference image; every token's grid
+cell is read from its coordinates, so the paste, the bins and the crop keys do not depend on the order of the
+tokens in the sequence.
+The stock attention is computed only for the queries no bin replaces (the binned ones get the loosened mix).
+
 The exact attention is computed without forming the logit matrix: per bin, queries ``[q_std ; q_i]`` and keys
 ``[k_std ; 0]`` (text and target) or ``[0 ; c * k_i]`` (context, ``c = a_i`` inside the paste) in one SDPA call.
 """
@@ -25,13 +35,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+from diffusers.models.attention_dispatch import AttentionBackendName, dispatch_attention_fn
 
 from mmpos._validation import check_finite_fields
 from mmpos.coords.edits import shrink_ids
-from mmpos.integrations.diffusers.layer_rotation import LayerRotation, sequence_slice
+from mmpos.integrations.diffusers.layer_rotation import sequence_slice
 
 from ...images import area_resize, dilate, mask_to_tokens
-from ..processor import attend, attend_wide, finish_attention, project_heads
 from .saliency import gaussian_blur
 
 
@@ -159,91 +169,128 @@ def token_maps(
     return LooseMaps(tokens, bins, target_region, context_region)
 
 
-class LooseRoPERule:
-    """Per-layer rule; tables are built once per forward in :meth:`prepare` (from the pre-forward hook)."""
+def grid_cells(coords: torch.Tensor, axes=(1, 2)) -> tuple[torch.Tensor, tuple[int, int]]:
+    """Cell ``row * cols + col`` of each token of one image (``coords [N, A]``, rows and columns counted from their
+    minimum) and the grid ``(rows, cols)``; an error unless the tokens fill the grid once each."""
+    r = coords[:, axes[0]] - coords[:, axes[0]].min()
+    c = coords[:, axes[1]] - coords[:, axes[1]].min()
+    rows, cols = int(r.max().round()) + 1, int(c.max().round()) + 1
+    cells = r.round().long() * cols + c.round().long()
+    if rows * cols != coords.shape[0] or torch.unique(cells).numel() != cells.numel():
+        raise ValueError(f"an image's {coords.shape[0]} tokens do not fill a {rows}x{cols} grid once each")
+    return cells, (rows, cols)
 
-    def __init__(self, config: LooseConfig, pos_embed, saliency: torch.Tensor, crop_mask: torch.Tensor):
+
+class LooseRoPERule:
+    """LooseRoPE on one family's layers (see the module docstring): the coordinates and tables come from the family's
+    edit adapter (``context.adapter``) on the forward's inputs (``context.inputs``), both set by the edit's
+    pre-forward hook."""
+
+    def __init__(self, config: LooseConfig, saliency: torch.Tensor, crop_mask: torch.Tensor):
         self.config = config
-        self.pos_embed = pos_embed
-        self.saliency = saliency
-        self.crop_mask = crop_mask
+        self.saliency, self.crop_mask = saliency, crop_mask
         self.maps: Optional[LooseMaps] = None
 
-    def maps_for(self, segments) -> LooseMaps:
-        grids = (segments.target_grid, segments.context_grid)
-        if 0 in grids[0] or 0 in grids[1]:
-            raise ValueError(f"LooseRoPE needs full target and context token grids (Kontext ids); got grids {grids}")
-        if self.maps is None or self.maps.bins.shape != grids[0] or self.maps.context_region.shape != grids[1]:
-            self.maps = token_maps(self.config, self.saliency, self.crop_mask, *grids)
-        return self.maps
-
-    def _bins(self, context):
-        """Non-identity bins at this step: list of (bin, shrink, logit factor) and their query tokens (cached for
-        the forward: every layer asks)."""
-        key = ("loose_bins", id(self))
-        if key not in context.cache:
-            context.cache[key] = self._find_bins(context)
-        return context.cache[key]
-
-    def _find_bins(self, context):
-        shrink, attention = self.config.factors_at(context.step)
-        maps = self.maps_for(context.segments)
-        out = []
-        for b in range(self.config.num_bins):
-            tokens = (maps.bins.flatten() == b).nonzero().flatten()
-            if tokens.numel() and (shrink[b] != 1 or attention[b] != 1):
-                out.append((b, float(shrink[b]), float(attention[b]), tokens))
-        return out
-
     def is_active(self, context) -> bool:
-        if not self.config.in_range(context.step) or context.segments is None or context.segments.context_len == 0:
+        seg = context.segments
+        if not self.config.in_range(context.step) or seg is None or not seg.references:
             return False
         return bool(self._bins(context))
 
+    def _layout(self, context):
+        """Per forward: target and collage tokens (offsets in the image tokens), their grid cells, the maps."""
+        key = ("loose_layout", id(self))
+        if key not in context.cache:
+            seg = context.segments
+            coords = context.adapter.image_coords(context.inputs)
+            start = seg.image_start
+            target = torch.arange(seg.target_start - start, seg.target_start - start + seg.target_len)
+            collage = seg.references[0]
+            collage = torch.arange(collage.start - start, collage.stop - start)
+            target_cells, target_grid = grid_cells(coords[target], context.adapter.spatial_axes)
+            collage_cells, collage_grid = grid_cells(coords[collage], context.adapter.spatial_axes)
+            if (
+                self.maps is None
+                or self.maps.bins.shape != target_grid
+                or self.maps.context_region.shape != collage_grid
+            ):
+                self.maps = token_maps(self.config, self.saliency, self.crop_mask, target_grid, collage_grid)
+            context.cache[key] = (coords, target, target_cells, collage, collage_cells)
+        return context.cache[key]
+
+    def _bins(self, context):
+        """Non-identity bins at this step: ``(bin, shrink, logit factor, joint positions of its queries)``."""
+        key = ("loose_bins", id(self))
+        if key not in context.cache:
+            _, target, target_cells, _, _ = self._layout(context)
+            shrink, attention = self.config.factors_at(context.step)
+            bins = self.maps.bins.flatten()[target_cells]  # the bin of each target token, in sequence order
+            out = []
+            for b in range(self.config.num_bins):
+                tokens = target[bins == b] + context.segments.image_start
+                if tokens.numel() and (shrink[b] != 1 or attention[b] != 1):
+                    out.append((b, float(shrink[b]), float(attention[b]), tokens))
+            context.cache[key] = out
+        return context.cache[key]
+
     def prepare(self, context, transformer) -> None:
-        """The position module's output for the loosened ids of each active bin over ``[txt | target | context]``,
-        shared by all layers (each layer takes its table from it with its :class:`LayerRotation`)."""
-        seg = context.segments
-        img_ids = context.img_ids[0] if context.img_ids.ndim == 3 else context.img_ids
-        rows, cols = seg.target_grid
-        centre = ((rows - 1) / 2, (cols - 1) / 2)
-        text = torch.zeros(seg.text_len, 3, device=img_ids.device)
-        maps = self.maps_for(seg)
-        key_region = maps.context_region.flatten().to(img_ids.device)
+        """Per forward: the position module's embedding of each active bin's loosened coordinates."""
+        coords, target, _, collage, collage_cells = self._layout(context)
+        axes = context.adapter.spatial_axes
+        low, high = coords[target][:, list(axes)].amin(0), coords[target][:, list(axes)].amax(0)
+        centre = tuple(float(v) for v in (low + high) / 2)
+        region = self.maps.context_region.flatten()[collage_cells].to(coords.device)  # per collage token
         entries = []
         for b, shrink, factor, tokens in self._bins(context):
-            ids = torch.cat([text, shrink_ids(img_ids, shrink, centre, self.config.quantize_ids_bf16)])
-            key_scale = torch.where(key_region, factor, 1.0).to(torch.float32)
-            entries.append((b, tokens.to(img_ids.device) + seg.text_len, self.pos_embed(ids), key_scale))
+            shrunk = shrink_ids(coords, shrink, centre, self.config.quantize_ids_bf16, axes)
+            emb = context.adapter.table_at(transformer, context.inputs, shrunk)
+            entries.append((b, tokens.to(coords.device), emb, torch.where(region, factor, 1.0).float()))
         context.cache["loose"] = entries
 
-    def loose_table(self, context, rotation: LayerRotation, bin_index: int, rotary_emb):
-        """This layer's table of one bin's loosened ids (converted once per forward per table group)."""
-        key = ("loose_table", id(rotation.rotation), rotation.index, bin_index)
-        cached = context.cache.get(key)
-        if cached is None or cached[0] is not rotary_emb:  # holds the emb: its id is not reused
-            cached = context.cache[key] = (rotary_emb, rotation.table_of(rotary_emb))
+    def attend_call(self, call, context):
+        query, key, value, rotation = call.query, call.key, call.value, call.rotation
+        q_std, k_std = rotation(query), rotation(key)
+        rest = self._unbinned(context, query.shape[1], query.device)
+        stock = call.attend(q_std[:, rest], k_std, value, call.key_mask)  # the binned queries' rows are replaced
+        out = stock.new_empty(*query.shape[:-1], value.shape[-1]).index_copy_(1, rest, stock)
+        collage = call.segments.references[0]
+        scale = 1.0 / math.sqrt(query.shape[-1])
+        standard = torch.cat([k_std, torch.zeros_like(k_std)], dim=-1)
+        for b, tokens, emb, key_scale in context.cache["loose"]:
+            table = self._table(context, rotation, b, emb)
+            q_loose = rotation(query[:, tokens], sequence_slice(table, tokens))
+            k_loose = rotation(key[:, collage], sequence_slice(table, collage))
+            k_loose = k_loose * key_scale.to(key.dtype)[None, :, None, None]
+            k_hat = standard.clone()
+            k_hat[:, collage] = torch.cat([torch.zeros_like(k_loose), k_loose], dim=-1)
+            q_hat = torch.cat([q_std[:, tokens], q_loose], dim=-1)
+            out = out.index_copy(1, tokens, attend_wide(q_hat, k_hat, value, scale, call.key_mask))
+        return call.finish(out, query.dtype)
+
+    def _unbinned(self, context, length: int, device) -> torch.Tensor:
+        """Joint positions of the queries no active bin replaces (once per forward)."""
+        key = ("loose_unbinned", id(self), length)
+        if key not in context.cache:
+            keep = torch.ones(length, dtype=torch.bool, device=device)
+            for _, tokens, _, _ in context.cache["loose"]:
+                keep[tokens] = False
+            context.cache[key] = keep.nonzero().flatten()
+        return context.cache[key]
+
+    def _table(self, context, rotation, bin_index, emb):
+        """This layer's table of one bin's loosened embedding (once per forward per table group)."""
+        cache_key = ("loose_table", id(rotation.rotation), rotation.index, bin_index)
+        cached = context.cache.get(cache_key)
+        if cached is None or cached[0] is not emb:
+            cached = context.cache[cache_key] = (emb, context.adapter.layer_table(rotation, emb))
         return cached[1]
 
-    def attend(self, attn, hidden_states, encoder_hidden_states, image_rotary_emb, context):
-        query, key, value = project_heads(attn, hidden_states, encoder_hidden_states)
-        rotation = LayerRotation.wrap(image_rotary_emb)
-        q_std, k_std = rotation(query), rotation(key)
-        out = attend(attn, q_std, k_std, value)
-        ctx = context.segments.context
-        scale = 1.0 / math.sqrt(query.shape[-1])
-        head = k_std[:, : ctx.start]
-        for b, tokens, loose_emb, key_scale in context.cache["loose"]:
-            table = self.loose_table(context, rotation, b, loose_emb)
-            q_loose = rotation(query[:, tokens], sequence_slice(table, tokens))
-            k_loose = rotation(key[:, ctx], sequence_slice(table, ctx)) * key_scale.to(key.dtype)[None, :, None, None]
-            q_hat = torch.cat([q_std[:, tokens], q_loose], dim=-1)
-            k_hat = torch.cat(
-                [
-                    torch.cat([head, torch.zeros_like(head)], dim=-1),
-                    torch.cat([torch.zeros_like(k_loose), k_loose], dim=-1),
-                ],
-                dim=1,
-            )
-            out = out.index_copy(1, tokens, attend_wide(attn, q_hat, k_hat, value, scale))
-        return finish_attention(attn, out, encoder_hidden_states, query.dtype)
+
+def attend_wide(query, key, value, scale: float, key_mask=None) -> torch.Tensor:
+    """PyTorch SDPA of q/k wider than v (v padded with zero channels, dropped again: the fused kernel), with an
+    optional ``key_mask [B, S_k]`` bool (True: attend) as the stock processors pass it."""
+    width = query.shape[-1] - value.shape[-1]
+    padded = torch.cat([value, value.new_zeros(*value.shape[:-1], width)], dim=-1) if width > 0 else value
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    out = dispatch_attention_fn(query, key, padded, attn_mask=mask, scale=scale, backend=AttentionBackendName.NATIVE)
+    return out[..., : value.shape[-1]]

@@ -5,7 +5,7 @@ stock inpainting pipeline repaints only the target region of the canvas (its lat
 while ``sigma >= tau`` the reference object's tokens take the target region's positions
 (:mod:`.positions`). The result is the background with only that region replaced.
 
-:data:`TRANSPLANT_PIPELINES` maps a family name to its pipeline class.
+The method's record (:mod:`mmpos.pipelines.edits.transplant`) maps a model's pipeline class to these.
 """
 
 from __future__ import annotations
@@ -245,6 +245,3 @@ class PosBridgeQwenInpaintPipeline(_CanvasMixin, QwenImageInpaintPipeline):
             output_type,
             return_dict,
         )
-
-
-TRANSPLANT_PIPELINES = {"flux2": PosBridgeKleinInpaintPipeline, "qwen": PosBridgeQwenInpaintPipeline}

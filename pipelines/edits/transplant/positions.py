@@ -24,8 +24,9 @@ from typing import Optional
 import torch
 
 from mmpos.integrations.diffusers.families import get_family
-from mmpos.integrations.diffusers.families.qwen import QwenPositions, qwen_coords
+from mmpos.integrations.diffusers.families.qwen import qwen_coords
 
+from ..families.qwen import qwen_table_at
 from ..pipeline import this_thread_only
 
 
@@ -91,22 +92,6 @@ class Flux2TransplantIds:
         if native.ndim == 3:
             rewritten = rewritten.expand(native.shape[0], -1, -1)
         return args, {**kwargs, "img_ids": rewritten}
-
-
-def qwen_table_at(module, coords: torch.Tensor) -> torch.Tensor:
-    """The complex image table ``[S, P]`` Qwen-Image's position ``module`` gives tokens at ``coords [S, 3]``:
-    the stock ``QwenEmbedRope``'s arithmetic (fp32 ladder times fp32 positions, ``torch.polar``), or a
-    ``set_pe`` seam's encoding (its native arithmetic or its own table)."""
-    if isinstance(module, QwenPositions):
-        (encoding,) = module.encodings
-        coords = module.encoding_coords(coords.float())
-        if module.native:
-            return module._native_table(encoding, coords)
-        return encoding.table(coords, torch.float32, coords.device).cis
-    ladders = [1.0 / torch.pow(module.theta, torch.arange(0, d, 2).to(torch.float32).div(d)) for d in module.axes_dim]
-    axis = torch.cat([torch.full((d // 2,), i, dtype=torch.long) for i, d in enumerate(module.axes_dim)])
-    phase = coords.float()[:, axis.to(coords.device)] * torch.cat(ladders).to(coords.device)
-    return torch.polar(torch.ones_like(phase), phase)
 
 
 class QwenTransplantTables:

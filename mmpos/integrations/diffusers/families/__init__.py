@@ -11,10 +11,12 @@ Adding a family is one module in this package that calls :func:`register_family`
 from __future__ import annotations
 
 import importlib
+from typing import Optional, Sequence
 
 from torch import nn
 
 from .base import STOCK, AxisSpectrum, Family, SpectrumSeam
+from .coverage import EXCLUDED, rotary_transformer_classes, uncovered
 
 FAMILIES: dict[str, Family] = {}
 
@@ -38,6 +40,21 @@ _MODULES = (
     "hunyuan_video",
     "skyreels_v2",
     "cogview4",
+    "bria",
+    "ovis_image",
+    "hunyuan_image",
+    "motif_video",
+    "hunyuan_video_framepack",
+    "nucleusmoe_image",
+    "kandinsky5",
+    "kandinsky6_sr",
+    "ernie_image",
+    "prx",
+    "glm_image",
+    "ideogram4",
+    "bria_fibo2",
+    "anyflow",
+    "joyimage",
     "ltx2",
     "minimax_h3",
     "helios",
@@ -111,16 +128,44 @@ def family_for(model: nn.Module) -> Family:
     )
 
 
-def markdown_table() -> str:
-    """The README / docs table of the shipped families (``python -m mmpos.integrations.diffusers.families``)."""
-    rows = ["| family | diffusers class | pipelines | tier | context parallel | notes |", "|---|---|---|---|---|---|"]
+def supported_classes() -> dict[type, Family]:
+    """Every covered diffusers transformer class this install has, with its family."""
+    _load()
+    return {cls: family for family in FAMILIES.values() for cls in family.model_classes()}
+
+
+def markdown_table(timings: Optional[Sequence[dict]] = None) -> str:
+    """The README table of the shipped families (``python -m mmpos.integrations.diffusers.families``).
+
+    ``timings``: the rows of ``benchmarks/bench_families.py --out`` (``family``, ``native_x``, ``dype_x``: forward
+    time over stock); a family without a row gets ``-`` in the forward-time column."""
+    measured = {row["family"]: row for row in timings or ()}
+    rows = [
+        "| family | diffusers class | pipelines | tier | context parallel | extrapolation scales "
+        "| forward vs stock (native / DyPE) | notes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name in builtin_families():
         family = FAMILIES[name]
         classes = ", ".join(f"`{c.split(':')[1] if isinstance(c, str) else c.__name__}`" for c in family.classes)
         pipelines = ", ".join(family.pipelines) or "-"
         parallel = context_parallel_row(family)
-        rows.append(f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {family.notes} |")
+        scales = extrapolation_row(family)
+        row = measured.get(name)
+        timing = f"{row['native_x']:.2f}x / {row['dype_x']:.2f}x" if row else "-"
+        rows.append(
+            f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {scales} | {timing} | {family.notes} |"
+        )
     return "\n".join(rows)
+
+
+def extrapolation_row(family: Family) -> str:
+    """The table's extrapolation cell: the axes :func:`~..extrapolation.model_extrapolation`'s presets scale (the
+    image rows and columns), and the time axis its ``time=`` policy (RIFLEx) takes, named as the family's axes."""
+    image = ", ".join(family.axis_names[a] for a in family.image_axes)
+    if family.time_axis is None:
+        return image
+    return f"{image}; `time=`: {family.axis_names[family.time_axis]}"
 
 
 def context_parallel_row(family: Family) -> str:
@@ -144,5 +189,9 @@ __all__ = [
     "get_family",
     "family_for",
     "family_for_pipeline",
+    "supported_classes",
     "markdown_table",
+    "EXCLUDED",
+    "rotary_transformer_classes",
+    "uncovered",
 ]

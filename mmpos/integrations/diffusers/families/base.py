@@ -268,6 +268,19 @@ class SpectrumSeam(PositionSeam):
         return f"family={self.family.name}, axes_dims={self.axes_dims}, theta={self.theta}"
 
 
+class CastFollowingSeam(SpectrumSeam):
+    """A :class:`SpectrumSeam` for a stock module whose tables follow the model's casts (float buffers that
+    ``model.to(dtype)`` converts): the buffer ``native_dtype_probe`` (a scalar) takes the dtype and device of the stock
+    buffer named ``probe`` and follows the model's later ``.to()`` calls, so tables can be built in the dtype the
+    stock buffers would have now, and :func:`~mmpos.integrations.diffusers.restore` moves the stock module to it."""
+
+    def __init__(self, family: Family, encoding: nn.Module, stock, axes_dims: Sequence[int], theta: float, probe: str):
+        super().__init__(family, encoding, stock, axes_dims, theta)
+        buffer = getattr(stock, probe, None)
+        dtype, device = (buffer.dtype, buffer.device) if buffer is not None else (torch.float32, None)
+        self.register_buffer("native_dtype_probe", torch.zeros((), dtype=dtype, device=device), persistent=False)
+
+
 class _Same:
     """A tensor compared by identity and version (a cache key that keeps the tensor alive). Views of the same
     memory with the same layout are the same (a context-parallel plan hands the seam a new view of the caller's

@@ -1,17 +1,123 @@
 """FLUX.1 (``FluxTransformer2DModel``: dev, schnell, Fill, Kontext): ``FluxPosEmbed`` on ``ids [S, 3]``.
 
-Tier 2: the seam (:class:`~..positions.FluxPositions`) and mmpos processors (:class:`~..processors.
-FluxPEAttnProcessor`), so any rotary encoding, the camera adapters and the edits install. Axes ``(index, row,
+Tier 2: the seam (:class:`FluxPositions`) and mmpos processors (:class:`FluxPEAttnProcessor`), so any rotary
+encoding, the camera adapters and the edits install. Axes ``(index, row,
 col)``: text ids are zeros, Kontext's context image has index 1.
 """
 
 from __future__ import annotations
 
-import torch
+import weakref
 
-from ..positions import FluxPositions, flux_coords
+import torch
+from diffusers.models.embeddings import apply_rotary_emb
+from diffusers.models.transformers import transformer_flux
+
+from ..positions import PositionSeam
+from ..processors import PEProcessor, processors_beneath
 from . import register_family
 from .base import Family
+
+
+class FluxPositions(PositionSeam):
+    """Replaces ``FluxTransformer2DModel.pos_embed``: ``ids [S, 3]`` (text then image) -> tables.
+
+    ``ids_precision`` checks the forward's 16-bit ids once per ids tensor (the family's input check)."""
+
+    def __init__(self, encodings, native, coord_axes):
+        super().__init__(encodings, native, coord_axes)
+        self.ids_precision = IdsPrecisionCheck()
+
+    def forward(self, ids: torch.Tensor):
+        self.forwards += 1
+        coords = flux_coords(ids)
+        if not self.encodings:
+            return None
+        if self.native:
+            return self.native_cos_sin(coords, torch.float32, coords.device)
+        return self.tables(coords, self.run_dtype(torch.float32, coords.device))
+
+
+def flux_coords(ids: torch.Tensor) -> torch.Tensor:
+    """Flux ids ``[S, A]`` as fp32 coordinates, as the stock ``FluxPosEmbed`` reads them."""
+    if ids.dim() != 2:
+        raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, num_axes]")
+    return ids.float()
+
+
+class IdsPrecisionCheck:
+    """Refuse 16-bit ids that lost positions (bf16 holds integers exactly only up to 256, fp16 up to 2048).
+
+    Reading the maximum synchronises with the device, so each ids tensor is checked once: pipelines pass the
+    same ids object at every step.
+    """
+
+    def __init__(self):
+        self._checked: dict[str, tuple] = {}
+
+    def __call__(self, name: str, ids: torch.Tensor) -> None:
+        if ids.dtype not in (torch.float16, torch.bfloat16):
+            return
+        seen = self._checked.get(name)
+        if seen is not None and seen[0]() is ids and seen[1] == ids._version:
+            return
+        exact = 256 if ids.dtype == torch.bfloat16 else 2048
+        if ids.numel() and ids.abs().max().item() > exact:
+            raise ValueError(
+                f"{name} is {ids.dtype} with positions above {exact}, which that dtype rounds; build the ids in float32"
+            )
+        self._checked[name] = (weakref.ref(ids), ids._version)
+
+
+def flux_stock_rotation(query, key, rotary_emb, layer):
+    return apply_rotary_emb(query, rotary_emb, sequence_dim=1), apply_rotary_emb(key, rotary_emb, sequence_dim=1)
+
+
+def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
+    """q, k, v as ``[B, S, H, D]`` after qk-norm, text prepended in double blocks; RoPE not yet applied.
+
+    Same operations, in the same order, as diffusers' ``FluxAttnProcessor``.
+    """
+    query, key, value, encoder_query, encoder_key, encoder_value = transformer_flux._get_qkv_projections(
+        attn, hidden_states, encoder_hidden_states
+    )
+    query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
+    key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
+    value = value.unflatten(-1, (-1, attn.head_dim))
+    if attn.added_kv_proj_dim is not None:
+        encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
+        encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
+        encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
+        query = torch.cat([encoder_query, query], dim=1)
+        key = torch.cat([encoder_key, key], dim=1)
+        value = torch.cat([encoder_value, value], dim=1)
+    return query, key, value
+
+
+def flux_finish_attention(attn, hidden_states, encoder_hidden_states, dtype):
+    """Merge heads and apply the output projections exactly as the stock processor does."""
+    hidden_states = hidden_states.flatten(2, 3).to(dtype)
+    if encoder_hidden_states is None:
+        return hidden_states
+    text_len = encoder_hidden_states.shape[1]
+    encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+        [text_len, hidden_states.shape[1] - text_len], dim=1
+    )
+    hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
+    encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
+    return hidden_states, encoder_hidden_states
+
+
+class FluxPEAttnProcessor(PEProcessor):
+    """``FluxAttnProcessor`` with the rotation from mmpos (joint text+image sequence, ``[B, S, H, D]``)."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        query, key, value = flux_project_heads(attn, hidden_states, encoder_hidden_states)
+        if image_rotary_emb is not None:
+            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
+
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        return flux_finish_attention(attn, hidden_states, encoder_hidden_states, query.dtype)
 
 
 def flux_attention_modules(model):
@@ -31,8 +137,6 @@ def flux_seam(model, stock, encodings, native, coord_axes):
 
 
 def flux_processors(beneath, rotation, native):
-    from ..processors import FluxPEAttnProcessor, flux_stock_rotation, processors_beneath
-
     return processors_beneath(beneath, flux_stock_rotation if native else rotation, lambda _: FluxPEAttnProcessor)
 
 

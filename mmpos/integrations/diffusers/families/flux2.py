@@ -21,7 +21,7 @@ import torch
 from ....ops.tables import RotaryTable, device_has_fp64
 from ..global_extents import global_source
 from ..positions import PositionSeam, pack_tables
-from ..processors import _PEProcessor, processors_beneath
+from ..processors import PEProcessor, processors_beneath
 from . import register_family
 from .base import Family, extents_of
 from .codecs import cos_sin_repeated
@@ -150,7 +150,7 @@ def flux2_finish_attention(attn, hidden_states, encoder_hidden_states):
     return hidden_states if encoder_hidden_states is None else (hidden_states, encoder_hidden_states)
 
 
-class Flux2PEAttnProcessor(_PEProcessor):
+class Flux2PEAttnProcessor(PEProcessor):
     """``Flux2AttnProcessor`` (double stream: text then image, ``[B, S, H, D]``) with the rotation from mmpos."""
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
@@ -161,7 +161,7 @@ class Flux2PEAttnProcessor(_PEProcessor):
         return flux2_finish_attention(attn, hidden_states.flatten(2, 3).to(query.dtype), encoder_hidden_states)
 
 
-class Flux2PEParallelSelfAttnProcessor(_PEProcessor):
+class Flux2PEParallelSelfAttnProcessor(PEProcessor):
     """``Flux2ParallelSelfAttnProcessor`` (single stream: fused QKV + MLP) with the rotation from mmpos."""
 
     def __call__(self, attn, hidden_states, attention_mask=None, image_rotary_emb=None):

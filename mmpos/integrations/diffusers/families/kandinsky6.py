@@ -21,7 +21,7 @@ import math
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import CastFollowingSeam, Family, SpectrumSeam
 from .codecs import axis_frequencies, rotation_matrices
 
 
@@ -69,12 +69,9 @@ def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
 
 
 def _make_seam(model, stock, encodings, native, coord_axes):
-    """A :class:`SpectrumSeam` with a probe buffer that follows the model's casts as the stock angle buffers do (the
-    stock module is no submodule while the seam is installed; ``restore`` casts it to the probe's dtype)."""
     (encoding,) = encodings
-    seam = SpectrumSeam(KANDINSKY6, encoding, stock, tuple(int(d) for d in stock.axes_dims), float(stock.max_period))
-    seam.register_buffer("native_dtype_probe", torch.zeros((), dtype=stock.angles_0.dtype), persistent=False)
-    return seam
+    axes_dims, theta = KANDINSKY6.native_axes_dims(model), KANDINSKY6.native_theta(model)
+    return CastFollowingSeam(KANDINSKY6, encoding, stock, axes_dims, theta, probe="angles_0")
 
 
 KANDINSKY6 = register_family(

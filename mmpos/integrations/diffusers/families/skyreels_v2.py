@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import CastFollowingSeam, Family
 from .codecs import cos_sin_repeated
 
 
@@ -30,21 +30,10 @@ def _stock_freqs_dtype() -> torch.dtype:
     return torch.float32 if torch.backends.mps.is_available() else torch.float64
 
 
-class SkyReelsSeam(SpectrumSeam):
-    """The tier-1 seam with a probe buffer that follows the model's casts and moves as the stock buffers would."""
-
-    def __init__(self, family, encoding, stock, axes_dims, theta):
-        super().__init__(family, encoding, stock, axes_dims, theta)
-        probe = getattr(stock, "freqs_cos", None)
-        dtype, device = (probe.dtype, probe.device) if probe is not None else (torch.float32, None)
-        self.register_buffer("table_probe", torch.zeros((), dtype=dtype, device=device), persistent=False)
-
-
 def _make_seam(model, stock, encodings, native, coord_axes):
     (encoding,) = encodings
-    return SkyReelsSeam(
-        SKYREELS_V2, encoding, stock, SKYREELS_V2.native_axes_dims(model), SKYREELS_V2.native_theta(model)
-    )
+    axes_dims, theta = SKYREELS_V2.native_axes_dims(model), SKYREELS_V2.native_theta(model)
+    return CastFollowingSeam(SKYREELS_V2, encoding, stock, axes_dims, theta, probe="freqs_cos")
 
 
 def skyreels_tables(seam, hidden_states: torch.Tensor):
@@ -52,7 +41,7 @@ def skyreels_tables(seam, hidden_states: torch.Tensor):
     sizes = latent_patch_grid_3d(seam, hidden_states)
     spectra = seam.axis_spectra(extents=[float(n) for n in sizes])
     freqs_dtype = _stock_freqs_dtype()
-    probe = seam.table_probe
+    probe = seam.native_dtype_probe
     cos_axes, sin_axes = [], []
     for n, dim, spectrum in zip(sizes, seam.axes_dims, spectra):
         pos = torch.arange(n, dtype=freqs_dtype)[:, None]  # on the CPU, as the stock buffers were built

@@ -22,7 +22,7 @@ import torch
 
 from ....ops.tables import RotaryTable
 from ..positions import PositionSeam, pack_tables
-from ..processors import _PEProcessor
+from ..processors import PEProcessor
 from . import register_family
 from .base import Family, extents_of
 from .codecs import complex_pairs, precomputed_rows
@@ -89,7 +89,7 @@ def _seam(model, stock, encodings, native, coord_axes):
     return ZImagePositions(encodings, native, coord_axes)
 
 
-class ZImagePEAttnProcessor(_PEProcessor):
+class ZImagePEAttnProcessor(PEProcessor):
     """``ZSingleStreamAttnProcessor`` (self-attention on ``[B, S, H, D]``, optional qk RMS norm) with the rotation
     from mmpos: ``freqs_cis`` is the padded packed tables ``[B, S, G, 2P]`` (``[B, S, 0]``: no encoding)."""
 
