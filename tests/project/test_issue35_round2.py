@@ -260,7 +260,7 @@ print(json.dumps({"codes": codes, "modules": sorted({name.split(".")[0] for name
 """
 
 
-OPTIONAL_IMPORTS = {"colorama", "peft"}  # imported when present (tqdm, click; diffusers: peft), never needed
+OPTIONAL_IMPORTS = {"colorama", "peft", "scipy"}  # imported when present (tqdm, click; diffusers: peft, scipy), never needed
 
 
 def _declared_closure() -> set:
