@@ -11,14 +11,19 @@ from ...edits.method import seeded_generator
 from ...extrapolate import extrapolate_setting, install_extrapolation, install_noise_shift, parse_extrapolate
 from ...images import save_image
 from ...inputs import prompt_kwargs, sampler_options
-from .._config import resolve_config, save_config
+from .._config import check_prompt_source, resolve_config, save_config
 from .._options import output_folder, report_written
 
 
 def run_generate(args) -> int:
     config = generate_config(args)
-    out = output_folder(args, Path("outputs/generate"))
     model = _model(config)
+    try:
+        check_prompt_source(args, model)
+    except ValueError as error:
+        print(f"mmpos generate: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    out = output_folder(args, Path("outputs/generate"))
     pipe, call = _generate_pipeline(args, config, model)
     setting = config.get("extrapolate", {})
     presets = parse_extrapolate(str(setting.get("preset", "none")))
