@@ -33,14 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the ti
 def bench_family(name: str, scale: int, repeats: int) -> dict:
     from fixtures.families import CASES, output
 
-    from mmpos.integrations.diffusers import model_extrapolation, set_pe
+    from mmpos.integrations.diffusers import set_pe
     from mmpos.integrations.diffusers.families import get_family
 
     case = CASES[name]
     stock = case.model()
     native, dype = copy.deepcopy(stock), copy.deepcopy(stock)
     set_pe(native, "native")
-    set_pe(dype, "native", extrapolation=model_extrapolation(dype, "dype", case.grid))
+    set_pe(dype, "native", extrapolation=case.dype(dype))  # ERNIE-Image: DyPE through NTK
     sigmas = iter([1.0 - i / (4 * repeats + 8) for i in range(4 * repeats + 8)])
     rows, cols = case.grid
     inputs = case.inputs(scale * rows, scale * cols)

@@ -181,12 +181,20 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from mmpos._arguments import OneLineErrorParser, positive_int_arg
+
+    parser = OneLineErrorParser(
+        prog="mmpos bench --", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per method (median reported)")
+    parser.add_argument(
+        "--repeats", type=positive_int_arg, default=5, help="timed repeats per method (median reported)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (timed with a synchronize per repeat)")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=positive_int_arg, default=None, help="torch.set_num_threads (default: torch's)"
+    )
     parser.add_argument("--out", type=Path, default=Path("outputs/bench_rotary.json"), help="JSON results file")
     args = parser.parse_args(argv)
     if args.threads:

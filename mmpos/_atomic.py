@@ -4,7 +4,9 @@ file or folder (a checkpoint, an export, a dataset) under the name the user aske
 A file writer not told to replace (``replace=False``) publishes with an exclusive create: what appeared under the
 name meanwhile (another process's output) is kept and :class:`OutputTakenError` raised. A command's output folder
 (:func:`output_folder_written`) is written under a lock beside it (``.<name>.lock``, released by the kernel if the
-process dies): a second writer of the same folder gets :class:`ConcurrentWriteError` at once."""
+process dies): a second writer of the same folder gets :class:`ConcurrentWriteError` at once. A command claims its
+``--out`` (file or folder) for its whole run (:func:`claimed_outputs`, :func:`claim_output`: the same lock), so two
+commands writing one output never both run, whatever files each writes into it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import errno
 import os
 import secrets
 import shutil
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -45,6 +47,10 @@ def written_atomically(path, replace: bool = True) -> Iterator[Path]:
     try:
         yield temporary
         _publish_file(temporary, path, replace)
+    except OSError as error:  # disk full, ...: name the file the user asked for, not the temporary one
+        if error.errno is None or error.filename not in (None, str(temporary), temporary):
+            raise
+        raise OSError(error.errno, error.strerror or os.strerror(error.errno), str(path)) from error
     finally:
         temporary.unlink(missing_ok=True)
 
@@ -118,6 +124,9 @@ def output_lock(path) -> Iterator[Path]:
 
     path = Path(path)
     lock = path.with_name(f".{path.name}.lock")
+    if _claimed_here(path):  # the running command claimed it for its whole run (claim_output)
+        yield lock
+        return
     for _ in range(5):  # a lock file unlinked by a finishing writer between our open and our flock: open again
         handle = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
         try:
@@ -144,6 +153,77 @@ def output_lock(path) -> Iterator[Path]:
     finally:
         lock.unlink(missing_ok=True)  # while still held: a waiting writer reopens a fresh file (the check above)
         os.close(handle)
+
+
+_claimed: dict[Path, ExitStack] = {}  # outputs held for a whole command (claim_output): the scope holding each
+_scopes: list[ExitStack] = []  # the open claimed_outputs scopes, innermost (the running command) last
+
+
+def _lock_key(path: Path) -> Path:
+    return Path(os.path.abspath(path))
+
+
+def _claimed_here(path: Path) -> bool:
+    """``path`` is claimed by the innermost scope (a nested command in this process is another writer)."""
+    return bool(_scopes) and _claimed.get(_lock_key(path)) is _scopes[-1]
+
+
+@contextmanager
+def claimed_outputs() -> Iterator[None]:
+    """The scope of one command: what :func:`claim_output` claims inside it stays claimed until the scope ends (the
+    lock files removed, the parent folders the claims made removed again if still empty)."""
+    with ExitStack() as stack:
+        _scopes.append(stack)
+        try:
+            yield
+        finally:
+            _scopes.remove(stack)
+
+
+def claim_output(path) -> Path:
+    """Hold :func:`output_lock` on the output ``path`` (a file or folder, existing or not) until the enclosing
+    :func:`claimed_outputs` ends, so a second process writing ``path`` meanwhile gets :class:`ConcurrentWriteError`
+    naming it at once (nested ``output_lock`` / :func:`output_folder_written` of ``path`` in this process pass).
+    Missing parent folders are made (the lock file lies beside ``path``). Outside a scope, or where no lock can be
+    made (a file in the way, a read-only place: the command's own check names that), nothing is claimed."""
+    path = Path(path)
+    if not _scopes or _claimed_here(path):
+        return path
+    stack = _scopes[-1]
+    made = [p for p in reversed(path.parents) if not p.exists()]
+    stack.callback(_remove_if_empty, made)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stack.enter_context(output_lock(path))
+    except ConcurrentWriteError:
+        raise
+    except OSError:
+        return path
+    _claimed[_lock_key(path)] = stack
+    stack.callback(_claimed.pop, _lock_key(path), None)
+    return path
+
+
+@contextmanager
+def claimed_output(*paths) -> Iterator[None]:
+    """A :func:`claimed_outputs` scope claiming ``paths`` (``None`` skipped): for a script's one command.
+
+    with claimed_output(args.out):  # ConcurrentWriteError (a FileExistsError) if another process writes it
+        write_report(args.out)
+    """
+    with claimed_outputs():
+        for path in paths:
+            if path is not None:
+                claim_output(path)
+        yield
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    for folder in reversed(folders):  # deepest first
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def replace_folder(complete: Path, path: Path) -> None:

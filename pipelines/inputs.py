@@ -46,20 +46,38 @@ EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
 
 
 def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
-    """The ``required`` tensors (and those of ``optional`` present) of a safetensors/pt file."""
+    """The ``required`` tensors (and those of ``optional`` present) of a safetensors/pt file (read without
+    unpickling objects: :mod:`mmpos._safe_state`), each of its shape (:data:`EMBED_DIMS`) and one batch; else a
+    ValueError naming ``--prompt-embeds`` and the file."""
     import torch
 
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    from mmpos._safe_state import load_torch_file, read_tensors
 
-        tensors = load_file(str(path))
-    else:
-        tensors = torch.load(path, map_location="cpu", weights_only=True)
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--prompt-embeds {path}: no such file; expected a safetensors or .pt file of tensors")
+    try:
+        tensors = read_tensors(path) if path.suffix == ".safetensors" else load_torch_file(path)
+    except ValueError as error:
+        raise ValueError(f"--prompt-embeds {error}; expected a safetensors or .pt file of tensors") from None
+    if not isinstance(tensors, dict):
+        raise ValueError(f"--prompt-embeds {path} holds a {type(tensors).__name__}; expected a dict of tensors")
     missing = set(required) - set(tensors)
     if missing:
-        raise ValueError(f"{path} lacks {sorted(missing)}; expected {' and '.join(required)}")
-    return {k: tensors[k] for k in (*required, *optional) if k in tensors}
+        raise ValueError(f"--prompt-embeds {path} lacks {sorted(missing)}; expected {' and '.join(required)}")
+    embeds = {k: tensors[k] for k in (*required, *optional) if k in tensors}
+    for key, value in embeds.items():
+        shape = tuple(getattr(value, "shape", ()))
+        if not isinstance(value, torch.Tensor) or len(shape) != len(EMBED_DIMS[key]) or 0 in shape:
+            expected = f"[{', '.join(EMBED_DIMS[key])}]"
+            raise ValueError(f"--prompt-embeds {path}: {key} has shape {shape}; expected {expected}")
+    if len({v.shape[0] for v in embeds.values()}) > 1:
+        shapes = {k: tuple(v.shape) for k, v in embeds.items()}
+        raise ValueError(f"--prompt-embeds {path}: {shapes} differ in the batch size B; expected one B")
+    return embeds
+
+
+EMBED_DIMS = {"prompt_embeds": ("B", "L", "D"), "pooled_prompt_embeds": ("B", "D"), "prompt_embeds_mask": ("B", "L")}
 
 
 def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:
@@ -70,6 +88,7 @@ def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:
         accepted = [k for k in EMBED_KEYS if k in stock_call_parameters(pipe)]
         required = [k for k in accepted if k != "prompt_embeds_mask"]
         embeds = load_prompt_embeds(args.prompt_embeds, required, [k for k in accepted if k not in required])
+        check_embeds_fit(embeds, pipe.transformer.config, args.prompt_embeds)
         dtype = pipe.transformer.dtype
         return {k: v.to(pipe.device, dtype if v.is_floating_point() else v.dtype) for k, v in embeds.items()}
     if is_world_pipeline(pipe):
@@ -77,6 +96,18 @@ def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:
 
         return conditioning(pipe, [prompts] if isinstance(prompts, str) else list(prompts), guidance)
     return {"prompt": prompts}
+
+
+def check_embeds_fit(embeds: dict, config, path) -> None:
+    """The embeddings' widths are the transformer's (``joint_attention_dim``, ``pooled_projection_dim``)."""
+    widths = {"prompt_embeds": "joint_attention_dim", "pooled_prompt_embeds": "pooled_projection_dim"}
+    for key, name in widths.items():
+        expected = getattr(config, name, None)
+        if key in embeds and expected is not None and embeds[key].shape[-1] != expected:
+            raise ValueError(
+                f"--prompt-embeds {path}: {key} has shape {tuple(embeds[key].shape)}; expected width D = {expected} "
+                f"(the transformer's {name}: embeddings of another model?)"
+            )
 
 
 def is_world_pipeline(pipe) -> bool:
@@ -105,7 +136,7 @@ def load_placed_image(path, what: str, token_pixels: int, side: int | None = Non
     from .images import load_image
     from .placement import fit_square, on_token_grid
 
-    image = load_image(path)
+    image = load_image(path, "--" + what.replace(" ", "-"))  # its option: --background, --reference-image
     source = tuple(image.shape[-2:])
     placement = fit_square(source, side) if side is not None else on_token_grid(source, token_pixels)
     message = placement.describe(what)
@@ -121,9 +152,9 @@ def load_placed_mask(path, placement, what: str = "the image"):
     stretched to it, nearest, saying so) placed like the image (:meth:`Placement.place_mask`)."""
     from PIL import Image
 
-    from .images import as_mask
+    from .images import as_mask, read_mask_pil
 
-    mask = Image.open(path).convert("L")
+    mask = read_mask_pil(path, "--mask")
     (height, width), (h, w), canvas = placement.source, placement.content, placement.canvas
     size, stretched = f"{mask.height}x{mask.width}", (mask.height, mask.width) != (height, width)
     if stretched:
@@ -179,9 +210,9 @@ def load_mask(path, size):
     """A [H, W] mask of ``size`` (resized nearest, saying so)."""
     from PIL import Image
 
-    from .images import as_mask
+    from .images import as_mask, read_mask_pil
 
-    mask = Image.open(path).convert("L")
+    mask = read_mask_pil(path, "--mask")
     if (mask.height, mask.width) != tuple(size):
         print(f"mask {path}: resized {mask.height}x{mask.width} to {size[0]}x{size[1]} (nearest)")
         mask = mask.resize((size[1], size[0]), Image.NEAREST)

@@ -56,10 +56,12 @@ def generate_kind(path) -> str:
     ``model_index.json`` (a local folder, or the hub's file: only that file is fetched)."""
     from diffusers import DiffusionPipeline
 
-    from .edits.detect import unreadable_model_message
+    from .edits.detect import read_json_file, unreadable_model_message
 
+    index = Path(str(path)) / "model_index.json"
     try:
-        class_name = DiffusionPipeline.load_config(path).get("_class_name")
+        config = read_json_file(index, "a mapping of component names") if index.is_file() else None
+        class_name = (config or DiffusionPipeline.load_config(path)).get("_class_name")
     except OSError as err:
         raise ValueError(unreadable_model_message(path, err)) from None
     if class_name in GENERATE_KINDS:
@@ -84,7 +86,9 @@ def missing_components(path, cls=None) -> dict:
     index = Path(path) / "model_index.json"
     if not index.is_file():
         return {}
-    entries = json.loads(index.read_text())
+    from .edits.detect import read_json_file
+
+    entries = read_json_file(index, "a mapping of component names")
     saved = [name for name, entry in entries.items() if isinstance(entry, list) and len(entry) == 2]
     names = dict.fromkeys([*TEXT_COMPONENTS, *saved])
     missing = {name: None for name in names if (entries.get(name) or [None, None])[0] is None}
@@ -133,7 +137,14 @@ def is_world_model(model) -> bool:
 def world_image_size(path) -> int:
     """The image side a world model folder was trained at (its ``model_card.json``; 32 when it does not say)."""
     card = Path(path) / "model_card.json"
-    return int(json.loads(card.read_text())["data"]["image_size"]) if card.is_file() else 32
+    if not card.is_file():
+        return 32
+    from .edits.detect import read_json_file
+
+    side = read_json_file(card, "a model card").get("data", {}).get("image_size")
+    if isinstance(side, bool) or not isinstance(side, int) or side < 1:
+        raise ValueError(f"--model {path}: {card.name} data.image_size={side!r}; expected a positive integer")
+    return side
 
 
 @dataclass(frozen=True)

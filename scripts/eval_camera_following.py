@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mmpos._arguments import user_error
-from mmpos._atomic import written_atomically
+from mmpos._atomic import ConcurrentWriteError, claimed_output, written_atomically
 from mmpos.eval.video_eval import EVAL_MOTIONS, as_unit_float, eval_clips, evaluate_conditions, summarise
 from mmpos.models.world.samples import image_grid
 from mmpos.world.images import save_png
@@ -88,6 +88,14 @@ def figure(outputs: dict, clips, path: Path) -> Path:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        with claimed_output(args.out):  # another run writing --out now: refused
+            return evaluate(parser, args)
+    except ConcurrentWriteError as error:
+        parser.exit(2, f"{parser.prog}: error: --out {error}\n")
+
+
+def evaluate(parser, args) -> int:
     out = Path(args.out)
     if (out / "results.json").exists() and not args.overwrite:
         parser.exit(2, f"{parser.prog}: error: {out / 'results.json'} exists; pass --overwrite or another --out\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mmpos._atomic import ConcurrentWriteError, claimed_output
 from mmpos.eval.layout_metrics import layout_scores
 from mmpos.models.world.image import load_world_pipeline, trained_image_size
 from mmpos.models.world.samples import held_out_examples
@@ -104,6 +105,14 @@ def main(argv=None) -> int:
         help="recompute the table (and --figure) from the images an earlier run saved in --out",
     )
     args = parser.parse_args(argv)
+    try:
+        with claimed_output(args.out, args.figure):  # another run writing them now: refused
+            return evaluate(parser, args)
+    except ConcurrentWriteError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+
+
+def evaluate(parser, args) -> int:
     out = Path(args.out)
     if args.rescore:
         trained = trained_image_size(None, "t2i")

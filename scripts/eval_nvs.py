@@ -23,7 +23,7 @@ import sys
 import torch
 
 from mmpos._arguments import OneLineErrorParser, positive_int_arg
-from mmpos._atomic import check_new_output, written_atomically
+from mmpos._atomic import check_new_output, claimed_output, written_atomically
 from mmpos._safe_state import UnsafeStateError, load_torch_file
 from mmpos._validation import NonFiniteLossError
 from mmpos.eval.image_quality import psnr, ssim
@@ -90,9 +90,14 @@ def finished_runs(folder):
 
 def report(args):
     results = os.path.join(args.out, "results.json")
-    for path in (results, args.figure):  # refused before the work: what it would replace, unless --overwrite
-        if path:
-            check_new_output(path, args.overwrite, "--figure" if path == args.figure else "--out")
+    with claimed_output(results, args.figure):  # another report writing them now: refused (ConcurrentWriteError)
+        for path in (results, args.figure):  # refused before the work: what it would replace, unless --overwrite
+            if path:
+                check_new_output(path, args.overwrite, "--figure" if path == args.figure else "--out")
+        write_report(args, results)
+
+
+def write_report(args, results):
     data = load_torch_file(os.path.join(args.out, "data.pt"))
     rows, models = [], {}
     for path, saved in finished_runs(os.path.join(args.out, args.checkpoints)):

@@ -73,7 +73,7 @@ def save_sharded_checkpoint(
     """
     path = Path(path)
     try:
-        manifest = json.dumps(dict(format=FORMAT, processes=_world(), extra=extra or {}))
+        manifest = json.dumps(dict(format=FORMAT, processes=_world(), model=_model_shape(model), extra=extra or {}))
     except TypeError as error:
         raise TypeError(f"save_sharded_checkpoint: extra must hold JSON values ({error})") from None
     if path.exists() and not overwrite:
@@ -110,6 +110,7 @@ def load_sharded_checkpoint(path: str | Path, model: nn.Module, optimizer: torch
     """
     path = Path(path)
     manifest = read_manifest(path)
+    _check_model(path, manifest, model)
     state = _state(model, optimizer)
     reader = _allowlist_reader(path)
     reader.read_metadata()  # refuses a tampered .metadata here, before DCP wraps the error in its own
@@ -140,6 +141,44 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if manifest.get("format") != FORMAT:
         raise IncompleteCheckpointError(f"{path / MANIFEST}: format {manifest.get('format')!r}, expected {FORMAT}")
     return manifest
+
+
+def _model_shape(model: nn.Module) -> dict[str, Any]:
+    """What a checkpoint must match: the registered name of every encoding module (by module name, ``pe_name``
+    of mmpos' registry) and every parameter's whole shape (a sharded parameter's too)."""
+    encodings = {
+        name: type(m).pe_name for name, m in model.named_modules() if isinstance(getattr(type(m), "pe_name", None), str)
+    }
+    return {"encodings": encodings, "parameters": {name: list(p.shape) for name, p in model.named_parameters()}}
+
+
+def _check_model(path: Path, manifest: dict[str, Any], model: nn.Module) -> None:
+    """Refuse a checkpoint saved from another model: other encodings (a learned table would be dropped or left
+    unmatched without a word), other parameter names or shapes. Checkpoints that recorded no model pass."""
+    saved, current = manifest.get("model"), _model_shape(model)
+    if not isinstance(saved, dict):
+        return
+    saved_pes, current_pes = saved.get("encodings", {}), current["encodings"]
+    if saved_pes != current_pes:
+        names = [f"{n}: {saved_pes.get(n)} saved, {current_pes.get(n)} here" for n in sorted({*saved_pes, *current_pes})
+                 if saved_pes.get(n) != current_pes.get(n)]  # fmt: skip
+        raise ShardedCheckpointError(
+            f"{path}: saved with encoding {_listed(saved_pes)}, this model has {_listed(current_pes)} "
+            f"({names[0]}); build the model with the checkpoint's encoding"
+        )
+    shapes, here = saved.get("parameters", {}), current["parameters"]
+    differ = [
+        f"{n} {shapes.get(n)} saved, {here.get(n)} here"
+        for n in sorted({*shapes, *here})
+        if shapes.get(n) != here.get(n)
+    ]
+    if differ:
+        more = f" and {len(differ) - 1} more" if len(differ) > 1 else ""
+        raise ShardedCheckpointError(f"{path}: saved from another model: {differ[0]}{more}")
+
+
+def _listed(encodings: dict[str, str]) -> str:
+    return ", ".join(sorted(set(encodings.values()))) or "none"
 
 
 def _state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -44,6 +44,15 @@ def at_least_one(value) -> str | None:
     return None if value >= 1 else "a number >= 1"
 
 
+def wan_frame_count(value) -> str | None:
+    """Wan's VAE keeps the first frame and packs each next 4 into one latent frame: 4k + 1 frames."""
+    return None if value >= 1 and (value - 1) % 4 == 0 else "4k + 1 frames (1, 5, 9, ..., 49, 81): Wan's latent frames"
+
+
+def wan_pixels(value) -> str | None:
+    return None if value >= 16 and value % 16 == 0 else "a positive multiple of 16 pixels (Wan: 8x VAE, 2x2 patches)"
+
+
 @dataclass
 class CameraAdapterConfig(TrainConfig):
     data: str | None = option(None, "folder of clip folders (required)")
@@ -57,9 +66,9 @@ class CameraAdapterConfig(TrainConfig):
         1, "clips per process (global batch: this x processes)", check=positive, resume_may_change=True
     )
     grad_clip: float | None = option(None, "max gradient norm (none: no clipping)")
-    frames: int = option(9, "video frames per sample, 4k+1", check=positive)
-    height: int = option(32, "frame height", check=positive)
-    width: int = option(48, "frame width", check=positive)
+    frames: int = option(9, "video frames per sample, 4k+1", check=wan_frame_count)
+    height: int = option(32, "frame height, a multiple of 16", check=wan_pixels)
+    width: int = option(48, "frame width, a multiple of 16", check=wan_pixels)
     max_zoom: float = option(
         1.0,
         "random focal augmentation: centre crops up to this zoom, intrinsics scaled (UCPE-style; 1 = off)",

@@ -176,12 +176,31 @@ def check_config(config: dict) -> None:
 
         if config["pe"] not in list_pes():
             raise ConfigError(f"config pe={config['pe']!r}: expected one of mmpos.list_pes() {list_pes()}")
+    check_pe_options(config)
     check_model_name(config["model"])
     if isinstance(config["pretrained"], str) and not str(config["model"]).startswith("open_clip:"):
         raise ConfigError(
             f"config pretrained={config['pretrained']!r}: expected true or false (a tag only for open_clip:NAME models)"
         )
     _check_optimizer_name(config["opt"])
+
+
+CONVERT_OPTIONS = ("share_pe", "grid_mode", "grid_scale", "grid_indexing")  # mmpos.integrations.timm.convert's own
+
+
+def check_pe_options(config: dict) -> None:
+    """Every key of ``pe_options`` is an option of the encoding (``pe``; ``ape: resample``: ape_learned) or of the
+    timm conversion; a ConfigError names the unknown key and the valid ones (else a TypeError deep in the build)."""
+    from mmpos.encodings import pe_options
+
+    pe = "ape_learned" if config["ape"] == "resample" and config["pe"] is None else config["pe"]
+    if pe is None or not config["pe_options"] or str(config["model"]).startswith("open_clip:"):
+        return
+    supplied = ("head_dim", "num_heads", "num_prefix_tokens", "num_axes", "embed_dim", "grid_size")  # by the model
+    valid = sorted(set(pe_options(pe)) - set(supplied) | set(CONVERT_OPTIONS))
+    unknown = sorted(set(config["pe_options"]) - set(valid))
+    if unknown:
+        raise ConfigError(f"config pe_options: unknown key(s) {unknown} for pe={pe!r}; valid keys: {valid}")
 
 
 def _holds(ok, value) -> bool:

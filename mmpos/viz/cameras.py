@@ -103,13 +103,13 @@ def camera_figures(
     ``replace=False``: an existing figure is kept and :class:`~mmpos._atomic.OutputTakenError` raised."""
     if not -len(trajectory) <= frame < len(trajectory):
         raise ValueError(f"frame={frame} is outside the trajectory's {len(trajectory)} frames")
+    height, width = image_size
+    camera = frame_camera(trajectory, frame, width, height, model, fov, xi)  # a bad fov / xi: before any file
     plt = pyplot()
     out_dir = Path(out_dir)
     fig = plt.figure(figsize=(6, 5))
     plot_rig(fig.add_subplot(projection="3d"), trajectory, title=f"{stem}: {len(trajectory)} frames")
     rig_path = save_figure(fig, out_dir / f"{stem}_rig.png", replace=replace)
-    height, width = image_size
-    camera = frame_camera(trajectory, frame, width, height, model, fov, xi)
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")  # colour bar beside, not over, labels
     plot_ray_maps(axes, camera, trajectory.c2w[frame], grid_size)
     fig.suptitle(

@@ -12,9 +12,11 @@ Adding a command: a module here with ``register`` and ``run``, and one line in :
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from mmpos._arguments import OneLineErrorParser, show_defaults
+from mmpos._arguments import OneLineErrorParser, check_out_writable, show_defaults, user_error, write_error_line
+from mmpos._atomic import ConcurrentWriteError, claim_output, claimed_outputs
 from mmpos.training.scaffold.interrupt import EXIT_CODE
 
 from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
@@ -57,10 +59,35 @@ def command_paths(parser: argparse.ArgumentParser, path: tuple = ()):
 def main(argv=None) -> int:
     """``mmpos ARGS``: parse (light), then run the chosen command (heavy imports happen there). Ctrl-C
     (``KeyboardInterrupt``) while a command loads or runs ends it with one line and exit code 130; a training loop
-    stops at its next update on its own (:mod:`mmpos.training.scaffold.interrupt`)."""
+    stops at its next update on its own (:mod:`mmpos.training.scaffold.interrupt`). A named ``--out`` is claimed
+    for the whole run: a second ``mmpos`` writing it meanwhile stops at once with one line (exit code 2)."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
-        return args.func(args)
+        check_outputs_writable(args)  # before the claim: its lock file goes beside --out
+    except ValueError as error:
+        raise user_error(f"mmpos {args.command}", error) from None
+    try:
+        with claimed_outputs():
+            if getattr(args, "out", None) and os.environ.get("RANK", "0") == "0":  # one claim per launch
+                try:
+                    claim_output(args.out)
+                except ConcurrentWriteError as error:
+                    print(f"mmpos {args.command}: error: --out {error}", file=sys.stderr)
+                    raise SystemExit(2) from None
+            return args.func(args)
     except KeyboardInterrupt:
         print(f"mmpos {args.command}: interrupted", file=sys.stderr)
         return EXIT_CODE
+    except OSError as error:  # disk full, quota, read-only file system while writing: one line naming the file
+        line = write_error_line(error)
+        if line is None:
+            raise
+        raise user_error(f"mmpos {args.command}", line) from None
+
+
+def check_outputs_writable(args) -> None:
+    """``--out`` / ``--output-dir`` of the chosen command: files can be created there, checked before any work."""
+    for dest, option in (("out", "--out"), ("output_dir", "--output-dir")):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            check_out_writable(value, option)

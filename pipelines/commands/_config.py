@@ -149,6 +149,7 @@ def resolve_config(args) -> dict:
         config = load_config(args.config or default_config_path(default_config_name(args)))
         config = apply_flags(apply_overrides(config, args.set), args)
         check_config(config, args.config_name)
+        check_sampler(config)
         check_device(config.get("device"))
     except (FileNotFoundError, KeyError, ValueError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error  # KeyError quotes str()
@@ -200,3 +201,55 @@ def default_config_name(args) -> str:
         )
         return f"{args.config_name}_world"
     return f"{args.config_name}_world" if is_world_model(args.model) else args.config_name
+
+
+SAMPLER_INTEGERS = {  # sampler key -> what it counts (each a positive integer when set)
+    "num_inference_steps": "denoising steps",
+    "height": "pixels",
+    "width": "pixels",
+    "max_sequence_length": "text tokens",
+    "num_images_per_prompt": "images",
+}
+SAMPLER_NUMBERS = ("guidance_scale", "true_cfg_scale")
+SAMPLER_OPTIONS = {"height": "--height", "width": "--width"}  # the options of `mmpos generate` that set them
+
+
+def sampler_value_name(key: str, value) -> str:
+    """``("height", 7)`` -> ``--height 7 (sampler.height)``: the option that sets the key and the key; a key no
+    option sets: ``sampler.steps=0``."""
+    option = SAMPLER_OPTIONS.get(key)
+    return f"{option} {value!r} (sampler.{key})" if option else f"sampler.{key}={value!r}"
+
+
+def check_sampler(config: dict) -> None:
+    """The config's ``sampler`` section: counts are positive integers, scales are numbers (``--set
+    sampler.num_inference_steps=0`` would divide by zero inside diffusers); a ValueError names the key."""
+    sampler = config.get("sampler") or {}
+    if not isinstance(sampler, dict):
+        raise ValueError(f"config sampler={sampler!r}: expected a mapping of pipeline call arguments")
+    for key, counts in SAMPLER_INTEGERS.items():
+        value = sampler.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{sampler_value_name(key, value)}: expected a positive integer ({counts})")
+    for key in SAMPLER_NUMBERS:
+        value = sampler.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"sampler.{key}={value!r}: expected a number")
+
+
+def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
+    """``sampler.height`` / ``.width``: at most :data:`MAX_SIZE_OVER_TRAINED` times the model's ``train_size``
+    (pixels, an int or ``(height, width)``) per side, on ``pipe``'s token grid and within its device's free memory
+    for ``prompts`` prompts (:func:`mmpos.pipelines.images.check_output_size`); the ValueError names ``--height`` /
+    ``--width``."""
+    from ..images import MAX_SIZE_OVER_TRAINED, TRAINING, check_output_size, over_trained
+
+    trained = (train_size, train_size) if isinstance(train_size, int) else tuple(train_size)
+    default = pipe.default_sample_size * pipe.vae_scale_factor  # a size the config leaves out: the pipeline's
+    height, width = (sampler.get(key) or default for key in ("height", "width"))
+    names = [sampler_value_name(key, value) for key, value in (("height", height), ("width", width))]
+    for name, value, side in zip(names, (height, width), trained):
+        if value > MAX_SIZE_OVER_TRAINED * side:
+            raise ValueError(f"{name}: {over_trained(value, side, 'size', TRAINING)}")
+    batch = prompts * sampler.get("num_images_per_prompt", 1)
+    check_output_size(pipe, height, width, batch, names)

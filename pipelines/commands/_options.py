@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from mmpos._atomic import ConcurrentWriteError, claim_output
+
 
 def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: bool = True) -> None:
     """``--config``, ``--model``, ``--prompt-embeds``, ``--device``, ``--dtype``, ``--set``, ``--out``,
@@ -85,12 +87,16 @@ def output_folder(args, default: Path) -> Path:
 
 def fresh_folder(default: Path) -> Path:
     """``default`` if absent or empty, else ``default-2``, ``default-3``, ...: an unnamed output never overwrites
-    an earlier run."""
+    an earlier run, nor one another process writes now (claimed for the command, :func:`~mmpos._atomic.claim_output`)."""
     candidate, index = default, 1
-    while candidate.exists() and any(candidate.iterdir()):
+    while True:
+        if not (candidate.exists() and any(candidate.iterdir())):
+            try:
+                return claim_output(candidate)  # another mmpos choosing the same free folder now: the next one
+            except ConcurrentWriteError:
+                pass
         index += 1
         candidate = default.with_name(f"{default.name}-{index}")
-    return candidate
 
 
 def report_written(paths, out: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mmpos._arguments import positive_int_arg
+from mmpos._arguments import bounded_int_arg, positive_int_arg
 
 
 def register(subparsers) -> None:
@@ -46,8 +46,8 @@ def register(subparsers) -> None:
     demo.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="model dtype (default: float32)")
     demo.add_argument(
         "--image-size",
-        type=positive_int_arg,
-        help="scene side in pixels (default: the world models' trained size; 512 with --model)",
+        type=bounded_int_arg(1, 4096),
+        help="scene side in pixels, at most 4096 (default: the world models' trained size; 512 with --model)",
     )
     demo.add_argument("--count", type=positive_int_arg, default=6, help="examples per world section (default: 6)")
     demo.set_defaults(func=run)

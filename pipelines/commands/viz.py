@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mmpos._arguments import finite_float_arg, positive_int_arg
+from mmpos._arguments import bounded_float_arg, finite_float_arg, positive_int_arg
 from mmpos._camera_motions import is_motion, vocabulary_help
 
 
@@ -30,6 +30,11 @@ def run_cameras(args) -> int:
     try:  # the figures it would replace: refused before any work unless --overwrite
         for name in (f"{stem}_rig.png", f"{stem}_rays.png"):
             check_new_output(Path(args.out) / name, args.overwrite)
+        if args.model == "pinhole" and (args.fov is not None or args.xi != 0):
+            raise ValueError(
+                "--fov / --xi shape the ray maps of --model unified; the pinhole's are the trajectory's own "
+                "intrinsics (pass --model unified, or leave them out)"
+            )
         trajectory = _trajectory(args)
         if not -len(trajectory) <= args.frame < len(trajectory):
             raise ValueError(f"--frame {args.frame}: outside the trajectory's {len(trajectory)} frames")
@@ -101,9 +106,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     cameras.add_argument(
         "--fov",
-        type=finite_float_arg,
+        type=bounded_float_arg(0, 360),
         default=None,
-        help="horizontal FoV (degrees) for --model unified (default: the trajectory's)",
+        help="horizontal FoV in degrees for --model unified: below 180, or up to 360 with a fisheye --xi "
+        "(cos(fov / 2) + xi > 0) (default: the trajectory's)",
     )
     cameras.add_argument("--xi", type=finite_float_arg, default=0.0, help="xi for --model unified (0 = pinhole)")
     return viz

@@ -11,13 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
-from mmpos._arguments import finite_float_arg, positive_int_arg
+from mmpos._arguments import bounded_float_arg, bounded_int_arg, finite_float_arg, positive_int_arg
 from mmpos._atomic import check_new_output
 from mmpos._camera_motions import vocabulary_help
 from mmpos.world.scene import COLOURS, PATTERNS, SHAPES, SIZES
 
 EDIT_KINDS = ("transplant", "harmonise", "style")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
+MAX_OBJECTS = 64  # world clip: more than the ground around the origin holds apart; rendering cost grows with each
+MAX_SCALE = 100.0  # world clip --scale: a trajectory's translations times this; beyond it the scene is out of view
+MAX_SIZE = 2048  # image side of every world command (the world models train at 32-64 px)
 
 
 def _dataset(args) -> list[Path]:
@@ -249,7 +252,9 @@ def register(subparsers) -> None:
             name, help=help_text, description=f"{help_text}. --out is a folder; this command writes {outputs} into it."
         )
         parser.set_defaults(world_func=func, world_parser=parser, world_outputs=outputs.split()[0])
-        parser.add_argument("--size", type=positive_int_arg, default=size_default, help=size_help)
+        parser.add_argument(
+            "--size", type=bounded_int_arg(1, MAX_SIZE), default=size_default, help=f"{size_help}, at most {MAX_SIZE}"
+        )
         parser.add_argument("--overwrite", action="store_true", help="replace what --out names if it exists")
         return parser
 
@@ -315,11 +320,17 @@ def register(subparsers) -> None:
     )
     clip.add_argument("--out", required=True, help="output folder")
     clip.add_argument("--seed", type=int, default=0, help="scene seed")
-    clip.add_argument("--objects", type=int, default=3, help="number of objects in the scene")
-    clip.add_argument("--frames", type=positive_int_arg, default=8, help="number of frames")
-    clip.add_argument("--degrees", type=float, help="arc of the default orbit in degrees (default: 90)")
     clip.add_argument(
-        "--fov", type=float, help="horizontal field of view of the default orbit in degrees (default: 60)"
+        "--objects", type=bounded_int_arg(0, MAX_OBJECTS), default=3, help=f"objects in the scene, 0 to {MAX_OBJECTS}"
+    )
+    clip.add_argument("--frames", type=positive_int_arg, default=8, help="number of frames")
+    clip.add_argument(
+        "--degrees", type=bounded_float_arg(-720, 720, "both"), help="arc of the default orbit in degrees (default: 90)"
+    )
+    clip.add_argument(
+        "--fov",
+        type=bounded_float_arg(0, 180),
+        help="horizontal field of view of the default orbit in degrees, in (0, 180) (default: 60)",
     )
     clip.add_argument(
         "--trajectory",
@@ -327,7 +338,12 @@ def register(subparsers) -> None:
         f"file (resampled to --frames) or a camera motion NAME[:AMOUNT] ({vocabulary_help()}); "
         "moved so that its first camera is the orbit's first (default: the orbit)",
     )
-    clip.add_argument("--scale", type=float, default=1.0, help="multiplies the --trajectory's translations")
+    clip.add_argument(
+        "--scale",
+        type=bounded_float_arg(0, MAX_SCALE, "high"),
+        default=1.0,
+        help=f"multiplies the --trajectory's translations, in (0, {MAX_SCALE:g}]",
+    )
     clip.add_argument(
         "--textured",
         action="store_true",

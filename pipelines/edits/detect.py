@@ -20,7 +20,7 @@ def model_index(path) -> dict:
     """``model_index.json`` of a local folder or a hub id (only that file is fetched); ValueError if there is none."""
     index = Path(str(path)) / "model_index.json"
     if index.is_file():
-        return json.loads(index.read_text())
+        return read_json_file(index, "a mapping of component names")
     if Path(str(path)).is_dir():
         raise ValueError(
             f"--model {path}: no model_index.json there; expected a diffusers pipeline folder "
@@ -32,6 +32,21 @@ def model_index(path) -> dict:
         return dict(DiffusionPipeline.load_config(str(path)))
     except OSError as error:
         raise ValueError(unreadable_model_message(path, error)) from None
+
+
+def read_json_file(path, expected: str) -> dict:
+    """A JSON object file of a model folder (``model_index.json``, ``model_card.json``); a ValueError naming
+    ``--model`` and the file if it is not UTF-8 JSON holding an object (``expected`` says which)."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(
+            f"--model {path.parent}: {path.name} is not valid JSON ({error}); expected {expected}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--model {path.parent}: {path.name} holds a {type(value).__name__}; expected {expected}")
+    return value
 
 
 OFFLINE_ERRORS = ("OfflineModeIsEnabled",)  # huggingface_hub: HF_HUB_OFFLINE is set

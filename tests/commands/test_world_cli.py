@@ -118,7 +118,9 @@ def test_clip_writes_frames_and_cameras(tmp_path, capsys):
     truth = np.load(tmp_path / "ground_truth.npz")
     assert truth["poses"].shape == (2, 4, 4) and truth["depth"].shape == (2, 16, 16)
     assert (tmp_path / "frame_001.png").is_file()
-    assert "fov_degrees" in run_error(["world", "clip", "--fov", "200", "--out", str(tmp_path)], capsys)
+    assert "argument --fov: expected a number in (0, 180)" in run_error(
+        ["world", "clip", "--fov", "200", "--out", str(tmp_path)], capsys
+    )
     saved = tmp_path / "trajectory.json"  # the clip's cameras, reloadable as a trajectory file
     assert (
         main(

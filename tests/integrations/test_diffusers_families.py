@@ -49,7 +49,7 @@ def family(request):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_and_restore_are_stock_bit_for_bit(family, dtype):
     case = CASES[family]
-    model = case.model().to(dtype)
+    model = case.to(case.model(), dtype)
     inputs = cast(case.inputs(*case.grid), dtype, case)
     stock = run(model, inputs)
     set_pe(model, "native")
@@ -80,9 +80,9 @@ def test_native_follows_a_dtype_move_after_set_pe(family):
     """``model.to(bfloat16)`` after ``set_pe``: the seam's tables follow the cast as the stock module's would, and
     ``restore`` gives the stock model cast the same way (its position module follows the cast it missed)."""
     case = CASES[family]
-    stock, model = case.model().to(torch.bfloat16), case.model()
+    stock, model = case.to(case.model(), torch.bfloat16), case.model()
     set_pe(model, "native")
-    model.to(torch.bfloat16)
+    case.to(model, torch.bfloat16)
     inputs = cast(case.inputs(*case.grid), torch.bfloat16, case)
     expected = run(stock, inputs)
     assert torch.equal(run(model, inputs), expected)
@@ -100,7 +100,7 @@ def test_save_and_load_with_set_pe_give_the_stock_checkpoint(family, tmp_path):
     inputs = case.inputs(*case.grid)
     stock = run(model, inputs)
     expected = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    set_pe(model, "native", extrapolation=case.dype(model))
     model.save_pretrained(tmp_path)
     saved = load_file(tmp_path / "diffusion_pytorch_model.safetensors")
     assert sorted(saved) == sorted(expected)
@@ -132,7 +132,7 @@ def test_dype_at_twice_the_grid_follows_the_step(family):
     rows, cols = case.grid
     big = {sigma: case.inputs(2 * rows, 2 * cols, sigma=sigma) for sigma in (1.0, 0.5)}
     stock = {sigma: run(model, inputs) for sigma, inputs in big.items()}
-    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype", case.grid))
+    set_pe(model, "native", extrapolation=case.dype(model))
     seam = position_module(model)
     outs = {sigma: run(model, inputs) for sigma, inputs in big.items()}
     for sigma, out in outs.items():
@@ -159,7 +159,7 @@ def test_the_seam_runs_as_often_as_the_stock_position_module(family):
     run(model, case.inputs(*case.grid))
     run(model, case.inputs(*case.grid))
     seam = position_module(model)
-    if calls:  # as often as the stock module (Helios: four tables a forward, chunk and history)
+    if calls:  # as often as the stock module (Helios, FramePack: four tables a forward, one per token group)
         assert seam.forwards == 2 * len(calls)
     else:
         assert 2 <= seam.forwards <= 4

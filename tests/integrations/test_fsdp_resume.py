@@ -91,3 +91,28 @@ def test_a_tampered_metadata_pickle_is_refused_without_running_it(tmp_path, one_
     with pytest.raises(IncompleteCheckpointError, match=r"\.metadata: refused \(posix\.system is not part of"):
         load_sharded_checkpoint(target, *small_sharded_model())
     assert not (tmp_path / "tampered.txt").exists()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed support")
+def test_a_2_process_checkpoint_of_another_encoding_is_refused_by_name(tmp_path):
+    """Saved by 2 processes from a DiT with ``rope_mixed``, resumed by 2 processes into one built with
+    ``rope_axial``: every process refuses it naming both encodings (was: loaded, learned tables dropped)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.workers import resume_worker
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for phase, case in (("save", "dit:rope_mixed"), ("resume", "dit:rope_axial")):
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29571"]
+        command += [resume_worker.__file__, "fsdp", phase, json.dumps([case]), str(tmp_path)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        if phase == "save":
+            (tmp_path / "dit-rope_mixed").rename(tmp_path / "dit-rope_axial")  # where the resume looks
+    for rank in (0, 1):
+        error = json.loads((tmp_path / f"rank{rank}.resume.json").read_text())["dit:rope_axial"].get("error", "")
+        assert error.startswith("ShardedCheckpointError: "), error
+        assert "saved with encoding rope_mixed, this model has rope_axial" in error, error

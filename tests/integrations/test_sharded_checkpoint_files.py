@@ -148,18 +148,36 @@ def test_a_metadata_file_linked_from_outside_is_refused(tmp_path, one_process_gr
 
 
 def test_dcp_failures_arrive_as_a_named_exception(tmp_path, one_process_group):
-    """DCP raises ``CheckpointException``, a ``BaseException`` that ``except Exception`` misses: a checkpoint of
-    another width reaches the caller as :class:`ShardedCheckpointError` naming the folder."""
+    """DCP raises ``CheckpointException``, a ``BaseException`` that ``except Exception`` misses: a checkpoint whose
+    ``.metadata`` lacks an item this optimizer needs reaches the caller as :class:`ShardedCheckpointError` naming the
+    folder and the item."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    assert not issubclass(CheckpointException, Exception)
-    model, optimizer = sharded_dit(hidden_size=16)
+    assert not issubclass(CheckpointException, Exception) and issubclass(ShardedCheckpointError, Exception)
+    model, optimizer = sharded_dit()
     target = save_sharded_checkpoint(tmp_path / "checkpoint-1", model, optimizer)
-    with pytest.raises(ShardedCheckpointError, match=r"load_sharded_checkpoint: .*checkpoint-1 \(process 0\): "):
+    metadata = read_metadata(target)
+    del metadata.state_dict_metadata["optimizer.param_groups.0.lr"]
+    write_metadata(target, metadata)
+    message = r"load_sharded_checkpoint: .*checkpoint-1 \(process 0\): .*optimizer\.param_groups\.0\.lr"
+    with pytest.raises(ShardedCheckpointError, match=message):
         try:
-            load_sharded_checkpoint(target, *sharded_dit(hidden_size=32))
+            load_sharded_checkpoint(target, *sharded_dit())
         except Exception:
             raise
         except BaseException as escaped:  # pragma: no cover - the bug this test guards
             pytest.fail(f"a BaseException escaped: {type(escaped).__name__}")
-    assert issubclass(ShardedCheckpointError, Exception)
+
+
+def test_a_checkpoint_of_another_encoding_or_width_is_refused_by_name(tmp_path, one_process_group):
+    """Saved with ``rope_mixed`` (learned frequencies), loaded into a DiT built with ``rope_axial`` (none): before,
+    DCP loaded what the new model asked for and dropped the learned tables without a word."""
+    model, optimizer = sharded_dit(pe="rope_mixed")
+    target = save_sharded_checkpoint(tmp_path / "checkpoint-1", model, optimizer)
+    message = r"saved with encoding rope_mixed, this model has rope_axial \(rotary_pes\.0: rope_mixed saved, rope_axial"
+    with pytest.raises(ShardedCheckpointError, match=message):
+        load_sharded_checkpoint(target, *sharded_dit(pe="rope_axial"))
+    wider = r"saved from another model: blocks\.0\.adaLN_modulation\.1\.bias \[96\] saved, \[192\] here and 20 more"
+    with pytest.raises(ShardedCheckpointError, match=wider):
+        load_sharded_checkpoint(target, *sharded_dit(hidden_size=32))
+    assert load_sharded_checkpoint(target, *sharded_dit(pe="rope_mixed")) == {}  # the same model loads

@@ -51,7 +51,7 @@ def test_cameras_on_the_meta_device_are_a_named_error():
 def test_a_mismatched_camera_adapter_fails_at_assignment_with_the_load_message(tmp_path):
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
     from mmpos.pipelines import CameraControlWanPipeline, load_camera_adapter
-    from mmpos.pipelines.tiny_wan import tiny_wan_components
+    from mmpos.models.tiny_wan import tiny_wan_components
 
     pipe = CameraControlWanPipeline(**tiny_wan_components())
     fitting = CameraAdapter.for_transformer(pipe.transformer, "plucker")
@@ -114,7 +114,7 @@ def test_edit_config_errors_are_one_line_before_the_model_loads(tmp_path, capsys
     import numpy as np
     from PIL import Image
 
-    from mmpos.pipelines.edits import loading
+    from mmpos.pipelines import loading
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the config was checked")
@@ -260,7 +260,7 @@ print(json.dumps({"codes": codes, "modules": sorted({name.split(".")[0] for name
 """
 
 
-OPTIONAL_IMPORTS = {"colorama"}  # imported when present (tqdm, click), never needed
+OPTIONAL_IMPORTS = {"colorama", "peft"}  # imported when present (tqdm, click; diffusers: peft), never needed
 
 
 def _declared_closure() -> set:

@@ -62,7 +62,7 @@ def install_encoding(
     else:
         seam = _tier2_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = None
-    setattr(transformer, family.position_attr, seam)
+    _install_position(transformer, family.position_attr, seam)
     companions = tuple((attr, getattr(transformer, attr)) for attr in family.companion_attrs)
     for attr in family.companion_attrs:
         setattr(transformer, attr, seam.companions[attr])
@@ -87,9 +87,7 @@ def remove_encoding(transformer: nn.Module, installed: InstalledEncoding) -> Non
     probe = getattr(seam, "native_dtype_probe", None)
     if probe is not None:  # the stock module missed the .to() calls made while the seam was installed
         installed.position_module.to(probe.device, probe.dtype)
-    if not isinstance(installed.position_module, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
-        delattr(transformer, family.position_attr)  # the seam is a submodule, which only a module may replace
-    setattr(transformer, family.position_attr, installed.position_module)
+    _restore_position(transformer, family.position_attr, installed.position_module)
     for attr, stock in installed.companions:
         setattr(transformer, attr, stock)
     remove_global_extents(transformer, installed.extents_hooks)
@@ -137,6 +135,7 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
         theta=options.get("theta", theta),
         extrapolation=options.get("extrapolation"),
         pair_scale=options.get("pair_scale"),
+        allocation=family.extras.get("allocation", "chunked"),  # "interleaved": MRoPE-I models (Ideogram 4)
     )
     custom = family.make_seam if family.tier == 1 else None  # a tier-2 family's make_seam is its mmpos seam
     seam = (
@@ -268,3 +267,27 @@ def _check_fits(encoding, family: Family, head_dim: int, heads: int, coord_axes)
             f"the encoding's tables have leading dims {lead}; expected none or one per head ({heads} heads)"
         )
     return groups
+
+
+def _is_method_seam(transformer: nn.Module, name: str) -> bool:
+    """The family's seam is a method of the model's class (JoyImage's ``get_rotary_pos_embed``)."""
+    return inspect.isfunction(inspect.getattr_static(type(transformer), name, None))
+
+
+def _install_position(transformer: nn.Module, name: str, seam) -> None:
+    """Put ``seam`` where the model looks its position module up. A method of the class is shadowed through the
+    instance's ``__dict__`` (a registered submodule would not shadow it; the checkpoint keeps the stock keys)."""
+    if _is_method_seam(transformer, name):
+        transformer.__dict__[name] = seam
+    else:
+        setattr(transformer, name, seam)
+
+
+def _restore_position(transformer: nn.Module, name: str, stock) -> None:
+    """Undo :func:`_install_position` with the stock module, plain object or method."""
+    if _is_method_seam(transformer, name):
+        transformer.__dict__.pop(name, None)  # the class's method is found again
+        return
+    if not isinstance(stock, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
+        delattr(transformer, name)  # the seam is a submodule, which only a module may replace
+    setattr(transformer, name, stock)

@@ -7,11 +7,13 @@ import json
 import sys
 from pathlib import Path
 
+from mmpos._arguments import user_error
+
 from ...edits.method import seeded_generator
 from ...extrapolate import extrapolate_setting, install_extrapolation, install_noise_shift, parse_extrapolate
 from ...images import save_image
 from ...inputs import prompt_kwargs, sampler_options
-from .._config import check_prompt_source, resolve_config, save_config
+from .._config import check_prompt_source, check_sampler_size, resolve_config, save_config
 from .._options import output_folder, report_written
 
 
@@ -21,10 +23,13 @@ def run_generate(args) -> int:
     try:
         check_prompt_source(args, model)
     except ValueError as error:
-        print(f"mmpos generate: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise user_error("mmpos generate", error) from None
     out = output_folder(args, Path("outputs/generate"))
     pipe, call = _generate_pipeline(args, config, model)
+    try:  # before anything is allocated: the size on the model's token grid and in the device's memory
+        check_sampler_size(pipe, config["sampler"], len(args.prompt or config["prompts"]), _train_size(config, model))
+    except ValueError as error:
+        raise user_error("mmpos generate", error) from None
     setting = config.get("extrapolate", {})
     presets = parse_extrapolate(str(setting.get("preset", "none")))
     installed = install_extrapolation(pipe, presets, _train_size(config, model), setting.get("options"))

@@ -34,6 +34,8 @@ def _fail(parser, message: str):
 def _settings(args, parser) -> dict:
     import torch
 
+    from ...images import MAX_SIZE_OVER_TRAINED, over_trained
+
     tiny = args.model == TINY
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -52,9 +54,11 @@ def _settings(args, parser) -> dict:
     )
     if values["frames"] < 1 or (values["frames"] - 1) % 4:
         _fail(parser, f"--frames {values['frames']}: expected 4k + 1 frames (5, 9, ..., 81)")
-    for name in ("height", "width"):
-        if values[name] < 16 or values[name] % 16:
+    for name, trained in zip(("height", "width", "frames"), (*values["train_size"], values["train_frames"])):
+        if name != "frames" and (values[name] < 16 or values[name] % 16):
             _fail(parser, f"--{name} {values[name]}: expected a positive multiple of 16 pixels")
+        if values[name] > MAX_SIZE_OVER_TRAINED * trained:  # before anything is allocated
+            _fail(parser, f"--{name} {values[name]}: {over_trained(values[name], trained, name, 'the trained')}")
     if values["steps"] < 1:
         _fail(parser, f"--steps {values['steps']}: expected at least 1")
     return dict(values, tiny=tiny, device=device, dtype=dtype)
@@ -247,12 +251,12 @@ def run_video(args, parser) -> int:
 def _first_frame(args, parser, settings):
     if not args.image:
         return None
-    from PIL import Image
+    from ...images import read_photo_pil
 
     try:
-        image = Image.open(args.image).convert("RGB")
-    except (FileNotFoundError, OSError) as error:
-        _fail(parser, f"--image {args.image}: {error}")
+        image = read_photo_pil(args.image, "--image")
+    except ValueError as error:
+        _fail(parser, str(error))
     return resized_first_frame(image, args.image, settings["width"], settings["height"])
 
 

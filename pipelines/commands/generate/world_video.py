@@ -120,12 +120,12 @@ def world_first_frame(image_path, settings, fail):
     import torch
 
     if image_path:
-        from PIL import Image
+        from ...images import read_photo_pil
 
         try:
-            image = Image.open(image_path).convert("RGB")
-        except OSError as error:
-            fail(f"--image {image_path}: {error}")
+            image = read_photo_pil(image_path, "--image")
+        except ValueError as error:
+            fail(str(error))
         from .video_files import resized_first_frame
 
         array = np.asarray(resized_first_frame(image, image_path, settings["width"], settings["height"]))

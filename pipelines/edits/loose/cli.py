@@ -32,7 +32,7 @@ def cli_run(args, config, model, load, tqdm) -> dict:
     else:  # placed like the collage, so that the two differ only where the object was pasted
         from ...images import load_image
 
-        pasted = {"original": placement.place_image(load_image(args.original))}
+        pasted = {"original": placement.place_image(load_image(args.original, "--original"))}
     report_prompts(args, [("", config.get("prompt"), "--prompt", args.prompt_text is not None)])
     call = dict(
         image=collage,
@@ -43,7 +43,7 @@ def cli_run(args, config, model, load, tqdm) -> dict:
     if args.saliency:
         from ...images import load_image
 
-        call["saliency"] = placement.place_map(load_image(args.saliency)[0].mean(0)).clamp(0, 1)
+        call["saliency"] = placement.place_map(load_image(args.saliency, "--saliency")[0].mean(0)).clamp(0, 1)
     loose = dict(config["loose"])
 
     def run(strength):

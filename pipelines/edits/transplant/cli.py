@@ -52,7 +52,7 @@ def cli_run(args, config, model, load, tqdm) -> dict:
     background, placement = load_placed_image(
         args.background, "background", pipe.token_pixels, input_side(config, model)
     )
-    references = [load_image(p) for p in args.reference]  # any size: each is fitted into its tile
+    references = [load_image(p, "--reference") for p in args.reference]  # any size: each is fitted into its tile
     reference_masks = None
     if args.reference_mask:
         reference_masks = [load_mask(p, r.shape[-2:]) for p, r in zip(args.reference_mask, references)]
@@ -112,7 +112,6 @@ def target_box(box, placement) -> list[int]:
 
 
 def image_height_width(path) -> tuple[int, int]:
-    from PIL import Image
+    from ...images import photo_size
 
-    with Image.open(path) as image:
-        return image.height, image.width
+    return photo_size(path, "--background")

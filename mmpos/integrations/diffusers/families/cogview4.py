@@ -38,10 +38,17 @@ def cogview4_tables(seam, hidden_states: torch.Tensor):
     stock = seam.stock[0]
     height, width = hidden_states.shape[2] // stock.patch_size, hidden_states.shape[3] // stock.patch_size
     spectra = seam.axis_spectra(extents=[float(height), float(width)])
+    positions = [cogview4_positions(size, int(extent)) for size, extent in zip((height, width), stock.rope_axes_dim)]
+    return half_layout_tables(seam, positions, spectra)
+
+
+def half_layout_tables(seam, positions, spectra):
+    """``(cos, sin)`` ``[H * W, D]`` float32 on the CPU of the grid ``positions = (rows [H], cols [W])`` (float32):
+    per token ``[row phases | col phases]`` twice (the half layout), phases ``outer(pos, inv_freq)`` in float32."""
+    height, width = (int(p.shape[0]) for p in positions)
     phases = []
-    for size, extent, dim, spectrum in zip((height, width), stock.rope_axes_dim, seam.axes_dims, spectra):
-        freqs = axis_frequencies(spectrum, dim, seam.theta, torch.float32)
-        phases.append(torch.outer(cogview4_positions(size, int(extent)), freqs))
+    for pos, dim, spectrum in zip(positions, seam.axes_dims, spectra):
+        phases.append(torch.outer(pos, axis_frequencies(spectrum, dim, seam.theta, torch.float32)))
     freqs_h = phases[0].unsqueeze(1).expand(height, width, -1)
     freqs_w = phases[1].unsqueeze(0).expand(height, width, -1)
     freqs = torch.cat([freqs_h, freqs_w], dim=-1)

@@ -32,11 +32,16 @@ def latent_patch_grid(seam, hidden_states: torch.Tensor) -> tuple[int, int, int]
 def latent_grid_tables(seam, hidden_states: torch.Tensor):
     """The stock HunyuanVideo rope output ``(cos, sin)`` ``[F * H * W, sum(axes_dims)]`` float32 of the latents'
     patch grid; the schedule's extents are the grid sizes (every rotated token is an image token)."""
-    sizes = latent_patch_grid(seam, hidden_states)
-    axes = [torch.arange(0, n, device=hidden_states.device, dtype=torch.float32) for n in sizes]
-    pos = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)  # [S, 3] (t, row, col)
+    return grid_tables(seam, latent_patch_grid(seam, hidden_states), hidden_states.device)
+
+
+def grid_tables(seam, sizes, device, freqs_dtype: torch.dtype = torch.float32):
+    """``(cos, sin)`` ``[prod(sizes), sum(axes_dims)]`` float32 of the grid ``arange(n)`` per axis (float32 ids,
+    ``meshgrid`` order, phases in ``freqs_dtype``, pairs repeated); the schedule's extents are the grid sizes."""
+    axes = [torch.arange(0, n, device=device, dtype=torch.float32) for n in sizes]
+    pos = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(sizes))
     spectra = seam.axis_spectra(extents=[float(n) for n in sizes])
-    return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype=torch.float32)
+    return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype=freqs_dtype)
 
 
 HUNYUAN_VIDEO15 = register_family(

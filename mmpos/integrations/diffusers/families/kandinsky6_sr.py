@@ -1,0 +1,35 @@
+"""Kandinsky 6 SR (``Kandinsky6SRTransformer3DModel``, ``Kandinsky6SRPipeline``'s latent super-resolution): Kandinsky
+6's visual rope (``Kandinsky6SRRoPE3D``: the same buffers, call and output, :mod:`.kandinsky6`).
+
+The model builds ``visual_rope_pos`` (``arange`` of the patch grid per axis) itself and calls the rope once per
+forward with its config's ``scale_factor`` (``(1, 2, 2)``); it has no text tokens. The pipeline passes the
+scheduler's timesteps (``1000 sigma``) on tiles of the latent video; a schedule's extents are the tile's token grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import register_family
+from .base import CastFollowingSeam
+from .kandinsky6 import KANDINSKY6
+
+
+def _make_seam(model, stock, encodings, native, coord_axes):
+    (encoding,) = encodings
+    axes_dims, theta = KANDINSKY6_SR.native_axes_dims(model), KANDINSKY6_SR.native_theta(model)
+    return CastFollowingSeam(KANDINSKY6_SR, encoding, stock, axes_dims, theta, probe="angles_0")
+
+
+KANDINSKY6_SR = register_family(
+    replace(
+        KANDINSKY6,
+        name="kandinsky6_sr",
+        classes=("diffusers.models.transformers.transformer_kandinsky6_sr:Kandinsky6SRTransformer3DModel",),
+        make_seam=_make_seam,  # the tables follow the stock buffers' casts
+        timestep_arg=("timestep", 1),
+        pipelines=("Kandinsky6SRPipeline",),
+        train_size=512,  # 512 x 512 tiles
+        notes="Kandinsky 6's rope on super-resolution tiles; NABLA attention blocks of 8 x 8 tokens",
+    )
+)
