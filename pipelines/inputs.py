@@ -128,8 +128,9 @@ def stock_call_parameters(pipe):
     raise TypeError(f"{type(pipe).__name__}.__call__ takes no prompt_embeds")
 
 
-def load_placed_image(path, what: str, token_pixels: int, side: int | None = None):
-    """``(image [1, 3, H', W'], placement)``: the image file as the pipeline gets it, saying how it was placed.
+def load_placed_image(path, what: str, token_pixels: int, side: int | None = None, outputs_follow: bool = True):
+    """``(image [1, 3, H', W'], placement)``: the image file as the pipeline gets it, saying how it was placed
+    (``outputs_follow``: the outputs are edits of this image, cropped back to it and written at its size).
     With ``side`` (a world model's training size) fitted into ``side x side``, aspect kept and padded
     (:func:`~mmpos.pipelines.placement.fit_square`); without, resized down to the token grid
     (:func:`~mmpos.pipelines.placement.on_token_grid`)."""
@@ -139,7 +140,7 @@ def load_placed_image(path, what: str, token_pixels: int, side: int | None = Non
     image = load_image(path, "--" + what.replace(" ", "-"))  # its option: --background, --reference-image
     source = tuple(image.shape[-2:])
     placement = fit_square(source, side) if side is not None else on_token_grid(source, token_pixels)
-    message = placement.describe(what)
+    message = placement.describe(what, outputs_follow)
     if message and placement.canvas == placement.content:  # resized only: to what
         message += " (the world model's size)" if side is not None else f" (the {token_pixels}-pixel token grid)"
     if message:

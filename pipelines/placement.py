@@ -74,8 +74,9 @@ class Placement:
         resized = resize_image(batch, self.source)
         return resized if cropped.ndim == 4 else resized[0]
 
-    def describe(self, what: str) -> str | None:
-        """One line saying how ``what`` was placed; None when the model gets the file's own size."""
+    def describe(self, what: str, outputs_follow: bool = True) -> str | None:
+        """One line saying how ``what`` was placed; None when the model gets the file's own size.
+        ``outputs_follow``: the outputs are edits of ``what`` (cropped back to it, written at its size)."""
         (sh, sw), (h, w), (height, width) = self.source, self.content, self.canvas
         if not self.changed:
             return None
@@ -87,7 +88,8 @@ class Placement:
         )
         return (
             f"{what}: {sh}x{sw} fitted into the {height}x{width} model input as {h}x{w}, aspect kept (padded "
-            f"{pads} with its edge pixels); outputs are cropped back to {h}x{w} and also written at {sh}x{sw}"
+            f"{pads} with its edge pixels)"
+            + (f"; outputs are cropped back to {h}x{w} and also written at {sh}x{sw}" if outputs_follow else "")
         )
 
 

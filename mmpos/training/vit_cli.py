@@ -235,8 +235,10 @@ def run_eval(args, parser) -> int:
 def _print_table(rows) -> None:
     for row in rows:
         top1 = "n/a" if row["top1"] is None else f"{row['top1']:.2f}"
-        top5 = "n/a" if row["top5"] is None else f"{row['top5']:.2f}"
-        print(f"  {row['height']}x{row['width']} {row['extrapolation']:>5}: top-1 {top1}  top-5 {top5}")
+        top5 = (
+            "" if row.get("classes", 6) <= 5 else "  top-5 " + ("n/a" if row["top5"] is None else f"{row['top5']:.2f}")
+        )
+        print(f"  {row['height']}x{row['width']} {row['extrapolation']:>5}: top-1 {top1}{top5}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ def evaluate(model, loader, accelerator) -> dict:
         correct1 += top1.item() * len(targets) / 100
         correct5 += top5.item() * len(targets) / 100
         count += len(targets)
-    return {"top1": 100 * correct1 / count, "top5": 100 * correct5 / count, "count": count}
+        classes = logits.shape[-1]
+    top5 = 100 * correct5 / count if classes > 5 else None  # with 5 classes or fewer top-5 is 100 % by definition
+    return {"top1": 100 * correct1 / count, "top5": top5, "count": count, "classes": classes}
 
 
 def _extrapolation_options(config: dict, kind: str, factor: float, grid: int) -> dict | None:
@@ -166,6 +168,11 @@ def plot_results(results: dict[str, list[dict]], path, title: str = "accuracy vs
             linestyle="-" if line["extrapolation"] == "none" else "--",
             label=line["label"],
         )
+    classes = {r["classes"] for rows in results.values() for r in rows if r.get("classes")}
+    if len(classes) == 1:  # one label set: guessing's accuracy
+        (count,) = classes
+        ax.axhline(100 / count, color="gray", linestyle=":", label=f"chance (1/{count})")
+    ax.set_ylim(0, 100)  # fixed: two plots compare at a glance
     ax.set_xlabel("evaluation resolution (px, height)")
     ax.set_ylabel("top-1 (%)")
     ax.set_title(title)

@@ -95,13 +95,18 @@ def run(args) -> int:
         from ..edits.figures import comparison_figure
 
         sweep = {name: crop(image) for name, image in result["sweep"].items()}
-        written.append(comparison_figure(result["inputs"], edited, sweep, out / "comparison.png", result["title"]))
+        written.append(
+            comparison_figure(
+                result["inputs"], edited, sweep, out / "comparison.png", result["title"], result.get("overlays")
+            )
+        )
         if result.get("diagnostic") is not None:  # a method without a diagnostic figure gives None
             written.append(result["diagnostic"](out / "diagnostic.png"))
     summary = {
         "method": args.method,
         "outputs": [str(p) for p in written if p.suffix == ".png"],
         "config": str(out / "config.yaml"),
+        **result.get("summary", {}),  # the method's measurements (band: reference_effect; transplant: repainted)
     }
     with written_atomically(out / "summary.json") as temporary:
         temporary.write_text(json.dumps(summary, indent=2))

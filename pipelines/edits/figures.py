@@ -17,14 +17,20 @@ def show_image(ax, image: torch.Tensor, title: str):
     ax.axis("off")
 
 
-def comparison_figure(inputs: dict, edited: dict, sweep: dict, path, title: str = "") -> Path:
-    """One row: named input images, named edited images, then the sweep (label -> image), all ``[3, H, W]``."""
+def comparison_figure(
+    inputs: dict, edited: dict, sweep: dict, path, title: str = "", overlays: dict | None = None
+) -> Path:
+    """One row: named input images, named edited images, then the sweep (label -> image), all ``[3, H, W]``.
+    ``overlays``: input name -> ``[(mask [H, W] bool, colour, label), ...]`` outlined on that input's panel."""
     plt = pyplot()
-    panels = [(f"input: {k}", v) for k, v in inputs.items()] + [(f"edited: {k}", v) for k, v in edited.items()]
-    panels += [(f"sweep {k}", v) for k, v in sweep.items()]
+    panels = [(f"input: {k}", v, (overlays or {}).get(k, [])) for k, v in inputs.items()]
+    panels += [(f"edited: {k}", v, []) for k, v in edited.items()] + [(f"sweep {k}", v, []) for k, v in sweep.items()]
     fig, axes = plt.subplots(1, len(panels), figsize=(2.2 * len(panels), 2.6), squeeze=False)
-    for ax, (label, image) in zip(axes[0], panels):
-        show_image(ax, image, label)
+    for ax, (label, image, outlines) in zip(axes[0], panels):
+        names = [f"{name} ({colour})" for _, colour, name in outlines]
+        show_image(ax, image, label + ("\n" + ", ".join(names) if names else ""))
+        for mask, colour, _ in outlines:
+            ax.contour(mask.float().numpy(), levels=[0.5], colors=colour, linewidths=1)
     fig.suptitle(title, fontsize=9)
     return save_tight(fig, path)
 

@@ -159,17 +159,27 @@ def _optimizer_and_scheduler(config: dict, model):
 
 class CsvLog:
     """``log.csv`` on the main process; appended to on resume, after dropping the rows past the checkpoint the
-    run resumes from (``resumed_step``: they were logged by the interrupted run and are logged again)."""
+    run resumes from (``resumed_step``: they were logged by the interrupted run and are logged again).
+    ``seconds_before``: the training seconds of the last row kept, from which a resumed run's ``seconds`` go on."""
 
     FIELDS = ("step", "epoch", "loss", "lr", "grad_norm", "images_per_s", "seconds")
 
     def __init__(self, path: Path, enabled: bool, resumed_step: int = 0):
-        self.path, self.enabled = path, enabled
+        self.path, self.enabled, self.seconds_before = path, enabled, 0.0
         if enabled and not path.exists():
             with open(path, "w", newline="") as f:
                 csv.writer(f).writerow(self.FIELDS)
         elif enabled:
             self._drop_rows_after(resumed_step)
+            self.seconds_before = self._last_seconds()
+
+    def _last_seconds(self) -> float:
+        with open(self.path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        try:
+            return float(rows[-1]["seconds"]) if rows else 0.0
+        except (KeyError, TypeError, ValueError):  # a log without the column: start the count again
+            return 0.0
 
     def _drop_rows_after(self, step: int) -> None:
         with open(self.path, newline="") as f:
@@ -341,7 +351,7 @@ def _log(accelerator, log, bar, progress, loss, optimizer, grad_norm, images_see
         "lr": f"{optimizer.param_groups[0]['lr']:.3e}",
         "grad_norm": "" if grad_norm is None else f"{float(grad_norm):.4f}",
         "images_per_s": f"{images_seen / max(elapsed, 1e-9):.1f}",
-        "seconds": f"{elapsed:.1f}",
+        "seconds": f"{log.seconds_before + elapsed:.1f}",  # training time, continued across --resume
     }
     log.write(row)
     bar.set_postfix(loss=f"{loss_value:.4f}", lr=row["lr"])

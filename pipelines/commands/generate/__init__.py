@@ -16,25 +16,81 @@ from .video import SPATIAL
 VIDEO_DESCRIPTION = "``mmpos generate video``: a camera-controlled Wan video from the command line."
 
 
+# The text-to-image families of the diffusers family registry (mmpos.integrations.diffusers.families) and their
+# pipelines, written out so that ``--help`` imports neither torch nor diffusers; a test keeps it equal to the
+# registry's builtin families without a time axis.
+IMAGE_FAMILIES = {
+    "bria": ("BriaPipeline",),
+    "bria_fibo": ("BriaFiboPipeline", "BriaFiboEditPipeline"),
+    "bria_fibo2": ("BriaFibo2Pipeline",),
+    "chroma": ("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
+    "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),
+    "ernie_image": ("ErnieImagePipeline",),
+    "flux": ("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
+    "flux2": ("Flux2Pipeline", "Flux2KleinPipeline", "Flux2KleinInpaintPipeline"),
+    "flux3": ("Flux3ModularPipeline", "Flux3DistilledModularPipeline"),
+    "glm_image": ("GlmImagePipeline",),
+    "hidream": ("HiDreamImagePipeline",),
+    "hunyuan_image": ("HunyuanImagePipeline",),
+    "ideogram4": ("Ideogram4Pipeline",),
+    "krea2": ("Krea2Pipeline",),
+    "longcat_image": ("LongCatImagePipeline", "LongCatImageEditPipeline"),
+    "lumina2": ("Lumina2Pipeline",),
+    "nucleusmoe_image": ("NucleusMoEImagePipeline",),
+    "ovis_image": ("OvisImagePipeline",),
+    "prx": ("PRXPipeline", "PRXPixelPipeline"),
+    "qwen": (
+        "QwenImagePipeline",
+        "QwenImageEditPipeline",
+        "QwenImageEditPlusPipeline",
+        "QwenImageImg2ImgPipeline",
+        "QwenImageInpaintPipeline",
+    ),
+    "qwenimage21": ("QwenImage21Pipeline",),
+    "z_image": (
+        "ZImagePipeline",
+        "ZImageImg2ImgPipeline",
+        "ZImageInpaintPipeline",
+        "ZImageControlNetPipeline",
+        "ZImageControlNetInpaintPipeline",
+        "ZImageOmniPipeline",
+    ),
+}
+
+
+def with_image_families(parser) -> None:
+    """``parser``'s help ends with the text-to-image families (:data:`IMAGE_FAMILIES`) and their pipelines."""
+    plain = parser.format_help
+    rows = "\n".join(f"  {name}: {', '.join(pipelines)}" for name, pipelines in IMAGE_FAMILIES.items())
+
+    def format_help() -> str:
+        return f"{plain()}\ntext-to-image families (--model's model_index.json picks one):\n{rows}\n"
+
+    parser.format_help = format_help
+
+
 def register(subparsers) -> None:
     """Register ``generate`` (its own options: ``generate image``'s) with ``image`` and ``video`` beneath it."""
     generate = subparsers.add_parser(
         "generate",
-        help="FLUX.1 / Qwen-Image (or the world t2i model) text-to-image, optionally above the training size; "
+        help="text-to-image with any registered diffusers family (FLUX.1, FLUX.2, Qwen-Image, Z-Image, ...; or the "
+        "world t2i model), optionally above the training size; "
         "`generate video`: camera-controlled Wan video",
-        description="Generate images with FluxPipeline or QwenImagePipeline (the --model's model_index.json "
-        "decides; configs/generate.yaml; --model world: the shipped world t2i model, "
+        description="Generate images with the stock pipeline of a registered diffusers family (listed below; the "
+        "--model's model_index.json decides; configs/generate.yaml; --model world: the shipped world t2i model, "
         "configs/generate_world.yaml). --extrapolate dype|ntk|yarn|pi|... extrapolates the RoPE beyond "
         "extrapolate.train_size (auto: 1024 px for FLUX.1, 1328 px for Qwen-Image; DyPE follows the "
         "denoising step). Camera-controlled Wan videos: `mmpos generate video --help`.",
     )
     add_image_arguments(generate)
     generate.set_defaults(func=run)
+    with_image_families(generate)
     kinds = generate.add_subparsers(dest="generate_command", metavar="{image,video}")
     image = kinds.add_parser(
         "image", help="text-to-image (what `mmpos generate` alone runs)", description=generate.description
     )
     add_image_arguments(image)
+    with_image_families(image)
     video = kinds.add_parser(
         "video",
         help="camera-controlled Wan video (or the mini-world's image-to-video model)",
@@ -110,6 +166,13 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
         help="camera adapter folder (CameraAdapter.save_pretrained); without it the "
         "camera is plotted but does not steer the video (default: none; --model world: "
         "MODEL/camera-ucpe, 'none' for the base model alone)",
+    )
+    parser.add_argument(
+        "--compare-motions",
+        action="store_true",
+        help="--model world: also generate orbit, dolly and pan from the same first frame and seed, print each "
+        "one's camera following (RotErr / TransErr, and whether the model follows it) and write motions.png "
+        "side by side (every run writes following.json)",
     )
     parser.add_argument(
         "--camera-scale", type=finite_float_arg, default=1.0, help="strength of the adapter (default: 1)"

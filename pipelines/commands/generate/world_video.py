@@ -178,4 +178,62 @@ def run_world(args, folder: Path, paths: dict, fail, write) -> int:
     if pipe.camera_adapter is not None:
         call.update(camera=trajectory, camera_scale=args.camera_scale)
     video = pipe(first, **call).frames[0]
-    return write(paths, video, trajectory, args, settings)
+    from ...video.following import describe_following, following
+
+    measured = {args.camera: following(video, trajectory)}
+    print(describe_following(args.camera, measured[args.camera]))
+    extra = {name: paths["video.mp4"].parent / name for name in ("following.json", "motions.png")}
+    if not getattr(args, "compare_motions", False):
+        extra.pop("motions.png")
+    existing = [str(p) for p in extra.values() if p.exists()]
+    if existing and not args.overwrite:
+        fail(f"--out: {', '.join(existing)} already exist(s); pass --overwrite or another --out")
+    if "motions.png" in extra:  # every trained motion from the same first frame and seed, side by side
+        clips = {args.camera: video}
+        for motion in MOTIONS_COMPARED:
+            if motion.split(":")[0] == args.camera.removeprefix("preset:").split(":")[0]:
+                continue  # the clip made above
+            path = world_trajectory(motion, settings["frames"], fail)
+            steered = dict(call, camera=path) if pipe.camera_adapter is not None else call
+            clips[motion] = pipe(first, **steered).frames[0]
+            measured[motion] = following(clips[motion], path)
+            print(describe_following(motion, measured[motion]))
+        motions_figure(clips, measured, extra["motions.png"])
+    write_json(measured, extra["following.json"])
+    return write({**paths, **extra}, video, trajectory, args, settings)
+
+
+MOTIONS_COMPARED = ("orbit:35", "dolly:1", "pan:20")  # the trained motions at the evaluation's amounts
+
+
+def motions_figure(clips: dict, measured: dict, path) -> Path:
+    """One row per motion (its frames left to right), titled with its camera-following verdict."""
+    from mmpos.viz.figure_files import pyplot, save_figure
+
+    plt = pyplot()
+    frames = max(len(video) for video in clips.values())
+    fig, axes = plt.subplots(len(clips), frames, figsize=(1.1 * frames, 1.35 * len(clips)), squeeze=False)
+    for row, (motion, video) in zip(axes, clips.items()):
+        for index, ax in enumerate(row):
+            ax.axis("off")
+            if index < len(video):
+                ax.imshow(video[index].detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy())
+        verdict = "follows" if measured[motion]["follows"] else "does NOT follow"
+        row[0].set_title(
+            f"{motion}: {verdict} (RotErr {measured[motion]['rot_err']}, TransErr {measured[motion]['trans_err']})",
+            fontsize=7,
+            loc="left",
+        )
+    fig.suptitle("camera motions on one scene (same first frame and seed)", fontsize=8)
+    return save_figure(fig, path, dpi=120)
+
+
+def write_json(value, path) -> Path:
+    import json
+
+    from mmpos._atomic import written_atomically
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with written_atomically(path) as temporary:
+        temporary.write_text(json.dumps(value, indent=2))
+    return path

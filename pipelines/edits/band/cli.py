@@ -12,7 +12,11 @@ def add_options(parser) -> None:
         help="real reference image (output size) (default: the config's "
         "reference.image, else generated from the reference prompt)",
     )
-    parser.add_argument("--reference-prompt", help="reference prompt (default: the config's reference.prompt)")
+    parser.add_argument(
+        "--reference-prompt",
+        help="reference prompt (default: the config's reference.prompt; with a reference image, empty: the "
+        "config's prompt describes a generated reference, not your photo)",
+    )
     parser.add_argument(
         "--target", action="append", help="target prompt, repeat for more (default: the config's targets)"
     )
@@ -41,9 +45,11 @@ def cli_run(args, config, model, load, tqdm) -> dict:
     layers, axes, image_axes = attention_layout(pipe.transformer)
     probe_layer = min(int(figure.get("diagnostic_layer", 0)), layers - 1)
     side, guidance, placement = input_side(config, model), config.get("guidance"), None
+    photo = None  # the reference image the user gave, as the pipeline gets it
     if variant == "flux":  # the targets are new images: the reference's placement is not theirs
+        reference = args.reference_image or config["reference"].get("image")
         reference_prompt, targets = (
-            args.reference_prompt or config["reference"]["prompt"],
+            reference_prompt_for(args, config, reference),
             args.target or config["targets"],
         )
         report_prompts(
@@ -54,10 +60,10 @@ def cli_run(args, config, model, load, tqdm) -> dict:
             ],
         )
         call = dict(**prompt_kwargs(args, [reference_prompt, *targets], pipe, guidance), **sampler)
-        reference = args.reference_image or config["reference"].get("image")
         if reference:
+            photo = load_placed_image(reference, "reference image", pipe.token_pixels, side, outputs_follow=False)[0]
             call.update(
-                reference_image=load_placed_image(reference, "reference image", pipe.token_pixels, side)[0],
+                reference_image=photo,
                 reference_seed=config["reference"].get("seed", 0),
                 reference_mode=config["reference"].get("mode", "noise"),
             )
@@ -71,12 +77,12 @@ def cli_run(args, config, model, load, tqdm) -> dict:
         report_prompts(args, [("", config.get("prompt"), "--prompt", args.prompt_text is not None)])
         call = dict(image=context_image, **prompt_kwargs(args, config.get("prompt"), pipe, guidance), **sampler)
 
-    def run(strength, probe=None):
+    def run(strength, probe=None, enabled=True):
         return run_edit(
             get_edit("band"),
             pipe,
             [dict(call, probe=probe)],
-            {**band, "strength": strength},
+            {**band, "strength": strength, "enabled": enabled and band.get("enabled", True)},
             config["seed"],
             output_type="pt",
             uint8=False,
@@ -85,8 +91,13 @@ def cli_run(args, config, model, load, tqdm) -> dict:
     result = run(band["strength"], probe=(probe_layer, float(figure.get("diagnostic_step", 0.5))))
     probe = pipe.probe
     sweep = {f"strength={s}": run(s).outputs[-1] for s in tqdm(figure.get("sweep", []), desc="strength sweep")}
+    summary = {}
     if variant == "flux":
         inputs, target = {"reference": result.references[0]}, 1
+        if photo is not None:  # the photo itself, then what the reference branch made of it
+            inputs = {"reference photo": photo[0], "reference branch (reconstruction)": result.references[0]}
+            summary["reference_effect"] = reference_effect(result.outputs, run_edit_off(run, band))
+            print(describe_reference_effect(summary["reference_effect"]))
         edited = {f"target {i}": image for i, image in enumerate(result.outputs, 1)}
     else:
         inputs, edited, target = {"context": call["image"][0]}, {"edited": result.outputs[0]}, 0
@@ -105,8 +116,44 @@ def cli_run(args, config, model, load, tqdm) -> dict:
         sweep=sweep,
         diagnostic=diagnostic if probe is not None and probe.query is not None else None,  # off: nothing recorded
         placement=placement,
+        summary=summary,
         title=f"band modulation ({variant}): s_hf {band['s_hf']}, s_lf {band['s_lf']}, beta {band['beta']}",
     )
+
+
+def reference_prompt_for(args, config: dict, photo) -> str:
+    """The reference branch's prompt: ``--reference-prompt``; else, with a reference photo, empty (the config's
+    ``reference.prompt`` describes the reference it would generate, not the user's photo: conditioning the photo
+    on it pulls the reference branch away from the photo), saying so; else the config's."""
+    if args.reference_prompt is not None:
+        return args.reference_prompt
+    if photo:
+        print(
+            "reference prompt: empty (a reference image is given; the config's reference.prompt describes a "
+            "generated reference, not this image; --reference-prompt describes it)"
+        )
+        return ""
+    return config["reference"]["prompt"]
+
+
+def run_edit_off(run, band: dict) -> list:
+    """The targets with no shared attention (``band.enabled: false``): what they are without the reference."""
+    return run(band["strength"], enabled=False).outputs
+
+
+def reference_effect(with_reference: list, without: list) -> dict:
+    """How much the reference moved each target: mean absolute pixel change (0-255 scale) between the targets
+    with band-modulated shared attention and the same targets (same seed) without any shared attention."""
+    changes = [round(float((a.float() - b.float()).abs().mean()) * 255, 2) for a, b in zip(with_reference, without)]
+    return {
+        "mean_abs_change_255": changes,
+        "against": "the same targets and seed without shared attention (band.enabled: false)",
+    }
+
+
+def describe_reference_effect(effect: dict) -> str:
+    changes = ", ".join(f"{c:.1f}" for c in effect["mean_abs_change_255"])
+    return f"the reference image moved the targets by {changes} /255 (mean absolute change against no sharing)"
 
 
 def attention_layout(transformer) -> tuple[int, tuple[int, ...], tuple[int, ...]]:

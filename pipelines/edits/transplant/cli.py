@@ -84,6 +84,10 @@ def cli_run(args, config, model, load, tqdm) -> dict:
         )
 
     result = run(transplant["tau"])
+    requested = requested_region(where, background.shape[-2:])
+    repainted = repainted_region(result.last.canvas)
+    summary = {"repainted": repainted_area(requested, repainted, transplant, pipe.token_pixels)}
+    print(describe_repainted(summary["repainted"]))
     sweep = {f"tau={t}": run(t).outputs[0] for t in tqdm(config.get("figure", {}).get("sweep", []), desc="tau sweep")}
     inputs = {"background": background[0], **{f"reference {i}": r[0] for i, r in enumerate(references)}}
     last = result.last
@@ -94,7 +98,50 @@ def cli_run(args, config, model, load, tqdm) -> dict:
         sweep=sweep,
         diagnostic=lambda path: transplant_diagnostic(last.canvas, last.ids, last.native_ids, path, image_axes),
         placement=placement,
+        summary=summary,
+        overlays={"background": [(requested, "cyan", "requested"), (repainted, "red", "repainted")]},
         title=f"PE transplant ({transplant['layout']}, tau={transplant['tau']})",
+    )
+
+
+def requested_region(where: dict, size):
+    """The region the user asked for, ``[H, W]`` bool on the model input: the placed mask, or the placed box."""
+    import torch
+
+    if "mask_image" in where:
+        return where["mask_image"].bool()
+    left, top, right, bottom = where["target_box"]
+    region = torch.zeros(tuple(size), dtype=torch.bool)
+    region[top:bottom, left:right] = True
+    return region
+
+
+def repainted_region(canvas):
+    """The pixels of the background the model repaints, ``[H, W]`` bool: the canvas's inpaint mask (the requested
+    region dilated by ``transplant.mask_dilate_tokens`` tokens) on the background."""
+    rows, cols = canvas.layout.background.slices
+    return canvas.inpaint_mask[rows, cols].cpu()
+
+
+def repainted_area(requested, repainted, transplant: dict, token_pixels: int) -> dict:
+    """Pixel counts of the requested and repainted regions (model input pixels), their ratio, the margin."""
+    asked, painted = int(requested.sum()), int(repainted.sum())
+    margin = int(transplant.get("mask_dilate_tokens", 1))
+    return {
+        "requested_pixels": asked,
+        "repainted_pixels": painted,
+        "ratio": round(painted / max(asked, 1), 2),
+        "outside_request_pixels": int((repainted & ~requested).sum()),
+        "margin_tokens": margin,
+        "margin_pixels": margin * token_pixels,
+    }
+
+
+def describe_repainted(area: dict) -> str:
+    return (
+        f"repainted {area['repainted_pixels']} px of the model input for the {area['requested_pixels']} px "
+        f"requested ({area['ratio']}x: a margin of transplant.mask_dilate_tokens={area['margin_tokens']} token, "
+        f"{area['margin_pixels']} px, around it; 0 repaints the region only, rounded out to whole tokens)"
     )
 
 

@@ -60,6 +60,7 @@ _MODULES = (
     "helios",
     "cosmos",
     "sana_wm",
+    "wan_animate2",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

@@ -18,27 +18,24 @@ import inspect
 import pkgutil
 import re
 
-NOT_YET = "not yet reached (issue 43)"
-
 # class name -> why set_pe does not reach it; one entry per line, sorted
 EXCLUDED: dict[str, str] = {
-    "AceStepTransformer1DModel": NOT_YET,
-    "AllegroTransformer3DModel": NOT_YET,
-    "AnyFlowFARTransformer3DModel": NOT_YET,
-    "CogVideoXTransformer3DModel": NOT_YET,
-    "ConsisIDTransformer3DModel": NOT_YET,
-    "Cosmos3OmniTransformer": NOT_YET,
-    "EasyAnimateTransformer3DModel": NOT_YET,
-    "HunyuanDiT2DModel": NOT_YET,
-    "LongCatAudioDiTTransformer": NOT_YET,
-    "LuminaNextDiT2DModel": NOT_YET,
-    "MiniMaxMusic3Transformer1DModel": NOT_YET,
-    "MochiTransformer3DModel": NOT_YET,
-    "OmniGenTransformer2DModel": NOT_YET,
-    "SanaWMLTX2RefinerTransformer3DModel": NOT_YET,
-    "StableAudio3DiTModel": NOT_YET,
-    "StableAudioDiTModel": NOT_YET,
-    "WanAnimate2Transformer3DModel": "no position module: the method _rope_freqs builds complex tables over 512 fixed positions per reference offset (cached in rope_freqs_cache), applied by rope_apply inside the KV-cache processors; a seam must replace the method (not yet reached, issue 43)",
+    "AceStepTransformer1DModel": "audio-only: 1D rope over the audio latent frames, built in forward by the module function _ace_step_rotary_freqs (no position module or method to replace); the families target image/video grids",
+    "AllegroTransformer3DModel": "the pipeline builds the rotary tables and passes them to forward(image_rotary_emb=...); no position module on the transformer to replace (needs a seam on the forward argument)",
+    "AnyFlowFARTransformer3DModel": "FAR's frame-autoregressive context: the rope module pools the frequency table over compressed-frame chunks (avg_pool_complex per compressed_patch_size) and mixes compressed, full-frame and clean-frame tables per far_cfg; a replaced spectrum needs its own pooled ladder (the anyflow family reaches the uncompressed AnyFlowTransformer3DModel)",
+    "CogVideoXTransformer3DModel": "the pipeline builds the rotary tables and passes them to forward(image_rotary_emb=...); no position module on the transformer to replace (needs a seam on the forward argument)",
+    "ConsisIDTransformer3DModel": "the pipeline builds the rotary tables and passes them to forward(image_rotary_emb=...); no position module on the transformer to replace (needs a seam on the forward argument)",
+    "Cosmos3OmniTransformer": "not yet reached (issue 43): rotary_emb is Qwen-VL interleaved MRoPE over packed position_ids [3, B, N] (understanding and generation pathways in one sequence); reachable like ideogram4, needs a tiny packed-input fixture",
+    "EasyAnimateTransformer3DModel": "built-in position interpolation: rope_embedding fits every grid into the resize-crop region of a fixed (60 // patch) x (90 // patch) base grid (get_3d_rotary_pos_embed, linspace: fractional positions), so row and column positions stay within that base grid at any resolution and only the time axis grows; reachable as a module seam, but the spatial extrapolation policies have nothing to act on (not yet reached, issue 43)",
+    "HunyuanDiT2DModel": "the pipeline builds the rotary tables and passes them to forward(image_rotary_emb=...); no position module on the transformer to replace (needs a seam on the forward argument)",
+    "LongCatAudioDiTTransformer": "audio-only: rotary_embed is a 1D rope (base 1e5) over audio latent frames and over the condition tokens; the families target image/video grids",
+    "LuminaNextDiT2DModel": "the pipeline builds the rotary tables and passes them to forward(image_rotary_emb=...); no position module on the transformer to replace (needs a seam on the forward argument)",
+    "MiniMaxMusic3Transformer1DModel": "audio-only: rotary_emb is a partial 1D rope (first rotary_dim channels) over the music latent sequence; the families target image/video grids",
+    "MochiTransformer3DModel": "learned per-head frequencies: rope combines the trained parameter pos_frequencies [3, heads, head_dim / 2] (mixing the three axes per frequency) with centred positions; the extrapolation policies act on a fixed per-axis ladder",
+    "OmniGenTransformer2DModel": "1D positions: rope is Phi-3's su-scaled (LongRoPE short/long factors) rotary over position_ids the pipeline gives for the interleaved text and image sequence; no per-axis image grid for a spectrum to act on",
+    "SanaWMLTX2RefinerTransformer3DModel": "the rotary tables come in as forward(video_rotary_emb=...): the pipeline builds them with build_rotary_emb_for_absolute_positions (absolute frame positions of the AR window) and the KV cache holds a sink_pe table; no position module called inside forward to replace (needs a seam on the forward argument)",
+    "StableAudio3DiTModel": "audio-only: rotary_pos_emb is a partial 1D rope over audio latent frames; the families target image/video grids",
+    "StableAudioDiTModel": "audio-only: the pipeline builds a 1D rope over audio latent frames and passes it to forward(rotary_embedding=...); the families target image/video grids",
 }
 
 _ROTARY = re.compile(r"rotary|(?<![a-z])rope|rope(?![a-z])", re.IGNORECASE)
