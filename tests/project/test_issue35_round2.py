@@ -50,8 +50,8 @@ def test_cameras_on_the_meta_device_are_a_named_error():
 
 def test_a_mismatched_camera_adapter_fails_at_assignment_with_the_load_message(tmp_path):
     from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
-    from mmpos.pipelines import CameraControlWanPipeline, load_camera_adapter
     from mmpos.models.tiny_wan import tiny_wan_components
+    from mmpos.pipelines import CameraControlWanPipeline, load_camera_adapter
 
     pipe = CameraControlWanPipeline(**tiny_wan_components())
     fitting = CameraAdapter.for_transformer(pipe.transformer, "plucker")

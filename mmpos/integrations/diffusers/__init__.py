@@ -17,6 +17,7 @@ Camera adapters on Wan (``ucpe``, ``prope``, ``plucker``): :class:`CameraAdapter
 
 from ...camera.video import CameraPath, VideoCameras, video_cameras  # re-exported (home: mmpos.camera.video)
 from .api import position_module, restore, set_pe
+from .attention_rules import clear_attention_rule, set_attention_rule
 from .backends import resolve_attention_backend
 from .camera_adapter import CameraAdapter, camera_conditioning
 from .context_parallel import shard_like_context_parallel
@@ -45,6 +46,8 @@ __all__ = [
     "PEHook",
     "PE_HOOK",
     "model_extrapolation",
+    "set_attention_rule",
+    "clear_attention_rule",
     "cast_keeping_pe_fp32",
     "position_module",
     "pe_parameters",

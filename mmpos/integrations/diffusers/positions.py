@@ -70,7 +70,7 @@ class PositionSeam(nn.Module):
         coords_transform: optional ``f(coords [L, A]) -> coords [L, A']`` applied after axis selection
             (position edits; must use global quantities only, see the context-parallel notes).
         table_builds: tables built so far (a cached table reused by a later forward is not counted).
-        forwards: forward calls so far.
+        forwards: forward calls so far (eager ones: see :meth:`count_forward`).
     """
 
     def __init__(self, encodings: Sequence[nn.Module], native: bool, coord_axes: tuple[int, ...] | None):
@@ -98,6 +98,12 @@ class PositionSeam(nn.Module):
         coords = self.encoding_coords(coords)
         return LayerTables([self.counted(pe.table(coords, dtype, coords.device)) for pe in self.encodings])
 
+    def count_forward(self) -> None:
+        """One more forward in ``forwards``; not counted while ``torch.compile`` traces (dynamo guards on an integer
+        attribute it sees mutated, so every call of a compiled model would compile again)."""
+        if not torch.compiler.is_compiling():
+            self.forwards += 1
+
     def counted(self, table):
         """``table``, counted in ``table_builds`` the first time this seam sees it (a cache hit is not a build);
         not counted while ``torch.compile`` traces (the set would hold an object made inside the graph)."""
@@ -108,15 +114,18 @@ class PositionSeam(nn.Module):
 
     def native_cos_sin(self, coords: torch.Tensor, out_dtype: torch.dtype, device: torch.device):
         """The stock ``(cos, sin)`` ``[L, D]`` on ``device``: fp64 phases and cos/sin (on ``coords``' device),
-        rounded to fp32 and then to ``out_dtype``, as the stock modules do."""
+        rounded to fp32 and then to ``out_dtype``, as the stock modules do. Cached per table in eager mode only
+        (a compiled graph recomputes it; dynamo would guard on the cache and compile again at every call)."""
         table_dtype = torch.float64 if device_has_fp64(coords.device) else torch.float32
         (table,) = self.tables(coords, table_dtype)
+        compiling = torch.compiler.is_compiling()
         key = (out_dtype, torch.device(device))
         cached = self._native_cache
-        if cached is not None and cached[0]() is table and cached[1] == key:
+        if not compiling and cached is not None and cached[0]() is table and cached[1] == key:
             return cached[2]
         cos_sin = tuple(t.repeat_interleave(2, dim=-1).float().to(device, out_dtype) for t in (table.cos, table.sin))
-        self._native_cache = (weakref.ref(table), key, cos_sin)
+        if not compiling:
+            self._native_cache = (weakref.ref(table), key, cos_sin)
         return cos_sin
 
     def run_dtype(self, fallback: torch.dtype, device: torch.device) -> torch.dtype:

@@ -180,12 +180,20 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--extrapolate",
         nargs="+",
-        choices=("riflex", *SPATIAL),
+        choices=("riflex", "ultravico", *SPATIAL),
         default=[],
         metavar="METHOD",
-        help="beyond the trained length and size without training (set_pe): riflex on time; one of "
+        help="beyond the trained length and size without training (set_pe): riflex on time, ultravico "
+        "(attention decay past the trained length; composes with riflex); one of "
         f"{', '.join(SPATIAL)} on rows and columns larger than trained (dype*: follows the "
         "denoising step) (default: none)",
+    )
+    parser.add_argument(
+        "--ultravico-alpha",
+        type=finite_float_arg,
+        default=0.9,
+        help="--extrapolate ultravico: the decay on attention logits beyond half the trained length, in (0, 1] "
+        "(default: 0.9, the authors')",
     )
     parser.add_argument(
         "--train-frames",

@@ -23,6 +23,7 @@ from .video_files import report_resampling, resized_first_frame, warn_longer_tha
 
 TINY = "tiny"
 OUTPUT_NAMES = ("video.mp4", "video.gif", "frames.png", "rig.png")
+TEMPORAL = ("riflex", "ultravico")  # ultravico: an attention rule (set_attention_rule), not a policy
 SPATIAL = ("pi", "ntk", "yarn", "vision_yarn", "dype", "dype_ntk", "dype_yarn")  # mmpos.spectrum.schedule.PRESETS
 PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
@@ -159,7 +160,7 @@ def extrapolation_policies(
     (``train_size / 16``): they act on axes longer than trained only, DyPE's follow the step's sigma."""
     from mmpos.integrations.diffusers import model_extrapolation
 
-    spatial = [m for m in methods if m != "riflex"]
+    spatial = [m for m in methods if m not in TEMPORAL]
     if len(spatial) > 1:
         raise ValueError(f"--extrapolate: choose one of {', '.join(SPATIAL)} for the spatial axes, got {spatial}")
     time = None
@@ -187,7 +188,23 @@ def _extrapolate(args, parser, pipe, settings) -> str:
         _fail(parser, str(error))
     set_pe(pipe.transformer, "native", extrapolation=policies)
     shown = [p.describe() if hasattr(p, "describe") else p for p in policies]
-    return "extrapolation (t, rows, cols): " + ", ".join(str(p) for p in shown)
+    line = "extrapolation (t, rows, cols): " + ", ".join(str(p) for p in shown)
+    if "ultravico" in args.extrapolate:
+        line += "\n" + _ultravico(args, parser, pipe, settings)
+    return line
+
+
+def _ultravico(args, parser, pipe, settings) -> str:
+    """UltraViCo's decay on the self-attention past the trained latent length (stock attention up to it)."""
+    from mmpos.integrations.diffusers import set_attention_rule
+
+    trained = (settings["train_frames"] - 1) // 4 + 1
+    rule = {"type": "ultravico", "train_frames": trained, "alpha": args.ultravico_alpha}
+    try:
+        set_attention_rule(pipe.transformer, rule)
+    except ValueError as error:
+        _fail(parser, f"--extrapolate ultravico: {error}")
+    return f"attention rule: {rule} (applies past {trained} latent frames)"
 
 
 def run_video(args, parser) -> int:

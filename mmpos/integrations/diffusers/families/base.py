@@ -181,7 +181,7 @@ class SpectrumSeam(PositionSeam):
     def forward(self, *args, **kwargs):
         """The stock module's output for the stock call; rebuilt only when the inputs (the same tensors, unchanged,
         as pipelines pass them at every step) or the step's sigma change."""
-        self.forwards += 1
+        self.count_forward()
         key = self._call_key(args, kwargs)
         for seen, out in self._recent:
             if seen == key:

@@ -29,7 +29,7 @@ class FluxPositions(PositionSeam):
         self.ids_precision = IdsPrecisionCheck()
 
     def forward(self, ids: torch.Tensor):
-        self.forwards += 1
+        self.count_forward()
         coords = flux_coords(ids)
         if not self.encodings:
             return None

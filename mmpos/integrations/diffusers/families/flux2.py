@@ -49,7 +49,7 @@ class Flux2Positions(PositionSeam):
     concatenation are the concatenation of the tables)."""
 
     def forward(self, ids: torch.Tensor):
-        self.forwards += 1
+        self.count_forward()
         if ids.dim() != 2:
             raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, 4] (t, h, w, l)")
         coords = ids.float()

@@ -60,7 +60,7 @@ class QwenPositions(PositionSeam):
     def forward(self, video_fhw, device=None, max_txt_seq_len=None):
         if max_txt_seq_len is None:
             raise ValueError("max_txt_seq_len must be given (the text length), as for the stock QwenEmbedRope")
-        self.forwards += 1
+        self.count_forward()
         image, text = qwen_coords(video_fhw, max_txt_seq_len, device)
         if not self.encodings:
             return None

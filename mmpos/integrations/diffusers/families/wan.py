@@ -82,7 +82,7 @@ class WanPositions(PositionSeam):
         return tuple(n // p for n, p in zip(sizes, self.patch_size))
 
     def forward(self, hidden_states: torch.Tensor):
-        self.forwards += 1
+        self.count_forward()
         grid = self.grid(hidden_states)
         if not self.encodings:
             return None
@@ -146,7 +146,8 @@ class WanPEAttnProcessor(PEProcessor):
             hidden_states_img = self._attend(query, key_img, value_img, None, None).flatten(2, 3).type_as(query)
 
         parallel_config = self._parallel_config if encoder_hidden_states is None else None
-        hidden_states = self._attend(query, key, value, attention_mask, parallel_config)
+        video = encoder_hidden_states is None
+        hidden_states = self._attend(query, key, value, attention_mask, parallel_config, video=video)
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         if hidden_states_img is not None:
             hidden_states = hidden_states + hidden_states_img

@@ -55,7 +55,7 @@ class ZImagePositions(PositionSeam):
     for ``"nope"``. A table is per token, so the model's split, padding and concatenation along dim 0 carry it."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        self.forwards += 1
+        self.count_forward()
         if ids.dim() != 2 or ids.shape[-1] != 3:
             raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, 3] (index, row, col)")
         coords = ids.float()

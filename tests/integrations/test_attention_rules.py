@@ -1,0 +1,85 @@
+"""UltraViCo on a tiny Wan (``set_attention_rule``): stock bit for bit up to the training length, the rule on every
+self-attention layer past it (never on cross-attention), gone again with ``clear_attention_rule``. The rule's math
+against the authors' kernel: ``tests/encodings/test_window_decay.py``."""
+
+import pytest
+import torch
+
+from mmpos.integrations.diffusers import clear_attention_rule, set_attention_rule, set_pe
+from mmpos.integrations.diffusers.installer import CAMERA, ProcessorInstaller
+from mmpos.ops.window_decay import WindowDecay
+from tests.fixtures.tiny_models import tiny_flux, tiny_wan, tiny_wan_inputs
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+def run(model, frames):
+    with torch.no_grad():
+        return model(**tiny_wan_inputs(frames=frames), return_dict=False)[0]
+
+
+def test_stock_bit_for_bit_up_to_the_training_length():
+    stock = tiny_wan()
+    model = set_attention_rule(set_pe(tiny_wan(), "native"), {"type": "ultravico", "train_frames": 3, "alpha": 0.5})
+    for frames in (1, 3):
+        assert torch.equal(run(model, frames), run(stock, frames))
+
+
+def test_past_the_training_length_every_self_attention_takes_the_rule(monkeypatch):
+    stock = tiny_wan()
+    neutral = set_attention_rule(
+        set_pe(tiny_wan(), "native"), WindowDecay(train_frames=2, alpha=1.0, isolate_first_frame=False)
+    )
+    calls = []
+    attend = WindowDecay.attend
+    monkeypatch.setattr(WindowDecay, "attend", lambda self, *a, **k: calls.append(a[3]) or attend(self, *a, **k))
+    # alpha 1 without the mask: softmax attention again (centred keys shift each row by a constant)
+    assert (run(neutral, 5) - run(stock, 5)).abs().max() < 1e-5
+    assert calls == [12, 12]  # two layers' self-attention, 4 x 3 tokens a frame; cross-attention never
+    decayed = set_attention_rule(set_pe(tiny_wan(), "native"), {"type": "ultravico", "train_frames": 2, "alpha": 0.5})
+    change = (run(decayed, 5) - run(stock, 5)).abs().max() / run(stock, 5).abs().max()
+    assert change > 1e-3
+
+
+def test_clear_gives_the_set_pe_model_back():
+    model = set_pe(tiny_wan(), "native")
+    before = run(model, 4)
+    set_attention_rule(model, {"type": "ultravico", "train_frames": 2, "alpha": 0.5})
+    assert not torch.equal(run(model, 4), before)
+    clear_attention_rule(model)
+    assert torch.equal(run(model, 4), before)
+
+
+def test_refusals_name_what_is_wrong():
+    with pytest.raises(ValueError, match="set_pe first"):
+        set_attention_rule(tiny_wan(), {"type": "ultravico", "train_frames": 2})
+    with pytest.raises(ValueError, match="flux family is not supported"):
+        set_attention_rule(set_pe(tiny_flux(), "native"), {"type": "ultravico", "train_frames": 2})
+    with pytest.raises(ValueError, match="train_frames"):
+        set_attention_rule(set_pe(tiny_wan(), "native"), {"type": "ultravico"})
+    with pytest.raises(ValueError, match="unknown options"):
+        set_attention_rule(set_pe(tiny_wan(), "native"), {"type": "ultravico", "train_frames": 2, "beta": 1})
+
+
+class Passthrough:
+    """A camera-level processor that only delegates to the encoding level (as the camera adapters' do)."""
+
+    def __init__(self, slot):
+        self.slot = slot
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
+        beneath = self.slot.below(CAMERA)
+        return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+
+
+def test_found_beneath_a_camera_level():
+    model = set_pe(tiny_wan(), "native")
+    before = run(model, 4)
+    installer = ProcessorInstaller.of(model)
+    installer.fill(CAMERA, {i: Passthrough(slot) for i, slot in enumerate(installer.slots)})
+    assert torch.equal(run(model, 4), before)
+    set_attention_rule(model, {"type": "ultravico", "train_frames": 2, "alpha": 0.5})
+    assert (run(model, 4) - before).abs().max() > 1e-3
