@@ -8,7 +8,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 # index is reachable, `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU-only build instead
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast test-install bench install clean style quality typecheck docs
+.PHONY: demo test test-fast test-install test-app bench install clean style quality typecheck docs
 
 $(VENV)/.base: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -50,13 +50,23 @@ FAST_EXCLUDE := tests/project/test_documentation.py tests/encodings/test_compile
 	tests/integrations/test_context_parallel_refusal.py tests/training/test_training_interrupt.py \
 	tests/training/test_world_training.py tests/training/test_training_scaffold.py tests/project/test_no_data_loss.py \
 	tests/project/test_packaging.py tests/pipelines/test_loose_families.py \
-	tests/project/test_concurrent_outputs.py tests/pipelines/test_edit_sweep.py
+	tests/project/test_concurrent_outputs.py tests/pipelines/test_edit_sweep.py tests/app
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q $(addprefix --ignore=,$(FAST_EXCLUDE))
 
 # a non-editable install: build a wheel from a clean copy, check its data files, import it from a plain folder
 test-install: $(VENV)/.test
 	MMPOS_SLOW=1 $(PY) -m pytest -q tests/project/test_install.py
+
+# `mmpos app`: the page's API tests (gradio_client) and its browser test in the system Chromium (Playwright for Python
+# drives /usr/bin/chromium; Playwright's own browser download is not used), which saves the docs' screenshots
+$(VENV)/.app: $(VENV)/.test
+	$(PY) -m pip install --quiet -e '.[test,app-test]'
+	touch $@
+
+test-app: $(VENV)/.app
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	MMPOS_APP_SCREENSHOTS=docs/images $(PY) -m pytest -q tests/app
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_rotary.py --out outputs/bench_rotary.json

@@ -19,7 +19,7 @@ from mmpos._arguments import OneLineErrorParser, check_out_writable, show_defaul
 from mmpos._atomic import ConcurrentWriteError, claim_output, claimed_outputs
 from mmpos.training.scaffold.interrupt import EXIT_CODE
 
-from . import bench, demo, edit, evaluate, generate, listing, train, viz, world
+from . import app, bench, demo, edit, evaluate, generate, listing, train, viz, world
 
 COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
     demo,
@@ -31,6 +31,7 @@ COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
     world,
     train,
     evaluate,
+    app,
 ]
 
 
@@ -61,7 +62,12 @@ def main(argv=None) -> int:
     (``KeyboardInterrupt``) while a command loads or runs ends it with one line and exit code 130; a training loop
     stops at its next update on its own (:mod:`mmpos.training.scaffold.interrupt`). A named ``--out`` is claimed
     for the whole run: a second ``mmpos`` writing it meanwhile stops at once with one line (exit code 2)."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    return run_parsed(build_parser().parse_args(sys.argv[1:] if argv is None else list(argv)))
+
+
+def run_parsed(args, call=None) -> int:
+    """Run the parsed command as :func:`main` does (``--out`` checked and claimed, Ctrl-C and write errors as one
+    line): ``call(args)``, by default the command's own ``run`` (``mmpos app`` runs commands this way)."""
     try:
         check_outputs_writable(args)  # before the claim: its lock file goes beside --out
     except ValueError as error:
@@ -74,7 +80,7 @@ def main(argv=None) -> int:
                 except ConcurrentWriteError as error:
                     print(f"mmpos {args.command}: error: --out {error}", file=sys.stderr)
                     raise SystemExit(2) from None
-            return args.func(args)
+            return (call or args.func)(args)
     except KeyboardInterrupt:
         print(f"mmpos {args.command}: interrupted", file=sys.stderr)
         return EXIT_CODE

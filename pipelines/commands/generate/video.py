@@ -207,8 +207,10 @@ def _ultravico(args, parser, pipe, settings) -> str:
     return f"attention rule: {rule} (applies past {trained} latent frames)"
 
 
-def run_video(args, parser) -> int:
-    """Run ``mmpos generate video`` from its parsed ``args``; ``parser`` (its own) reports user errors."""
+def run_video(args, parser, write=None) -> int:
+    """Run ``mmpos generate video`` from its parsed ``args``; ``parser`` (its own) reports user errors. ``write(paths,
+    video [F, 3, H, W], trajectory, args, settings)`` saves the result (default: the files of :data:`OUTPUT_NAMES`;
+    ``mmpos app`` passes one that also keeps the frames to measure the camera following)."""
     from .world_video import WORLD, run_world, world_model_folder
 
     if args.model is None:
@@ -217,7 +219,9 @@ def run_video(args, parser) -> int:
     if args.model == WORLD and world is None:
         _fail(parser, "--model world: no world video model in assets/world-video (see scripts/train_world_video.sh)")
     if world is not None:
-        return run_world(args, world, _outputs(args, parser), lambda message: _fail(parser, message), _write)
+        return run_world(
+            args, world, _outputs(args, parser), lambda message: _fail(parser, message), write or write_outputs
+        )
     settings = _settings(args, parser)
     paths = _outputs(args, parser)
     shown = "tiny offline Wan components (random weights, no download)" if settings["tiny"] else args.model
@@ -262,7 +266,7 @@ def run_video(args, parser) -> int:
         call["image"] = image
     camera = trajectory if pipe.camera_adapter is not None else None
     video = pipe(**call, camera=camera, camera_scale=args.camera_scale).frames[0]
-    return _write(paths, video, trajectory, args, settings)
+    return (write or write_outputs)(paths, video, trajectory, args, settings)
 
 
 def _first_frame(args, parser, settings):
@@ -277,7 +281,7 @@ def _first_frame(args, parser, settings):
     return resized_first_frame(image, args.image, settings["width"], settings["height"])
 
 
-def _write(paths, video, trajectory, args, settings) -> int:
+def write_outputs(paths, video, trajectory, args, settings) -> int:
     from mmpos.camera import resample
 
     from .video_files import frame_grid, write_gif, write_mp4, write_png, write_rig_plot
