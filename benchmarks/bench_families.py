@@ -1,6 +1,6 @@
 """Forward time of every registered diffusers family with ``set_pe`` (native, DyPE) over the stock model.
 
-Each family's tiny conformance config (``tests/fixtures/families.py``) runs a forward on ``--scale`` times its
+Each family's tiny conformance config (:mod:`mmpos.integrations.diffusers.families.tiny`) runs a forward on ``--scale`` times its
 training grid; three copies of the same model, same inputs: stock, ``set_pe(model, "native")`` and DyPE trained at
 the case's grid (every step a new sigma, as in sampling, so DyPE rebuilds its tables each forward). Calls are interleaved
 round by round; reported: median ms per forward and the ratio to stock (target for native: <= 1.02x). Native
@@ -21,20 +21,16 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tiny family cases
-
 
 def bench_family(name: str, scale: int, repeats: int) -> dict:
-    from fixtures.families import CASES, output
-
     from mmpos.integrations.diffusers import set_pe
     from mmpos.integrations.diffusers.families import get_family
+    from mmpos.integrations.diffusers.families.tiny import CASES, output
 
     case = CASES[name]
     stock = case.model()

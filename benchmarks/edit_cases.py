@@ -120,13 +120,13 @@ def loose_case(num_layers: int, side: int, pos_embed) -> Case:
 
 def transplant_case(side: int) -> Case:
     from mmpos.coords.edits import transplant_ids
-    from mmpos.pipelines.edits.transplant.canvas import TransplantIds
+    from mmpos.pipelines.edits.transplant.positions import TransplantPositions
 
     source = torch.zeros(side, side, dtype=torch.bool)
     source[: side // 4, : side // 4] = True  # the reference object in a canvas corner
     target = torch.zeros(side, side, dtype=torch.bool)
     target[side // 4 : 3 * side // 4, side // 3 : 2 * side // 3] = True
-    rewrite = TransplantIds(transplant_ids((side, side), source, target), tau=0.85)
+    rewrite = TransplantPositions(transplant_ids((side, side), source, target), (side, side), tau=0.85)
     return Case(
         "pe transplant (Fill, transplant window)",
         "fill",

@@ -5,8 +5,8 @@ Shapes (heads of 128; few blocks, random weights): FLUX.2 (Klein) axes ``(32, 32
 axes ``(16, 56, 56)``, theta 10000. Token counts of a 1024 px edit: a ``side x side`` output image, one
 ``side x side`` condition image (Klein inpainting's encoded canvas at ``t = 10``, Klein's edit reference; Qwen's
 Edit condition image; Qwen inpainting has none) and ``text`` tokens. Transplant's "off" is the same forward
-without the hooks (the stock model); "on" is inside the transplant window (ids / table rows rewritten every
-forward). LooseRoPE's "off" is its pipeline with ``enabled=False`` (edit processors installed, falling through);
+without the edit session (the stock model); "on" is inside the transplant window (ids / table rows rewritten every
+forward by the session). LooseRoPE's "off" is its pipeline with ``enabled=False`` (edit processors installed, falling through);
 "on" is step 0 with a paste of 1/4 of the image (5 bins).
 """
 
@@ -66,18 +66,15 @@ class FamilyCase:
     method_cost: str = ""
 
 
-def _transplant_hooks(family, side):
+def _transplant_rewrite(side):
     from mmpos.coords.edits import transplant_ids
-    from mmpos.pipelines.edits.transplant.positions import Flux2TransplantIds, QwenTransplantTables, TransplantHooks
+    from mmpos.pipelines.edits.transplant.positions import TransplantPositions
 
     source = torch.zeros(side, side, dtype=torch.bool)
     source[: side // 4, : side // 4] = True  # the reference object in a canvas corner
     target = torch.zeros(side, side, dtype=torch.bool)
     target[side // 4 : 3 * side // 4, side // 3 : 2 * side // 3] = True
-    ids = transplant_ids((side, side), source, target)
-    if family == "flux2":
-        return lambda model: TransplantHooks(model, Flux2TransplantIds(ids, (side, side), tau=0.85))
-    return lambda model: TransplantHooks(model, QwenTransplantTables(ids, source, (side, side), tau=0.85))
+    return TransplantPositions(transplant_ids((side, side), source, target), (side, side), tau=0.85)
 
 
 INPUTS = {"flux2": flux2_inputs, "qwen": qwen_inputs}
@@ -87,22 +84,23 @@ def transplant_case(family, model, size, dtype, device) -> FamilyCase:
     """Klein inpainting: the canvas (t = 0) and its encoded copy (t = 10); Qwen-Image inpainting: the canvas."""
     side, text, _, _, _, text_dim = size
     inputs = INPUTS[family](side, text, family == "flux2", dtype, device, text_dim=text_dim)
-    hooks = _transplant_hooks(family, side)
+    rewrite = _transplant_rewrite(side)
     tokens = "canvas + its t=10 copy" if family == "flux2" else "canvas"
     return FamilyCase(
         f"pe transplant ({NAMES[family][0]}, {tokens})",
         model,
         inputs,
-        {"off": lambda: _Nothing(), "on": lambda: hooks(model)},
+        {"off": lambda: _Nothing(), "on": lambda: _Session(model, {}, True, (rewrite,))},
         ("on", "off", 1.05),
         "ids (FLUX.2) / table rows (Qwen) of the moved tokens rewritten per forward",
     )
 
 
-class _LooseSession:
-    """LooseRoPE on every layer for the timed forwards (``enabled=False``: installed, falling through)."""
+class _Session:
+    """An edit session for the timed forwards: ``rules`` by layer, ``rewriters`` (``enabled=False``: installed,
+    falling through)."""
 
-    def __init__(self, model, rule, enabled: bool):
+    def __init__(self, model, rules: dict, enabled: bool, rewriters: tuple = ()):
         from diffusers import FlowMatchEulerDiscreteScheduler
 
         from mmpos.pipelines import EditContext
@@ -110,8 +108,7 @@ class _LooseSession:
         self.model = model
         self.scheduler = FlowMatchEulerDiscreteScheduler()
         self.scheduler.set_timesteps(28)
-        layers = len(model.transformer_blocks) + len(getattr(model, "single_transformer_blocks", ()))
-        self.context = EditContext(rules=dict.fromkeys(range(layers), rule), enabled=enabled)
+        self.context = EditContext(rules=rules, rewriters=list(rewriters), enabled=enabled)
         self._session = None
 
     def __enter__(self):
@@ -137,13 +134,15 @@ def loose_case(family, model, size, dtype, device) -> FamilyCase:
     saliency = torch.linspace(0, 1, pixels * pixels).reshape(pixels, pixels)
     inputs = INPUTS[family](side, text, True, dtype, device, text_dim=text_dim)
     rule = LooseRoPERule(LooseConfig(saliency_blur=0), saliency, crop)
+    layers = len(model.transformer_blocks) + len(getattr(model, "single_transformer_blocks", ()))
+    every_layer = dict.fromkeys(range(layers), rule)
     case = FamilyCase(
         f"looserope ({NAMES[family][1]}, paste = 1/4 of the image)",
         model,
         inputs,
         {
-            "off": lambda: _LooseSession(model, rule, False),
-            "on": lambda: _LooseSession(model, rule, True),
+            "off": lambda: _Session(model, every_layer, False),
+            "on": lambda: _Session(model, every_layer, True),
         },
         ("on", "off", 1.50),
         "per saliency bin, logits from the paste's queries at twice the q/k width",

@@ -17,35 +17,23 @@ TEXT_COMPONENTS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-EDIT_KINDS = {"band_kontext": ("band", "kontext")}  # old kind names: edit method, variant
-
-
 def edit_kind(kind: str):
-    """``(EditMethod, variant)`` for an edit kind (a registered edit method's name, or ``band_kontext``), else
-    None."""
+    """The :class:`EditMethod` registered as ``kind``, else None."""
     from .edits import get_edit, list_edits
 
-    if kind in EDIT_KINDS:
-        name, variant = EDIT_KINDS[kind]
-        return get_edit(name), variant
-    return (get_edit(kind), None) if kind in list_edits() else None
+    return get_edit(kind) if kind in list_edits() else None
 
 
 def pipeline_class(kind: str, path=None):
-    """The pipeline class for ``kind``: an edit method (``band``, ``band_kontext``, ``transplant``, ``loose``, or
-    any registered one: for the model at ``path`` when given, from its ``model_index.json``; else the method's
+    """The pipeline class for ``kind``: an edit method (``band``, ``transplant``, ``loose``, or any registered one: for the model at ``path`` when given, from its ``model_index.json``; else the method's
     first pipeline), ``generate`` (FluxPipeline), ``generate_qwen`` or ``generate:<class name>``."""
     from diffusers import FluxPipeline, QwenImagePipeline
 
-    edit = edit_kind(kind)
-    if edit is not None:
+    method = edit_kind(kind)
+    if method is not None:
         from .edits import pipeline_for
 
-        method, variant = edit
-        if path is not None:
-            return pipeline_for(method, path, variant)
-        chosen = method.variant(variant)
-        return method.pipeline_class(chosen.pipeline if chosen is not None else next(iter(method.pipelines)))
+        return method.pipeline_class(next(iter(method.pipelines))) if path is None else pipeline_for(method, path)
     classes = {"generate": FluxPipeline, "generate_qwen": QwenImagePipeline}
     if kind.startswith(FAMILY_KIND):  # the stock pipeline of a registered family, by class name
         import diffusers
@@ -53,7 +41,7 @@ def pipeline_class(kind: str, path=None):
         return getattr(diffusers, kind[len(FAMILY_KIND) :])
     from .edits import list_edits
 
-    check_choice("pipeline kind", kind, (*classes, *list_edits(), *EDIT_KINDS))
+    check_choice("pipeline kind", kind, (*classes, *list_edits()))
     return classes[kind]
 
 
@@ -118,15 +106,15 @@ WORLD_TASK_OF_KIND = {"generate": "t2i"}  # edit methods: their EditMethod.world
 
 def world_task_of(kind: str) -> str:
     """The world model task (``t2i``, ``fill``, ``kontext``) that runs ``kind``; ValueError otherwise."""
-    edit = edit_kind(kind)
-    if edit is not None:
-        return edit[0].world_task_for(edit[1])
+    method = edit_kind(kind)
+    if method is not None:
+        return method.world_task
     if kind not in WORLD_TASK_OF_KIND:
         from .edits import list_edits
 
         raise ValueError(
             f"--model world: no world model runs {kind!r}; expected one of "
-            f"{sorted({*WORLD_TASK_OF_KIND, *list_edits(), *EDIT_KINDS})}"
+            f"{sorted({*WORLD_TASK_OF_KIND, *list_edits()})}"
         )
     return WORLD_TASK_OF_KIND[kind]
 
@@ -141,13 +129,9 @@ def model_path(kind: str, model) -> str:
 
 
 def is_world_model(model) -> bool:
-    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`, or
-    its path before the world split, ``mmpos.world.text``)."""
+    """``"world"``, or a local pipeline folder whose text encoder is the world's (:mod:`mmpos.models.world.text`)."""
     index = Path(str(model)) / "model_index.json"
-    return str(model) == WORLD or (
-        index.is_file()
-        and any(f'"{module}"' in index.read_text() for module in ("mmpos.models.world.text", "mmpos.world.text"))
-    )
+    return str(model) == WORLD or (index.is_file() and '"mmpos.models.world.text"' in index.read_text())
 
 
 def world_image_size(path) -> int:
@@ -182,13 +166,21 @@ class ModelRef:
 
 def model_ref(kind: str, model) -> ModelRef:
     """``model`` (``--model`` or the config's ``model``) resolved for ``kind`` (``generate``, an edit method)."""
-    path = model_path(kind, model)
+    return _resolved(model, model_path(kind, model))
+
+
+def edit_model_ref(method: EditMethod, config) -> ModelRef:
+    """``config["model"]`` resolved for ``method`` (``world``: the shipped world model of the config's variant)."""
+    return _resolved(config["model"], model_folder(method, config))
+
+
+def _resolved(model, path: str) -> ModelRef:
     world = is_world_model(model)
     return ModelRef(str(model), path, world, world_image_size(path) if world else None)
 
 
 def load_pipeline(kind: str, path, dtype: str = "bfloat16", device: str | None = None):
-    """``from_pretrained`` of the pipeline for ``kind`` (an edit method, band_kontext, generate, generate_qwen)
+    """``from_pretrained`` of the pipeline for ``kind`` (an edit method, generate, generate_qwen)
     from ``path`` (a pipeline folder, a hub id, or ``"world"``: the shipped world model); an edit method's class
     follows the model (:func:`mmpos.pipelines.edits.pipeline_for`). A local folder without ``model_index.json``,
     a model the method does not run on, or a path that cannot be loaded, raises ValueError."""
@@ -240,21 +232,22 @@ def model_folder(method: EditMethod, config) -> str:
     return str(DEFAULT_ASSETS / f"world-{world_task(method, config)}")
 
 
-def input_side(config, method: EditMethod) -> int | None:
-    """The side input images are resized to: the config's ``image_size`` (``auto``: the world model card's), None
-    for configs without one (FLUX.1: the image's own size on the token grid)."""
+def input_side(config, model: ModelRef) -> int | None:
+    """The side input images are resized to: the config's ``image_size`` (``auto``: the ``model``'s model card's),
+    None for configs without one (FLUX.1: the image's own size on the token grid)."""
     side = config.get("image_size")
     if side == "auto":
-        return world_image_size(model_folder(method, config))
+        return model.side if model.side is not None else world_image_size(model.path)
     return None if side is None else int(side)
 
 
-def resolve_model(method: EditMethod, config):
-    """``(folder or hub id, pipeline class)`` for ``config["model"]``; sets ``config["variant"]`` to the variant
-    the model runs (band: ``flux`` or ``kontext``) when the method has variants. ValueError: one line."""
+def resolve_model(method: EditMethod, config, model: ModelRef | None = None):
+    """``(folder or hub id, pipeline class)`` for ``config["model"]`` (resolved as ``model`` when given); sets
+    ``config["variant"]`` to the variant the model runs (band: ``flux`` or ``kontext``) when the method has variants.
+    ValueError: one line."""
     from .edits.detect import model_pipeline_keys, resolve_pipeline
 
-    path = model_folder(method, config)
+    path = model_folder(method, config) if model is None else model.path
     key = resolve_pipeline(method, model_pipeline_keys(path), config.get("variant"), f"--model {path}")
     if method.variants:
         config["variant"] = next(
@@ -263,14 +256,15 @@ def resolve_model(method: EditMethod, config):
     return path, method.pipeline_class(key)
 
 
-def load_edit_pipeline(method: EditMethod, config):
-    """The method's pipeline for ``config["model"]`` (saying which model, class, device and dtype), with
+def load_edit_pipeline(method: EditMethod, config, model: ModelRef | None = None):
+    """The method's pipeline for ``config["model"]`` (resolved as ``model`` when given; saying which model, class,
+    device and dtype), with
     ``config["extrapolate"]``'s schedule installed under the edit (``set_pe``); a model that cannot be loaded
     ends the command (one line, exit code 2)."""
     from .extrapolate import install_extrapolation, parse_extrapolate
 
     try:
-        path, cls = resolve_model(method, config)
+        path, cls = resolve_model(method, config, model)
         print(f"model: {path} ({cls.__name__}), device {config['device']}, dtype {config['dtype']}")
         pipe = load_pipeline_class(cls, path, config["dtype"], config["device"])
     except ValueError as error:

@@ -24,10 +24,12 @@ PROG = "train_camera_adapter"
 def train(argv=None) -> dict | None:
     """Train; returns ``{update: loss}`` (the mean over processes) of the updates this run made, None when a
     non-finite loss or a failed checkpoint write stopped it (said on stderr)."""
-    from mmpos.training.scaffold.loop import train_command
-    from mmpos.training.tasks.camera_adapter import CameraAdapterConfig, CameraAdapterTask
+    from mmpos.training.task_configs import CameraAdapterConfig
 
-    config, args = parse_run(CameraAdapterConfig, PROG, __doc__, (), argv)
+    config, args = parse_run(CameraAdapterConfig, PROG, __doc__, (), argv)  # before torch loads
+    from mmpos.training.scaffold.loop import train_command
+    from mmpos.training.tasks.camera_adapter import CameraAdapterTask
+
     result = train_command(PROG, CameraAdapterTask(config), args.resume, args.overwrite)
     return None if result is None else result.losses
 

@@ -22,10 +22,12 @@ PROG = "train_dit.py"
 
 
 def main(argv=None) -> int:
-    from mmpos.training.tasks.dit import DiTConfig, DiTTask
+    from mmpos.training.task_configs import DiTConfig
+    from mmpos.training.tasks import TASKS
 
-    config, args = parse_run(DiTConfig, PROG, __doc__, DiTTask.outputs, argv)
+    config, args = parse_run(DiTConfig, PROG, __doc__, TASKS["dit"].outputs, argv)  # before torch loads
     from mmpos.training.scaffold.loop import train_command
+    from mmpos.training.tasks.dit import DiTTask
 
     return 1 if train_command(PROG, DiTTask(config), args.resume, args.overwrite) is None else 0
 

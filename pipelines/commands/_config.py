@@ -148,7 +148,6 @@ def resolve_config(args) -> dict:
     try:
         config = load_config(args.config or default_config_path(default_config_name(args)))
         config = apply_flags(apply_overrides(config, args.set), args)
-        check_prompt_source(args, config)
         check_config(config, args.config_name)
         check_sampler(config)
         check_device(config.get("device"))
@@ -177,10 +176,9 @@ def check_device(device) -> None:
         raise ValueError(f"device={device!r}: expected a torch device such as cpu, cuda, cuda:1 or mps") from None
 
 
-def check_prompt_source(args, config) -> None:
-    from ..loading import is_world_model
-
-    if getattr(args, "prompt_embeds", None) and is_world_model(config.get("model", "")):
+def check_prompt_source(args, model) -> None:
+    """``--prompt-embeds`` is refused on a world ``model`` (a :class:`~mmpos.pipelines.loading.ModelRef`)."""
+    if getattr(args, "prompt_embeds", None) and model.is_world:
         raise ValueError(
             "--prompt-embeds is for FLUX.1 / Qwen-Image pipelines; the world model encodes --prompt "
             "itself (its tokenizer and text encoder are in the model folder)"

@@ -61,16 +61,22 @@ def run(args) -> int:
     from mmpos._atomic import written_atomically
 
     from ..images import save_image
-    from ..loading import load_edit_pipeline
-    from ._config import save_config
+    from ..loading import edit_model_ref, load_edit_pipeline
+    from ._config import check_prompt_source, save_config
     from ._options import output_folder, report_written
 
     method = get_edit(args.method)
     config = edit_config(args)  # config errors (one line, exit 2) before diffusers is imported
+    model = edit_model_ref(method, config)  # --model resolved once
+    try:
+        check_prompt_source(args, model)
+    except ValueError as error:
+        print(f"mmpos edit {args.method}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     out = output_folder(args, Path(f"outputs/edit_{args.method}"))
-    print_world_notice(method, config)
+    print_world_notice(method, config, model)
     try:  # unreadable inputs, a box outside the image, a model the method does not run on, unknown words
-        result = method.cli_run(args, config, lambda: load_edit_pipeline(method, config), tqdm)
+        result = method.cli_run(args, config, model, lambda: load_edit_pipeline(method, config, model), tqdm)
     except (OSError, ValueError) as error:
         print(f"mmpos edit {args.method}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -108,17 +114,16 @@ def run(args) -> int:
     return 0
 
 
-def print_world_notice(method, config) -> None:
-    """On a world model, say before it loads what it can and cannot do and which command runs a real model."""
-    from ..loading import is_world_model
-
-    if not is_world_model(config["model"]):
+def print_world_notice(method, config, model) -> None:
+    """On a world ``model`` (a :class:`~mmpos.pipelines.loading.ModelRef`), say before it loads what it can and
+    cannot do and which command runs a real model."""
+    if not model.is_world:
         return
     from ..inputs import world_model_notice
     from ..loading import input_side, world_task
     from ..world.sources import HUB_FLUX
 
-    side = input_side(config, method) or 32
+    side = input_side(config, model) or 32
     print(world_model_notice(f"mmpos edit {method.name}", HUB_FLUX[world_task(method, config)], side))
 
 

@@ -1,26 +1,57 @@
-"""``mmpos train TASK``: train a task's model (``vit``: fine-tune a timm ViT with an mmpos encoding, the options of
-``scripts/train_vit.py``). The task's options live with its trainer (:mod:`mmpos.training.vit_cli`); parsing
-them imports neither torch nor timm."""
+"""``mmpos train TASK``: train a registered task's model (:data:`mmpos.training.tasks.TASKS`): ``vit`` (fine-tune
+a timm ViT, the options of ``scripts/train_vit.py``, :mod:`mmpos.training.vit_cli`) and the scaffold's tasks
+(``dit``, ``camera_adapter``: one flag per key of the task's config class, :mod:`mmpos.training.task_configs`).
+Parsing imports neither torch nor timm: the trainer is imported when the command runs."""
 
 from __future__ import annotations
 
 from mmpos.training import vit_cli
+from mmpos.training.tasks import TASKS
 
 from ._tasks import register_tasks, run_task
 
-TASKS = {"vit": (vit_cli.TRAIN_DESCRIPTION, vit_cli.add_train_arguments, vit_cli.run_train)}
+
+def scaffold_command(name: str) -> tuple:
+    """``(description, add_arguments, run)`` of the scaffold task ``name`` (its config class's flags)."""
+    entry = TASKS[name]
+
+    def add_arguments(parser) -> None:
+        from mmpos.training.scaffold.config import add_config_arguments
+        from mmpos.training.tasks import task_config
+
+        add_config_arguments(parser, task_config(name))
+
+    def run(args, parser) -> int:
+        from mmpos.training.scaffold.config import check_run_of, config_from_args
+        from mmpos.training.tasks import task_config
+
+        config = config_from_args(task_config(name), args, parser)  # one line, exit 2, before torch loads
+        check_run_of(config, args, parser, entry.outputs)
+        from mmpos.training.scaffold.loop import train_command
+        from mmpos.training.tasks import task_module
+
+        task = getattr(task_module(name), entry.task)(config)
+        return 1 if train_command(f"mmpos train {name}", task, args.resume, args.overwrite) is None else 0
+
+    return f"{entry.summary} (the options of {entry.script})", add_arguments, run
+
+
+TASK_COMMANDS = {
+    "vit": (vit_cli.TRAIN_DESCRIPTION, vit_cli.add_train_arguments, vit_cli.run_train),
+    **{name: scaffold_command(name) for name, entry in TASKS.items() if entry.config is not None},
+}
 
 
 def register(subparsers) -> None:
     register_tasks(
         subparsers,
         "train",
-        "fine-tune ViTs with mmpos encodings (`mmpos train vit --help`)",
-        "`mmpos train vit ARGS`: see `mmpos train vit --help` for the arguments and their defaults.",
-        TASKS,
+        f"train a registered task's model: {', '.join(TASK_COMMANDS)} (`mmpos train TASK --help`)",
+        "`mmpos train TASK ARGS`: see `mmpos train TASK --help` for the arguments and their defaults.",
+        TASK_COMMANDS,
         run,
     )
 
 
 def run(args) -> int:
-    return run_task(TASKS, args)
+    return run_task(TASK_COMMANDS, args)

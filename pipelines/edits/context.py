@@ -33,8 +33,10 @@ class EditContext:
 
     ``rules`` maps a layer index (0..18 double blocks, then single blocks, the FreeFlux/LooseRoPE convention) to
     a rule object with ``is_active(context) -> bool`` and ``attend_call(call, context)`` (``call``: the family
-    adapter's :class:`~mmpos.pipelines.edits.families.LayerCall` of one layer call; it returns the layer's output). ``rewriters`` are called by the hook with ``(context,
-    kwargs)`` and return the transformer kwargs to use (id transplant, reference latents).
+    adapter's :class:`~mmpos.pipelines.edits.families.LayerCall` of one layer call; it returns the layer's output).
+    ``rewriters`` are called by the hook with ``(context, kwargs)`` and return the transformer kwargs to use (id
+    transplant, reference latents); a rewriter with ``on_positions(context, module, args, kwargs, output)`` also
+    rewrites the position module's output (a family whose forward takes no ids).
     """
 
     rules: dict = field(default_factory=dict)
@@ -114,6 +116,10 @@ class EditCalls:
             if calls is None:
                 calls = transformer.__dict__["_mmpos_edit_calls"] = cls()
             return calls
+
+    def session(self) -> Optional["EditSession"]:
+        """The session the calling thread runs on this transformer, or None."""
+        return self._sessions.get()
 
     def context(self) -> EditContext:
         """The calling thread's edit context (a disabled one when this thread runs no session)."""
@@ -198,18 +204,38 @@ class EditSession:
         self.scheduler = scheduler
         self.adapter = edit_attention_for(transformer)
         self._running = None  # (EditCalls, previous state) while the block runs
+        self._position_hook = None
 
     def __enter__(self) -> EditContext:
         check_not_context_parallel(self.transformer)
         calls = EditCalls.of(self.transformer)
         self._running = calls, calls.enter(self)
+        if any(hasattr(rewrite, "on_positions") for rewrite in self.context.rewriters):
+            module = self.adapter.position_module(self.transformer)
+            self._position_hook = module.register_forward_hook(self._on_positions, with_kwargs=True)
         return self.context
 
     def __exit__(self, *exc) -> None:
+        if self._position_hook is not None:
+            self._position_hook.remove()
+            self._position_hook = None
         if self._running is not None:
             calls, previous = self._running
             self._running = None
             calls.exit(self, previous)
+
+    def _on_positions(self, module, args, kwargs, output):
+        """Forward hook of the position module: the rewriters' ``on_positions(context, module, args, kwargs,
+        output)`` (a table rewrite, e.g. PE transplant on Qwen-Image), in this session's thread only."""
+        if self._running is None or self._running[0].session() is not self:
+            return None
+        changed = None
+        for rewrite in self.context.rewriters:
+            on_positions = getattr(rewrite, "on_positions", None)
+            out = None if on_positions is None else on_positions(self.context, module, args, kwargs, output)
+            if out is not None:
+                output = changed = out
+        return changed
 
     def processor(self, contexts: EditCalls, index: int, slot):
         """Layer ``index``'s edit processor, reading its context from ``contexts`` (per thread)."""
@@ -232,9 +258,10 @@ class EditSession:
         context.cache.clear()
         if context.rewriters and args:
             raise TypeError("EditSession's rewriters expect the transformer to be called with keyword arguments")
+        context.adapter = self.adapter
         for rewrite in context.rewriters:
             kwargs = rewrite(context, kwargs)
-        context.inputs, context.adapter = kwargs, self.adapter
+        context.inputs = kwargs
         self.adapter.observe(context, module, args, kwargs)
         for rule in {id(r): r for r in context.rules.values()}.values():  # each rule once, not once per layer
             prepare: Optional[Callable] = getattr(rule, "prepare", None)

@@ -48,7 +48,8 @@ class EditMethod:
         flag_keys: option dest -> the (dotted) config key it sets (an option not given keeps the config's value).
         collect: ``collect(result, call) -> {"outputs": images, ...}``: the images of one pipeline call that the
             method made (``"raw"`` and ``"references"`` optional, see :class:`EditRun`).
-        cli_run: ``cli_run(args, config, load, tqdm) -> dict`` of ``inputs``, ``edited``, ``sweep`` (name ->
+        cli_run: ``cli_run(args, config, model, load, tqdm) -> dict`` (``model``: the resolved ``--model``,
+            :class:`~mmpos.pipelines.loading.ModelRef`) of ``inputs``, ``edited``, ``sweep`` (name ->
             ``[3, H, W]`` image each), ``diagnostic`` (a function of the figure path, or None), ``title`` and,
             optionally, ``placement`` (the :class:`~mmpos.pipelines.placement.Placement` of the input the edited
             images are edits of: they are cropped back to it and also written at the input file's size): checks

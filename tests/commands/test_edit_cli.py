@@ -38,8 +38,11 @@ def test_from_pretrained_loads_the_same_weights(saved):
     kwargs = dict(height=32, width=32, num_inference_steps=2, output_type="latent", **e)
     ours = pipe(band={"enabled": False}, generator=torch.Generator().manual_seed(0), **kwargs).images
     assert torch.equal(ours, stock(generator=torch.Generator().manual_seed(0), **kwargs).images)
-    for kind, path in (("transplant", paths["fill"]), ("loose", paths["kontext"]), ("band_kontext", paths["kontext"])):
+    for kind, path in (("transplant", paths["fill"]), ("loose", paths["kontext"]), ("band", paths["kontext"])):
         assert load_pipeline(kind, path, dtype="float32").text_encoder is None
+    assert type(load_pipeline("band", paths["kontext"], dtype="float32")).__name__ == "BandModulationKontextPipeline"
+    with pytest.raises(ValueError, match="pipeline kind"):  # no alias kinds: an edit is named by its method
+        load_pipeline("band_kontext", paths["kontext"], dtype="float32")
 
 
 COMMON = ["--device", "cpu", "--dtype", "float32", "--set", "sampler.num_inference_steps=2"]
@@ -253,3 +256,33 @@ def test_config_errors_are_one_line_with_exit_2(tmp_path, capsys, command, bad, 
     err = capsys.readouterr().err
     assert error.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_edit_resolves_model_once_and_refuses_prompt_embeds_on_a_world_model(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
+    from mmpos.pipelines import loading
+
+    asked, is_world_model = [], loading.is_world_model
+    monkeypatch.setattr(loading, "is_world_model", lambda model: asked.append(str(model)) or is_world_model(model))
+    for name in ("b.png", "r.png"):
+        Image.new("RGB", (32, 32), (200, 90, 40)).save(tmp_path / name)
+    config = Path(__file__).resolve().parents[2] / "configs" / "edit_transplant_world.yaml"
+    argv = ["edit", "transplant", "--config", str(config), "--background", str(tmp_path / "b.png")]
+    argv += ["--box", "4", "4", "20", "20", "--reference", str(tmp_path / "r.png"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--prompt-embeds", str(tmp_path / "embeds.pt")])
+    assert exit_info.value.code == 2 and "--prompt-embeds is for FLUX.1 / Qwen-Image" in capsys.readouterr().err
+    assert asked == ["world"]  # --model resolved once (ModelRef), not asked again along the run
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_world_model_folder_is_found_by_its_text_encoder_module(tmp_path):
+    from mmpos.pipelines.loading import is_world_model
+
+    for module, world in (("mmpos.models.world.text", True), ("mmpos.world.text", False), ("transformers", False)):
+        folder = tmp_path / module
+        folder.mkdir()
+        (folder / "model_index.json").write_text(json.dumps({"text_encoder": [module, "WorldTextEncoder"]}))
+        assert is_world_model(folder) is world, module
+    assert is_world_model("world") and not is_world_model(tmp_path / "missing")

@@ -28,7 +28,7 @@ COMMON = [
 def klein(tmp_path_factory):
     from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline
 
-    from tests.fixtures.families import _flux2
+    from mmpos.integrations.diffusers.families.tiny import _flux2
 
     root = tmp_path_factory.mktemp("tiny_klein")
     torch.manual_seed(0)

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import DyPEConfig, apply_dype, model_extrapolation, position_module, set_pe
+from mmpos.integrations.diffusers.families.tiny import CASES
 from mmpos.spectrum.allocation import chunked_spectrum
 from mmpos.spectrum.schedule import ExtrapolationSchedule, ScheduledSpectrum
-from tests.fixtures.families import CASES
 
 
 def comfyui_axis(dim, theta, length, local, longest, t, start_sigma=1.0, dype_scale=2.0, exponent=2.0):

@@ -24,7 +24,7 @@ import torch
 from mmpos.coords.grids import grid_coords, grid_rows
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 from mmpos.integrations.diffusers.families import ltx
-from tests.fixtures.families import CASES as FAMILY_CASES
+from mmpos.integrations.diffusers.families.tiny import CASES as FAMILY_CASES
 from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs
 
 WORKER = Path(__file__).parents[1] / "workers" / "cp_flux_worker.py"

@@ -3,7 +3,7 @@
 One process: diffusers' ``enable_parallelism`` records its ``ParallelConfig`` on the model as ``_parallel_config``
 (``ModelMixin._resolve_parallel_config`` in diffusers 0.42.1) before it hooks the plan; the tests record the same
 object (a ``ContextParallelConfig`` of degree 2 inside a ``ParallelConfig``) without a process group, which is all
-mmpos reads. Every registered family with ``context_parallel=False`` (tiny models of ``fixtures.families``) refuses a
+mmpos reads. Every registered family with ``context_parallel=False`` (tiny models of ``mmpos.integrations.diffusers.families.tiny``) refuses a
 forward with mmpos installed, and ``set_pe`` on a model already parallel; the verified families run it. A real
 2-process case (Chroma under FLUX.1's plan, given as the caller's ``cp_plan``) is ``cp_refuse_worker.py``.
 """
@@ -18,8 +18,8 @@ from diffusers.models._modeling_parallel import ParallelConfig, TensorParallelCo
 
 from mmpos.integrations.diffusers import set_pe
 from mmpos.integrations.diffusers.families import builtin_families, get_family
+from mmpos.integrations.diffusers.families.tiny import CASES, output
 from mmpos.integrations.diffusers.parallelism import verified_families
-from tests.fixtures.families import CASES, output
 from tests.integrations.test_context_parallel import TABLE_CASES, torchrun
 
 pytestmark = pytest.mark.usefixtures("one_thread")

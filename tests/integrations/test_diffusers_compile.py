@@ -15,7 +15,7 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 from mmpos.integrations.diffusers import DyPEConfig, apply_dype, set_pe
-from tests.fixtures.families import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, output
 
 SIGMAS = (0.9, 0.5, 0.2)
 slow = pytest.mark.skipif(os.environ.get("MMPOS_SLOW") != "1", reason="slow: compiles a model (MMPOS_SLOW=1)")

@@ -1,4 +1,4 @@
-"""Conformance suite: every registered diffusers family, on a tiny config built here (``fixtures.families``).
+"""Conformance suite: every registered diffusers family, on a tiny config built here (:mod:`mmpos.integrations.diffusers.families.tiny`).
 
 Parametrised over the registry like timm's ``test_models.py``: a family is tested by being registered, and a
 registered family without a tiny case fails. Rows: native == stock bit for bit (fp32, bf16); restore == stock;
@@ -13,8 +13,8 @@ import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 from mmpos.integrations.diffusers.families import builtin_families, get_family
+from mmpos.integrations.diffusers.families.tiny import CASES, output
 from mmpos.spectrum.schedule import PRESETS
-from tests.fixtures.families import CASES, output
 
 FAMILIES = builtin_families()
 
@@ -210,7 +210,7 @@ def test_tier_one_families_refuse_what_needs_mmpos_processors(family):
 def test_native_compiles_without_graph_breaks_where_stock_does(family):
     case = CASES[family]
     if not case.compiles:
-        pytest.skip(f"{family} does not compile with fullgraph=True (the reason: its case in fixtures/families.py)")
+        pytest.skip(f"{family} does not compile with fullgraph=True (the reason: its case in mmpos/integrations/diffusers/families/tiny.py)")
     model = case.model()
     inputs = case.inputs(*case.grid)
     set_pe(model, "native")  # (a schedule reads the image extent as Python numbers: one graph per extent)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
-from tests.fixtures.families import CASES
+from mmpos.integrations.diffusers.families.tiny import CASES
 
 
 def _ltx_reference(count, theta, rows, cols, frames, scale, divide):

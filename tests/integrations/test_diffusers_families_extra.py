@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
-from tests.fixtures.families import CASES, _lumina2, _z_image, output, randn
+from mmpos.integrations.diffusers.families.tiny import CASES, _lumina2, _z_image, output, randn
 
 
 def run(model, inputs):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
-from tests.fixtures.families import CASES, _cosmos, _ltx2, _ltx2_inputs
+from mmpos.integrations.diffusers.families.tiny import CASES, _cosmos, _ltx2, _ltx2_inputs
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import torch
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 from mmpos.integrations.diffusers.families import STOCK, AxisSpectrum, get_family
 from mmpos.integrations.diffusers.families.codecs import cos_sin_repeated, cos_sin_repeated_blocks
-from tests.fixtures.families import CASES
+from mmpos.integrations.diffusers.families.tiny import CASES
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import torch
 from diffusers.hooks import apply_group_offloading, apply_layerwise_casting
 
 from mmpos.integrations.diffusers import restore, set_pe
-from tests.fixtures.families import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, output
 
 FAMILIES = ["flux", "flux2", "qwen", "z_image", "wan"]
 

@@ -23,7 +23,7 @@ from mmpos.integrations.diffusers import (
     set_pe,
 )
 from mmpos.integrations.diffusers.families import builtin_families, get_family
-from tests.fixtures.families import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, output
 
 TIER2 = [name for name in builtin_families() if get_family(name).tier == 2]
 

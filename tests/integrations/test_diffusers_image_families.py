@@ -15,7 +15,7 @@ import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 from mmpos.integrations.diffusers.families import get_family
-from tests.fixtures.families import CASES, HUNYUAN_IMAGE_CONFIG
+from mmpos.integrations.diffusers.families.tiny import CASES, HUNYUAN_IMAGE_CONFIG
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
-from tests.fixtures.families import CASES, COGVIEW4_CONFIG, SKYREELS_V2_CONFIG
+from mmpos.integrations.diffusers.families.tiny import CASES, COGVIEW4_CONFIG, SKYREELS_V2_CONFIG
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers import modular_pipelines as modular_blocks
 
 from mmpos.integrations.diffusers import DyPEConfig, PEConfig, apply_dype, apply_pe
+from mmpos.integrations.diffusers.families.tiny import CASES
 from mmpos.integrations.diffusers.modular import PE_STEP, insert_pe_step
-from tests.fixtures.families import CASES
 
 
 def _flux(i):

@@ -8,7 +8,7 @@ import torch
 
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.integrations.diffusers.families import builtin_families, get_family
-from tests.fixtures.families import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, output
 
 TIER2 = [name for name in builtin_families() if get_family(name).tier == 2]
 

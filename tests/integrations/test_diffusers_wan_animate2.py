@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
-from tests.fixtures.families import CASES
+from mmpos.integrations.diffusers.families.tiny import CASES
 
 CASE = CASES["wan_animate2"]
 

@@ -10,8 +10,8 @@ import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 from mmpos.integrations.diffusers.families import family_for_pipeline, get_family
+from mmpos.integrations.diffusers.families.tiny import CASES
 from mmpos.spectrum.schedule import ExtrapolationSchedule
-from tests.fixtures.families import CASES
 
 WAN_ROPE = ["wan", "wan_vace", "wan_animate", "chronoedit", "sana_video", "skyreels_v2"]
 THETA = 10000.0
@@ -136,7 +136,7 @@ def test_chronoedit_native_time_positions_are_the_stock_ones(frames):
 def test_chronoedit_head_dims_whose_stock_tables_mix_axes_are_refused():
     """ChronoEdit's rope builds ``2 * (head_dim // 6)`` channels per image axis and splits ``head_dim // 3``: with
     ``head_dim = 10`` that is 2 and 3, so the stock tables mix axes; refused by name."""
-    from tests.fixtures.families import _chronoedit
+    from mmpos.integrations.diffusers.families.tiny import _chronoedit
 
     model = _chronoedit(attention_head_dim=10).eval()
     with pytest.raises(ValueError, match="attention_head_dim=10"):

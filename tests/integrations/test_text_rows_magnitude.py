@@ -10,7 +10,7 @@ import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
 from mmpos.integrations.diffusers.families import get_family
-from tests.fixtures.families import CASES
+from mmpos.integrations.diffusers.families.tiny import CASES
 
 
 def text_first(rows):

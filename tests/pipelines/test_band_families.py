@@ -19,6 +19,7 @@ from diffusers import (
 )
 
 from mmpos.integrations.diffusers import set_pe
+from mmpos.integrations.diffusers.families.tiny import _flux2, _flux2_inputs, _z_image, randn
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 from mmpos.pipelines import (
@@ -38,7 +39,6 @@ from mmpos.pipelines.edits.families.z_image import z_image_segments
 from mmpos.pipelines.edits.segments import TokenSegments
 from mmpos.spectrum import chunked_spectrum
 from mmpos.spectrum.bands import band_scale_per_pair, band_spectrum
-from tests.fixtures.families import _flux2, _flux2_inputs, _z_image, randn
 from tests.fixtures.tiny_qwen_image import qwen_prompt_embeds, tiny_qwen_image_components
 
 NTK = {"type": "ntk", "factor": 2.0}

@@ -12,6 +12,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline
 from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21FlexAttnProcessor, QwenImage21KVCache
 
 from mmpos.integrations.diffusers import set_pe
+from mmpos.integrations.diffusers.families.tiny import _qwen21, randn
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 from mmpos.pipelines import BandConfig, BandModulationQwenImage21Pipeline, EditContext, EditSession
@@ -22,7 +23,6 @@ from mmpos.pipelines.edits.families.qwenimage21 import Qwen21LayerCall, prefix_b
 from mmpos.pipelines.edits.segments import TokenSegments
 from mmpos.spectrum import chunked_spectrum
 from mmpos.spectrum.bands import band_scale_per_pair, band_spectrum
-from tests.fixtures.families import _qwen21, randn
 
 
 class _Tokenizer:

@@ -6,11 +6,14 @@ import torch
 from diffusers import Flux2KleinInpaintPipeline, QwenImageInpaintPipeline
 
 from mmpos.integrations.diffusers import restore, set_pe
+from mmpos.pipelines.edits.context import EditContext
+from mmpos.pipelines.edits.families import edit_attention
+from mmpos.pipelines.edits.families.flux2 import flux2_canvas_ids
 from mmpos.pipelines.edits.transplant.pipeline_inpaint import (
     PosBridgeKleinInpaintPipeline,
     PosBridgeQwenInpaintPipeline,
 )
-from mmpos.pipelines.edits.transplant.positions import Flux2TransplantIds, QwenTransplantTables, flux2_canvas_ids
+from mmpos.pipelines.edits.transplant.positions import TransplantPositions
 from mmpos.pipelines.images import mask_to_tokens
 from tests.fixtures.tiny_edit_families import (
     klein_prompt_embeds,
@@ -143,13 +146,14 @@ def test_klein_canvas_tokens_found_by_coordinates_not_sequence_order():
     moved[7, 1:3] = torch.tensor([0.5, 1.0])
     condition = ids.clone()
     condition[:, 0] = 10
-    hook = Flux2TransplantIds(moved, grid, tau=0.5)
+    rewrite = TransplantPositions(moved, grid, tau=0.5)
     order = torch.randperm(48, generator=torch.Generator().manual_seed(0))
     native = torch.cat([ids, condition])[order][None]  # canvas and condition tokens interleaved, shuffled
-    _, kwargs = hook(None, (), dict(img_ids=native, timestep=torch.tensor([0.9])))
+    kwargs = rewrite(EditContext(sigma=0.9, adapter=edit_attention("flux2")), dict(img_ids=native))
     expected = torch.cat([flux2_canvas_ids(moved), condition])[order][None]
     assert torch.equal(kwargs["img_ids"], expected)
-    assert hook(None, (), dict(img_ids=native, timestep=torch.tensor([0.4]))) is None  # below tau: untouched
+    below = dict(img_ids=native)
+    assert rewrite(EditContext(sigma=0.4, adapter=edit_attention("flux2")), below) is below  # below tau: untouched
 
 
 def test_klein_edit_off_under_set_pe_is_the_set_pe_model():
@@ -252,12 +256,13 @@ def test_qwen_hook_finds_canvas_rows_by_coordinates():
     )
     moved_ids = ids.clone()
     moved_ids[3, 1:] = torch.tensor([1.5, 2.0])
-    moved = (moved_ids != ids).any(-1).reshape(grid)
-    hooks = QwenTransplantTables(moved_ids, moved, grid, tau=0.0)
-    hooks.sigma = 1.0
+    rewrite = TransplantPositions(moved_ids, grid, tau=0.0)
+    context = EditContext(sigma=1.0, adapter=edit_attention("qwen"))
     pipe_module = tiny_qwen_image_components(text_encoder=False)["transformer"].pos_embed
     image, text = pipe_module([(1, 4, 4)], max_txt_seq_len=3, device="cpu")
-    new_image, new_text = hooks.on_positions(pipe_module, ([(1, 4, 4)],), {"max_txt_seq_len": 3}, (image, text))
+    new_image, new_text = rewrite.on_positions(
+        context, pipe_module, ([(1, 4, 4)],), {"max_txt_seq_len": 3}, (image, text)
+    )
     changed = (new_image != image).any(-1)
     assert changed.nonzero().flatten().tolist() == [3] and torch.equal(new_text, text)
     exact = _exact_qwen_table(pipe_module, torch.tensor([[0.0, 1.5 - 2, 2.0 - 2]]))

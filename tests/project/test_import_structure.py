@@ -199,3 +199,30 @@ def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
 def test_no_upward_import_is_exempt():
     """The exemption list is empty and stays so: a new upward import is a failure, not a new entry."""
     assert STILL_UPWARD == set()
+
+
+def benchmark_test_imports(path: Path) -> list[str]:
+    """What ``path`` (a benchmark) takes from the tests: imports of ``tests`` / ``fixtures`` and ``sys.path``
+    entries naming the tests folder."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] in ("tests", "fixtures")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("tests", "fixtures"):
+            found.append(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ("tests", "fixtures"):
+            found.append(f"the path {node.value!r}")  # sys.path.insert(0, ROOT / "tests")
+    return found
+
+
+def test_no_benchmark_imports_the_tests(tmp_path):
+    """The benchmarks run from a checkout without the tests: the tiny models both use live in the package."""
+    offenders = {
+        path.name: found
+        for path in sorted((SOURCE_ROOT / "benchmarks").rglob("*.py"))
+        if (found := benchmark_test_imports(path))
+    }
+    assert not offenders, offenders
+    bad = tmp_path / "bench_bad.py"
+    bad.write_text('import sys\nsys.path.insert(0, str(ROOT / "tests"))\nfrom fixtures.families import CASES\n')
+    assert set(benchmark_test_imports(bad)) == {"the path 'tests'", "fixtures.families"}  # the check sees both

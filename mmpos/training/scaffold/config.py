@@ -181,12 +181,15 @@ def _flag_type(cls, key: str):
 
 def build_parser(cls, prog: str, description: str = "") -> argparse.ArgumentParser:
     """The command line of a task: ``--config``, ``--set``, ``--resume``, ``--overwrite`` and one flag per field."""
-    p = OneLineErrorParser(
-        prog=prog,
-        description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        argument_default=argparse.SUPPRESS,
-    )
+    p = OneLineErrorParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(p, cls)
+    return p
+
+
+def add_config_arguments(p: argparse.ArgumentParser, cls) -> None:
+    """``--config``, ``--set``, ``--resume``, ``--overwrite`` and one flag per field of ``cls`` on ``p`` (a flag not
+    given leaves its key out of the parsed namespace: the file's or the default value stays)."""
+    p.argument_default = argparse.SUPPRESS
     p.add_argument("--config", type=Path, help="YAML file of config keys (the dataclass's fields)")
     p.add_argument(
         "--set",
@@ -227,7 +230,6 @@ def build_parser(cls, prog: str, description: str = "") -> argparse.ArgumentPars
                 help=meta.get("help", ""),
                 metavar=field.name.upper(),
             )
-    return p
 
 
 def read_config_file(cls, path) -> dict:
@@ -248,6 +250,12 @@ def parse_config(cls, parser: argparse.ArgumentParser, argv=None) -> tuple[objec
     """(the resolved config, the parsed namespace with ``resume`` / ``overwrite``); errors exit through
     ``parser.error`` (one line, exit code 2)."""
     args = parser.parse_args(argv)
+    return config_from_args(cls, args, parser), args
+
+
+def config_from_args(cls, args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """The config of parsed ``args`` (:func:`add_config_arguments`): the file, the flags, then ``--set``; an error
+    exits through ``parser.error`` (one line, exit code 2)."""
     try:
         values = read_config_file(cls, args.config) if getattr(args, "config", None) else {}
         names = {f.name for f in dataclasses.fields(cls)}
@@ -263,7 +271,7 @@ def parse_config(cls, parser: argparse.ArgumentParser, argv=None) -> tuple[objec
             check_value(cls, field.name, getattr(config, field.name))
     except ConfigError as error:
         parser.error(str(error))
-    return config, args
+    return config
 
 
 def resolved(config) -> dict:
@@ -287,12 +295,18 @@ def check_resume_config(config, saved: dict, where) -> None:
 def parse_run(cls, prog: str, description: str = "", outputs: tuple[str, ...] = (), argv=None):
     """:func:`parse_config` plus the run folder check (:func:`~.folders.check_run`), both before any
     training import: a bad value or an existing run without ``--resume`` / ``--overwrite`` is one line, exit 2."""
-    from .folders import check_run
-
     parser = build_parser(cls, prog, description)
     config, args = parse_config(cls, parser, argv)
+    check_run_of(config, args, parser, outputs)
+    return config, args
+
+
+def check_run_of(config, args: argparse.Namespace, parser: argparse.ArgumentParser, outputs: tuple[str, ...]) -> None:
+    """The run folder check (:func:`~.folders.check_run`) of a parsed command line; an error exits through
+    ``parser.error``."""
+    from .folders import check_run
+
     try:
         check_run(config.out, args.resume, args.overwrite, outputs)
     except (OSError, ValueError) as error:
         parser.error(str(error))
-    return config, args

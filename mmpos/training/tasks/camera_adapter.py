@@ -11,65 +11,19 @@ a sample come from its own generator (:class:`~.scaffold.SampleNoise`). Each che
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...camera.lens_augment import LENS_MODELS, LensAugmentation
+from ...camera.lens_augment import LensAugmentation
 from ...camera.video import stack_cameras, video_cameras
-from ...integrations.diffusers.camera_adapter import ADAPTER_KINDS, CameraAdapter, camera_conditioning
+from ...integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning
 from .. import camera_clips
-from ..scaffold.config import ConfigError, TrainConfig, option, positive
+from ..scaffold.config import ConfigError
 from ..scaffold.loop import SampleNoise, TrainingTask
-
-
-def at_least_one(value) -> str | None:
-    return None if value >= 1 else "a number >= 1"
-
-
-def wan_frame_count(value) -> str | None:
-    """Wan's VAE keeps the first frame and packs each next 4 into one latent frame: 4k + 1 frames."""
-    return None if value >= 1 and (value - 1) % 4 == 0 else "4k + 1 frames (1, 5, 9, ..., 49, 81): Wan's latent frames"
-
-
-def wan_pixels(value) -> str | None:
-    return None if value >= 16 and value % 16 == 0 else "a positive multiple of 16 pixels (Wan: 8x VAE, 2x2 patches)"
-
-
-@dataclass
-class CameraAdapterConfig(TrainConfig):
-    data: str | None = option(None, "folder of clip folders (required)")
-    out: str = option(
-        "outputs/camera_adapter", "run folder (one folder every node sees)", flag="--out", aliases=("--output-dir",)
-    )
-    model: str = option("tiny", "Wan diffusers pipeline path or hub id (default: tiny offline)")
-    kind: str = option("ucpe", "adapter kind", choices=ADAPTER_KINDS)
-    head_dim: int | None = option(None, "adapter head dim (default: UCPE's sizing, dim / 8)")
-    batch_size: int = option(
-        1, "clips per process (global batch: this x processes)", check=positive, resume_may_change=True
-    )
-    grad_clip: float | None = option(None, "max gradient norm (none: no clipping)")
-    frames: int = option(9, "video frames per sample, 4k+1", check=wan_frame_count)
-    height: int = option(32, "frame height, a multiple of 16", check=wan_pixels)
-    width: int = option(48, "frame width, a multiple of 16", check=wan_pixels)
-    max_zoom: float = option(
-        1.0,
-        "random focal augmentation: centre crops up to this zoom, intrinsics scaled (UCPE-style; 1 = off)",
-        check=at_least_one,
-    )
-    lens_models: list | None = option(
-        None,
-        "random camera-model augmentation: each sample re-rendered with one of "
-        "these models, zoomed up to --max-zoom (default: off)",
-        choices=LENS_MODELS,
-        nargs="+",
-    )
-    max_sequence_length: int = option(512, "text tokens", check=positive)
-    bf16: bool = option(False, "bf16 mixed precision; frozen parts stored in bf16")
-    gradient_checkpointing: bool = option(False, "recompute the transformer blocks in the backward pass")
+from ..task_configs import CameraAdapterConfig
 
 
 class AdapterTraining(nn.Module):

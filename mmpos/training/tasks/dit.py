@@ -11,41 +11,14 @@ Outputs (main process): ``model/`` and ``model_ema/`` (``DiT.from_pretrained``) 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ...models.dit import DIT_PRESETS
-from ..scaffold.config import TrainConfig, finite, in_unit_interval, non_negative, option, positive
 from ..scaffold.loop import SampleNoise, TrainingTask
+from ..task_configs import DiTConfig
 
 TINY = dict(depth=2, hidden_size=64, num_heads=2, patch_size=2)
-PRESETS = tuple(sorted(DIT_PRESETS))
-
-
-@dataclass
-class DiTConfig(TrainConfig):
-    out: str = option("outputs/dit", "run folder (one folder every node sees)", flag="--out", aliases=("--output-dir",))
-    model: str = option("DiT-S/2", "size preset", choices=PRESETS)
-    tiny: bool = option(False, "a 2-block, width-64 model for CPU checks")
-    pe: str = option("ape_sincos", "registered encoding (mmpos list)")
-    pe_options: dict = option({}, "the encoding's options, YAML/JSON, e.g. '{\"theta\": 100}'")
-    objective: str = option("epsilon", "what the model predicts", choices=("epsilon", "v_prediction", "flow"))
-    data: str = option("shapes", "training images", choices=("shapes", "random", "folder"))
-    data_dir: str | None = option(None, "ImageFolder root for --data folder")
-    samples: int = option(100_000, "size of the procedural data set (--data shapes)", check=positive)
-    vae: str | None = option(None, "AutoencoderKL path or hub id: train on its latents (x scaling_factor)")
-    resolution: int = option(32, "image side in pixels", check=positive)
-    num_classes: int = option(10, "classes", check=positive)
-    batch_size: int = option(32, "per process (global batch: this x processes)", check=positive, resume_may_change=True)
-    ema_decay: float | None = option(0.9999, "EMA decay in [0, 1) (none: no EMA)", check=in_unit_interval)
-    gradient_checkpointing: bool = option(False, "recompute the blocks in the backward pass")
-    checkpoint_every: int = option(1000, "updates between checkpoints", check=positive, resume_may_change=True)
-    sample_steps: int = option(
-        50, "sampling steps for samples.png (0: none)", check=non_negative, resume_may_change=True
-    )
-    guidance_scale: float = option(1.5, "classifier-free guidance of samples.png", check=finite, resume_may_change=True)
 
 
 class DiTTask(TrainingTask):

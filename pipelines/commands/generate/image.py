@@ -13,14 +13,18 @@ from ...edits.method import seeded_generator
 from ...extrapolate import extrapolate_setting, install_extrapolation, install_noise_shift, parse_extrapolate
 from ...images import save_image
 from ...inputs import prompt_kwargs, sampler_options
-from .._config import check_sampler_size, resolve_config, save_config
+from .._config import check_prompt_source, check_sampler_size, resolve_config, save_config
 from .._options import output_folder, report_written
 
 
 def run_generate(args) -> int:
     config = generate_config(args)
-    out = output_folder(args, Path("outputs/generate"))
     model = _model(config)
+    try:
+        check_prompt_source(args, model)
+    except ValueError as error:
+        raise user_error("mmpos generate", error) from None
+    out = output_folder(args, Path("outputs/generate"))
     pipe, call = _generate_pipeline(args, config, model)
     try:  # before anything is allocated: the size on the model's token grid and in the device's memory
         check_sampler_size(pipe, config["sampler"], len(args.prompt or config["prompts"]), _train_size(config, model))

@@ -33,7 +33,7 @@ FLAG_KEYS = {
 }
 
 
-def cli_run(args, config, load, tqdm) -> dict:
+def cli_run(args, config, model, load, tqdm) -> dict:
     """``mmpos edit band``: the config's (or the options') prompts and images, a run and a strength sweep."""
     from ...inputs import load_placed_image, prompt_kwargs, report_prompts, sampler_options
     from ...loading import input_side
@@ -44,7 +44,7 @@ def cli_run(args, config, load, tqdm) -> dict:
     band, figure, sampler = dict(config["band"]), config.get("figure", {}), sampler_options(config, pipe)
     layers, axes, image_axes = attention_layout(pipe.transformer)
     probe_layer = min(int(figure.get("diagnostic_layer", 0)), layers - 1)
-    side, guidance, placement = input_side(config, get_edit("band")), config.get("guidance"), None
+    side, guidance, placement = input_side(config, model), config.get("guidance"), None
     photo = None  # the reference image the user gave, as the pipeline gets it
     if variant == "flux":  # the targets are new images: the reference's placement is not theirs
         reference = args.reference_image or config["reference"].get("image")

@@ -119,6 +119,26 @@ class FamilyEditAttention:
         """A layer's table of the embedding :meth:`table_at` gave."""
         return rotation.table_of(emb)
 
+    # position rewrites (PE transplant): the tokens of an image grid moved to other coordinates, per forward
+    def grid_coords(self, ids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """FLUX.1-style ids ``[N, 3]`` ``(index, row, col)`` of a ``rows x cols`` image grid (the output image), in
+        this family's coordinates ``[N, A]``."""
+        raise NotImplementedError(f"the {self.family} edit adapter moves no positions (PE transplant)")
+
+    def position_module(self, transformer):
+        """The module whose forward gives the rotary tables (what :meth:`move_table` rewrites)."""
+        return transformer.pos_embed
+
+    def move_ids(self, kwargs: dict, coords: torch.Tensor, grid: tuple[int, int]) -> dict:
+        """The transformer's keyword inputs with the grid tokens' ids set to ``coords`` (``[N, A]``, from
+        :meth:`grid_coords`); families whose forward takes no ids return ``kwargs`` (their tables move instead)."""
+        raise NotImplementedError(f"the {self.family} edit adapter moves no positions (PE transplant)")
+
+    def move_table(self, module, args, kwargs, output, coords, moved, grid, cache: dict):
+        """The output of the position ``module`` with the rows of the ``moved [N]`` grid tokens at ``coords``, or
+        ``None`` (unchanged: a family whose forward takes ids). ``cache``: kept by the caller across forwards."""
+        return None
+
     def layer_call(self, processor, attn, inputs: dict) -> Optional[LayerCall]:
         """The :class:`LayerCall` of ``processor``'s layer for this call, or ``None`` (no image tokens here)."""
         segments = self.segments(processor.context, processor.slot, inputs)
@@ -138,3 +158,18 @@ class FamilyEditAttention:
             return self.finish(attn, inputs, state, out, dtype)
 
         return kind(attn, query, key, value, segments, rotation, mask, finish, **extra)
+
+
+def grid_cells(coords: torch.Tensor, grid: tuple[int, int], offset: tuple[float, float] = (0.0, 0.0)) -> torch.Tensor:
+    """Grid cell ``row * cols + col`` of each token whose spatial coordinates ``coords [S, 2]`` (minus ``offset``)
+    are an integer cell of the ``rows x cols`` grid; an error when any is not (the pipeline's ids and the canvas
+    disagree)."""
+    rows, cols = grid
+    r = coords[:, 0].double() - offset[0]
+    c = coords[:, 1].double() - offset[1]
+    if bool(((r != r.round()) | (c != c.round()) | (r < 0) | (r >= rows) | (c < 0) | (c >= cols)).any()):
+        raise ValueError(
+            f"the canvas tokens' coordinates do not form the {rows}x{cols} canvas grid; the canvas and "
+            "the pipeline's height/width disagree"
+        )
+    return r.long() * cols + c.long()

@@ -108,6 +108,19 @@ class FluxEditAttention(FamilyEditAttention):
         text = (txt_ids[0] if txt_ids.ndim == 3 else txt_ids).to(image_coords)
         return transformer.pos_embed(torch.cat([text, image_coords]))
 
+    def grid_coords(self, ids, grid):
+        return ids
+
+    def move_ids(self, kwargs, coords, grid):
+        """``img_ids`` replaced by ``coords`` (in its dtype): FLUX.1 Fill's ``img_ids`` are the canvas grid's."""
+        native = kwargs["img_ids"]
+        if native.shape[-2:] != coords.shape:
+            raise ValueError(
+                f"transplanted ids {tuple(coords.shape)} do not match the pipeline's img_ids "
+                f"{tuple(native.shape)}; the canvas and the call's height/width disagree"
+            )
+        return {**kwargs, "img_ids": coords.to(device=native.device, dtype=native.dtype)}
+
 
 @functools.lru_cache(maxsize=None)
 def _call_parameters(processor_type) -> frozenset:

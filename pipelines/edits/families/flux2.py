@@ -16,7 +16,7 @@ from mmpos.integrations.diffusers.processors import EncodingRotation
 
 from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape, runs_by_value
-from .base import FamilyEditAttention
+from .base import FamilyEditAttention, grid_cells
 
 
 class Flux2EditAttnProcessor(EditAttnProcessor):
@@ -137,6 +137,28 @@ class Flux2EditAttention(FamilyEditAttention):
             return rotation.table_of((packed[None], coords))
         return rotation.table_of(emb)
 
+    def grid_coords(self, ids, grid):
+        return flux2_canvas_ids(ids)
+
+    def move_ids(self, kwargs, coords, grid):
+        """The output image's tokens (``t = 0``) of ``img_ids [B, S, 4]`` get ``coords`` of their grid cell, found
+        by their ``(h, w)``, not their place in the sequence (condition images keep theirs); the rewritten ids are
+        fp32 (the pipelines' are int64, which would truncate fractional positions; ``Flux2PosEmbed`` reads
+        ``ids.float()``, so the untouched rows give the same tables)."""
+        native = kwargs["img_ids"]
+        flat = native[0] if native.ndim == 3 else native  # the model reads the first sample's ids (shared)
+        image = flat[:, 0] == 0
+        cells = grid_cells(flat[image][:, 1:3], grid)
+        if cells.numel() != grid[0] * grid[1]:
+            raise ValueError(
+                f"img_ids hold {cells.numel()} canvas tokens (t = 0); the {grid[0]}x{grid[1]} canvas has one per cell"
+            )
+        rewritten = flat.to(torch.float32, copy=True)
+        rewritten[image] = coords.to(flat.device)[cells]
+        if native.ndim == 3:
+            rewritten = rewritten.expand(native.shape[0], -1, -1)
+        return {**kwargs, "img_ids": rewritten}
+
 
 def _parallel_project(attn, hidden_states):
     """``Flux2ParallelSelfAttnProcessor``'s projection: q, k, v ``[B, S, H, D]`` and the MLP input."""
@@ -149,3 +171,10 @@ def _parallel_project(attn, hidden_states):
 
 
 ADAPTER = Flux2EditAttention()
+
+
+def flux2_canvas_ids(ids: torch.Tensor) -> torch.Tensor:
+    """FLUX.1-style grid ids ``[N, 3]`` ``(0, row, col)`` -> FLUX.2 ``[N, 4]`` ``(0, row, col, 0)`` (fp32)."""
+    out = torch.zeros(ids.shape[0], 4, dtype=torch.float32, device=ids.device)
+    out[:, 1:3] = ids[:, 1:3].float()
+    return out

@@ -17,7 +17,7 @@ from mmpos.ops.tables import RotaryTable
 
 from ..processor import EditAttnProcessor
 from ..segments import TokenSegments, grid_shape, runs_by_value
-from .base import FamilyEditAttention
+from .base import FamilyEditAttention, grid_cells
 
 
 class QwenEditAttnProcessor(EditAttnProcessor):
@@ -125,6 +125,29 @@ class QwenEditAttention(FamilyEditAttention):
         _, text = transformer.pos_embed(inputs["img_shapes"], max_txt_seq_len=text_len, device=image_coords.device)
         return RotaryTable(torch.cat([text, qwen_table_at(transformer.pos_embed, image_coords)], dim=0))
 
+    def grid_coords(self, ids, grid):
+        return qwen_canvas_coords(ids, grid)
+
+    def move_ids(self, kwargs, coords, grid):
+        return kwargs  # the forward takes no ids: the position module's table moves (move_table)
+
+    def move_table(self, module, args, kwargs, output, coords, moved, grid, cache):
+        """The image table with the moved grid tokens' rows (found by their coordinates) at ``coords``, built with
+        the module's own frequencies (:func:`qwen_table_at`: the stock ladder or the ``set_pe`` encoding's)."""
+        video_fhw = kwargs.get("video_fhw", args[0] if args else None)
+        image_table, text_table = output
+        key = (repr(video_fhw), id(module))
+        held = cache.get("table")
+        if held is None or held[0] != key or held[1] is not image_table:  # the stock module caches its tables
+            tokens, cells = _moved_tokens(video_fhw, image_table.device, moved, grid)
+            new_rows = qwen_table_at(module, coords.to(image_table.device)[cells])
+            held = cache["table"] = (
+                key,
+                image_table,
+                image_table.index_copy(0, tokens, new_rows.to(image_table.dtype)),
+            )
+        return held[2], text_table
+
 
 def qwen_table_at(module, coords: torch.Tensor) -> torch.Tensor:
     """The complex image table ``[S, P]`` Qwen-Image's position ``module`` gives tokens at ``coords [S, 3]``:
@@ -143,3 +166,24 @@ def qwen_table_at(module, coords: torch.Tensor) -> torch.Tensor:
 
 
 ADAPTER = QwenEditAttention()
+
+
+def qwen_canvas_coords(ids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """FLUX.1-style grid ids ``[N, 3]`` on a ``rows x cols`` grid -> Qwen-Image's centred coordinates ``[N, 3]``
+    ``(0, row - (rows - rows // 2), col - (cols - cols // 2))`` (fp32, as ``QwenEmbedRope`` places them)."""
+    rows, cols = grid
+    out = torch.zeros(ids.shape[0], 3, dtype=torch.float32, device=ids.device)
+    out[:, 1] = ids[:, 1].float() - (rows - rows // 2)
+    out[:, 2] = ids[:, 2].float() - (cols - cols // 2)
+    return out
+
+
+def _moved_tokens(video_fhw, device, moved: torch.Tensor, grid: tuple[int, int]):
+    """(the image tokens whose grid cell moved, those cells): the output image's tokens (frame 0) found by their
+    centred coordinates."""
+    coords = qwen_coords(video_fhw, 1, device)[0]
+    rows, cols = grid
+    image = coords[:, 0] == 0
+    cells = grid_cells(coords[image][:, 1:3], grid, (-(rows - rows // 2), -(cols - cols // 2)))
+    moved_cells = moved.to(cells.device)[cells]
+    return image.nonzero().flatten()[moved_cells], cells[moved_cells]

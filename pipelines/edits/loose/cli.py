@@ -18,7 +18,7 @@ def add_options(parser) -> None:
     )
 
 
-def cli_run(args, config, load, tqdm) -> dict:
+def cli_run(args, config, model, load, tqdm) -> dict:
     """``mmpos edit loose``: the collage and its paste mask (or the original), a run and a strength sweep."""
     from ...inputs import load_placed_image, load_placed_mask, prompt_kwargs, report_prompts, sampler_options
     from ...loading import input_side
@@ -26,9 +26,7 @@ def cli_run(args, config, load, tqdm) -> dict:
     from .rule import LooseConfig
 
     pipe = load()
-    collage, placement = load_placed_image(
-        args.image, "image", pipe.token_pixels, input_side(config, get_edit("loose"))
-    )
+    collage, placement = load_placed_image(args.image, "image", pipe.token_pixels, input_side(config, model))
     if args.mask:
         pasted = {"crop_mask": load_placed_mask(args.mask, placement, "the --image")}
     else:  # placed like the collage, so that the two differ only where the object was pasted

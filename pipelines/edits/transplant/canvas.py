@@ -1,4 +1,4 @@
-"""PE transplant (PosBridge, arXiv 2508.17302): the canvas and the pre-forward id rewriter.
+"""PE transplant (PosBridge, arXiv 2508.17302): the canvas (the position rewrite: :mod:`.positions`).
 
 The coordinates are the library's: canvas layouts in :mod:`mmpos.coords.canvas`, the transplanted ids in
 :func:`mmpos.coords.edits.transplant_ids`; this module composes the canvas pixels and switches the ids by noise
@@ -24,7 +24,7 @@ import torch
 
 from mmpos._validation import check_choice, check_finite_fields
 from mmpos.coords.canvas import CANVAS_LAYOUTS, Box, CanvasLayout
-from mmpos.coords.edits import mask_bbox
+from mmpos.coords.edits import mask_bbox, transplant_ids
 
 from ...images import dilate, mask_to_tokens, resize_image
 
@@ -116,30 +116,17 @@ def compose_canvas(
     return Canvas(image, inpaint, object_masks, layout)
 
 
-class TransplantIds:
-    """Pre-forward rewriter: use the transplanted ids while ``sigma >= tau``, the pipeline's ids otherwise."""
-
-    def __init__(self, ids: torch.Tensor, tau: float):
-        self.ids, self.tau = ids, tau
-
-    def active(self, sigma: float) -> bool:
-        return sigma >= self.tau
-
-    def __call__(self, context, kwargs):
-        native = kwargs["img_ids"]
-        if not self.active(context.sigma):
-            return kwargs
-        if native.shape[-2:] != self.ids.shape:
-            raise ValueError(
-                f"transplanted ids {tuple(self.ids.shape)} do not match the pipeline's img_ids "
-                f"{tuple(native.shape)}; the canvas and the call's height/width disagree"
-            )
-        return {**kwargs, "img_ids": self.ids.to(device=native.device, dtype=native.dtype)}
-
-
 def token_sets(canvas: Canvas, config: TransplantConfig):
     """(list of source token masks, one per transplanted view; target token mask), ``[rows, cols]`` bool."""
     grid = canvas.layout.grid
     target = mask_to_tokens(canvas.inpaint_mask, grid, threshold=0.0)
     views = canvas.object_masks if config.transplant_views == "all" else canvas.object_masks[:1]
     return [mask_to_tokens(mask, grid, threshold=config.object_coverage) for mask in views], target
+
+
+def canvas_ids(canvas: Canvas, config: TransplantConfig) -> torch.Tensor:
+    """The canvas tokens' transplanted FLUX.1-style ids ``[rows * cols, 3]`` (``(0, row, col)``, fractional where
+    moved), used while ``sigma >= tau``."""
+    sources, target = token_sets(canvas, config)
+    swap = config.mode == "swap"
+    return transplant_ids(canvas.layout.grid, sources, target, config.fit, swap, config.round_positions)

@@ -29,7 +29,7 @@ def add_options(parser) -> None:
     )
 
 
-def cli_run(args, config, load, tqdm) -> dict:
+def cli_run(args, config, model, load, tqdm) -> dict:
     """``mmpos edit transplant``: the background, the region, the references; a run and a tau sweep."""
     from mmpos.integrations.diffusers.families import family_for
 
@@ -50,7 +50,7 @@ def cli_run(args, config, load, tqdm) -> dict:
         rescale_box(args.box, image_height_width(args.background), image_height_width(args.background))
     pipe = load()
     background, placement = load_placed_image(
-        args.background, "background", pipe.token_pixels, input_side(config, get_edit("transplant"))
+        args.background, "background", pipe.token_pixels, input_side(config, model)
     )
     references = [load_image(p, "--reference") for p in args.reference]  # any size: each is fitted into its tile
     reference_masks = None

@@ -9,12 +9,10 @@ import torch
 from diffusers import FluxFillPipeline
 from diffusers.utils import BaseOutput
 
-from mmpos.coords.edits import transplant_ids
-
 from ...images import as_image_batch, as_mask, check_token_grid, to_pil
-from ..context import EditContext
 from ..pipeline import EditPipelineMixin, coerce_config, per_call
-from .canvas import Canvas, TransplantConfig, TransplantIds, compose_canvas, token_sets
+from .canvas import Canvas, TransplantConfig, canvas_ids, compose_canvas
+from .positions import transplant_context
 
 
 @dataclass
@@ -129,13 +127,8 @@ class PosBridgeFillPipeline(EditPipelineMixin, FluxFillPipeline):
         if output_type not in ("pil", "np", "pt", "latent"):
             raise ValueError(f"output_type={output_type!r}: expected 'pil', 'np', 'pt' or 'latent'")
         canvas = self.prepare_canvas(config, image, mask_image, references, reference_masks, target_box)
-        sources, target = token_sets(canvas, config)
-        ids = transplant_ids(
-            canvas.layout.grid, sources, target, config.fit, config.mode == "swap", config.round_positions
-        )
-        context = EditContext(enabled=config.enabled)
-        if config.enabled:
-            context.rewriters.append(TransplantIds(ids, config.tau))
+        ids = canvas_ids(canvas, config)
+        context = transplant_context(ids, canvas.layout.grid, config)
         height, width = canvas.layout.canvas_size
         fill_arguments = dict(
             prompt=prompt,

@@ -3,7 +3,7 @@
 The reference view(s) are placed on a canvas with the background as on FLUX.1 Fill (:mod:`.canvas`); the
 stock inpainting pipeline repaints only the target region of the canvas (its latent blending keeps the rest);
 while ``sigma >= tau`` the reference object's tokens take the target region's positions
-(:mod:`.positions`). The result is the background with only that region replaced.
+(:mod:`.positions`, run by the edit session as on FLUX.1 Fill). The result is the background with only that region replaced.
 
 The method's record (:mod:`mmpos.pipelines.edits.transplant`) maps a model's pipeline class to these.
 """
@@ -13,39 +13,34 @@ from __future__ import annotations
 import torch
 from diffusers import Flux2KleinInpaintPipeline, QwenImageInpaintPipeline
 
-from mmpos.coords.edits import transplant_ids
 from mmpos.coords.grids import flux_ids
 
-from ..pipeline import coerce_config, per_call
-from .canvas import TransplantConfig, token_sets
+from ..families import edit_attention_for
+from ..pipeline import EditPipelineMixin, coerce_config, per_call
+from .canvas import TransplantConfig, canvas_ids
 from .pipeline_fill import PosBridgeFillPipeline, transplant_output
-from .positions import Flux2TransplantIds, QwenTransplantTables, TransplantHooks, flux2_canvas_ids, qwen_canvas_coords
+from .positions import transplant_context
 
 KLEIN_MAX_AREA = 1024 * 1024  # Flux2KleinInpaintPipeline resizes a larger image to this area
 
 
-class _CanvasMixin:
-    """The canvas of FLUX.1 PosBridge (:meth:`PosBridgeFillPipeline.prepare_canvas`) on this pipeline's grid."""
+class _CanvasMixin(EditPipelineMixin):
+    """The canvas of FLUX.1 PosBridge (:meth:`PosBridgeFillPipeline.prepare_canvas`) on this pipeline's grid, and
+    the edit session running the transplant (token size: VAE factor x 2x2 packing, 16 for Klein and Qwen-Image)."""
 
     prepare_canvas = PosBridgeFillPipeline.prepare_canvas
 
-    @property
-    def token_pixels(self) -> int:
-        """Pixels per side of one transformer token (VAE factor x 2x2 packing: 16 for Klein and Qwen-Image)."""
-        return self.vae_scale_factor * 2
-
     def _transplant(self, config, image, mask_image, references, reference_masks, target_box):
-        """(canvas, FLUX.1-style transplanted ids [N, 3], cells that moved [rows, cols] bool)."""
+        """(canvas, FLUX.1-style transplanted ids [N, 3])."""
         canvas = self.prepare_canvas(config, image, mask_image, references, reference_masks, target_box)
-        sources, target = token_sets(canvas, config)
-        ids = transplant_ids(
-            canvas.layout.grid, sources, target, config.fit, config.mode == "swap", config.round_positions
-        )
-        moved = (ids != flux_ids(*canvas.layout.grid)).any(-1).reshape(canvas.layout.grid)
-        return canvas, ids, moved
+        return canvas, canvas_ids(canvas, config)
 
-    def _finish(self, canvas, canvas_images, ids, native, output_type, return_dict):
-        return transplant_output(canvas, canvas_images, ids, native, output_type, return_dict)
+    def _finish(self, canvas, canvas_images, ids, output_type, return_dict):
+        """The result, with the moved and native canvas ids in the family's coordinates."""
+        grid = canvas.layout.grid
+        adapter = edit_attention_for(self.transformer)
+        moved, native = adapter.grid_coords(ids, grid), adapter.grid_coords(flux_ids(*grid), grid)
+        return transplant_output(canvas, canvas_images, moved, native, output_type, return_dict)
 
 
 def _check_set_by_canvas(**values):
@@ -109,16 +104,14 @@ class PosBridgeKleinInpaintPipeline(_CanvasMixin, Flux2KleinInpaintPipeline):
         config = coerce_config(TransplantConfig, transplant)
         _check_set_by_canvas(height=height, width=width, padding_mask_crop=padding_mask_crop)
         _check_output_type(output_type)
-        canvas, ids, _ = self._transplant(config, image, mask_image, references, reference_masks, target_box)
+        canvas, ids = self._transplant(config, image, mask_image, references, reference_masks, target_box)
         rows, cols = canvas.layout.canvas_size
         if rows * cols > KLEIN_MAX_AREA:
             raise ValueError(
                 f"the canvas is {rows}x{cols} pixels, above Flux2KleinInpaintPipeline's 1024^2 area "
                 "(it would resize it off the token grid); use a smaller background or tile_fraction"
             )
-        grid = canvas.layout.grid
-        hooks = Flux2TransplantIds(ids, grid, config.tau) if config.enabled else None
-        with TransplantHooks(self.transformer, hooks):
+        with self.edit_session(transplant_context(ids, canvas.layout.grid, config)):
             canvas_images = (
                 super()
                 .__call__(
@@ -145,9 +138,7 @@ class PosBridgeKleinInpaintPipeline(_CanvasMixin, Flux2KleinInpaintPipeline):
                 )
                 .images
             )
-        return self._finish(
-            canvas, canvas_images, flux2_canvas_ids(ids), flux2_canvas_ids(flux_ids(*grid)), output_type, return_dict
-        )
+        return self._finish(canvas, canvas_images, ids, output_type, return_dict)
 
 
 class PosBridgeQwenInpaintPipeline(_CanvasMixin, QwenImageInpaintPipeline):
@@ -202,11 +193,9 @@ class PosBridgeQwenInpaintPipeline(_CanvasMixin, QwenImageInpaintPipeline):
             height=height, width=width, padding_mask_crop=padding_mask_crop, masked_image_latents=masked_image_latents
         )
         _check_output_type(output_type)
-        canvas, ids, moved = self._transplant(config, image, mask_image, references, reference_masks, target_box)
-        grid = canvas.layout.grid
-        hooks = QwenTransplantTables(ids, moved, grid, config.tau) if config.enabled else None
+        canvas, ids = self._transplant(config, image, mask_image, references, reference_masks, target_box)
         rows, cols = canvas.layout.canvas_size
-        with TransplantHooks(self.transformer, hooks):
+        with self.edit_session(transplant_context(ids, canvas.layout.grid, config)):
             canvas_images = (
                 super()
                 .__call__(
@@ -237,11 +226,4 @@ class PosBridgeQwenInpaintPipeline(_CanvasMixin, QwenImageInpaintPipeline):
                 )
                 .images
             )
-        return self._finish(
-            canvas,
-            canvas_images,
-            qwen_canvas_coords(ids, grid),
-            qwen_canvas_coords(flux_ids(*grid), grid),
-            output_type,
-            return_dict,
-        )
+        return self._finish(canvas, canvas_images, ids, output_type, return_dict)
