@@ -210,7 +210,9 @@ def test_tier_one_families_refuse_what_needs_mmpos_processors(family):
 def test_native_compiles_without_graph_breaks_where_stock_does(family):
     case = CASES[family]
     if not case.compiles:
-        pytest.skip(f"{family} does not compile with fullgraph=True (the reason: its case in mmpos/integrations/diffusers/families/tiny.py)")
+        pytest.skip(
+            f"{family} does not compile with fullgraph=True (the reason: its case in mmpos/integrations/diffusers/families/tiny.py)"
+        )
     model = case.model()
     inputs = case.inputs(*case.grid)
     set_pe(model, "native")  # (a schedule reads the image extent as Python numbers: one graph per extent)

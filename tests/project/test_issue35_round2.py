@@ -260,7 +260,12 @@ print(json.dumps({"codes": codes, "modules": sorted({name.split(".")[0] for name
 """
 
 
-OPTIONAL_IMPORTS = {"colorama", "peft", "scipy", "brotli"}  # imported when present (tqdm, click; diffusers: peft, scipy; urllib3: brotli), never needed
+OPTIONAL_IMPORTS = {
+    "colorama",
+    "peft",
+    "scipy",
+    "brotli",
+}  # imported when present (tqdm, click; diffusers: peft, scipy; urllib3: brotli), never needed
 
 
 def _declared_closure() -> set:
