@@ -190,14 +190,18 @@ def add_config_arguments(p: argparse.ArgumentParser, cls) -> None:
     """``--config``, ``--set``, ``--resume``, ``--overwrite`` and one flag per field of ``cls`` on ``p`` (a flag not
     given leaves its key out of the parsed namespace: the file's or the default value stays)."""
     p.argument_default = argparse.SUPPRESS
-    p.add_argument("--config", type=Path, help="YAML file of config keys (the dataclass's fields)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="YAML file of config keys (the dataclass's fields; default: none, the defaults below)",
+    )
     p.add_argument(
         "--set",
         dest="sets",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="one config key, the value parsed as YAML (repeatable; wins over the flags and the file)",
+        help="one config key, the value parsed as YAML (repeatable; wins over the flags and the file; default: none)",
     )
     p.add_argument(
         "--resume",
@@ -205,21 +209,21 @@ def add_config_arguments(p: argparse.ArgumentParser, cls) -> None:
         const="latest",
         default=None,
         metavar="latest|CHECKPOINT",
-        help="continue the run in --out from its latest (or the named) checkpoint-<step>",
+        help="continue the run in --out from its latest (or the named) checkpoint-<step> (default: a new run)",
     )
     p.add_argument("--overwrite", action="store_true", default=False, help="replace the run in --out")
     for field in dataclasses.fields(cls):
         meta = field.metadata
         names = [meta.get("flag") or "--" + field.name.replace("_", "-"), *meta.get("aliases", ())]
         if _allowed(_hints(cls)[field.name])[0] == (bool,):
-            p.add_argument(*names, dest=field.name, action="store_true", help=meta.get("help", ""))
+            p.add_argument(*names, dest=field.name, action="store_true", help=_with_default(meta, field))
         elif meta.get("nargs"):  # a list flag: --lens-models opencv unified
             p.add_argument(
                 *names,
                 dest=field.name,
                 nargs=meta["nargs"],
                 choices=meta.get("choices"),
-                help=meta.get("help", ""),
+                help=_with_default(meta, field),
                 metavar=field.name.upper(),
             )
         else:
@@ -227,9 +231,21 @@ def add_config_arguments(p: argparse.ArgumentParser, cls) -> None:
                 *names,
                 dest=field.name,
                 type=_flag_type(cls, field.name),
-                help=meta.get("help", ""),
+                help=_with_default(meta, field),
                 metavar=field.name.upper(),
             )
+
+
+def _with_default(meta, field) -> str:
+    """A field's help text followed by its default value (``--help`` states every default)."""
+    if field.default is not dataclasses.MISSING:
+        default = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+    else:
+        return meta.get("help", "")
+    shown = ("on" if default else "off") if isinstance(default, bool) else default
+    return f"{meta.get('help', '')} (default: {shown})".strip()
 
 
 def read_config_file(cls, path) -> dict:
