@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import CastFollowingSeam, Family, SpectrumSeam
 from .codecs import forward_arg, ladder
 
 # forward arguments: (frame indices, their latents) with their positions in the signature; the chunk's latents are
@@ -112,8 +112,7 @@ def check_inputs(seam, args, kwargs) -> None:
 
 def _make_seam(model, stock, encodings, native, coord_axes):
     (encoding,) = encodings
-    seam = SpectrumSeam(HELIOS, encoding, stock, _axes_dims(model), float(stock.theta))
-    seam.register_buffer("native_dtype_probe", torch.zeros((), dtype=stock.freqs_base_t.dtype), persistent=False)
+    seam = CastFollowingSeam(HELIOS, encoding, stock, _axes_dims(model), float(stock.theta), probe="freqs_base_t")
     seam.patch_size = tuple(int(p) for p in model.config.patch_size)
     return seam
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import CastFollowingSeam, Family, SpectrumSeam
 from .codecs import forward_arg, ladder, same_spectra
 
 VIDEO_TAG = 0  # token_tags: 0 video, 1 text, 2 audio
@@ -87,8 +87,9 @@ def check_inputs(seam, args, kwargs) -> None:
 
 def _make_seam(model, stock, encodings, native, coord_axes):
     (encoding,) = encodings
-    seam = SpectrumSeam(MINIMAX_H3, encoding, stock, _axes_dims(model), float(model.config.rope_theta))
-    seam.register_buffer("native_dtype_probe", torch.zeros((), dtype=stock.inv_freq.dtype), persistent=False)
+    seam = CastFollowingSeam(
+        MINIMAX_H3, encoding, stock, _axes_dims(model), float(model.config.rope_theta), probe="inv_freq"
+    )
     return seam
 
 
