@@ -35,7 +35,9 @@ def lora_state_dict(model, rank=2, seed=0, scale_b=1.0) -> dict:
     generator = torch.Generator().manual_seed(seed)
     state = {}
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and any(part.startswith(("attn", "attention")) for part in name.split(".")):
+        if isinstance(module, torch.nn.Linear) and any(
+            part.startswith(("attn", "attention")) for part in name.split(".")
+        ):
             state[f"{name}.lora_A.weight"] = torch.randn(rank, module.in_features, generator=generator) * 0.3
             state[f"{name}.lora_B.weight"] = torch.randn(module.out_features, rank, generator=generator) * 0.3 * scale_b
     assert state, "no attention projections found"
