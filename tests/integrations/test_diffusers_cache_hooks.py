@@ -15,7 +15,6 @@ from diffusers.hooks import (
     apply_mag_cache,
     apply_pyramid_attention_broadcast,
 )
-
 from diffusers.models.cache_utils import CacheMixin
 
 from mmpos.integrations.diffusers import DyPEConfig, PEConfig, apply_dype, apply_pe
