@@ -25,7 +25,9 @@ def rope_params(max_len, dim, theta=10000.0):
 
 def wan_freqs(head_dim):
     d = head_dim
-    freqs = torch.cat([rope_params(1024, d - 4 * (d // 6)), rope_params(1024, 2 * (d // 6)), rope_params(1024, 2 * (d // 6))], 1)
+    freqs = torch.cat(
+        [rope_params(1024, d - 4 * (d // 6)), rope_params(1024, 2 * (d // 6)), rope_params(1024, 2 * (d // 6))], 1
+    )
     c = d // 2
     return freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
 

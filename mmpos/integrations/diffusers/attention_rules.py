@@ -123,7 +123,7 @@ def time_shift(transformer: nn.Module, family):
         phase = frames.to(torch.float64)[:, None] * (inv_freq * on_time)[None, :]  # [L, P]
         cis = torch.polar(torch.ones_like(phase), phase)
         cis = cis if x.dtype == torch.float64 else cis.to(torch.complex64)
-        return rotate(x, RotaryTable(cis[:, None, :]), encoding.layout, seq_dim=-3)
+        return rotate(x, RotaryTable(cis), encoding.layout, seq_dim=-3)
 
     return shift
 
