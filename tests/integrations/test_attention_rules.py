@@ -142,3 +142,46 @@ def test_freeloc_refusals_name_what_is_wrong():
         set_attention_rule(set_pe(tiny_wan(), "native"), {"type": "freeloc", "train_frames": 2, "layers": 1})
     with pytest.raises(ValueError, match="freeloc: the flux family"):
         set_attention_rule(set_pe(tiny_flux(), "native"), {"type": "freeloc", "train_frames": 2})
+
+
+# UltraViCo on a family with stock processors (LTX): rule processors installed by set_attention_rule
+
+
+def run_ltx(model, frames):
+    from mmpos.integrations.diffusers.families.tiny import CASES
+
+    with torch.no_grad():
+        return model(**CASES["ltx"].inputs(3, 4, frames=frames), return_dict=False)[0]
+
+
+def tiny_ltx():
+    from mmpos.integrations.diffusers.families.tiny import CASES
+
+    return CASES["ltx"].model()
+
+
+@pytest.mark.parametrize("with_set_pe", [False, True])
+def test_ultravico_on_ltx_stock_within_the_training_length_and_the_rule_past_it(with_set_pe, monkeypatch):
+    stock = tiny_ltx()
+    model = tiny_ltx()
+    if with_set_pe:
+        set_pe(model, "native")
+    stock_processor = model.transformer_blocks[0].attn1.processor
+    set_attention_rule(model, {"type": "ultravico", "train_frames": 2, "alpha": 0.5})
+    assert type(model.transformer_blocks[0].attn1.processor).__name__ == "LTXRuleAttnProcessor"
+    assert type(model.transformer_blocks[0].attn2.processor) is type(stock_processor)  # cross-attention stays
+    for frames in (1, 2):
+        assert torch.equal(run_ltx(model, frames), run_ltx(stock, frames))
+    calls = []
+    attend = WindowDecay.attend
+    monkeypatch.setattr(WindowDecay, "attend", lambda self, *a, **k: calls.append(a[3]) or attend(self, *a, **k))
+    assert (run_ltx(model, 5) - run_ltx(stock, 5)).abs().max() > 1e-3
+    assert calls == [12]  # one layer's self-attention, 3 x 4 tokens a frame
+    clear_attention_rule(model)
+    assert model.transformer_blocks[0].attn1.processor is stock_processor
+    assert torch.equal(run_ltx(model, 5), run_ltx(stock, 5))
+
+
+def test_freeloc_on_ltx_is_refused_by_name():
+    with pytest.raises(ValueError, match="freeloc: the ltx family is not supported; supported: wan"):
+        set_attention_rule(tiny_ltx(), {"type": "freeloc", "train_frames": 2})

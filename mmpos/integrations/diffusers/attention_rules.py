@@ -1,5 +1,4 @@
-"""Attention rules on a ``set_pe`` model beyond the training length, on every Wan-rope family: UltraViCo's decay,
-FreeLOC's re-encoded time positions.
+"""Attention rules on video models beyond the training length: UltraViCo's decay, FreeLOC's re-encoded time positions.
 
     from mmpos.integrations.diffusers import set_attention_rule, set_pe
     set_pe(wan, "native")                                   # the stock model (or a spectrum schedule: DyPE, RIFLEx)
@@ -10,9 +9,13 @@ The rules live in :mod:`mmpos.ops.window_decay` and :mod:`mmpos.ops.frame_reenco
 a pre-forward hook reads each forward's latent grid and the families' processors hand their video self-attention
 (with the layer's index) to the rule. FreeLOC moves the time positions of q and k, which arrive rotated: the rule
 rotates them further on the time pairs of the encoding's spectrum (resolved at this forward's grid, so a RIFLEx or
-DyPE schedule is followed). Inside the training length (``frames <= train_frames``) the processors run the stock attention, so the model is
-``set_pe``'s bit for bit. Families whose processors are mmpos': Wan, Wan VACE, Wan Animate; families with stock
-processors (HunyuanVideo 1.5, LTX) are refused by name.
+DyPE schedule is followed). Inside the training length (``frames <= train_frames``) the processors run the stock
+attention, so the model is ``set_pe``'s (or the stock one) bit for bit.
+
+The families say where (``Family.latent_grid``): Wan, Wan VACE and Wan Animate through their mmpos processors; LTX,
+whose processors are stock, through rule processors ``set_attention_rule`` installs (``Family.rule_processor``;
+UltraViCo only: FreeLOC's time shift reads Wan's rope spectrum). Other families (HunyuanVideo 1.5: joint video and
+text attention) are refused by name.
 """
 
 from __future__ import annotations
@@ -28,11 +31,10 @@ from ...ops.frame_reencoding import FrameReencoding
 from ...ops.rotation import rotate
 from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
-from .families import family_for
+from .families import family_for, get_family, list_families
 from .installer import ENCODING, ProcessorInstaller
 from .processors import PEProcessor
 
-VIDEO_FAMILIES = ("wan", "wan_vace", "wan_animate")
 RULES = ("ultravico", "freeloc")
 
 
@@ -129,31 +131,36 @@ def time_shift(transformer: nn.Module, family):
 
 
 def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
-    """Install ``rule`` (see :func:`rule_from_config`) on a model ``set_pe`` prepared; returns the model."""
+    """Install ``rule`` (see :func:`rule_from_config`) on a video model; returns the model. Wan families: on the
+    processors ``set_pe`` installed (call it first); families with stock processors (LTX): on rule processors
+    installed here (the stock arithmetic, bit for bit within the training length), with or without ``set_pe``."""
     rule, layers = rule_from_config(rule)
     family = family_for(transformer)
-    if family.name not in VIDEO_FAMILIES:
-        raise ValueError(
-            f"{rule_name(rule)}: the {family.name} family is not supported (its processors are stock); "
-            f"supported: {', '.join(VIDEO_FAMILIES)}"
-        )
+    name = rule_name(rule)
+    if family.latent_grid is None or (name == "freeloc" and family.rule_processor is not None):
+        supported = [f for f in list_families() if get_family(f).latent_grid is not None]
+        if name == "freeloc":
+            supported = [f for f in supported if get_family(f).rule_processor is None]
+        raise ValueError(f"{name}: the {family.name} family is not supported; supported: {', '.join(supported)}")
+    clear_attention_rule(transformer)
+    installed = False
+    if family.rule_processor is not None and not ProcessorInstaller.of(transformer).filled(ENCODING):
+        installer = ProcessorInstaller.of(transformer)
+        installer.fill(ENCODING, {i: family.rule_processor(slot.original, i) for i, slot in enumerate(installer.slots)})
+        installed = True
     processors = encoding_processors(transformer)
     if not processors:
         raise ValueError("set_attention_rule needs set_pe first (set_pe(model, 'native') keeps the stock model)")
-    shift = time_shift(transformer, family) if isinstance(rule, FrameReencoding) else None
-    clear_attention_rule(transformer)
+    shift = time_shift(transformer, family) if name == "freeloc" else None
     state = VideoRule(rule, shift, layers)
     for processor in processors:
         processor.attention_rule = state
-    patch = tuple(int(p) for p in transformer.config.patch_size)
 
     def read_grid(module, args, kwargs):
-        hidden_states = kwargs.get("hidden_states", args[0] if args else None)
-        _, _, frames, height, width = hidden_states.shape
-        state.grid.set((frames // patch[0], height // patch[1], width // patch[2]))
+        state.grid.set(family.latent_grid(module, args, kwargs))
 
     handle = transformer.register_forward_pre_hook(read_grid, with_kwargs=True)
-    transformer._mmpos_attention_rule = (state, handle, processors)
+    transformer._mmpos_attention_rule = (state, handle, processors, installed)
     return transformer
 
 
@@ -168,12 +175,15 @@ def encoding_processors(transformer: nn.Module) -> list:
 
 
 def clear_attention_rule(transformer: nn.Module) -> nn.Module:
-    """Remove :func:`set_attention_rule`'s rule (no-op without one); the processors attend as stock again."""
+    """Remove :func:`set_attention_rule`'s rule (no-op without one); the processors attend as stock again (the rule
+    processors it installed give the stock ones back)."""
     installed = getattr(transformer, "_mmpos_attention_rule", None)
     if installed is not None:
-        _, handle, processors = installed
+        _, handle, processors, own = installed
         handle.remove()
         for processor in processors:
             processor.attention_rule = None
+        if own:
+            ProcessorInstaller.of(transformer).clear(transformer, ENCODING)
         del transformer._mmpos_attention_rule
     return transformer
