@@ -185,3 +185,37 @@ def test_ultravico_on_ltx_stock_within_the_training_length_and_the_rule_past_it(
 def test_freeloc_on_ltx_is_refused_by_name():
     with pytest.raises(ValueError, match="freeloc: the ltx family is not supported; supported: wan"):
         set_attention_rule(tiny_ltx(), {"type": "freeloc", "train_frames": 2})
+
+
+def test_ultravico_on_hunyuan_video15_joint_attention(monkeypatch):
+    """Video tokens first, then text: stock within the training length; past it the rule runs on the joint sequence
+    with the padding mask, and the text keeps its stock attention when nothing is decayed (alpha 1, no mask)."""
+    from mmpos.integrations.diffusers.families.tiny import CASES
+
+    case = CASES["hunyuan_video15"]
+
+    def inputs(frames):
+        out = case.inputs(3, 4)
+        out["hidden_states"] = torch.randn(1, 4, frames, 3, 4, generator=torch.Generator().manual_seed(5))
+        return out
+
+    def forward(model, frames):
+        with torch.no_grad():
+            return model(**inputs(frames), return_dict=False)[0]
+
+    stock, model = case.model(), case.model()
+    set_attention_rule(model, {"type": "ultravico", "train_frames": 2, "alpha": 0.5})
+    for frames in (1, 2):
+        assert torch.equal(forward(model, frames), forward(stock, frames))
+    assert (forward(model, 6) - forward(stock, 6)).abs().max() > 1e-3
+    neutral = {"type": "ultravico", "train_frames": 2, "alpha": 1.0, "isolate_first_frame": False}
+    set_attention_rule(model, neutral)
+    calls = []
+    attend = WindowDecay.attend
+    monkeypatch.setattr(
+        WindowDecay, "attend", lambda self, *a, **k: calls.append(k["video_tokens"]) or attend(self, *a, **k)
+    )
+    assert (forward(model, 6) - forward(stock, 6)).abs().max() < 1e-4
+    assert calls == [72] * len(model.transformer_blocks)  # 6 frames of 3 x 4 tokens, then the text
+    clear_attention_rule(model)
+    assert type(model.transformer_blocks[0].attn.processor).__name__ == "HunyuanVideo15AttnProcessor2_0"

@@ -56,17 +56,26 @@ class VideoRule:
         grid = self.grid.get()
         if grid is None or (self.layers is not None and layer not in self.layers):
             return None
-        frame_tokens = grid[1] * grid[2]
-        if not self.rule.active(key.shape[1], frame_tokens):
+        frame_tokens, video_tokens = grid[1] * grid[2], grid[0] * grid[1] * grid[2]
+        if not self.rule.active(video_tokens, frame_tokens):
             return None
-        if mask is not None or parallel_config is not None:
+        name = rule_name(self.rule)
+        if parallel_config is not None or key.shape[1] < video_tokens:
             raise ValueError(
-                f"{rule_name(self.rule)}: an attention mask or context parallelism with the rule is not supported "
-                "(the rule needs the whole video sequence on one device)"
+                f"{name}: context parallelism with the rule is not supported (the rule needs the whole video "
+                "sequence on one device)"
             )
         if isinstance(self.rule, FrameReencoding):
+            if mask is not None or key.shape[1] != video_tokens:
+                raise ValueError(
+                    "freeloc: an attention mask or text tokens in the video self-attention are not supported"
+                )
             return self.rule.attend(query, key, value, frame_tokens, lambda x, frames: self.shift(x, frames, grid))
-        return self.rule.attend(query, key, value, frame_tokens)
+        if mask is not None and mask.dtype != torch.bool:
+            raise ValueError(
+                f"{name}: an additive attention mask is not supported (a boolean one is), got {mask.dtype}"
+            )
+        return self.rule.attend(query, key, value, frame_tokens, video_tokens=video_tokens, mask=mask)
 
 
 def rule_name(rule) -> str:
