@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -71,7 +71,7 @@ class FrameReencoding:
             raise ValueError(f"bands must be 'frames' or 'kernel', got {self.bands!r}")
 
     @classmethod
-    def scaled(cls, train_frames: int, **options) -> "FrameReencoding":
+    def scaled(cls, train_frames: int, **options: Any) -> "FrameReencoding":
         """The authors' Wan 2.1 setting at 4x (``w1, w2, g1 = 10, 14, 2`` for 21 frames) scaled to ``train_frames``
         (``w1, w2`` in proportion, at least 2 and 3), ``far_group`` per length; ``options`` override."""
         near = max(2, round(train_frames * 10 / 21))

@@ -62,7 +62,12 @@ class WindowDecay:
         return tokens > self.window(frame_tokens)
 
     def logits(
-        self, scores: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, frame_tokens: int, video_tokens=None
+        self,
+        scores: torch.Tensor,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        frame_tokens: int,
+        video_tokens: int | None = None,
     ) -> torch.Tensor:
         """The rule on logits ``scores [..., Lq, Lk]`` of query tokens ``rows [Lq]`` and key tokens ``cols [Lk]``; only
         pairs of the first ``video_tokens`` tokens (default: all) change."""
