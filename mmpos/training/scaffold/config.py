@@ -244,6 +244,8 @@ def _with_default(meta, field) -> str:
         default = field.default_factory()
     else:
         return meta.get("help", "")
+    if default is None and "None" not in str(field.type):  # a key without a default (CheckedConfig)
+        return f"{meta.get('help', '')} (required)".strip()
     shown = ("on" if default else "off") if isinstance(default, bool) else default
     return f"{meta.get('help', '')} (default: {shown})".strip()
 
