@@ -24,6 +24,7 @@ _RUN_LOCK = threading.Lock()  # one command at a time
 _JOB_LOCK = threading.Lock()  # guards _job: a job is interrupted only while it runs its function
 _job: threading.Thread | None = None  # the job cancel_running interrupts
 CANCELLED = "cancelled: the job was stopped before it finished"
+_KEPT_PIPELINES: dict = {}  # the app's last loaded pipeline, reused by the next run (mmpos.pipelines.kept_pipelines)
 
 
 class CommandError(ValueError):
@@ -87,7 +88,7 @@ def _error_line(stderr: str) -> str:
 
 def run_job(function, *args, **kwargs):
     """``function(*args, **kwargs)`` in a thread of its own (with this thread's context variables: Gradio's progress
-    tracking), waited for; :func:`cancel_running` interrupts it, which ends it as ``CommandError("cancelled")``."""
+    tracking; the app's last loaded pipeline kept for the next job), waited for; :func:`cancel_running` interrupts it, which ends it as ``CommandError("cancelled")``."""
     global _job
     outcome: dict = {}
     context = contextvars.copy_context()
@@ -95,7 +96,7 @@ def run_job(function, *args, **kwargs):
     def job() -> None:
         try:
             try:
-                outcome["value"] = context.run(function, *args, **kwargs)
+                outcome["value"] = context.run(_keeping_pipelines, function, *args, **kwargs)
             finally:
                 with _JOB_LOCK:  # from here on cancel_running leaves this thread alone
                     thread.finished = True
@@ -117,6 +118,15 @@ def run_job(function, *args, **kwargs):
     if error is not None:
         raise error
     return outcome["value"]
+
+
+def _keeping_pipelines(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` with the app's last loaded pipeline kept for the next run (a slider's re-run
+    loads no model)."""
+    from mmpos.pipelines.kept_pipelines import keep_pipelines_loaded
+
+    with keep_pipelines_loaded(_KEPT_PIPELINES):
+        return function(*args, **kwargs)
 
 
 def cancel_running() -> bool:
