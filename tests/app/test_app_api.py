@@ -85,7 +85,6 @@ def test_edit_transplant_box_and_its_errors(client, pictures):
         background, reference, 8, 8, 40, 32, 0.85, STEPS, 0, "", api_name="/edit_transplant"
     )
     files = _files(downloads)
-    assert sorted(files) == ["config.yaml", "image_0.png", "image_0_no_extrapolation.png"]  # one name each
     config = yaml.safe_load(open(files["config.yaml"]))
     assert config["transplant"]["tau"] == 0.85
     assert _pixels(edited[0]["image"]).shape[:2] == (27, 32)  # the 48 x 40 picture fitted into 32 px, padding cropped

@@ -155,15 +155,6 @@ def test_mmpos_list_table_is_the_registry():
     assert ENCODINGS == tuple((n, pe_class(n).kind.value, pe_description(n)) for n in list_pes())
 
 
-def test_mmpos_list_imports_no_torch():
-    import subprocess
-    import sys
-
-    code = "import sys; from mmpos.cli import main; main(['list']); print(sorted({'torch', 'diffusers'} & set(sys.modules)))"
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert run.stdout.splitlines()[-1] == "[]"
-
-
 def test_mmpos_list_verbose_shows_each_encodings_options(capsys):
     from mmpos.cli import main
     from mmpos.encodings import pe_options
