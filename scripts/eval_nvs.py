@@ -58,8 +58,8 @@ def train(args):
     name = f"{args.encoding}_s{args.seed}.pt"
     config = NVSConfig(
         args.encoding,
-        args.out,
-        args.checkpoints,
+        os.path.join(args.out, args.checkpoints, name.removesuffix(".pt")),
+        os.path.join(args.out, "data.pt"),
         seed=args.seed,
         steps=args.steps,
         batch_size=args.batch_size,

@@ -210,11 +210,14 @@ class WorldVideoConfig(CheckedConfig):
 @dataclass
 class NVSConfig(CheckedConfig):
     """One run of the novel-view benchmark (``mmpos train nvs``): the transformer of one camera encoding, trained
-    on ``<out>/data.pt`` (``python scripts/eval_nvs.py data``) into ``<out>/<checkpoints>/<encoding>_s<seed>/``."""
+    on ``data`` (``python scripts/eval_nvs.py data``) into the run folder ``out`` (the benchmark's layout:
+    ``<benchmark>/<checkpoints>/<encoding>_s<seed>/``)."""
 
     encoding: str = option(None, "camera encoding", choices=NVS_ENCODING_NAMES)
-    out: str = option("outputs/nvs", "benchmark folder (holds data.pt)", resume_may_change=True)
-    checkpoints: str = option("checkpoints", "checkpoint folder inside --out", resume_may_change=True)
+    out: str = option("outputs/nvs/checkpoints/run", "run folder (one every node sees)", resume_may_change=True)
+    data: str = option(
+        "outputs/nvs/data.pt", "the benchmark's triples (python scripts/eval_nvs.py data)", resume_may_change=True
+    )
     seed: int = option(0, "seed of the weights and batches")
     steps: int = option(450, "optimizer updates", check=positive)
     batch_size: int = option(8, "triples per process (global batch: this x processes)", check=positive)

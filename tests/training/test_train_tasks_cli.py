@@ -115,7 +115,7 @@ def test_mmpos_train_dit_bad_values_are_one_line(argv, message, tmp_path, capsys
         ("world_image", ["--set", "ema_decay=2"], "ema_decay: expected a number in [0, 1)"),
         ("world_video", ["--stage", "ucpe"], "--stage ucpe trains a camera adapter: pass --base"),
         ("world_video", ["--stage", "vae", "--resume", "checkpoint-2"], "pass --resume alone"),
-        ("nvs", ["--encoding", "ucpe"], "data.pt"),
+        ("nvs", ["--encoding", "ucpe", "--data", "missing.pt"], "missing.pt"),
         ("nvs", ["--encoding", "rope"], "encoding: expected one of none, plucker"),
     ],
 )
@@ -139,9 +139,8 @@ def test_mmpos_train_nvs_is_the_script_loss_for_loss(tmp_path):
         torch.save(data, tmp_path / folder / "data.pt")
     options = ["--encoding", "ucpe", "--steps", "2", "--batch-size", "2"]
     load_script("eval_nvs").main(["--out", str(tmp_path / "script"), "train", *options])
-    assert main(["train", "nvs", "--out", str(tmp_path / "command"), *options]) == 0
-    runs = [
-        json.loads((tmp_path / f / "checkpoints" / "ucpe_s0" / "checkpoint-2" / "nvs_progress.json").read_text())
-        for f in ("script", "command")
-    ]
-    assert len(runs[0]["losses"]) == 2 and runs[0]["losses"] == runs[1]["losses"]
+    run, data = str(tmp_path / "command" / "ucpe_s0"), str(tmp_path / "command" / "data.pt")
+    assert main(["train", "nvs", "--out", run, "--data", data, *options]) == 0
+    runs = [tmp_path / "script" / "checkpoints" / "ucpe_s0", tmp_path / "command" / "ucpe_s0"]
+    losses = [json.loads((r / "checkpoint-2" / "nvs_progress.json").read_text())["losses"] for r in runs]
+    assert len(losses[0]) == 2 and losses[0] == losses[1]

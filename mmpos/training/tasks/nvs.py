@@ -147,17 +147,18 @@ def _save(accelerator, folder: Path, model, optimizer, state: dict) -> Path:
 
 
 def run_command(config: NVSConfig, resume: bool, overwrite: bool) -> int:
-    """``mmpos train nvs``: train ``config`` on ``<out>/data.pt``'s train split into ``<out>/<checkpoints>/
-    <encoding>_s<seed>/``; an earlier run there is refused unless ``resume`` (continue) or ``overwrite``."""
+    """``mmpos train nvs``: train ``config`` on the train split of ``config.data`` into the run folder
+    ``config.out`` (an earlier run there, or a ``<out>.pt`` of the earlier layout, is refused unless ``resume``
+    (continue) or ``overwrite``)."""
     import os
 
     from ..scaffold.folders import refuse_earlier_run, remove_paths
 
-    checkpoint = os.path.join(config.out, config.checkpoints, f"{config.encoding}_s{config.seed}.pt")
-    earlier = [p for p in (checkpoint, run_folder(checkpoint)) if os.path.exists(p)]
+    checkpoint = f"{Path(config.out)}.pt"  # the run's name: run_folder(checkpoint) is config.out
+    earlier = [p for p in (checkpoint, config.out) if os.path.exists(p)]
     refuse_earlier_run(f"{earlier[0]} holds an earlier run" if earlier else None, resume, overwrite)
-    data = load_torch_file(os.path.join(config.out, "data.pt"))["train"]
-    os.makedirs(os.path.join(config.out, config.checkpoints), exist_ok=True)
+    data = load_torch_file(config.data)["train"]
+    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
     if overwrite and int(os.environ.get("RANK", "0")) == 0:
         remove_paths(earlier)
     train_nvs(config, data, checkpoint, log=lambda line: print(line, flush=True))
