@@ -112,7 +112,8 @@ class CheckedConfig:
         for field in fields(self):
             value = getattr(self, field.name)
             if value is None and field.default is None and "None" not in str(field.type):
-                raise ConfigError(f"{field.name}: required, one of {', '.join(field.metadata['choices'])}")
+                choices = field.metadata.get("choices")
+                raise ConfigError(f"{field.name}: required" + (f", one of {', '.join(choices)}" if choices else ""))
             check_value(type(self), field.name, value)
 
 
