@@ -3,7 +3,8 @@
 One object, the model's :class:`TokenPositions` (``model.mmpos_positions``), owns a forward's positional data;
 it goes through four steps, in the order timm's ``forward_features`` / ``forward_intermediates`` runs them:
 
-1. **start** -- the patch embedding's forward hook (:class:`PatchGridHook`, :class:`NaFlexEmbedsHook`) calls
+1. **start** -- the patch embedding's forward hook (:class:`ConvGridHook` on its projection, :class:`PatchGridHook`,
+   :class:`NaFlexEmbedsHook`) calls
    :meth:`TokenPositions.start` with the patch grid (static size, ``dynamic_img_size``) or NaFlex ``patch_coord``:
    a new :class:`ForwardState` for the calling thread;
 2. **keep** -- the model's PatchDropout, replaced by :class:`PositionalPatchDropout` (same randomness, same
