@@ -61,6 +61,7 @@ _MODULES = (
     "cosmos",
     "sana_wm",
     "wan_animate2",
+    "cogvideox",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

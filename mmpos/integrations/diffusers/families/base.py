@@ -58,6 +58,9 @@ class Family:
         classes: the covered transformer classes, as ``"module:Class"`` (imported lazily; missing ones are
             skipped) or as classes.
         position_attr: attribute of the model holding its position module (the seam).
+        rotary_input: the pipeline builds the tables and passes them to the forward (a
+            :class:`~.rotary_input.RotaryInput`; CogVideoX): the seam is added at ``position_attr`` and a pre-forward
+            hook replaces that argument (:mod:`.rotary_input`).
         seam_options: tier 1: the family's own ``set_pe`` options, name -> allowed values (the first is the default,
             the stock behaviour), set on the seam as attributes (Cosmos: ``fps_modulation``).
         companion_attrs: further position modules of the model that the seam replaces too, each by
@@ -115,6 +118,7 @@ class Family:
     extras: dict = field(default_factory=dict)
     companion_attrs: tuple[str, ...] = ()
     seam_options: dict = field(default_factory=dict)
+    rotary_input: Optional[object] = None
 
     @property
     def has_tables(self) -> bool:

@@ -1,0 +1,126 @@
+"""The seam for families whose rotary tables the *pipeline* builds and passes to the transformer's forward
+(CogVideoX's and ConsisID's ``forward(image_rotary_emb=...)``): the model has no position module to replace.
+
+``set_pe`` adds a :class:`RotaryInputSeam` to the model (at the family's ``position_attr``) and a pre-forward hook
+that hands it the forward's table argument and the latent token grid. The seam re-derives the positions the
+pipeline's own table function uses for that grid (:attr:`RotaryInput.positions`, a re-implementation of the
+pipeline's builder), checks once per table object that the stock spectrum on those positions gives the tables the
+caller passed (a hand-made table, a RIFLEx patch, another pipeline's builder: refused by name instead of silently
+replaced), and returns the tables of the spectrum resolved for this forward: the passed tables themselves where
+the spectrum is the training one on every axis (so ``"native"`` is stock bit for bit), the family's formula with
+mmpos' frequencies (the extrapolation scales the family's own ladder) elsewhere.
+
+A forward without the argument (``image_rotary_emb=None``: a checkpoint without rope) runs as stock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .base import STOCK, SpectrumSeam, _identity
+from .codecs import forward_arg
+
+
+@dataclass(frozen=True)
+class RotaryInput:
+    """Where a family's pipeline-built tables come in and how they are rebuilt.
+
+    Args:
+        arg / index: the forward argument holding the tables (keyword, or ``args[index]``).
+        grid: ``grid(config, args, kwargs) -> tuple[int, ...]``: the latent token grid of this forward (the sizes the
+            pipeline's builder reads).
+        positions: ``positions(config, grid, device) -> (per-axis 1-D float32 positions, per-axis counts)``: the
+            positions the pipeline's builder computes its phases on (a builder that slices a longer range after the
+            cos / sin, as CogVideoX 1.5's ``grid_type="slice"``, gives the longer range and the counts it keeps).
+        build: ``build(seam, positions, counts, spectra) -> tables`` in the stock format (float32).
+        builder: the pipeline function the tables come from (error messages and docs).
+    """
+
+    arg: str
+    index: Optional[int]
+    grid: Callable
+    positions: Callable
+    build: Callable
+    builder: str
+
+
+class RotaryInputSeam(SpectrumSeam):
+    """The stand-in for a pipeline's table builder (see the module docstring). ``config``: the model's config."""
+
+    def __init__(self, family, encoding, config, axes_dims, theta):
+        super().__init__(family, encoding, None, axes_dims, theta)
+        self.config = config
+        self._verified = None  # the identity of the last passed tables found to be the builder's
+
+
+def rotary_input_tables(seam: RotaryInputSeam, stock, grid):
+    """``Family.tables`` of a rotary-input family: the tables of this forward for the caller's ``stock`` tables."""
+    spec = seam.family.rotary_input
+    device = _first_tensor(stock).device
+    positions, counts = spec.positions(seam.config, grid, device)
+    if seam._verified is None or not seam._verified == _identity(stock):
+        _check_stock(seam, spec, stock, positions, counts, grid)
+        seam._verified = _identity(stock)
+    kept = [p[:n] for p, n in zip(positions, counts)]
+    spectra = seam.axis_spectra(extents=lambda: [float(p.max() - p.min()) + 1.0 for p in kept])
+    if all(s.is_stock for s in spectra):
+        return stock
+    return _like(spec.build(seam, positions, counts, spectra), stock)
+
+
+def replace_rotary_input(seam: RotaryInputSeam, family, model, args, kwargs):
+    """The pre-forward hook's part: ``(args, kwargs)`` with the family's table argument replaced by the seam's
+    tables; ``None`` (unchanged) where the forward passes no tables."""
+    spec = family.rotary_input
+    stock = forward_arg(args, kwargs, spec.arg, spec.index if spec.index is not None else len(args))
+    if stock is None:
+        return None
+    tables = seam(stock, spec.grid(model.config, args, kwargs))
+    if spec.arg in kwargs or spec.index is None or len(args) <= spec.index:
+        return args, {**kwargs, spec.arg: tables}
+    return args[: spec.index] + (tables,) + args[spec.index + 1 :], kwargs
+
+
+def _check_stock(seam, spec: RotaryInput, stock, positions, counts, grid) -> None:
+    """Refuse tables that are not the pipeline builder's for ``grid`` (compared in their dtype, to a rounding)."""
+    expected = _like(spec.build(seam, positions, counts, [STOCK] * len(positions)), stock)
+    flat_stock, flat_expected = _tensors(stock), _tensors(expected)
+    shapes_match = len(flat_stock) == len(flat_expected) and all(
+        a.shape == b.shape for a, b in zip(flat_stock, flat_expected)
+    )
+    if shapes_match:
+        worst = max(float((a.float() - b.float()).abs().max()) if a.numel() else 0.0 for a, b in zip(flat_stock, flat_expected))
+        if worst <= 1e-5 + torch.finfo(flat_stock[0].dtype).eps:
+            return
+        found = f"differs by up to {worst:.3g}"
+    else:
+        found = f"has shapes {[tuple(t.shape) for t in flat_stock]}, expected {[tuple(t.shape) for t in flat_expected]}"
+    raise ValueError(
+        f"{spec.arg} {found} from what {spec.builder} builds for the latent grid {tuple(grid)}: set_pe "
+        f"({seam.family.name}) rebuilds these tables from the pipeline's positions and would silently replace a "
+        "custom table; pass the stock pipeline's tables (express RIFLEx / NTK / PI as set_pe(..., "
+        "extrapolation=...)) or call restore() first"
+    )
+
+
+def _tensors(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for item in value for t in _tensors(item)]
+
+
+def _first_tensor(value) -> torch.Tensor:
+    tensors = _tensors(value)
+    if not tensors:
+        raise ValueError("the rotary tables hold no tensor")
+    return tensors[0]
+
+
+def _like(value, reference):
+    """``value`` (a tensor or a tuple of them) in the dtype and on the device of ``reference``'s tensors."""
+    if isinstance(value, torch.Tensor):
+        return value.to(reference.device, reference.dtype)
+    return type(reference)(_like(v, r) for v, r in zip(value, reference))
