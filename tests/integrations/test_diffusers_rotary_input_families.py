@@ -1,0 +1,210 @@
+"""Families whose pipeline builds the rotary tables (``forward(image_rotary_emb=...)``, :mod:`~mmpos.integrations.
+diffusers.families.rotary_input`): CogVideoX 1.0 / 1.5 and ConsisID. The tables the transformer receives with
+``set_pe`` at twice the grid, against the pipelines' ``get_3d_rotary_pos_embed`` re-implemented here in float64
+with the extrapolated frequencies; hand-made tables refused by name."""
+
+import math
+
+import pytest
+import torch
+
+from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
+from mmpos.integrations.diffusers.families.tiny import (
+    CASES,
+    COGVIDEOX_CONFIG,
+    CONSISID_CONFIG,
+    _cogvideox_inputs,
+    _consisid_inputs,
+    pipeline_rotary_emb,
+)
+
+THETA = 10000.0
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def received_tables(model, inputs):
+    """The ``image_rotary_emb`` the transformer's forward runs with (after set_pe's hook replaced it)."""
+    seen = []
+    handle = model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["image_rotary_emb"]), with_kwargs=True)
+    with torch.no_grad():
+        model(**inputs, return_dict=False)
+    handle.remove()
+    return seen[0]
+
+
+def crop_region(rows, cols, base_h, base_w):
+    """``get_resize_crop_region_for_grid`` (the CogVideoX pipelines'), written from its definition."""
+    if rows / cols > base_h / base_w:
+        height, width = base_h, round(base_h / rows * cols)
+    else:
+        width, height = base_w, round(base_w / cols * rows)
+    top, left = round((base_h - height) / 2), round((base_w - width) / 2)
+    return (top, left), (top + height, left + width)
+
+
+def positions_fp64(config, frames, rows, cols):
+    """The per-axis positions of ``get_3d_rotary_pos_embed`` as the CogVideoX / ConsisID pipelines call it."""
+    p, p_t = config["patch_size"], config.get("patch_size_t")
+    if p_t is not None:  # 1.5: grid_type="slice"
+        time = -(-frames // p_t)
+        return [torch.arange(n, dtype=torch.float64) for n in (time, rows, cols)]
+    (top, left), (bottom, right) = crop_region(rows, cols, config["sample_height"] // p, config["sample_width"] // p)
+    return [
+        torch.linspace(0, frames * (frames - 1) / frames, frames, dtype=torch.float64),
+        torch.linspace(top, bottom * (rows - 1) / rows, rows, dtype=torch.float64),
+        torch.linspace(left, right * (cols - 1) / cols, cols, dtype=torch.float64),
+    ]
+
+
+def tables_fp64(positions, inv_freqs):
+    """``(cos, sin)`` ``[T H W, D]``: per axis ``cos(p w)`` / ``sin(p w)``, each pair's value twice, over the grid."""
+    counts = [len(p) for p in positions]
+    out = []
+    for fn in (torch.cos, torch.sin):
+        axes = []
+        for axis, (pos, inv) in enumerate(zip(positions, inv_freqs)):
+            values = fn(pos[:, None] * inv[None, :]).repeat_interleave(2, dim=1)
+            shape = [1, 1, 1, values.shape[-1]]
+            shape[axis] = counts[axis]
+            axes.append(values.reshape(shape).expand(*counts, -1))
+        out.append(torch.cat(axes, dim=-1).reshape(math.prod(counts), -1))
+    return out
+
+
+def ladder(dim):
+    return THETA ** -(torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def dims(config):
+    d = config["attention_head_dim"]
+    return d // 4, d // 8 * 3, d // 8 * 3
+
+
+def test_cogvideox_1_5_pi_at_twice_the_grid_divides_rows_and_cols_by_two():
+    """1.5's integer positions at 8 x 8 tokens over a 4 x 4 training grid: rows and columns at half the frequency,
+    time (2 latent-frame tokens, its training extent) stock."""
+    model = CASES["cogvideox"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
+    inputs = _cogvideox_inputs(8, 8)
+    cos, sin = received_tables(model, inputs)
+    t, h, w = dims(COGVIDEOX_CONFIG)
+    expected = tables_fp64(positions_fp64(COGVIDEOX_CONFIG, 4, 8, 8), [ladder(t), ladder(h) / 2, ladder(w) / 2])
+    assert cos.dtype == torch.float32 and cos.shape == expected[0].shape
+    torch.testing.assert_close(cos.double(), expected[0], rtol=0, atol=2e-6)
+    torch.testing.assert_close(sin.double(), expected[1], rtol=0, atol=2e-6)
+    stock_cos, _ = inputs["image_rotary_emb"]
+    assert torch.equal(cos[:, :t], stock_cos[:, :t])  # time: the stock columns bit for bit
+    assert (cos - stock_cos).abs().max() > 0.5
+
+
+@pytest.mark.parametrize("sigma", [1.0, 0.5])
+def test_cogvideox_1_5_dype_ntk_at_twice_the_grid_follows_sigma(sigma):
+    """DyPE through NTK: ``theta * s ** (kappa d / (d - 2))``, ``kappa = 2 sigma ** 2``, on rows and columns."""
+    model = CASES["cogvideox"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "dype_ntk", (4, 4)))
+    cos, sin = received_tables(model, _cogvideox_inputs(8, 8, sigma=sigma))
+    t, h, w = dims(COGVIDEOX_CONFIG)
+    kappa = 2.0 * sigma**2
+
+    def ntk(d):
+        return (THETA * 2.0 ** (kappa * d / (d - 2))) ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+    expected = tables_fp64(positions_fp64(COGVIDEOX_CONFIG, 4, 8, 8), [ladder(t), ntk(h), ntk(w)])
+    torch.testing.assert_close(cos.double(), expected[0], rtol=0, atol=2e-6)
+    torch.testing.assert_close(sin.double(), expected[1], rtol=0, atol=2e-6)
+
+
+COGVIDEOX_1_0 = {k: v for k, v in CONSISID_CONFIG.items() if k not in ("is_train_face",)}
+
+
+def _cogvideox_1_0():
+    from diffusers import CogVideoXTransformer3DModel
+
+    torch.manual_seed(0)
+    return CogVideoXTransformer3DModel(**COGVIDEOX_1_0).eval()
+
+
+def _cogvideox_1_0_inputs(rows, cols, frames):
+    inputs = _cogvideox_inputs(rows, cols, frames=frames)
+    inputs["image_rotary_emb"] = pipeline_rotary_emb("CogVideoXPipeline", COGVIDEOX_1_0, frames, rows, cols)
+    return inputs
+
+
+@pytest.mark.parametrize("name", ["cogvideox", "consisid"])
+def test_1_0_riflex_on_time_and_ntk_on_the_base_fitted_rows(name):
+    """CogVideoX 1.0 / ConsisID at 8 frames and 8 x 8 tokens over 2 frames and the 4 x 4 base grid: rows and columns
+    are fitted into the base grid by the pipeline (positions ``0, 0.5, ..., 3.5``: extent 4.5, NTK at 4.5 / 4);
+    RIFLEx sets time pair ``k`` to ``0.9 * 2 pi / 8``."""
+    model = _cogvideox_1_0() if name == "cogvideox" else CASES["consisid"].model()
+    inputs = _cogvideox_1_0_inputs(8, 8, 8) if name == "cogvideox" else _consisid_inputs(8, 8, frames=8)
+    stock = model(**inputs, return_dict=False)[0]
+    riflex = {"type": "riflex", "k": 2, "target_length": 8}
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "ntk", (4, 4), time=riflex))
+    cos, sin = received_tables(model, inputs)
+    positions = positions_fp64(CONSISID_CONFIG, 8, 8, 8)
+    assert positions[1][-1] == 3.5  # the pipeline's built-in interpolation into the base grid
+    t, h, w = dims(CONSISID_CONFIG)
+    time = ladder(t)
+    time[1] = 0.9 * 2 * math.pi / 8
+    s = 4.5 / 4
+
+    def ntk(d):
+        return (THETA * s ** (d / (d - 2))) ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+    expected = tables_fp64(positions, [time, ntk(h), ntk(w)])
+    torch.testing.assert_close(cos.double(), expected[0], rtol=0, atol=2e-6)
+    torch.testing.assert_close(sin.double(), expected[1], rtol=0, atol=2e-6)
+    with torch.no_grad():
+        assert (model(**inputs, return_dict=False)[0] - stock).abs().max() > 1e-4
+    restore(model)
+    with torch.no_grad():
+        assert torch.equal(model(**inputs, return_dict=False)[0], stock)
+
+
+def test_the_seam_rebuilds_the_pipelines_tables_bit_for_bit():
+    """With the training spectrum, the seam's own formula gives the pipeline's tables exactly (1.0 and 1.5 builders,
+    grids inside and past the base grid), not only the passed tables handed back."""
+    from mmpos.integrations.diffusers.families.base import STOCK
+
+    for config, model, pipeline in [
+        (COGVIDEOX_CONFIG, CASES["cogvideox"].model(), "CogVideoXPipeline"),
+        (COGVIDEOX_1_0, _cogvideox_1_0(), "CogVideoXImageToVideoPipeline"),
+        (CONSISID_CONFIG, CASES["consisid"].model(), "ConsisIDPipeline"),
+    ]:
+        set_pe(model, "native")
+        seam, spec = position_module(model), position_module(model).family.rotary_input
+        for frames, rows, cols in [(4, 4, 4), (6, 8, 4), (2, 3, 7)]:
+            grid = (frames, rows, cols)
+            positions, counts = spec.positions(model.config, grid, torch.device("cpu"))
+            ours = spec.build(seam, positions, counts, [STOCK] * 3)
+            theirs = pipeline_rotary_emb(pipeline, config, frames, rows, cols)
+            assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True)), (pipeline, grid)
+
+
+def test_a_hand_made_table_is_refused_by_name():
+    """A RIFLEx patch by hand (a changed time column) or another grid's tables: refused, nothing silently replaced."""
+    model = CASES["cogvideox"].model()
+    set_pe(model, "native")
+    inputs = _cogvideox_inputs(4, 4)
+    cos, sin = inputs["image_rotary_emb"]
+    patched = dict(inputs, image_rotary_emb=(cos.clone(), sin.clone()))
+    patched["image_rotary_emb"][0][:, 0:2] = 1.0
+    with pytest.raises(ValueError, match=r"image_rotary_emb differs by up to .* get_3d_rotary_pos_embed .*\(4, 4, 4\)"):
+        received_tables(model, patched)
+    other = dict(inputs, image_rotary_emb=_cogvideox_inputs(4, 2)["image_rotary_emb"])
+    with pytest.raises(ValueError, match=r"image_rotary_emb has shapes"):
+        received_tables(model, other)
+    assert received_tables(model, dict(inputs, image_rotary_emb=None)) is None  # no rope: runs as stock
+
+
+def test_set_pe_adds_the_seam_and_restore_removes_it():
+    model = CASES["cogvideox"].model()
+    keys = sorted(model.state_dict())
+    set_pe(model, "native")
+    assert type(position_module(model)).__name__ == "RotaryInputSeam" and sorted(model.state_dict()) == keys
+    restore(model)
+    assert not hasattr(model, "mmpos_rotary_input") and not model._forward_pre_hooks
