@@ -208,3 +208,121 @@ def test_set_pe_adds_the_seam_and_restore_removes_it():
     assert type(position_module(model)).__name__ == "RotaryInputSeam" and sorted(model.state_dict()) == keys
     restore(model)
     assert not hasattr(model, "mmpos_rotary_input") and not model._forward_pre_hooks
+
+
+# ---- HunyuanDiT ---------------------------------------------------------------------------------------------------
+def hunyuandit_positions_fp64(rows, cols, base=4):
+    """``HunyuanDiTPipeline``'s positions (square base region, ``linspace(start, stop (n - 1) / n, n)``), written
+    from its definition: ``(col, row)`` per token, row-major."""
+    (top, left), (bottom, right) = crop_region(rows, cols, base, base)
+    row = torch.linspace(top, bottom * (rows - 1) / rows, rows, dtype=torch.float64)
+    col = torch.linspace(left, right * (cols - 1) / cols, cols, dtype=torch.float64)
+    return col.repeat(rows), row.repeat_interleave(cols)
+
+
+@pytest.mark.parametrize("rows, cols", [(8, 8), (8, 4)])
+def test_hunyuandit_ntk_in_base_units_at_twice_the_rows(rows, cols):
+    """Twice the rows of the 4 x 4 base: rows at ``0, 0.5, ..., 3.5`` (extent 4.5: NTK at 4.5 / 4 on the last
+    ``D / 2`` channels); columns: the same at 8 x 8, at 8 x 4 fitted to ``1, 1.25, ..., 2.25`` (extent 2.25: stock)."""
+    from mmpos.integrations.diffusers.families.tiny import HUNYUANDIT_CONFIG, _hunyuandit_inputs
+
+    model = CASES["hunyuandit"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "ntk", (4, 4)))
+    inputs = _hunyuandit_inputs(rows, cols)
+    cos, sin = received_tables(model, inputs)
+    col, row = hunyuandit_positions_fp64(rows, cols)
+    d = HUNYUANDIT_CONFIG["attention_head_dim"] // 2
+    col_extent = float(col.max() - col.min() + 1)
+    assert row.max() == 3.5 and col_extent == (4.5 if cols == 8 else 2.25)
+
+    def inv_freq(extent):
+        s = max(extent / 4, 1.0)
+        return (THETA * s ** (d / (d - 2))) ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+    phases = [col[:, None] * inv_freq(col_extent)[None], row[:, None] * inv_freq(4.5)[None]]
+    for got, fn in ((cos, torch.cos), (sin, torch.sin)):
+        expected = torch.cat([fn(p).repeat_interleave(2, dim=1) for p in phases], dim=1)
+        torch.testing.assert_close(got.double(), expected, rtol=0, atol=2e-6)
+    stock_cos, _ = inputs["image_rotary_emb"]
+    assert (cos[:, d:] - stock_cos[:, d:]).abs().max() > 1e-3  # the rows' channels changed
+    assert torch.equal(cos[:, :d], stock_cos[:, :d]) == (cols == 4)  # the columns: stock where inside the base
+
+
+def test_modules_beside_the_transformer_with_rotary_tables_are_refused_by_name():
+    """set_pe follows no ControlNet: FLUX.1's, Qwen-Image's and HunyuanDiT's carry their own rotary tables (FLUX.1,
+    Qwen-Image: their own position module; HunyuanDiT: the pipeline's tables), so set_pe on them is refused, naming
+    the class, instead of changing the transformer's spectrum and not the ControlNet's. LTX-2's text connectors (a
+    1D rope over the caption tokens, which keep the training spectrum in every family) likewise."""
+    from diffusers import FluxControlNetModel, HunyuanDiT2DControlNetModel, QwenImageControlNetModel
+    from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
+
+    torch.manual_seed(0)
+    controlnets = [
+        FluxControlNetModel(
+            patch_size=1,
+            in_channels=4,
+            num_layers=1,
+            num_single_layers=1,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=32,
+            pooled_projection_dim=32,
+            axes_dims_rope=[4, 4, 8],
+        ),
+        QwenImageControlNetModel(
+            patch_size=2,
+            in_channels=16,
+            out_channels=4,
+            num_layers=1,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=16,
+            axes_dims_rope=(8, 4, 4),
+        ),
+        HunyuanDiT2DControlNetModel(
+            sample_size=16,
+            patch_size=16,
+            in_channels=4,
+            transformer_num_layers=2,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            cross_attention_dim=8,
+            cross_attention_dim_t5=8,
+            pooled_projection_dim=4,
+            hidden_size=32,
+            text_len=4,
+            text_len_t5=4,
+        ),
+        LTX2TextConnectors(
+            caption_channels=16,
+            text_proj_in_factor=2,
+            video_connector_num_attention_heads=2,
+            video_connector_attention_head_dim=8,
+            video_connector_num_layers=1,
+            video_connector_num_learnable_registers=4,
+            audio_connector_num_attention_heads=2,
+            audio_connector_attention_head_dim=8,
+            audio_connector_num_layers=1,
+            audio_connector_num_learnable_registers=4,
+            video_hidden_dim=16,
+            audio_hidden_dim=16,
+        ),
+    ]
+    for controlnet in controlnets:
+        with pytest.raises(TypeError, match=f"got {type(controlnet).__name__}"):
+            set_pe(controlnet, "native")
+
+
+def test_tables_passed_positionally_are_replaced_too():
+    """CogVideoX's ``forward(hidden_states, encoder_hidden_states, timestep, timestep_cond, ofs, image_rotary_emb)``
+    with everything positional: the same output as by keyword (PI at twice the grid, different from stock)."""
+    model = CASES["cogvideox"].model()
+    inputs = _cogvideox_inputs(8, 8)
+    order = ("hidden_states", "encoder_hidden_states", "timestep")
+    positional = tuple(inputs[k] for k in order) + (None, None, inputs["image_rotary_emb"])
+    with torch.no_grad():
+        stock = model(*positional, return_dict=False)[0]
+        set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
+        by_keyword = model(**inputs, return_dict=False)[0]
+        assert torch.equal(model(*positional, return_dict=False)[0], by_keyword)
+    assert (by_keyword - stock).abs().max() > 1e-4

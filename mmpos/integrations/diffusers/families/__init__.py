@@ -62,6 +62,7 @@ _MODULES = (
     "sana_wm",
     "wan_animate2",
     "cogvideox",
+    "hunyuandit",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from . import family_for, register_family
+from . import register_family
 from .base import Family
 from .codecs import cos_sin_repeated, forward_arg
-from .rotary_input import RotaryInput, RotaryInputSeam, rotary_input_tables
+from .rotary_input import RotaryInput, fitted_positions, make_rotary_input_seam, resize_crop_region, rotary_input_tables
 
 THETA = 10000.0
 
@@ -35,18 +35,6 @@ def axes_dims(model_or_config) -> tuple[int, int, int]:
     config = getattr(model_or_config, "config", model_or_config)
     d = int(config.attention_head_dim)
     return (d // 4, d // 8 * 3, d // 8 * 3)
-
-
-def resize_crop_region(grid: tuple[int, int], base_width: int, base_height: int):
-    """The pipelines' ``get_resize_crop_region_for_grid``: the grid's aspect fitted into the base grid, centred:
-    ``((top, left), (bottom, right))``."""
-    h, w = grid
-    if h / w > base_height / base_width:
-        resize_height, resize_width = base_height, int(round(base_height / h * w))
-    else:
-        resize_width, resize_height = base_width, int(round(base_width / w * h))
-    top, left = int(round((base_height - resize_height) / 2.0)), int(round((base_width - resize_width) / 2.0))
-    return (top, left), (top + resize_height, left + resize_width)
 
 
 def latent_grid(config, args, kwargs) -> tuple[int, int, int]:
@@ -68,10 +56,8 @@ def positions(config, grid, device):
     f32 = dict(device=device, dtype=torch.float32)
     if p_t is None:  # grid_type="linspace" on the resize-crop region of the base grid
         start, stop = resize_crop_region((rows, cols), base_width, base_height)
-        row = torch.linspace(start[0], stop[0] * (rows - 1) / rows, rows, **f32)
-        col = torch.linspace(start[1], stop[1] * (cols - 1) / cols, cols, **f32)
-        time = torch.linspace(0, frames * (frames - 1) / frames, frames, **f32)
-        return [time, row, col], (frames, rows, cols)
+        row, col = (fitted_positions(start[a], stop[a], n, device) for a, n in enumerate((rows, cols)))
+        return [fitted_positions(0, frames, frames, device), row, col], (frames, rows, cols)
     frames = (frames + int(p_t) - 1) // int(p_t)  # grid_type="slice": arange(max_size), sliced after cos / sin
     return [
         torch.arange(frames, **f32),
@@ -103,11 +89,6 @@ def tables(seam, axis_positions, counts, spectra):
     return tuple(combine(*(axis[i] for axis in per_axis)) for i in (0, 1))
 
 
-def _make_seam(model, stock, encodings, native, coord_axes):
-    (encoding,) = encodings
-    return RotaryInputSeam(family_for(model), encoding, model.config, axes_dims(model), THETA)
-
-
 def _family(name, cls, pipelines, notes) -> Family:
     return register_family(
         Family(
@@ -120,10 +101,9 @@ def _family(name, cls, pipelines, notes) -> Family:
             image_axes=(1, 2),
             time_axis=0,
             tables=rotary_input_tables,
-            make_seam=_make_seam,
+            make_seam=make_rotary_input_seam,
             rotary_input=RotaryInput(
                 arg="image_rotary_emb",
-                index=5 if name == "cogvideox" else 4,
                 grid=latent_grid,
                 positions=positions,
                 build=tables,

@@ -15,8 +15,9 @@ A forward without the argument (``image_rotary_emb=None``: a checkpoint without 
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
@@ -29,7 +30,8 @@ class RotaryInput:
     """Where a family's pipeline-built tables come in and how they are rebuilt.
 
     Args:
-        arg / index: the forward argument holding the tables (keyword, or ``args[index]``).
+        arg: the forward argument holding the tables (keyword, or positional at its place in the model's
+            ``forward`` signature).
         grid: ``grid(config, args, kwargs) -> tuple[int, ...]``: the latent token grid of this forward (the sizes the
             pipeline's builder reads).
         positions: ``positions(config, grid, device) -> (per-axis 1-D float32 positions, per-axis counts)``: the
@@ -40,7 +42,6 @@ class RotaryInput:
     """
 
     arg: str
-    index: Optional[int]
     grid: Callable
     positions: Callable
     build: Callable
@@ -48,12 +49,33 @@ class RotaryInput:
 
 
 class RotaryInputSeam(SpectrumSeam):
-    """The stand-in for a pipeline's table builder (see the module docstring). ``config``: the model's config."""
+    """The stand-in for a pipeline's table builder (see the module docstring). ``config``: the model's config;
+    ``arg_index``: the table argument's index in the forward's positional arguments."""
 
-    def __init__(self, family, encoding, config, axes_dims, theta):
+    def __init__(self, family, encoding, config, axes_dims, theta, arg_index: int):
         super().__init__(family, encoding, None, axes_dims, theta)
         self.config = config
+        self.arg_index = arg_index
         self._verified = None  # the identity of the last passed tables found to be the builder's
+
+
+def make_rotary_input_seam(model, stock, encodings, native, coord_axes) -> RotaryInputSeam:
+    """``Family.make_seam`` of a rotary-input family."""
+    from . import family_for
+
+    family = family_for(model)
+    (encoding,) = encodings
+    names = [n for n in inspect.signature(type(model).forward).parameters if n != "self"]
+    if family.rotary_input.arg not in names:
+        raise TypeError(f"{type(model).__name__}.forward has no argument {family.rotary_input.arg!r}")
+    return RotaryInputSeam(
+        family,
+        encoding,
+        model.config,
+        family.native_axes_dims(model),
+        family.native_theta(model),
+        names.index(family.rotary_input.arg),
+    )
 
 
 def rotary_input_tables(seam: RotaryInputSeam, stock, grid):
@@ -74,14 +96,32 @@ def rotary_input_tables(seam: RotaryInputSeam, stock, grid):
 def replace_rotary_input(seam: RotaryInputSeam, family, model, args, kwargs):
     """The pre-forward hook's part: ``(args, kwargs)`` with the family's table argument replaced by the seam's
     tables; ``None`` (unchanged) where the forward passes no tables."""
-    spec = family.rotary_input
-    stock = forward_arg(args, kwargs, spec.arg, spec.index if spec.index is not None else len(args))
+    spec, index = family.rotary_input, seam.arg_index
+    stock = forward_arg(args, kwargs, spec.arg, index)
     if stock is None:
         return None
     tables = seam(stock, spec.grid(model.config, args, kwargs))
-    if spec.arg in kwargs or spec.index is None or len(args) <= spec.index:
+    if spec.arg in kwargs or len(args) <= index:
         return args, {**kwargs, spec.arg: tables}
-    return args[: spec.index] + (tables,) + args[spec.index + 1 :], kwargs
+    return args[:index] + (tables,) + args[index + 1 :], kwargs
+
+
+def resize_crop_region(grid: tuple[int, int], base_width: int, base_height: int):
+    """The pipelines' ``get_resize_crop_region_for_grid`` (CogVideoX, HunyuanDiT: a square base): the grid's aspect
+    fitted into the base grid, centred: ``((top, left), (bottom, right))``."""
+    h, w = grid
+    if h / w > base_height / base_width:
+        resize_height, resize_width = base_height, int(round(base_height / h * w))
+    else:
+        resize_width, resize_height = base_width, int(round(base_width / w * h))
+    top, left = int(round((base_height - resize_height) / 2.0)), int(round((base_width - resize_width) / 2.0))
+    return (top, left), (top + resize_height, left + resize_width)
+
+
+def fitted_positions(start: int, stop: int, count: int, device) -> torch.Tensor:
+    """The builders' ``linspace(start, stop (n - 1) / n, n)`` float32: ``count`` positions spread over the crop
+    ``[start, stop)`` (``numpy.linspace(..., endpoint=False)`` when ``start = 0``)."""
+    return torch.linspace(start, stop * (count - 1) / count, count, device=device, dtype=torch.float32)
 
 
 def _check_stock(seam, spec: RotaryInput, stock, positions, counts, grid) -> None:
@@ -92,7 +132,9 @@ def _check_stock(seam, spec: RotaryInput, stock, positions, counts, grid) -> Non
         a.shape == b.shape for a, b in zip(flat_stock, flat_expected)
     )
     if shapes_match:
-        worst = max(float((a.float() - b.float()).abs().max()) if a.numel() else 0.0 for a, b in zip(flat_stock, flat_expected))
+        worst = max(
+            float((a.float() - b.float()).abs().max()) if a.numel() else 0.0 for a, b in zip(flat_stock, flat_expected)
+        )
         if worst <= 1e-5 + torch.finfo(flat_stock[0].dtype).eps:
             return
         found = f"differs by up to {worst:.3g}"
