@@ -180,7 +180,7 @@ def test_the_seam_rebuilds_the_pipelines_tables_bit_for_bit():
         for frames, rows, cols in [(4, 4, 4), (6, 8, 4), (2, 3, 7)]:
             grid = (frames, rows, cols)
             positions, counts = spec.positions(model.config, grid, torch.device("cpu"))
-            ours = spec.build(seam, positions, counts, [STOCK] * 3)
+            ours = spec.build(seam, positions, counts, [STOCK] * 3, None)
             theirs = pipeline_rotary_emb(pipeline, config, frames, rows, cols)
             assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True)), (pipeline, grid)
 
@@ -326,3 +326,45 @@ def test_tables_passed_positionally_are_replaced_too():
         by_keyword = model(**inputs, return_dict=False)[0]
         assert torch.equal(model(*positional, return_dict=False)[0], by_keyword)
     assert (by_keyword - stock).abs().max() > 1e-4
+
+
+# ---- Allegro ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset", ["pi", "ntk"])
+def test_allegro_at_twice_the_grid_scales_rows_and_cols_in_its_coordinate_units(preset):
+    """8 x 8 tokens over a 4 x 4 training grid: positions ``i / 2`` (interpolation_scale 2.0), so the extent is 4
+    units over the training 2: PI divides the row and column ladders by 2, NTK sets ``theta * 2 ** (d / (d - 2))``;
+    the time table (2 frames, its training extent) and the integer positions stay the caller's."""
+    from mmpos.integrations.diffusers.families.tiny import ALLEGRO_CONFIG, _allegro_inputs
+
+    model = CASES["allegro"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, preset, (4, 4)))
+    inputs = _allegro_inputs(8, 8)
+    (t_table, h_table, w_table), ids = received_tables(model, inputs)
+    d = ALLEGRO_CONFIG["attention_head_dim"] // 3
+    pos = torch.arange(8, dtype=torch.float64) / 2.0
+    if preset == "pi":
+        inv = ladder(d) / 2
+    else:
+        inv = (THETA * 2.0 ** (d / (d - 2))) ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+    phases = pos[:, None] * inv[None]
+    for cos, sin in (h_table, w_table):
+        torch.testing.assert_close(cos.double(), torch.cat([phases.cos()] * 2, dim=-1), rtol=0, atol=2e-6)
+        torch.testing.assert_close(sin.double(), torch.cat([phases.sin()] * 2, dim=-1), rtol=0, atol=2e-6)
+    stock_tables, stock_ids = inputs["image_rotary_emb"]
+    assert all(torch.equal(a, b) for a, b in zip(t_table, stock_tables[0]))  # time: stock bit for bit
+    assert all(a is b for a, b in zip(ids, stock_ids, strict=True))  # the integer positions: passed through
+    assert (h_table[0] - stock_tables[1][0]).abs().max() > 0.1
+
+
+def test_allegro_rebuilds_the_pipelines_tables_bit_for_bit():
+    from mmpos.integrations.diffusers.families.base import STOCK
+    from mmpos.integrations.diffusers.families.tiny import ALLEGRO_CONFIG, allegro_rotary_emb
+
+    model = CASES["allegro"].model()
+    set_pe(model, "native")
+    seam, spec = position_module(model), position_module(model).family.rotary_input
+    for grid in [(2, 4, 4), (3, 8, 5)]:
+        stock = allegro_rotary_emb(ALLEGRO_CONFIG, *grid)
+        positions, counts = spec.positions(model.config, grid, torch.device("cpu"))
+        tables, _ = spec.build(seam, positions, counts, [STOCK] * 3, stock)
+        assert all(torch.equal(a, b) for ours, theirs in zip(tables, stock[0]) for a, b in zip(ours, theirs)), grid

@@ -63,6 +63,7 @@ _MODULES = (
     "wan_animate2",
     "cogvideox",
     "hunyuandit",
+    "allegro",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

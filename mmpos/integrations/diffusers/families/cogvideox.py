@@ -66,7 +66,7 @@ def positions(config, grid, device):
     ], (frames, rows, cols)
 
 
-def tables(seam, axis_positions, counts, spectra):
+def tables(seam, axis_positions, counts, spectra, stock=None):
     """``get_3d_rotary_pos_embed``'s ``(cos, sin)`` ``[F H W, D]`` float32 with ``spectra`` per axis: per axis
     ``get_1d_rotary_pos_embed(d, positions, theta, use_real=True)`` (float32 ladder), rows kept, broadcast over the
     grid, axes concatenated."""

@@ -57,7 +57,7 @@ def positions(config, grid, device):
     return [col, row], (cols, rows)
 
 
-def tables(seam, axis_positions, counts, spectra):
+def tables(seam, axis_positions, counts, spectra, stock=None):
     """``get_2d_rotary_pos_embed``'s ``(cos, sin)`` ``[H W, D]`` float32 with ``spectra`` per axis (column, row):
     the grid in row-major order, ``get_1d_rotary_pos_embed(D / 2, ..., use_real=True)`` per axis."""
     col, row = axis_positions

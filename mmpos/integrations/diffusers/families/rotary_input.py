@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -37,8 +37,11 @@ class RotaryInput:
         positions: ``positions(config, grid, device) -> (per-axis 1-D float32 positions, per-axis counts)``: the
             positions the pipeline's builder computes its phases on (a builder that slices a longer range after the
             cos / sin, as CogVideoX 1.5's ``grid_type="slice"``, gives the longer range and the counts it keeps).
-        build: ``build(seam, positions, counts, spectra) -> tables`` in the stock format (float32).
+        build: ``build(seam, positions, counts, spectra, stock) -> tables`` in the stock format (float32; ``stock``:
+            the passed tables, for parts that are no rotary table, such as Allegro's integer positions).
         builder: the pipeline function the tables come from (error messages and docs).
+        extents: optional ``extents(config, grid) -> per-axis extents`` in the coordinate units of the positions
+            (what a schedule compares with its original length); default ``max - min + 1`` of the kept positions.
     """
 
     arg: str
@@ -46,6 +49,7 @@ class RotaryInput:
     positions: Callable
     build: Callable
     builder: str
+    extents: Optional[Callable] = None
 
 
 class RotaryInputSeam(SpectrumSeam):
@@ -86,11 +90,16 @@ def rotary_input_tables(seam: RotaryInputSeam, stock, grid):
     if seam._verified is None or not seam._verified == _identity(stock):
         _check_stock(seam, spec, stock, positions, counts, grid)
         seam._verified = _identity(stock)
-    kept = [p[:n] for p, n in zip(positions, counts)]
-    spectra = seam.axis_spectra(extents=lambda: [float(p.max() - p.min()) + 1.0 for p in kept])
+    spectra = seam.axis_spectra(extents=lambda: _extents(spec, seam.config, grid, positions, counts))
     if all(s.is_stock for s in spectra):
         return stock
-    return _like(spec.build(seam, positions, counts, spectra), stock)
+    return _like(spec.build(seam, positions, counts, spectra, stock), stock)
+
+
+def _extents(spec: RotaryInput, config, grid, positions, counts) -> list[float]:
+    if spec.extents is not None:
+        return [float(e) for e in spec.extents(config, grid)]
+    return [float(p[:n].max() - p[:n].min()) + 1.0 for p, n in zip(positions, counts)]
 
 
 def replace_rotary_input(seam: RotaryInputSeam, family, model, args, kwargs):
@@ -126,7 +135,7 @@ def fitted_positions(start: int, stop: int, count: int, device) -> torch.Tensor:
 
 def _check_stock(seam, spec: RotaryInput, stock, positions, counts, grid) -> None:
     """Refuse tables that are not the pipeline builder's for ``grid`` (compared in their dtype, to a rounding)."""
-    expected = _like(spec.build(seam, positions, counts, [STOCK] * len(positions)), stock)
+    expected = _like(spec.build(seam, positions, counts, [STOCK] * len(positions), stock), stock)
     flat_stock, flat_expected = _tensors(stock), _tensors(expected)
     shapes_match = len(flat_stock) == len(flat_expected) and all(
         a.shape == b.shape for a, b in zip(flat_stock, flat_expected)
