@@ -32,6 +32,7 @@ IMAGE_FAMILIES = {
     "glm_image": ("GlmImagePipeline",),
     "hidream": ("HiDreamImagePipeline",),
     "hunyuan_image": ("HunyuanImagePipeline",),
+    "hunyuandit": ("HunyuanDiTPipeline", "HunyuanDiTControlNetPipeline", "HunyuanDiTPAGPipeline"),
     "ideogram4": ("Ideogram4Pipeline",),
     "krea2": ("Krea2Pipeline",),
     "longcat_image": ("LongCatImagePipeline", "LongCatImageEditPipeline"),
