@@ -10,7 +10,7 @@ from pathlib import Path
 import gradio as gr
 
 from . import workflows
-from .runs import CommandError, cancel_running
+from .runs import CommandError, cancel_running, run_job
 
 PAGE_CSS = (
     ".image-container img, .grid-wrap img, img.pixelated { image-rendering: pixelated; }"  # 32 px previews, sharp
@@ -23,12 +23,13 @@ WORLD_NOTE = (
 
 
 def _page_errors(function):
-    """Run ``function``; a :class:`CommandError` (the command's one-line user error) becomes a ``gr.Error``."""
+    """Run ``function`` as a job Cancel can stop (:func:`~.runs.run_job`); a :class:`CommandError` (the command's
+    one-line user error, or the cancelled job) becomes a ``gr.Error``."""
 
     @functools.wraps(function)
     def wrapped(*args, **kwargs):
         try:
-            return function(*args, **kwargs)
+            return run_job(function, *args, **kwargs)
         except CommandError as error:
             raise gr.Error(str(error), print_exception=False) from None
 

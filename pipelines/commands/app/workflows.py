@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,9 @@ class GenerateResult:
 
 
 def generate(space: Workspace, prompt: str, height, width, extrapolate: str, seed, steps) -> GenerateResult:
-    """``mmpos generate`` at ``height x width`` with ``--extrapolate PRESET``, then the same seed with ``none``."""
+    """``mmpos generate`` at ``height x width`` with ``--extrapolate PRESET``, then the same seed with ``none``
+    (its image copied beside the first run's as ``image_0_no_extrapolation.png``, so the two downloads differ in
+    name)."""
     if extrapolate not in EXTRAPOLATION_PRESETS:
         raise CommandError(f"extrapolate: expected one of {', '.join(EXTRAPOLATION_PRESETS)}, got {extrapolate!r}")
     argv = ["generate", "--model", space.model, "--height", str(_int("height", height, 1))]
@@ -74,9 +77,9 @@ def generate(space: Workspace, prompt: str, height, width, extrapolate: str, see
     runs = [
         run_command([*argv, "--extrapolate", preset], space.new_run("generate")) for preset in (extrapolate, "none")
     ]
-    return GenerateResult(
-        _needed(runs[0], "image_0.png"), _needed(runs[1], "image_0.png"), _needed(runs[0], "config.yaml"), runs[0].log
-    )
+    plain = runs[0].out / "image_0_no_extrapolation.png"  # downloaded beside image_0.png: its own name
+    shutil.copyfile(_needed(runs[1], "image_0.png"), plain)
+    return GenerateResult(_needed(runs[0], "image_0.png"), plain, _needed(runs[0], "config.yaml"), runs[0].log)
 
 
 def _needed(run: CommandRun, name: str) -> Path:
