@@ -368,3 +368,35 @@ def test_allegro_rebuilds_the_pipelines_tables_bit_for_bit():
         positions, counts = spec.positions(model.config, grid, torch.device("cpu"))
         tables, _ = spec.build(seam, positions, counts, [STOCK] * 3, stock)
         assert all(torch.equal(a, b) for ours, theirs in zip(tables, stock[0]) for a, b in zip(ours, theirs)), grid
+
+
+# ---- Cosmos 3 Omni (a position module over a packed sequence; here with the other late-reached families) ------
+def test_cosmos3_pi_at_twice_the_grid_on_the_vision_tokens_only():
+    """Interleaved MRoPE (pair ``j``: ``h`` if ``j % 3 == 1``, ``w`` if ``j % 3 == 2``, ``t`` otherwise, sections
+    (4, 4, 4)) in float64 from the pipeline's position ids: PI at 8 x 8 over 4 x 4 halves the ``h`` and ``w`` pairs of
+    the vision tokens; the text tokens and the ``t`` pairs keep the training ladder."""
+    from mmpos.integrations.diffusers.families.tiny import COSMOS3_CONFIG, _cosmos3_inputs
+
+    model = CASES["cosmos3"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
+    inputs = _cosmos3_inputs(8, 8)
+    seen = []
+    handle = position_module(model).register_forward_hook(lambda m, a, out: seen.append(out))
+    with torch.no_grad():
+        model(**inputs, return_dict=False)
+    handle.remove()
+    cos, sin = (t[0].double() for t in seen[0])  # [N, head_dim]
+    d = COSMOS3_CONFIG["head_dim"]
+    inv = model.config.rope_theta ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+    j = torch.arange(d // 2)
+    axis = torch.where((j % 3 == 1) & (j < 12), 1, torch.where((j % 3 == 2) & (j < 12), 2, 0))
+    pos = inputs["position_ids"].double().T  # [N, 3]
+    vision = torch.zeros(pos.shape[0], dtype=torch.bool)
+    vision[inputs["vision_sequence_indexes"]] = True
+    scale = torch.where(vision[:, None] & (axis[None] > 0), 0.5, 1.0)
+    phases = pos[:, axis] * inv[None] * scale
+    # atol: float32 phases of the text and time ids past 15000 (the modality margin) round at about 1e-3
+    torch.testing.assert_close(cos, torch.cat([phases.cos()] * 2, dim=-1), rtol=0, atol=5e-3)
+    torch.testing.assert_close(sin, torch.cat([phases.sin()] * 2, dim=-1), rtol=0, atol=5e-3)
+    halved = (phases - pos[:, axis] * inv[None]).abs()
+    assert halved[vision].max() > 0.5 and halved[~vision].max() == 0

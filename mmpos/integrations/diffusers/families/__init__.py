@@ -64,6 +64,7 @@ _MODULES = (
     "cogvideox",
     "hunyuandit",
     "allegro",
+    "cosmos3",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
