@@ -1,7 +1,9 @@
 """Families whose pipeline builds the rotary tables (``forward(image_rotary_emb=...)``, :mod:`~mmpos.integrations.
 diffusers.families.rotary_input`): CogVideoX 1.0 / 1.5 and ConsisID. The tables the transformer receives with
 ``set_pe`` at twice the grid, against the pipelines' ``get_3d_rotary_pos_embed`` re-implemented here in float64
-with the extrapolated frequencies; hand-made tables refused by name."""
+with the extrapolated frequencies; hand-made tables refused by name. Also Cosmos 3 Omni's interleaved MRoPE over
+its packed sequence (a position module, reached with these), and the modules beside a transformer that set_pe
+does not follow (ControlNets, LTX-2's connectors)."""
 
 import math
 
