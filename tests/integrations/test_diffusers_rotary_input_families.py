@@ -402,3 +402,33 @@ def test_cosmos3_pi_at_twice_the_grid_on_the_vision_tokens_only():
     torch.testing.assert_close(sin, torch.cat([phases.sin()] * 2, dim=-1), rtol=0, atol=5e-3)
     halved = (phases - pos[:, axis] * inv[None]).abs()
     assert halved[vision].max() > 0.5 and halved[~vision].max() == 0
+
+
+def test_easyanimate_riflex_on_time_and_ntk_on_the_base_fitted_rows():
+    """EasyAnimate's own rope module (CogVideoX 1.0's builder, base 60/15 x 90/15 = 4 x 6): at 8 frames and 8 x 12
+    tokens rows sit at ``0, 0.5, ..., 3.5`` and columns at ``0, 0.5, ..., 5.5`` (extents 4.5 and 6.5: NTK at 4.5 / 4
+    and 6.5 / 6); RIFLEx sets time pair ``k = 2`` to ``0.9 * 2 pi / 8``."""
+    from mmpos.integrations.diffusers.families.tiny import _easyanimate_inputs
+
+    model = CASES["easyanimate"].model()
+    riflex = {"type": "riflex", "k": 2, "target_length": 8}
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "ntk", (4, 6), time=riflex))
+    seen = []
+    handle = position_module(model).register_forward_hook(lambda m, a, out: seen.append(out))
+    with torch.no_grad():
+        model(**_easyanimate_inputs(8, 12, frames=8), return_dict=False)
+    handle.remove()
+    cos, sin = seen[0]
+    config = {"patch_size": 15, "sample_height": 60, "sample_width": 90}
+    positions = positions_fp64(config, 8, 8, 12)
+    assert positions[1][-1] == 3.5 and positions[2][-1] == 5.5
+    t, h, w = dims({"attention_head_dim": 16})
+    time = ladder(t)
+    time[1] = 0.9 * 2 * math.pi / 8
+
+    def ntk(d, s):
+        return (THETA * s ** (d / (d - 2))) ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+    expected = tables_fp64(positions, [time, ntk(h, 4.5 / 4), ntk(w, 6.5 / 6)])
+    torch.testing.assert_close(cos.double(), expected[0], rtol=0, atol=2e-6)
+    torch.testing.assert_close(sin.double(), expected[1], rtol=0, atol=2e-6)

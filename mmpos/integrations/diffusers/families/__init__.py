@@ -65,6 +65,7 @@ _MODULES = (
     "hunyuandit",
     "allegro",
     "cosmos3",
+    "easyanimate",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
