@@ -432,3 +432,39 @@ def test_easyanimate_riflex_on_time_and_ntk_on_the_base_fitted_rows():
     expected = tables_fp64(positions, [time, ntk(h, 4.5 / 4), ntk(w, 6.5 / 6)])
     torch.testing.assert_close(cos.double(), expected[0], rtol=0, atol=2e-6)
     torch.testing.assert_close(sin.double(), expected[1], rtol=0, atol=2e-6)
+
+
+# ---- Lumina-Next ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("t", [0.5, 1.0])  # the pipeline's PI branch (t < scaling_watershed) and its NTK branch
+def test_lumina_next_pi_takes_the_place_of_the_pipelines_scaling(t):
+    """At 8 x 8 tokens over the 4 x 4 training grid the pipeline passes its PI (or NTK) table at ``s = 2``; with
+    ``set_pe(..., "pi")`` the model reads ``polar(1, p w / 2)`` on the plain ladder (float64 here), pairs alternating
+    row and column, whichever branch the pipeline took."""
+    from mmpos.integrations.diffusers.families.tiny import _lumina_next_inputs, lumina_next_rotary_emb
+
+    model = CASES["lumina_next"].model()
+    set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
+    inputs = dict(_lumina_next_inputs(8, 8, sigma=1.0 - t), image_rotary_emb=lumina_next_rotary_emb(8, 8, t))
+    table = received_tables(model, inputs)[:8, :8]
+    d = 8  # channels per axis
+    inv = ladder(d) / 2
+    pos = torch.arange(8, dtype=torch.float64)
+    rows = (pos[:, None] * inv[None])[:, None, :].expand(8, 8, -1)
+    cols = (pos[:, None] * inv[None])[None, :, :].expand(8, 8, -1)
+    phases = torch.stack([rows, cols], dim=-1).flatten(2)  # [r0 c0 r1 c1 ...]
+    torch.testing.assert_close(
+        table.to(torch.complex128), torch.polar(torch.ones_like(phases), phases), rtol=0, atol=2e-6
+    )
+    pipelines = inputs["image_rotary_emb"][:8, :8]
+    assert ((table - pipelines).abs().max() < 1e-5) == (t < 1.0)  # the pipeline's own PI branch: the same table
+
+
+def test_lumina_next_refuses_a_table_of_another_size():
+    """The pipeline's table for 4 x 4 tokens handed to a forward at 8 x 8 (another scale): refused by name."""
+    from mmpos.integrations.diffusers.families.tiny import _lumina_next_inputs, lumina_next_rotary_emb
+
+    model = CASES["lumina_next"].model()
+    set_pe(model, "native")
+    inputs = dict(_lumina_next_inputs(8, 8), image_rotary_emb=lumina_next_rotary_emb(4, 4, 0.5))
+    with pytest.raises(ValueError, match=r"image_rotary_emb differs by up to .*get_2d_rotary_pos_embed_lumina"):
+        received_tables(model, inputs)

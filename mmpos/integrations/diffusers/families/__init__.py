@@ -66,6 +66,7 @@ _MODULES = (
     "allegro",
     "cosmos3",
     "easyanimate",
+    "lumina_next",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

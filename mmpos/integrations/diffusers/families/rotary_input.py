@@ -61,6 +61,7 @@ class RotaryInputSeam(SpectrumSeam):
         self.config = config
         self.arg_index = arg_index
         self._verified = None  # the identity of the last passed tables found to be the builder's
+        self.grid = None  # the grid of the forward being built
 
 
 def make_rotary_input_seam(model, stock, encodings, native, coord_axes) -> RotaryInputSeam:
@@ -86,6 +87,7 @@ def rotary_input_tables(seam: RotaryInputSeam, stock, grid):
     """``Family.tables`` of a rotary-input family: the tables of this forward for the caller's ``stock`` tables."""
     spec = seam.family.rotary_input
     device = _first_tensor(stock).device
+    seam.grid = grid  # this forward's grid, for builders whose stock tables depend on it beyond the positions
     positions, counts = spec.positions(seam.config, grid, device)
     if seam._verified is None or not seam._verified == _identity(stock):
         _check_stock(seam, spec, stock, positions, counts, grid)
