@@ -15,8 +15,8 @@ from mmpos.integrations.diffusers.families.tiny import (
     CASES,
     COGVIDEOX_CONFIG,
     CONSISID_CONFIG,
-    _cogvideox_inputs,
-    _consisid_inputs,
+    cogvideox_inputs,
+    consisid_inputs,
     pipeline_rotary_emb,
 )
 
@@ -91,7 +91,7 @@ def test_cogvideox_1_5_pi_at_twice_the_grid_divides_rows_and_cols_by_two():
     time (2 latent-frame tokens, its training extent) stock."""
     model = CASES["cogvideox"].model()
     set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
-    inputs = _cogvideox_inputs(8, 8)
+    inputs = cogvideox_inputs(8, 8)
     cos, sin = received_tables(model, inputs)
     t, h, w = dims(COGVIDEOX_CONFIG)
     expected = tables_fp64(positions_fp64(COGVIDEOX_CONFIG, 4, 8, 8), [ladder(t), ladder(h) / 2, ladder(w) / 2])
@@ -108,7 +108,7 @@ def test_cogvideox_1_5_dype_ntk_at_twice_the_grid_follows_sigma(sigma):
     """DyPE through NTK: ``theta * s ** (kappa d / (d - 2))``, ``kappa = 2 sigma ** 2``, on rows and columns."""
     model = CASES["cogvideox"].model()
     set_pe(model, "native", extrapolation=model_extrapolation(model, "dype_ntk", (4, 4)))
-    cos, sin = received_tables(model, _cogvideox_inputs(8, 8, sigma=sigma))
+    cos, sin = received_tables(model, cogvideox_inputs(8, 8, sigma=sigma))
     t, h, w = dims(COGVIDEOX_CONFIG)
     kappa = 2.0 * sigma**2
 
@@ -131,7 +131,7 @@ def _cogvideox_1_0():
 
 
 def _cogvideox_1_0_inputs(rows, cols, frames):
-    inputs = _cogvideox_inputs(rows, cols, frames=frames)
+    inputs = cogvideox_inputs(rows, cols, frames=frames)
     inputs["image_rotary_emb"] = pipeline_rotary_emb("CogVideoXPipeline", COGVIDEOX_1_0, frames, rows, cols)
     return inputs
 
@@ -142,7 +142,7 @@ def test_1_0_riflex_on_time_and_ntk_on_the_base_fitted_rows(name):
     are fitted into the base grid by the pipeline (positions ``0, 0.5, ..., 3.5``: extent 4.5, NTK at 4.5 / 4);
     RIFLEx sets time pair ``k`` to ``0.9 * 2 pi / 8``."""
     model = _cogvideox_1_0() if name == "cogvideox" else CASES["consisid"].model()
-    inputs = _cogvideox_1_0_inputs(8, 8, 8) if name == "cogvideox" else _consisid_inputs(8, 8, frames=8)
+    inputs = _cogvideox_1_0_inputs(8, 8, 8) if name == "cogvideox" else consisid_inputs(8, 8, frames=8)
     stock = model(**inputs, return_dict=False)[0]
     riflex = {"type": "riflex", "k": 2, "target_length": 8}
     set_pe(model, "native", extrapolation=model_extrapolation(model, "ntk", (4, 4), time=riflex))
@@ -191,13 +191,13 @@ def test_a_hand_made_table_is_refused_by_name():
     """A RIFLEx patch by hand (a changed time column) or another grid's tables: refused, nothing silently replaced."""
     model = CASES["cogvideox"].model()
     set_pe(model, "native")
-    inputs = _cogvideox_inputs(4, 4)
+    inputs = cogvideox_inputs(4, 4)
     cos, sin = inputs["image_rotary_emb"]
     patched = dict(inputs, image_rotary_emb=(cos.clone(), sin.clone()))
     patched["image_rotary_emb"][0][:, 0:2] = 1.0
     with pytest.raises(ValueError, match=r"image_rotary_emb differs by up to .* get_3d_rotary_pos_embed .*\(4, 4, 4\)"):
         received_tables(model, patched)
-    other = dict(inputs, image_rotary_emb=_cogvideox_inputs(4, 2)["image_rotary_emb"])
+    other = dict(inputs, image_rotary_emb=cogvideox_inputs(4, 2)["image_rotary_emb"])
     with pytest.raises(ValueError, match=r"image_rotary_emb has shapes"):
         received_tables(model, other)
     assert received_tables(model, dict(inputs, image_rotary_emb=None)) is None  # no rope: runs as stock
@@ -226,11 +226,11 @@ def hunyuandit_positions_fp64(rows, cols, base=4):
 def test_hunyuandit_ntk_in_base_units_at_twice_the_rows(rows, cols):
     """Twice the rows of the 4 x 4 base: rows at ``0, 0.5, ..., 3.5`` (extent 4.5: NTK at 4.5 / 4 on the last
     ``D / 2`` channels); columns: the same at 8 x 8, at 8 x 4 fitted to ``1, 1.25, ..., 2.25`` (extent 2.25: stock)."""
-    from mmpos.integrations.diffusers.families.tiny import HUNYUANDIT_CONFIG, _hunyuandit_inputs
+    from mmpos.integrations.diffusers.families.tiny import HUNYUANDIT_CONFIG, hunyuandit_inputs
 
     model = CASES["hunyuandit"].model()
     set_pe(model, "native", extrapolation=model_extrapolation(model, "ntk", (4, 4)))
-    inputs = _hunyuandit_inputs(rows, cols)
+    inputs = hunyuandit_inputs(rows, cols)
     cos, sin = received_tables(model, inputs)
     col, row = hunyuandit_positions_fp64(rows, cols)
     d = HUNYUANDIT_CONFIG["attention_head_dim"] // 2
@@ -319,7 +319,7 @@ def test_tables_passed_positionally_are_replaced_too():
     """CogVideoX's ``forward(hidden_states, encoder_hidden_states, timestep, timestep_cond, ofs, image_rotary_emb)``
     with everything positional: the same output as by keyword (PI at twice the grid, different from stock)."""
     model = CASES["cogvideox"].model()
-    inputs = _cogvideox_inputs(8, 8)
+    inputs = cogvideox_inputs(8, 8)
     order = ("hidden_states", "encoder_hidden_states", "timestep")
     positional = tuple(inputs[k] for k in order) + (None, None, inputs["image_rotary_emb"])
     with torch.no_grad():
@@ -336,11 +336,11 @@ def test_allegro_at_twice_the_grid_scales_rows_and_cols_in_its_coordinate_units(
     """8 x 8 tokens over a 4 x 4 training grid: positions ``i / 2`` (interpolation_scale 2.0), so the extent is 4
     units over the training 2: PI divides the row and column ladders by 2, NTK sets ``theta * 2 ** (d / (d - 2))``;
     the time table (2 frames, its training extent) and the integer positions stay the caller's."""
-    from mmpos.integrations.diffusers.families.tiny import ALLEGRO_CONFIG, _allegro_inputs
+    from mmpos.integrations.diffusers.families.tiny import ALLEGRO_CONFIG, allegro_inputs
 
     model = CASES["allegro"].model()
     set_pe(model, "native", extrapolation=model_extrapolation(model, preset, (4, 4)))
-    inputs = _allegro_inputs(8, 8)
+    inputs = allegro_inputs(8, 8)
     (t_table, h_table, w_table), ids = received_tables(model, inputs)
     d = ALLEGRO_CONFIG["attention_head_dim"] // 3
     pos = torch.arange(8, dtype=torch.float64) / 2.0
@@ -377,11 +377,11 @@ def test_cosmos3_pi_at_twice_the_grid_on_the_vision_tokens_only():
     """Interleaved MRoPE (pair ``j``: ``h`` if ``j % 3 == 1``, ``w`` if ``j % 3 == 2``, ``t`` otherwise, sections
     (4, 4, 4)) in float64 from the pipeline's position ids: PI at 8 x 8 over 4 x 4 halves the ``h`` and ``w`` pairs of
     the vision tokens; the text tokens and the ``t`` pairs keep the training ladder."""
-    from mmpos.integrations.diffusers.families.tiny import COSMOS3_CONFIG, _cosmos3_inputs
+    from mmpos.integrations.diffusers.families.tiny import COSMOS3_CONFIG, cosmos3_inputs
 
     model = CASES["cosmos3"].model()
     set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
-    inputs = _cosmos3_inputs(8, 8)
+    inputs = cosmos3_inputs(8, 8)
     seen = []
     handle = position_module(model).register_forward_hook(lambda m, a, out: seen.append(out))
     with torch.no_grad():
@@ -408,7 +408,7 @@ def test_easyanimate_riflex_on_time_and_ntk_on_the_base_fitted_rows():
     """EasyAnimate's own rope module (CogVideoX 1.0's builder, base 60/15 x 90/15 = 4 x 6): at 8 frames and 8 x 12
     tokens rows sit at ``0, 0.5, ..., 3.5`` and columns at ``0, 0.5, ..., 5.5`` (extents 4.5 and 6.5: NTK at 4.5 / 4
     and 6.5 / 6); RIFLEx sets time pair ``k = 2`` to ``0.9 * 2 pi / 8``."""
-    from mmpos.integrations.diffusers.families.tiny import _easyanimate_inputs
+    from mmpos.integrations.diffusers.families.tiny import easyanimate_inputs
 
     model = CASES["easyanimate"].model()
     riflex = {"type": "riflex", "k": 2, "target_length": 8}
@@ -416,7 +416,7 @@ def test_easyanimate_riflex_on_time_and_ntk_on_the_base_fitted_rows():
     seen = []
     handle = position_module(model).register_forward_hook(lambda m, a, out: seen.append(out))
     with torch.no_grad():
-        model(**_easyanimate_inputs(8, 12, frames=8), return_dict=False)
+        model(**easyanimate_inputs(8, 12, frames=8), return_dict=False)
     handle.remove()
     cos, sin = seen[0]
     config = {"patch_size": 15, "sample_height": 60, "sample_width": 90}
@@ -440,11 +440,11 @@ def test_lumina_next_pi_takes_the_place_of_the_pipelines_scaling(t):
     """At 8 x 8 tokens over the 4 x 4 training grid the pipeline passes its PI (or NTK) table at ``s = 2``; with
     ``set_pe(..., "pi")`` the model reads ``polar(1, p w / 2)`` on the plain ladder (float64 here), pairs alternating
     row and column, whichever branch the pipeline took."""
-    from mmpos.integrations.diffusers.families.tiny import _lumina_next_inputs, lumina_next_rotary_emb
+    from mmpos.integrations.diffusers.families.tiny import lumina_next_inputs, lumina_next_rotary_emb
 
     model = CASES["lumina_next"].model()
     set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
-    inputs = dict(_lumina_next_inputs(8, 8, sigma=1.0 - t), image_rotary_emb=lumina_next_rotary_emb(8, 8, t))
+    inputs = dict(lumina_next_inputs(8, 8, sigma=1.0 - t), image_rotary_emb=lumina_next_rotary_emb(8, 8, t))
     table = received_tables(model, inputs)[:8, :8]
     d = 8  # channels per axis
     inv = ladder(d) / 2
@@ -461,10 +461,10 @@ def test_lumina_next_pi_takes_the_place_of_the_pipelines_scaling(t):
 
 def test_lumina_next_refuses_a_table_of_another_size():
     """The pipeline's table for 4 x 4 tokens handed to a forward at 8 x 8 (another scale): refused by name."""
-    from mmpos.integrations.diffusers.families.tiny import _lumina_next_inputs, lumina_next_rotary_emb
+    from mmpos.integrations.diffusers.families.tiny import lumina_next_inputs, lumina_next_rotary_emb
 
     model = CASES["lumina_next"].model()
     set_pe(model, "native")
-    inputs = dict(_lumina_next_inputs(8, 8), image_rotary_emb=lumina_next_rotary_emb(4, 4, 0.5))
+    inputs = dict(lumina_next_inputs(8, 8), image_rotary_emb=lumina_next_rotary_emb(4, 4, 0.5))
     with pytest.raises(ValueError, match=r"image_rotary_emb differs by up to .*get_2d_rotary_pos_embed_lumina"):
         received_tables(model, inputs)

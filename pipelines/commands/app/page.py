@@ -252,7 +252,10 @@ def _camera_tab(space):
                 frames = gr.Number(9, label="frames", precision=0)
                 steps = gr.Number(24, label="steps", precision=0, elem_id="camera-steps")
                 seed = gr.Number(0, label="seed", precision=0)
-            adapter = gr.Dropdown(list(workflows.CAMERA_ADAPTERS), value="ucpe", label="camera adapter")
+            if space.world:
+                adapter = gr.Dropdown(list(workflows.CAMERA_ADAPTERS), value="ucpe", label="camera adapter")
+            else:  # a user's Wan pipeline: the adapter they trained (mmpos train camera_adapter)
+                adapter = gr.Textbox("", label="camera adapter folder (CameraAdapter.save_pretrained; empty: none)")
             scale = gr.Slider(0, 2, 1, step=0.1, label="camera_scale")
             with gr.Row():
                 plot = gr.Button("Plot the rig", elem_id="camera-plot")
