@@ -37,6 +37,7 @@ IMAGE_FAMILIES = {
     "krea2": ("Krea2Pipeline",),
     "longcat_image": ("LongCatImagePipeline", "LongCatImageEditPipeline"),
     "lumina2": ("Lumina2Pipeline",),
+    "lumina_next": ("LuminaPipeline",),
     "nucleusmoe_image": ("NucleusMoEImagePipeline",),
     "ovis_image": ("OvisImagePipeline",),
     "prx": ("PRXPipeline", "PRXPixelPipeline"),
