@@ -468,3 +468,21 @@ def test_lumina_next_refuses_a_table_of_another_size():
     inputs = dict(lumina_next_inputs(8, 8), image_rotary_emb=lumina_next_rotary_emb(4, 4, 0.5))
     with pytest.raises(ValueError, match=r"image_rotary_emb differs by up to .*get_2d_rotary_pos_embed_lumina"):
         received_tables(model, inputs)
+
+
+def test_the_hook_registry_installs_and_removes_the_added_seam():
+    """``apply_pe`` (diffusers' hook registry) with another theta changes the output; removing the hook takes the
+    added seam and its pre-forward hook off: the stock output bit for bit."""
+    from diffusers.hooks import HookRegistry
+
+    from mmpos.integrations.diffusers.hooks import PEConfig, apply_pe
+
+    model = CASES["cogvideox"].model()
+    inputs = cogvideox_inputs(8, 8)
+    with torch.no_grad():
+        stock = model(**inputs, return_dict=False)[0]
+        apply_pe(model, PEConfig("native", options={"theta": 500.0}))
+        assert (model(**inputs, return_dict=False)[0] - stock).abs().max() > 1e-3
+        HookRegistry.check_if_exists_or_initialize(model).remove_hook("mmpos_pe")
+        assert torch.equal(model(**inputs, return_dict=False)[0], stock)
+    assert not hasattr(model, "mmpos_rotary_input") and not model._forward_pre_hooks
