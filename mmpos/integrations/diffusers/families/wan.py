@@ -52,7 +52,10 @@ class WanPositions(PositionSeam):
 
     def grid_coords(self, grid: tuple[int, int, int], device, rows: tuple[int, int] | None = None) -> torch.Tensor:
         """``video_grid`` coordinates (``rows``: only rows ``start:stop``), the same tensor while the grid, rows and
-        device stay (table cache hits by identity: no value comparison, no device sync per step)."""
+        device stay (table cache hits by identity: no value comparison, no device sync per step); built afresh while
+        ``torch.compile`` traces (the graph holds no cache lookup or mode query)."""
+        if torch.compiler.is_compiling():
+            return library_owned(self.fresh_coords(grid, rows, device))
         key = (grid, rows, torch.device(device), torch.is_inference_mode_enabled())
         return self._grid_cache.get(key, lambda: library_owned(self.fresh_coords(grid, rows, device)))
 
