@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .families import Family
+from .families.rotary_input import replace_rotary_input
 from .parallelism import check_parallelism
 
 
@@ -48,7 +49,8 @@ def check_coord_axes(coord_axes, family: Family):
 
 def pe_pre_forward_hook(family: Family):
     """Record the activation dtype for the seam, set the step's sigma on scheduled encodings (DyPE) from the
-    forward's timestep (:meth:`Family.sigma`), and run the family's input checks."""
+    forward's timestep (:meth:`Family.sigma`), and run the family's input checks; a family whose pipeline passes the
+    tables (:attr:`Family.rotary_input`) gets them replaced by the seam's."""
 
     @torch.compiler.disable  # eager under torch.compile(model): float(timestep), Python state; the graph reads tensors
     def hook(module, args, kwargs):
@@ -60,6 +62,8 @@ def pe_pre_forward_hook(family: Family):
         set_step_sigma(seam, family, args, kwargs)
         if family.check_inputs is not None:
             family.check_inputs(seam, args, kwargs)
+        if family.rotary_input is not None:
+            return replace_rotary_input(seam, family, module, args, kwargs)
         return None
 
     return hook
