@@ -130,3 +130,16 @@ def test_fuse_unfuse_and_restore_under_lora(family, pe):
     assert (run(model, inputs) - stock_lora).abs().max() < FUSED_TOLERANCE
     if pe != "native":
         assert (unfused - stock_lora).abs().max() > 1e-4  # the encoding was in the forward
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hotswap_to_a_higher_rank_after_set_pe(family):
+    """``enable_lora_hotswap(target_rank=4)`` before the first load: a rank-4 LoRA swaps into a rank-2 one's place."""
+    case = CASES[family]
+    inputs = case.inputs(*case.grid, sigma=0.6)
+    model = install(case.model(), "rope_axial")
+    model.enable_lora_hotswap(target_rank=4)
+    load(model, lora_state_dict(case.model(), rank=2))
+    load(model, lora_state_dict(case.model(), rank=4, seed=1), hotswap=True)
+    fresh = load(install(case.model(), "rope_axial"), lora_state_dict(case.model(), rank=4, seed=1))
+    assert torch.equal(run(model, inputs), run(fresh, inputs))
