@@ -117,3 +117,48 @@ def test_another_processor_swapped_in_after_set_pe_is_still_refused():
     pipe.transformer.set_attn_processor(FluxAttnProcessor())
     with pytest.raises(RuntimeError, match=r"runs FluxAttnProcessor, not the FluxPEAttnProcessor.*restore"):
         generate(pipe, ip=False)
+
+
+def test_restore_right_after_load_ip_adapter_keeps_the_ip_adapter():
+    """No forward between ``load_ip_adapter`` and ``restore``: the IP-Adapter's processors stay."""
+    pipe = load_ip_adapter(install(pipeline(), "rope_axial"))
+    restore(pipe.transformer)
+    assert processor_classes(pipe).count(FluxIPAdapterAttnProcessor) == len(pipe.transformer.transformer_blocks)
+    assert torch.equal(generate(pipe), generate(load_ip_adapter(pipeline())))
+
+
+@pytest.mark.parametrize("order", ["ip_first", "pe_first"])
+def test_an_edit_over_set_pe_native_and_an_ip_adapter_is_the_edit_over_the_ip_adapter(order):
+    """An edit installs its level over the encoding's as the pipeline starts: a loader's replacement is taken back
+    first, so the edit runs over the processor carrying the IP-Adapter (off: the IP-Adapter pipeline; on: the same
+    edit on the stock IP-Adapter pipeline, bit for bit)."""
+    from mmpos.pipelines import BandModulationFluxPipeline
+
+    def band(pipe, **kwargs):
+        edit = BandModulationFluxPipeline(**pipe.components)
+        return edit(
+            height=32,
+            width=32,
+            num_inference_steps=2,
+            output_type="latent",
+            generator=torch.Generator().manual_seed(0),
+            **embeddings(2),
+            **IP,
+            **kwargs,
+        ).images
+
+    pipe = install(load_ip_adapter(pipeline()), "native") if order == "ip_first" else None
+    pipe = pipe or load_ip_adapter(install(pipeline(), "native"))
+    stock = load_ip_adapter(pipeline())
+    expected = stock(
+        height=32,
+        width=32,
+        num_inference_steps=2,
+        output_type="latent",
+        generator=torch.Generator().manual_seed(0),
+        **embeddings(2),
+        **IP,
+    ).images
+    assert torch.equal(band(pipe, band={"enabled": False}), expected)
+    edited = band(pipe)
+    assert torch.equal(edited, band(stock)) and not torch.equal(edited, expected)

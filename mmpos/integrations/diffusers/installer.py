@@ -102,6 +102,7 @@ class ProcessorInstaller:
                     f"layer index {index} is out of range; the transformer has {len(self.slots)} "
                     "attention layers (Flux: double blocks first, then single blocks)"
                 )
+        self.check_processors()  # a loader's replacement is taken back before a level goes over it
         for index, processor in processors.items():
             self.slots[index].levels[level] = processor
         if hook is not None:
@@ -111,6 +112,9 @@ class ProcessorInstaller:
     def clear(self, transformer: nn.Module, level: str) -> None:
         """Empty ``level``; with every level empty, the original processors come back and the installer goes."""
         _check_level(level)
+        for slot in self.slots:  # what a loader replaced safely is kept (restore then puts back its processors)
+            if slot.levels and slot.module.processor is not slot.top():
+                self._rebind(slot)
         for slot in self.slots:
             slot.levels.pop(level, None)
         self.hooks.pop(level, None)

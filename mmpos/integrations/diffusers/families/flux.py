@@ -6,7 +6,8 @@ col)``: text ids are zeros, Kontext's context image has index 1.
 
 An IP-Adapter composes in either order: ``set_pe`` over ``load_ip_adapter`` carries each layer's
 ``FluxIPAdapterAttnProcessor`` in a :class:`FluxPEIPAdapterAttnProcessor`, and ``load_ip_adapter`` /
-``unload_ip_adapter`` after ``set_pe`` are taken back at the next forward (:func:`flux_rebind_processor`).
+``unload_ip_adapter`` after ``set_pe`` are taken back at the next forward, edit or ``restore``
+(:func:`flux_rebind_processor`).
 """
 
 from __future__ import annotations
