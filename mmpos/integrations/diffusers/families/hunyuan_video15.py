@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
+from .base import CameraSite, Family, latent_video_grid
 from .codecs import cos_sin_repeated
 
 
@@ -61,5 +61,9 @@ HUNYUAN_VIDEO15 = register_family(
         train_size=640,  # the 480p model's target_size (848 x 480 ~ 640 x 640)
         pixels_per_token=16,  # 16x VAE, patch 1
         notes="video tokens only (text unrotated); grid from the latent shape",
+        attention_modules=lambda model: [
+            (f"transformer_blocks.{i}.attn", b.attn) for i, b in enumerate(model.transformer_blocks)
+        ],
+        camera=CameraSite(grid=latent_video_grid, output_index=0),  # the joint attention returns (video, text)
     )
 )

@@ -30,7 +30,7 @@ from ..context_parallel import refuse_after_parallelism
 from ..positions import PositionSeam, pack_tables
 from ..processors import PEProcessor, processors_beneath
 from . import register_family
-from .base import CastFollowingSeam, Family
+from .base import CameraSite, CastFollowingSeam, Family, latent_video_grid
 from .skyreels_v2 import skyreels_tables
 
 
@@ -205,6 +205,7 @@ def register_wan_family(
     check_model: Optional[Callable] = None,
     timestep_index: int = 1,
     train_size: int = 832,
+    camera: bool = False,
 ) -> Family:
     """Register the family of ``diffusers.models.transformers.{module}:{class_name}``, whose ``rope`` is Wan's.
 
@@ -213,7 +214,7 @@ def register_wan_family(
     ``(cos, sin) [1, F * H * W, 1, head_dim]`` from positions). The pipelines pass ``timestep = 1000 sigma``.
     ``check_model`` defaults, for a family verified under diffusers' context parallelism (``context_parallel``:
     Wan's plan, which hooks ``rope``), to refusing ``set_pe`` on a model already parallel; an unverified family is
-    refused there by name (:mod:`..parallelism`).
+    refused there by name (:mod:`..parallelism`). ``camera``: camera adapters act on :func:`wan_self_attention`.
     """
     if check_model is None and context_parallel:
         check_model = check_no_sharded_seam
@@ -242,6 +243,7 @@ def register_wan_family(
         train_size=train_size,
         pixels_per_token=16,  # 8x VAE, patch 2
         notes=notes,
+        camera=CameraSite(grid=latent_video_grid) if camera else None,
         **(tier2 if tier == 2 else dict(tables=skyreels_tables, make_seam=partial(_tier1_seam, name))),
     )
     return register_family(family)
@@ -278,6 +280,7 @@ WAN = register_wan_family(
     ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline", "LucyEditPipeline"),
     "any rotary encoding, camera adapters; TI2V per-token timesteps: sigma from the noisy tokens",
     context_parallel=True,  # tests/integrations/test_context_parallel.py
+    camera=True,
 )
 WAN_VACE = register_wan_family(
     "wan_vace",
