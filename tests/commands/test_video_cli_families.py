@@ -1,0 +1,117 @@
+"""Camera control on the pipeline of another camera family than Wan (SkyReels-V2, tiny random components saved as a
+pipeline folder, no downloads): ``camera_control(SkyReelsV2Pipeline)`` and ``mmpos generate video --model FOLDER``."""
+
+import numpy as np
+import pytest
+import torch
+
+from mmpos.camera import preset_trajectory
+from mmpos.cli import main
+from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
+from mmpos.integrations.diffusers.families.tiny import SKYREELS_V2_CONFIG
+from mmpos.models.tiny_wan import TEXT_DIM, tiny_umt5, tiny_wan_vae
+
+CALL = dict(
+    prompt="a slow camera orbit around a house",
+    negative_prompt="",
+    height=32,
+    width=48,
+    num_frames=9,
+    num_inference_steps=2,
+    guidance_scale=3.0,
+    max_sequence_length=16,
+    output_type="pt",
+)
+
+
+def skyreels_components():
+    from diffusers import FlowMatchEulerDiscreteScheduler, SkyReelsV2Transformer3DModel
+
+    torch.manual_seed(0)
+    transformer = SkyReelsV2Transformer3DModel(**{**SKYREELS_V2_CONFIG, "text_dim": TEXT_DIM, "num_layers": 2}).eval()
+    text_encoder, tokenizer = tiny_umt5()
+    return dict(
+        transformer=transformer,
+        vae=tiny_wan_vae(),
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    )
+
+
+def trained(adapter, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in adapter.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return adapter
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from diffusers import SkyReelsV2Pipeline
+
+    root = tmp_path_factory.mktemp("tiny_skyreels")
+    SkyReelsV2Pipeline(**skyreels_components()).save_pretrained(root / "skyreels")
+    return root / "skyreels"
+
+
+def frames(pipe, **extra):
+    return pipe(**{**CALL, **extra}, generator=torch.Generator().manual_seed(0)).frames
+
+
+@pytest.mark.parametrize("kind", ["ucpe", "plucker"])
+def test_a_camera_controlled_skyreels_pipeline_is_stock_at_zero_init(kind):
+    from diffusers import SkyReelsV2Pipeline
+
+    from mmpos.pipelines import camera_control
+
+    torch.set_num_threads(1)
+    components = skyreels_components()
+    stock, pipe = SkyReelsV2Pipeline(**components), camera_control(SkyReelsV2Pipeline)(**components)
+    for p in (stock, pipe):
+        p.set_progress_bar_config(disable=True)
+    expected = frames(stock)
+    pipe.camera_adapter = CameraAdapter.for_transformer(pipe.transformer, kind, head_dim=16)
+    assert torch.equal(frames(pipe, camera=preset_trajectory("orbit", 9, degrees=90)), expected)
+    pipe.camera_adapter = trained(pipe.camera_adapter)
+    changed = frames(pipe, camera=preset_trajectory("orbit", 9, degrees=90))
+    assert (changed - expected).abs().max() > 1e-4
+    assert torch.equal(frames(pipe), expected)  # no camera: the stock call
+
+
+def test_camera_control_refuses_a_pipeline_of_a_family_without_cameras():
+    from diffusers import FluxPipeline
+
+    from mmpos.pipelines import camera_control
+
+    with pytest.raises(ValueError, match="FluxPipeline is not a pipeline of a family that takes camera adapters"):
+        camera_control(FluxPipeline)
+
+
+def test_generate_video_on_a_skyreels_folder_with_an_adapter(folder, tmp_path, capsys):
+    from diffusers import SkyReelsV2Transformer3DModel
+
+    transformer = SkyReelsV2Transformer3DModel.from_pretrained(folder / "transformer")
+    trained(CameraAdapter.for_transformer(transformer, "ucpe", head_dim=16)).save_pretrained(tmp_path / "adapter")
+    common = ["generate", "video", "--model", str(folder), "--frames", "9", "--height", "32", "--width", "48"]
+    common += ["--steps", "2", "--device", "cpu", "--dtype", "float32", "--camera", "preset:orbit"]
+    assert main([*common, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*common, "--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "camera")]) == 0
+    printed = capsys.readouterr().out
+    assert f"model: {folder}" in printed and "camera adapter: ucpe" in printed
+    from PIL import Image
+
+    plain = np.asarray(Image.open(tmp_path / "plain" / "frames.png"), dtype=np.float64)
+    steered = np.asarray(Image.open(tmp_path / "camera" / "frames.png"), dtype=np.float64)
+    assert plain.shape == steered.shape and np.abs(plain - steered).max() > 1  # the adapter steered the video
+    assert (tmp_path / "camera" / "video.mp4").stat().st_size > 0
+
+
+def test_generate_video_refuses_a_folder_of_a_family_without_cameras(tmp_path, capsys):
+    (tmp_path / "flux").mkdir()
+    (tmp_path / "flux" / "model_index.json").write_text('{"_class_name": "FluxPipeline"}')
+    with pytest.raises(SystemExit) as error:
+        main(["generate", "video", "--model", str(tmp_path / "flux"), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert error.value.code == 2 and "a FluxPipeline pipeline" in err and "skyreels_v2" in err
