@@ -115,3 +115,68 @@ def test_generate_video_refuses_a_folder_of_a_family_without_cameras(tmp_path, c
         main(["generate", "video", "--model", str(tmp_path / "flux"), "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert error.value.code == 2 and "a FluxPipeline pipeline" in err and "skyreels_v2" in err
+
+
+@pytest.fixture(scope="module")
+def hunyuan15_folder(tmp_path_factory):
+    """A tiny HunyuanVideo 1.5 pipeline saved without text encoders, and its prompt tensors."""
+    from diffusers import (
+        AutoencoderKLHunyuanVideo15,
+        ClassifierFreeGuidance,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideo15Pipeline,
+        HunyuanVideo15Transformer3DModel,
+    )
+    from safetensors.torch import save_file
+
+    from mmpos.integrations.diffusers.families.tiny import HUNYUAN_VIDEO15_CONFIG
+
+    root = tmp_path_factory.mktemp("tiny_hunyuan15")
+    torch.manual_seed(0)
+    transformer = HunyuanVideo15Transformer3DModel(**{**HUNYUAN_VIDEO15_CONFIG, "in_channels": 9}).eval()  # 4 + 4 + 1
+    vae = AutoencoderKLHunyuanVideo15(latent_channels=4, block_out_channels=(8,) * 5, layers_per_block=1).eval()
+    HunyuanVideo15Pipeline(
+        text_encoder=None,
+        tokenizer=None,
+        transformer=transformer,
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        text_encoder_2=None,
+        tokenizer_2=None,
+        guider=ClassifierFreeGuidance(guidance_scale=1.0),
+    ).save_pretrained(root / "hunyuan15")
+    g = torch.Generator().manual_seed(1)
+    embeds = dict(
+        prompt_embeds=torch.randn(1, 5, 16, generator=g),
+        prompt_embeds_mask=torch.ones(1, 5, dtype=torch.long),
+        prompt_embeds_2=torch.randn(1, 3, 16, generator=g),
+        prompt_embeds_mask_2=torch.ones(1, 3, dtype=torch.long),
+    )
+    save_file(embeds, str(root / "embeds.safetensors"))
+    return root / "hunyuan15", root / "embeds.safetensors"
+
+
+def test_generate_video_on_a_hunyuan_video15_folder_with_prompt_embeds(hunyuan15_folder, tmp_path, capsys):
+    from diffusers import HunyuanVideo15Transformer3DModel
+
+    folder, embeds = hunyuan15_folder
+    transformer = HunyuanVideo15Transformer3DModel.from_pretrained(folder / "transformer")
+    trained(CameraAdapter.for_transformer(transformer, "plucker")).save_pretrained(tmp_path / "adapter")
+    common = ["generate", "video", "--model", str(folder), "--prompt-embeds", str(embeds), "--frames", "9"]
+    common += ["--height", "32", "--width", "48", "--steps", "2", "--device", "cpu", "--dtype", "float32"]
+    assert main([*common, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*common, "--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "camera")]) == 0
+    assert "camera adapter: plucker" in capsys.readouterr().out
+    from PIL import Image
+
+    plain = np.asarray(Image.open(tmp_path / "plain" / "frames.png"), dtype=np.float64)
+    steered = np.asarray(Image.open(tmp_path / "camera" / "frames.png"), dtype=np.float64)
+    assert plain.shape == steered.shape and np.abs(plain - steered).max() > 1
+
+    from safetensors.torch import save_file
+
+    save_file({"pooled_prompt_embeds": torch.zeros(1, 4)}, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(SystemExit) as error:
+        main([*common[:4], "--prompt-embeds", str(tmp_path / "bad.safetensors"), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert error.value.code == 2 and "holds ['pooled_prompt_embeds']; this pipeline takes" in err

@@ -162,8 +162,10 @@ def _pipeline(args, parser, settings, cls):
 
         pipe = cls(**tiny_wan_components(image_to_video=bool(args.image))).to(settings["device"])
         return pipe if dtype == torch.float32 else pipe.to(dtype=dtype)
-    try:
-        pipe = cls.from_pretrained(args.model, **{dtype_keyword(cls): dtype})
+    from ...loading import missing_components
+
+    try:  # a folder saved without text encoders: those passed as None (--prompt-embeds)
+        pipe = cls.from_pretrained(args.model, **{dtype_keyword(cls): dtype}, **missing_components(args.model, cls))
     except (OSError, ValueError) as error:  # diffusers: neither a pipeline folder nor a reachable Hub id
         _fail(parser, f"--model {args.model}: {str(error).splitlines()[0]}")
     return pipe.to(settings["device"])
@@ -297,9 +299,31 @@ def run_video(args, parser, write=None) -> int:
         call["image"] = image
     accepted = pipe.stock_signature().parameters
     call = {name: value for name, value in call.items() if name in accepted}
+    if args.prompt_embeds:
+        call = {k: v for k, v in call.items() if k not in ("prompt", "negative_prompt")}
+        call.update(_prompt_embeds(args, parser, accepted, settings["device"]))
     camera = trajectory if pipe.camera_adapter is not None else None
     video = pipe(**call, camera=camera, camera_scale=args.camera_scale).frames[0]
     return (write or write_outputs)(paths, video, trajectory, args, settings)
+
+
+def _prompt_embeds(args, parser, accepted, device) -> dict:
+    """``--prompt-embeds``: the file's tensors, each named as an argument of the pipeline's call that takes a
+    tensor (``prompt_embeds``, ``prompt_embeds_mask``, ...); anything else is refused by name."""
+    from mmpos._safe_state import UnsafeStateError, read_tensors
+
+    path = Path(args.prompt_embeds)
+    if not path.is_file() or path.suffix != ".safetensors":
+        _fail(parser, f"--prompt-embeds {path}: no such safetensors file")
+    try:
+        tensors = read_tensors(path, device)
+    except UnsafeStateError as error:
+        _fail(parser, f"--prompt-embeds {error}")
+    names = sorted(name for name in accepted if "embeds" in name)
+    unknown = sorted(set(tensors) - set(names))
+    if unknown or not tensors:
+        _fail(parser, f"--prompt-embeds {path}: holds {unknown or 'nothing'}; this pipeline takes {names}")
+    return tensors
 
 
 def _first_frame(args, parser, settings):
