@@ -180,3 +180,127 @@ def test_generate_video_on_a_hunyuan_video15_folder_with_prompt_embeds(hunyuan15
         main([*common[:4], "--prompt-embeds", str(tmp_path / "bad.safetensors"), "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert error.value.code == 2 and "holds ['pooled_prompt_embeds']; this pipeline takes" in err
+
+
+@pytest.fixture(scope="module")
+def ltx2_folder(tmp_path_factory):
+    """A tiny LTX-2 pipeline (video and audio; the component configs of diffusers' own LTX-2 pipeline test, caption
+    channels 32) saved without a text encoder, and its prompt tensors (two Gemma layers' states, flattened)."""
+    from diffusers import (
+        AutoencoderKLLTX2Audio,
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        LTX2Pipeline,
+        LTX2VideoTransformer3DModel,
+    )
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors, LTX2Vocoder
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("tiny_ltx2")
+    torch.manual_seed(0)
+    transformer = LTX2VideoTransformer3DModel(
+        in_channels=4,
+        out_channels=4,
+        num_attention_heads=2,
+        attention_head_dim=8,
+        cross_attention_dim=16,
+        audio_in_channels=4,
+        audio_out_channels=4,
+        audio_num_attention_heads=2,
+        audio_attention_head_dim=4,
+        audio_cross_attention_dim=8,
+        num_layers=2,
+        qk_norm="rms_norm_across_heads",
+        caption_channels=32,
+        rope_double_precision=False,
+        rope_type="split",
+    ).eval()
+    connector = dict(num_attention_heads=4, attention_head_dim=8, num_layers=1, num_learnable_registers=None)
+    connectors = LTX2TextConnectors(
+        caption_channels=32,
+        text_proj_in_factor=2,
+        **{f"{stream}_connector_{k}": v for stream in ("video", "audio") for k, v in connector.items()},
+        connector_rope_base_seq_len=32,
+        rope_double_precision=False,
+        causal_temporal_positioning=False,
+        rope_type="split",
+    ).eval()
+    vae = AutoencoderKLLTX2Video(
+        latent_channels=4,
+        block_out_channels=(8,),
+        decoder_block_out_channels=(8,),
+        layers_per_block=(1,),
+        decoder_layers_per_block=(1, 1),
+        spatio_temporal_scaling=(True,),
+        decoder_spatio_temporal_scaling=(True,),
+        decoder_inject_noise=(False, False),
+        downsample_type=("spatial",),
+        upsample_residual=(False,),
+        upsample_factor=(1,),
+        timestep_conditioning=False,
+        patch_size=1,
+        patch_size_t=1,
+        encoder_causal=True,
+        decoder_causal=False,
+    ).eval()
+    audio_vae = AutoencoderKLLTX2Audio(
+        base_channels=4,
+        output_channels=2,
+        ch_mult=(1,),
+        num_res_blocks=1,
+        attn_resolutions=None,
+        in_channels=2,
+        resolution=32,
+        latent_channels=2,
+        norm_type="pixel",
+        causality_axis="height",
+        mid_block_add_attention=False,
+        sample_rate=16000,
+        mel_hop_length=160,
+        is_causal=True,
+        mel_bins=8,
+    ).eval()
+    vocoder = LTX2Vocoder(
+        in_channels=16,
+        hidden_channels=32,
+        out_channels=2,
+        upsample_kernel_sizes=[4, 4],
+        upsample_factors=[2, 2],
+        resnet_kernel_sizes=[3],
+        resnet_dilations=[[1, 3, 5]],
+        output_sampling_rate=16000,
+    ).eval()
+    LTX2Pipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        audio_vae=audio_vae,
+        text_encoder=None,
+        tokenizer=None,
+        connectors=connectors,
+        transformer=transformer,
+        vocoder=vocoder,
+    ).save_pretrained(root / "ltx2")
+    g = torch.Generator().manual_seed(1)
+    mask = torch.ones(1, 6, dtype=torch.long)
+    embeds = dict(prompt_embeds=torch.randn(1, 6, 64, generator=g), prompt_attention_mask=mask)
+    embeds.update(negative_prompt_embeds=torch.randn(1, 6, 64, generator=g), negative_prompt_attention_mask=mask.clone())
+    save_file(embeds, str(root / "embeds.safetensors"))
+    return root / "ltx2", root / "embeds.safetensors"
+
+
+def test_generate_video_on_an_ltx2_folder_with_prompt_embeds(ltx2_folder, tmp_path, capsys):
+    from diffusers import LTX2VideoTransformer3DModel
+
+    folder, embeds = ltx2_folder
+    transformer = LTX2VideoTransformer3DModel.from_pretrained(folder / "transformer")
+    trained(CameraAdapter.for_transformer(transformer, "ucpe", head_dim=16)).save_pretrained(tmp_path / "adapter")
+    common = ["generate", "video", "--model", str(folder), "--prompt-embeds", str(embeds), "--frames", "9"]
+    common += ["--height", "32", "--width", "32", "--steps", "2", "--device", "cpu", "--dtype", "float32"]
+    assert main([*common, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*common, "--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "camera")]) == 0
+    assert "camera adapter: ucpe" in capsys.readouterr().out
+    from PIL import Image
+
+    plain = np.asarray(Image.open(tmp_path / "plain" / "frames.png"), dtype=np.float64)
+    steered = np.asarray(Image.open(tmp_path / "camera" / "frames.png"), dtype=np.float64)
+    assert plain.shape == steered.shape and np.abs(plain - steered).max() > 1

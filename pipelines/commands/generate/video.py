@@ -308,8 +308,9 @@ def run_video(args, parser, write=None) -> int:
 
 
 def _prompt_embeds(args, parser, accepted, device) -> dict:
-    """``--prompt-embeds``: the file's tensors, each named as an argument of the pipeline's call that takes a
-    tensor (``prompt_embeds``, ``prompt_embeds_mask``, ...); anything else is refused by name."""
+    """``--prompt-embeds``: the file's tensors, each named as a prompt tensor argument of the pipeline's call
+    (``prompt_embeds``, ``prompt_embeds_mask``, ``negative_prompt_attention_mask``, ...); anything else is refused by
+    name."""
     from mmpos._safe_state import UnsafeStateError, read_tensors
 
     path = Path(args.prompt_embeds)
@@ -319,7 +320,7 @@ def _prompt_embeds(args, parser, accepted, device) -> dict:
         tensors = read_tensors(path, device)
     except UnsafeStateError as error:
         _fail(parser, f"--prompt-embeds {error}")
-    names = sorted(name for name in accepted if "embeds" in name)
+    names = sorted(name for name in accepted if name.startswith(("prompt_", "negative_prompt_")) or "embeds" in name)
     unknown = sorted(set(tensors) - set(names))
     if unknown or not tensors:
         _fail(parser, f"--prompt-embeds {path}: holds {unknown or 'nothing'}; this pipeline takes {names}")
