@@ -283,7 +283,9 @@ def ltx2_folder(tmp_path_factory):
     g = torch.Generator().manual_seed(1)
     mask = torch.ones(1, 6, dtype=torch.long)
     embeds = dict(prompt_embeds=torch.randn(1, 6, 64, generator=g), prompt_attention_mask=mask)
-    embeds.update(negative_prompt_embeds=torch.randn(1, 6, 64, generator=g), negative_prompt_attention_mask=mask.clone())
+    embeds.update(
+        negative_prompt_embeds=torch.randn(1, 6, 64, generator=g), negative_prompt_attention_mask=mask.clone()
+    )
     save_file(embeds, str(root / "embeds.safetensors"))
     return root / "ltx2", root / "embeds.safetensors"
 

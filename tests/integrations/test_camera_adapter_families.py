@@ -172,3 +172,12 @@ def test_context_parallelism_stays_refused_by_name(name):
     adapter = adapter_for(model, "plucker")
     with pytest.raises(RuntimeError, match=f"family '{name}'.* context parallelism .* is refused"):
         install_camera_adapter(model, adapter.conditioning(_trajectory()))
+
+
+def test_the_family_table_says_which_families_take_which_kinds():
+    from mmpos.integrations.diffusers.families import camera_row
+
+    for name in camera_families():
+        assert camera_row(get_family(name)).startswith("plucker, prope, ucpe")
+    assert camera_row(get_family("wan")).endswith("(context parallel: plucker)")  # ucpe / prope are refused there
+    assert camera_row(get_family("hunyuan_video")) == camera_row(get_family("helios")) == "-"

@@ -121,7 +121,8 @@ def _trajectory(args, parser, frames: int):
 
 def _pipeline_class(args, parser):
     """The camera-controlled class for ``--model``: Wan's (tiny, a hub id, a Wan folder), else the class a local
-    folder's ``model_index.json`` names, of a family that takes camera adapters (:func:`~...video.camera.camera_control`)."""
+    folder's ``model_index.json`` names, of a family that takes camera adapters
+    (:func:`~mmpos.pipelines.video.camera.camera_control`)."""
     from ... import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
 
     wan = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline

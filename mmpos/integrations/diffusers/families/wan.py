@@ -3,9 +3,9 @@
 One module, one generalisation: :func:`register_wan_family` registers a class whose ``rope`` is Wan's.
 
 * Tier 2 (the seam :class:`WanPositions` and the processors :class:`WanPEAttnProcessor` on every self-attention
-  layer, ``blocks.*.attn1`` and VACE's ``vace_blocks.*.attn1``; any rotary encoding and the camera adapters
-  install): ``wan`` (Wan 2.1 / 2.2 T2V, I2V, TI2V, V2V, Lucy Edit), ``wan_vace`` (imports Wan's rope), ``wan_animate``
-  (a copy), ``chronoedit`` (a copy whose two-frame input, the image and its edit, sits at times ``0`` and
+  layer, ``blocks.*.attn1`` and VACE's ``vace_blocks.*.attn1``; any rotary encoding installs, and on ``wan`` the
+  camera adapters): ``wan`` (Wan 2.1 / 2.2 T2V, I2V, TI2V, V2V, Lucy Edit), ``wan_vace`` (imports Wan's rope),
+  ``wan_animate`` (a copy), ``chronoedit`` (a copy whose two-frame input, the image and its edit, sits at times ``0`` and
   ``temporal_skip_len - 1``).
 * Tier 1 (the stock processors stay; the tables rebuilt from positions as for SkyReels-V2, whose rope is also
   Wan's): ``sana_video`` (SANA-Video's linear attention rotates with the stock ``(cos, sin)``).
