@@ -83,9 +83,9 @@ def test_zero_init_is_bit_identical_and_a_trained_adapter_is_not_then_stock_agai
 def _reference(model, name, adapter, inputs):
     """The adapter applied by plain torch hooks on the family's self-attention modules, from the layer protocol
     (``input_delta`` added to the attention's hidden states, ``residual`` to its video output), with cameras built on
-    the grid here: where the site puts the deltas, which tokens get which camera."""
+    the grid the tiny inputs were built on: where the site puts the deltas, which tokens get which camera."""
     family = get_family(name)
-    frames, rows, cols = family.camera.grid(model, (), inputs)
+    frames, rows, cols = 2, ROWS, COLS  # every case's inputs: 2 latent frames of ROWS x COLS tokens
     pixels = family.pixels_per_token
     cameras = video_cameras(_trajectory(), (frames, rows, cols), (rows * pixels, cols * pixels)).cameras
     state = adapter.layers[0].condition(cameras)
@@ -148,6 +148,7 @@ def test_save_and_load_round_trip(family_case, tmp_path):
 def test_cameras_on_another_grid_are_refused_by_name(family_case):
     name, model, inputs, _ = family_case
     frames, rows, cols = get_family(name).camera.grid(model, (), inputs)
+    assert (frames, rows, cols) == (2, ROWS, COLS)  # the grid the tiny inputs were built on
     cameras = video_cameras(_trajectory(), (frames + 1, rows, cols), (rows * 16, cols * 16))
     with camera_conditioning(model, adapter_for(model, "plucker"), cameras):
         with pytest.raises(ValueError, match=f"this forward has {frames} x {rows} x {cols}"):
