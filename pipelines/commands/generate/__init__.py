@@ -13,7 +13,10 @@ from mmpos._camera_motions import vocabulary_help
 from .._options import add_run_options
 from .video import SPATIAL
 
-VIDEO_DESCRIPTION = "``mmpos generate video``: a camera-controlled Wan video from the command line."
+VIDEO_DESCRIPTION = (
+    "``mmpos generate video``: a camera-controlled video (Wan, or a camera family's pipeline folder) from the command "
+    "line."
+)
 
 
 # The text-to-image families of the diffusers family registry (mmpos.integrations.diffusers.families) and their
@@ -93,7 +96,8 @@ def register(subparsers) -> None:
     with_image_families(image)
     video = kinds.add_parser(
         "video",
-        help="camera-controlled Wan video (or the mini-world's image-to-video model)",
+        help="camera-controlled video: Wan, a camera family's pipeline folder, or the mini-world's image-to-video "
+        "model",
         description=VIDEO_DESCRIPTION,
     )
     add_video_arguments(video)
