@@ -157,7 +157,8 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompt-embeds",
         metavar="FILE",
         help="safetensors file of the pipeline's prompt tensors under its __call__ names (prompt_embeds, "
-        "prompt_embeds_mask, ...), instead of --prompt: for a pipeline folder saved without text encoders",
+        "prompt_embeds_mask, ...), instead of --prompt: for a pipeline folder saved without text encoders "
+        "(default: none, --prompt is encoded)",
     )
     parser.add_argument(
         "--frames",
