@@ -1,0 +1,423 @@
+"""Tiny random diffusers pipelines of the registered families, built offline (seeded random weights, CPU, seconds):
+``mmpos tiny-pipeline FAMILY --out FOLDER`` saves one (``save_pretrained`` layout) with prompt embeddings beside it,
+so ``mmpos generate`` / ``mmpos edit`` / ``DiffusionPipeline.from_pretrained`` can be tried on any family without
+downloading weights. The images are noise-like; the plumbing is the real one.
+
+    from mmpos.integrations.diffusers.tiny_pipelines import tiny_pipeline, tiny_call
+    recipe = tiny_pipeline("flux2", "Flux2KleinPipeline")
+    pipe = recipe.build()                          # Flux2KleinPipeline with random tiny parts
+    image = pipe(**tiny_call(recipe, steps=1), output_type="pt").images   # [1, 3, 32, 32]
+
+The transformers are those of :mod:`mmpos.integrations.diffusers.families.tiny` (the conformance suite's), fitted
+to a tiny VAE; a text encoder is included where one can be built tiny offline (FLUX.1, Qwen-Image, Wan), otherwise
+the pipeline is saved without it and takes the prompt embeddings. :data:`NOT_TINY` names every registered family
+(and :data:`PIPELINES_NOT_TINY` every pipeline of a covered family) that has no tiny pipeline here, with why.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import tiny_text
+from .families import tiny as tiny_models
+
+EMBEDS_FILE = "prompt_embeds.safetensors"
+
+
+@dataclass(frozen=True)
+class TinyPipeline:
+    """How to build one family's pipeline tiny: its diffusers class, its parts and a call that runs it."""
+
+    family: str
+    pipeline: str  # the diffusers pipeline class name
+    components: Callable[[], dict]  # seeded, every module in eval mode
+    prompt_embeds: Callable[[int], dict]  # batch -> the prompt-embedding tensors its __call__ takes
+    side: int  # a small output height and width in pixels (one or a few tokens per side)
+    frames: int | None = None  # video pipelines: num_frames
+    inputs: Callable[[int], dict] = field(default=lambda side: {})  # side -> image / mask / video inputs
+    call: dict = field(default_factory=dict)  # fixed call arguments (guidance without negative embeddings)
+    text_encoder: bool = False  # built with a tiny text encoder: takes prompt strings too
+
+    def build(self):
+        """The pipeline, from :attr:`components`."""
+        import diffusers
+
+        return getattr(diffusers, self.pipeline)(**self.components())
+
+
+def tiny_call(recipe: TinyPipeline, steps: int = 1, batch: int = 1) -> dict:
+    """Keyword arguments of one tiny run of ``recipe``'s pipeline: its prompt embeddings, size, inputs, ``steps``."""
+    size = dict(height=recipe.side, width=recipe.side, num_inference_steps=steps)
+    if recipe.frames is not None:
+        size["num_frames"] = recipe.frames
+    return {**recipe.prompt_embeds(batch), **size, **recipe.inputs(recipe.side), **recipe.call}
+
+
+# ---- VAEs -------------------------------------------------------------------------------------------------------
+def _kl_vae(levels: int, latent_channels: int, **config):
+    """``AutoencoderKL`` of ``levels`` one-block levels: ``2 ** (levels - 1)`` pixels per latent."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        block_out_channels=(4,) * levels,
+        down_block_types=("DownEncoderBlock2D",) * levels,
+        up_block_types=("UpDecoderBlock2D",) * levels,
+        layers_per_block=1,
+        latent_channels=latent_channels,
+        norm_num_groups=1,
+        **config,
+    ).eval()
+
+
+def _flux_vae():
+    """Scale factor 8 (FLUX.1's: with 2 x 2 packing one token is 16 x 16 pixels), one latent channel."""
+    return _kl_vae(4, 1, sample_size=32, use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609,
+                   scaling_factor=1.5035)  # fmt: skip
+
+
+def _flux2_vae():
+    from diffusers import AutoencoderKLFlux2
+
+    return AutoencoderKLFlux2(
+        block_out_channels=(8, 8),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+    ).eval()
+
+
+def _qwen_vae():
+    from diffusers import AutoencoderKLQwenImage
+
+    return AutoencoderKLQwenImage(
+        base_dim=4,
+        z_dim=4,
+        dim_mult=[1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.0] * 4,
+        latents_std=[1.0] * 4,
+    ).eval()
+
+
+def _seeded(build: Callable[[], dict], seed: int = 0) -> Callable[[], dict]:
+    """``build`` run under ``torch.manual_seed(seed)``, the caller's RNG state restored."""
+
+    def seeded() -> dict:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            return build()
+
+    return seeded
+
+
+def _flow_scheduler(**config):
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    return FlowMatchEulerDiscreteScheduler(**config)
+
+
+# ---- FLUX.1 -----------------------------------------------------------------------------------------------------
+FLUX_TEXT_DIM = tiny_models.FLUX_CONFIG["joint_attention_dim"]
+
+
+def flux_transformer(kind: str = "flux", vae_scale: int = 8):
+    """FLUX.1's tiny transformer on one latent channel (packed 2 x 2): Fill's input is noisy latents | masked-image
+    latents | the pixel mask folded to ``vae_scale ** 2`` channels."""
+    from diffusers import FluxTransformer2DModel
+
+    packed = 4
+    in_channels = {"flux": packed, "kontext": packed, "fill": 2 * packed + 4 * vae_scale**2}[kind]
+    config = {**tiny_models.FLUX_CONFIG, "in_channels": in_channels, "out_channels": packed}
+    return FluxTransformer2DModel(**config).eval()
+
+
+def flux_components(kind: str = "flux", text_encoder: bool = True) -> dict:
+    """Parts of a tiny ``FluxPipeline`` (``kind="flux"``), ``FluxFillPipeline`` or ``FluxKontextPipeline``
+    (call under a seed: :func:`_seeded`); ``text_encoder=False``: without CLIP and T5."""
+    parts = dict(transformer=flux_transformer(kind), vae=_flux_vae(), scheduler=_flow_scheduler())
+    if text_encoder:
+        return {**parts, **tiny_text.clip_t5_components(FLUX_TEXT_DIM)}
+    return {**parts, **dict.fromkeys(("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"))}
+
+
+def flux_prompt_embeds(batch: int = 1, seed: int = 1) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return dict(
+        prompt_embeds=torch.randn(batch, tiny_text.FLUX_TEXT_LEN, FLUX_TEXT_DIM, generator=generator),
+        pooled_prompt_embeds=torch.randn(batch, FLUX_TEXT_DIM, generator=generator),
+    )
+
+
+# ---- FLUX.2 -----------------------------------------------------------------------------------------------------
+KLEIN_TRANSFORMER = {**tiny_models.FLUX2_CONFIG, "in_channels": 16}  # 4 latent channels, packed 2 x 2
+
+
+def klein_components(guidance: bool = False) -> dict:
+    """Parts of a tiny FLUX.2 pipeline without text encoder (a 2-level VAE: 4 pixels per token); ``guidance``: the
+    guidance-distilled ``Flux2Pipeline``'s transformer."""
+    from diffusers import Flux2Transformer2DModel
+
+    transformer = Flux2Transformer2DModel(**{**KLEIN_TRANSFORMER, "guidance_embeds": guidance}).eval()
+    return dict(scheduler=_flow_scheduler(), vae=_flux2_vae(), text_encoder=None, tokenizer=None,
+                transformer=transformer)  # fmt: skip
+
+
+def klein_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 1) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return dict(prompt_embeds=torch.randn(batch, length, KLEIN_TRANSFORMER["joint_attention_dim"], generator=generator))
+
+
+# ---- Qwen-Image -------------------------------------------------------------------------------------------------
+QWEN_TRANSFORMER = dict(
+    patch_size=2,
+    in_channels=16,
+    out_channels=4,
+    num_layers=2,
+    attention_head_dim=16,
+    num_attention_heads=3,
+    joint_attention_dim=16,
+    guidance_embeds=False,
+    axes_dims_rope=(8, 4, 4),
+)
+
+
+def qwen_image_components(text_encoder: bool = True, processor: bool = False) -> dict:
+    """Parts of a tiny ``QwenImagePipeline``: 4-channel VAE of scale factor 8 (one token is 16 x 16 pixels, as in
+    Qwen-Image); ``text_encoder``: a one-layer Qwen2.5-VL with a word-level tokenizer; ``processor``: the Edit
+    pipelines' ``processor`` entry (``None``: they take prompt embeddings)."""
+    from diffusers import QwenImageTransformer2DModel
+
+    transformer = QwenImageTransformer2DModel(**QWEN_TRANSFORMER).eval()
+    vae = _qwen_vae()
+    text = (
+        tiny_text.qwen2_5_vl_components(QWEN_TRANSFORMER["joint_attention_dim"])
+        if text_encoder
+        else dict(text_encoder=None, tokenizer=None)
+    )
+    extra = dict(processor=None) if processor else {}
+    return dict(transformer=transformer, vae=vae, scheduler=_flow_scheduler(), **text, **extra)
+
+
+def qwen_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 1) -> dict:
+    """``prompt_embeds [B, L, D]`` and ``prompt_embeds_mask [B, L]`` (the last token padded)."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    embeds = torch.randn(batch, length, QWEN_TRANSFORMER["joint_attention_dim"], generator=generator)
+    return dict(prompt_embeds=embeds, prompt_embeds_mask=mask)
+
+
+# ---- Z-Image, Qwen-Image 2.1 --------------------------------------------------------------------------------------
+def z_image_components() -> dict:
+    """Parts of a tiny ``ZImagePipeline`` (no text encoder; a one-level VAE: 2 pixels per token)."""
+    vae = _kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0)
+    return dict(scheduler=_flow_scheduler(), vae=vae, text_encoder=None, tokenizer=None,
+                transformer=tiny_models._z_image().eval())  # fmt: skip
+
+
+def width16_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16]``, no mask (Z-Image, Qwen-Image 2.1)."""
+    return dict(prompt_embeds=torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed)))
+
+
+def chroma_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16]`` and ``prompt_attention_mask [B, L]`` (the last token padded; float, as Chroma's
+    own prompt encoder returns it)."""
+    mask = torch.ones(batch, length)
+    mask[:, -1] = 0
+    return dict(width16_prompt_embeds(batch, length, seed), prompt_attention_mask=mask)
+
+
+def qwen21_components() -> dict:
+    """Parts of a tiny ``QwenImage21Pipeline``: no text encoder, a word-level Qwen3-VL processor, a 3-channel VAE
+    with the model's 16x spatial factor (one token is 16 x 16 pixels)."""
+    from diffusers import AutoencoderKLQwenImage21
+
+    vae = AutoencoderKLQwenImage21(
+        base_dim=4,
+        decoder_base_dim=4,
+        z_dim=4,
+        dim_mult=[1, 1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True, True],
+        latents_mean=[0.0] * 4,
+        latents_std=[1.0] * 4,
+        in_channels=3,
+        out_channels=3,
+    ).eval()
+    return dict(scheduler=_flow_scheduler(), vae=vae, text_encoder=None, processor=tiny_text.qwen3_vl_processor(),
+                transformer=tiny_models._qwen21().eval())  # fmt: skip
+
+
+# ---- Chroma -----------------------------------------------------------------------------------------------------
+def chroma_components() -> dict:
+    """Parts of a tiny Chroma pipeline: the conformance transformer (4 packed channels) on FLUX.1's tiny VAE."""
+    return dict(scheduler=_flow_scheduler(), vae=_flux_vae(), text_encoder=None, tokenizer=None,
+                transformer=tiny_models._chroma().eval())  # fmt: skip
+
+
+# ---- Wan --------------------------------------------------------------------------------------------------------
+def wan_components(image_to_video: bool = False) -> dict:
+    from mmpos.models.tiny_wan import tiny_wan_components
+
+    return tiny_wan_components(image_to_video=image_to_video)
+
+
+def wan_prompt_embeds(batch: int = 1, length: int = 6, seed: int = 1) -> dict:
+    from mmpos.models.tiny_wan import TEXT_DIM
+
+    return dict(prompt_embeds=torch.randn(batch, length, TEXT_DIM, generator=torch.Generator().manual_seed(seed)))
+
+
+# ---- inputs of the image-conditioned pipelines --------------------------------------------------------------------
+def pil_image(height: int, width: int, seed: int = 2):
+    """A smooth random RGB PIL image (the edit pipelines read ``image.size``)."""
+    import numpy as np
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(1, 3, max(1, height // 8), max(1, width // 8), generator=generator)
+    fine = torch.nn.functional.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
+    return Image.fromarray((fine[0].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
+
+
+def _image(side: int) -> dict:
+    return dict(image=pil_image(side, side))
+
+
+def _inpaint(side: int) -> dict:
+    from PIL import Image
+
+    mask = Image.new("L", (side, side), 0)
+    mask.paste(255, (side // 4, side // 4, 3 * side // 4, 3 * side // 4))
+    return dict(image=pil_image(side, side), mask_image=mask)
+
+
+def _video(side: int, frames: int = 5) -> dict:
+    return dict(video=[pil_image(side, side, seed=2 + i) for i in range(frames)])
+
+
+def _recipes() -> list[TinyPipeline]:
+    no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
+    flux = lambda kind, **more: TinyPipeline(  # noqa: E731
+        "flux", more.pop("name"), _seeded(lambda: flux_components(kind)), flux_prompt_embeds, 32, text_encoder=True,
+        call=dict(max_sequence_length=tiny_text.FLUX_TEXT_LEN), **more,
+    )  # fmt: skip
+    qwen = lambda name, inputs=lambda side: {}, processor=False: TinyPipeline(  # noqa: E731
+        "qwen", name, _seeded(lambda: qwen_image_components(False, processor)), qwen_prompt_embeds, 64, inputs=inputs
+    )
+    z_image = lambda name, inputs=lambda side: {}: TinyPipeline(  # noqa: E731
+        "z_image", name, _seeded(z_image_components), width16_prompt_embeds, 8, inputs=inputs,
+        call=dict(guidance_scale=0.0),  # Z-Image's guidance is on above 0
+    )
+    chroma = lambda name, inputs=lambda side: {}: TinyPipeline(  # noqa: E731
+        "chroma", name, _seeded(chroma_components), chroma_prompt_embeds, 32, inputs=inputs, call=no_cfg
+    )
+    return [
+        flux("flux", name="FluxPipeline"),
+        flux("fill", name="FluxFillPipeline", inputs=_inpaint),
+        flux("kontext", name="FluxKontextPipeline", inputs=lambda side: dict(_image(side), max_area=side**2)),
+        TinyPipeline("flux2", "Flux2Pipeline", _seeded(lambda: klein_components(True)), klein_prompt_embeds, 32),
+        TinyPipeline("flux2", "Flux2KleinPipeline", _seeded(klein_components), klein_prompt_embeds, 32, call=no_cfg),
+        TinyPipeline(
+            "flux2", "Flux2KleinInpaintPipeline", _seeded(klein_components), klein_prompt_embeds, 32, inputs=_inpaint,
+            call=no_cfg,
+        ),  # fmt: skip
+        qwen("QwenImagePipeline"),
+        qwen("QwenImageImg2ImgPipeline", _image),
+        qwen("QwenImageInpaintPipeline", _inpaint),
+        qwen("QwenImageEditPipeline", _image, processor=True),
+        qwen("QwenImageEditPlusPipeline", _image, processor=True),
+        z_image("ZImagePipeline"),
+        z_image("ZImageImg2ImgPipeline", _image),
+        z_image("ZImageInpaintPipeline", _inpaint),
+        TinyPipeline("qwenimage21", "QwenImage21Pipeline", _seeded(qwen21_components), width16_prompt_embeds, 64),
+        chroma("ChromaPipeline"),
+        chroma("ChromaImg2ImgPipeline", _image),
+        TinyPipeline("wan", "WanPipeline", _seeded(wan_components), wan_prompt_embeds, 32, frames=5, call=no_cfg,
+                     text_encoder=True),  # fmt: skip
+        TinyPipeline(
+            "wan", "WanImageToVideoPipeline", _seeded(lambda: wan_components(True)), wan_prompt_embeds, 32, frames=5,
+            inputs=_image, call=no_cfg, text_encoder=True,
+        ),  # fmt: skip
+        TinyPipeline("wan", "WanVideoToVideoPipeline", _seeded(wan_components), wan_prompt_embeds, 32, inputs=_video,
+                     call=dict(no_cfg, strength=1.0), text_encoder=True),  # fmt: skip
+    ]
+
+
+RECIPES: dict[str, dict[str, TinyPipeline]] = {}
+for _recipe in _recipes():
+    RECIPES.setdefault(_recipe.family, {})[_recipe.pipeline] = _recipe
+
+_NEEDS_RECIPE = "no tiny pipeline written yet: its transformer is tiny (families/tiny.py) but its VAE, text inputs and call are not"
+# registered family -> why it has no tiny pipeline here (every family is in RECIPES or here: a test checks it)
+NOT_TINY: dict[str, str] = {
+    "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",
+}
+# pipeline of a family in RECIPES -> why it is not built tiny
+PIPELINES_NOT_TINY: dict[str, str] = {
+    "ZImageControlNetPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
+    "ZImageControlNetInpaintPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
+    "ZImageOmniPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
+    "ChromaInpaintPipeline": "diffusers 0.42.1's pipeline reads transformer.config.guidance_embeds, which "
+    "ChromaTransformer2DModel has not: it fails on every Chroma model",
+    "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
+}
+
+
+def not_tiny_reason(family: str) -> str | None:
+    """Why ``family`` has no tiny pipeline (``None``: it has); a registered family not named anywhere gets the
+    generic reason."""
+    if family in RECIPES:
+        return None
+    return NOT_TINY.get(family, _NEEDS_RECIPE)
+
+
+def tiny_pipeline(family: str, pipeline: str | None = None) -> TinyPipeline:
+    """The recipe of ``family``'s ``pipeline`` (default: its first); ``ValueError`` naming the registered families
+    (unknown ``family``), saying why (a family or pipeline with none) or naming the family's tiny pipelines."""
+    from .families import FAMILIES, list_families
+
+    if family not in list_families():
+        raise ValueError(f"unknown diffusers family {family!r}; expected one of {', '.join(list_families())}")
+    reason = not_tiny_reason(family)
+    if reason is not None:
+        raise ValueError(f"family {family!r} has no tiny pipeline: {reason}")
+    recipes = RECIPES[family]
+    if pipeline is None:
+        return next(iter(recipes.values()))
+    if pipeline in recipes:
+        return recipes[pipeline]
+    if pipeline in PIPELINES_NOT_TINY:
+        raise ValueError(f"--pipeline {pipeline}: not built tiny: {PIPELINES_NOT_TINY[pipeline]}")
+    known = ", ".join(FAMILIES[family].pipelines)
+    raise ValueError(
+        f"--pipeline {pipeline}: not a pipeline of family {family!r}; its tiny pipelines are {', '.join(recipes)} "
+        f"(its pipelines: {known})"
+    )
+
+
+def save_tiny_pipeline(recipe: TinyPipeline, folder, prompts: int = 1) -> Path:
+    """Save ``recipe``'s pipeline into ``folder`` (``save_pretrained``) with its prompt embeddings for ``prompts``
+    prompts in ``folder/prompt_embeds.safetensors``; returns ``folder``."""
+    import diffusers
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    level = diffusers.logging.get_verbosity()
+    diffusers.logging.set_verbosity(logging.ERROR)  # "text_encoder=None cannot be saved", once per component
+    try:
+        recipe.build().save_pretrained(folder)
+    finally:
+        diffusers.logging.set_verbosity(level)
+    tensors = {key: value.contiguous() for key, value in recipe.prompt_embeds(prompts).items()}
+    save_file(tensors, str(folder / EMBEDS_FILE))
+    return folder
