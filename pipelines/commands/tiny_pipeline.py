@@ -107,5 +107,7 @@ def try_commands(recipe, folder) -> list[str]:
 
     saved_without = missing_components(folder, getattr(diffusers, recipe.pipeline))
     none = "".join(f", {name}=None" for name in saved_without)  # saved without them: passed as None
-    lines.append(f"python -c \"import diffusers; print(diffusers.DiffusionPipeline.from_pretrained('{folder}'{none}))\"")
+    lines.append(
+        f"python -c \"import diffusers; print(diffusers.DiffusionPipeline.from_pretrained('{folder}'{none}))\""
+    )
     return lines

@@ -73,7 +73,10 @@ def test_generate_video_runs_on_a_tiny_wan_folder(tmp_path, capsys):
 
 def test_the_printed_python_line_loads_the_folder(tmp_path, capsys):
     folder = tmp_path / "klein"
-    assert main(["tiny-pipeline", "flux2", "--pipeline", "Flux2KleinPipeline", "--out", str(folder), "--prompts", "3"]) == 0
+    assert (
+        main(["tiny-pipeline", "flux2", "--pipeline", "Flux2KleinPipeline", "--out", str(folder), "--prompts", "3"])
+        == 0
+    )
     (line,) = printed_commands(capsys.readouterr().out, "python -c")
     namespace: dict = {}
     exec(line[2].replace("print(", "loaded = ("), namespace)  # noqa: S102 - the line the command printed
@@ -105,7 +108,9 @@ def test_an_out_folder_with_files_is_kept_unless_overwrite(tmp_path, capsys):
     (out / "mine.txt").write_text("keep")
     with pytest.raises(SystemExit) as exit_info:
         main(["tiny-pipeline", "z_image", "--out", str(out)])
-    assert exit_info.value.code == 2 and "holds files; choose another --out or pass --overwrite" in capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2 and "holds files; choose another --out or pass --overwrite" in capsys.readouterr().err
+    )
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
     assert main(["tiny-pipeline", "z_image", "--out", str(out), "--overwrite"]) == 0
     assert (out / "model_index.json").is_file() and not (out / "mine.txt").exists()

@@ -315,7 +315,12 @@ def _recipes() -> list[TinyPipeline]:
         "qwen", name, _seeded(lambda: qwen_image_components(False, processor)), qwen_prompt_embeds, 64, inputs=inputs
     )
     z_image = lambda name, inputs=lambda side: {}: TinyPipeline(  # noqa: E731
-        "z_image", name, _seeded(z_image_components), width16_prompt_embeds, 8, inputs=inputs,
+        "z_image",
+        name,
+        _seeded(z_image_components),
+        width16_prompt_embeds,
+        8,
+        inputs=inputs,
         call=dict(guidance_scale=0.0),  # Z-Image's guidance is on above 0
     )
     chroma = lambda name, inputs=lambda side: {}: TinyPipeline(  # noqa: E731
@@ -328,7 +333,12 @@ def _recipes() -> list[TinyPipeline]:
         TinyPipeline("flux2", "Flux2Pipeline", _seeded(lambda: klein_components(True)), klein_prompt_embeds, 32),
         TinyPipeline("flux2", "Flux2KleinPipeline", _seeded(klein_components), klein_prompt_embeds, 32, call=no_cfg),
         TinyPipeline(
-            "flux2", "Flux2KleinInpaintPipeline", _seeded(klein_components), klein_prompt_embeds, 32, inputs=_inpaint,
+            "flux2",
+            "Flux2KleinInpaintPipeline",
+            _seeded(klein_components),
+            klein_prompt_embeds,
+            32,
+            inputs=_inpaint,
             call=no_cfg,
         ),  # fmt: skip
         qwen("QwenImagePipeline"),
@@ -342,14 +352,37 @@ def _recipes() -> list[TinyPipeline]:
         TinyPipeline("qwenimage21", "QwenImage21Pipeline", _seeded(qwen21_components), width16_prompt_embeds, 64),
         chroma("ChromaPipeline"),
         chroma("ChromaImg2ImgPipeline", _image),
-        TinyPipeline("wan", "WanPipeline", _seeded(wan_components), wan_prompt_embeds, 32, frames=5, call=no_cfg,
-                     text_encoder=True),  # fmt: skip
         TinyPipeline(
-            "wan", "WanImageToVideoPipeline", _seeded(lambda: wan_components(True)), wan_prompt_embeds, 32, frames=5,
-            inputs=_image, call=no_cfg, text_encoder=True,
+            "wan",
+            "WanPipeline",
+            _seeded(wan_components),
+            wan_prompt_embeds,
+            32,
+            frames=5,
+            call=no_cfg,
+            text_encoder=True,
         ),  # fmt: skip
-        TinyPipeline("wan", "WanVideoToVideoPipeline", _seeded(wan_components), wan_prompt_embeds, 32, inputs=_video,
-                     call=dict(no_cfg, strength=1.0), text_encoder=True),  # fmt: skip
+        TinyPipeline(
+            "wan",
+            "WanImageToVideoPipeline",
+            _seeded(lambda: wan_components(True)),
+            wan_prompt_embeds,
+            32,
+            frames=5,
+            inputs=_image,
+            call=no_cfg,
+            text_encoder=True,
+        ),  # fmt: skip
+        TinyPipeline(
+            "wan",
+            "WanVideoToVideoPipeline",
+            _seeded(wan_components),
+            wan_prompt_embeds,
+            32,
+            inputs=_video,
+            call=dict(no_cfg, strength=1.0),
+            text_encoder=True,
+        ),  # fmt: skip
     ]
 
 
@@ -357,7 +390,9 @@ RECIPES: dict[str, dict[str, TinyPipeline]] = {}
 for _recipe in _recipes():
     RECIPES.setdefault(_recipe.family, {})[_recipe.pipeline] = _recipe
 
-_NEEDS_RECIPE = "no tiny pipeline written yet: its transformer is tiny (families/tiny.py) but its VAE, text inputs and call are not"
+_NEEDS_RECIPE = (
+    "no tiny pipeline written yet: its transformer is tiny (families/tiny.py) but its VAE, text inputs and call are not"
+)
 # registered family -> why it has no tiny pipeline here (every family is in RECIPES or here: a test checks it)
 NOT_TINY: dict[str, str] = {
     "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",

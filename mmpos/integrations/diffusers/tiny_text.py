@@ -13,7 +13,19 @@ import torch
 
 FLUX_TEXT_LEN = 6  # T5 tokens of the tiny FLUX.1 pipelines (their max_sequence_length)
 FLUX_WORDS = ("a", "the", "on", "at", "of", "and", "background", "object", "image", "into", "blend")
-QWEN_WORDS = ("<pad>", "<unk>", "<|im_start|>", "<|im_end|>", "a", "red", "blue", "circle", "square", "on", "background")
+QWEN_WORDS = (
+    "<pad>",
+    "<unk>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "a",
+    "red",
+    "blue",
+    "circle",
+    "square",
+    "on",
+    "background",
+)
 
 
 def clip_t5_components(width: int, seed: int = 0) -> dict:
