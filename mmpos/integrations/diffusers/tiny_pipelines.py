@@ -41,7 +41,6 @@ class TinyPipeline:
     frames: int | None = None  # video pipelines: num_frames
     inputs: Callable[[int], dict] = field(default=lambda side: {})  # side -> image / mask / video inputs
     call: dict = field(default_factory=dict)  # fixed call arguments (guidance without negative embeddings)
-    text_encoder: bool = False  # built with a tiny text encoder: takes prompt strings too
 
     def build(self):
         """The pipeline, from :attr:`components`."""
@@ -74,10 +73,18 @@ def _kl_vae(levels: int, latent_channels: int, **config):
     ).eval()
 
 
-def _flux_vae():
-    """Scale factor 8 (FLUX.1's: with 2 x 2 packing one token is 16 x 16 pixels), one latent channel."""
-    return _kl_vae(4, 1, sample_size=32, use_quant_conv=False, use_post_quant_conv=False, shift_factor=0.0609,
-                   scaling_factor=1.5035)  # fmt: skip
+def flux_vae(levels: int = 4):
+    """FLUX.1's tiny VAE on one latent channel: scale factor ``2 ** (levels - 1)``, 8 by default (FLUX.1's: with
+    2 x 2 packing one token is 16 x 16 pixels)."""
+    return _kl_vae(
+        levels,
+        1,
+        sample_size=32,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.0609,
+        scaling_factor=1.5035,
+    )
 
 
 def _flux2_vae():
@@ -107,15 +114,15 @@ def _qwen_vae():
     ).eval()
 
 
-def _seeded(build: Callable[[], dict], seed: int = 0) -> Callable[[], dict]:
+def seeded(build: Callable[[], dict], seed: int = 0) -> Callable[[], dict]:
     """``build`` run under ``torch.manual_seed(seed)``, the caller's RNG state restored."""
 
-    def seeded() -> dict:
+    def built() -> dict:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             return build()
 
-    return seeded
+    return built
 
 
 def _flow_scheduler(**config):
@@ -141,8 +148,8 @@ def flux_transformer(kind: str = "flux", vae_scale: int = 8):
 
 def flux_components(kind: str = "flux", text_encoder: bool = True) -> dict:
     """Parts of a tiny ``FluxPipeline`` (``kind="flux"``), ``FluxFillPipeline`` or ``FluxKontextPipeline``
-    (call under a seed: :func:`_seeded`); ``text_encoder=False``: without CLIP and T5."""
-    parts = dict(transformer=flux_transformer(kind), vae=_flux_vae(), scheduler=_flow_scheduler())
+    (call under a seed: :func:`seeded`); ``text_encoder=False``: without CLIP and T5."""
+    parts = dict(transformer=flux_transformer(kind), vae=flux_vae(), scheduler=_flow_scheduler())
     if text_encoder:
         return {**parts, **tiny_text.clip_t5_components(FLUX_TEXT_DIM)}
     return {**parts, **dict.fromkeys(("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"))}
@@ -166,8 +173,9 @@ def klein_components(guidance: bool = False) -> dict:
     from diffusers import Flux2Transformer2DModel
 
     transformer = Flux2Transformer2DModel(**{**KLEIN_TRANSFORMER, "guidance_embeds": guidance}).eval()
-    return dict(scheduler=_flow_scheduler(), vae=_flux2_vae(), text_encoder=None, tokenizer=None,
-                transformer=transformer)  # fmt: skip
+    return dict(
+        scheduler=_flow_scheduler(), vae=_flux2_vae(), text_encoder=None, tokenizer=None, transformer=transformer
+    )
 
 
 def klein_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 1) -> dict:
@@ -219,8 +227,13 @@ def qwen_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 1) -> dict:
 def z_image_components() -> dict:
     """Parts of a tiny ``ZImagePipeline`` (no text encoder; a one-level VAE: 2 pixels per token)."""
     vae = _kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0)
-    return dict(scheduler=_flow_scheduler(), vae=vae, text_encoder=None, tokenizer=None,
-                transformer=tiny_models._z_image().eval())  # fmt: skip
+    return dict(
+        scheduler=_flow_scheduler(),
+        vae=vae,
+        text_encoder=None,
+        tokenizer=None,
+        transformer=tiny_models._z_image().eval(),
+    )
 
 
 def width16_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
@@ -253,15 +266,25 @@ def qwen21_components() -> dict:
         in_channels=3,
         out_channels=3,
     ).eval()
-    return dict(scheduler=_flow_scheduler(), vae=vae, text_encoder=None, processor=tiny_text.qwen3_vl_processor(),
-                transformer=tiny_models._qwen21().eval())  # fmt: skip
+    return dict(
+        scheduler=_flow_scheduler(),
+        vae=vae,
+        text_encoder=None,
+        processor=tiny_text.qwen3_vl_processor(),
+        transformer=tiny_models._qwen21().eval(),
+    )
 
 
 # ---- Chroma -----------------------------------------------------------------------------------------------------
 def chroma_components() -> dict:
     """Parts of a tiny Chroma pipeline: the conformance transformer (4 packed channels) on FLUX.1's tiny VAE."""
-    return dict(scheduler=_flow_scheduler(), vae=_flux_vae(), text_encoder=None, tokenizer=None,
-                transformer=tiny_models._chroma().eval())  # fmt: skip
+    return dict(
+        scheduler=_flow_scheduler(),
+        vae=flux_vae(),
+        text_encoder=None,
+        tokenizer=None,
+        transformer=tiny_models._chroma().eval(),
+    )
 
 
 # ---- Wan --------------------------------------------------------------------------------------------------------
@@ -301,88 +324,56 @@ def _inpaint(side: int) -> dict:
     return dict(image=pil_image(side, side), mask_image=mask)
 
 
+def _kontext(side: int) -> dict:
+    return dict(image=pil_image(side, side), max_area=side**2)  # else Kontext resizes to ~1024^2 pixels
+
+
 def _video(side: int, frames: int = 5) -> dict:
     return dict(video=[pil_image(side, side, seed=2 + i) for i in range(frames)])
 
 
+def _family(family: str, components, prompt_embeds, side: int, **shared) -> Callable[..., TinyPipeline]:
+    """``make(pipeline, components=None, **more)``: the recipe of ``family``'s ``pipeline`` (``components`` and
+    ``more`` override the family's)."""
+
+    def make(pipeline: str, parts: Callable[[], dict] | None = None, **more) -> TinyPipeline:
+        return TinyPipeline(family, pipeline, seeded(parts or components), prompt_embeds, side, **{**shared, **more})
+
+    return make
+
+
 def _recipes() -> list[TinyPipeline]:
     no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
-    flux = lambda kind, **more: TinyPipeline(  # noqa: E731
-        "flux", more.pop("name"), _seeded(lambda: flux_components(kind)), flux_prompt_embeds, 32, text_encoder=True,
-        call=dict(max_sequence_length=tiny_text.FLUX_TEXT_LEN), **more,
-    )  # fmt: skip
-    qwen = lambda name, inputs=lambda side: {}, processor=False: TinyPipeline(  # noqa: E731
-        "qwen", name, _seeded(lambda: qwen_image_components(False, processor)), qwen_prompt_embeds, 64, inputs=inputs
+    flux = _family(
+        "flux", flux_components, flux_prompt_embeds, 32, call=dict(max_sequence_length=tiny_text.FLUX_TEXT_LEN)
     )
-    z_image = lambda name, inputs=lambda side: {}: TinyPipeline(  # noqa: E731
-        "z_image",
-        name,
-        _seeded(z_image_components),
-        width16_prompt_embeds,
-        8,
-        inputs=inputs,
-        call=dict(guidance_scale=0.0),  # Z-Image's guidance is on above 0
-    )
-    chroma = lambda name, inputs=lambda side: {}: TinyPipeline(  # noqa: E731
-        "chroma", name, _seeded(chroma_components), chroma_prompt_embeds, 32, inputs=inputs, call=no_cfg
-    )
+    flux2 = _family("flux2", klein_components, klein_prompt_embeds, 32, call=no_cfg)
+    qwen = _family("qwen", lambda: qwen_image_components(text_encoder=False), qwen_prompt_embeds, 64)
+    qwen_edit = lambda: qwen_image_components(text_encoder=False, processor=True)  # noqa: E731
+    z_image = _family("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
+    chroma = _family("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
+    wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
-        flux("flux", name="FluxPipeline"),
-        flux("fill", name="FluxFillPipeline", inputs=_inpaint),
-        flux("kontext", name="FluxKontextPipeline", inputs=lambda side: dict(_image(side), max_area=side**2)),
-        TinyPipeline("flux2", "Flux2Pipeline", _seeded(lambda: klein_components(True)), klein_prompt_embeds, 32),
-        TinyPipeline("flux2", "Flux2KleinPipeline", _seeded(klein_components), klein_prompt_embeds, 32, call=no_cfg),
-        TinyPipeline(
-            "flux2",
-            "Flux2KleinInpaintPipeline",
-            _seeded(klein_components),
-            klein_prompt_embeds,
-            32,
-            inputs=_inpaint,
-            call=no_cfg,
-        ),  # fmt: skip
+        flux("FluxPipeline"),
+        flux("FluxFillPipeline", lambda: flux_components("fill"), inputs=_inpaint),
+        flux("FluxKontextPipeline", lambda: flux_components("kontext"), inputs=_kontext),
+        flux2("Flux2Pipeline", lambda: klein_components(guidance=True), call={}),
+        flux2("Flux2KleinPipeline"),
+        flux2("Flux2KleinInpaintPipeline", inputs=_inpaint),
         qwen("QwenImagePipeline"),
-        qwen("QwenImageImg2ImgPipeline", _image),
-        qwen("QwenImageInpaintPipeline", _inpaint),
-        qwen("QwenImageEditPipeline", _image, processor=True),
-        qwen("QwenImageEditPlusPipeline", _image, processor=True),
+        qwen("QwenImageImg2ImgPipeline", inputs=_image),
+        qwen("QwenImageInpaintPipeline", inputs=_inpaint),
+        qwen("QwenImageEditPipeline", qwen_edit, inputs=_image),
+        qwen("QwenImageEditPlusPipeline", qwen_edit, inputs=_image),
         z_image("ZImagePipeline"),
-        z_image("ZImageImg2ImgPipeline", _image),
-        z_image("ZImageInpaintPipeline", _inpaint),
-        TinyPipeline("qwenimage21", "QwenImage21Pipeline", _seeded(qwen21_components), width16_prompt_embeds, 64),
+        z_image("ZImageImg2ImgPipeline", inputs=_image),
+        z_image("ZImageInpaintPipeline", inputs=_inpaint),
+        TinyPipeline("qwenimage21", "QwenImage21Pipeline", seeded(qwen21_components), width16_prompt_embeds, 64),
         chroma("ChromaPipeline"),
-        chroma("ChromaImg2ImgPipeline", _image),
-        TinyPipeline(
-            "wan",
-            "WanPipeline",
-            _seeded(wan_components),
-            wan_prompt_embeds,
-            32,
-            frames=5,
-            call=no_cfg,
-            text_encoder=True,
-        ),  # fmt: skip
-        TinyPipeline(
-            "wan",
-            "WanImageToVideoPipeline",
-            _seeded(lambda: wan_components(True)),
-            wan_prompt_embeds,
-            32,
-            frames=5,
-            inputs=_image,
-            call=no_cfg,
-            text_encoder=True,
-        ),  # fmt: skip
-        TinyPipeline(
-            "wan",
-            "WanVideoToVideoPipeline",
-            _seeded(wan_components),
-            wan_prompt_embeds,
-            32,
-            inputs=_video,
-            call=dict(no_cfg, strength=1.0),
-            text_encoder=True,
-        ),  # fmt: skip
+        chroma("ChromaImg2ImgPipeline", inputs=_image),
+        wan("WanPipeline"),
+        wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
+        wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
     ]
 
 
