@@ -23,6 +23,8 @@ TINY_FAMILIES = {
     "z_image": ("ZImagePipeline", "ZImageImg2ImgPipeline", "ZImageInpaintPipeline"),
     "qwenimage21": ("QwenImage21Pipeline",),
     "chroma": ("ChromaPipeline", "ChromaImg2ImgPipeline"),
+    "ovis_image": ("OvisImagePipeline",),
+    "bria": ("BriaPipeline",),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
 }
 PROG = "mmpos tiny-pipeline"

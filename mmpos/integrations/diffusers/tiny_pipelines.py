@@ -287,6 +287,19 @@ def chroma_components() -> dict:
     )
 
 
+# ---- FLUX.1-like pipelines: the family's transformer on FLUX.1's VAE, everything else None ----------------------------
+def flux_like_components(pipeline: str, transformer) -> dict:
+    """``pipeline``'s parts: ``transformer`` (4 input channels: one latent channel packed 2 x 2), FLUX.1's tiny VAE,
+    a flow-matching scheduler, and ``None`` for its other components (text encoders, tokenizers, image encoders)."""
+    import inspect
+
+    import diffusers
+
+    init = inspect.signature(getattr(diffusers, pipeline).__init__).parameters
+    others = {name: None for name, p in init.items() if name != "self" and p.default is inspect.Parameter.empty}
+    return {**others, "transformer": transformer.eval(), "vae": flux_vae(), "scheduler": _flow_scheduler()}
+
+
 # ---- Wan --------------------------------------------------------------------------------------------------------
 def wan_components(image_to_video: bool = False) -> dict:
     from mmpos.models.tiny_wan import tiny_wan_components
@@ -342,6 +355,11 @@ def _family(family: str, components, prompt_embeds, side: int, **shared) -> Call
     return make
 
 
+def _flux_like(family: str, pipeline: str, transformer, call: dict) -> TinyPipeline:
+    parts = seeded(lambda: flux_like_components(pipeline, transformer()))
+    return TinyPipeline(family, pipeline, parts, width16_prompt_embeds, 32, call=call)
+
+
 def _recipes() -> list[TinyPipeline]:
     no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
     flux = _family(
@@ -371,6 +389,8 @@ def _recipes() -> list[TinyPipeline]:
         TinyPipeline("qwenimage21", "QwenImage21Pipeline", seeded(qwen21_components), width16_prompt_embeds, 64),
         chroma("ChromaPipeline"),
         chroma("ChromaImg2ImgPipeline", inputs=_image),
+        _flux_like("ovis_image", "OvisImagePipeline", tiny_models._ovis_image, no_cfg),
+        _flux_like("bria", "BriaPipeline", tiny_models._bria, no_cfg),
         wan("WanPipeline"),
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
@@ -386,10 +406,14 @@ _NEEDS_RECIPE = (
 )
 # registered family -> why it has no tiny pipeline here (every family is in RECIPES or here: a test checks it)
 NOT_TINY: dict[str, str] = {
+    "longcat_image": "LongCatImagePipeline.encode_prompt reads len(prompt) even when given prompt_embeds (diffusers "
+    "0.42.1): it needs its Qwen2.5-VL text encoder and processor, not built tiny here",
     "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",
 }
 # pipeline of a family in RECIPES -> why it is not built tiny
 PIPELINES_NOT_TINY: dict[str, str] = {
+    "longcat_image": "LongCatImagePipeline.encode_prompt reads len(prompt) even when given prompt_embeds (diffusers "
+    "0.42.1): it needs its Qwen2.5-VL text encoder and processor, not built tiny here",
     "ZImageControlNetPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
     "ZImageControlNetInpaintPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
     "ZImageOmniPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
