@@ -25,6 +25,8 @@ TINY_FAMILIES = {
     "chroma": ("ChromaPipeline", "ChromaImg2ImgPipeline"),
     "ovis_image": ("OvisImagePipeline",),
     "bria": ("BriaPipeline",),
+    "skyreels_v2": ("SkyReelsV2Pipeline",),
+    "wan_vace": ("WanVACEPipeline",),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
 }
 PROG = "mmpos tiny-pipeline"
@@ -91,11 +93,10 @@ def try_commands(recipe, folder) -> list[str]:
     side, embeds = recipe.side, f"{folder}/{EMBEDS_FILE}"
     lines = []
     if get_family(recipe.family).time_axis is None and not recipe.inputs(side):
-        guidance = recipe.call.get("guidance_scale")
-        no_cfg = f" --set sampler.guidance_scale={guidance}" if guidance is not None else ""
+        sampler = "".join(f" --set sampler.{key}={value}" for key, value in recipe.call.items())  # over the config's
         lines.append(
             f"mmpos generate --model {folder} --prompt-embeds {embeds} --height {side} --width {side} --device cpu "
-            f"--dtype float32 --set sampler.num_inference_steps=2{no_cfg}"
+            f"--dtype float32 --set sampler.num_inference_steps=2{sampler}"
         )
     elif recipe.pipeline in ("WanPipeline", "WanImageToVideoPipeline"):
         lines.append(

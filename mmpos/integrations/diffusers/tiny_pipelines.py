@@ -291,13 +291,22 @@ def chroma_components() -> dict:
 def flux_like_components(pipeline: str, transformer) -> dict:
     """``pipeline``'s parts: ``transformer`` (4 input channels: one latent channel packed 2 x 2), FLUX.1's tiny VAE,
     a flow-matching scheduler, and ``None`` for its other components (text encoders, tokenizers, image encoders)."""
+    return {
+        **_required_none(pipeline),
+        "transformer": transformer.eval(),
+        "vae": flux_vae(),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def _required_none(pipeline: str) -> dict:
+    """``{name: None}`` for every component ``pipeline``'s ``__init__`` requires."""
     import inspect
 
     import diffusers
 
     init = inspect.signature(getattr(diffusers, pipeline).__init__).parameters
-    others = {name: None for name, p in init.items() if name != "self" and p.default is inspect.Parameter.empty}
-    return {**others, "transformer": transformer.eval(), "vae": flux_vae(), "scheduler": _flow_scheduler()}
+    return {name: None for name, p in init.items() if name != "self" and p.default is inspect.Parameter.empty}
 
 
 # ---- Wan --------------------------------------------------------------------------------------------------------
@@ -305,6 +314,23 @@ def wan_components(image_to_video: bool = False) -> dict:
     from mmpos.models.tiny_wan import tiny_wan_components
 
     return tiny_wan_components(image_to_video=image_to_video)
+
+
+def wan_like_components(pipeline: str, transformer) -> dict:
+    """``pipeline``'s parts for a Wan-lineage ``transformer`` (4 latent channels, text width 16): Wan's tiny VAE, a
+    flow-matching scheduler (shift 3) and ``None`` for its text encoder and tokenizer (prompt embeddings)."""
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    others = _required_none(pipeline)
+    return {**others, "transformer": transformer.eval(), "vae": tiny_wan_vae(), "scheduler": _flow_scheduler(shift=3.0)}
+
+
+def _wan_vace_transformer():
+    """The conformance suite's tiny Wan VACE transformer taking the pipeline's control input: 2 x 4 latent channels
+    and the 8 x 8 mask folded to 64 channels."""
+    from diffusers import WanVACETransformer3DModel
+
+    return WanVACETransformer3DModel(**tiny_models.WAN_CLONE_CONFIG, vace_layers=[0, 1], vace_in_channels=72)
 
 
 def wan_prompt_embeds(batch: int = 1, length: int = 6, seed: int = 1) -> dict:
@@ -360,6 +386,11 @@ def _flux_like(family: str, pipeline: str, transformer, call: dict) -> TinyPipel
     return TinyPipeline(family, pipeline, parts, width16_prompt_embeds, 32, call=call)
 
 
+def _wan_like(family: str, pipeline: str, transformer) -> TinyPipeline:
+    parts = seeded(lambda: wan_like_components(pipeline, transformer()))
+    return TinyPipeline(family, pipeline, parts, width16_prompt_embeds, 32, frames=5, call=dict(guidance_scale=1.0))
+
+
 def _recipes() -> list[TinyPipeline]:
     no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
     flux = _family(
@@ -389,8 +420,10 @@ def _recipes() -> list[TinyPipeline]:
         TinyPipeline("qwenimage21", "QwenImage21Pipeline", seeded(qwen21_components), width16_prompt_embeds, 64),
         chroma("ChromaPipeline"),
         chroma("ChromaImg2ImgPipeline", inputs=_image),
-        _flux_like("ovis_image", "OvisImagePipeline", tiny_models._ovis_image, no_cfg),
+        _flux_like("ovis_image", "OvisImagePipeline", tiny_models._ovis_image, dict(no_cfg, max_sequence_length=256)),
         _flux_like("bria", "BriaPipeline", tiny_models._bria, no_cfg),
+        _wan_like("skyreels_v2", "SkyReelsV2Pipeline", tiny_models._skyreels_v2),
+        _wan_like("wan_vace", "WanVACEPipeline", _wan_vace_transformer),
         wan("WanPipeline"),
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
@@ -410,6 +443,7 @@ NOT_TINY: dict[str, str] = {
     "0.42.1): it needs its Qwen2.5-VL text encoder and processor, not built tiny here",
     "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",
 }
+_UNIPC = "steps its scheduler with integer indices: needs a flow-matching UniPCMultistepScheduler (not written)"
 # pipeline of a family in RECIPES -> why it is not built tiny
 PIPELINES_NOT_TINY: dict[str, str] = {
     "longcat_image": "LongCatImagePipeline.encode_prompt reads len(prompt) even when given prompt_embeds (diffusers "
@@ -419,6 +453,10 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "ZImageOmniPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
     "ChromaInpaintPipeline": "diffusers 0.42.1's pipeline reads transformer.config.guidance_embeds, which "
     "ChromaTransformer2DModel has not: it fails on every Chroma model",
+    "SkyReelsV2ImageToVideoPipeline": "needs a CLIP image encoder fitted to the transformer (not written)",
+    "SkyReelsV2DiffusionForcingPipeline": _UNIPC,
+    "SkyReelsV2DiffusionForcingImageToVideoPipeline": _UNIPC,
+    "SkyReelsV2DiffusionForcingVideoToVideoPipeline": _UNIPC,
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 
