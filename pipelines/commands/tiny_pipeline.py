@@ -25,6 +25,7 @@ TINY_FAMILIES = {
     "chroma": ("ChromaPipeline", "ChromaImg2ImgPipeline"),
     "ovis_image": ("OvisImagePipeline",),
     "bria": ("BriaPipeline",),
+    "ltx": ("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline"),
     "skyreels_v2": ("SkyReelsV2Pipeline",),
     "wan_vace": ("WanVACEPipeline",),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),

@@ -309,6 +309,31 @@ def _required_none(pipeline: str) -> dict:
     return {name: None for name, p in init.items() if name != "self" and p.default is inspect.Parameter.empty}
 
 
+# ---- LTX-Video --------------------------------------------------------------------------------------------------
+def ltx_components() -> dict:
+    """Parts of a tiny LTX-Video pipeline: the conformance transformer (4 latent channels, captions of width 16), a
+    4-level ``AutoencoderKLLTXVideo`` scaling twice in space and time (diffusers' pipeline-test VAE on 4 channels),
+    no text encoder (prompt embeddings and their mask)."""
+    from diffusers import AutoencoderKLLTXVideo
+
+    levels = dict(
+        block_out_channels=(8,) * 4, layers_per_block=(1,) * 5, spatio_temporal_scaling=(True, True, False, False)
+    )
+    decoder = {f"decoder_{key}": value for key, value in levels.items()}
+    vae = AutoencoderKLLTXVideo(latent_channels=4, patch_size=1, **levels, **decoder).eval()
+    vae.use_framewise_encoding = vae.use_framewise_decoding = False
+    return dict(
+        transformer=tiny_models._ltx().eval(), vae=vae, scheduler=_flow_scheduler(), text_encoder=None, tokenizer=None
+    )
+
+
+def ltx_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16]`` and ``prompt_attention_mask [B, L]`` (the last token padded)."""
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    return dict(width16_prompt_embeds(batch, length, seed), prompt_attention_mask=mask)
+
+
 # ---- Wan --------------------------------------------------------------------------------------------------------
 def wan_components(image_to_video: bool = False) -> dict:
     from mmpos.models.tiny_wan import tiny_wan_components
@@ -401,6 +426,7 @@ def _recipes() -> list[TinyPipeline]:
     qwen_edit = lambda: qwen_image_components(text_encoder=False, processor=True)  # noqa: E731
     z_image = _family("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
     chroma = _family("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
+    ltx = _family("ltx", ltx_components, ltx_prompt_embeds, 32, frames=9, call=no_cfg)
     wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
         flux("FluxPipeline"),
@@ -424,6 +450,9 @@ def _recipes() -> list[TinyPipeline]:
         _flux_like("bria", "BriaPipeline", tiny_models._bria, no_cfg),
         _wan_like("skyreels_v2", "SkyReelsV2Pipeline", tiny_models._skyreels_v2),
         _wan_like("wan_vace", "WanVACEPipeline", _wan_vace_transformer),
+        ltx("LTXPipeline"),
+        ltx("LTXImageToVideoPipeline", inputs=_image),
+        ltx("LTXConditionPipeline", inputs=_image),
         wan("WanPipeline"),
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
