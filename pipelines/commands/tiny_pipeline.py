@@ -26,6 +26,7 @@ TINY_FAMILIES = {
     "ovis_image": ("OvisImagePipeline",),
     "bria": ("BriaPipeline",),
     "ltx": ("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline"),
+    "chronoedit": ("ChronoEditPipeline",),
     "skyreels_v2": ("SkyReelsV2Pipeline",),
     "wan_vace": ("WanVACEPipeline",),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),

@@ -350,6 +350,21 @@ def wan_like_components(pipeline: str, transformer) -> dict:
     return {**others, "transformer": transformer.eval(), "vae": tiny_wan_vae(), "scheduler": _flow_scheduler(shift=3.0)}
 
 
+def chronoedit_components() -> dict:
+    """Parts of a tiny ``ChronoEditPipeline``: its transformer taking the noisy latents, the image latents and the
+    4-channel frame mask (12 channels) and the image embedding of Wan's tiny CLIP vision encoder, Wan's tiny VAE;
+    no text encoder."""
+    from mmpos.models.tiny_wan import IMAGE_DIM, tiny_clip_vision
+
+    encoder, processor = tiny_clip_vision()
+    transformer = tiny_models._chronoedit(in_channels=12, image_dim=IMAGE_DIM)
+    return {
+        **wan_like_components("ChronoEditPipeline", transformer),
+        "image_encoder": encoder,
+        "image_processor": processor,
+    }
+
+
 def _wan_vace_transformer():
     """The conformance suite's tiny Wan VACE transformer taking the pipeline's control input: 2 x 4 latent channels
     and the 8 x 8 mask folded to 64 channels."""
@@ -453,6 +468,16 @@ def _recipes() -> list[TinyPipeline]:
         ltx("LTXPipeline"),
         ltx("LTXImageToVideoPipeline", inputs=_image),
         ltx("LTXConditionPipeline", inputs=_image),
+        TinyPipeline(
+            "chronoedit",
+            "ChronoEditPipeline",
+            seeded(chronoedit_components),
+            width16_prompt_embeds,
+            32,
+            frames=5,
+            inputs=_image,
+            call=no_cfg,
+        ),
         wan("WanPipeline"),
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
