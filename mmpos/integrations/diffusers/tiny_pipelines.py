@@ -232,7 +232,7 @@ def z_image_components() -> dict:
         vae=vae,
         text_encoder=None,
         tokenizer=None,
-        transformer=tiny_models._z_image().eval(),
+        transformer=tiny_models.tiny_z_image().eval(),
     )
 
 
@@ -271,7 +271,7 @@ def qwen21_components() -> dict:
         vae=vae,
         text_encoder=None,
         processor=tiny_text.qwen3_vl_processor(),
-        transformer=tiny_models._qwen21().eval(),
+        transformer=tiny_models.tiny_qwen21().eval(),
     )
 
 
@@ -283,7 +283,7 @@ def chroma_components() -> dict:
         vae=flux_vae(),
         text_encoder=None,
         tokenizer=None,
-        transformer=tiny_models._chroma().eval(),
+        transformer=tiny_models.tiny_chroma().eval(),
     )
 
 
@@ -323,7 +323,7 @@ def ltx_components() -> dict:
     vae = AutoencoderKLLTXVideo(latent_channels=4, patch_size=1, **levels, **decoder).eval()
     vae.use_framewise_encoding = vae.use_framewise_decoding = False
     return dict(
-        transformer=tiny_models._ltx().eval(), vae=vae, scheduler=_flow_scheduler(), text_encoder=None, tokenizer=None
+        transformer=tiny_models.tiny_ltx().eval(), vae=vae, scheduler=_flow_scheduler(), text_encoder=None, tokenizer=None
     )
 
 
@@ -357,7 +357,7 @@ def chronoedit_components() -> dict:
     from mmpos.models.tiny_wan import IMAGE_DIM, tiny_clip_vision
 
     encoder, processor = tiny_clip_vision()
-    transformer = tiny_models._chronoedit(in_channels=12, image_dim=IMAGE_DIM)
+    transformer = tiny_models.tiny_chronoedit(in_channels=12, image_dim=IMAGE_DIM)
     return {
         **wan_like_components("ChronoEditPipeline", transformer),
         "image_encoder": encoder,
@@ -461,9 +461,9 @@ def _recipes() -> list[TinyPipeline]:
         TinyPipeline("qwenimage21", "QwenImage21Pipeline", seeded(qwen21_components), width16_prompt_embeds, 64),
         chroma("ChromaPipeline"),
         chroma("ChromaImg2ImgPipeline", inputs=_image),
-        _flux_like("ovis_image", "OvisImagePipeline", tiny_models._ovis_image, dict(no_cfg, max_sequence_length=256)),
-        _flux_like("bria", "BriaPipeline", tiny_models._bria, no_cfg),
-        _wan_like("skyreels_v2", "SkyReelsV2Pipeline", tiny_models._skyreels_v2),
+        _flux_like("ovis_image", "OvisImagePipeline", tiny_models.tiny_ovis_image, dict(no_cfg, max_sequence_length=256)),
+        _flux_like("bria", "BriaPipeline", tiny_models.tiny_bria, no_cfg),
+        _wan_like("skyreels_v2", "SkyReelsV2Pipeline", tiny_models.tiny_skyreels_v2),
         _wan_like("wan_vace", "WanVACEPipeline", _wan_vace_transformer),
         ltx("LTXPipeline"),
         ltx("LTXImageToVideoPipeline", inputs=_image),
