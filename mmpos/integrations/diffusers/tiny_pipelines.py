@@ -500,8 +500,6 @@ NOT_TINY: dict[str, str] = {
 _UNIPC = "steps its scheduler with integer indices: needs a flow-matching UniPCMultistepScheduler (not written)"
 # pipeline of a family in RECIPES -> why it is not built tiny
 PIPELINES_NOT_TINY: dict[str, str] = {
-    "longcat_image": "LongCatImagePipeline.encode_prompt reads len(prompt) even when given prompt_embeds (diffusers "
-    "0.42.1): it needs its Qwen2.5-VL text encoder and processor, not built tiny here",
     "ZImageControlNetPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
     "ZImageControlNetInpaintPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
     "ZImageOmniPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
