@@ -323,7 +323,11 @@ def ltx_components() -> dict:
     vae = AutoencoderKLLTXVideo(latent_channels=4, patch_size=1, **levels, **decoder).eval()
     vae.use_framewise_encoding = vae.use_framewise_decoding = False
     return dict(
-        transformer=tiny_models.tiny_ltx().eval(), vae=vae, scheduler=_flow_scheduler(), text_encoder=None, tokenizer=None
+        transformer=tiny_models.tiny_ltx().eval(),
+        vae=vae,
+        scheduler=_flow_scheduler(),
+        text_encoder=None,
+        tokenizer=None,
     )
 
 
@@ -461,7 +465,9 @@ def _recipes() -> list[TinyPipeline]:
         TinyPipeline("qwenimage21", "QwenImage21Pipeline", seeded(qwen21_components), width16_prompt_embeds, 64),
         chroma("ChromaPipeline"),
         chroma("ChromaImg2ImgPipeline", inputs=_image),
-        _flux_like("ovis_image", "OvisImagePipeline", tiny_models.tiny_ovis_image, dict(no_cfg, max_sequence_length=256)),
+        _flux_like(
+            "ovis_image", "OvisImagePipeline", tiny_models.tiny_ovis_image, dict(no_cfg, max_sequence_length=256)
+        ),
         _flux_like("bria", "BriaPipeline", tiny_models.tiny_bria, no_cfg),
         _wan_like("skyreels_v2", "SkyReelsV2Pipeline", tiny_models.tiny_skyreels_v2),
         _wan_like("wan_vace", "WanVACEPipeline", _wan_vace_transformer),
