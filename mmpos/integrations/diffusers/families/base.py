@@ -119,6 +119,12 @@ class Family:
         pipelines: pipeline class names of the family (docs and ``mmpos generate``).
         train_size: the 1:1 training size in pixels; ``pixels_per_token``: latent patch size in pixels.
         notes: what is special (the README table).
+        composes_with: tier 2: ``composes_with() -> classes``: processors other than the stock one that the family's
+            mmpos processors carry (FLUX.1: diffusers' IP-Adapter processor); ``set_pe`` keeps their extra term.
+        rebind_processor: tier 2: ``rebind_processor(installed, new) -> processor | None``: a loader replaced the mmpos
+            processor ``installed`` of a layer by ``new`` (``load_ip_adapter`` / ``unload_ip_adapter`` after
+            ``set_pe``); the family's mmpos processor carrying ``new`` (which ``restore`` then puts back), or ``None``
+            where the swap is refused (:meth:`~..installer.ProcessorInstaller.check_processors`).
         context_parallel: the family's seam is verified under diffusers' context-parallel plan (a 2-process test
             equals one process, ``tests/integrations/test_context_parallel.py``); ``False``: a forward with mmpos
             installed under ``enable_parallelism`` is refused by name (:mod:`..parallelism`).
@@ -153,6 +159,8 @@ class Family:
     extras: dict = field(default_factory=dict)
     companion_attrs: tuple[str, ...] = ()
     seam_options: dict = field(default_factory=dict)
+    composes_with: Optional[Callable[[], tuple]] = None
+    rebind_processor: Optional[Callable] = None
     latent_grid: Optional[Callable] = None
     rule_processor: Optional[Callable] = None
     rotary_input: Optional[object] = None
