@@ -29,6 +29,9 @@ TINY_FAMILIES = {
     "chronoedit": ("ChronoEditPipeline",),
     "skyreels_v2": ("SkyReelsV2Pipeline",),
     "wan_vace": ("WanVACEPipeline",),
+    "hunyuan_video15": ("HunyuanVideo15Pipeline",),
+    "lumina2": ("Lumina2Pipeline",),
+    "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
 }
 PROG = "mmpos tiny-pipeline"

@@ -383,6 +383,77 @@ def wan_prompt_embeds(batch: int = 1, length: int = 6, seed: int = 1) -> dict:
     return dict(prompt_embeds=torch.randn(batch, length, TEXT_DIM, generator=torch.Generator().manual_seed(seed)))
 
 
+# ---- HunyuanVideo 1.5 ---------------------------------------------------------------------------------------------
+def hunyuan_video15_components() -> dict:
+    """Parts of a tiny ``HunyuanVideo15Pipeline``: the conformance transformer taking noisy latents | condition
+    latents | mask (2 x 4 + 1 channels), a 2-level ``AutoencoderKLHunyuanVideo15`` (2 pixels and 2 frames per latent),
+    a guider without classifier-free guidance, no Qwen2.5-VL / ByT5 text encoders (prompt embeddings)."""
+    from diffusers import AutoencoderKLHunyuanVideo15, HunyuanVideo15Transformer3DModel
+    from diffusers.guiders import ClassifierFreeGuidance
+
+    vae = AutoencoderKLHunyuanVideo15(
+        latent_channels=4,
+        block_out_channels=(8, 8),
+        layers_per_block=1,
+        spatial_compression_ratio=2,
+        temporal_compression_ratio=2,
+    ).eval()
+    transformer = HunyuanVideo15Transformer3DModel(**{**tiny_models.HUNYUAN_VIDEO15_CONFIG, "in_channels": 9}).eval()
+    return dict(
+        transformer=transformer,
+        vae=vae,
+        scheduler=_flow_scheduler(),
+        guider=ClassifierFreeGuidance(guidance_scale=1.0),
+        **dict.fromkeys(("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")),
+    )
+
+
+def hunyuan_video15_prompt_embeds(batch: int = 1, length: int = 5, byt5: int = 3, seed: int = 3) -> dict:
+    """Qwen ``prompt_embeds [B, L, 16]`` with ``prompt_embeds_mask [B, L]`` (the last token padded) and ByT5
+    ``prompt_embeds_2 [B, byt5, 16]`` with its all-ones mask."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    return dict(
+        prompt_embeds=torch.randn(batch, length, 16, generator=generator),
+        prompt_embeds_mask=mask,
+        prompt_embeds_2=torch.randn(batch, byt5, 16, generator=generator),
+        prompt_embeds_mask_2=torch.ones(batch, byt5, dtype=torch.long),
+    )
+
+
+# ---- Lumina 2, CogView4: the conformance transformer on a 4-channel KL VAE, no text encoder ----------------------
+def lumina2_components() -> dict:
+    """Parts of a tiny ``Lumina2Pipeline``: a 4-level VAE (the pipeline assumes 8 pixels per latent)."""
+    vae = _kl_vae(4, 4, shift_factor=0.0, scaling_factor=1.0)
+    return dict(
+        transformer=tiny_models.tiny_lumina2().eval(),
+        vae=vae,
+        scheduler=_flow_scheduler(),
+        text_encoder=None,
+        tokenizer=None,
+    )
+
+
+def cogview4_components(control: bool = False) -> dict:
+    """Parts of a tiny ``CogView4Pipeline``: a 2-level VAE (2 pixels per latent), CogView4's dynamically shifted
+    flow-matching scheduler (linear time shift); ``control``: ``CogView4ControlPipeline``'s transformer, taking the
+    control image's latents concatenated on channels (8 in)."""
+    from diffusers import CogView4Transformer2DModel
+
+    config = {**tiny_models.COGVIEW4_CONFIG, "in_channels": 8 if control else 4}
+    scheduler = _flow_scheduler(
+        use_dynamic_shifting=True, time_shift_type="linear", base_shift=0.25, max_shift=0.75, base_image_seq_len=256
+    )
+    return dict(
+        transformer=CogView4Transformer2DModel(**config).eval(),
+        vae=_kl_vae(2, 4, shift_factor=0.0, scaling_factor=1.0),
+        scheduler=scheduler,
+        text_encoder=None,
+        tokenizer=None,
+    )
+
+
 # ---- inputs of the image-conditioned pipelines --------------------------------------------------------------------
 def pil_image(height: int, width: int, seed: int = 2):
     """A smooth random RGB PIL image (the edit pipelines read ``image.size``)."""
@@ -409,6 +480,10 @@ def _inpaint(side: int) -> dict:
 
 def _kontext(side: int) -> dict:
     return dict(image=pil_image(side, side), max_area=side**2)  # else Kontext resizes to ~1024^2 pixels
+
+
+def _control(side: int) -> dict:
+    return dict(control_image=pil_image(side, side))
 
 
 def _video(side: int, frames: int = 5) -> dict:
@@ -446,6 +521,7 @@ def _recipes() -> list[TinyPipeline]:
     z_image = _family("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
     chroma = _family("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
     ltx = _family("ltx", ltx_components, ltx_prompt_embeds, 32, frames=9, call=no_cfg)
+    cogview4 = _family("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
         flux("FluxPipeline"),
@@ -484,6 +560,17 @@ def _recipes() -> list[TinyPipeline]:
             inputs=_image,
             call=no_cfg,
         ),
+        TinyPipeline(
+            "hunyuan_video15",
+            "HunyuanVideo15Pipeline",
+            seeded(hunyuan_video15_components),
+            hunyuan_video15_prompt_embeds,
+            16,
+            frames=5,
+        ),
+        TinyPipeline("lumina2", "Lumina2Pipeline", seeded(lumina2_components), ltx_prompt_embeds, 32, call=no_cfg),
+        cogview4("CogView4Pipeline"),
+        cogview4("CogView4ControlPipeline", lambda: cogview4_components(control=True), inputs=_control),
         wan("WanPipeline"),
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
@@ -515,6 +602,7 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "SkyReelsV2DiffusionForcingPipeline": _UNIPC,
     "SkyReelsV2DiffusionForcingImageToVideoPipeline": _UNIPC,
     "SkyReelsV2DiffusionForcingVideoToVideoPipeline": _UNIPC,
+    "HunyuanVideo15ImageToVideoPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 
