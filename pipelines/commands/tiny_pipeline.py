@@ -30,6 +30,7 @@ TINY_FAMILIES = {
     "skyreels_v2": ("SkyReelsV2Pipeline",),
     "wan_vace": ("WanVACEPipeline",),
     "hunyuan_video15": ("HunyuanVideo15Pipeline",),
+    "hidream": ("HiDreamImagePipeline",),
     "lumina2": ("Lumina2Pipeline",),
     "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
@@ -89,7 +90,7 @@ def run(args) -> int:
 
 def try_commands(recipe, folder) -> list[str]:
     """The command lines that run the saved tiny ``recipe`` in ``folder``: ``mmpos generate`` (a text-to-image
-    pipeline) or ``mmpos generate video`` (Wan), the ``mmpos edit`` methods that take its pipeline, and Python."""
+    pipeline taking ``prompt_embeds``) or ``mmpos generate video`` (Wan), the ``mmpos edit`` methods that take its pipeline, and Python."""
     from mmpos.integrations.diffusers.families import get_family
     from mmpos.integrations.diffusers.tiny_pipelines import EMBEDS_FILE
     from mmpos.pipelines.edits import get_edit, list_edits
@@ -97,7 +98,8 @@ def try_commands(recipe, folder) -> list[str]:
 
     side, embeds = recipe.side, f"{folder}/{EMBEDS_FILE}"
     lines = []
-    if get_family(recipe.family).time_axis is None and not recipe.inputs(side):
+    takes_embeds = "prompt_embeds" in recipe.prompt_embeds(1)  # HiDream's pipeline takes its per-encoder embeddings
+    if get_family(recipe.family).time_axis is None and not recipe.inputs(side) and takes_embeds:
         sampler = "".join(f" --set sampler.{key}={value}" for key, value in recipe.call.items())  # over the config's
         lines.append(
             f"mmpos generate --model {folder} --prompt-embeds {embeds} --height {side} --width {side} --device cpu "

@@ -24,10 +24,10 @@ from mmpos.pipelines.inputs import load_prompt_embeds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TEXT_TO_IMAGE = [  # the first text-to-image pipeline of each image family with a tiny build
+TEXT_TO_IMAGE = [  # the first text-to-image pipeline of each image family with a tiny build taking prompt_embeds
     (family, name)
     for family, recipes in RECIPES.items()
-    if get_family(family).time_axis is None
+    if get_family(family).time_axis is None and "prompt_embeds" in next(iter(recipes.values())).prompt_embeds(1)
     for name in [next(n for n, r in recipes.items() if not r.inputs(r.side))]
 ]
 
@@ -82,6 +82,12 @@ def test_the_printed_python_line_loads_the_folder(tmp_path, capsys):
     exec(line[2].replace("print(", "loaded = ("), namespace)  # noqa: S102 - the line the command printed
     assert type(namespace["loaded"]) is diffusers.Flux2KleinPipeline
     assert load_prompt_embeds(folder / EMBEDS_FILE, ["prompt_embeds"])["prompt_embeds"].shape[0] == 3
+
+
+def test_a_pipeline_without_prompt_embeds_gets_no_generate_line(tmp_path, capsys):
+    assert main(["tiny-pipeline", "hidream", "--out", str(tmp_path / "hidream")]) == 0  # per-encoder embeddings
+    out = capsys.readouterr().out
+    assert not printed_commands(out, "mmpos generate") and len(printed_commands(out, "python -c")) == 1
 
 
 @pytest.mark.parametrize(

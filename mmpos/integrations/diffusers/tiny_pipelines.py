@@ -422,6 +422,33 @@ def hunyuan_video15_prompt_embeds(batch: int = 1, length: int = 5, byt5: int = 3
     )
 
 
+# ---- HiDream ----------------------------------------------------------------------------------------------------
+def hidream_components() -> dict:
+    """Parts of a tiny ``HiDreamImagePipeline``: a one-level VAE (one pixel per latent: the pipeline resizes every
+    request to 128 x 128 latents, so the output is 128 x 128), the conformance transformer with ``max_resolution``
+    widened to those 64 x 64 patches, no CLIP / T5 / Llama text encoders (prompt embeddings)."""
+    from diffusers import HiDreamImageTransformer2DModel
+
+    transformer = HiDreamImageTransformer2DModel(**{**tiny_models.HIDREAM_CONFIG, "max_resolution": (128, 128)})
+    return {
+        **_required_none("HiDreamImagePipeline"),
+        "transformer": transformer.eval(),
+        "vae": _kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def hidream_prompt_embeds(batch: int = 1, length: int = 3, seed: int = 3) -> dict:
+    """T5 ``prompt_embeds_t5 [B, L, 8]``, the two Llama layers ``prompt_embeds_llama3 [2, B, L, 4]`` (layer first,
+    as HiDream's pipeline takes them) and CLIP's ``pooled_prompt_embeds [B, 8]``."""
+    generator = torch.Generator().manual_seed(seed)
+    return dict(
+        prompt_embeds_t5=torch.randn(batch, length, 8, generator=generator),
+        prompt_embeds_llama3=torch.randn(2, batch, length, 4, generator=generator),
+        pooled_prompt_embeds=torch.randn(batch, 8, generator=generator),
+    )
+
+
 # ---- Lumina 2, CogView4: the conformance transformer on a 4-channel KL VAE, no text encoder ----------------------
 def lumina2_components() -> dict:
     """Parts of a tiny ``Lumina2Pipeline``: a 4-level VAE (the pipeline assumes 8 pixels per latent)."""
@@ -567,6 +594,9 @@ def _recipes() -> list[TinyPipeline]:
             hunyuan_video15_prompt_embeds,
             16,
             frames=5,
+        ),
+        TinyPipeline(
+            "hidream", "HiDreamImagePipeline", seeded(hidream_components), hidream_prompt_embeds, 128, call=no_cfg
         ),
         TinyPipeline("lumina2", "Lumina2Pipeline", seeded(lumina2_components), ltx_prompt_embeds, 32, call=no_cfg),
         cogview4("CogView4Pipeline"),
