@@ -30,6 +30,7 @@ TINY_FAMILIES = {
     "skyreels_v2": ("SkyReelsV2Pipeline",),
     "wan_vace": ("WanVACEPipeline",),
     "hunyuan_video15": ("HunyuanVideo15Pipeline",),
+    "hunyuan_video": ("HunyuanVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
     "hidream": ("HiDreamImagePipeline",),
     "lumina2": ("Lumina2Pipeline",),
     "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),

@@ -422,6 +422,47 @@ def hunyuan_video15_prompt_embeds(batch: int = 1, length: int = 5, byt5: int = 3
     )
 
 
+# ---- HunyuanVideo -----------------------------------------------------------------------------------------------
+def hunyuan_video_components(image_latents: bool = False) -> dict:
+    """Parts of a tiny ``HunyuanVideoPipeline``: the conformance transformer, a 3-level ``AutoencoderKLHunyuanVideo``
+    (2 pixels and 4 frames per latent: the smallest temporal ratio it has), no Llama / CLIP text encoders (prompt
+    embeddings); ``image_latents``: SkyReels' image-to-video transformer, taking the image latents concatenated on
+    channels (8 in)."""
+    from diffusers import AutoencoderKLHunyuanVideo, HunyuanVideoTransformer3DModel
+
+    vae = AutoencoderKLHunyuanVideo(
+        latent_channels=4,
+        down_block_types=("HunyuanVideoDownBlock3D",) * 3,
+        up_block_types=("HunyuanVideoUpBlock3D",) * 3,
+        block_out_channels=(8,) * 3,
+        layers_per_block=1,
+        norm_num_groups=4,
+        spatial_compression_ratio=2,
+        temporal_compression_ratio=4,
+    ).eval()
+    config = {**tiny_models.HUNYUAN_VIDEO_CONFIG, "in_channels": 8 if image_latents else 4}
+    pipeline = "HunyuanSkyreelsImageToVideoPipeline" if image_latents else "HunyuanVideoPipeline"
+    return {
+        **_required_none(pipeline),
+        "transformer": HunyuanVideoTransformer3DModel(**config).eval(),
+        "vae": vae,
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def hunyuan_video_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Llama ``prompt_embeds [B, L, 16]`` with ``prompt_attention_mask [B, L]`` (the last token padded) and CLIP's
+    ``pooled_prompt_embeds [B, 8]``."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    return dict(
+        prompt_embeds=torch.randn(batch, length, 16, generator=generator),
+        prompt_attention_mask=mask,
+        pooled_prompt_embeds=torch.randn(batch, 8, generator=generator),
+    )
+
+
 # ---- HiDream ----------------------------------------------------------------------------------------------------
 def hidream_components() -> dict:
     """Parts of a tiny ``HiDreamImagePipeline``: a one-level VAE (one pixel per latent: the pipeline resizes every
@@ -548,6 +589,7 @@ def _recipes() -> list[TinyPipeline]:
     z_image = _family("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
     chroma = _family("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
     ltx = _family("ltx", ltx_components, ltx_prompt_embeds, 32, frames=9, call=no_cfg)
+    hunyuan_video = _family("hunyuan_video", hunyuan_video_components, hunyuan_video_prompt_embeds, 16, frames=5)
     cogview4 = _family("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
@@ -595,6 +637,10 @@ def _recipes() -> list[TinyPipeline]:
             16,
             frames=5,
         ),
+        hunyuan_video("HunyuanVideoPipeline"),
+        hunyuan_video(
+            "HunyuanSkyreelsImageToVideoPipeline", lambda: hunyuan_video_components(image_latents=True), inputs=_image
+        ),
         TinyPipeline(
             "hidream", "HiDreamImagePipeline", seeded(hidream_components), hidream_prompt_embeds, 128, call=no_cfg
         ),
@@ -633,6 +679,8 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "SkyReelsV2DiffusionForcingImageToVideoPipeline": _UNIPC,
     "SkyReelsV2DiffusionForcingVideoToVideoPipeline": _UNIPC,
     "HunyuanVideo15ImageToVideoPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
+    "HunyuanVideoImageToVideoPipeline": "its Llava text encoder puts the image's tokens into the prompt embeddings "
+    "and its transformer takes the image latents and a mask on channels (neither written tiny)",
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 
