@@ -463,6 +463,32 @@ def hunyuan_video_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) 
     )
 
 
+# ---- Kandinsky 5 ------------------------------------------------------------------------------------------------
+def kandinsky5_components(image_to_video: bool = False) -> dict:
+    """Parts of a tiny ``Kandinsky5T2VPipeline``: the conformance transformer on HunyuanVideo's tiny VAE, no Qwen2.5-VL
+    / CLIP text encoders (prompt embeddings); ``image_to_video``: its ``visual_cond`` transformer (noisy latents |
+    first-frame latents | mask)."""
+    pipeline = "Kandinsky5I2VPipeline" if image_to_video else "Kandinsky5T2VPipeline"
+    transformer = tiny_models.tiny_kandinsky5(visual_cond=image_to_video)
+    return {
+        **_required_none(pipeline),
+        "transformer": transformer.eval(),
+        "vae": hunyuan_video_components()["vae"],
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def kandinsky5_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Qwen ``prompt_embeds_qwen [B, L, 16]``, CLIP's ``prompt_embeds_clip [B, 8]`` and ``prompt_cu_seqlens [B + 1]``
+    (each prompt ``L`` tokens long, int32)."""
+    generator = torch.Generator().manual_seed(seed)
+    return dict(
+        prompt_embeds_qwen=torch.randn(batch, length, 16, generator=generator),
+        prompt_embeds_clip=torch.randn(batch, 8, generator=generator),
+        prompt_cu_seqlens=torch.arange(batch + 1, dtype=torch.int32) * length,
+    )
+
+
 # ---- HiDream ----------------------------------------------------------------------------------------------------
 def hidream_components() -> dict:
     """Parts of a tiny ``HiDreamImagePipeline``: a one-level VAE (one pixel per latent: the pipeline resizes every
@@ -590,6 +616,7 @@ def _recipes() -> list[TinyPipeline]:
     chroma = _family("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
     ltx = _family("ltx", ltx_components, ltx_prompt_embeds, 32, frames=9, call=no_cfg)
     hunyuan_video = _family("hunyuan_video", hunyuan_video_components, hunyuan_video_prompt_embeds, 16, frames=5)
+    kandinsky5 = _family("kandinsky5", kandinsky5_components, kandinsky5_prompt_embeds, 16, frames=5, call=no_cfg)
     cogview4 = _family("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
@@ -641,6 +668,11 @@ def _recipes() -> list[TinyPipeline]:
         hunyuan_video(
             "HunyuanSkyreelsImageToVideoPipeline", lambda: hunyuan_video_components(image_latents=True), inputs=_image
         ),
+        kandinsky5("Kandinsky5T2VPipeline"),
+        # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
+        kandinsky5(
+            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=_image
+        ),
         TinyPipeline(
             "hidream", "HiDreamImagePipeline", seeded(hidream_components), hidream_prompt_embeds, 128, call=no_cfg
         ),
@@ -667,6 +699,7 @@ NOT_TINY: dict[str, str] = {
     "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",
 }
 _UNIPC = "steps its scheduler with integer indices: needs a flow-matching UniPCMultistepScheduler (not written)"
+_KANDINSKY5_SIZES = "resizes every request to one of its trained sizes (1024 x 1024, 640 x 1408, ...): not tiny"
 # pipeline of a family in RECIPES -> why it is not built tiny
 PIPELINES_NOT_TINY: dict[str, str] = {
     "ZImageControlNetPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
@@ -681,6 +714,8 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "HunyuanVideo15ImageToVideoPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
     "HunyuanVideoImageToVideoPipeline": "its Llava text encoder puts the image's tokens into the prompt embeddings "
     "and its transformer takes the image latents and a mask on channels (neither written tiny)",
+    "Kandinsky5T2IPipeline": _KANDINSKY5_SIZES,
+    "Kandinsky5I2IPipeline": _KANDINSKY5_SIZES,
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 
