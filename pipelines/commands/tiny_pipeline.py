@@ -31,6 +31,7 @@ TINY_FAMILIES = {
     "wan_vace": ("WanVACEPipeline",),
     "hunyuan_video15": ("HunyuanVideo15Pipeline",),
     "hunyuan_video": ("HunyuanVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
+    "ltx2": ("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
     "kandinsky5": ("Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline"),
     "hidream": ("HiDreamImagePipeline",),
     "lumina2": ("Lumina2Pipeline",),

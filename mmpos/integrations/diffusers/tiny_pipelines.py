@@ -338,6 +338,82 @@ def ltx_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
     return dict(width16_prompt_embeds(batch, length, seed), prompt_attention_mask=mask)
 
 
+# ---- LTX-2 ------------------------------------------------------------------------------------------------------
+LTX2_TEXT_LAYERS = 2  # text-encoder layers the connectors take, stacked on channels: prompt_embeds [B, L, 16 * 2]
+
+
+def ltx2_components(pipeline: str = "LTX2Pipeline") -> dict:
+    """Parts of a tiny ``LTX2Pipeline`` (or ``pipeline``): the conformance transformer (video and audio), a 2-level video VAE (2
+    pixels per latent, one frame per latent frame), an audio VAE of 2 latent channels x 2 mel bins (the audio
+    transformer's 4 inputs), a small vocoder, one-layer text connectors; no Gemma text encoder (prompt embeddings)."""
+    from diffusers import AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video
+    from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    levels = dict(block_out_channels=(8, 8), layers_per_block=(1, 1, 1), spatio_temporal_scaling=(True, False))
+    vae = AutoencoderKLLTX2Video(
+        latent_channels=4,
+        patch_size=1,
+        down_block_types=("LTX2VideoDownBlock3D",) * 2,
+        downsample_type=("spatial", "spatial"),
+        upsample_type=("spatial", "spatial"),
+        upsample_residual=(False, False),
+        upsample_factor=(1, 1),
+        decoder_inject_noise=(False,) * 3,
+        spatial_compression_ratio=2,
+        temporal_compression_ratio=1,
+        **levels,
+        **{f"decoder_{key}": value for key, value in levels.items()},
+    ).eval()
+    mel_bins = 8  # 4 mel bins per latent one
+    audio_vae = AutoencoderKLLTX2Audio(
+        base_channels=4, ch_mult=(1, 2), num_res_blocks=1, latent_channels=2, mel_bins=mel_bins, resolution=16
+    ).eval()
+    vocoder = LTX2Vocoder(
+        in_channels=2 * mel_bins,
+        hidden_channels=8,
+        upsample_kernel_sizes=[4, 4],
+        upsample_factors=[2, 2],
+        resnet_kernel_sizes=[3],
+        resnet_dilations=[[1]],
+    ).eval()
+    connector = dict(num_attention_heads=2, attention_head_dim=8, num_layers=1, num_learnable_registers=None)
+    connectors = LTX2TextConnectors(
+        caption_channels=tiny_models.LTX2_CONFIG["caption_channels"],
+        text_proj_in_factor=LTX2_TEXT_LAYERS,
+        **{f"{stream}_connector_{key}": value for stream in ("video", "audio") for key, value in connector.items()},
+    ).eval()
+    return {
+        **_required_none(pipeline),
+        "transformer": tiny_models.tiny_ltx2().eval(),
+        "vae": vae,
+        "audio_vae": audio_vae,
+        "vocoder": vocoder,
+        "connectors": connectors,
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def ltx2_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16 * 2]`` (two text-encoder layers) and ``prompt_attention_mask [B, L]`` (the last
+    token padded)."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    width = tiny_models.LTX2_CONFIG["caption_channels"] * LTX2_TEXT_LAYERS
+    return dict(prompt_embeds=torch.randn(batch, length, width, generator=generator), prompt_attention_mask=mask)
+
+
+LTX2_NO_GUIDANCE = dict(  # no classifier-free, spatio-temporal or modality guidance: one transformer pass per step
+    guidance_scale=1.0,
+    audio_guidance_scale=1.0,
+    stg_scale=0.0,
+    audio_stg_scale=0.0,
+    modality_scale=1.0,
+    audio_modality_scale=1.0,
+)
+
+
 # ---- Wan --------------------------------------------------------------------------------------------------------
 def wan_components(image_to_video: bool = False) -> dict:
     from mmpos.models.tiny_wan import tiny_wan_components
@@ -668,6 +744,25 @@ def _recipes() -> list[TinyPipeline]:
         hunyuan_video(
             "HunyuanSkyreelsImageToVideoPipeline", lambda: hunyuan_video_components(image_latents=True), inputs=_image
         ),
+        TinyPipeline(
+            "ltx2",
+            "LTX2Pipeline",
+            seeded(ltx2_components),
+            ltx2_prompt_embeds,
+            32,  # the pipeline asks for multiples of 32 pixels
+            frames=5,
+            call=LTX2_NO_GUIDANCE,
+        ),
+        TinyPipeline(
+            "ltx2",
+            "LTX2ImageToVideoPipeline",
+            seeded(lambda: ltx2_components("LTX2ImageToVideoPipeline")),
+            ltx2_prompt_embeds,
+            32,  # the pipeline asks for multiples of 32 pixels
+            frames=5,
+            inputs=_image,
+            call=dict(LTX2_NO_GUIDANCE, image_crf=0),  # no H.264 re-compression of the image (it needs PyAV)
+        ),
         kandinsky5("Kandinsky5T2VPipeline"),
         # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
         kandinsky5(
@@ -716,6 +811,12 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "and its transformer takes the image latents and a mask on channels (neither written tiny)",
     "Kandinsky5T2IPipeline": _KANDINSKY5_SIZES,
     "Kandinsky5I2IPipeline": _KANDINSKY5_SIZES,
+    "LTX2ConditionPipeline": "takes LTX2VideoCondition objects and a second (audio) scheduler (not written)",
+    "LTX2InContextPipeline": "needs IC-LoRA reference videos and a second (audio) scheduler (not written)",
+    "LTX2HDRPipeline": "needs an hdr_transform, reference videos and a second (audio) scheduler (not written)",
+    "LTX2DFRPipeline": "needs its keyframe-layout conditions (not written)",
+    "LTX2DFRTemporalRefinePipeline": "needs a temporal latent upsampler and LTX2DFRPipeline's keyframe latents "
+    "(not written)",
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 
