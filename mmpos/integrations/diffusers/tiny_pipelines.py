@@ -565,6 +565,20 @@ def kandinsky5_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> 
     )
 
 
+# ---- SANA-Video -------------------------------------------------------------------------------------------------
+def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
+    """Parts of a tiny ``SanaVideoPipeline`` (or ``pipeline``): the conformance transformer on Wan's tiny VAE, a
+    flow-matching scheduler, no Gemma text encoder (prompt embeddings)."""
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    return {
+        **_required_none(pipeline),
+        "transformer": tiny_models.tiny_sana_video().eval(),
+        "vae": tiny_wan_vae(),
+        "scheduler": _flow_scheduler(),
+    }
+
+
 # ---- HiDream ----------------------------------------------------------------------------------------------------
 def hidream_components() -> dict:
     """Parts of a tiny ``HiDreamImagePipeline``: a one-level VAE (one pixel per latent: the pipeline resizes every
@@ -693,6 +707,9 @@ def _recipes() -> list[TinyPipeline]:
     ltx = _family("ltx", ltx_components, ltx_prompt_embeds, 32, frames=9, call=no_cfg)
     hunyuan_video = _family("hunyuan_video", hunyuan_video_components, hunyuan_video_prompt_embeds, 16, frames=5)
     kandinsky5 = _family("kandinsky5", kandinsky5_components, kandinsky5_prompt_embeds, 16, frames=5, call=no_cfg)
+    # SANA-Video takes `frames`, not num_frames; no resizing to its trained aspect ratios
+    sana_call = dict(no_cfg, frames=5, use_resolution_binning=False)
+    sana_video = _family("sana_video", sana_video_components, ltx_prompt_embeds, 32, call=sana_call)
     cogview4 = _family("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
@@ -762,6 +779,10 @@ def _recipes() -> list[TinyPipeline]:
             frames=5,
             inputs=_image,
             call=dict(LTX2_NO_GUIDANCE, image_crf=0),  # no H.264 re-compression of the image (it needs PyAV)
+        ),
+        sana_video("SanaVideoPipeline"),
+        sana_video(
+            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=_image
         ),
         kandinsky5("Kandinsky5T2VPipeline"),
         # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
