@@ -33,6 +33,7 @@ TINY_FAMILIES = {
     "hunyuan_video": ("HunyuanVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
     "ltx2": ("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
     "sana_video": ("SanaVideoPipeline", "SanaImageToVideoPipeline"),
+    "helios": ("HeliosPipeline",),
     "kandinsky5": ("Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline"),
     "hidream": ("HiDreamImagePipeline",),
     "lumina2": ("Lumina2Pipeline",),

@@ -579,6 +579,22 @@ def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
     }
 
 
+# ---- Helios -----------------------------------------------------------------------------------------------------
+def helios_components() -> dict:
+    """Parts of a tiny ``HeliosPipeline``: the conformance transformer on Wan's tiny VAE, a one-stage
+    ``HeliosScheduler`` (the non-pyramid pipeline's), no UMT5 text encoder (prompt embeddings)."""
+    from diffusers import HeliosScheduler
+
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    return {
+        **_required_none("HeliosPipeline"),
+        "transformer": tiny_models.tiny_helios().eval(),
+        "vae": tiny_wan_vae(),
+        "scheduler": HeliosScheduler(stages=1, stage_range=[0, 1]),
+    }
+
+
 # ---- HiDream ----------------------------------------------------------------------------------------------------
 def hidream_components() -> dict:
     """Parts of a tiny ``HiDreamImagePipeline``: a one-level VAE (one pixel per latent: the pipeline resizes every
@@ -784,6 +800,10 @@ def _recipes() -> list[TinyPipeline]:
         sana_video(
             "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=_image
         ),
+        # one chunk of 9 latent frames whatever num_frames: 33 frames
+        TinyPipeline(
+            "helios", "HeliosPipeline", seeded(helios_components), width16_prompt_embeds, 32, frames=5, call=no_cfg
+        ),
         kandinsky5("Kandinsky5T2VPipeline"),
         # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
         kandinsky5(
@@ -816,6 +836,7 @@ NOT_TINY: dict[str, str] = {
 }
 _UNIPC = "steps its scheduler with integer indices: needs a flow-matching UniPCMultistepScheduler (not written)"
 _KANDINSKY5_SIZES = "resizes every request to one of its trained sizes (1024 x 1024, 640 x 1408, ...): not tiny"
+_MODULAR = "a modular pipeline (blocks, loaded from a modular repository), not a save_pretrained folder"
 # pipeline of a family in RECIPES -> why it is not built tiny
 PIPELINES_NOT_TINY: dict[str, str] = {
     "ZImageControlNetPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
@@ -838,6 +859,9 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "LTX2DFRPipeline": "needs its keyframe-layout conditions (not written)",
     "LTX2DFRTemporalRefinePipeline": "needs a temporal latent upsampler and LTX2DFRPipeline's keyframe latents "
     "(not written)",
+    "HeliosPyramidPipeline": "runs a three-stage HeliosScheduler pyramid (not written)",
+    "HeliosModularPipeline": _MODULAR,
+    "HeliosPyramidModularPipeline": _MODULAR,
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 
