@@ -828,15 +828,17 @@ for _recipe in _recipes():
 _NEEDS_RECIPE = (
     "no tiny pipeline written yet: its transformer is tiny (families/tiny.py) but its VAE, text inputs and call are not"
 )
+_MODULAR = "a modular pipeline (blocks, loaded from a modular repository), not a save_pretrained folder"
 # registered family -> why it has no tiny pipeline here (every family is in RECIPES or here: a test checks it)
 NOT_TINY: dict[str, str] = {
     "longcat_image": "LongCatImagePipeline.encode_prompt reads len(prompt) even when given prompt_embeds (diffusers "
     "0.42.1): it needs its Qwen2.5-VL text encoder and processor, not built tiny here",
+    "minimax_h3": f"its one pipeline, MiniMaxH3ModularPipeline, is {_MODULAR}",
+    "flux3": f"its pipelines, Flux3ModularPipeline and Flux3DistilledModularPipeline, are each {_MODULAR}",
     "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",
 }
 _UNIPC = "steps its scheduler with integer indices: needs a flow-matching UniPCMultistepScheduler (not written)"
 _KANDINSKY5_SIZES = "resizes every request to one of its trained sizes (1024 x 1024, 640 x 1408, ...): not tiny"
-_MODULAR = "a modular pipeline (blocks, loaded from a modular repository), not a save_pretrained folder"
 # pipeline of a family in RECIPES -> why it is not built tiny
 PIPELINES_NOT_TINY: dict[str, str] = {
     "ZImageControlNetPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
