@@ -828,7 +828,9 @@ for _recipe in _recipes():
 _NEEDS_RECIPE = (
     "no tiny pipeline written yet: its transformer is tiny (families/tiny.py) but its VAE, text inputs and call are not"
 )
-_MODULAR = "a modular pipeline (blocks, loaded from a modular repository), not a save_pretrained folder"
+_MODULAR = (
+    "a modular pipeline (assembled from blocks, loaded with ModularPipeline.from_pretrained): not built tiny here"
+)
 # registered family -> why it has no tiny pipeline here (every family is in RECIPES or here: a test checks it)
 NOT_TINY: dict[str, str] = {
     "longcat_image": "LongCatImagePipeline.encode_prompt reads len(prompt) even when given prompt_embeds (diffusers "
