@@ -34,6 +34,12 @@ TINY_FAMILIES = {
     "ltx2": ("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
     "sana_video": ("SanaVideoPipeline", "SanaImageToVideoPipeline"),
     "helios": ("HeliosPipeline",),
+    "cogvideox": (
+        "CogVideoXPipeline",
+        "CogVideoXImageToVideoPipeline",
+        "CogVideoXVideoToVideoPipeline",
+        "CogVideoXFunControlPipeline",
+    ),
     "kandinsky5": ("Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline"),
     "hidream": ("HiDreamImagePipeline",),
     "lumina2": ("Lumina2Pipeline",),

@@ -595,6 +595,27 @@ def helios_components() -> dict:
     }
 
 
+# ---- CogVideoX --------------------------------------------------------------------------------------------------
+def cogvideox_components(conditioned: bool = False) -> dict:
+    """Parts of a tiny CogVideoX 1.5 pipeline: the conformance transformer (``conditioned``: taking the image or
+    control latents concatenated on channels, 8 in), a 4-level ``AutoencoderKLCogVideoX`` (8 pixels and 4 frames per
+    latent), a DDIM scheduler, no T5 text encoder (prompt embeddings)."""
+    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXTransformer3DModel
+
+    vae = AutoencoderKLCogVideoX(
+        block_out_channels=(8,) * 4, latent_channels=4, layers_per_block=1, norm_num_groups=2
+    ).eval()
+    config = {**tiny_models.COGVIDEOX_CONFIG, "in_channels": 8 if conditioned else 4}
+    transformer = CogVideoXTransformer3DModel(**config).eval()
+    return dict(tokenizer=None, text_encoder=None, vae=vae, transformer=transformer, scheduler=CogVideoXDDIMScheduler())
+
+
+def cogvideox_prompt_embeds(batch: int = 1, seed: int = 3) -> dict:
+    """``prompt_embeds [B, 8, 8]``: the transformer's ``max_text_seq_length`` tokens of T5 width 8."""
+    length, width = (tiny_models.COGVIDEOX_CONFIG[key] for key in ("max_text_seq_length", "text_embed_dim"))
+    return dict(prompt_embeds=torch.randn(batch, length, width, generator=torch.Generator().manual_seed(seed)))
+
+
 # ---- HiDream ----------------------------------------------------------------------------------------------------
 def hidream_components() -> dict:
     """Parts of a tiny ``HiDreamImagePipeline``: a one-level VAE (one pixel per latent: the pipeline resizes every
@@ -686,6 +707,10 @@ def _control(side: int) -> dict:
     return dict(control_image=pil_image(side, side))
 
 
+def _control_video(side: int) -> dict:
+    return dict(control_video=_video(side)["video"])
+
+
 def _video(side: int, frames: int = 5) -> dict:
     return dict(video=[pil_image(side, side, seed=2 + i) for i in range(frames)])
 
@@ -726,6 +751,8 @@ def _recipes() -> list[TinyPipeline]:
     # SANA-Video takes `frames`, not num_frames; no resizing to its trained aspect ratios
     sana_call = dict(no_cfg, frames=5, use_resolution_binning=False)
     sana_video = _family("sana_video", sana_video_components, ltx_prompt_embeds, 32, call=sana_call)
+    cogvideox = _family("cogvideox", cogvideox_components, cogvideox_prompt_embeds, 64, frames=5, call=no_cfg)
+    conditioned = lambda: cogvideox_components(conditioned=True)  # noqa: E731
     cogview4 = _family("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
@@ -804,6 +831,12 @@ def _recipes() -> list[TinyPipeline]:
         TinyPipeline(
             "helios", "HeliosPipeline", seeded(helios_components), width16_prompt_embeds, 32, frames=5, call=no_cfg
         ),
+        cogvideox("CogVideoXPipeline"),
+        cogvideox("CogVideoXImageToVideoPipeline", conditioned, inputs=_image),
+        cogvideox("CogVideoXVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
+        cogvideox(
+            "CogVideoXFunControlPipeline", conditioned, frames=None, inputs=_control_video
+        ),  # frames: the video's
         kandinsky5("Kandinsky5T2VPipeline"),
         # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
         kandinsky5(
