@@ -22,6 +22,7 @@ import math
 import re
 import typing
 from pathlib import Path
+from types import UnionType
 
 import yaml
 
@@ -139,8 +140,8 @@ def _hints(cls) -> dict:
 def _allowed(hint) -> tuple[tuple[type, ...], bool]:
     """(accepted types, None allowed) of a field's type hint."""
     args = typing.get_args(hint)
-    if args and type(None) in args or hint is type(None):
-        return tuple(a for a in args if a is not type(None)), True
+    if typing.get_origin(hint) in (typing.Union, UnionType):  # float | None, bool | str
+        return tuple(a for a in args if a is not type(None)), type(None) in args
     origin = typing.get_origin(hint) or hint
     return ((origin,), False)
 
@@ -254,6 +255,8 @@ def read_config_file(cls, path) -> dict:
     """The keys of a YAML config file, each checked (an unknown one refused naming the file and the key)."""
     try:
         values = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Yaml12Loader) or {}  # noqa: S506
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"--config {path}: cannot be read ({' '.join(str(error).split())})") from None
     if not isinstance(values, dict):

@@ -4,7 +4,7 @@ A task is the model, data and loss trained on the scaffold (:mod:`mmpos.training
 ``camera_adapter`` are :class:`~mmpos.training.scaffold.loop.TrainingTask` subclasses run by its loop; ``vit``,
 ``world_image``, ``world_video`` and ``nvs`` keep their own update order (timm's schedules and gradient
 accumulation; one generator per run or per step, drawing the global batch on every process) and take the
-scaffold's backward pass, checkpoints, folders and accelerator. Every task but ``vit`` has a config class in
+scaffold's backward pass, checkpoints, folders and accelerator. Every task has a config class in
 :mod:`mmpos.training.task_configs` (one dataclass style, torch-free) and is ``mmpos train TASK``; a task with its
 own update order runs through its module's ``run_command(config, resume, overwrite)`` (:func:`run_own_loop`).
 """
@@ -33,7 +33,7 @@ class TaskEntry:
 
 
 TASKS: dict[str, TaskEntry] = {
-    "vit": TaskEntry("vit", "fine-tune a timm ViT with an mmpos encoding", "scripts/train_vit.py"),
+    "vit": TaskEntry("vit", "fine-tune a timm ViT with an mmpos encoding", "scripts/train_vit.py", "ViTConfig"),
     "dit": TaskEntry(
         "dit",
         "the reference DiT, class-conditional diffusion",
