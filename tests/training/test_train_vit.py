@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from mmpos.cli import main as mmpos_main
 from mmpos.training import ViTConfig, build_vit, train_vit
 from mmpos.training.scaffold.config import ConfigError
 from mmpos.training.scaffold.folders import RunExistsError, UnreadableCheckpointError, checkpoints
 from mmpos.world.positional import write_positional_folder
-from mmpos.cli import main as mmpos_main
 from tests.fixtures.torchrun import rank_records
 from tests.fixtures.torchrun import torchrun as run_workers
 
