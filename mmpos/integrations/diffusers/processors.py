@@ -69,7 +69,7 @@ class PEProcessor:
         """Attention through diffusers' dispatch; ``video``: a self-attention over the video tokens, where an
         ``attention_rule`` applies (it returns ``None`` inside the training window: the stock attention runs)."""
         if video and self.attention_rule is not None:
-            out = self.attention_rule(query, key, value, mask, parallel_config)
+            out = self.attention_rule(query, key, value, mask, parallel_config, self.layer)
             if out is not None:
                 return out
         return dispatch_attention_fn(
