@@ -23,7 +23,13 @@ DEEPSPEED_BUILD := 'setuptools>=64' wheel hjson msgpack ninja py-cpuinfo
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install --quiet $(DEEPSPEED_BUILD)
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[test,deepspeed]'
+	$(PY) -m pip install --quiet --no-deps --target $(TORCHAO_SITE) 'torchao>=0.16,<0.19'
 	touch $@
+
+# torchao beside the venv, not in it: imported, it makes every `import diffusers` print warnings (torch 2.14.1), so
+# only the quantisation test's subprocess puts it on its path (tests/integrations/test_diffusers_torchao.py)
+TORCHAO_SITE := $(abspath $(VENV))/torchao-site
+export MMPOS_TORCHAO_SITE := $(TORCHAO_SITE)
 
 # ruff, mypy, pre-commit and the docs site (the `dev` extra)
 $(VENV)/.dev: $(VENV)/.test
@@ -50,7 +56,8 @@ FAST_EXCLUDE := tests/project/test_documentation.py tests/encodings/test_compile
 	tests/integrations/test_context_parallel_refusal.py tests/training/test_training_interrupt.py \
 	tests/training/test_world_training.py tests/training/test_training_scaffold.py tests/project/test_no_data_loss.py \
 	tests/project/test_packaging.py tests/pipelines/test_loose_families.py \
-	tests/project/test_concurrent_outputs.py tests/pipelines/test_edit_sweep.py tests/app
+	tests/project/test_concurrent_outputs.py tests/pipelines/test_edit_sweep.py tests/app \
+	tests/commands/test_tiny_pipeline_cli.py
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q $(addprefix --ignore=,$(FAST_EXCLUDE))
 

@@ -13,7 +13,7 @@ from ...edits.method import seeded_generator
 from ...extrapolate import extrapolate_setting, install_extrapolation, install_noise_shift, parse_extrapolate
 from ...images import save_image
 from ...inputs import prompt_kwargs, sampler_options
-from .._config import check_prompt_source, check_sampler_size, resolve_config, save_config
+from .._config import check_prompt_source, check_sampler_size, default_side, resolve_config, save_config
 from .._options import output_folder, report_written
 
 
@@ -34,7 +34,7 @@ def run_generate(args) -> int:
     presets = parse_extrapolate(str(setting.get("preset", "none")))
     installed = install_extrapolation(pipe, presets, _train_size(config, model), setting.get("options"))
     if installed["schedules"] is not None:
-        sampler, default = sampler_options(config), pipe.default_sample_size * pipe.vae_scale_factor
+        sampler, default = sampler_options(config), default_side(pipe)
         size = (sampler.get("height") or default, sampler.get("width") or default)
         installed["noise_shift"] = install_noise_shift(
             pipe, presets, setting["shift"], installed["trained_grid"], *size
@@ -101,7 +101,7 @@ def _generate_pipeline(args, config, model):
 def _call_sampler(pipe, config) -> dict:
     """``sampler`` as the pipeline takes it: Qwen-Image without guidance embeddings has no distilled guidance
     (its guidance is ``true_cfg_scale`` with a negative prompt), so ``guidance_scale`` is dropped, saying so."""
-    sampler = sampler_options(config)
+    sampler = sampler_options(config, pipe)  # the keys its __call__ takes (Qwen-Image 2.1: no guidance_scale)
     distilled = getattr(pipe.transformer.config, "guidance_embeds", True)
     if type(pipe).__name__ == "QwenImagePipeline" and not distilled and "guidance_scale" in sampler:
         print(
