@@ -70,8 +70,9 @@ def mixed_resolution_grid(
     if not (0 <= top and 0 <= left and height >= 1 and width >= 1 and top + height <= rows and left + width <= cols):
         raise ValueError(f"region (top, left, height, width) must lie inside the {rows} x {cols} grid, got {region}")
     inside = (r >= top) & (r < top + height) & (c >= left) & (c < left + width)
-    fine_index = torch.arange(factor * height, dtype=torch.float64, device=device), torch.arange(
-        factor * width, dtype=torch.float64, device=device
+    fine_index = (
+        torch.arange(factor * height, dtype=torch.float64, device=device),
+        torch.arange(factor * width, dtype=torch.float64, device=device),
     )
     fr, fc = torch.meshgrid(*fine_index, indexing="ij")
     fine = torch.stack([top - 0.5 + (fr + 0.5) / factor, left - 0.5 + (fc + 0.5) / factor], dim=-1).reshape(-1, 2)

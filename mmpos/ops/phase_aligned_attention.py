@@ -27,7 +27,9 @@ def phase_aligned_attention(
     out = torch.empty_like(query)
     for stride in grid.scales():
         rows = (grid.strides == stride).nonzero().squeeze(1).to(query.device)
-        positions = phase_aligned_positions(grid, stride, torch.float64 if query.dtype == torch.float64 else torch.float32)
+        positions = phase_aligned_positions(
+            grid, stride, torch.float64 if query.dtype == torch.float64 else torch.float32
+        )
         table = encoding.table(positions, query.dtype, query.device)
         q, k = encoding.rotate_qk(query, key, table)
         attended = F.scaled_dot_product_attention(
