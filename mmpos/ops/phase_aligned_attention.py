@@ -8,6 +8,8 @@ token order. With one grid only, this is one SDPA call on the stock positions. A
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -15,7 +17,7 @@ from ..coords.phase_aligned import MixedGrid, phase_aligned_positions
 
 
 def phase_aligned_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, grid: MixedGrid, encoding
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, grid: MixedGrid, encoding: Any
 ) -> torch.Tensor:
     """``query, key, value [B, L, H, D]`` (unrotated; ``L`` tokens of ``grid``) -> ``[B, L, H, D]``."""
     length = len(grid.strides)
