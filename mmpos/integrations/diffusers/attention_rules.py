@@ -1,30 +1,36 @@
-"""Attention rules on a ``set_pe`` model: UltraViCo's decay beyond the training length, on every Wan-rope family.
+"""Attention rules on a ``set_pe`` model: UltraViCo's decay beyond the training length (Wan) and UltraImage's
+entropy-driven sharpening beyond the training size (FLUX.1, FLUX.2, Chroma, Z-Image).
 
     from mmpos.integrations.diffusers import set_attention_rule, set_pe
     set_pe(wan, "native")                                   # the stock model (or a spectrum schedule: DyPE, RIFLEx)
     set_attention_rule(wan, {"type": "ultravico", "train_frames": 21, "alpha": 0.9})   # 81 frames at 16 fps
+    set_pe(flux, "native")
+    set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
 
-The rule lives in :mod:`mmpos.ops.window_decay` (the math, written once); here a pre-forward hook reads each
-forward's frame size (tokens per latent frame) and the families' processors hand their video self-attention to the
-rule. Inside the training length (``frames <= train_frames``) the processors run the stock attention, so the model is
-``set_pe``'s bit for bit. Families whose processors are mmpos': Wan, Wan VACE, Wan Animate; families with stock
-processors (HunyuanVideo 1.5, LTX) are refused by name.
+The rules live in :mod:`mmpos.ops.window_decay` and :mod:`mmpos.ops.entropy_scaling` (the math, written once); here
+a pre-forward hook reads each forward's size (tokens per latent frame, image tokens, the step's sigma) and the
+families' processors hand their self-attention to the rule. Inside the training length or size the processors run
+the stock attention, so the model is ``set_pe``'s bit for bit. A family whose processors are stock (Qwen-Image,
+HunyuanVideo 1.5, LTX) is refused by name.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
+import torch
 from torch import nn
 
 from ..._per_thread import PerThread
+from ...ops.entropy_scaling import EntropyScaling
 from ...ops.window_decay import WindowDecay
 from .families import family_for
 from .installer import ENCODING, ProcessorInstaller
 from .processors import PEProcessor
 
 VIDEO_FAMILIES = ("wan", "wan_vace", "wan_animate")
-RULES = ("ultravico",)
+IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
+RULES = {"ultravico": VIDEO_FAMILIES, "ultraimage": IMAGE_FAMILIES}
 
 
 class VideoRule:
@@ -34,7 +40,13 @@ class VideoRule:
         self.decay = decay
         self.frame_tokens = PerThread(None)
 
-    def __call__(self, query, key, value, mask, parallel_config):
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+        _, _, _, height, width = hidden_states.shape
+        patch = tuple(int(p) for p in transformer.config.patch_size)
+        self.frame_tokens.set((height // patch[1]) * (width // patch[2]))
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
         frame_tokens = self.frame_tokens.get()
         if frame_tokens is None or not self.decay.active(key.shape[1], frame_tokens):
             return None
@@ -46,46 +58,131 @@ class VideoRule:
         return self.decay.attend(query, key, value, frame_tokens)
 
 
-def rule_from_config(config: Mapping | WindowDecay) -> WindowDecay:
-    """``{"type": "ultravico", "train_frames": 21, "alpha": 0.9, ...}`` (or a :class:`WindowDecay`) -> the rule."""
+class ImageRule:
+    """UltraImage past ``train_tokens`` image tokens: each layer's per-head factor, measured at the first forward
+    of a generation (the noisiest step) and kept for its later steps.
+
+    A generation starts when the forward's sigma is above the previous forward's (or the image size changes);
+    forwards without a timestep keep the factors until the size changes. A batch of another size than the one
+    measured (a separate unconditional pass) takes the factors again from its own first forward.
+    """
+
+    def __init__(self, scaling: EntropyScaling, train_tokens: int):
+        self.scaling, self.train_tokens = scaling, train_tokens
+        self.state = PerThread(None)  # (image tokens, sigma, {layer: factor [B, H]})
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        tokens, sigma = image_tokens(family.name, args, kwargs), family.sigma(args, kwargs)
+        previous = self.state.get()
+        if previous is None or previous[0] != tokens or (sigma is not None and (previous[1] or -1.0) < sigma):
+            self.state.set((tokens, sigma, {}))
+        else:
+            self.state.set((tokens, sigma if sigma is not None else previous[1], previous[2]))
+
+    def factors(self) -> dict:
+        """Each layer's factors ``[B, H]`` of the generation in flight (empty before its first forward)."""
+        state = self.state.get()
+        return {} if state is None else dict(state[2])
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        state = self.state.get()
+        if state is None or state[0] is None or state[0] <= self.train_tokens:
+            return None
+        if parallel_config is not None:
+            raise ValueError("ultraimage: context parallelism with the rule is not supported (it measures whole rows)")
+        factors = state[2]
+        factor = factors.get(layer)
+        if factor is None or factor.shape[0] != query.shape[0]:
+            factor = factors[layer] = self.scaling.factor(self.scaling.entropy(query, key, key_mask(mask, key)))
+        return attend(self.scaling.scale_query(query, factor), key, value, mask, parallel_config)
+
+
+def image_tokens(family: str, args, kwargs) -> int | None:
+    """The forward's image tokens: packed ``hidden_states [B, S, C]`` (FLUX.1, FLUX.2, Chroma: ``S``, reference
+    images included) or Z-Image's latents (a list of ``[C, F, H, W]``, patches ``f_patch_size x patch_size^2``)."""
+    if family == "z_image":
+        latents = kwargs.get("x", args[0] if args else None)
+        patch, frames = int(kwargs.get("patch_size", 2)), int(kwargs.get("f_patch_size", 1))
+        items = latents if isinstance(latents, (list, tuple)) else [latents]
+        return max((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch) for x in items)
+    hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+    return int(hidden_states.shape[1]) if isinstance(hidden_states, torch.Tensor) else None
+
+
+def key_mask(mask, key) -> torch.Tensor | None:
+    """A boolean key mask ``[B, 1, 1, L]`` / ``[B, L]`` (Z-Image's padded captions) as ``[B, L]``; other masks:
+    ValueError."""
+    if mask is None:
+        return None
+    if mask.dtype == torch.bool and mask.shape[-1] == key.shape[1] and mask.numel() == mask.shape[0] * key.shape[1]:
+        return mask.reshape(mask.shape[0], key.shape[1])
+    raise ValueError(f"ultraimage: only a boolean key mask is supported, got {mask.dtype} {tuple(mask.shape)}")
+
+
+def rule_from_config(config: Mapping | WindowDecay | ImageRule) -> VideoRule | ImageRule:
+    """``{"type": "ultravico", "train_frames": 21, ...}``, ``{"type": "ultraimage", "train_grid": (64, 64), ...}``
+    (or a :class:`WindowDecay`) -> the rule's state for :func:`set_attention_rule`."""
     if isinstance(config, WindowDecay):
-        return config
+        return VideoRule(config)
     if not isinstance(config, Mapping) or config.get("type") not in RULES:
-        raise ValueError(f"rule must be a WindowDecay or a dict with 'type' in {RULES}, got {config!r}")
+        raise ValueError(f"rule must be a WindowDecay or a dict with 'type' in {tuple(RULES)}, got {config!r}")
+    kind = config["type"]
     options = {k: v for k, v in config.items() if k != "type"}
-    known = {"train_frames", "alpha", "isolate_first_frame", "center_keys"}
+    if kind == "ultravico":
+        known = {"train_frames", "alpha", "isolate_first_frame", "center_keys"}
+        _check_options(kind, options, known, "train_frames", "latent frames of the training length; Wan 2.1: 21")
+        return VideoRule(WindowDecay(**options))
+    known = {"train_grid", "lambda_min", "lambda_max", "h_min", "h_max", "gamma", "block"}
+    _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
+    grid = options.pop("train_grid")
+    if not (
+        isinstance(grid, (tuple, list))
+        and len(grid) == 2
+        and all(isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0 for g in grid)
+    ):
+        raise ValueError(f"ultraimage: train_grid must be (rows, cols) of positive numbers, got {grid!r}")
+    return ImageRule(EntropyScaling(**options), int(grid[0] * grid[1]))
+
+
+def _check_options(kind, options, known, required, what) -> None:
     if unknown := sorted(set(options) - known):
-        raise ValueError(f"ultravico: unknown options {unknown}; expected some of {sorted(known)}")
-    if "train_frames" not in options:
-        raise ValueError("ultravico needs train_frames (latent frames of the training length; Wan 2.1: 21)")
-    return WindowDecay(**options)
+        raise ValueError(f"{kind}: unknown options {unknown}; expected some of {sorted(known)}")
+    if required not in options:
+        raise ValueError(f"{kind} needs {required} ({what})")
 
 
 def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     """Install ``rule`` (see :func:`rule_from_config`) on a model ``set_pe`` prepared; returns the model."""
     family = family_for(transformer)
-    if family.name not in VIDEO_FAMILIES:
+    state = rule_from_config(rule)
+    name = "ultravico" if isinstance(state, VideoRule) else "ultraimage"
+    if family.name not in RULES[name]:
         raise ValueError(
-            f"ultravico: the {family.name} family is not supported (its processors are stock); "
-            f"supported: {', '.join(VIDEO_FAMILIES)}"
+            f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
+            f"{'video' if name == 'ultravico' else 'text-to-image'} family); supported: {', '.join(RULES[name])}"
         )
     processors = encoding_processors(transformer)
     if not processors:
-        raise ValueError("set_attention_rule needs set_pe first (set_pe(model, 'native') keeps the stock model)")
+        raise ValueError(
+            f"set_attention_rule needs mmpos processors: set_pe first (set_pe(model, 'native') keeps the stock "
+            f"model{_native_hint(family.name)})"
+        )
     clear_attention_rule(transformer)
-    state = VideoRule(rule_from_config(rule))
     for processor in processors:
         processor.attention_rule = state
-    patch = tuple(int(p) for p in transformer.config.patch_size)
 
-    def read_frame_size(module, args, kwargs):
-        hidden_states = kwargs.get("hidden_states", args[0] if args else None)
-        _, _, _, height, width = hidden_states.shape
-        state.frame_tokens.set((height // patch[1]) * (width // patch[2]))
+    def before_forward(module, args, kwargs):
+        state.before_forward(module, family, args, kwargs)
 
-    handle = transformer.register_forward_pre_hook(read_frame_size, with_kwargs=True)
+    handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
     transformer._mmpos_attention_rule = (state, handle, processors)
     return transformer
+
+
+def _native_hint(family: str) -> str:
+    if family in ("chroma", "flux2", "z_image"):
+        return f"; {family} with 'native' keeps its stock processors: set_pe(model, 'rope_axial') installs mmpos'"
+    return ""
 
 
 def encoding_processors(transformer: nn.Module) -> list:
@@ -94,7 +191,8 @@ def encoding_processors(transformer: nn.Module) -> list:
     if installer is not None:
         found = [slot.levels.get(ENCODING) for slot in installer.slots]
     else:
-        found = list(transformer.attn_processors.values())
+        processors = getattr(transformer, "attn_processors", None)
+        found = list(processors.values()) if isinstance(processors, Mapping) else []
     return [p for p in found if isinstance(p, PEProcessor)]
 
 

@@ -52,7 +52,7 @@ class PEProcessor:
 
     _attention_backend = None
     _parallel_config = None
-    attention_rule = None  # a :class:`~.attention_rules.VideoRule` (set by ``set_attention_rule``)
+    attention_rule = None  # an :mod:`~.attention_rules` rule (set by ``set_attention_rule``)
 
     def __init__(self, rotation=None, layer: int | None = None, attention_backend=None, parallel_config=None):
         if rotation is None or layer is None:  # diffusers' load_ip_adapter re-creates processors without arguments
@@ -65,13 +65,17 @@ class PEProcessor:
         self.rotation, self.layer = rotation, layer
         self._attention_backend, self._parallel_config = attention_backend, parallel_config
 
-    def _attend(self, query, key, value, mask, parallel_config, video: bool = False):
-        """Attention through diffusers' dispatch; ``video``: a self-attention over the video tokens, where an
-        ``attention_rule`` applies (it returns ``None`` inside the training window: the stock attention runs)."""
-        if video and self.attention_rule is not None:
-            out = self.attention_rule(query, key, value, mask, parallel_config)
+    def _attend(self, query, key, value, mask, parallel_config, ruled: bool = False):
+        """Attention through diffusers' dispatch; ``ruled``: the self-attention an ``attention_rule`` applies to (a
+        video's, or an image family's joint text+image sequence); the rule returns ``None`` inside the training
+        length or size, where the stock attention runs."""
+        if ruled and self.attention_rule is not None:
+            out = self.attention_rule(query, key, value, mask, parallel_config, self.layer, self._dispatch)
             if out is not None:
                 return out
+        return self._dispatch(query, key, value, mask, parallel_config)
+
+    def _dispatch(self, query, key, value, mask, parallel_config):
         return dispatch_attention_fn(
             query, key, value, attn_mask=mask, backend=self._attention_backend, parallel_config=parallel_config
         )

@@ -116,7 +116,7 @@ class FluxPEAttnProcessor(PEProcessor):
         if image_rotary_emb is not None:
             query, key = self.rotation(query, key, image_rotary_emb, self.layer)
 
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, ruled=True)
         return flux_finish_attention(attn, hidden_states, encoder_hidden_states, query.dtype)
 
 

@@ -147,7 +147,7 @@ class WanPEAttnProcessor(PEProcessor):
 
         parallel_config = self._parallel_config if encoder_hidden_states is None else None
         video = encoder_hidden_states is None
-        hidden_states = self._attend(query, key, value, attention_mask, parallel_config, video=video)
+        hidden_states = self._attend(query, key, value, attention_mask, parallel_config, ruled=video)
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         if hidden_states_img is not None:
             hidden_states = hidden_states + hidden_states_img
