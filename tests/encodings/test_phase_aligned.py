@@ -15,8 +15,7 @@ from mmpos.coords import image_grid
 from mmpos.coords.phase_aligned import MixedGrid, mixed_resolution_grid, phase_aligned_positions
 from mmpos.encodings import AxialRoPE
 from mmpos.ops.phase_aligned_attention import phase_aligned_attention
-
-HEAD_DIM, THETA = 16, 100.0
+from tests.fixtures.explicit_rope import HEAD_DIM, THETA, rotate_explicit
 
 
 def _qkv(length, heads=2, dtype=torch.float64, seed=0):
@@ -28,26 +27,13 @@ def _encoding():
     return AxialRoPE(HEAD_DIM, axes_dims=(8, 8), theta=THETA, seq_dim=-3, table_precision="fp64")
 
 
-def _rotate_explicit(x, positions):
-    """Interleaved axial RoPE written out: pair ``i`` of axis ``a`` (8 channels each) turns by
-    ``position_a * THETA ** (-2 i / 8)``; ``x [L, H, D]``, ``positions [L, 2]`` fp64."""
-    out = x.clone()
-    for axis in range(2):
-        for i in range(4):
-            angle = positions[:, axis] * THETA ** (-2 * i / 8)
-            c, s = torch.cos(angle)[:, None], torch.sin(angle)[:, None]
-            a, b = 8 * axis + 2 * i, 8 * axis + 2 * i + 1
-            out[..., a], out[..., b] = x[..., a] * c - x[..., b] * s, x[..., a] * s + x[..., b] * c
-    return out
-
-
 def crpa_reference(q, k, v, grid: MixedGrid):
     """Query by query: every token at ``centre / stride(query)``, rotated, softmax(q k / sqrt(D)) v."""
     out = torch.empty_like(q)
     for i in range(q.shape[1]):
         positions = grid.centres / grid.strides[i]
-        qi = _rotate_explicit(q[0, i : i + 1], positions[i : i + 1])[0]  # [H, D]
-        kr = _rotate_explicit(k[0], positions)  # [L, H, D]
+        qi = rotate_explicit(q[0, i : i + 1], positions[i : i + 1])[0]  # [H, D]
+        kr = rotate_explicit(k[0], positions)  # [L, H, D]
         logits = torch.einsum("hd,lhd->hl", qi, kr) / math.sqrt(HEAD_DIM)
         out[0, i] = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), v[0])
     return out
