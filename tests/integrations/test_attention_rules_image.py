@@ -110,3 +110,41 @@ def test_refusals_name_what_is_wrong():
         set_attention_rule(_model("flux"), {**RULE, "alpha": 0.9})
     with pytest.raises(ValueError, match="lambda_min"):
         set_attention_rule(_model("flux"), {**RULE, "lambda_min": 2.0})
+
+
+def _plan(layers, heads, alpha):
+    return {"alphas": [[alpha] * heads] * layers, "betas": [[0.0] * heads] * layers}
+
+
+@pytest.mark.parametrize("name", ("flux", "chroma", "flux2"))
+def test_hap_is_stock_within_the_training_size_and_the_masked_attention_past_it(name, monkeypatch):
+    from mmpos.ops.head_scopes import HeadScopes
+
+    plain = _model(name)
+    layers, heads = len(encoding_processors(plain)), 2
+    rule = {"type": "hap", "train_grid": (4, 4), "scope_plan": _plan(layers, heads, 2.0), "anchor_stride": 3}
+    pruned = set_attention_rule(_model(name), rule)
+    for side in (2, 4):
+        assert torch.equal(run(pruned, name, side), run(plain, name, side))
+    ours = run(pruned, name, 9, 1.0)
+    seen = []
+
+    def dense_masked(self, q, k, v, scale=None):  # the definition: softmax over the mask's keys
+        seen.append(self.text_tokens)
+        logits = torch.einsum("blhd,bmhd->bhlm", q, k) * q.shape[-1] ** -0.5
+        weights = torch.softmax(logits.masked_fill(~self.mask(q.shape[1])[None], float("-inf")), -1)
+        return torch.einsum("bhlm,bmhd->blhd", weights, v)
+
+    monkeypatch.setattr(HeadScopes, "attend", dense_masked)
+    torch.testing.assert_close(ours, run(pruned, name, 9, 1.0), rtol=1e-4, atol=1e-5)
+    assert len(seen) == layers and seen[0] == CASES[name].inputs(9, 9, 1.0)["encoder_hidden_states"].shape[1]
+    assert (ours - run(plain, name, 9, 1.0)).abs().max() > 1e-4  # 81 image tokens in 2-block bands: pruned
+
+
+def test_hap_refusals():
+    with pytest.raises(ValueError, match="z_image family is not supported.*text before"):
+        set_attention_rule(_model("z_image"), {"type": "hap", "train_grid": (4, 4), "scope_plan": _plan(1, 2, 64.0)})
+    with pytest.raises(ValueError, match="scope_plan"):
+        set_attention_rule(_model("flux"), {"type": "hap", "train_grid": (4, 4), "scope_plan": [1]})
+    with pytest.raises(ValueError, match="hap needs train_grid"):
+        set_attention_rule(_model("flux"), {"type": "hap", "scope_plan": _plan(2, 2, 64.0)})

@@ -23,6 +23,7 @@ from torch import nn
 
 from ..._per_thread import PerThread
 from ...ops.entropy_scaling import EntropyScaling
+from ...ops.head_scopes import HeadScopes
 from ...ops.window_decay import WindowDecay
 from .families import family_for
 from .installer import ENCODING, ProcessorInstaller
@@ -30,7 +31,8 @@ from .processors import PEProcessor
 
 VIDEO_FAMILIES = ("wan", "wan_vace", "wan_animate")
 IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
-RULES = {"ultravico": VIDEO_FAMILIES, "ultraimage": IMAGE_FAMILIES}
+TEXT_FIRST_FAMILIES = ("flux", "chroma", "flux2")  # joint sequences with the text before the image tokens
+RULES = {"ultravico": VIDEO_FAMILIES, "ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES}
 
 
 class VideoRule:
@@ -97,6 +99,34 @@ class ImageRule:
         return attend(self.scaling.scale_query(query, factor), key, value, mask, parallel_config)
 
 
+class PrunedRule:
+    """HRDiT's HAP past ``train_tokens`` image tokens: each layer's heads attend within their scopes
+    (:class:`~mmpos.ops.head_scopes.HeadScopes`; the text length is this forward's ``encoder_hidden_states``')."""
+
+    def __init__(self, alphas, betas, anchor_stride: int, train_tokens: int):
+        self.alphas, self.betas, self.anchor_stride, self.train_tokens = alphas, betas, anchor_stride, train_tokens
+        self.state = PerThread(None)  # (image tokens, text tokens)
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        text = kwargs.get("encoder_hidden_states")
+        self.state.set((image_tokens(family.name, args, kwargs), None if text is None else int(text.shape[1])))
+
+    def scopes(self, layer: int, text_tokens: int) -> HeadScopes:
+        if layer >= len(self.alphas):
+            raise ValueError(f"hap: the scope plan holds {len(self.alphas)} layers, the model has more")
+        return HeadScopes(
+            tuple(self.alphas[layer]), tuple(self.betas[layer]), text_tokens, anchor_stride=self.anchor_stride
+        )
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        state = self.state.get()
+        if state is None or state[0] is None or state[0] <= self.train_tokens or state[1] is None:
+            return None
+        if mask is not None or parallel_config is not None:
+            raise ValueError("hap: an attention mask or context parallelism with the rule is not supported")
+        return self.scopes(layer, state[1]).attend(query, key, value)
+
+
 def image_tokens(family: str, args, kwargs) -> int | None:
     """The forward's image tokens: packed ``hidden_states [B, S, C]`` (FLUX.1, FLUX.2, Chroma: ``S``, reference
     images included) or Z-Image's latents (a list of ``[C, F, H, W]``, patches ``f_patch_size x patch_size^2``)."""
@@ -119,8 +149,9 @@ def key_mask(mask, key) -> torch.Tensor | None:
     raise ValueError(f"ultraimage: only a boolean key mask is supported, got {mask.dtype} {tuple(mask.shape)}")
 
 
-def rule_from_config(config: Mapping | WindowDecay | ImageRule) -> VideoRule | ImageRule:
-    """``{"type": "ultravico", "train_frames": 21, ...}``, ``{"type": "ultraimage", "train_grid": (64, 64), ...}``
+def rule_from_config(config: Mapping | WindowDecay) -> VideoRule | ImageRule | PrunedRule:
+    """``{"type": "ultravico", "train_frames": 21, ...}``, ``{"type": "ultraimage", "train_grid": (64, 64), ...}``,
+    ``{"type": "hap", "train_grid": (64, 64), "scope_plan": {"alphas": ..., "betas": ...}, "anchor_stride": 32}``
     (or a :class:`WindowDecay`) -> the rule's state for :func:`set_attention_rule`."""
     if isinstance(config, WindowDecay):
         return VideoRule(config)
@@ -128,20 +159,33 @@ def rule_from_config(config: Mapping | WindowDecay | ImageRule) -> VideoRule | I
         raise ValueError(f"rule must be a WindowDecay or a dict with 'type' in {tuple(RULES)}, got {config!r}")
     kind = config["type"]
     options = {k: v for k, v in config.items() if k != "type"}
+    if kind == "hap":
+        _check_options(kind, options, {"train_grid", "scope_plan", "anchor_stride"}, "scope_plan", "alphas, betas")
+        plan = options["scope_plan"]
+        if not (isinstance(plan, Mapping) and {"alphas", "betas"} <= set(plan)):
+            raise ValueError("hap: scope_plan must be {'alphas': [[per head] per layer], 'betas': [[...]]}")
+        if "train_grid" not in options:
+            raise ValueError("hap needs train_grid ((rows, cols) tokens of the training size; FLUX.1: (64, 64))")
+        rows, cols = _train_grid(kind, options["train_grid"])
+        return PrunedRule(plan["alphas"], plan["betas"], int(options.get("anchor_stride", 0)), rows * cols)
     if kind == "ultravico":
         known = {"train_frames", "alpha", "isolate_first_frame", "center_keys"}
         _check_options(kind, options, known, "train_frames", "latent frames of the training length; Wan 2.1: 21")
         return VideoRule(WindowDecay(**options))
     known = {"train_grid", "lambda_min", "lambda_max", "h_min", "h_max", "gamma", "block"}
     _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
-    grid = options.pop("train_grid")
+    rows, cols = _train_grid(kind, options.pop("train_grid"))
+    return ImageRule(EntropyScaling(**options), int(rows * cols))
+
+
+def _train_grid(kind, grid) -> tuple[float, float]:
     if not (
         isinstance(grid, (tuple, list))
         and len(grid) == 2
         and all(isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0 for g in grid)
     ):
-        raise ValueError(f"ultraimage: train_grid must be (rows, cols) of positive numbers, got {grid!r}")
-    return ImageRule(EntropyScaling(**options), int(grid[0] * grid[1]))
+        raise ValueError(f"{kind}: train_grid must be (rows, cols) of positive numbers, got {grid!r}")
+    return grid[0], grid[1]
 
 
 def _check_options(kind, options, known, required, what) -> None:
@@ -155,11 +199,12 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     """Install ``rule`` (see :func:`rule_from_config`) on a model ``set_pe`` prepared; returns the model."""
     family = family_for(transformer)
     state = rule_from_config(rule)
-    name = "ultravico" if isinstance(state, VideoRule) else "ultraimage"
+    name = {VideoRule: "ultravico", ImageRule: "ultraimage", PrunedRule: "hap"}[type(state)]
     if family.name not in RULES[name]:
         raise ValueError(
             f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
-            f"{'video' if name == 'ultravico' else 'text-to-image'} family); supported: {', '.join(RULES[name])}"
+            f"{'video' if name == 'ultravico' else 'text-to-image'} family{_order_note(name)}); supported: "
+            f"{', '.join(RULES[name])}"
         )
     processors = encoding_processors(transformer)
     if not processors:
@@ -177,6 +222,10 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
     transformer._mmpos_attention_rule = (state, handle, processors)
     return transformer
+
+
+def _order_note(name: str) -> str:
+    return "; HAP's scopes need the text before the image tokens" if name == "hap" else ""
 
 
 def _native_hint(family: str) -> str:
