@@ -54,7 +54,7 @@ class HeadScopes:
     def stride(self) -> int:
         return self.anchor_stride if self.anchor_stride > 0 else ANCHORS_OFF
 
-    def mask(self, length: int, device=None) -> torch.Tensor:
+    def mask(self, length: int, device: torch.types.Device = None) -> torch.Tensor:
         """The dense mask ``[H, L, L]`` (True: attended)."""
         index = torch.arange(length, device=device)
         text = index < self.text_tokens
@@ -64,7 +64,9 @@ class HeadScopes:
         anchor = (blocks % self.stride() == 0)[None, None, :]
         return text[None, :, None] | text[None, None, :] | band | anchor
 
-    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None):
+    def attend(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None = None
+    ) -> torch.Tensor:
         """``query, key, value [B, L, H, D]`` -> ``[B, L, H, D]``: the masked attention, pruned blocks skipped.
         Text queries attend densely; image queries in blocks, heads of one half width together."""
         length, heads = query.shape[1], query.shape[2]
@@ -81,7 +83,9 @@ class HeadScopes:
             out[:, group, text:] = rows
         return out.transpose(1, 2)
 
-    def _image_rows(self, q, k, v, half: int, scale):
+    def _image_rows(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, half: int, scale: float | None
+    ) -> torch.Tensor:
         """Image queries of heads sharing ``half``: per query block, keys = text, the band, anchors off the band."""
         batch, heads, length, dim = q.shape
         text, block = self.text_tokens, self.block
@@ -91,7 +95,6 @@ class HeadScopes:
         qi = F.pad(q[:, :, text:], (0, 0, 0, pad)).unflatten(2, (blocks, block))  # [B, H, nb, blk, D]
         ki, vi = (F.pad(t[:, :, text:], (0, 0, 0, pad)).unflatten(2, (blocks, block)) for t in (k, v))
         real = F.pad(torch.ones(image, dtype=torch.bool, device=q.device), (0, pad)).unflatten(0, (blocks, block))
-        window = 2 * half + 1
         offsets = torch.arange(-half, half + 1, device=q.device)
         neighbour = torch.arange(blocks, device=q.device)[:, None] + offsets  # [nb, window]
         inside = (neighbour >= 0) & (neighbour < blocks)
