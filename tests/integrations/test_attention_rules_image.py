@@ -148,3 +148,38 @@ def test_hap_refusals():
         set_attention_rule(_model("flux"), {"type": "hap", "train_grid": (4, 4), "scope_plan": [1]})
     with pytest.raises(ValueError, match="hap needs train_grid"):
         set_attention_rule(_model("flux"), {"type": "hap", "scope_plan": _plan(2, 2, 64.0)})
+
+
+@pytest.mark.parametrize("name", ("flux", "chroma"))
+def test_spa_averages_over_the_bundle_grids_on_the_first_steps_only(name, monkeypatch):
+    from mmpos.integrations.diffusers.processors import PEProcessor
+
+    plain = _model(name)
+    spa = set_attention_rule(_model(name), {"type": "spa", "train_grid": (4, 4), "group_num": 4, "steps": 2})
+    for side in (2, 4):
+        assert torch.equal(run(spa, name, side), run(plain, name, side))
+    calls = []
+    dispatch = PEProcessor._dispatch
+    monkeypatch.setattr(PEProcessor, "_dispatch", lambda self, *a: calls.append(self.layer) or dispatch(self, *a))
+    first = run(spa, name, 9, 1.0)  # 9 x 9 image tokens, 4 bundles: size 3 per axis -> 1 + 2 + 2 grids
+    assert len(calls) == 2 * 5
+    assert (first - run(plain, name, 9, 1.0)).abs().max() > 1e-4
+    calls.clear()
+    run(spa, name, 9, 1.0)  # the same step again (an unconditional pass): still SPA
+    run(spa, name, 9, 0.8)  # the second step
+    assert len(calls) == 2 * 2 * 5
+    assert torch.equal(run(spa, name, 9, 0.6), run(plain, name, 9, 0.6))  # the third step: stock
+
+
+def test_spa_with_one_grid_is_the_plain_model_bit_for_bit():
+    """group_num above the grid's side: one grid, the stock ids; the average of one output is that output."""
+    plain = _model("flux")
+    spa = set_attention_rule(_model("flux"), {"type": "spa", "train_grid": (4, 4), "group_num": 80})
+    assert torch.equal(run(spa, "flux", 9, 1.0), run(plain, "flux", 9, 1.0))
+
+
+def test_spa_refusals():
+    with pytest.raises(ValueError, match="flux2 family is not supported"):
+        set_attention_rule(_model("flux2"), {"type": "spa", "train_grid": (4, 4)})
+    with pytest.raises(ValueError, match="group_num must be an int >= 2"):
+        set_attention_rule(_model("flux"), {"type": "spa", "train_grid": (4, 4), "group_num": 1})

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..._per_thread import PerThread
+from ...coords.bundles import bundle_variants
 from ...ops.entropy_scaling import EntropyScaling
 from ...ops.head_scopes import HeadScopes
 from ...ops.window_decay import WindowDecay
@@ -32,7 +33,8 @@ from .processors import PEProcessor
 VIDEO_FAMILIES = ("wan", "wan_vace", "wan_animate")
 IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
 TEXT_FIRST_FAMILIES = ("flux", "chroma", "flux2")  # joint sequences with the text before the image tokens
-RULES = {"ultravico": VIDEO_FAMILIES, "ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES}
+FLUX_ID_FAMILIES = ("flux", "chroma")  # FLUX.1's processors and (index, row, col) ids
+RULES = {"ultravico": VIDEO_FAMILIES, "ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES, "spa": FLUX_ID_FAMILIES}
 
 
 class VideoRule:
@@ -127,6 +129,36 @@ class PrunedRule:
         return self.scopes(layer, state[1]).attend(query, key, value)
 
 
+class BundleRule:
+    """HRDiT's SPA past ``train_tokens`` image tokens, on a generation's first ``steps`` forwards: the processors
+    average their attention over the rotary tables of :func:`~mmpos.coords.bundles.bundle_variants` (the model's
+    own position module on ``[txt_ids; bundled img_ids]``)."""
+
+    def __init__(self, group_num: int, steps: int, train_tokens: int):
+        self.group_num, self.steps, self.train_tokens = group_num, steps, train_tokens
+        self.state = PerThread(None)  # (image tokens, sigma, forwards of this generation, tables or None)
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        tokens, sigma = image_tokens(family.name, args, kwargs), family.sigma(args, kwargs)
+        previous = self.state.get()
+        fresh = previous is None or previous[0] != tokens or (sigma is not None and (previous[1] or -1.0) < sigma)
+        count = 0 if fresh else previous[2] + (sigma is None or sigma != previous[1])
+        tables = None
+        if tokens is not None and tokens > self.train_tokens and count < self.steps:
+            text, image = kwargs["txt_ids"], kwargs["img_ids"]
+            position = getattr(transformer, family.position_attr)
+            grids = bundle_variants(image[:, 1:].round(), self.group_num)
+            tables = [position(torch.cat([text, torch.cat([image[:, :1], g], dim=1)])) for g in grids]
+        self.state.set((tokens, sigma, count, tables))
+
+    def tables(self):
+        state = self.state.get()
+        return None if state is None else state[3]
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        return None  # SPA acts where the processor rotates (PEProcessor._rotate_attend)
+
+
 def image_tokens(family: str, args, kwargs) -> int | None:
     """The forward's image tokens: packed ``hidden_states [B, S, C]`` (FLUX.1, FLUX.2, Chroma: ``S``, reference
     images included) or Z-Image's latents (a list of ``[C, F, H, W]``, patches ``f_patch_size x patch_size^2``)."""
@@ -159,6 +191,15 @@ def rule_from_config(config: Mapping | WindowDecay) -> VideoRule | ImageRule | P
         raise ValueError(f"rule must be a WindowDecay or a dict with 'type' in {tuple(RULES)}, got {config!r}")
     kind = config["type"]
     options = {k: v for k, v in config.items() if k != "type"}
+    if kind == "spa":
+        _check_options(
+            kind, options, {"train_grid", "group_num", "steps"}, "train_grid", "(rows, cols); FLUX.1: (64, 64)"
+        )
+        rows, cols = _train_grid(kind, options["train_grid"])
+        group_num, steps = options.get("group_num", 80), options.get("steps", 3)
+        if not (isinstance(group_num, int) and group_num >= 2 and isinstance(steps, int) and steps >= 0):
+            raise ValueError(f"spa: group_num must be an int >= 2 and steps an int >= 0, got {group_num!r}, {steps!r}")
+        return BundleRule(group_num, steps, int(rows * cols))
     if kind == "hap":
         _check_options(kind, options, {"train_grid", "scope_plan", "anchor_stride"}, "scope_plan", "alphas, betas")
         plan = options["scope_plan"]
@@ -199,7 +240,7 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     """Install ``rule`` (see :func:`rule_from_config`) on a model ``set_pe`` prepared; returns the model."""
     family = family_for(transformer)
     state = rule_from_config(rule)
-    name = {VideoRule: "ultravico", ImageRule: "ultraimage", PrunedRule: "hap"}[type(state)]
+    name = {VideoRule: "ultravico", ImageRule: "ultraimage", PrunedRule: "hap", BundleRule: "spa"}[type(state)]
     if family.name not in RULES[name]:
         raise ValueError(
             f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "

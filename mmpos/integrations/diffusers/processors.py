@@ -75,6 +75,21 @@ class PEProcessor:
                 return out
         return self._dispatch(query, key, value, mask, parallel_config)
 
+    def _rotate_attend(self, query, key, value, rotary_emb, mask, parallel_config):
+        """Rotate q and k by ``rotary_emb`` and attend (``ruled``); under a rule that hands several tables (HRDiT's
+        SPA: ``attention_rule.tables()``), the attention outputs averaged over them."""
+        tables = getattr(self.attention_rule, "tables", lambda: None)()
+        if tables is None:
+            if rotary_emb is not None:
+                query, key = self.rotation(query, key, rotary_emb, self.layer)
+            return self._attend(query, key, value, mask, parallel_config, ruled=True)
+        total = None
+        for table in tables:
+            q, k = self.rotation(query, key, table, self.layer)
+            out = self._dispatch(q, k, value, mask, parallel_config)
+            total = out if total is None else total + out
+        return total / len(tables)
+
     def _dispatch(self, query, key, value, mask, parallel_config):
         return dispatch_attention_fn(
             query, key, value, attn_mask=mask, backend=self._attention_backend, parallel_config=parallel_config
