@@ -1,6 +1,7 @@
 """``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux or
-Qwen-Image pipeline, and attention rules joined with ``+`` (``dype+ultraimage``: UltraImage's entropy-driven
-sharpening, :func:`~mmpos.integrations.diffusers.set_attention_rule`).
+Qwen-Image pipeline, and an attention rule joined with ``+`` (``dype+ultraimage``: UltraImage's entropy-driven
+sharpening; ``dype+spa``: HRDiT's bundle grids on the first 3 steps;
+:func:`~mmpos.integrations.diffusers.set_attention_rule`).
 
 The preset goes to the transformer's row and column axes through ``set_pe(..., "native", extrapolation=...)``;
 the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, Qwen-Image:
@@ -9,13 +10,14 @@ the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 102
 
 from __future__ import annotations
 
+import math
 import sys
 
 from mmpos.integrations.diffusers import set_pe
 from mmpos.spectrum.schedule import PRESETS, extrapolation_preset
 
 CHOICES = ("none", *PRESETS)
-RULES = ("ultraimage",)  # attention rules (set_attention_rule) a preset takes after "+"
+RULES = ("ultraimage", "spa")  # attention rules (set_attention_rule) a preset takes after "+", one at a time
 AXES = ("row", "col")
 SHIFTS = ("authors", "comfyui", "off")  # DyPE's noise-schedule shift (mmpos.integrations.diffusers.noise_shift)
 
@@ -30,8 +32,8 @@ def split_rules(text: str) -> tuple[str, list[str]]:
             f"--extrapolate {text!r}: one position preset and attention rules ({', '.join(RULES)}) joined by '+', "
             f"got {presets}"
         )
-    if len(set(rules)) != len(rules):
-        raise ValueError(f"--extrapolate {text!r}: a rule is given twice")
+    if len(rules) > 1:
+        raise ValueError(f"--extrapolate {text!r}: one attention rule at a time ({', '.join(RULES)}), got {rules}")
     return (presets[0] if presets else "none"), rules
 
 
@@ -177,7 +179,10 @@ def install_rules(transformer, rules, grid, per_axis) -> None:
     if not encoding_processors(transformer):
         set_pe(transformer, "rope_axial", extrapolation=per_axis)
     for rule in rules:
-        set_attention_rule(transformer, {"type": rule, "train_grid": tuple(grid)})
+        config = {"type": rule, "train_grid": tuple(grid)}
+        if rule == "spa":  # the authors' 80 bundles for FLUX.1's 64 trained tokens a side, scaled to this model
+            config["group_num"] = max(2, math.ceil(max(grid) * 80 / 64))
+        set_attention_rule(transformer, config)
 
 
 def install_noise_shift(pipe, presets: dict, shift: str, trained_grid, height: int, width: int) -> dict:
