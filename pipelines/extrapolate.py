@@ -179,10 +179,16 @@ def install_rules(transformer, rules, grid, per_axis) -> None:
     if not encoding_processors(transformer):
         set_pe(transformer, "rope_axial", extrapolation=per_axis)
     for rule in rules:
-        config = {"type": rule, "train_grid": tuple(grid)}
-        if rule == "spa":  # the authors' 80 bundles for FLUX.1's 64 trained tokens a side, scaled to this model
-            config["group_num"] = max(2, math.ceil(max(grid) * 80 / 64))
-        set_attention_rule(transformer, config)
+        set_attention_rule(transformer, rule_config(rule, grid))
+
+
+def rule_config(rule: str, grid) -> dict:
+    """The command line's ``set_attention_rule`` config of ``rule`` for the trained ``(rows, cols)`` grid; SPA's
+    ``group_num``: the authors' 80 bundles for FLUX.1's 64 trained tokens a side, scaled to this model."""
+    config = {"type": rule, "train_grid": tuple(grid)}
+    if rule == "spa":
+        config["group_num"] = max(2, math.ceil(max(grid) * 80 / 64))
+    return config
 
 
 def install_noise_shift(pipe, presets: dict, shift: str, trained_grid, height: int, width: int) -> dict:

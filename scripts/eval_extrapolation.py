@@ -35,7 +35,7 @@ from mmpos.world.scene import SceneSpec
 
 EXTRA_METHODS = ("dype_ntk", "dype_yarn")  # DyPE through NTK or YaRN, on request
 # UltraImage's attention rule alone and over a preset (issue 45), on request
-RULE_METHODS = ("none+ultraimage", "pi+ultraimage", "ntk+ultraimage", "dype+ultraimage")
+RULE_METHODS = tuple(f"{p}+{r}" for r in ("ultraimage", "spa") for p in ("none", "pi", "ntk", "dype"))
 SCORES = ("count_error", "duplicated", "position_acc", "period_ratio")
 
 

@@ -12,8 +12,8 @@ METHODS = ("stock", "pi", "ntk", "yarn", "vision_yarn", "dype")
 
 
 def install_method(pipe, method: str, trained_grid) -> None:
-    """``method`` (``"stock"`` or a preset of :data:`mmpos.spectrum.schedule.PRESETS`, optionally ``+ultraimage``:
-    UltraImage's attention rule over it) on ``pipe.transformer``'s rows and columns from the trained ``(rows,
+    """``method`` (``"stock"`` or a preset of :data:`mmpos.spectrum.schedule.PRESETS`, optionally ``+ultraimage`` or
+    ``+spa``: that attention rule over it, as ``mmpos generate`` sets it) on ``pipe.transformer``'s rows and columns from the trained ``(rows,
     cols)`` token grid; whatever ``set_pe`` and rule were there go first."""
     from mmpos.integrations.diffusers import (
         clear_attention_rule,
@@ -33,7 +33,9 @@ def install_method(pipe, method: str, trained_grid) -> None:
     elif rule:
         set_pe(transformer, "native")
     if rule:
-        set_attention_rule(transformer, {"type": rule, "train_grid": tuple(trained_grid)})
+        from ..extrapolate import rule_config
+
+        set_attention_rule(transformer, rule_config(rule, trained_grid))
 
 
 def generate_at_size(pipe, examples, size: int, steps: int, guidance, batch: int) -> np.ndarray:
