@@ -12,6 +12,7 @@ import torch
 from mmpos._validation import check_choice
 
 from .edits.method import EditMethod
+from .kept_pipelines import kept_pipeline
 
 TEXT_COMPONENTS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -200,21 +201,24 @@ def check_pipeline_folder(path) -> None:
 
 def load_pipeline_class(cls, path, dtype: str = "bfloat16", device: str | None = None):
     """``cls.from_pretrained(path)`` in ``dtype`` (text components a local folder lacks passed as None), moved to
-    ``device``; ValueError (one line) when it cannot be loaded."""
+    ``device`` (the one already loaded inside :func:`~.kept_pipelines.keep_pipelines_loaded`); ValueError (one
+    line) when it cannot be loaded."""
     check_choice("dtype", dtype, tuple(DTYPES))
     check_pipeline_folder(path)
     from mmpos.models.world.image import dtype_keyword, import_named_modules, world_text_encoders_accepted
 
     import_named_modules(path)  # a local folder's mmpos components (a hub id: nothing to do here)
-    try:
-        with world_text_encoders_accepted():
-            pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path, cls))
-    except OSError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"--model {path}: cannot load a {cls.__name__} ({reason})") from None
-    if device is not None:
-        pipe = pipe.to(device)
-    return pipe
+
+    def load():
+        try:
+            with world_text_encoders_accepted():
+                pipe = cls.from_pretrained(path, **{dtype_keyword(cls): DTYPES[dtype]}, **missing_components(path, cls))
+        except OSError as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(f"--model {path}: cannot load a {cls.__name__} ({reason})") from None
+        return pipe if device is None else pipe.to(device)
+
+    return kept_pipeline(cls, path, dtype, device, load)  # load() unless mmpos app keeps it loaded
 
 
 def world_task(method: EditMethod, config) -> str:

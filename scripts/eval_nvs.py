@@ -20,37 +20,33 @@ import json
 import os
 import sys
 
-import torch
-
 from mmpos._arguments import OneLineErrorParser, positive_int_arg
 from mmpos._atomic import check_new_output, claimed_output, written_atomically
-from mmpos._safe_state import UnsafeStateError, load_torch_file
-from mmpos._validation import NonFiniteLossError
-from mmpos.eval.image_quality import psnr, ssim
-from mmpos.models.world.nvs import NVS_ENCODINGS
-from mmpos.training.scaffold.folders import UnreadableCheckpointError, refuse_earlier_run, remove_paths
-from mmpos.training.tasks.nvs import (
-    NVSRecipe,
-    evaluate,
-    load_trained,
-    predict,
-    read_run,
-    run_folder,
-    train_nvs,
-)
-from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE, make_triples
+from mmpos.training.task_configs import NVS_ENCODING_NAMES, NVSConfig
 
-TEST_SETS = {  # name -> make_triples options for the test scenes
-    "test": dict(baseline_degrees=TRAIN_BASELINE),
-    "wide": dict(baseline_degrees=WIDE_BASELINE),
-    "fisheye": dict(baseline_degrees=TRAIN_BASELINE, target_lens="unified"),
+TEST_SETS = {  # name -> make_triples options for the test scenes (baselines: mmpos.world.nvs_data)
+    "test": dict(baseline="train"),
+    "wide": dict(baseline="wide"),
+    "fisheye": dict(baseline="train", target_lens="unified"),
 }
 
 
+def scene_options(name: str) -> dict:
+    from mmpos.world.nvs_data import TRAIN_BASELINE, WIDE_BASELINE
+
+    options = dict(TEST_SETS[name])
+    options["baseline_degrees"] = {"train": TRAIN_BASELINE, "wide": WIDE_BASELINE}[options.pop("baseline")]
+    return options
+
+
 def make_data(args):
+    import torch
+
+    from mmpos.world.nvs_data import make_triples
+
     data = {"train": make_triples("train", args.train_scenes, 4)}
-    for name, options in TEST_SETS.items():
-        data[name] = make_triples("test", args.test_scenes, 2, **options)
+    for name in TEST_SETS:
+        data[name] = make_triples("test", args.test_scenes, 2, **scene_options(name))
     path = os.path.join(args.out, "data.pt")
     with written_atomically(path) as temporary:
         torch.save(data, temporary)
@@ -58,29 +54,29 @@ def make_data(args):
 
 
 def train(args):
+    """``mmpos train nvs`` with this script's folder layout (``--init-from``: a checkpoint folder inside --out)."""
     name = f"{args.encoding}_s{args.seed}.pt"
-    checkpoint = os.path.join(args.out, args.checkpoints, name)
-    earlier = [p for p in (checkpoint, run_folder(checkpoint)) if os.path.exists(p)]
-    refuse_earlier_run(f"{earlier[0]} holds an earlier run" if earlier else None, args.resume, args.overwrite)
-    recipe = NVSRecipe(
+    config = NVSConfig(
         args.encoding,
-        args.seed,
-        args.steps,
-        args.batch_size,
-        args.lr,
-        args.warmup,
+        os.path.join(args.out, args.checkpoints, name.removesuffix(".pt")),
+        os.path.join(args.out, "data.pt"),
+        seed=args.seed,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup=args.warmup,
         init_from=os.path.join(args.out, args.init_from, name) if args.init_from else None,
     )
-    data = load_torch_file(os.path.join(args.out, "data.pt"))["train"]
-    os.makedirs(os.path.join(args.out, args.checkpoints), exist_ok=True)
-    if args.overwrite and int(os.environ.get("RANK", "0")) == 0:
-        remove_paths(earlier)
-    train_nvs(recipe, data, checkpoint, log=lambda line: print(line, flush=True))
+    from mmpos.training.tasks.nvs import run_command
+
+    run_command(config, args.resume, args.overwrite)
 
 
 def finished_runs(folder):
     """``(name, saved state)`` of every run in a checkpoint folder: run folders (``<name>/checkpoint-<step>/``)
     and ``<name>.pt`` files of the earlier layout (a run folder wins over a file of its name)."""
+    from mmpos.training.tasks.nvs import read_run
+
     names = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(folder, "*.pt"))}
     names |= {os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(folder, "*", "checkpoint-*"))}
     for name in sorted(names):
@@ -98,6 +94,9 @@ def report(args):
 
 
 def write_report(args, results):
+    from mmpos._safe_state import load_torch_file
+    from mmpos.training.tasks.nvs import evaluate, load_trained
+
     data = load_torch_file(os.path.join(args.out, "data.pt"))
     rows, models = [], {}
     for path, saved in finished_runs(os.path.join(args.out, args.checkpoints)):
@@ -127,6 +126,10 @@ def write_report(args, results):
 
 def copy_context_row(data):
     """A reference row: the nearer-in-azimuth context view returned as the prediction (no model)."""
+    import torch
+
+    from mmpos.eval.image_quality import psnr, ssim
+
     row = dict(encoding="copy context", seed=0, cpu_seconds=0.0, parameters=0)
     for name in TEST_SETS:
         images = data[name]["images"].double()
@@ -139,6 +142,8 @@ def copy_context_row(data):
 
 
 def summary(values, digits):
+    import torch
+
     """``mean ± standard deviation`` over seeds."""
     values = torch.tensor(values, dtype=torch.float64)
     spread = values.std().item() if len(values) > 1 else 0.0
@@ -153,7 +158,7 @@ def markdown_table(rows):
         + " | wide - test PSNR | fisheye - test PSNR |",
         "|---" * (7 + len(columns)) + "|",
     ]
-    for encoding in (*NVS_ENCODINGS, "copy context"):
+    for encoding in (*NVS_ENCODING_NAMES, "copy context"):
         group = [r for r in rows if r["encoding"] == encoding]
         if not group:
             continue
@@ -167,7 +172,10 @@ def markdown_table(rows):
 
 
 def save_figure(models, data, path, count=2, replace=True):
+    import torch
     from PIL import Image
+
+    from mmpos.training.tasks.nvs import predict
 
     rows = []
     for name in ("test", "wide", "fisheye"):
@@ -193,7 +201,7 @@ def main(argv=None):
     data.add_argument("--train-scenes", type=int, default=300)
     data.add_argument("--test-scenes", type=int, default=60)
     training = commands.add_parser("train")
-    training.add_argument("--encoding", choices=NVS_ENCODINGS, required=True)
+    training.add_argument("--encoding", choices=NVS_ENCODING_NAMES, required=True)
     training.add_argument("--seed", type=int, default=0)
     training.add_argument("--steps", type=positive_int_arg, default=450)
     training.add_argument("--batch-size", type=positive_int_arg, default=8)
@@ -208,6 +216,10 @@ def main(argv=None):
     reporting.add_argument("--figure", default=None)
     reporting.add_argument("--overwrite", action="store_true", help="replace --out's results.json and the --figure")
     args = parser.parse_args(argv)
+    from mmpos._safe_state import UnsafeStateError
+    from mmpos._validation import NonFiniteLossError
+    from mmpos.training.scaffold.folders import UnreadableCheckpointError
+
     try:
         {"data": make_data, "train": train, "report": report}[args.command](args)
     except (UnsafeStateError, FileExistsError, UnreadableCheckpointError, ValueError) as error:

@@ -1,4 +1,4 @@
-"""Past the training length on the world video model: stock attention against UltraViCo, measured per frame.
+"""Past the training length on the world video model: stock attention against UltraViCo and FreeLOC, measured per frame.
 
 The world video model (``assets/world-video``: a small Wan, 9 latent frames of 32 px, one latent per frame) follows
 an orbit through its UCPE camera adapter; the commanded path is extended at the training speed (35 degrees per 9
@@ -7,6 +7,7 @@ PSNR against the render (quality), the frame-to-frame change over the render's (
 the PSNR between frames one training length apart over the render's (repetition with the training period).
 
     OMP_NUM_THREADS=1 python scripts/eval_video_length.py --scenes 8 --out outputs/video_length
+    OMP_NUM_THREADS=1 python scripts/eval_video_length.py --scenes 3 --conditions stock freeloc --out outputs/freeloc
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ import torch
 
 TRAIN_FRAMES = 9
 DEGREES_PER_CLIP = 35.0
-CONDITIONS = {"stock": None, "ultravico 0.9": 0.9, "ultravico 0.6": 0.6}
+CONDITIONS = {
+    "stock": None,
+    "ultravico 0.9": {"type": "ultravico", "train_frames": TRAIN_FRAMES, "alpha": 0.9},
+    "ultravico 0.6": {"type": "ultravico", "train_frames": TRAIN_FRAMES, "alpha": 0.6},
+    "freeloc": {"type": "freeloc", "train_frames": TRAIN_FRAMES},  # windows scaled from the authors' Wan setting
+}
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -60,6 +66,13 @@ def main(argv=None) -> int:
     parser.add_argument("--scales", type=int, nargs="+", default=[2, 3, 4], choices=range(2, 9))
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--model", default="assets/world-video")
+    parser.add_argument(
+        "--conditions",
+        nargs="+",
+        choices=list(dict.fromkeys(name.split()[0] for name in CONDITIONS)),
+        default=["stock", "ultravico"],
+        help="attention conditions to run (ultravico: alpha 0.9 and 0.6) (default: stock ultravico)",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -88,10 +101,11 @@ def main(argv=None) -> int:
             trajectory = motion_trajectory(motion, start_pose(200.0 + 17.0 * i), frames_n)
             truth = render_clip(scene, trajectory, 32).permute(0, 2, 3, 1).numpy().astype(np.float64) / 255
             first = torch.from_numpy(truth[0]).permute(2, 0, 1)[None].float()
-            for name, alpha in CONDITIONS.items():
+            for name, rule in CONDITIONS.items():
+                if name.split()[0] not in args.conditions:
+                    continue
                 clear_attention_rule(pipe.transformer)
-                if alpha is not None:
-                    rule = {"type": "ultravico", "train_frames": TRAIN_FRAMES, "alpha": alpha}
+                if rule is not None:
                     set_attention_rule(pipe.transformer, rule)
                 generator = torch.Generator().manual_seed(i)
                 call = dict(num_frames=frames_n, height=32, width=32, num_inference_steps=args.steps)

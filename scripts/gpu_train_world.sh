@@ -4,7 +4,7 @@
 # VAE first (~1.5 min), then t2i, fill and kontext as three processes sharing the GPU (~3.7 min).
 # Every trainer stops on its own clock (max_minutes in configs/world/*.yaml); `timeout` is a backstop whose
 # SIGTERM ends training early but still exports. WORLD_EXTRA adds train_world.py flags (CPU smoke test:
-# WORLD_EXTRA="--device cpu --max-steps 2 --set num_examples=64 batch_size=4 workers=1 num_samples=2 sample_steps=2"
+# WORLD_EXTRA="--device cpu --max-steps 2 --num-examples 64 --batch-size 4 --workers 1 --num-samples 2 --sample-steps 2"
 # WORLD_TIMEOUT_VAE=900 WORLD_TIMEOUT_MODEL=900 WORLD_PRECISION=no).
 set -euo pipefail
 : "${OUT:?set OUT to the folder that receives the tar files}"

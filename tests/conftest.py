@@ -1,3 +1,7 @@
+import os
+import resource
+import time
+
 import pytest
 import torch
 
@@ -50,3 +54,24 @@ def bf16_ulp(reference: torch.Tensor) -> torch.Tensor:
 def logits(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``[..., Lq, Lk]`` dot products."""
     return q @ k.transpose(-1, -2)
+
+
+def pytest_sessionstart(session):
+    session.config._mmpos_lane_start = (time.monotonic(), os.getloadavg()[0])
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The lane's cost on this machine: wall time, CPU time (this process and the processes it waited for:
+    torchrun, subprocess CLI runs) and the load average at the start and the end, so that a time is quoted with
+    the load it was measured under (CONTRIBUTING.md, "Test lanes")."""
+    start, load_start = getattr(config, "_mmpos_lane_start", (None, None))
+    if start is None:
+        return
+    cpu = sum(
+        r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
+    wall = time.monotonic() - start
+    terminalreporter.write_line(
+        f"mmpos lane: {wall:.0f} s wall, {cpu:.0f} s CPU (with child processes), "
+        f"load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores"
+    )

@@ -82,6 +82,9 @@ class AxialRoPE(SpectrumRoPE):
         self.step = DiffusionStep()
         if schedule is not None:  # a seam may set the spectrum it resolved: per thread
             self.__dict__["_spectrum"] = PerThread(self.__dict__["_spectrum"])
+        # the spectrum a compiled graph reads (see publish_schedule): updated in place, never rebound
+        self.compiled_spectrum = None if schedule is None else _copied(spectrum)
+        self.published = False
 
     @property
     def spectrum(self) -> RotarySpectrum:
@@ -101,6 +104,22 @@ class AxialRoPE(SpectrumRoPE):
         """``max - min + 1`` per axis of ``coords [..., L, A]`` (what a schedule reads; one device sync)."""
         return ((coords.amax(dim=-2) - coords.amin(dim=-2)).reshape(-1, self.num_axes).amax(0) + 1).tolist()
 
+    def publish_schedule(self) -> None:
+        """Resolve the schedule at ``self.step``'s extents and sigma (set before the blocks, eagerly) into
+        ``compiled_spectrum``, in place: a graph ``torch.compile`` traced reads those tensors, so it follows the
+        steps and sizes without recompiling (dynamo guards on tensor shapes, not values). Does nothing until both are
+        set. One value per encoding, not per thread: a compiled model serves one forward at a time."""
+        if self.schedule is None or self.compiled_spectrum is None:
+            return
+        extents, sigma = self.step.extents, self.step.sigma
+        if extents is None or (sigma is None and self.schedule.dynamic):
+            return
+        spectrum = self.schedule.spectrum(self.schedule.policies(extents, sigma))
+        with torch.no_grad():
+            self.compiled_spectrum.inv_freq.copy_(spectrum.inv_freq)
+            self.compiled_spectrum.magnitude.copy_(spectrum.magnitude)
+        self.published = True
+
     def cached_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> Table:
         """With a schedule: the table of the spectrum resolved at the coordinates' extent per axis
         (:meth:`coordinate_extents`, or ``self.step.extents``) and ``self.step.sigma`` (both per thread), cached
@@ -110,6 +129,14 @@ class AxialRoPE(SpectrumRoPE):
         schedule = self.schedule
         if schedule is None:
             return super().cached_table(coords, complex_dtype)
+        if torch.compiler.is_compiling() and self.compiled_spectrum is not None:
+            if not self.published:
+                raise RuntimeError(
+                    "a scheduled encoding (DyPE) under torch.compile reads the spectrum its model's hooks resolve "
+                    "before the blocks (publish_schedule); this model's family gives no extents before the blocks "
+                    "(no Family.global_coords), so it compiles only without fullgraph"
+                )
+            return self.table_of_spectrum(self.compiled_spectrum, coords, complex_dtype)
         policies = self._policies_at(coords)
         key = (policies, complex_dtype, self.table_precision)
         return self.cache.get(
@@ -171,6 +198,13 @@ class RoPE1D(ReadsPositionIds, AxialRoPE):
 
     def default_coords(self, length: int, device: Device) -> torch.Tensor:
         return positions_1d(length, device=device)
+
+
+def _copied(spectrum: RotarySpectrum) -> RotarySpectrum:
+    """``spectrum`` with its own frequency and magnitude tensors (written in place later)."""
+    return RotarySpectrum(
+        spectrum.axis_of_pair, spectrum.inv_freq.clone(), spectrum.magnitude.clone(), spectrum.num_axes
+    )
 
 
 def _resolve_dims(

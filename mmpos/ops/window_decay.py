@@ -16,6 +16,11 @@ over a video sequence in frame-major token order (``frame * frame_tokens + row *
 
 mmpos applies the rule only to sequences longer than the training window (``frames > train_frames``); at or below
 it the caller runs its stock attention (the authors' kernel would decay pairs more than ``W / 2`` apart there too).
+
+Joint attention (HunyuanVideo: the video tokens first, then text): only video/video pairs are decayed or masked, as
+in the authors' HunyuanVideo kernel (branch ``ultra-hunyuan``: its ``mask3`` leaves the last 256 tokens, the text,
+alone); a boolean ``mask`` (the model's padding) is applied as given. That kernel's extra factor on pairs 46-54,
+96-104, ... frames apart (HunyuanVideo's repetition period) is not implemented.
 """
 
 from __future__ import annotations
@@ -56,29 +61,43 @@ class WindowDecay:
         """Whether a video of ``tokens`` tokens is longer than the training window (else: stock attention)."""
         return tokens > self.window(frame_tokens)
 
-    def logits(self, scores: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, frame_tokens: int) -> torch.Tensor:
-        """The rule on logits ``scores [..., Lq, Lk]`` of query tokens ``rows [Lq]`` and key tokens ``cols [Lk]``."""
+    def logits(
+        self,
+        scores: torch.Tensor,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        frame_tokens: int,
+        video_tokens: int | None = None,
+    ) -> torch.Tensor:
+        """The rule on logits ``scores [..., Lq, Lk]`` of query tokens ``rows [Lq]`` and key tokens ``cols [Lk]``; only
+        pairs of the first ``video_tokens`` tokens (default: all) change."""
         distance = (rows[:, None] - cols[None, :]).abs()
         beyond = (2 * distance > self.window(frame_tokens)) & (scores >= 0)  # |i - j| > W / 2, in integers
-        scores = torch.where(beyond, scores * self.alpha, scores)
+        video = None if video_tokens is None else (rows[:, None] < video_tokens) & (cols[None, :] < video_tokens)
+        scores = torch.where(beyond if video is None else beyond & video, scores * self.alpha, scores)
         if self.isolate_first_frame:
             hidden = (rows[:, None] < frame_tokens) & (cols[None, :] >= self.window(frame_tokens))
-            scores = scores.masked_fill(hidden, -math.inf)
+            scores = scores.masked_fill(hidden if video is None else hidden & video, -math.inf)
         return scores
 
     def attend(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, frame_tokens: int, block: int = 1024
-    ) -> torch.Tensor:
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, frame_tokens: int, block: int = 1024,
+        video_tokens: int | None = None, mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """Dense attention with the rule; ``query, key, value [B, L, H, D]`` (diffusers' layout) -> ``[B, L, H, D]``.
 
-        Logits and softmax in fp32 at least (the input's dtype if wider); queries in blocks of ``block`` rows, so
-        memory is ``B * H * block * L`` logits.
+        ``video_tokens``: the leading video tokens of a joint sequence (default: all); ``mask``: boolean, broadcast to
+        ``[B, H, L, L]``, ``True`` where a pair attends (a query with none gets zeros). Logits and softmax in fp32 at
+        least (the input's dtype if wider); queries in blocks of ``block`` rows: ``B * H * block * L`` logits.
         """
-        if query.shape[1] != key.shape[1] or key.shape[1] % frame_tokens:
+        video = key.shape[1] if video_tokens is None else video_tokens
+        if query.shape[1] != key.shape[1] or video % frame_tokens or not 0 < video <= key.shape[1]:
             raise ValueError(
                 f"the rule needs self-attention over whole frames: {query.shape[1]} queries, {key.shape[1]} keys, "
-                f"frame_tokens={frame_tokens}"
+                f"{video} video tokens, frame_tokens={frame_tokens}"
             )
+        if mask is not None and mask.dtype != torch.bool:
+            raise ValueError(f"mask must be boolean (True: attend), got {mask.dtype}")
         work = torch.promote_types(query.dtype, torch.float32)
         q, k, v = (t.transpose(1, 2).to(work) for t in (query, key, value))  # [B, H, L, D]
         if self.center_keys:
@@ -88,6 +107,12 @@ class WindowDecay:
         out = []
         for start in range(0, q.shape[2], block):
             rows = cols[start : start + block]
-            scores = self.logits(q[:, :, start : start + block] @ k.transpose(-1, -2) * scale, rows, cols, frame_tokens)
-            out.append(torch.softmax(scores, dim=-1) @ v)
+            scores = q[:, :, start : start + block] @ k.transpose(-1, -2) * scale
+            scores = self.logits(scores, rows, cols, frame_tokens, video_tokens)
+            if mask is not None:
+                scores = scores.masked_fill(
+                    ~(mask if mask.shape[-2] == 1 else mask[..., start : start + block, :]), -math.inf
+                )
+            weights = torch.softmax(scores, dim=-1)
+            out.append((weights if mask is None else weights.nan_to_num(0.0)) @ v)
         return torch.cat(out, dim=2).transpose(1, 2).to(query.dtype)

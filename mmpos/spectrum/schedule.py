@@ -45,7 +45,8 @@ from .extrapolation import (
 METHODS = ("pi", "ntk", "yarn", "vision_yarn")
 DYNAMIC_METHODS = ("ntk", "yarn", "vision_yarn")
 DEFAULT_LAMBDA_S = {"ntk": 2.0, "yarn": 1.0, "vision_yarn": 1.0}  # the reference code's values
-CONVENTIONS = ("authors", "comfyui")  # the DyPE authors' code; ComfyUI-DyPE's port (its vision_yarn)
+CONVENTIONS = ("authors", "comfyui")  # the DyPE authors' code; ComfyUI-DyPE's port
+COMFYUI_METHODS = ("vision_yarn", "yarn", "ntk")
 COMFYUI_LAMBDA_S = 2.0  # ComfyUI-DyPE's dype_scale default
 
 
@@ -94,10 +95,12 @@ class ExtrapolationSchedule:
             and 1 for the YaRNs, ``lambda_t`` to 2.
         start_sigma: ``t = min(sigma / start_sigma, 1)``: full strength above ``start_sigma``.
         schedule_magnitude: scale YaRN's attention magnitude with ``min(kappa, 1)`` too.
-        convention: ``"authors"`` (the DyPE authors' code, above) or ``"comfyui"`` (ComfyUI-DyPE, ``vision_yarn``
-            only: ``k = lambda_s * sigma ** lambda_t`` with ``lambda_s`` 2 by default, turn counts ``** k``, the NTK
-            ladder and the magnitude ``0.1 ln(s_g) min(sigma / start_sigma, 1) ** lambda_t + 1`` from the longest
-            image axis' scale ``s_g`` (:meth:`policy`'s ``global_scale``), interpolation from this axis' scale).
+        convention: ``"authors"`` (the DyPE authors' code, above) or ``"comfyui"`` (ComfyUI-DyPE's port, its
+            ``vision_yarn`` (dynamic only), ``yarn`` and ``ntk``; ``k = lambda_s * sigma ** lambda_t`` with
+            ``lambda_s`` 2 by default, turn counts ``** k``; scales from the longest image axis, see
+            :meth:`_comfyui` and ``docs/extrapolation.md``).
+        anisotropic: ``"comfyui"`` ``yarn`` only: ComfyUI-DyPE's ``yarn_alt_scaling`` (each axis above its own
+            training extent at its own scale, magnitude ``0.1 ln s + 1``) instead of one isotropic scale.
     """
 
     method: str
@@ -108,14 +111,21 @@ class ExtrapolationSchedule:
     start_sigma: float = 1.0
     schedule_magnitude: bool = True
     convention: str = "authors"
+    anisotropic: bool = False
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
         check_choice("convention", self.convention, CONVENTIONS)
-        if self.convention == "comfyui" and (self.method != "vision_yarn" or not self.dynamic):
+        if self.convention == "comfyui" and self.method not in COMFYUI_METHODS:
             raise ValueError(
-                f"convention='comfyui' is ComfyUI-DyPE's dynamic vision_yarn; got method={self.method!r}, "
-                f"dynamic={self.dynamic}"
+                f"convention='comfyui' has ComfyUI-DyPE's methods {COMFYUI_METHODS} (its node offers vision_yarn, "
+                f"yarn, ntk and base, no position interpolation); got method={self.method!r}"
+            )
+        if self.convention == "comfyui" and self.method == "vision_yarn" and not self.dynamic:
+            raise ValueError("convention='comfyui' vision_yarn is always dynamic in ComfyUI-DyPE: use dynamic=True")
+        if self.anisotropic and (self.convention, self.method) != ("comfyui", "yarn"):
+            raise ValueError(
+                "anisotropic=True is ComfyUI-DyPE's yarn_alt_scaling: convention='comfyui', method='yarn' only"
             )
         check_finite_number("original_length", self.original_length, positive=True)
         if self.dynamic and self.method not in DYNAMIC_METHODS:
@@ -133,12 +143,23 @@ class ExtrapolationSchedule:
         t = min(sigma / self.start_sigma, 1.0)
         return self.lambda_s * t**self.lambda_t
 
-    def policy(self, extent: float, sigma: float | None = None, global_scale: float | None = None) -> Policy:
+    def policy(
+        self,
+        extent: float,
+        sigma: float | None = None,
+        global_scale: float | None = None,
+        longest: tuple[float, float] | None = None,
+    ) -> Policy:
         """The static policy for an axis spanning ``extent`` coordinate units at noise level ``sigma``
-        (``global_scale``: ``"comfyui"``, the longest image axis' scale; default this axis')."""
+        (``"comfyui"``: ``global_scale``, the largest ``extent / original_length`` over the image axes, and
+        ``longest``, (the largest extent, the largest original length) over them; default this axis')."""
         scale = extent / self.original_length
         if self.convention == "comfyui":
-            return self._comfyui(scale, scale if global_scale is None else global_scale, sigma)
+            if global_scale is None:
+                global_scale = scale
+            if longest is None:
+                longest = (extent, self.original_length)
+            return self._comfyui(extent, scale, global_scale, longest, sigma)
         if scale <= 1:
             return NoExtrapolation()
         if not self.dynamic:
@@ -158,16 +179,42 @@ class ExtrapolationSchedule:
             return YaRN(scale, self.original_length, 32.0 * kappa, 1.0 * kappa, magnitude, clamp_low_end=True)
         return VisionYaRN(scale, self.original_length, threshold_scale=kappa, attention_factor=magnitude)
 
-    def _comfyui(self, scale: float, global_scale: float, sigma: float | None) -> Policy:
-        """ComfyUI-DyPE's ``get_1d_dype_yarn_pos_embed`` on this axis (re-implemented from its formulas)."""
-        if global_scale <= 1:
+    def _comfyui(
+        self, extent: float, scale: float, global_scale: float, longest: tuple[float, float], sigma: float | None
+    ) -> Policy:
+        """ComfyUI-DyPE's ``src/base.py`` ``_calc_*_components`` on this axis (re-implemented from its formulas):
+
+        * ``vision_yarn``: :class:`VisionYaRN` at this axis' scale, NTK ladder at ``s_g = global_scale``, magnitude
+          ``0.1 ln(s_g) min(sigma / start_sigma, 1) ** lambda_t + 1``; plain while ``s_g <= 1``;
+        * ``ntk``: theta ``* s_g ** (k d / (d - 2))`` (``k = 1`` when not dynamic); plain while ``s_g <= 1``;
+        * ``yarn``: one scale ``s = longest extent / longest original length`` on every image axis (its
+          ``get_1d_yarn_pos_embed`` over ``0 .. longest - 1``), the turn counts over that original length, magnitude
+          ``1 + 0.1 ln(s) / sqrt(s)``; ``anisotropic`` (``yarn_alt_scaling``): each axis above its own original
+          length at its own scale, magnitude ``0.1 ln s + 1``; plain while the longest extent is within its length.
+        """
+        if self.method == "yarn":
+            longest_extent, longest_length = longest
+            if longest_extent <= longest_length or (self.anisotropic and extent <= self.original_length):
+                return NoExtrapolation()
+        elif global_scale <= 1:
             return NoExtrapolation()
-        if sigma is None:
-            raise ValueError("this DyPE schedule needs the step's sigma: set encoding.step.sigma")
-        t = min(max(check_finite_number("sigma", sigma), 0.0), 1.0)
+        t = self._comfyui_time(sigma)
+        k = 1.0 if t is None else self.lambda_s * t**self.lambda_t  # not dynamic: the turn counts as they are
+        if self.method == "yarn":
+            if self.anisotropic:
+                s, length, magnitude = scale, self.original_length, 0.1 * math.log(scale) + 1.0
+            else:
+                s, length = longest_extent / longest_length, longest_length
+                magnitude = 1.0 + 0.1 * math.log(s) / math.sqrt(s)
+            return VisionYaRN(
+                s, length, threshold_scale=k, attention_factor=magnitude, ntk_factor=s, threshold_power=True
+            )
+        if self.method == "ntk":
+            factor = global_scale**k
+            return NTKAware(factor) if factor > 1 else NoExtrapolation()
+        assert t is not None  # comfyui vision_yarn is dynamic (checked in __post_init__)
         t_norm = 1.0 if t > self.start_sigma else t / self.start_sigma
         magnitude = 0.1 * math.log(global_scale) * t_norm**self.lambda_t + 1.0
-        k = self.lambda_s * t**self.lambda_t
         return VisionYaRN(
             max(scale, 1.0),
             self.original_length,
@@ -176,6 +223,14 @@ class ExtrapolationSchedule:
             ntk_factor=global_scale,
             threshold_power=True,
         )
+
+    def _comfyui_time(self, sigma: float | None) -> float | None:
+        """ComfyUI-DyPE's normalised timestep ``t = clamp(sigma, 0, 1)``; ``None`` when not dynamic."""
+        if not self.dynamic:
+            return None
+        if sigma is None:
+            raise ValueError("this DyPE schedule needs the step's sigma: set encoding.step.sigma")
+        return min(max(check_finite_number("sigma", sigma), 0.0), 1.0)
 
     def _static(self, scale: float) -> Policy:
         if self.method == "pi":
@@ -189,6 +244,10 @@ class ExtrapolationSchedule:
     def describe(self) -> dict:
         """Plain values for configs and printing."""
         out = {"method": self.method, "original_length": self.original_length, "dynamic": self.dynamic}
+        if not self.dynamic and self.convention != "authors":
+            out["convention"] = self.convention
+        if self.anisotropic:
+            out["anisotropic"] = True
         if self.dynamic:
             out.update(
                 convention=self.convention,
@@ -272,15 +331,17 @@ class ScheduledSpectrum:
 
     def policies(self, extents: Sequence[float], sigma: float | None) -> tuple:
         """The static policy of each axis (hashable, equal by value: the cache key of tables). ``"comfyui"``
-        schedules share the largest scale among them (ComfyUI-DyPE's scale from the longest image axis)."""
-        scales = [
-            extent / e.original_length
+        schedules share the largest scale and the longest extent among them (ComfyUI-DyPE's scales from the longest
+        image axis)."""
+        comfyui = [
+            (extent, e.original_length)
             for e, extent in zip(self.entries, extents)
             if isinstance(e, ExtrapolationSchedule) and e.convention == "comfyui"
         ]
-        global_scale = max(scales) if scales else None
+        global_scale = max(extent / length for extent, length in comfyui) if comfyui else None
+        longest = (max(extent for extent, _ in comfyui), max(length for _, length in comfyui)) if comfyui else None
         return tuple(
-            e.policy(extent, sigma, global_scale) if isinstance(e, ExtrapolationSchedule) else e
+            e.policy(extent, sigma, global_scale, longest) if isinstance(e, ExtrapolationSchedule) else e
             for e, extent in zip(self.entries, extents)
         )
 

@@ -1,5 +1,7 @@
-"""The configs of the scaffold's ``TrainingTask`` tasks (``dit``, ``camera_adapter``), torch-free: ``mmpos train
-TASK --help`` and a bad value are answered before the task's module imports torch.
+"""The config of every training task (:data:`mmpos.training.tasks.TASKS`), one dataclass each, torch-free: ``mmpos
+train TASK --help`` and a bad value are answered before the task's module imports torch. The scaffold's
+``TrainingTask`` tasks (``dit``, ``camera_adapter``) extend :class:`~.scaffold.config.TrainConfig`; the world
+trainers (``world_image``, ``world_video``, ``nvs``) declare their keys alike and check them when made.
 
 The choices that the torch side registers (DiT size presets, camera adapter kinds, lens models) are written here
 as static tuples; ``tests/training/test_train_tasks_cli.py`` checks that they equal the registries.
@@ -7,9 +9,18 @@ as static tuples; ``tests/training/test_train_tasks_cli.py`` checks that they eq
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from .scaffold.config import TrainConfig, finite, in_unit_interval, non_negative, option, positive
+from .scaffold.config import (
+    ConfigError,
+    TrainConfig,
+    check_value,
+    finite,
+    in_unit_interval,
+    non_negative,
+    option,
+    positive,
+)
 
 DIT_PRESET_NAMES = tuple(f"DiT-{size}/{patch}" for size in ("B", "L", "S", "XL") for patch in (2, 4, 8))
 ADAPTER_KIND_NAMES = ("plucker", "prope", "ucpe")  # mmpos.integrations.diffusers.camera_adapter.ADAPTER_KINDS
@@ -84,3 +95,142 @@ class CameraAdapterConfig(TrainConfig):
     max_sequence_length: int = option(512, "text tokens", check=positive)
     bf16: bool = option(False, "bf16 mixed precision; frozen parts stored in bf16")
     gradient_checkpointing: bool = option(False, "recompute the transformer blocks in the backward pass")
+
+
+# ---- the world trainers: their own update order (:mod:`mmpos.training.tasks`), the same config style -----------
+WORLD_IMAGE_TASK_NAMES = ("vae", "t2i", "fill", "kontext")  # "vae" + mmpos.models.world.image.TASKS
+WORLD_ARCHITECTURE_NAMES = ("flux", "flux2")  # mmpos.models.world.architectures.ARCHITECTURES
+VIDEO_STAGE_NAMES = ("vae", "base", "ucpe", "plucker", "prope")  # mmpos.training.tasks.world_video.STAGES
+NVS_ENCODING_NAMES = ("none", "plucker", "prope", "rayrope", "ucpe")  # mmpos.models.world.nvs.NVS_ENCODINGS
+
+
+class CheckedConfig:
+    """A config whose every field is checked when it is made (:func:`~.scaffold.config.check_value`: the type,
+    the choices, the rule), so a config made in code is refused as one read from a command line is."""
+
+    def __post_init__(self):
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is None and field.default is None and "None" not in str(field.type):
+                choices = field.metadata.get("choices")
+                raise ConfigError(f"{field.name}: required" + (f", one of {', '.join(choices)}" if choices else ""))
+            check_value(type(self), field.name, value)
+
+
+def in_closed_unit_interval(value) -> str | None:
+    return None if 0 <= value <= 1 else "a number in [0, 1]"
+
+
+def positive_finite(value) -> str | None:
+    return finite(value) or positive(value)
+
+
+def non_negative_finite(value) -> str | None:
+    return finite(value) or non_negative(value)
+
+
+@dataclass
+class WorldImageConfig(CheckedConfig):
+    """The world image trainer (``mmpos train world_image``): the VAE, then the t2i / fill / kontext transformers
+    on its latents. ``out`` holds ``train-<task>/checkpoint-<step>/`` and the export ``world-<task>/``."""
+
+    out: str = option(
+        "outputs/world", "output folder: world-<task>/, train-<task>/ (one every node sees)", resume_may_change=True
+    )
+    task: str = option("t2i", "the model trained", choices=WORLD_IMAGE_TASK_NAMES)
+    image_size: int = option(64, "image side in pixels", check=positive)
+    num_examples: int = option(20000, "training examples rendered", check=positive)
+    data_seed: int = option(0, "seed of the rendered examples")
+    workers: int = option(1, "processes rendering the examples", check=positive, resume_may_change=True)
+    batch_size: int = option(64, "per process (global batch: this x processes)", check=positive)
+    lr: float = option(3e-4, "learning rate (AdamW)", check=positive_finite)
+    weight_decay: float = option(0.0, "AdamW weight decay", check=non_negative)
+    warmup_steps: int = option(100, "linear warm-up updates", check=non_negative)
+    ema_decay: float = option(0.999, "EMA decay of the exported weights", check=in_unit_interval)
+    max_steps: int = option(100000, "stop after this many updates", check=positive, resume_may_change=True)
+    max_minutes: float = option(
+        10.0, "stop after this many minutes of training", check=positive, resume_may_change=True
+    )
+    mixed_precision: str = option("no", "accelerate mixed precision", choices=("no", "bf16", "fp16"))
+    seed: int = option(0, "seed of the weights, batches and noise")
+    log_every: int = option(50, "updates between loss lines", check=positive, resume_may_change=True)
+    checkpoint_every: int = option(1000, "updates between checkpoints", check=positive, resume_may_change=True)
+    caption_dropout: float = option(0.1, "captions dropped (classifier-free guidance)", check=in_closed_unit_interval)
+    style_dropout: float = option(0.25, "style words dropped from a caption", check=in_closed_unit_interval)
+    kl_weight: float = option(1e-6, "KL weight of the VAE loss", check=non_negative)
+    sample_steps: int = option(20, "sampling steps of the exported samples", check=non_negative, resume_may_change=True)
+    sample_guidance: float = option(3.0, "guidance of the exported samples", check=finite, resume_may_change=True)
+    num_samples: int = option(8, "exported samples", check=positive, resume_may_change=True)
+    vae_path: str | None = option(
+        None, "folder with the trained world-vae/ (t2i / fill / kontext)", flag="--vae", resume_may_change=True
+    )
+    init_from: str | None = option(None, "a finished run's folder whose weights start this one (continued training)")
+    transformer: dict = option({}, "transformer options, YAML", flag="--transformer-options")
+    text_encoder: dict = option({}, "text encoder options, YAML", flag="--text-encoder-options")
+    vae: dict = option({}, "VAE options, YAML (task vae)", flag="--vae-options")
+    architecture: str = option("flux", "transformer architecture", choices=WORLD_ARCHITECTURE_NAMES)
+    device: str | None = option(
+        None, "force the device (none: accelerate's)", choices=("cpu", "cuda"), resume_may_change=True
+    )
+    quiet: bool = option(False, "print losses as lines instead of a progress bar", resume_may_change=True)
+
+
+@dataclass
+class WorldVideoConfig(CheckedConfig):
+    """One stage of the world video model (``mmpos train world_video``): ``vae``, ``base``, then a camera adapter
+    (``ucpe`` / ``plucker`` / ``prope``) on the frozen base. ``out`` is the stage's run folder."""
+
+    stage: str = option(None, "the stage trained", choices=VIDEO_STAGE_NAMES)
+    out: str = option(
+        "outputs/world_video",
+        "run folder: checkpoints, clips cache, export (one every node sees)",
+        resume_may_change=True,
+    )
+    vae: str | None = option(
+        None, "AutoencoderKL folder (the vae stage starts from it; none: assets/world-vae)", resume_may_change=True
+    )
+    base: str | None = option(None, "trained transformer folder (the camera stages)", resume_may_change=True)
+    steps: int = option(3000, "optimizer updates", check=positive)
+    batch_size: int = option(8, "clips per process (global batch: this x processes)", check=positive)
+    lr: float = option(5e-4, "peak learning rate (warm-up, then cosine)", check=positive_finite)
+    warmup: int = option(100, "linear warm-up updates", check=non_negative)
+    seed: int = option(0, "seed of the weights, batches and noise")
+    train_scenes: int = option(600, "training scenes", check=positive, flag="--scenes")
+    clips_per_scene: int = option(4, "clips rendered per scene", check=positive)
+    checkpoint_every: int = option(200, "updates between checkpoints", check=positive, resume_may_change=True)
+    init_from: str | None = option(
+        None, "a finished run folder of the same stage whose weights start this one (continued training)"
+    )
+    max_minutes: float = option(float("inf"), "wall-clock budget of this call", check=positive, resume_may_change=True)
+    size: int = option(32, "clip frame size in pixels (square)", check=positive)
+    frames: int = option(9, "frames per clip", check=positive)
+    device: str = option("cpu", "where the models train (cuda on a GPU)", resume_may_change=True)
+    threads: int | None = option(None, "torch CPU threads (none: torch's)", check=positive, resume_may_change=True)
+
+
+@dataclass
+class NVSConfig(CheckedConfig):
+    """One run of the novel-view benchmark (``mmpos train nvs``): the transformer of one camera encoding, trained
+    on ``data`` (``python scripts/eval_nvs.py data``) into the run folder ``out`` (the benchmark's layout:
+    ``<benchmark>/<checkpoints>/<encoding>_s<seed>/``)."""
+
+    encoding: str = option(None, "camera encoding", choices=NVS_ENCODING_NAMES)
+    out: str = option("outputs/nvs/checkpoints/run", "run folder (one every node sees)", resume_may_change=True)
+    data: str = option(
+        "outputs/nvs/data.pt", "the benchmark's triples (python scripts/eval_nvs.py data)", resume_may_change=True
+    )
+    seed: int = option(0, "seed of the weights and batches")
+    steps: int = option(450, "optimizer updates", check=positive)
+    batch_size: int = option(8, "triples per process (global batch: this x processes)", check=positive)
+    lr: float = option(
+        1e-3, "peak learning rate (warm-up, then cosine; 0 keeps the weights)", check=non_negative_finite
+    )
+    warmup: int = option(50, "linear warm-up updates", check=non_negative)
+    weight_decay: float = option(0.01, "AdamW weight decay of the matrices", check=non_negative_finite)
+    dim: int = option(96, "width", check=positive)
+    depth: int = option(4, "blocks", check=positive)
+    heads: int = option(2, "attention heads", check=positive)
+    checkpoint_every: int = option(100, "updates between checkpoints", check=positive, resume_may_change=True)
+    init_from: str | None = option(
+        None, "a finished run of the same encoding whose weights start this one (continued training)"
+    )

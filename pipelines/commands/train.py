@@ -1,7 +1,8 @@
 """``mmpos train TASK``: train a registered task's model (:data:`mmpos.training.tasks.TASKS`): ``vit`` (fine-tune
-a timm ViT, the options of ``scripts/train_vit.py``, :mod:`mmpos.training.vit_cli`) and the scaffold's tasks
-(``dit``, ``camera_adapter``: one flag per key of the task's config class, :mod:`mmpos.training.task_configs`).
-Parsing imports neither torch nor timm: the trainer is imported when the command runs."""
+a timm ViT, the options of ``scripts/train_vit.py``, :mod:`mmpos.training.vit_cli`) and every task with a config
+class (``dit``, ``camera_adapter``, ``world_image``, ``world_video``, ``nvs``: one flag per key,
+:mod:`mmpos.training.task_configs`). Parsing imports neither torch nor timm: the trainer is imported when the
+command runs."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from mmpos.training.tasks import TASKS
 from ._tasks import register_tasks, run_task
 
 
-def scaffold_command(name: str) -> tuple:
-    """``(description, add_arguments, run)`` of the scaffold task ``name`` (its config class's flags)."""
+def config_command(name: str) -> tuple:
+    """``(description, add_arguments, run)`` of the task ``name`` (its config class's flags): a
+    ``TrainingTask`` runs on the scaffold's loop, another task through its module's ``run_command``."""
     entry = TASKS[name]
 
     def add_arguments(parser) -> None:
@@ -26,6 +28,10 @@ def scaffold_command(name: str) -> tuple:
         from mmpos.training.tasks import task_config
 
         config = config_from_args(task_config(name), args, parser)  # one line, exit 2, before torch loads
+        if entry.task is None:
+            from mmpos.training.tasks import run_own_loop
+
+            return run_own_loop(name, config, args.resume, args.overwrite, f"mmpos train {name}")
         check_run_of(config, args, parser, entry.outputs)
         from mmpos.training.scaffold.loop import train_command
         from mmpos.training.tasks import task_module
@@ -38,7 +44,7 @@ def scaffold_command(name: str) -> tuple:
 
 TASK_COMMANDS = {
     "vit": (vit_cli.TRAIN_DESCRIPTION, vit_cli.add_train_arguments, vit_cli.run_train),
-    **{name: scaffold_command(name) for name, entry in TASKS.items() if entry.config is not None},
+    **{name: config_command(name) for name, entry in TASKS.items() if entry.config is not None},
 }
 
 

@@ -38,6 +38,7 @@ def test_generate_extrapolated_beside_plain_equals_the_command_line(client, tmp_
 
     extrapolated, plain, downloads = client.predict("", 64, 64, "dype", 0, STEPS, api_name="/generate")
     files = _files(downloads)
+    assert sorted(files) == ["config.yaml", "image_0.png", "image_0_no_extrapolation.png"]  # one name each
     config = yaml.safe_load(open(files["config.yaml"]))
     assert config["extrapolate"]["preset"] == "dype" and config["sampler"]["height"] == 64
     assert _pixels(extrapolated).shape == _pixels(plain).shape == (64, 64, 3)
@@ -137,3 +138,31 @@ def test_encoding_figure_and_bad_options(client):
     assert _pixels(figure).shape[1] >= 800
     with pytest.raises(AppError, match=r"options: rope_axial takes no option\(s\) \['thetaa'\]"):
         client.predict("rope_axial", 64, json.dumps({"thetaa": 1}), 31, api_name="/encoding")
+
+
+def test_cancel_stops_a_long_clip_mid_denoising_and_frees_the_page(client, served_app):
+    """A 300-step clip cancelled once its denoising loop has advanced: the job ends as "cancelled" without
+    writing its clip, and the next job runs (the page's one command slot is free again)."""
+    import time
+
+    from gradio_client.exceptions import AppError
+
+    root = served_app[1]
+    before = set(root.iterdir())
+    job = client.submit("actions", "", "forward 0.4", 9, 300, 0, "ucpe", 1.0, api_name="/camera_video")
+    deadline = time.monotonic() + 300
+    while not _denoising_advanced(job) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _denoising_advanced(job), "the clip's denoising never reported progress"
+    client.predict(api_name="/cancel")
+    with pytest.raises(AppError, match="cancelled: the job was stopped before it finished"):
+        job.result(timeout=120)
+    assert client.predict("actions", "", "forward 0.4", 9, STEPS, 0, "ucpe", 1.0, api_name="/camera_video")
+    cancelled_runs = sorted(set(root.iterdir()) - before)[:2]  # the cancelled job's camera path and clip folders
+    assert not [p for run in cancelled_runs for p in run.rglob("*.mp4")], cancelled_runs
+
+
+def _denoising_advanced(job) -> bool:
+    """True once the job's progress shows a tqdm loop (the denoising steps) past its first few steps."""
+    progress = job.status().progress_data or []
+    return any(unit.length and unit.length >= 300 and (unit.index or 0) >= 3 for unit in progress)

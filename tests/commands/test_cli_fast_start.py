@@ -30,9 +30,12 @@ def imported_modules(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]
     return result, names
 
 
-def test_list_imports_torch_for_the_registry_and_nothing_heavier():  # also the checker's negative control
+def test_list_imports_nothing_heavy_and_list_verbose_only_torch():  # -v is also the checker's negative control
     result, names = imported_modules("list")
     assert result.returncode == 0 and "rope_axial" in result.stdout
+    assert not names & set(HEAVY)
+    result, names = imported_modules("list", "-v")
+    assert result.returncode == 0 and "head_dim (required)" in result.stdout
     assert names & set(HEAVY) == {"torch"}
 
 

@@ -28,7 +28,7 @@ COMMON = [
 def klein(tmp_path_factory):
     from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline
 
-    from mmpos.integrations.diffusers.families.tiny import _flux2
+    from mmpos.integrations.diffusers.families.tiny import tiny_flux2
 
     root = tmp_path_factory.mktemp("tiny_klein")
     torch.manual_seed(0)
@@ -48,7 +48,7 @@ def klein(tmp_path_factory):
         vae=vae,
         text_encoder=None,
         tokenizer=None,
-        transformer=_flux2().eval(),
+        transformer=tiny_flux2().eval(),
     ).save_pretrained(root / "klein")
     save_file(
         {"prompt_embeds": torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(1))},

@@ -148,6 +148,22 @@ def test_mmpos_list_prints_one_full_sentence_per_encoding(capsys):
         assert "``" not in description and ":class:" not in description and "\n" not in description, name
 
 
+def test_mmpos_list_table_is_the_registry():
+    from mmpos.encodings import list_pes, pe_class, pe_description
+    from mmpos.pipelines.commands.listing import ENCODINGS
+
+    assert ENCODINGS == tuple((n, pe_class(n).kind.value, pe_description(n)) for n in list_pes())
+
+
+def test_mmpos_list_verbose_shows_each_encodings_options(capsys):
+    from mmpos.cli import main
+    from mmpos.encodings import pe_options
+
+    assert main(["list", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "    head_dim (required)" in out and f"    theta = {pe_options('rope_axial')['theta']!r}" in out
+
+
 def test_description_falls_back_to_the_docstrings_first_sentence():
     from mmpos.encodings import registry
 

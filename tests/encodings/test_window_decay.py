@@ -109,3 +109,46 @@ def test_partial_frames_are_refused():
     q, k, v = _qkv(13)
     with pytest.raises(ValueError, match="frame_tokens"):
         WindowDecay(train_frames=1).attend(q, k, v, 6)
+
+
+def hunyuan_kernel_reference(q, k, v, frame_tokens, train_frames, alpha, text, padded, block=128):
+    """The authors' HunyuanVideo kernel (branch ``ultra-hunyuan``, ``_attn_fwd_inner``) in fp64, ``mask_factor`` 1:
+    ``q, k, v [B, H, L, D]`` of video tokens then ``text`` text tokens, the last ``padded`` of them padding."""
+    k = k - k.mean(dim=2, keepdim=True)
+    length = k.shape[2]
+    m = torch.arange(length)[:, None]
+    row_max = torch.full(q.shape[:3], -math.inf, dtype=q.dtype)
+    row_sum = torch.ones(q.shape[:3], dtype=q.dtype)
+    acc = torch.zeros_like(q)
+    for start in range(0, length, block):
+        n = torch.arange(start, min(start + block, length))[None, :]
+        qk = q @ k[:, :, start : start + block].transpose(-1, -2) * (q.shape[-1] ** -0.5 * LOG2E)
+        pad = (n > length - padded - 1) | (m > length - padded - 1)  # mask1 | mask2
+        video = (length - n > text) & (length - m > text)  # mask3 (the kernel's 256 text tokens)
+        near = (m - n).abs() <= frame_tokens * train_frames / 2
+        qk = torch.where(~near & video & (qk > 0), qk * alpha, qk)
+        qk = torch.where(pad, torch.full_like(qk, -1e4), qk)
+        new_max = torch.maximum(row_max, qk.amax(-1))
+        p = torch.exp2(qk - new_max[..., None])
+        rescale = torch.exp2(row_max - new_max)
+        row_sum = row_sum * rescale + p.sum(-1)
+        acc = acc * rescale[..., None] + p @ v[:, :, start : start + block]
+        row_max = new_max
+    return acc / row_sum[..., None]
+
+
+@pytest.mark.parametrize("frame_tokens, train_frames, frames, text, padded", [(12, 3, 7, 9, 3), (20, 2, 5, 6, 0)])
+def test_joint_video_and_text_equal_the_hunyuan_kernel_in_fp64(frame_tokens, train_frames, frames, text, padded):
+    video = frame_tokens * frames
+    q, k, v = _qkv(video + text)
+    keep = torch.ones(video + text, dtype=torch.bool)
+    keep[video + text - padded :] = False
+    mask = keep[None, None, None, :] & keep[None, None, :, None]  # HunyuanVideo 1.5's processor builds this
+    rule = WindowDecay(train_frames=train_frames, alpha=0.7, isolate_first_frame=False)
+    ours = rule.attend(q, k, v, frame_tokens, block=50, video_tokens=video, mask=mask)
+    ref = hunyuan_kernel_reference(
+        *(t.transpose(1, 2) for t in (q, k, v)), frame_tokens, train_frames, 0.7, text, padded
+    )
+    real = slice(0, video + text - padded)  # padded queries: the kernel spreads them evenly, mmpos gives zeros
+    assert (ours[:, real] - ref.transpose(1, 2)[:, real]).abs().max() < 1e-12
+    assert ours[:, video + text - padded :].abs().sum() == 0

@@ -4,9 +4,19 @@ changes) a compiled FLUX.1 compiles no more after its first call, and the compil
 (Before the seams skipped their ``forwards`` counter and native-table cache while dynamo traces, every call
 compiled again: 2, 3, 4 frames over three steps.)
 
-Open (measured here, not yet fixed): DyPE's schedule breaks ``fullgraph=True`` on ``coordinate_extents(...).tolist()``
-(strict xfail below); Wan's seam breaks it on ``torch.is_inference_mode_enabled()``; with ``dynamic=True`` a
-resolution change on FLUX.1 compiles twice more, not once."""
+On the five families diffusers users compile most (FLUX.1, FLUX.2, Qwen-Image, Z-Image, Wan), ``rope_axial`` compiles
+with ``fullgraph=True, dynamic=True``, no more over the steps, and no more on a resolution change when the inputs are
+separate tensors, as pipelines pass them. (Wan's seam broke fullgraph on ``torch.is_inference_mode_enabled()`` before
+it built its grid afresh while tracing. The tiny cases' ``img_ids`` / ``txt_ids`` are views of one tensor: dynamo
+then guards on their storage offsets and recompiles once on a new size, stock FLUX.1 included; a set_pe'd model
+recompiled twice there because torch.compile of an ``nn.Module`` runs its forward pre-hooks outside the forward's
+frame and compiled mmpos' installer hook as a frame of its own (an empty graph). mmpos' hooks now run eagerly: one.)
+
+DyPE compiles with ``fullgraph=True`` on FLUX.1 and Wan: the pre-forward hooks (the step's sigma, the image extents)
+run eagerly (``torch.compiler.disable``) and write the resolved spectrum into tensors the graph reads
+(``AxialRoPE.publish_schedule``), so the graph follows the sigma schedule without recompiling (before: ``.tolist()``
+of the extents and ``float(timestep)`` broke it). Open (strict xfail below): FLUX.2 and Z-Image, whose seams read
+their extents inside the forward."""
 
 import os
 
@@ -34,6 +44,11 @@ def run(model, inputs):
         return output(model(**inputs, return_dict=False))
 
 
+def separate(inputs: dict) -> dict:
+    """``inputs`` with every tensor in its own storage (no views of a shared one)."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
 def compiled_steps(model, case):
     """Eager and compiled (``fullgraph=True``) outputs over ``SIGMAS``; the frame counts after each step."""
     counter = CompileCounter()
@@ -59,9 +74,54 @@ def test_a_set_pe_transformer_compiles_no_more_over_the_steps(pe):
 
 
 @slow
-@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported, reason="DyPE: .tolist() breaks fullgraph")
-def test_a_dype_transformer_compiles_with_fullgraph():
-    case = CASES["flux"]
+@pytest.mark.parametrize("family", ["flux", "wan"])
+def test_dype_compiles_fullgraph_and_follows_the_sigma_schedule_without_recompiling(family):
+    """DyPE at 2x the training rows: the compiled graph reads the spectrum the (eager) hooks resolve at each step, so
+    it equals eager at every sigma (which DyPE changes) with one compilation; a new size compiles at most once more."""
+    case = CASES[family]
+    model = case.model()
+    apply_dype(model, DyPEConfig(trained_grid=case.grid))
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
+    rows, cols = 2 * case.grid[0], case.grid[1]
+    frames, outputs = [], []
+    for size, sigma in [((rows, cols), 0.9), ((rows, cols), 0.5), ((rows, cols), 0.2), ((rows, 2 * cols), 0.5)]:
+        inputs = separate(case.inputs(*size, sigma=sigma))
+        eager = run(model, inputs)
+        outputs.append(run(compiled, inputs))
+        torch.testing.assert_close(outputs[-1], eager, rtol=1e-5, atol=1e-5)
+        frames.append(counter.frame_count)
+    assert frames[0] == 1 and frames[:3] == [1, 1, 1]  # one graph over the steps
+    assert frames[3] - frames[2] <= 1
+    stock = case.model()
+    with torch.no_grad():  # the schedule took part: sigma 0.9 is not the stock model's output
+        stock_out = run(stock, separate(case.inputs(rows, cols, sigma=0.9)))
+    assert (outputs[0] - stock_out).abs().max() > 1e-4
+
+
+@slow
+@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported, reason="DyPE: extents read inside the seam")
+@pytest.mark.parametrize("family", ["flux2", "z_image"])
+def test_dype_where_the_seam_reads_the_extents_does_not_compile_fullgraph(family):
+    case = CASES[family]
     model = case.model()
     apply_dype(model, DyPEConfig(trained_grid=case.grid))
     compiled_steps(model, case)
+
+
+@slow
+@pytest.mark.parametrize("family", ["flux", "flux2", "qwen", "z_image", "wan"])
+def test_rope_axial_compiles_fullgraph_once_over_steps_and_a_resolution_change(family):
+    case = CASES[family]
+    model = case.model()
+    set_pe(model, "rope_axial", theta=300.0)
+    counter = CompileCounter()
+    compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
+    frames = []
+    for rows, cols, sigma in [(4, 4, 0.9), (4, 4, 0.5), (4, 4, 0.2), (6, 4, 0.5)]:
+        inputs = separate(case.inputs(rows, cols, sigma=sigma))
+        eager = run(model, inputs)
+        torch.testing.assert_close(run(compiled, inputs), eager, rtol=1e-5, atol=1e-5)
+        frames.append(counter.frame_count)
+    assert frames[0] >= 1 and frames[:3] == [frames[0]] * 3  # no recompilation as the timestep moves
+    assert frames[3] - frames[2] <= 1  # a resolution change: at most one recompilation

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, _lumina2, _z_image, output, randn
+from mmpos.integrations.diffusers.families.tiny import CASES, output, randn, tiny_lumina2, tiny_z_image
 
 
 def run(model, inputs):
@@ -19,7 +19,7 @@ def one_thread():
     torch.set_num_threads(1)
 
 
-@pytest.mark.parametrize("family, wider", [("z_image", _z_image), ("lumina2", _lumina2)])
+@pytest.mark.parametrize("family, wider", [("z_image", tiny_z_image), ("lumina2", tiny_lumina2)])
 def test_a_grid_past_axes_lens_runs_as_a_stock_model_with_longer_tables(family, wider):
     """The stock model indexes tables precomputed up to ``axes_lens`` (8 tokens per image axis here) and fails
     past them; the seam computes the rows, so a 12 x 12 grid gives what a stock model with longer tables gives."""
@@ -92,7 +92,7 @@ def _latents(model, inputs) -> list:
 def test_z_image_mmpos_processors_carry_padded_uneven_batches():
     """The seam's packed tables go through the model's split, padding and concatenations; with the native spectrum
     the mmpos processors give what the stock ones give on a batch that needs batch padding and a mask."""
-    model = _z_image(axes_lens=[128, 8, 8]).eval()  # the 40-token caption's image index is past 64
+    model = tiny_z_image(axes_lens=[128, 8, 8]).eval()  # the 40-token caption's image index is past 64
     inputs = _z_image_uneven_batch()
     stock = _latents(model, inputs)
     set_pe(model, "rope_axial")

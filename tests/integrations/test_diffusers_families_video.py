@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, _cosmos, _ltx2, _ltx2_inputs
+from mmpos.integrations.diffusers.families.tiny import CASES, ltx2_inputs, tiny_cosmos, tiny_ltx2
 
 
 @pytest.fixture(autouse=True)
@@ -47,9 +47,9 @@ def ltx2_pairs(cos, num_axes, count):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_ltx2_native_is_stock_on_video_and_audio(rope_type, dtype):
     torch.manual_seed(0)
-    model = _ltx2(rope_type=rope_type).eval().to(dtype)
+    model = tiny_ltx2(rope_type=rope_type).eval().to(dtype)
     inputs = {
-        k: v.to(dtype) if torch.is_tensor(v) and k.endswith("states") else v for k, v in _ltx2_inputs(4, 4).items()
+        k: v.to(dtype) if torch.is_tensor(v) and k.endswith("states") else v for k, v in ltx2_inputs(4, 4).items()
     }
     stock = run_all(model, inputs)
     set_pe(model, "native")
@@ -87,7 +87,7 @@ def test_ltx2_dype_ntk_at_twice_the_grid_follows_sigma(sigma):
     is divided by ``s ** (kappa (F - 1 - j) / (F - 1))`` (the lowest by ``s ** kappa``, the highest kept)."""
     model = CASES["ltx2"].model()
     set_pe(model, "native", extrapolation=model_extrapolation(model, "dype_ntk", (4, 4)))
-    inputs = _ltx2_inputs(8, 8, sigma=sigma)
+    inputs = ltx2_inputs(8, 8, sigma=sigma)
     with torch.no_grad():
         model(**inputs, return_dict=False)  # the pre-forward hook sets the step's sigma
     coords = _ltx2_video_coords(model, 8, 8)
@@ -108,7 +108,7 @@ def test_ltx2_audio_axis_extrapolates_its_own_table_only():
     the video table and the cross-modal tables stay stock."""
     case = CASES["ltx2"]
     model = case.model()
-    inputs = _ltx2_inputs(*case.grid, audio_frames=12)
+    inputs = ltx2_inputs(*case.grid, audio_frames=12)
     stock = run_all(model, inputs)
     set_pe(
         model, "native", extrapolation=[None, None, None, {"type": "schedule", "method": "pi", "original_length": 6}]
@@ -132,7 +132,7 @@ def test_ltx2_split_layout_extrapolates_per_head():
     tables = {}
     for rope_type in ("interleaved", "split"):
         torch.manual_seed(0)
-        model = _ltx2(rope_type=rope_type).eval()
+        model = tiny_ltx2(rope_type=rope_type).eval()
         set_pe(model, "native", extrapolation=model_extrapolation(model, "pi", (4, 4)))
         tables[rope_type] = position_module(model)(_ltx2_video_coords(model, 8, 8))
     count = 5
@@ -339,7 +339,7 @@ def test_cosmos_grid_past_max_size_runs_as_a_stock_model_with_a_larger_max_size(
     inputs = case.inputs(4, 20)
     with pytest.raises(RuntimeError):
         run(model, inputs)
-    reference = _cosmos(max_size=(4, 64, 64)).eval()
+    reference = tiny_cosmos(max_size=(4, 64, 64)).eval()
     reference.load_state_dict(model.state_dict())
     set_pe(model, "native")
     assert torch.equal(run(model, inputs), run(reference, inputs))
@@ -348,7 +348,7 @@ def test_cosmos_grid_past_max_size_runs_as_a_stock_model_with_a_larger_max_size(
 def test_cosmos_1_0_with_its_learnable_embedding_is_stock():
     """Cosmos 1.0's config (``rope_scale=(2, 1, 1)``, the learnable absolute embedding kept stock)."""
     torch.manual_seed(0)
-    model = _cosmos(rope_scale=(2.0, 1.0, 1.0), extra_pos_embed_type="learnable").eval()
+    model = tiny_cosmos(rope_scale=(2.0, 1.0, 1.0), extra_pos_embed_type="learnable").eval()
     inputs = CASES["cosmos"].inputs(4, 4, fps=30)
     stock = run(model, inputs)
     set_pe(model, "native")

@@ -136,9 +136,9 @@ def test_chronoedit_native_time_positions_are_the_stock_ones(frames):
 def test_chronoedit_head_dims_whose_stock_tables_mix_axes_are_refused():
     """ChronoEdit's rope builds ``2 * (head_dim // 6)`` channels per image axis and splits ``head_dim // 3``: with
     ``head_dim = 10`` that is 2 and 3, so the stock tables mix axes; refused by name."""
-    from mmpos.integrations.diffusers.families.tiny import _chronoedit
+    from mmpos.integrations.diffusers.families.tiny import tiny_chronoedit
 
-    model = _chronoedit(attention_head_dim=10).eval()
+    model = tiny_chronoedit(attention_head_dim=10).eval()
     with pytest.raises(ValueError, match="attention_head_dim=10"):
         set_pe(model, "native")
 

@@ -66,7 +66,7 @@ def test_convert_installs_one_start_and_one_prepare_step_and_restore_removes_the
     model = MODELS["vit"](patch_drop_rate=0.25)
     mt.convert(model, pe=pe)
     hooks = [(name, kind, type(hook).__name__) for name, kind, hook in mmpos_hooks(model)]
-    assert hooks == [("patch_embed", "post", "PatchGridHook"), ("norm_pre", "pre", prepare)]
+    assert hooks == [("patch_embed.proj", "post", "ConvGridHook"), ("norm_pre", "pre", prepare)]
     assert type(model.patch_drop) is PositionalPatchDropout and model.patch_drop.prob == 0.25
     assert all(hook.positions is model.mmpos_positions for _, _, hook in mmpos_hooks(model))
     mt.restore(model)

@@ -13,6 +13,7 @@ from mmpos.models.world.flux2 import flux2_conditioning, flux2_text_ids, flux2_t
 from mmpos.models.world.image import build_vae, load_world_pipeline, world_architecture
 from mmpos.models.world.latents import encode_latents
 from mmpos.pipelines import BandModulationFlux2KleinPipeline, BandModulationFlux2Pipeline
+from mmpos.training.task_configs import WorldImageConfig
 from mmpos.training.tasks.world_image import train
 from mmpos.training.world.flux2_losses import flux2_flow_matching_inputs
 
@@ -40,21 +41,23 @@ def trained(tmp_path_factory):
     vae.register_to_config(shift_factor=0.25, scaling_factor=0.5)
     vae.save_pretrained(root / "world-vae")
     card = train(
-        dict(
-            task="t2i",
-            architecture="flux2",
-            image_size=SIZE,
-            num_examples=16,
-            batch_size=4,
-            device="cpu",
-            num_samples=2,
-            sample_steps=2,
-            log_every=1,
-            warmup_steps=1,
-            max_steps=2,
-            vae_path=str(root),
-            transformer=TINY_FLUX2,
-            text_encoder=TINY_TEXT,
+        WorldImageConfig(
+            **dict(
+                task="t2i",
+                architecture="flux2",
+                image_size=SIZE,
+                num_examples=16,
+                batch_size=4,
+                device="cpu",
+                num_samples=2,
+                sample_steps=2,
+                log_every=1,
+                warmup_steps=1,
+                max_steps=2,
+                vae_path=str(root),
+                transformer=TINY_FLUX2,
+                text_encoder=TINY_TEXT,
+            )
         ),
         root,
         progress=False,

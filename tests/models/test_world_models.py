@@ -22,6 +22,7 @@ from mmpos.models.world.latents import latent_ids, pack, pack_pixel_mask
 from mmpos.models.world.samples import generate, held_out_examples
 from mmpos.models.world.text import WorldTextEncoder
 from mmpos.training.model_cards import card_metadata, split_front_matter
+from mmpos.training.task_configs import WorldImageConfig
 from mmpos.training.tasks.world_image import train
 
 TINY_VAE = dict(block_out_channels=(8, 16), norm_num_groups=4)
@@ -112,17 +113,23 @@ def trained(tmp_path_factory):
         warmup_steps=1,
         max_minutes=5.0,
     )
-    vae_card = train(dict(common, task="vae", vae=TINY_VAE, max_steps=6, lr=3e-3, ema_decay=0.5), root, progress=False)
+    vae_card = train(
+        WorldImageConfig(**dict(common, task="vae", vae=TINY_VAE, max_steps=6, lr=3e-3, ema_decay=0.5)),
+        root,
+        progress=False,
+    )
     card = train(
-        dict(
-            common,
-            task="t2i",
-            vae_path=str(root),
-            transformer=TINY_TRANSFORMER,
-            text_encoder=TINY_TEXT,
-            max_steps=12,
-            lr=3e-3,
-            ema_decay=0.5,
+        WorldImageConfig(
+            **dict(
+                common,
+                task="t2i",
+                vae_path=str(root),
+                transformer=TINY_TRANSFORMER,
+                text_encoder=TINY_TEXT,
+                max_steps=12,
+                lr=3e-3,
+                ema_decay=0.5,
+            )
         ),
         root,
         progress=False,
@@ -192,7 +199,7 @@ def test_resume_continues_from_the_saved_step(trained):
         lr=3e-3,
         ema_decay=0.5,
     )  # the run's values
-    resumed = train(config, root, resume=True, progress=False)
+    resumed = train(WorldImageConfig(**config), root, resume=True, progress=False)
     assert resumed["steps"] == 14 and resumed["loss_history"][: len(card["loss_history"])] == card["loss_history"]
     assert resumed["val_loss_start"] == card["val_loss_start"]  # the first start's, not the resumed model's
 
@@ -215,19 +222,27 @@ def test_init_from_continues_a_trained_model(trained, tmp_path):
         transformer=TINY_TRANSFORMER,
         text_encoder=TINY_TEXT,
     )  # as the checkpoint's: accepted
-    continued = train(config, tmp_path, progress=False)
+    continued = train(WorldImageConfig(**config), tmp_path, progress=False)
     # starts where the source ended (its weights were shipped in fp16, hence the tolerance)
     assert continued["val_loss_start"] == pytest.approx(card["val_loss"], rel=0.02)
     assert continued["total_steps"] == card["steps"] + 2 and continued["init_from"]["total_steps"] == card["steps"]
     assert "Continued from" in (tmp_path / "world-t2i" / "README.md").read_text()
     with pytest.raises(FileNotFoundError, match="init_from: no t2i checkpoint"):
-        train({**config, "init_from": str(tmp_path / "missing")}, tmp_path, progress=False)
+        train(WorldImageConfig(**{**config, "init_from": str(tmp_path / "missing")}), tmp_path, progress=False)
     with pytest.raises(ValueError, match="in_channels=16; a fill model on this VAE has 48"):
-        train({**config, "task": "fill", "init_from": str(root / "world-t2i")}, tmp_path, progress=False)
+        train(
+            WorldImageConfig(**{**config, "task": "fill", "init_from": str(root / "world-t2i")}),
+            tmp_path,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="transformer option num_layers=3 differs from the checkpoint's 1"):
-        train({**config, "transformer": {**TINY_TRANSFORMER, "num_layers": 3}}, tmp_path, progress=False)
+        train(
+            WorldImageConfig(**{**config, "transformer": {**TINY_TRANSFORMER, "num_layers": 3}}),
+            tmp_path,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="the VAE trains from scratch"):
-        train({**config, "task": "vae"}, tmp_path, progress=False)
+        train(WorldImageConfig(**{**config, "task": "vae"}), tmp_path, progress=False)
 
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets"

@@ -19,7 +19,7 @@ from diffusers import (
 )
 
 from mmpos.integrations.diffusers import set_pe
-from mmpos.integrations.diffusers.families.tiny import _flux2, _flux2_inputs, _z_image, randn
+from mmpos.integrations.diffusers.families.tiny import flux2_inputs, randn, tiny_flux2, tiny_z_image
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 from mmpos.pipelines import (
@@ -81,7 +81,7 @@ def _components(family):
             vae=_flux2_vae(),
             text_encoder=None,
             tokenizer=None,
-            transformer=_flux2().eval(),
+            transformer=tiny_flux2().eval(),
         )
     if family == "qwen":
         return tiny_qwen_image_components(text_encoder=False)
@@ -91,7 +91,7 @@ def _components(family):
         vae=_z_image_vae(),
         text_encoder=None,
         tokenizer=None,
-        transformer=_z_image().eval(),
+        transformer=tiny_z_image().eval(),
     )
 
 
@@ -361,8 +361,8 @@ def test_flux2_references_are_found_by_t_not_by_their_place():
 
 
 def test_flux2_reference_band_follows_the_reference_tokens_when_the_sequence_is_reordered():
-    model = _flux2().eval()
-    inputs = _flux2_inputs(3, 3, reference=(2, 2))  # target t = 0 (9 tokens), then a reference at t = 10 (4)
+    model = tiny_flux2().eval()
+    inputs = flux2_inputs(3, 3, reference=(2, 2))  # target t = 0 (9 tokens), then a reference at t = 10 (4)
     order = torch.cat([torch.arange(9, 13), torch.arange(9)])  # the reference's tokens first
     moved = dict(inputs, hidden_states=inputs["hidden_states"][:, order], img_ids=inputs["img_ids"][:, order])
     rule = ContextBandScaling(BandConfig(), model.config.axes_dims_rope)

@@ -12,7 +12,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Pipeline
 from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21FlexAttnProcessor, QwenImage21KVCache
 
 from mmpos.integrations.diffusers import set_pe
-from mmpos.integrations.diffusers.families.tiny import _qwen21, randn
+from mmpos.integrations.diffusers.families.tiny import randn, tiny_qwen21
 from mmpos.integrations.diffusers.layer_rotation import LayerRotation
 from mmpos.ops.tables import RotaryTable
 from mmpos.pipelines import BandConfig, BandModulationQwenImage21Pipeline, EditContext, EditSession
@@ -46,7 +46,7 @@ def _pipes():
         vae=None,
         text_encoder=None,
         processor=_Processor(),
-        transformer=_qwen21().eval(),
+        transformer=tiny_qwen21().eval(),
     )
     return c, QwenImage21Pipeline(**c), BandModulationQwenImage21Pipeline(**c)
 
@@ -103,7 +103,7 @@ def test_with_a_condition_image_the_cache_and_the_edit_agree():
     """Transformer level (the pipeline's ``image=`` needs its text encoder): the edit off is stock with the cache;
     the cached step under the edit is the uncached one (the prefix, text and condition image, stays stock)."""
     torch.manual_seed(0)
-    model = _qwen21().eval()
+    model = tiny_qwen21().eval()
     rule = SharedBandAttention(BandConfig(s_hf=(0.2, 0.6), s_lf=(1.1, 1.5)), model.config.axes_dims_rope)
 
     def forward(sigma, rules=None, cache=None, mode=None, enabled=True):

@@ -229,7 +229,8 @@ def test_training_resumes_bit_identically(clips, tmp_path):
     from diffusers import AutoencoderKL
 
     from mmpos.models.world import video as video_model
-    from mmpos.training.tasks.world_video import VideoRecipe, train_stage
+    from mmpos.training.task_configs import WorldVideoConfig
+    from mmpos.training.tasks.world_video import train_stage
 
     vae = AutoencoderKL(
         block_out_channels=(8, 8),
@@ -241,7 +242,7 @@ def test_training_resumes_bit_identically(clips, tmp_path):
     original = dict(video_model.TRANSFORMER_CONFIG)
     video_model.TRANSFORMER_CONFIG.update(SMALL)
     try:
-        recipe = VideoRecipe("base", steps=3, batch_size=2, checkpoint_every=1, warmup=1)
+        recipe = WorldVideoConfig("base", steps=3, batch_size=2, checkpoint_every=1, warmup=1)
         whole = train_stage(recipe, clips, tmp_path / "whole", vae, log=lambda _: None)
         stopped = train_stage(recipe, clips, tmp_path / "split", vae, stop_at=1, log=lambda _: None)
         assert stopped["step"] == 1 and not stopped["finished"]
@@ -254,7 +255,7 @@ def test_training_resumes_bit_identically(clips, tmp_path):
     assert (tmp_path / "whole" / "transformer" / "config.json").is_file()
     with pytest.raises(ValueError, match="init_from must be a finished"):
         train_stage(
-            VideoRecipe("base", steps=1, batch_size=2, init_from=str(tmp_path / "nothing")),
+            WorldVideoConfig("base", steps=1, batch_size=2, init_from=str(tmp_path / "nothing")),
             clips,
             tmp_path / "bad",
             vae,
@@ -268,7 +269,8 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
     from mmpos.models.world import video as video_model
     from mmpos.pipelines.world import video_demo
     from mmpos.pipelines.world.video_export import export_world_video
-    from mmpos.training.tasks.world_video import VideoRecipe, train_stage
+    from mmpos.training.task_configs import WorldVideoConfig
+    from mmpos.training.tasks.world_video import train_stage
 
     monkeypatch.setattr(video_model, "TRANSFORMER_CONFIG", {**video_model.TRANSFORMER_CONFIG, **SMALL})
     runs = tmp_path / "runs"
@@ -280,11 +282,11 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
         norm_num_groups=4,
     )
     quiet = dict(log=lambda _: None)
-    train_stage(VideoRecipe("vae", steps=1, batch_size=2), clips, runs / "vae", vae, **quiet)
-    train_stage(VideoRecipe("base", steps=1, batch_size=2), clips, runs / "base", vae, **quiet)
+    train_stage(WorldVideoConfig("vae", steps=1, batch_size=2), clips, runs / "vae", vae, **quiet)
+    train_stage(WorldVideoConfig("base", steps=1, batch_size=2), clips, runs / "base", vae, **quiet)
     with pytest.raises(ValueError, match="not finished"):  # an unfinished stage is not exported
         train_stage(
-            VideoRecipe("ucpe", steps=2, batch_size=2),
+            WorldVideoConfig("ucpe", steps=2, batch_size=2),
             clips,
             runs / "ucpe",
             vae,
@@ -296,9 +298,9 @@ def test_export_writes_a_loadable_model_folder_and_the_demo_section(clips, tmp_p
     from diffusers import WanTransformer3DModel
 
     base = WanTransformer3DModel.from_pretrained(runs / "base" / "transformer")
-    train_stage(VideoRecipe("ucpe", steps=2, batch_size=2), clips, runs / "ucpe", vae, base=base, **quiet)
+    train_stage(WorldVideoConfig("ucpe", steps=2, batch_size=2), clips, runs / "ucpe", vae, base=base, **quiet)
     train_stage(
-        VideoRecipe("ucpe", steps=1, batch_size=2, init_from=str(runs / "ucpe")),
+        WorldVideoConfig("ucpe", steps=1, batch_size=2, init_from=str(runs / "ucpe")),
         clips,
         tmp_path / "continued" / "ucpe",
         vae,

@@ -137,7 +137,8 @@ def _count(text: str) -> int:
 
 
 def test_novel_view_parameter_counts():
-    from mmpos.training.tasks.nvs import NVSRecipe, build_model
+    from mmpos.training.task_configs import NVSConfig
+    from mmpos.training.tasks.nvs import build_model
 
     text = " ".join(page("docs/results.md").split())
     sentence = re.search(r"Parameters: (.*?)\. ", text).group(1)
@@ -147,7 +148,7 @@ def test_novel_view_parameter_counts():
             documented[name] = _count(count)
     assert set(documented) == {"none", "prope", "ucpe", "rayrope", "plucker"}, sentence
     for name, count in documented.items():
-        model = build_model(NVSRecipe(encoding=name))
+        model = build_model(NVSConfig(encoding=name))
         assert sum(p.numel() for p in model.parameters()) == count, name
 
 

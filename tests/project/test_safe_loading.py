@@ -5,7 +5,6 @@ same losses."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
@@ -19,6 +18,7 @@ import torch
 from mmpos._safe_state import UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors
 from mmpos.training import train_vit
 from mmpos.training.scaffold.folders import UnreadableCheckpointError, checkpoints
+from mmpos.training.task_configs import WorldImageConfig
 from mmpos.training.vit_cli import eval_main, train_main
 from tests.training.test_train_vit import read_log, tiny_config
 
@@ -256,14 +256,15 @@ def triples():
 
 
 def test_nvs_checkpoints_with_a_payload_are_refused(triples, tmp_path):
-    from mmpos.training.tasks.nvs import NVSRecipe, load_trained, train_nvs
+    from mmpos.training.task_configs import NVSConfig
+    from mmpos.training.tasks.nvs import load_trained, train_nvs
 
     marker = tmp_path / "marker"
-    recipe = NVSRecipe("ucpe", seed=1, steps=2, batch_size=2, warmup=1, dim=48, depth=1)
+    recipe = NVSConfig("ucpe", seed=1, steps=2, batch_size=2, warmup=1, dim=48, depth=1)
     evil = plant(tmp_path / "ucpe_s1.pt", marker)
     with pytest.raises(UnsafeStateError, match=r"ucpe_s1\.pt: refused"):
         train_nvs(recipe, triples, str(evil), log=lambda _: None)  # resume
-    start = NVSRecipe(**dict(vars(recipe), init_from=str(evil)))
+    start = NVSConfig(**dict(vars(recipe), init_from=str(evil)))
     with pytest.raises(UnsafeStateError, match=r"ucpe_s1\.pt: refused"):
         train_nvs(start, triples, str(tmp_path / "new.pt"), log=lambda _: None)  # init_from
     with pytest.raises(UnsafeStateError, match=r"ucpe_s1\.pt: refused"):
@@ -313,17 +314,18 @@ def tiny_vae():
 
 def test_world_video_state_with_a_payload_is_refused(clips, tmp_path):
     from mmpos.pipelines.world.video_export import stage_summary
-    from mmpos.training.tasks.world_video import VideoRecipe, train_stage
+    from mmpos.training.task_configs import WorldVideoConfig
+    from mmpos.training.tasks.world_video import train_stage
 
     marker = tmp_path / "marker"
     run = tmp_path / "run"
     plant(run / "state.pt", marker, wrap=lambda p: {"recipe": p, "finished": True})
-    recipe = VideoRecipe("vae", steps=1, batch_size=2)
+    recipe = WorldVideoConfig("vae", steps=1, batch_size=2)
     with pytest.raises(UnsafeStateError, match=r"state\.pt: refused"):  # --resume
         train_stage(recipe, clips, run, tiny_vae(), log=lambda _: None)
     with pytest.raises(UnsafeStateError, match=r"state\.pt: refused"):  # --init-from
         train_stage(
-            VideoRecipe("base", steps=1, batch_size=2, init_from=str(run)),
+            WorldVideoConfig("base", steps=1, batch_size=2, init_from=str(run)),
             clips,
             tmp_path / "next",
             tiny_vae(),
@@ -335,13 +337,12 @@ def test_world_video_state_with_a_payload_is_refused(clips, tmp_path):
 
 
 def test_world_video_clip_cache_with_a_payload_is_refused(tmp_path):
-    spec = importlib.util.spec_from_file_location("train_world_video", ROOT / "scripts" / "train_world_video.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from mmpos.training.tasks.world_video import cached_clips
+
     marker = tmp_path / "marker"
     plant(tmp_path / "clips-train.pt", marker, wrap=lambda p: {"frames": p})
     with pytest.raises(UnsafeStateError, match=r"clips-train\.pt: refused"):
-        script.cached_clips(tmp_path, 1, 2, 32)
+        cached_clips(tmp_path, 1, 2, 32)
     assert not marker.exists()
 
 
@@ -374,12 +375,14 @@ def test_world_trainer_state_with_a_payload_is_refused(tmp_path, part, named):
     from tests.training.test_kill_safety import CONFIG
     from tests.training.test_world_training import write_earlier_layout
 
-    trainer = WorldTrainer({**CONFIG, "checkpoint_every": 100}, tmp_path, progress=False)  # the earlier layout
+    trainer = WorldTrainer(
+        WorldImageConfig(**{**CONFIG, "checkpoint_every": 100}), tmp_path, progress=False
+    )  # the earlier layout
     write_earlier_layout(trainer)
     marker = tmp_path / "marker"
     plant(tmp_path / "train_state-vae" / part, marker, wrap=lambda p: p)
     with pytest.raises(ValueError, match=named):
-        WorldTrainer(CONFIG, tmp_path, progress=False).load_state()
+        WorldTrainer(WorldImageConfig(**CONFIG), tmp_path, progress=False).load_state()
     assert not marker.exists()
 
 

@@ -16,6 +16,7 @@ import torch
 
 from mmpos._atomic import folder_written_atomically, recover_folder, replace_folder
 from mmpos._validation import NonFiniteLossError
+from mmpos.training.task_configs import WorldImageConfig
 from mmpos.training.tasks.world_image import WorldTrainer, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,8 +41,9 @@ CONFIG = dict(
 SAVER = """
 import sys, torch
 torch.set_num_threads(1)
+from mmpos.training.task_configs import WorldImageConfig
 from mmpos.training.tasks.world_image import WorldTrainer
-trainer = WorldTrainer({config}, sys.argv[1], progress=False)
+trainer = WorldTrainer(WorldImageConfig(**{config}), sys.argv[1], progress=False)
 print("ready", flush=True)
 while True:
     trainer.step += 1
@@ -66,7 +68,7 @@ def complete(run_dir: Path) -> dict:
 
 
 def resumed(out_dir) -> WorldTrainer:
-    trainer = WorldTrainer(CONFIG, out_dir, progress=False)
+    trainer = WorldTrainer(WorldImageConfig(**CONFIG), out_dir, progress=False)
     trainer.load_state()
     return trainer
 
@@ -107,7 +109,7 @@ def test_sigkill_while_the_state_is_written_leaves_a_resumable_state(tmp_path):
 def test_a_writer_failing_mid_write_keeps_the_previous_state(tmp_path, monkeypatch):
     import mmpos.training.tasks.world_image as trainer_module
 
-    train({**CONFIG, "max_steps": 2, "sample_steps": 1}, tmp_path, progress=False)
+    train(WorldImageConfig(**{**CONFIG, "max_steps": 2, "sample_steps": 1}), tmp_path, progress=False)
     run_dir = tmp_path / "train-vae"
     before = complete(run_dir)
     trainer = resumed(tmp_path)
@@ -128,18 +130,18 @@ def test_a_writer_failing_mid_write_keeps_the_previous_state(tmp_path, monkeypat
 
 
 def test_a_truncated_part_is_named(tmp_path):
-    train({**CONFIG, "max_steps": 1, "sample_steps": 1}, tmp_path, progress=False)
+    train(WorldImageConfig(**{**CONFIG, "max_steps": 1, "sample_steps": 1}), tmp_path, progress=False)
     (tmp_path / "train-vae" / "checkpoint-1" / "ema.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match=r"ema\.safetensors: 0 bytes, recorded \d+"):
         resumed(tmp_path)
 
 
 def test_a_nan_loss_stops_before_the_update_and_keeps_the_last_state(tmp_path):
-    train({**CONFIG, "max_steps": 2, "sample_steps": 1}, tmp_path, progress=False)
+    train(WorldImageConfig(**{**CONFIG, "max_steps": 2, "sample_steps": 1}), tmp_path, progress=False)
     run_dir = tmp_path / "train-vae"
     before = complete(run_dir)
     trainer = resumed(tmp_path)
-    trainer.config["max_steps"] = 4
+    trainer.config.max_steps = 4
     weights = [p.detach().clone() for p in trainer.raw.parameters()]
     trainer.loss = lambda index, generator: torch.tensor(float("nan"), requires_grad=True)
     with pytest.raises(NonFiniteLossError, match=r"loss is nan at step 3.*train-vae/checkpoint-2, is kept"):

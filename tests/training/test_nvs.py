@@ -11,7 +11,8 @@ import torch
 from mmpos.camera import axis_angle_to_matrix, pose_from_rotation_translation
 from mmpos.eval.image_quality import gaussian_window, psnr, ssim
 from mmpos.models.world.nvs import NVS_ENCODINGS, NovelViewTransformer
-from mmpos.training.tasks.nvs import NVSRecipe, train_nvs
+from mmpos.training.task_configs import NVSConfig
+from mmpos.training.tasks.nvs import train_nvs
 from mmpos.world.nvs_data import make_camera, make_triples, scene_seeds
 from mmpos.world.scene3d import GROUND_ID, LIGHT, Scene3D, orbit_trajectory, render_view, sample_scene3d
 from mmpos.world.textures import solid_texture
@@ -97,9 +98,11 @@ def test_relative_encodings_are_invariant_to_moving_all_cameras(encoding, triple
 
 
 def test_interrupted_training_resumes_to_the_same_weights(triples, tmp_path):
-    recipe = NVSRecipe("ucpe", seed=1, steps=4, batch_size=2, warmup=2, dim=48, depth=1)
-    straight, _ = train_nvs(recipe, triples, str(tmp_path / "a.pt"), checkpoint_every=4, log=lambda _: None)
-    train_nvs(NVSRecipe(**dict(vars(recipe), steps=2)), triples, str(tmp_path / "b.pt"), log=lambda _: None)
+    recipe = NVSConfig("ucpe", seed=1, steps=4, batch_size=2, warmup=2, dim=48, depth=1)
+    straight, _ = train_nvs(
+        NVSConfig(**dict(vars(recipe), checkpoint_every=4)), triples, str(tmp_path / "a.pt"), log=lambda _: None
+    )
+    train_nvs(NVSConfig(**dict(vars(recipe), steps=2)), triples, str(tmp_path / "b.pt"), log=lambda _: None)
     stopped = tmp_path / "b" / "checkpoint-2"  # a run stopped after 2 of 4 steps
     for name in ("nvs_progress.json", "config.yaml"):
         text = (stopped / name).read_text().replace('"steps": 2', '"steps": 4').replace("steps: 2", "steps: 4")
@@ -111,8 +114,8 @@ def test_interrupted_training_resumes_to_the_same_weights(triples, tmp_path):
     assert state["step"] == 4 and len(state["losses"]) == 4
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
-    with pytest.raises(ValueError, match="another recipe"):
-        train_nvs(NVSRecipe(**dict(vars(recipe), lr=0.5)), triples, str(tmp_path / "b.pt"), log=lambda _: None)
+    with pytest.raises(ValueError, match="--resume: lr is 0.5 but the run was started with 0.001"):
+        train_nvs(NVSConfig(**dict(vars(recipe), lr=0.5)), triples, str(tmp_path / "b.pt"), log=lambda _: None)
 
 
 def test_psnr_of_a_known_mse():
@@ -149,12 +152,12 @@ def test_ssim_matches_a_direct_windowed_computation():
 
 
 def test_continued_training_starts_from_the_earlier_weights(triples, tmp_path):
-    first = NVSRecipe("prope", seed=2, steps=2, batch_size=2, warmup=1, dim=48, depth=1)
+    first = NVSConfig("prope", seed=2, steps=2, batch_size=2, warmup=1, dim=48, depth=1)
     earlier, state = train_nvs(first, triples, str(tmp_path / "first.pt"), log=lambda _: None)
-    again = NVSRecipe(**dict(vars(first), steps=1, lr=0.0, init_from=str(tmp_path / "first.pt")))
+    again = NVSConfig(**dict(vars(first), steps=1, lr=0.0, init_from=str(tmp_path / "first.pt")))
     continued, totals = train_nvs(again, triples, str(tmp_path / "second.pt"), log=lambda _: None)
     assert totals["previous_steps"] == 2 and totals["previous_cpu_seconds"] == state["cpu_seconds"]
     for (name, a), b in zip(earlier.state_dict().items(), continued.state_dict().values()):
         assert torch.equal(a, b), name  # lr 0: the continued run kept the weights it started from
     with pytest.raises(ValueError, match="finished ucpe checkpoint"):
-        train_nvs(NVSRecipe(**dict(vars(again), encoding="ucpe")), triples, str(tmp_path / "third.pt"))
+        train_nvs(NVSConfig(**dict(vars(again), encoding="ucpe")), triples, str(tmp_path / "third.pt"))

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from mmpos.training.scaffold.folders import checkpoints
+from mmpos.training.task_configs import NVSConfig, WorldImageConfig, WorldVideoConfig
 from tests.fixtures.torchrun import rank_records
 from tests.fixtures.torchrun import torchrun as run_workers
 
@@ -57,7 +58,7 @@ def vae_folder(tmp_path_factory):
     from mmpos.training.tasks.world_image import train
 
     out = tmp_path_factory.mktemp("vae")
-    train({**BASE, "task": "vae", "vae": TINY_VAE, "max_steps": 1}, out, progress=False)
+    train(WorldImageConfig(**{**BASE, "task": "vae", "vae": TINY_VAE, "max_steps": 1}), out, progress=False)
     return out
 
 
@@ -108,29 +109,29 @@ def test_image_trainer_draws_what_the_recipe_draws(tmp_path, vae_folder, task):
     """A reference loop (the recipe: one generator seeded ``seed``, per step indices, sigmas, noise, caption
     dropout; AdamW, warm-up, clip 1.0) gives the trainer's losses and weights bit for bit."""
     from mmpos.models.world.image import build_text_encoder, build_transformer, vae_scale_factor
-    from mmpos.training.tasks.world_image import DEFAULTS, WorldTrainer
+    from mmpos.training.tasks.world_image import WorldTrainer
     from mmpos.training.world.checkpoints import DenoiserWithText, load_trained_vae
     from mmpos.training.world.losses import denoiser_loss
     from mmpos.training.world.training_data import TrainingData
 
-    config = {**DEFAULTS, **image_config(task, vae_folder)}
+    config = WorldImageConfig(**image_config(task, vae_folder))
     trainer = WorldTrainer(config, tmp_path, progress=False)
     losses = recorded_losses(trainer)
     trainer.run({"stop": False})
 
-    torch.manual_seed(config["seed"])
+    torch.manual_seed(config.seed)
     vae = load_trained_vae(vae_folder, "cpu")
     transformer = build_transformer(task, vae.config.latent_channels, vae_scale_factor(vae), **TINY_TRANSFORMER)
     model = DenoiserWithText(transformer, build_text_encoder(transformer, **TINY_TEXT))
     data = TrainingData(config, "cpu", vae, model.text_encoder)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / config["warmup_steps"]))
-    generator, expected = torch.Generator().manual_seed(config["seed"]), []
-    for _ in range(config["max_steps"]):
-        index = torch.randint(0, data.num, (config["batch_size"],), generator=generator)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps))
+    generator, expected = torch.Generator().manual_seed(config.seed), []
+    for _ in range(config.max_steps):
+        index = torch.randint(0, data.num, (config.batch_size,), generator=generator)
         sigmas = torch.sigmoid(torch.randn(len(index), generator=generator))
         noise = torch.randn(data.latents[index].shape, generator=generator)
-        tokens = data.tokens_for(index, generator, config["caption_dropout"], config["style_dropout"])
+        tokens = data.tokens_for(index, generator, config.caption_dropout, config.style_dropout)
         loss = denoiser_loss(model, data, index, sigmas, noise, tokens)
         expected.append(loss.item())
         loss.backward()
@@ -151,11 +152,11 @@ def test_image_trainer_killed_and_resumed_equals_uninterrupted(tmp_path, vae_fol
     from mmpos.training.tasks.world_image import WorldTrainer
 
     config = image_config(task, vae_folder, max_steps=5)
-    whole = WorldTrainer(config, tmp_path / "whole", progress=False)
+    whole = WorldTrainer(WorldImageConfig(**config), tmp_path / "whole", progress=False)
     whole_losses = recorded_losses(whole)
     whole.run({"stop": False})
 
-    killed = WorldTrainer(config, tmp_path / "run", progress=False)
+    killed = WorldTrainer(WorldImageConfig(**config), tmp_path / "run", progress=False)
     original = killed.loss
     killed.loss = lambda index, generator: (
         (_ for _ in ()).throw(Stop()) if killed.step == 3 else original(index, generator)
@@ -163,7 +164,7 @@ def test_image_trainer_killed_and_resumed_equals_uninterrupted(tmp_path, vae_fol
     with pytest.raises(Stop):
         killed.run({"stop": False})
     assert [p.name for p in checkpoints(tmp_path / "run" / f"train-{task}")] == ["checkpoint-2"]
-    resumed = WorldTrainer(config, tmp_path / "run", progress=False)
+    resumed = WorldTrainer(WorldImageConfig(**config), tmp_path / "run", progress=False)
     resumed.load_state()
     assert resumed.step == 2
     losses = recorded_losses(resumed)
@@ -195,14 +196,14 @@ def test_an_earlier_train_state_folder_resumes(tmp_path):
     from mmpos.training.tasks.world_image import WorldTrainer
 
     config = image_config("vae", max_steps=3, checkpoint_every=100)
-    first = WorldTrainer(config, tmp_path, progress=False)
-    first.config["max_steps"] = 2
+    first = WorldTrainer(WorldImageConfig(**config), tmp_path, progress=False)
+    first.config.max_steps = 2
     first.run({"stop": False})
     folder = write_earlier_layout(first)
     assert {"model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"} <= {
         p.name for p in folder.iterdir()
     }
-    resumed = WorldTrainer(config, tmp_path, progress=False)
+    resumed = WorldTrainer(WorldImageConfig(**config), tmp_path, progress=False)
     resumed.load_state()
     assert (resumed.step, resumed.history, resumed.initial_validation) == (2, first.history, 0.5)
     assert_same(state_of(resumed), state_of(first))
@@ -238,7 +239,7 @@ def test_image_trainer_two_processes_equal_one_at_twice_the_batch(tmp_path, vae_
 
     config = image_config("t2i", vae_folder, batch_size=2, max_steps=3)
     ranks = torchrun("image", {"config": config, "out": str(tmp_path / "two")}, tmp_path, 29561)
-    one = WorldTrainer({**config, "batch_size": 4}, tmp_path / "one", progress=False)
+    one = WorldTrainer(WorldImageConfig(**{**config, "batch_size": 4}), tmp_path / "one", progress=False)
     one.run({"stop": False})
     check_ranks(tmp_path, {k: v.cpu() for k, v in state_of(one).items()}, atol=1e-5)
     assert all(r["num_processes"] == 2 for r in ranks)
@@ -290,9 +291,7 @@ def video_run(out: Path, recipe: dict, stop_before: int | None = None):
     try:
         torch.manual_seed(1)
         base = None if recipe["stage"] in ("vae", "base") else video_model.world_video_transformer()
-        state = video_training.train_stage(
-            video_training.VideoRecipe(**recipe), clips, out, vae, base=base, log=lambda _: None
-        )
+        state = video_training.train_stage(WorldVideoConfig(**recipe), clips, out, vae, base=base, log=lambda _: None)
     finally:
         video_training.VideoStage.__init__, video_training.learning_rate = original_init, schedule
         video_model.TRANSFORMER_CONFIG.clear()
@@ -395,7 +394,7 @@ def nvs_run(out: Path, recipe: dict, stop_before: int | None = None):
     nvs_training.learning_rate = learning_rate
     try:
         model, state = nvs_training.train_nvs(
-            nvs_training.NVSRecipe(**recipe), triples, str(out / "run.pt"), checkpoint_every=2, log=lambda _: None
+            NVSConfig(**recipe, checkpoint_every=2), triples, str(out / "run.pt"), log=lambda _: None
         )
     finally:
         nvs_training.learning_rate = schedule
@@ -495,7 +494,10 @@ def test_eval_nvs_train_refuses_an_earlier_run_resumes_overwrites_and_stops_at_n
     assert refused.value.code == 2 and "pass --resume to continue it or --overwrite" in capsys.readouterr().err
     with pytest.raises(SystemExit) as changed:  # --resume with another recipe
         eval_nvs.main(train[:-2] + ["--batch-size", "1", "--resume"])
-    assert changed.value.code == 2 and "another recipe" in capsys.readouterr().err
+    assert (
+        changed.value.code == 2
+        and "--resume: batch_size is 1 but the run was started with 2" in capsys.readouterr().err
+    )
     eval_nvs.main(train[:5] + ["--steps", "3", "--batch-size", "1", "--overwrite"])
     assert [p.name for p in checkpoints(run)] == ["checkpoint-3"]
     with pytest.raises(SystemExit) as diverged:  # issue 35: trained on with NaN and exited 0

@@ -23,8 +23,7 @@ from diffusers import ChromaTransformer2DModel, FluxTransformer2DModel  # noqa: 
 
 from mmpos.integrations.diffusers import model_extrapolation, set_pe  # noqa: E402
 from mmpos.integrations.diffusers.families import FAMILIES, get_family  # noqa: E402
-from mmpos.integrations.diffusers.families.tiny import CHROMA_CONFIG, output  # noqa: E402
-from mmpos.integrations.diffusers.families.tiny import _chroma_inputs as chroma_inputs  # noqa: E402
+from mmpos.integrations.diffusers.families.tiny import CHROMA_CONFIG, chroma_inputs, output  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
 
 INPUTS = chroma_inputs(8, 8, text=4)  # 64 image + 4 text tokens: even shards; trained grid 4 x 4

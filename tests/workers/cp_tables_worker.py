@@ -30,11 +30,17 @@ from mmpos.camera import preset_trajectory  # noqa: E402
 from mmpos.camera.video import video_cameras  # noqa: E402
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe  # noqa: E402
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning  # noqa: E402
-from mmpos.integrations.diffusers.families.tiny import CASES, FLUX2_CONFIG, LTX_CONFIG, QWEN_CONFIG, randn  # noqa: E402
-from mmpos.integrations.diffusers.families.tiny import _chronoedit_inputs as chronoedit_inputs  # noqa: E402
-from mmpos.integrations.diffusers.families.tiny import _flux2_inputs as flux2_inputs  # noqa: E402
-from mmpos.integrations.diffusers.families.tiny import _ltx_inputs as ltx_inputs  # noqa: E402
-from mmpos.integrations.diffusers.families.tiny import _qwen_inputs as qwen_inputs  # noqa: E402
+from mmpos.integrations.diffusers.families.tiny import (  # noqa: E402
+    CASES,
+    FLUX2_CONFIG,
+    LTX_CONFIG,
+    QWEN_CONFIG,
+    chronoedit_inputs,
+    flux2_inputs,
+    ltx_inputs,
+    qwen_inputs,
+    randn,
+)
 from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
 

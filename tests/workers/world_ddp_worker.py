@@ -31,6 +31,7 @@ torch.set_num_threads(1)
 tensors = {}
 if kind == "image":
     import mmpos.training.tasks.world_image as trainer_module
+    from mmpos.training.task_configs import WorldImageConfig
     from mmpos.training.tasks.world_image import train
 
     trainer_module.export_model = recording(trainer_module.export_model, lambda task, *a: f"world-{task}")
@@ -42,7 +43,7 @@ if kind == "image":
         captured["trainer"] = self
 
     trainer_module.WorldTrainer.__init__ = init
-    train(spec["config"], spec["out"], progress=False)
+    train(WorldImageConfig(**spec["config"]), spec["out"], progress=False)
     trainer = captured["trainer"]
     accelerator, losses = trainer.accelerator, trainer.history
     tensors = {f"model.{k}": v for k, v in trainer.raw.state_dict().items()}

@@ -1,17 +1,29 @@
-"""Attention rules on a ``set_pe`` model: UltraViCo's decay beyond the training length (Wan) and UltraImage's
-entropy-driven sharpening beyond the training size (FLUX.1, FLUX.2, Chroma, Z-Image).
+"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA).
 
     from mmpos.integrations.diffusers import set_attention_rule, set_pe
     set_pe(wan, "native")                                   # the stock model (or a spectrum schedule: DyPE, RIFLEx)
     set_attention_rule(wan, {"type": "ultravico", "train_frames": 21, "alpha": 0.9})   # 81 frames at 16 fps
+    set_attention_rule(wan, {"type": "freeloc", "train_frames": 21})                    # (one rule at a time)
+
+The rules live in :mod:`mmpos.ops.window_decay` and :mod:`mmpos.ops.frame_reencoding` (the math, written once); here
+a pre-forward hook reads each forward's latent grid and the families' processors hand their video self-attention
+(with the layer's index) to the rule. FreeLOC moves the time positions of q and k, which arrive rotated: the rule
+rotates them further on the time pairs of the encoding's spectrum (resolved at this forward's grid, so a RIFLEx or
+DyPE schedule is followed). Inside the training length (``frames <= train_frames``) the processors run the stock
+attention, so the model is ``set_pe``'s (or the stock one) bit for bit.
+
+The families say where (``Family.latent_grid``): Wan, Wan VACE and Wan Animate through their mmpos processors; LTX,
+whose processors are stock, through rule processors ``set_attention_rule`` installs (``Family.rule_processor``;
+UltraViCo only: FreeLOC's time shift reads Wan's rope spectrum). Other families (HunyuanVideo 1.5: joint video and
+text attention) are refused by name.
+
+Image rules past the training size (:data:`IMAGE_RULES`), through the image families' mmpos processors (their joint
+text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
+FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2) and SPA
+(:mod:`mmpos.coords.bundles`; FLUX.1, Chroma)::
+
     set_pe(flux, "native")
     set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
-
-The rules live in :mod:`mmpos.ops.window_decay` and :mod:`mmpos.ops.entropy_scaling` (the math, written once); here
-a pre-forward hook reads each forward's size (tokens per latent frame, image tokens, the step's sigma) and the
-families' processors hand their self-attention to the rule. Inside the training length or size the processors run
-the stock attention, so the model is ``set_pe``'s bit for bit. A family whose processors are stock (Qwen-Image,
-HunyuanVideo 1.5, LTX) is refused by name.
 """
 
 from __future__ import annotations
@@ -23,43 +35,62 @@ from torch import nn
 
 from ..._per_thread import PerThread
 from ...coords.bundles import bundle_variants
+from ...coords.grids import video_grid
 from ...ops.entropy_scaling import EntropyScaling
+from ...ops.frame_reencoding import FrameReencoding
 from ...ops.head_scopes import HeadScopes
+from ...ops.rotation import rotate
+from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
-from .families import family_for
+from .families import family_for, get_family, list_families
 from .installer import ENCODING, ProcessorInstaller
 from .processors import PEProcessor
 
-VIDEO_FAMILIES = ("wan", "wan_vace", "wan_animate")
+RULES = ("ultravico", "freeloc")
 IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
 TEXT_FIRST_FAMILIES = ("flux", "chroma", "flux2")  # joint sequences with the text before the image tokens
 FLUX_ID_FAMILIES = ("flux", "chroma")  # FLUX.1's processors and (index, row, col) ids
-RULES = {"ultravico": VIDEO_FAMILIES, "ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES, "spa": FLUX_ID_FAMILIES}
+IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES, "spa": FLUX_ID_FAMILIES}
 
 
 class VideoRule:
-    """A rule and this forward's tokens per latent frame, called by the processors' video self-attention."""
+    """A rule and this forward's latent grid, called by the processors' video self-attention.
 
-    def __init__(self, decay: WindowDecay):
-        self.decay = decay
-        self.frame_tokens = PerThread(None)
+    Args:
+        rule: a :class:`WindowDecay` or a :class:`FrameReencoding`.
+        shift: ``shift(x, frames, grid)``: ``x [B, L, H, D]`` rotated further in time (FreeLOC).
+        layers: the attention layers the rule applies to (``None``: all).
+    """
 
-    def before_forward(self, transformer, family, args, kwargs) -> None:
-        hidden_states = kwargs.get("hidden_states", args[0] if args else None)
-        _, _, _, height, width = hidden_states.shape
-        patch = tuple(int(p) for p in transformer.config.patch_size)
-        self.frame_tokens.set((height // patch[1]) * (width // patch[2]))
+    def __init__(self, rule, shift=None, layers=None):
+        self.rule, self.shift = rule, shift
+        self.layers = None if layers is None else frozenset(layers)
+        self.grid = PerThread(None)
 
-    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
-        frame_tokens = self.frame_tokens.get()
-        if frame_tokens is None or not self.decay.active(key.shape[1], frame_tokens):
+    def __call__(self, query, key, value, mask, parallel_config, layer=None, attend=None):
+        grid = self.grid.get()
+        if grid is None or (self.layers is not None and layer not in self.layers):
             return None
-        if mask is not None or parallel_config is not None:
+        frame_tokens, video_tokens = grid[1] * grid[2], grid[0] * grid[1] * grid[2]
+        if not self.rule.active(video_tokens, frame_tokens):
+            return None
+        name = rule_name(self.rule)
+        if parallel_config is not None or key.shape[1] < video_tokens:
             raise ValueError(
-                "ultravico: an attention mask or context parallelism with the rule is not supported "
-                "(the rule needs the whole video sequence on one device)"
+                f"{name}: context parallelism with the rule is not supported (the rule needs the whole video "
+                "sequence on one device)"
             )
-        return self.decay.attend(query, key, value, frame_tokens)
+        if isinstance(self.rule, FrameReencoding):
+            if mask is not None or key.shape[1] != video_tokens:
+                raise ValueError(
+                    "freeloc: an attention mask or text tokens in the video self-attention are not supported"
+                )
+            return self.rule.attend(query, key, value, frame_tokens, lambda x, frames: self.shift(x, frames, grid))
+        if mask is not None and mask.dtype != torch.bool:
+            raise ValueError(
+                f"{name}: an additive attention mask is not supported (a boolean one is), got {mask.dtype}"
+            )
+        return self.rule.attend(query, key, value, frame_tokens, video_tokens=video_tokens, mask=mask)
 
 
 class ImageRule:
@@ -181,14 +212,46 @@ def key_mask(mask, key) -> torch.Tensor | None:
     raise ValueError(f"ultraimage: only a boolean key mask is supported, got {mask.dtype} {tuple(mask.shape)}")
 
 
-def rule_from_config(config: Mapping | WindowDecay) -> VideoRule | ImageRule | PrunedRule:
-    """``{"type": "ultravico", "train_frames": 21, ...}``, ``{"type": "ultraimage", "train_grid": (64, 64), ...}``,
-    ``{"type": "hap", "train_grid": (64, 64), "scope_plan": {"alphas": ..., "betas": ...}, "anchor_stride": 32}``
-    (or a :class:`WindowDecay`) -> the rule's state for :func:`set_attention_rule`."""
-    if isinstance(config, WindowDecay):
-        return VideoRule(config)
+def rule_name(rule) -> str:
+    return "freeloc" if isinstance(rule, FrameReencoding) else "ultravico"
+
+
+OPTIONS = {
+    "ultravico": {"train_frames", "alpha", "isolate_first_frame", "center_keys"},
+    "freeloc": {"train_frames", "near_frames", "far_frames", "near_group", "far_group", "bands", "layers"},
+}
+
+
+def rule_from_config(config: Mapping | WindowDecay | FrameReencoding):
+    """``{"type": "ultravico", "train_frames": 21, "alpha": 0.9, ...}``, ``{"type": "freeloc", "train_frames": 21,
+    ...}`` (unset windows: :meth:`FrameReencoding.scaled`), or a rule -> ``(rule, layers)``."""
+    if isinstance(config, (WindowDecay, FrameReencoding)):
+        return config, None
     if not isinstance(config, Mapping) or config.get("type") not in RULES:
-        raise ValueError(f"rule must be a WindowDecay or a dict with 'type' in {tuple(RULES)}, got {config!r}")
+        raise ValueError(
+            f"rule must be a WindowDecay, a FrameReencoding or a dict with 'type' in {RULES + tuple(IMAGE_RULES)}, "
+            f"got {config!r}"
+        )
+    kind = config["type"]
+    options = {k: v for k, v in config.items() if k != "type"}
+    if unknown := sorted(set(options) - OPTIONS[kind]):
+        raise ValueError(f"{kind}: unknown options {unknown}; expected some of {sorted(OPTIONS[kind])}")
+    if "train_frames" not in options:
+        raise ValueError(f"{kind} needs train_frames (latent frames of the training length; Wan 2.1: 21)")
+    if kind == "ultravico":
+        return WindowDecay(**options), None
+    layers = options.pop("layers", None)
+    if layers is not None and not (
+        isinstance(layers, (list, tuple)) and all(isinstance(i, int) and i >= 0 for i in layers)
+    ):
+        raise ValueError(f"freeloc: layers must be a list of attention-layer indices, got {layers!r}")
+    return FrameReencoding.scaled(**options), layers
+
+
+def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule:
+    """``{"type": "ultraimage", "train_grid": (64, 64), ...}``, ``{"type": "spa", "train_grid": (64, 64), ...}``,
+    ``{"type": "hap", "train_grid": (64, 64), "scope_plan": {"alphas": ..., "betas": ...}, "anchor_stride": 32}``
+    -> the image rule's state for :func:`set_attention_rule`."""
     kind = config["type"]
     options = {k: v for k, v in config.items() if k != "type"}
     if kind == "spa":
@@ -209,10 +272,6 @@ def rule_from_config(config: Mapping | WindowDecay) -> VideoRule | ImageRule | P
             raise ValueError("hap needs train_grid ((rows, cols) tokens of the training size; FLUX.1: (64, 64))")
         rows, cols = _train_grid(kind, options["train_grid"])
         return PrunedRule(plan["alphas"], plan["betas"], int(options.get("anchor_stride", 0)), rows * cols)
-    if kind == "ultravico":
-        known = {"train_frames", "alpha", "isolate_first_frame", "center_keys"}
-        _check_options(kind, options, known, "train_frames", "latent frames of the training length; Wan 2.1: 21")
-        return VideoRule(WindowDecay(**options))
     known = {"train_grid", "lambda_min", "lambda_max", "h_min", "h_max", "gamma", "block"}
     _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
     rows, cols = _train_grid(kind, options.pop("train_grid"))
@@ -236,16 +295,77 @@ def _check_options(kind, options, known, required, what) -> None:
         raise ValueError(f"{kind} needs {required} ({what})")
 
 
+def time_shift(transformer: nn.Module, family):
+    """``shift(x [B, L, H, D], frames [L], grid) -> x``: ``x`` rotated by ``frames`` more on the time pairs of the
+    model's encoding (its spectrum resolved at ``grid``'s coordinates), in the encoding's channel layout."""
+    seam = getattr(transformer, family.position_attr)
+    encodings = getattr(seam, "encodings", ())
+    encoding = encodings[0] if len(encodings) == 1 else None
+    if encoding is None or not hasattr(encoding, "spectrum_at") or getattr(seam, "per_layer", False):
+        raise ValueError(
+            "freeloc needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
+            f"{[type(e).__name__ for e in encodings]}"
+        )
+    time_axis = family.time_axis
+
+    def shift(x: torch.Tensor, frames: torch.Tensor, grid) -> torch.Tensor:
+        coords = seam.encoding_coords(video_grid(*grid, device=x.device))
+        spectrum = encoding.spectrum_at(coords)
+        inv_freq = spectrum.inv_freq.to(x.device, torch.float64)
+        on_time = (spectrum.axis_of_pair.to(x.device) == time_axis).to(torch.float64)
+        phase = frames.to(torch.float64)[:, None] * (inv_freq * on_time)[None, :]  # [L, P]
+        cis = torch.polar(torch.ones_like(phase), phase)
+        cis = cis if x.dtype == torch.float64 else cis.to(torch.complex64)
+        return rotate(x, RotaryTable(cis), encoding.layout, seq_dim=-3)
+
+    return shift
+
+
 def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
-    """Install ``rule`` (see :func:`rule_from_config`) on a model ``set_pe`` prepared; returns the model."""
+    """Install ``rule`` (see :func:`rule_from_config`) on a video model; returns the model. Wan families: on the
+    processors ``set_pe`` installed (call it first); families with stock processors (LTX): on rule processors
+    installed here (the stock arithmetic, bit for bit within the training length), with or without ``set_pe``."""
+    if isinstance(rule, Mapping) and rule.get("type") in IMAGE_RULES:
+        return _set_image_rule(transformer, rule)
+    rule, layers = rule_from_config(rule)
     family = family_for(transformer)
-    state = rule_from_config(rule)
-    name = {VideoRule: "ultravico", ImageRule: "ultraimage", PrunedRule: "hap", BundleRule: "spa"}[type(state)]
-    if family.name not in RULES[name]:
+    name = rule_name(rule)
+    if family.latent_grid is None or (name == "freeloc" and family.rule_processor is not None):
+        supported = [f for f in list_families() if get_family(f).latent_grid is not None]
+        if name == "freeloc":
+            supported = [f for f in supported if get_family(f).rule_processor is None]
+        raise ValueError(f"{name}: the {family.name} family is not supported; supported: {', '.join(supported)}")
+    clear_attention_rule(transformer)
+    installed = False
+    if family.rule_processor is not None and not ProcessorInstaller.of(transformer).filled(ENCODING):
+        installer = ProcessorInstaller.of(transformer)
+        installer.fill(ENCODING, {i: family.rule_processor(slot.original, i) for i, slot in enumerate(installer.slots)})
+        installed = True
+    processors = encoding_processors(transformer)
+    if not processors:
+        raise ValueError("set_attention_rule needs set_pe first (set_pe(model, 'native') keeps the stock model)")
+    shift = time_shift(transformer, family) if name == "freeloc" else None
+    state = VideoRule(rule, shift, layers)
+    for processor in processors:
+        processor.attention_rule = state
+
+    def read_grid(module, args, kwargs):
+        state.grid.set(family.latent_grid(module, args, kwargs))
+
+    handle = transformer.register_forward_pre_hook(read_grid, with_kwargs=True)
+    transformer._mmpos_attention_rule = (state, handle, processors, installed)
+    return transformer
+
+
+def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
+    """An image rule (:func:`image_rule_from_config`) on the mmpos processors ``set_pe`` installed."""
+    family = family_for(transformer)
+    state = image_rule_from_config(rule)
+    name = rule["type"]
+    if family.name not in IMAGE_RULES[name]:
         raise ValueError(
             f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
-            f"{'video' if name == 'ultravico' else 'text-to-image'} family{_order_note(name)}); supported: "
-            f"{', '.join(RULES[name])}"
+            f"text-to-image family{_order_note(name)}); supported: {', '.join(IMAGE_RULES[name])}"
         )
     processors = encoding_processors(transformer)
     if not processors:
@@ -261,7 +381,7 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
         state.before_forward(module, family, args, kwargs)
 
     handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
-    transformer._mmpos_attention_rule = (state, handle, processors)
+    transformer._mmpos_attention_rule = (state, handle, processors, False)
     return transformer
 
 
@@ -287,12 +407,15 @@ def encoding_processors(transformer: nn.Module) -> list:
 
 
 def clear_attention_rule(transformer: nn.Module) -> nn.Module:
-    """Remove :func:`set_attention_rule`'s rule (no-op without one); the processors attend as stock again."""
+    """Remove :func:`set_attention_rule`'s rule (no-op without one); the processors attend as stock again (the rule
+    processors it installed give the stock ones back)."""
     installed = getattr(transformer, "_mmpos_attention_rule", None)
     if installed is not None:
-        _, handle, processors = installed
+        _, handle, processors, own = installed
         handle.remove()
         for processor in processors:
             processor.attention_rule = None
+        if own:
+            ProcessorInstaller.of(transformer).clear(transformer, ENCODING)
         del transformer._mmpos_attention_rule
     return transformer

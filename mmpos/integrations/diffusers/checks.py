@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .families import Family
+from .families.rotary_input import replace_rotary_input
 from .parallelism import check_parallelism
 
 
@@ -48,8 +49,10 @@ def check_coord_axes(coord_axes, family: Family):
 
 def pe_pre_forward_hook(family: Family):
     """Record the activation dtype for the seam, set the step's sigma on scheduled encodings (DyPE) from the
-    forward's timestep (:meth:`Family.sigma`), and run the family's input checks."""
+    forward's timestep (:meth:`Family.sigma`), and run the family's input checks; a family whose pipeline passes the
+    tables (:attr:`Family.rotary_input`) gets them replaced by the seam's."""
 
+    @torch.compiler.disable  # eager under torch.compile(model): float(timestep), Python state; the graph reads tensors
     def hook(module, args, kwargs):
         check_parallelism(module, "a forward with set_pe", family)
         hidden_states = kwargs.get("hidden_states", args[0] if args else None)
@@ -59,6 +62,8 @@ def pe_pre_forward_hook(family: Family):
         set_step_sigma(seam, family, args, kwargs)
         if family.check_inputs is not None:
             family.check_inputs(seam, args, kwargs)
+        if family.rotary_input is not None:
+            return replace_rotary_input(seam, family, module, args, kwargs)
         return None
 
     return hook
@@ -67,9 +72,11 @@ def pe_pre_forward_hook(family: Family):
 def set_step_sigma(seam, family: Family, args=(), kwargs=None) -> None:
     """``encoding.step.sigma`` = the forward's sigma for every encoding whose schedule follows the diffusion time
     (one device sync per forward, only for those); ``None`` when no timestep is passed."""
-    steps = [pe.step for pe in seam.encodings if getattr(pe, "schedule", None) is not None and pe.schedule.dynamic]
-    if not steps:
+    scheduled = [pe for pe in seam.encodings if getattr(pe, "schedule", None) is not None and pe.schedule.dynamic]
+    if not scheduled:
         return
     sigma = family.sigma(args, kwargs or {})
-    for step in steps:
-        step.sigma = sigma
+    for pe in scheduled:
+        pe.step.sigma = sigma
+        if hasattr(pe, "publish_schedule"):  # for a compiled graph (GlobalExtents publishes again with the extents)
+            pe.publish_schedule()

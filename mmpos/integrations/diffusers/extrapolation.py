@@ -28,8 +28,10 @@ def model_extrapolation(
             ``(index, row, col)``; Wan: ``(t, row, col)``; FLUX.2: ``(t, row, col, l)``).
         preset: ``"none"`` or a name of :data:`mmpos.spectrum.schedule.PRESETS` (``"dype"``, ``"ntk"``, ...).
         trained_grid: ``(rows, cols)`` tokens at the training resolution (FLUX.1 at 1024 px: ``(64, 64)``); a family
-            whose image ids step by less than 1 a token (``extras["image_coords_per_token"]``, FLUX.3: 0.5) gets
-            the schedules' original lengths in its coordinate units.
+            whose image ids step by less than 1 a token (``extras["image_coords_per_token"]``: a number, a
+            ``(rows, cols)`` pair or a function of the model giving one; FLUX.3: 0.5, Allegro: ``1 /
+            interpolation_scale_h``, ``1 / interpolation_scale_w``) gets the schedules' original lengths in its
+            coordinate units.
         time: video families: the time axis' policy (``{"type": "riflex", "k": 4, "target_length": 32}``).
         **overrides: schedule options (``lambda_t``, ``start_sigma``, ...).
     Returns:
@@ -45,13 +47,22 @@ def model_extrapolation(
             f"time= is for video models; the {family.name} model has no time axis (axes {family.axis_names})"
         )
     entries = [None] * len(family.axis_names)
-    unit = float(family.extras.get("image_coords_per_token", 1.0))  # FLUX.3: image ids step by 0.5 a token
-    image = [None, None] if preset == NONE else extrapolation_preset(preset, (rows * unit, cols * unit), **overrides)
+    unit = family.extras.get("image_coords_per_token", 1.0)  # FLUX.3: image ids step by 0.5 a token
+    unit_rows, unit_cols = _units(unit(transformer) if callable(unit) else unit)
+    lengths = (rows * unit_rows, cols * unit_cols)
+    image = [None, None] if preset == NONE else extrapolation_preset(preset, lengths, **overrides)
     for axis, entry in zip(family.image_axes, image):
         entries[axis] = entry
     if time is not None:
         entries[family.time_axis] = time
     return entries
+
+
+def _units(unit) -> tuple[float, float]:
+    """Coordinate units per token of the image rows and columns."""
+    if isinstance(unit, (tuple, list)):
+        return float(unit[0]), float(unit[1])
+    return float(unit), float(unit)
 
 
 def _grid(trained_grid):

@@ -45,6 +45,7 @@ class GlobalExtents:
         seam = getattr(transformer, self.family.position_attr)
         return seam, [pe for pe in getattr(seam, "encodings", ()) if getattr(pe, "schedule", None) is not None]
 
+    @torch.compiler.disable  # eager under torch.compile(model): extents read with .tolist(), per-thread state
     def pre_forward(self, module, args, kwargs):
         seam, encodings = self.scheduled(module)
         stack = self._stack()
@@ -56,10 +57,13 @@ class GlobalExtents:
             coords = seam.encoding_coords(coords)
             for pe in encodings:
                 undo.append(partial(pe.step.restore_extents, pe.step.swap_extents(pe.coordinate_extents(coords))))
+                if hasattr(pe, "publish_schedule"):  # the spectrum a compiled graph reads
+                    pe.publish_schedule()
         stack.append(tuple(undo))
         self._saved.swap(stack)
         return None
 
+    @torch.compiler.disable
     def post_forward(self, module, args, output):
         stack = self._stack()
         if stack:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import torch
 from torch import nn
 
 from .families import family_for, get_family
@@ -139,6 +140,7 @@ class ProcessorInstaller:
                     "mmpos.integrations.diffusers.restore(transformer) before setting processors, then set_pe again"
                 )
 
+    @torch.compiler.disable  # eager under torch.compile(model) (as diffusers' hooks' Python state): see _pre_forward
     def _pre_forward(self, module, args, kwargs):
         check_parallelism(module, "a forward with mmpos processors", get_family(self.family_name))
         self.check_processors()

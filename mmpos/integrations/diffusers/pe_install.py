@@ -55,7 +55,7 @@ def install_encoding(
     check_parallelism(transformer, "set_pe", family)
     coord_axes = check_coord_axes(coord_axes, family)
     backend = None if attention_backend is None else resolve_attention_backend(attention_backend)
-    stock_position = getattr(transformer, family.position_attr)
+    stock_position = getattr(transformer, family.position_attr, None)  # None: a rotary-input family adds its seam
     if family.tier == 1 or (pe == NATIVE and family.has_tables):  # the stock processors stay
         seam = _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes, per_layer)
         hook = transformer.register_forward_pre_hook(pe_pre_forward_hook(family), with_kwargs=True)
@@ -287,6 +287,9 @@ def _restore_position(transformer: nn.Module, name: str, stock) -> None:
     """Undo :func:`_install_position` with the stock module, plain object or method."""
     if _is_method_seam(transformer, name):
         transformer.__dict__.pop(name, None)  # the class's method is found again
+        return
+    if stock is None:  # a rotary-input family's seam was added (:mod:`.families.rotary_input`)
+        delattr(transformer, name)
         return
     if not isinstance(stock, nn.Module):  # a plain stock object (Z-Image's RopeEmbedder):
         delattr(transformer, name)  # the seam is a submodule, which only a module may replace

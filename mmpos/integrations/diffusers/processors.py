@@ -65,24 +65,24 @@ class PEProcessor:
         self.rotation, self.layer = rotation, layer
         self._attention_backend, self._parallel_config = attention_backend, parallel_config
 
-    def _attend(self, query, key, value, mask, parallel_config, ruled: bool = False):
-        """Attention through diffusers' dispatch; ``ruled``: the self-attention an ``attention_rule`` applies to (a
-        video's, or an image family's joint text+image sequence); the rule returns ``None`` inside the training
-        length or size, where the stock attention runs."""
-        if ruled and self.attention_rule is not None:
+    def _attend(self, query, key, value, mask, parallel_config, video: bool = False, image: bool = False):
+        """Attention through diffusers' dispatch; ``video``: a self-attention over the video tokens, ``image``: an
+        image family's joint text+image self-attention, where an ``attention_rule`` applies (it returns ``None``
+        inside the training length or size: the stock attention runs)."""
+        if (video or image) and self.attention_rule is not None:
             out = self.attention_rule(query, key, value, mask, parallel_config, self.layer, self._dispatch)
             if out is not None:
                 return out
         return self._dispatch(query, key, value, mask, parallel_config)
 
     def _rotate_attend(self, query, key, value, rotary_emb, mask, parallel_config):
-        """Rotate q and k by ``rotary_emb`` and attend (``ruled``); under a rule that hands several tables (HRDiT's
+        """Rotate q and k by ``rotary_emb`` and attend (``image``); under a rule that hands several tables (HRDiT's
         SPA: ``attention_rule.tables()``), the attention outputs averaged over them."""
         tables = getattr(self.attention_rule, "tables", lambda: None)()
         if tables is None:
             if rotary_emb is not None:
                 query, key = self.rotation(query, key, rotary_emb, self.layer)
-            return self._attend(query, key, value, mask, parallel_config, ruled=True)
+            return self._attend(query, key, value, mask, parallel_config, image=True)
         total = None
         for table in tables:
             q, k = self.rotation(query, key, table, self.layer)

@@ -9,7 +9,8 @@ The converted model runs timm's own ``forward`` / ``forward_features`` / ``forwa
 training scripts, ``checkpoint_seq`` and feature extraction keep working); mmpos takes part at four points, in
 this order, all owned by the model's :class:`TokenPositions` (``model.mmpos_positions``, :mod:`.positions`):
 
-1. ``patch_embed`` (``embeds`` in NaFlexVit) -> forward hook: the patch grid or ``patch_coord`` of this forward;
+1. ``patch_embed.proj`` (its ``Conv2d``; ``patch_embed`` where there is none, ``embeds`` in NaFlexVit) -> forward hook:
+   the patch grid or ``patch_coord`` of this forward;
 2. ``patch_drop`` -> :class:`~.positions.PositionalPatchDropout` (timm's PatchDropout, same randomness): which
    patch tokens each sample kept;
 3. ``norm_pre`` -> forward pre-hook, once per forward before the blocks: coordinates checked once, then the

@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from timm.layers import Attention, AttentionRope
+from timm.layers import Attention, AttentionRope, register_notrace_module
 from timm.layers.attention import maybe_add_mask, resolve_self_attn_mask
 from timm.models.eva import EvaAttention
 
@@ -132,6 +132,8 @@ POSITIONAL_ATTENTION = {
     EvaAttention: PositionalEvaAttention,
     AttentionRope: PositionalAttentionRope,
 }
+for _positional in POSITIONAL_ATTENTION.values():  # torch.fx (timm's feature extraction) calls them as leaves:
+    register_notrace_module(_positional)  # their forward reads this forward's tables at run time, not at trace time
 
 
 def check_convertible(attn: torch.nn.Module, where: str) -> None:

@@ -23,6 +23,7 @@ import functools
 import torch
 from timm.layers import Format
 from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingMixed, get_mixed_grid
+from timm.models._features import FeatureGetterNet
 from timm.models.eva import Eva
 from timm.models.naflexvit import NaFlexVit
 from timm.models.vision_transformer import VisionTransformer
@@ -39,6 +40,7 @@ from .attention import check_convertible, make_positional
 from .positions import (
     AddAbsoluteHook,
     BlockTablesHook,
+    ConvGridHook,
     NaFlexEmbedsHook,
     PatchGridHook,
     PositionalPatchDropout,
@@ -64,8 +66,13 @@ def convert(
 ) -> nn.Module:
     """Switch ``model`` to the encoding ``pe`` in place and return it.
 
+    The converted model runs eagerly, under ``torch.compile`` and traced by ``torch.fx`` (timm's
+    ``create_feature_extractor``), and as timm's ``features_only`` wrapper; ``torch.jit.script`` refuses it by name
+    (deprecated in PyTorch; the tables of a forward come from a Python object, :mod:`.positions`).
+
     Args:
-        model: a timm ``VisionTransformer``, ``Eva`` or ``NaFlexVit`` (pretrained or not).
+        model: a timm ``VisionTransformer``, ``Eva`` or ``NaFlexVit`` (pretrained or not), or timm's
+            ``features_only`` wrapper of one (``FeatureGetterNet``: its ``model`` is converted, the wrapper returned).
         pe: registered encoding name (``mmpos.list_pes()``).
         abs_pos: ``"remove"`` or ``"keep"`` timm's learned absolute ``pos_embed``.
         share_pe: rotary encodings only: one instance for all blocks (``True``), one per block (``False``);
@@ -82,6 +89,19 @@ def convert(
         ``model``, with ``model.mmpos_positions`` and an extended ``no_weight_decay()``. :func:`~.restore.restore`
         undoes the conversion.
     """
+    if isinstance(model, FeatureGetterNet):  # timm's features_only: forward_intermediates of the model inside
+        convert(
+            model.model,
+            pe,
+            abs_pos=abs_pos,
+            share_pe=share_pe,
+            dynamic_img_size=dynamic_img_size,
+            grid_mode=grid_mode,
+            grid_scale=grid_scale,
+            grid_indexing=grid_indexing,
+            **options,
+        )
+        return model
     _check_model(model)
     check_choice("abs_pos", abs_pos, ABS_POS)
     kind = pe_class(pe).kind
@@ -123,7 +143,16 @@ def convert(
     model.mmpos_pe = pe
     model.mmpos_original = original
     model.no_weight_decay = functools.partial(_no_weight_decay, model)  # a partial pickles (torch.save(model))
+    model.__prepare_scriptable__ = functools.partial(_refuse_scripting, pe)  # torch.jit.script calls it first
     return model
+
+
+def _refuse_scripting(pe: str):
+    raise TypeError(
+        f"torch.jit.script cannot compile a timm model converted to {pe!r} by mmpos: each forward's positions and "
+        "tables live in a Python object (model.mmpos_positions) that TorchScript cannot hold, and TorchScript is "
+        "deprecated in PyTorch. Use torch.compile, torch.export, or torch.fx (timm's create_feature_extractor)"
+    )
 
 
 def _check_model(model):
@@ -268,6 +297,8 @@ def _install_position_hooks(model, positions):
     kept tokens."""
     if isinstance(model, NaFlexVit):
         model.embeds.register_forward_hook(NaFlexEmbedsHook(positions), with_kwargs=True)
+    elif isinstance(getattr(model.patch_embed, "proj", None), nn.Conv2d):
+        model.patch_embed.proj.register_forward_hook(ConvGridHook(positions))
     else:
         model.patch_embed.register_forward_hook(PatchGridHook(positions))
     if isinstance(getattr(model, "patch_drop", None), nn.Module) and not isinstance(model.patch_drop, nn.Identity):

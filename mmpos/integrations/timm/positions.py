@@ -3,7 +3,8 @@
 One object, the model's :class:`TokenPositions` (``model.mmpos_positions``), owns a forward's positional data;
 it goes through four steps, in the order timm's ``forward_features`` / ``forward_intermediates`` runs them:
 
-1. **start** -- the patch embedding's forward hook (:class:`PatchGridHook`, :class:`NaFlexEmbedsHook`) calls
+1. **start** -- the patch embedding's forward hook (:class:`ConvGridHook` on its projection, :class:`PatchGridHook`,
+   :class:`NaFlexEmbedsHook`) calls
    :meth:`TokenPositions.start` with the patch grid (static size, ``dynamic_img_size``) or NaFlex ``patch_coord``:
    a new :class:`ForwardState` for the calling thread;
 2. **keep** -- the model's PatchDropout, replaced by :class:`PositionalPatchDropout` (same randomness, same
@@ -30,7 +31,7 @@ import threading
 from typing import Sequence
 
 import torch
-from timm.layers import PatchDropout
+from timm.layers import PatchDropout, register_notrace_module
 from timm.layers.patch_dropout import PatchDropoutWithIndices, patch_dropout_forward
 from torch import nn
 
@@ -215,6 +216,8 @@ class BlockTablesHook(ForwardStep):
 
     def __call__(self, module, args):
         x = args[0]
+        if isinstance(x, torch.fx.Proxy):  # torch.fx tracing: each (leaf) attention builds its table at run time
+            return
         self.positions.build_tables(self.encodings, x.shape[1], run_dtype(x), x.device, getattr(self, "in_block", ()))
 
 
@@ -240,6 +243,15 @@ class PatchGridHook(ForwardStep):
         else:
             grid = module.grid_size
         self.positions.start(grid=grid)
+
+
+class ConvGridHook(PatchGridHook):
+    """Step 1, forward hook for the patch embedding's projection ``Conv2d`` (``patch_embed.proj``): its output
+    ``[B, C, H, W]`` is the patch grid, whatever the image size or padding. A ``torch.nn`` leaf under torch.fx, so
+    this hook also runs in a traced model (a hook on timm's ``PatchEmbed`` would run once, at trace time)."""
+
+    def __call__(self, module, args, output):
+        self.positions.start(grid=output.shape[-2:])
 
 
 class NaFlexEmbedsHook(PatchGridHook):
@@ -275,6 +287,9 @@ class PositionalPatchDropout(nn.Module):
         return f"prob={self.prob}, num_prefix_tokens={self.num_prefix_tokens}, returns_indices={self.returns_indices}"
 
 
+register_notrace_module(PositionalPatchDropout)  # torch.fx: runs at run time, so it reports the kept tokens then
+
+
 class AddAbsoluteHook(ForwardStep):
     """Step 3 (absolute), forward pre-hook for ``norm_pre``: add the absolute encoding to the patch tokens, at
     this forward's coordinates."""
@@ -284,10 +299,21 @@ class AddAbsoluteHook(ForwardStep):
 
     def __call__(self, module, args):
         x = args[0]
-        coords = self.positions.coords(x.shape[1], x.device)
-        n = self.ape.num_prefix_tokens
-        embedding = _absolute_embedding(self.ape, self.positions, coords).to(x.dtype)
-        return (torch.cat([x[:, :n], x[:, n:] + embedding], dim=1),)
+        if isinstance(x, torch.fx.Proxy):  # torch.fx tracing: the addition, at this forward's coordinates, is a node
+            tracer = x.tracer
+            ape, positions = (
+                tracer.create_proxy("get_attr", name, (), {}) for name in ("mmpos_ape", "mmpos_positions")
+            )
+            return (tracer.create_proxy("call_function", add_absolute, (x, ape, positions), {}),)
+        return (add_absolute(x, self.ape, self.positions),)
+
+
+def add_absolute(x: torch.Tensor, ape: nn.Module, positions: TokenPositions) -> torch.Tensor:
+    """``x`` ``[B, N, C]`` with ``ape``'s embedding of this forward's coordinates added to its patch tokens."""
+    coords = positions.coords(x.shape[1], x.device)
+    n = ape.num_prefix_tokens
+    embedding = _absolute_embedding(ape, positions, coords).to(x.dtype)
+    return torch.cat([x[:, :n], x[:, n:] + embedding], dim=1)
 
 
 def _absolute_embedding(ape, positions, coords):

@@ -10,13 +10,14 @@ the encodings, their hooks and the attributes ``convert`` added.
 from __future__ import annotations
 
 import torch
+from timm.models._features import FeatureGetterNet
 from timm.models.naflexvit import NaFlexVit
 from torch import nn
 
 from ..pe_parameters import restore_requires_grad
 from .positions import ForwardStep
 
-_ADDED = ("mmpos_positions", "mmpos_pe", "mmpos_ape", "no_weight_decay")
+_ADDED = ("mmpos_positions", "mmpos_pe", "mmpos_ape", "no_weight_decay", "__prepare_scriptable__")
 
 
 class OriginalState:
@@ -82,6 +83,9 @@ def restore(model: nn.Module) -> nn.Module:
     Raises:
         ValueError: ``model`` was not converted by mmpos.
     """
+    if isinstance(model, FeatureGetterNet):  # timm's features_only wrapper: restore the model inside
+        restore(model.model)
+        return model
     original = model.__dict__.get("mmpos_original")
     if original is None:
         raise ValueError(

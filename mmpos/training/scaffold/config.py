@@ -244,6 +244,8 @@ def _with_default(meta, field) -> str:
         default = field.default_factory()
     else:
         return meta.get("help", "")
+    if default is None and "None" not in str(field.type):  # a key without a default (CheckedConfig)
+        return f"{meta.get('help', '')} (required)".strip()
     shown = ("on" if default else "off") if isinstance(default, bool) else default
     return f"{meta.get('help', '')} (default: {shown})".strip()
 
@@ -295,13 +297,20 @@ def resolved(config) -> dict:
     return dataclasses.asdict(config)
 
 
+def _plain(value):
+    """``value`` as YAML / JSON stores it (a tuple is a list)."""
+    import json
+
+    return json.loads(json.dumps(value))
+
+
 def check_resume_config(config, saved: dict, where) -> None:
     """Refuse to resume with a changed key a resumed run may not change (the model, the batch, the seed, ...)."""
     for field in dataclasses.fields(config):
         if field.metadata.get("resume_may_change") or field.name not in saved:
             continue
         now = resolved(config)[field.name]
-        if saved[field.name] != now:
+        if _plain(saved[field.name]) != _plain(now):
             raise ConfigError(
                 f"--resume: {field.name} is {now!r} but the run was started with "
                 f"{saved[field.name]!r} ({where}); resume with the run's value or start a new --out"

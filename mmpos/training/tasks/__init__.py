@@ -4,11 +4,14 @@ A task is the model, data and loss trained on the scaffold (:mod:`mmpos.training
 ``camera_adapter`` are :class:`~mmpos.training.scaffold.loop.TrainingTask` subclasses run by its loop; ``vit``,
 ``world_image``, ``world_video`` and ``nvs`` keep their own update order (timm's schedules and gradient
 accumulation; one generator per run or per step, drawing the global batch on every process) and take the
-scaffold's backward pass, checkpoints, folders and accelerator.
+scaffold's backward pass, checkpoints, folders and accelerator. Every task but ``vit`` has a config class in
+:mod:`mmpos.training.task_configs` (one dataclass style, torch-free) and is ``mmpos train TASK``; a task with its
+own update order runs through its module's ``run_command(config, resume, overwrite)`` (:func:`run_own_loop`).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 
@@ -16,10 +19,10 @@ from dataclasses import dataclass
 class TaskEntry:
     """A registered task: its module (under this package), what it trains, and its command line.
 
-    ``config`` / ``task``: for a :class:`~mmpos.training.scaffold.loop.TrainingTask`, its config class (in the
-    torch-free :mod:`mmpos.training.task_configs`) and its task class (in ``module``); ``outputs``: what its run
-    writes besides the checkpoints (the task class's ``outputs``, here so that the run folder is checked before
-    torch loads)."""
+    ``config``: its config class (in the torch-free :mod:`mmpos.training.task_configs`); ``task``: for a
+    :class:`~mmpos.training.scaffold.loop.TrainingTask`, its task class (in ``module``; without one the module's
+    ``run_command`` runs it); ``outputs``: what its run writes besides the checkpoints (the task class's
+    ``outputs``, here so that the run folder is checked before torch loads)."""
 
     module: str
     summary: str
@@ -46,9 +49,13 @@ TASKS: dict[str, TaskEntry] = {
         "CameraAdapterConfig",
         "CameraAdapterTask",
     ),
-    "world_image": TaskEntry("world_image", "the mini-world's VAE and image transformers", "scripts/train_world.py"),
-    "world_video": TaskEntry("world_video", "the mini-world's video model in stages", "scripts/train_world_video.py"),
-    "nvs": TaskEntry("nvs", "the novel-view transformer of the camera encodings", "scripts/eval_nvs.py"),
+    "world_image": TaskEntry(
+        "world_image", "the mini-world's VAE and image transformers", "scripts/train_world.py", "WorldImageConfig"
+    ),
+    "world_video": TaskEntry(
+        "world_video", "the mini-world's video model in stages", "scripts/train_world_video.py", "WorldVideoConfig"
+    ),
+    "nvs": TaskEntry("nvs", "the novel-view transformer of the camera encodings", "scripts/eval_nvs.py", "NVSConfig"),
 }
 
 
@@ -66,3 +73,23 @@ def task_config(name: str):
     from .. import task_configs
 
     return getattr(task_configs, TASKS[name].config)
+
+
+def run_own_loop(name: str, config, resume: str | None, overwrite: bool, prog: str) -> int:
+    """Run ``config`` with the task module's ``run_command`` (the tasks with their own update order): an error of
+    the user's (a value, a folder, a checkpoint that cannot be read) is one line and exit code 2 (``SystemExit``),
+    a non-finite loss one line and 1. ``resume``: ``"latest"`` (these tasks continue their newest checkpoint)."""
+    from ..._arguments import user_error
+
+    if resume not in (None, "latest"):
+        raise user_error(prog, f"--resume {resume}: {name} continues its newest checkpoint; pass --resume alone")
+    module = task_module(name)
+    from ..._validation import NonFiniteLossError
+
+    try:
+        return module.run_command(config, resume is not None, overwrite)
+    except NonFiniteLossError as error:
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as error:  # a config key, a folder, a checkpoint refused (unreadable, unsafe)
+        raise user_error(prog, error) from None

@@ -1,7 +1,7 @@
 """Training and evaluation of :class:`~mmpos.models.world.nvs.NovelViewTransformer` (resumable, seeded).
 
 Regression (MSE) of the target view; AdamW with linear warm-up and cosine decay; a checkpoint (the training
-scaffold's ``checkpoint-<step>/``: model, optimiser, generators, and ``nvs_progress.json`` with the recipe, step,
+scaffold's ``checkpoint-<step>/``: model, optimiser, generators, and ``nvs_progress.json`` with the config, step,
 losses) written every ``checkpoint_every`` steps, so an interrupted run resumes where it stopped with the same
 batches (batch order is a function of seed and step), bit for bit.
 A run may continue another's weights (``init_from``) with a fresh optimiser and schedule; the totals of steps and
@@ -12,56 +12,33 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from ..._safe_state import load_torch_file, read_json, read_tensors, write_json
-from ..._validation import check_non_negative_int, check_positive_int
 from ...eval.image_quality import psnr, ssim
 from ...models.world.nvs import NovelViewTransformer
 from ...world.nvs_data import select
 from ..scaffold.checkpoint import RunState, load_checkpoint, save_checkpoint
+from ..scaffold.config import check_resume_config
 from ..scaffold.folders import latest_checkpoint
 from ..scaffold.loop import update_averaging_gradients
 from ..scaffold.processes import check_shared, local, make_accelerator, step_generator
+from ..task_configs import NVSConfig
 
 
-@dataclass
-class NVSRecipe:
-    encoding: str
-    seed: int = 0
-    steps: int = 450
-    batch_size: int = 8
-    lr: float = 1e-3
-    warmup: int = 50
-    weight_decay: float = 0.01
-    dim: int = 96
-    depth: int = 4
-    heads: int = 2
-    init_from: str | None = None  # a finished checkpoint whose weights start this run (continued training)
-
-    def __post_init__(self):
-        for name in ("steps", "batch_size", "dim", "depth", "heads"):
-            check_positive_int(name, getattr(self, name))
-        check_non_negative_int("warmup", self.warmup)
-        for name in ("lr", "weight_decay"):  # lr 0: continued training that keeps the weights (tested)
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
+def learning_rate(config: NVSConfig, step: int) -> float:
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return config.lr * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def learning_rate(recipe: NVSRecipe, step: int) -> float:
-    if step < recipe.warmup:
-        return recipe.lr * (step + 1) / recipe.warmup
-    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
-    return recipe.lr * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def build_model(recipe: NVSRecipe, image_size: int = 32) -> NovelViewTransformer:
-    torch.manual_seed(recipe.seed)
-    return NovelViewTransformer(recipe.encoding, image_size, dim=recipe.dim, depth=recipe.depth, heads=recipe.heads)
+def build_model(config: NVSConfig, image_size: int = 32) -> NovelViewTransformer:
+    torch.manual_seed(config.seed)
+    return NovelViewTransformer(config.encoding, image_size, dim=config.dim, depth=config.depth, heads=config.heads)
 
 
 def run_folder(checkpoint) -> Path:
@@ -71,7 +48,7 @@ def run_folder(checkpoint) -> Path:
 
 
 def read_run(checkpoint) -> dict | None:
-    """A run's saved state (recipe, step, losses, cpu_seconds, previous_steps, previous_cpu_seconds, model): its
+    """A run's saved state (config, step, losses, cpu_seconds, previous_steps, previous_cpu_seconds, model): its
     newest ``checkpoint-<step>/`` (safetensors + JSON), else a ``.pt`` file of the earlier layout (read with
     ``weights_only=True``); None when neither exists."""
     latest = latest_checkpoint(run_folder(checkpoint))
@@ -82,34 +59,33 @@ def read_run(checkpoint) -> dict | None:
     return load_torch_file(path) if path.is_file() else None
 
 
-def _optimizer(model, recipe: NVSRecipe):
+def _optimizer(model, config: NVSConfig):
     decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "depth" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "depth" not in n)]
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": rest, "weight_decay": 0.0}], lr=recipe.lr
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": rest, "weight_decay": 0.0}], lr=config.lr
     )
 
 
-def _start(recipe: NVSRecipe, model, optimizer, accelerator, checkpoint) -> dict:
+def _start(config: NVSConfig, model, optimizer, accelerator, checkpoint) -> dict:
     """The run's state: resumed from ``checkpoint`` (either layout), else fresh (from ``init_from``'s weights)."""
-    state = dict(recipe=asdict(recipe), step=0, losses=[], cpu_seconds=0.0, previous_steps=0, previous_cpu_seconds=0.0)
+    state = dict(recipe=asdict(config), step=0, losses=[], cpu_seconds=0.0, previous_steps=0, previous_cpu_seconds=0.0)
     latest = latest_checkpoint(run_folder(checkpoint))
     saved = read_run(checkpoint)
     if saved is None:
-        if recipe.init_from:
-            start = read_run(recipe.init_from)
+        if config.init_from:
+            start = read_run(config.init_from)
             if (
                 start is None
-                or start["recipe"]["encoding"] != recipe.encoding
+                or start["recipe"]["encoding"] != config.encoding
                 or start["step"] < start["recipe"]["steps"]
             ):
-                raise ValueError(f"init_from must be a finished {recipe.encoding} checkpoint, got {recipe.init_from}")
+                raise ValueError(f"init_from must be a finished {config.encoding} checkpoint, got {config.init_from}")
             model.load_state_dict(start["model"])
             state["previous_steps"] = start.get("previous_steps", 0) + start["step"]
             state["previous_cpu_seconds"] = start.get("previous_cpu_seconds", 0.0) + start["cpu_seconds"]
         return state
-    if asdict(NVSRecipe(**saved["recipe"])) != state["recipe"]:
-        raise ValueError(f"{checkpoint} was written by another recipe: {saved['recipe']}")
+    check_resume_config(config, saved["recipe"], checkpoint)  # a key that defines the run, changed: refused
     if latest is not None:
         load_checkpoint(accelerator, latest, RunState(model, optimizer))
     else:
@@ -118,9 +94,9 @@ def _start(recipe: NVSRecipe, model, optimizer, accelerator, checkpoint) -> dict
     return {k: v for k, v in saved.items() if k not in ("model", "optimizer", "folder")}
 
 
-def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: int = 100, log=print):
+def train_nvs(config: NVSConfig, data: dict, checkpoint: str, log=print):
     """Train (or resume from ``checkpoint``) on the triples ``data``; returns ``(model, state)`` where ``state``
-    holds the recipe, losses and CPU seconds spent.
+    holds the config, losses and CPU seconds spent.
 
     Checkpoints: ``run_folder(checkpoint)/checkpoint-<step>/`` (the training scaffold's layout; a ``.pt`` file of
     the earlier layout resumes too). On N processes (torchrun) ``batch_size`` is per process: every process draws
@@ -129,30 +105,30 @@ def train_nvs(recipe: NVSRecipe, data: dict, checkpoint: str, checkpoint_every: 
     (:class:`~mmpos._validation.NonFiniteLossError`), keeping the last checkpoint."""
     accelerator = make_accelerator("no", "the world trainers", cpu=True)
     check_shared(accelerator, run_folder(checkpoint))
-    model = build_model(recipe, data["images"].shape[-1])
-    optimizer = _optimizer(model, recipe)
-    state = _start(recipe, model, optimizer, accelerator, checkpoint)
+    model = build_model(config, data["images"].shape[-1])
+    optimizer = _optimizer(model, config)
+    state = _start(config, model, optimizer, accelerator, checkpoint)
     count, folder = data["images"].shape[0], run_folder(checkpoint)
-    mine, parameters = local(accelerator, recipe.batch_size), list(model.parameters())
-    while state["step"] < recipe.steps:
+    mine, parameters = local(accelerator, config.batch_size), list(model.parameters())
+    while state["step"] < config.steps:
         started = time.process_time()
         step = state["step"]
-        generator = step_generator(recipe.seed, state.get("previous_steps", 0) + step)
-        index = torch.randint(count, (recipe.batch_size * accelerator.num_processes,), generator=generator)
+        generator = step_generator(config.seed, state.get("previous_steps", 0) + step)
+        index = torch.randint(count, (config.batch_size * accelerator.num_processes,), generator=generator)
         batch = select(data, index[mine])
         loss = (model(batch) - batch["images"][:, 2]).pow(2).mean()
         state["losses"].append(
             update_averaging_gradients(
-                accelerator, optimizer, parameters, loss, learning_rate(recipe, step), step, folder
+                accelerator, optimizer, parameters, loss, learning_rate(config, step), step, folder
             )
         )
         state["step"] += 1
         state["cpu_seconds"] += time.process_time() - started
-        if state["step"] % checkpoint_every == 0 or state["step"] == recipe.steps:
+        if state["step"] % config.checkpoint_every == 0 or state["step"] == config.steps:
             _save(accelerator, folder, model, optimizer, state)
             if accelerator.is_main_process:
                 log(
-                    f"{recipe.encoding} seed {recipe.seed} step {state['step']} loss {state['losses'][-1]:.4f} "
+                    f"{config.encoding} seed {config.seed} step {state['step']} loss {state['losses'][-1]:.4f} "
                     f"cpu {state['cpu_seconds']:.0f}s"
                 )
     return model, state
@@ -170,11 +146,30 @@ def _save(accelerator, folder: Path, model, optimizer, state: dict) -> Path:
     )
 
 
+def run_command(config: NVSConfig, resume: bool, overwrite: bool) -> int:
+    """``mmpos train nvs``: train ``config`` on the train split of ``config.data`` into the run folder
+    ``config.out`` (an earlier run there, or a ``<out>.pt`` of the earlier layout, is refused unless ``resume``
+    (continue) or ``overwrite``)."""
+    import os
+
+    from ..scaffold.folders import refuse_earlier_run, remove_paths
+
+    checkpoint = f"{Path(config.out)}.pt"  # the run's name: run_folder(checkpoint) is config.out
+    earlier = [p for p in (checkpoint, config.out) if os.path.exists(p)]
+    refuse_earlier_run(f"{earlier[0]} holds an earlier run" if earlier else None, resume, overwrite)
+    data = load_torch_file(config.data)["train"]
+    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
+    if overwrite and int(os.environ.get("RANK", "0")) == 0:
+        remove_paths(earlier)
+    train_nvs(config, data, checkpoint, log=lambda line: print(line, flush=True))
+    return 0
+
+
 def load_trained(checkpoint: str, image_size: int = 32) -> NovelViewTransformer:
     saved = read_run(checkpoint)
     if saved is None:
         raise FileNotFoundError(f"{checkpoint}: no such checkpoint (nor a run folder {run_folder(checkpoint)})")
-    model = build_model(NVSRecipe(**saved["recipe"]), image_size)
+    model = build_model(NVSConfig(**saved["recipe"]), image_size)
     model.load_state_dict(saved["model"])
     return model.eval()
 

@@ -27,13 +27,12 @@ from safetensors import SafetensorError
 
 from ..._atomic import recover_folder
 from ..._safe_state import UnsafeStateError, load_torch_file, read_json, read_tensors, set_rng_state, write_json
-from ..._validation import check_choice
 from ...models.ema import EMA
 from ...models.world.architectures import build_world_transformer
 from ...models.world.image import build_text_encoder, build_vae, vae_scale_factor
 from ...models.world.latents import to_unit
 from ..scaffold.checkpoint import RunState, load_checkpoint, save_checkpoint, saved_config
-from ..scaffold.config import ConfigError
+from ..scaffold.config import check_resume_config, resolved
 from ..scaffold.folders import UnreadableCheckpointError, latest_checkpoint
 from ..scaffold.loop import backward
 from ..scaffold.processes import (
@@ -46,6 +45,7 @@ from ..scaffold.processes import (
     mean_loss,
     set_generator_state,
 )
+from ..task_configs import WorldImageConfig
 from ..world.checkpoints import (
     DenoiserWithText,
     check_same_config,
@@ -53,7 +53,6 @@ from ..world.checkpoints import (
     load_trained_vae,
     previous_training,
 )
-from ..world.config import ALL_TASKS, DEFAULTS, RESUME_MAY_CHANGE
 from ..world.export import export_model
 from ..world.losses import denoiser_loss, vae_loss, vae_validation_l1, validation_loss
 from ..world.training_data import TrainingData
@@ -73,32 +72,29 @@ def _vae_scaling(vae, images_uint8: torch.Tensor) -> tuple[float, float]:
 class WorldTrainer:
     """One task's model, data, optimiser (prepared by accelerate), EMA and progress."""
 
-    def __init__(self, config: dict, out_dir, progress: bool = True):
-        self.config = config = {**DEFAULTS, **config}
-        self.task = task = config["task"]
-        check_choice("task", task, ALL_TASKS)
+    def __init__(self, config: WorldImageConfig, out_dir, progress: bool = True):
+        self.config = config
+        self.task = task = config.task
         self.out_dir, self.progress = Path(out_dir), progress
         self.run_dir = self.out_dir / f"train-{task}"  # checkpoint-<step>/ (the training scaffold's layout)
         self.state_dir = self.out_dir / f"train_state-{task}"  # the layout before it (read on --resume)
-        self.accelerator = make_accelerator(
-            config["mixed_precision"], "the world trainers", cpu=config.get("device") == "cpu"
-        )
+        self.accelerator = make_accelerator(config.mixed_precision, "the world trainers", cpu=config.device == "cpu")
         self.device = self.accelerator.device
         check_shared(self.accelerator, self.out_dir)
-        torch.manual_seed(config["seed"])
+        torch.manual_seed(config.seed)
         started = time.time()
         self.vae, model = self._build_models()
         self.data = TrainingData(config, self.device, self.vae, getattr(model, "text_encoder", None))
         self.data_seconds = time.time() - started
         if self.accelerator.num_processes > 1:  # each process its own VAE posterior noise (one process: unchanged)
-            torch.manual_seed(config["seed"] * 1_000_003 + self.accelerator.process_index)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
+            torch.manual_seed(config.seed * 1_000_003 + self.accelerator.process_index)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         # not prepared: accelerate's scheduler steps once per process and update; the model is not DDP-wrapped (the
         # losses call its parts): the gradients are averaged over the processes after the backward pass
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config["warmup_steps"]))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config.warmup_steps))
         self.model = self.raw = model.to(self.device)
         self.optimizer = self.accelerator.prepare(optimizer)
-        self.ema = EMA(self.raw, config["ema_decay"], warmup=True)
+        self.ema = EMA(self.raw, config.ema_decay, warmup=True)
         self.step, self.trained_seconds, self.history = 0, 0.0, []
         self.initial_validation = None
         self.generator = None  # the batch and noise draws; seeded at seed + step when a run starts (or restored)
@@ -106,28 +102,28 @@ class WorldTrainer:
     def _build_models(self):
         config = self.config
         if self.task == "vae":
-            if config["init_from"] is not None:
+            if config.init_from is not None:
                 raise ValueError(
                     "init_from continues t2i / fill / kontext models; the VAE trains from scratch (the "
                     "transformers' latents depend on it)"
                 )
-            return None, build_vae(**config["vae"])
-        vae = load_trained_vae(config["vae_path"], self.device)
-        if config["init_from"] is not None:
+            return None, build_vae(**config.vae)
+        vae = load_trained_vae(config.vae_path, self.device)
+        if config.init_from is not None:
             model = load_trained_denoiser(
-                config["init_from"], self.task, self.device, vae.config.latent_channels, vae_scale_factor(vae)
+                config.init_from, self.task, self.device, vae.config.latent_channels, vae_scale_factor(vae)
             )
             for part in ("transformer", "text_encoder"):  # the config's architecture must be the checkpoint's
-                check_same_config(f"{part} option", config[part], getattr(model, part).config)
+                check_same_config(f"{part} option", getattr(config, part), getattr(model, part).config)
             return vae, model
         transformer = build_world_transformer(
-            config["architecture"],
+            config.architecture,
             self.task,
             vae.config.latent_channels,
             vae_scale_factor(vae),
-            **config["transformer"],
+            **config.transformer,
         )
-        return vae, DenoiserWithText(transformer, build_text_encoder(transformer, **config["text_encoder"]))
+        return vae, DenoiserWithText(transformer, build_text_encoder(transformer, **config.text_encoder))
 
     def validation(self, model) -> float:
         return vae_validation_l1(model, self.data) if self.task == "vae" else validation_loss(model, self.data)
@@ -137,12 +133,12 @@ class WorldTrainer:
         full on every process (one process at N times the batch draws the same) and sliced
         (:func:`~..scaffold.processes.local`)."""
         config, data, device = self.config, self.data, self.device
-        mine = local(self.accelerator, config["batch_size"])
+        mine = local(self.accelerator, config.batch_size)
         if self.task == "vae":
-            return vae_loss(self.raw, to_unit(data.images[index[mine]]), config["kl_weight"])[0]
+            return vae_loss(self.raw, to_unit(data.images[index[mine]]), config.kl_weight)[0]
         sigmas = torch.sigmoid(torch.randn(len(index), device=device, generator=generator))
         noise = torch.randn(data.latents[index].shape, device=device, generator=generator)
-        tokens = data.tokens_for(index, generator, config["caption_dropout"], config["style_dropout"])
+        tokens = data.tokens_for(index, generator, config.caption_dropout, config.style_dropout)
         return denoiser_loss(self.raw, data, index[mine], sigmas[mine], noise[mine], tokens[mine])
 
     def run(self, signals: dict) -> None:
@@ -153,17 +149,17 @@ class WorldTrainer:
         if self.initial_validation is None:  # a resumed run keeps the first start's value
             self.initial_validation = self.validation(self.raw)
         if self.generator is None:
-            self.generator = torch.Generator(device=self.device).manual_seed(config["seed"] + self.step)
-        global_batch = config["batch_size"] * accelerator.num_processes
+            self.generator = torch.Generator(device=self.device).manual_seed(config.seed + self.step)
+        global_batch = config.batch_size * accelerator.num_processes
         bar = tqdm(
-            total=config["max_steps"],
+            total=config.max_steps,
             initial=self.step,
             desc=f"train {self.task}",
             disable=not (self.progress and accelerator.is_main_process),
         )
         loop_start = time.time() - self.trained_seconds
-        while self.step < config["max_steps"] and not any_process(
-            accelerator, time.time() - loop_start >= config["max_minutes"] * 60 or signals["stop"]
+        while self.step < config.max_steps and not any_process(
+            accelerator, time.time() - loop_start >= config.max_minutes * 60 or signals["stop"]
         ):
             index = torch.randint(0, self.data.num, (global_batch,), device=self.device, generator=self.generator)
             with accelerator.autocast():
@@ -178,10 +174,10 @@ class WorldTrainer:
             self.ema.update(self.raw)
             self.step += 1
             self.trained_seconds = time.time() - loop_start
-            if self.step % config["log_every"] == 0 or self.step == 1:
+            if self.step % config.log_every == 0 or self.step == 1:
                 self._log(mean_loss(accelerator, loss), bar)
             bar.update(1)
-            if self.step % config["checkpoint_every"] == 0:
+            if self.step % config.checkpoint_every == 0:
                 self.save_state()
         bar.close()
 
@@ -206,7 +202,7 @@ class WorldTrainer:
         state = self._run_state()
         state.data = {
             "generator": None if self.generator is None else generator_state(self.generator),
-            "global_batch": self.config["batch_size"] * self.accelerator.num_processes,
+            "global_batch": self.config.batch_size * self.accelerator.num_processes,
         }
         progress = {
             "step": self.step,
@@ -218,7 +214,7 @@ class WorldTrainer:
             self.accelerator,
             self.run_dir,
             state,
-            json.loads(json.dumps(self.config)),
+            run_keys(self.config),
             keep=2,
             extras=lambda folder: write_json(folder / "world_progress.json", progress),
         )
@@ -230,10 +226,10 @@ class WorldTrainer:
         folder = latest_checkpoint(self.run_dir)
         if folder is None:
             return self._load_earlier_layout()
-        _check_resume(self.config, saved_config(folder), folder / "config.yaml")  # before any weight is read
+        check_resume_config(self.config, saved_config(folder), folder / "config.yaml")  # before any weight is read
         state = self._run_state()
         load_checkpoint(self.accelerator, folder, state)
-        if state.data.get("global_batch") not in (None, self.config["batch_size"] * self.accelerator.num_processes):
+        if state.data.get("global_batch") not in (None, self.config.batch_size * self.accelerator.num_processes):
             raise ValueError(
                 f"--resume: {folder} was written at a global batch of {state.data['global_batch']} "
                 "(batch_size x processes); keep it to continue the run's draws"
@@ -278,12 +274,12 @@ class WorldTrainer:
             "train_minutes": round(self.trained_seconds / 60, 2),
             "data_seconds": round(self.data_seconds, 1),
             "device": str(self.device),
-            "mixed_precision": config["mixed_precision"],
-            "batch_size": config["batch_size"],
+            "mixed_precision": config.mixed_precision,
+            "batch_size": config.batch_size,
             "data": {
                 "num_examples": data.num,
-                "seed": config["data_seed"],
-                "image_size": config["image_size"],
+                "seed": config.data_seed,
+                "image_size": config.image_size,
                 "generator": f"mmpos.world.data.build_arrays({data_task!r})",
                 **_data_layout(task),
             },
@@ -291,8 +287,8 @@ class WorldTrainer:
             "final_train_loss": self.history[-1][1] if self.history else None,
             "parameters": sum(p.numel() for p in final.parameters()),
         }
-        if config["init_from"] is not None:
-            before = card["init_from"] = previous_training(config["init_from"], task)
+        if config.init_from is not None:
+            before = card["init_from"] = previous_training(config.init_from, task)
             card["total_steps"] = self.step + before["total_steps"]
             card["total_train_minutes"] = round(card["train_minutes"] + before["total_train_minutes"], 2)
         start = round(self.initial_validation, 5)
@@ -305,22 +301,15 @@ class WorldTrainer:
         else:
             card.update(val_loss_start=start, val_loss=round(self.validation(final), 5))
         if self.accelerator.is_main_process:
-            export_model(task, final, self.vae, config, card, self.out_dir)
+            export_model(task, final, self.vae, run_keys(config), card, self.out_dir)
         self.accelerator.wait_for_everyone()
         return card
 
 
-def _check_resume(config: dict, saved: dict, where) -> None:
-    """Refuse to resume with a changed key that defines the model, the data or the draws."""
-    for key, value in json.loads(json.dumps(config)).items():
-        if key in RESUME_MAY_CHANGE or key not in saved or saved[key] == value:
-            continue
-        if isinstance(value, (int, float)) and isinstance(saved[key], (int, float)) and float(saved[key]) == value:
-            continue  # 1 and 1.0
-        raise ConfigError(
-            f"--resume: {key} is {value!r} but the run was started with {saved[key]!r} ({where}); "
-            "resume with the run's value or start a new --out"
-        )
+def run_keys(config: WorldImageConfig) -> dict:
+    """The keys that define a run, as plain JSON values (a checkpoint's ``config.yaml``, the export's
+    ``train_config.yaml``): the config without where it writes and how it prints."""
+    return {k: v for k, v in json.loads(json.dumps(resolved(config))).items() if k not in ("out", "quiet")}
 
 
 def _data_layout(task: str) -> dict:
@@ -376,8 +365,10 @@ def stop_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def train(config: dict, out_dir, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
-    """Train ``config['task']``; write the model (EMA weights), model card and samples under ``out_dir``.
+def train(
+    config: WorldImageConfig, out_dir, resume: bool = False, progress: bool = True, overwrite: bool = False
+) -> dict:
+    """Train ``config.task``; write the model (EMA weights), model card and samples under ``out_dir``.
 
     Runs on N processes (torchrun / ``accelerate launch``): ``batch_size`` is per process; every process draws the
     global batch and trains on its slice, only the main process writes (checkpoints ``out_dir/train-<task>/
@@ -431,3 +422,15 @@ def check_earlier_run(out_dir, task: str, resume: bool, overwrite: bool) -> None
             f"--out {out} holds an earlier {task} run ({', '.join(p.name for p in earlier)}); "
             "pass --resume to continue it or --overwrite to replace it"
         )
+
+
+def run_command(config: WorldImageConfig, resume: bool, overwrite: bool) -> int:
+    """``mmpos train world_image``: :func:`train` into ``config.out`` (an earlier run of the task there is refused
+    unless ``resume`` or ``overwrite``); the main process prints the card's summary as one JSON line."""
+    check_writable_folder(config.out)
+    check_earlier_run(config.out, config.task, resume, overwrite)
+    card = train(config, config.out, resume=resume, progress=not config.quiet, overwrite=overwrite)
+    if int(os.environ.get("RANK", "0")) == 0:  # on N processes the main one reports
+        keys = ("task", "steps", "train_minutes", "final_train_loss", "val_loss_start", "val_loss", "val_l1_start")
+        print(json.dumps({k: card.get(k) for k in (*keys, "val_l1", "parameters")}))
+    return 0

@@ -12,12 +12,10 @@ from ...world.data import build_arrays
 class TrainingData:
     """The task's examples on the training device, with per-step batch assembly."""
 
-    def __init__(self, config: dict, device, vae=None, text_encoder=None):
-        task = config["task"]
+    def __init__(self, config, device, vae=None, text_encoder=None):
+        task = config.task
         data_task = {"vae": "scenes", "t2i": "scenes", "fill": "fill", "kontext": "kontext"}[task]
-        arrays = build_arrays(
-            data_task, config["num_examples"], config["data_seed"], config["image_size"], config["workers"]
-        )
+        arrays = build_arrays(data_task, config.num_examples, config.data_seed, config.image_size, config.workers)
         self.task, self.device, self.num = task, device, len(arrays["image"])
         self.images = torch.from_numpy(arrays["image"]).to(device)
         if task == "vae":

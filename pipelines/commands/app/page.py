@@ -10,7 +10,7 @@ from pathlib import Path
 import gradio as gr
 
 from . import workflows
-from .runs import CommandError, cancel_running
+from .runs import CommandError, cancel_running, run_job
 
 PAGE_CSS = (
     ".image-container img, .grid-wrap img, img.pixelated { image-rendering: pixelated; }"  # 32 px previews, sharp
@@ -23,12 +23,13 @@ WORLD_NOTE = (
 
 
 def _page_errors(function):
-    """Run ``function``; a :class:`CommandError` (the command's one-line user error) becomes a ``gr.Error``."""
+    """Run ``function`` as a job Cancel can stop (:func:`~.runs.run_job`); a :class:`CommandError` (the command's
+    one-line user error, or the cancelled job) becomes a ``gr.Error``."""
 
     @functools.wraps(function)
     def wrapped(*args, **kwargs):
         try:
-            return function(*args, **kwargs)
+            return run_job(function, *args, **kwargs)
         except CommandError as error:
             raise gr.Error(str(error), print_exception=False) from None
 
@@ -251,7 +252,10 @@ def _camera_tab(space):
                 frames = gr.Number(9, label="frames", precision=0)
                 steps = gr.Number(24, label="steps", precision=0, elem_id="camera-steps")
                 seed = gr.Number(0, label="seed", precision=0)
-            adapter = gr.Dropdown(list(workflows.CAMERA_ADAPTERS), value="ucpe", label="camera adapter")
+            if space.world:
+                adapter = gr.Dropdown(list(workflows.CAMERA_ADAPTERS), value="ucpe", label="camera adapter")
+            else:  # a user's Wan pipeline: the adapter they trained (mmpos train camera_adapter)
+                adapter = gr.Textbox("", label="camera adapter folder (CameraAdapter.save_pretrained; empty: none)")
             scale = gr.Slider(0, 2, 1, step=0.1, label="camera_scale")
             with gr.Row():
                 plot = gr.Button("Plot the rig", elem_id="camera-plot")

@@ -5,18 +5,26 @@ The app never re-implements a pipeline: each button builds an argument list (``[
 A user error ends a command with one line on stderr and exit code 2; :func:`run_command` turns it into
 :class:`CommandError` carrying that line (the page shows it). One command runs at a time (the commands print
 to the process' stdout and stderr, which a run captures).
+
+Each of the page's jobs runs in a thread of its own (:func:`run_job`), so that :func:`cancel_running` can stop it
+wherever it is (writing the camera path, loading the model, denoising) with Ctrl-C's ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import ctypes
 import io
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-_RUN_LOCK = threading.Lock()
-_running: int | None = None  # the thread running a command, for cancel_running
+_RUN_LOCK = threading.Lock()  # one command at a time
+_JOB_LOCK = threading.Lock()  # guards _job: a job is interrupted only while it runs its function
+_job: threading.Thread | None = None  # the job cancel_running interrupts
+CANCELLED = "cancelled: the job was stopped before it finished"
+_KEPT_PIPELINES: dict = {}  # the app's last loaded pipeline, reused by the next run (mmpos.pipelines.kept_pipelines)
 
 
 class CommandError(ValueError):
@@ -52,22 +60,20 @@ def parse_command(argv: list[str]):
 def run_command(argv: list[str], out: Path, call=None) -> CommandRun:
     """Run ``mmpos ARGV --out OUT`` in this process as ``mmpos`` does (:func:`mmpos.pipelines.commands.run_parsed`:
     ``--out`` claimed; ``call(args)``: the command's own ``run`` unless given); its user errors (exit code 2) become
-    :class:`CommandError`, and :func:`cancel_running` interrupts it as Ctrl-C interrupts the command line."""
-    global _running
+    :class:`CommandError`, as does Ctrl-C's ``KeyboardInterrupt`` (:func:`cancel_running`): :data:`CANCELLED`."""
+    from mmpos.training.scaffold.interrupt import EXIT_CODE
+
     from .. import run_parsed
 
     args = parse_command([*argv, "--out", str(out)])
     printed, errors = io.StringIO(), io.StringIO()
     with _RUN_LOCK, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
-        _running = threading.get_ident()
         try:
             code = run_parsed(args, call)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 2
-        except KeyboardInterrupt:
-            raise CommandError(f"mmpos {' '.join(argv[:2])}: interrupted") from None
-        finally:
-            _running = None
+    if code == EXIT_CODE:  # the command stopped on Ctrl-C (cancel_running) and said so
+        raise CommandError(CANCELLED)
     if code:
         raise CommandError(_error_line(errors.getvalue()) or f"mmpos {' '.join(argv[:2])}: exit code {code}")
     return CommandRun(out, printed.getvalue())
@@ -80,13 +86,55 @@ def _error_line(stderr: str) -> str:
     return (named or lines or [""])[-1]
 
 
-def cancel_running() -> bool:
-    """Interrupt the running command (a ``KeyboardInterrupt`` raised in its thread at its next Python step, as
-    Ctrl-C does on the command line); False when none runs."""
-    import ctypes
+def run_job(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` in a thread of its own (with this thread's context variables: Gradio's progress
+    tracking; the app's last loaded pipeline kept for the next job), waited for; :func:`cancel_running` interrupts it, which ends it as ``CommandError("cancelled")``."""
+    global _job
+    outcome: dict = {}
+    context = contextvars.copy_context()
 
-    thread = _running
-    if thread is None:
-        return False
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(KeyboardInterrupt))
-    return True
+    def job() -> None:
+        try:
+            try:
+                outcome["value"] = context.run(_keeping_pipelines, function, *args, **kwargs)
+            finally:
+                with _JOB_LOCK:  # from here on cancel_running leaves this thread alone
+                    thread.finished = True
+        except BaseException as error:  # noqa: BLE001  (handed to the waiting thread below)
+            outcome["error"] = error
+
+    thread = threading.Thread(target=job, name="mmpos-app-job", daemon=True)
+    thread.finished = False  # type: ignore[attr-defined]
+    with _JOB_LOCK:
+        _job = thread
+    thread.start()
+    thread.join()
+    with _JOB_LOCK:
+        if _job is thread:
+            _job = None
+    error = outcome.get("error")
+    if isinstance(error, KeyboardInterrupt) or ("value" not in outcome and error is None):
+        raise CommandError(CANCELLED)
+    if error is not None:
+        raise error
+    return outcome["value"]
+
+
+def _keeping_pipelines(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` with the app's last loaded pipeline kept for the next run (a slider's re-run
+    loads no model)."""
+    from mmpos.pipelines.kept_pipelines import keep_pipelines_loaded
+
+    with keep_pipelines_loaded(_KEPT_PIPELINES):
+        return function(*args, **kwargs)
+
+
+def cancel_running() -> bool:
+    """Interrupt the running job (a ``KeyboardInterrupt`` raised in its thread at its next Python step, as Ctrl-C
+    does on the command line); False when none runs."""
+    with _JOB_LOCK:
+        job = _job
+        if job is None or job.finished or not job.is_alive():
+            return False
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(job.ident), ctypes.py_object(KeyboardInterrupt))
+        return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,9 @@ class GenerateResult:
 
 
 def generate(space: Workspace, prompt: str, height, width, extrapolate: str, seed, steps) -> GenerateResult:
-    """``mmpos generate`` at ``height x width`` with ``--extrapolate PRESET``, then the same seed with ``none``."""
+    """``mmpos generate`` at ``height x width`` with ``--extrapolate PRESET``, then the same seed with ``none``
+    (its image copied beside the first run's as ``image_0_no_extrapolation.png``, so the two downloads differ in
+    name)."""
     if extrapolate not in EXTRAPOLATION_PRESETS:
         raise CommandError(f"extrapolate: expected one of {', '.join(EXTRAPOLATION_PRESETS)}, got {extrapolate!r}")
     argv = ["generate", "--model", space.model, "--height", str(_int("height", height, 1))]
@@ -74,9 +77,9 @@ def generate(space: Workspace, prompt: str, height, width, extrapolate: str, see
     runs = [
         run_command([*argv, "--extrapolate", preset], space.new_run("generate")) for preset in (extrapolate, "none")
     ]
-    return GenerateResult(
-        _needed(runs[0], "image_0.png"), _needed(runs[1], "image_0.png"), _needed(runs[0], "config.yaml"), runs[0].log
-    )
+    plain = runs[0].out / "image_0_no_extrapolation.png"  # downloaded beside image_0.png: its own name
+    shutil.copyfile(_needed(runs[1], "image_0.png"), plain)
+    return GenerateResult(_needed(runs[0], "image_0.png"), plain, _needed(runs[0], "config.yaml"), runs[0].log)
 
 
 def _needed(run: CommandRun, name: str) -> Path:
@@ -219,13 +222,12 @@ class VideoResult:
 def camera_video(
     space: Workspace, spec: str, frames, steps, seed, adapter: str = "ucpe", camera_scale=1.0
 ) -> VideoResult:
-    """``mmpos generate video --model world --camera SPEC ...`` and the camera-following numbers of its frames
+    """``mmpos generate video --model MODEL --camera SPEC --adapter ...`` (``adapter``: see :func:`_adapter_folder`)
+    and the camera-following numbers of its frames
     (:func:`mmpos.eval.camera_following.camera_errors`: RotErr / TransErr of the motion recovered from the video
     against the commanded one)."""
     from ..generate.video import run_video, write_outputs
 
-    if adapter not in CAMERA_ADAPTERS:
-        raise CommandError(f"adapter: expected one of {', '.join(CAMERA_ADAPTERS)}, got {adapter!r}")
     kept = {}
 
     def write(paths, video, trajectory, args, settings):
@@ -241,15 +243,25 @@ def camera_video(
         "--camera-scale",
         str(float(camera_scale)),
     ]
-    if space.world:
-        from ...world.video_demo import video_model_folder
-
-        folder = video_model_folder()
-        argv += ["--adapter", "none" if adapter == "none" else str(Path(folder) / f"camera-{adapter}")]
+    folder = _adapter_folder(space, adapter)
+    argv += [] if folder is None else ["--adapter", folder]
     run = run_command(argv, space.new_run("video"), call=lambda args: run_video(args, args.video_parser, write=write))
     return VideoResult(
         _needed(run, "video.mp4"), _needed(run, "frames.png"), _needed(run, "rig.png"), following_numbers(kept), run.log
     )
+
+
+def _adapter_folder(space: Workspace, adapter: str) -> str | None:
+    """``--adapter``'s value: on the world model one of :data:`CAMERA_ADAPTERS` (its shipped adapters), on a
+    user's model a ``CameraAdapter.save_pretrained`` folder, or None (empty or ``none``: the model alone)."""
+    if space.world:
+        if adapter not in CAMERA_ADAPTERS:
+            raise CommandError(f"adapter: expected one of {', '.join(CAMERA_ADAPTERS)}, got {adapter!r}")
+        from ...world.video_demo import video_model_folder
+
+        return "none" if adapter == "none" else str(Path(video_model_folder()) / f"camera-{adapter}")
+    adapter = (adapter or "").strip()
+    return adapter if adapter not in ("", "none") else None
 
 
 def following_numbers(kept: dict) -> dict:

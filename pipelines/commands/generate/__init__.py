@@ -32,10 +32,12 @@ IMAGE_FAMILIES = {
     "glm_image": ("GlmImagePipeline",),
     "hidream": ("HiDreamImagePipeline",),
     "hunyuan_image": ("HunyuanImagePipeline",),
+    "hunyuandit": ("HunyuanDiTPipeline", "HunyuanDiTControlNetPipeline", "HunyuanDiTPAGPipeline"),
     "ideogram4": ("Ideogram4Pipeline",),
     "krea2": ("Krea2Pipeline",),
     "longcat_image": ("LongCatImagePipeline", "LongCatImageEditPipeline"),
     "lumina2": ("Lumina2Pipeline",),
+    "lumina_next": ("LuminaPipeline",),
     "nucleusmoe_image": ("NucleusMoEImagePipeline",),
     "ovis_image": ("OvisImagePipeline",),
     "prx": ("PRXPipeline", "PRXPixelPipeline"),
@@ -183,11 +185,12 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--extrapolate",
         nargs="+",
-        choices=("riflex", "ultravico", *SPATIAL),
+        choices=("riflex", "ultravico", "freeloc", *SPATIAL),
         default=[],
         metavar="METHOD",
         help="beyond the trained length and size without training (set_pe): riflex on time, ultravico "
-        "(attention decay past the trained length; composes with riflex); one of "
+        "(attention decay past the trained length) or freeloc (time positions regrouped into the trained range "
+        "past it), each composing with riflex; one of "
         f"{', '.join(SPATIAL)} on rows and columns larger than trained (dype*: follows the "
         "denoising step) (default: none)",
     )

@@ -23,7 +23,8 @@ from .video_files import report_resampling, resized_first_frame, warn_longer_tha
 
 TINY = "tiny"
 OUTPUT_NAMES = ("video.mp4", "video.gif", "frames.png", "rig.png")
-TEMPORAL = ("riflex", "ultravico")  # ultravico: an attention rule (set_attention_rule), not a policy
+TEMPORAL = ("riflex", "ultravico", "freeloc")  # ultravico, freeloc: attention rules (set_attention_rule)
+RULES = ("ultravico", "freeloc")
 SPATIAL = ("pi", "ntk", "yarn", "vision_yarn", "dype", "dype_ntk", "dype_yarn")  # mmpos.spectrum.schedule.PRESETS
 PATCH_PIXELS = 16  # Wan: 8x VAE, 2x2 patches
 
@@ -189,21 +190,27 @@ def _extrapolate(args, parser, pipe, settings) -> str:
     set_pe(pipe.transformer, "native", extrapolation=policies)
     shown = [p.describe() if hasattr(p, "describe") else p for p in policies]
     line = "extrapolation (t, rows, cols): " + ", ".join(str(p) for p in shown)
-    if "ultravico" in args.extrapolate:
-        line += "\n" + _ultravico(args, parser, pipe, settings)
+    rules = [m for m in args.extrapolate if m in RULES]
+    if len(rules) > 1:
+        _fail(parser, f"--extrapolate: choose one attention rule of {', '.join(RULES)}, got {', '.join(rules)}")
+    if rules:
+        line += "\n" + _attention_rule(rules[0], args, parser, pipe, settings)
     return line
 
 
-def _ultravico(args, parser, pipe, settings) -> str:
-    """UltraViCo's decay on the self-attention past the trained latent length (stock attention up to it)."""
+def _attention_rule(name: str, args, parser, pipe, settings) -> str:
+    """UltraViCo's decay or FreeLOC's re-encoded time positions on the self-attention past the trained latent length
+    (stock attention up to it)."""
     from mmpos.integrations.diffusers import set_attention_rule
 
     trained = (settings["train_frames"] - 1) // 4 + 1
-    rule = {"type": "ultravico", "train_frames": trained, "alpha": args.ultravico_alpha}
+    rule = {"type": name, "train_frames": trained}
+    if name == "ultravico":
+        rule["alpha"] = args.ultravico_alpha
     try:
         set_attention_rule(pipe.transformer, rule)
     except ValueError as error:
-        _fail(parser, f"--extrapolate ultravico: {error}")
+        _fail(parser, f"--extrapolate {name}: {error}")
     return f"attention rule: {rule} (applies past {trained} latent frames)"
 
 

@@ -61,6 +61,12 @@ _MODULES = (
     "cosmos",
     "sana_wm",
     "wan_animate2",
+    "cogvideox",
+    "hunyuandit",
+    "allegro",
+    "cosmos3",
+    "easyanimate",
+    "lumina_next",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

@@ -58,6 +58,15 @@ class Family:
         classes: the covered transformer classes, as ``"module:Class"`` (imported lazily; missing ones are
             skipped) or as classes.
         position_attr: attribute of the model holding its position module (the seam).
+        latent_grid: the video families where attention rules apply (:mod:`..attention_rules`):
+            ``latent_grid(model, args, kwargs) -> (frames, rows, cols)`` tokens of the forward's video, in frame-major
+            token order; ``None``: no attention rule.
+        rule_processor: families whose processors are stock (tier 1): ``rule_processor(layer) -> PEProcessor``,
+            the stock self-attention (``attention_modules``) with its video attention through the processors'
+            ``_attend``, installed by ``set_attention_rule`` (tier 2 families' own processors take the rule).
+        rotary_input: the pipeline builds the tables and passes them to the forward (a
+            :class:`~.rotary_input.RotaryInput`; CogVideoX): the seam is added at ``position_attr`` and a pre-forward
+            hook replaces that argument (:mod:`.rotary_input`).
         seam_options: tier 1: the family's own ``set_pe`` options, name -> allowed values (the first is the default,
             the stock behaviour), set on the seam as attributes (Cosmos: ``fps_modulation``).
         companion_attrs: further position modules of the model that the seam replaces too, each by
@@ -115,6 +124,9 @@ class Family:
     extras: dict = field(default_factory=dict)
     companion_attrs: tuple[str, ...] = ()
     seam_options: dict = field(default_factory=dict)
+    latent_grid: Optional[Callable] = None
+    rule_processor: Optional[Callable] = None
+    rotary_input: Optional[object] = None
 
     @property
     def has_tables(self) -> bool:

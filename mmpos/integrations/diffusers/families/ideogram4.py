@@ -69,7 +69,7 @@ def _note_indicator(seam, args, kwargs) -> None:
     seam.indicator = forward_arg(args, kwargs, "indicator", 5)
 
 
-def _cos_sin(seam, pos: torch.Tensor, spectra) -> tuple[torch.Tensor, torch.Tensor]:
+def interleaved_cos_sin(seam, pos: torch.Tensor, spectra) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos, sin)`` ``[B, L, head_dim]`` float32 (half layout) of ``pos [B, L, 3]`` float32 on ``spectra``."""
     head_dim = sum(seam.axes_dims)
     axis_of_pair = seam.axis_of_pair.to(pos.device)
@@ -102,9 +102,9 @@ def ideogram4_tables(seam, position_ids: torch.Tensor):
     is_image = indicator == OUTPUT_IMAGE_INDICATOR if isinstance(indicator, torch.Tensor) else None
     text = seam.training_spectra()
     image = seam.axis_spectra(extents=lambda: masked_extents(pos[0], is_image[0]) if is_image is not None else None)
-    cos, sin = _cos_sin(seam, pos, text)
+    cos, sin = interleaved_cos_sin(seam, pos, text)
     if is_image is not None and image is not text and not all(a.is_stock and b.is_stock for a, b in zip(text, image)):
-        image_cos, image_sin = _cos_sin(seam, pos, image)
+        image_cos, image_sin = interleaved_cos_sin(seam, pos, image)
         cos = torch.where(is_image[..., None], image_cos, cos)
         sin = torch.where(is_image[..., None], image_sin, sin)
     return cos, sin

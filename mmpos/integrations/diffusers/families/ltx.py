@@ -31,10 +31,12 @@ import dataclasses
 import math
 
 import torch
+from diffusers.models.transformers import transformer_ltx
 
 from ....coords.grids import grid_rows
 from ....spectrum.frequencies import rope_inv_freq
 from .. import context_parallel
+from ..processors import PEProcessor
 from . import register_family
 from .base import Family, SpectrumSeam
 from .wan import check_no_sharded_seam
@@ -195,6 +197,48 @@ def check_inputs(seam, args, kwargs) -> None:
         )
 
 
+def ltx_stock_rotation(query, key, rotary_emb, layer):
+    return transformer_ltx.apply_rotary_emb(query, rotary_emb), transformer_ltx.apply_rotary_emb(key, rotary_emb)
+
+
+class LTXRuleAttnProcessor(PEProcessor):
+    """``LTXVideoAttnProcessor`` (diffusers 0.42) with its self-attention through :meth:`PEProcessor._attend` (where
+    an attention rule applies); the stock arithmetic otherwise."""
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        video = encoder_hidden_states is None
+        batch_size, sequence_length, _ = (hidden_states if video else encoder_hidden_states).shape
+        if attention_mask is not None:
+            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
+            attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
+        context = hidden_states if video else encoder_hidden_states
+        query, key, value = attn.to_q(hidden_states), attn.to_k(context), attn.to_v(context)
+        query, key = attn.norm_q(query), attn.norm_k(key)
+        if image_rotary_emb is not None:
+            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
+        query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, video=video)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        return attn.to_out[1](attn.to_out[0](hidden_states))
+
+
+def _rule_processor(stock, layer: int) -> LTXRuleAttnProcessor:
+    backend, parallel = getattr(stock, "_attention_backend", None), getattr(stock, "_parallel_config", None)
+    return LTXRuleAttnProcessor(ltx_stock_rotation, layer, backend, parallel)
+
+
+def _self_attention(model) -> list:
+    return [(f"transformer_blocks.{i}.attn1", block.attn1) for i, block in enumerate(model.transformer_blocks)]
+
+
+def _latent_grid(model, args, kwargs) -> tuple[int, int, int]:
+    names = ("num_frames", "height", "width")
+    grid = tuple(kwargs.get(name, args[4 + i] if len(args) > 4 + i else None) for i, name in enumerate(names))
+    if None in grid:
+        raise ValueError("an attention rule on LTX needs num_frames, height and width (latent tokens per axis)")
+    return tuple(int(n) for n in grid)
+
+
 LTX = register_family(
     Family(
         name="ltx",
@@ -216,5 +260,8 @@ LTX = register_family(
         train_size=512,
         pixels_per_token=32,  # VAE 32 x patch 1
         notes="fractional coordinates (pixels / 2048, seconds / 20); interleaved axes; YaRN lengths in stock units",
+        attention_modules=_self_attention,
+        latent_grid=_latent_grid,
+        rule_processor=_rule_processor,
     )
 )

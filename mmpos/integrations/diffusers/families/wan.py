@@ -52,7 +52,10 @@ class WanPositions(PositionSeam):
 
     def grid_coords(self, grid: tuple[int, int, int], device, rows: tuple[int, int] | None = None) -> torch.Tensor:
         """``video_grid`` coordinates (``rows``: only rows ``start:stop``), the same tensor while the grid, rows and
-        device stay (table cache hits by identity: no value comparison, no device sync per step)."""
+        device stay (table cache hits by identity: no value comparison, no device sync per step); built afresh while
+        ``torch.compile`` traces (the graph holds no cache lookup or mode query)."""
+        if torch.compiler.is_compiling():
+            return library_owned(self.fresh_coords(grid, rows, device))
         key = (grid, rows, torch.device(device), torch.is_inference_mode_enabled())
         return self._grid_cache.get(key, lambda: library_owned(self.fresh_coords(grid, rows, device)))
 
@@ -147,7 +150,7 @@ class WanPEAttnProcessor(PEProcessor):
 
         parallel_config = self._parallel_config if encoder_hidden_states is None else None
         video = encoder_hidden_states is None
-        hidden_states = self._attend(query, key, value, attention_mask, parallel_config, ruled=video)
+        hidden_states = self._attend(query, key, value, attention_mask, parallel_config, video=video)
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         if hidden_states_img is not None:
             hidden_states = hidden_states + hidden_states_img
@@ -186,6 +189,12 @@ def _processors(beneath, rotation, native):
     return processors_beneath(beneath, wan_stock_rotation if native else rotation, lambda _: WanPEAttnProcessor)
 
 
+def wan_latent_grid(model, args, kwargs) -> tuple[int, int, int]:
+    """The patch grid of the forward's latents ``hidden_states [B, C, F, H, W]``."""
+    hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+    return tuple(n // int(p) for n, p in zip(hidden_states.shape[2:], model.config.patch_size))
+
+
 def _global_coords(seam, args, kwargs):
     return seam.global_coords(args, kwargs)
 
@@ -205,12 +214,14 @@ def register_wan_family(
     check_model: Optional[Callable] = None,
     timestep_index: int = 1,
     train_size: int = 832,
+    attention_rules: bool = False,
 ) -> Family:
     """Register the family of ``diffusers.models.transformers.{module}:{class_name}``, whose ``rope`` is Wan's.
 
     Tier 2: :class:`WanPositions` and :class:`WanPEAttnProcessor` over :func:`wan_self_attention` (``frame_step(stock
     rope, frames)``: the seam's time step between latent frames); tier 1: SkyReels-V2's tables (the stock format
     ``(cos, sin) [1, F * H * W, 1, head_dim]`` from positions). The pipelines pass ``timestep = 1000 sigma``.
+    ``attention_rules``: UltraViCo and FreeLOC (:mod:`..attention_rules`) through the tier-2 processors.
     ``check_model`` defaults, for a family verified under diffusers' context parallelism (``context_parallel``:
     Wan's plan, which hooks ``rope``), to refusing ``set_pe`` on a model already parallel; an unverified family is
     refused there by name (:mod:`..parallelism`).
@@ -242,6 +253,7 @@ def register_wan_family(
         train_size=train_size,
         pixels_per_token=16,  # 8x VAE, patch 2
         notes=notes,
+        latent_grid=wan_latent_grid if attention_rules else None,
         **(tier2 if tier == 2 else dict(tables=skyreels_tables, make_seam=partial(_tier1_seam, name))),
     )
     return register_family(family)
@@ -278,6 +290,7 @@ WAN = register_wan_family(
     ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline", "LucyEditPipeline"),
     "any rotary encoding, camera adapters; TI2V per-token timesteps: sigma from the noisy tokens",
     context_parallel=True,  # tests/integrations/test_context_parallel.py
+    attention_rules=True,
 )
 WAN_VACE = register_wan_family(
     "wan_vace",
@@ -285,6 +298,7 @@ WAN_VACE = register_wan_family(
     "WanVACETransformer3DModel",
     ("WanVACEPipeline",),
     "any rotary encoding; the VACE blocks' self-attention too (control tokens on the latents' grid)",
+    attention_rules=True,
 )
 WAN_ANIMATE = register_wan_family(
     "wan_animate",
@@ -292,6 +306,7 @@ WAN_ANIMATE = register_wan_family(
     "WanAnimateTransformer3DModel",
     ("WanAnimatePipeline",),
     "any rotary encoding; the reference frame is latent frame 0 (face adapter blocks: no positions)",
+    attention_rules=True,
 )
 CHRONOEDIT = register_wan_family(
     "chronoedit",
