@@ -164,7 +164,7 @@ def install_rules(transformer, rules, grid, per_axis) -> None:
     """``set_pe`` with ``per_axis`` (native; ``rope_axial``, the same spectrum, where a family's native install
     keeps its stock processors, which no rule reaches) and each rule at the training ``grid``."""
     from mmpos.integrations.diffusers import set_attention_rule
-    from mmpos.integrations.diffusers.attention_rules import RULES as FAMILIES_OF
+    from mmpos.integrations.diffusers.attention_rules import IMAGE_RULES as FAMILIES_OF
     from mmpos.integrations.diffusers.attention_rules import encoding_processors
     from mmpos.integrations.diffusers.families import family_for
 
