@@ -23,7 +23,13 @@ DEEPSPEED_BUILD := 'setuptools>=64' wheel hjson msgpack ninja py-cpuinfo
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install --quiet $(DEEPSPEED_BUILD)
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[test,deepspeed]'
+	$(PY) -m pip install --quiet --no-deps --target $(TORCHAO_SITE) 'torchao>=0.16,<0.19'
 	touch $@
+
+# torchao beside the venv, not in it: imported, it makes every `import diffusers` print warnings (torch 2.14.1), so
+# only the quantisation test's subprocess puts it on its path (tests/integrations/test_diffusers_torchao.py)
+TORCHAO_SITE := $(abspath $(VENV))/torchao-site
+export MMPOS_TORCHAO_SITE := $(TORCHAO_SITE)
 
 # ruff, mypy, pre-commit and the docs site (the `dev` extra)
 $(VENV)/.dev: $(VENV)/.test

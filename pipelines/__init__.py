@@ -18,6 +18,7 @@ _EXPORTS = {  # besides the edit methods' pipelines and options classes (those c
     "CameraControlWanPipeline": ".video.camera",
     "CameraControlWanImageToVideoPipeline": ".video.camera",
     "load_camera_adapter": ".video.camera",
+    "camera_control": ".video.camera",
     "WorldVideoPipeline": ".video.world",
 }
 

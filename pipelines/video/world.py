@@ -23,7 +23,7 @@ from diffusers.video_processor import VideoProcessor
 from mmpos._validation import check_positive_int
 from mmpos.models.world.video import empty_prompt, latent_normalisation, token_timesteps, with_first_frame
 
-from .camera import _CameraControl
+from .camera import _WanCameraControl
 
 __all__ = ["WorldVideoPipeline"]
 
@@ -101,6 +101,6 @@ class _WorldImageToVideo(DiffusionPipeline):
         return WanPipelineOutput(frames=video) if return_dict else (video,)
 
 
-class WorldVideoPipeline(_CameraControl, _WorldImageToVideo):
+class WorldVideoPipeline(_WanCameraControl, _WorldImageToVideo):
     """Image-to-video on the mini-world: ``pipe(image, num_frames=9, camera=trajectory)`` (``camera`` needs a
     loaded camera adapter; see :func:`~mmpos.pipelines.load_camera_adapter`)."""

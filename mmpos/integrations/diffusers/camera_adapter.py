@@ -1,5 +1,11 @@
-"""Camera adapters on a diffusers video transformer's self-attention (Wan), installed at the installer's
-``camera`` level (:mod:`.installer`), saved and loaded like diffusers models (safetensors + ``config.json``).
+"""Camera adapters on a diffusers video transformer's self-attention, installed at the installer's ``camera`` level
+(:mod:`.installer`), saved and loaded like diffusers models (safetensors + ``config.json``).
+
+Written once against the family: a family takes camera adapters where it declares a
+:class:`~.families.base.CameraSite` (``Family.camera``): its self-attention layers over the video tokens
+(``Family.attention_modules``), the forward's video token grid, and which item of the layers' output the residual joins.
+Wan, HunyuanVideo 1.5, LTX-2 (video self-attention only: the audio stream is untouched), SkyReels-V2 and Cosmos / Anima
+declare one (:func:`camera_families`).
 
 The kinds are the registered camera encodings with ``capabilities.adapter`` (:func:`adapter_kinds`); each builds
 its own layers (``pe_class(kind).adapter_layer(...)``), so a new camera encoding needs no change here:
@@ -26,6 +32,7 @@ zeros: the transformer's output is bit-identical to stock.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from contextlib import contextmanager
 
@@ -36,10 +43,11 @@ from torch import nn
 
 from ..._per_thread import PerThread
 from ...camera.cameras import Cameras
-from ...camera.video import VideoCameras
+from ...camera.video import CameraInput, VideoCameras, video_cameras
 from ...encodings.registry import list_pes, pe_capabilities, pe_class
 from .context_parallel import shard_sequence
-from .families import family_for
+from .families import FAMILIES, family_for, list_families
+from .families.base import Family
 from .installer import CAMERA, ProcessorInstaller
 from .parallelism import check_parallelism, is_parallel
 
@@ -50,6 +58,8 @@ __all__ = [
     "CameraConditioning",
     "adapter_kinds",
     "camera_conditioning",
+    "camera_families",
+    "camera_family",
     "install_camera_adapter",
     "placed_like",
     "remove_camera_adapter",
@@ -63,6 +73,23 @@ def adapter_kinds() -> tuple[str, ...]:
 
 
 ADAPTER_KINDS = adapter_kinds()  # at import (argparse choices); adapter_kinds() also sees later registrations
+
+
+def camera_families() -> list[str]:
+    """The registered families that take camera adapters (a :class:`~.families.base.CameraSite`), sorted."""
+    list_families()
+    return sorted(name for name, family in FAMILIES.items() if family.camera is not None)
+
+
+def camera_family(transformer) -> Family:
+    """``transformer``'s family, which must declare where camera adapters act; a ValueError naming the others."""
+    family = family_for(transformer)
+    if family.camera is None:
+        raise ValueError(
+            f"the {family.name!r} family ({type(transformer).__name__}) takes no camera adapter; the families that do: "
+            f"{camera_families()}"
+        )
+    return family
 
 
 class CameraAdapter(ModelMixin, ConfigMixin):
@@ -103,24 +130,30 @@ class CameraAdapter(ModelMixin, ConfigMixin):
 
     @classmethod
     def for_transformer(cls, transformer, kind: str = "ucpe", compress: int = 8, **options) -> "CameraAdapter":
-        """An adapter sized for ``transformer`` (a ``WanTransformer3DModel``): UCPE's ``attn_compress``: heads
-        ``max(1, heads // compress)`` with ``head_dim`` the inner width ``dim // compress`` per head, rounded
-        down to a multiple of 8 (at least 8); ``options`` override any config entry."""
-        config = transformer.config
-        dim = config.num_attention_heads * config.attention_head_dim
-        heads = max(1, config.num_attention_heads // compress)
+        """An adapter sized for ``transformer`` (of a family in :func:`camera_families`): one layer per self-attention
+        layer of its family's camera site; UCPE's ``attn_compress``: heads ``max(1, heads // compress)`` with
+        ``head_dim`` the inner width ``dim // compress`` per head, rounded down to a multiple of 8 (at least 8);
+        ``options`` override any config entry."""
+        family = camera_family(transformer)
+        num_heads = family.num_heads(transformer)
+        dim = num_heads * family.head_dim(transformer)
+        heads = max(1, num_heads // compress)
         head_dim = max(8, (dim // compress // heads) // 8 * 8)
-        sizes = dict(dim=dim, num_layers=config.num_layers, num_heads=heads, head_dim=head_dim)
+        layers = len(family.attention_modules(transformer))
+        sizes = dict(dim=dim, num_layers=layers, num_heads=heads, head_dim=head_dim)
         return placed_like(cls(kind=kind, **{**sizes, **options}), transformer)
 
-    def conditioning(self, cameras: Cameras | VideoCameras, scale: float = 1.0) -> "CameraConditioning":
+    def conditioning(self, cameras: Cameras | VideoCameras | CameraInput, scale: float = 1.0) -> "CameraConditioning":
         """The per-call state every layer reads: built once from ``cameras`` (a :class:`~mmpos.camera.Cameras`, or
-        the :class:`~mmpos.camera.VideoCameras` of :func:`~mmpos.camera.video_cameras`)."""
+        the :class:`~mmpos.camera.VideoCameras` of :func:`~mmpos.camera.video_cameras`), or, from a camera path (a
+        :class:`~mmpos.camera.Trajectory`, :class:`~mmpos.camera.video.CameraPath` or ``(c2w, model)``), at each
+        forward on the grid of its video tokens (:class:`CameraPathConditioning`)."""
         if isinstance(cameras, VideoCameras):
             cameras = cameras.cameras
-        if not isinstance(cameras, Cameras):
-            raise TypeError(f"cameras must be a mmpos.camera.Cameras or VideoCameras, got {type(cameras).__name__}")
-        return CameraConditioning(self, scale, self.layers[0].condition(cameras))
+        if isinstance(cameras, Cameras):
+            tokens = cameras.num_cameras * cameras.grid[0] * cameras.grid[1]
+            return CameraConditioning(self, scale, self.layers[0].condition(cameras), tokens)
+        return CameraPathConditioning(self, cameras, scale)
 
 
 def placed_like(adapter: CameraAdapter, transformer) -> CameraAdapter:
@@ -131,11 +164,22 @@ def placed_like(adapter: CameraAdapter, transformer) -> CameraAdapter:
 
 class CameraConditioning:
     """What one call conditions on: the adapter, ``scale`` (``camera_scale``) and ``state``, what the adapter's
-    layers' ``condition(cameras)`` built once for all layers."""
+    layers' ``condition(cameras)`` built once for all layers, for ``num_tokens`` video tokens (``None``: unchecked)."""
 
-    def __init__(self, adapter: CameraAdapter, scale: float = 1.0, state=None):
-        self.adapter, self.scale, self.state = adapter, float(scale), state
+    def __init__(self, adapter: CameraAdapter, scale: float = 1.0, state=None, num_tokens: int | None = None):
+        self.adapter, self.scale, self.state, self.num_tokens = adapter, float(scale), state, num_tokens
         self._shards: list = []  # (parallel config, this rank's conditioning), one per config seen
+
+    def for_forward(self, transformer, args, kwargs) -> None:
+        """Before a forward: the cameras must cover its video tokens (its family's grid); a ValueError otherwise."""
+        if self.num_tokens is None:
+            return
+        grid = camera_family(transformer).camera.grid(transformer, args, kwargs)
+        if self.num_tokens != grid[0] * grid[1] * grid[2]:
+            raise ValueError(
+                f"cameras: they cover {self.num_tokens} video tokens; this forward has {grid[0]} x {grid[1]} x "
+                f"{grid[2]} (frames x rows x cols); build them on that grid (video_cameras), or pass the camera path"
+            )
 
     def sharded(self, parallel_config) -> "CameraConditioning":
         """This rank's part under diffusers' context parallelism: the per-token state ``[B, L, ...]`` cut along the
@@ -165,6 +209,30 @@ class CameraConditioning:
         return None if residual is None else self._scaled(residual)
 
 
+class CameraPathConditioning(CameraConditioning):
+    """A camera path (any length) put on each forward's video token grid: its family's
+    :class:`~.families.base.CameraSite` reads the grid ``(frames, rows, cols)`` from the forward's inputs, the path is
+    resampled to the latent frames and imaged at ``rows x cols`` patches of ``pixels_per_token`` pixels
+    (:func:`~mmpos.camera.video_cameras`, rays at the adapter's ``ray_offset``, fp64 for an fp64 model, else fp32),
+    once per grid."""
+
+    def __init__(self, adapter: CameraAdapter, camera: CameraInput, scale: float = 1.0):
+        super().__init__(adapter, scale)
+        self.camera, self.grid = camera, None
+
+    def for_forward(self, transformer, args, kwargs) -> None:
+        family = camera_family(transformer)
+        grid = tuple(int(n) for n in family.camera.grid(transformer, args, kwargs))
+        if grid == self.grid:
+            return
+        pixels = family.pixels_per_token
+        dtype = torch.float64 if transformer.dtype == torch.float64 else torch.float32
+        offset = tuple(self.adapter.config.ray_offset)
+        image_size = (grid[1] * pixels, grid[2] * pixels)
+        cameras = video_cameras(self.camera, grid, image_size, dtype, transformer.device, offset)
+        self.state, self.grid, self._shards = self.adapter.layers[0].condition(cameras.cameras), grid, []
+
+
 class CameraAttnProcessor:
     """The ``camera`` level of one self-attention layer: runs the level beneath with the camera added.
 
@@ -173,35 +241,64 @@ class CameraAttnProcessor:
 
     ``_parallel_config`` is the attribute diffusers' ``enable_parallelism`` sets on the processors it finds; under
     context parallelism (this level's or the level beneath's config set) the conditioning is cut to this rank's
-    tokens (:meth:`CameraConditioning.sharded`: per-token kinds) or the call is refused."""
+    tokens (:meth:`CameraConditioning.sharded`: per-token kinds) or the call is refused.
+
+    The call takes what the stock processor takes (diffusers' attention modules pass a processor only the keywords
+    its signature names: :func:`camera_processor` gives each stock processor class a subclass with its signature);
+    ``output_index``: the item of a tuple output the residual joins (``None``: the output is the tensor).
+    """
 
     _parallel_config = None
 
-    def __init__(self, conditioning, layer: int, slot):
-        self.conditioning, self.layer, self.slot = conditioning, layer, slot
+    def __init__(self, conditioning, layer: int, slot, output_index: int | None = None):
+        self.conditioning, self.layer, self.slot, self.output_index = conditioning, layer, slot, output_index
 
-    def __call__(
-        self, attn, hidden_states: torch.Tensor, encoder_hidden_states=None, attention_mask=None, rotary_emb=None
-    ) -> torch.Tensor:
+    def __call__(self, attn, hidden_states: torch.Tensor, *args, **kwargs):
         beneath = self.slot.below(CAMERA)
         conditioning = self.conditioning
         if isinstance(conditioning, CameraCalls):
             conditioning = conditioning.current()
             if conditioning is None:
-                return beneath(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+                return beneath(attn, hidden_states, *args, **kwargs)
         parallel = self._parallel_config
         parallel = getattr(beneath, "_parallel_config", None) if parallel is None else parallel
         if parallel is not None:
             conditioning = conditioning.sharded(parallel)
         attention_input = conditioning.attention_input(self.layer, hidden_states)
-        out = beneath(attn, attention_input, encoder_hidden_states, attention_mask, rotary_emb)
+        out = beneath(attn, attention_input, *args, **kwargs)
         residual = conditioning.residual(self.layer, hidden_states)
-        return out if residual is None else out + residual
+        if residual is None:
+            return out
+        if self.output_index is None:
+            return out + residual
+        return type(out)(item + residual if i == self.output_index else item for i, item in enumerate(out))
+
+    def __reduce__(self):  # the class is made per stock processor class (camera_processor)
+        return camera_processor, (type(self).stock_class, self.conditioning, self.layer, self.slot, self.output_index)
+
+
+_PROCESSOR_CLASSES: dict[type, type] = {}
+
+
+def camera_processor(stock_class: type, conditioning, layer: int, slot, output_index=None) -> CameraAttnProcessor:
+    """A :class:`CameraAttnProcessor` whose ``__call__`` has ``stock_class.__call__``'s signature."""
+    cls = _PROCESSOR_CLASSES.get(stock_class)
+    if cls is None:
+
+        def __call__(self, attn, hidden_states, *args, **kwargs):
+            return CameraAttnProcessor.__call__(self, attn, hidden_states, *args, **kwargs)
+
+        __call__.__signature__ = inspect.signature(stock_class.__call__)
+        name = f"Camera{stock_class.__name__}"
+        cls = type(name, (CameraAttnProcessor,), {"__call__": __call__, "stock_class": stock_class})
+        _PROCESSOR_CLASSES[stock_class] = cls
+    return cls(conditioning, layer, slot, output_index)
 
 
 def check_adapter_fits(transformer, adapter: CameraAdapter) -> None:
-    """Raise ValueError unless ``adapter`` has one layer per self-attention layer of ``transformer``, of its width."""
-    spec = family_for(transformer)
+    """Raise ValueError unless ``adapter`` has one layer per self-attention layer of ``transformer``, of its width (and
+    ``transformer``'s family takes camera adapters)."""
+    spec = camera_family(transformer)
     count, width = len(spec.attention_modules(transformer)), spec.num_heads(transformer) * spec.head_dim(transformer)
     if (count, width) != (len(adapter.layers), adapter.config.dim):
         raise ValueError(
@@ -227,14 +324,33 @@ def check_shardable(adapter: CameraAdapter) -> None:
 def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
-    check_parallelism(transformer, "a camera adapter", family_for(transformer))
+    family = camera_family(transformer)
+    check_parallelism(transformer, "a camera adapter", family)
     if isinstance(conditioning, CameraConditioning) and is_parallel(transformer):
         check_shardable(conditioning.adapter)  # (a model made parallel later: the processors check each call)
     if isinstance(conditioning, CameraConditioning):
         check_adapter_fits(transformer, conditioning.adapter)
     installer = ProcessorInstaller.of(transformer)
-    processors = {i: CameraAttnProcessor(conditioning, i, slot) for i, slot in enumerate(installer.slots)}
-    installer.fill(CAMERA, processors)
+    index = family.camera.output_index
+    processors = {
+        i: camera_processor(type(slot.original), conditioning, i, slot, index) for i, slot in enumerate(installer.slots)
+    }
+    installer.fill(CAMERA, processors, hook=_CamerasForForward(conditioning))
+
+
+class _CamerasForForward:
+    """The ``camera`` level's pre-forward hook: the conditioning of this call (:class:`CameraCalls`: the calling
+    thread's) checked against, or put on, the forward's video token grid."""
+
+    def __init__(self, conditioning):
+        self.conditioning = conditioning
+
+    def __call__(self, module, args, kwargs) -> None:
+        conditioning = self.conditioning
+        if isinstance(conditioning, CameraCalls):
+            conditioning = conditioning.current()
+        if conditioning is not None:
+            conditioning.for_forward(module, args, kwargs)
 
 
 def remove_camera_adapter(transformer) -> None:
@@ -300,9 +416,12 @@ class CameraCalls:
 
 
 @contextmanager
-def camera_conditioning(transformer, adapter: CameraAdapter, cameras: Cameras | VideoCameras, scale: float = 1.0):
+def camera_conditioning(
+    transformer, adapter: CameraAdapter, cameras: Cameras | VideoCameras | CameraInput, scale: float = 1.0
+):
     """Install ``adapter`` conditioned on ``cameras`` for the duration of the block, even if it raises; calls in
-    other threads on the same transformer keep their own cameras (or none, :func:`without_camera`)."""
+    other threads on the same transformer keep their own cameras (or none, :func:`without_camera`). ``cameras``: built
+    on the video token grid, or a camera path put on each forward's grid (:meth:`CameraAdapter.conditioning`)."""
     with CameraCalls.of(transformer).running(transformer, adapter.conditioning(cameras, scale)) as conditioning:
         yield conditioning
 

@@ -20,6 +20,7 @@ def check_stock_processors(processors, family: Family) -> None:
     carry more than the stock one (IP-Adapter, custom code)."""
     stock = family.stock_processor()
     stock = stock if isinstance(stock, tuple) else (stock,)
+    stock += family.composes_with() if family.composes_with is not None else ()
     for name, processor in processors:
         if type(processor) not in stock:
             extra = (

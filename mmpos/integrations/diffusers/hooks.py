@@ -169,10 +169,24 @@ def installed_hook(transformer: nn.Module) -> Optional[PEHook]:
 
 
 def remove_pe(transformer: nn.Module) -> None:
-    """Remove the ``"mmpos_pe"`` hook through the registry (its ``deinitalize_hook`` restores the stock model)."""
+    """Remove the ``"mmpos_pe"`` hook through the registry (its ``deinitalize_hook`` restores the stock model),
+    keeping an accelerate hook added over it (:func:`_keep_outer_wrapper`)."""
     if installed_hook(transformer) is None:
         raise ValueError(f"{type(transformer).__name__} has no mmpos encoding installed (call set_pe first)")
+    outer = transformer.__dict__.get("forward")
     transformer._diffusers_hook.remove_hook(PE_HOOK, recurse=False)
+    _keep_outer_wrapper(transformer, outer)
+
+
+def _keep_outer_wrapper(transformer: nn.Module, outer) -> None:
+    """accelerate's hooks (``cpu_offload``, ``enable_model_cpu_offload``, ...) wrap the forward they find and keep it
+    as ``_old_forward``. Where they wrapped mmpos' hook forward, the registry's removal (which sets the model's forward
+    to the one beneath the hook) would drop them too: put ``outer`` back, around the forward beneath."""
+    if outer is None or isinstance(outer, _HookedForward) or transformer.__dict__.get("forward") is outer:
+        return
+    if isinstance(transformer.__dict__.get("_old_forward"), _HookedForward):
+        transformer._old_forward = transformer.forward
+        transformer.forward = outer
 
 
 class _HookedForward:

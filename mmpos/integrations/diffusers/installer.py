@@ -102,6 +102,7 @@ class ProcessorInstaller:
                     f"layer index {index} is out of range; the transformer has {len(self.slots)} "
                     "attention layers (Flux: double blocks first, then single blocks)"
                 )
+        self.check_processors()  # a loader's replacement is taken back before a level goes over it
         for index, processor in processors.items():
             self.slots[index].levels[level] = processor
         if hook is not None:
@@ -111,6 +112,9 @@ class ProcessorInstaller:
     def clear(self, transformer: nn.Module, level: str) -> None:
         """Empty ``level``; with every level empty, the original processors come back and the installer goes."""
         _check_level(level)
+        for slot in self.slots:  # what a loader replaced safely is kept (restore then puts back its processors)
+            if slot.levels and slot.module.processor is not slot.top():
+                self._rebind(slot)
         for slot in self.slots:
             slot.levels.pop(level, None)
         self.hooks.pop(level, None)
@@ -129,9 +133,10 @@ class ProcessorInstaller:
         """Refuse a forward where a layer runs another processor than the one installed at its highest filled level
         (``set_attn_processor`` / ``set_default_attn_processor`` / a loader called after ``set_pe``): the stock
         processors would drop the encoding, or read its tables in another format (a silently wrong result on Wan,
-        an unnamed shape error on FLUX.1 / FLUX.2 / Z-Image)."""
+        an unnamed shape error on FLUX.1 / FLUX.2 / Z-Image). What a loader replaced safely is taken back first
+        (:meth:`_rebind`)."""
         for slot in self.slots:
-            if slot.levels and slot.module.processor is not slot.top():
+            if slot.levels and slot.module.processor is not slot.top() and not self._rebind(slot):
                 levels = [level for level in LEVELS if level in slot.levels]
                 raise RuntimeError(
                     f"{slot.name} runs {type(slot.module.processor).__name__}, not the "
@@ -139,6 +144,25 @@ class ProcessorInstaller:
                     "after set_pe / a camera adapter / an edit, and would not apply the encoding. Call "
                     "mmpos.integrations.diffusers.restore(transformer) before setting processors, then set_pe again"
                 )
+
+    def _rebind(self, slot: AttentionSlot) -> bool:
+        """Take back a layer whose ``set_pe`` processor (the top level) a loader replaced, where that is safe: an
+        unbound copy of it (``type(processor)()``, as ``load_ip_adapter`` makes) gets the bound one back; a processor
+        the family carries (:attr:`~.families.Family.rebind_processor`: FLUX.1's IP-Adapter) becomes the layer's
+        original (what ``restore`` puts back) under a new mmpos processor carrying it. Anything else: ``False``."""
+        new, installed = slot.module.processor, slot.levels.get(ENCODING)
+        if installed is None or slot.top() is not installed:
+            return False
+        if type(new) is type(installed) and not getattr(new, "bound", True):
+            slot.module.set_processor(installed)
+            return True
+        rebind = get_family(self.family_name).rebind_processor
+        replacement = None if rebind is None else rebind(installed, new)
+        if replacement is None:
+            return False
+        slot.original, slot.levels[ENCODING] = new, replacement
+        slot.module.set_processor(replacement)
+        return True
 
     @torch.compiler.disable  # eager under torch.compile(model) (as diffusers' hooks' Python state): see _pre_forward
     def _pre_forward(self, module, args, kwargs):

@@ -160,10 +160,12 @@ def _seam_choices(family: Family, options: dict) -> dict:
 
 
 def _on_model(seam, transformer):
-    """The seam on the model's device; until the first forward records the activations' dtype, tables are built
-    for the model's dtype."""
+    """The seam on the model's device (where it is: weights on ``"meta"`` between forwards under accelerate's
+    sequential CPU offload); until the first forward records the activations' dtype, tables are built for the model's
+    dtype."""
     parameter = next(transformer.parameters())
-    seam = seam.to(parameter.device)
+    if parameter.device.type != "meta":
+        seam = seam.to(parameter.device)
     seam.activation_dtype = parameter.dtype
     return seam
 

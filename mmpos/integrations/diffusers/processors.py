@@ -55,15 +55,16 @@ class PEProcessor:
     attention_rule = None  # an :mod:`~.attention_rules` rule (set by ``set_attention_rule``)
 
     def __init__(self, rotation=None, layer: int | None = None, attention_backend=None, parallel_config=None):
-        if rotation is None or layer is None:  # diffusers' load_ip_adapter re-creates processors without arguments
-            raise TypeError(
-                f"{type(self).__name__} is made by set_pe (it needs the rotation and the layer index): "
-                "load_ip_adapter after set_pe is not supported (the IP-Adapter's processors would replace "
-                "the encoding's and drop the PE); IP-Adapters run with the stock PE and under "
-                "mmpos.pipelines' editing pipelines"
-            )
-        self.rotation, self.layer = rotation, layer
+        # no rotation: an unbound copy, as diffusers' loaders make with ``type(processor)()``; the installer puts
+        # the bound one back at the next forward (:meth:`~.installer.ProcessorInstaller.check_processors`)
+        self.rotation = _unbound if rotation is None else rotation
+        self.layer = layer
         self._attention_backend, self._parallel_config = attention_backend, parallel_config
+
+    @property
+    def bound(self) -> bool:
+        """Made by ``set_pe`` (its rotation and layer index), not re-created by a loader with ``type(processor)()``."""
+        return self.rotation is not _unbound
 
     def _attend(self, query, key, value, mask, parallel_config, video: bool = False, image: bool = False):
         """Attention through diffusers' dispatch; ``video``: a self-attention over the video tokens, ``image``: an
@@ -94,6 +95,13 @@ class PEProcessor:
         return dispatch_attention_fn(
             query, key, value, attn_mask=mask, backend=self._attention_backend, parallel_config=parallel_config
         )
+
+
+def _unbound(query, key, rotary_emb, layer):
+    raise RuntimeError(
+        "this mmpos processor was re-created without its encoding (type(processor)(), as diffusers' loaders do) "
+        "outside the model set_pe installed it on; call mmpos.integrations.diffusers.restore(transformer), then set_pe"
+    )
 
 
 def processors_beneath(beneath, rotation, processor_class) -> dict:

@@ -13,7 +13,10 @@ from mmpos._camera_motions import vocabulary_help
 from .._options import add_run_options
 from .video import SPATIAL
 
-VIDEO_DESCRIPTION = "``mmpos generate video``: a camera-controlled Wan video from the command line."
+VIDEO_DESCRIPTION = (
+    "``mmpos generate video``: a camera-controlled video (Wan, or a camera family's pipeline folder) from the command "
+    "line."
+)
 
 
 # The text-to-image families of the diffusers family registry (mmpos.integrations.diffusers.families) and their
@@ -95,7 +98,8 @@ def register(subparsers) -> None:
     with_image_families(image)
     video = kinds.add_parser(
         "video",
-        help="camera-controlled Wan video (or the mini-world's image-to-video model)",
+        help="camera-controlled video: Wan, a camera family's pipeline folder, or the mini-world's image-to-video "
+        "model",
         description=VIDEO_DESCRIPTION,
     )
     add_video_arguments(video)
@@ -141,7 +145,8 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``mmpos generate video``."""
     parser.add_argument(
         "--model",
-        help="Wan diffusers pipeline (from_pretrained path or hub id); 'world': the "
+        help="Wan diffusers pipeline (from_pretrained path or hub id), or the saved pipeline folder of a family "
+        "that takes camera adapters (HunyuanVideo 1.5, LTX-2, SkyReels-V2, Cosmos); 'world': the "
         "mini-world's trained image-to-video model (32 px, CPU, seconds; see --camera); 'tiny': "
         "offline components with random weights (default: world when assets/world-video is there, "
         "else tiny)",
@@ -153,6 +158,13 @@ def add_video_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prompt", default="a slow camera move around a house", help="text prompt")
     parser.add_argument("--negative-prompt", default="", help="negative prompt")
+    parser.add_argument(
+        "--prompt-embeds",
+        metavar="FILE",
+        help="safetensors file of the pipeline's prompt tensors under its __call__ names (prompt_embeds, "
+        "prompt_embeds_mask, ...), instead of --prompt: for a pipeline folder saved without text encoders "
+        "(default: none, --prompt is encoded)",
+    )
     parser.add_argument(
         "--frames",
         help="video frames, 4k+1 (default: 81; tiny: 17), or a multiple of the trained "

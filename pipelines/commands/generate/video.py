@@ -1,5 +1,7 @@
-"""``mmpos generate video``: a camera-controlled Wan video from the parsed command line (the options:
-:mod:`mmpos.pipelines.commands.generate`).
+"""``mmpos generate video``: a camera-controlled video from the parsed command line (the options:
+:mod:`mmpos.pipelines.commands.generate`): Wan, or with ``--model FOLDER`` the saved pipeline of any family that takes
+camera adapters (its ``model_index.json`` names it: HunyuanVideo 1.5, LTX-2, SkyReels-V2, Cosmos; the call gets the
+options its ``__call__`` takes).
 
     mmpos generate video --model Wan-AI/Wan2.1-T2V-1.3B-Diffusers --frames 49 --camera preset:orbit \\
         --adapter path/to/adapter --prompt "a slow orbit around a house" --out outputs/video
@@ -118,22 +120,54 @@ def _trajectory(args, parser, frames: int):
     return trajectory
 
 
-def _pipeline(args, parser, settings):
+def _pipeline_class(args, parser):
+    """The camera-controlled class for ``--model``: Wan's (tiny, a hub id, a Wan folder), else the class a local
+    folder's ``model_index.json`` names, of a family that takes camera adapters
+    (:func:`~mmpos.pipelines.video.camera.camera_control`)."""
+    from ... import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
+
+    wan = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline
+    index = Path(args.model) / "model_index.json"
+    if args.model == TINY or not index.is_file():
+        return wan
+    from ...edits.detect import read_json_file
+    from ...video.camera import camera_control
+
+    try:
+        class_name = str(read_json_file(index, "a mapping of component names").get("_class_name"))
+    except (OSError, ValueError) as error:
+        _fail(parser, f"--model {args.model}: {str(error).splitlines()[0]}")
+    if class_name in ("WanPipeline", "WanImageToVideoPipeline"):
+        return wan
+    import diffusers
+
+    from mmpos.integrations.diffusers.camera_adapter import camera_families
+
+    try:
+        return camera_control(getattr(diffusers, class_name))
+    except (AttributeError, ValueError, TypeError):
+        _fail(
+            parser,
+            f"--model {args.model}: a {class_name} pipeline; `mmpos generate video` runs the pipelines of the "
+            f"families that take camera adapters ({', '.join(camera_families())})",
+        )
+
+
+def _pipeline(args, parser, settings, cls):
     import torch
 
     from mmpos.models.world.image import dtype_keyword
 
-    from ... import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline
-
-    cls = CameraControlWanImageToVideoPipeline if args.image else CameraControlWanPipeline
     dtype = getattr(torch, settings["dtype"])
     if settings["tiny"]:
         from mmpos.models.tiny_wan import tiny_wan_components
 
         pipe = cls(**tiny_wan_components(image_to_video=bool(args.image))).to(settings["device"])
         return pipe if dtype == torch.float32 else pipe.to(dtype=dtype)
-    try:
-        pipe = cls.from_pretrained(args.model, **{dtype_keyword(cls): dtype})
+    from ...loading import missing_components
+
+    try:  # a folder saved without text encoders: those passed as None (--prompt-embeds)
+        pipe = cls.from_pretrained(args.model, **{dtype_keyword(cls): dtype}, **missing_components(args.model, cls))
     except (OSError, ValueError) as error:  # diffusers: neither a pipeline folder nor a reachable Hub id
         _fail(parser, f"--model {args.model}: {str(error).splitlines()[0]}")
     return pipe.to(settings["device"])
@@ -245,7 +279,7 @@ def run_video(args, parser, write=None) -> int:
 
     from ... import load_camera_adapter
 
-    pipe = _pipeline(args, parser, settings)
+    pipe = _pipeline(args, parser, settings, _pipeline_class(args, parser))
     if args.adapter:
         try:
             adapter = load_camera_adapter(pipe, args.adapter)
@@ -271,9 +305,34 @@ def run_video(args, parser, write=None) -> int:
         call["max_sequence_length"] = 16  # the stock I2V processor needs the full 512 text tokens
     if image is not None:
         call["image"] = image
+    accepted = pipe.stock_signature().parameters
+    call = {name: value for name, value in call.items() if name in accepted}
+    if args.prompt_embeds:
+        call = {k: v for k, v in call.items() if k not in ("prompt", "negative_prompt")}
+        call.update(_prompt_embeds(args, parser, accepted, settings["device"]))
     camera = trajectory if pipe.camera_adapter is not None else None
     video = pipe(**call, camera=camera, camera_scale=args.camera_scale).frames[0]
     return (write or write_outputs)(paths, video, trajectory, args, settings)
+
+
+def _prompt_embeds(args, parser, accepted, device) -> dict:
+    """``--prompt-embeds``: the file's tensors, each named as a prompt tensor argument of the pipeline's call
+    (``prompt_embeds``, ``prompt_embeds_mask``, ``negative_prompt_attention_mask``, ...); anything else is refused by
+    name."""
+    from mmpos._safe_state import UnsafeStateError, read_tensors
+
+    path = Path(args.prompt_embeds)
+    if not path.is_file() or path.suffix != ".safetensors":
+        _fail(parser, f"--prompt-embeds {path}: no such safetensors file")
+    try:
+        tensors = read_tensors(path, device)
+    except UnsafeStateError as error:
+        _fail(parser, f"--prompt-embeds {error}")
+    names = sorted(name for name in accepted if name.startswith(("prompt_", "negative_prompt_")) or "embeds" in name)
+    unknown = sorted(set(tensors) - set(names))
+    if unknown or not tensors:
+        _fail(parser, f"--prompt-embeds {path}: holds {unknown or 'nothing'}; this pipeline takes {names}")
+    return tensors
 
 
 def _first_frame(args, parser, settings):

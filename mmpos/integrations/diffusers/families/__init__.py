@@ -148,9 +148,9 @@ def markdown_table(timings: Optional[Sequence[dict]] = None) -> str:
     time over stock); a family without a row gets ``-`` in the forward-time column."""
     measured = {row["family"]: row for row in timings or ()}
     rows = [
-        "| family | diffusers class | pipelines | tier | context parallel | extrapolation scales "
+        "| family | diffusers class | pipelines | tier | context parallel | extrapolation scales | camera adapters "
         "| forward vs stock (native / DyPE) | notes |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in builtin_families():
         family = FAMILIES[name]
@@ -158,10 +158,12 @@ def markdown_table(timings: Optional[Sequence[dict]] = None) -> str:
         pipelines = ", ".join(family.pipelines) or "-"
         parallel = context_parallel_row(family)
         scales = extrapolation_row(family)
+        cameras = camera_row(family)
         row = measured.get(name)
         timing = f"{row['native_x']:.2f}x / {row['dype_x']:.2f}x" if row else "-"
         rows.append(
-            f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {scales} | {timing} | {family.notes} |"
+            f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {scales} | {cameras} | {timing} "
+            f"| {family.notes} |"
         )
     return "\n".join(rows)
 
@@ -173,6 +175,20 @@ def extrapolation_row(family: Family) -> str:
     if family.time_axis is None:
         return image
     return f"{image}; `time=`: {family.axis_names[family.time_axis]}"
+
+
+def camera_row(family: Family) -> str:
+    """The table's camera-adapter cell: the kinds a family with a camera site takes (the registered camera encodings
+    that build an adapter), and the per-token ones it keeps under context parallelism; ``-`` without a site."""
+    if family.camera is None:
+        return "-"
+    from ....encodings.registry import list_pes, pe_capabilities
+
+    kinds = [name for name in list_pes("camera") if pe_capabilities(name).adapter]
+    cell = ", ".join(kinds)
+    if family.context_parallel:
+        cell += " (context parallel: " + ", ".join(k for k in kinds if pe_capabilities(k).additive) + ")"
+    return cell
 
 
 def context_parallel_row(family: Family) -> str:

@@ -45,6 +45,34 @@ class AxisSpectrum:
 STOCK = AxisSpectrum(None, 1.0)
 
 
+@dataclass(frozen=True)
+class CameraSite:
+    """Where a family's camera adapters (:mod:`..camera_adapter`) act; the layers are the family's
+    ``attention_modules`` (the self-attention over the video tokens).
+
+    Args:
+        grid: ``grid(model, args, kwargs) -> (frames, rows, cols)``: the video token grid of a forward, read from its
+            inputs; the layers' hidden states are these tokens, frame-major then row-major (one camera per frame).
+        output_index: ``None`` where a layer returns the video tokens' attention output; ``i`` where it returns a
+            tuple whose item ``i`` is (HunyuanVideo 1.5's joint attention: ``(video, text)``, index 0).
+    """
+
+    grid: Callable
+    output_index: Optional[int] = None
+
+
+def latent_video_grid(model, args, kwargs) -> tuple[int, int, int]:
+    """The video token grid of latents ``hidden_states [B, C, F, H, W]`` cut into the model's ``patch_size`` ``(t, h,
+    w)`` patches (``config.patch_size``, or ``patch_size_t`` and a square ``patch_size``)."""
+    latents = kwargs.get("hidden_states", args[0] if args else None)
+    if not isinstance(latents, torch.Tensor) or latents.dim() != 5:
+        shape = tuple(latents.shape) if isinstance(latents, torch.Tensor) else type(latents).__name__
+        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, F, H, W]")
+    patch = model.config.patch_size
+    patch = tuple(patch) if isinstance(patch, (tuple, list)) else (model.config.patch_size_t, patch, patch)
+    return tuple(int(n) // int(p) for n, p in zip(latents.shape[2:], patch))
+
+
 def _no_tables(seam, *args, **kwargs):
     raise NotImplementedError("this family has no tier-1 tables (its seam is built by make_seam)")
 
@@ -91,9 +119,16 @@ class Family:
         pipelines: pipeline class names of the family (docs and ``mmpos generate``).
         train_size: the 1:1 training size in pixels; ``pixels_per_token``: latent patch size in pixels.
         notes: what is special (the README table).
+        composes_with: tier 2: ``composes_with() -> classes``: processors other than the stock one that the family's
+            mmpos processors carry (FLUX.1: diffusers' IP-Adapter processor); ``set_pe`` keeps their extra term.
+        rebind_processor: tier 2: ``rebind_processor(installed, new) -> processor | None``: a loader replaced the mmpos
+            processor ``installed`` of a layer by ``new`` (``load_ip_adapter`` / ``unload_ip_adapter`` after
+            ``set_pe``); the family's mmpos processor carrying ``new`` (which ``restore`` then puts back), or ``None``
+            where the swap is refused (:meth:`~..installer.ProcessorInstaller.check_processors`).
         context_parallel: the family's seam is verified under diffusers' context-parallel plan (a 2-process test
             equals one process, ``tests/integrations/test_context_parallel.py``); ``False``: a forward with mmpos
             installed under ``enable_parallelism`` is refused by name (:mod:`..parallelism`).
+        camera: where the camera adapters act (:class:`CameraSite`); ``None``: the family takes none.
     """
 
     name: str
@@ -124,9 +159,12 @@ class Family:
     extras: dict = field(default_factory=dict)
     companion_attrs: tuple[str, ...] = ()
     seam_options: dict = field(default_factory=dict)
+    composes_with: Optional[Callable[[], tuple]] = None
+    rebind_processor: Optional[Callable] = None
     latent_grid: Optional[Callable] = None
     rule_processor: Optional[Callable] = None
     rotary_input: Optional[object] = None
+    camera: Optional[CameraSite] = None
 
     @property
     def has_tables(self) -> bool:

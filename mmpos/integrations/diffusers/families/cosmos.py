@@ -28,7 +28,7 @@ import torch
 
 from ....spectrum.allocation import chunked_spectrum
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import CameraSite, Family, SpectrumSeam, latent_video_grid
 from .codecs import axis_frequencies, ladder
 
 FPS_MODULATION = ("stock", "off")
@@ -120,5 +120,9 @@ COSMOS = register_family(
         train_size=1024,
         pixels_per_token=16,  # VAE 8 x patch 2
         notes="per-axis NTK rope_scale built in; fps_modulation='stock' (diffusers) or 'off' (the checkpoints)",
+        attention_modules=lambda model: [
+            (f"transformer_blocks.{i}.attn1", b.attn1) for i, b in enumerate(model.transformer_blocks)
+        ],
+        camera=CameraSite(grid=latent_video_grid),
     )
 )

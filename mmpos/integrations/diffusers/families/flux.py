@@ -3,6 +3,11 @@
 Tier 2: the seam (:class:`FluxPositions`) and mmpos processors (:class:`FluxPEAttnProcessor`), so any rotary
 encoding, the camera adapters and the edits install. Axes ``(index, row,
 col)``: text ids are zeros, Kontext's context image has index 1.
+
+An IP-Adapter composes in either order: ``set_pe`` over ``load_ip_adapter`` carries each layer's
+``FluxIPAdapterAttnProcessor`` in a :class:`FluxPEIPAdapterAttnProcessor`, and ``load_ip_adapter`` /
+``unload_ip_adapter`` after ``set_pe`` are taken back at the next forward, edit or ``restore``
+(:func:`flux_rebind_processor`).
 """
 
 from __future__ import annotations
@@ -10,8 +15,11 @@ from __future__ import annotations
 import weakref
 
 import torch
+from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.embeddings import apply_rotary_emb
 from diffusers.models.transformers import transformer_flux
+from diffusers.models.transformers.transformer_flux import FluxAttnProcessor, FluxIPAdapterAttnProcessor
+from torch import nn
 
 from ..positions import PositionSeam
 from ..processors import PEProcessor, processors_beneath
@@ -78,6 +86,12 @@ def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
 
     Same operations, in the same order, as diffusers' ``FluxAttnProcessor``.
     """
+    return flux_project_heads_and_image_query(attn, hidden_states, encoder_hidden_states)[:3]
+
+
+def flux_project_heads_and_image_query(attn, hidden_states, encoder_hidden_states=None):
+    """:func:`flux_project_heads` and the image tokens' queries ``[B, S_img, H, D]`` after qk-norm (what the
+    IP-Adapter term attends from)."""
     query, key, value, encoder_query, encoder_key, encoder_value = transformer_flux._get_qkv_projections(
         attn, hidden_states, encoder_hidden_states
     )
@@ -88,10 +102,12 @@ def flux_project_heads(attn, hidden_states, encoder_hidden_states=None):
         encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
         encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
         encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
+        image_query = query
         query = torch.cat([encoder_query, query], dim=1)
         key = torch.cat([encoder_key, key], dim=1)
         value = torch.cat([encoder_value, value], dim=1)
-    return query, key, value
+        return query, key, value, image_query
+    return query, key, value, query
 
 
 def flux_finish_attention(attn, hidden_states, encoder_hidden_states, dtype):
@@ -117,6 +133,77 @@ class FluxPEAttnProcessor(PEProcessor):
         return flux_finish_attention(attn, hidden_states, encoder_hidden_states, query.dtype)
 
 
+class FluxPEIPAdapterAttnProcessor(FluxPEAttnProcessor, FluxIPAdapterAttnProcessor):
+    """``FluxIPAdapterAttnProcessor`` with the rotation from mmpos: the joint attention rotated as in
+    :class:`FluxPEAttnProcessor`, plus the image-prompt term as the stock processor computes it (from the image
+    queries before the rotation, without positions). It carries the stock processor it replaces (:meth:`carry`): the
+    IP-Adapter's ``to_k_ip`` / ``to_v_ip`` are the same modules and ``scale`` is the stock one's, so
+    ``set_ip_adapter_scale`` reaches both and ``restore`` puts back the stock processor as it is."""
+
+    def __init__(self, rotation=None, layer: int | None = None, attention_backend=None, parallel_config=None):
+        nn.Module.__init__(self)
+        FluxPEAttnProcessor.__init__(self, rotation, layer, attention_backend, parallel_config)
+        self.__dict__["carried"] = None  # the stock processor (not a submodule: its layers are registered here)
+
+    def carry(self, stock: FluxIPAdapterAttnProcessor) -> "FluxPEIPAdapterAttnProcessor":
+        self.__dict__["carried"] = stock
+        self.to_k_ip, self.to_v_ip = stock.to_k_ip, stock.to_v_ip
+        return self
+
+    @property
+    def scale(self):
+        return self.carried.scale
+
+    @scale.setter
+    def scale(self, value):
+        self.carried.scale = value
+
+    def __call__(
+        self,
+        attn,
+        hidden_states,
+        encoder_hidden_states=None,
+        attention_mask=None,
+        image_rotary_emb=None,
+        ip_hidden_states=None,
+        ip_adapter_masks=None,  # taken and unused, as by the stock processor
+    ):
+        query, key, value, image_query = flux_project_heads_and_image_query(attn, hidden_states, encoder_hidden_states)
+        if image_rotary_emb is not None:
+            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        if encoder_hidden_states is None:
+            return hidden_states
+        text_len = encoder_hidden_states.shape[1]
+        encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+            [text_len, hidden_states.shape[1] - text_len], dim=1
+        )
+        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))  # no .contiguous(): as the stock IP processor
+        encoder_hidden_states = attn.to_add_out(encoder_hidden_states)
+        if ip_hidden_states is None:  # a forward without image-prompt embeddings: no image-prompt term
+            return hidden_states, encoder_hidden_states
+        return hidden_states, encoder_hidden_states, self.image_prompt(attn, image_query, ip_hidden_states)
+
+    def image_prompt(self, attn, image_query, ip_hidden_states):
+        """The IP-Adapter term ``[B, S_img, H * D]``: per adapter, ``scale`` times the attention from the image
+        queries to its image-prompt tokens."""
+        batch = image_query.shape[0]
+        total = 0
+        for states, scale, to_k, to_v in zip(ip_hidden_states, self.scale, self.to_k_ip, self.to_v_ip):
+            ip_key = to_k(states).view(batch, -1, attn.heads, attn.head_dim)
+            ip_value = to_v(states).view(batch, -1, attn.heads, attn.head_dim)
+            out = dispatch_attention_fn(
+                image_query,
+                ip_key,
+                ip_value,
+                backend=self._attention_backend,
+                parallel_config=self._parallel_config,
+            )
+            total = total + scale * out.reshape(batch, -1, attn.heads * attn.head_dim).to(image_query.dtype)
+        return total
+
+
 def flux_attention_modules(model):
     from diffusers.models.transformers.transformer_flux import FluxAttention
 
@@ -124,8 +211,6 @@ def flux_attention_modules(model):
 
 
 def flux_stock_processor():
-    from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
-
     return FluxAttnProcessor
 
 
@@ -134,7 +219,34 @@ def flux_seam(model, stock, encodings, native, coord_axes):
 
 
 def flux_processors(beneath, rotation, native):
-    return processors_beneath(beneath, flux_stock_rotation if native else rotation, lambda _: FluxPEAttnProcessor)
+    """Per layer a :class:`FluxPEAttnProcessor`, or a :class:`FluxPEIPAdapterAttnProcessor` carrying the layer's
+    IP-Adapter processor."""
+
+    def processor_class(stock):
+        return FluxPEIPAdapterAttnProcessor if isinstance(stock, FluxIPAdapterAttnProcessor) else FluxPEAttnProcessor
+
+    processors = processors_beneath(beneath, flux_stock_rotation if native else rotation, processor_class)
+    for layer, (_, stock) in enumerate(beneath):
+        if isinstance(processors[layer], FluxPEIPAdapterAttnProcessor):
+            processors[layer].carry(stock)
+    return processors
+
+
+def flux_rebind_processor(installed, new):
+    """After ``set_pe``: ``load_ip_adapter`` put a stock ``FluxIPAdapterAttnProcessor`` on a layer (the mmpos
+    processor carrying it replaces it), or ``unload_ip_adapter`` put a stock ``FluxAttnProcessor`` where an IP-Adapter
+    was (the plain mmpos processor replaces it); both keep the layer's rotation. Anything else: ``None`` (refused)."""
+    if type(new) is FluxIPAdapterAttnProcessor:
+        replacement = FluxPEIPAdapterAttnProcessor(*_bound_state(installed)).carry(new)
+    elif type(new) is FluxAttnProcessor and isinstance(installed, FluxPEIPAdapterAttnProcessor):
+        replacement = FluxPEAttnProcessor(*_bound_state(installed))
+    else:
+        return None
+    return replacement
+
+
+def _bound_state(processor):
+    return processor.rotation, processor.layer, processor._attention_backend, processor._parallel_config
 
 
 def _positional(args, index):
@@ -191,6 +303,8 @@ FLUX = register_family(
         attention_modules=flux_attention_modules,
         stock_processor=flux_stock_processor,
         make_processors=flux_processors,
+        composes_with=lambda: (FluxIPAdapterAttnProcessor,),
+        rebind_processor=flux_rebind_processor,
         make_seam=flux_seam,
         check_inputs=check_flux_ids,
         global_coords=flux_global_coords,

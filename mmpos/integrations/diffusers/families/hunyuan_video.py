@@ -24,5 +24,7 @@ HUNYUAN_VIDEO = register_family(
         pipelines=("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
         train_size=960,  # 720p (1280 x 720 ~ 960 x 960)
         pixels_per_token=16,  # 8x VAE, patch 2
+        attention_modules=None,  # no camera site: its single-stream blocks attend over text and video tokens at once
+        camera=None,
     )
 )

@@ -21,7 +21,7 @@ from diffusers.models.embeddings import apply_rotary_emb
 
 from ..processors import PEProcessor
 from . import register_family
-from .base import Family
+from .base import CameraSite, Family
 from .codecs import cos_sin_repeated
 
 
@@ -127,5 +127,6 @@ HUNYUAN_VIDEO15 = register_family(
         attention_modules=_self_attention,
         latent_grid=_latent_grid,
         rule_processor=_rule_processor,
+        camera=CameraSite(grid=_latent_grid, output_index=0),  # the joint attention returns (video, text)
     )
 )

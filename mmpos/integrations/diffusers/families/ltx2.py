@@ -32,7 +32,7 @@ from torch import nn
 from ....spectrum.allocation import chunked_spectrum
 from ....spectrum.frequencies import rope_inv_freq
 from . import register_family
-from .base import Family
+from .base import CameraSite, Family
 from .ltx import LTXSeam
 
 VIDEO_AXES = 3
@@ -193,6 +193,19 @@ def _make_seam(model, stock, encodings, native, coord_axes):
     return LTX2Seam(LTX2, encoding, stock, model.audio_rope, _axes_dims(model), _theta(model))
 
 
+def packed_video_grid(model, args, kwargs) -> tuple[int, int, int]:
+    """The video token grid of a forward on packed tokens ``[B, F * H * W, C]``: its ``num_frames``, ``height`` and
+    ``width`` (latent sizes) in ``patch_size_t`` / ``patch_size`` steps, as the video rope counts them."""
+    sizes = [kwargs.get(name) for name in ("num_frames", "height", "width")]
+    if any(size is None for size in sizes):
+        raise ValueError(
+            "LTX-2 camera adapters read the video grid from the forward's num_frames, height and width (latent sizes), "
+            "as the LTX-2 pipelines pass them; got None"
+        )
+    steps = (model.config.patch_size_t, model.config.patch_size, model.config.patch_size)
+    return tuple(-(-int(n) // int(p)) for n, p in zip(sizes, steps))
+
+
 LTX2 = register_family(
     Family(
         name="ltx2",
@@ -220,5 +233,9 @@ LTX2 = register_family(
         train_size=512,
         pixels_per_token=32,  # VAE 32 x patch 1
         notes="video and audio tables (interleaved or split); cross-modal tables stock; audio axis 3",
+        attention_modules=lambda model: [
+            (f"transformer_blocks.{i}.attn1", b.attn1) for i, b in enumerate(model.transformer_blocks)
+        ],
+        camera=CameraSite(grid=packed_video_grid),  # video self-attention only: audio_attn1 untouched
     )
 )

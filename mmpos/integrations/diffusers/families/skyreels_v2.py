@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import CastFollowingSeam, Family
+from .base import CameraSite, CastFollowingSeam, Family, latent_video_grid
 from .codecs import cos_sin_repeated
 
 
@@ -96,5 +96,7 @@ SKYREELS_V2 = register_family(
         train_size=720,  # 540p (960 x 544 ~ 723 x 723; the 720p models: 1280 x 720 ~ 960 x 960)
         pixels_per_token=16,  # 8x VAE, patch 2
         notes="precomputed buffers replaced by tables from positions; per-frame timesteps (diffusion forcing)",
+        attention_modules=lambda model: [(f"blocks.{i}.attn1", b.attn1) for i, b in enumerate(model.blocks)],
+        camera=CameraSite(grid=latent_video_grid),
     )
 )

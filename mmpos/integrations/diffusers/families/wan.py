@@ -3,9 +3,9 @@
 One module, one generalisation: :func:`register_wan_family` registers a class whose ``rope`` is Wan's.
 
 * Tier 2 (the seam :class:`WanPositions` and the processors :class:`WanPEAttnProcessor` on every self-attention
-  layer, ``blocks.*.attn1`` and VACE's ``vace_blocks.*.attn1``; any rotary encoding and the camera adapters
-  install): ``wan`` (Wan 2.1 / 2.2 T2V, I2V, TI2V, V2V, Lucy Edit), ``wan_vace`` (imports Wan's rope), ``wan_animate``
-  (a copy), ``chronoedit`` (a copy whose two-frame input, the image and its edit, sits at times ``0`` and
+  layer, ``blocks.*.attn1`` and VACE's ``vace_blocks.*.attn1``; any rotary encoding installs, and on ``wan`` the
+  camera adapters): ``wan`` (Wan 2.1 / 2.2 T2V, I2V, TI2V, V2V, Lucy Edit), ``wan_vace`` (imports Wan's rope),
+  ``wan_animate`` (a copy), ``chronoedit`` (a copy whose two-frame input, the image and its edit, sits at times ``0`` and
   ``temporal_skip_len - 1``).
 * Tier 1 (the stock processors stay; the tables rebuilt from positions as for SkyReels-V2, whose rope is also
   Wan's): ``sana_video`` (SANA-Video's linear attention rotates with the stock ``(cos, sin)``).
@@ -30,7 +30,7 @@ from ..context_parallel import refuse_after_parallelism
 from ..positions import PositionSeam, pack_tables
 from ..processors import PEProcessor, processors_beneath
 from . import register_family
-from .base import CastFollowingSeam, Family
+from .base import CameraSite, CastFollowingSeam, Family
 from .skyreels_v2 import skyreels_tables
 
 
@@ -215,6 +215,7 @@ def register_wan_family(
     timestep_index: int = 1,
     train_size: int = 832,
     attention_rules: bool = False,
+    camera: bool = False,
 ) -> Family:
     """Register the family of ``diffusers.models.transformers.{module}:{class_name}``, whose ``rope`` is Wan's.
 
@@ -224,7 +225,7 @@ def register_wan_family(
     ``attention_rules``: UltraViCo and FreeLOC (:mod:`..attention_rules`) through the tier-2 processors.
     ``check_model`` defaults, for a family verified under diffusers' context parallelism (``context_parallel``:
     Wan's plan, which hooks ``rope``), to refusing ``set_pe`` on a model already parallel; an unverified family is
-    refused there by name (:mod:`..parallelism`).
+    refused there by name (:mod:`..parallelism`). ``camera``: camera adapters act on :func:`wan_self_attention`.
     """
     if check_model is None and context_parallel:
         check_model = check_no_sharded_seam
@@ -254,6 +255,7 @@ def register_wan_family(
         pixels_per_token=16,  # 8x VAE, patch 2
         notes=notes,
         latent_grid=wan_latent_grid if attention_rules else None,
+        camera=CameraSite(grid=wan_latent_grid) if camera else None,
         **(tier2 if tier == 2 else dict(tables=skyreels_tables, make_seam=partial(_tier1_seam, name))),
     )
     return register_family(family)
@@ -291,6 +293,7 @@ WAN = register_wan_family(
     "any rotary encoding, camera adapters; TI2V per-token timesteps: sigma from the noisy tokens",
     context_parallel=True,  # tests/integrations/test_context_parallel.py
     attention_rules=True,
+    camera=True,
 )
 WAN_VACE = register_wan_family(
     "wan_vace",
