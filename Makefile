@@ -56,7 +56,8 @@ FAST_EXCLUDE := tests/project/test_documentation.py tests/encodings/test_compile
 	tests/integrations/test_context_parallel_refusal.py tests/training/test_training_interrupt.py \
 	tests/training/test_world_training.py tests/training/test_training_scaffold.py tests/project/test_no_data_loss.py \
 	tests/project/test_packaging.py tests/pipelines/test_loose_families.py \
-	tests/project/test_concurrent_outputs.py tests/pipelines/test_edit_sweep.py tests/app
+	tests/project/test_concurrent_outputs.py tests/pipelines/test_edit_sweep.py tests/app \
+	tests/commands/test_tiny_pipeline_cli.py
 test-fast: $(VENV)/.test
 	$(PY) -m pytest -q $(addprefix --ignore=,$(FAST_EXCLUDE))
 

@@ -42,7 +42,8 @@ def report_prompts(args, parts) -> None:
     print(f"prompt{'s' if count > 1 else ''} used: " + "; ".join(described))
 
 
-EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask")
+EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask", "prompt_attention_mask")
+MASK_KEYS = ("prompt_embeds_mask", "prompt_attention_mask")  # optional where the pipeline takes them
 
 
 def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
@@ -77,16 +78,22 @@ def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"),
     return embeds
 
 
-EMBED_DIMS = {"prompt_embeds": ("B", "L", "D"), "pooled_prompt_embeds": ("B", "D"), "prompt_embeds_mask": ("B", "L")}
+EMBED_DIMS = {
+    "prompt_embeds": ("B", "L", "D"),
+    "pooled_prompt_embeds": ("B", "D"),
+    "prompt_embeds_mask": ("B", "L"),
+    "prompt_attention_mask": ("B", "L"),
+}
 
 
 def prompt_kwargs(args, prompts, pipe, guidance=None) -> dict:
     """``prompt`` strings, or the ``--prompt-embeds`` tensors the pipeline takes: Flux ``prompt_embeds`` and
-    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L].
+    ``pooled_prompt_embeds``; Qwen-Image ``prompt_embeds`` and, if saved, ``prompt_embeds_mask`` [B, L] (Chroma:
+    ``prompt_attention_mask``).
     A world model gets its prompts with its sampling ``guidance`` (:func:`mmpos.models.world.image.conditioning`)."""
     if args.prompt_embeds:
         accepted = [k for k in EMBED_KEYS if k in stock_call_parameters(pipe)]
-        required = [k for k in accepted if k != "prompt_embeds_mask"]
+        required = [k for k in accepted if k not in MASK_KEYS]
         embeds = load_prompt_embeds(args.prompt_embeds, required, [k for k in accepted if k not in required])
         check_embeds_fit(embeds, pipe.transformer.config, args.prompt_embeds)
         dtype = pipe.transformer.dtype

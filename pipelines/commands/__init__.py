@@ -19,7 +19,7 @@ from mmpos._arguments import OneLineErrorParser, check_out_writable, show_defaul
 from mmpos._atomic import ConcurrentWriteError, claim_output, claimed_outputs
 from mmpos.training.scaffold.interrupt import EXIT_CODE
 
-from . import app, bench, demo, edit, evaluate, generate, listing, train, viz, world
+from . import app, bench, demo, edit, evaluate, generate, listing, tiny_pipeline, train, viz, world
 
 COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
     demo,
@@ -28,6 +28,7 @@ COMMANDS = [  # one line per command, in the order `mmpos --help` lists them
     viz,
     edit,
     generate,
+    tiny_pipeline,
     world,
     train,
     evaluate,

@@ -237,6 +237,13 @@ def check_sampler(config: dict) -> None:
             raise ValueError(f"sampler.{key}={value!r}: expected a number")
 
 
+def default_side(pipe) -> int:
+    """The height and width in pixels ``pipe`` makes when given none: ``default_sample_size`` latents times
+    ``vae_scale_factor`` where it has them, else 1024 (Z-Image's ``__call__`` falls back to 1024 px)."""
+    size = getattr(pipe, "default_sample_size", None)
+    return 1024 if size is None else size * pipe.vae_scale_factor
+
+
 def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
     """``sampler.height`` / ``.width``: at most :data:`MAX_SIZE_OVER_TRAINED` times the model's ``train_size``
     (pixels, an int or ``(height, width)``) per side, on ``pipe``'s token grid and within its device's free memory
@@ -245,7 +252,7 @@ def check_sampler_size(pipe, sampler: dict, prompts: int, train_size) -> None:
     from ..images import MAX_SIZE_OVER_TRAINED, TRAINING, check_output_size, over_trained
 
     trained = (train_size, train_size) if isinstance(train_size, int) else tuple(train_size)
-    default = pipe.default_sample_size * pipe.vae_scale_factor  # a size the config leaves out: the pipeline's
+    default = default_side(pipe)  # a size the config leaves out: the pipeline's
     height, width = (sampler.get(key) or default for key in ("height", "width"))
     names = [sampler_value_name(key, value) for key, value in (("height", height), ("width", width))]
     for name, value, side in zip(names, (height, width), trained):

@@ -29,7 +29,8 @@ def add_run_options(parser: argparse.ArgumentParser, config_name: str, figures: 
     parser.add_argument(
         "--prompt-embeds",
         help="safetensors/pt file with prompt_embeds [B, L, D] and (Flux) "
-        "pooled_prompt_embeds [B, D] or (Qwen-Image, optional) prompt_embeds_mask [B, L] "
+        "pooled_prompt_embeds [B, D] or (Qwen-Image, optional) prompt_embeds_mask [B, L] (Chroma: "
+        "prompt_attention_mask) "
         "(for models saved without text encoders; default: encode the prompts)",
     )
     parser.add_argument(

@@ -19,7 +19,7 @@ from ...extrapolate import (
 )
 from ...images import save_image
 from ...inputs import prompt_kwargs, sampler_options
-from .._config import check_prompt_source, check_sampler_size, resolve_config, save_config
+from .._config import check_prompt_source, check_sampler_size, default_side, resolve_config, save_config
 from .._options import output_folder, report_written
 
 
@@ -43,7 +43,7 @@ def run_generate(args) -> int:
     except ValueError as error:
         raise user_error("mmpos generate", error) from None
     if installed["schedules"] is not None:
-        sampler, default = sampler_options(config), pipe.default_sample_size * pipe.vae_scale_factor
+        sampler, default = sampler_options(config), default_side(pipe)
         size = (sampler.get("height") or default, sampler.get("width") or default)
         installed["noise_shift"] = install_noise_shift(
             pipe, presets, setting["shift"], installed["trained_grid"], *size
@@ -110,7 +110,7 @@ def _generate_pipeline(args, config, model):
 def _call_sampler(pipe, config) -> dict:
     """``sampler`` as the pipeline takes it: Qwen-Image without guidance embeddings has no distilled guidance
     (its guidance is ``true_cfg_scale`` with a negative prompt), so ``guidance_scale`` is dropped, saying so."""
-    sampler = sampler_options(config)
+    sampler = sampler_options(config, pipe)  # the keys its __call__ takes (Qwen-Image 2.1: no guidance_scale)
     distilled = getattr(pipe.transformer.config, "guidance_embeds", True)
     if type(pipe).__name__ == "QwenImagePipeline" and not distilled and "guidance_scale" in sampler:
         print(
