@@ -1,5 +1,7 @@
 """``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux or
-Qwen-Image pipeline.
+Qwen-Image pipeline, and an attention rule joined with ``+`` (``dype+ultraimage``: UltraImage's entropy-driven
+sharpening; ``dype+spa``: HRDiT's bundle grids on the first 3 steps;
+:func:`~mmpos.integrations.diffusers.set_attention_rule`).
 
 The preset goes to the transformer's row and column axes through ``set_pe(..., "native", extrapolation=...)``;
 the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, Qwen-Image:
@@ -8,18 +10,42 @@ the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 102
 
 from __future__ import annotations
 
+import math
 import sys
 
 from mmpos.integrations.diffusers import set_pe
 from mmpos.spectrum.schedule import PRESETS, extrapolation_preset
 
 CHOICES = ("none", *PRESETS)
+RULES = ("ultraimage", "spa")  # attention rules (set_attention_rule) a preset takes after "+", one at a time
 AXES = ("row", "col")
 SHIFTS = ("authors", "comfyui", "off")  # DyPE's noise-schedule shift (mmpos.integrations.diffusers.noise_shift)
 
 
+def split_rules(text: str) -> tuple[str, list[str]]:
+    """``"dype+ultraimage"`` -> ``("dype", ["ultraimage"])``; ``"ultraimage"`` -> ``("none", ["ultraimage"])``."""
+    parts = text.split("+")
+    rules = [part for part in parts if part in RULES]
+    presets = [part for part in parts if part not in RULES]
+    if len(presets) > 1:
+        raise ValueError(
+            f"--extrapolate {text!r}: one position preset and attention rules ({', '.join(RULES)}) joined by '+', "
+            f"got {presets}"
+        )
+    if len(rules) > 1:
+        raise ValueError(f"--extrapolate {text!r}: one attention rule at a time ({', '.join(RULES)}), got {rules}")
+    return (presets[0] if presets else "none"), rules
+
+
+def parse_rules(text: str) -> list[str]:
+    """The attention rules of an ``--extrapolate`` value (see :func:`split_rules`)."""
+    return split_rules(text)[1]
+
+
 def parse_extrapolate(text: str) -> dict:
-    """``"dype"`` -> ``{"row": "dype", "col": "dype"}``; ``"row=dype,col=ntk"`` per axis (an axis left out: none)."""
+    """``"dype"`` -> ``{"row": "dype", "col": "dype"}``; ``"row=dype,col=ntk"`` per axis (an axis left out: none);
+    attention rules after ``+`` are left out (:func:`parse_rules`)."""
+    whole, (text, _) = text, split_rules(text)
     if "=" not in text:
         presets = dict.fromkeys(AXES, text)
     else:
@@ -27,14 +53,17 @@ def parse_extrapolate(text: str) -> dict:
         for item in text.split(","):
             axis, _, preset = item.partition("=")
             if axis not in AXES:
-                raise ValueError(f"--extrapolate {text!r}: axis {axis!r} is unknown; expected {AXES}")
+                raise ValueError(f"--extrapolate {whole!r}: axis {axis!r} is unknown; expected {AXES}")
             if axis in given:
-                raise ValueError(f"--extrapolate {text!r}: axis {axis!r} is given twice; name each axis once")
+                raise ValueError(f"--extrapolate {whole!r}: axis {axis!r} is given twice; name each axis once")
             given.add(axis)
             presets[axis] = preset
     for preset in presets.values():
         if preset not in CHOICES:
-            raise ValueError(f"--extrapolate {text!r}: preset {preset!r} is unknown; expected one of {CHOICES}")
+            raise ValueError(
+                f"--extrapolate {whole!r}: preset {preset!r} is unknown; expected one of {CHOICES} "
+                f"(and attention rules after '+': {', '.join(RULES)})"
+            )
     return presets
 
 
@@ -95,10 +124,11 @@ def check_extrapolate_setting(setting, presets: dict) -> None:
             raise ValueError(f"extrapolate.options={options!r} with preset {preset!r}: {error}") from None
 
 
-def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None) -> dict:
+def install_extrapolation(pipe, presets: dict, train_size, options: dict | None = None, rules=()) -> dict:
     """Put the per-axis ``presets`` on ``pipe.transformer``'s image row and column axes (``set_pe`` native; the
-    family's other axes, e.g. Flux's text/index axis or Qwen-Image's frame axis, are left alone); returns what was
-    installed, as plain values for the config."""
+    family's other axes, e.g. Flux's text/index axis or Qwen-Image's frame axis, are left alone) and the attention
+    ``rules`` (:data:`RULES`) past the training grid; returns what was installed, as plain values for the config.
+    A family the rule does not reach: ValueError naming it."""
     from mmpos.integrations.diffusers.families import family_for
 
     family = family_for(pipe.transformer)
@@ -113,9 +143,12 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
         image[axis] = per_axis[index] = (
             None if preset == "none" else extrapolation_preset(preset, (length,), **options)[0]
         )
-    if all(entry is None for entry in per_axis):
+    if all(entry is None for entry in per_axis) and not rules:
         return {"presets": presets, "train_size": [train_h, train_w], "schedules": None}
-    set_pe(pipe.transformer, "native", extrapolation=per_axis)
+    if rules:
+        install_rules(pipe.transformer, rules, grid, per_axis)
+    else:
+        set_pe(pipe.transformer, "native", extrapolation=per_axis)
     schedules = {axis: None if entry is None else entry.describe() for axis, entry in image.items()}
     return {
         "presets": presets,
@@ -123,7 +156,39 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
         "trained_grid": list(grid),
         "options": options,
         "schedules": schedules,
+        "rules": list(rules),
     }
+
+
+def install_rules(transformer, rules, grid, per_axis) -> None:
+    """``set_pe`` with ``per_axis`` (native; ``rope_axial``, the same spectrum, where a family's native install
+    keeps its stock processors, which no rule reaches) and each rule at the training ``grid``."""
+    from mmpos.integrations.diffusers import set_attention_rule
+    from mmpos.integrations.diffusers.attention_rules import IMAGE_RULES as FAMILIES_OF
+    from mmpos.integrations.diffusers.attention_rules import encoding_processors
+    from mmpos.integrations.diffusers.families import family_for
+
+    name = family_for(transformer).name
+    for rule in rules:
+        if name not in FAMILIES_OF[rule]:
+            raise ValueError(
+                f"--extrapolate {rule}: the {name} family is not supported (its processors are stock); "
+                f"supported: {', '.join(FAMILIES_OF[rule])}"
+            )
+    set_pe(transformer, "native", extrapolation=per_axis)
+    if not encoding_processors(transformer):
+        set_pe(transformer, "rope_axial", extrapolation=per_axis)
+    for rule in rules:
+        set_attention_rule(transformer, rule_config(rule, grid))
+
+
+def rule_config(rule: str, grid) -> dict:
+    """The command line's ``set_attention_rule`` config of ``rule`` for the trained ``(rows, cols)`` grid; SPA's
+    ``group_num``: the authors' 80 bundles for FLUX.1's 64 trained tokens a side, scaled to this model."""
+    config = {"type": rule, "train_grid": tuple(grid)}
+    if rule == "spa":
+        config["group_num"] = max(2, math.ceil(max(grid) * 80 / 64))
+    return config
 
 
 def install_noise_shift(pipe, presets: dict, shift: str, trained_grid, height: int, width: int) -> dict:

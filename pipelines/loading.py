@@ -265,8 +265,16 @@ def load_edit_pipeline(method: EditMethod, config, model: ModelRef | None = None
     device and dtype), with
     ``config["extrapolate"]``'s schedule installed under the edit (``set_pe``); a model that cannot be loaded
     ends the command (one line, exit code 2)."""
-    from .extrapolate import install_extrapolation, parse_extrapolate
+    from .extrapolate import install_extrapolation, parse_extrapolate, parse_rules
 
+    setting = config["extrapolate"]
+    if parse_rules(str(setting["preset"])):
+        print(
+            f"mmpos edit {method.name}: error: --extrapolate {setting['preset']}: attention rules are for "
+            "mmpos generate (the edits' processors sit above them; not verified under an edit)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     try:
         path, cls = resolve_model(method, config, model)
         print(f"model: {path} ({cls.__name__}), device {config['device']}, dtype {config['dtype']}")
@@ -274,7 +282,6 @@ def load_edit_pipeline(method: EditMethod, config, model: ModelRef | None = None
     except ValueError as error:
         print(f"mmpos edit {method.name}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    setting = config["extrapolate"]
     installed = install_extrapolation(
         pipe, parse_extrapolate(str(setting["preset"])), setting["train_size"], setting.get("options")
     )

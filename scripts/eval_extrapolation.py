@@ -34,6 +34,8 @@ from mmpos.pipelines.world.extrapolation_runs import (
 from mmpos.world.scene import SceneSpec
 
 EXTRA_METHODS = ("dype_ntk", "dype_yarn")  # DyPE through NTK or YaRN, on request
+# UltraImage's attention rule alone and over a preset (issue 45), on request
+RULE_METHODS = tuple(f"{p}+{r}" for r in ("ultraimage", "spa") for p in ("none", "pi", "ntk", "dype"))
 SCORES = ("count_error", "duplicated", "position_acc", "period_ratio")
 
 
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--guidance", type=float, default=3.0, help="true CFG scale")
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS + EXTRA_METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS + EXTRA_METHODS + RULE_METHODS)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--figure-index", type=int, default=None, help="caption shown in the figure")
     parser.add_argument("--out", default="outputs/extrapolation", help="folder for results.json, table.md, images")
@@ -159,6 +161,13 @@ def evaluate(parser, args) -> int:
             identical = bool(np.array_equal(first, images["stock"][1][: args.batch]))
             print(f"1x dype == stock on the first batch: {identical}")
             results[("1", "dype == stock")] = identical
+        rules = [m for m in args.methods if "+" in m]
+        if scale == 1 and rules and args.count >= args.batch:  # 1x: an attention rule leaves the model stock
+            install_method(pipe, rules[0], (tokens, tokens))
+            first = generate_at_size(pipe, examples[: args.batch], trained, args.steps, args.guidance, args.batch)
+            identical = bool(np.array_equal(first, images["stock"][1][: args.batch]))
+            print(f"1x {rules[0]} == stock on the first batch: {identical}")
+            results[("1", f"{rules[0]} == stock")] = identical
     install_method(pipe, "stock", (tokens, tokens))
     index = args.figure_index if args.figure_index is not None else figure_caption_index(specs)
     figure_path = Path(args.figure) if args.figure else out / "figure.png"

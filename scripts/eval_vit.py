@@ -8,7 +8,7 @@ The logic lives in :mod:`mmpos.training` (also ``mmpos eval vit``).
 
 import sys
 
-from mmpos.training.vit_cli import eval_main
+from mmpos.training.vit_eval_cli import eval_main
 
 if __name__ == "__main__":
     sys.exit(eval_main())

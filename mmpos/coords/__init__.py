@@ -4,6 +4,7 @@ from .canvas import CANVAS_LAYOUTS, Box, CanvasLayout, corner_centered_layout, s
 from .edits import box_map, mask_bbox, shrink_ids, transplant_ids
 from .grids import MODES, axis_positions, flux_ids, grid_coords, image_grid, positions_1d, video_grid
 from .perturb import perturb_grid_coords
+from .phase_aligned import MixedGrid, mixed_resolution_grid, phase_aligned_positions
 
 __all__ = [
     "MODES",
@@ -14,6 +15,9 @@ __all__ = [
     "positions_1d",
     "video_grid",
     "perturb_grid_coords",
+    "MixedGrid",
+    "mixed_resolution_grid",
+    "phase_aligned_positions",
     "CANVAS_LAYOUTS",
     "Box",
     "CanvasLayout",

@@ -5,13 +5,12 @@ the config style, run folders, Ctrl-C, the accelerator and N processes) and one 
 (:mod:`.tasks`: ``vit``, ``dit``, ``camera_adapter``, ``world_image``, ``world_video``, ``nvs``; registered in
 :data:`.tasks.TASKS`, which ``mmpos train TASK`` reads).
 
-The exports are loaded on first use, so the ViT task's command line (:mod:`.vit_cli`) parses without torch."""
+The exports are loaded on first use, so a task's config (:mod:`.task_configs`) is read without torch."""
 
 from importlib import import_module
 
 _EXPORTS = {
-    "VIT_DEFAULTS": (".vit_config", "DEFAULTS"),
-    "load_config": (".vit_config", "load_config"),
+    "ViTConfig": (".task_configs", "ViTConfig"),
     "evaluate_resolutions": (".vit_eval", "evaluate_resolutions"),
     "plot_results": (".vit_eval", "plot_results"),
     "build_vit": (".vit_model", "build_vit"),
@@ -19,11 +18,10 @@ _EXPORTS = {
     "train_vit": (".tasks.vit", "train_vit"),
 }
 __all__ = [
-    "VIT_DEFAULTS",
+    "ViTConfig",
     "build_vit",
     "evaluate_resolutions",
     "freeze_except",
-    "load_config",
     "plot_results",
     "train_vit",
 ]

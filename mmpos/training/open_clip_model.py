@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .vit_config import ConfigError
+from .scaffold.config import ConfigError
+from .task_configs import ViTConfig
 
 PREFIX = "open_clip:"
 
@@ -35,30 +36,30 @@ class OpenClipClassifier(nn.Module):
         return names | {name for name, _ in self.named_parameters() if ".pe." in name or "mmpos_ape" in name}
 
 
-def build_open_clip(config: dict, num_classes: int, options: dict) -> nn.Module:
+def build_open_clip(config: ViTConfig, num_classes: int, options: dict) -> nn.Module:
     import open_clip
     from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 
     from ..integrations.open_clip import convert
 
-    name = config["model"][len(PREFIX) :]
-    pretrained = config["pretrained"] or None
+    name = config.model[len(PREFIX) :]
+    pretrained = config.pretrained or None
     if pretrained is True:
         raise ConfigError("pretrained: an open_clip model needs a pretrained tag (e.g. openai), not true")
-    if config["ape"] == "resample":
+    if config.ape == "resample":
         raise ConfigError("ape=resample is not supported for open_clip towers (use drop or keep)")
     clip = open_clip.create_model(
-        name, pretrained=pretrained, force_image_size=config["img_size"], **(config["model_kwargs"] or {})
+        name, pretrained=pretrained, force_image_size=config.img_size, **(config.model_kwargs or {})
     )
     visual = clip.visual
-    if config["pe"] is not None:
-        convert(visual, pe=config["pe"], abs_pos="keep" if config["ape"] == "keep" else "remove", **options)
+    if config.pe is not None:
+        convert(visual, pe=config.pe, abs_pos="keep" if config.ape == "keep" else "remove", **options)
     model = OpenClipClassifier(visual, num_classes)
     model.pretrained_cfg = {
         "mean": OPENAI_DATASET_MEAN,
         "std": OPENAI_DATASET_STD,
         "interpolation": "bicubic",
         "crop_pct": 1.0,
-        "input_size": (3, config["img_size"], config["img_size"]),
+        "input_size": (3, config.img_size, config.img_size),
     }
     return model

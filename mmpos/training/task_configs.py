@@ -1,7 +1,8 @@
 """The config of every training task (:data:`mmpos.training.tasks.TASKS`), one dataclass each, torch-free: ``mmpos
 train TASK --help`` and a bad value are answered before the task's module imports torch. The scaffold's
-``TrainingTask`` tasks (``dit``, ``camera_adapter``) extend :class:`~.scaffold.config.TrainConfig`; the world
-trainers (``world_image``, ``world_video``, ``nvs``) declare their keys alike and check them when made.
+``TrainingTask`` tasks (``dit``, ``camera_adapter``) extend :class:`~.scaffold.config.TrainConfig`; the trainers
+with their own update order (``vit``, ``world_image``, ``world_video``, ``nvs``) declare their keys alike and check
+them when made (:class:`CheckedConfig`).
 
 The choices that the torch side registers (DiT size presets, camera adapter kinds, lens models) are written here
 as static tuples; ``tests/training/test_train_tasks_cli.py`` checks that they equal the registries.
@@ -9,6 +10,7 @@ as static tuples; ``tests/training/test_train_tasks_cli.py`` checks that they eq
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from .scaffold.config import (
@@ -20,6 +22,7 @@ from .scaffold.config import (
     non_negative,
     option,
     positive,
+    read_config_file,
 )
 
 DIT_PRESET_NAMES = tuple(f"DiT-{size}/{patch}" for size in ("B", "L", "S", "XL") for patch in (2, 4, 8))
@@ -115,6 +118,13 @@ class CheckedConfig:
                 choices = field.metadata.get("choices")
                 raise ConfigError(f"{field.name}: required" + (f", one of {', '.join(choices)}" if choices else ""))
             check_value(type(self), field.name, value)
+
+    @classmethod
+    def from_file(cls, path, **changes):
+        """The config of the YAML file ``path`` (every key checked, an unknown one named) with ``changes`` on top
+        (a run's ``config.yaml``, a shipped recipe)."""
+        changes = {key: check_value(cls, key, value) for key, value in changes.items()}
+        return cls(**{**read_config_file(cls, path), **changes})
 
 
 def in_closed_unit_interval(value) -> str | None:
@@ -234,3 +244,174 @@ class NVSConfig(CheckedConfig):
     init_from: str | None = option(
         None, "a finished run of the same encoding whose weights start this one (continued training)"
     )
+
+
+# ---- the ViT trainer (``mmpos train vit``): timm's factories, its own update order --------------------------
+VIT_SCHEDULERS = ("cosine", "tanh", "step", "multistep", "constant", "poly")  # timm's per-update schedules
+VIT_EXTRAPOLATIONS = ("none", "pi", "ntk", "yarn")  # mmpos.training.vit_eval.EXTRAPOLATIONS
+VIT_INTERPOLATIONS = ("bicubic", "bilinear", "nearest", "box", "hamming", "lanczos", "random")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def numbers(expected: str, each, length: int | None = None, ordered: bool = False):
+    """The rule of a list field: ``length`` finite numbers (any number if None), each passing ``each``, in
+    non-decreasing order if ``ordered``; ``expected`` is what an error says was expected."""
+
+    def check(value) -> str | None:
+        ok = (
+            len(value) > 0
+            and (length is None or len(value) == length)
+            and all(_is_number(v) and each(v) for v in value)
+            and (not ordered or list(value) == sorted(value))
+        )
+        return None if ok else expected
+
+    return check
+
+
+def in_half_open_unit_interval(value) -> str | None:
+    return None if 0 < value <= 1 else "a number in (0, 1]"
+
+
+@dataclass
+class ViTConfig(CheckedConfig):
+    """The ViT trainer (``mmpos train vit``): a timm ViT (or an open_clip tower) converted to an mmpos encoding,
+    trained with timm's data, optimizer and schedule factories into the run folder ``out`` (``config.yaml``,
+    ``log.csv``, ``checkpoint-<step>/``, ``model.safetensors``, ``results.json``). Names that need timm or torch
+    (``model``, ``opt``, ``pe``, the ``pe_options`` keys) are checked when the run starts, before ``out`` is made."""
+
+    out: str = option(
+        "outputs/vit",
+        "run folder (one every node sees)",
+        flag="--out",
+        aliases=("--output-dir",),
+        resume_may_change=True,
+    )
+    # model
+    model: str = option("vit_small_patch16_224", "timm ViT name (vit_*, deit*, eva*, naflexvit*), hf-hub:, open_clip:")
+    pretrained: bool | str = option(False, "timm's pretrained weights (an open_clip:NAME model: a pretrained tag)")
+    model_kwargs: dict = option({}, "timm.create_model arguments, YAML (img_size, patch_size, depth, ...)")
+    num_classes: int | None = option(None, "classes (none: the training set's)", check=positive)
+    pe: str | None = option(None, "mmpos encoding (mmpos.list_pes(); none: the model's own positions)")
+    pe_options: dict | None = option({}, "the encoding's options, YAML (theta, seed, extrapolation, ...)")
+    ape: str = option(
+        "drop",
+        "a learned APE: drop it, keep it beside the encoding, or resample it (ape_learned)",
+        choices=("drop", "keep", "resample"),
+    )
+    train_only: str | None = option(None, "comma list of pe, head, norm, cls: every other parameter frozen")
+    drop_path: float = option(0.0, "stochastic depth rate", check=in_unit_interval)
+    # data (timm's factories)
+    data_dir: str | None = option(
+        None, "root of train/ and val/ (ImageFolder), or of a tar / wds / hfds dataset", resume_may_change=True
+    )
+    dataset: str = option("", 'timm dataset name: "" (folder / tar), "wds/...", "hfds/...", "torch/..."')
+    train_split: str = option("train", "training split")
+    val_split: str = option("val", "evaluation split")
+    img_size: int = option(224, "training resolution in pixels", check=positive)
+    batch_size: int = option(64, "per process (global batch: this x processes)", check=positive)
+    num_workers: int = option(4, "data loader workers", check=non_negative, resume_may_change=True)
+    scale: list = option(
+        [0.08, 1.0],
+        "RandomResizedCrop area range [min, max]",
+        check=numbers("[min, max] area fractions with 0 < min <= max <= 1", lambda x: 0 < x <= 1, 2, True),
+    )
+    ratio: list = option(
+        [0.75, 1.3333333333333333],
+        "RandomResizedCrop aspect range [min, max]",
+        check=numbers("[min, max] aspect ratios with 0 < min <= max", lambda x: x > 0, 2, True),
+    )
+    hflip: float = option(0.5, "horizontal flip probability", check=in_closed_unit_interval)
+    color_jitter: float | None = option(0.4, "colour jitter strength (none: none)", check=non_negative_finite)
+    auto_augment: str | None = option(
+        "rand-m9-mstd0.5-inc1-mmax9", "timm RandAugment policy (mmax9 keeps Posterize >= 1 bit; none: none)"
+    )
+    reprob: float = option(0.25, "random erasing probability", check=in_closed_unit_interval)
+    interpolation: str = option("bicubic", "resize interpolation", choices=VIT_INTERPOLATIONS)
+    crop_pct: float = option(1.0, "evaluation crop (1: the whole image resized)", check=in_half_open_unit_interval)
+    mean: list | None = option(
+        None, "normalisation mean (none: the model's)", check=numbers("3 finite numbers", lambda x: True, 3)
+    )
+    std: list | None = option(
+        None, "normalisation std (none: the model's)", check=numbers("3 positive numbers", lambda x: x > 0, 3)
+    )
+    mixup: float = option(0.8, "mixup alpha (0: off)", check=non_negative_finite)
+    cutmix: float = option(1.0, "CutMix alpha (0: off)", check=non_negative_finite)
+    mixup_prob: float = option(1.0, "probability of mixup or CutMix per batch", check=in_closed_unit_interval)
+    smoothing: float = option(0.1, "label smoothing", check=in_unit_interval)
+    # optimisation (timm's factories)
+    opt: str = option("adamw", "timm optimizer (timm.optim.list_optimizers())")
+    lr: float = option(5e-4, "peak learning rate", check=positive_finite)
+    weight_decay: float = option(0.05, "weight decay", check=non_negative_finite)
+    layer_decay: float | None = option(
+        None, "layer-wise lr decay, e.g. 0.65 (none: none)", check=in_half_open_unit_interval
+    )
+    momentum: float = option(0.9, "momentum of sgd / momentum / nesterov", check=in_unit_interval)
+    clip_grad: float | None = option(1.0, "max gradient norm (0 or none: none)", check=non_negative_finite)
+    sched: str = option("cosine", "timm per-update schedule", choices=VIT_SCHEDULERS)
+    steps: int = option(1000, "optimizer updates", check=positive)
+    warmup_steps: int = option(50, "linear warm-up updates", check=non_negative)
+    warmup_lr: float = option(1e-6, "learning rate at the start of the warm-up", check=non_negative_finite)
+    min_lr: float = option(1e-6, "learning rate at the end of the schedule", check=non_negative_finite)
+    grad_accum: int = option(1, "batches accumulated per update", check=positive)
+    ema_decay: float | None = option(
+        None,
+        "EMA decay in [0, 1), e.g. 0.9998: evaluated instead of the model (0 or none: no EMA)",
+        check=in_unit_interval,
+    )
+    # runtime
+    mixed_precision: str = option("no", "accelerate mixed precision", choices=("no", "bf16", "fp16"))
+    compile: bool = option(False, "torch.compile the model", resume_may_change=True)
+    seed: int = option(0, "seed of the weights, the data order, augmentation and dropout", check=non_negative)
+    log_every: int = option(20, "updates between log.csv rows", check=positive, resume_may_change=True)
+    checkpoint_every: int = option(
+        500, "updates between checkpoints (and at the end)", check=positive, resume_may_change=True
+    )
+    eval_sizes: list | None = option(
+        None,
+        "evaluation resolutions in pixels, YAML (none: [img_size])",
+        check=numbers("a list of positive integers (pixels)", lambda x: isinstance(x, int) and x > 0),
+        resume_may_change=True,
+    )
+    eval_scales: list | None = option(
+        None,
+        "or multiples of img_size, e.g. [1, 1.5, 2]",
+        check=numbers("a list of positive numbers", lambda x: x > 0),
+        resume_may_change=True,
+    )
+    eval_aspects: list = option(
+        [1.0],
+        "width / height ratios evaluated at every size",
+        check=numbers("a list of positive numbers (width / height)", lambda x: x > 0),
+        resume_may_change=True,
+    )
+    eval_extrapolation: list = option(
+        ["none"],
+        "extrapolations evaluated (mmpos.training.vit_eval)",
+        choices=VIT_EXTRAPOLATIONS,
+        nargs="+",
+        resume_may_change=True,
+    )
+    eval_batch_size: int | None = option(
+        None, "evaluation batch (none: batch_size)", check=positive, resume_may_change=True
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.pretrained, str) and not (self.pretrained and self.model.startswith("open_clip:")):
+            raise ConfigError(
+                f"pretrained: expected true or false (a tag only for open_clip:NAME models), got {self.pretrained!r}"
+            )
+        if not self.eval_extrapolation:
+            raise ConfigError(f"eval_extrapolation: expected a list of some of {', '.join(VIT_EXTRAPOLATIONS)}")
+
+    def eval_resolutions(self) -> list[int]:
+        """Evaluation resolutions in pixels: ``eval_sizes``, else ``eval_scales`` x ``img_size``, else img_size."""
+        if self.eval_sizes:
+            return [int(s) for s in self.eval_sizes]
+        if self.eval_scales:
+            return [int(round(float(s) * self.img_size)) for s in self.eval_scales]
+        return [self.img_size]

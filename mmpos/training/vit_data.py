@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from timm.data import Mixup, create_dataset, create_transform, resolve_data_config
 
-from .vit_config import ConfigError
+from .scaffold.config import ConfigError
+from .task_configs import ViTConfig
 
 SEED_STRIDE = 1_000_003
 
@@ -39,26 +40,28 @@ class SeededSamples(torch.utils.data.Dataset):
         return self.dataset[index]
 
 
-def data_config(config: dict, model) -> dict:
+def data_config(config: ViTConfig, model) -> dict:
     """timm's data config of ``model`` (mean, std, interpolation) with the trainer config's overrides."""
-    args = {k: config[k] for k in ("mean", "std", "interpolation", "crop_pct") if config[k] is not None}
+    args = {
+        k: getattr(config, k) for k in ("mean", "std", "interpolation", "crop_pct") if getattr(config, k) is not None
+    }
     return resolve_data_config(args, model=model)
 
 
-def make_dataset(config: dict, split: str, transform=None, is_training: bool = False):
-    """``timm.data.create_dataset`` on ``config["data_dir"]`` (ImageFolder ``root/split/<class>/``, tar,
+def make_dataset(config: ViTConfig, split: str, transform=None, is_training: bool = False):
+    """``timm.data.create_dataset`` on ``config.data_dir`` (ImageFolder ``root/split/<class>/``, tar,
     ``wds/`` or ``hfds/`` names pass through)."""
-    if config["data_dir"] is None and not config["dataset"]:
+    if config.data_dir is None and not config.dataset:
         raise ConfigError("config data_dir: expected the folder of the dataset (train/ and val/ inside)")
-    if not config["dataset"]:
-        check_split_folder(config["data_dir"], split, "val_split" if not is_training else "train_split")
+    if not config.dataset:
+        check_split_folder(config.data_dir, split, "val_split" if not is_training else "train_split")
     dataset = create_dataset(
-        config["dataset"],
-        root=config["data_dir"],
+        config.dataset,
+        root=config.data_dir,
         split=split,
         is_training=is_training,
-        batch_size=config["batch_size"],
-        seed=config["seed"],
+        batch_size=config.batch_size,
+        seed=config.seed,
     )
     if transform is not None:
         dataset.transform = transform
@@ -87,24 +90,24 @@ def check_split_folder(data_dir, split: str, key: str) -> None:
         )
 
 
-def train_transform(config: dict, model):
+def train_transform(config: ViTConfig, model):
     base = data_config(config, model)
     return create_transform(
-        (3, config["img_size"], config["img_size"]),
+        (3, config.img_size, config.img_size),
         is_training=True,
-        scale=tuple(config["scale"]),
-        ratio=tuple(config["ratio"]),
-        hflip=config["hflip"],
-        color_jitter=config["color_jitter"],
-        auto_augment=config["auto_augment"],
-        re_prob=config["reprob"],
+        scale=tuple(config.scale),
+        ratio=tuple(config.ratio),
+        hflip=config.hflip,
+        color_jitter=config.color_jitter,
+        auto_augment=config.auto_augment,
+        re_prob=config.reprob,
         interpolation=base["interpolation"],
         mean=base["mean"],
         std=base["std"],
     )
 
 
-def eval_transform(config: dict, model, height: int, width: int):
+def eval_transform(config: ViTConfig, model, height: int, width: int):
     base = data_config(config, model)
     return create_transform(
         (3, height, width),
@@ -152,23 +155,23 @@ def match_classes(dataset, train_classes: dict | None, split: str) -> None:
     dataset.target_transform = TrainLabels(to_train)
 
 
-def check_num_classes(config: dict, dataset) -> None:
+def check_num_classes(config: ViTConfig, dataset) -> None:
     """``num_classes`` set below the data's class count would give labels the head cannot score."""
     classes = classes_of(dataset)
-    if config["num_classes"] is not None and classes and config["num_classes"] < len(classes):
+    if config.num_classes is not None and classes and config.num_classes < len(classes):
         raise ConfigError(
-            f"config num_classes={config['num_classes']}: the training split has {len(classes)} "
+            f"config num_classes={config.num_classes}: the training split has {len(classes)} "
             "classes; expected at least that many (or null)"
         )
 
 
-def check_one_batch(config: dict, dataset, num_processes: int = 1) -> None:
+def check_one_batch(config: ViTConfig, dataset, num_processes: int = 1) -> None:
     """The loader drops the last incomplete batch: fewer images than one batch per process would train 0 steps."""
-    needed = config["batch_size"] * num_processes
+    needed = config.batch_size * num_processes
     if len(dataset) < needed:
         raise ConfigError(
-            f"config batch_size={config['batch_size']}: the training split has {len(dataset)} images, "
-            f"fewer than one batch ({config['batch_size']} x {num_processes} process(es)); expected a "
+            f"config batch_size={config.batch_size}: the training split has {len(dataset)} images, "
+            f"fewer than one batch ({config.batch_size} x {num_processes} process(es)); expected a "
             "smaller batch_size or more images"
         )
 
@@ -181,35 +184,35 @@ def num_classes_of(dataset) -> int:
     raise ConfigError("cannot tell the number of classes of this dataset; set config num_classes")
 
 
-def make_mixup(config: dict, num_classes: int):
+def make_mixup(config: ViTConfig, num_classes: int):
     """timm ``Mixup`` (mixup/CutMix with label smoothing) or None when both alphas are 0."""
-    if not (config["mixup"] or config["cutmix"]):
+    if not (config.mixup or config.cutmix):
         return None
     return Mixup(
-        mixup_alpha=config["mixup"],
-        cutmix_alpha=config["cutmix"],
-        prob=config["mixup_prob"],
-        label_smoothing=config["smoothing"],
+        mixup_alpha=config.mixup,
+        cutmix_alpha=config.cutmix,
+        prob=config.mixup_prob,
+        label_smoothing=config.smoothing,
         num_classes=num_classes,
     )
 
 
-def train_loader(dataset, config: dict):
+def train_loader(dataset, config: ViTConfig):
     return torch.utils.data.DataLoader(
         dataset,
-        batch_size=config["batch_size"],
+        batch_size=config.batch_size,
         shuffle=True,
         drop_last=True,
-        num_workers=config["num_workers"],
+        num_workers=config.num_workers,
         pin_memory=torch.cuda.is_available(),
         persistent_workers=False,
     )
 
 
-def eval_loader(dataset, config: dict):
+def eval_loader(dataset, config: ViTConfig):
     return torch.utils.data.DataLoader(
         dataset,
-        batch_size=config["eval_batch_size"] or config["batch_size"],
+        batch_size=config.eval_batch_size or config.batch_size,
         shuffle=False,
-        num_workers=config["num_workers"],
+        num_workers=config.num_workers,
     )

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from timm.utils import accuracy
 
 from .._atomic import written_atomically
-from .vit_config import ConfigError
+from .scaffold.config import ConfigError
+from .task_configs import ViTConfig
 from .vit_data import eval_loader, eval_transform, make_dataset, match_classes
 from .vit_model import build_vit, load_weights, patch_size_of, plain_model
 
@@ -48,12 +50,12 @@ def evaluate(model, loader, accelerator) -> dict:
     return {"top1": 100 * correct1 / count, "top5": top5, "count": count, "classes": classes}
 
 
-def _extrapolation_options(config: dict, kind: str, factor: float, grid: int) -> dict | None:
-    pe = config["pe"]
+def _extrapolation_options(config: ViTConfig, kind: str, factor: float, grid: int) -> dict | None:
+    pe = config.pe
     policy = {"type": kind, "factor": factor}
     if kind == "yarn":
         policy["original_length"] = grid
-    options = dict(config["pe_options"] or {})
+    options = dict(config.pe_options or {})
     if pe == "rope_axial":
         return {**options, "extrapolation": policy}
     if pe == "harope" and options.get("base", "rope_axial") == "rope_axial":
@@ -66,21 +68,21 @@ def _model_for(kind, factor, config, model, state_dict, num_classes, grid):
     if kind == "none" or factor <= 1:
         return model, ""
     if kind == "pi":
-        if config["pe"] not in COORDINATE_PES:
-            return None, f"pi needs a coordinate-based encoding, not {config['pe']!r}"
+        if config.pe not in COORDINATE_PES:
+            return None, f"pi needs a coordinate-based encoding, not {config.pe!r}"
         scaled = copy.deepcopy(model)
         scaled.mmpos_positions.grid_scale = scaled.mmpos_positions.grid_scale / factor
         return scaled, ""
     options = _extrapolation_options(config, kind, factor, grid)
     if options is None:
-        return None, f"{kind} is an option of rope_axial / harope, not of {config['pe']!r}"
-    rebuilt = build_vit({**config, "pretrained": False}, num_classes, pe_options=options)
+        return None, f"{kind} is an option of rope_axial / harope, not of {config.pe!r}"
+    rebuilt = build_vit(replace(config, pretrained=False), num_classes, pe_options=options)
     load_weights(rebuilt, state_dict)
     return rebuilt.to(next(model.parameters()).device), ""
 
 
 def evaluate_resolutions(
-    config: dict,
+    config: ViTConfig,
     model,
     accelerator,
     sizes,
@@ -100,15 +102,15 @@ def evaluate_resolutions(
     state_dict = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     num_classes = num_classes or model.num_classes
     patch = patch_size_of(model)
-    grid = config["img_size"] // patch
+    grid = config.img_size // patch
     rows = []
     for size in sizes:
         for aspect in aspects:
             height, width = int(size), int(round(size * aspect / patch)) * patch
-            dataset = make_dataset(config, config["val_split"], eval_transform(config, model, height, width))
-            match_classes(dataset, train_classes, config["val_split"])
+            dataset = make_dataset(config, config.val_split, eval_transform(config, model, height, width))
+            match_classes(dataset, train_classes, config.val_split)
             loader = accelerator.prepare(eval_loader(dataset, config))
-            factor = max(height, width) / config["img_size"]
+            factor = max(height, width) / config.img_size
             for kind in extrapolations:
                 if kind != "none" and factor <= 1:
                     continue
@@ -118,7 +120,7 @@ def evaluate_resolutions(
                     "height": height,
                     "width": width,
                     "aspect": aspect,
-                    "scale": size / config["img_size"],
+                    "scale": size / config.img_size,
                     "extrapolation": kind,
                 }
                 row.update(

@@ -22,27 +22,28 @@ from mmpos.integrations.pe_parameters import freeze_all_but, named_pe_parameters
 
 from .open_clip_model import PREFIX as OPEN_CLIP_PREFIX
 from .open_clip_model import build_open_clip
-from .vit_config import ConfigError
+from .scaffold.config import ConfigError
+from .task_configs import ViTConfig
 
 TRAINABLE_GROUPS = ("pe", "head", "norm", "cls")
 
 
-def build_vit(config: dict, num_classes: int, pe_options: dict | None = None) -> nn.Module:
-    """timm ``config["model"]`` with ``num_classes`` outputs, converted to ``config["pe"]``.
+def build_vit(config: ViTConfig, num_classes: int, pe_options: dict | None = None) -> nn.Module:
+    """timm ``config.model`` with ``num_classes`` outputs, converted to ``config.pe``.
 
-    ``pe_options`` replaces ``config["pe_options"]`` (evaluation with extrapolation options)."""
-    options = dict(config["pe_options"] or {}) if pe_options is None else dict(pe_options)
-    if config["model"].startswith(OPEN_CLIP_PREFIX):
+    ``pe_options`` replaces ``config.pe_options`` (evaluation with extrapolation options)."""
+    options = dict(config.pe_options or {}) if pe_options is None else dict(pe_options)
+    if config.model.startswith(OPEN_CLIP_PREFIX):
         model = build_open_clip(config, num_classes, options)
-        if config["train_only"]:
-            freeze_except(model, config["train_only"])
+        if config.train_only:
+            freeze_except(model, config.train_only)
         return model
-    kwargs = dict(config["model_kwargs"] or {})
-    kwargs.setdefault("img_size", config["img_size"])
-    if config["drop_path"]:
-        kwargs["drop_path_rate"] = config["drop_path"]
-    model = timm.create_model(config["model"], pretrained=config["pretrained"], num_classes=num_classes, **kwargs)
-    pe, ape = config["pe"], config["ape"]
+    kwargs = dict(config.model_kwargs or {})
+    kwargs.setdefault("img_size", config.img_size)
+    if config.drop_path:
+        kwargs["drop_path_rate"] = config.drop_path
+    model = timm.create_model(config.model, pretrained=config.pretrained, num_classes=num_classes, **kwargs)
+    pe, ape = config.pe, config.ape
     if ape == "resample":
         if pe not in (None, "ape_learned"):
             raise ConfigError(
@@ -55,8 +56,8 @@ def build_vit(config: dict, num_classes: int, pe_options: dict | None = None) ->
         mmpos_timm.convert(model, pe=pe, abs_pos=abs_pos, dynamic_img_size=True, **options)
     elif hasattr(model, "set_input_size") or hasattr(model, "dynamic_img_size"):
         _allow_any_size(model)
-    if config["train_only"]:
-        freeze_except(model, config["train_only"])
+    if config.train_only:
+        freeze_except(model, config.train_only)
     return model
 
 
@@ -100,11 +101,11 @@ def patch_size_of(model: nn.Module) -> int:
     return int(patch[0])
 
 
-def check_image_sizes(config: dict, model: nn.Module, sizes) -> None:
+def check_image_sizes(config: ViTConfig, model: nn.Module, sizes) -> None:
     """``img_size`` and every evaluation size (the evaluation heights; widths are rounded to the patch) are
     multiples of ``model``'s patch: timm stops with a bare ``AssertionError`` otherwise."""
     patch = patch_size_of(model)
-    for key, values in (("img_size", [config["img_size"]]), ("eval_sizes", list(sizes))):
+    for key, values in (("img_size", [config.img_size]), ("eval_sizes", list(sizes))):
         bad = [int(v) for v in values if int(v) % patch]
         if bad:
             raise ConfigError(

@@ -1,13 +1,13 @@
 """``mmpos eval TASK``: evaluate trained runs (``vit``: top-1/top-5 at several resolutions, the options of
-``scripts/eval_vit.py``; they live with the evaluator, :mod:`mmpos.training.vit_cli`)."""
+``scripts/eval_vit.py``; they live with the evaluator, :mod:`mmpos.training.vit_eval_cli`)."""
 
 from __future__ import annotations
 
-from mmpos.training import vit_cli
+from mmpos.training import vit_eval_cli
 
 from ._tasks import register_tasks, run_task
 
-TASKS = {"vit": (vit_cli.EVAL_DESCRIPTION, vit_cli.add_eval_arguments, vit_cli.run_eval)}
+TASKS = {"vit": (vit_eval_cli.EVAL_DESCRIPTION, vit_eval_cli.add_eval_arguments, vit_eval_cli.run_eval)}
 
 
 def register(subparsers) -> None:

@@ -1,12 +1,10 @@
-"""``mmpos train TASK``: train a registered task's model (:data:`mmpos.training.tasks.TASKS`): ``vit`` (fine-tune
-a timm ViT, the options of ``scripts/train_vit.py``, :mod:`mmpos.training.vit_cli`) and every task with a config
-class (``dit``, ``camera_adapter``, ``world_image``, ``world_video``, ``nvs``: one flag per key,
-:mod:`mmpos.training.task_configs`). Parsing imports neither torch nor timm: the trainer is imported when the
+"""``mmpos train TASK``: train a registered task's model (:data:`mmpos.training.tasks.TASKS`: ``vit``, ``dit``,
+``camera_adapter``, ``world_image``, ``world_video``, ``nvs``), one flag per key of its config class
+(:mod:`mmpos.training.task_configs`). Parsing imports neither torch nor timm: the trainer is imported when the
 command runs."""
 
 from __future__ import annotations
 
-from mmpos.training import vit_cli
 from mmpos.training.tasks import TASKS
 
 from ._tasks import register_tasks, run_task
@@ -42,10 +40,7 @@ def config_command(name: str) -> tuple:
     return f"{entry.summary} (the options of {entry.script})", add_arguments, run
 
 
-TASK_COMMANDS = {
-    "vit": (vit_cli.TRAIN_DESCRIPTION, vit_cli.add_train_arguments, vit_cli.run_train),
-    **{name: config_command(name) for name, entry in TASKS.items() if entry.config is not None},
-}
+TASK_COMMANDS = {name: config_command(name) for name in TASKS}
 
 
 def register(subparsers) -> None:

@@ -12,15 +12,30 @@ METHODS = ("stock", "pi", "ntk", "yarn", "vision_yarn", "dype")
 
 
 def install_method(pipe, method: str, trained_grid) -> None:
-    """``method`` (``"stock"`` or a preset of :data:`mmpos.spectrum.schedule.PRESETS`) on ``pipe.transformer``'s
-    rows and columns from the trained ``(rows, cols)`` token grid; whatever ``set_pe`` was there goes first."""
-    from mmpos.integrations.diffusers import model_extrapolation, restore, set_pe
+    """``method`` (``"stock"`` or a preset of :data:`mmpos.spectrum.schedule.PRESETS`, optionally ``+ultraimage`` or
+    ``+spa``: that attention rule over it, as ``mmpos generate`` sets it) on ``pipe.transformer``'s rows and columns from the trained ``(rows,
+    cols)`` token grid; whatever ``set_pe`` and rule were there go first."""
+    from mmpos.integrations.diffusers import (
+        clear_attention_rule,
+        model_extrapolation,
+        restore,
+        set_attention_rule,
+        set_pe,
+    )
 
     transformer = pipe.transformer
+    clear_attention_rule(transformer)
     if getattr(transformer, "_mmpos_installed", None) is not None:
         restore(transformer)
-    if method != "stock":
-        set_pe(transformer, "native", extrapolation=model_extrapolation(transformer, method, trained_grid))
+    preset, _, rule = method.partition("+")
+    if preset not in ("stock", "none"):
+        set_pe(transformer, "native", extrapolation=model_extrapolation(transformer, preset, trained_grid))
+    elif rule:
+        set_pe(transformer, "native")
+    if rule:
+        from ..extrapolate import rule_config
+
+        set_attention_rule(transformer, rule_config(rule, trained_grid))
 
 
 def generate_at_size(pipe, examples, size: int, steps: int, guidance, batch: int) -> np.ndarray:

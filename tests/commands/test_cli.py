@@ -58,12 +58,11 @@ def test_every_subcommand_help_states_its_defaults():
 
     from mmpos.cli import build_parser
     from mmpos.pipelines.commands.generate import video_parser
-    from mmpos.training.vit_cli import eval_parser, train_parser
+    from mmpos.training.vit_eval_cli import eval_parser
 
     parsers = [
         *_leaf_parsers(build_parser()),
         (("generate", "video"), video_parser()),
-        (("train", "vit"), train_parser()),
         (("eval", "vit"), eval_parser()),
     ]
     assert len(parsers) >= 18

@@ -4,6 +4,7 @@ option of ``mmpos train vit``, ``mmpos edit METHOD`` and ``mmpos generate`` that
 built and nothing is trained: the ViT trainer is replaced by one that records the config it is given."""
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 from mmpos.pipelines.commands import build_parser
 from mmpos.pipelines.commands.edit import edit_config
 from mmpos.pipelines.commands.generate.image import generate_config
-from mmpos.training import vit_cli
+from mmpos.training import ViTConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -23,13 +24,13 @@ VIT_OPTIONS = {
     "ape": ("ape", ["keep", "resample"]),
     "train_only": ("train_only", ["pe,head", "head"]),
     "data_dir": ("data_dir", ["elsewhere/data", "other/data"]),
-    "pretrained": ("pretrained", None),
+    "pretrained": ("pretrained", ["true", "false"]),
     "mixed_precision": ("mixed_precision", ["bf16", "fp16"]),
     "seed": ("seed", ["7", "8"]),
     "steps": ("steps", ["400", "401"]),
     "compile": ("compile", None),
 }
-VIT_RUN_OPTIONS = {"help", "config", "overrides", "output_dir", "resume", "overwrite", "eval_only", "checkpoint"}
+VIT_RUN_OPTIONS = {"help", "config", "sets", "resume", "overwrite"}
 
 RUN_OPTIONS = {
     "model": ("model", ["world", "someone/another-model"]),
@@ -129,11 +130,14 @@ def _kind(parser, dest):
 VIT_CONFIGS = sorted((CONFIGS / "vit").glob("*.yaml"))
 
 
-def test_every_vit_option_is_covered():
-    parser = vit_cli.train_parser()
-    options = set(_option_strings(parser))
-    assert set(vit_cli.TRAIN_FLAG_KEYS) == set(VIT_OPTIONS)
-    assert options - VIT_RUN_OPTIONS == set(VIT_OPTIONS), "a new option of train vit: add it to VIT_OPTIONS"
+def _vit_parser():
+    return _subparser(build_parser(), "train", "vit")
+
+
+def test_every_vit_option_is_a_config_key():
+    options = set(_option_strings(_vit_parser()))
+    assert options - VIT_RUN_OPTIONS == {field.name for field in dataclasses.fields(ViTConfig)}
+    assert set(VIT_OPTIONS) < options
 
 
 @pytest.fixture()
@@ -142,7 +146,9 @@ def recorded_vit_config(monkeypatch, tmp_path):
     import mmpos.training.tasks.vit as vit_train
 
     seen = []
-    monkeypatch.setattr(vit_train, "train_vit", lambda config, *a, **k: seen.append(config) or {"eval": []})
+    monkeypatch.setattr(
+        vit_train, "train_vit", lambda config, *a, **k: seen.append(dataclasses.asdict(config)) or {"eval": []}
+    )
     parser = build_parser()
 
     def resolve(argv):
@@ -158,7 +164,7 @@ def recorded_vit_config(monkeypatch, tmp_path):
 def test_a_vit_option_changes_only_its_key(recorded_vit_config, config_path, dest):
     base = recorded_vit_config(["--config", str(config_path)])
     key, candidates = VIT_OPTIONS[dest]
-    parser = vit_cli.train_parser()
+    parser = _vit_parser()
     tail, value = _variant(base, key, candidates, *_kind(parser, dest))
     resolved = recorded_vit_config(["--config", str(config_path), _option_strings(parser)[dest], *tail])
     assert resolved == _with_key(base, key, value)

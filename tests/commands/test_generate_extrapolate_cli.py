@@ -126,3 +126,35 @@ def test_an_axis_given_twice_is_refused_not_the_last_one_taken():
     with pytest.raises(ValueError, match="axis 'row' is given twice"):
         parse_extrapolate("row=dype,row=ntk")
     assert parse_extrapolate("row=dype,col=ntk") == {"row": "dype", "col": "ntk"}
+
+
+def test_ultraimage_composes_with_dype_and_is_stock_at_the_training_size(saved, tmp_path):
+    """``--extrapolate dype+ultraimage``: the attention rule after ``+``; at the training size the image is the
+    stock one, past it UltraImage changes it (against DyPE alone) and the config records the rule."""
+    torch.set_num_threads(1)
+    runs = {"1x_none": ("none", "32"), "1x_both": ("dype+ultraimage", "32"), "big_dype": ("dype", "64")}
+    runs["big_both"] = ("dype+ultraimage", "64")
+    runs["big_spa"] = ("dype+spa", "64")
+    for name, (preset, side) in runs.items():
+        args = ["generate", *saved, *COMMON, "--height", side, "--width", side, "--extrapolate", preset]
+        assert main([*args, "--out", str(tmp_path / name)]) == 0
+    assert np.array_equal(pixels(tmp_path / "1x_none"), pixels(tmp_path / "1x_both"))
+    change = np.abs(pixels(tmp_path / "big_both").astype(float) - pixels(tmp_path / "big_dype")).mean()
+    assert change > 0.05  # of 255 (random tiny weights: small logits; 0 without the rule)
+    installed = yaml.safe_load((tmp_path / "big_both" / "config.yaml").read_text())["extrapolate"]["installed"]
+    assert installed["rules"] == ["ultraimage"] and installed["schedules"]["row"]["dynamic"]
+    spa = np.abs(pixels(tmp_path / "big_spa").astype(float) - pixels(tmp_path / "big_dype")).mean()
+    assert spa > 0.05  # SPA on the first 3 steps: 4 x 4 tokens, 2 x 2 trained -> 3 bundles a side, 3 grids
+
+
+def test_attention_rules_parse_after_a_plus():
+    from mmpos.pipelines.extrapolate import split_rules
+
+    assert split_rules("dype+ultraimage") == ("dype", ["ultraimage"])
+    assert split_rules("ultraimage") == ("none", ["ultraimage"])
+    assert parse_extrapolate("row=dype,col=ntk+ultraimage") == {"row": "dype", "col": "ntk"}
+    with pytest.raises(ValueError, match="one position preset"):
+        split_rules("dype+ntk")
+    with pytest.raises(ValueError, match="one attention rule at a time"):
+        split_rules("ultraimage+spa")
+    assert split_rules("dype+spa") == ("dype", ["spa"])

@@ -116,6 +116,9 @@ def test_edit_cli_runs_band_above_the_training_size_with_dype(tmp_path, capsys):
     installed = yaml.safe_load((tmp_path / "dype/config.yaml").read_text())["extrapolate"]["installed"]
     assert installed["trained_grid"] == [2.0, 2.0] and installed["schedules"]["col"]["dynamic"]
     assert Image.open(tmp_path / "dype/edited_1.png").size == (SIZE, SIZE)
+    with pytest.raises(SystemExit) as exit_info:  # attention rules are for mmpos generate: one line, before loading
+        main([*common, "--extrapolate", "dype+ultraimage", "--out", str(tmp_path / "rule")])
+    assert exit_info.value.code == 2 and "attention rules are for mmpos generate" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main([*common, "--extrapolate", "dyp", "--out", str(tmp_path / "bad")])
     assert exit_info.value.code == 2 and "mmpos edit: error: --extrapolate 'dyp'" in capsys.readouterr().err

@@ -6,12 +6,12 @@ the results table on rank 0 only, the ``open_clip:NAME`` route)."""
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -205,7 +205,7 @@ def test_eval_png_plots_every_aspect_ratio(tmp_path, monkeypatch):
 
 
 def _tiny_vit_config(data_dir, **changes):
-    from mmpos.training import load_config
+    from mmpos.training import ViTConfig
 
     model = {"patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2, "class_token": False, "global_pool": "avg"}
     overrides = {
@@ -226,7 +226,7 @@ def _tiny_vit_config(data_dir, **changes):
         "eval_extrapolation": ["none"],
         **changes,
     }
-    return load_config(None, [f"{k}={json.dumps(v)}" for k, v in overrides.items()])
+    return ViTConfig(**overrides)
 
 
 @pytest.fixture(scope="module")
@@ -251,16 +251,16 @@ def test_log_csv_has_each_step_once_after_a_resume(data_dir, tmp_path):
     from mmpos.training.scaffold.folders import checkpoints
 
     torch.set_num_threads(1)
-    config = _tiny_vit_config(data_dir)
     whole = tmp_path / "whole"
-    train_vit(config, whole)
+    config = _tiny_vit_config(data_dir, out=str(whole))
+    train_vit(config)
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)
     shutil.rmtree(cut / "checkpoint-6")  # the interruption: log rows 1-6 written, the last checkpoint at 4
     for name in ("results.json", "model.safetensors"):
         (cut / name).unlink()
     assert [c.name for c in checkpoints(cut)] == ["checkpoint-4"] and _logged_steps(cut) == [1, 2, 3, 4, 5, 6]
-    train_vit(config, cut, resume=True)
+    train_vit(replace(config, out=str(cut)), resume=True)
     assert _logged_steps(cut) == [1, 2, 3, 4, 5, 6]
     with open(whole / "log.csv") as a, open(cut / "log.csv") as b:
         losses = [[row["loss"] for row in csv.DictReader(f)] for f in (a, b)]
@@ -269,16 +269,16 @@ def test_log_csv_has_each_step_once_after_a_resume(data_dir, tmp_path):
 
 def test_the_results_table_is_printed_by_rank_0_only(monkeypatch, capsys):
     """Under torchrun every rank returns the results; only the main process prints the table."""
-    from mmpos.training import vit_cli
+    from accelerate import PartialState
+
+    from mmpos.training import ViTConfig
+    from mmpos.training.tasks import vit
 
     results = {"eval": [dict(height=32, width=32, extrapolation="none", top1=91.0, top5=100.0)]}
-    monkeypatch.setattr("mmpos.training.tasks.vit.train_vit", lambda *a, **k: results)
-    parser = vit_cli.train_parser()
-    args = parser.parse_args(["--output-dir", "unused", "--set", "data_dir=unused"])
-    monkeypatch.setattr(vit_cli, "resolve_train_config", lambda a: {})
+    monkeypatch.setattr(vit, "train_vit", lambda *a, **k: results)
     for main, printed in ((True, 1), (False, 0)):
-        monkeypatch.setattr(vit_cli, "is_main_process", lambda main=main: main)
-        assert vit_cli.run_train(args, parser) == 0
+        monkeypatch.setattr(PartialState, "is_main_process", property(lambda self, main=main: main))
+        assert vit.run_command(ViTConfig(), resume=False, overwrite=False) == 0
         assert capsys.readouterr().out.count("top-1 91.00") == printed
 
 
@@ -289,10 +289,10 @@ def test_torchrun_prints_the_results_table_once(data_dir, tmp_path):
     import yaml
 
     config = _tiny_vit_config(data_dir, steps=2, checkpoint_every=2)
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(asdict(config)))
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533"]
     command += [str(ROOT / "scripts/train_vit.py"), "--config", str(tmp_path / "config.yaml")]
-    command += ["--output-dir", str(tmp_path / "run")]
+    command += ["--out", str(tmp_path / "run")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -302,11 +302,11 @@ def test_torchrun_prints_the_results_table_once(data_dir, tmp_path):
 def test_the_open_clip_route_is_documented_and_builds():
     """docs/vit_training.md shows ``--model open_clip:NAME`` and ``model: open_clip:NAME``; the config accepts an
     open_clip pretrained tag (it was refused: "expected true or false") and refuses one for a timm model."""
-    from mmpos.training import load_config
-    from mmpos.training.vit_config import ConfigError
+    from mmpos.training import ViTConfig
+    from mmpos.training.scaffold.config import ConfigError
 
     page = (ROOT / "docs/vit_training.md").read_text()
     assert "--model open_clip:" in page and "model: open_clip:NAME" in page
-    assert load_config(None, ["model=open_clip:ViT-B-32", "pretrained=openai"])["pretrained"] == "openai"
-    with pytest.raises(ConfigError, match="pretrained='openai'.*open_clip"):
-        load_config(None, ["pretrained=openai"])
+    assert ViTConfig(model="open_clip:ViT-B-32", pretrained="openai").pretrained == "openai"
+    with pytest.raises(ConfigError, match="pretrained: .*open_clip.*'openai'"):
+        ViTConfig(pretrained="openai")

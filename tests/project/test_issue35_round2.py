@@ -153,23 +153,27 @@ def vit_data(tmp_path_factory):
 @pytest.mark.parametrize("change, key", [({"img_size": 30}, "img_size"), ({"eval_sizes": [32, 36]}, "eval_sizes")])
 def test_vit_sizes_not_divisible_by_the_patch_are_refused_by_key(vit_data, tmp_path, change, key):
     from mmpos.training import train_vit
-    from mmpos.training.vit_config import ConfigError
+    from mmpos.training.scaffold.config import ConfigError
     from tests.training.test_train_vit import tiny_config
 
     with pytest.raises(ConfigError, match=rf"^config {key}: .* not divisible by the model's patch size 8"):
-        train_vit(tiny_config(vit_data, steps=1, **change), tmp_path / "run")  # was: timm's bare AssertionError
+        train_vit(
+            tiny_config(vit_data, steps=1, out=str(tmp_path / "run"), **change)
+        )  # was: timm's bare AssertionError
     assert not (tmp_path / "run").exists()
 
 
 def test_vit_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_previous(vit_data, tmp_path, capsys, monkeypatch):
+    from dataclasses import asdict
+
     import safetensors.torch
     import yaml
 
-    from mmpos.training.vit_cli import train_main
+    from mmpos.cli import main
     from tests.training.test_train_vit import tiny_config
 
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(tiny_config(vit_data, steps=2, checkpoint_every=1, eval_sizes=[32])))
+    config.write_text(yaml.safe_dump(asdict(tiny_config(vit_data, steps=2, checkpoint_every=1, eval_sizes=[32]))))
     real, calls = safetensors.torch.save_model, []
 
     def full_disk_at_the_second_checkpoint(*args, **kwargs):
@@ -179,10 +183,9 @@ def test_vit_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_previous(vi
         return real(*args, **kwargs)
 
     monkeypatch.setattr(safetensors.torch, "save_model", full_disk_at_the_second_checkpoint)
-    with pytest.raises(SystemExit) as exit_info:
-        train_main(["--config", str(config), "--output-dir", str(tmp_path / "run")])
+    assert main(["train", "vit", "--config", str(config), "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert exit_info.value.code == 1 and "Traceback" not in err
+    assert "Traceback" not in err
     assert "checkpoint-2: the checkpoint could not be written ([Errno 28] No space left on device)" in err
     assert "the newest checkpoint, checkpoint-1, is intact" in err
     run = tmp_path / "run"

@@ -9,6 +9,7 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +17,11 @@ import pytest
 import torch
 
 from mmpos._safe_state import UnsafeStateError, join_optimizer_state, load_torch_file, read_json, read_tensors
+from mmpos.cli import main as mmpos_main
 from mmpos.training import train_vit
 from mmpos.training.scaffold.folders import UnreadableCheckpointError, checkpoints
 from mmpos.training.task_configs import WorldImageConfig
-from mmpos.training.vit_cli import eval_main, train_main
+from mmpos.training.vit_eval_cli import eval_main
 from tests.training.test_train_vit import read_log, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -78,7 +80,7 @@ def vit_run(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the tests' resumed runs (one_thread): the same reductions, bit for bit
     try:
-        train_vit(config, root / "whole")
+        train_vit(replace(config, out=str(root / "whole")))
     finally:
         torch.set_num_threads(threads)
     return config, root
@@ -179,7 +181,7 @@ def test_an_accelerate_layout_checkpoint_resumes_to_the_same_losses(vit_run):
     to_accelerate_layout(checkpoints(run)[-1])
     random.seed(123)  # generators elsewhere: the checkpoint's RNG states must be what counts
     np.random.seed(123)
-    train_vit(config, run, resume=True)
+    train_vit(replace(config, out=str(run)), resume=True)
     assert read_log(run) == read_log(root / "whole")  # (update, loss) to the printed digit
     assert (run / "model.safetensors").read_bytes() == (root / "whole" / "model.safetensors").read_bytes()
 
@@ -192,29 +194,28 @@ def test_new_layout_resume_is_bit_identical_with_ema_and_accumulation(vit_run, l
     if layout == "previous":
         to_previous_layout(checkpoints(run)[-1])
         assert [c.name for c in checkpoints(run)] == ["step_0000002"]
-    train_vit(config, run, resume=True)
+    train_vit(replace(config, out=str(run)), resume=True)
     assert read_log(run) == read_log(root / "whole")  # (update, loss) to the printed digit
     assert (run / "model.safetensors").read_bytes() == (root / "whole" / "model.safetensors").read_bytes()
     assert checkpoints(run)[-1].name == "checkpoint-4"  # a resumed old run continues in the new layout
 
 
 def _vit_commands(run: Path, out: Path, config_path: Path):
-    base = ["--config", str(config_path), "--output-dir", str(run)]
+    base = ["train", "vit", "--config", str(config_path), "--out", str(run)]
     return {
-        "train --resume": lambda: train_main(base + ["--resume"]),
-        "train --eval-only": lambda: train_main(base + ["--eval-only"]),
+        "train --resume": lambda: mmpos_main(base + ["--resume"]),
         "eval_vit RUN": lambda: eval_main([str(run), "--out", str(out)]),
     }
 
 
-@pytest.mark.parametrize("command", ["train --resume", "train --eval-only", "eval_vit RUN"])
+@pytest.mark.parametrize("command", ["train --resume", "eval_vit RUN"])
 def test_a_tampered_custom_checkpoint_never_runs(vit_run, tmp_path, capsys, command):
     import yaml
 
     config, root = vit_run
     run = _copy_run(root, f"tampered_{command.replace(' ', '_').replace('-', '')}", 4)
     config_path = tmp_path / "config.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+    config_path.write_text(yaml.safe_dump(asdict(config)))
     # in a checkpoint of this version the file is not read at all
     marker = tmp_path / "marker"
     plant(checkpoints(run)[-1] / "custom_checkpoint_0.pkl", marker, wrap=lambda p: p)
@@ -241,7 +242,7 @@ def test_other_tampered_parts_of_an_old_checkpoint_are_refused(vit_run, tmp_path
         marker = tmp_path / f"marker_{part}"
         plant(checkpoints(run)[-1] / part, marker, wrap=lambda p: p)
         with pytest.raises(UnreadableCheckpointError, match=part.replace(".", r"\.") + ": refused"):
-            train_vit(config, run, resume=True)
+            train_vit(replace(config, out=str(run)), resume=True)
         assert not marker.exists()
 
 

@@ -339,12 +339,13 @@ def test_a_malformed_model_index_is_one_line(tmp_path, capsys, command, contents
 
 
 def test_a_misspelt_pe_option_in_a_vit_config_names_the_key_and_the_valid_ones(tmp_path, capsys):
-    from mmpos.training.vit_config import DEFAULTS, ConfigError, check_config
+    from mmpos.training import ViTConfig
+    from mmpos.training.scaffold.config import ConfigError
+    from mmpos.training.tasks.vit import check_names
 
-    config = {**DEFAULTS, "pe": "rope_axial", "pe_options": {"thetaa": 100}}
     with pytest.raises(ConfigError, match=r"pe_options: unknown key\(s\) \['thetaa'\] .*'theta'"):
-        check_config(config)
-    check_config({**config, "pe_options": {"theta": 100, "grid_mode": "index"}})  # the encoding's and convert's
+        check_names(ViTConfig(pe="rope_axial", pe_options={"thetaa": 100}))
+    check_names(ViTConfig(pe="rope_axial", pe_options={"theta": 100, "grid_mode": "index"}))  # encoding's, convert's
     (tmp_path / "vit.yaml").write_text(json.dumps({"pe": "rope_axial", "pe_options": {"thetaa": 100}}))
     argv = ["train", "vit", "--config", str(tmp_path / "vit.yaml"), "--output-dir", str(tmp_path / "run")]
     _one_line_exit_2(capsys, argv, "pe_options", "thetaa", "theta")

@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,7 @@ def vit_config(tmp_path_factory):
     write_positional_folder(root / "val", 12, seed=1, task="relation", image_size=32)
     path = root / "tiny.yaml"
     config = tiny_config(root, steps=6, checkpoint_every=100, eval_sizes=[32], eval_extrapolation=["none"])
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(asdict(config)))
     return path
 
 

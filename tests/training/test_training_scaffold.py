@@ -364,8 +364,9 @@ def test_every_trainer_refuses_a_sharded_engine_by_name(monkeypatch, tmp_path, e
     import accelerate
     from accelerate.utils import DistributedType
 
-    from mmpos.training import vit_config
+    from mmpos.training import ViTConfig
     from mmpos.training.scaffold import loop, processes
+    from mmpos.training.scaffold.config import ConfigError
     from mmpos.training.tasks import vit as vit_train
     from mmpos.training.tasks.dit import DiTConfig
 
@@ -377,10 +378,10 @@ def test_every_trainer_refuses_a_sharded_engine_by_name(monkeypatch, tmp_path, e
     calls = {  # every trainer's accelerator comes from the one factory, processes.make_accelerator
         "the DiT trainer": lambda: loop.task_accelerator(DiTConfig()),
         "the world trainers": lambda: processes.make_accelerator("no", "the world trainers"),
-        "the ViT trainer": lambda: vit_train._make_accelerator(dict(mixed_precision="no", grad_accum=1), tmp_path),
+        "the ViT trainer": lambda: vit_train._make_accelerator(ViTConfig(), tmp_path),
     }
     for trainer, call in calls.items():
         with pytest.raises(ValueError, match=f"^{trainer} trains one whole model .* distributed_type {engine}: launch"):
             call()
-    with pytest.raises(vit_config.ConfigError):  # the ViT command line's one-line error (exit code 2)
+    with pytest.raises(ConfigError):  # the ViT command line's one-line error (exit code 2)
         calls["the ViT trainer"]()

@@ -53,7 +53,7 @@ def test_top5_is_not_computed_nor_printed_for_five_classes_or_fewer(capsys):
     import torch
     from accelerate import Accelerator
 
-    from mmpos.training.vit_cli import _print_table
+    from mmpos.training.tasks.vit import print_table
     from mmpos.training.vit_eval import evaluate
 
     images, targets = torch.randn(6, 3, 4, 4), torch.tensor([0, 1, 2, 3, 0, 1])
@@ -64,7 +64,7 @@ def test_top5_is_not_computed_nor_printed_for_five_classes_or_fewer(capsys):
             model[1].bias.copy_(-torch.arange(float(classes)))  # ranks class 0, 1, 2, ... first: top-5 holds 0..4
         result = evaluate(model, [(images, targets)], Accelerator(cpu=True))
         assert result["classes"] == classes and result["top5"] == top5
-    _print_table(rows(4)["run"])
-    _print_table(rows(8)["run"])
+    print_table(rows(4)["run"])
+    print_table(rows(8)["run"])
     printed = capsys.readouterr().out.splitlines()
     assert "top-5" not in printed[0] and "top-5 n/a" in printed[2]

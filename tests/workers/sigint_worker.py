@@ -34,12 +34,12 @@ def signalling(loss_function):
 
 torch.set_num_threads(1)
 if trainer == "vit":
-    from mmpos.training import vit_cli
+    from mmpos.cli import main
     from mmpos.training.tasks import vit as vit_train
 
     make_criterion = vit_train._criterion
     vit_train._criterion = lambda config, mixup: signalling(make_criterion(config, mixup))
-    sys.exit(vit_cli.train_main(argv, prog="sigint_worker.py"))
+    sys.exit(main(["train", "vit", *argv]))
 from mmpos.training.tasks.dit import DiTTask  # noqa: E402 - after the vit branch, which exits
 
 DiTTask.loss = signalling(DiTTask.loss)

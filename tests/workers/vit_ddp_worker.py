@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 import mmpos.training.tasks.vit as vit_train
+from mmpos.training.task_configs import ViTConfig
 from mmpos.training.vit_data import SeededSamples
 
 config_path, run_dir, out_dir = sys.argv[1:4]
@@ -36,4 +37,4 @@ SeededSamples.__getitem__ = recording_getitem
 original_evaluate = vit_train.evaluate_resolutions
 vit_train.evaluate_resolutions = recording_evaluate
 torch.set_num_threads(1)
-vit_train.train_vit(json.loads(Path(config_path).read_text()), run_dir)
+vit_train.train_vit(ViTConfig(**{**json.loads(Path(config_path).read_text()), "out": run_dir}))

@@ -1,4 +1,4 @@
-"""Attention rules on video models beyond the training length: UltraViCo's decay, FreeLOC's re-encoded time positions.
+"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA).
 
     from mmpos.integrations.diffusers import set_attention_rule, set_pe
     set_pe(wan, "native")                                   # the stock model (or a spectrum schedule: DyPE, RIFLEx)
@@ -16,6 +16,14 @@ The families say where (``Family.latent_grid``): Wan, Wan VACE and Wan Animate t
 whose processors are stock, through rule processors ``set_attention_rule`` installs (``Family.rule_processor``;
 UltraViCo only: FreeLOC's time shift reads Wan's rope spectrum). Other families (HunyuanVideo 1.5: joint video and
 text attention) are refused by name.
+
+Image rules past the training size (:data:`IMAGE_RULES`), through the image families' mmpos processors (their joint
+text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
+FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2) and SPA
+(:mod:`mmpos.coords.bundles`; FLUX.1, Chroma)::
+
+    set_pe(flux, "native")
+    set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
 """
 
 from __future__ import annotations
@@ -26,8 +34,11 @@ import torch
 from torch import nn
 
 from ..._per_thread import PerThread
+from ...coords.bundles import bundle_variants
 from ...coords.grids import video_grid
+from ...ops.entropy_scaling import EntropyScaling
 from ...ops.frame_reencoding import FrameReencoding
+from ...ops.head_scopes import HeadScopes
 from ...ops.rotation import rotate
 from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
@@ -36,6 +47,10 @@ from .installer import ENCODING, ProcessorInstaller
 from .processors import PEProcessor
 
 RULES = ("ultravico", "freeloc")
+IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
+TEXT_FIRST_FAMILIES = ("flux", "chroma", "flux2")  # joint sequences with the text before the image tokens
+FLUX_ID_FAMILIES = ("flux", "chroma")  # FLUX.1's processors and (index, row, col) ids
+IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES, "spa": FLUX_ID_FAMILIES}
 
 
 class VideoRule:
@@ -52,7 +67,7 @@ class VideoRule:
         self.layers = None if layers is None else frozenset(layers)
         self.grid = PerThread(None)
 
-    def __call__(self, query, key, value, mask, parallel_config, layer=None):
+    def __call__(self, query, key, value, mask, parallel_config, layer=None, attend=None):
         grid = self.grid.get()
         if grid is None or (self.layers is not None and layer not in self.layers):
             return None
@@ -78,6 +93,125 @@ class VideoRule:
         return self.rule.attend(query, key, value, frame_tokens, video_tokens=video_tokens, mask=mask)
 
 
+class ImageRule:
+    """UltraImage past ``train_tokens`` image tokens: each layer's per-head factor, measured at the first forward
+    of a generation (the noisiest step) and kept for its later steps.
+
+    A generation starts when the forward's sigma is above the previous forward's (or the image size changes);
+    forwards without a timestep keep the factors until the size changes. A batch of another size than the one
+    measured (a separate unconditional pass) takes the factors again from its own first forward.
+    """
+
+    def __init__(self, scaling: EntropyScaling, train_tokens: int):
+        self.scaling, self.train_tokens = scaling, train_tokens
+        self.state = PerThread(None)  # (image tokens, sigma, {layer: factor [B, H]})
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        tokens, sigma = image_tokens(family.name, args, kwargs), family.sigma(args, kwargs)
+        previous = self.state.get()
+        if previous is None or previous[0] != tokens or (sigma is not None and (previous[1] or -1.0) < sigma):
+            self.state.set((tokens, sigma, {}))
+        else:
+            self.state.set((tokens, sigma if sigma is not None else previous[1], previous[2]))
+
+    def factors(self) -> dict:
+        """Each layer's factors ``[B, H]`` of the generation in flight (empty before its first forward)."""
+        state = self.state.get()
+        return {} if state is None else dict(state[2])
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        state = self.state.get()
+        if state is None or state[0] is None or state[0] <= self.train_tokens:
+            return None
+        if parallel_config is not None:
+            raise ValueError("ultraimage: context parallelism with the rule is not supported (it measures whole rows)")
+        factors = state[2]
+        factor = factors.get(layer)
+        if factor is None or factor.shape[0] != query.shape[0]:
+            factor = factors[layer] = self.scaling.factor(self.scaling.entropy(query, key, key_mask(mask, key)))
+        return attend(self.scaling.scale_query(query, factor), key, value, mask, parallel_config)
+
+
+class PrunedRule:
+    """HRDiT's HAP past ``train_tokens`` image tokens: each layer's heads attend within their scopes
+    (:class:`~mmpos.ops.head_scopes.HeadScopes`; the text length is this forward's ``encoder_hidden_states``')."""
+
+    def __init__(self, alphas, betas, anchor_stride: int, train_tokens: int):
+        self.alphas, self.betas, self.anchor_stride, self.train_tokens = alphas, betas, anchor_stride, train_tokens
+        self.state = PerThread(None)  # (image tokens, text tokens)
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        text = kwargs.get("encoder_hidden_states")
+        self.state.set((image_tokens(family.name, args, kwargs), None if text is None else int(text.shape[1])))
+
+    def scopes(self, layer: int, text_tokens: int) -> HeadScopes:
+        if layer >= len(self.alphas):
+            raise ValueError(f"hap: the scope plan holds {len(self.alphas)} layers, the model has more")
+        return HeadScopes(
+            tuple(self.alphas[layer]), tuple(self.betas[layer]), text_tokens, anchor_stride=self.anchor_stride
+        )
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        state = self.state.get()
+        if state is None or state[0] is None or state[0] <= self.train_tokens or state[1] is None:
+            return None
+        if mask is not None or parallel_config is not None:
+            raise ValueError("hap: an attention mask or context parallelism with the rule is not supported")
+        return self.scopes(layer, state[1]).attend(query, key, value)
+
+
+class BundleRule:
+    """HRDiT's SPA past ``train_tokens`` image tokens, on a generation's first ``steps`` forwards: the processors
+    average their attention over the rotary tables of :func:`~mmpos.coords.bundles.bundle_variants` (the model's
+    own position module on ``[txt_ids; bundled img_ids]``)."""
+
+    def __init__(self, group_num: int, steps: int, train_tokens: int):
+        self.group_num, self.steps, self.train_tokens = group_num, steps, train_tokens
+        self.state = PerThread(None)  # (image tokens, sigma, forwards of this generation, tables or None)
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        tokens, sigma = image_tokens(family.name, args, kwargs), family.sigma(args, kwargs)
+        previous = self.state.get()
+        fresh = previous is None or previous[0] != tokens or (sigma is not None and (previous[1] or -1.0) < sigma)
+        count = 0 if fresh else previous[2] + (sigma is None or sigma != previous[1])
+        tables = None
+        if tokens is not None and tokens > self.train_tokens and count < self.steps:
+            text, image = kwargs["txt_ids"], kwargs["img_ids"]
+            position = getattr(transformer, family.position_attr)
+            grids = bundle_variants(image[:, 1:].round(), self.group_num)
+            tables = [position(torch.cat([text, torch.cat([image[:, :1], g], dim=1)])) for g in grids]
+        self.state.set((tokens, sigma, count, tables))
+
+    def tables(self):
+        state = self.state.get()
+        return None if state is None else state[3]
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        return None  # SPA acts where the processor rotates (PEProcessor._rotate_attend)
+
+
+def image_tokens(family: str, args, kwargs) -> int | None:
+    """The forward's image tokens: packed ``hidden_states [B, S, C]`` (FLUX.1, FLUX.2, Chroma: ``S``, reference
+    images included) or Z-Image's latents (a list of ``[C, F, H, W]``, patches ``f_patch_size x patch_size^2``)."""
+    if family == "z_image":
+        latents = kwargs.get("x", args[0] if args else None)
+        patch, frames = int(kwargs.get("patch_size", 2)), int(kwargs.get("f_patch_size", 1))
+        items = latents if isinstance(latents, (list, tuple)) else [latents]
+        return max((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch) for x in items)
+    hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+    return int(hidden_states.shape[1]) if isinstance(hidden_states, torch.Tensor) else None
+
+
+def key_mask(mask, key) -> torch.Tensor | None:
+    """A boolean key mask ``[B, 1, 1, L]`` / ``[B, L]`` (Z-Image's padded captions) as ``[B, L]``; other masks:
+    ValueError."""
+    if mask is None:
+        return None
+    if mask.dtype == torch.bool and mask.shape[-1] == key.shape[1] and mask.numel() == mask.shape[0] * key.shape[1]:
+        return mask.reshape(mask.shape[0], key.shape[1])
+    raise ValueError(f"ultraimage: only a boolean key mask is supported, got {mask.dtype} {tuple(mask.shape)}")
+
+
 def rule_name(rule) -> str:
     return "freeloc" if isinstance(rule, FrameReencoding) else "ultravico"
 
@@ -95,7 +229,8 @@ def rule_from_config(config: Mapping | WindowDecay | FrameReencoding):
         return config, None
     if not isinstance(config, Mapping) or config.get("type") not in RULES:
         raise ValueError(
-            f"rule must be a WindowDecay, a FrameReencoding or a dict with 'type' in {RULES}, got {config!r}"
+            f"rule must be a WindowDecay, a FrameReencoding or a dict with 'type' in {RULES + tuple(IMAGE_RULES)}, "
+            f"got {config!r}"
         )
     kind = config["type"]
     options = {k: v for k, v in config.items() if k != "type"}
@@ -111,6 +246,53 @@ def rule_from_config(config: Mapping | WindowDecay | FrameReencoding):
     ):
         raise ValueError(f"freeloc: layers must be a list of attention-layer indices, got {layers!r}")
     return FrameReencoding.scaled(**options), layers
+
+
+def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule:
+    """``{"type": "ultraimage", "train_grid": (64, 64), ...}``, ``{"type": "spa", "train_grid": (64, 64), ...}``,
+    ``{"type": "hap", "train_grid": (64, 64), "scope_plan": {"alphas": ..., "betas": ...}, "anchor_stride": 32}``
+    -> the image rule's state for :func:`set_attention_rule`."""
+    kind = config["type"]
+    options = {k: v for k, v in config.items() if k != "type"}
+    if kind == "spa":
+        _check_options(
+            kind, options, {"train_grid", "group_num", "steps"}, "train_grid", "(rows, cols); FLUX.1: (64, 64)"
+        )
+        rows, cols = _train_grid(kind, options["train_grid"])
+        group_num, steps = options.get("group_num", 80), options.get("steps", 3)
+        if not (isinstance(group_num, int) and group_num >= 2 and isinstance(steps, int) and steps >= 0):
+            raise ValueError(f"spa: group_num must be an int >= 2 and steps an int >= 0, got {group_num!r}, {steps!r}")
+        return BundleRule(group_num, steps, int(rows * cols))
+    if kind == "hap":
+        _check_options(kind, options, {"train_grid", "scope_plan", "anchor_stride"}, "scope_plan", "alphas, betas")
+        plan = options["scope_plan"]
+        if not (isinstance(plan, Mapping) and {"alphas", "betas"} <= set(plan)):
+            raise ValueError("hap: scope_plan must be {'alphas': [[per head] per layer], 'betas': [[...]]}")
+        if "train_grid" not in options:
+            raise ValueError("hap needs train_grid ((rows, cols) tokens of the training size; FLUX.1: (64, 64))")
+        rows, cols = _train_grid(kind, options["train_grid"])
+        return PrunedRule(plan["alphas"], plan["betas"], int(options.get("anchor_stride", 0)), rows * cols)
+    known = {"train_grid", "lambda_min", "lambda_max", "h_min", "h_max", "gamma", "block"}
+    _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
+    rows, cols = _train_grid(kind, options.pop("train_grid"))
+    return ImageRule(EntropyScaling(**options), int(rows * cols))
+
+
+def _train_grid(kind, grid) -> tuple[float, float]:
+    if not (
+        isinstance(grid, (tuple, list))
+        and len(grid) == 2
+        and all(isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0 for g in grid)
+    ):
+        raise ValueError(f"{kind}: train_grid must be (rows, cols) of positive numbers, got {grid!r}")
+    return grid[0], grid[1]
+
+
+def _check_options(kind, options, known, required, what) -> None:
+    if unknown := sorted(set(options) - known):
+        raise ValueError(f"{kind}: unknown options {unknown}; expected some of {sorted(known)}")
+    if required not in options:
+        raise ValueError(f"{kind} needs {required} ({what})")
 
 
 def time_shift(transformer: nn.Module, family):
@@ -143,6 +325,8 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     """Install ``rule`` (see :func:`rule_from_config`) on a video model; returns the model. Wan families: on the
     processors ``set_pe`` installed (call it first); families with stock processors (LTX): on rule processors
     installed here (the stock arithmetic, bit for bit within the training length), with or without ``set_pe``."""
+    if isinstance(rule, Mapping) and rule.get("type") in IMAGE_RULES:
+        return _set_image_rule(transformer, rule)
     rule, layers = rule_from_config(rule)
     family = family_for(transformer)
     name = rule_name(rule)
@@ -173,13 +357,52 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     return transformer
 
 
+def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
+    """An image rule (:func:`image_rule_from_config`) on the mmpos processors ``set_pe`` installed."""
+    family = family_for(transformer)
+    state = image_rule_from_config(rule)
+    name = rule["type"]
+    if family.name not in IMAGE_RULES[name]:
+        raise ValueError(
+            f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
+            f"text-to-image family{_order_note(name)}); supported: {', '.join(IMAGE_RULES[name])}"
+        )
+    processors = encoding_processors(transformer)
+    if not processors:
+        raise ValueError(
+            f"set_attention_rule needs mmpos processors: set_pe first (set_pe(model, 'native') keeps the stock "
+            f"model{_native_hint(family.name)})"
+        )
+    clear_attention_rule(transformer)
+    for processor in processors:
+        processor.attention_rule = state
+
+    def before_forward(module, args, kwargs):
+        state.before_forward(module, family, args, kwargs)
+
+    handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
+    transformer._mmpos_attention_rule = (state, handle, processors, False)
+    return transformer
+
+
+def _order_note(name: str) -> str:
+    return "; HAP's scopes need the text before the image tokens" if name == "hap" else ""
+
+
+def _native_hint(family: str) -> str:
+    if family in ("chroma", "flux2", "z_image"):
+        return f"; {family} with 'native' keeps its stock processors: set_pe(model, 'rope_axial') installs mmpos'"
+    return ""
+
+
 def encoding_processors(transformer: nn.Module) -> list:
     """The mmpos processors of the encoding level (under a camera adapter or an edit too)."""
     installer = ProcessorInstaller.find(transformer)
     if installer is not None:
         found = [slot.levels.get(ENCODING) for slot in installer.slots]
     else:
-        found = list(transformer.attn_processors.values())
+        processors = getattr(transformer, "attn_processors", None)
+        found = list(processors.values()) if isinstance(processors, Mapping) else []
     return [p for p in found if isinstance(p, PEProcessor)]
 
 

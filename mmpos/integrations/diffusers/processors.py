@@ -52,7 +52,7 @@ class PEProcessor:
 
     _attention_backend = None
     _parallel_config = None
-    attention_rule = None  # a :class:`~.attention_rules.VideoRule` (set by ``set_attention_rule``)
+    attention_rule = None  # an :mod:`~.attention_rules` rule (set by ``set_attention_rule``)
 
     def __init__(self, rotation=None, layer: int | None = None, attention_backend=None, parallel_config=None):
         # no rotation: an unbound copy, as diffusers' loaders make with ``type(processor)()``; the installer puts
@@ -66,13 +66,32 @@ class PEProcessor:
         """Made by ``set_pe`` (its rotation and layer index), not re-created by a loader with ``type(processor)()``."""
         return self.rotation is not _unbound
 
-    def _attend(self, query, key, value, mask, parallel_config, video: bool = False):
-        """Attention through diffusers' dispatch; ``video``: a self-attention over the video tokens, where an
-        ``attention_rule`` applies (it returns ``None`` inside the training window: the stock attention runs)."""
-        if video and self.attention_rule is not None:
-            out = self.attention_rule(query, key, value, mask, parallel_config, self.layer)
+    def _attend(self, query, key, value, mask, parallel_config, video: bool = False, image: bool = False):
+        """Attention through diffusers' dispatch; ``video``: a self-attention over the video tokens, ``image``: an
+        image family's joint text+image self-attention, where an ``attention_rule`` applies (it returns ``None``
+        inside the training length or size: the stock attention runs)."""
+        if (video or image) and self.attention_rule is not None:
+            out = self.attention_rule(query, key, value, mask, parallel_config, self.layer, self._dispatch)
             if out is not None:
                 return out
+        return self._dispatch(query, key, value, mask, parallel_config)
+
+    def _rotate_attend(self, query, key, value, rotary_emb, mask, parallel_config):
+        """Rotate q and k by ``rotary_emb`` and attend (``image``); under a rule that hands several tables (HRDiT's
+        SPA: ``attention_rule.tables()``), the attention outputs averaged over them."""
+        tables = getattr(self.attention_rule, "tables", lambda: None)()
+        if tables is None:
+            if rotary_emb is not None:
+                query, key = self.rotation(query, key, rotary_emb, self.layer)
+            return self._attend(query, key, value, mask, parallel_config, image=True)
+        total = None
+        for table in tables:
+            q, k = self.rotation(query, key, table, self.layer)
+            out = self._dispatch(q, k, value, mask, parallel_config)
+            total = out if total is None else total + out
+        return total / len(tables)
+
+    def _dispatch(self, query, key, value, mask, parallel_config):
         return dispatch_attention_fn(
             query, key, value, attn_mask=mask, backend=self._attention_backend, parallel_config=parallel_config
         )

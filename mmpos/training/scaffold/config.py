@@ -22,6 +22,7 @@ import math
 import re
 import typing
 from pathlib import Path
+from types import UnionType
 
 import yaml
 
@@ -139,8 +140,8 @@ def _hints(cls) -> dict:
 def _allowed(hint) -> tuple[tuple[type, ...], bool]:
     """(accepted types, None allowed) of a field's type hint."""
     args = typing.get_args(hint)
-    if args and type(None) in args or hint is type(None):
-        return tuple(a for a in args if a is not type(None)), True
+    if typing.get_origin(hint) in (typing.Union, UnionType):  # float | None, bool | str
+        return tuple(a for a in args if a is not type(None)), type(None) in args
     origin = typing.get_origin(hint) or hint
     return ((origin,), False)
 
@@ -253,9 +254,18 @@ def _with_default(meta, field) -> str:
 def read_config_file(cls, path) -> dict:
     """The keys of a YAML config file, each checked (an unknown one refused naming the file and the key)."""
     try:
-        values = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=Yaml12Loader) or {}  # noqa: S506
-    except (OSError, yaml.YAMLError) as error:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    except OSError as error:
         raise ConfigError(f"--config {path}: cannot be read ({' '.join(str(error).split())})") from None
+    try:
+        values = yaml.load(text, Loader=Yaml12Loader) or {}  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or " ".join(str(error).split())
+        raise ConfigError(f"--config {path}: not valid YAML{at}: {problem}") from None
     if not isinstance(values, dict):
         raise ConfigError(f"--config {path}: expected a mapping of config keys, got {type(values).__name__}")
     try:
@@ -305,16 +315,20 @@ def _plain(value):
 
 
 def check_resume_config(config, saved: dict, where) -> None:
-    """Refuse to resume with a changed key a resumed run may not change (the model, the batch, the seed, ...)."""
-    for field in dataclasses.fields(config):
-        if field.metadata.get("resume_may_change") or field.name not in saved:
-            continue
-        now = resolved(config)[field.name]
-        if _plain(saved[field.name]) != _plain(now):
-            raise ConfigError(
-                f"--resume: {field.name} is {now!r} but the run was started with "
-                f"{saved[field.name]!r} ({where}); resume with the run's value or start a new --out"
-            )
+    """Refuse to resume with changed keys a resumed run may not change (the model, the batch, the seed, ...),
+    naming every one."""
+    now = resolved(config)
+    changed = [
+        f"{field.name} is {now[field.name]!r} but the run was started with {saved[field.name]!r}"
+        for field in dataclasses.fields(config)
+        if not field.metadata.get("resume_may_change")
+        and field.name in saved
+        and _plain(saved[field.name]) != _plain(now[field.name])
+    ]
+    if changed:
+        raise ConfigError(
+            f"--resume: {', '.join(changed)} ({where}); resume with the run's values or start a new --out"
+        )
 
 
 def parse_run(cls, prog: str, description: str = "", outputs: tuple[str, ...] = (), argv=None):

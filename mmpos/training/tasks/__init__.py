@@ -4,7 +4,7 @@ A task is the model, data and loss trained on the scaffold (:mod:`mmpos.training
 ``camera_adapter`` are :class:`~mmpos.training.scaffold.loop.TrainingTask` subclasses run by its loop; ``vit``,
 ``world_image``, ``world_video`` and ``nvs`` keep their own update order (timm's schedules and gradient
 accumulation; one generator per run or per step, drawing the global batch on every process) and take the
-scaffold's backward pass, checkpoints, folders and accelerator. Every task but ``vit`` has a config class in
+scaffold's backward pass, checkpoints, folders and accelerator. Every task has a config class in
 :mod:`mmpos.training.task_configs` (one dataclass style, torch-free) and is ``mmpos train TASK``; a task with its
 own update order runs through its module's ``run_command(config, resume, overwrite)`` (:func:`run_own_loop`).
 """
@@ -33,7 +33,7 @@ class TaskEntry:
 
 
 TASKS: dict[str, TaskEntry] = {
-    "vit": TaskEntry("vit", "fine-tune a timm ViT with an mmpos encoding", "scripts/train_vit.py"),
+    "vit": TaskEntry("vit", "fine-tune a timm ViT with an mmpos encoding", "scripts/train_vit.py", "ViTConfig"),
     "dit": TaskEntry(
         "dit",
         "the reference DiT, class-conditional diffusion",
@@ -78,17 +78,18 @@ def task_config(name: str):
 def run_own_loop(name: str, config, resume: str | None, overwrite: bool, prog: str) -> int:
     """Run ``config`` with the task module's ``run_command`` (the tasks with their own update order): an error of
     the user's (a value, a folder, a checkpoint that cannot be read) is one line and exit code 2 (``SystemExit``),
-    a non-finite loss one line and 1. ``resume``: ``"latest"`` (these tasks continue their newest checkpoint)."""
+    a non-finite loss or a checkpoint that could not be written (a full disk) one line and 1. ``resume``: ``"latest"`` (these tasks continue their newest checkpoint)."""
     from ..._arguments import user_error
 
     if resume not in (None, "latest"):
         raise user_error(prog, f"--resume {resume}: {name} continues its newest checkpoint; pass --resume alone")
     module = task_module(name)
     from ..._validation import NonFiniteLossError
+    from ..scaffold.checkpoint import CheckpointWriteError
 
     try:
         return module.run_command(config, resume is not None, overwrite)
-    except NonFiniteLossError as error:
+    except (NonFiniteLossError, CheckpointWriteError) as error:  # not the user's: exit code 1
         print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as error:  # a config key, a folder, a checkpoint refused (unreadable, unsafe)

@@ -120,7 +120,10 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--extrapolate",
         help="none | pi | ntk | yarn | vision_yarn | dype | dype_ntk | dype_yarn, "
-        "or per axis: row=dype,col=ntk (default: the config's extrapolate.preset, none)",
+        "or per axis: row=dype,col=ntk; with one attention rule after +: ultraimage (UltraImage's per-head "
+        "attention sharpening; FLUX.1, FLUX.2, Chroma, Z-Image) or spa (HRDiT's bundle grids on the first 3 "
+        "steps; FLUX.1, Chroma), past the training size, e.g. dype+ultraimage "
+        "(default: the config's extrapolate.preset, none)",
     )
     parser.add_argument(
         "--train-size",

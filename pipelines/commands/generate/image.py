@@ -10,7 +10,13 @@ from pathlib import Path
 from mmpos._arguments import user_error
 
 from ...edits.method import seeded_generator
-from ...extrapolate import extrapolate_setting, install_extrapolation, install_noise_shift, parse_extrapolate
+from ...extrapolate import (
+    extrapolate_setting,
+    install_extrapolation,
+    install_noise_shift,
+    parse_extrapolate,
+    parse_rules,
+)
 from ...images import save_image
 from ...inputs import prompt_kwargs, sampler_options
 from .._config import check_prompt_source, check_sampler_size, default_side, resolve_config, save_config
@@ -31,8 +37,11 @@ def run_generate(args) -> int:
     except ValueError as error:
         raise user_error("mmpos generate", error) from None
     setting = config.get("extrapolate", {})
-    presets = parse_extrapolate(str(setting.get("preset", "none")))
-    installed = install_extrapolation(pipe, presets, _train_size(config, model), setting.get("options"))
+    presets, rules = (f(str(setting.get("preset", "none"))) for f in (parse_extrapolate, parse_rules))
+    try:  # a rule on a family it does not reach
+        installed = install_extrapolation(pipe, presets, _train_size(config, model), setting.get("options"), rules)
+    except ValueError as error:
+        raise user_error("mmpos generate", error) from None
     if installed["schedules"] is not None:
         sampler, default = sampler_options(config), default_side(pipe)
         size = (sampler.get("height") or default, sampler.get("width") or default)

@@ -20,9 +20,8 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
 from .codecs import axis_frequencies, forward_arg
-from .rotary_input import RotaryInput, fitted_positions, make_rotary_input_seam, rotary_input_tables
+from .rotary_input import RotaryInput, fitted_positions, rotary_input_family
 
 
 def axes_dims(model) -> tuple[int, int, int]:
@@ -75,19 +74,15 @@ def tables(seam, axis_positions, counts, spectra, stock):
 
 
 ALLEGRO = register_family(
-    Family(
+    rotary_input_family(
         name="allegro",
         classes=("diffusers.models.transformers.transformer_allegro:AllegroTransformer3DModel",),
-        position_attr="mmpos_rotary_input",
         axis_names=("t", "row", "col"),
         native_axes_dims=axes_dims,
         native_theta=lambda model: 10000.0,
         image_axes=(1, 2),
         time_axis=0,
-        tables=rotary_input_tables,
-        make_seam=make_rotary_input_seam,
         rotary_input=RotaryInput(
-            arg="image_rotary_emb",
             grid=latent_grid,
             positions=positions,
             build=tables,

@@ -25,7 +25,7 @@ import torch
 from . import register_family
 from .base import Family
 from .codecs import cos_sin_repeated, forward_arg
-from .rotary_input import RotaryInput, fitted_positions, make_rotary_input_seam, resize_crop_region, rotary_input_tables
+from .rotary_input import RotaryInput, fitted_positions, resize_crop_region, rotary_input_family
 
 THETA = 10000.0
 
@@ -91,19 +91,15 @@ def tables(seam, axis_positions, counts, spectra, stock=None):
 
 def _family(name, cls, pipelines, notes) -> Family:
     return register_family(
-        Family(
+        rotary_input_family(
             name=name,
             classes=(cls,),
-            position_attr="mmpos_rotary_input",
             axis_names=("t", "row", "col"),
             native_axes_dims=axes_dims,
             native_theta=lambda model: THETA,
             image_axes=(1, 2),
             time_axis=0,
-            tables=rotary_input_tables,
-            make_seam=make_rotary_input_seam,
             rotary_input=RotaryInput(
-                arg="image_rotary_emb",
                 grid=latent_grid,
                 positions=positions,
                 build=tables,

@@ -129,10 +129,7 @@ class FluxPEAttnProcessor(PEProcessor):
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
         query, key, value = flux_project_heads(attn, hidden_states, encoder_hidden_states)
-        if image_rotary_emb is not None:
-            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
-
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = self._rotate_attend(query, key, value, image_rotary_emb, attention_mask, self._parallel_config)
         return flux_finish_attention(attn, hidden_states, encoder_hidden_states, query.dtype)
 
 

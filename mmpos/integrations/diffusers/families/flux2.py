@@ -157,7 +157,7 @@ class Flux2PEAttnProcessor(PEProcessor):
         query, key, value = flux2_project_heads(attn, hidden_states, encoder_hidden_states)
         if image_rotary_emb is not None:
             query, key = self.rotation(query, key, image_rotary_emb, self.layer)
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, image=True)
         return flux2_finish_attention(attn, hidden_states.flatten(2, 3).to(query.dtype), encoder_hidden_states)
 
 
@@ -173,7 +173,7 @@ class Flux2PEParallelSelfAttnProcessor(PEProcessor):
         query, key = attn.norm_q(query), attn.norm_k(key)
         if image_rotary_emb is not None:
             query, key = self.rotation(query, key, image_rotary_emb, self.layer)
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, image=True)
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         hidden_states = torch.cat([hidden_states, attn.mlp_act_fn(mlp_hidden_states)], dim=-1)
         return attn.to_out(hidden_states)

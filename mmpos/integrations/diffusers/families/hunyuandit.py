@@ -21,15 +21,8 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
 from .codecs import cos_sin_repeated, forward_arg
-from .rotary_input import (
-    RotaryInput,
-    fitted_positions,
-    make_rotary_input_seam,
-    resize_crop_region,
-    rotary_input_tables,
-)
+from .rotary_input import RotaryInput, fitted_positions, resize_crop_region, rotary_input_family
 
 
 def axes_dims(model) -> tuple[int, int]:
@@ -66,18 +59,14 @@ def tables(seam, axis_positions, counts, spectra, stock=None):
 
 
 HUNYUANDIT = register_family(
-    Family(
+    rotary_input_family(
         name="hunyuandit",
         classes=("diffusers.models.transformers.hunyuan_transformer_2d:HunyuanDiT2DModel",),
-        position_attr="mmpos_rotary_input",
         axis_names=("col", "row"),
         native_axes_dims=axes_dims,
         native_theta=lambda model: 10000.0,
         image_axes=(1, 0),  # (rows, cols) of model_extrapolation: the row axis is the second
-        tables=rotary_input_tables,
-        make_seam=make_rotary_input_seam,
         rotary_input=RotaryInput(
-            arg="image_rotary_emb",
             grid=latent_grid,
             positions=positions,
             build=tables,

@@ -23,9 +23,8 @@ import math
 import torch
 
 from . import register_family
-from .base import Family
 from .codecs import axis_frequencies, forward_arg
-from .rotary_input import RotaryInput, make_rotary_input_seam, rotary_input_tables
+from .rotary_input import RotaryInput, rotary_input_family
 
 SIDE = 384  # the pipeline's table side
 VAE_SCALE = 8  # LuminaPipeline's VAE (SDXL): pixels per latent
@@ -100,18 +99,14 @@ def tables(seam, axis_positions, counts, spectra, stock):
 
 
 LUMINA_NEXT = register_family(
-    Family(
+    rotary_input_family(
         name="lumina_next",
         classes=("diffusers.models.transformers.lumina_nextdit2d:LuminaNextDiT2DModel",),
-        position_attr="mmpos_rotary_input",
         axis_names=("row", "col"),
         native_axes_dims=axes_dims,
         native_theta=lambda model: 10000.0,
         image_axes=(0, 1),
-        tables=rotary_input_tables,
-        make_seam=make_rotary_input_seam,
         rotary_input=RotaryInput(
-            arg="image_rotary_emb",
             grid=latent_grid,
             positions=positions,
             build=tables,

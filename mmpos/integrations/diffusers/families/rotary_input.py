@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .base import STOCK, SpectrumSeam, _identity
+from .base import STOCK, Family, SpectrumSeam, _identity
 from .codecs import forward_arg
 
 
@@ -30,8 +30,6 @@ class RotaryInput:
     """Where a family's pipeline-built tables come in and how they are rebuilt.
 
     Args:
-        arg: the forward argument holding the tables (keyword, or positional at its place in the model's
-            ``forward`` signature).
         grid: ``grid(config, args, kwargs) -> tuple[int, ...]``: the latent token grid of this forward (the sizes the
             pipeline's builder reads).
         positions: ``positions(config, grid, device) -> (per-axis 1-D float32 positions, per-axis counts)``: the
@@ -42,14 +40,28 @@ class RotaryInput:
         builder: the pipeline function the tables come from (error messages and docs).
         extents: optional ``extents(config, grid) -> per-axis extents`` in the coordinate units of the positions
             (what a schedule compares with its original length); default ``max - min + 1`` of the kept positions.
+        arg: the forward argument holding the tables (keyword, or positional at its place in the model's
+            ``forward`` signature).
     """
 
-    arg: str
     grid: Callable
     positions: Callable
     build: Callable
     builder: str
     extents: Optional[Callable] = None
+    arg: str = "image_rotary_emb"
+
+
+def rotary_input_family(*, rotary_input: RotaryInput, **fields) -> Family:
+    """The :class:`~.base.Family` of a model whose tables come in through ``rotary_input``: its seam (at
+    ``mmpos_rotary_input``), the seam's tables and the hook filled in; ``fields``: the rest of the record."""
+    return Family(
+        position_attr="mmpos_rotary_input",
+        tables=rotary_input_tables,
+        make_seam=make_rotary_input_seam,
+        rotary_input=rotary_input,
+        **fields,
+    )
 
 
 class RotaryInputSeam(SpectrumSeam):

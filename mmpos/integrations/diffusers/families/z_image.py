@@ -106,7 +106,7 @@ class ZImagePEAttnProcessor(PEProcessor):
         dtype = query.dtype
         if attention_mask is not None and attention_mask.ndim == 2:  # [B, S] -> [B, 1, 1, S]
             attention_mask = attention_mask[:, None, None, :]
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config)
+        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, image=True)
         output = attn.to_out[0](hidden_states.flatten(2, 3).to(dtype))
         return attn.to_out[1](output) if len(attn.to_out) > 1 else output
 
