@@ -46,6 +46,7 @@ TINY_FAMILIES = {
     "lumina2": ("Lumina2Pipeline",),
     "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
+    "krea2": ("Krea2Pipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 
@@ -100,6 +101,15 @@ def run(args) -> int:
     return 0
 
 
+def passes_prompt_embeds(recipe) -> bool:
+    """Whether ``--prompt-embeds`` passes every tensor ``recipe``'s pipeline takes: not HiDream's per-encoder ones,
+    HunyuanDiT's second prompt nor Krea 2's per-layer ``[B, L, layers, D]``."""
+    from mmpos.pipelines.inputs import EMBED_DIMS
+
+    tensors = recipe.prompt_embeds(1)
+    return all(name in EMBED_DIMS and tensor.dim() == len(EMBED_DIMS[name]) for name, tensor in tensors.items())
+
+
 def try_commands(recipe, folder) -> list[str]:
     """The command lines that run the saved tiny ``recipe`` in ``folder``: ``mmpos generate`` (a text-to-image
     pipeline whose embeddings ``--prompt-embeds`` passes) or ``mmpos generate video`` (Wan), the ``mmpos edit`` methods that take its pipeline, and Python."""
@@ -110,11 +120,7 @@ def try_commands(recipe, folder) -> list[str]:
 
     side, embeds = recipe.side, f"{folder}/{EMBEDS_FILE}"
     lines = []
-    from mmpos.pipelines.inputs import EMBED_DIMS
-
-    # --prompt-embeds passes these tensors only: not HiDream's per-encoder ones nor HunyuanDiT's second prompt
-    takes_embeds = set(recipe.prompt_embeds(1)) <= set(EMBED_DIMS)
-    if get_family(recipe.family).time_axis is None and not recipe.inputs(side) and takes_embeds:
+    if get_family(recipe.family).time_axis is None and not recipe.inputs(side) and passes_prompt_embeds(recipe):
         # over the config's sampler; += also adds a key the config has not (use_resolution_binning)
         sampler = "".join(f" --set sampler.{key}+={value}" for key, value in recipe.call.items())
         lines.append(

@@ -767,6 +767,8 @@ def _wan_like(family: str, pipeline: str, transformer) -> TinyPipeline:
 
 
 def _recipes() -> list[TinyPipeline]:
+    from . import tiny_pipelines_image  # its recipes, after this module's helpers it imports
+
     no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
     flux = _family(
         "flux", flux_components, flux_prompt_embeds, 32, call=dict(max_sequence_length=tiny_text.FLUX_TEXT_LEN)
@@ -885,6 +887,7 @@ def _recipes() -> list[TinyPipeline]:
         wan("WanPipeline"),
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
+        *tiny_pipelines_image.recipes(),
     ]
 
 
