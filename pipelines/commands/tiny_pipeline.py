@@ -47,6 +47,8 @@ TINY_FAMILIES = {
     "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
     "krea2": ("Krea2Pipeline",),
+    "glm_image": ("GlmImagePipeline",),
+    "hunyuan_image": ("HunyuanImagePipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 

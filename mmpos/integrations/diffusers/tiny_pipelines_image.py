@@ -1,4 +1,4 @@
-"""Tiny random pipelines of the later image families (Krea 2, ...): the recipes
+"""Tiny random pipelines of the later image families (Krea 2, GLM-Image, HunyuanImage 2.1): the recipes
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` registers beside its own, built the same way (the conformance
 suite's transformer of :mod:`~mmpos.integrations.diffusers.families.tiny`, a tiny VAE, no text encoder: the
 pipeline takes prompt embeddings)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .families import tiny as tiny_models
-from .tiny_pipelines import TinyPipeline, _flow_scheduler, _required_none, seeded
+from .tiny_pipelines import TinyPipeline, _flow_scheduler, _kl_vae, _required_none, seeded
 
 NO_CFG = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
 
@@ -56,10 +56,96 @@ def krea2_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
     return dict(prompt_embeds=embeds, prompt_embeds_mask=_padded_mask(batch, length, torch.bool))
 
 
+# ---- GLM-Image --------------------------------------------------------------------------------------------------
+GLM_IMAGE_SIDE = 32  # the pipeline asks for multiples of 8 (VAE) x 2 (patch) x 2 pixels: 2 x 2 tokens
+
+
+def glm_image_components() -> dict:
+    """Parts of a tiny ``GlmImagePipeline``: the conformance transformer (patch 2) on a 4-level VAE (8 pixels per
+    latent, latent mean 0 and std 1), no GLM vision-language prior model nor ByT5 glyph encoder (the call takes the
+    prior tokens and the glyph embeddings)."""
+    return {
+        **_required_none("GlmImagePipeline"),
+        "transformer": tiny_models.tiny_glm_image().eval(),
+        "vae": _kl_vae(4, 4, latents_mean=[0.0] * 4, latents_std=[1.0] * 4),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def glm_image_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """ByT5 glyph ``prompt_embeds [B, L, 16]`` and ``prior_token_ids [B, 4]`` (one codebook id per image token of a
+    32 x 32 image, what the vision-language prior would generate)."""
+    generator = torch.Generator().manual_seed(seed)
+    config = tiny_models.GLM_IMAGE_CONFIG
+    tokens = (GLM_IMAGE_SIDE // (8 * config["patch_size"])) ** 2
+    return dict(
+        prompt_embeds=torch.randn(batch, length, config["text_embed_dim"], generator=generator),
+        prior_token_ids=torch.randint(config["prior_vq_quantizer_codebook_size"], (batch, tokens), generator=generator),
+    )
+
+
+# ---- HunyuanImage 2.1 -------------------------------------------------------------------------------------------
+HUNYUAN_IMAGE_BYT5_DIM = 8  # width of the tiny ByT5 glyph embeddings
+
+
+def hunyuan_image_components() -> dict:
+    """Parts of a tiny ``HunyuanImagePipeline``: the conformance transformer (patch 1) with a ByT5 glyph projection,
+    a 2-level ``AutoencoderKLHunyuanImage`` (2 pixels per latent; 32 channels, its group norms' count), no guider
+    (no classifier-free guidance), no Qwen2.5-VL / ByT5 text encoders (prompt embeddings)."""
+    from diffusers import AutoencoderKLHunyuanImage, HunyuanImageTransformer2DModel
+
+    config = {**tiny_models.HUNYUAN_IMAGE_CONFIG, "text_embed_2_dim": HUNYUAN_IMAGE_BYT5_DIM}
+    vae = AutoencoderKLHunyuanImage(
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        block_out_channels=(32, 32),
+        layers_per_block=1,
+        spatial_compression_ratio=2,
+        sample_size=32,
+        scaling_factor=1.0,
+    ).eval()
+    return {
+        **_required_none("HunyuanImagePipeline"),
+        "transformer": HunyuanImageTransformer2DModel(**config).eval(),
+        "vae": vae,
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def hunyuan_image_prompt_embeds(batch: int = 1, length: int = 5, glyphs: int = 3, seed: int = 3) -> dict:
+    """Qwen ``prompt_embeds [B, L, 16]`` with ``prompt_embeds_mask [B, L]`` (the last token padded) and ByT5
+    ``prompt_embeds_2 [B, glyphs, 8]`` with its all-ones mask."""
+    generator = torch.Generator().manual_seed(seed)
+    width = tiny_models.HUNYUAN_IMAGE_CONFIG["text_embed_dim"]
+    return dict(
+        prompt_embeds=torch.randn(batch, length, width, generator=generator),
+        prompt_embeds_mask=_padded_mask(batch, length),
+        prompt_embeds_2=torch.randn(batch, glyphs, HUNYUAN_IMAGE_BYT5_DIM, generator=generator),
+        prompt_embeds_mask_2=torch.ones(batch, glyphs, dtype=torch.long),
+    )
+
+
 def recipes() -> list[TinyPipeline]:
     return [
         # guidance_scale 0: no classifier-free guidance (1 would still encode an empty negative prompt)
         TinyPipeline(
             "krea2", "Krea2Pipeline", seeded(krea2_components), krea2_prompt_embeds, 32, call=dict(guidance_scale=0.0)
+        ),
+        TinyPipeline(
+            "glm_image",
+            "GlmImagePipeline",
+            seeded(glm_image_components),
+            glm_image_prompt_embeds,
+            GLM_IMAGE_SIDE,
+            call=NO_CFG,
+        ),
+        TinyPipeline(
+            "hunyuan_image",
+            "HunyuanImagePipeline",
+            seeded(hunyuan_image_components),
+            hunyuan_image_prompt_embeds,
+            16,
+            call=dict(distilled_guidance_scale=None),
         ),
     ]
