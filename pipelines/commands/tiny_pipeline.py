@@ -49,6 +49,8 @@ TINY_FAMILIES = {
     "krea2": ("Krea2Pipeline",),
     "glm_image": ("GlmImagePipeline",),
     "hunyuan_image": ("HunyuanImagePipeline",),
+    "nucleusmoe_image": ("NucleusMoEImagePipeline",),
+    "prx": ("PRXPipeline", "PRXPixelPipeline"),
 }
 PROG = "mmpos tiny-pipeline"
 

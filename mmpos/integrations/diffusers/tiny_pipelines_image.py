@@ -1,4 +1,4 @@
-"""Tiny random pipelines of the later image families (Krea 2, GLM-Image, HunyuanImage 2.1): the recipes
+"""Tiny random pipelines of the later image families (Krea 2, GLM-Image, HunyuanImage 2.1, NucleusMoE-Image, PRX): the recipes
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` registers beside its own, built the same way (the conformance
 suite's transformer of :mod:`~mmpos.integrations.diffusers.families.tiny`, a tiny VAE, no text encoder: the
 pipeline takes prompt embeddings)."""
@@ -126,7 +126,51 @@ def hunyuan_image_prompt_embeds(batch: int = 1, length: int = 5, glyphs: int = 3
     )
 
 
+# ---- NucleusMoE-Image --------------------------------------------------------------------------------------------
+def nucleusmoe_components() -> dict:
+    """Parts of a tiny ``NucleusMoEImagePipeline``: the conformance transformer (4 latent channels packed 2 x 2) on
+    a 4-channel Qwen-Image VAE (8 pixels per latent: one token is 16 x 16 pixels), no Qwen3-VL text encoder."""
+    return {
+        **_required_none("NucleusMoEImagePipeline"),
+        "transformer": tiny_models.tiny_nucleusmoe().eval(),
+        "vae": _qwen_vae(),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def width16_masked_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16]`` and ``prompt_embeds_mask [B, L]`` (the last token padded)."""
+    embeds = torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed))
+    return dict(prompt_embeds=embeds, prompt_embeds_mask=_padded_mask(batch, length))
+
+
+# ---- PRX --------------------------------------------------------------------------------------------------------
+def prx_components() -> dict:
+    """Parts of a tiny ``PRXPipeline``: the conformance transformer (patch 2) on a 2-level VAE (2 pixels per latent),
+    no T5Gemma text encoder (prompt embeddings)."""
+    return {
+        **_required_none("PRXPipeline"),
+        "transformer": tiny_models.tiny_prx().eval(),
+        "vae": _kl_vae(2, 4, shift_factor=0.0, scaling_factor=1.0),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def prx_pixel_components() -> dict:
+    """Parts of a tiny ``PRXPixelPipeline``: the conformance transformer on RGB pixels (3 channels, patch 2, a
+    bottleneck patch projection and resolution embeddings, as PRXPixel's), no VAE, no Qwen3-VL text encoder."""
+    transformer = tiny_models.tiny_prx(in_channels=3, bottleneck_size=8, resolution_embeds=True)
+    return {**_required_none("PRXPixelPipeline"), "transformer": transformer.eval(), "scheduler": _flow_scheduler()}
+
+
+def bool_masked_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16]`` and a bool ``prompt_attention_mask [B, L]`` (the last token padded)."""
+    embeds = torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed))
+    return dict(prompt_embeds=embeds, prompt_attention_mask=_padded_mask(batch, length, torch.bool))
+
+
 def recipes() -> list[TinyPipeline]:
+    prx_call = dict(NO_CFG, use_resolution_binning=False)  # not resized to its trained sizes
     return [
         # guidance_scale 0: no classifier-free guidance (1 would still encode an empty negative prompt)
         TinyPipeline(
@@ -148,4 +192,14 @@ def recipes() -> list[TinyPipeline]:
             16,
             call=dict(distilled_guidance_scale=None),
         ),
+        TinyPipeline(
+            "nucleusmoe_image",
+            "NucleusMoEImagePipeline",
+            seeded(nucleusmoe_components),
+            width16_masked_embeds,
+            32,
+            call=NO_CFG,
+        ),
+        TinyPipeline("prx", "PRXPipeline", seeded(prx_components), bool_masked_embeds, 16, call=prx_call),
+        TinyPipeline("prx", "PRXPixelPipeline", seeded(prx_pixel_components), bool_masked_embeds, 8, call=prx_call),
     ]
