@@ -51,6 +51,7 @@ TINY_FAMILIES = {
     "hunyuan_image": ("HunyuanImagePipeline",),
     "nucleusmoe_image": ("NucleusMoEImagePipeline",),
     "prx": ("PRXPipeline", "PRXPixelPipeline"),
+    "lumina_next": ("LuminaPipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 

@@ -1,7 +1,7 @@
-"""Tiny random pipelines of the later image families (Krea 2, GLM-Image, HunyuanImage 2.1, NucleusMoE-Image, PRX): the recipes
-:mod:`mmpos.integrations.diffusers.tiny_pipelines` registers beside its own, built the same way (the conformance
-suite's transformer of :mod:`~mmpos.integrations.diffusers.families.tiny`, a tiny VAE, no text encoder: the
-pipeline takes prompt embeddings)."""
+"""Tiny random pipelines of the later image families (Krea 2, GLM-Image, HunyuanImage 2.1, NucleusMoE-Image, PRX,
+Lumina-Next), registered by :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way:
+the conformance suite's transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny VAE, no text
+encoder (the pipeline takes prompt embeddings)."""
 
 from __future__ import annotations
 
@@ -169,6 +169,28 @@ def bool_masked_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
     return dict(prompt_embeds=embeds, prompt_attention_mask=_padded_mask(batch, length, torch.bool))
 
 
+# ---- Lumina-Next ------------------------------------------------------------------------------------------------
+def lumina_next_components() -> dict:
+    """Parts of a tiny ``LuminaPipeline``: the conformance transformer (patch 2, captions of width 32) predicting
+    the variance too (the pipeline keeps the first half of its channels) on a 4-level VAE (the pipeline assumes 8
+    pixels per latent), no Gemma text encoder (prompt embeddings)."""
+    from diffusers import LuminaNextDiT2DModel
+
+    return {
+        **_required_none("LuminaPipeline"),
+        "transformer": LuminaNextDiT2DModel(**{**tiny_models.LUMINA_NEXT_CONFIG, "learn_sigma": True}).eval(),
+        "vae": _kl_vae(4, 4, shift_factor=0.0, scaling_factor=1.0),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def lumina_next_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Gemma ``prompt_embeds [B, L, 32]`` and ``prompt_attention_mask [B, L]`` (the last token padded)."""
+    width = tiny_models.LUMINA_NEXT_CONFIG["cross_attention_dim"]
+    embeds = torch.randn(batch, length, width, generator=torch.Generator().manual_seed(seed))
+    return dict(prompt_embeds=embeds, prompt_attention_mask=_padded_mask(batch, length))
+
+
 def recipes() -> list[TinyPipeline]:
     prx_call = dict(NO_CFG, use_resolution_binning=False)  # not resized to its trained sizes
     return [
@@ -202,4 +224,12 @@ def recipes() -> list[TinyPipeline]:
         ),
         TinyPipeline("prx", "PRXPipeline", seeded(prx_components), bool_masked_embeds, 16, call=prx_call),
         TinyPipeline("prx", "PRXPixelPipeline", seeded(prx_pixel_components), bool_masked_embeds, 8, call=prx_call),
+        TinyPipeline(
+            "lumina_next",
+            "LuminaPipeline",
+            seeded(lumina_next_components),
+            lumina_next_prompt_embeds,
+            32,
+            call=dict(NO_CFG, clean_caption=False),  # clean_caption needs bs4 and ftfy
+        ),
     ]
