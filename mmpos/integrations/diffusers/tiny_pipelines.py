@@ -908,6 +908,14 @@ NOT_TINY: dict[str, str] = {
     "minimax_h3": f"its one pipeline, MiniMaxH3ModularPipeline, is {_MODULAR}",
     "flux3": f"its pipelines, Flux3ModularPipeline and Flux3DistilledModularPipeline, are each {_MODULAR}",
     "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",
+    "bria_fibo": "BriaFiboPipeline and BriaFiboEditPipeline take no prompt embeddings (diffusers 0.42.1): they "
+    "need their SmolLM3 text encoder and tokenizer, not built tiny here",
+    "cosmos": "each of its pipelines builds a CosmosSafetyChecker when given none, which needs the cosmos_guardrail "
+    f"package (not installed); AnimaModularPipeline is {_MODULAR}",
+    "cosmos3": "Cosmos3OmniPipeline takes prompt strings only (no prompt embeddings): it needs its text tokenizer's "
+    "chat template, not built tiny here",
+    "ideogram4": "Ideogram4Pipeline takes prompt strings only (no prompt embeddings): it needs its text encoder and "
+    "tokenizer, not built tiny here",
 }
 _UNIPC = "steps its scheduler with integer indices: needs a flow-matching UniPCMultistepScheduler (not written)"
 _KANDINSKY5_SIZES = "resizes every request to one of its trained sizes (1024 x 1024, 640 x 1408, ...): not tiny"
