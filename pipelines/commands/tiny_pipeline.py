@@ -52,6 +52,7 @@ TINY_FAMILIES = {
     "nucleusmoe_image": ("NucleusMoEImagePipeline",),
     "prx": ("PRXPipeline", "PRXPixelPipeline"),
     "lumina_next": ("LuminaPipeline",),
+    "kandinsky6": ("Kandinsky6TI2VAPipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 

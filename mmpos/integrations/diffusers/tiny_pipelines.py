@@ -767,7 +767,7 @@ def _wan_like(family: str, pipeline: str, transformer) -> TinyPipeline:
 
 
 def _recipes() -> list[TinyPipeline]:
-    from . import tiny_pipelines_image  # its recipes, after this module's helpers it imports
+    from . import tiny_pipelines_image, tiny_pipelines_video  # their recipes, after this module's helpers they import
 
     no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
     flux = _family(
@@ -888,6 +888,7 @@ def _recipes() -> list[TinyPipeline]:
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
         *tiny_pipelines_image.recipes(),
+        *tiny_pipelines_video.recipes(),
     ]
 
 
