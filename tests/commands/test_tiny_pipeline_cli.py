@@ -94,7 +94,8 @@ def test_a_pipeline_without_prompt_embeds_gets_no_generate_line(tmp_path, capsys
     "argv, message",
     [
         (["nope"], "unknown diffusers family 'nope'; expected one of "),
-        (["allegro"], "family 'allegro' has no tiny pipeline: no tiny pipeline written yet"),
+        (["sana_wm"], "family 'sana_wm' has no tiny pipeline: no tiny pipeline written yet"),
+        (["allegro"], "family 'allegro' has no tiny pipeline: AutoencoderKLAllegro decodes only in tiles"),
         (["wan_animate2"], "family 'wan_animate2' has no tiny pipeline: no diffusers pipeline uses"),
         (["chroma", "--pipeline", "ChromaInpaintPipeline"], "not built tiny: diffusers 0.42.1's pipeline reads"),
         (["flux", "--pipeline", "WanPipeline"], "not a pipeline of family 'flux'; its tiny pipelines are "),

@@ -915,6 +915,9 @@ NOT_TINY: dict[str, str] = {
     f"package (not installed); AnimaModularPipeline is {_MODULAR}",
     "cosmos3": "Cosmos3OmniPipeline takes prompt strings only (no prompt embeddings): it needs its text tokenizer's "
     "chat template, not built tiny here",
+    "allegro": "AutoencoderKLAllegro decodes only in tiles of 24 frames x sample_size pixels overlapping by 120 x 80 "
+    "pixels (diffusers 0.42.1: 'Decoding without tiling has not been implemented yet'): the smallest video it "
+    "decodes is 24 frames of more than 120 x 120 pixels, not tiny",
     "ideogram4": "Ideogram4Pipeline takes prompt strings only (no prompt embeddings): it needs its text encoder and "
     "tokenizer, not built tiny here",
 }
