@@ -53,6 +53,7 @@ TINY_FAMILIES = {
     "prx": ("PRXPipeline", "PRXPixelPipeline"),
     "lumina_next": ("LuminaPipeline",),
     "kandinsky6": ("Kandinsky6TI2VAPipeline",),
+    "consisid": ("ConsisIDPipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 

@@ -1,4 +1,4 @@
-"""Tiny random pipelines of the later video families (Kandinsky 6), registered by
+"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID), registered by
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way: the conformance suite's
 transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny video VAE, no text encoder (the pipeline
 takes prompt embeddings)."""
@@ -8,7 +8,16 @@ from __future__ import annotations
 import torch
 
 from .families import tiny as tiny_models
-from .tiny_pipelines import TinyPipeline, _flow_scheduler, _required_none, hunyuan_video_components, seeded
+from .tiny_pipelines import (
+    TinyPipeline,
+    _flow_scheduler,
+    _image,
+    _required_none,
+    cogvideox_components,
+    cogvideox_prompt_embeds,
+    hunyuan_video_components,
+    seeded,
+)
 
 
 # ---- Kandinsky 6 ------------------------------------------------------------------------------------------------
@@ -34,6 +43,17 @@ def kandinsky6_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> 
     )
 
 
+# ---- ConsisID ---------------------------------------------------------------------------------------------------
+def consisid_components() -> dict:
+    """Parts of a tiny ``ConsisIDPipeline``: the conformance transformer (no face branch: the call's face features
+    unused) taking the image latents concatenated on channels (8 in), CogVideoX's tiny VAE and DDIM scheduler, no T5
+    text encoder (prompt embeddings)."""
+    from diffusers import ConsisIDTransformer3DModel
+
+    transformer = ConsisIDTransformer3DModel(**{**tiny_models.CONSISID_CONFIG, "in_channels": 8}).eval()
+    return {**cogvideox_components(), "transformer": transformer}
+
+
 def recipes() -> list[TinyPipeline]:
     return [
         TinyPipeline(
@@ -44,5 +64,15 @@ def recipes() -> list[TinyPipeline]:
             16,
             frames=5,
             call=dict(guidance_scale=1.0, sample_audio=False),
+        ),
+        TinyPipeline(
+            "consisid",
+            "ConsisIDPipeline",
+            seeded(consisid_components),
+            cogvideox_prompt_embeds,
+            64,
+            frames=5,
+            inputs=_image,
+            call=dict(guidance_scale=1.0),
         ),
     ]
