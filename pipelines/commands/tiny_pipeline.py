@@ -54,6 +54,7 @@ TINY_FAMILIES = {
     "lumina_next": ("LuminaPipeline",),
     "kandinsky6": ("Kandinsky6TI2VAPipeline",),
     "consisid": ("ConsisIDPipeline",),
+    "easyanimate": ("EasyAnimatePipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 

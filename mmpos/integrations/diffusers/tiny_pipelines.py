@@ -951,6 +951,10 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "HunyuanDiTPAGPipeline": "with prompt embeddings and no negatives its perturbed-attention step fails on a batch "
     "mismatch (2 vs 3) in diffusers 0.42.1 (not investigated further)",
     "HunyuanDiTControlNetPipeline": "needs a HunyuanDiT2DControlNetModel fitted to the transformer (not written)",
+    "EasyAnimateControlPipeline": "its transformer takes the control video's latents concatenated on channels (a "
+    "second tiny EasyAnimate config, not written)",
+    "EasyAnimateInpaintPipeline": "its transformer takes the mask and the masked video's latents concatenated on "
+    "channels (a second tiny EasyAnimate config, not written)",
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 

@@ -1,4 +1,4 @@
-"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID), registered by
+"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID, EasyAnimate), registered by
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way: the conformance suite's
 transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny video VAE, no text encoder (the pipeline
 takes prompt embeddings)."""
@@ -54,6 +54,37 @@ def consisid_components() -> dict:
     return {**cogvideox_components(), "transformer": transformer}
 
 
+# ---- EasyAnimate ------------------------------------------------------------------------------------------------
+def easyanimate_components() -> dict:
+    """Parts of a tiny ``EasyAnimatePipeline``: the conformance transformer (patch 15) on a 4-level
+    ``AutoencoderKLMagvit`` of 8 channels (8 pixels and 4 frames per latent), no Qwen2-VL text encoder (prompt
+    embeddings)."""
+    from diffusers import AutoencoderKLMagvit
+
+    vae = AutoencoderKLMagvit(
+        latent_channels=4,
+        block_out_channels=(8,) * 4,
+        down_block_types=("SpatialDownBlock3D",) + ("SpatialTemporalDownBlock3D",) * 3,
+        up_block_types=("SpatialUpBlock3D",) + ("SpatialTemporalUpBlock3D",) * 3,
+        layers_per_block=1,
+        norm_num_groups=4,
+    ).eval()
+    return {
+        **_required_none("EasyAnimatePipeline"),
+        "transformer": tiny_models.tiny_easyanimate().eval(),
+        "vae": vae,
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def easyanimate_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16]`` and ``prompt_attention_mask [B, L]`` (the last token padded)."""
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    embeds = torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed))
+    return dict(prompt_embeds=embeds, prompt_attention_mask=mask)
+
+
 def recipes() -> list[TinyPipeline]:
     return [
         TinyPipeline(
@@ -73,6 +104,17 @@ def recipes() -> list[TinyPipeline]:
             64,
             frames=5,
             inputs=_image,
+            call=dict(guidance_scale=1.0),
+        ),
+        # the pipeline asks for multiples of 16 pixels, the transformer for latents in patches of 15: 240 pixels are
+        # 30 x 30 latents, 2 x 2 tokens
+        TinyPipeline(
+            "easyanimate",
+            "EasyAnimatePipeline",
+            seeded(easyanimate_components),
+            easyanimate_prompt_embeds,
+            240,
+            frames=5,
             call=dict(guidance_scale=1.0),
         ),
     ]
