@@ -55,6 +55,7 @@ TINY_FAMILIES = {
     "kandinsky6": ("Kandinsky6TI2VAPipeline",),
     "consisid": ("ConsisIDPipeline",),
     "easyanimate": ("EasyAnimatePipeline",),
+    "motif_video": ("MotifVideoPipeline", "MotifVideoImage2VideoPipeline"),
 }
 PROG = "mmpos tiny-pipeline"
 

@@ -1,4 +1,4 @@
-"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID, EasyAnimate), registered by
+"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID, EasyAnimate, Motif-Video), registered by
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way: the conformance suite's
 transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny video VAE, no text encoder (the pipeline
 takes prompt embeddings)."""
@@ -77,12 +77,32 @@ def easyanimate_components() -> dict:
     }
 
 
-def easyanimate_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+def masked_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
     """``prompt_embeds [B, L, 16]`` and ``prompt_attention_mask [B, L]`` (the last token padded)."""
     mask = torch.ones(batch, length, dtype=torch.long)
     mask[:, -1] = 0
     embeds = torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed))
     return dict(prompt_embeds=embeds, prompt_attention_mask=mask)
+
+
+# ---- Motif-Video ------------------------------------------------------------------------------------------------
+def motif_video_components(pipeline: str = "MotifVideoPipeline") -> dict:
+    """Parts of a tiny ``MotifVideoPipeline`` (or ``pipeline``): the conformance transformer taking noisy latents | condition latents |
+    mask (2 x 4 + 1 channels, zero conditions in text-to-video) on Wan's tiny VAE, a guider without classifier-free
+    guidance, no T5Gemma text encoder (prompt embeddings; image-to-video: no SigLIP image embedding either, as the
+    pipeline does without its text encoder's vision tower)."""
+    from diffusers.guiders import ClassifierFreeGuidance
+    from diffusers.models.transformers.transformer_motif_video import MotifVideoTransformer3DModel
+
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    return {
+        **_required_none(pipeline),
+        "transformer": MotifVideoTransformer3DModel(**{**tiny_models.MOTIF_VIDEO_CONFIG, "in_channels": 9}).eval(),
+        "vae": tiny_wan_vae(),
+        "scheduler": _flow_scheduler(),
+        "guider": ClassifierFreeGuidance(guidance_scale=1.0),
+    }
 
 
 def recipes() -> list[TinyPipeline]:
@@ -112,9 +132,27 @@ def recipes() -> list[TinyPipeline]:
             "easyanimate",
             "EasyAnimatePipeline",
             seeded(easyanimate_components),
-            easyanimate_prompt_embeds,
+            masked_prompt_embeds,
             240,
             frames=5,
             call=dict(guidance_scale=1.0),
+        ),
+        TinyPipeline(
+            "motif_video",
+            "MotifVideoPipeline",
+            seeded(motif_video_components),
+            masked_prompt_embeds,
+            32,
+            frames=5,
+        ),
+        TinyPipeline(
+            "motif_video",
+            "MotifVideoImage2VideoPipeline",
+            seeded(lambda: motif_video_components("MotifVideoImage2VideoPipeline")),
+            masked_prompt_embeds,
+            32,
+            frames=5,
+            inputs=_image,
+            call=dict(prompt=None),  # a required argument, even with prompt embeddings
         ),
     ]
