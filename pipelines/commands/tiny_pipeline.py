@@ -52,6 +52,7 @@ TINY_FAMILIES = {
     "nucleusmoe_image": ("NucleusMoEImagePipeline",),
     "prx": ("PRXPipeline", "PRXPixelPipeline"),
     "lumina_next": ("LuminaPipeline",),
+    "bria_fibo2": ("BriaFibo2Pipeline",),
     "kandinsky6": ("Kandinsky6TI2VAPipeline",),
     "consisid": ("ConsisIDPipeline",),
     "easyanimate": ("EasyAnimatePipeline",),

@@ -1,14 +1,14 @@
 """Tiny random pipelines of the later image families (Krea 2, GLM-Image, HunyuanImage 2.1, NucleusMoE-Image, PRX,
-Lumina-Next), registered by :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way:
-the conformance suite's transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny VAE, no text
-encoder (the pipeline takes prompt embeddings)."""
+Lumina-Next, BRIA FIBO 2), registered by :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built
+the same way: the conformance suite's transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny VAE,
+no text encoder (the pipeline takes prompt embeddings)."""
 
 from __future__ import annotations
 
 import torch
 
 from .families import tiny as tiny_models
-from .tiny_pipelines import TinyPipeline, _flow_scheduler, _kl_vae, _required_none, seeded
+from .tiny_pipelines import TinyPipeline, _flow_scheduler, _flux2_vae, _kl_vae, _required_none, seeded
 
 NO_CFG = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
 
@@ -191,6 +191,25 @@ def lumina_next_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) ->
     return dict(prompt_embeds=embeds, prompt_attention_mask=_padded_mask(batch, length))
 
 
+# ---- BRIA FIBO 2 ------------------------------------------------------------------------------------------------
+def bria_fibo2_components() -> dict:
+    """Parts of a tiny ``BriaFibo2Pipeline``: the conformance transformer (patch 2) on FLUX.2's tiny VAE (2 pixels per
+    latent), no Qwen3-VL text encoder (prompt embeddings)."""
+    return {
+        **_required_none("BriaFibo2Pipeline"),
+        "transformer": tiny_models.tiny_bria_fibo2().eval(),
+        "vae": _flux2_vae(),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def bria_fibo2_prompt_embeds(batch: int = 1, length: int = 6, seed: int = 3) -> dict:
+    """``prompt_embeds [B, 2, L, 16]`` (the Perceiver's and the injection layer's text-layer bundles) and a bool
+    ``prompt_embeds_mask [B, L]`` (the last token padded)."""
+    embeds = torch.randn(batch, 2, length, 16, generator=torch.Generator().manual_seed(seed))
+    return dict(prompt_embeds=embeds, prompt_embeds_mask=_padded_mask(batch, length, torch.bool))
+
+
 def recipes() -> list[TinyPipeline]:
     prx_call = dict(NO_CFG, use_resolution_binning=False)  # not resized to its trained sizes
     return [
@@ -231,5 +250,8 @@ def recipes() -> list[TinyPipeline]:
             lumina_next_prompt_embeds,
             32,
             call=dict(NO_CFG, clean_caption=False),  # clean_caption needs bs4 and ftfy
+        ),
+        TinyPipeline(
+            "bria_fibo2", "BriaFibo2Pipeline", seeded(bria_fibo2_components), bria_fibo2_prompt_embeds, 16, call=NO_CFG
         ),
     ]
