@@ -53,6 +53,7 @@ TINY_FAMILIES = {
     "prx": ("PRXPipeline", "PRXPixelPipeline"),
     "lumina_next": ("LuminaPipeline",),
     "bria_fibo2": ("BriaFibo2Pipeline",),
+    "ernie_image": ("ErnieImagePipeline",),
     "kandinsky6": ("Kandinsky6TI2VAPipeline",),
     "consisid": ("ConsisIDPipeline",),
     "easyanimate": ("EasyAnimatePipeline",),

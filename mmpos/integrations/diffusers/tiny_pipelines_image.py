@@ -1,14 +1,22 @@
 """Tiny random pipelines of the later image families (Krea 2, GLM-Image, HunyuanImage 2.1, NucleusMoE-Image, PRX,
-Lumina-Next, BRIA FIBO 2), registered by :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built
-the same way: the conformance suite's transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny VAE,
-no text encoder (the pipeline takes prompt embeddings)."""
+Lumina-Next, BRIA FIBO 2, ERNIE-Image), registered by :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its
+own and built the same way: the conformance suite's transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`),
+a tiny VAE, no text encoder (the pipeline takes prompt embeddings)."""
 
 from __future__ import annotations
 
 import torch
 
 from .families import tiny as tiny_models
-from .tiny_pipelines import TinyPipeline, _flow_scheduler, _flux2_vae, _kl_vae, _required_none, seeded
+from .tiny_pipelines import (
+    TinyPipeline,
+    _flow_scheduler,
+    _flux2_vae,
+    _kl_vae,
+    _required_none,
+    seeded,
+    width16_prompt_embeds,
+)
 
 NO_CFG = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
 
@@ -210,6 +218,19 @@ def bria_fibo2_prompt_embeds(batch: int = 1, length: int = 6, seed: int = 3) -> 
     return dict(prompt_embeds=embeds, prompt_embeds_mask=_padded_mask(batch, length, torch.bool))
 
 
+# ---- ERNIE-Image ------------------------------------------------------------------------------------------------
+def ernie_image_components() -> dict:
+    """Parts of a tiny ``ErnieImagePipeline``: the conformance transformer (its zero-initialised modulation and
+    output given weights, else it predicts zero) on FLUX.2's tiny VAE, whose 4 latent channels the pipeline takes
+    2 x 2-packed (16 in and out; 4 pixels per token), no Ministral text encoder nor prompt enhancer."""
+    return {
+        **_required_none("ErnieImagePipeline"),
+        "transformer": tiny_models.tiny_ernie_image(in_channels=16, out_channels=16).eval(),
+        "vae": _flux2_vae(),
+        "scheduler": _flow_scheduler(),
+    }
+
+
 def recipes() -> list[TinyPipeline]:
     prx_call = dict(NO_CFG, use_resolution_binning=False)  # not resized to its trained sizes
     return [
@@ -253,5 +274,14 @@ def recipes() -> list[TinyPipeline]:
         ),
         TinyPipeline(
             "bria_fibo2", "BriaFibo2Pipeline", seeded(bria_fibo2_components), bria_fibo2_prompt_embeds, 16, call=NO_CFG
+        ),
+        # use_pe=False: no prompt enhancer rewriting the prompt
+        TinyPipeline(
+            "ernie_image",
+            "ErnieImagePipeline",
+            seeded(ernie_image_components),
+            width16_prompt_embeds,
+            32,
+            call=dict(NO_CFG, use_pe=False),
         ),
     ]
