@@ -918,6 +918,10 @@ NOT_TINY: dict[str, str] = {
     "allegro": "AutoencoderKLAllegro decodes only in tiles of 24 frames x sample_size pixels overlapping by 120 x 80 "
     "pixels (diffusers 0.42.1: 'Decoding without tiling has not been implemented yet'): the smallest video it "
     "decodes is 24 frames of more than 120 x 120 pixels, not tiny",
+    "joyimage": "JoyImageEditPipeline resizes every request to a bucket of its trained size (JoyImageEditImageProcessor's "
+    "basesize 1024, fixed by the pipeline: a 32 x 32 request runs at 1024 x 1024): not tiny",
+    "joyimage_edit_plus": "JoyImageEditPlusPipeline resizes its images to buckets of its trained size "
+    "(JoyImageEditImageProcessor's basesize 1024, fixed by the pipeline): not tiny",
     "ideogram4": "Ideogram4Pipeline takes prompt strings only (no prompt embeddings): it needs its text encoder and "
     "tokenizer, not built tiny here",
 }
