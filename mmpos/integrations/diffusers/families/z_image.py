@@ -34,6 +34,10 @@ def z_image_tables(seam, ids: torch.Tensor) -> torch.Tensor:
     """``RopeEmbedder(ids)``: ``ids [S, 3]`` integer -> complex64 ``[S, sum(axes_dims) / 2]`` on ``ids``' device."""
     if ids.dim() != 2 or ids.shape[-1] != len(seam.axes_dims):
         raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, {len(seam.axes_dims)}] (index, row, col)")
+    if seam.scheduled and torch.compiler.is_compiling():  # the spectrum the hooks published (z_image_extents)
+        return seam.published_tables(
+            ids[:, 1:3], lambda spectra: complex_pairs(ids, spectra, seam.axes_dims, seam.theta, **_STOCK)
+        )
     spectra = _spectra(seam, ids)
     return complex_pairs(ids, spectra, seam.axes_dims, seam.theta, rows=precomputed_rows(seam, **_STOCK), **_STOCK)
 
@@ -46,6 +50,33 @@ def _spectra(seam, ids: torch.Tensor):
     extents = extents_of(ids) if ids.shape[0] else [0.0] * ids.shape[-1]
     rows, cols = (extents[axis] for axis in Z_IMAGE.image_axes)
     return seam.training_spectra() if max(rows, cols) <= 1 else seam.axis_spectra(extents=extents)
+
+
+def z_image_extents(args, kwargs):
+    """The image call's extent per axis in a forward of the basic mode, as :func:`z_image_tables` measures its ids
+    (``x``: latents ``[C, F, H, W]``, ``cap_feats``: ``[L, C]``): rows and columns of ``patch_size`` patches, and the
+    index axis from the padded caption length to the last frame (from 0 where the image tokens are padded), over the
+    batch; ``None`` for other inputs (Omni's nested lists)."""
+    from diffusers.models.transformers.transformer_z_image import SEQ_MULTI_OF
+
+    def arg(name, index, default=None):
+        return kwargs.get(name, args[index] if len(args) > index else default)
+
+    latents, captions = arg("x", 0), arg("cap_feats", 2)
+    patch, frame_patch = arg("patch_size", 7, 2), arg("f_patch_size", 8, 1)
+    if not all(isinstance(v, (list, tuple)) and v for v in (latents, captions)) or len(latents) != len(captions):
+        return None
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in latents):
+        return None
+    first, last, rows, cols = [], [], [], []
+    for x, caption in zip(latents, captions):
+        caption_length = len(caption) + (-len(caption)) % SEQ_MULTI_OF
+        frames, height, width = x.shape[1] // frame_patch, x.shape[2] // patch, x.shape[3] // patch
+        first.append(0 if (frames * height * width) % SEQ_MULTI_OF else caption_length + 1)
+        last.append(caption_length + frames)
+        rows.append(height)
+        cols.append(width)
+    return [float(max(last) - min(first) + 1), float(max(rows)), float(max(cols))]
 
 
 # ---- tier 2: any rotary encoding through mmpos processors ---------------------------------------------------------
@@ -148,6 +179,7 @@ Z_IMAGE = register_family(
         timestep_per_sigma=-1.0,  # ZImagePipeline passes t = (1000 - timestep) / 1000 = 1 - sigma
         timestep_at_zero_sigma=1.0,
         timestep_arg=("t", 1),
+        image_extents=z_image_extents,
         pipelines=(
             "ZImagePipeline",
             "ZImageImg2ImgPipeline",
