@@ -17,7 +17,8 @@ the image extents) run eagerly (``torch.compiler.disable``) and write the resolv
 reads (``AxialRoPE.publish_schedule``), so the graph follows the sigma schedule without recompiling (before:
 ``.tolist()`` of the extents and ``float(timestep)`` broke it). FLUX.2's and Z-Image's native seams (tier 1) read the
 output image's extents from the forward's inputs in the hook (``Family.image_extents``), and select in the graph
-between the published spectrum (image calls) and the training one (text, captions), as their eager tables do."""
+between the published spectrum (image calls) and the training one (text, captions), as their eager tables do;
+Z-Image's ComfyUI-DyPE positions follow the published sigma there too."""
 
 import os
 
@@ -75,16 +76,20 @@ def test_a_set_pe_transformer_compiles_no_more_over_the_steps(pe):
 
 
 @slow
-@pytest.mark.parametrize("family", ["flux", "wan", "flux2", "z_image"])
-def test_dype_compiles_fullgraph_and_follows_the_sigma_schedule_without_recompiling(family):
-    """DyPE at 2x the training rows: the compiled graph reads the spectrum the (eager) hooks resolve at each step, so
+@pytest.mark.parametrize(
+    "family, convention",
+    [("flux", "authors"), ("wan", "authors"), ("flux2", "authors"), ("z_image", "authors"), ("z_image", "comfyui")],
+)
+def test_dype_compiles_fullgraph_and_follows_the_sigma_schedule_without_recompiling(family, convention):
+    """DyPE at 2x the training rows (1.5x for ComfyUI-DyPE's Z-Image positions): the compiled graph reads the spectrum the (eager) hooks resolve at each step, so
     it equals eager at every sigma (which DyPE changes) with one compilation; a new size compiles at most once more."""
     case = CASES[family]
     model = case.model()
-    apply_dype(model, DyPEConfig(trained_grid=case.grid))
+    apply_dype(model, DyPEConfig(trained_grid=case.grid, convention=convention))
     counter = CompileCounter()
     compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
-    rows, cols = 2 * case.grid[0], case.grid[1]
+    # ComfyUI-DyPE's Z-Image positions keep their integer ids at 2x (its stride 2 base / rows is 1 there): 1.5x
+    rows, cols = (3 * case.grid[0] // 2 if convention == "comfyui" else 2 * case.grid[0]), case.grid[1]
     frames, outputs = [], []
     for size, sigma in [((rows, cols), 0.9), ((rows, cols), 0.5), ((rows, cols), 0.2), ((rows, 2 * cols), 0.5)]:
         inputs = separate(case.inputs(*size, sigma=sigma))
