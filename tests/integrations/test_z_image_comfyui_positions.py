@@ -131,3 +131,14 @@ def test_other_conventions_keep_the_integer_ids(monkeypatch, convention):
         apply_dype(model, DyPEConfig(trained_grid=case.grid, convention=convention))
     with torch.no_grad():
         model(**case.inputs(8, 6, sigma=0.5), return_dict=False)
+
+
+def test_the_comfyui_convention_through_mmpos_processors_is_refused_by_name():
+    case = CASES["z_image"]
+    config = DyPEConfig(trained_grid=case.grid, convention="comfyui", pe="rope_axial")
+    model, stock = case.model(), case.model()
+    with pytest.raises(ValueError, match="convention='comfyui'.*native seam only"):
+        apply_dype(model, config)
+    with torch.no_grad():  # nothing left installed
+        out, expected = (m(**case.inputs(6, 4), return_dict=False)[0][0] for m in (model, stock))
+    assert torch.equal(out, expected)

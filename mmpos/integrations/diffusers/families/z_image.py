@@ -7,7 +7,8 @@ them by the ids: the "wall at 2048 px" (row / col ids past ``axes_lens``, 512 to
 computes the same rows from the positions instead (:class:`~.codecs.PrecomputedRows`), so larger grids just work.
 Captions are ``(1 + j, 0, 0)`` and images ``(caption length + 1, row, col)``; padding tokens are ``(0, 0, 0)``. A
 schedule reads its scale from each call's rows and columns: captions (extent 1) keep the training spectrum.
-The pipelines pass ``t = 1 - sigma`` (time running backwards).
+The pipelines pass ``t = 1 - sigma`` (time running backwards). Under a ``convention="comfyui"`` schedule the native
+seam gives the image tokens ComfyUI-DyPE's fractional rows and columns (:func:`comfyui_positions`).
 
 Tier 2: ``"native"`` (and its spectrum options) rebuilds the stock tables above and keeps the stock
 ``ZSingleStreamAttnProcessor``; any other rotary encoding runs through :class:`ZImagePEAttnProcessor`. The model
@@ -174,6 +175,13 @@ def _stock_processor():
 
 
 def _seam(model, stock, encodings, native, coord_axes):
+    for encoding in encodings:
+        entries = getattr(getattr(encoding, "schedule", None), "entries", ())
+        if any(isinstance(e, ExtrapolationSchedule) and e.convention == "comfyui" for e in entries):
+            raise ValueError(
+                "Z-Image: convention='comfyui' (ComfyUI-DyPE's Z-Image positions) is on the native seam only: "
+                "use pe='native' (DyPEConfig's default)"
+            )
     return ZImagePositions(encodings, native, coord_axes)
 
 
