@@ -29,6 +29,22 @@ TINY_FAMILIES = {
     "chronoedit": ("ChronoEditPipeline",),
     "skyreels_v2": ("SkyReelsV2Pipeline",),
     "wan_vace": ("WanVACEPipeline",),
+    "hunyuan_video15": ("HunyuanVideo15Pipeline",),
+    "hunyuan_video": ("HunyuanVideoPipeline", "HunyuanSkyreelsImageToVideoPipeline"),
+    "ltx2": ("LTX2Pipeline", "LTX2ImageToVideoPipeline"),
+    "sana_video": ("SanaVideoPipeline", "SanaImageToVideoPipeline"),
+    "helios": ("HeliosPipeline",),
+    "cogvideox": (
+        "CogVideoXPipeline",
+        "CogVideoXImageToVideoPipeline",
+        "CogVideoXVideoToVideoPipeline",
+        "CogVideoXFunControlPipeline",
+    ),
+    "hunyuandit": ("HunyuanDiTPipeline",),
+    "kandinsky5": ("Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline"),
+    "hidream": ("HiDreamImagePipeline",),
+    "lumina2": ("Lumina2Pipeline",),
+    "cogview4": ("CogView4Pipeline", "CogView4ControlPipeline"),
     "wan": ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline"),
 }
 PROG = "mmpos tiny-pipeline"
@@ -86,7 +102,7 @@ def run(args) -> int:
 
 def try_commands(recipe, folder) -> list[str]:
     """The command lines that run the saved tiny ``recipe`` in ``folder``: ``mmpos generate`` (a text-to-image
-    pipeline) or ``mmpos generate video`` (Wan), the ``mmpos edit`` methods that take its pipeline, and Python."""
+    pipeline whose embeddings ``--prompt-embeds`` passes) or ``mmpos generate video`` (Wan), the ``mmpos edit`` methods that take its pipeline, and Python."""
     from mmpos.integrations.diffusers.families import get_family
     from mmpos.integrations.diffusers.tiny_pipelines import EMBEDS_FILE
     from mmpos.pipelines.edits import get_edit, list_edits
@@ -94,8 +110,13 @@ def try_commands(recipe, folder) -> list[str]:
 
     side, embeds = recipe.side, f"{folder}/{EMBEDS_FILE}"
     lines = []
-    if get_family(recipe.family).time_axis is None and not recipe.inputs(side):
-        sampler = "".join(f" --set sampler.{key}={value}" for key, value in recipe.call.items())  # over the config's
+    from mmpos.pipelines.inputs import EMBED_DIMS
+
+    # --prompt-embeds passes these tensors only: not HiDream's per-encoder ones nor HunyuanDiT's second prompt
+    takes_embeds = set(recipe.prompt_embeds(1)) <= set(EMBED_DIMS)
+    if get_family(recipe.family).time_axis is None and not recipe.inputs(side) and takes_embeds:
+        # over the config's sampler; += also adds a key the config has not (use_resolution_binning)
+        sampler = "".join(f" --set sampler.{key}+={value}" for key, value in recipe.call.items())
         lines.append(
             f"mmpos generate --model {folder} --prompt-embeds {embeds} --height {side} --width {side} --device cpu "
             f"--dtype float32 --set sampler.num_inference_steps=2{sampler}"

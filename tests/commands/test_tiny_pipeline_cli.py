@@ -20,14 +20,14 @@ from mmpos.integrations.diffusers.tiny_pipelines import EMBEDS_FILE, RECIPES
 from mmpos.pipelines.commands.tiny_pipeline import TINY_FAMILIES
 from mmpos.pipelines.edits.method import seeded_generator
 from mmpos.pipelines.images import to_pil
-from mmpos.pipelines.inputs import load_prompt_embeds
+from mmpos.pipelines.inputs import EMBED_DIMS, load_prompt_embeds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TEXT_TO_IMAGE = [  # the first text-to-image pipeline of each image family with a tiny build
+TEXT_TO_IMAGE = [  # the first text-to-image pipeline of each image family with a tiny build --prompt-embeds can run
     (family, name)
     for family, recipes in RECIPES.items()
-    if get_family(family).time_axis is None
+    if get_family(family).time_axis is None and set(next(iter(recipes.values())).prompt_embeds(1)) <= set(EMBED_DIMS)
     for name in [next(n for n, r in recipes.items() if not r.inputs(r.side))]
 ]
 
@@ -84,11 +84,17 @@ def test_the_printed_python_line_loads_the_folder(tmp_path, capsys):
     assert load_prompt_embeds(folder / EMBEDS_FILE, ["prompt_embeds"])["prompt_embeds"].shape[0] == 3
 
 
+def test_a_pipeline_without_prompt_embeds_gets_no_generate_line(tmp_path, capsys):
+    assert main(["tiny-pipeline", "hidream", "--out", str(tmp_path / "hidream")]) == 0  # per-encoder embeddings
+    out = capsys.readouterr().out
+    assert not printed_commands(out, "mmpos generate") and len(printed_commands(out, "python -c")) == 1
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["nope"], "unknown diffusers family 'nope'; expected one of "),
-        (["ltx2"], "family 'ltx2' has no tiny pipeline: no tiny pipeline written yet"),
+        (["allegro"], "family 'allegro' has no tiny pipeline: no tiny pipeline written yet"),
         (["wan_animate2"], "family 'wan_animate2' has no tiny pipeline: no diffusers pipeline uses"),
         (["chroma", "--pipeline", "ChromaInpaintPipeline"], "not built tiny: diffusers 0.42.1's pipeline reads"),
         (["flux", "--pipeline", "WanPipeline"], "not a pipeline of family 'flux'; its tiny pipelines are "),

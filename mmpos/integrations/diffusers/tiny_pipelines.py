@@ -338,6 +338,82 @@ def ltx_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
     return dict(width16_prompt_embeds(batch, length, seed), prompt_attention_mask=mask)
 
 
+# ---- LTX-2 ------------------------------------------------------------------------------------------------------
+LTX2_TEXT_LAYERS = 2  # text-encoder layers the connectors take, stacked on channels: prompt_embeds [B, L, 16 * 2]
+
+
+def ltx2_components(pipeline: str = "LTX2Pipeline") -> dict:
+    """Parts of a tiny ``LTX2Pipeline`` (or ``pipeline``): the conformance transformer (video and audio), a 2-level video VAE (2
+    pixels per latent, one frame per latent frame), an audio VAE of 2 latent channels x 2 mel bins (the audio
+    transformer's 4 inputs), a small vocoder, one-layer text connectors; no Gemma text encoder (prompt embeddings)."""
+    from diffusers import AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video
+    from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    levels = dict(block_out_channels=(8, 8), layers_per_block=(1, 1, 1), spatio_temporal_scaling=(True, False))
+    vae = AutoencoderKLLTX2Video(
+        latent_channels=4,
+        patch_size=1,
+        down_block_types=("LTX2VideoDownBlock3D",) * 2,
+        downsample_type=("spatial", "spatial"),
+        upsample_type=("spatial", "spatial"),
+        upsample_residual=(False, False),
+        upsample_factor=(1, 1),
+        decoder_inject_noise=(False,) * 3,
+        spatial_compression_ratio=2,
+        temporal_compression_ratio=1,
+        **levels,
+        **{f"decoder_{key}": value for key, value in levels.items()},
+    ).eval()
+    mel_bins = 8  # 4 mel bins per latent one
+    audio_vae = AutoencoderKLLTX2Audio(
+        base_channels=4, ch_mult=(1, 2), num_res_blocks=1, latent_channels=2, mel_bins=mel_bins, resolution=16
+    ).eval()
+    vocoder = LTX2Vocoder(
+        in_channels=2 * mel_bins,
+        hidden_channels=8,
+        upsample_kernel_sizes=[4, 4],
+        upsample_factors=[2, 2],
+        resnet_kernel_sizes=[3],
+        resnet_dilations=[[1]],
+    ).eval()
+    connector = dict(num_attention_heads=2, attention_head_dim=8, num_layers=1, num_learnable_registers=None)
+    connectors = LTX2TextConnectors(
+        caption_channels=tiny_models.LTX2_CONFIG["caption_channels"],
+        text_proj_in_factor=LTX2_TEXT_LAYERS,
+        **{f"{stream}_connector_{key}": value for stream in ("video", "audio") for key, value in connector.items()},
+    ).eval()
+    return {
+        **_required_none(pipeline),
+        "transformer": tiny_models.tiny_ltx2().eval(),
+        "vae": vae,
+        "audio_vae": audio_vae,
+        "vocoder": vocoder,
+        "connectors": connectors,
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def ltx2_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16 * 2]`` (two text-encoder layers) and ``prompt_attention_mask [B, L]`` (the last
+    token padded)."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    width = tiny_models.LTX2_CONFIG["caption_channels"] * LTX2_TEXT_LAYERS
+    return dict(prompt_embeds=torch.randn(batch, length, width, generator=generator), prompt_attention_mask=mask)
+
+
+LTX2_NO_GUIDANCE = dict(  # no classifier-free, spatio-temporal or modality guidance: one transformer pass per step
+    guidance_scale=1.0,
+    audio_guidance_scale=1.0,
+    stg_scale=0.0,
+    audio_stg_scale=0.0,
+    modality_scale=1.0,
+    audio_modality_scale=1.0,
+)
+
+
 # ---- Wan --------------------------------------------------------------------------------------------------------
 def wan_components(image_to_video: bool = False) -> dict:
     from mmpos.models.tiny_wan import tiny_wan_components
@@ -383,6 +459,253 @@ def wan_prompt_embeds(batch: int = 1, length: int = 6, seed: int = 1) -> dict:
     return dict(prompt_embeds=torch.randn(batch, length, TEXT_DIM, generator=torch.Generator().manual_seed(seed)))
 
 
+# ---- HunyuanVideo 1.5 ---------------------------------------------------------------------------------------------
+def hunyuan_video15_components() -> dict:
+    """Parts of a tiny ``HunyuanVideo15Pipeline``: the conformance transformer taking noisy latents | condition
+    latents | mask (2 x 4 + 1 channels), a 2-level ``AutoencoderKLHunyuanVideo15`` (2 pixels and 2 frames per latent),
+    a guider without classifier-free guidance, no Qwen2.5-VL / ByT5 text encoders (prompt embeddings)."""
+    from diffusers import AutoencoderKLHunyuanVideo15, HunyuanVideo15Transformer3DModel
+    from diffusers.guiders import ClassifierFreeGuidance
+
+    vae = AutoencoderKLHunyuanVideo15(
+        latent_channels=4,
+        block_out_channels=(8, 8),
+        layers_per_block=1,
+        spatial_compression_ratio=2,
+        temporal_compression_ratio=2,
+    ).eval()
+    transformer = HunyuanVideo15Transformer3DModel(**{**tiny_models.HUNYUAN_VIDEO15_CONFIG, "in_channels": 9}).eval()
+    return dict(
+        transformer=transformer,
+        vae=vae,
+        scheduler=_flow_scheduler(),
+        guider=ClassifierFreeGuidance(guidance_scale=1.0),
+        **dict.fromkeys(("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")),
+    )
+
+
+def hunyuan_video15_prompt_embeds(batch: int = 1, length: int = 5, byt5: int = 3, seed: int = 3) -> dict:
+    """Qwen ``prompt_embeds [B, L, 16]`` with ``prompt_embeds_mask [B, L]`` (the last token padded) and ByT5
+    ``prompt_embeds_2 [B, byt5, 16]`` with its all-ones mask."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    return dict(
+        prompt_embeds=torch.randn(batch, length, 16, generator=generator),
+        prompt_embeds_mask=mask,
+        prompt_embeds_2=torch.randn(batch, byt5, 16, generator=generator),
+        prompt_embeds_mask_2=torch.ones(batch, byt5, dtype=torch.long),
+    )
+
+
+# ---- HunyuanVideo -----------------------------------------------------------------------------------------------
+def hunyuan_video_components(image_latents: bool = False) -> dict:
+    """Parts of a tiny ``HunyuanVideoPipeline``: the conformance transformer, a 3-level ``AutoencoderKLHunyuanVideo``
+    (2 pixels and 4 frames per latent: the smallest temporal ratio it has), no Llama / CLIP text encoders (prompt
+    embeddings); ``image_latents``: SkyReels' image-to-video transformer, taking the image latents concatenated on
+    channels (8 in)."""
+    from diffusers import AutoencoderKLHunyuanVideo, HunyuanVideoTransformer3DModel
+
+    vae = AutoencoderKLHunyuanVideo(
+        latent_channels=4,
+        down_block_types=("HunyuanVideoDownBlock3D",) * 3,
+        up_block_types=("HunyuanVideoUpBlock3D",) * 3,
+        block_out_channels=(8,) * 3,
+        layers_per_block=1,
+        norm_num_groups=4,
+        spatial_compression_ratio=2,
+        temporal_compression_ratio=4,
+    ).eval()
+    config = {**tiny_models.HUNYUAN_VIDEO_CONFIG, "in_channels": 8 if image_latents else 4}
+    pipeline = "HunyuanSkyreelsImageToVideoPipeline" if image_latents else "HunyuanVideoPipeline"
+    return {
+        **_required_none(pipeline),
+        "transformer": HunyuanVideoTransformer3DModel(**config).eval(),
+        "vae": vae,
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def hunyuan_video_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Llama ``prompt_embeds [B, L, 16]`` with ``prompt_attention_mask [B, L]`` (the last token padded) and CLIP's
+    ``pooled_prompt_embeds [B, 8]``."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    return dict(
+        prompt_embeds=torch.randn(batch, length, 16, generator=generator),
+        prompt_attention_mask=mask,
+        pooled_prompt_embeds=torch.randn(batch, 8, generator=generator),
+    )
+
+
+# ---- Kandinsky 5 ------------------------------------------------------------------------------------------------
+def kandinsky5_components(image_to_video: bool = False) -> dict:
+    """Parts of a tiny ``Kandinsky5T2VPipeline``: the conformance transformer on HunyuanVideo's tiny VAE, no Qwen2.5-VL
+    / CLIP text encoders (prompt embeddings); ``image_to_video``: its ``visual_cond`` transformer (noisy latents |
+    first-frame latents | mask)."""
+    pipeline = "Kandinsky5I2VPipeline" if image_to_video else "Kandinsky5T2VPipeline"
+    transformer = tiny_models.tiny_kandinsky5(visual_cond=image_to_video)
+    return {
+        **_required_none(pipeline),
+        "transformer": transformer.eval(),
+        "vae": hunyuan_video_components()["vae"],
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def kandinsky5_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Qwen ``prompt_embeds_qwen [B, L, 16]``, CLIP's ``prompt_embeds_clip [B, 8]`` and ``prompt_cu_seqlens [B + 1]``
+    (each prompt ``L`` tokens long, int32)."""
+    generator = torch.Generator().manual_seed(seed)
+    return dict(
+        prompt_embeds_qwen=torch.randn(batch, length, 16, generator=generator),
+        prompt_embeds_clip=torch.randn(batch, 8, generator=generator),
+        prompt_cu_seqlens=torch.arange(batch + 1, dtype=torch.int32) * length,
+    )
+
+
+# ---- SANA-Video -------------------------------------------------------------------------------------------------
+def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
+    """Parts of a tiny ``SanaVideoPipeline`` (or ``pipeline``): the conformance transformer on Wan's tiny VAE, a
+    flow-matching scheduler, no Gemma text encoder (prompt embeddings)."""
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    return {
+        **_required_none(pipeline),
+        "transformer": tiny_models.tiny_sana_video().eval(),
+        "vae": tiny_wan_vae(),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+# ---- Helios -----------------------------------------------------------------------------------------------------
+def helios_components() -> dict:
+    """Parts of a tiny ``HeliosPipeline``: the conformance transformer on Wan's tiny VAE, a one-stage
+    ``HeliosScheduler`` (the non-pyramid pipeline's), no UMT5 text encoder (prompt embeddings)."""
+    from diffusers import HeliosScheduler
+
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    return {
+        **_required_none("HeliosPipeline"),
+        "transformer": tiny_models.tiny_helios().eval(),
+        "vae": tiny_wan_vae(),
+        "scheduler": HeliosScheduler(stages=1, stage_range=[0, 1]),
+    }
+
+
+# ---- CogVideoX --------------------------------------------------------------------------------------------------
+def cogvideox_components(conditioned: bool = False) -> dict:
+    """Parts of a tiny CogVideoX 1.5 pipeline: the conformance transformer (``conditioned``: taking the image or
+    control latents concatenated on channels, 8 in), a 4-level ``AutoencoderKLCogVideoX`` (8 pixels and 4 frames per
+    latent), a DDIM scheduler, no T5 text encoder (prompt embeddings)."""
+    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXTransformer3DModel
+
+    vae = AutoencoderKLCogVideoX(
+        block_out_channels=(8,) * 4, latent_channels=4, layers_per_block=1, norm_num_groups=2
+    ).eval()
+    config = {**tiny_models.COGVIDEOX_CONFIG, "in_channels": 8 if conditioned else 4}
+    transformer = CogVideoXTransformer3DModel(**config).eval()
+    return dict(tokenizer=None, text_encoder=None, vae=vae, transformer=transformer, scheduler=CogVideoXDDIMScheduler())
+
+
+def cogvideox_prompt_embeds(batch: int = 1, seed: int = 3) -> dict:
+    """``prompt_embeds [B, 8, 8]``: the transformer's ``max_text_seq_length`` tokens of T5 width 8."""
+    length, width = (tiny_models.COGVIDEOX_CONFIG[key] for key in ("max_text_seq_length", "text_embed_dim"))
+    return dict(prompt_embeds=torch.randn(batch, length, width, generator=torch.Generator().manual_seed(seed)))
+
+
+# ---- HunyuanDiT -------------------------------------------------------------------------------------------------
+def hunyuandit_components(pipeline: str = "HunyuanDiTPipeline") -> dict:
+    """Parts of a tiny ``HunyuanDiTPipeline`` (or ``pipeline``): the conformance transformer (patch 16), a 4-level VAE
+    (8 pixels per latent, as the pipeline's rotary grid assumes: 512 pixels are 4 tokens), DDPM, no BERT / T5 text
+    encoders (prompt embeddings) and no safety checker."""
+    from diffusers import DDPMScheduler
+
+    return {
+        **_required_none(pipeline),
+        "transformer": tiny_models.tiny_hunyuandit().eval(),
+        "vae": _kl_vae(4, 4),
+        "scheduler": DDPMScheduler(),
+        "requires_safety_checker": False,
+    }
+
+
+def hunyuandit_prompt_embeds(batch: int = 1, seed: int = 3) -> dict:
+    """BERT ``prompt_embeds [B, 4, 8]`` and T5 ``prompt_embeds_2 [B, 4, 8]`` (the transformer's text lengths), each
+    with its attention mask (the last token padded)."""
+    generator = torch.Generator().manual_seed(seed)
+    length, width = (tiny_models.HUNYUANDIT_CONFIG[key] for key in ("text_len", "cross_attention_dim"))
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    return dict(
+        prompt_embeds=torch.randn(batch, length, width, generator=generator),
+        prompt_attention_mask=mask,
+        prompt_embeds_2=torch.randn(batch, length, width, generator=generator),
+        prompt_attention_mask_2=mask.clone(),
+    )
+
+
+# ---- HiDream ----------------------------------------------------------------------------------------------------
+def hidream_components() -> dict:
+    """Parts of a tiny ``HiDreamImagePipeline``: a one-level VAE (one pixel per latent: the pipeline resizes every
+    request to 128 x 128 latents, so the output is 128 x 128), the conformance transformer with ``max_resolution``
+    widened to those 64 x 64 patches, no CLIP / T5 / Llama text encoders (prompt embeddings)."""
+    from diffusers import HiDreamImageTransformer2DModel
+
+    transformer = HiDreamImageTransformer2DModel(**{**tiny_models.HIDREAM_CONFIG, "max_resolution": (128, 128)})
+    return {
+        **_required_none("HiDreamImagePipeline"),
+        "transformer": transformer.eval(),
+        "vae": _kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0),
+        "scheduler": _flow_scheduler(),
+    }
+
+
+def hidream_prompt_embeds(batch: int = 1, length: int = 3, seed: int = 3) -> dict:
+    """T5 ``prompt_embeds_t5 [B, L, 8]``, the two Llama layers ``prompt_embeds_llama3 [2, B, L, 4]`` (layer first,
+    as HiDream's pipeline takes them) and CLIP's ``pooled_prompt_embeds [B, 8]``."""
+    generator = torch.Generator().manual_seed(seed)
+    return dict(
+        prompt_embeds_t5=torch.randn(batch, length, 8, generator=generator),
+        prompt_embeds_llama3=torch.randn(2, batch, length, 4, generator=generator),
+        pooled_prompt_embeds=torch.randn(batch, 8, generator=generator),
+    )
+
+
+# ---- Lumina 2, CogView4: the conformance transformer on a 4-channel KL VAE, no text encoder ----------------------
+def lumina2_components() -> dict:
+    """Parts of a tiny ``Lumina2Pipeline``: a 4-level VAE (the pipeline assumes 8 pixels per latent)."""
+    vae = _kl_vae(4, 4, shift_factor=0.0, scaling_factor=1.0)
+    return dict(
+        transformer=tiny_models.tiny_lumina2().eval(),
+        vae=vae,
+        scheduler=_flow_scheduler(),
+        text_encoder=None,
+        tokenizer=None,
+    )
+
+
+def cogview4_components(control: bool = False) -> dict:
+    """Parts of a tiny ``CogView4Pipeline``: a 2-level VAE (2 pixels per latent), CogView4's dynamically shifted
+    flow-matching scheduler (linear time shift); ``control``: ``CogView4ControlPipeline``'s transformer, taking the
+    control image's latents concatenated on channels (8 in)."""
+    from diffusers import CogView4Transformer2DModel
+
+    config = {**tiny_models.COGVIEW4_CONFIG, "in_channels": 8 if control else 4}
+    scheduler = _flow_scheduler(
+        use_dynamic_shifting=True, time_shift_type="linear", base_shift=0.25, max_shift=0.75, base_image_seq_len=256
+    )
+    return dict(
+        transformer=CogView4Transformer2DModel(**config).eval(),
+        vae=_kl_vae(2, 4, shift_factor=0.0, scaling_factor=1.0),
+        scheduler=scheduler,
+        text_encoder=None,
+        tokenizer=None,
+    )
+
+
 # ---- inputs of the image-conditioned pipelines --------------------------------------------------------------------
 def pil_image(height: int, width: int, seed: int = 2):
     """A smooth random RGB PIL image (the edit pipelines read ``image.size``)."""
@@ -409,6 +732,14 @@ def _inpaint(side: int) -> dict:
 
 def _kontext(side: int) -> dict:
     return dict(image=pil_image(side, side), max_area=side**2)  # else Kontext resizes to ~1024^2 pixels
+
+
+def _control(side: int) -> dict:
+    return dict(control_image=pil_image(side, side))
+
+
+def _control_video(side: int) -> dict:
+    return dict(control_video=_video(side)["video"])
 
 
 def _video(side: int, frames: int = 5) -> dict:
@@ -446,6 +777,16 @@ def _recipes() -> list[TinyPipeline]:
     z_image = _family("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
     chroma = _family("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
     ltx = _family("ltx", ltx_components, ltx_prompt_embeds, 32, frames=9, call=no_cfg)
+    hunyuan_video = _family("hunyuan_video", hunyuan_video_components, hunyuan_video_prompt_embeds, 16, frames=5)
+    kandinsky5 = _family("kandinsky5", kandinsky5_components, kandinsky5_prompt_embeds, 16, frames=5, call=no_cfg)
+    # SANA-Video takes `frames`, not num_frames; no resizing to its trained aspect ratios
+    sana_call = dict(no_cfg, frames=5, use_resolution_binning=False)
+    sana_video = _family("sana_video", sana_video_components, ltx_prompt_embeds, 32, call=sana_call)
+    cogvideox = _family("cogvideox", cogvideox_components, cogvideox_prompt_embeds, 64, frames=5, call=no_cfg)
+    conditioned = lambda: cogvideox_components(conditioned=True)  # noqa: E731
+    hunyuandit_call = dict(no_cfg, use_resolution_binning=False)  # not resized to its trained sizes
+    hunyuandit = _family("hunyuandit", hunyuandit_components, hunyuandit_prompt_embeds, 512, call=hunyuandit_call)
+    cogview4 = _family("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
     return [
         flux("FluxPipeline"),
@@ -484,6 +825,63 @@ def _recipes() -> list[TinyPipeline]:
             inputs=_image,
             call=no_cfg,
         ),
+        TinyPipeline(
+            "hunyuan_video15",
+            "HunyuanVideo15Pipeline",
+            seeded(hunyuan_video15_components),
+            hunyuan_video15_prompt_embeds,
+            16,
+            frames=5,
+        ),
+        hunyuan_video("HunyuanVideoPipeline"),
+        hunyuan_video(
+            "HunyuanSkyreelsImageToVideoPipeline", lambda: hunyuan_video_components(image_latents=True), inputs=_image
+        ),
+        TinyPipeline(
+            "ltx2",
+            "LTX2Pipeline",
+            seeded(ltx2_components),
+            ltx2_prompt_embeds,
+            32,  # the pipeline asks for multiples of 32 pixels
+            frames=5,
+            call=LTX2_NO_GUIDANCE,
+        ),
+        TinyPipeline(
+            "ltx2",
+            "LTX2ImageToVideoPipeline",
+            seeded(lambda: ltx2_components("LTX2ImageToVideoPipeline")),
+            ltx2_prompt_embeds,
+            32,  # the pipeline asks for multiples of 32 pixels
+            frames=5,
+            inputs=_image,
+            call=dict(LTX2_NO_GUIDANCE, image_crf=0),  # no H.264 re-compression of the image (it needs PyAV)
+        ),
+        sana_video("SanaVideoPipeline"),
+        sana_video(
+            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=_image
+        ),
+        # one chunk of 9 latent frames whatever num_frames: 33 frames
+        TinyPipeline(
+            "helios", "HeliosPipeline", seeded(helios_components), width16_prompt_embeds, 32, frames=5, call=no_cfg
+        ),
+        cogvideox("CogVideoXPipeline"),
+        cogvideox("CogVideoXImageToVideoPipeline", conditioned, inputs=_image),
+        cogvideox("CogVideoXVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
+        cogvideox(
+            "CogVideoXFunControlPipeline", conditioned, frames=None, inputs=_control_video
+        ),  # frames: the video's
+        hunyuandit("HunyuanDiTPipeline"),
+        kandinsky5("Kandinsky5T2VPipeline"),
+        # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
+        kandinsky5(
+            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=_image
+        ),
+        TinyPipeline(
+            "hidream", "HiDreamImagePipeline", seeded(hidream_components), hidream_prompt_embeds, 128, call=no_cfg
+        ),
+        TinyPipeline("lumina2", "Lumina2Pipeline", seeded(lumina2_components), ltx_prompt_embeds, 32, call=no_cfg),
+        cogview4("CogView4Pipeline"),
+        cogview4("CogView4ControlPipeline", lambda: cogview4_components(control=True), inputs=_control),
         wan("WanPipeline"),
         wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
@@ -497,13 +895,19 @@ for _recipe in _recipes():
 _NEEDS_RECIPE = (
     "no tiny pipeline written yet: its transformer is tiny (families/tiny.py) but its VAE, text inputs and call are not"
 )
+_MODULAR = (
+    "a modular pipeline (assembled from blocks, loaded with ModularPipeline.from_pretrained): not built tiny here"
+)
 # registered family -> why it has no tiny pipeline here (every family is in RECIPES or here: a test checks it)
 NOT_TINY: dict[str, str] = {
     "longcat_image": "LongCatImagePipeline.encode_prompt reads len(prompt) even when given prompt_embeds (diffusers "
     "0.42.1): it needs its Qwen2.5-VL text encoder and processor, not built tiny here",
+    "minimax_h3": f"its one pipeline, MiniMaxH3ModularPipeline, is {_MODULAR}",
+    "flux3": f"its pipelines, Flux3ModularPipeline and Flux3DistilledModularPipeline, are each {_MODULAR}",
     "wan_animate2": "no diffusers pipeline uses WanAnimate2Transformer3DModel (0.42.1)",
 }
 _UNIPC = "steps its scheduler with integer indices: needs a flow-matching UniPCMultistepScheduler (not written)"
+_KANDINSKY5_SIZES = "resizes every request to one of its trained sizes (1024 x 1024, 640 x 1408, ...): not tiny"
 # pipeline of a family in RECIPES -> why it is not built tiny
 PIPELINES_NOT_TINY: dict[str, str] = {
     "ZImageControlNetPipeline": "needs a ZImageControlNetModel fitted to the transformer's layers (not written)",
@@ -515,6 +919,23 @@ PIPELINES_NOT_TINY: dict[str, str] = {
     "SkyReelsV2DiffusionForcingPipeline": _UNIPC,
     "SkyReelsV2DiffusionForcingImageToVideoPipeline": _UNIPC,
     "SkyReelsV2DiffusionForcingVideoToVideoPipeline": _UNIPC,
+    "HunyuanVideo15ImageToVideoPipeline": "needs a SigLIP image encoder and processor (no tiny one written)",
+    "HunyuanVideoImageToVideoPipeline": "its Llava text encoder puts the image's tokens into the prompt embeddings "
+    "and its transformer takes the image latents and a mask on channels (neither written tiny)",
+    "Kandinsky5T2IPipeline": _KANDINSKY5_SIZES,
+    "Kandinsky5I2IPipeline": _KANDINSKY5_SIZES,
+    "LTX2ConditionPipeline": "takes LTX2VideoCondition objects and a second (audio) scheduler (not written)",
+    "LTX2InContextPipeline": "needs IC-LoRA reference videos and a second (audio) scheduler (not written)",
+    "LTX2HDRPipeline": "needs an hdr_transform, reference videos and a second (audio) scheduler (not written)",
+    "LTX2DFRPipeline": "needs its keyframe-layout conditions (not written)",
+    "LTX2DFRTemporalRefinePipeline": "needs a temporal latent upsampler and LTX2DFRPipeline's keyframe latents "
+    "(not written)",
+    "HeliosPyramidPipeline": "runs a three-stage HeliosScheduler pyramid (not written)",
+    "HeliosModularPipeline": _MODULAR,
+    "HeliosPyramidModularPipeline": _MODULAR,
+    "HunyuanDiTPAGPipeline": "with prompt embeddings and no negatives its perturbed-attention step fails on a batch "
+    "mismatch (2 vs 3) in diffusers 0.42.1 (not investigated further)",
+    "HunyuanDiTControlNetPipeline": "needs a HunyuanDiT2DControlNetModel fitted to the transformer (not written)",
     "LucyEditPipeline": "its transformer takes the video latents concatenated on channels (a second tiny Wan config)",
 }
 
