@@ -84,6 +84,7 @@ class AxialRoPE(SpectrumRoPE):
             self.__dict__["_spectrum"] = PerThread(self.__dict__["_spectrum"])
         # the spectrum a compiled graph reads (see publish_schedule): updated in place, never rebound
         self.compiled_spectrum = None if schedule is None else _copied(spectrum)
+        self.compiled_sigma = None if schedule is None else torch.ones((), dtype=torch.float64)  # the step's sigma
         self.published = False
 
     @property
@@ -106,9 +107,9 @@ class AxialRoPE(SpectrumRoPE):
 
     def publish_schedule(self) -> None:
         """Resolve the schedule at ``self.step``'s extents and sigma (set before the blocks, eagerly) into
-        ``compiled_spectrum``, in place: a graph ``torch.compile`` traced reads those tensors, so it follows the
-        steps and sizes without recompiling (dynamo guards on tensor shapes, not values). Does nothing until both are
-        set. One value per encoding, not per thread: a compiled model serves one forward at a time."""
+        ``compiled_spectrum`` (and the sigma into ``compiled_sigma``), in place: a graph ``torch.compile`` traced
+        reads those tensors, so it follows the steps and sizes without recompiling (dynamo guards on tensor shapes,
+        not values). Does nothing until both are set. One value per encoding, not per thread: a compiled model serves one forward at a time."""
         if self.schedule is None or self.compiled_spectrum is None:
             return
         extents, sigma = self.step.extents, self.step.sigma
@@ -118,6 +119,8 @@ class AxialRoPE(SpectrumRoPE):
         with torch.no_grad():
             self.compiled_spectrum.inv_freq.copy_(spectrum.inv_freq)
             self.compiled_spectrum.magnitude.copy_(spectrum.magnitude)
+            if sigma is not None and self.compiled_sigma is not None:
+                self.compiled_sigma.fill_(sigma)
         self.published = True
 
     def cached_table(self, coords: torch.Tensor, complex_dtype: torch.dtype) -> Table:

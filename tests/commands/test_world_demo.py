@@ -10,6 +10,7 @@ import pytest
 from mmpos.cli import main
 from mmpos.pipelines.report import error_map
 from mmpos.pipelines.world.demo import run_world_demo
+from mmpos.training.task_configs import WorldImageConfig
 from mmpos.training.tasks.world_image import train
 from tests.models.test_world_models import SIZE, TINY_TEXT, TINY_TRANSFORMER, TINY_VAE
 
@@ -27,13 +28,12 @@ def tiny_world(tmp_path_factory):
         warmup_steps=1,
         max_steps=1,
     )
-    train(dict(common, task="vae", vae=TINY_VAE), root, progress=False)
+    train(WorldImageConfig(**common, task="vae", vae=TINY_VAE), root, progress=False)
     for task in ("t2i", "fill", "kontext"):
-        train(
-            dict(common, task=task, vae_path=str(root), transformer=TINY_TRANSFORMER, text_encoder=TINY_TEXT),
-            root,
-            progress=False,
+        config = WorldImageConfig(
+            **common, task=task, vae_path=str(root), transformer=TINY_TRANSFORMER, text_encoder=TINY_TEXT
         )
+        train(config, root, progress=False)
     return root
 
 

@@ -12,11 +12,13 @@ then guards on their storage offsets and recompiles once on a new size, stock FL
 recompiled twice there because torch.compile of an ``nn.Module`` runs its forward pre-hooks outside the forward's
 frame and compiled mmpos' installer hook as a frame of its own (an empty graph). mmpos' hooks now run eagerly: one.)
 
-DyPE compiles with ``fullgraph=True`` on FLUX.1 and Wan: the pre-forward hooks (the step's sigma, the image extents)
-run eagerly (``torch.compiler.disable``) and write the resolved spectrum into tensors the graph reads
-(``AxialRoPE.publish_schedule``), so the graph follows the sigma schedule without recompiling (before: ``.tolist()``
-of the extents and ``float(timestep)`` broke it). Open (strict xfail below): FLUX.2 and Z-Image, whose seams read
-their extents inside the forward."""
+DyPE compiles with ``fullgraph=True`` on FLUX.1, Wan, FLUX.2 and Z-Image: the pre-forward hooks (the step's sigma,
+the image extents) run eagerly (``torch.compiler.disable``) and write the resolved spectrum into tensors the graph
+reads (``AxialRoPE.publish_schedule``), so the graph follows the sigma schedule without recompiling (before:
+``.tolist()`` of the extents and ``float(timestep)`` broke it). FLUX.2's and Z-Image's native seams (tier 1) read the
+output image's extents from the forward's inputs in the hook (``Family.image_extents``), and select in the graph
+between the published spectrum (image calls) and the training one (text, captions), as their eager tables do;
+Z-Image's ComfyUI-DyPE positions follow the published sigma there too."""
 
 import os
 
@@ -74,16 +76,20 @@ def test_a_set_pe_transformer_compiles_no_more_over_the_steps(pe):
 
 
 @slow
-@pytest.mark.parametrize("family", ["flux", "wan"])
-def test_dype_compiles_fullgraph_and_follows_the_sigma_schedule_without_recompiling(family):
-    """DyPE at 2x the training rows: the compiled graph reads the spectrum the (eager) hooks resolve at each step, so
+@pytest.mark.parametrize(
+    "family, convention",
+    [("flux", "authors"), ("wan", "authors"), ("flux2", "authors"), ("z_image", "authors"), ("z_image", "comfyui")],
+)
+def test_dype_compiles_fullgraph_and_follows_the_sigma_schedule_without_recompiling(family, convention):
+    """DyPE at 2x the training rows (1.5x for ComfyUI-DyPE's Z-Image positions): the compiled graph reads the spectrum the (eager) hooks resolve at each step, so
     it equals eager at every sigma (which DyPE changes) with one compilation; a new size compiles at most once more."""
     case = CASES[family]
     model = case.model()
-    apply_dype(model, DyPEConfig(trained_grid=case.grid))
+    apply_dype(model, DyPEConfig(trained_grid=case.grid, convention=convention))
     counter = CompileCounter()
     compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
-    rows, cols = 2 * case.grid[0], case.grid[1]
+    # ComfyUI-DyPE's Z-Image positions keep their integer ids at 2x (its stride 2 base / rows is 1 there): 1.5x
+    rows, cols = (3 * case.grid[0] // 2 if convention == "comfyui" else 2 * case.grid[0]), case.grid[1]
     frames, outputs = [], []
     for size, sigma in [((rows, cols), 0.9), ((rows, cols), 0.5), ((rows, cols), 0.2), ((rows, 2 * cols), 0.5)]:
         inputs = separate(case.inputs(*size, sigma=sigma))
@@ -97,16 +103,6 @@ def test_dype_compiles_fullgraph_and_follows_the_sigma_schedule_without_recompil
     with torch.no_grad():  # the schedule took part: sigma 0.9 is not the stock model's output
         stock_out = run(stock, separate(case.inputs(rows, cols, sigma=0.9)))
     assert (outputs[0] - stock_out).abs().max() > 1e-4
-
-
-@slow
-@pytest.mark.xfail(strict=True, raises=torch._dynamo.exc.Unsupported, reason="DyPE: extents read inside the seam")
-@pytest.mark.parametrize("family", ["flux2", "z_image"])
-def test_dype_where_the_seam_reads_the_extents_does_not_compile_fullgraph(family):
-    case = CASES[family]
-    model = case.model()
-    apply_dype(model, DyPEConfig(trained_grid=case.grid))
-    compiled_steps(model, case)
 
 
 @slow

@@ -111,13 +111,12 @@ def page_namespace():
     from mmpos.pipelines import edits
 
     namespace = {"__name__": "doc_page"}
+    encodings_before, edits_before = set(registry._REGISTRY), set(edits.list_edits())
     yield namespace
-    for name, value in list(registry._REGISTRY.items()):
-        if any(value is held for held in namespace.values()):
-            registry._REGISTRY.pop(name)
-    for name in edits.list_edits():
-        if any(edits.get_edit(name) is held for held in namespace.values()):
-            edits.unregister_edit(name)
+    for name in set(registry._REGISTRY) - encodings_before:  # a page importing a registered class keeps it
+        registry._REGISTRY.pop(name)
+    for name in set(edits.list_edits()) - edits_before:
+        edits.unregister_edit(name)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_name)

@@ -15,6 +15,10 @@ level may rewrite the ids), reads the family's :attr:`~.families.Family.global_c
   it records them on the seam for this thread and this forward (``seam.global_inputs``); the seam finds the
   tensor each call's ids are a part of (:func:`global_source`: a shard is a view of it) and measures there.
 
+Where the family reads the output image's extents from the forward's inputs (:attr:`~.families.Family.image_extents`:
+FLUX.2, Z-Image), a tier-1 seam publishes the spectrum resolved there for this forward (the tensors a
+``torch.compile`` graph reads; the eager tables keep measuring their ids).
+
 The post-hook (also called when the forward raises) puts back what the thread had before.
 """
 
@@ -49,7 +53,8 @@ class GlobalExtents:
     def pre_forward(self, module, args, kwargs):
         seam, encodings = self.scheduled(module)
         stack = self._stack()
-        coords = self.family.global_coords(seam, args, kwargs) if encodings else None
+        global_coords = self.family.global_coords
+        coords = global_coords(seam, args, kwargs) if encodings and global_coords else None
         undo = []
         if isinstance(coords, tuple):
             undo.append(partial(seam.global_inputs.restore, seam.global_inputs.swap(coords)))
@@ -59,6 +64,12 @@ class GlobalExtents:
                 undo.append(partial(pe.step.restore_extents, pe.step.swap_extents(pe.coordinate_extents(coords))))
                 if hasattr(pe, "publish_schedule"):  # the spectrum a compiled graph reads
                     pe.publish_schedule()
+        publish = getattr(seam, "publish_image_extents", None)  # tier 1: the spectrum a compiled graph reads
+        extents = (
+            self.family.image_extents(args, kwargs) if encodings and publish and self.family.image_extents else None
+        )
+        if extents is not None:
+            undo.append(partial(encodings[0].step.restore_extents, publish(extents)))
         stack.append(tuple(undo))
         self._saved.swap(stack)
         return None

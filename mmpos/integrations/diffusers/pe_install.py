@@ -67,7 +67,11 @@ def install_encoding(
     for attr in family.companion_attrs:
         setattr(transformer, attr, seam.companions[attr])
     scheduled = any(getattr(e, "schedule", None) is not None for e in getattr(seam, "encodings", ()))
-    extents_hooks = GlobalExtents(family).install(transformer) if scheduled and family.global_coords else ()
+    extents_hooks = (
+        GlobalExtents(family).install(transformer)
+        if scheduled and (family.global_coords or family.image_extents)
+        else ()
+    )
     installed = InstalledEncoding(
         pe=pe, position_module=stock_position, hook=hook, extents_hooks=extents_hooks, companions=companions
     )

@@ -35,7 +35,7 @@ class AxisSpectrum:
     ladder (computed by the family exactly as the stock module does), and the magnitude of cos and sin."""
 
     inv_freq: Optional[torch.Tensor]
-    magnitude: float = 1.0
+    magnitude: float | torch.Tensor = 1.0  # a 0-d tensor in a compiled graph (SpectrumSeam.published_tables)
 
     @property
     def is_stock(self) -> bool:
@@ -116,6 +116,9 @@ class Family:
             as the seam would receive them in one process, read from the forward's inputs before a
             context-parallel plan shards them (scheduled encodings measure their extents there,
             :mod:`..global_extents`); ``None`` where the seam's inputs are never sharded.
+        image_extents: optional ``image_extents(args, kwargs) -> [A] | None``: the output image's extent per axis,
+            read from a forward's inputs before the blocks: a tier-1 seam's schedule is resolved there, eagerly, into
+            the tensors a ``torch.compile`` graph reads (:meth:`SpectrumSeam.published_tables`).
         pipelines: pipeline class names of the family (docs and ``mmpos generate``).
         train_size: the 1:1 training size in pixels; ``pixels_per_token``: latent patch size in pixels.
         notes: what is special (the README table).
@@ -151,6 +154,7 @@ class Family:
     check_model: Optional[Callable] = None
     check_inputs: Optional[Callable] = None
     global_coords: Optional[Callable] = None
+    image_extents: Optional[Callable] = None
     pipelines: tuple[str, ...] = ()
     train_size: int = 1024
     pixels_per_token: int = 16
@@ -227,19 +231,21 @@ class SpectrumSeam(PositionSeam):
         self._plain = chunked_spectrum(self.axes_dims, self.theta)
         self._resolved: dict = {}
         self._recent: list = []  # (call key, output), newest first
+        self._training: Optional[list] = None  # training_spectra(), kept for a compiled graph
 
     def forward(self, *args, **kwargs):
         """The stock module's output for the stock call; rebuilt only when the inputs (the same tensors, unchanged,
         as pipelines pass them at every step) or the step's sigma change."""
         self.count_forward()
         key = self._call_key(args, kwargs)
+        if key is None:  # tracing: no cache (dynamo would guard on its length) and no count
+            return self.family.tables(self, *args, **kwargs)
         for seen, out in self._recent:
             if seen == key:
                 return out
         self.table_builds += 1
         out = self.family.tables(self, *args, **kwargs)
-        if key is not None:  # a few entries: some models call the seam more than once per forward (FLUX.2)
-            self._recent = [(key, out)] + self._recent[:3]
+        self._recent = [(key, out)] + self._recent[:3]  # a few: some models call the seam twice per forward (FLUX.2)
         return out
 
     def _call_key(self, args, kwargs):
@@ -289,6 +295,44 @@ class SpectrumSeam(PositionSeam):
             self._resolved[key] = cached
         self.encodings[0].spectrum = spectrum
         return cached[1]
+
+    def publish_image_extents(self, extents: Sequence[float]) -> object:
+        """Set ``extents`` (the output image's, per axis) on the encoding's step for this forward and publish the
+        spectrum resolved there (:meth:`~mmpos.encodings.rope_axial.AxialRoPE.publish_schedule`; eager, before the
+        blocks); returns the state to put back with ``step.restore_extents``."""
+        (encoding,) = self.encodings
+        previous = encoding.step.swap_extents([float(e) for e in extents])
+        encoding.publish_schedule()
+        if self._training is None:
+            self._training = self.training_spectra()
+        return previous
+
+    def published_tables(self, image_coords: torch.Tensor, build: Callable):
+        """While ``torch.compile`` traces a scheduled seam: ``build(spectra)`` with the spectrum the hooks published
+        (:meth:`publish_image_extents`) where this call's ``image_coords [S, 2]`` span more than one row or column,
+        else with the training spectrum (captions, text: what the eager tables give them), selected in the graph.
+        ``build`` returns a tensor or a tuple of tensors."""
+        (encoding,) = self.encodings
+        if not encoding.published or self._training is None:
+            raise RuntimeError(
+                f"{self.family.name}: a scheduled encoding (DyPE) under torch.compile reads the spectrum the model's "
+                "hooks resolve before the blocks; this forward's inputs gave no image extents (Family.image_extents)"
+            )
+        image = build(self._published_split(encoding.compiled_spectrum))
+        training = build(self._training)
+        spans = (image_coords.amax(dim=0) - image_coords.amin(dim=0) > 0).any() if image_coords.shape[0] else False
+        if isinstance(image, tuple):
+            return tuple(torch.where(spans, i, t) for i, t in zip(image, training))
+        return torch.where(spans, image, training)
+
+    def _published_split(self, spectrum) -> list[AxisSpectrum]:
+        """``spectrum`` per axis with tensor magnitudes (no host reads: traced into the graph)."""
+        out, start = [], 0
+        for dim in self.axes_dims:
+            stop = start + dim // 2
+            out.append(AxisSpectrum(spectrum.inv_freq[start:stop], spectrum.magnitude[start]))
+            start = stop
+        return out
 
     def training_spectra(self) -> list[AxisSpectrum]:
         """The spectrum of text and other non-image tokens: the stock ladder on every axis, except a

@@ -36,7 +36,10 @@ def axis_frequencies(
     return spectrum.inv_freq.to(device=device, dtype=dtype)
 
 
-def _scaled(x: torch.Tensor, magnitude: float) -> torch.Tensor:
+def _scaled(x: torch.Tensor, magnitude) -> torch.Tensor:
+    """``x * magnitude``; a 0-d tensor magnitude (a compiled graph's published spectrum) is always applied."""
+    if isinstance(magnitude, torch.Tensor):
+        return x * magnitude.to(x.dtype)
     return x if magnitude == 1.0 else x * magnitude
 
 

@@ -31,13 +31,17 @@ def flux2_tables(seam, ids: torch.Tensor):
     if ids.dim() != 2 or ids.shape[-1] < len(seam.axes_dims):
         raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, {len(seam.axes_dims)}] (t, h, w, l)")
     pos = ids.float()
+    freqs_dtype = torch.float64 if device_has_fp64(ids.device) else torch.float32
+    if seam.scheduled and torch.compiler.is_compiling():  # the spectrum the hooks published (flux2_image_extents)
+        return seam.published_tables(
+            pos[:, 1:3], lambda spectra: cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype)
+        )
     extents = None
     if seam.scheduled and pos.shape[0]:  # the output image (t = 0) gives the scale, not the references
         source = global_source(seam, ids)  # under context parallelism: the whole ids this shard is part of
         whole = pos if source is None else source.float()
         extents = extents_of(whole[whole[:, 0] == whole[:, 0].min()])
     spectra = seam.axis_spectra(extents=extents)
-    freqs_dtype = torch.float64 if device_has_fp64(ids.device) else torch.float32
     return cos_sin_repeated(pos, spectra, seam.axes_dims, seam.theta, freqs_dtype)
 
 
@@ -88,6 +92,16 @@ def flux2_global_inputs(seam, args, kwargs):
     if not all(isinstance(i, torch.Tensor) for i in ids):
         return None
     return tuple(i[0] if i.dim() == 3 else i for i in ids)
+
+
+def flux2_image_extents(args, kwargs):
+    """The output image's (``t`` = its least value) extent per axis in a forward's ``img_ids``, as
+    :func:`flux2_tables` reads it; ``None`` without ``img_ids``."""
+    ids = kwargs.get("img_ids", args[3] if len(args) > 3 else None)
+    if not isinstance(ids, torch.Tensor) or not ids.shape[-2]:
+        return None
+    ids = (ids[0] if ids.dim() == 3 else ids).float()
+    return extents_of(ids[ids[:, 0] == ids[:, 0].min()])
 
 
 def _attention(model):
@@ -206,6 +220,7 @@ FLUX2 = register_family(
         timestep_per_sigma=1.0,  # the pipelines pass t / 1000; the model multiplies by 1000
         timestep_arg=("timestep", 2),
         global_coords=flux2_global_inputs,
+        image_extents=flux2_image_extents,
         context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=("Flux2Pipeline", "Flux2KleinPipeline", "Flux2KleinInpaintPipeline"),
         train_size=1024,

@@ -7,7 +7,8 @@ them by the ids: the "wall at 2048 px" (row / col ids past ``axes_lens``, 512 to
 computes the same rows from the positions instead (:class:`~.codecs.PrecomputedRows`), so larger grids just work.
 Captions are ``(1 + j, 0, 0)`` and images ``(caption length + 1, row, col)``; padding tokens are ``(0, 0, 0)``. A
 schedule reads its scale from each call's rows and columns: captions (extent 1) keep the training spectrum.
-The pipelines pass ``t = 1 - sigma`` (time running backwards).
+The pipelines pass ``t = 1 - sigma`` (time running backwards). Under a ``convention="comfyui"`` schedule the native
+seam gives the image tokens ComfyUI-DyPE's fractional rows and columns (:func:`comfyui_positions`).
 
 Tier 2: ``"native"`` (and its spectrum options) rebuilds the stock tables above and keeps the stock
 ``ZSingleStreamAttnProcessor``; any other rotary encoding runs through :class:`ZImagePEAttnProcessor`. The model
@@ -21,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ....ops.tables import RotaryTable
+from ....spectrum.schedule import ExtrapolationSchedule
 from ..positions import PositionSeam, pack_tables
 from ..processors import PEProcessor
 from . import register_family
@@ -34,8 +36,68 @@ def z_image_tables(seam, ids: torch.Tensor) -> torch.Tensor:
     """``RopeEmbedder(ids)``: ``ids [S, 3]`` integer -> complex64 ``[S, sum(axes_dims) / 2]`` on ``ids``' device."""
     if ids.dim() != 2 or ids.shape[-1] != len(seam.axes_dims):
         raise ValueError(f"ids have shape {tuple(ids.shape)}; expected [S, {len(seam.axes_dims)}] (index, row, col)")
+    if seam.scheduled and torch.compiler.is_compiling():  # the spectrum the hooks published (z_image_extents)
+        positions = _comfyui_positions(seam, ids, seam.encodings[0].compiled_sigma)
+        positions = ids if positions is None else positions
+        return seam.published_tables(
+            ids[:, 1:3], lambda spectra: complex_pairs(positions, spectra, seam.axes_dims, seam.theta, **_STOCK)
+        )
     spectra = _spectra(seam, ids)
+    positions = _comfyui_positions(seam, ids)
+    if positions is not None:  # fractional rows and columns: computed here, not looked up by integer id
+        return complex_pairs(positions, spectra, seam.axes_dims, seam.theta, **_STOCK)
     return complex_pairs(ids, spectra, seam.axes_dims, seam.theta, rows=precomputed_rows(seam, **_STOCK), **_STOCK)
+
+
+def comfyui_positions(
+    ids: torch.Tensor, base: float, sigma, exponent: float = 2.0, start_sigma: float = 1.0
+) -> torch.Tensor:
+    """ComfyUI-DyPE's (v2.3.0) Z-Image positions of image ids ``[S, 3]`` (index, row, col) as float64 ``[S, 3]``.
+
+    Re-implemented from its ``dype_patchify_and_embed`` and ``PosEmbedZImage._resize_rope_grid``: rows and columns at
+    the stride ``c = 2 base / max(rows, cols)`` (``base``: the training grid's longest side in tokens; the port's
+    latent pixels per token, 2, times the training size over the requested one), then moved back towards the integer
+    grid by ``blend = 1 - min(sigma / start_sigma, 1) ** exponent`` (``sigma``: a float or a 0-d tensor, clamped to
+    ``[0, 1]``; ``None``: DyPE off, no blend): ``p = c i + ((c i - p0) / c + p0 - c i) blend``, ``p0`` the least
+    position of the tokens not at row 0 and column 0 (0 but in one row or column). As the port: an axis at one
+    position, ``c`` within ``1e-3`` of 1 or ``blend <= 0.001`` keep the strided positions. Tensor operations only
+    (``torch.compile`` traces it with the published sigma)."""
+    pos = ids.to(torch.float64)
+    image = pos[:, 1:3]
+    stride = 2.0 * base / ((image.amax(dim=0) - image.amin(dim=0)).amax() + 1) if image.shape[0] else pos.new_ones(())
+    strided = image * stride
+    if sigma is None:
+        return torch.cat([pos[:, :1], strided], dim=1)
+    t = torch.as_tensor(sigma, dtype=torch.float64, device=pos.device).clamp(0.0, 1.0)
+    blend = 1.0 - torch.where(t > start_sigma, torch.ones_like(t), t / start_sigma) ** exponent
+    mask = (image != 0).any(dim=1, keepdim=True)  # the port's image tokens: not at row 0 and column 0
+    low = torch.where(mask, strided, torch.inf).amin(dim=0)
+    high = torch.where(mask, strided, -torch.inf).amax(dim=0)
+    moves = (high > low) & (blend > 0.001) & ((stride - 1.0).abs() > 1e-3 + 1e-5)
+    full = (strided - low) / stride + low
+    return torch.cat([pos[:, :1], torch.where(moves, strided + (full - strided) * blend, strided)], dim=1)
+
+
+def _comfyui_entries(seam) -> list:
+    """The seam's schedule entries of ``convention="comfyui"``."""
+    schedule = seam.encodings[0].schedule
+    entries = getattr(schedule, "entries", ())
+    return [e for e in entries if isinstance(e, ExtrapolationSchedule) and e.convention == "comfyui"]
+
+
+def _comfyui_positions(seam, ids: torch.Tensor, sigma=None):
+    """The call's positions under a ``convention="comfyui"`` schedule (:func:`comfyui_positions`: captions' rows and
+    columns are 0, they stay), else ``None`` (every other convention and encoding: the ids as they are). ``sigma``:
+    the step's (a compiled graph passes the published tensor)."""
+    entries = _comfyui_entries(seam)
+    if not entries:
+        return None
+    dynamic = any(e.dynamic for e in entries)
+    step_sigma = seam.encodings[0].step.sigma if sigma is None else sigma
+    if dynamic and step_sigma is None:
+        raise ValueError("Z-Image under convention='comfyui' needs the step's sigma: set encoding.step.sigma")
+    base = max(e.original_length for e in entries)
+    return comfyui_positions(ids, base, step_sigma if dynamic else None, entries[0].lambda_t, entries[0].start_sigma)
 
 
 def _spectra(seam, ids: torch.Tensor):
@@ -46,6 +108,33 @@ def _spectra(seam, ids: torch.Tensor):
     extents = extents_of(ids) if ids.shape[0] else [0.0] * ids.shape[-1]
     rows, cols = (extents[axis] for axis in Z_IMAGE.image_axes)
     return seam.training_spectra() if max(rows, cols) <= 1 else seam.axis_spectra(extents=extents)
+
+
+def z_image_extents(args, kwargs):
+    """The image call's extent per axis in a forward of the basic mode, as :func:`z_image_tables` measures its ids
+    (``x``: latents ``[C, F, H, W]``, ``cap_feats``: ``[L, C]``): rows and columns of ``patch_size`` patches, and the
+    index axis from the padded caption length to the last frame (from 0 where the image tokens are padded), over the
+    batch; ``None`` for other inputs (Omni's nested lists)."""
+    from diffusers.models.transformers.transformer_z_image import SEQ_MULTI_OF
+
+    def arg(name, index, default=None):
+        return kwargs.get(name, args[index] if len(args) > index else default)
+
+    latents, captions = arg("x", 0), arg("cap_feats", 2)
+    patch, frame_patch = arg("patch_size", 7, 2), arg("f_patch_size", 8, 1)
+    if not all(isinstance(v, (list, tuple)) and v for v in (latents, captions)) or len(latents) != len(captions):
+        return None
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in latents):
+        return None
+    first, last, rows, cols = [], [], [], []
+    for x, caption in zip(latents, captions):
+        caption_length = len(caption) + (-len(caption)) % SEQ_MULTI_OF
+        frames, height, width = x.shape[1] // frame_patch, x.shape[2] // patch, x.shape[3] // patch
+        first.append(0 if (frames * height * width) % SEQ_MULTI_OF else caption_length + 1)
+        last.append(caption_length + frames)
+        rows.append(height)
+        cols.append(width)
+    return [float(max(last) - min(first) + 1), float(max(rows)), float(max(cols))]
 
 
 # ---- tier 2: any rotary encoding through mmpos processors ---------------------------------------------------------
@@ -86,6 +175,13 @@ def _stock_processor():
 
 
 def _seam(model, stock, encodings, native, coord_axes):
+    for encoding in encodings:
+        entries = getattr(getattr(encoding, "schedule", None), "entries", ())
+        if any(isinstance(e, ExtrapolationSchedule) and e.convention == "comfyui" for e in entries):
+            raise ValueError(
+                "Z-Image: convention='comfyui' (ComfyUI-DyPE's Z-Image positions) is on the native seam only: "
+                "use pe='native' (DyPEConfig's default)"
+            )
     return ZImagePositions(encodings, native, coord_axes)
 
 
@@ -148,6 +244,7 @@ Z_IMAGE = register_family(
         timestep_per_sigma=-1.0,  # ZImagePipeline passes t = (1000 - timestep) / 1000 = 1 - sigma
         timestep_at_zero_sigma=1.0,
         timestep_arg=("t", 1),
+        image_extents=z_image_extents,
         pipelines=(
             "ZImagePipeline",
             "ZImageImg2ImgPipeline",
