@@ -14,6 +14,7 @@ import torch
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.integrations.diffusers.families import FAMILIES, builtin_families
 from mmpos.integrations.diffusers.hooks import installed_hook
+from mmpos.integrations.diffusers.tiny_parts import tiny_call
 from mmpos.integrations.diffusers.tiny_pipelines import (
     EMBEDS_FILE,
     NOT_TINY,
@@ -21,7 +22,6 @@ from mmpos.integrations.diffusers.tiny_pipelines import (
     RECIPES,
     not_tiny_reason,
     save_tiny_pipeline,
-    tiny_call,
     tiny_pipeline,
 )
 from mmpos.pipelines.loading import load_pipeline_class

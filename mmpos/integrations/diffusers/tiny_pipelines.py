@@ -3,7 +3,8 @@
 so ``mmpos generate`` / ``mmpos edit`` / ``DiffusionPipeline.from_pretrained`` can be tried on any family without
 downloading weights. The images are noise-like; the plumbing is the real one.
 
-    from mmpos.integrations.diffusers.tiny_pipelines import tiny_pipeline, tiny_call
+    from mmpos.integrations.diffusers.tiny_parts import tiny_call
+    from mmpos.integrations.diffusers.tiny_pipelines import tiny_pipeline
     recipe = tiny_pipeline("flux2", "Flux2KleinPipeline")
     pipe = recipe.build()                          # Flux2KleinPipeline with random tiny parts
     image = pipe(**tiny_call(recipe, steps=1), output_type="pt").images   # [1, 3, 32, 32]
@@ -17,7 +18,6 @@ the pipeline is saved without it and takes the prompt embeddings. :data:`NOT_TIN
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -25,58 +25,28 @@ import torch
 
 from . import tiny_text
 from .families import tiny as tiny_models
+from .tiny_parts import (
+    TinyPipeline,
+    cogvideox_vae,
+    flow_scheduler,
+    flux2_vae,
+    hunyuan_video_vae,
+    image_input,
+    kl_vae,
+    pil_image,
+    required_none,
+    seeded,
+    width16_prompt_embeds,
+)
 
 EMBEDS_FILE = "prompt_embeds.safetensors"
 
 
-@dataclass(frozen=True)
-class TinyPipeline:
-    """How to build one family's pipeline tiny: its diffusers class, its parts and a call that runs it."""
-
-    family: str
-    pipeline: str  # the diffusers pipeline class name
-    components: Callable[[], dict]  # seeded, every module in eval mode
-    prompt_embeds: Callable[[int], dict]  # batch -> the prompt-embedding tensors its __call__ takes
-    side: int  # a small output height and width in pixels (one or a few tokens per side)
-    frames: int | None = None  # video pipelines: num_frames
-    inputs: Callable[[int], dict] = field(default=lambda side: {})  # side -> image / mask / video inputs
-    call: dict = field(default_factory=dict)  # fixed call arguments (guidance without negative embeddings)
-
-    def build(self):
-        """The pipeline, from :attr:`components`."""
-        import diffusers
-
-        return getattr(diffusers, self.pipeline)(**self.components())
-
-
-def tiny_call(recipe: TinyPipeline, steps: int = 1, batch: int = 1) -> dict:
-    """Keyword arguments of one tiny run of ``recipe``'s pipeline: its prompt embeddings, size, inputs, ``steps``."""
-    size = dict(height=recipe.side, width=recipe.side, num_inference_steps=steps)
-    if recipe.frames is not None:
-        size["num_frames"] = recipe.frames
-    return {**recipe.prompt_embeds(batch), **size, **recipe.inputs(recipe.side), **recipe.call}
-
-
 # ---- VAEs -------------------------------------------------------------------------------------------------------
-def _kl_vae(levels: int, latent_channels: int, **config):
-    """``AutoencoderKL`` of ``levels`` one-block levels: ``2 ** (levels - 1)`` pixels per latent."""
-    from diffusers import AutoencoderKL
-
-    return AutoencoderKL(
-        block_out_channels=(4,) * levels,
-        down_block_types=("DownEncoderBlock2D",) * levels,
-        up_block_types=("UpDecoderBlock2D",) * levels,
-        layers_per_block=1,
-        latent_channels=latent_channels,
-        norm_num_groups=1,
-        **config,
-    ).eval()
-
-
 def flux_vae(levels: int = 4):
     """FLUX.1's tiny VAE on one latent channel: scale factor ``2 ** (levels - 1)``, 8 by default (FLUX.1's: with
     2 x 2 packing one token is 16 x 16 pixels)."""
-    return _kl_vae(
+    return kl_vae(
         levels,
         1,
         sample_size=32,
@@ -85,19 +55,6 @@ def flux_vae(levels: int = 4):
         shift_factor=0.0609,
         scaling_factor=1.5035,
     )
-
-
-def _flux2_vae():
-    from diffusers import AutoencoderKLFlux2
-
-    return AutoencoderKLFlux2(
-        block_out_channels=(8, 8),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
-        down_block_types=("DownEncoderBlock2D",) * 2,
-        up_block_types=("UpDecoderBlock2D",) * 2,
-    ).eval()
 
 
 def _qwen_vae():
@@ -112,23 +69,6 @@ def _qwen_vae():
         latents_mean=[0.0] * 4,
         latents_std=[1.0] * 4,
     ).eval()
-
-
-def seeded(build: Callable[[], dict], seed: int = 0) -> Callable[[], dict]:
-    """``build`` run under ``torch.manual_seed(seed)``, the caller's RNG state restored."""
-
-    def built() -> dict:
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            return build()
-
-    return built
-
-
-def _flow_scheduler(**config):
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    return FlowMatchEulerDiscreteScheduler(**config)
 
 
 # ---- FLUX.1 -----------------------------------------------------------------------------------------------------
@@ -149,7 +89,7 @@ def flux_transformer(kind: str = "flux", vae_scale: int = 8):
 def flux_components(kind: str = "flux", text_encoder: bool = True) -> dict:
     """Parts of a tiny ``FluxPipeline`` (``kind="flux"``), ``FluxFillPipeline`` or ``FluxKontextPipeline``
     (call under a seed: :func:`seeded`); ``text_encoder=False``: without CLIP and T5."""
-    parts = dict(transformer=flux_transformer(kind), vae=flux_vae(), scheduler=_flow_scheduler())
+    parts = dict(transformer=flux_transformer(kind), vae=flux_vae(), scheduler=flow_scheduler())
     if text_encoder:
         return {**parts, **tiny_text.clip_t5_components(FLUX_TEXT_DIM)}
     return {**parts, **dict.fromkeys(("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"))}
@@ -173,9 +113,7 @@ def klein_components(guidance: bool = False) -> dict:
     from diffusers import Flux2Transformer2DModel
 
     transformer = Flux2Transformer2DModel(**{**KLEIN_TRANSFORMER, "guidance_embeds": guidance}).eval()
-    return dict(
-        scheduler=_flow_scheduler(), vae=_flux2_vae(), text_encoder=None, tokenizer=None, transformer=transformer
-    )
+    return dict(scheduler=flow_scheduler(), vae=flux2_vae(), text_encoder=None, tokenizer=None, transformer=transformer)
 
 
 def klein_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 1) -> dict:
@@ -211,7 +149,7 @@ def qwen_image_components(text_encoder: bool = True, processor: bool = False) ->
         else dict(text_encoder=None, tokenizer=None)
     )
     extra = dict(processor=None) if processor else {}
-    return dict(transformer=transformer, vae=vae, scheduler=_flow_scheduler(), **text, **extra)
+    return dict(transformer=transformer, vae=vae, scheduler=flow_scheduler(), **text, **extra)
 
 
 def qwen_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 1) -> dict:
@@ -226,19 +164,14 @@ def qwen_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 1) -> dict:
 # ---- Z-Image, Qwen-Image 2.1 --------------------------------------------------------------------------------------
 def z_image_components() -> dict:
     """Parts of a tiny ``ZImagePipeline`` (no text encoder; a one-level VAE: 2 pixels per token)."""
-    vae = _kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0)
+    vae = kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0)
     return dict(
-        scheduler=_flow_scheduler(),
+        scheduler=flow_scheduler(),
         vae=vae,
         text_encoder=None,
         tokenizer=None,
         transformer=tiny_models.tiny_z_image().eval(),
     )
-
-
-def width16_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
-    """``prompt_embeds [B, L, 16]``, no mask (Z-Image, Qwen-Image 2.1)."""
-    return dict(prompt_embeds=torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed)))
 
 
 def chroma_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
@@ -267,7 +200,7 @@ def qwen21_components() -> dict:
         out_channels=3,
     ).eval()
     return dict(
-        scheduler=_flow_scheduler(),
+        scheduler=flow_scheduler(),
         vae=vae,
         text_encoder=None,
         processor=tiny_text.qwen3_vl_processor(),
@@ -279,7 +212,7 @@ def qwen21_components() -> dict:
 def chroma_components() -> dict:
     """Parts of a tiny Chroma pipeline: the conformance transformer (4 packed channels) on FLUX.1's tiny VAE."""
     return dict(
-        scheduler=_flow_scheduler(),
+        scheduler=flow_scheduler(),
         vae=flux_vae(),
         text_encoder=None,
         tokenizer=None,
@@ -292,21 +225,11 @@ def flux_like_components(pipeline: str, transformer) -> dict:
     """``pipeline``'s parts: ``transformer`` (4 input channels: one latent channel packed 2 x 2), FLUX.1's tiny VAE,
     a flow-matching scheduler, and ``None`` for its other components (text encoders, tokenizers, image encoders)."""
     return {
-        **_required_none(pipeline),
+        **required_none(pipeline),
         "transformer": transformer.eval(),
         "vae": flux_vae(),
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
-
-
-def _required_none(pipeline: str) -> dict:
-    """``{name: None}`` for every component ``pipeline``'s ``__init__`` requires."""
-    import inspect
-
-    import diffusers
-
-    init = inspect.signature(getattr(diffusers, pipeline).__init__).parameters
-    return {name: None for name, p in init.items() if name != "self" and p.default is inspect.Parameter.empty}
 
 
 # ---- LTX-Video --------------------------------------------------------------------------------------------------
@@ -325,7 +248,7 @@ def ltx_components() -> dict:
     return dict(
         transformer=tiny_models.tiny_ltx().eval(),
         vae=vae,
-        scheduler=_flow_scheduler(),
+        scheduler=flow_scheduler(),
         text_encoder=None,
         tokenizer=None,
     )
@@ -384,13 +307,13 @@ def ltx2_components(pipeline: str = "LTX2Pipeline") -> dict:
         **{f"{stream}_connector_{key}": value for stream in ("video", "audio") for key, value in connector.items()},
     ).eval()
     return {
-        **_required_none(pipeline),
+        **required_none(pipeline),
         "transformer": tiny_models.tiny_ltx2().eval(),
         "vae": vae,
         "audio_vae": audio_vae,
         "vocoder": vocoder,
         "connectors": connectors,
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -426,8 +349,8 @@ def wan_like_components(pipeline: str, transformer) -> dict:
     flow-matching scheduler (shift 3) and ``None`` for its text encoder and tokenizer (prompt embeddings)."""
     from mmpos.models.tiny_wan import tiny_wan_vae
 
-    others = _required_none(pipeline)
-    return {**others, "transformer": transformer.eval(), "vae": tiny_wan_vae(), "scheduler": _flow_scheduler(shift=3.0)}
+    others = required_none(pipeline)
+    return {**others, "transformer": transformer.eval(), "vae": tiny_wan_vae(), "scheduler": flow_scheduler(shift=3.0)}
 
 
 def chronoedit_components() -> dict:
@@ -478,7 +401,7 @@ def hunyuan_video15_components() -> dict:
     return dict(
         transformer=transformer,
         vae=vae,
-        scheduler=_flow_scheduler(),
+        scheduler=flow_scheduler(),
         guider=ClassifierFreeGuidance(guidance_scale=1.0),
         **dict.fromkeys(("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")),
     )
@@ -504,25 +427,15 @@ def hunyuan_video_components(image_latents: bool = False) -> dict:
     (2 pixels and 4 frames per latent: the smallest temporal ratio it has), no Llama / CLIP text encoders (prompt
     embeddings); ``image_latents``: SkyReels' image-to-video transformer, taking the image latents concatenated on
     channels (8 in)."""
-    from diffusers import AutoencoderKLHunyuanVideo, HunyuanVideoTransformer3DModel
+    from diffusers import HunyuanVideoTransformer3DModel
 
-    vae = AutoencoderKLHunyuanVideo(
-        latent_channels=4,
-        down_block_types=("HunyuanVideoDownBlock3D",) * 3,
-        up_block_types=("HunyuanVideoUpBlock3D",) * 3,
-        block_out_channels=(8,) * 3,
-        layers_per_block=1,
-        norm_num_groups=4,
-        spatial_compression_ratio=2,
-        temporal_compression_ratio=4,
-    ).eval()
     config = {**tiny_models.HUNYUAN_VIDEO_CONFIG, "in_channels": 8 if image_latents else 4}
     pipeline = "HunyuanSkyreelsImageToVideoPipeline" if image_latents else "HunyuanVideoPipeline"
     return {
-        **_required_none(pipeline),
+        **required_none(pipeline),
         "transformer": HunyuanVideoTransformer3DModel(**config).eval(),
-        "vae": vae,
-        "scheduler": _flow_scheduler(),
+        "vae": hunyuan_video_vae(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -547,10 +460,10 @@ def kandinsky5_components(image_to_video: bool = False) -> dict:
     pipeline = "Kandinsky5I2VPipeline" if image_to_video else "Kandinsky5T2VPipeline"
     transformer = tiny_models.tiny_kandinsky5(visual_cond=image_to_video)
     return {
-        **_required_none(pipeline),
+        **required_none(pipeline),
         "transformer": transformer.eval(),
         "vae": hunyuan_video_components()["vae"],
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -572,10 +485,10 @@ def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
     from mmpos.models.tiny_wan import tiny_wan_vae
 
     return {
-        **_required_none(pipeline),
+        **required_none(pipeline),
         "transformer": tiny_models.tiny_sana_video().eval(),
         "vae": tiny_wan_vae(),
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -588,7 +501,7 @@ def helios_components() -> dict:
     from mmpos.models.tiny_wan import tiny_wan_vae
 
     return {
-        **_required_none("HeliosPipeline"),
+        **required_none("HeliosPipeline"),
         "transformer": tiny_models.tiny_helios().eval(),
         "vae": tiny_wan_vae(),
         "scheduler": HeliosScheduler(stages=1, stage_range=[0, 1]),
@@ -600,14 +513,17 @@ def cogvideox_components(conditioned: bool = False) -> dict:
     """Parts of a tiny CogVideoX 1.5 pipeline: the conformance transformer (``conditioned``: taking the image or
     control latents concatenated on channels, 8 in), a 4-level ``AutoencoderKLCogVideoX`` (8 pixels and 4 frames per
     latent), a DDIM scheduler, no T5 text encoder (prompt embeddings)."""
-    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXTransformer3DModel
+    from diffusers import CogVideoXDDIMScheduler, CogVideoXTransformer3DModel
 
-    vae = AutoencoderKLCogVideoX(
-        block_out_channels=(8,) * 4, latent_channels=4, layers_per_block=1, norm_num_groups=2
-    ).eval()
     config = {**tiny_models.COGVIDEOX_CONFIG, "in_channels": 8 if conditioned else 4}
     transformer = CogVideoXTransformer3DModel(**config).eval()
-    return dict(tokenizer=None, text_encoder=None, vae=vae, transformer=transformer, scheduler=CogVideoXDDIMScheduler())
+    return dict(
+        tokenizer=None,
+        text_encoder=None,
+        vae=cogvideox_vae(),
+        transformer=transformer,
+        scheduler=CogVideoXDDIMScheduler(),
+    )
 
 
 def cogvideox_prompt_embeds(batch: int = 1, seed: int = 3) -> dict:
@@ -624,9 +540,9 @@ def hunyuandit_components(pipeline: str = "HunyuanDiTPipeline") -> dict:
     from diffusers import DDPMScheduler
 
     return {
-        **_required_none(pipeline),
+        **required_none(pipeline),
         "transformer": tiny_models.tiny_hunyuandit().eval(),
-        "vae": _kl_vae(4, 4),
+        "vae": kl_vae(4, 4),
         "scheduler": DDPMScheduler(),
         "requires_safety_checker": False,
     }
@@ -656,10 +572,10 @@ def hidream_components() -> dict:
 
     transformer = HiDreamImageTransformer2DModel(**{**tiny_models.HIDREAM_CONFIG, "max_resolution": (128, 128)})
     return {
-        **_required_none("HiDreamImagePipeline"),
+        **required_none("HiDreamImagePipeline"),
         "transformer": transformer.eval(),
-        "vae": _kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0),
-        "scheduler": _flow_scheduler(),
+        "vae": kl_vae(1, 4, shift_factor=0.0, scaling_factor=1.0),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -677,11 +593,11 @@ def hidream_prompt_embeds(batch: int = 1, length: int = 3, seed: int = 3) -> dic
 # ---- Lumina 2, CogView4: the conformance transformer on a 4-channel KL VAE, no text encoder ----------------------
 def lumina2_components() -> dict:
     """Parts of a tiny ``Lumina2Pipeline``: a 4-level VAE (the pipeline assumes 8 pixels per latent)."""
-    vae = _kl_vae(4, 4, shift_factor=0.0, scaling_factor=1.0)
+    vae = kl_vae(4, 4, shift_factor=0.0, scaling_factor=1.0)
     return dict(
         transformer=tiny_models.tiny_lumina2().eval(),
         vae=vae,
-        scheduler=_flow_scheduler(),
+        scheduler=flow_scheduler(),
         text_encoder=None,
         tokenizer=None,
     )
@@ -694,12 +610,12 @@ def cogview4_components(control: bool = False) -> dict:
     from diffusers import CogView4Transformer2DModel
 
     config = {**tiny_models.COGVIEW4_CONFIG, "in_channels": 8 if control else 4}
-    scheduler = _flow_scheduler(
+    scheduler = flow_scheduler(
         use_dynamic_shifting=True, time_shift_type="linear", base_shift=0.25, max_shift=0.75, base_image_seq_len=256
     )
     return dict(
         transformer=CogView4Transformer2DModel(**config).eval(),
-        vae=_kl_vae(2, 4, shift_factor=0.0, scaling_factor=1.0),
+        vae=kl_vae(2, 4, shift_factor=0.0, scaling_factor=1.0),
         scheduler=scheduler,
         text_encoder=None,
         tokenizer=None,
@@ -707,21 +623,6 @@ def cogview4_components(control: bool = False) -> dict:
 
 
 # ---- inputs of the image-conditioned pipelines --------------------------------------------------------------------
-def pil_image(height: int, width: int, seed: int = 2):
-    """A smooth random RGB PIL image (the edit pipelines read ``image.size``)."""
-    import numpy as np
-    from PIL import Image
-
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.rand(1, 3, max(1, height // 8), max(1, width // 8), generator=generator)
-    fine = torch.nn.functional.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
-    return Image.fromarray((fine[0].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
-
-
-def _image(side: int) -> dict:
-    return dict(image=pil_image(side, side))
-
-
 def _inpaint(side: int) -> dict:
     from PIL import Image
 
@@ -798,16 +699,16 @@ def _recipes() -> list[TinyPipeline]:
         flux2("Flux2KleinPipeline"),
         flux2("Flux2KleinInpaintPipeline", inputs=_inpaint),
         qwen("QwenImagePipeline"),
-        qwen("QwenImageImg2ImgPipeline", inputs=_image),
+        qwen("QwenImageImg2ImgPipeline", inputs=image_input),
         qwen("QwenImageInpaintPipeline", inputs=_inpaint),
-        qwen("QwenImageEditPipeline", qwen_edit, inputs=_image),
-        qwen("QwenImageEditPlusPipeline", qwen_edit, inputs=_image),
+        qwen("QwenImageEditPipeline", qwen_edit, inputs=image_input),
+        qwen("QwenImageEditPlusPipeline", qwen_edit, inputs=image_input),
         z_image("ZImagePipeline"),
-        z_image("ZImageImg2ImgPipeline", inputs=_image),
+        z_image("ZImageImg2ImgPipeline", inputs=image_input),
         z_image("ZImageInpaintPipeline", inputs=_inpaint),
         TinyPipeline("qwenimage21", "QwenImage21Pipeline", seeded(qwen21_components), width16_prompt_embeds, 64),
         chroma("ChromaPipeline"),
-        chroma("ChromaImg2ImgPipeline", inputs=_image),
+        chroma("ChromaImg2ImgPipeline", inputs=image_input),
         _flux_like(
             "ovis_image", "OvisImagePipeline", tiny_models.tiny_ovis_image, dict(no_cfg, max_sequence_length=256)
         ),
@@ -815,8 +716,8 @@ def _recipes() -> list[TinyPipeline]:
         _wan_like("skyreels_v2", "SkyReelsV2Pipeline", tiny_models.tiny_skyreels_v2),
         _wan_like("wan_vace", "WanVACEPipeline", _wan_vace_transformer),
         ltx("LTXPipeline"),
-        ltx("LTXImageToVideoPipeline", inputs=_image),
-        ltx("LTXConditionPipeline", inputs=_image),
+        ltx("LTXImageToVideoPipeline", inputs=image_input),
+        ltx("LTXConditionPipeline", inputs=image_input),
         TinyPipeline(
             "chronoedit",
             "ChronoEditPipeline",
@@ -824,7 +725,7 @@ def _recipes() -> list[TinyPipeline]:
             width16_prompt_embeds,
             32,
             frames=5,
-            inputs=_image,
+            inputs=image_input,
             call=no_cfg,
         ),
         TinyPipeline(
@@ -837,7 +738,9 @@ def _recipes() -> list[TinyPipeline]:
         ),
         hunyuan_video("HunyuanVideoPipeline"),
         hunyuan_video(
-            "HunyuanSkyreelsImageToVideoPipeline", lambda: hunyuan_video_components(image_latents=True), inputs=_image
+            "HunyuanSkyreelsImageToVideoPipeline",
+            lambda: hunyuan_video_components(image_latents=True),
+            inputs=image_input,
         ),
         TinyPipeline(
             "ltx2",
@@ -855,19 +758,19 @@ def _recipes() -> list[TinyPipeline]:
             ltx2_prompt_embeds,
             32,  # the pipeline asks for multiples of 32 pixels
             frames=5,
-            inputs=_image,
+            inputs=image_input,
             call=dict(LTX2_NO_GUIDANCE, image_crf=0),  # no H.264 re-compression of the image (it needs PyAV)
         ),
         sana_video("SanaVideoPipeline"),
         sana_video(
-            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=_image
+            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=image_input
         ),
         # one chunk of 9 latent frames whatever num_frames: 33 frames
         TinyPipeline(
             "helios", "HeliosPipeline", seeded(helios_components), width16_prompt_embeds, 32, frames=5, call=no_cfg
         ),
         cogvideox("CogVideoXPipeline"),
-        cogvideox("CogVideoXImageToVideoPipeline", conditioned, inputs=_image),
+        cogvideox("CogVideoXImageToVideoPipeline", conditioned, inputs=image_input),
         cogvideox("CogVideoXVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
         cogvideox(
             "CogVideoXFunControlPipeline", conditioned, frames=None, inputs=_control_video
@@ -876,7 +779,7 @@ def _recipes() -> list[TinyPipeline]:
         kandinsky5("Kandinsky5T2VPipeline"),
         # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
         kandinsky5(
-            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=_image
+            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=image_input
         ),
         TinyPipeline(
             "hidream", "HiDreamImagePipeline", seeded(hidream_components), hidream_prompt_embeds, 128, call=no_cfg
@@ -885,7 +788,7 @@ def _recipes() -> list[TinyPipeline]:
         cogview4("CogView4Pipeline"),
         cogview4("CogView4ControlPipeline", lambda: cogview4_components(control=True), inputs=_control),
         wan("WanPipeline"),
-        wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=_image),
+        wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=image_input),
         wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
         *tiny_pipelines_image.recipes(),
         *tiny_pipelines_video.recipes(),

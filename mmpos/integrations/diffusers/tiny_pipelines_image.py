@@ -8,12 +8,12 @@ from __future__ import annotations
 import torch
 
 from .families import tiny as tiny_models
-from .tiny_pipelines import (
+from .tiny_parts import (
     TinyPipeline,
-    _flow_scheduler,
-    _flux2_vae,
-    _kl_vae,
-    _required_none,
+    flow_scheduler,
+    flux2_vae,
+    kl_vae,
+    required_none,
     seeded,
     width16_prompt_embeds,
 )
@@ -48,10 +48,10 @@ def krea2_components() -> dict:
     """Parts of a tiny ``Krea2Pipeline``: the conformance transformer (4 inputs: one latent channel packed 2 x 2) on a
     one-channel Qwen-Image VAE (8 pixels per latent: one token is 16 x 16 pixels), no Qwen3-VL text encoder."""
     return {
-        **_required_none("Krea2Pipeline"),
+        **required_none("Krea2Pipeline"),
         "transformer": tiny_models.tiny_krea2().eval(),
         "vae": _qwen_vae(z_dim=1),
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -73,10 +73,10 @@ def glm_image_components() -> dict:
     latent, latent mean 0 and std 1), no GLM vision-language prior model nor ByT5 glyph encoder (the call takes the
     prior tokens and the glyph embeddings)."""
     return {
-        **_required_none("GlmImagePipeline"),
+        **required_none("GlmImagePipeline"),
         "transformer": tiny_models.tiny_glm_image().eval(),
-        "vae": _kl_vae(4, 4, latents_mean=[0.0] * 4, latents_std=[1.0] * 4),
-        "scheduler": _flow_scheduler(),
+        "vae": kl_vae(4, 4, latents_mean=[0.0] * 4, latents_std=[1.0] * 4),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -114,10 +114,10 @@ def hunyuan_image_components() -> dict:
         scaling_factor=1.0,
     ).eval()
     return {
-        **_required_none("HunyuanImagePipeline"),
+        **required_none("HunyuanImagePipeline"),
         "transformer": HunyuanImageTransformer2DModel(**config).eval(),
         "vae": vae,
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -139,10 +139,10 @@ def nucleusmoe_components() -> dict:
     """Parts of a tiny ``NucleusMoEImagePipeline``: the conformance transformer (4 latent channels packed 2 x 2) on
     a 4-channel Qwen-Image VAE (8 pixels per latent: one token is 16 x 16 pixels), no Qwen3-VL text encoder."""
     return {
-        **_required_none("NucleusMoEImagePipeline"),
+        **required_none("NucleusMoEImagePipeline"),
         "transformer": tiny_models.tiny_nucleusmoe().eval(),
         "vae": _qwen_vae(),
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -157,10 +157,10 @@ def prx_components() -> dict:
     """Parts of a tiny ``PRXPipeline``: the conformance transformer (patch 2) on a 2-level VAE (2 pixels per latent),
     no T5Gemma text encoder (prompt embeddings)."""
     return {
-        **_required_none("PRXPipeline"),
+        **required_none("PRXPipeline"),
         "transformer": tiny_models.tiny_prx().eval(),
-        "vae": _kl_vae(2, 4, shift_factor=0.0, scaling_factor=1.0),
-        "scheduler": _flow_scheduler(),
+        "vae": kl_vae(2, 4, shift_factor=0.0, scaling_factor=1.0),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -168,7 +168,7 @@ def prx_pixel_components() -> dict:
     """Parts of a tiny ``PRXPixelPipeline``: the conformance transformer on RGB pixels (3 channels, patch 2, a
     bottleneck patch projection and resolution embeddings, as PRXPixel's), no VAE, no Qwen3-VL text encoder."""
     transformer = tiny_models.tiny_prx(in_channels=3, bottleneck_size=8, resolution_embeds=True)
-    return {**_required_none("PRXPixelPipeline"), "transformer": transformer.eval(), "scheduler": _flow_scheduler()}
+    return {**required_none("PRXPixelPipeline"), "transformer": transformer.eval(), "scheduler": flow_scheduler()}
 
 
 def bool_masked_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
@@ -185,10 +185,10 @@ def lumina_next_components() -> dict:
     from diffusers import LuminaNextDiT2DModel
 
     return {
-        **_required_none("LuminaPipeline"),
+        **required_none("LuminaPipeline"),
         "transformer": LuminaNextDiT2DModel(**{**tiny_models.LUMINA_NEXT_CONFIG, "learn_sigma": True}).eval(),
-        "vae": _kl_vae(4, 4, shift_factor=0.0, scaling_factor=1.0),
-        "scheduler": _flow_scheduler(),
+        "vae": kl_vae(4, 4, shift_factor=0.0, scaling_factor=1.0),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -204,10 +204,10 @@ def bria_fibo2_components() -> dict:
     """Parts of a tiny ``BriaFibo2Pipeline``: the conformance transformer (patch 2) on FLUX.2's tiny VAE (2 pixels per
     latent), no Qwen3-VL text encoder (prompt embeddings)."""
     return {
-        **_required_none("BriaFibo2Pipeline"),
+        **required_none("BriaFibo2Pipeline"),
         "transformer": tiny_models.tiny_bria_fibo2().eval(),
-        "vae": _flux2_vae(),
-        "scheduler": _flow_scheduler(),
+        "vae": flux2_vae(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -224,10 +224,10 @@ def ernie_image_components() -> dict:
     output given weights, else it predicts zero) on FLUX.2's tiny VAE, whose 4 latent channels the pipeline takes
     2 x 2-packed (16 in and out; 4 pixels per token), no Ministral text encoder nor prompt enhancer."""
     return {
-        **_required_none("ErnieImagePipeline"),
+        **required_none("ErnieImagePipeline"),
         "transformer": tiny_models.tiny_ernie_image(in_channels=16, out_channels=16).eval(),
-        "vae": _flux2_vae(),
-        "scheduler": _flow_scheduler(),
+        "vae": flux2_vae(),
+        "scheduler": flow_scheduler(),
     }
 
 

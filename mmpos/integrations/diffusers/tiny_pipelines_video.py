@@ -8,14 +8,13 @@ from __future__ import annotations
 import torch
 
 from .families import tiny as tiny_models
-from .tiny_pipelines import (
+from .tiny_parts import (
     TinyPipeline,
-    _flow_scheduler,
-    _image,
-    _required_none,
-    cogvideox_components,
-    cogvideox_prompt_embeds,
-    hunyuan_video_components,
+    cogvideox_vae,
+    flow_scheduler,
+    hunyuan_video_vae,
+    image_input,
+    required_none,
     seeded,
 )
 
@@ -26,10 +25,10 @@ def kandinsky6_components() -> dict:
     HunyuanVideo's tiny VAE (2 pixels and 4 frames per latent), no audio VAE and vocoder (the call sets
     ``sample_audio=False``), no Qwen2.5-VL / CLIP text encoders (prompt embeddings)."""
     return {
-        **_required_none("Kandinsky6TI2VAPipeline"),
+        **required_none("Kandinsky6TI2VAPipeline"),
         "transformer": tiny_models.tiny_kandinsky6().eval(),
-        "vae": hunyuan_video_components()["vae"],
-        "scheduler": _flow_scheduler(),
+        "vae": hunyuan_video_vae(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -48,10 +47,22 @@ def consisid_components() -> dict:
     """Parts of a tiny ``ConsisIDPipeline``: the conformance transformer (no face branch: the call's face features
     unused) taking the image latents concatenated on channels (8 in), CogVideoX's tiny VAE and DDIM scheduler, no T5
     text encoder (prompt embeddings)."""
-    from diffusers import ConsisIDTransformer3DModel
+    from diffusers import CogVideoXDDIMScheduler, ConsisIDTransformer3DModel
 
     transformer = ConsisIDTransformer3DModel(**{**tiny_models.CONSISID_CONFIG, "in_channels": 8}).eval()
-    return {**cogvideox_components(), "transformer": transformer}
+    return dict(
+        tokenizer=None,
+        text_encoder=None,
+        vae=cogvideox_vae(),
+        transformer=transformer,
+        scheduler=CogVideoXDDIMScheduler(),
+    )
+
+
+def consisid_prompt_embeds(batch: int = 1, seed: int = 3) -> dict:
+    """``prompt_embeds [B, 8, 8]``: the transformer's ``max_text_seq_length`` tokens of T5 width 8."""
+    length, width = (tiny_models.CONSISID_CONFIG[key] for key in ("max_text_seq_length", "text_embed_dim"))
+    return dict(prompt_embeds=torch.randn(batch, length, width, generator=torch.Generator().manual_seed(seed)))
 
 
 # ---- EasyAnimate ------------------------------------------------------------------------------------------------
@@ -70,10 +81,10 @@ def easyanimate_components() -> dict:
         norm_num_groups=4,
     ).eval()
     return {
-        **_required_none("EasyAnimatePipeline"),
+        **required_none("EasyAnimatePipeline"),
         "transformer": tiny_models.tiny_easyanimate().eval(),
         "vae": vae,
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
     }
 
 
@@ -97,10 +108,10 @@ def motif_video_components(pipeline: str = "MotifVideoPipeline") -> dict:
     from mmpos.models.tiny_wan import tiny_wan_vae
 
     return {
-        **_required_none(pipeline),
+        **required_none(pipeline),
         "transformer": MotifVideoTransformer3DModel(**{**tiny_models.MOTIF_VIDEO_CONFIG, "in_channels": 9}).eval(),
         "vae": tiny_wan_vae(),
-        "scheduler": _flow_scheduler(),
+        "scheduler": flow_scheduler(),
         "guider": ClassifierFreeGuidance(guidance_scale=1.0),
     }
 
@@ -120,10 +131,10 @@ def recipes() -> list[TinyPipeline]:
             "consisid",
             "ConsisIDPipeline",
             seeded(consisid_components),
-            cogvideox_prompt_embeds,
+            consisid_prompt_embeds,
             64,
             frames=5,
-            inputs=_image,
+            inputs=image_input,
             call=dict(guidance_scale=1.0),
         ),
         # the pipeline asks for multiples of 16 pixels, the transformer for latents in patches of 15: 240 pixels are
@@ -152,7 +163,7 @@ def recipes() -> list[TinyPipeline]:
             masked_prompt_embeds,
             32,
             frames=5,
-            inputs=_image,
+            inputs=image_input,
             call=dict(prompt=None),  # a required argument, even with prompt embeddings
         ),
     ]
