@@ -15,6 +15,8 @@ from mmpos.integrations.diffusers.families.tiny import (
     CASES,
     COGVIDEOX_CONFIG,
     CONSISID_CONFIG,
+    FLUX_CONFIG,
+    QWEN_CONFIG,
     cogvideox_inputs,
     consisid_inputs,
     pipeline_rotary_emb,
@@ -260,27 +262,8 @@ def test_modules_beside_the_transformer_with_rotary_tables_are_refused_by_name()
 
     torch.manual_seed(0)
     controlnets = [
-        FluxControlNetModel(
-            patch_size=1,
-            in_channels=4,
-            num_layers=1,
-            num_single_layers=1,
-            attention_head_dim=16,
-            num_attention_heads=2,
-            joint_attention_dim=32,
-            pooled_projection_dim=32,
-            axes_dims_rope=[4, 4, 8],
-        ),
-        QwenImageControlNetModel(
-            patch_size=2,
-            in_channels=16,
-            out_channels=4,
-            num_layers=1,
-            attention_head_dim=16,
-            num_attention_heads=2,
-            joint_attention_dim=16,
-            axes_dims_rope=(8, 4, 4),
-        ),
+        FluxControlNetModel(**FLUX_CONFIG),  # the tiny transformers' configs
+        QwenImageControlNetModel(**QWEN_CONFIG),
         HunyuanDiT2DControlNetModel(
             sample_size=16,
             patch_size=16,
