@@ -20,6 +20,7 @@ from ..pe_parameters import restore_requires_grad
 from .backends import resolve_attention_backend
 from .checks import check_coord_axes, check_model, check_stock_processors, pe_pre_forward_hook
 from .families import Family, SpectrumSeam, family_for, get_family, list_families
+from .families.base import CastFollowingSeam
 from .global_extents import GlobalExtents
 from .global_extents import remove as remove_global_extents
 from .installer import ENCODING, ProcessorInstaller
@@ -142,11 +143,12 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
         allocation=family.extras.get("allocation", "chunked"),  # "interleaved": MRoPE-I models (Ideogram 4)
     )
     custom = family.make_seam if family.tier == 1 else None  # a tier-2 family's make_seam is its mmpos seam
-    seam = (
-        custom(transformer, stock_position, [encoding], True, None)
-        if custom
-        else SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
-    )
+    if custom:
+        seam = custom(transformer, stock_position, [encoding], True, None)
+    elif family.cast_probe:
+        seam = CastFollowingSeam(family, encoding, stock_position, axes_dims, theta, probe=family.cast_probe)
+    else:
+        seam = SpectrumSeam(family, encoding, stock_position, axes_dims, theta)
     for name, value in choices.items():
         setattr(seam, name, value)
     return _on_model(seam, transformer)

@@ -111,6 +111,8 @@ class Family:
             (a tier-1 family with an edit adapter sets ``attention_modules`` too: the edit installs there).
         make_seam: tier 2 (and families with their own seam): ``make_seam(model, stock, encodings, native,
             coord_axes) -> nn.Module``; default: a :class:`SpectrumSeam`.
+        cast_probe: tier 1, a stock module whose tables follow the model's casts: the name of its float buffer the
+            seam's tables take their dtype from (the seam is then a :class:`CastFollowingSeam`).
         check_inputs: optional ``check_inputs(seam, args, kwargs)`` run before each forward.
         global_coords: optional ``global_coords(seam, args, kwargs) -> coords [S, A]``: the whole sequence's coordinates
             as the seam would receive them in one process, read from the forward's inputs before a
@@ -151,6 +153,7 @@ class Family:
     stock_processor: Optional[Callable[[], type]] = None
     make_processors: Optional[Callable] = None
     make_seam: Optional[Callable] = None
+    cast_probe: Optional[str] = None
     check_model: Optional[Callable] = None
     check_inputs: Optional[Callable] = None
     global_coords: Optional[Callable] = None

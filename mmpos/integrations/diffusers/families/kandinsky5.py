@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import CastFollowingSeam, Family, SpectrumSeam
+from .base import Family, SpectrumSeam
 from .kandinsky6 import kandinsky6_tables
 
 
@@ -34,12 +34,6 @@ def kandinsky5_tables(seam, shape, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.T
     return table.unsqueeze(0).repeat(shape[0], *([1] * table.dim()))
 
 
-def _make_seam(model, stock, encodings, native, coord_axes):
-    (encoding,) = encodings
-    axes_dims, theta = KANDINSKY5.native_axes_dims(model), KANDINSKY5.native_theta(model)
-    return CastFollowingSeam(KANDINSKY5, encoding, stock, axes_dims, theta, probe="args_0")
-
-
 KANDINSKY5 = register_family(
     Family(
         name="kandinsky5",
@@ -51,7 +45,7 @@ KANDINSKY5 = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky5_tables,
-        make_seam=_make_seam,  # the tables follow the stock buffers' casts
+        cast_probe="args_0",  # the tables follow the stock buffers' casts
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
         timestep_arg=("timestep", 2),
         pipelines=("Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline", "Kandinsky5T2IPipeline", "Kandinsky5I2IPipeline"),

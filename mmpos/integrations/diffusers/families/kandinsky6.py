@@ -21,7 +21,7 @@ import math
 import torch
 
 from . import register_family
-from .base import CastFollowingSeam, Family, SpectrumSeam
+from .base import Family, SpectrumSeam
 from .codecs import axis_frequencies, rotation_matrices
 
 
@@ -68,12 +68,6 @@ def kandinsky6_tables(seam, pos, scale_factor=(1.0, 1.0, 1.0)) -> torch.Tensor:
     return torch.cat(blocks, dim=-3).unsqueeze(-4)
 
 
-def _make_seam(model, stock, encodings, native, coord_axes):
-    (encoding,) = encodings
-    axes_dims, theta = KANDINSKY6.native_axes_dims(model), KANDINSKY6.native_theta(model)
-    return CastFollowingSeam(KANDINSKY6, encoding, stock, axes_dims, theta, probe="angles_0")
-
-
 KANDINSKY6 = register_family(
     Family(
         name="kandinsky6",
@@ -85,7 +79,7 @@ KANDINSKY6 = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky6_tables,
-        make_seam=_make_seam,
+        cast_probe="angles_0",  # the tables follow the stock buffers' casts
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
         timestep_arg=("timestep", 3),
         pipelines=("Kandinsky6TI2VAPipeline",),  # the SR model is its own class (Kandinsky6SRTransformer3DModel)

@@ -11,22 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import register_family
-from .base import CastFollowingSeam
 from .kandinsky6 import KANDINSKY6
-
-
-def _make_seam(model, stock, encodings, native, coord_axes):
-    (encoding,) = encodings
-    axes_dims, theta = KANDINSKY6_SR.native_axes_dims(model), KANDINSKY6_SR.native_theta(model)
-    return CastFollowingSeam(KANDINSKY6_SR, encoding, stock, axes_dims, theta, probe="angles_0")
-
 
 KANDINSKY6_SR = register_family(
     replace(
         KANDINSKY6,
         name="kandinsky6_sr",
         classes=("diffusers.models.transformers.transformer_kandinsky6_sr:Kandinsky6SRTransformer3DModel",),
-        make_seam=_make_seam,  # the tables follow the stock buffers' casts
         timestep_arg=("timestep", 1),
         pipelines=("Kandinsky6SRPipeline",),
         train_size=512,  # 512 x 512 tiles

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import CameraSite, CastFollowingSeam, Family, latent_video_grid
+from .base import CameraSite, Family, latent_video_grid
 from .codecs import cos_sin_repeated
 
 
@@ -28,12 +28,6 @@ def _axes_dims(model):
 def _stock_freqs_dtype() -> torch.dtype:
     """The stock module's phase precision (float32 where MPS is available, as it decides)."""
     return torch.float32 if torch.backends.mps.is_available() else torch.float64
-
-
-def _make_seam(model, stock, encodings, native, coord_axes):
-    (encoding,) = encodings
-    axes_dims, theta = SKYREELS_V2.native_axes_dims(model), SKYREELS_V2.native_theta(model)
-    return CastFollowingSeam(SKYREELS_V2, encoding, stock, axes_dims, theta, probe="freqs_cos")
 
 
 def skyreels_tables(seam, hidden_states: torch.Tensor):
@@ -83,7 +77,7 @@ SKYREELS_V2 = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=skyreels_tables,
-        make_seam=_make_seam,
+        cast_probe="freqs_cos",  # the tables follow the stock buffers' casts
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (sigma * 1000)
         timestep_arg=("timestep", 1),
         pipelines=(
