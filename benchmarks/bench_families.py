@@ -3,9 +3,16 @@
 Each family's tiny conformance config (:mod:`mmpos.integrations.diffusers.families.tiny`) runs a forward on ``--scale`` times its
 training grid; three copies of the same model, same inputs: stock, ``set_pe(model, "native")`` and DyPE trained at
 the case's grid (every step a new sigma, as in sampling, so DyPE rebuilds its tables each forward). Calls are interleaved
-round by round; reported: median ms per forward and the ratio to stock (target for native: <= 1.02x). Native
-builds its tables once and reuses them while the inputs stay the same tensors (as pipelines pass them), so on
-these small configs it may be faster than stock, which rebuilds them every forward.
+round by round; reported: median ms per forward, the ratio to stock (target for native: <= 1.02x) and the absolute
+overhead, the median over rounds of (native - stock) and (DyPE - stock) in the same round, in ms. These toy forwards
+take a few ms, so a fixed per-forward cost of the hooks (tens of microseconds) shows as a percent here and vanishes
+in a real model's forward (hundreds of ms): read the ratio against the overhead column. Native builds its tables
+once and reuses them while the call stays the same (as pipelines make it at every step), so it may be faster than
+stock, which rebuilds them every forward.
+
+``--clock cpu`` (default) times the process' CPU time (``time.process_time``: on a shared machine the time other
+processes hold the cores is not counted; with ``--threads 1`` it is the forward's compute), ``--clock wall`` the
+elapsed time. The header prints the load average.
 
     python benchmarks/bench_families.py --scale 2 --repeats 9 --threads 1
 
@@ -27,7 +34,10 @@ from pathlib import Path
 import torch
 
 
-def bench_family(name: str, scale: int, repeats: int) -> dict:
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def bench_family(name: str, scale: int, repeats: int, clock=time.process_time) -> dict:
     from mmpos.integrations.diffusers import set_pe
     from mmpos.integrations.diffusers.families import get_family
     from mmpos.integrations.diffusers.families.tiny import CASES, output
@@ -59,18 +69,27 @@ def bench_family(name: str, scale: int, repeats: int) -> dict:
     times = {k: [] for k in runs}
     for _ in range(repeats):
         for label, fn in runs.items():
-            start = time.perf_counter()
+            start = clock()
             fn()
-            times[label].append(time.perf_counter() - start)
-    median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            times[label].append((clock() - start) * 1e3)
+    median = {k: statistics.median(v) for k, v in times.items()}
     same = torch.equal(forward(native), forward(stock))
     return {
         "family": name,
         "stock_ms": median["stock"],
         "native_x": median["native"] / median["stock"],
         "dype_x": median["dype"] / median["stock"],
+        "native_overhead_ms": paired_overhead(times["native"], times["stock"]),
+        "dype_overhead_ms": paired_overhead(times["dype"], times["stock"]),
         "native_equals_stock": same,
+        "load_average": os.getloadavg()[0],
     }
+
+
+def paired_overhead(times: list, stock: list) -> float:
+    """The median over rounds of ``times[i] - stock[i]`` (ms): each round's pair ran back to back, so a slow spell
+    of the machine shifts both."""
+    return statistics.median(t - s for t, s in zip(times, stock))
 
 
 def main(argv=None) -> int:
@@ -82,6 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=int, default=2, help="times each case's training grid (video: 2 frames)")
     parser.add_argument("--repeats", type=int, default=9, help="timed rounds")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="process CPU time or elapsed time")
     parser.add_argument("--families", nargs="*", help="registered family names (default: all)")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
@@ -96,17 +116,21 @@ def main(argv=None) -> int:
         parser.error(f"--families: unknown {unknown}; expected some of {builtin_families()}")
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-        f"{args.scale}x each case's training grid, median of {args.repeats}, load average "
+        f"{args.scale}x each case's training grid, median of {args.repeats}, {args.clock} clock, load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    print(f"{'family':<16} {'stock ms':>9} {'native/stock':>13} {'dype/stock':>11} {'native == stock':>16}")
+    print(
+        f"{'family':<16} {'stock ms':>9} {'native/stock':>13} {'native - stock':>15} {'dype/stock':>11} "
+        f"{'dype - stock':>13} {'native == stock':>16} {'load':>5}"
+    )
     rows = []
     for name in names:
-        row = bench_family(name, args.scale, args.repeats)
+        row = bench_family(name, args.scale, args.repeats, CLOCKS[args.clock])
         rows.append(row)
         print(
-            f"{name:<16} {row['stock_ms']:9.2f} {row['native_x']:12.3f}x {row['dype_x']:10.3f}x "
-            f"{str(row['native_equals_stock']):>16}",
+            f"{name:<16} {row['stock_ms']:9.2f} {row['native_x']:12.3f}x {row['native_overhead_ms']:+12.3f} ms "
+            f"{row['dype_x']:10.3f}x {row['dype_overhead_ms']:+10.3f} ms {str(row['native_equals_stock']):>16} "
+            f"{row['load_average']:5.1f}",
             flush=True,
         )
     if args.out is not None:  # atomic: a reader never sees half a file

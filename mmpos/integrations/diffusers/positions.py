@@ -84,6 +84,7 @@ class PositionSeam(nn.Module):
         self.forwards = 0
         self._seen_tables = weakref.WeakSet()
         self._native_cache: tuple | None = None
+        self._memo: list = []  # (key, output) of recent forwards, newest first (:meth:`memo`)
         self.global_inputs = PerThread(())  # this forward's whole-sequence inputs (:mod:`.global_extents`)
 
     def encoding_coords(self, coords: torch.Tensor) -> torch.Tensor:
@@ -128,6 +129,36 @@ class PositionSeam(nn.Module):
             self._native_cache = (weakref.ref(table), key, cos_sin)
         return cos_sin
 
+    def memo(self, key, build: Callable):
+        """``build()``, reused while ``key`` (what the output depends on besides the encodings: the call's
+        arguments by :func:`identity_key`, the device, the dtype, this rank's rows) and the encodings' state stay
+        the same: a sampling run's steps get the first step's output without rebuilding coordinates or checking
+        them again. Built afresh while ``torch.compile`` traces, and for an encoding with a schedule (its spectrum
+        follows the step) or with parameters (learned: their values would have to be compared at every call)."""
+        state = self._memo_state()
+        if state is None:
+            return build()
+        full = (key, state)
+        for seen, out in self._memo:
+            if seen == full:
+                return out
+        out = build()
+        self._memo = [(full, out)] + self._memo[:3]
+        return out
+
+    def _memo_state(self):
+        """What the outputs depend on besides the call: the coordinate transform and axes, inference mode and each
+        encoding's spectrum (by identity); ``None``: not memoised."""
+        if torch.compiler.is_compiling():
+            return None
+        spectra = []
+        for encoding in self.encodings:
+            if getattr(encoding, "schedule", None) is not None or next(encoding.parameters(), None) is not None:
+                return None
+            spectra.append(ByIdentity(getattr(encoding, "spectrum", None)))
+        transform = ByIdentity(self.coords_transform)
+        return transform, self.coord_axes, self.native, torch.is_inference_mode_enabled(), tuple(spectra)
+
     def run_dtype(self, fallback: torch.dtype, device: torch.device) -> torch.dtype:
         """The dtype q and k will have: autocast's, else the activations'."""
         if torch.is_autocast_enabled(device.type):
@@ -136,3 +167,45 @@ class PositionSeam(nn.Module):
 
     def extra_repr(self) -> str:
         return f"native={self.native}, coord_axes={self.coord_axes}"
+
+
+class _Same:
+    """A tensor compared by identity and version (a cache key that keeps the tensor alive). Views of the same
+    memory with the same layout are the same (a context-parallel plan hands the seam a new view of the caller's
+    ids at every step; views share their base's version counter)."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor, self.version = tensor, tensor._version
+
+    def __eq__(self, other):
+        if not isinstance(other, _Same) or other.version != self.version:
+            return False
+        a, b = self.tensor, other.tensor
+        return a is b or (a.numel() > 0 and _layout(a) == _layout(b))
+
+    __hash__ = None
+
+
+class ByIdentity:
+    """An object compared by identity (kept alive by the key, so its id is not reused)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, ByIdentity) and other.value is self.value
+
+    __hash__ = None
+
+
+def _layout(tensor: torch.Tensor) -> tuple:
+    storage = tensor.untyped_storage()  # kept alive by the key: no other live tensor has its address
+    return storage.data_ptr(), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
+
+
+def identity_key(value):
+    if isinstance(value, torch.Tensor):
+        return _Same(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(identity_key(v) for v in value)
+    return value

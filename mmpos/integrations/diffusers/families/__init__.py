@@ -145,11 +145,12 @@ def markdown_table(timings: Optional[Sequence[dict]] = None) -> str:
     """The README table of the shipped families (``python -m mmpos.integrations.diffusers.families``).
 
     ``timings``: the rows of ``benchmarks/bench_families.py --out`` (``family``, ``native_x``, ``dype_x``: forward
-    time over stock); a family without a row gets ``-`` in the forward-time column."""
+    time over stock; ``native_overhead_ms``, ``dype_overhead_ms``: the absolute difference, shown where given); a
+    family without a row gets ``-`` in the forward-time column."""
     measured = {row["family"]: row for row in timings or ()}
     rows = [
         "| family | diffusers class | pipelines | tier | context parallel | extrapolation scales | camera adapters "
-        "| forward vs stock (native / DyPE) | notes |",
+        "| forward vs stock (native / DyPE; ms per forward) | notes |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in builtin_families():
@@ -160,12 +161,23 @@ def markdown_table(timings: Optional[Sequence[dict]] = None) -> str:
         scales = extrapolation_row(family)
         cameras = camera_row(family)
         row = measured.get(name)
-        timing = f"{row['native_x']:.2f}x / {row['dype_x']:.2f}x" if row else "-"
+        timing = timing_cell(row) if row else "-"
         rows.append(
             f"| `{name}` | {classes} | {pipelines} | {family.tier} | {parallel} | {scales} | {cameras} | {timing} "
             f"| {family.notes} |"
         )
     return "\n".join(rows)
+
+
+def timing_cell(row: dict) -> str:
+    """The table's forward-time cell of a benchmark row: ``native / DyPE`` over stock, each with its absolute
+    difference from stock per forward where the row has it (``0.99x (-0.01 ms) / 1.37x (+3.2 ms)``)."""
+    cells = []
+    for method in ("native", "dype"):
+        overhead = row.get(f"{method}_overhead_ms")
+        ms = "" if overhead is None else f" ({overhead:+.2f} ms)"
+        cells.append(f"{row[f'{method}_x']:.2f}x{ms}")
+    return " / ".join(cells)
 
 
 def extrapolation_row(family: Family) -> str:

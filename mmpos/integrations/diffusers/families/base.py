@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ....spectrum.allocation import chunked_spectrum
-from ..positions import PositionSeam
+from ..positions import PositionSeam, identity_key
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,9 @@ class Family:
         cast_probe: tier 1, a stock module whose tables follow the model's casts: the name of its float buffer the
             seam's tables take their dtype from (the seam is then a :class:`CastFollowingSeam`).
         check_inputs: optional ``check_inputs(seam, args, kwargs)`` run before each forward.
+        tables_key: tier 1: optional ``tables_key(*stock_args, **stock_kwargs)``: what ``tables`` reads of the stock
+            call, compared with ``==`` (Cosmos: the latents' shape, not their values); default: every argument, tensors
+            by identity and version (:func:`~..positions.identity_key`). The seam rebuilds its tables when it changes.
         global_coords: optional ``global_coords(seam, args, kwargs) -> coords [S, A]``: the whole sequence's coordinates
             as the seam would receive them in one process, read from the forward's inputs before a
             context-parallel plan shards them (scheduled encodings measure their extents there,
@@ -156,6 +159,7 @@ class Family:
     cast_probe: Optional[str] = None
     check_model: Optional[Callable] = None
     check_inputs: Optional[Callable] = None
+    tables_key: Optional[Callable] = None
     global_coords: Optional[Callable] = None
     image_extents: Optional[Callable] = None
     pipelines: tuple[str, ...] = ()
@@ -257,12 +261,11 @@ class SpectrumSeam(PositionSeam):
         if torch.compiler.is_compiling():
             return None
         (encoding,) = self.encodings
-        return (
-            [_identity(a) for a in args],
-            [(k, _identity(v)) for k, v in sorted(kwargs.items())],
-            encoding.step.sigma,
-            encoding.step.extents,
-        )
+        if self.family.tables_key is not None:
+            call = self.family.tables_key(*args, **kwargs)
+        else:
+            call = [identity_key(a) for a in args], [(k, identity_key(v)) for k, v in sorted(kwargs.items())]
+        return call, encoding.step.sigma, encoding.step.extents
 
     @property
     def scheduled(self) -> bool:
@@ -376,36 +379,6 @@ class CastFollowingSeam(SpectrumSeam):
         buffer = getattr(stock, probe, None)
         dtype, device = (buffer.dtype, buffer.device) if buffer is not None else (torch.float32, None)
         self.register_buffer("native_dtype_probe", torch.zeros((), dtype=dtype, device=device), persistent=False)
-
-
-class _Same:
-    """A tensor compared by identity and version (a cache key that keeps the tensor alive). Views of the same
-    memory with the same layout are the same (a context-parallel plan hands the seam a new view of the caller's
-    ids at every step; views share their base's version counter)."""
-
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor, self.version = tensor, tensor._version
-
-    def __eq__(self, other):
-        if not isinstance(other, _Same) or other.version != self.version:
-            return False
-        a, b = self.tensor, other.tensor
-        return a is b or (a.numel() > 0 and _layout(a) == _layout(b))
-
-    __hash__ = None
-
-
-def _layout(tensor: torch.Tensor) -> tuple:
-    storage = tensor.untyped_storage()  # kept alive by the key: no other live tensor has its address
-    return storage.data_ptr(), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
-
-
-def _identity(value):
-    if isinstance(value, torch.Tensor):
-        return _Same(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_identity(v) for v in value)
-    return value
 
 
 def extents_of(coords: torch.Tensor) -> list[float]:

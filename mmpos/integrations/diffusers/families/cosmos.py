@@ -28,6 +28,7 @@ import torch
 
 from ....spectrum.allocation import chunked_spectrum
 from . import register_family
+from ..positions import identity_key
 from .base import CameraSite, Family, SpectrumSeam, latent_video_grid
 from .codecs import axis_frequencies, ladder
 
@@ -88,6 +89,14 @@ def cosmos_tables(seam: CosmosSeam, hidden_states: torch.Tensor, fps=None):
     return cos, sin
 
 
+def cosmos_tables_key(hidden_states, fps=None):
+    """What :func:`cosmos_tables` reads of the stock call: the latents' shape and device (not their values) and ``fps``
+    (by identity); a new latents tensor per step (the model concatenates the padding mask) reuses the tables."""
+    if not isinstance(hidden_states, torch.Tensor):
+        return identity_key(hidden_states), identity_key(fps)
+    return tuple(hidden_states.shape), hidden_states.device, identity_key(fps)
+
+
 def _make_seam(model, stock, encodings, native, coord_axes):
     (encoding,) = encodings
     return CosmosSeam(COSMOS, encoding, stock, _axes_dims(model), _thetas(model))
@@ -104,6 +113,7 @@ COSMOS = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=cosmos_tables,
+        tables_key=cosmos_tables_key,
         make_seam=_make_seam,
         seam_options={"fps_modulation": FPS_MODULATION},
         timestep_per_sigma=1.0,  # Cosmos-Predict2 / 2.5 and Anima pass a timestep in [0, 1]

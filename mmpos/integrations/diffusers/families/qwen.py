@@ -24,7 +24,7 @@ import torch
 from ....ops.tables import RotaryTable
 from ....spectrum.allocation import chunked_spectrum
 from .. import context_parallel
-from ..positions import PositionSeam
+from ..positions import ByIdentity, PositionSeam, identity_key
 from . import register_family
 from .base import Family, extents_of
 
@@ -61,9 +61,15 @@ class QwenPositions(PositionSeam):
         if max_txt_seq_len is None:
             raise ValueError("max_txt_seq_len must be given (the text length), as for the stock QwenEmbedRope")
         self.count_forward()
-        image, text = qwen_coords(video_fhw, max_txt_seq_len, device)
         if not self.encodings:
             return None
+        split = context_parallel.own_output_split(self, "pos_embed", split_dim=0)
+        key = (identity_key(video_fhw), int(max_txt_seq_len), device, ByIdentity(split))
+        return self.memo(key, lambda: self._tables(video_fhw, max_txt_seq_len, device))
+
+    def _tables(self, video_fhw, max_txt_seq_len, device):
+        """``(image, text)`` tables of the call (:meth:`forward`), built from the coordinates."""
+        image, text = qwen_coords(video_fhw, max_txt_seq_len, device)
         (encoding,) = self.encodings
         image, text = self.encoding_coords(image), self.encoding_coords(text)
         scheduled = getattr(encoding, "schedule", None) is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
+from ..positions import identity_key
 from .base import Family
 from .codecs import complex_pairs, precomputed_rows
 
@@ -70,6 +71,15 @@ def qwen21_tables(seam, img_shapes, image_pad_mask: torch.Tensor, device) -> tor
     return table
 
 
+def qwen21_tables_key(img_shapes, image_pad_mask, device):
+    """What :func:`qwen21_tables` reads of the stock call: the shapes, the mask's values (the model builds a new mask
+    every forward; the stock module reads its values too, one device sync) and the device."""
+    if not isinstance(image_pad_mask, torch.Tensor):
+        return identity_key(img_shapes), identity_key(image_pad_mask), device
+    mask = image_pad_mask.detach().to("cpu", torch.uint8)
+    return identity_key(img_shapes), tuple(mask.shape), mask.numpy().tobytes(), device
+
+
 def qwen21_attention_modules(model) -> list:
     """``(name, attention module)`` of each block, in order (the edit seam installs its processors there)."""
     return [(f"transformer_blocks.{i}.attn", block.attn) for i, block in enumerate(model.transformer_blocks)]
@@ -85,6 +95,7 @@ QWEN_IMAGE21 = register_family(
         native_theta=lambda model: float(model.pos_embed.theta),
         image_axes=(1, 2),
         tables=qwen21_tables,
+        tables_key=qwen21_tables_key,
         attention_modules=qwen21_attention_modules,  # tier 1 still: set_pe keeps the stock processors
         timestep_per_sigma=1.0,  # QwenImage21Pipeline passes t / 1000 = sigma
         timestep_arg=("timestep", 2),

@@ -21,7 +21,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .base import STOCK, Family, SpectrumSeam, _identity
+from .base import STOCK, Family, SpectrumSeam
+from ..positions import identity_key
 from .codecs import forward_arg
 
 
@@ -101,9 +102,9 @@ def rotary_input_tables(seam: RotaryInputSeam, stock, grid):
     device = _first_tensor(stock).device
     seam.grid = grid  # this forward's grid, for builders whose stock tables depend on it beyond the positions
     positions, counts = spec.positions(seam.config, grid, device)
-    if seam._verified is None or not seam._verified == _identity(stock):
+    if seam._verified is None or not seam._verified == identity_key(stock):
         _check_stock(seam, spec, stock, positions, counts, grid)
-        seam._verified = _identity(stock)
+        seam._verified = identity_key(stock)
     spectra = seam.axis_spectra(extents=lambda: _extents(spec, seam.config, grid, positions, counts))
     if all(s.is_stock for s in spectra):
         return stock

@@ -91,15 +91,18 @@ class WanPositions(PositionSeam):
             return None
         rows = self.own_rows(grid)
         if self.native:  # the stock module computes its tables on the CPU at init: so do we, then cache
-            cos, sin = self.native_cos_sin(
-                self.fresh_coords(grid, rows), self.native_dtype_probe.dtype, hidden_states.device
-            )
-            return cos[None, :, None], sin[None, :, None]
+            dtype, device = self.native_dtype_probe.dtype, hidden_states.device
+            return self.memo((grid, rows, dtype, device), lambda: self._native_tables(grid, rows, dtype, device))
         coords = self.grid_coords(grid, hidden_states.device, rows)
         tables = self.tables(coords, self.run_dtype(hidden_states.dtype, hidden_states.device))
         if not all(isinstance(t, RotaryTable) for t in tables):
             return tables  # not packed (a LayerTables tuple): under context parallelism already this rank's rows
         return pack_tables(tables), coords[None, :, None]
+
+    def _native_tables(self, grid, rows, dtype, device):
+        """The stock ``(cos, sin)`` ``[1, L, 1, D]`` of the grid (this rank's ``rows``) in ``dtype`` on ``device``."""
+        cos, sin = self.native_cos_sin(self.fresh_coords(grid, rows), dtype, device)
+        return cos[None, :, None], sin[None, :, None]
 
     def global_coords(self, args, kwargs) -> torch.Tensor:
         """The whole grid's coordinates (what scheduled encodings measure their extents on), built afresh: under
