@@ -33,7 +33,6 @@ from pathlib import Path
 
 import torch
 
-
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 

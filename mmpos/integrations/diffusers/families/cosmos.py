@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 
 from ....spectrum.allocation import chunked_spectrum
-from . import register_family
 from ..positions import identity_key
+from . import register_family
 from .base import CameraSite, Family, SpectrumSeam, latent_video_grid
 from .codecs import axis_frequencies, ladder
 

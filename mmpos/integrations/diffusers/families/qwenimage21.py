@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from . import register_family
 from ..positions import identity_key
+from . import register_family
 from .base import Family
 from .codecs import complex_pairs, precomputed_rows
 

@@ -21,8 +21,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .base import STOCK, Family, SpectrumSeam
 from ..positions import identity_key
+from .base import STOCK, Family, SpectrumSeam
 from .codecs import forward_arg
 
 
