@@ -2,7 +2,9 @@
 
 import json
 
-from bench_families import main
+import pytest
+
+from bench_families import main, paired_overhead
 
 
 def test_bench_families_runs_and_native_equals_stock(tmp_path, capsys):
@@ -11,4 +13,13 @@ def test_bench_families_runs_and_native_equals_stock(tmp_path, capsys):
     rows = json.loads(out.read_text())
     assert [r["family"] for r in rows] == ["flux2", "qwen"]
     assert all(r["native_equals_stock"] and r["native_x"] > 0 and r["dype_x"] > 0 for r in rows)
+    for r in rows:  # one round: the overhead is that round's difference, the ratio that round's quotient
+        stock, native = r["stock_ms"], r["native_x"] * r["stock_ms"]
+        assert r["native_overhead_ms"] == pytest.approx(native - stock, rel=1e-6, abs=1e-9)
+        assert r["load_average"] >= 0
     assert "native/stock" in capsys.readouterr().out
+
+
+def test_paired_overhead_is_the_median_of_the_rounds_differences():
+    # rounds: stock 10, 30, 11 ms; native 11, 29, 14: differences +1, -1, +3 (the medians' difference would be +3)
+    assert paired_overhead([11.0, 29.0, 14.0], [10.0, 30.0, 11.0]) == 1.0

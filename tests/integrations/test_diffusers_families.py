@@ -276,3 +276,11 @@ def test_the_readme_table_lists_the_registered_families():
     table = readme.split("<!-- families-table:start -->\n", 1)[1].split("\n<!-- families-table:end -->", 1)[0]
     # regenerate: python -m mmpos.integrations.diffusers.families --timings assets/results/families/bench_families.json
     assert table == markdown_table(timings)
+
+
+def test_the_forward_time_cell_shows_the_ratios_and_the_overhead_in_ms():
+    from mmpos.integrations.diffusers.families import timing_cell
+
+    row = {"native_x": 0.987, "dype_x": 1.374, "native_overhead_ms": -0.0123, "dype_overhead_ms": 3.21}
+    assert timing_cell(row) == "0.99x (-0.01 ms) / 1.37x (+3.21 ms)"
+    assert timing_cell({"native_x": 1.0, "dype_x": 1.5}) == "1.00x / 1.50x"  # rows of an older benchmark
