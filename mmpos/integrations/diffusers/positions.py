@@ -203,6 +203,33 @@ def _layout(tensor: torch.Tensor) -> tuple:
     return storage.data_ptr(), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
 
 
+class _Values:
+    """A CPU tensor compared by value: a copy of it, equal to a tensor of the same dtype, shape and values (what
+    the model rebuilds every forward from the same inputs: position ids)."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor.detach().clone()
+
+    def __eq__(self, other):
+        if not isinstance(other, _Values):
+            return False
+        a, b = self.tensor, other.tensor
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+    __hash__ = None
+
+
+def values_key(value):
+    """A cache key of ``value``: CPU tensors by value (a copy is kept), tensors elsewhere by identity and version
+    (:func:`identity_key`: comparing values there would be a device sync per forward), lists and tuples item by
+    item, other values as they are."""
+    if isinstance(value, torch.Tensor):
+        return _Values(value) if value.device.type == "cpu" else _Same(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(values_key(v) for v in value)
+    return value
+
+
 def identity_key(value):
     if isinstance(value, torch.Tensor):
         return _Same(value)

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ....spectrum.allocation import chunked_spectrum
-from ..positions import PositionSeam, identity_key
+from ..positions import PositionSeam, identity_key, values_key
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,10 @@ class Family:
         cast_probe: tier 1, a stock module whose tables follow the model's casts: the name of its float buffer the
             seam's tables take their dtype from (the seam is then a :class:`CastFollowingSeam`).
         check_inputs: optional ``check_inputs(seam, args, kwargs)`` run before each forward.
-        tables_key: tier 1: optional ``tables_key(*stock_args, **stock_kwargs)``: what ``tables`` reads of the stock
-            call, compared with ``==`` (Cosmos: the latents' shape, not their values); default: every argument, tensors
-            by identity and version (:func:`~..positions.identity_key`). The seam rebuilds its tables when it changes.
+        tables_key: tier 1: optional ``tables_key(seam, *stock_args, **stock_kwargs)``: what ``tables`` reads of the
+            stock call, compared with ``==`` (Cosmos: the latents' shape, not their values; :func:`ids_values_key`: ids
+            the model rebuilds every forward, by value); default: every argument, tensors by identity and version
+            (:func:`~..positions.identity_key`). The seam rebuilds its tables when it changes.
         global_coords: optional ``global_coords(seam, args, kwargs) -> coords [S, A]``: the whole sequence's coordinates
             as the seam would receive them in one process, read from the forward's inputs before a
             context-parallel plan shards them (scheduled encodings measure their extents there,
@@ -256,16 +257,19 @@ class SpectrumSeam(PositionSeam):
         return out
 
     def _call_key(self, args, kwargs):
-        """Identity of a call: each tensor by object and version (no device sync), other values by equality,
-        and the step's sigma; ``None`` while tracing (no cache under torch.compile)."""
+        """Identity of a call: each tensor by object and version (no device sync), other values by equality (or the
+        family's :attr:`~Family.tables_key`), the dtypes the tables follow and the step's sigma; ``None`` while
+        tracing (no cache under torch.compile)."""
         if torch.compiler.is_compiling():
             return None
         (encoding,) = self.encodings
         if self.family.tables_key is not None:
-            call = self.family.tables_key(*args, **kwargs)
+            call = self.family.tables_key(self, *args, **kwargs)
         else:
             call = [identity_key(a) for a in args], [(k, identity_key(v)) for k, v in sorted(kwargs.items())]
-        return call, encoding.step.sigma, encoding.step.extents
+        probe = getattr(self, "native_dtype_probe", None)  # a CastFollowingSeam's tables follow the model's casts
+        dtypes = self.activation_dtype, None if probe is None else (probe.dtype, probe.device)
+        return call, dtypes, encoding.step.sigma, encoding.step.extents
 
     @property
     def scheduled(self) -> bool:
@@ -379,6 +383,17 @@ class CastFollowingSeam(SpectrumSeam):
         buffer = getattr(stock, probe, None)
         dtype, device = (buffer.dtype, buffer.device) if buffer is not None else (torch.float32, None)
         self.register_buffer("native_dtype_probe", torch.zeros((), dtype=dtype, device=device), persistent=False)
+
+
+def ids_values_key(seam, *args, **kwargs):
+    """A :attr:`Family.tables_key` for position ids the model builds afresh every forward (``torch.cat`` of the text
+    and image ids): the arguments by value on the CPU (:func:`~..positions.values_key`), and the seam's text-token
+    count (``seam.text_tokens``, set by the pre-forward hook where the family splits text from image rows)."""
+    return (
+        [values_key(a) for a in args],
+        [(k, values_key(v)) for k, v in sorted(kwargs.items())],
+        getattr(seam, "text_tokens", None),
+    )
 
 
 def extents_of(coords: torch.Tensor) -> list[float]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import register_family
-from .base import Family
+from .base import Family, ids_values_key
 from .chroma import chroma_tables
 from .codecs import ids_rows, note_text_tokens
 
@@ -28,6 +28,7 @@ BRIA = register_family(
         native_theta=lambda model: float(model.pos_embed.theta),
         image_axes=(1, 2),
         tables=chroma_tables,
+        tables_key=ids_values_key,
         timestep_per_sigma=1000.0,  # BriaPipeline passes the scheduler's timesteps
         timestep_arg=("timestep", 3),
         check_inputs=note_text_tokens(ids_rows("txt_ids", 5)),

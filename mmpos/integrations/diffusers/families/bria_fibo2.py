@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import Family, SpectrumSeam, ids_values_key
 from .codecs import complex_pairs, masked_extents, precomputed_rows
 
 _STOCK = dict(freqs_dtype=torch.float64, phase_dtype=torch.float32)  # RopeEmbedder.precompute_freqs_cis
@@ -55,6 +55,7 @@ BRIA_FIBO2 = register_family(
         native_theta=lambda model: float(model.config.rope_theta),
         image_axes=(1, 2),
         tables=fibo2_tables,
+        tables_key=ids_values_key,
         make_seam=_make_seam,
         timestep_per_sigma=1.0,  # BriaFibo2Pipeline passes sigma (1 is noise); the model multiplies by t_scale
         timestep_arg=("timestep", 1),

@@ -17,7 +17,7 @@ import torch
 
 from ....ops.tables import device_has_fp64
 from . import register_family
-from .base import Family, extents_of
+from .base import Family, extents_of, ids_values_key
 from .codecs import cos_sin_text_then_image, ids_positions, ids_rows, note_text_tokens, scheduled
 from .flux import flux_attention_modules, flux_processors, flux_seam, flux_stock_processor
 
@@ -42,6 +42,7 @@ CHROMA = register_family(
         native_theta=lambda model: float(model.pos_embed.theta),
         image_axes=(1, 2),
         tables=chroma_tables,  # native: the stock processors stay
+        tables_key=ids_values_key,
         tier=2,  # any other rotary encoding: FLUX.1's mmpos processors (Chroma's attention is FluxAttention)
         attention_modules=flux_attention_modules,
         stock_processor=flux_stock_processor,

@@ -89,7 +89,7 @@ def cosmos_tables(seam: CosmosSeam, hidden_states: torch.Tensor, fps=None):
     return cos, sin
 
 
-def cosmos_tables_key(hidden_states, fps=None):
+def cosmos_tables_key(seam, hidden_states, fps=None):
     """What :func:`cosmos_tables` reads of the stock call: the latents' shape and device (not their values) and ``fps``
     (by identity); a new latents tensor per step (the model concatenates the padding mask) reuses the tables."""
     if not isinstance(hidden_states, torch.Tensor):

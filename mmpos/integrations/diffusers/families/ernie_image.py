@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family, extents_of
+from .base import Family, extents_of, ids_values_key
 from .codecs import axis_frequencies, forward_arg, note_text_tokens
 
 
@@ -65,6 +65,7 @@ ERNIE_IMAGE = register_family(
         native_theta=lambda model: float(model.pos_embed.theta),
         image_axes=(1, 2),
         tables=ernie_image_tables,
+        tables_key=ids_values_key,
         check_inputs=note_text_tokens(_text_tokens),
         timestep_per_sigma=1000.0,  # ErnieImagePipeline passes the scheduler's timesteps
         timestep_arg=("timestep", 1),

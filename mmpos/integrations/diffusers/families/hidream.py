@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam, extents_of
+from .base import Family, SpectrumSeam, extents_of, ids_values_key
 from .codecs import axis_frequencies, rotation_matrices
 
 
@@ -55,6 +55,7 @@ HIDREAM = register_family(
         native_theta=lambda model: float(_stock_rope(model).theta),
         image_axes=(1, 2),
         tables=hidream_tables,
+        tables_key=ids_values_key,
         timestep_per_sigma=1000.0,  # HiDreamImagePipeline passes the scheduler's timesteps (1000 sigma)
         timestep_arg=("timesteps", 1),
         pipelines=("HiDreamImagePipeline",),

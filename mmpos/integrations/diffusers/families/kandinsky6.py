@@ -21,7 +21,7 @@ import math
 import torch
 
 from . import register_family
-from .base import Family, SpectrumSeam
+from .base import Family, SpectrumSeam, ids_values_key
 from .codecs import axis_frequencies, rotation_matrices
 
 
@@ -79,6 +79,7 @@ KANDINSKY6 = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=kandinsky6_tables,
+        tables_key=ids_values_key,
         cast_probe="angles_0",  # the tables follow the stock buffers' casts
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps, on the [0, 1000] scale
         timestep_arg=("timestep", 3),

@@ -15,7 +15,7 @@ import torch
 
 from ....ops.tables import device_has_fp64
 from . import register_family
-from .base import Family
+from .base import Family, ids_values_key
 from .codecs import cos_sin_text_then_image, ids_positions, ids_rows, masked_extents, note_text_tokens, scheduled
 
 
@@ -41,6 +41,7 @@ LONGCAT_IMAGE = register_family(
         native_theta=lambda model: float(model.pos_embed.theta),
         image_axes=(1, 2),
         tables=longcat_tables,
+        tables_key=ids_values_key,
         timestep_per_sigma=1.0,  # the LongCat-Image pipelines pass t / 1000 = sigma
         timestep_arg=("timestep", 2),
         check_inputs=note_text_tokens(ids_rows("txt_ids", 4)),

@@ -9,7 +9,7 @@ training spectrum, a schedule's scale from the image rows. The pipeline passes `
 from __future__ import annotations
 
 from . import register_family
-from .base import Family
+from .base import Family, ids_values_key
 from .chroma import chroma_tables
 from .codecs import ids_rows, note_text_tokens
 
@@ -23,6 +23,7 @@ OVIS_IMAGE = register_family(
         native_theta=lambda model: float(model.pos_embed.theta),
         image_axes=(1, 2),
         tables=chroma_tables,
+        tables_key=ids_values_key,
         timestep_per_sigma=1.0,  # OvisImagePipeline passes t / 1000 = sigma (the model multiplies by 1000)
         timestep_arg=("timestep", 2),
         check_inputs=note_text_tokens(ids_rows("txt_ids", 4)),

@@ -14,7 +14,7 @@ import torch
 
 from ....ops.tables import device_has_fp64
 from . import register_family
-from .base import Family, extents_of
+from .base import Family, extents_of, ids_values_key
 from .codecs import axis_frequencies, rotation_matrices
 
 
@@ -42,6 +42,7 @@ PRX = register_family(
         native_theta=lambda model: float(model.pe_embedder.theta),
         image_axes=(0, 1),
         tables=prx_tables,
+        tables_key=ids_values_key,
         timestep_per_sigma=1.0,  # the pipelines pass t / num_train_timesteps = sigma
         timestep_arg=("timestep", 1),
         pipelines=("PRXPipeline", "PRXPixelPipeline"),

@@ -71,7 +71,7 @@ def qwen21_tables(seam, img_shapes, image_pad_mask: torch.Tensor, device) -> tor
     return table
 
 
-def qwen21_tables_key(img_shapes, image_pad_mask, device):
+def qwen21_tables_key(seam, img_shapes, image_pad_mask, device):
     """What :func:`qwen21_tables` reads of the stock call: the shapes, the mask's values (the model builds a new mask
     every forward; the stock module reads its values too, one device sync) and the device."""
     if not isinstance(image_pad_mask, torch.Tensor):

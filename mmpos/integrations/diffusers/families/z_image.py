@@ -26,7 +26,7 @@ from ....spectrum.schedule import ExtrapolationSchedule
 from ..positions import PositionSeam, pack_tables
 from ..processors import PEProcessor
 from . import register_family
-from .base import Family, extents_of
+from .base import Family, extents_of, ids_values_key
 from .codecs import complex_pairs, precomputed_rows
 
 _STOCK = dict(freqs_dtype=torch.float64, phase_dtype=torch.float32)  # RopeEmbedder.precompute_freqs_cis
@@ -236,6 +236,7 @@ Z_IMAGE = register_family(
         native_theta=lambda model: float(model.config.rope_theta),
         image_axes=(1, 2),
         tables=z_image_tables,  # native: the stock processors stay
+        tables_key=ids_values_key,
         tier=2,  # any other rotary encoding: mmpos processors
         attention_modules=_attention,
         stock_processor=_stock_processor,
