@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from bench_families import main, paired_overhead
 
 

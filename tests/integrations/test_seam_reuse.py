@@ -1,6 +1,6 @@
 """A native seam builds its output once per distinct call and reuses it at every step (the per-forward cost of
 ``set_pe``): ``PositionSeam.memo`` (Qwen-Image, Wan's tier-2 seam) and ``Family.tables_key`` (Cosmos: the latents'
-shape; Qwen-Image 2.1: the mask's values). A changed call rebuilds, and every output is the stock one bit for bit."""
+shape; Qwen-Image 2.1: the mask's values; FLUX-style ids rebuilt every forward: their values). A changed call rebuilds, and every output is the stock one bit for bit."""
 
 import pytest
 import torch
@@ -9,7 +9,16 @@ from mmpos.integrations.diffusers import position_module, set_pe
 from mmpos.integrations.diffusers.families.tiny import CASES, output
 
 # family -> the seam method that builds an output (None: a SpectrumSeam, counted by its table_builds)
-BUILDERS = {"qwen": "_tables", "chronoedit": "_native_tables", "cosmos": None, "qwenimage21": None}
+# (chroma, hidream, kandinsky6: ids the model rebuilds every forward, keyed by value: ids_values_key)
+BUILDERS = {
+    "qwen": "_tables",
+    "chronoedit": "_native_tables",
+    "cosmos": None,
+    "qwenimage21": None,
+    "chroma": None,
+    "hidream": None,
+    "kandinsky6": None,
+}
 
 
 def run(model, inputs):
