@@ -67,6 +67,7 @@ _MODULES = (
     "cosmos3",
     "easyanimate",
     "lumina_next",
+    "mochi",
 )
 _loaded = False
 _BUILTIN: set[str] = set()

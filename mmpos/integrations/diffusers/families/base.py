@@ -134,6 +134,9 @@ class Family:
             equals one process, ``tests/integrations/test_context_parallel.py``); ``False``: a forward with mmpos
             installed under ``enable_parallelism`` is refused by name (:mod:`..parallelism`).
         camera: where the camera adapters act (:class:`CameraSite`); ``None``: the family takes none.
+        extras: the family's own switches: ``"allocation"`` (``"interleaved"``: MRoPE-I models),
+            ``"image_coords_per_token"`` (image ids stepping by less than 1 a token), ``"check_extrapolation"``
+            (``check(extrapolation)`` run by ``set_pe`` before the encoding is built: Mochi refuses RIFLEx).
     """
 
     name: str
