@@ -147,7 +147,7 @@ def test_save_and_load_round_trip(family_case, tmp_path):
 
 def test_cameras_on_another_grid_are_refused_by_name(family_case):
     name, model, inputs, _ = family_case
-    frames, rows, cols = get_family(name).camera.grid(model, (), inputs)
+    frames, rows, cols = get_family(name).latent_grid(model, (), inputs)
     assert (frames, rows, cols) == (2, ROWS, COLS)  # the grid the tiny inputs were built on
     cameras = video_cameras(_trajectory(), (frames + 1, rows, cols), (rows * 16, cols * 16))
     with camera_conditioning(model, adapter_for(model, "plucker"), cameras):

@@ -79,6 +79,10 @@ def register_family(family: Family) -> Family:
         raise ValueError(f"a diffusers family named {family.name!r} is already registered")
     if family.tier not in (1, 2):
         raise ValueError(f"family {family.name!r}: tier must be 1 or 2, got {family.tier!r}")
+    if family.camera is not None and family.latent_grid is None:
+        raise ValueError(
+            f"family {family.name!r}: camera adapters need the family's latent_grid (the video token grid)"
+        )
     FAMILIES[family.name] = family
     return family
 

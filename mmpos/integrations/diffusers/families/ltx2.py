@@ -236,6 +236,7 @@ LTX2 = register_family(
         attention_modules=lambda model: [
             (f"transformer_blocks.{i}.attn1", b.attn1) for i, b in enumerate(model.transformer_blocks)
         ],
-        camera=CameraSite(grid=packed_video_grid),  # video self-attention only: audio_attn1 untouched
+        latent_grid=packed_video_grid,
+        camera=CameraSite(),  # video self-attention only: audio_attn1 untouched
     )
 )
