@@ -6,9 +6,11 @@ Per case ``[kind, mode, plan, grid, variant]``: the one-process outputs (video a
 ``plan`` (``"mmpos"``: :func:`ltx2_context_parallel_plan`; ``"diffusers"``: the class's ``_cp_plan``, or
 ``"none"``: no camera, diffusers' plan only) and two forwards with the camera. ``grid``: ``(frames, rows, cols,
 text, audio)`` tokens; ``variant``: ``"cameras"`` (cameras built on the grid), ``"path"`` (the camera path, put on
-each forward's grid by the adapter), ``"mask"`` (a text mask passed), ``"set_pe"`` (``set_pe("native")`` too).
-Writes ``rank{R}.json``: per case the largest difference of each output to one process and how much the camera
-changes the one-process video output, or the error. The diffusers CPU limitations patched: see :mod:`cp_patches`.
+each forward's grid by the adapter), ``"zero"`` (the adapter as initialised: zero), ``"mask"`` (a text mask
+passed), ``"none_mask"`` (``encoder_attention_mask=None`` passed, which diffusers' plan asks for), ``"set_pe"``
+(``set_pe("native")`` too). Writes ``rank{R}.json``: per case the largest difference of each output to one
+process, how much the camera changes the one-process video output and how much it changes the parallel one, or the
+error. The diffusers CPU limitations patched: see :mod:`cp_patches`.
 """
 
 import contextlib
@@ -50,7 +52,7 @@ def camera_context(kind, grid, variant):
     adapter = CameraAdapter.for_transformer(tiny_ltx2(), kind)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        for parameter in adapter.parameters():  # a trained-looking adapter (zero-initialised adds nothing)
+        for parameter in adapter.parameters() if variant != "zero" else ():  # a trained-looking adapter
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
     return lambda transformer: camera_conditioning(transformer, adapter, cameras)
 
@@ -58,8 +60,8 @@ def camera_context(kind, grid, variant):
 def run_case(kind, mode, plan, grid, variant) -> dict:
     frames, rows, cols, text, audio = grid
     inputs = ltx2_inputs(rows, cols, text=text, frames=frames, audio_frames=audio)
-    if variant == "mask":
-        inputs["encoder_attention_mask"] = torch.ones(1, text)
+    if variant in ("mask", "none_mask"):
+        inputs["encoder_attention_mask"] = torch.ones(1, text) if variant == "mask" else None
     camera = camera_context(kind, grid, variant)
     one = model(None)
     with torch.no_grad():
@@ -72,15 +74,18 @@ def run_case(kind, mode, plan, grid, variant) -> dict:
     parallel.enable_parallelism(config=cp_patches.parallel_config(mode, uneven), **options)
     outputs = []
     try:
-        for _ in range(2):
-            with torch.no_grad(), camera(parallel):
-                outputs.append(parallel(**inputs, return_dict=False))
-    except (RuntimeError, ValueError) as error:  # a refusal (recorded, checked by the test)
-        return dict(error=str(error))
+        with torch.no_grad():
+            for _ in range(2):
+                with camera(parallel):
+                    outputs.append(parallel(**inputs, return_dict=False))
+            parallel_without = parallel(**inputs, return_dict=False)  # the adapter removed
+    except (RuntimeError, ValueError) as error:  # a refusal, or diffusers failing (recorded, checked by the test)
+        return dict(error=str(error).splitlines()[0])
     return dict(
         video=max(float((out[0] - alone[0]).abs().max()) for out in outputs),
         audio=max(float((out[1] - alone[1]).abs().max()) for out in outputs),
         camera_effect=float((alone[0] - without_camera[0]).abs().max()),
+        parallel_camera_effect=max(float((out[0] - parallel_without[0]).abs().max()) for out in outputs),
     )
 
 
