@@ -48,7 +48,9 @@ def camera_context(kind, grid, variant):
         return lambda transformer: contextlib.nullcontext()
     frames, rows, cols = grid[:3]
     trajectory = preset_trajectory("orbit", 8 * (frames - 1) + 1)
-    cameras = trajectory if variant == "path" else video_cameras(trajectory, (frames, rows, cols), (32 * rows, 32 * cols))
+    cameras = (
+        trajectory if variant == "path" else video_cameras(trajectory, (frames, rows, cols), (32 * rows, 32 * cols))
+    )
     adapter = CameraAdapter.for_transformer(tiny_ltx2(), kind)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
