@@ -326,7 +326,7 @@ def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
     family = camera_family(transformer)
-    check_parallelism(transformer, "a camera adapter", family)
+    check_parallelism(transformer, "a camera adapter", family, camera_only=True)  # set_pe's own checks refuse the rest
     if isinstance(conditioning, CameraConditioning) and is_parallel(transformer):
         check_shardable(conditioning.adapter)  # (a model made parallel later: the processors check each call)
     if isinstance(conditioning, CameraConditioning):
@@ -350,8 +350,12 @@ class _CamerasForForward:
         conditioning = self.conditioning
         if isinstance(conditioning, CameraCalls):
             conditioning = conditioning.current()
-        if conditioning is not None:
-            conditioning.for_forward(module, args, kwargs)
+        if conditioning is None:
+            return
+        family = camera_family(module)
+        if is_parallel(module) and not family.context_parallel and family.camera.context_parallel is not None:
+            family.camera.context_parallel(module, args, kwargs)  # the inputs its plan shards as verified
+        conditioning.for_forward(module, args, kwargs)
 
 
 def remove_camera_adapter(transformer) -> None:

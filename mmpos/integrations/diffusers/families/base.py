@@ -54,9 +54,15 @@ class CameraSite:
     Args:
         output_index: ``None`` where a layer returns the video tokens' attention output; ``i`` where it returns a
             tuple whose item ``i`` is (HunyuanVideo 1.5's joint attention: ``(video, text)``, index 0).
+        context_parallel: a family whose seam is not verified under context parallelism
+            (:attr:`Family.context_parallel` false) but whose camera adapters are, on the stock position module:
+            ``context_parallel(model, args=None, kwargs=None)`` raises (one line, naming what) unless the plan in force
+            (and, given a forward's inputs, those inputs) are the ones a 2-process test showed equal to one process
+            (LTX-2: ``tests/integrations/test_context_parallel_camera.py``); ``None``: refused as the seam is.
     """
 
     output_index: Optional[int] = None
+    context_parallel: Optional[Callable] = None
 
 
 def latent_video_grid(model, args, kwargs) -> tuple[int, int, int]:
