@@ -108,14 +108,14 @@ def tiny_umt5(seed: int = 0):
     return encoder.eval(), tokenizer
 
 
-def tiny_clip_vision(seed: int = 0):
-    """``(image_encoder, image_processor)`` for image-to-video (32x32 crops, width :data:`IMAGE_DIM`)."""
+def tiny_clip_vision(seed: int = 0, width: int = IMAGE_DIM):
+    """``(image_encoder, image_processor)`` for image-to-video (32x32 crops, hidden width ``width``)."""
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
     torch.manual_seed(seed)
     config = CLIPVisionConfig(
-        hidden_size=IMAGE_DIM,
-        projection_dim=IMAGE_DIM,
+        hidden_size=width,
+        projection_dim=width,
         num_hidden_layers=2,
         num_attention_heads=2,
         image_size=32,

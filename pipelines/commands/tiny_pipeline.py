@@ -58,6 +58,11 @@ TINY_FAMILIES = {
     "consisid": ("ConsisIDPipeline",),
     "easyanimate": ("EasyAnimatePipeline",),
     "motif_video": ("MotifVideoPipeline", "MotifVideoImage2VideoPipeline"),
+    "wan_animate": ("WanAnimatePipeline",),
+    "anyflow": ("AnyFlowPipeline",),
+    "hunyuan_video_framepack": ("HunyuanVideoFramepackPipeline",),
+    "kandinsky6_sr": ("Kandinsky6SRPipeline",),
+    "sana_wm": ("SanaWMPipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 
