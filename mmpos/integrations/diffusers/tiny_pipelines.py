@@ -30,7 +30,6 @@ from .tiny_parts import (
     family_recipes,
     flow_scheduler,
     flux2_vae,
-    hunyuan_video_vae,
     image_input,
     kl_vae,
     masked_prompt_embeds,
@@ -235,46 +234,6 @@ def flux_like_components(pipeline: str, transformer) -> dict:
     }
 
 
-# ---- Kandinsky 5 ------------------------------------------------------------------------------------------------
-def kandinsky5_components(image_to_video: bool = False) -> dict:
-    """Parts of a tiny ``Kandinsky5T2VPipeline``: the conformance transformer on HunyuanVideo's tiny VAE, no Qwen2.5-VL
-    / CLIP text encoders (prompt embeddings); ``image_to_video``: its ``visual_cond`` transformer (noisy latents |
-    first-frame latents | mask)."""
-    pipeline = "Kandinsky5I2VPipeline" if image_to_video else "Kandinsky5T2VPipeline"
-    transformer = tiny_models.tiny_kandinsky5(visual_cond=image_to_video)
-    return {
-        **required_none(pipeline),
-        "transformer": transformer.eval(),
-        "vae": hunyuan_video_vae(),
-        "scheduler": flow_scheduler(),
-    }
-
-
-def kandinsky5_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
-    """Qwen ``prompt_embeds_qwen [B, L, 16]``, CLIP's ``prompt_embeds_clip [B, 8]`` and ``prompt_cu_seqlens [B + 1]``
-    (each prompt ``L`` tokens long, int32)."""
-    generator = torch.Generator().manual_seed(seed)
-    return dict(
-        prompt_embeds_qwen=torch.randn(batch, length, 16, generator=generator),
-        prompt_embeds_clip=torch.randn(batch, 8, generator=generator),
-        prompt_cu_seqlens=torch.arange(batch + 1, dtype=torch.int32) * length,
-    )
-
-
-# ---- SANA-Video -------------------------------------------------------------------------------------------------
-def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
-    """Parts of a tiny ``SanaVideoPipeline`` (or ``pipeline``): the conformance transformer on Wan's tiny VAE, a
-    flow-matching scheduler, no Gemma text encoder (prompt embeddings)."""
-    from mmpos.models.tiny_wan import tiny_wan_vae
-
-    return {
-        **required_none(pipeline),
-        "transformer": tiny_models.tiny_sana_video().eval(),
-        "vae": tiny_wan_vae(),
-        "scheduler": flow_scheduler(),
-    }
-
-
 # ---- Helios -----------------------------------------------------------------------------------------------------
 def helios_components() -> dict:
     """Parts of a tiny ``HeliosPipeline``: the conformance transformer on Wan's tiny VAE, a one-stage
@@ -449,14 +408,12 @@ def _recipes() -> list[TinyPipeline]:
     qwen_edit = lambda: qwen_image_components(text_encoder=False, processor=True)  # noqa: E731
     z_image = family_recipes("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
     chroma = family_recipes("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
-    kandinsky5 = family_recipes("kandinsky5", kandinsky5_components, kandinsky5_prompt_embeds, 16, frames=5, call=no_cfg)
-    # SANA-Video takes `frames`, not num_frames; no resizing to its trained aspect ratios
-    sana_call = dict(no_cfg, frames=5, use_resolution_binning=False)
-    sana_video = family_recipes("sana_video", sana_video_components, masked_prompt_embeds, 32, call=sana_call)
     cogvideox = family_recipes("cogvideox", cogvideox_components, cogvideox_prompt_embeds, 64, frames=5, call=no_cfg)
     conditioned = lambda: cogvideox_components(conditioned=True)  # noqa: E731
     hunyuandit_call = dict(no_cfg, use_resolution_binning=False)  # not resized to its trained sizes
-    hunyuandit = family_recipes("hunyuandit", hunyuandit_components, hunyuandit_prompt_embeds, 512, call=hunyuandit_call)
+    hunyuandit = family_recipes(
+        "hunyuandit", hunyuandit_components, hunyuandit_prompt_embeds, 512, call=hunyuandit_call
+    )
     cogview4 = family_recipes("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     return [
         flux("FluxPipeline"),
@@ -480,10 +437,6 @@ def _recipes() -> list[TinyPipeline]:
             "ovis_image", "OvisImagePipeline", tiny_models.tiny_ovis_image, dict(no_cfg, max_sequence_length=256)
         ),
         _flux_like("bria", "BriaPipeline", tiny_models.tiny_bria, no_cfg),
-        sana_video("SanaVideoPipeline"),
-        sana_video(
-            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=image_input
-        ),
         # one chunk of 9 latent frames whatever num_frames: 33 frames
         TinyPipeline(
             "helios", "HeliosPipeline", seeded(helios_components), width16_prompt_embeds, 32, frames=5, call=no_cfg
@@ -495,11 +448,6 @@ def _recipes() -> list[TinyPipeline]:
             "CogVideoXFunControlPipeline", conditioned, frames=None, inputs=_control_video
         ),  # frames: the video's
         hunyuandit("HunyuanDiTPipeline"),
-        kandinsky5("Kandinsky5T2VPipeline"),
-        # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
-        kandinsky5(
-            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=image_input
-        ),
         TinyPipeline(
             "hidream", "HiDreamImagePipeline", seeded(hidream_components), hidream_prompt_embeds, 128, call=no_cfg
         ),

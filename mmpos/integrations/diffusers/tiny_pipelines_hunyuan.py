@@ -108,9 +108,7 @@ def framepack_components() -> dict:
 
 
 def recipes() -> list[TinyPipeline]:
-    hunyuan_video = family_recipes(
-        "hunyuan_video", hunyuan_video_components, hunyuan_video_prompt_embeds, 16, frames=5
-    )
+    hunyuan_video = family_recipes("hunyuan_video", hunyuan_video_components, hunyuan_video_prompt_embeds, 16, frames=5)
     return [
         TinyPipeline(
             "hunyuan_video15",

@@ -1,5 +1,5 @@
-"""Tiny random pipelines of the later video families (Kandinsky 6 and 6 SR, ConsisID, EasyAnimate, Motif-Video,
-SANA-WM), registered by
+"""Tiny random pipelines of the Kandinsky video lineage (Kandinsky 5, 6 and 6 SR), the SANA video lineage (SANA-Video,
+SANA-WM) and the later video families (ConsisID, EasyAnimate, Motif-Video), registered by
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way: the conformance suite's
 transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny video VAE, no text encoder (the pipeline
 takes prompt embeddings)."""
@@ -12,6 +12,7 @@ from .families import tiny as tiny_models
 from .tiny_parts import (
     TinyPipeline,
     cogvideox_vae,
+    family_recipes,
     flow_scheduler,
     hunyuan_video_vae,
     image_input,
@@ -22,6 +23,46 @@ from .tiny_parts import (
     required_none,
     seeded,
 )
+
+
+# ---- Kandinsky 5 ------------------------------------------------------------------------------------------------
+def kandinsky5_components(image_to_video: bool = False) -> dict:
+    """Parts of a tiny ``Kandinsky5T2VPipeline``: the conformance transformer on HunyuanVideo's tiny VAE, no Qwen2.5-VL
+    / CLIP text encoders (prompt embeddings); ``image_to_video``: its ``visual_cond`` transformer (noisy latents |
+    first-frame latents | mask)."""
+    pipeline = "Kandinsky5I2VPipeline" if image_to_video else "Kandinsky5T2VPipeline"
+    transformer = tiny_models.tiny_kandinsky5(visual_cond=image_to_video)
+    return {
+        **required_none(pipeline),
+        "transformer": transformer.eval(),
+        "vae": hunyuan_video_vae(),
+        "scheduler": flow_scheduler(),
+    }
+
+
+def kandinsky5_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Qwen ``prompt_embeds_qwen [B, L, 16]``, CLIP's ``prompt_embeds_clip [B, 8]`` and ``prompt_cu_seqlens [B + 1]``
+    (each prompt ``L`` tokens long, int32)."""
+    generator = torch.Generator().manual_seed(seed)
+    return dict(
+        prompt_embeds_qwen=torch.randn(batch, length, 16, generator=generator),
+        prompt_embeds_clip=torch.randn(batch, 8, generator=generator),
+        prompt_cu_seqlens=torch.arange(batch + 1, dtype=torch.int32) * length,
+    )
+
+
+# ---- SANA-Video -------------------------------------------------------------------------------------------------
+def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
+    """Parts of a tiny ``SanaVideoPipeline`` (or ``pipeline``): the conformance transformer on Wan's tiny VAE, a
+    flow-matching scheduler, no Gemma text encoder (prompt embeddings)."""
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    return {
+        **required_none(pipeline),
+        "transformer": tiny_models.tiny_sana_video().eval(),
+        "vae": tiny_wan_vae(),
+        "scheduler": flow_scheduler(),
+    }
 
 
 # ---- Kandinsky 6 ------------------------------------------------------------------------------------------------
@@ -48,7 +89,9 @@ def kandinsky6_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> 
 
 
 # ---- Kandinsky 6 SR ---------------------------------------------------------------------------------------------
-K6SR_TILE = 16  # the tiny transformer's one trained tile: 16 x 16 output pixels, 8 x 8 latents and tokens (NABLA's block)
+K6SR_TILE = (
+    16  # the tiny transformer's one trained tile: 16 x 16 output pixels, 8 x 8 latents and tokens (NABLA's block)
+)
 
 
 def kandinsky6_sr_components() -> dict:
@@ -182,7 +225,23 @@ def motif_video_components(pipeline: str = "MotifVideoPipeline") -> dict:
 
 
 def recipes() -> list[TinyPipeline]:
+    no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
+    kandinsky5 = family_recipes(
+        "kandinsky5", kandinsky5_components, kandinsky5_prompt_embeds, 16, frames=5, call=no_cfg
+    )
+    # SANA-Video takes `frames`, not num_frames; no resizing to its trained aspect ratios
+    sana_call = dict(no_cfg, frames=5, use_resolution_binning=False)
+    sana_video = family_recipes("sana_video", sana_video_components, masked_prompt_embeds, 32, call=sana_call)
     return [
+        kandinsky5("Kandinsky5T2VPipeline"),
+        # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
+        kandinsky5(
+            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=image_input
+        ),
+        sana_video("SanaVideoPipeline"),
+        sana_video(
+            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=image_input
+        ),
         TinyPipeline(
             "kandinsky6",
             "Kandinsky6TI2VAPipeline",
