@@ -11,8 +11,11 @@ downloading weights. The images are noise-like; the plumbing is the real one.
 
 The transformers are those of :mod:`mmpos.integrations.diffusers.families.tiny` (the conformance suite's), fitted
 to a tiny VAE; a text encoder is included where one can be built tiny offline (FLUX.1, Qwen-Image, Wan), otherwise
-the pipeline is saved without it and takes the prompt embeddings. :data:`NOT_TINY` names every registered family
-(and :data:`PIPELINES_NOT_TINY` every pipeline of a covered family) that has no tiny pipeline here, with why.
+the pipeline is saved without it and takes the prompt embeddings. The image families' recipes are here and in
+``tiny_pipelines_image``; the video lineages' in ``tiny_pipelines_wan``, ``tiny_pipelines_hunyuan``,
+``tiny_pipelines_ltx`` and ``tiny_pipelines_video`` (CogVideoX and Helios here); :data:`RECIPES` gathers them all.
+:data:`NOT_TINY` names every registered family (and :data:`PIPELINES_NOT_TINY` every pipeline of a covered family)
+that has no tiny pipeline, with why.
 """
 
 from __future__ import annotations
