@@ -435,11 +435,10 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
             f"text-to-image family); supported: {', '.join(IMAGE_RULES[name])}"
         )
     clear_attention_rule(transformer)
-    installed = False
     installer = ProcessorInstaller.find(transformer)
-    if family.rule_processor is not None and installer is not None and not installer.filled(ENCODING):
-        installer.fill(ENCODING, {i: family.rule_processor(slot.original, i) for i, slot in enumerate(installer.slots)})
-        installed = True
+    added = installer is not None and family.rule_processor is not None and not encoding_processors(transformer)
+    if added:  # set_pe kept the stock processors (Qwen-Image): the rule processors go under its hook
+        installer.add_processors(ENCODING, {i: family.rule_processor(s.original, i) for i, s in enumerate(installer.slots)})
     processors = encoding_processors(transformer)
     if not processors:
         raise ValueError(
@@ -453,7 +452,7 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
         state.before_forward(module, family, args, kwargs)
 
     handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
-    transformer._mmpos_attention_rule = (state, handle, processors, installed)
+    transformer._mmpos_attention_rule = (state, handle, processors, "added" if added else False)
     return transformer
 
 
@@ -483,7 +482,9 @@ def clear_attention_rule(transformer: nn.Module) -> nn.Module:
         handle.remove()
         for processor in processors:
             processor.attention_rule = None
-        if own:
+        if own == "added":  # the image rule processors under set_pe's hook (Qwen-Image)
+            ProcessorInstaller.of(transformer).remove_processors(ENCODING, processors)
+        elif own:
             ProcessorInstaller.of(transformer).clear(transformer, ENCODING)
         del transformer._mmpos_attention_rule
     return transformer

@@ -216,16 +216,18 @@ def z_image_bundle_tables(model, args, kwargs, bundle):
     if not (isinstance(latents, (list, tuple)) and latents and isinstance(latents[0], torch.Tensor)):
         raise ValueError("spa on Z-Image supports its basic mode (x: a list of latents [C, F, H, W]), not Omni's")
     patch, frame_patch = kwargs.get("patch_size", 2), kwargs.get("f_patch_size", 1)
-    _, _, _, image_ids, caption_ids, _, _ = model.patchify_and_embed(list(latents), list(captions), patch, frame_patch)
+    embedded = model.patchify_and_embed(list(latents), list(captions), patch, frame_patch)
+    image_ids, caption_ids = embedded[3], embedded[4]
     seam = model.rope_embedder
     caption_tables = seam(torch.cat(caption_ids)).split([len(c) for c in caption_ids])
+    caption_tables = [t[: len(c)] for t, c in zip(caption_tables, embedded[1])]  # ids past the padded caption: cut
     image_lengths = [len(i) for i in image_ids]
     whole = torch.cat(image_ids)
     kinds = {layer: name.split(".")[0] for layer, (name, _) in enumerate(_attention(model))}
     refiner, joint = [], []
     for grid in bundle(whole[:, 1:3].float()):
         ids = torch.cat([whole[:, :1], grid.to(whole.dtype)], dim=1)
-        images = seam(ids).split(image_lengths)
+        images = [t[: len(x)] for t, x in zip(seam(ids).split(image_lengths), embedded[0])]
         refiner.append((pad_sequence(images, batch_first=True), None))
         joined = [torch.cat([i, c]) for i, c in zip(images, caption_tables)]
         joint.append((pad_sequence(joined, batch_first=True), None))
