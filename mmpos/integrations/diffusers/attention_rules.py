@@ -438,7 +438,9 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
     installer = ProcessorInstaller.find(transformer)
     added = installer is not None and family.rule_processor is not None and not encoding_processors(transformer)
     if added:  # set_pe kept the stock processors (Qwen-Image): the rule processors go under its hook
-        installer.add_processors(ENCODING, {i: family.rule_processor(s.original, i) for i, s in enumerate(installer.slots)})
+        installer.add_processors(
+            ENCODING, {i: family.rule_processor(s.original, i) for i, s in enumerate(installer.slots)}
+        )
     processors = encoding_processors(transformer)
     if not processors:
         raise ValueError(

@@ -108,7 +108,9 @@ def flux2_bundle_tables(model, args, kwargs, bundle):
     """SPA's tables (:attr:`Family.bundle_tables`): ``pos_embed`` on ``txt_ids`` and on ``img_ids`` with the rows and
     columns of each of ``bundle``'s grids (reference images bundled with the output image), concatenated text first
     as the model does; the same for every layer."""
-    ids = [kwargs.get(name, args[index] if len(args) > index else None) for name, index in (("txt_ids", 4), ("img_ids", 3))]
+    ids = [
+        kwargs.get(name, args[index] if len(args) > index else None) for name, index in (("txt_ids", 4), ("img_ids", 3))
+    ]
     if not all(isinstance(i, torch.Tensor) for i in ids):
         raise ValueError("spa on FLUX.2 needs txt_ids and img_ids")
     text, image = (i[0] if i.dim() == 3 else i for i in ids)

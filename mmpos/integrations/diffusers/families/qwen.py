@@ -148,7 +148,9 @@ def qwen_stock_rotation(query, key, rotary_emb, layer):
     """The stock complex multiply (``apply_rotary_emb_qwen``, ``use_real=False``) of ``[B, S, H, D]`` by ``[S, P]``."""
     from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
 
-    return apply_rotary_emb_qwen(query, rotary_emb, use_real=False), apply_rotary_emb_qwen(key, rotary_emb, use_real=False)
+    return apply_rotary_emb_qwen(query, rotary_emb, use_real=False), apply_rotary_emb_qwen(
+        key, rotary_emb, use_real=False
+    )
 
 
 class QwenRuleAttnProcessor(PEProcessor):
@@ -188,7 +190,11 @@ def qwen_project_heads(attn, hidden_states, encoder_hidden_states):
     """The joint q, k, v ``[B, S_txt + S_img, H, D]`` (text first, normed, before RoPE), as the stock processor."""
     heads = []
     for stream, projections, norms in (
-        (encoder_hidden_states, (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj), (attn.norm_added_q, attn.norm_added_k)),
+        (
+            encoder_hidden_states,
+            (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj),
+            (attn.norm_added_q, attn.norm_added_k),
+        ),
         (hidden_states, (attn.to_q, attn.to_k, attn.to_v), (attn.norm_q, attn.norm_k)),
     ):
         q, k, v = (proj(stream).unflatten(-1, (-1, attn.inner_dim // attn.heads)) for proj in projections)

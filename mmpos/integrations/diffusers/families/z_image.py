@@ -212,7 +212,10 @@ def z_image_bundle_tables(model, args, kwargs, bundle):
     rows and columns of each of ``bundle``'s grids (all images' together; padding ids ``(0, 0, 0)`` stay), split,
     padded and joined with the captions' tables as the model does: the noise refiner's ``[B, S_img, G, 2P]``, the
     main layers' ``[B, S_img + S_cap, G, 2P]`` (image first); the context refiner (captions only) is stock."""
-    latents, captions = kwargs.get("x", args[0] if args else None), kwargs.get("cap_feats", args[2] if len(args) > 2 else None)
+    latents, captions = (
+        kwargs.get("x", args[0] if args else None),
+        kwargs.get("cap_feats", args[2] if len(args) > 2 else None),
+    )
     if not (isinstance(latents, (list, tuple)) and latents and isinstance(latents[0], torch.Tensor)):
         raise ValueError("spa on Z-Image supports its basic mode (x: a list of latents [C, F, H, W]), not Omni's")
     patch, frame_patch = kwargs.get("patch_size", 2), kwargs.get("f_patch_size", 1)
