@@ -19,8 +19,9 @@ text attention) are refused by name.
 
 Image rules past the training size (:data:`IMAGE_RULES`), through the image families' mmpos processors (their joint
 text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
-FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2) and SPA
-(:mod:`mmpos.coords.bundles`; FLUX.1, Chroma)::
+FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`) and SPA (:mod:`mmpos.coords.bundles`;
+both on FLUX.1, Chroma, FLUX.2, Qwen-Image, Z-Image; SPA's tables from ``Family.bundle_tables``, Qwen-Image's
+attention through the rule processors ``set_attention_rule`` installs under its seam)::
 
     set_pe(flux, "native")
     set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
