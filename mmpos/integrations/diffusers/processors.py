@@ -78,7 +78,7 @@ class PEProcessor:
 
     def _rotate_attend(self, query, key, value, rotary_emb, mask, parallel_config):
         """Rotate q and k by ``rotary_emb`` and attend (``image``); under a rule that hands several tables (HRDiT's
-        SPA: ``attention_rule.tables()``), the attention outputs averaged over them."""
+        SPA: ``attention_rule.tables(layer)``), the attention outputs averaged over them."""
         tables = getattr(self.attention_rule, "tables", lambda layer: None)(self.layer)
         if tables is None:
             if rotary_emb is not None:
