@@ -1,5 +1,5 @@
-"""The image attention rules on the tiny families: UltraImage (FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP and SPA
-(FLUX.1, Chroma, FLUX.2, Qwen-Image, Z-Image): ``set_pe``'s model bit for bit up to the training size, the rule past
+"""The image attention rules on the tiny families: UltraImage, HRDiT's HAP and SPA (FLUX.1, Chroma, FLUX.2,
+Qwen-Image, Z-Image): ``set_pe``'s model bit for bit up to the training size, the rule past
 it (HAP: the masked attention in each family's token order, written here in fp64; SPA: the tables of the bundle grids
 written here, the outputs averaged over them), gone with ``clear_attention_rule``. The rules' math against the
 authors' code: ``tests/encodings/test_entropy_scaling.py``, ``test_head_scopes.py``, ``test_spa.py``."""
@@ -13,7 +13,7 @@ from mmpos.integrations.diffusers.families import get_family
 from mmpos.integrations.diffusers.families.tiny import CASES, output
 from mmpos.ops.entropy_scaling import EntropyScaling
 
-FAMILIES = ("flux", "flux2", "chroma", "z_image")
+FAMILIES = ("flux", "flux2", "chroma", "qwen", "z_image")
 RULE = {"type": "ultraimage", "train_grid": (4, 4), "block": 4, "h_min": 0.0, "h_max": 2.5}
 
 
@@ -98,8 +98,8 @@ def test_clear_gives_the_set_pe_model_back():
 
 
 def test_refusals_name_what_is_wrong():
-    with pytest.raises(ValueError, match="qwen family is not supported"):
-        set_attention_rule(set_pe(CASES["qwen"].model(), "native"), RULE)
+    with pytest.raises(ValueError, match="cogview4 family is not supported"):
+        set_attention_rule(set_pe(CASES["cogview4"].model(), "native"), RULE)
     with pytest.raises(ValueError, match="wan family is not supported"):
         set_attention_rule(set_pe(CASES["wan"].model(), "native"), RULE)
     with pytest.raises(ValueError, match="chroma with 'native' keeps its stock processors"):
@@ -340,3 +340,20 @@ def test_clear_gives_qwen_image_its_stock_processors_back():
     clear_attention_rule(model)
     assert all(type(p) is QwenDoubleStreamAttnProcessor2_0 for p in model.attn_processors.values())
     assert torch.equal(run(model, "qwen", 9, 1.0), before)
+
+
+def test_spa_reaches_the_families_that_say_where_its_tables_come_from():
+    from mmpos.integrations.diffusers.attention_rules import SPA_FAMILIES
+    from mmpos.integrations.diffusers.families import list_families
+
+    assert set(SPA_FAMILIES) == {f for f in list_families() if get_family(f).bundle_tables is not None}
+
+
+def test_spa_refuses_context_parallelism_by_name():
+    from mmpos.integrations.diffusers.processors import PEProcessor
+
+    processor = PEProcessor(lambda q, k, table, layer: (q, k), 0)
+    processor.attention_rule = type("Rule", (), {"tables": lambda self, layer: [None, None]})()
+    q = torch.zeros(1, 4, 1, 8)
+    with pytest.raises(ValueError, match="spa: context parallelism is not supported"):
+        processor._rotate_attend(q, q, q, None, None, object())

@@ -48,7 +48,7 @@ from .installer import ENCODING, ProcessorInstaller
 from .processors import PEProcessor
 
 RULES = ("ultravico", "freeloc")
-IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
+IMAGE_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")
 HAP_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # joint sequences whose text and image parts are known
 SPA_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # families with Family.bundle_tables
 IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": HAP_FAMILIES, "spa": SPA_FAMILIES}

@@ -84,6 +84,8 @@ class PEProcessor:
             if rotary_emb is not None:
                 query, key = self.rotation(query, key, rotary_emb, self.layer)
             return self._attend(query, key, value, mask, parallel_config, image=True)
+        if parallel_config is not None:
+            raise ValueError("spa: context parallelism is not supported (the bundle grids' tables are the whole ids')")
         total = None
         for table in tables:
             q, k = self.rotation(query, key, table, self.layer)
