@@ -58,6 +58,7 @@ TINY_FAMILIES = {
     "consisid": ("ConsisIDPipeline",),
     "easyanimate": ("EasyAnimatePipeline",),
     "motif_video": ("MotifVideoPipeline", "MotifVideoImage2VideoPipeline"),
+    "mochi": ("MochiPipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 

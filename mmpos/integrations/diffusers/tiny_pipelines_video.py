@@ -1,4 +1,4 @@
-"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID, EasyAnimate, Motif-Video), registered by
+"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID, EasyAnimate, Motif-Video, Mochi), registered by
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way: the conformance suite's
 transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny video VAE, no text encoder (the pipeline
 takes prompt embeddings)."""
@@ -116,6 +116,32 @@ def motif_video_components(pipeline: str = "MotifVideoPipeline") -> dict:
     }
 
 
+# ---- Mochi ------------------------------------------------------------------------------------------------------
+def mochi_components() -> dict:
+    """Parts of a tiny ``MochiPipeline``: the conformance transformer (learned ``pos_frequencies`` set, 4 latent
+    channels) on an ``AutoencoderKLMochi`` of 32 channels (its group norms take 32 groups) with the pipeline's fixed
+    8 pixels and 6 frames per latent, no latent mean and std (the pipeline's de-normalisation reads 12 channels
+    there, so it falls back to ``scaling_factor``), the scheduler with ``invert_sigmas`` as Mochi's is; no T5 text
+    encoder (prompt embeddings with their mask)."""
+    from diffusers import AutoencoderKLMochi
+
+    vae = AutoencoderKLMochi(
+        latent_channels=tiny_models.MOCHI_CONFIG["in_channels"],
+        encoder_block_out_channels=(32,) * 4,
+        decoder_block_out_channels=(32,) * 4,
+        layers_per_block=(1,) * 5,
+        add_attention_block=(False,) * 5,
+        latents_mean=None,
+        latents_std=None,
+    ).eval()
+    return {
+        **required_none("MochiPipeline"),
+        "transformer": tiny_models.tiny_mochi().eval(),
+        "vae": vae,
+        "scheduler": flow_scheduler(invert_sigmas=True),
+    }
+
+
 def recipes() -> list[TinyPipeline]:
     return [
         TinyPipeline(
@@ -165,5 +191,15 @@ def recipes() -> list[TinyPipeline]:
             frames=5,
             inputs=image_input,
             call=dict(prompt=None),  # a required argument, even with prompt embeddings
+        ),
+        # 7 frames: 2 latent frames; the pipeline's linear-quadratic sigma schedule needs 2 steps or more
+        TinyPipeline(
+            "mochi",
+            "MochiPipeline",
+            seeded(mochi_components),
+            masked_prompt_embeds,
+            32,
+            frames=7,
+            call=dict(guidance_scale=1.0, num_inference_steps=2),
         ),
     ]
