@@ -229,6 +229,11 @@ def test_hap_refusals():
         set_attention_rule(_model("flux"), {"type": "hap", "train_grid": (4, 4), "scope_plan": [1]})
     with pytest.raises(ValueError, match="hap needs train_grid"):
         set_attention_rule(_model("flux"), {"type": "hap", "scope_plan": _plan(2, 2, 64.0)})
+    qwen = set_attention_rule(_model("qwen"), {"type": "hap", "train_grid": (4, 4), "scope_plan": _plan(1, 2, 64.0)})
+    padded = CASES["qwen"].inputs(9, 9, 1.0)
+    padded["encoder_hidden_states_mask"][:, -2:] = 0  # a padded prompt
+    with pytest.raises(ValueError, match="hap: an attention mask that masks text tokens"), torch.no_grad():
+        qwen(**padded)
 
 
 @pytest.mark.parametrize("name", ("flux", "chroma", "flux2", "qwen", "z_image"))

@@ -148,9 +148,8 @@ def qwen_stock_rotation(query, key, rotary_emb, layer):
     """The stock complex multiply (``apply_rotary_emb_qwen``, ``use_real=False``) of ``[B, S, H, D]`` by ``[S, P]``."""
     from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
 
-    return apply_rotary_emb_qwen(query, rotary_emb, use_real=False), apply_rotary_emb_qwen(
-        key, rotary_emb, use_real=False
-    )
+    query = apply_rotary_emb_qwen(query, rotary_emb, use_real=False)
+    return query, apply_rotary_emb_qwen(key, rotary_emb, use_real=False)
 
 
 class QwenRuleAttnProcessor(PEProcessor):
