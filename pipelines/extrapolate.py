@@ -172,7 +172,7 @@ def install_rules(transformer, rules, grid, per_axis) -> None:
     for rule in rules:
         if name not in FAMILIES_OF[rule]:
             raise ValueError(
-                f"--extrapolate {rule}: the {name} family is not supported (its processors are stock); "
+                f"--extrapolate {rule}: the {name} family is not supported (the rule does not reach its attention); "
                 f"supported: {', '.join(FAMILIES_OF[rule])}"
             )
     set_pe(transformer, "native", extrapolation=per_axis)

@@ -19,8 +19,9 @@ text attention) are refused by name.
 
 Image rules past the training size (:data:`IMAGE_RULES`), through the image families' mmpos processors (their joint
 text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
-FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2) and SPA
-(:mod:`mmpos.coords.bundles`; FLUX.1, Chroma)::
+FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`) and SPA (:mod:`mmpos.coords.bundles`;
+both on FLUX.1, Chroma, FLUX.2, Qwen-Image, Z-Image; SPA's tables from ``Family.bundle_tables``, Qwen-Image's
+attention through the rule processors ``set_attention_rule`` installs under its seam)::
 
     set_pe(flux, "native")
     set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
@@ -47,10 +48,10 @@ from .installer import ENCODING, ProcessorInstaller
 from .processors import PEProcessor
 
 RULES = ("ultravico", "freeloc")
-IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
-TEXT_FIRST_FAMILIES = ("flux", "chroma", "flux2")  # joint sequences with the text before the image tokens
-FLUX_ID_FAMILIES = ("flux", "chroma")  # FLUX.1's processors and (index, row, col) ids
-IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES, "spa": FLUX_ID_FAMILIES}
+IMAGE_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")
+HAP_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # joint sequences whose text and image parts are known
+SPA_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # families with Family.bundle_tables
+IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": HAP_FAMILIES, "spa": SPA_FAMILIES}
 
 
 class VideoRule:
@@ -134,15 +135,17 @@ class ImageRule:
 
 class PrunedRule:
     """HRDiT's HAP past ``train_tokens`` image tokens: each layer's heads attend within their scopes
-    (:class:`~mmpos.ops.head_scopes.HeadScopes`; the text length is this forward's ``encoder_hidden_states``')."""
+    (:class:`~mmpos.ops.head_scopes.HeadScopes`) on the forward's joint sequence (:func:`joint_layout`: the text
+    moved before the image tokens where a family puts it after them, as Z-Image) or on an image-only attention
+    (Z-Image's noise refiner: no text); a text-only attention (Z-Image's context refiner) stays stock. Samples padded
+    to the batch's longest (Z-Image's captions of several lengths) attend one by one, their padding rows zero."""
 
     def __init__(self, alphas, betas, anchor_stride: int, train_tokens: int):
         self.alphas, self.betas, self.anchor_stride, self.train_tokens = alphas, betas, anchor_stride, train_tokens
-        self.state = PerThread(None)  # (image tokens, text tokens)
+        self.state = PerThread(None)  # (image tokens, joint_layout)
 
     def before_forward(self, transformer, family, args, kwargs) -> None:
-        text = kwargs.get("encoder_hidden_states")
-        self.state.set((image_tokens(family.name, args, kwargs), None if text is None else int(text.shape[1])))
+        self.state.set((image_tokens(family.name, args, kwargs), joint_layout(family.name, args, kwargs)))
 
     def scopes(self, layer: int, text_tokens: int) -> HeadScopes:
         if layer >= len(self.alphas):
@@ -155,9 +158,48 @@ class PrunedRule:
         state = self.state.get()
         if state is None or state[0] is None or state[0] <= self.train_tokens or state[1] is None:
             return None
-        if mask is not None or parallel_config is not None:
-            raise ValueError("hap: an attention mask or context parallelism with the rule is not supported")
-        return self.scopes(layer, state[1]).attend(query, key, value)
+        if parallel_config is not None:
+            raise ValueError("hap: context parallelism with the rule is not supported")
+        images, texts, text_first = state[1]
+        length = query.shape[1]
+        if length == max(i + t for i, t in zip(images, texts)):
+            parts = list(zip(images, texts))  # the joint attention
+        elif length == max(images):
+            if max(images) == max(texts):
+                raise ValueError(f"hap: {length} image tokens and {length} text tokens: image-only attention or not?")
+            parts = [(i, 0) for i in images]  # an image-only attention
+        else:
+            return None  # a text-only attention
+        lengths = [i + t for i, t in parts]
+        _check_prefix_mask(mask, lengths, query.shape[0], length)
+        if all(n == length for n in lengths) and len(set(parts)) == 1:
+            return self._attend_one(layer, query, key, value, parts[0][1], text_first)
+        out = query.new_zeros(query.shape)
+        for b, n in enumerate(lengths):
+            rows = (t[b : b + 1, :n] for t in (query, key, value))
+            out[b : b + 1, :n] = self._attend_one(layer, *rows, parts[b][1], text_first)
+        return out
+
+    def _attend_one(self, layer, query, key, value, text: int, text_first: bool):
+        scopes = self.scopes(layer, text)
+        if text_first or text == 0:
+            return scopes.attend(query, key, value)
+        order = [t.roll(text, dims=1) for t in (query, key, value)]  # the trailing text moved to the front
+        return scopes.attend(*order).roll(-text, dims=1)
+
+
+def _check_prefix_mask(mask, lengths: list[int], batch: int, length: int) -> None:
+    """HAP takes a boolean key mask only where it keeps each sample's first ``lengths[b]`` tokens (its padding to
+    the batch's longest masked), or no mask where every sample fills the sequence."""
+    if mask is None:
+        if any(n != length for n in lengths):
+            raise ValueError("hap: samples shorter than the sequence need their padding masked")
+        return
+    if mask.dtype != torch.bool or mask.numel() != batch * length:
+        raise ValueError(f"hap: only a boolean key mask is supported, got {mask.dtype} {tuple(mask.shape)}")
+    prefix = torch.arange(length, device=mask.device)[None, :] < torch.tensor(lengths, device=mask.device)[:, None]
+    if not torch.equal(mask.reshape(batch, length), prefix):
+        raise ValueError("hap: an attention mask that masks text tokens (a padded prompt) is not supported")
 
 
 class BundleRule:
@@ -176,15 +218,13 @@ class BundleRule:
         count = 0 if fresh else previous[2] + (sigma is None or sigma != previous[1])
         tables = None
         if tokens is not None and tokens > self.train_tokens and count < self.steps:
-            text, image = kwargs["txt_ids"], kwargs["img_ids"]
-            position = getattr(transformer, family.position_attr)
-            grids = bundle_variants(image[:, 1:].round(), self.group_num)
-            tables = [position(torch.cat([text, torch.cat([image[:, :1], g], dim=1)])) for g in grids]
+            tables = family.bundle_tables(transformer, args, kwargs, lambda grid: bundle_variants(grid, self.group_num))
         self.state.set((tokens, sigma, count, tables))
 
-    def tables(self):
+    def tables(self, layer: int):
+        """The rotary tables ``layer`` averages its attention over (one per bundle grid), or ``None``: stock."""
         state = self.state.get()
-        return None if state is None else state[3]
+        return None if state is None or state[3] is None else state[3](layer)
 
     def __call__(self, query, key, value, mask, parallel_config, layer, attend):
         return None  # SPA acts where the processor rotates (PEProcessor._rotate_attend)
@@ -200,6 +240,34 @@ def image_tokens(family: str, args, kwargs) -> int | None:
         return max((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch) for x in items)
     hidden_states = kwargs.get("hidden_states", args[0] if args else None)
     return int(hidden_states.shape[1]) if isinstance(hidden_states, torch.Tensor) else None
+
+
+def joint_layout(family: str, args, kwargs) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
+    """``(image tokens per sample, text tokens per sample, text first)`` of the forward's joint attention sequence:
+    FLUX.1, FLUX.2, Chroma and Qwen-Image put ``encoder_hidden_states`` before the image tokens; Z-Image puts each
+    sample's caption after its image, each padded to a multiple of 32 tokens, the batch to its longest sample."""
+    if family == "z_image":
+        from diffusers.models.transformers.transformer_z_image import SEQ_MULTI_OF
+
+        latents = kwargs.get("x", args[0] if args else None)
+        captions = kwargs.get("cap_feats", args[2] if len(args) > 2 else None)
+        patch, frames = int(kwargs.get("patch_size", 2)), int(kwargs.get("f_patch_size", 1))
+        if not (isinstance(latents, (list, tuple)) and isinstance(captions, (list, tuple))):
+            return None
+        if not all(isinstance(x, torch.Tensor) and isinstance(c, torch.Tensor) for x, c in zip(latents, captions)):
+            return None  # Omni's nested lists
+
+        def padded(n: int) -> int:
+            return n + (-n) % SEQ_MULTI_OF
+
+        images = [padded((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch)) for x in latents]
+        return tuple(images), tuple(padded(len(c)) for c in captions), False
+    hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+    text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+    if not isinstance(text, torch.Tensor) or not isinstance(hidden_states, torch.Tensor):
+        return None
+    batch = hidden_states.shape[0]
+    return (int(hidden_states.shape[1]),) * batch, (int(text.shape[1]),) * batch, True
 
 
 def key_mask(mask, key) -> torch.Tensor | None:
@@ -365,7 +433,14 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
     if family.name not in IMAGE_RULES[name]:
         raise ValueError(
             f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
-            f"text-to-image family{_order_note(name)}); supported: {', '.join(IMAGE_RULES[name])}"
+            f"text-to-image family); supported: {', '.join(IMAGE_RULES[name])}"
+        )
+    clear_attention_rule(transformer)
+    installer = ProcessorInstaller.find(transformer)
+    added = installer is not None and family.rule_processor is not None and not encoding_processors(transformer)
+    if added:  # set_pe kept the stock processors (Qwen-Image): the rule processors go under its hook
+        installer.add_processors(
+            ENCODING, {i: family.rule_processor(s.original, i) for i, s in enumerate(installer.slots)}
         )
     processors = encoding_processors(transformer)
     if not processors:
@@ -373,7 +448,6 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
             f"set_attention_rule needs mmpos processors: set_pe first (set_pe(model, 'native') keeps the stock "
             f"model{_native_hint(family.name)})"
         )
-    clear_attention_rule(transformer)
     for processor in processors:
         processor.attention_rule = state
 
@@ -381,12 +455,8 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
         state.before_forward(module, family, args, kwargs)
 
     handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
-    transformer._mmpos_attention_rule = (state, handle, processors, False)
+    transformer._mmpos_attention_rule = (state, handle, processors, "added" if added else False)
     return transformer
-
-
-def _order_note(name: str) -> str:
-    return "; HAP's scopes need the text before the image tokens" if name == "hap" else ""
 
 
 def _native_hint(family: str) -> str:
@@ -415,7 +485,9 @@ def clear_attention_rule(transformer: nn.Module) -> nn.Module:
         handle.remove()
         for processor in processors:
             processor.attention_rule = None
-        if own:
+        if own == "added":  # the image rule processors under set_pe's hook (Qwen-Image)
+            ProcessorInstaller.of(transformer).remove_processors(ENCODING, processors)
+        elif own:
             ProcessorInstaller.of(transformer).clear(transformer, ENCODING)
         del transformer._mmpos_attention_rule
     return transformer

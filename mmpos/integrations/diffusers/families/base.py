@@ -97,7 +97,13 @@ class Family:
             neither.
         rule_processor: families whose processors are stock (tier 1): ``rule_processor(layer) -> PEProcessor``,
             the stock self-attention (``attention_modules``) with its video attention through the processors'
-            ``_attend``, installed by ``set_attention_rule`` (tier 2 families' own processors take the rule).
+            ``_attend``, installed by ``set_attention_rule`` (tier 2 families' own processors take the rule); image
+            families: ``rule_processor(stock, layer)``, their joint text+image attention through ``_rotate_attend``.
+        bundle_tables: the image families HRDiT's SPA reaches (:class:`~..attention_rules.BundleRule`):
+            ``bundle_tables(model, args, kwargs, bundle) -> tables(layer)``, where ``bundle(grid [L, 2]) -> [[L, 2],
+            ...]`` gives SPA's grids of 0-based integer (row, column) indices and ``tables(layer)`` the rotary tables
+            of that layer's attention, one per grid, in the format its processor rotates with (the text tokens'
+            positions kept), or ``None`` where the layer has no image tokens; ``None``: SPA is refused.
         rotary_input: the pipeline builds the tables and passes them to the forward (a
             :class:`~.rotary_input.RotaryInput`; CogVideoX): the seam is added at ``position_attr`` and a pre-forward
             hook replaces that argument (:mod:`.rotary_input`).
@@ -180,6 +186,7 @@ class Family:
     rebind_processor: Optional[Callable] = None
     latent_grid: Optional[Callable] = None
     rule_processor: Optional[Callable] = None
+    bundle_tables: Optional[Callable] = None
     rotary_input: Optional[object] = None
     camera: Optional[CameraSite] = None
 
