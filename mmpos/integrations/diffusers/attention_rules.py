@@ -1,4 +1,5 @@
-"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA).
+"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA,
+SEGA).
 
     from mmpos.integrations.diffusers import set_attention_rule, set_pe
     set_pe(wan, "native")                                   # the stock model (or a spectrum schedule: DyPE, RIFLEx)
@@ -19,8 +20,9 @@ text attention) are refused by name.
 
 Image rules past the training size (:data:`IMAGE_RULES`), through the image families' mmpos processors (their joint
 text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
-FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2) and SPA
-(:mod:`mmpos.coords.bundles`; FLUX.1, Chroma)::
+FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2), SPA
+(:mod:`mmpos.coords.bundles`; FLUX.1, Chroma) and SEGA's spectral-energy factors per row / column RoPE pair
+(:mod:`mmpos.ops.spectral_energy`; FLUX.1, FLUX.2, Chroma, Z-Image; Qwen-Image refused: stock processors)::
 
     set_pe(flux, "native")
     set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
@@ -40,6 +42,7 @@ from ...ops.entropy_scaling import EntropyScaling
 from ...ops.frame_reencoding import FrameReencoding
 from ...ops.head_scopes import HeadScopes
 from ...ops.rotation import rotate
+from ...ops.spectral_energy import SpectralEnergyScaling, pair_channels
 from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
 from .families import family_for, get_family, list_families
@@ -50,7 +53,16 @@ RULES = ("ultravico", "freeloc")
 IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
 TEXT_FIRST_FAMILIES = ("flux", "chroma", "flux2")  # joint sequences with the text before the image tokens
 FLUX_ID_FAMILIES = ("flux", "chroma")  # FLUX.1's processors and (index, row, col) ids
-IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES, "spa": FLUX_ID_FAMILIES}
+IMAGE_RULES = {
+    "ultraimage": IMAGE_FAMILIES,
+    "hap": TEXT_FIRST_FAMILIES,
+    "spa": FLUX_ID_FAMILIES,
+    "sega": IMAGE_FAMILIES,
+}
+REFUSALS = {
+    "qwen": "Qwen-Image keeps diffusers' stock processors (its tables go to them as they are), which no attention "
+    "rule reaches",
+}
 
 
 class VideoRule:
@@ -190,6 +202,78 @@ class BundleRule:
         return None  # SPA acts where the processor rotates (PEProcessor._rotate_attend)
 
 
+class SpectralRule:
+    """SEGA past the training grid: each forward's latent (read before the blocks) gives the row and column RoPE
+    pairs their factors (:class:`~mmpos.ops.spectral_energy.SpectralEnergyScaling`); the processors attend with q
+    and k times them, every token of the joint sequence (as the port's scaled tables do)."""
+
+    def __init__(self, scaling: SpectralEnergyScaling, train_grid: tuple[float, float]):
+        self.scaling, self.train_grid = scaling, train_grid
+        self.state = PerThread(None)  # (channel factors [D] or None, per-pair factors (rows, cols) or None)
+        self.pairs = None  # (pair index of the row axis, of the column axis, frequencies, pair count, layout)
+
+    def bind(self, transformer: nn.Module, family) -> None:
+        """Read which pairs of the model's encoding turn with the image rows and columns, and their frequencies."""
+        seam = getattr(transformer, family.position_attr)
+        encodings = getattr(seam, "encodings", ())
+        encoding = encodings[0] if len(encodings) == 1 else None
+        if encoding is None or not hasattr(encoding, "spectrum") or getattr(seam, "per_layer", False):
+            raise ValueError(
+                "sega needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
+                f"{[type(e).__name__ for e in encodings]}"
+            )
+        spectrum, axes = encoding.spectrum, getattr(seam, "coord_axes", None)
+        model_axis = spectrum.axis_of_pair if axes is None else torch.tensor(axes)[spectrum.axis_of_pair]
+        rows, cols = (torch.nonzero(model_axis == a).flatten() for a in family.image_axes)
+        self.pairs = (rows, cols, spectrum.inv_freq, spectrum.num_pairs, encoding.layout, encoding.head_dim)
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        latent, grid = latent_map(family.name, args, kwargs)
+        if grid[0] <= self.train_grid[0] and grid[1] <= self.train_grid[1]:
+            self.state.set(None)
+            return
+        rows, cols, inv_freq, pairs, layout, head_dim = self.pairs
+        m_rows, m_cols = self.scaling.factors(latent, grid, self.train_grid, (inv_freq[rows], inv_freq[cols]))
+        pair_scale = torch.ones(pairs, dtype=m_rows.dtype, device=m_rows.device)
+        pair_scale[rows.to(pair_scale.device)], pair_scale[cols.to(pair_scale.device)] = m_rows, m_cols
+        self.state.set((pair_channels(pair_scale, head_dim, layout), (m_rows, m_cols)))
+
+    def factors(self):
+        """The row and column pairs' factors of the forward in flight (``None`` within the training grid)."""
+        state = self.state.get()
+        return None if state is None else state[1]
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        state = self.state.get()
+        if state is None:
+            return None
+        scale = state[0].to(query.device, query.dtype)
+        return attend(query * scale, key * scale, value, mask, parallel_config)
+
+
+def latent_map(family: str, args, kwargs) -> tuple[torch.Tensor, tuple[int, int]]:
+    """The forward's latent averaged over its channels, ``[B, H, W]`` (the pixels' latent grid, 2 x 2 per token),
+    and the output image's token grid ``(rows, cols)``: Z-Image's latents (a list of ``[C, F, H, W]``), or the
+    packed tokens ``hidden_states [B, S, 4 C]`` of FLUX.1, Chroma and FLUX.2 (channels ``(c, row, col)`` per 2 x 2
+    patch), the output image's tokens first, its grid from ``img_ids`` (the tokens of the first image index)."""
+    if family == "z_image":
+        latents = kwargs.get("x", args[0] if args else None)
+        patch = int(kwargs.get("patch_size", 2))
+        items = latents if isinstance(latents, (list, tuple)) else [latents]
+        if len({tuple(x.shape) for x in items}) != 1:
+            raise ValueError("sega: a batch of latents of different sizes is not supported")
+        maps = torch.stack([x.mean(dim=(0, 1)) for x in items])
+        return maps, (maps.shape[-2] // patch, maps.shape[-1] // patch)
+    tokens = kwargs.get("hidden_states", args[0] if args else None)
+    ids = kwargs.get("img_ids")
+    ids = ids[0] if ids.dim() == 3 else ids
+    first = ids[ids[:, 0] == ids[0, 0]]
+    rows, cols = int(first[:, 1].max()) + 1, int(first[:, 2].max()) + 1
+    batch, channels = tokens.shape[0], tokens.shape[-1] // 4
+    patches = tokens[:, : rows * cols].reshape(batch, rows, cols, channels, 2, 2).mean(dim=3)
+    return patches.permute(0, 1, 3, 2, 4).reshape(batch, 2 * rows, 2 * cols), (rows, cols)
+
+
 def image_tokens(family: str, args, kwargs) -> int | None:
     """The forward's image tokens: packed ``hidden_states [B, S, C]`` (FLUX.1, FLUX.2, Chroma: ``S``, reference
     images included) or Z-Image's latents (a list of ``[C, F, H, W]``, patches ``f_patch_size x patch_size^2``)."""
@@ -248,7 +332,7 @@ def rule_from_config(config: Mapping | WindowDecay | FrameReencoding):
     return FrameReencoding.scaled(**options), layers
 
 
-def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule:
+def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule | SpectralRule:
     """``{"type": "ultraimage", "train_grid": (64, 64), ...}``, ``{"type": "spa", "train_grid": (64, 64), ...}``,
     ``{"type": "hap", "train_grid": (64, 64), "scope_plan": {"alphas": ..., "betas": ...}, "anchor_stride": 32}``
     -> the image rule's state for :func:`set_attention_rule`."""
@@ -272,6 +356,11 @@ def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRu
             raise ValueError("hap needs train_grid ((rows, cols) tokens of the training size; FLUX.1: (64, 64))")
         rows, cols = _train_grid(kind, options["train_grid"])
         return PrunedRule(plan["alphas"], plan["betas"], int(options.get("anchor_stride", 0)), rows * cols)
+    if kind == "sega":
+        known = {"train_grid", *SpectralEnergyScaling.__dataclass_fields__}
+        _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
+        grid = _train_grid(kind, options.pop("train_grid"))
+        return SpectralRule(SpectralEnergyScaling(**options), grid)
     known = {"train_grid", "lambda_min", "lambda_max", "h_min", "h_max", "gamma", "block"}
     _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
     rows, cols = _train_grid(kind, options.pop("train_grid"))
@@ -363,9 +452,10 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
     state = image_rule_from_config(rule)
     name = rule["type"]
     if family.name not in IMAGE_RULES[name]:
+        reason = REFUSALS.get(family.name, "its processors are stock or it is not a text-to-image family")
         raise ValueError(
-            f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
-            f"text-to-image family{_order_note(name)}); supported: {', '.join(IMAGE_RULES[name])}"
+            f"{name}: the {family.name} family is not supported ({reason}{_order_note(name)}); "
+            f"supported: {', '.join(IMAGE_RULES[name])}"
         )
     processors = encoding_processors(transformer)
     if not processors:
@@ -373,6 +463,8 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
             f"set_attention_rule needs mmpos processors: set_pe first (set_pe(model, 'native') keeps the stock "
             f"model{_native_hint(family.name)})"
         )
+    if isinstance(state, SpectralRule):
+        state.bind(transformer, family)
     clear_attention_rule(transformer)
     for processor in processors:
         processor.attention_rule = state
