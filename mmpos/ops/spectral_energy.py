@@ -83,7 +83,9 @@ class SpectralEnergyScaling:
         flatness = (energy.log().mean().exp() / (energy.mean() + EPS)).clamp(0.0, 1.0)
         return self.spread_min + (self.spread_max - self.spread_min) * (1.0 - flatness**self.spread_exponent)
 
-    def allocation(self, energy: torch.Tensor, inv_freq: torch.Tensor, m_ref: float, spread) -> torch.Tensor:
+    def allocation(
+        self, energy: torch.Tensor, inv_freq: torch.Tensor, m_ref: float, spread: float | torch.Tensor
+    ) -> torch.Tensor:
         """The factors ``[P]`` of one axis' pairs (frequencies ``inv_freq [P]``) from its profile ``energy [bins]``."""
         work = torch.promote_types(energy.dtype, torch.float32)
         if float(spread) <= 0.0 or self.alpha <= 0.0:
@@ -103,7 +105,13 @@ class SpectralEnergyScaling:
         s = s - s.mean()
         return (m_ref * (1.0 - self.alpha * spread * s)).clamp(min=self.min_scale)
 
-    def factors(self, latent_map: torch.Tensor, grid, trained, inv_freqs) -> tuple[torch.Tensor, torch.Tensor]:
+    def factors(
+        self,
+        latent_map: torch.Tensor,
+        grid: tuple[int, int],
+        trained: tuple[float, float],
+        inv_freqs: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The row and column pairs' factors from ``latent_map [B, H, W]`` (channel-averaged latent) on a token
         ``grid`` (rows, cols) against the ``trained`` one; ``inv_freqs``: the rows' and the columns' frequencies."""
         centred = centred_map(latent_map)
