@@ -272,6 +272,7 @@ def train_vit(
     if accelerator.is_main_process and results_name:
         save_results(results, run_dir / results_name)
         plot_results({config.pe or config.model: rows}, run_dir / results_name.replace(".json", ".png"))
+    accelerator.wait_for_everyone()  # every process past its last collective and rank 0's writes before any destroys
     accelerator.end_training()
     return results
 
