@@ -166,10 +166,11 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
 
 def install_rules(transformer, rules, grid, per_axis) -> None:
     """``set_pe`` with ``per_axis`` (native; ``rope_axial``, the same spectrum, where a family's native install
-    keeps its stock processors, which no rule reaches) and each rule at the training ``grid``."""
+    keeps its stock processors, which no rule reaches; SEGA on Qwen-Image: native, it scales the seam's tables) and
+    each rule at the training ``grid``."""
     from mmpos.integrations.diffusers import set_attention_rule
     from mmpos.integrations.diffusers.attention_rules import IMAGE_RULES as FAMILIES_OF
-    from mmpos.integrations.diffusers.attention_rules import encoding_processors
+    from mmpos.integrations.diffusers.attention_rules import TABLE_FAMILIES, encoding_processors
     from mmpos.integrations.diffusers.families import family_for
 
     name = family_for(transformer).name
@@ -180,7 +181,7 @@ def install_rules(transformer, rules, grid, per_axis) -> None:
                 f"supported: {', '.join(FAMILIES_OF[rule])}"
             )
     set_pe(transformer, "native", extrapolation=per_axis)
-    if not encoding_processors(transformer):
+    if not encoding_processors(transformer) and not (name in TABLE_FAMILIES and set(rules) == {"sega"}):
         set_pe(transformer, "rope_axial", extrapolation=per_axis)
     for rule in rules:
         set_attention_rule(transformer, rule_config(rule, grid))

@@ -177,3 +177,18 @@ def test_sega_brings_its_ntk_base_is_stock_at_the_training_size_and_changes_ntk_
     assert change > 0.01  # of 255 (0 without the rule; factors about m_ref = 2 ** 0.08 = 1.057, 2 steps)
     installed = yaml.safe_load((tmp_path / "big_sega" / "config.yaml").read_text())["extrapolate"]["installed"]
     assert installed["rules"] == ["sega"] and installed["schedules"]["row"]["method"] == "ntk"
+
+
+def test_install_rules_puts_sega_on_qwen_image_with_its_stock_processors():
+    """``--extrapolate sega`` on Qwen-Image: ``set_pe`` native (no ``rope_axial`` fallback: the stock processors
+    read the tables SEGA scales), the NTK ladder on the rows and columns and the rule at the training grid."""
+    from mmpos.integrations.diffusers.attention_rules import SpectralRule, encoding_processors
+    from mmpos.integrations.diffusers.families.tiny import CASES
+    from mmpos.pipelines.extrapolate import install_rules
+    from mmpos.spectrum.schedule import extrapolation_preset
+
+    model = CASES["qwen"].model()
+    install_rules(model, ["sega"], (4.0, 4.0), [None, *extrapolation_preset("ntk", (4.0, 4.0))])
+    state = model._mmpos_attention_rule[0]
+    assert isinstance(state, SpectralRule) and state.train_grid == (4.0, 4.0)
+    assert not encoding_processors(model) and model.pos_embed.native

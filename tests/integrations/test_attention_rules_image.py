@@ -188,9 +188,14 @@ def test_spa_refusals():
 SEGA = {"type": "sega", "train_grid": (4, 4)}
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+def _sega_model(name):
+    """Qwen-Image keeps its stock processors under ``native``: SEGA scales its seam's tables instead."""
+    return set_pe(CASES[name].model(), "native") if name == "qwen" else _model(name)
+
+
+@pytest.mark.parametrize("name", (*FAMILIES, "qwen"))
 def test_sega_is_set_pe_bit_for_bit_up_to_the_training_size_and_changes_it_past(name):
-    plain, ruled = _model(name), set_attention_rule(_model(name), SEGA)
+    plain, ruled = _sega_model(name), set_attention_rule(_sega_model(name), SEGA)
     for side in (2, 4):
         assert torch.equal(run(ruled, name, side), run(plain, name, side))
         assert ruled._mmpos_attention_rule[0].factors() is None
@@ -238,9 +243,27 @@ def test_sega_factors_are_the_ops_on_the_unpacked_latent_and_sit_on_the_row_and_
     assert torch.equal(q2, q * channels) and torch.equal(k2, k * channels) and v2 is v
 
 
+def test_sega_on_qwen_image_scales_the_seams_tables_by_the_pair_factors_and_clear_removes_it():
+    """Qwen-Image (``axes_dims_rope`` 8, 4, 4: frame pairs 0-3, rows 4-5, columns 6-7): both tables (image and text)
+    are the plain ones times the factors on the row and column pairs, 1 on the frame pairs."""
+    model = set_attention_rule(_sega_model("qwen"), SEGA)
+    tables = []
+    hook = model.pos_embed.register_forward_hook(lambda m, a, out: tables.append(out))
+    run(model, "qwen", 10)
+    m_rows, m_cols = model._mmpos_attention_rule[0].factors()
+    clear_attention_rule(model)
+    run(model, "qwen", 10)
+    hook.remove()
+    pairs = torch.cat([torch.ones(4), m_rows, m_cols])
+    for scaled, plain in zip(*tables):
+        assert torch.equal(scaled, plain * pairs)
+    assert float(torch.cat([m_rows, m_cols]).min()) >= 1.0 and not torch.equal(tables[0][0], tables[1][0])
+    assert len(model.pos_embed._forward_hooks) == 0
+
+
 def test_sega_refusals_name_the_family_and_the_option():
-    with pytest.raises(ValueError, match="qwen family is not supported .Qwen-Image keeps diffusers' stock processors"):
-        set_attention_rule(set_pe(CASES["qwen"].model(), "native"), SEGA)
+    with pytest.raises(ValueError, match="wan family is not supported"):
+        set_attention_rule(set_pe(CASES["wan"].model(), "native"), SEGA)
     with pytest.raises(ValueError, match="alpha must be >= 0"):
         set_attention_rule(_model("flux"), {**SEGA, "alpha": -1.0})
     with pytest.raises(ValueError, match="unknown options"):

@@ -22,7 +22,7 @@ Image rules past the training size (:data:`IMAGE_RULES`), through the image fami
 text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
 FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2), SPA
 (:mod:`mmpos.coords.bundles`; FLUX.1, Chroma) and SEGA's spectral-energy factors per row / column RoPE pair
-(:mod:`mmpos.ops.spectral_energy`; FLUX.1, FLUX.2, Chroma, Z-Image; Qwen-Image refused: stock processors)::
+(:mod:`mmpos.ops.spectral_energy`; FLUX.1, FLUX.2, Chroma, Z-Image, and Qwen-Image through its seam's tables)::
 
     set_pe(flux, "native")
     set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
@@ -47,6 +47,7 @@ from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
 from .families import family_for, get_family, list_families
 from .installer import ENCODING, ProcessorInstaller
+from .positions import PositionSeam
 from .processors import PEProcessor
 
 RULES = ("ultravico", "freeloc")
@@ -57,8 +58,9 @@ IMAGE_RULES = {
     "ultraimage": IMAGE_FAMILIES,
     "hap": TEXT_FIRST_FAMILIES,
     "spa": FLUX_ID_FAMILIES,
-    "sega": IMAGE_FAMILIES,
+    "sega": (*IMAGE_FAMILIES, "qwen"),
 }
+TABLE_FAMILIES = ("qwen",)  # stock processors that multiply the seam's complex tables into q and k (SEGA: there)
 REFUSALS = {
     "qwen": "Qwen-Image keeps diffusers' stock processors (its tables go to them as they are), which no attention "
     "rule reaches",
@@ -205,11 +207,12 @@ class BundleRule:
 class SpectralRule:
     """SEGA past the training grid: each forward's latent (read before the blocks) gives the row and column RoPE
     pairs their factors (:class:`~mmpos.ops.spectral_energy.SpectralEnergyScaling`); the processors attend with q
-    and k times them, every token of the joint sequence (as the port's scaled tables do)."""
+    and k times them, every token of the joint sequence (as the port's scaled tables do). Qwen-Image, whose stock
+    processors multiply the seam's complex tables into q and k: the tables times them (:meth:`scale_tables`)."""
 
     def __init__(self, scaling: SpectralEnergyScaling, train_grid: tuple[float, float]):
         self.scaling, self.train_grid = scaling, train_grid
-        self.state = PerThread(None)  # (channel factors [D] or None, per-pair factors (rows, cols) or None)
+        self.state = PerThread(None)  # (channel factors [D], per-pair factors (rows, cols), pair factors [P])
         self.pairs = None  # (pair index of the row axis, of the column axis, frequencies, pair count, layout)
 
     def bind(self, transformer: nn.Module, family) -> None:
@@ -236,12 +239,20 @@ class SpectralRule:
         m_rows, m_cols = self.scaling.factors(latent, grid, self.train_grid, (inv_freq[rows], inv_freq[cols]))
         pair_scale = torch.ones(pairs, dtype=m_rows.dtype, device=m_rows.device)
         pair_scale[rows.to(pair_scale.device)], pair_scale[cols.to(pair_scale.device)] = m_rows, m_cols
-        self.state.set((pair_channels(pair_scale, head_dim, layout), (m_rows, m_cols)))
+        self.state.set((pair_channels(pair_scale, head_dim, layout), (m_rows, m_cols), pair_scale))
 
     def factors(self):
         """The row and column pairs' factors of the forward in flight (``None`` within the training grid)."""
         state = self.state.get()
         return None if state is None else state[1]
+
+    def scale_tables(self, seam, args, tables):
+        """A forward hook on Qwen-Image's seam: its complex ``(image [S, P], text [S, P])`` tables times the pair
+        factors (a factor on both q and k, as on the processors' path); within the training grid as they are."""
+        state = self.state.get()
+        if state is None or tables is None:
+            return tables
+        return tuple(t * state[2].to(t.device, t.real.dtype) for t in tables)
 
     def __call__(self, query, key, value, mask, parallel_config, layer, attend):
         state = self.state.get()
@@ -254,8 +265,9 @@ class SpectralRule:
 def latent_map(family: str, args, kwargs) -> tuple[torch.Tensor, tuple[int, int]]:
     """The forward's latent averaged over its channels, ``[B, H, W]`` (the pixels' latent grid, 2 x 2 per token),
     and the output image's token grid ``(rows, cols)``: Z-Image's latents (a list of ``[C, F, H, W]``), or the
-    packed tokens ``hidden_states [B, S, 4 C]`` of FLUX.1, Chroma and FLUX.2 (channels ``(c, row, col)`` per 2 x 2
-    patch), the output image's tokens first, its grid from ``img_ids`` (the tokens of the first image index)."""
+    packed tokens ``hidden_states [B, S, 4 C]`` of FLUX.1, Chroma, FLUX.2 and Qwen-Image (channels ``(c, row, col)``
+    per 2 x 2 patch), the output image's tokens first, its grid from ``img_ids`` (the tokens of the first image
+    index) or Qwen-Image's ``img_shapes`` (the first image)."""
     if family == "z_image":
         latents = kwargs.get("x", args[0] if args else None)
         patch = int(kwargs.get("patch_size", 2))
@@ -265,10 +277,15 @@ def latent_map(family: str, args, kwargs) -> tuple[torch.Tensor, tuple[int, int]
         maps = torch.stack([x.mean(dim=(0, 1)) for x in items])
         return maps, (maps.shape[-2] // patch, maps.shape[-1] // patch)
     tokens = kwargs.get("hidden_states", args[0] if args else None)
-    ids = kwargs.get("img_ids")
-    ids = ids[0] if ids.dim() == 3 else ids
-    first = ids[ids[:, 0] == ids[0, 0]]
-    rows, cols = int(first[:, 1].max()) + 1, int(first[:, 2].max()) + 1
+    if family == "qwen":
+        shapes = kwargs["img_shapes"]
+        shapes = shapes[0] if isinstance(shapes, list) else shapes  # the first sample's, as QwenEmbedRope
+        _, rows, cols = shapes[0] if isinstance(shapes, list) else shapes
+    else:
+        ids = kwargs.get("img_ids")
+        ids = ids[0] if ids.dim() == 3 else ids
+        first = ids[ids[:, 0] == ids[0, 0]]
+        rows, cols = int(first[:, 1].max()) + 1, int(first[:, 2].max()) + 1
     batch, channels = tokens.shape[0], tokens.shape[-1] // 4
     patches = tokens[:, : rows * cols].reshape(batch, rows, cols, channels, 2, 2).mean(dim=3)
     return patches.permute(0, 1, 3, 2, 4).reshape(batch, 2 * rows, 2 * cols), (rows, cols)
@@ -458,6 +475,8 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
             f"supported: {', '.join(IMAGE_RULES[name])}"
         )
     processors = encoding_processors(transformer)
+    if isinstance(state, SpectralRule) and family.name in TABLE_FAMILIES:
+        return _set_table_rule(transformer, family, state)
     if not processors:
         raise ValueError(
             f"set_attention_rule needs mmpos processors: set_pe first (set_pe(model, 'native') keeps the stock "
@@ -475,6 +494,37 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
     handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
     transformer._mmpos_attention_rule = (state, handle, processors, False)
     return transformer
+
+
+def _set_table_rule(transformer: nn.Module, family, state: SpectralRule) -> nn.Module:
+    """SEGA on a family whose stock processors read the seam's tables (Qwen-Image): a pre-forward hook measures, a
+    forward hook on the seam scales its tables."""
+    seam = getattr(transformer, family.position_attr)
+    if not isinstance(seam, PositionSeam):
+        raise ValueError(f"sega needs set_pe first on {family.name} (set_pe(model, 'native') keeps the stock model)")
+    state.bind(transformer, family)
+    clear_attention_rule(transformer)
+
+    def before_forward(module, args, kwargs):
+        state.before_forward(module, family, args, kwargs)
+
+    handles = Handles(
+        transformer.register_forward_pre_hook(before_forward, with_kwargs=True),
+        seam.register_forward_hook(state.scale_tables),
+    )
+    transformer._mmpos_attention_rule = (state, handles, [], False)
+    return transformer
+
+
+class Handles:
+    """Several hook handles removed as one."""
+
+    def __init__(self, *handles):
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 def _order_note(name: str) -> str:
