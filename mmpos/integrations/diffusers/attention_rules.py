@@ -283,6 +283,8 @@ def latent_map(family: str, args, kwargs) -> tuple[torch.Tensor, tuple[int, int]
         _, rows, cols = shapes[0] if isinstance(shapes, list) else shapes
     else:
         ids = kwargs.get("img_ids")
+        if not isinstance(ids, torch.Tensor):
+            raise ValueError(f"sega: {family} needs img_ids as a keyword argument (its token grid), got {ids!r}")
         ids = ids[0] if ids.dim() == 3 else ids
         first = ids[ids[:, 0] == ids[0, 0]]
         rows, cols = int(first[:, 1].max()) + 1, int(first[:, 2].max()) + 1
