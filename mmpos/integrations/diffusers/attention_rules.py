@@ -213,7 +213,7 @@ class SpectralRule:
     def __init__(self, scaling: SpectralEnergyScaling, train_grid: tuple[float, float]):
         self.scaling, self.train_grid = scaling, train_grid
         self.state = PerThread(None)  # (channel factors [D], per-pair factors (rows, cols), pair factors [P])
-        self.pairs = None  # (pair index of the row axis, of the column axis, frequencies, pair count, layout)
+        self.pairs = None  # (row pairs, column pairs, frequencies [P], pair count, layout, head_dim)
 
     def bind(self, transformer: nn.Module, family) -> None:
         """Read which pairs of the model's encoding turn with the image rows and columns, and their frequencies."""
