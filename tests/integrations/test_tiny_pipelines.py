@@ -46,6 +46,17 @@ def run(pipe, recipe, steps=1):
         return pipe(**tiny_call(recipe, steps), generator=generator, output_type="pt", return_dict=False)[0]
 
 
+def in_fresh_memory(pipe):
+    """``pipe`` with every weight copied out of the loaded file's memory map: a safetensors tensor can start off a
+    64-byte boundary, and the CPU matmul kernels then may round differently from the same weights in fresh memory
+    (FramePack's timestep embedding: 2e-7), which is the memory's doing, not the folder's."""
+    for module in pipe.components.values():
+        if isinstance(module, torch.nn.Module):
+            for tensor in [*module.parameters(), *module.buffers()]:
+                tensor.data = tensor.data.clone()
+    return pipe
+
+
 def test_every_registered_family_has_a_tiny_pipeline_or_a_reason():
     families = set(builtin_families())
     assert set(RECIPES) <= families and set(NOT_TINY) <= families and not set(RECIPES) & set(NOT_TINY)
@@ -71,7 +82,7 @@ def test_each_family_saves_a_tiny_folder_that_loads_and_runs_or_says_why(family,
     cls = getattr(diffusers, recipe.pipeline)
     loaded = load_pipeline_class(cls, folder, "float32", "cpu")  # from_pretrained, components saved as None passed so
     assert type(loaded) is cls and (folder / EMBEDS_FILE).is_file()
-    image = run(loaded, recipe)
+    image = run(in_fresh_memory(loaded), recipe)
     assert torch.isfinite(image).all() and image.shape[-2:] == (recipe.side, recipe.side)
     assert torch.equal(image, run(recipe.build(), recipe))  # the folder holds the recipe's pipeline, weights and all
 

@@ -13,7 +13,7 @@ rotates them further on the time pairs of the encoding's spectrum (resolved at t
 DyPE schedule is followed). Inside the training length (``frames <= train_frames``) the processors run the stock
 attention, so the model is ``set_pe``'s (or the stock one) bit for bit.
 
-The families say where (``Family.latent_grid``): Wan, Wan VACE and Wan Animate through their mmpos processors; LTX,
+The families say where (``Family.latent_grid`` and ``Family.takes_attention_rules``): Wan, Wan VACE and Wan Animate through their mmpos processors; LTX,
 whose processors are stock, through rule processors ``set_attention_rule`` installs (``Family.rule_processor``;
 UltraViCo only: FreeLOC's time shift reads Wan's rope spectrum). Other families (HunyuanVideo 1.5: joint video and
 text attention) are refused by name.
@@ -438,8 +438,8 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     rule, layers = rule_from_config(rule)
     family = family_for(transformer)
     name = rule_name(rule)
-    if family.latent_grid is None or (name == "freeloc" and family.rule_processor is not None):
-        supported = [f for f in list_families() if get_family(f).latent_grid is not None]
+    if not family.takes_attention_rules or (name == "freeloc" and family.rule_processor is not None):
+        supported = [f for f in list_families() if get_family(f).takes_attention_rules]
         if name == "freeloc":
             supported = [f for f in supported if get_family(f).rule_processor is None]
         raise ValueError(f"{name}: the {family.name} family is not supported; supported: {', '.join(supported)}")

@@ -166,7 +166,8 @@ class ProcessorInstaller:
 
     @torch.compiler.disable  # eager under torch.compile(model) (as diffusers' hooks' Python state): see _pre_forward
     def _pre_forward(self, module, args, kwargs):
-        check_parallelism(module, "a forward with mmpos processors", get_family(self.family_name))
+        camera_only = all(not self.filled(level) for level in LEVELS if level != CAMERA)
+        check_parallelism(module, "a forward with mmpos processors", get_family(self.family_name), camera_only)
         self.check_processors()
         for level in LEVELS:
             hook = self.hooks.get(level)
