@@ -182,3 +182,37 @@ def test_spa_from_the_command_line_on_the_tiny_family_folders(family, tmp_path, 
     assert np.abs(pixels(tmp_path / "2x_spa").astype(float) - pixels(tmp_path / "2x_dype")).mean() > 1e-3
     installed = yaml.safe_load((tmp_path / "2x_spa" / "config.yaml").read_text())["extrapolate"]["installed"]
     assert installed["rules"] == ["spa"]
+
+
+def test_sega_brings_its_ntk_base_is_stock_at_the_training_size_and_changes_ntk_past_it(saved, tmp_path):
+    """``--extrapolate sega``: SEGA's factors over the NTK preset (the port's base); ``none+sega`` on the stock
+    ladder. At the training size the image is the stock one; past it, a measured change against NTK alone."""
+    from mmpos.pipelines.extrapolate import split_rules
+
+    assert split_rules("sega") == ("ntk", ["sega"]) and split_rules("none+sega") == ("none", ["sega"])
+    assert split_rules("dype+sega") == ("dype", ["sega"])
+    torch.set_num_threads(1)
+    runs = {"1x_none": ("none", "32"), "1x_sega": ("sega", "32"), "big_ntk": ("ntk", "64"), "big_sega": ("sega", "64")}
+    for name, (preset, side) in runs.items():
+        args = ["generate", *saved, *COMMON, "--height", side, "--width", side, "--extrapolate", preset]
+        assert main([*args, "--out", str(tmp_path / name)]) == 0
+    assert np.array_equal(pixels(tmp_path / "1x_none"), pixels(tmp_path / "1x_sega"))
+    change = np.abs(pixels(tmp_path / "big_sega").astype(float) - pixels(tmp_path / "big_ntk")).mean()
+    assert change > 0.01  # of 255 (0 without the rule; factors about m_ref = 2 ** 0.08 = 1.057, 2 steps)
+    installed = yaml.safe_load((tmp_path / "big_sega" / "config.yaml").read_text())["extrapolate"]["installed"]
+    assert installed["rules"] == ["sega"] and installed["schedules"]["row"]["method"] == "ntk"
+
+
+def test_install_rules_puts_sega_on_qwen_image_with_its_stock_processors():
+    """``--extrapolate sega`` on Qwen-Image: ``set_pe`` native (no ``rope_axial`` fallback: the stock processors
+    read the tables SEGA scales), the NTK ladder on the rows and columns and the rule at the training grid."""
+    from mmpos.integrations.diffusers.attention_rules import SpectralRule, encoding_processors
+    from mmpos.integrations.diffusers.families.tiny import CASES
+    from mmpos.pipelines.extrapolate import install_rules
+    from mmpos.spectrum.schedule import extrapolation_preset
+
+    model = CASES["qwen"].model()
+    install_rules(model, ["sega"], (4.0, 4.0), [None, *extrapolation_preset("ntk", (4.0, 4.0))])
+    state = model._mmpos_attention_rule[0]
+    assert isinstance(state, SpectralRule) and state.train_grid == (4.0, 4.0)
+    assert not encoding_processors(model) and model.pos_embed.native

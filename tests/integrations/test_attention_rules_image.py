@@ -362,3 +362,90 @@ def test_spa_refuses_context_parallelism_by_name():
     q = torch.zeros(1, 4, 1, 8)
     with pytest.raises(ValueError, match="spa: context parallelism is not supported"):
         processor._rotate_attend(q, q, q, None, None, object())
+
+
+SEGA = {"type": "sega", "train_grid": (4, 4)}
+
+
+def _sega_model(name):
+    """Qwen-Image keeps its stock processors under ``native``: SEGA scales its seam's tables instead."""
+    return set_pe(CASES[name].model(), "native") if name == "qwen" else _model(name)
+
+
+@pytest.mark.parametrize("name", (*FAMILIES, "qwen"))
+def test_sega_is_set_pe_bit_for_bit_up_to_the_training_size_and_changes_it_past(name):
+    plain, ruled = _sega_model(name), set_attention_rule(_sega_model(name), SEGA)
+    for side in (2, 4):
+        assert torch.equal(run(ruled, name, side), run(plain, name, side))
+        assert ruled._mmpos_attention_rule[0].factors() is None
+    big = run(plain, name, 12)
+    change = (run(ruled, name, 12) - big).abs().max() / big.abs().max()
+    assert change > 1e-3
+    m_rows, m_cols = ruled._mmpos_attention_rule[0].factors()
+    assert (m_rows >= 1.0).all() and (m_cols >= 1.0).all() and float(torch.cat([m_rows, m_cols]).max()) > 3.0**0.08
+
+
+def test_sega_factors_are_the_ops_on_the_unpacked_latent_and_sit_on_the_row_and_column_pairs(monkeypatch):
+    """FLUX.1 (``axes_dims_rope`` 4, 4, 8: index pairs 0-1, row pairs 2-3, column pairs 4-7, interleaved): the
+    factors equal :class:`SpectralEnergyScaling` on the latent diffusers' own ``_unpack_latents`` gives back, and
+    the processors attend with q and k times them on those channels (the index pairs and v untouched)."""
+    from diffusers import FluxPipeline
+
+    from mmpos.integrations.diffusers.families import family_for
+    from mmpos.ops.spectral_energy import SpectralEnergyScaling
+
+    model = set_attention_rule(_model("flux"), SEGA)
+    rule = model._mmpos_attention_rule[0]
+    inputs = CASES["flux"].inputs(10, 8, 0.5)
+    inputs["hidden_states"] = inputs["hidden_states"].cumsum(1)  # structured: a spread well above 0
+    rule.before_forward(model, family_for(model), (), inputs)
+    latent = FluxPipeline._unpack_latents(inputs["hidden_states"], 10 * 16, 8 * 16, 8).mean(dim=1)  # [B, 20, 16]
+    spectrum = model.pos_embed.encodings[0].spectrum
+    expected = SpectralEnergyScaling().factors(
+        latent, (10, 8), (4, 4), (spectrum.inv_freq[2:4], spectrum.inv_freq[4:8])
+    )
+    m_rows, m_cols = rule.factors()
+    assert torch.allclose(m_rows, expected[0], rtol=0, atol=1e-6) and torch.allclose(m_cols, expected[1], atol=1e-6)
+    assert float((m_cols.max() - m_cols.min()) / m_cols.mean()) > 1e-3  # not uniform: the spectrum decides
+    seen = []
+    monkeypatch.setattr(type(rule), "before_forward", lambda *a: None)  # keep the factors measured above
+    original = type(rule).__call__
+    monkeypatch.setattr(
+        type(rule),
+        "__call__",
+        lambda self, q, k, v, *rest: original(self, q, k, v, *rest[:3], lambda *a: seen.append((q, k, v, a)) or q),
+    )
+    with torch.no_grad():
+        model(**CASES["flux"].inputs(10, 8, 0.5))
+    q, k, v, (q2, k2, v2, *_) = seen[0]
+    channels = torch.cat([torch.ones(4), m_rows.repeat_interleave(2), m_cols.repeat_interleave(2)])
+    assert torch.equal(q2, q * channels) and torch.equal(k2, k * channels) and v2 is v
+
+
+def test_sega_on_qwen_image_scales_the_seams_tables_by_the_pair_factors_and_clear_removes_it():
+    """Qwen-Image (``axes_dims_rope`` 8, 4, 4: frame pairs 0-3, rows 4-5, columns 6-7): both tables (image and text)
+    are the plain ones times the factors on the row and column pairs, 1 on the frame pairs."""
+    model = set_attention_rule(_sega_model("qwen"), SEGA)
+    tables = []
+    hook = model.pos_embed.register_forward_hook(lambda m, a, out: tables.append(out))
+    run(model, "qwen", 10)
+    m_rows, m_cols = model._mmpos_attention_rule[0].factors()
+    clear_attention_rule(model)
+    run(model, "qwen", 10)
+    hook.remove()
+    pairs = torch.cat([torch.ones(4), m_rows, m_cols])
+    for scaled, plain in zip(*tables):
+        assert torch.equal(scaled, plain * pairs)
+    assert float(torch.cat([m_rows, m_cols]).min()) >= 1.0 and not torch.equal(tables[0][0], tables[1][0])
+    assert len(model.pos_embed._forward_hooks) == 0
+
+
+def test_sega_refusals_name_the_family_and_the_option():
+    with pytest.raises(ValueError, match="wan family is not supported"):
+        set_attention_rule(set_pe(CASES["wan"].model(), "native"), SEGA)
+    with pytest.raises(ValueError, match="alpha must be >= 0"):
+        set_attention_rule(_model("flux"), {**SEGA, "alpha": -1.0})
+    with pytest.raises(ValueError, match="unknown options"):
+        set_attention_rule(_model("flux"), {**SEGA, "lambda_min": 1.0})
+    with pytest.raises(ValueError, match="sega needs train_grid"):
+        set_attention_rule(_model("flux"), {"type": "sega"})

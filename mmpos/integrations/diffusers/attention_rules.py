@@ -1,4 +1,5 @@
-"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA).
+"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA,
+SEGA).
 
     from mmpos.integrations.diffusers import set_attention_rule, set_pe
     set_pe(wan, "native")                                   # the stock model (or a spectrum schedule: DyPE, RIFLEx)
@@ -19,9 +20,11 @@ text attention) are refused by name.
 
 Image rules past the training size (:data:`IMAGE_RULES`), through the image families' mmpos processors (their joint
 text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
-FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`) and SPA (:mod:`mmpos.coords.bundles`;
+FLUX.1, FLUX.2, Chroma, Qwen-Image, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`) and SPA (:mod:`mmpos.coords.bundles`;
 both on FLUX.1, Chroma, FLUX.2, Qwen-Image, Z-Image; SPA's tables from ``Family.bundle_tables``, Qwen-Image's
-attention through the rule processors ``set_attention_rule`` installs under its seam)::
+attention through the rule processors ``set_attention_rule`` installs under its seam), and SEGA's spectral-energy
+factors per row / column RoPE pair (:mod:`mmpos.ops.spectral_energy`; FLUX.1, FLUX.2, Chroma, Z-Image, and Qwen-Image
+through its seam's tables)::
 
     set_pe(flux, "native")
     set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
@@ -41,17 +44,20 @@ from ...ops.entropy_scaling import EntropyScaling
 from ...ops.frame_reencoding import FrameReencoding
 from ...ops.head_scopes import HeadScopes
 from ...ops.rotation import rotate
+from ...ops.spectral_energy import SpectralEnergyScaling, pair_channels
 from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
 from .families import family_for, get_family, list_families
 from .installer import ENCODING, ProcessorInstaller
+from .positions import PositionSeam
 from .processors import PEProcessor
 
 RULES = ("ultravico", "freeloc")
 IMAGE_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")
 HAP_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # joint sequences whose text and image parts are known
 SPA_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # families with Family.bundle_tables
-IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": HAP_FAMILIES, "spa": SPA_FAMILIES}
+IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": HAP_FAMILIES, "spa": SPA_FAMILIES, "sega": IMAGE_FAMILIES}
+TABLE_FAMILIES = ("qwen",)  # SEGA multiplies the seam's complex tables there (the port's route), not q and k
 
 
 class VideoRule:
@@ -230,6 +236,95 @@ class BundleRule:
         return None  # SPA acts where the processor rotates (PEProcessor._rotate_attend)
 
 
+class SpectralRule:
+    """SEGA past the training grid: each forward's latent (read before the blocks) gives the row and column RoPE
+    pairs their factors (:class:`~mmpos.ops.spectral_energy.SpectralEnergyScaling`); the processors attend with q
+    and k times them, every token of the joint sequence (as the port's scaled tables do). Qwen-Image, whose stock
+    processors multiply the seam's complex tables into q and k: the tables times them (:meth:`scale_tables`)."""
+
+    def __init__(self, scaling: SpectralEnergyScaling, train_grid: tuple[float, float]):
+        self.scaling, self.train_grid = scaling, train_grid
+        self.state = PerThread(None)  # (channel factors [D], per-pair factors (rows, cols), pair factors [P])
+        self.pairs = None  # (row pairs, column pairs, frequencies [P], pair count, layout, head_dim)
+
+    def bind(self, transformer: nn.Module, family) -> None:
+        """Read which pairs of the model's encoding turn with the image rows and columns, and their frequencies."""
+        seam = getattr(transformer, family.position_attr)
+        encodings = getattr(seam, "encodings", ())
+        encoding = encodings[0] if len(encodings) == 1 else None
+        if encoding is None or not hasattr(encoding, "spectrum") or getattr(seam, "per_layer", False):
+            raise ValueError(
+                "sega needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
+                f"{[type(e).__name__ for e in encodings]}"
+            )
+        spectrum, axes = encoding.spectrum, getattr(seam, "coord_axes", None)
+        model_axis = spectrum.axis_of_pair if axes is None else torch.tensor(axes)[spectrum.axis_of_pair]
+        rows, cols = (torch.nonzero(model_axis == a).flatten() for a in family.image_axes)
+        self.pairs = (rows, cols, spectrum.inv_freq, spectrum.num_pairs, encoding.layout, encoding.head_dim)
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        latent, grid = latent_map(family.name, args, kwargs)
+        if grid[0] <= self.train_grid[0] and grid[1] <= self.train_grid[1]:
+            self.state.set(None)
+            return
+        rows, cols, inv_freq, pairs, layout, head_dim = self.pairs
+        m_rows, m_cols = self.scaling.factors(latent, grid, self.train_grid, (inv_freq[rows], inv_freq[cols]))
+        pair_scale = torch.ones(pairs, dtype=m_rows.dtype, device=m_rows.device)
+        pair_scale[rows.to(pair_scale.device)], pair_scale[cols.to(pair_scale.device)] = m_rows, m_cols
+        self.state.set((pair_channels(pair_scale, head_dim, layout), (m_rows, m_cols), pair_scale))
+
+    def factors(self):
+        """The row and column pairs' factors of the forward in flight (``None`` within the training grid)."""
+        state = self.state.get()
+        return None if state is None else state[1]
+
+    def scale_tables(self, seam, args, tables):
+        """A forward hook on Qwen-Image's seam: its complex ``(image [S, P], text [S, P])`` tables times the pair
+        factors (a factor on both q and k, as on the processors' path); within the training grid as they are."""
+        state = self.state.get()
+        if state is None or tables is None:
+            return tables
+        return tuple(t * state[2].to(t.device, t.real.dtype) for t in tables)
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        state = self.state.get()
+        if state is None:
+            return None
+        scale = state[0].to(query.device, query.dtype)
+        return attend(query * scale, key * scale, value, mask, parallel_config)
+
+
+def latent_map(family: str, args, kwargs) -> tuple[torch.Tensor, tuple[int, int]]:
+    """The forward's latent averaged over its channels, ``[B, H, W]`` (the pixels' latent grid, 2 x 2 per token),
+    and the output image's token grid ``(rows, cols)``: Z-Image's latents (a list of ``[C, F, H, W]``), or the
+    packed tokens ``hidden_states [B, S, 4 C]`` of FLUX.1, Chroma, FLUX.2 and Qwen-Image (channels ``(c, row, col)``
+    per 2 x 2 patch), the output image's tokens first, its grid from ``img_ids`` (the tokens of the first image
+    index) or Qwen-Image's ``img_shapes`` (the first image)."""
+    if family == "z_image":
+        latents = kwargs.get("x", args[0] if args else None)
+        patch = int(kwargs.get("patch_size", 2))
+        items = latents if isinstance(latents, (list, tuple)) else [latents]
+        if len({tuple(x.shape) for x in items}) != 1:
+            raise ValueError("sega: a batch of latents of different sizes is not supported")
+        maps = torch.stack([x.mean(dim=(0, 1)) for x in items])
+        return maps, (maps.shape[-2] // patch, maps.shape[-1] // patch)
+    tokens = kwargs.get("hidden_states", args[0] if args else None)
+    if family == "qwen":
+        shapes = kwargs["img_shapes"]
+        shapes = shapes[0] if isinstance(shapes, list) else shapes  # the first sample's, as QwenEmbedRope
+        _, rows, cols = shapes[0] if isinstance(shapes, list) else shapes
+    else:
+        ids = kwargs.get("img_ids")
+        if not isinstance(ids, torch.Tensor):
+            raise ValueError(f"sega: {family} needs img_ids as a keyword argument (its token grid), got {ids!r}")
+        ids = ids[0] if ids.dim() == 3 else ids
+        first = ids[ids[:, 0] == ids[0, 0]]
+        rows, cols = int(first[:, 1].max()) + 1, int(first[:, 2].max()) + 1
+    batch, channels = tokens.shape[0], tokens.shape[-1] // 4
+    patches = tokens[:, : rows * cols].reshape(batch, rows, cols, channels, 2, 2).mean(dim=3)
+    return patches.permute(0, 1, 3, 2, 4).reshape(batch, 2 * rows, 2 * cols), (rows, cols)
+
+
 def image_tokens(family: str, args, kwargs) -> int | None:
     """The forward's image tokens: packed ``hidden_states [B, S, C]`` (FLUX.1, FLUX.2, Chroma: ``S``, reference
     images included) or Z-Image's latents (a list of ``[C, F, H, W]``, patches ``f_patch_size x patch_size^2``)."""
@@ -316,7 +411,7 @@ def rule_from_config(config: Mapping | WindowDecay | FrameReencoding):
     return FrameReencoding.scaled(**options), layers
 
 
-def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule:
+def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule | SpectralRule:
     """``{"type": "ultraimage", "train_grid": (64, 64), ...}``, ``{"type": "spa", "train_grid": (64, 64), ...}``,
     ``{"type": "hap", "train_grid": (64, 64), "scope_plan": {"alphas": ..., "betas": ...}, "anchor_stride": 32}``
     -> the image rule's state for :func:`set_attention_rule`."""
@@ -340,6 +435,11 @@ def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRu
             raise ValueError("hap needs train_grid ((rows, cols) tokens of the training size; FLUX.1: (64, 64))")
         rows, cols = _train_grid(kind, options["train_grid"])
         return PrunedRule(plan["alphas"], plan["betas"], int(options.get("anchor_stride", 0)), rows * cols)
+    if kind == "sega":
+        known = {"train_grid", *SpectralEnergyScaling.__dataclass_fields__}
+        _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
+        grid = _train_grid(kind, options.pop("train_grid"))
+        return SpectralRule(SpectralEnergyScaling(**options), grid)
     known = {"train_grid", "lambda_min", "lambda_max", "h_min", "h_max", "gamma", "block"}
     _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
     rows, cols = _train_grid(kind, options.pop("train_grid"))
@@ -435,6 +535,8 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
             f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
             f"text-to-image family); supported: {', '.join(IMAGE_RULES[name])}"
         )
+    if isinstance(state, SpectralRule) and family.name in TABLE_FAMILIES:
+        return _set_table_rule(transformer, family, state)
     clear_attention_rule(transformer)
     installer = ProcessorInstaller.find(transformer)
     added = installer is not None and family.rule_processor is not None and not encoding_processors(transformer)
@@ -448,6 +550,8 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
             f"set_attention_rule needs mmpos processors: set_pe first (set_pe(model, 'native') keeps the stock "
             f"model{_native_hint(family.name)})"
         )
+    if isinstance(state, SpectralRule):
+        state.bind(transformer, family)
     for processor in processors:
         processor.attention_rule = state
 
@@ -457,6 +561,37 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
     handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
     transformer._mmpos_attention_rule = (state, handle, processors, "added" if added else False)
     return transformer
+
+
+def _set_table_rule(transformer: nn.Module, family, state: SpectralRule) -> nn.Module:
+    """SEGA on a family whose stock processors read the seam's tables (Qwen-Image): a pre-forward hook measures, a
+    forward hook on the seam scales its tables."""
+    seam = getattr(transformer, family.position_attr)
+    if not isinstance(seam, PositionSeam):
+        raise ValueError(f"sega needs set_pe first on {family.name} (set_pe(model, 'native') keeps the stock model)")
+    state.bind(transformer, family)
+    clear_attention_rule(transformer)
+
+    def before_forward(module, args, kwargs):
+        state.before_forward(module, family, args, kwargs)
+
+    handles = Handles(
+        transformer.register_forward_pre_hook(before_forward, with_kwargs=True),
+        seam.register_forward_hook(state.scale_tables),
+    )
+    transformer._mmpos_attention_rule = (state, handles, [], False)
+    return transformer
+
+
+class Handles:
+    """Several hook handles removed as one."""
+
+    def __init__(self, *handles):
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 def _native_hint(family: str) -> str:
