@@ -25,6 +25,7 @@ from mmpos.integrations.diffusers.tiny_pipelines import (
     tiny_pipeline,
 )
 from mmpos.pipelines.loading import load_pipeline_class
+from tests.fixtures.asserts import in_fresh_memory
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -44,17 +45,6 @@ def run(pipe, recipe, steps=1):
     with torch.random.fork_rng():  # CogView4ControlPipeline samples the control latents from the global RNG
         torch.manual_seed(0)
         return pipe(**tiny_call(recipe, steps), generator=generator, output_type="pt", return_dict=False)[0]
-
-
-def in_fresh_memory(pipe):
-    """``pipe`` with every weight copied out of the loaded file's memory map: a safetensors tensor can start off a
-    64-byte boundary, and the CPU matmul kernels then may round differently from the same weights in fresh memory
-    (FramePack's timestep embedding: 2e-7), which is the memory's doing, not the folder's."""
-    for module in pipe.components.values():
-        if isinstance(module, torch.nn.Module):
-            for tensor in [*module.parameters(), *module.buffers()]:
-                tensor.data = tensor.data.clone()
-    return pipe
 
 
 def test_every_registered_family_has_a_tiny_pipeline_or_a_reason():
