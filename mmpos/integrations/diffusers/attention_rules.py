@@ -250,13 +250,7 @@ class SpectralRule:
     def bind(self, transformer: nn.Module, family) -> None:
         """Read which pairs of the model's encoding turn with the image rows and columns, and their frequencies."""
         seam = getattr(transformer, family.position_attr)
-        encodings = getattr(seam, "encodings", ())
-        encoding = encodings[0] if len(encodings) == 1 else None
-        if encoding is None or not hasattr(encoding, "spectrum") or getattr(seam, "per_layer", False):
-            raise ValueError(
-                "sega needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
-                f"{[type(e).__name__ for e in encodings]}"
-            )
+        encoding = axial_encoding(seam, "sega", "spectrum")
         spectrum, axes = encoding.spectrum, getattr(seam, "coord_axes", None)
         model_axis = spectrum.axis_of_pair if axes is None else torch.tensor(axes)[spectrum.axis_of_pair]
         rows, cols = (torch.nonzero(model_axis == a).flatten() for a in family.image_axes)
@@ -463,17 +457,24 @@ def _check_options(kind, options, known, required, what) -> None:
         raise ValueError(f"{kind} needs {required} ({what})")
 
 
+def axial_encoding(seam, rule: str, needs: str):
+    """The one axial rotary encoding of ``seam`` (it has the attribute ``needs``, one table for every layer); else a
+    ValueError naming ``rule`` and the encodings found."""
+    encodings = getattr(seam, "encodings", ())
+    encoding = encodings[0] if len(encodings) == 1 else None
+    if encoding is None or not hasattr(encoding, needs) or getattr(seam, "per_layer", False):
+        raise ValueError(
+            f"{rule} needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
+            f"{[type(e).__name__ for e in encodings]}"
+        )
+    return encoding
+
+
 def time_shift(transformer: nn.Module, family):
     """``shift(x [B, L, H, D], frames [L], grid) -> x``: ``x`` rotated by ``frames`` more on the time pairs of the
     model's encoding (its spectrum resolved at ``grid``'s coordinates), in the encoding's channel layout."""
     seam = getattr(transformer, family.position_attr)
-    encodings = getattr(seam, "encodings", ())
-    encoding = encodings[0] if len(encodings) == 1 else None
-    if encoding is None or not hasattr(encoding, "spectrum_at") or getattr(seam, "per_layer", False):
-        raise ValueError(
-            "freeloc needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
-            f"{[type(e).__name__ for e in encodings]}"
-        )
+    encoding = axial_encoding(seam, "freeloc", "spectrum_at")
     time_axis = family.time_axis
 
     def shift(x: torch.Tensor, frames: torch.Tensor, grid) -> torch.Tensor:
