@@ -1,7 +1,8 @@
 """``mmpos generate --extrapolate``: resolution extrapolation presets (DyPE, NTK, YaRN, PI) on a Flux or
 Qwen-Image pipeline, and an attention rule joined with ``+`` (``dype+ultraimage``: UltraImage's entropy-driven
 sharpening; ``dype+spa``: HRDiT's bundle grids on the first 3 steps;
-:func:`~mmpos.integrations.diffusers.set_attention_rule`).
+:func:`~mmpos.integrations.diffusers.set_attention_rule`; ``sega``: SEGA's
+spectral-energy factors per RoPE pair, on NTK unless another preset is named).
 
 The preset goes to the transformer's row and column axes through ``set_pe(..., "native", extrapolation=...)``;
 the training grid is ``train_size / (vae_scale_factor * 2)`` tokens (FLUX.1: 1024 px -> 64 x 64, Qwen-Image:
@@ -17,13 +18,15 @@ from mmpos.integrations.diffusers import set_pe
 from mmpos.spectrum.schedule import PRESETS, extrapolation_preset
 
 CHOICES = ("none", *PRESETS)
-RULES = ("ultraimage", "spa")  # attention rules (set_attention_rule) a preset takes after "+", one at a time
+RULES = ("ultraimage", "spa", "sega")  # attention rules (set_attention_rule) a preset takes after "+", one at a time
+OWN_PRESETS = {"sega": "ntk"}  # the preset a rule brings when none is named (SEGA: the port's NTK ladder)
 AXES = ("row", "col")
 SHIFTS = ("authors", "comfyui", "off")  # DyPE's noise-schedule shift (mmpos.integrations.diffusers.noise_shift)
 
 
 def split_rules(text: str) -> tuple[str, list[str]]:
-    """``"dype+ultraimage"`` -> ``("dype", ["ultraimage"])``; ``"ultraimage"`` -> ``("none", ["ultraimage"])``."""
+    """``"dype+ultraimage"`` -> ``("dype", ["ultraimage"])``; ``"ultraimage"`` -> ``("none", ["ultraimage"])``;
+    ``"sega"`` -> ``("ntk", ["sega"])`` (its own NTK base, :data:`OWN_PRESETS`; ``none+sega``: the stock ladder)."""
     parts = text.split("+")
     rules = [part for part in parts if part in RULES]
     presets = [part for part in parts if part not in RULES]
@@ -34,7 +37,8 @@ def split_rules(text: str) -> tuple[str, list[str]]:
         )
     if len(rules) > 1:
         raise ValueError(f"--extrapolate {text!r}: one attention rule at a time ({', '.join(RULES)}), got {rules}")
-    return (presets[0] if presets else "none"), rules
+    default = OWN_PRESETS.get(rules[0], "none") if rules else "none"
+    return (presets[0] if presets else default), rules
 
 
 def parse_rules(text: str) -> list[str]:
@@ -162,21 +166,22 @@ def install_extrapolation(pipe, presets: dict, train_size, options: dict | None 
 
 def install_rules(transformer, rules, grid, per_axis) -> None:
     """``set_pe`` with ``per_axis`` (native; ``rope_axial``, the same spectrum, where a family's native install
-    keeps its stock processors, which no rule reaches) and each rule at the training ``grid``."""
+    keeps its stock processors, which no rule reaches; SEGA on Qwen-Image: native, it scales the seam's tables) and
+    each rule at the training ``grid``."""
     from mmpos.integrations.diffusers import set_attention_rule
     from mmpos.integrations.diffusers.attention_rules import IMAGE_RULES as FAMILIES_OF
-    from mmpos.integrations.diffusers.attention_rules import encoding_processors
+    from mmpos.integrations.diffusers.attention_rules import TABLE_FAMILIES, encoding_processors
     from mmpos.integrations.diffusers.families import family_for
 
     name = family_for(transformer).name
     for rule in rules:
         if name not in FAMILIES_OF[rule]:
             raise ValueError(
-                f"--extrapolate {rule}: the {name} family is not supported (its processors are stock); "
+                f"--extrapolate {rule}: the {name} family is not supported (the rule does not reach its attention); "
                 f"supported: {', '.join(FAMILIES_OF[rule])}"
             )
     set_pe(transformer, "native", extrapolation=per_axis)
-    if not encoding_processors(transformer):
+    if not encoding_processors(transformer) and not (name in TABLE_FAMILIES and set(rules) == {"sega"}):
         set_pe(transformer, "rope_axial", extrapolation=per_axis)
     for rule in rules:
         set_attention_rule(transformer, rule_config(rule, grid))

@@ -46,10 +46,9 @@ EMBED_KEYS = ("prompt_embeds", "pooled_prompt_embeds", "prompt_embeds_mask", "pr
 MASK_KEYS = ("prompt_embeds_mask", "prompt_attention_mask")  # optional where the pipeline takes them
 
 
-def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
-    """The ``required`` tensors (and those of ``optional`` present) of a safetensors/pt file (read without
-    unpickling objects: :mod:`mmpos._safe_state`), each of its shape (:data:`EMBED_DIMS`) and one batch; else a
-    ValueError naming ``--prompt-embeds`` and the file."""
+def read_embeds_file(path) -> dict:
+    """The tensors of a ``--prompt-embeds`` safetensors / .pt file by name (read without unpickling objects:
+    :mod:`mmpos._safe_state`); else a ValueError naming ``--prompt-embeds`` and the file."""
     import torch
 
     from mmpos._safe_state import load_torch_file, read_tensors
@@ -63,13 +62,24 @@ def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"),
         raise ValueError(f"--prompt-embeds {error}; expected a safetensors or .pt file of tensors") from None
     if not isinstance(tensors, dict):
         raise ValueError(f"--prompt-embeds {path} holds a {type(tensors).__name__}; expected a dict of tensors")
+    others = sorted(name for name, value in tensors.items() if not isinstance(value, torch.Tensor))
+    if others:
+        raise ValueError(f"--prompt-embeds {path}: {others} are not tensors; expected a dict of tensors")
+    return tensors
+
+
+def load_prompt_embeds(path, required=("prompt_embeds", "pooled_prompt_embeds"), optional=()) -> dict:
+    """The ``required`` tensors (and those of ``optional`` present) of a ``--prompt-embeds`` file
+    (:func:`read_embeds_file`), each of its shape (:data:`EMBED_DIMS`) and one batch; else a ValueError naming
+    ``--prompt-embeds`` and the file."""
+    tensors = read_embeds_file(path)
     missing = set(required) - set(tensors)
     if missing:
         raise ValueError(f"--prompt-embeds {path} lacks {sorted(missing)}; expected {' and '.join(required)}")
     embeds = {k: tensors[k] for k in (*required, *optional) if k in tensors}
     for key, value in embeds.items():
         shape = tuple(getattr(value, "shape", ()))
-        if not isinstance(value, torch.Tensor) or len(shape) != len(EMBED_DIMS[key]) or 0 in shape:
+        if len(shape) != len(EMBED_DIMS[key]) or 0 in shape:
             expected = f"[{', '.join(EMBED_DIMS[key])}]"
             raise ValueError(f"--prompt-embeds {path}: {key} has shape {shape}; expected {expected}")
     if len({v.shape[0] for v in embeds.values()}) > 1:

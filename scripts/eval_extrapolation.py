@@ -34,8 +34,8 @@ from mmpos.pipelines.world.extrapolation_runs import (
 from mmpos.world.scene import SceneSpec
 
 EXTRA_METHODS = ("dype_ntk", "dype_yarn")  # DyPE through NTK or YaRN, on request
-# UltraImage's attention rule alone and over a preset (issue 45), on request
-RULE_METHODS = tuple(f"{p}+{r}" for r in ("ultraimage", "spa") for p in ("none", "pi", "ntk", "dype"))
+# UltraImage's, SPA's and SEGA's attention rules alone and over a preset (issue 45), on request
+RULE_METHODS = tuple(f"{p}+{r}" for r in ("ultraimage", "spa", "sega") for p in ("none", "pi", "ntk", "dype"))
 SCORES = ("count_error", "duplicated", "position_acc", "period_ratio")
 
 

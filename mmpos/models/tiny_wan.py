@@ -6,10 +6,9 @@ machine without weights: the videos are noise-like, the plumbing is the real one
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import torch
+
+from .tiny_tokenizers import word_t5_tokenizer
 
 LATENT_CHANNELS = 4
 TEXT_DIM = 32
@@ -76,46 +75,32 @@ def tiny_wan_vae(seed: int = 0):
 
 def tiny_umt5(seed: int = 0):
     """``(text_encoder, tokenizer)``: a one-layer UMT5 and a word-level tokenizer (unknown words map to ``<unk>``)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import T5TokenizerFast, UMT5Config, UMT5EncoderModel
+    from transformers import UMT5Config, UMT5EncoderModel
 
-    vocab = ["<pad>", "</s>", "<unk>", *WORDS]
-    with tempfile.TemporaryDirectory(prefix="mmpos_tiny_umt5_") as folder, torch.random.fork_rng():
+    tokenizer = word_t5_tokenizer(WORDS, model_max_length=512)
+    config = UMT5Config(
+        vocab_size=tokenizer.vocab_size,
+        d_model=TEXT_DIM,
+        d_kv=8,
+        d_ff=37,
+        num_layers=1,
+        num_heads=2,
+        relative_attention_num_buckets=8,
+    )
+    with torch.random.fork_rng():
         torch.manual_seed(seed)
-        unigram = Tokenizer(models.Unigram([(token, -1.0) for token in vocab], unk_id=2))
-        unigram.pre_tokenizer = pre_tokenizers.Whitespace()
-        path = str(Path(folder) / "tokenizer.json")
-        unigram.save(path)
-        tokenizer = T5TokenizerFast(
-            tokenizer_file=path,
-            eos_token="</s>",
-            pad_token="<pad>",
-            unk_token="<unk>",
-            extra_ids=0,
-            model_max_length=512,
-        )
-        encoder = UMT5EncoderModel(
-            UMT5Config(
-                vocab_size=len(vocab),
-                d_model=TEXT_DIM,
-                d_kv=8,
-                d_ff=37,
-                num_layers=1,
-                num_heads=2,
-                relative_attention_num_buckets=8,
-            )
-        )
+        encoder = UMT5EncoderModel(config)
     return encoder.eval(), tokenizer
 
 
-def tiny_clip_vision(seed: int = 0):
-    """``(image_encoder, image_processor)`` for image-to-video (32x32 crops, width :data:`IMAGE_DIM`)."""
+def tiny_clip_vision(seed: int = 0, width: int = IMAGE_DIM):
+    """``(image_encoder, image_processor)`` for image-to-video (32x32 crops, hidden width ``width``)."""
     from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
     torch.manual_seed(seed)
     config = CLIPVisionConfig(
-        hidden_size=IMAGE_DIM,
-        projection_dim=IMAGE_DIM,
+        hidden_size=width,
+        projection_dim=width,
         num_hidden_layers=2,
         num_attention_heads=2,
         image_size=32,

@@ -58,6 +58,12 @@ TINY_FAMILIES = {
     "consisid": ("ConsisIDPipeline",),
     "easyanimate": ("EasyAnimatePipeline",),
     "motif_video": ("MotifVideoPipeline", "MotifVideoImage2VideoPipeline"),
+    "mochi": ("MochiPipeline",),
+    "wan_animate": ("WanAnimatePipeline",),
+    "anyflow": ("AnyFlowPipeline",),
+    "hunyuan_video_framepack": ("HunyuanVideoFramepackPipeline",),
+    "kandinsky6_sr": ("Kandinsky6SRPipeline",),
+    "sana_wm": ("SanaWMPipeline",),
 }
 PROG = "mmpos tiny-pipeline"
 
@@ -105,7 +111,8 @@ def run(args) -> int:
             save_tiny_pipeline(recipe, folder, args.prompts)
     except OutputTakenError as error:
         raise user_error(PROG, error) from None
-    print(f"wrote {args.out}: a tiny random {recipe.pipeline} ({recipe.family}) and its prompt embeddings")
+    embeds = "and its prompt embeddings" if recipe.prompt_embeds(1) else "(it takes no prompt)"
+    print(f"wrote {args.out}: a tiny random {recipe.pipeline} ({recipe.family}) {embeds}")
     print("try it:")
     for line in try_commands(recipe, args.out):
         print(f"  {line}")

@@ -12,8 +12,8 @@ METHODS = ("stock", "pi", "ntk", "yarn", "vision_yarn", "dype")
 
 
 def install_method(pipe, method: str, trained_grid) -> None:
-    """``method`` (``"stock"`` or a preset of :data:`mmpos.spectrum.schedule.PRESETS`, optionally ``+ultraimage`` or
-    ``+spa``: that attention rule over it, as ``mmpos generate`` sets it) on ``pipe.transformer``'s rows and columns from the trained ``(rows,
+    """``method`` (``"stock"`` or a preset of :data:`mmpos.spectrum.schedule.PRESETS`, optionally ``+ultraimage``,
+    ``+spa`` or ``+sega``: that attention rule over it, as ``mmpos generate`` sets it) on ``pipe.transformer``'s rows and columns from the trained ``(rows,
     cols)`` token grid; whatever ``set_pe`` and rule were there go first."""
     from mmpos.integrations.diffusers import (
         clear_attention_rule,

@@ -158,3 +158,61 @@ def test_attention_rules_parse_after_a_plus():
     with pytest.raises(ValueError, match="one attention rule at a time"):
         split_rules("ultraimage+spa")
     assert split_rules("dype+spa") == ("dype", ["spa"])
+
+
+@pytest.mark.parametrize("family", ["flux2", "qwen", "z_image"])
+def test_spa_from_the_command_line_on_the_tiny_family_folders(family, tmp_path, capsys):
+    """``mmpos tiny-pipeline FAMILY`` then ``mmpos generate ... --extrapolate dype+spa``: at the folder's size (the
+    training size here) the stock image, at twice the side SPA's image differs from DyPE's alone."""
+    import shlex
+
+    torch.set_num_threads(1)
+    assert main(["tiny-pipeline", family, "--out", str(tmp_path / "tiny")]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("mmpos generate"))
+    command = shlex.split(line.strip())[1:]
+    side = int(command[command.index("--height") + 1])
+    runs = {"1x_none": ("none", side), "1x_spa": ("dype+spa", side), "2x_dype": ("dype", 2 * side)}
+    runs["2x_spa"] = ("dype+spa", 2 * side)
+    for name, (preset, size) in runs.items():
+        sizes = ["--height", str(size), "--width", str(size), "--train-size", str(side)]
+        assert main([*command, *sizes, "--extrapolate", preset, "--out", str(tmp_path / name)]) == 0
+    assert np.array_equal(pixels(tmp_path / "1x_none"), pixels(tmp_path / "1x_spa"))
+    # random tiny weights, 2 steps, 3 bundle grids: the change is small (measured: FLUX.2 0.04, Qwen-Image 0.004,
+    # Z-Image 1.2 of 255 on average) but there, where DyPE alone gives the same image every run
+    assert np.abs(pixels(tmp_path / "2x_spa").astype(float) - pixels(tmp_path / "2x_dype")).mean() > 1e-3
+    installed = yaml.safe_load((tmp_path / "2x_spa" / "config.yaml").read_text())["extrapolate"]["installed"]
+    assert installed["rules"] == ["spa"]
+
+
+def test_sega_brings_its_ntk_base_is_stock_at_the_training_size_and_changes_ntk_past_it(saved, tmp_path):
+    """``--extrapolate sega``: SEGA's factors over the NTK preset (the port's base); ``none+sega`` on the stock
+    ladder. At the training size the image is the stock one; past it, a measured change against NTK alone."""
+    from mmpos.pipelines.extrapolate import split_rules
+
+    assert split_rules("sega") == ("ntk", ["sega"]) and split_rules("none+sega") == ("none", ["sega"])
+    assert split_rules("dype+sega") == ("dype", ["sega"])
+    torch.set_num_threads(1)
+    runs = {"1x_none": ("none", "32"), "1x_sega": ("sega", "32"), "big_ntk": ("ntk", "64"), "big_sega": ("sega", "64")}
+    for name, (preset, side) in runs.items():
+        args = ["generate", *saved, *COMMON, "--height", side, "--width", side, "--extrapolate", preset]
+        assert main([*args, "--out", str(tmp_path / name)]) == 0
+    assert np.array_equal(pixels(tmp_path / "1x_none"), pixels(tmp_path / "1x_sega"))
+    change = np.abs(pixels(tmp_path / "big_sega").astype(float) - pixels(tmp_path / "big_ntk")).mean()
+    assert change > 0.01  # of 255 (0 without the rule; factors about m_ref = 2 ** 0.08 = 1.057, 2 steps)
+    installed = yaml.safe_load((tmp_path / "big_sega" / "config.yaml").read_text())["extrapolate"]["installed"]
+    assert installed["rules"] == ["sega"] and installed["schedules"]["row"]["method"] == "ntk"
+
+
+def test_install_rules_puts_sega_on_qwen_image_with_its_stock_processors():
+    """``--extrapolate sega`` on Qwen-Image: ``set_pe`` native (no ``rope_axial`` fallback: the stock processors
+    read the tables SEGA scales), the NTK ladder on the rows and columns and the rule at the training grid."""
+    from mmpos.integrations.diffusers.attention_rules import SpectralRule, encoding_processors
+    from mmpos.integrations.diffusers.families.tiny import CASES
+    from mmpos.pipelines.extrapolate import install_rules
+    from mmpos.spectrum.schedule import extrapolation_preset
+
+    model = CASES["qwen"].model()
+    install_rules(model, ["sega"], (4.0, 4.0), [None, *extrapolation_preset("ntk", (4.0, 4.0))])
+    state = model._mmpos_attention_rule[0]
+    assert isinstance(state, SpectralRule) and state.train_grid == (4.0, 4.0)
+    assert not encoding_processors(model) and model.pos_embed.native

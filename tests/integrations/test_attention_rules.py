@@ -54,6 +54,27 @@ def test_clear_gives_the_set_pe_model_back():
     assert torch.equal(run(model, 4), before)
 
 
+def test_one_video_grid_serves_the_rules_and_the_camera_adapters():
+    """``Family.latent_grid`` is the video token grid both read: every camera family has one; the rules run where the
+    processors take them too (tier 2, or a ``rule_processor``), and a tier-1 camera family is refused by name."""
+    from dataclasses import replace
+
+    from mmpos.integrations.diffusers.families import FAMILIES, builtin_families, register_family
+    from mmpos.integrations.diffusers.families.tiny import CASES
+
+    builtin_families()
+    rules = sorted(name for name, family in FAMILIES.items() if family.takes_attention_rules)
+    assert rules == ["hunyuan_video", "hunyuan_video15", "ltx", "wan", "wan_animate", "wan_vace"]  # as before the merge
+    cameras = [family for family in FAMILIES.values() if family.camera is not None]
+    assert cameras and all(family.latent_grid is not None for family in cameras)
+    cosmos = set_pe(CASES["cosmos"].model(), "native")  # a camera site and its grid, stock processors: no rule
+    with pytest.raises(ValueError, match="cosmos family is not supported; supported: .*ltx"):
+        set_attention_rule(cosmos, {"type": "ultravico", "train_frames": 2})
+    with pytest.raises(ValueError, match="'nope': camera adapters need the family's latent_grid"):
+        register_family(replace(FAMILIES["cosmos"], name="nope", latent_grid=None))
+    assert "nope" not in FAMILIES
+
+
 def test_refusals_name_what_is_wrong():
     with pytest.raises(ValueError, match="set_pe first"):
         set_attention_rule(tiny_wan(), {"type": "ultravico", "train_frames": 2})

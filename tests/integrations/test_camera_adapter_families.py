@@ -1,6 +1,7 @@
 """Camera adapters (UCPE, PRoPE, Plücker) on every family that declares a camera site, on the families' tiny configs
 (``families/tiny.py``, fp32, CPU): identity at zero initialisation, the deltas where the site says (checked against
-hooks written here from the layer protocol), restore, save/load, context parallelism refused by name."""
+hooks written here from the layer protocol), restore, save/load, context parallelism refused by name
+(LTX-2's 2-process cases: ``test_context_parallel_camera.py``)."""
 
 from types import SimpleNamespace
 
@@ -147,7 +148,7 @@ def test_save_and_load_round_trip(family_case, tmp_path):
 
 def test_cameras_on_another_grid_are_refused_by_name(family_case):
     name, model, inputs, _ = family_case
-    frames, rows, cols = get_family(name).camera.grid(model, (), inputs)
+    frames, rows, cols = get_family(name).latent_grid(model, (), inputs)
     assert (frames, rows, cols) == (2, ROWS, COLS)  # the grid the tiny inputs were built on
     cameras = video_cameras(_trajectory(), (frames + 1, rows, cols), (rows * 16, cols * 16))
     with camera_conditioning(model, adapter_for(model, "plucker"), cameras):
@@ -164,14 +165,26 @@ def test_ltx2_cameras_act_on_the_video_self_attention_only():
         assert all(block.attn1.processor is not p for block, p in zip(model.transformer_blocks, video))
 
 
-@pytest.mark.parametrize("name", ["ltx2", "hunyuan_video15", "skyreels_v2", "cosmos"])
+@pytest.mark.parametrize("name", ["hunyuan_video15", "skyreels_v2", "cosmos"])
 def test_context_parallelism_stays_refused_by_name(name):
-    """LTX-2 has a diffusers ``_cp_plan`` mmpos has not verified; the others have none: a camera adapter on a model
-    made context parallel is refused, naming the family."""
+    """These classes have no ``_cp_plan`` in diffusers 0.42.1: a camera adapter on a model made context parallel (a
+    caller's plan) is refused, naming the family and the class without a plan."""
     model = CASES[name].model()
+    assert getattr(type(model), "_cp_plan", None) is None
     model._parallel_config = SimpleNamespace(context_parallel_config=object(), tensor_parallel_config=None)
     adapter = adapter_for(model, "plucker")
-    with pytest.raises(RuntimeError, match=f"family '{name}'.* context parallelism .* is refused"):
+    with pytest.raises(RuntimeError, match=f"family '{name}'.* context parallelism .* is refused") as error:
+        install_camera_adapter(model, adapter.conditioning(_trajectory()))
+    assert f"({type(model).__name__} has no _cp_plan in diffusers 0.42.1: the plan is the caller's)" in str(error.value)
+
+
+def test_ltx2_under_a_plan_that_leaves_cross_attn_rope_whole_is_refused_by_name():
+    """LTX-2 under diffusers' own plan (no split hook on ``cross_attn_rope``): refused, pointing at
+    ``ltx2_context_parallel_plan`` (the 2-process cases: ``test_context_parallel_camera.py``)."""
+    model = CASES["ltx2"].model()
+    model._parallel_config = SimpleNamespace(context_parallel_config=object(), tensor_parallel_config=None)
+    adapter = adapter_for(model, "plucker")
+    with pytest.raises(RuntimeError, match="the plan leaves cross_attn_rope whole.*ltx2_context_parallel_plan"):
         install_camera_adapter(model, adapter.conditioning(_trajectory()))
 
 
@@ -180,5 +193,8 @@ def test_the_family_table_says_which_families_take_which_kinds():
 
     for name in camera_families():
         assert camera_row(get_family(name)).startswith("plucker, prope, ucpe")
-    assert camera_row(get_family("wan")).endswith("(context parallel: plucker)")  # ucpe / prope are refused there
+    for name in ("wan", "ltx2"):  # ucpe / prope are refused there
+        assert camera_row(get_family(name)).endswith("(context parallel: plucker)")
+    for name in ("hunyuan_video15", "skyreels_v2", "cosmos"):
+        assert camera_row(get_family(name)) == "plucker, prope, ucpe"
     assert camera_row(get_family("hunyuan_video")) == camera_row(get_family("helios")) == "-"

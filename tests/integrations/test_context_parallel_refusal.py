@@ -81,14 +81,16 @@ def test_set_pe_on_an_unverified_family_already_parallel_is_refused_by_name(name
 
 
 def test_the_refusal_says_when_diffusers_has_no_plan():
-    """The message says whether diffusers has a ``_cp_plan`` for the family (0.42.1: none for Chroma; every family with a plan is verified now, LTX last)."""
+    """The message says whether the class has a ``_cp_plan`` in the installed diffusers (0.42.1: none for Chroma;
+    LTX-2, MiniMax H3 and Helios have one that mmpos has not verified)."""
     planned = [name for name in REFUSED if type(CASES[name].model())._cp_plan is not None]
     for name in ["chroma"] + planned:
         model = CASES[name].model()
         model._parallel_config = context_parallel()
         with pytest.raises(RuntimeError) as refused:
             set_pe(model, "native")
-        assert ("diffusers has no _cp_plan for it" in str(refused.value)) is (name not in planned)
+        says = f"({type(model).__name__} has no _cp_plan in diffusers 0.42.1: the plan is the caller's)"
+        assert (says in str(refused.value)) is (name not in planned)
 
 
 @pytest.mark.parametrize("name", VERIFIED)

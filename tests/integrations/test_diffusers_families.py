@@ -15,6 +15,7 @@ from mmpos.integrations.diffusers import model_extrapolation, position_module, r
 from mmpos.integrations.diffusers.families import builtin_families, get_family
 from mmpos.integrations.diffusers.families.tiny import CASES, output
 from mmpos.spectrum.schedule import PRESETS
+from tests.fixtures.asserts import in_fresh_memory
 
 FAMILIES = builtin_families()
 
@@ -70,7 +71,7 @@ def test_save_and_load_with_set_pe_installed_is_the_stock_checkpoint(family, tmp
     set_pe(model, "native")
     assert sorted(model.state_dict()) == keys
     model.save_pretrained(tmp_path)
-    loaded = type(model).from_pretrained(tmp_path).eval()
+    loaded = in_fresh_memory(type(model).from_pretrained(tmp_path).eval())
     assert torch.equal(run(loaded, inputs), stock)
     set_pe(loaded, "native")
     assert torch.equal(run(loaded, inputs), stock)
@@ -105,7 +106,7 @@ def test_save_and_load_with_set_pe_give_the_stock_checkpoint(family, tmp_path):
     saved = load_file(tmp_path / "diffusion_pytorch_model.safetensors")
     assert sorted(saved) == sorted(expected)
     assert all(torch.equal(saved[name], expected[name]) for name in expected)
-    loaded = type(model).from_pretrained(tmp_path).eval()
+    loaded = in_fresh_memory(type(model).from_pretrained(tmp_path).eval())
     assert torch.equal(run(loaded, inputs), stock)
 
 

@@ -11,7 +11,7 @@ from mmpos.integrations.diffusers.families.tiny import CASES, output
 # family -> the seam method that builds an output (None: a SpectrumSeam, counted by its table_builds)
 # (chroma, hidream, kandinsky6: ids the model rebuilds every forward, keyed by value: ids_values_key)
 BUILDERS = {
-    "qwen": "_tables",
+    "qwen": "tables_at",
     "chronoedit": "_native_tables",
     "cosmos": None,
     "qwenimage21": None,

@@ -1,4 +1,5 @@
-"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA).
+"""Attention rules beyond the training length (video: UltraViCo, FreeLOC) and size (images: UltraImage, HAP, SPA,
+SEGA).
 
     from mmpos.integrations.diffusers import set_attention_rule, set_pe
     set_pe(wan, "native")                                   # the stock model (or a spectrum schedule: DyPE, RIFLEx)
@@ -12,15 +13,18 @@ rotates them further on the time pairs of the encoding's spectrum (resolved at t
 DyPE schedule is followed). Inside the training length (``frames <= train_frames``) the processors run the stock
 attention, so the model is ``set_pe``'s (or the stock one) bit for bit.
 
-The families say where (``Family.latent_grid``): Wan, Wan VACE and Wan Animate through their mmpos processors; LTX,
+The families say where (``Family.latent_grid`` and ``Family.takes_attention_rules``): Wan, Wan VACE and Wan Animate through their mmpos processors; LTX,
 whose processors are stock, through rule processors ``set_attention_rule`` installs (``Family.rule_processor``;
 UltraViCo only: FreeLOC's time shift reads Wan's rope spectrum). Other families (HunyuanVideo 1.5: joint video and
 text attention) are refused by name.
 
 Image rules past the training size (:data:`IMAGE_RULES`), through the image families' mmpos processors (their joint
 text+image self-attention): UltraImage's entropy-driven per-head sharpening (:mod:`mmpos.ops.entropy_scaling`;
-FLUX.1, FLUX.2, Chroma, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`; FLUX.1, Chroma, FLUX.2) and SPA
-(:mod:`mmpos.coords.bundles`; FLUX.1, Chroma)::
+FLUX.1, FLUX.2, Chroma, Qwen-Image, Z-Image), HRDiT's HAP (:mod:`mmpos.ops.head_scopes`) and SPA (:mod:`mmpos.coords.bundles`;
+both on FLUX.1, Chroma, FLUX.2, Qwen-Image, Z-Image; SPA's tables from ``Family.bundle_tables``, Qwen-Image's
+attention through the rule processors ``set_attention_rule`` installs under its seam), and SEGA's spectral-energy
+factors per row / column RoPE pair (:mod:`mmpos.ops.spectral_energy`; FLUX.1, FLUX.2, Chroma, Z-Image, and Qwen-Image
+through its seam's tables)::
 
     set_pe(flux, "native")
     set_attention_rule(flux, {"type": "ultraimage", "train_grid": (64, 64)})           # 1024 px trained
@@ -40,17 +44,20 @@ from ...ops.entropy_scaling import EntropyScaling
 from ...ops.frame_reencoding import FrameReencoding
 from ...ops.head_scopes import HeadScopes
 from ...ops.rotation import rotate
+from ...ops.spectral_energy import SpectralEnergyScaling, pair_channels
 from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
 from .families import family_for, get_family, list_families
 from .installer import ENCODING, ProcessorInstaller
+from .positions import PositionSeam
 from .processors import PEProcessor
 
 RULES = ("ultravico", "freeloc")
-IMAGE_FAMILIES = ("flux", "chroma", "flux2", "z_image")
-TEXT_FIRST_FAMILIES = ("flux", "chroma", "flux2")  # joint sequences with the text before the image tokens
-FLUX_ID_FAMILIES = ("flux", "chroma")  # FLUX.1's processors and (index, row, col) ids
-IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": TEXT_FIRST_FAMILIES, "spa": FLUX_ID_FAMILIES}
+IMAGE_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")
+HAP_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # joint sequences whose text and image parts are known
+SPA_FAMILIES = ("flux", "chroma", "flux2", "qwen", "z_image")  # families with Family.bundle_tables
+IMAGE_RULES = {"ultraimage": IMAGE_FAMILIES, "hap": HAP_FAMILIES, "spa": SPA_FAMILIES, "sega": IMAGE_FAMILIES}
+TABLE_FAMILIES = ("qwen",)  # SEGA multiplies the seam's complex tables there (the port's route), not q and k
 
 
 class VideoRule:
@@ -134,15 +141,17 @@ class ImageRule:
 
 class PrunedRule:
     """HRDiT's HAP past ``train_tokens`` image tokens: each layer's heads attend within their scopes
-    (:class:`~mmpos.ops.head_scopes.HeadScopes`; the text length is this forward's ``encoder_hidden_states``')."""
+    (:class:`~mmpos.ops.head_scopes.HeadScopes`) on the forward's joint sequence (:func:`joint_layout`: the text
+    moved before the image tokens where a family puts it after them, as Z-Image) or on an image-only attention
+    (Z-Image's noise refiner: no text); a text-only attention (Z-Image's context refiner) stays stock. Samples padded
+    to the batch's longest (Z-Image's captions of several lengths) attend one by one, their padding rows zero."""
 
     def __init__(self, alphas, betas, anchor_stride: int, train_tokens: int):
         self.alphas, self.betas, self.anchor_stride, self.train_tokens = alphas, betas, anchor_stride, train_tokens
-        self.state = PerThread(None)  # (image tokens, text tokens)
+        self.state = PerThread(None)  # (image tokens, joint_layout)
 
     def before_forward(self, transformer, family, args, kwargs) -> None:
-        text = kwargs.get("encoder_hidden_states")
-        self.state.set((image_tokens(family.name, args, kwargs), None if text is None else int(text.shape[1])))
+        self.state.set((image_tokens(family.name, args, kwargs), joint_layout(family.name, args, kwargs)))
 
     def scopes(self, layer: int, text_tokens: int) -> HeadScopes:
         if layer >= len(self.alphas):
@@ -155,9 +164,48 @@ class PrunedRule:
         state = self.state.get()
         if state is None or state[0] is None or state[0] <= self.train_tokens or state[1] is None:
             return None
-        if mask is not None or parallel_config is not None:
-            raise ValueError("hap: an attention mask or context parallelism with the rule is not supported")
-        return self.scopes(layer, state[1]).attend(query, key, value)
+        if parallel_config is not None:
+            raise ValueError("hap: context parallelism with the rule is not supported")
+        images, texts, text_first = state[1]
+        length = query.shape[1]
+        if length == max(i + t for i, t in zip(images, texts)):
+            parts = list(zip(images, texts))  # the joint attention
+        elif length == max(images):
+            if max(images) == max(texts):
+                raise ValueError(f"hap: {length} image tokens and {length} text tokens: image-only attention or not?")
+            parts = [(i, 0) for i in images]  # an image-only attention
+        else:
+            return None  # a text-only attention
+        lengths = [i + t for i, t in parts]
+        _check_prefix_mask(mask, lengths, query.shape[0], length)
+        if all(n == length for n in lengths) and len(set(parts)) == 1:
+            return self._attend_one(layer, query, key, value, parts[0][1], text_first)
+        out = query.new_zeros(query.shape)
+        for b, n in enumerate(lengths):
+            rows = (t[b : b + 1, :n] for t in (query, key, value))
+            out[b : b + 1, :n] = self._attend_one(layer, *rows, parts[b][1], text_first)
+        return out
+
+    def _attend_one(self, layer, query, key, value, text: int, text_first: bool):
+        scopes = self.scopes(layer, text)
+        if text_first or text == 0:
+            return scopes.attend(query, key, value)
+        order = [t.roll(text, dims=1) for t in (query, key, value)]  # the trailing text moved to the front
+        return scopes.attend(*order).roll(-text, dims=1)
+
+
+def _check_prefix_mask(mask, lengths: list[int], batch: int, length: int) -> None:
+    """HAP takes a boolean key mask only where it keeps each sample's first ``lengths[b]`` tokens (its padding to
+    the batch's longest masked), or no mask where every sample fills the sequence."""
+    if mask is None:
+        if any(n != length for n in lengths):
+            raise ValueError("hap: samples shorter than the sequence need their padding masked")
+        return
+    if mask.dtype != torch.bool or mask.numel() != batch * length:
+        raise ValueError(f"hap: only a boolean key mask is supported, got {mask.dtype} {tuple(mask.shape)}")
+    prefix = torch.arange(length, device=mask.device)[None, :] < torch.tensor(lengths, device=mask.device)[:, None]
+    if not torch.equal(mask.reshape(batch, length), prefix):
+        raise ValueError("hap: an attention mask that masks text tokens (a padded prompt) is not supported")
 
 
 class BundleRule:
@@ -176,18 +224,99 @@ class BundleRule:
         count = 0 if fresh else previous[2] + (sigma is None or sigma != previous[1])
         tables = None
         if tokens is not None and tokens > self.train_tokens and count < self.steps:
-            text, image = kwargs["txt_ids"], kwargs["img_ids"]
-            position = getattr(transformer, family.position_attr)
-            grids = bundle_variants(image[:, 1:].round(), self.group_num)
-            tables = [position(torch.cat([text, torch.cat([image[:, :1], g], dim=1)])) for g in grids]
+            tables = family.bundle_tables(transformer, args, kwargs, lambda grid: bundle_variants(grid, self.group_num))
         self.state.set((tokens, sigma, count, tables))
 
-    def tables(self):
+    def tables(self, layer: int):
+        """The rotary tables ``layer`` averages its attention over (one per bundle grid), or ``None``: stock."""
         state = self.state.get()
-        return None if state is None else state[3]
+        return None if state is None or state[3] is None else state[3](layer)
 
     def __call__(self, query, key, value, mask, parallel_config, layer, attend):
         return None  # SPA acts where the processor rotates (PEProcessor._rotate_attend)
+
+
+class SpectralRule:
+    """SEGA past the training grid: each forward's latent (read before the blocks) gives the row and column RoPE
+    pairs their factors (:class:`~mmpos.ops.spectral_energy.SpectralEnergyScaling`); the processors attend with q
+    and k times them, every token of the joint sequence (as the port's scaled tables do). Qwen-Image, whose stock
+    processors multiply the seam's complex tables into q and k: the tables times them (:meth:`scale_tables`)."""
+
+    def __init__(self, scaling: SpectralEnergyScaling, train_grid: tuple[float, float]):
+        self.scaling, self.train_grid = scaling, train_grid
+        self.state = PerThread(None)  # (channel factors [D], per-pair factors (rows, cols), pair factors [P])
+        self.pairs = None  # (row pairs, column pairs, frequencies [P], pair count, layout, head_dim)
+
+    def bind(self, transformer: nn.Module, family) -> None:
+        """Read which pairs of the model's encoding turn with the image rows and columns, and their frequencies."""
+        seam = getattr(transformer, family.position_attr)
+        encoding = axial_encoding(seam, "sega", "spectrum")
+        spectrum, axes = encoding.spectrum, getattr(seam, "coord_axes", None)
+        model_axis = spectrum.axis_of_pair if axes is None else torch.tensor(axes)[spectrum.axis_of_pair]
+        rows, cols = (torch.nonzero(model_axis == a).flatten() for a in family.image_axes)
+        self.pairs = (rows, cols, spectrum.inv_freq, spectrum.num_pairs, encoding.layout, encoding.head_dim)
+
+    def before_forward(self, transformer, family, args, kwargs) -> None:
+        latent, grid = latent_map(family.name, args, kwargs)
+        if grid[0] <= self.train_grid[0] and grid[1] <= self.train_grid[1]:
+            self.state.set(None)
+            return
+        rows, cols, inv_freq, pairs, layout, head_dim = self.pairs
+        m_rows, m_cols = self.scaling.factors(latent, grid, self.train_grid, (inv_freq[rows], inv_freq[cols]))
+        pair_scale = torch.ones(pairs, dtype=m_rows.dtype, device=m_rows.device)
+        pair_scale[rows.to(pair_scale.device)], pair_scale[cols.to(pair_scale.device)] = m_rows, m_cols
+        self.state.set((pair_channels(pair_scale, head_dim, layout), (m_rows, m_cols), pair_scale))
+
+    def factors(self):
+        """The row and column pairs' factors of the forward in flight (``None`` within the training grid)."""
+        state = self.state.get()
+        return None if state is None else state[1]
+
+    def scale_tables(self, seam, args, tables):
+        """A forward hook on Qwen-Image's seam: its complex ``(image [S, P], text [S, P])`` tables times the pair
+        factors (a factor on both q and k, as on the processors' path); within the training grid as they are."""
+        state = self.state.get()
+        if state is None or tables is None:
+            return tables
+        return tuple(t * state[2].to(t.device, t.real.dtype) for t in tables)
+
+    def __call__(self, query, key, value, mask, parallel_config, layer, attend):
+        state = self.state.get()
+        if state is None:
+            return None
+        scale = state[0].to(query.device, query.dtype)
+        return attend(query * scale, key * scale, value, mask, parallel_config)
+
+
+def latent_map(family: str, args, kwargs) -> tuple[torch.Tensor, tuple[int, int]]:
+    """The forward's latent averaged over its channels, ``[B, H, W]`` (the pixels' latent grid, 2 x 2 per token),
+    and the output image's token grid ``(rows, cols)``: Z-Image's latents (a list of ``[C, F, H, W]``), or the
+    packed tokens ``hidden_states [B, S, 4 C]`` of FLUX.1, Chroma, FLUX.2 and Qwen-Image (channels ``(c, row, col)``
+    per 2 x 2 patch), the output image's tokens first, its grid from ``img_ids`` (the tokens of the first image
+    index) or Qwen-Image's ``img_shapes`` (the first image)."""
+    if family == "z_image":
+        latents = kwargs.get("x", args[0] if args else None)
+        patch = int(kwargs.get("patch_size", 2))
+        items = latents if isinstance(latents, (list, tuple)) else [latents]
+        if len({tuple(x.shape) for x in items}) != 1:
+            raise ValueError("sega: a batch of latents of different sizes is not supported")
+        maps = torch.stack([x.mean(dim=(0, 1)) for x in items])
+        return maps, (maps.shape[-2] // patch, maps.shape[-1] // patch)
+    tokens = kwargs.get("hidden_states", args[0] if args else None)
+    if family == "qwen":
+        shapes = kwargs["img_shapes"]
+        shapes = shapes[0] if isinstance(shapes, list) else shapes  # the first sample's, as QwenEmbedRope
+        _, rows, cols = shapes[0] if isinstance(shapes, list) else shapes
+    else:
+        ids = kwargs.get("img_ids")
+        if not isinstance(ids, torch.Tensor):
+            raise ValueError(f"sega: {family} needs img_ids as a keyword argument (its token grid), got {ids!r}")
+        ids = ids[0] if ids.dim() == 3 else ids
+        first = ids[ids[:, 0] == ids[0, 0]]
+        rows, cols = int(first[:, 1].max()) + 1, int(first[:, 2].max()) + 1
+    batch, channels = tokens.shape[0], tokens.shape[-1] // 4
+    patches = tokens[:, : rows * cols].reshape(batch, rows, cols, channels, 2, 2).mean(dim=3)
+    return patches.permute(0, 1, 3, 2, 4).reshape(batch, 2 * rows, 2 * cols), (rows, cols)
 
 
 def image_tokens(family: str, args, kwargs) -> int | None:
@@ -200,6 +329,34 @@ def image_tokens(family: str, args, kwargs) -> int | None:
         return max((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch) for x in items)
     hidden_states = kwargs.get("hidden_states", args[0] if args else None)
     return int(hidden_states.shape[1]) if isinstance(hidden_states, torch.Tensor) else None
+
+
+def joint_layout(family: str, args, kwargs) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
+    """``(image tokens per sample, text tokens per sample, text first)`` of the forward's joint attention sequence:
+    FLUX.1, FLUX.2, Chroma and Qwen-Image put ``encoder_hidden_states`` before the image tokens; Z-Image puts each
+    sample's caption after its image, each padded to a multiple of 32 tokens, the batch to its longest sample."""
+    if family == "z_image":
+        from diffusers.models.transformers.transformer_z_image import SEQ_MULTI_OF
+
+        latents = kwargs.get("x", args[0] if args else None)
+        captions = kwargs.get("cap_feats", args[2] if len(args) > 2 else None)
+        patch, frames = int(kwargs.get("patch_size", 2)), int(kwargs.get("f_patch_size", 1))
+        if not (isinstance(latents, (list, tuple)) and isinstance(captions, (list, tuple))):
+            return None
+        if not all(isinstance(x, torch.Tensor) and isinstance(c, torch.Tensor) for x, c in zip(latents, captions)):
+            return None  # Omni's nested lists
+
+        def padded(n: int) -> int:
+            return n + (-n) % SEQ_MULTI_OF
+
+        images = [padded((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch)) for x in latents]
+        return tuple(images), tuple(padded(len(c)) for c in captions), False
+    hidden_states = kwargs.get("hidden_states", args[0] if args else None)
+    text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+    if not isinstance(text, torch.Tensor) or not isinstance(hidden_states, torch.Tensor):
+        return None
+    batch = hidden_states.shape[0]
+    return (int(hidden_states.shape[1]),) * batch, (int(text.shape[1]),) * batch, True
 
 
 def key_mask(mask, key) -> torch.Tensor | None:
@@ -248,7 +405,7 @@ def rule_from_config(config: Mapping | WindowDecay | FrameReencoding):
     return FrameReencoding.scaled(**options), layers
 
 
-def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule:
+def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRule | SpectralRule:
     """``{"type": "ultraimage", "train_grid": (64, 64), ...}``, ``{"type": "spa", "train_grid": (64, 64), ...}``,
     ``{"type": "hap", "train_grid": (64, 64), "scope_plan": {"alphas": ..., "betas": ...}, "anchor_stride": 32}``
     -> the image rule's state for :func:`set_attention_rule`."""
@@ -272,6 +429,11 @@ def image_rule_from_config(config: Mapping) -> ImageRule | PrunedRule | BundleRu
             raise ValueError("hap needs train_grid ((rows, cols) tokens of the training size; FLUX.1: (64, 64))")
         rows, cols = _train_grid(kind, options["train_grid"])
         return PrunedRule(plan["alphas"], plan["betas"], int(options.get("anchor_stride", 0)), rows * cols)
+    if kind == "sega":
+        known = {"train_grid", *SpectralEnergyScaling.__dataclass_fields__}
+        _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
+        grid = _train_grid(kind, options.pop("train_grid"))
+        return SpectralRule(SpectralEnergyScaling(**options), grid)
     known = {"train_grid", "lambda_min", "lambda_max", "h_min", "h_max", "gamma", "block"}
     _check_options(kind, options, known, "train_grid", "(rows, cols) tokens of the training size; FLUX.1: (64, 64)")
     rows, cols = _train_grid(kind, options.pop("train_grid"))
@@ -295,17 +457,24 @@ def _check_options(kind, options, known, required, what) -> None:
         raise ValueError(f"{kind} needs {required} ({what})")
 
 
+def axial_encoding(seam, rule: str, needs: str):
+    """The one axial rotary encoding of ``seam`` (it has the attribute ``needs``, one table for every layer); else a
+    ValueError naming ``rule`` and the encodings found."""
+    encodings = getattr(seam, "encodings", ())
+    encoding = encodings[0] if len(encodings) == 1 else None
+    if encoding is None or not hasattr(encoding, needs) or getattr(seam, "per_layer", False):
+        raise ValueError(
+            f"{rule} needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
+            f"{[type(e).__name__ for e in encodings]}"
+        )
+    return encoding
+
+
 def time_shift(transformer: nn.Module, family):
     """``shift(x [B, L, H, D], frames [L], grid) -> x``: ``x`` rotated by ``frames`` more on the time pairs of the
     model's encoding (its spectrum resolved at ``grid``'s coordinates), in the encoding's channel layout."""
     seam = getattr(transformer, family.position_attr)
-    encodings = getattr(seam, "encodings", ())
-    encoding = encodings[0] if len(encodings) == 1 else None
-    if encoding is None or not hasattr(encoding, "spectrum_at") or getattr(seam, "per_layer", False):
-        raise ValueError(
-            "freeloc needs one axial rotary encoding on the model (set_pe 'native' or 'rope_axial'), got "
-            f"{[type(e).__name__ for e in encodings]}"
-        )
+    encoding = axial_encoding(seam, "freeloc", "spectrum_at")
     time_axis = family.time_axis
 
     def shift(x: torch.Tensor, frames: torch.Tensor, grid) -> torch.Tensor:
@@ -330,8 +499,8 @@ def set_attention_rule(transformer: nn.Module, rule) -> nn.Module:
     rule, layers = rule_from_config(rule)
     family = family_for(transformer)
     name = rule_name(rule)
-    if family.latent_grid is None or (name == "freeloc" and family.rule_processor is not None):
-        supported = [f for f in list_families() if get_family(f).latent_grid is not None]
+    if not family.takes_attention_rules or (name == "freeloc" and family.rule_processor is not None):
+        supported = [f for f in list_families() if get_family(f).takes_attention_rules]
         if name == "freeloc":
             supported = [f for f in supported if get_family(f).rule_processor is None]
         raise ValueError(f"{name}: the {family.name} family is not supported; supported: {', '.join(supported)}")
@@ -365,7 +534,16 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
     if family.name not in IMAGE_RULES[name]:
         raise ValueError(
             f"{name}: the {family.name} family is not supported (its processors are stock or it is not a "
-            f"text-to-image family{_order_note(name)}); supported: {', '.join(IMAGE_RULES[name])}"
+            f"text-to-image family); supported: {', '.join(IMAGE_RULES[name])}"
+        )
+    if isinstance(state, SpectralRule) and family.name in TABLE_FAMILIES:
+        return _set_table_rule(transformer, family, state)
+    clear_attention_rule(transformer)
+    installer = ProcessorInstaller.find(transformer)
+    added = installer is not None and family.rule_processor is not None and not encoding_processors(transformer)
+    if added:  # set_pe kept the stock processors (Qwen-Image): the rule processors go under its hook
+        installer.add_processors(
+            ENCODING, {i: family.rule_processor(s.original, i) for i, s in enumerate(installer.slots)}
         )
     processors = encoding_processors(transformer)
     if not processors:
@@ -373,7 +551,8 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
             f"set_attention_rule needs mmpos processors: set_pe first (set_pe(model, 'native') keeps the stock "
             f"model{_native_hint(family.name)})"
         )
-    clear_attention_rule(transformer)
+    if isinstance(state, SpectralRule):
+        state.bind(transformer, family)
     for processor in processors:
         processor.attention_rule = state
 
@@ -381,12 +560,39 @@ def _set_image_rule(transformer: nn.Module, rule: Mapping) -> nn.Module:
         state.before_forward(module, family, args, kwargs)
 
     handle = transformer.register_forward_pre_hook(before_forward, with_kwargs=True)
-    transformer._mmpos_attention_rule = (state, handle, processors, False)
+    transformer._mmpos_attention_rule = (state, handle, processors, "added" if added else False)
     return transformer
 
 
-def _order_note(name: str) -> str:
-    return "; HAP's scopes need the text before the image tokens" if name == "hap" else ""
+def _set_table_rule(transformer: nn.Module, family, state: SpectralRule) -> nn.Module:
+    """SEGA on a family whose stock processors read the seam's tables (Qwen-Image): a pre-forward hook measures, a
+    forward hook on the seam scales its tables."""
+    seam = getattr(transformer, family.position_attr)
+    if not isinstance(seam, PositionSeam):
+        raise ValueError(f"sega needs set_pe first on {family.name} (set_pe(model, 'native') keeps the stock model)")
+    state.bind(transformer, family)
+    clear_attention_rule(transformer)
+
+    def before_forward(module, args, kwargs):
+        state.before_forward(module, family, args, kwargs)
+
+    handles = Handles(
+        transformer.register_forward_pre_hook(before_forward, with_kwargs=True),
+        seam.register_forward_hook(state.scale_tables),
+    )
+    transformer._mmpos_attention_rule = (state, handles, [], False)
+    return transformer
+
+
+class Handles:
+    """Several hook handles removed as one."""
+
+    def __init__(self, *handles):
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 def _native_hint(family: str) -> str:
@@ -415,7 +621,9 @@ def clear_attention_rule(transformer: nn.Module) -> nn.Module:
         handle.remove()
         for processor in processors:
             processor.attention_rule = None
-        if own:
+        if own == "added":  # the image rule processors under set_pe's hook (Qwen-Image)
+            ProcessorInstaller.of(transformer).remove_processors(ENCODING, processors)
+        elif own:
             ProcessorInstaller.of(transformer).clear(transformer, ENCODING)
         del transformer._mmpos_attention_rule
     return transformer

@@ -3,7 +3,8 @@
 
 Written once against the family: a family takes camera adapters where it declares a
 :class:`~.families.base.CameraSite` (``Family.camera``): its self-attention layers over the video tokens
-(``Family.attention_modules``), the forward's video token grid, and which item of the layers' output the residual joins.
+(``Family.attention_modules``), the forward's video token grid (``Family.latent_grid``, which the attention rules read
+too), and which item of the layers' output the residual joins.
 Wan, HunyuanVideo 1.5, LTX-2 (video self-attention only: the audio stream is untouched), SkyReels-V2 and Cosmos / Anima
 declare one (:func:`camera_families`).
 
@@ -174,7 +175,7 @@ class CameraConditioning:
         """Before a forward: the cameras must cover its video tokens (its family's grid); a ValueError otherwise."""
         if self.num_tokens is None:
             return
-        grid = camera_family(transformer).camera.grid(transformer, args, kwargs)
+        grid = camera_family(transformer).latent_grid(transformer, args, kwargs)
         if self.num_tokens != grid[0] * grid[1] * grid[2]:
             raise ValueError(
                 f"cameras: they cover {self.num_tokens} video tokens; this forward has {grid[0]} x {grid[1]} x "
@@ -210,8 +211,8 @@ class CameraConditioning:
 
 
 class CameraPathConditioning(CameraConditioning):
-    """A camera path (any length) put on each forward's video token grid: its family's
-    :class:`~.families.base.CameraSite` reads the grid ``(frames, rows, cols)`` from the forward's inputs, the path is
+    """A camera path (any length) put on each forward's video token grid: its family's ``latent_grid`` reads the
+    grid ``(frames, rows, cols)`` from the forward's inputs, the path is
     resampled to the latent frames and imaged at ``rows x cols`` patches of ``pixels_per_token`` pixels
     (:func:`~mmpos.camera.video_cameras`, rays at the adapter's ``ray_offset``, fp64 for an fp64 model, else fp32),
     once per grid."""
@@ -222,7 +223,7 @@ class CameraPathConditioning(CameraConditioning):
 
     def for_forward(self, transformer, args, kwargs) -> None:
         family = camera_family(transformer)
-        grid = tuple(int(n) for n in family.camera.grid(transformer, args, kwargs))
+        grid = tuple(int(n) for n in family.latent_grid(transformer, args, kwargs))
         if grid == self.grid:
             return
         pixels = family.pixels_per_token
@@ -325,7 +326,7 @@ def install_camera_adapter(transformer, conditioning) -> None:
     """Fill the ``camera`` level of ``transformer``'s self-attention layers (one per adapter layer) with
     ``conditioning`` (a :class:`CameraConditioning`, or the :class:`CameraCalls` of concurrent calls)."""
     family = camera_family(transformer)
-    check_parallelism(transformer, "a camera adapter", family)
+    check_parallelism(transformer, "a camera adapter", family, camera_only=True)  # set_pe's own checks refuse the rest
     if isinstance(conditioning, CameraConditioning) and is_parallel(transformer):
         check_shardable(conditioning.adapter)  # (a model made parallel later: the processors check each call)
     if isinstance(conditioning, CameraConditioning):
@@ -349,8 +350,12 @@ class _CamerasForForward:
         conditioning = self.conditioning
         if isinstance(conditioning, CameraCalls):
             conditioning = conditioning.current()
-        if conditioning is not None:
-            conditioning.for_forward(module, args, kwargs)
+        if conditioning is None:
+            return
+        family = camera_family(module)
+        if is_parallel(module) and not family.context_parallel and family.camera.context_parallel is not None:
+            family.camera.context_parallel(module, args, kwargs)  # the inputs its plan shards as verified
+        conditioning.for_forward(module, args, kwargs)
 
 
 def remove_camera_adapter(transformer) -> None:

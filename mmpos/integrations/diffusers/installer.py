@@ -109,6 +109,26 @@ class ProcessorInstaller:
             self.hooks[level] = hook
         self._apply()
 
+    def add_processors(self, level: str, processors: dict) -> None:
+        """Install ``processors`` (layer index -> processor) at ``level`` in the layers where it holds none, keeping
+        its hook (a level ``set_pe`` filled with a hook only: Qwen-Image's stock processors read the seam's tables);
+        :meth:`remove_processors` takes them back."""
+        _check_level(level)
+        if any(level in self.slots[index].levels for index in processors):
+            raise RuntimeError(f"the {level!r} level already holds processors; clear it first")
+        self.check_processors()
+        for index, processor in processors.items():
+            self.slots[index].levels[level] = processor
+        self._apply()
+
+    def remove_processors(self, level: str, processors) -> None:
+        """Take :meth:`add_processors`' ``processors`` out of ``level`` (the level's hook and other processors stay)."""
+        ours = {id(p) for p in processors}
+        for slot in self.slots:
+            if id(slot.levels.get(level)) in ours:
+                del slot.levels[level]
+        self._apply()
+
     def clear(self, transformer: nn.Module, level: str) -> None:
         """Empty ``level``; with every level empty, the original processors come back and the installer goes."""
         _check_level(level)
@@ -166,7 +186,8 @@ class ProcessorInstaller:
 
     @torch.compiler.disable  # eager under torch.compile(model) (as diffusers' hooks' Python state): see _pre_forward
     def _pre_forward(self, module, args, kwargs):
-        check_parallelism(module, "a forward with mmpos processors", get_family(self.family_name))
+        camera_only = all(not self.filled(level) for level in LEVELS if level != CAMERA)
+        check_parallelism(module, "a forward with mmpos processors", get_family(self.family_name), camera_only)
         self.check_processors()
         for level in LEVELS:
             hook = self.hooks.get(level)

@@ -8,7 +8,11 @@ its ``tensor_parallel_config`` for tensor parallelism. :func:`check_parallelism`
 - context parallelism on a family whose seam a 2-process test showed equal to one process
   (:attr:`~.families.Family.context_parallel`: FLUX.1, FLUX.2, Wan, Qwen-Image, LTX-Video); every other family is refused
   (diffusers 0.42.1 ships no ``_cp_plan`` for most of them, so a plan would be the caller's, and the seam would see
-  shards it was never checked on);
+  shards it was never checked on); the refusal says when the model's class has no ``_cp_plan`` in the installed
+  diffusers;
+- camera adapters alone (no ``set_pe``) on a family whose :class:`~.families.base.CameraSite` declares a
+  ``context_parallel`` check (LTX-2, on the plan :func:`~.families.ltx2.ltx2_context_parallel_plan`), which runs instead
+  of the refusal;
 - no tensor parallelism (no family is verified under it), and no xDiT parallel state (:mod:`.xdit`).
 
 It runs in ``set_pe`` (a model already parallel), when a camera adapter is installed, and at every forward with
@@ -18,6 +22,7 @@ tier-1 ``set_pe``'s hook. Not while ``torch.compile`` traces (the check at insta
 
 from __future__ import annotations
 
+import diffusers
 import torch
 
 from .context_parallel import is_parallel, parallel_config
@@ -32,9 +37,11 @@ def verified_families() -> list[str]:
     return [name for name in list_families() if get_family(name).context_parallel]
 
 
-def check_parallelism(model, what: str, family: Family) -> None:
+def check_parallelism(model, what: str, family: Family, camera_only: bool = False) -> None:
     """Refuse ``what`` (``"set_pe"``, ``"a forward with set_pe"``, ...) on ``model`` of ``family`` under a
-    parallelism mmpos has not verified for it: one line naming the family and what runs instead."""
+    parallelism mmpos has not verified for it: one line naming the family and what runs instead. ``camera_only``:
+    mmpos installs only a camera adapter on ``model`` (the family's camera site's ``context_parallel`` check, if
+    any, decides)."""
     if torch.compiler.is_compiling():
         return
     check_no_xdit_parallelism(what)
@@ -52,8 +59,12 @@ def check_parallelism(model, what: str, family: Family) -> None:
             f"seam or processors with the heads sharded over ranks; {instead}"
         )
     if not family.context_parallel:
+        camera_check = None if family.camera is None else family.camera.context_parallel
+        if camera_only and camera_check is not None:
+            camera_check(model)
+            return
         plan = (
-            " (diffusers has no _cp_plan for it: the plan is the caller's)"
+            f" ({type(model).__name__} has no _cp_plan in diffusers {diffusers.__version__}: the plan is the caller's)"
             if getattr(type(model), "_cp_plan", None) is None
             else ""
         )

@@ -134,6 +134,9 @@ def _spectrum_seam(transformer, family, stock_position, pe, options, coord_axes,
         raise TypeError(f"{family.name} (tier 1) takes only the spectrum options {TIER1_OPTIONS}{own}, got {extra}")
     choices = _seam_choices(family, options)
     axes_dims, theta = family.native_axes_dims(transformer), family.native_theta(transformer)
+    check = family.extras.get("check_extrapolation")  # a family's own refusals (Mochi: RIFLEx)
+    if check is not None:
+        check(options.get("extrapolation"))
     encoding = pe_class("rope_axial")(
         head_dim=sum(axes_dims),
         axes_dims=axes_dims,

@@ -78,12 +78,14 @@ class PEProcessor:
 
     def _rotate_attend(self, query, key, value, rotary_emb, mask, parallel_config):
         """Rotate q and k by ``rotary_emb`` and attend (``image``); under a rule that hands several tables (HRDiT's
-        SPA: ``attention_rule.tables()``), the attention outputs averaged over them."""
-        tables = getattr(self.attention_rule, "tables", lambda: None)()
+        SPA: ``attention_rule.tables(layer)``), the attention outputs averaged over them."""
+        tables = getattr(self.attention_rule, "tables", lambda layer: None)(self.layer)
         if tables is None:
             if rotary_emb is not None:
                 query, key = self.rotation(query, key, rotary_emb, self.layer)
             return self._attend(query, key, value, mask, parallel_config, image=True)
+        if parallel_config is not None:
+            raise ValueError("spa: context parallelism is not supported (the bundle grids' tables are the whole ids')")
         total = None
         for table in tables:
             q, k = self.rotation(query, key, table, self.layer)

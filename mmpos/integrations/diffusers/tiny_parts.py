@@ -1,6 +1,7 @@
 """The parts the tiny pipeline recipes share (:mod:`mmpos.integrations.diffusers.tiny_pipelines`, which registers
-them, and its companions ``tiny_pipelines_image`` and ``tiny_pipelines_video``): the recipe type and its call, a
-seeded build, tiny VAEs, a scheduler, prompt embeddings and a condition image."""
+them, and its companions ``tiny_pipelines_image``, ``tiny_pipelines_video`` and the lineage modules
+``tiny_pipelines_wan``, ``tiny_pipelines_hunyuan``, ``tiny_pipelines_ltx``): the recipe type and its call, a seeded
+build, tiny VAEs, a tiny SigLIP image encoder, a scheduler, prompt embeddings and condition images and videos."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class TinyPipeline:
     frames: int | None = None  # video pipelines: num_frames
     inputs: Callable[[int], dict] = field(default=lambda side: {})  # side -> image / mask / video inputs
     call: dict = field(default_factory=dict)  # fixed call arguments (guidance without negative embeddings)
+    sized: bool = True  # False: the call takes no height / width / num_frames (the output size follows the inputs)
 
     def build(self):
         """The pipeline, from :attr:`components`."""
@@ -30,11 +32,22 @@ class TinyPipeline:
         return getattr(diffusers, self.pipeline)(**self.components())
 
 
+def family_recipes(family: str, components, prompt_embeds, side: int, **shared) -> Callable[..., TinyPipeline]:
+    """``make(pipeline, parts=None, **more)``: the recipe of ``family``'s ``pipeline`` (``parts`` and ``more``
+    override the family's ``components`` and ``shared`` fields)."""
+
+    def make(pipeline: str, parts: Callable[[], dict] | None = None, **more) -> TinyPipeline:
+        return TinyPipeline(family, pipeline, seeded(parts or components), prompt_embeds, side, **{**shared, **more})
+
+    return make
+
+
 def tiny_call(recipe: TinyPipeline, steps: int = 1, batch: int = 1) -> dict:
     """Keyword arguments of one tiny run of ``recipe``'s pipeline: its prompt embeddings, size, inputs, ``steps``."""
-    size = dict(height=recipe.side, width=recipe.side, num_inference_steps=steps)
-    if recipe.frames is not None:
+    size = dict(height=recipe.side, width=recipe.side) if recipe.sized else {}
+    if recipe.frames is not None and recipe.sized:
         size["num_frames"] = recipe.frames
+    size["num_inference_steps"] = steps
     return {**recipe.prompt_embeds(batch), **size, **recipe.inputs(recipe.side), **recipe.call}
 
 
@@ -88,6 +101,13 @@ def width16_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dic
     return dict(prompt_embeds=torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed)))
 
 
+def masked_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, 16]`` and ``prompt_attention_mask [B, L]`` (the last token padded)."""
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    return dict(width16_prompt_embeds(batch, length, seed), prompt_attention_mask=mask)
+
+
 def required_none(pipeline: str) -> dict:
     """``{name: None}`` for every component ``pipeline``'s ``__init__`` requires."""
     import inspect
@@ -111,6 +131,31 @@ def pil_image(height: int, width: int, seed: int = 2):
 
 def image_input(side: int) -> dict:
     return dict(image=pil_image(side, side))
+
+
+def pil_video(side: int, frames: int = 5, seed: int = 2) -> list:
+    """``frames`` smooth random ``side x side`` PIL frames (seeds ``seed``, ``seed + 1``, ...)."""
+    return [pil_image(side, side, seed=seed + i) for i in range(frames)]
+
+
+def video_input(side: int) -> dict:
+    return dict(video=pil_video(side))
+
+
+def siglip_vision(width: int, image_size: int = 16):
+    """``(image_encoder, feature_extractor)``: a one-layer SigLIP vision tower of width ``width`` on ``image_size``
+    pixels (patches of ``image_size / 2``: 4 image tokens) and its processor resizing to that size."""
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    config = SiglipVisionConfig(
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=image_size // 2,
+    )
+    return SiglipVisionModel(config).eval(), SiglipImageProcessor(size={"height": image_size, "width": image_size})
 
 
 def hunyuan_video_vae():
@@ -137,3 +182,25 @@ def cogvideox_vae():
     return AutoencoderKLCogVideoX(
         block_out_channels=(8,) * 4, latent_channels=4, layers_per_block=1, norm_num_groups=2
     ).eval()
+
+
+def ltx2_video_vae():
+    """A 2-level ``AutoencoderKLLTX2Video`` of 4 latent channels: 2 pixels per latent, one frame per latent frame."""
+    from diffusers import AutoencoderKLLTX2Video
+
+    levels = dict(block_out_channels=(8, 8), layers_per_block=(1, 1, 1), spatio_temporal_scaling=(True, False))
+    vae = AutoencoderKLLTX2Video(
+        latent_channels=4,
+        patch_size=1,
+        down_block_types=("LTX2VideoDownBlock3D",) * 2,
+        downsample_type=("spatial", "spatial"),
+        upsample_type=("spatial", "spatial"),
+        upsample_residual=(False, False),
+        upsample_factor=(1, 1),
+        decoder_inject_noise=(False,) * 3,
+        spatial_compression_ratio=2,
+        temporal_compression_ratio=1,
+        **levels,
+        **{f"decoder_{key}": value for key, value in levels.items()},
+    )
+    return vae.eval()

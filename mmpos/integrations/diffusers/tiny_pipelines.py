@@ -11,15 +11,17 @@ downloading weights. The images are noise-like; the plumbing is the real one.
 
 The transformers are those of :mod:`mmpos.integrations.diffusers.families.tiny` (the conformance suite's), fitted
 to a tiny VAE; a text encoder is included where one can be built tiny offline (FLUX.1, Qwen-Image, Wan), otherwise
-the pipeline is saved without it and takes the prompt embeddings. :data:`NOT_TINY` names every registered family
-(and :data:`PIPELINES_NOT_TINY` every pipeline of a covered family) that has no tiny pipeline here, with why.
+the pipeline is saved without it and takes the prompt embeddings. The image families' recipes are here and in
+``tiny_pipelines_image``; the video lineages' in ``tiny_pipelines_wan``, ``tiny_pipelines_hunyuan``,
+``tiny_pipelines_ltx`` and ``tiny_pipelines_video`` (CogVideoX and Helios here); :data:`RECIPES` gathers them all.
+:data:`NOT_TINY` names every registered family (and :data:`PIPELINES_NOT_TINY` every pipeline of a covered family)
+that has no tiny pipeline, with why.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -28,14 +30,17 @@ from .families import tiny as tiny_models
 from .tiny_parts import (
     TinyPipeline,
     cogvideox_vae,
+    family_recipes,
     flow_scheduler,
     flux2_vae,
-    hunyuan_video_vae,
     image_input,
     kl_vae,
+    masked_prompt_embeds,
     pil_image,
+    pil_video,
     required_none,
     seeded,
+    video_input,
     width16_prompt_embeds,
 )
 
@@ -232,266 +237,6 @@ def flux_like_components(pipeline: str, transformer) -> dict:
     }
 
 
-# ---- LTX-Video --------------------------------------------------------------------------------------------------
-def ltx_components() -> dict:
-    """Parts of a tiny LTX-Video pipeline: the conformance transformer (4 latent channels, captions of width 16), a
-    4-level ``AutoencoderKLLTXVideo`` scaling twice in space and time (diffusers' pipeline-test VAE on 4 channels),
-    no text encoder (prompt embeddings and their mask)."""
-    from diffusers import AutoencoderKLLTXVideo
-
-    levels = dict(
-        block_out_channels=(8,) * 4, layers_per_block=(1,) * 5, spatio_temporal_scaling=(True, True, False, False)
-    )
-    decoder = {f"decoder_{key}": value for key, value in levels.items()}
-    vae = AutoencoderKLLTXVideo(latent_channels=4, patch_size=1, **levels, **decoder).eval()
-    vae.use_framewise_encoding = vae.use_framewise_decoding = False
-    return dict(
-        transformer=tiny_models.tiny_ltx().eval(),
-        vae=vae,
-        scheduler=flow_scheduler(),
-        text_encoder=None,
-        tokenizer=None,
-    )
-
-
-def ltx_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
-    """``prompt_embeds [B, L, 16]`` and ``prompt_attention_mask [B, L]`` (the last token padded)."""
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[:, -1] = 0
-    return dict(width16_prompt_embeds(batch, length, seed), prompt_attention_mask=mask)
-
-
-# ---- LTX-2 ------------------------------------------------------------------------------------------------------
-LTX2_TEXT_LAYERS = 2  # text-encoder layers the connectors take, stacked on channels: prompt_embeds [B, L, 16 * 2]
-
-
-def ltx2_components(pipeline: str = "LTX2Pipeline") -> dict:
-    """Parts of a tiny ``LTX2Pipeline`` (or ``pipeline``): the conformance transformer (video and audio), a 2-level video VAE (2
-    pixels per latent, one frame per latent frame), an audio VAE of 2 latent channels x 2 mel bins (the audio
-    transformer's 4 inputs), a small vocoder, one-layer text connectors; no Gemma text encoder (prompt embeddings)."""
-    from diffusers import AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video
-    from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
-    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
-
-    levels = dict(block_out_channels=(8, 8), layers_per_block=(1, 1, 1), spatio_temporal_scaling=(True, False))
-    vae = AutoencoderKLLTX2Video(
-        latent_channels=4,
-        patch_size=1,
-        down_block_types=("LTX2VideoDownBlock3D",) * 2,
-        downsample_type=("spatial", "spatial"),
-        upsample_type=("spatial", "spatial"),
-        upsample_residual=(False, False),
-        upsample_factor=(1, 1),
-        decoder_inject_noise=(False,) * 3,
-        spatial_compression_ratio=2,
-        temporal_compression_ratio=1,
-        **levels,
-        **{f"decoder_{key}": value for key, value in levels.items()},
-    ).eval()
-    mel_bins = 8  # 4 mel bins per latent one
-    audio_vae = AutoencoderKLLTX2Audio(
-        base_channels=4, ch_mult=(1, 2), num_res_blocks=1, latent_channels=2, mel_bins=mel_bins, resolution=16
-    ).eval()
-    vocoder = LTX2Vocoder(
-        in_channels=2 * mel_bins,
-        hidden_channels=8,
-        upsample_kernel_sizes=[4, 4],
-        upsample_factors=[2, 2],
-        resnet_kernel_sizes=[3],
-        resnet_dilations=[[1]],
-    ).eval()
-    connector = dict(num_attention_heads=2, attention_head_dim=8, num_layers=1, num_learnable_registers=None)
-    connectors = LTX2TextConnectors(
-        caption_channels=tiny_models.LTX2_CONFIG["caption_channels"],
-        text_proj_in_factor=LTX2_TEXT_LAYERS,
-        **{f"{stream}_connector_{key}": value for stream in ("video", "audio") for key, value in connector.items()},
-    ).eval()
-    return {
-        **required_none(pipeline),
-        "transformer": tiny_models.tiny_ltx2().eval(),
-        "vae": vae,
-        "audio_vae": audio_vae,
-        "vocoder": vocoder,
-        "connectors": connectors,
-        "scheduler": flow_scheduler(),
-    }
-
-
-def ltx2_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
-    """``prompt_embeds [B, L, 16 * 2]`` (two text-encoder layers) and ``prompt_attention_mask [B, L]`` (the last
-    token padded)."""
-    generator = torch.Generator().manual_seed(seed)
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[:, -1] = 0
-    width = tiny_models.LTX2_CONFIG["caption_channels"] * LTX2_TEXT_LAYERS
-    return dict(prompt_embeds=torch.randn(batch, length, width, generator=generator), prompt_attention_mask=mask)
-
-
-LTX2_NO_GUIDANCE = dict(  # no classifier-free, spatio-temporal or modality guidance: one transformer pass per step
-    guidance_scale=1.0,
-    audio_guidance_scale=1.0,
-    stg_scale=0.0,
-    audio_stg_scale=0.0,
-    modality_scale=1.0,
-    audio_modality_scale=1.0,
-)
-
-
-# ---- Wan --------------------------------------------------------------------------------------------------------
-def wan_components(image_to_video: bool = False) -> dict:
-    from mmpos.models.tiny_wan import tiny_wan_components
-
-    return tiny_wan_components(image_to_video=image_to_video)
-
-
-def wan_like_components(pipeline: str, transformer) -> dict:
-    """``pipeline``'s parts for a Wan-lineage ``transformer`` (4 latent channels, text width 16): Wan's tiny VAE, a
-    flow-matching scheduler (shift 3) and ``None`` for its text encoder and tokenizer (prompt embeddings)."""
-    from mmpos.models.tiny_wan import tiny_wan_vae
-
-    others = required_none(pipeline)
-    return {**others, "transformer": transformer.eval(), "vae": tiny_wan_vae(), "scheduler": flow_scheduler(shift=3.0)}
-
-
-def chronoedit_components() -> dict:
-    """Parts of a tiny ``ChronoEditPipeline``: its transformer taking the noisy latents, the image latents and the
-    4-channel frame mask (12 channels) and the image embedding of Wan's tiny CLIP vision encoder, Wan's tiny VAE;
-    no text encoder."""
-    from mmpos.models.tiny_wan import IMAGE_DIM, tiny_clip_vision
-
-    encoder, processor = tiny_clip_vision()
-    transformer = tiny_models.tiny_chronoedit(in_channels=12, image_dim=IMAGE_DIM)
-    return {
-        **wan_like_components("ChronoEditPipeline", transformer),
-        "image_encoder": encoder,
-        "image_processor": processor,
-    }
-
-
-def _wan_vace_transformer():
-    """The conformance suite's tiny Wan VACE transformer taking the pipeline's control input: 2 x 4 latent channels
-    and the 8 x 8 mask folded to 64 channels."""
-    from diffusers import WanVACETransformer3DModel
-
-    return WanVACETransformer3DModel(**tiny_models.WAN_CLONE_CONFIG, vace_layers=[0, 1], vace_in_channels=72)
-
-
-def wan_prompt_embeds(batch: int = 1, length: int = 6, seed: int = 1) -> dict:
-    from mmpos.models.tiny_wan import TEXT_DIM
-
-    return dict(prompt_embeds=torch.randn(batch, length, TEXT_DIM, generator=torch.Generator().manual_seed(seed)))
-
-
-# ---- HunyuanVideo 1.5 ---------------------------------------------------------------------------------------------
-def hunyuan_video15_components() -> dict:
-    """Parts of a tiny ``HunyuanVideo15Pipeline``: the conformance transformer taking noisy latents | condition
-    latents | mask (2 x 4 + 1 channels), a 2-level ``AutoencoderKLHunyuanVideo15`` (2 pixels and 2 frames per latent),
-    a guider without classifier-free guidance, no Qwen2.5-VL / ByT5 text encoders (prompt embeddings)."""
-    from diffusers import AutoencoderKLHunyuanVideo15, HunyuanVideo15Transformer3DModel
-    from diffusers.guiders import ClassifierFreeGuidance
-
-    vae = AutoencoderKLHunyuanVideo15(
-        latent_channels=4,
-        block_out_channels=(8, 8),
-        layers_per_block=1,
-        spatial_compression_ratio=2,
-        temporal_compression_ratio=2,
-    ).eval()
-    transformer = HunyuanVideo15Transformer3DModel(**{**tiny_models.HUNYUAN_VIDEO15_CONFIG, "in_channels": 9}).eval()
-    return dict(
-        transformer=transformer,
-        vae=vae,
-        scheduler=flow_scheduler(),
-        guider=ClassifierFreeGuidance(guidance_scale=1.0),
-        **dict.fromkeys(("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2")),
-    )
-
-
-def hunyuan_video15_prompt_embeds(batch: int = 1, length: int = 5, byt5: int = 3, seed: int = 3) -> dict:
-    """Qwen ``prompt_embeds [B, L, 16]`` with ``prompt_embeds_mask [B, L]`` (the last token padded) and ByT5
-    ``prompt_embeds_2 [B, byt5, 16]`` with its all-ones mask."""
-    generator = torch.Generator().manual_seed(seed)
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[:, -1] = 0
-    return dict(
-        prompt_embeds=torch.randn(batch, length, 16, generator=generator),
-        prompt_embeds_mask=mask,
-        prompt_embeds_2=torch.randn(batch, byt5, 16, generator=generator),
-        prompt_embeds_mask_2=torch.ones(batch, byt5, dtype=torch.long),
-    )
-
-
-# ---- HunyuanVideo -----------------------------------------------------------------------------------------------
-def hunyuan_video_components(image_latents: bool = False) -> dict:
-    """Parts of a tiny ``HunyuanVideoPipeline``: the conformance transformer, a 3-level ``AutoencoderKLHunyuanVideo``
-    (2 pixels and 4 frames per latent: the smallest temporal ratio it has), no Llama / CLIP text encoders (prompt
-    embeddings); ``image_latents``: SkyReels' image-to-video transformer, taking the image latents concatenated on
-    channels (8 in)."""
-    from diffusers import HunyuanVideoTransformer3DModel
-
-    config = {**tiny_models.HUNYUAN_VIDEO_CONFIG, "in_channels": 8 if image_latents else 4}
-    pipeline = "HunyuanSkyreelsImageToVideoPipeline" if image_latents else "HunyuanVideoPipeline"
-    return {
-        **required_none(pipeline),
-        "transformer": HunyuanVideoTransformer3DModel(**config).eval(),
-        "vae": hunyuan_video_vae(),
-        "scheduler": flow_scheduler(),
-    }
-
-
-def hunyuan_video_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
-    """Llama ``prompt_embeds [B, L, 16]`` with ``prompt_attention_mask [B, L]`` (the last token padded) and CLIP's
-    ``pooled_prompt_embeds [B, 8]``."""
-    generator = torch.Generator().manual_seed(seed)
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[:, -1] = 0
-    return dict(
-        prompt_embeds=torch.randn(batch, length, 16, generator=generator),
-        prompt_attention_mask=mask,
-        pooled_prompt_embeds=torch.randn(batch, 8, generator=generator),
-    )
-
-
-# ---- Kandinsky 5 ------------------------------------------------------------------------------------------------
-def kandinsky5_components(image_to_video: bool = False) -> dict:
-    """Parts of a tiny ``Kandinsky5T2VPipeline``: the conformance transformer on HunyuanVideo's tiny VAE, no Qwen2.5-VL
-    / CLIP text encoders (prompt embeddings); ``image_to_video``: its ``visual_cond`` transformer (noisy latents |
-    first-frame latents | mask)."""
-    pipeline = "Kandinsky5I2VPipeline" if image_to_video else "Kandinsky5T2VPipeline"
-    transformer = tiny_models.tiny_kandinsky5(visual_cond=image_to_video)
-    return {
-        **required_none(pipeline),
-        "transformer": transformer.eval(),
-        "vae": hunyuan_video_components()["vae"],
-        "scheduler": flow_scheduler(),
-    }
-
-
-def kandinsky5_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
-    """Qwen ``prompt_embeds_qwen [B, L, 16]``, CLIP's ``prompt_embeds_clip [B, 8]`` and ``prompt_cu_seqlens [B + 1]``
-    (each prompt ``L`` tokens long, int32)."""
-    generator = torch.Generator().manual_seed(seed)
-    return dict(
-        prompt_embeds_qwen=torch.randn(batch, length, 16, generator=generator),
-        prompt_embeds_clip=torch.randn(batch, 8, generator=generator),
-        prompt_cu_seqlens=torch.arange(batch + 1, dtype=torch.int32) * length,
-    )
-
-
-# ---- SANA-Video -------------------------------------------------------------------------------------------------
-def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
-    """Parts of a tiny ``SanaVideoPipeline`` (or ``pipeline``): the conformance transformer on Wan's tiny VAE, a
-    flow-matching scheduler, no Gemma text encoder (prompt embeddings)."""
-    from mmpos.models.tiny_wan import tiny_wan_vae
-
-    return {
-        **required_none(pipeline),
-        "transformer": tiny_models.tiny_sana_video().eval(),
-        "vae": tiny_wan_vae(),
-        "scheduler": flow_scheduler(),
-    }
-
-
 # ---- Helios -----------------------------------------------------------------------------------------------------
 def helios_components() -> dict:
     """Parts of a tiny ``HeliosPipeline``: the conformance transformer on Wan's tiny VAE, a one-stage
@@ -640,21 +385,7 @@ def _control(side: int) -> dict:
 
 
 def _control_video(side: int) -> dict:
-    return dict(control_video=_video(side)["video"])
-
-
-def _video(side: int, frames: int = 5) -> dict:
-    return dict(video=[pil_image(side, side, seed=2 + i) for i in range(frames)])
-
-
-def _family(family: str, components, prompt_embeds, side: int, **shared) -> Callable[..., TinyPipeline]:
-    """``make(pipeline, components=None, **more)``: the recipe of ``family``'s ``pipeline`` (``components`` and
-    ``more`` override the family's)."""
-
-    def make(pipeline: str, parts: Callable[[], dict] | None = None, **more) -> TinyPipeline:
-        return TinyPipeline(family, pipeline, seeded(parts or components), prompt_embeds, side, **{**shared, **more})
-
-    return make
+    return dict(control_video=pil_video(side))
 
 
 def _flux_like(family: str, pipeline: str, transformer, call: dict) -> TinyPipeline:
@@ -662,35 +393,31 @@ def _flux_like(family: str, pipeline: str, transformer, call: dict) -> TinyPipel
     return TinyPipeline(family, pipeline, parts, width16_prompt_embeds, 32, call=call)
 
 
-def _wan_like(family: str, pipeline: str, transformer) -> TinyPipeline:
-    parts = seeded(lambda: wan_like_components(pipeline, transformer()))
-    return TinyPipeline(family, pipeline, parts, width16_prompt_embeds, 32, frames=5, call=dict(guidance_scale=1.0))
-
-
 def _recipes() -> list[TinyPipeline]:
-    from . import tiny_pipelines_image, tiny_pipelines_video  # their recipes, after this module's helpers they import
+    from . import (  # their recipes
+        tiny_pipelines_hunyuan,
+        tiny_pipelines_image,
+        tiny_pipelines_ltx,
+        tiny_pipelines_video,
+        tiny_pipelines_wan,
+    )
 
     no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
-    flux = _family(
+    flux = family_recipes(
         "flux", flux_components, flux_prompt_embeds, 32, call=dict(max_sequence_length=tiny_text.FLUX_TEXT_LEN)
     )
-    flux2 = _family("flux2", klein_components, klein_prompt_embeds, 32, call=no_cfg)
-    qwen = _family("qwen", lambda: qwen_image_components(text_encoder=False), qwen_prompt_embeds, 64)
+    flux2 = family_recipes("flux2", klein_components, klein_prompt_embeds, 32, call=no_cfg)
+    qwen = family_recipes("qwen", lambda: qwen_image_components(text_encoder=False), qwen_prompt_embeds, 64)
     qwen_edit = lambda: qwen_image_components(text_encoder=False, processor=True)  # noqa: E731
-    z_image = _family("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
-    chroma = _family("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
-    ltx = _family("ltx", ltx_components, ltx_prompt_embeds, 32, frames=9, call=no_cfg)
-    hunyuan_video = _family("hunyuan_video", hunyuan_video_components, hunyuan_video_prompt_embeds, 16, frames=5)
-    kandinsky5 = _family("kandinsky5", kandinsky5_components, kandinsky5_prompt_embeds, 16, frames=5, call=no_cfg)
-    # SANA-Video takes `frames`, not num_frames; no resizing to its trained aspect ratios
-    sana_call = dict(no_cfg, frames=5, use_resolution_binning=False)
-    sana_video = _family("sana_video", sana_video_components, ltx_prompt_embeds, 32, call=sana_call)
-    cogvideox = _family("cogvideox", cogvideox_components, cogvideox_prompt_embeds, 64, frames=5, call=no_cfg)
+    z_image = family_recipes("z_image", z_image_components, width16_prompt_embeds, 8, call=dict(guidance_scale=0.0))
+    chroma = family_recipes("chroma", chroma_components, chroma_prompt_embeds, 32, call=no_cfg)
+    cogvideox = family_recipes("cogvideox", cogvideox_components, cogvideox_prompt_embeds, 64, frames=5, call=no_cfg)
     conditioned = lambda: cogvideox_components(conditioned=True)  # noqa: E731
     hunyuandit_call = dict(no_cfg, use_resolution_binning=False)  # not resized to its trained sizes
-    hunyuandit = _family("hunyuandit", hunyuandit_components, hunyuandit_prompt_embeds, 512, call=hunyuandit_call)
-    cogview4 = _family("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
-    wan = _family("wan", wan_components, wan_prompt_embeds, 32, frames=5, call=no_cfg)
+    hunyuandit = family_recipes(
+        "hunyuandit", hunyuandit_components, hunyuandit_prompt_embeds, 512, call=hunyuandit_call
+    )
+    cogview4 = family_recipes("cogview4", cogview4_components, width16_prompt_embeds, 32, call=no_cfg)
     return [
         flux("FluxPipeline"),
         flux("FluxFillPipeline", lambda: flux_components("fill"), inputs=_inpaint),
@@ -713,85 +440,28 @@ def _recipes() -> list[TinyPipeline]:
             "ovis_image", "OvisImagePipeline", tiny_models.tiny_ovis_image, dict(no_cfg, max_sequence_length=256)
         ),
         _flux_like("bria", "BriaPipeline", tiny_models.tiny_bria, no_cfg),
-        _wan_like("skyreels_v2", "SkyReelsV2Pipeline", tiny_models.tiny_skyreels_v2),
-        _wan_like("wan_vace", "WanVACEPipeline", _wan_vace_transformer),
-        ltx("LTXPipeline"),
-        ltx("LTXImageToVideoPipeline", inputs=image_input),
-        ltx("LTXConditionPipeline", inputs=image_input),
-        TinyPipeline(
-            "chronoedit",
-            "ChronoEditPipeline",
-            seeded(chronoedit_components),
-            width16_prompt_embeds,
-            32,
-            frames=5,
-            inputs=image_input,
-            call=no_cfg,
-        ),
-        TinyPipeline(
-            "hunyuan_video15",
-            "HunyuanVideo15Pipeline",
-            seeded(hunyuan_video15_components),
-            hunyuan_video15_prompt_embeds,
-            16,
-            frames=5,
-        ),
-        hunyuan_video("HunyuanVideoPipeline"),
-        hunyuan_video(
-            "HunyuanSkyreelsImageToVideoPipeline",
-            lambda: hunyuan_video_components(image_latents=True),
-            inputs=image_input,
-        ),
-        TinyPipeline(
-            "ltx2",
-            "LTX2Pipeline",
-            seeded(ltx2_components),
-            ltx2_prompt_embeds,
-            32,  # the pipeline asks for multiples of 32 pixels
-            frames=5,
-            call=LTX2_NO_GUIDANCE,
-        ),
-        TinyPipeline(
-            "ltx2",
-            "LTX2ImageToVideoPipeline",
-            seeded(lambda: ltx2_components("LTX2ImageToVideoPipeline")),
-            ltx2_prompt_embeds,
-            32,  # the pipeline asks for multiples of 32 pixels
-            frames=5,
-            inputs=image_input,
-            call=dict(LTX2_NO_GUIDANCE, image_crf=0),  # no H.264 re-compression of the image (it needs PyAV)
-        ),
-        sana_video("SanaVideoPipeline"),
-        sana_video(
-            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=image_input
-        ),
         # one chunk of 9 latent frames whatever num_frames: 33 frames
         TinyPipeline(
             "helios", "HeliosPipeline", seeded(helios_components), width16_prompt_embeds, 32, frames=5, call=no_cfg
         ),
         cogvideox("CogVideoXPipeline"),
         cogvideox("CogVideoXImageToVideoPipeline", conditioned, inputs=image_input),
-        cogvideox("CogVideoXVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
+        cogvideox("CogVideoXVideoToVideoPipeline", frames=None, inputs=video_input, call=dict(no_cfg, strength=1.0)),
         cogvideox(
             "CogVideoXFunControlPipeline", conditioned, frames=None, inputs=_control_video
         ),  # frames: the video's
         hunyuandit("HunyuanDiTPipeline"),
-        kandinsky5("Kandinsky5T2VPipeline"),
-        # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
-        kandinsky5(
-            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=image_input
-        ),
         TinyPipeline(
             "hidream", "HiDreamImagePipeline", seeded(hidream_components), hidream_prompt_embeds, 128, call=no_cfg
         ),
-        TinyPipeline("lumina2", "Lumina2Pipeline", seeded(lumina2_components), ltx_prompt_embeds, 32, call=no_cfg),
+        TinyPipeline("lumina2", "Lumina2Pipeline", seeded(lumina2_components), masked_prompt_embeds, 32, call=no_cfg),
         cogview4("CogView4Pipeline"),
         cogview4("CogView4ControlPipeline", lambda: cogview4_components(control=True), inputs=_control),
-        wan("WanPipeline"),
-        wan("WanImageToVideoPipeline", lambda: wan_components(image_to_video=True), inputs=image_input),
-        wan("WanVideoToVideoPipeline", frames=None, inputs=_video, call=dict(no_cfg, strength=1.0)),
         *tiny_pipelines_image.recipes(),
         *tiny_pipelines_video.recipes(),
+        *tiny_pipelines_wan.recipes(),
+        *tiny_pipelines_hunyuan.recipes(),
+        *tiny_pipelines_ltx.recipes(),
     ]
 
 

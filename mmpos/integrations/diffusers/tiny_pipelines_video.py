@@ -1,4 +1,5 @@
-"""Tiny random pipelines of the later video families (Kandinsky 6, ConsisID, EasyAnimate, Motif-Video), registered by
+"""Tiny random pipelines of the Kandinsky video lineage (Kandinsky 5, 6 and 6 SR), the SANA video lineage (SANA-Video,
+SANA-WM) and the later video families (ConsisID, EasyAnimate, Motif-Video, Mochi), registered by
 :mod:`mmpos.integrations.diffusers.tiny_pipelines` beside its own and built the same way: the conformance suite's
 transformer (:mod:`~mmpos.integrations.diffusers.families.tiny`), a tiny video VAE, no text encoder (the pipeline
 takes prompt embeddings)."""
@@ -11,12 +12,57 @@ from .families import tiny as tiny_models
 from .tiny_parts import (
     TinyPipeline,
     cogvideox_vae,
+    family_recipes,
     flow_scheduler,
     hunyuan_video_vae,
     image_input,
+    ltx2_video_vae,
+    masked_prompt_embeds,
+    pil_image,
+    pil_video,
     required_none,
     seeded,
 )
+
+
+# ---- Kandinsky 5 ------------------------------------------------------------------------------------------------
+def kandinsky5_components(image_to_video: bool = False) -> dict:
+    """Parts of a tiny ``Kandinsky5T2VPipeline``: the conformance transformer on HunyuanVideo's tiny VAE, no Qwen2.5-VL
+    / CLIP text encoders (prompt embeddings); ``image_to_video``: its ``visual_cond`` transformer (noisy latents |
+    first-frame latents | mask)."""
+    pipeline = "Kandinsky5I2VPipeline" if image_to_video else "Kandinsky5T2VPipeline"
+    transformer = tiny_models.tiny_kandinsky5(visual_cond=image_to_video)
+    return {
+        **required_none(pipeline),
+        "transformer": transformer.eval(),
+        "vae": hunyuan_video_vae(),
+        "scheduler": flow_scheduler(),
+    }
+
+
+def kandinsky5_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Qwen ``prompt_embeds_qwen [B, L, 16]``, CLIP's ``prompt_embeds_clip [B, 8]`` and ``prompt_cu_seqlens [B + 1]``
+    (each prompt ``L`` tokens long, int32)."""
+    generator = torch.Generator().manual_seed(seed)
+    return dict(
+        prompt_embeds_qwen=torch.randn(batch, length, 16, generator=generator),
+        prompt_embeds_clip=torch.randn(batch, 8, generator=generator),
+        prompt_cu_seqlens=torch.arange(batch + 1, dtype=torch.int32) * length,
+    )
+
+
+# ---- SANA-Video -------------------------------------------------------------------------------------------------
+def sana_video_components(pipeline: str = "SanaVideoPipeline") -> dict:
+    """Parts of a tiny ``SanaVideoPipeline`` (or ``pipeline``): the conformance transformer on Wan's tiny VAE, a
+    flow-matching scheduler, no Gemma text encoder (prompt embeddings)."""
+    from mmpos.models.tiny_wan import tiny_wan_vae
+
+    return {
+        **required_none(pipeline),
+        "transformer": tiny_models.tiny_sana_video().eval(),
+        "vae": tiny_wan_vae(),
+        "scheduler": flow_scheduler(),
+    }
 
 
 # ---- Kandinsky 6 ------------------------------------------------------------------------------------------------
@@ -40,6 +86,76 @@ def kandinsky6_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> 
         prompt_embeds=torch.randn(batch, length, config["in_text_dim"], generator=generator),
         pooled_prompt_embeds=torch.randn(batch, config["in_text_dim2"], generator=generator),
     )
+
+
+# ---- Kandinsky 6 SR ---------------------------------------------------------------------------------------------
+K6SR_TILE = (
+    16  # the tiny transformer's one trained tile: 16 x 16 output pixels, 8 x 8 latents and tokens (NABLA's block)
+)
+
+
+def kandinsky6_sr_components() -> dict:
+    """Parts of a tiny ``Kandinsky6SRPipeline``: the conformance transformer (patch 1, NABLA blocks of 8 x 8 tokens)
+    trained on one :data:`K6SR_TILE`-pixel tile size, a 2-level ``Kandinsky6SRVAE`` of 4 latent channels (2 pixels and
+    4 frames per latent), a flow-matching scheduler, no latent upscaler (the tiles are upscaled in pixels)."""
+    from diffusers import Kandinsky6SRTransformer3DModel, Kandinsky6SRVAE
+
+    tiles = ((K6SR_TILE, K6SR_TILE),)
+    transformer = Kandinsky6SRTransformer3DModel(**tiny_models.KANDINSKY6_SR_CONFIG, tile_sizes=tiles)
+    vae = Kandinsky6SRVAE(
+        latent_channels=4, encoder_block_out_channels=(8, 8), decoder_block_out_channels=(8, 8), layers_per_block=1
+    )
+    return dict(transformer=transformer.eval(), vae=vae.eval(), scheduler=flow_scheduler(), latent_upscaler=None)
+
+
+def kandinsky6_sr_inputs(side: int) -> dict:
+    """A 5-frame low-resolution video of ``side / 2`` pixels (upscaled twice: ``side``)."""
+    return dict(video=pil_video(side // 2))
+
+
+def no_prompt_embeds(batch: int = 1) -> dict:
+    """Nothing: the pipeline takes no prompt."""
+    return {}
+
+
+# ---- SANA-WM ------------------------------------------------------------------------------------------------------
+def sana_wm_components() -> dict:
+    """Parts of a tiny ``SanaWMPipeline``: the conformance transformer (patch 1; 6 Plücker channels per latent frame:
+    one video frame per latent frame) on LTX-2's tiny video VAE (2 pixels and one frame per latent), no Gemma-2
+    text encoder (prompt embeddings)."""
+    return {
+        **required_none("SanaWMPipeline"),
+        "transformer": tiny_models.tiny_sana_wm().eval(),
+        "vae": ltx2_video_vae(),
+        "scheduler": flow_scheduler(),
+    }
+
+
+def sana_wm_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
+    """Gemma ``prompt_embeds [B, 1, L, 16]`` and the negative ones, each with its attention mask ``[B, L]`` (the last
+    token padded): the pipeline encodes a negative prompt unless given both."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, -1] = 0
+    width = tiny_models.SANA_WM_CONFIG["caption_channels"]
+    return dict(
+        prompt_embeds=torch.randn(batch, 1, length, width, generator=generator),
+        prompt_attention_mask=mask,
+        negative_prompt_embeds=torch.randn(batch, 1, length, width, generator=generator),
+        negative_prompt_attention_mask=mask.clone(),
+    )
+
+
+def sana_wm_inputs(side: int, frames: int = 5) -> dict:
+    """The first frame and a camera moving along x and turning about y (``c2w [frames, 4, 4]``), intrinsics of a
+    focal length of ``side`` pixels centred on the image."""
+    import numpy as np
+
+    angle = np.arange(frames, dtype=np.float32) * 0.1
+    c2w = np.tile(np.eye(4, dtype=np.float32), (frames, 1, 1))
+    c2w[:, 0, 0], c2w[:, 0, 2], c2w[:, 2, 0], c2w[:, 2, 2] = np.cos(angle), np.sin(angle), -np.sin(angle), np.cos(angle)
+    c2w[:, 0, 3] = 0.2 * np.arange(frames)
+    return dict(image=pil_image(side, side), c2w=c2w, intrinsics=[float(side), float(side), side / 2, side / 2])
 
 
 # ---- ConsisID ---------------------------------------------------------------------------------------------------
@@ -88,14 +204,6 @@ def easyanimate_components() -> dict:
     }
 
 
-def masked_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict:
-    """``prompt_embeds [B, L, 16]`` and ``prompt_attention_mask [B, L]`` (the last token padded)."""
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[:, -1] = 0
-    embeds = torch.randn(batch, length, 16, generator=torch.Generator().manual_seed(seed))
-    return dict(prompt_embeds=embeds, prompt_attention_mask=mask)
-
-
 # ---- Motif-Video ------------------------------------------------------------------------------------------------
 def motif_video_components(pipeline: str = "MotifVideoPipeline") -> dict:
     """Parts of a tiny ``MotifVideoPipeline`` (or ``pipeline``): the conformance transformer taking noisy latents | condition latents |
@@ -116,8 +224,50 @@ def motif_video_components(pipeline: str = "MotifVideoPipeline") -> dict:
     }
 
 
+# ---- Mochi ------------------------------------------------------------------------------------------------------
+def mochi_components() -> dict:
+    """Parts of a tiny ``MochiPipeline``: the conformance transformer (learned ``pos_frequencies`` set, 4 latent
+    channels) on an ``AutoencoderKLMochi`` of 32 channels (its group norms take 32 groups) with the pipeline's fixed
+    8 pixels and 6 frames per latent, no latent mean and std (the pipeline's de-normalisation reads 12 channels
+    there, so it falls back to ``scaling_factor``), the scheduler with ``invert_sigmas`` as Mochi's is; no T5 text
+    encoder (prompt embeddings with their mask)."""
+    from diffusers import AutoencoderKLMochi
+
+    vae = AutoencoderKLMochi(
+        latent_channels=tiny_models.MOCHI_CONFIG["in_channels"],
+        encoder_block_out_channels=(32,) * 4,
+        decoder_block_out_channels=(32,) * 4,
+        layers_per_block=(1,) * 5,
+        add_attention_block=(False,) * 5,
+        latents_mean=None,
+        latents_std=None,
+    ).eval()
+    return {
+        **required_none("MochiPipeline"),
+        "transformer": tiny_models.tiny_mochi().eval(),
+        "vae": vae,
+        "scheduler": flow_scheduler(invert_sigmas=True),
+    }
+
+
 def recipes() -> list[TinyPipeline]:
+    no_cfg = dict(guidance_scale=1.0)  # classifier-free guidance would encode an empty negative prompt
+    kandinsky5 = family_recipes(
+        "kandinsky5", kandinsky5_components, kandinsky5_prompt_embeds, 16, frames=5, call=no_cfg
+    )
+    # SANA-Video takes `frames`, not num_frames; no resizing to its trained aspect ratios
+    sana_call = dict(no_cfg, frames=5, use_resolution_binning=False)
+    sana_video = family_recipes("sana_video", sana_video_components, masked_prompt_embeds, 32, call=sana_call)
     return [
+        kandinsky5("Kandinsky5T2VPipeline"),
+        # 17 frames: 5 latent frames, the 4 first renormalised against the next (fewer: a std of nothing, NaN)
+        kandinsky5(
+            "Kandinsky5I2VPipeline", lambda: kandinsky5_components(image_to_video=True), frames=17, inputs=image_input
+        ),
+        sana_video("SanaVideoPipeline"),
+        sana_video(
+            "SanaImageToVideoPipeline", lambda: sana_video_components("SanaImageToVideoPipeline"), inputs=image_input
+        ),
         TinyPipeline(
             "kandinsky6",
             "Kandinsky6TI2VAPipeline",
@@ -126,6 +276,28 @@ def recipes() -> list[TinyPipeline]:
             16,
             frames=5,
             call=dict(guidance_scale=1.0, sample_audio=False),
+        ),
+        # no height / width / num_frames: the output is the input video's 5 frames at twice its size
+        TinyPipeline(
+            "kandinsky6_sr",
+            "Kandinsky6SRPipeline",
+            seeded(kandinsky6_sr_components),
+            no_prompt_embeds,
+            K6SR_TILE,
+            inputs=kandinsky6_sr_inputs,
+            call=dict(resolution_scale=2),
+            sized=False,
+        ),
+        # prompt: a required argument, even with prompt embeddings
+        TinyPipeline(
+            "sana_wm",
+            "SanaWMPipeline",
+            seeded(sana_wm_components),
+            sana_wm_prompt_embeds,
+            16,
+            frames=5,
+            inputs=sana_wm_inputs,
+            call=dict(guidance_scale=1.0, prompt=None),
         ),
         TinyPipeline(
             "consisid",
@@ -165,5 +337,15 @@ def recipes() -> list[TinyPipeline]:
             frames=5,
             inputs=image_input,
             call=dict(prompt=None),  # a required argument, even with prompt embeddings
+        ),
+        # 7 frames: 2 latent frames; the pipeline's linear-quadratic sigma schedule needs 2 steps or more
+        TinyPipeline(
+            "mochi",
+            "MochiPipeline",
+            seeded(mochi_components),
+            masked_prompt_embeds,
+            32,
+            frames=7,
+            call=dict(guidance_scale=1.0, num_inference_steps=2),
         ),
     ]

@@ -37,8 +37,9 @@ def clip_t5_components(width: int, seed: int = 0) -> dict:
 
 
 def _clip_t5(folder: Path, width: int) -> dict:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer, T5Config, T5EncoderModel, T5TokenizerFast
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer, T5Config, T5EncoderModel
+
+    from mmpos.models.tiny_tokenizers import word_t5_tokenizer
 
     clip_vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     for symbol in "abcdefghijklmnopqrstuvwxyz0123456789":
@@ -61,21 +62,10 @@ def _clip_t5(folder: Path, width: int) -> dict:
             pad_token_id=1,
         )
     )
-    t5_vocab = ["<pad>", "</s>", "<unk>", *FLUX_WORDS]
-    unigram = Tokenizer(models.Unigram([(token, -1.0) for token in t5_vocab], unk_id=2))
-    unigram.pre_tokenizer = pre_tokenizers.Whitespace()
-    unigram.save(str(folder / "tokenizer.json"))
-    t5_tokenizer = T5TokenizerFast(
-        tokenizer_file=str(folder / "tokenizer.json"),
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        extra_ids=0,
-        model_max_length=FLUX_TEXT_LEN,
-    )
+    t5_tokenizer = word_t5_tokenizer(FLUX_WORDS, model_max_length=FLUX_TEXT_LEN)
     t5 = T5EncoderModel(
         T5Config(
-            vocab_size=len(t5_vocab),
+            vocab_size=t5_tokenizer.vocab_size,
             d_model=width,
             d_kv=8,
             d_ff=37,

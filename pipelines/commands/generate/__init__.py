@@ -122,7 +122,8 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
         help="none | pi | ntk | yarn | vision_yarn | dype | dype_ntk | dype_yarn, "
         "or per axis: row=dype,col=ntk; with one attention rule after +: ultraimage (UltraImage's per-head "
         "attention sharpening; FLUX.1, FLUX.2, Chroma, Z-Image) or spa (HRDiT's bundle grids on the first 3 "
-        "steps; FLUX.1, Chroma), past the training size, e.g. dype+ultraimage "
+        "steps; FLUX.1, Chroma) or sega (SEGA's spectral-energy factors per RoPE pair, on NTK unless a preset is "
+        "named; FLUX.1, FLUX.2, Chroma, Z-Image, Qwen-Image), past the training size, e.g. dype+ultraimage "
         "(default: the config's extrapolate.preset, none)",
     )
     parser.add_argument(

@@ -319,20 +319,19 @@ def _prompt_embeds(args, parser, accepted, device) -> dict:
     """``--prompt-embeds``: the file's tensors, each named as a prompt tensor argument of the pipeline's call
     (``prompt_embeds``, ``prompt_embeds_mask``, ``negative_prompt_attention_mask``, ...); anything else is refused by
     name."""
-    from mmpos._safe_state import UnsafeStateError, read_tensors
+    from ...inputs import read_embeds_file
 
-    path = Path(args.prompt_embeds)
-    if not path.is_file() or path.suffix != ".safetensors":
-        _fail(parser, f"--prompt-embeds {path}: no such safetensors file")
     try:
-        tensors = read_tensors(path, device)
-    except UnsafeStateError as error:
-        _fail(parser, f"--prompt-embeds {error}")
+        tensors = read_embeds_file(args.prompt_embeds)
+    except ValueError as error:
+        _fail(parser, str(error))
     names = sorted(name for name in accepted if name.startswith(("prompt_", "negative_prompt_")) or "embeds" in name)
     unknown = sorted(set(tensors) - set(names))
     if unknown or not tensors:
-        _fail(parser, f"--prompt-embeds {path}: holds {unknown or 'nothing'}; this pipeline takes {names}")
-    return tensors
+        _fail(
+            parser, f"--prompt-embeds {args.prompt_embeds}: holds {unknown or 'nothing'}; this pipeline takes {names}"
+        )
+    return {name: tensor.to(device) for name, tensor in tensors.items()}
 
 
 def _first_frame(args, parser, settings):

@@ -67,6 +67,7 @@ _MODULES = (
     "cosmos3",
     "easyanimate",
     "lumina_next",
+    "mochi",
 )
 _loaded = False
 _BUILTIN: set[str] = set()
@@ -78,6 +79,10 @@ def register_family(family: Family) -> Family:
         raise ValueError(f"a diffusers family named {family.name!r} is already registered")
     if family.tier not in (1, 2):
         raise ValueError(f"family {family.name!r}: tier must be 1 or 2, got {family.tier!r}")
+    if family.camera is not None and family.latent_grid is None:
+        raise ValueError(
+            f"family {family.name!r}: camera adapters need the family's latent_grid (the video token grid)"
+        )
     FAMILIES[family.name] = family
     return family
 
@@ -198,18 +203,22 @@ def camera_row(family: Family) -> str:
 
     kinds = [name for name in list_pes("camera") if pe_capabilities(name).adapter]
     cell = ", ".join(kinds)
-    if family.context_parallel:
+    if family.context_parallel or family.camera.context_parallel is not None:
         cell += " (context parallel: " + ", ".join(k for k in kinds if pe_capabilities(k).additive) + ")"
     return cell
 
 
 def context_parallel_row(family: Family) -> str:
     """The table's context-parallel cell: verified (:attr:`Family.context_parallel`), else refused by name, and
-    whether this diffusers install has a ``_cp_plan`` for the family's classes."""
+    whether this diffusers install has a ``_cp_plan`` for the family's classes; a family whose camera adapters alone
+    are verified (its camera site's ``context_parallel``) says so first."""
     if family.context_parallel:
         return "yes (tested, 2 processes)"
     planned = any(getattr(cls, "_cp_plan", None) is not None for cls in family.model_classes())
-    return "refused by name (diffusers plan, not verified)" if planned else "refused by name (no diffusers plan)"
+    refused = "refused by name (diffusers plan, not verified)" if planned else "refused by name (no diffusers plan)"
+    if family.camera is not None and family.camera.context_parallel is not None:
+        return f"camera adapters alone (tested, 2 processes; see the family's plan); `set_pe`: {refused}"
+    return refused
 
 
 __all__ = [

@@ -47,18 +47,22 @@ STOCK = AxisSpectrum(None, 1.0)
 
 @dataclass(frozen=True)
 class CameraSite:
-    """Where a family's camera adapters (:mod:`..camera_adapter`) act; the layers are the family's
-    ``attention_modules`` (the self-attention over the video tokens).
+    """Where a family's camera adapters (:mod:`..camera_adapter`) act: the layers are the family's
+    ``attention_modules`` (the self-attention over the video tokens), whose hidden states are the tokens of the
+    family's ``latent_grid`` (frame-major then row-major; one camera per frame).
 
     Args:
-        grid: ``grid(model, args, kwargs) -> (frames, rows, cols)``: the video token grid of a forward, read from its
-            inputs; the layers' hidden states are these tokens, frame-major then row-major (one camera per frame).
         output_index: ``None`` where a layer returns the video tokens' attention output; ``i`` where it returns a
             tuple whose item ``i`` is (HunyuanVideo 1.5's joint attention: ``(video, text)``, index 0).
+        context_parallel: a family whose seam is not verified under context parallelism
+            (:attr:`Family.context_parallel` false) but whose camera adapters are, on the stock position module:
+            ``context_parallel(model, args=None, kwargs=None)`` raises (one line, naming what) unless the plan in force
+            (and, given a forward's inputs, those inputs) are the ones a 2-process test showed equal to one process
+            (LTX-2: ``tests/integrations/test_context_parallel_camera.py``); ``None``: refused as the seam is.
     """
 
-    grid: Callable
     output_index: Optional[int] = None
+    context_parallel: Optional[Callable] = None
 
 
 def latent_video_grid(model, args, kwargs) -> tuple[int, int, int]:
@@ -86,12 +90,20 @@ class Family:
         classes: the covered transformer classes, as ``"module:Class"`` (imported lazily; missing ones are
             skipped) or as classes.
         position_attr: attribute of the model holding its position module (the seam).
-        latent_grid: the video families where attention rules apply (:mod:`..attention_rules`):
-            ``latent_grid(model, args, kwargs) -> (frames, rows, cols)`` tokens of the forward's video, in frame-major
-            token order; ``None``: no attention rule.
+        latent_grid: video families: ``latent_grid(model, args, kwargs) -> (frames, rows, cols)``, the forward's video
+            token grid read from its inputs (tokens in frame-major, then row-major order; ``latent_video_grid`` for
+            latents ``[B, C, F, H, W]``); read by the attention rules (:mod:`..attention_rules`, where the family's
+            processors take them: :attr:`takes_attention_rules`) and the camera adapters (``camera``); ``None``:
+            neither.
         rule_processor: families whose processors are stock (tier 1): ``rule_processor(layer) -> PEProcessor``,
             the stock self-attention (``attention_modules``) with its video attention through the processors'
-            ``_attend``, installed by ``set_attention_rule`` (tier 2 families' own processors take the rule).
+            ``_attend``, installed by ``set_attention_rule`` (tier 2 families' own processors take the rule); image
+            families: ``rule_processor(stock, layer)``, their joint text+image attention through ``_rotate_attend``.
+        bundle_tables: the image families HRDiT's SPA reaches (:class:`~..attention_rules.BundleRule`):
+            ``bundle_tables(model, args, kwargs, bundle) -> tables(layer)``, where ``bundle(grid [L, 2]) -> [[L, 2],
+            ...]`` gives SPA's grids of 0-based integer (row, column) indices and ``tables(layer)`` the rotary tables
+            of that layer's attention, one per grid, in the format its processor rotates with (the text tokens'
+            positions kept), or ``None`` where the layer has no image tokens; ``None``: SPA is refused.
         rotary_input: the pipeline builds the tables and passes them to the forward (a
             :class:`~.rotary_input.RotaryInput`; CogVideoX): the seam is added at ``position_attr`` and a pre-forward
             hook replaces that argument (:mod:`.rotary_input`).
@@ -137,7 +149,11 @@ class Family:
         context_parallel: the family's seam is verified under diffusers' context-parallel plan (a 2-process test
             equals one process, ``tests/integrations/test_context_parallel.py``); ``False``: a forward with mmpos
             installed under ``enable_parallelism`` is refused by name (:mod:`..parallelism`).
-        camera: where the camera adapters act (:class:`CameraSite`); ``None``: the family takes none.
+        camera: where the camera adapters act (:class:`CameraSite`, with ``latent_grid``); ``None``: the family takes
+            none.
+        extras: the family's own switches: ``"allocation"`` (``"interleaved"``: MRoPE-I models),
+            ``"image_coords_per_token"`` (image ids stepping by less than 1 a token), ``"check_extrapolation"``
+            (``check(extrapolation)`` run by ``set_pe`` before the encoding is built: Mochi refuses RIFLEx).
     """
 
     name: str
@@ -175,8 +191,15 @@ class Family:
     rebind_processor: Optional[Callable] = None
     latent_grid: Optional[Callable] = None
     rule_processor: Optional[Callable] = None
+    bundle_tables: Optional[Callable] = None
     rotary_input: Optional[object] = None
     camera: Optional[CameraSite] = None
+
+    @property
+    def takes_attention_rules(self) -> bool:
+        """The video attention rules run on this family: a ``latent_grid`` and processors that take a rule (its own
+        tier-2 processors, or ``rule_processor``)."""
+        return self.latent_grid is not None and (self.tier == 2 or self.rule_processor is not None)
 
     @property
     def has_tables(self) -> bool:

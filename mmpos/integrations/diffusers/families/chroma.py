@@ -19,7 +19,7 @@ from ....ops.tables import device_has_fp64
 from . import register_family
 from .base import Family, extents_of, ids_values_key
 from .codecs import cos_sin_text_then_image, ids_positions, ids_rows, note_text_tokens, scheduled
-from .flux import flux_attention_modules, flux_processors, flux_seam, flux_stock_processor
+from .flux import flux_attention_modules, flux_bundle_tables, flux_processors, flux_seam, flux_stock_processor
 
 
 def chroma_tables(seam, ids: torch.Tensor):
@@ -51,6 +51,7 @@ CHROMA = register_family(
         timestep_per_sigma=1.0,  # ChromaPipeline passes t / 1000 = sigma
         timestep_arg=("timestep", 2),
         check_inputs=note_text_tokens(ids_rows("txt_ids", 4)),
+        bundle_tables=flux_bundle_tables,
         pipelines=("ChromaPipeline", "ChromaImg2ImgPipeline", "ChromaInpaintPipeline"),
         train_size=1024,
         pixels_per_token=16,

@@ -133,6 +133,7 @@ COSMOS = register_family(
         attention_modules=lambda model: [
             (f"transformer_blocks.{i}.attn1", b.attn1) for i, b in enumerate(model.transformer_blocks)
         ],
-        camera=CameraSite(grid=latent_video_grid),
+        latent_grid=latent_video_grid,
+        camera=CameraSite(),
     )
 )

@@ -288,6 +288,18 @@ def flux_global_coords(seam, args, kwargs):
     return flux_coords(torch.cat(ids, dim=0))
 
 
+def flux_bundle_tables(model, args, kwargs, bundle):
+    """SPA's tables (:attr:`Family.bundle_tables`): the model's position module on ``[txt_ids; img_ids]`` with the
+    image rows and columns of each of ``bundle``'s grids, the same for every layer (FLUX.1, Chroma)."""
+    ids = [kwargs.get(name) for name in ("txt_ids", "img_ids")]
+    if not all(isinstance(i, torch.Tensor) for i in ids):
+        raise ValueError("spa on FLUX.1 / Chroma needs txt_ids and img_ids passed by name, as the pipelines do")
+    text, image = (i[0] if i.dim() == 3 else i for i in ids)
+    position = getattr(model, "pos_embed")
+    tables = [position(torch.cat([text, torch.cat([image[:, :1], g], dim=1)])) for g in bundle(image[:, 1:3].round())]
+    return lambda layer: tables
+
+
 FLUX = register_family(
     Family(
         name="flux",
@@ -308,6 +320,7 @@ FLUX = register_family(
         make_seam=flux_seam,
         check_inputs=check_flux_ids,
         global_coords=flux_global_coords,
+        bundle_tables=flux_bundle_tables,
         context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=("FluxPipeline", "FluxFillPipeline", "FluxKontextPipeline"),
         train_size=1024,

@@ -104,6 +104,25 @@ def flux2_image_extents(args, kwargs):
     return extents_of(ids[ids[:, 0] == ids[:, 0].min()])
 
 
+def flux2_bundle_tables(model, args, kwargs, bundle):
+    """SPA's tables (:attr:`Family.bundle_tables`): ``pos_embed`` on ``txt_ids`` and on ``img_ids`` with the rows and
+    columns of each of ``bundle``'s grids (reference images bundled with the output image), concatenated text first
+    as the model does; the same for every layer."""
+    ids = [
+        kwargs.get(name, args[index] if len(args) > index else None) for name, index in (("txt_ids", 4), ("img_ids", 3))
+    ]
+    if not all(isinstance(i, torch.Tensor) for i in ids):
+        raise ValueError("spa on FLUX.2 needs txt_ids and img_ids")
+    text, image = (i[0] if i.dim() == 3 else i for i in ids)
+    position = model.pos_embed
+    text_table = position(text)
+    tables = []
+    for grid in bundle(image[:, 1:3].round()):
+        image_table = position(torch.cat([image[:, :1], grid.to(image.dtype), image[:, 3:]], dim=1))
+        tables.append(tuple(torch.cat([t, i], dim=0) for t, i in zip(text_table, image_table)))
+    return lambda layer: tables
+
+
 def _attention(model):
     from diffusers.models.transformers.transformer_flux2 import Flux2Attention, Flux2ParallelSelfAttention
 
@@ -169,9 +188,7 @@ class Flux2PEAttnProcessor(PEProcessor):
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
         query, key, value = flux2_project_heads(attn, hidden_states, encoder_hidden_states)
-        if image_rotary_emb is not None:
-            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, image=True)
+        hidden_states = self._rotate_attend(query, key, value, image_rotary_emb, attention_mask, self._parallel_config)
         return flux2_finish_attention(attn, hidden_states.flatten(2, 3).to(query.dtype), encoder_hidden_states)
 
 
@@ -185,9 +202,7 @@ class Flux2PEParallelSelfAttnProcessor(PEProcessor):
         qkv, mlp_hidden_states = torch.split(hidden_states, [local_qkv, hidden_states.shape[-1] - local_qkv], dim=-1)
         query, key, value = (t.unflatten(-1, (-1, attn.head_dim)) for t in qkv.chunk(3, dim=-1))
         query, key = attn.norm_q(query), attn.norm_k(key)
-        if image_rotary_emb is not None:
-            query, key = self.rotation(query, key, image_rotary_emb, self.layer)
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, image=True)
+        hidden_states = self._rotate_attend(query, key, value, image_rotary_emb, attention_mask, self._parallel_config)
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         hidden_states = torch.cat([hidden_states, attn.mlp_act_fn(mlp_hidden_states)], dim=-1)
         return attn.to_out(hidden_states)
@@ -221,6 +236,7 @@ FLUX2 = register_family(
         timestep_arg=("timestep", 2),
         global_coords=flux2_global_inputs,
         image_extents=flux2_image_extents,
+        bundle_tables=flux2_bundle_tables,
         context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=("Flux2Pipeline", "Flux2KleinPipeline", "Flux2KleinInpaintPipeline"),
         train_size=1024,

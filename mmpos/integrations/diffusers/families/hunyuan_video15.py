@@ -127,6 +127,6 @@ HUNYUAN_VIDEO15 = register_family(
         attention_modules=_self_attention,
         latent_grid=_latent_grid,
         rule_processor=_rule_processor,
-        camera=CameraSite(grid=_latent_grid, output_index=0),  # the joint attention returns (video, text)
+        camera=CameraSite(output_index=0),  # the joint attention returns (video, text)
     )
 )

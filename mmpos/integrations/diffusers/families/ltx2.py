@@ -18,19 +18,29 @@ The cross-modal tables stay the stock modules: they align audio with video time 
 of one side's spectrum would break; extrapolation there is not offered. Schedules measure extents in tokens
 (distinct positions per axis, from the coordinates: one device sync, only with a schedule).
 
-Context parallelism (diffusers' plan splits the rope's outputs along dim 1) is not verified for this family: a
-forward under ``enable_parallelism`` is refused by name.
+Context parallelism: diffusers 0.42.1's ``_cp_plan`` splits the video tokens, the text and the ``rope`` tables but
+leaves the audio-video cross-attention's video table (``cross_attn_rope``) whole, so a forward under it fails (and
+it asks for ``encoder_attention_mask``, which Ulysses cannot take split). :func:`ltx2_context_parallel_plan` is
+that plan with ``cross_attn_rope`` split as ``rope`` and the text mask left out: the stock model (the audio whole on
+every rank: its attention over the duplicated audio keys is the one-process attention) and a ``plucker`` camera
+adapter on it equal one process (``tests/integrations/test_context_parallel_camera.py``). ``set_pe`` (the seam) is
+not verified under any plan: a forward with it under ``enable_parallelism`` is refused by name; so is a camera
+adapter under another plan or with inputs the plan does not shard (:func:`check_camera_context_parallel`).
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
 
+import diffusers
 import torch
 from torch import nn
 
 from ....spectrum.allocation import chunked_spectrum
 from ....spectrum.frequencies import rope_inv_freq
+from ..context_parallel import split_hook
 from . import register_family
 from .base import CameraSite, Family
 from .ltx import LTXSeam
@@ -206,6 +216,50 @@ def packed_video_grid(model, args, kwargs) -> tuple[int, int, int]:
     return tuple(-(-int(n) // int(p)) for n, p in zip(sizes, steps))
 
 
+def ltx2_context_parallel_plan() -> dict:
+    """diffusers' ``LTX2VideoTransformer3DModel._cp_plan`` with ``cross_attn_rope``'s outputs ``(cos, sin)`` split
+    along the tokens as ``rope``'s, and no ``encoder_attention_mask`` entry: pass it as
+    ``enable_parallelism(config=..., cp_plan=ltx2_context_parallel_plan())`` (module docstring)."""
+    from diffusers import LTX2VideoTransformer3DModel
+
+    plan = copy.deepcopy(LTX2VideoTransformer3DModel._cp_plan)
+    plan[""].pop("encoder_attention_mask", None)
+    plan["cross_attn_rope"] = copy.deepcopy(plan["rope"])
+    return plan
+
+
+# inputs the plan leaves whole while they index the split video tokens (or, the text mask, the split text)
+UNSHARDED_INPUTS = ("encoder_attention_mask", "video_self_attention_mask", "video_keyframes_mask")
+
+
+def check_camera_context_parallel(model, args=None, kwargs=None) -> None:
+    """A camera adapter on ``model`` under context parallelism: refused (one line) unless the plan splits
+    ``cross_attn_rope`` (:func:`ltx2_context_parallel_plan`), the tables are interleaved, and (given a forward's
+    inputs) no text mask, self-attention mask or keyframe mask and one timestep per sample are passed."""
+    what = f"an LTX-2 camera adapter under diffusers' context parallelism ({type(model).__name__})"
+    if split_hook(model.cross_attn_rope, "cross_attn_rope") is None:
+        raise RuntimeError(
+            f"{what}: the plan leaves cross_attn_rope whole while it splits the video tokens (diffusers "
+            f"{diffusers.__version__}'s _cp_plan: its forward fails); pass "
+            "enable_parallelism(config=..., cp_plan=ltx2_context_parallel_plan())"
+        )
+    if model.config.rope_type != "interleaved":
+        raise RuntimeError(
+            f"{what}: rope_type={model.config.rope_type!r}; the plan splits dim 1 of the tables, the tokens in the "
+            "'interleaved' layout only (heads in 'split')"
+        )
+    if kwargs is None:
+        return
+    inputs = inspect.signature(type(model).forward).bind_partial(model, *args, **kwargs).arguments
+    passed = [name for name in UNSHARDED_INPUTS if inputs.get(name) is not None]
+    if passed:
+        raise RuntimeError(f"{what}: {passed[0]} is not supported (the plan does not shard it); pass None")
+    timestep = inputs.get("timestep")
+    if isinstance(timestep, torch.Tensor) and timestep.dim() > 1 and timestep.shape[1] > 1:
+        raise RuntimeError(f"{what}: per-token timesteps {tuple(timestep.shape)} are not supported (the plan does "
+                           "not split them); pass one timestep per sample")  # fmt: skip
+
+
 LTX2 = register_family(
     Family(
         name="ltx2",
@@ -236,6 +290,8 @@ LTX2 = register_family(
         attention_modules=lambda model: [
             (f"transformer_blocks.{i}.attn1", b.attn1) for i, b in enumerate(model.transformer_blocks)
         ],
-        camera=CameraSite(grid=packed_video_grid),  # video self-attention only: audio_attn1 untouched
+        latent_grid=packed_video_grid,
+        # video self-attention only: audio_attn1 untouched; plucker under ltx2_context_parallel_plan()
+        camera=CameraSite(context_parallel=check_camera_context_parallel),
     )
 )

@@ -25,6 +25,7 @@ from ....ops.tables import RotaryTable
 from ....spectrum.allocation import chunked_spectrum
 from .. import context_parallel
 from ..positions import ByIdentity, PositionSeam, identity_key
+from ..processors import PEProcessor
 from . import register_family
 from .base import Family, extents_of
 
@@ -65,11 +66,11 @@ class QwenPositions(PositionSeam):
             return None
         split = context_parallel.own_output_split(self, "pos_embed", split_dim=0)
         key = (identity_key(video_fhw), int(max_txt_seq_len), device, ByIdentity(split))
-        return self.memo(key, lambda: self._tables(video_fhw, max_txt_seq_len, device))
+        return self.memo(key, lambda: self.tables_at(*qwen_coords(video_fhw, max_txt_seq_len, device)))
 
-    def _tables(self, video_fhw, max_txt_seq_len, device):
-        """``(image, text)`` tables of the call (:meth:`forward`), built from the coordinates."""
-        image, text = qwen_coords(video_fhw, max_txt_seq_len, device)
+    def tables_at(self, image: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The complex64 tables ``(image [S_img, P], text [S_txt, P])`` of the coordinates ``image [S_img, 3]`` and
+        ``text [S_txt, 3]`` (:func:`qwen_coords`'; a schedule's scale read from ``image``)."""
         (encoding,) = self.encodings
         image, text = self.encoding_coords(image), self.encoding_coords(text)
         scheduled = getattr(encoding, "schedule", None) is not None
@@ -144,6 +145,97 @@ def _check_inputs(seam, args, kwargs) -> None:
         )
 
 
+def qwen_stock_rotation(query, key, rotary_emb, layer):
+    """The stock complex multiply (``apply_rotary_emb_qwen``, ``use_real=False``) of ``[B, S, H, D]`` by ``[S, P]``."""
+    from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
+
+    query = apply_rotary_emb_qwen(query, rotary_emb, use_real=False)
+    return query, apply_rotary_emb_qwen(key, rotary_emb, use_real=False)
+
+
+class QwenRuleAttnProcessor(PEProcessor):
+    """``QwenDoubleStreamAttnProcessor2_0`` (diffusers 0.42) with its joint attention (text, then image) through
+    :meth:`PEProcessor._rotate_attend`, where an image attention rule applies; the stock arithmetic otherwise. The
+    text and image tables are concatenated and multiplied into the joint q and k (per token: the stock products)."""
+
+    def __call__(
+        self,
+        attn,
+        hidden_states,
+        encoder_hidden_states=None,
+        encoder_hidden_states_mask=None,
+        attention_mask=None,
+        image_rotary_emb=None,
+    ):
+        if encoder_hidden_states is None or attention_mask is not None:
+            raise ValueError("Qwen-Image's attention takes the text stream and no external attention_mask")
+        if encoder_hidden_states_mask is not None:
+            image_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)
+            attention_mask = torch.cat([encoder_hidden_states_mask, image_mask], dim=1)[:, None, None, :]
+        text = encoder_hidden_states.shape[1]
+        query, key, value = qwen_project_heads(attn, hidden_states, encoder_hidden_states)
+        table = None
+        if image_rotary_emb is not None:
+            image_table, text_table = image_rotary_emb
+            table = torch.cat([text_table, image_table], dim=0)
+        joint = self._rotate_attend(query, key, value, table, attention_mask, self._parallel_config)
+        joint = joint.flatten(2, 3).to(query.dtype)
+        image_out = attn.to_out[0](joint[:, text:].contiguous())
+        if len(attn.to_out) > 1:
+            image_out = attn.to_out[1](image_out)
+        return image_out, attn.to_add_out(joint[:, :text].contiguous())
+
+
+def qwen_project_heads(attn, hidden_states, encoder_hidden_states):
+    """The joint q, k, v ``[B, S_txt + S_img, H, D]`` (text first, normed, before RoPE), as the stock processor."""
+    heads = []
+    for stream, projections, norms in (
+        (
+            encoder_hidden_states,
+            (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj),
+            (attn.norm_added_q, attn.norm_added_k),
+        ),
+        (hidden_states, (attn.to_q, attn.to_k, attn.to_v), (attn.norm_q, attn.norm_k)),
+    ):
+        q, k, v = (proj(stream).unflatten(-1, (-1, attn.inner_dim // attn.heads)) for proj in projections)
+        q = q if norms[0] is None else norms[0](q)
+        k = k if norms[1] is None else norms[1](k)
+        heads.append((q, k, v))
+    return tuple(torch.cat([text, image], dim=1) for text, image in zip(*heads))
+
+
+def _rule_processor(stock, layer: int) -> QwenRuleAttnProcessor:
+    backend, parallel = getattr(stock, "_attention_backend", None), getattr(stock, "_parallel_config", None)
+    return QwenRuleAttnProcessor(qwen_stock_rotation, layer, backend, parallel)
+
+
+def qwen_bundle_tables(model, args, kwargs, bundle):
+    """SPA's tables (:attr:`Family.bundle_tables`): the seam's at each of ``bundle``'s grids of the images' 0-based
+    rows and columns, centred again as the stock module centres a grid of as many bundles (the base grid's count
+    ``n`` per axis: ``b - (n - n // 2)``), the text positions kept; text first, the same for every layer."""
+    seam = model.pos_embed
+    if not isinstance(seam, QwenPositions) or not seam.encodings:
+        raise ValueError("spa on Qwen-Image needs set_pe(model, 'native') first (its seam builds the bundled tables)")
+    shapes = kwargs.get("img_shapes", args[4] if len(args) > 4 else None)
+    text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+    device = text.device
+    image, text_coords = qwen_coords(shapes, text.shape[1], device)
+    shapes = shapes[0] if isinstance(shapes, list) else shapes
+    shapes = shapes if isinstance(shapes, list) else [shapes]
+    counts = [f * h * w for f, h, w in shapes]
+    offsets = torch.cat(
+        [image.new_tensor([h - h // 2, w - w // 2]).expand(n, 2) for (_, h, w), n in zip(shapes, counts)]
+    )
+    grids = bundle(image[:, 1:3] + offsets)
+    bundles = [part.amax(dim=0) + 1 for part in grids[0].split(counts)]  # the base grid's bundles per axis
+    centre = torch.cat([(n - torch.div(n, 2, rounding_mode="floor")).expand(c, 2) for n, c in zip(bundles, counts)])
+    tables = []
+    for grid in grids:
+        image_table, text_table = seam.tables_at(torch.cat([image[:, :1], grid - centre], dim=1), text_coords)
+        tables.append(torch.cat([text_table, image_table], dim=0))
+    return lambda layer: tables
+
+
 def _attention(model):
     return [(f"transformer_blocks.{i}.attn", block.attn) for i, block in enumerate(model.transformer_blocks)]
 
@@ -198,6 +290,8 @@ QWEN = register_family(
         make_seam=_seam,
         check_model=context_parallel.refuse_after_parallelism("pos_embed"),  # the plan hooks the seam itself
         check_inputs=_check_inputs,
+        rule_processor=_rule_processor,  # the image attention rules (HAP, SPA) on the stock arithmetic
+        bundle_tables=qwen_bundle_tables,
         context_parallel=True,  # tests/integrations/test_context_parallel.py
         pipelines=(
             "QwenImagePipeline",

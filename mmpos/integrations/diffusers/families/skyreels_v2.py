@@ -91,6 +91,7 @@ SKYREELS_V2 = register_family(
         pixels_per_token=16,  # 8x VAE, patch 2
         notes="precomputed buffers replaced by tables from positions; per-frame timesteps (diffusion forcing)",
         attention_modules=lambda model: [(f"blocks.{i}.attn1", b.attn1) for i, b in enumerate(model.blocks)],
-        camera=CameraSite(grid=latent_video_grid),
+        latent_grid=latent_video_grid,
+        camera=CameraSite(),
     )
 )

@@ -257,8 +257,8 @@ def register_wan_family(
         train_size=train_size,
         pixels_per_token=16,  # 8x VAE, patch 2
         notes=notes,
-        latent_grid=wan_latent_grid if attention_rules else None,
-        camera=CameraSite(grid=wan_latent_grid) if camera else None,
+        latent_grid=wan_latent_grid if attention_rules or camera else None,
+        camera=CameraSite() if camera else None,
         **(tier2 if tier == 2 else dict(tables=skyreels_tables, make_seam=partial(_tier1_seam, name))),
     )
     return register_family(family)

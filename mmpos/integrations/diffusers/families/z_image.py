@@ -20,6 +20,7 @@ those operations give each layer ``[B, L, G, 2P]``, the tables of its padded joi
 from __future__ import annotations
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ....ops.tables import RotaryTable
 from ....spectrum.schedule import ExtrapolationSchedule
@@ -197,14 +198,44 @@ class ZImagePEAttnProcessor(PEProcessor):
             query = attn.norm_q(query)
         if attn.norm_k is not None:
             key = attn.norm_k(key)
-        if freqs_cis is not None and freqs_cis.shape[-1]:
-            query, key = self.rotation(query, key, (freqs_cis, None), self.layer)
+        rotary_emb = (freqs_cis, None) if freqs_cis is not None and freqs_cis.shape[-1] else None
         dtype = query.dtype
         if attention_mask is not None and attention_mask.ndim == 2:  # [B, S] -> [B, 1, 1, S]
             attention_mask = attention_mask[:, None, None, :]
-        hidden_states = self._attend(query, key, value, attention_mask, self._parallel_config, image=True)
+        hidden_states = self._rotate_attend(query, key, value, rotary_emb, attention_mask, self._parallel_config)
         output = attn.to_out[0](hidden_states.flatten(2, 3).to(dtype))
         return attn.to_out[1](output) if len(attn.to_out) > 1 else output
+
+
+def z_image_bundle_tables(model, args, kwargs, bundle):
+    """SPA's tables (:attr:`Family.bundle_tables`) for the basic mode: the seam on the forward's image ids with the
+    rows and columns of each of ``bundle``'s grids (all images' together; padding ids ``(0, 0, 0)`` stay), split,
+    padded and joined with the captions' tables as the model does: the noise refiner's ``[B, S_img, G, 2P]``, the
+    main layers' ``[B, S_img + S_cap, G, 2P]`` (image first); the context refiner (captions only) is stock."""
+    latents, captions = (
+        kwargs.get("x", args[0] if args else None),
+        kwargs.get("cap_feats", args[2] if len(args) > 2 else None),
+    )
+    if not (isinstance(latents, (list, tuple)) and latents and isinstance(latents[0], torch.Tensor)):
+        raise ValueError("spa on Z-Image supports its basic mode (x: a list of latents [C, F, H, W]), not Omni's")
+    patch, frame_patch = kwargs.get("patch_size", 2), kwargs.get("f_patch_size", 1)
+    embedded = model.patchify_and_embed(list(latents), list(captions), patch, frame_patch)
+    image_ids, caption_ids = embedded[3], embedded[4]
+    seam = model.rope_embedder
+    caption_tables = seam(torch.cat(caption_ids)).split([len(c) for c in caption_ids])
+    caption_tables = [t[: len(c)] for t, c in zip(caption_tables, embedded[1])]  # ids past the padded caption: cut
+    image_lengths = [len(i) for i in image_ids]
+    whole = torch.cat(image_ids)
+    kinds = {layer: name.split(".")[0] for layer, (name, _) in enumerate(_attention(model))}
+    refiner, joint = [], []
+    for grid in bundle(whole[:, 1:3].float()):
+        ids = torch.cat([whole[:, :1], grid.to(whole.dtype)], dim=1)
+        images = [t[: len(x)] for t, x in zip(seam(ids).split(image_lengths), embedded[0])]
+        refiner.append((pad_sequence(images, batch_first=True), None))
+        joined = [torch.cat([i, c]) for i, c in zip(images, caption_tables)]
+        joint.append((pad_sequence(joined, batch_first=True), None))
+    by_kind = {"noise_refiner": refiner, "layers": joint}
+    return lambda layer: by_kind.get(kinds[layer])
 
 
 def _processors(beneath, rotation, native):
@@ -246,6 +277,7 @@ Z_IMAGE = register_family(
         timestep_at_zero_sigma=1.0,
         timestep_arg=("t", 1),
         image_extents=z_image_extents,
+        bundle_tables=z_image_bundle_tables,
         pipelines=(
             "ZImagePipeline",
             "ZImageImg2ImgPipeline",
