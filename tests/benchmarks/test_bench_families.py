@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from bench_families import main, paired_overhead
+from bench_families import main, paired_overhead, paired_ratio
 
 
 def test_bench_families_runs_and_native_equals_stock(tmp_path, capsys):
@@ -22,3 +22,8 @@ def test_bench_families_runs_and_native_equals_stock(tmp_path, capsys):
 def test_paired_overhead_is_the_median_of_the_rounds_differences():
     # rounds: stock 10, 30, 11 ms; native 11, 29, 14: differences +1, -1, +3 (the medians' difference would be +3)
     assert paired_overhead([11.0, 29.0, 14.0], [10.0, 30.0, 11.0]) == 1.0
+
+
+def test_paired_ratio_is_the_median_of_the_rounds_ratios():
+    # ratios 1.1, 0.9, 2.0: median 1.1 (the medians' ratio would be 22 / 11 = 2.0)
+    assert paired_ratio([11.0, 27.0, 22.0], [10.0, 30.0, 11.0]) == pytest.approx(1.1)

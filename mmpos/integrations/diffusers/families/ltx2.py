@@ -42,7 +42,7 @@ from ....spectrum.allocation import chunked_spectrum
 from ....spectrum.frequencies import rope_inv_freq
 from ..context_parallel import split_hook
 from . import register_family
-from .base import CameraSite, Family
+from .base import CameraSite, Family, ids_values_key
 from .ltx import LTXSeam
 
 VIDEO_AXES = 3
@@ -272,6 +272,7 @@ LTX2 = register_family(
         image_axes=(1, 2),
         time_axis=0,
         tables=ltx2_tables,
+        tables_key=ids_values_key,
         make_seam=_make_seam,
         timestep_per_sigma=1000.0,  # the pipelines pass the scheduler's timesteps (1000 sigma)
         timestep_arg=("timestep", 4),
