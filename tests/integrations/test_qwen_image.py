@@ -9,19 +9,7 @@ from diffusers import QwenImageTransformer2DModel
 import mmpos
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 from mmpos.integrations.diffusers.families.qwen import qwen_coords
-
-CONFIG = dict(
-    patch_size=2,
-    in_channels=16,
-    out_channels=4,
-    num_layers=2,
-    attention_head_dim=16,
-    num_attention_heads=3,
-    joint_attention_dim=16,
-    guidance_embeds=False,
-    axes_dims_rope=(8, 4, 4),
-)
-
+from mmpos.integrations.diffusers.tiny_pipelines import QWEN_TRANSFORMER as CONFIG
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -108,6 +108,13 @@ def masked_prompt_embeds(batch: int = 1, length: int = 5, seed: int = 3) -> dict
     return dict(width16_prompt_embeds(batch, length, seed), prompt_attention_mask=mask)
 
 
+def t5_length_prompt_embeds(config: dict, batch: int = 1, seed: int = 3) -> dict:
+    """``prompt_embeds [B, L, D]`` for a CogVideoX-style transformer ``config``: its ``max_text_seq_length`` (L)
+    tokens of its ``text_embed_dim`` (D, the T5 width)."""
+    length, width = (config[key] for key in ("max_text_seq_length", "text_embed_dim"))
+    return dict(prompt_embeds=torch.randn(batch, length, width, generator=torch.Generator().manual_seed(seed)))
+
+
 def required_none(pipeline: str) -> dict:
     """``{name: None}`` for every component ``pipeline``'s ``__init__`` requires."""
     import inspect

@@ -40,6 +40,7 @@ from .tiny_parts import (
     pil_video,
     required_none,
     seeded,
+    t5_length_prompt_embeds,
     video_input,
     width16_prompt_embeds,
 )
@@ -272,9 +273,8 @@ def cogvideox_components(conditioned: bool = False) -> dict:
 
 
 def cogvideox_prompt_embeds(batch: int = 1, seed: int = 3) -> dict:
-    """``prompt_embeds [B, 8, 8]``: the transformer's ``max_text_seq_length`` tokens of T5 width 8."""
-    length, width = (tiny_models.COGVIDEOX_CONFIG[key] for key in ("max_text_seq_length", "text_embed_dim"))
-    return dict(prompt_embeds=torch.randn(batch, length, width, generator=torch.Generator().manual_seed(seed)))
+    """``prompt_embeds [B, 8, 8]`` for the tiny CogVideoX (:func:`~.tiny_parts.t5_length_prompt_embeds`)."""
+    return t5_length_prompt_embeds(tiny_models.COGVIDEOX_CONFIG, batch, seed)
 
 
 # ---- HunyuanDiT -------------------------------------------------------------------------------------------------

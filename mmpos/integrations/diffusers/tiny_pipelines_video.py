@@ -22,6 +22,7 @@ from .tiny_parts import (
     pil_video,
     required_none,
     seeded,
+    t5_length_prompt_embeds,
 )
 
 
@@ -176,9 +177,8 @@ def consisid_components() -> dict:
 
 
 def consisid_prompt_embeds(batch: int = 1, seed: int = 3) -> dict:
-    """``prompt_embeds [B, 8, 8]``: the transformer's ``max_text_seq_length`` tokens of T5 width 8."""
-    length, width = (tiny_models.CONSISID_CONFIG[key] for key in ("max_text_seq_length", "text_embed_dim"))
-    return dict(prompt_embeds=torch.randn(batch, length, width, generator=torch.Generator().manual_seed(seed)))
+    """``prompt_embeds [B, 8, 8]`` for the tiny ConsisID (:func:`~.tiny_parts.t5_length_prompt_embeds`)."""
+    return t5_length_prompt_embeds(tiny_models.CONSISID_CONFIG, batch, seed)
 
 
 # ---- EasyAnimate ------------------------------------------------------------------------------------------------
