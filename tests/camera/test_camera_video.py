@@ -11,34 +11,17 @@ from mmpos.camera.video import CameraPath, video_cameras
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_conditioning
 from mmpos.models.tiny_wan import tiny_wan_components, tiny_wan_transformer
 from mmpos.pipelines import CameraControlWanImageToVideoPipeline, CameraControlWanPipeline, load_camera_adapter
+from tests.fixtures.tiny_models import CAMERA_VIDEO_CALL as CALL
+from tests.fixtures.tiny_models import camera_video_frames as frames
+from tests.fixtures.tiny_models import trained_looking
 
 F64 = torch.float64
-CALL = dict(
-    prompt="a slow camera orbit around a house",
-    negative_prompt="",
-    height=32,
-    width=48,
-    num_frames=9,
-    num_inference_steps=2,
-    guidance_scale=3.0,
-    max_sequence_length=16,
-    output_type="pt",
-)
 KINDS = ["ucpe", "prope", "plucker"]
 
 
 def adapter_for(transformer, kind, seed=None, **options):
     adapter = CameraAdapter.for_transformer(transformer, kind, head_dim=16, **options)
-    if seed is not None:  # a trained-looking adapter
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in adapter.parameters():
-                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
-    return adapter
-
-
-def frames(pipe, **extra):
-    return pipe(**{**CALL, **extra}, generator=torch.Generator().manual_seed(0)).frames
+    return adapter if seed is None else trained_looking(adapter, seed)
 
 
 @pytest.fixture(scope="module")

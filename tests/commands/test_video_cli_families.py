@@ -10,18 +10,8 @@ from mmpos.cli import main
 from mmpos.integrations.diffusers.camera_adapter import CameraAdapter
 from mmpos.integrations.diffusers.families.tiny import SKYREELS_V2_CONFIG
 from mmpos.models.tiny_wan import TEXT_DIM, tiny_umt5, tiny_wan_vae
-
-CALL = dict(
-    prompt="a slow camera orbit around a house",
-    negative_prompt="",
-    height=32,
-    width=48,
-    num_frames=9,
-    num_inference_steps=2,
-    guidance_scale=3.0,
-    max_sequence_length=16,
-    output_type="pt",
-)
+from tests.fixtures.tiny_models import camera_video_frames as frames
+from tests.fixtures.tiny_models import trained_looking
 
 
 def skyreels_components():
@@ -39,14 +29,6 @@ def skyreels_components():
     )
 
 
-def trained(adapter, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in adapter.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
-    return adapter
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     from diffusers import SkyReelsV2Pipeline
@@ -54,10 +36,6 @@ def folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_skyreels")
     SkyReelsV2Pipeline(**skyreels_components()).save_pretrained(root / "skyreels")
     return root / "skyreels"
-
-
-def frames(pipe, **extra):
-    return pipe(**{**CALL, **extra}, generator=torch.Generator().manual_seed(0)).frames
 
 
 @pytest.mark.parametrize("kind", ["ucpe", "plucker"])
@@ -74,7 +52,7 @@ def test_a_camera_controlled_skyreels_pipeline_is_stock_at_zero_init(kind):
     expected = frames(stock)
     pipe.camera_adapter = CameraAdapter.for_transformer(pipe.transformer, kind, head_dim=16)
     assert torch.equal(frames(pipe, camera=preset_trajectory("orbit", 9, degrees=90)), expected)
-    pipe.camera_adapter = trained(pipe.camera_adapter)
+    pipe.camera_adapter = trained_looking(pipe.camera_adapter, 1)
     changed = frames(pipe, camera=preset_trajectory("orbit", 9, degrees=90))
     assert (changed - expected).abs().max() > 1e-4
     assert torch.equal(frames(pipe), expected)  # no camera: the stock call
@@ -93,7 +71,9 @@ def test_generate_video_on_a_skyreels_folder_with_an_adapter(folder, tmp_path, c
     from diffusers import SkyReelsV2Transformer3DModel
 
     transformer = SkyReelsV2Transformer3DModel.from_pretrained(folder / "transformer")
-    trained(CameraAdapter.for_transformer(transformer, "ucpe", head_dim=16)).save_pretrained(tmp_path / "adapter")
+    trained_looking(CameraAdapter.for_transformer(transformer, "ucpe", head_dim=16), 1).save_pretrained(
+        tmp_path / "adapter"
+    )
     common = ["generate", "video", "--model", str(folder), "--frames", "9", "--height", "32", "--width", "48"]
     common += ["--steps", "2", "--device", "cpu", "--dtype", "float32", "--camera", "preset:orbit"]
     assert main([*common, "--out", str(tmp_path / "plain")]) == 0
@@ -161,7 +141,7 @@ def test_generate_video_on_a_hunyuan_video15_folder_with_prompt_embeds(hunyuan15
 
     folder, embeds = hunyuan15_folder
     transformer = HunyuanVideo15Transformer3DModel.from_pretrained(folder / "transformer")
-    trained(CameraAdapter.for_transformer(transformer, "plucker")).save_pretrained(tmp_path / "adapter")
+    trained_looking(CameraAdapter.for_transformer(transformer, "plucker"), 1).save_pretrained(tmp_path / "adapter")
     common = ["generate", "video", "--model", str(folder), "--prompt-embeds", str(embeds), "--frames", "9"]
     common += ["--height", "32", "--width", "48", "--steps", "2", "--device", "cpu", "--dtype", "float32"]
     assert main([*common, "--out", str(tmp_path / "plain")]) == 0
@@ -295,7 +275,9 @@ def test_generate_video_on_an_ltx2_folder_with_prompt_embeds(ltx2_folder, tmp_pa
 
     folder, embeds = ltx2_folder
     transformer = LTX2VideoTransformer3DModel.from_pretrained(folder / "transformer")
-    trained(CameraAdapter.for_transformer(transformer, "ucpe", head_dim=16)).save_pretrained(tmp_path / "adapter")
+    trained_looking(CameraAdapter.for_transformer(transformer, "ucpe", head_dim=16), 1).save_pretrained(
+        tmp_path / "adapter"
+    )
     common = ["generate", "video", "--model", str(folder), "--prompt-embeds", str(embeds), "--frames", "9"]
     common += ["--height", "32", "--width", "32", "--steps", "2", "--device", "cpu", "--dtype", "float32"]
     assert main([*common, "--out", str(tmp_path / "plain")]) == 0

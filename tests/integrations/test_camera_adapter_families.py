@@ -18,6 +18,7 @@ from mmpos.integrations.diffusers.camera_adapter import (
 )
 from mmpos.integrations.diffusers.families import get_family
 from mmpos.integrations.diffusers.families.tiny import CASES, output
+from tests.fixtures.tiny_models import trained_looking
 
 FAMILIES = ["hunyuan_video15", "ltx2", "skyreels_v2", "cosmos", "wan"]
 KINDS = ["ucpe", "prope", "plucker"]
@@ -47,12 +48,7 @@ def forward(model, inputs):
 
 def adapter_for(model, kind, seed=None):
     adapter = CameraAdapter.for_transformer(model, kind, head_dim=16)
-    if seed is not None:  # a trained-looking adapter
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in adapter.parameters():
-                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
-    return adapter
+    return adapter if seed is None else trained_looking(adapter, seed)
 
 
 def processors(model, name):
