@@ -285,3 +285,13 @@ def test_the_forward_time_cell_shows_the_ratios_and_the_overhead_in_ms():
     row = {"native_x": 0.987, "dype_x": 1.374, "native_overhead_ms": -0.0123, "dype_overhead_ms": 3.21}
     assert timing_cell(row) == "0.99x (-0.01 ms) / 1.37x (+3.21 ms)"
     assert timing_cell({"native_x": 1.0, "dype_x": 1.5}) == "1.00x / 1.50x"  # rows of an older benchmark
+
+
+def test_a_latent_of_the_wrong_rank_or_no_tensor_is_refused_naming_the_layout():
+    from mmpos.integrations.diffusers.families.base import check_latents
+
+    check_latents(torch.zeros(1, 4, 2, 3), "[B, C, H, W]")
+    with pytest.raises(ValueError, match=r"hidden_states has shape \(1, 4, 2, 3\); expected latents \[B, C, F, H, W\]"):
+        check_latents(torch.zeros(1, 4, 2, 3), "[B, C, F, H, W]")
+    with pytest.raises(ValueError, match=r"has shape NoneType; expected latents \[B, C, H, W\]"):
+        check_latents(None, "[B, C, H, W]")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
+from .base import check_latents
 from .codecs import axis_frequencies, forward_arg
 from .rotary_input import RotaryInput, fitted_positions, rotary_input_family
 
@@ -40,9 +41,7 @@ def scales(config) -> tuple[float, float, float]:
 def latent_grid(config, args, kwargs) -> tuple[int, int, int]:
     """``(F, H / p, W / p)`` of the forward's hidden states ``[B, C, F, H, W]``."""
     hidden_states = forward_arg(args, kwargs, "hidden_states", 0)
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 5:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, F, H, W]")
+    check_latents(hidden_states, "[B, C, F, H, W]")
     frames, height, width = hidden_states.shape[2:]
     p = int(config.patch_size)
     return int(frames), int(height) // p, int(width) // p

@@ -65,13 +65,19 @@ class CameraSite:
     context_parallel: Optional[Callable] = None
 
 
+def check_latents(hidden_states, layout: str) -> None:
+    """``hidden_states`` is a tensor of ``layout`` (``"[B, C, H, W]"``, ``"[B, C, F, H, W]"``: as many dimensions);
+    else a ValueError naming ``hidden_states``, what it is and the layout expected."""
+    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != layout.count(",") + 1:
+        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states).__name__
+        raise ValueError(f"hidden_states has shape {shape}; expected latents {layout}")
+
+
 def latent_video_grid(model, args, kwargs) -> tuple[int, int, int]:
     """The video token grid of latents ``hidden_states [B, C, F, H, W]`` cut into the model's ``patch_size`` ``(t, h,
     w)`` patches (``config.patch_size``, or ``patch_size_t`` and a square ``patch_size``)."""
     latents = kwargs.get("hidden_states", args[0] if args else None)
-    if not isinstance(latents, torch.Tensor) or latents.dim() != 5:
-        shape = tuple(latents.shape) if isinstance(latents, torch.Tensor) else type(latents).__name__
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, F, H, W]")
+    check_latents(latents, "[B, C, F, H, W]")
     patch = model.config.patch_size
     patch = tuple(patch) if isinstance(patch, (tuple, list)) else (model.config.patch_size_t, patch, patch)
     return tuple(int(n) // int(p) for n, p in zip(latents.shape[2:], patch))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
+from .base import Family, check_latents
 from .codecs import axis_frequencies
 
 
@@ -32,9 +32,7 @@ def cogview4_positions(size: int, extent: int) -> torch.Tensor:
 
 def cogview4_tables(seam, hidden_states: torch.Tensor):
     """The stock output ``(cos, sin)`` ``[H * W, head_dim]`` float32 on the CPU for latents ``[B, C, H, W]``."""
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 4:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, H, W]")
+    check_latents(hidden_states, "[B, C, H, W]")
     stock = seam.stock[0]
     height, width = hidden_states.shape[2] // stock.patch_size, hidden_states.shape[3] // stock.patch_size
     spectra = seam.axis_spectra(extents=[float(height), float(width)])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
+from .base import Family, check_latents
 from .cogvideox import axes_dims
 from .cogvideox import tables as get_3d_rotary_tables
 from .rotary_input import fitted_positions, resize_crop_region
@@ -24,9 +24,7 @@ from .rotary_input import fitted_positions, resize_crop_region
 
 def easyanimate_tables(seam, hidden_states: torch.Tensor):
     """``EasyAnimateRotaryPosEmbed.forward``: ``(cos, sin)`` ``[F H W, D]`` float32 on the CPU."""
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 5:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, F, H, W]")
+    check_latents(hidden_states, "[B, C, F, H, W]")
     p = int(seam.stock[0].patch_size)
     frames, rows, cols = int(hidden_states.shape[2]), int(hidden_states.shape[3]) // p, int(hidden_states.shape[4]) // p
     start, stop = resize_crop_region((rows, cols), 90 // p, 60 // p)

@@ -14,15 +14,13 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
+from .base import Family, check_latents
 from .cogview4 import half_layout_tables
 
 
 def glm_image_tables(seam, hidden_states: torch.Tensor):
     """The stock output ``(cos, sin)`` ``[H * W, head_dim]`` float32 on the CPU for latents ``[B, C, H, W]``."""
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 4:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, H, W]")
+    check_latents(hidden_states, "[B, C, H, W]")
     patch = seam.stock[0].patch_size
     height, width = hidden_states.shape[2] // patch, hidden_states.shape[3] // patch
     spectra = seam.axis_spectra(extents=[float(height), float(width)])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import Family
+from .base import Family, check_latents
 from .hunyuan_video15 import grid_tables
 
 
@@ -27,9 +27,7 @@ def _check_model(model) -> None:
 
 def hunyuan_image_tables(seam, hidden_states: torch.Tensor):
     """The stock output ``(cos, sin)`` ``[H * W, sum(axes_dims)]`` float32 of latents ``[B, C, H, W]``."""
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 4:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, H, W]")
+    check_latents(hidden_states, "[B, C, H, W]")
     p_h, p_w = seam.stock[0].patch_size
     sizes = (hidden_states.shape[2] // p_h, hidden_states.shape[3] // p_w)
     return grid_tables(seam, sizes, hidden_states.device)

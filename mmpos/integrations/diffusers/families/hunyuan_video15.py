@@ -21,16 +21,14 @@ from diffusers.models.embeddings import apply_rotary_emb
 
 from ..processors import PEProcessor
 from . import register_family
-from .base import CameraSite, Family
+from .base import CameraSite, Family, check_latents
 from .codecs import cos_sin_repeated
 
 
 def latent_patch_grid(seam, hidden_states: torch.Tensor) -> tuple[int, int, int]:
     """``(frames, rows, cols)`` tokens of ``hidden_states [B, C, F, H, W]`` as the stock module counts them
     (floor division by the stock module's ``patch_size_t`` / ``patch_size``, as the patch embedding does)."""
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 5:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, F, H, W]")
+    check_latents(hidden_states, "[B, C, F, H, W]")
     stock = seam.stock[0]
     frames, height, width = hidden_states.shape[2:]
     return frames // stock.patch_size_t, height // stock.patch_size, width // stock.patch_size

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
+from .base import check_latents
 from .codecs import cos_sin_repeated, forward_arg
 from .rotary_input import RotaryInput, fitted_positions, resize_crop_region, rotary_input_family
 
@@ -34,9 +35,7 @@ def axes_dims(model) -> tuple[int, int]:
 def latent_grid(config, args, kwargs) -> tuple[int, int]:
     """``(H / p, W / p)`` of the forward's hidden states ``[B, C, H, W]``."""
     hidden_states = forward_arg(args, kwargs, "hidden_states", 0)
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 4:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, H, W]")
+    check_latents(hidden_states, "[B, C, H, W]")
     p = int(config.patch_size)
     return int(hidden_states.shape[-2]) // p, int(hidden_states.shape[-1]) // p
 

@@ -23,6 +23,7 @@ import math
 import torch
 
 from . import register_family
+from .base import check_latents
 from .codecs import axis_frequencies, forward_arg
 from .rotary_input import RotaryInput, rotary_input_family
 
@@ -38,9 +39,7 @@ def axes_dims(model) -> tuple[int, int]:
 def latent_grid(config, args, kwargs) -> tuple[int, int]:
     """``(H / p, W / p)`` of the forward's hidden states ``[B, C, H, W]``, and the latent ``(H, W)``."""
     hidden_states = forward_arg(args, kwargs, "hidden_states", 0)
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 4:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, H, W]")
+    check_latents(hidden_states, "[B, C, H, W]")
     height, width = (int(n) for n in hidden_states.shape[-2:])
     p = int(config.patch_size)
     return height // p, width // p, height, width

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import register_family
-from .base import CameraSite, Family, latent_video_grid
+from .base import CameraSite, Family, check_latents, latent_video_grid
 from .codecs import cos_sin_repeated
 
 
@@ -47,9 +47,7 @@ def skyreels_tables(seam, hidden_states: torch.Tensor):
 
 def latent_patch_grid_3d(seam, hidden_states: torch.Tensor) -> tuple[int, int, int]:
     """``(frames, rows, cols)`` tokens of ``hidden_states [B, C, F, H, W]`` for the stock ``patch_size (t, h, w)``."""
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 5:
-        shape = tuple(hidden_states.shape) if isinstance(hidden_states, torch.Tensor) else type(hidden_states)
-        raise ValueError(f"hidden_states has shape {shape}; expected latents [B, C, F, H, W]")
+    check_latents(hidden_states, "[B, C, F, H, W]")
     p_t, p_h, p_w = seam.stock[0].patch_size
     frames, height, width = hidden_states.shape[2:]
     return frames // p_t, height // p_h, width // p_w
