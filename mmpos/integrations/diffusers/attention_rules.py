@@ -48,6 +48,7 @@ from ...ops.spectral_energy import SpectralEnergyScaling, pair_channels
 from ...ops.tables import RotaryTable
 from ...ops.window_decay import WindowDecay
 from .families import family_for, get_family, list_families
+from .families.z_image import latent_tokens, z_image_inputs
 from .installer import ENCODING, ProcessorInstaller
 from .positions import PositionSeam
 from .processors import PEProcessor
@@ -295,8 +296,8 @@ def latent_map(family: str, args, kwargs) -> tuple[torch.Tensor, tuple[int, int]
     per 2 x 2 patch), the output image's tokens first, its grid from ``img_ids`` (the tokens of the first image
     index) or Qwen-Image's ``img_shapes`` (the first image)."""
     if family == "z_image":
-        latents = kwargs.get("x", args[0] if args else None)
-        patch = int(kwargs.get("patch_size", 2))
+        latents, _, patch, _ = z_image_inputs(args, kwargs)
+        patch = int(patch)
         items = latents if isinstance(latents, (list, tuple)) else [latents]
         if len({tuple(x.shape) for x in items}) != 1:
             raise ValueError("sega: a batch of latents of different sizes is not supported")
@@ -323,10 +324,9 @@ def image_tokens(family: str, args, kwargs) -> int | None:
     """The forward's image tokens: packed ``hidden_states [B, S, C]`` (FLUX.1, FLUX.2, Chroma: ``S``, reference
     images included) or Z-Image's latents (a list of ``[C, F, H, W]``, patches ``f_patch_size x patch_size^2``)."""
     if family == "z_image":
-        latents = kwargs.get("x", args[0] if args else None)
-        patch, frames = int(kwargs.get("patch_size", 2)), int(kwargs.get("f_patch_size", 1))
+        latents, _, patch, frames = z_image_inputs(args, kwargs)
         items = latents if isinstance(latents, (list, tuple)) else [latents]
-        return max((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch) for x in items)
+        return max(latent_tokens(x, int(patch), int(frames)) for x in items)
     hidden_states = kwargs.get("hidden_states", args[0] if args else None)
     return int(hidden_states.shape[1]) if isinstance(hidden_states, torch.Tensor) else None
 
@@ -338,9 +338,7 @@ def joint_layout(family: str, args, kwargs) -> tuple[tuple[int, ...], tuple[int,
     if family == "z_image":
         from diffusers.models.transformers.transformer_z_image import SEQ_MULTI_OF
 
-        latents = kwargs.get("x", args[0] if args else None)
-        captions = kwargs.get("cap_feats", args[2] if len(args) > 2 else None)
-        patch, frames = int(kwargs.get("patch_size", 2)), int(kwargs.get("f_patch_size", 1))
+        latents, captions, patch, frames = z_image_inputs(args, kwargs)
         if not (isinstance(latents, (list, tuple)) and isinstance(captions, (list, tuple))):
             return None
         if not all(isinstance(x, torch.Tensor) and isinstance(c, torch.Tensor) for x, c in zip(latents, captions)):
@@ -349,7 +347,7 @@ def joint_layout(family: str, args, kwargs) -> tuple[tuple[int, ...], tuple[int,
         def padded(n: int) -> int:
             return n + (-n) % SEQ_MULTI_OF
 
-        images = [padded((x.shape[-3] // frames) * (x.shape[-2] // patch) * (x.shape[-1] // patch)) for x in latents]
+        images = [padded(latent_tokens(x, int(patch), int(frames))) for x in latents]
         return tuple(images), tuple(padded(len(c)) for c in captions), False
     hidden_states = kwargs.get("hidden_states", args[0] if args else None)
     text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)

@@ -111,6 +111,21 @@ def _spectra(seam, ids: torch.Tensor):
     return seam.training_spectra() if max(rows, cols) <= 1 else seam.axis_spectra(extents=extents)
 
 
+def z_image_inputs(args, kwargs) -> tuple:
+    """``(x, cap_feats, patch_size, f_patch_size)`` of a ``ZImageTransformer2DModel.forward`` call, by keyword or
+    at their places in its signature (the patch sizes default to 2 and 1)."""
+
+    def arg(name, index, default=None):
+        return kwargs.get(name, args[index] if len(args) > index else default)
+
+    return arg("x", 0), arg("cap_feats", 2), arg("patch_size", 7, 2), arg("f_patch_size", 8, 1)
+
+
+def latent_tokens(latent: torch.Tensor, patch: int, frame_patch: int) -> int:
+    """Image tokens of one latent ``[C, F, H, W]`` cut into ``frame_patch x patch x patch`` patches."""
+    return (latent.shape[-3] // frame_patch) * (latent.shape[-2] // patch) * (latent.shape[-1] // patch)
+
+
 def z_image_extents(args, kwargs):
     """The image call's extent per axis in a forward of the basic mode, as :func:`z_image_tables` measures its ids
     (``x``: latents ``[C, F, H, W]``, ``cap_feats``: ``[L, C]``): rows and columns of ``patch_size`` patches, and the
@@ -118,11 +133,7 @@ def z_image_extents(args, kwargs):
     batch; ``None`` for other inputs (Omni's nested lists)."""
     from diffusers.models.transformers.transformer_z_image import SEQ_MULTI_OF
 
-    def arg(name, index, default=None):
-        return kwargs.get(name, args[index] if len(args) > index else default)
-
-    latents, captions = arg("x", 0), arg("cap_feats", 2)
-    patch, frame_patch = arg("patch_size", 7, 2), arg("f_patch_size", 8, 1)
+    latents, captions, patch, frame_patch = z_image_inputs(args, kwargs)
     if not all(isinstance(v, (list, tuple)) and v for v in (latents, captions)) or len(latents) != len(captions):
         return None
     if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in latents):
@@ -212,13 +223,9 @@ def z_image_bundle_tables(model, args, kwargs, bundle):
     rows and columns of each of ``bundle``'s grids (all images' together; padding ids ``(0, 0, 0)`` stay), split,
     padded and joined with the captions' tables as the model does: the noise refiner's ``[B, S_img, G, 2P]``, the
     main layers' ``[B, S_img + S_cap, G, 2P]`` (image first); the context refiner (captions only) is stock."""
-    latents, captions = (
-        kwargs.get("x", args[0] if args else None),
-        kwargs.get("cap_feats", args[2] if len(args) > 2 else None),
-    )
+    latents, captions, patch, frame_patch = z_image_inputs(args, kwargs)
     if not (isinstance(latents, (list, tuple)) and latents and isinstance(latents[0], torch.Tensor)):
         raise ValueError("spa on Z-Image supports its basic mode (x: a list of latents [C, F, H, W]), not Omni's")
-    patch, frame_patch = kwargs.get("patch_size", 2), kwargs.get("f_patch_size", 1)
     embedded = model.patchify_and_embed(list(latents), list(captions), patch, frame_patch)
     image_ids, caption_ids = embedded[3], embedded[4]
     seam = model.rope_embedder
