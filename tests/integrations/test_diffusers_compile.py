@@ -27,7 +27,7 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 from mmpos.integrations.diffusers import DyPEConfig, apply_dype, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, run
 
 SIGMAS = (0.9, 0.5, 0.2)
 slow = pytest.mark.skipif(os.environ.get("MMPOS_SLOW") != "1", reason="slow: compiles a model (MMPOS_SLOW=1)")
@@ -39,11 +39,6 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 def separate(inputs: dict) -> dict:

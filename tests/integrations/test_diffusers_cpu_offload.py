@@ -19,7 +19,7 @@ from accelerate import cpu_offload, cpu_offload_with_hook
 from diffusers import FluxPipeline
 
 from mmpos.integrations.diffusers import restore, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, run
 from tests.fixtures.tiny_models import components, embeddings
 
 FAMILIES = ["flux", "flux2", "qwen", "z_image", "wan"]
@@ -33,11 +33,6 @@ OFFLOADS = {
 @pytest.fixture(autouse=True)
 def one_thread():
     torch.set_num_threads(1)
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 def install(model, pe):

@@ -13,16 +13,11 @@ import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, restore, set_pe
 from mmpos.integrations.diffusers.families import builtin_families, get_family
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, output, run
 from mmpos.spectrum.schedule import PRESETS
 from tests.fixtures.asserts import in_fresh_memory
 
 FAMILIES = builtin_families()
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 def cast(inputs, dtype, case=None):

@@ -6,12 +6,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import model_extrapolation, position_module, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, output, randn, tiny_lumina2, tiny_z_image
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
+from mmpos.integrations.diffusers.families.tiny import CASES, randn, run, tiny_lumina2, tiny_z_image
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import torch
 from diffusers.hooks import apply_group_offloading, apply_layerwise_casting
 
 from mmpos.integrations.diffusers import restore, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, run
 
 FAMILIES = ["flux", "flux2", "qwen", "z_image", "wan"]
 
@@ -17,11 +17,6 @@ FAMILIES = ["flux", "flux2", "qwen", "z_image", "wan"]
 @pytest.fixture(autouse=True)
 def one_thread():
     torch.set_num_threads(1)
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 def with_feature(feature, family, pe):

@@ -23,14 +23,9 @@ from mmpos.integrations.diffusers import (
     set_pe,
 )
 from mmpos.integrations.diffusers.families import builtin_families, get_family
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, run
 
 TIER2 = [name for name in builtin_families() if get_family(name).tier == 2]
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import DyPEConfig, apply_dype, restore, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, run
 
 FAMILIES = ["flux", "flux2", "qwen", "z_image", "wan"]
 FUSED_TOLERANCE = 1e-5  # fuse/unfuse add and subtract B @ A into fp32 weights
@@ -22,11 +22,6 @@ FUSED_TOLERANCE = 1e-5  # fuse/unfuse add and subtract B @ A into fp32 weights
 @pytest.fixture(autouse=True)
 def one_thread():
     torch.set_num_threads(1)
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 def lora_state_dict(model, rank=2, seed=0, scale_b=1.0) -> dict:

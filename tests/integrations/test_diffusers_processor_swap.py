@@ -8,14 +8,9 @@ import torch
 
 from mmpos.integrations.diffusers import restore, set_pe
 from mmpos.integrations.diffusers.families import builtin_families, get_family
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, run
 
 TIER2 = [name for name in builtin_families() if get_family(name).tier == 2]
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 def stock_processors(model) -> dict:

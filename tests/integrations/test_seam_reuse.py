@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mmpos.integrations.diffusers import position_module, set_pe
-from mmpos.integrations.diffusers.families.tiny import CASES, output
+from mmpos.integrations.diffusers.families.tiny import CASES, run
 
 # family -> the seam method that builds an output (None: a SpectrumSeam, counted by its table_builds)
 # (chroma, hidream, kandinsky6: ids the model rebuilds every forward, keyed by value: ids_values_key)
@@ -19,11 +19,6 @@ BUILDERS = {
     "hidream": None,
     "kandinsky6": None,
 }
-
-
-def run(model, inputs):
-    with torch.no_grad():
-        return output(model(**inputs, return_dict=False))
 
 
 def counted_builds(seam, builder):
