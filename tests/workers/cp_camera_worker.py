@@ -30,6 +30,7 @@ from mmpos.integrations.diffusers.camera_adapter import CameraAdapter, camera_co
 from mmpos.integrations.diffusers.families.ltx2 import ltx2_context_parallel_plan  # noqa: E402
 from mmpos.integrations.diffusers.families.tiny import ltx2_inputs, tiny_ltx2  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
+from tests.workers.ending import end_process_group  # noqa: E402
 
 
 def model(variant):
@@ -95,4 +96,4 @@ out_dir, cases = Path(sys.argv[1]), json.loads(sys.argv[2])
 cp_patches.start()
 results = {"/".join(map(str, case)): run_case(*case) for case in cases}
 (out_dir / f"rank{dist.get_rank()}.json").write_text(json.dumps(results))
-dist.destroy_process_group()
+end_process_group()

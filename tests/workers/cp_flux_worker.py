@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from mmpos.integrations.diffusers import model_extrapolation, set_pe  # noqa: E402
 from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
+from tests.workers.ending import end_process_group  # noqa: E402
 
 out_dir, cases = Path(sys.argv[1]), json.loads(sys.argv[2])  # [[preset, mode, height, width, text], ...]
 cp_patches.start()
@@ -35,4 +36,4 @@ for preset, mode, height, width, text in cases:
         parallel = model(**inputs, return_dict=False)[0]
     differences[f"{preset}/{mode}/{height}x{width}+{text}"] = float((parallel - alone).abs().max())
 (out_dir / f"rank{dist.get_rank()}.json").write_text(json.dumps(differences))
-dist.destroy_process_group()
+end_process_group()

@@ -25,6 +25,7 @@ from mmpos.integrations.diffusers import model_extrapolation, set_pe  # noqa: E4
 from mmpos.integrations.diffusers.families import FAMILIES, get_family  # noqa: E402
 from mmpos.integrations.diffusers.families.tiny import CHROMA_CONFIG, chroma_inputs, output  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
+from tests.workers.ending import end_process_group  # noqa: E402
 
 INPUTS = chroma_inputs(8, 8, text=4)  # 64 image + 4 text tokens: even shards; trained grid 4 x 4
 
@@ -84,4 +85,4 @@ results = dict(
     bypassed={str(preset): bypassed(preset) for preset in (None, "dype")},
 )
 (Path(sys.argv[1]) / f"rank{dist.get_rank()}.json").write_text(json.dumps(results))
-dist.destroy_process_group()
+end_process_group()

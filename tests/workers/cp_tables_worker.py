@@ -43,6 +43,7 @@ from mmpos.integrations.diffusers.families.tiny import (  # noqa: E402
 )
 from tests.fixtures.tiny_models import tiny_flux, tiny_flux_inputs, tiny_wan, tiny_wan_inputs  # noqa: E402
 from tests.workers import cp_patches  # noqa: E402
+from tests.workers.ending import end_process_group  # noqa: E402
 
 
 def model_and_inputs(family, pe, grid, preset):
@@ -171,4 +172,4 @@ results = {
     for family, pe, mode, grid, preset in cases
 }
 (out_dir / f"rank{dist.get_rank()}.json").write_text(json.dumps(results))
-dist.destroy_process_group()
+end_process_group()

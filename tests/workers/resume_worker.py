@@ -25,6 +25,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 from mmpos._safe_state import read_json, read_tensors, rng_state, set_rng_state, write_json, write_tensors  # noqa: E402
 from mmpos.integrations.pe_parameters import named_pe_parameters  # noqa: E402
+from tests.workers.ending import end_process_group  # noqa: E402
 from tests.workers.fsdp_worker import batch, loss_of, run, shard, tiny_model  # noqa: E402
 
 MICRO_BATCH, STEPS, LR = 2, 4, 1e-2
@@ -154,7 +155,7 @@ def main():
             results[case] = dict(error=f"{type(error).__name__}: {error}"[:2000])
         results[case][f"{phase}_seconds"] = time.perf_counter() - started
     (records / f"rank{dist.get_rank()}.{phase}.json").write_text(json.dumps(results, indent=1))
-    dist.destroy_process_group()
+    end_process_group()
 
 
 if __name__ == "__main__":

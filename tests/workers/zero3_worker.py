@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 from mmpos.integrations.pe_parameters import named_pe_parameters
+from tests.workers.ending import end_process_group  # noqa: E402
 from tests.workers.fsdp_worker import batch, loss_of, run, tiny_model  # noqa: E402
 
 LR, MICRO_BATCH = 0.5, 2
@@ -103,7 +104,7 @@ def main():
         except Exception as error:  # reported to the test, which names the case
             results[case] = dict(error=f"{type(error).__name__}: {error}"[:2000])
     (records / f"rank{rank}.json").write_text(json.dumps(results, indent=1))
-    dist.destroy_process_group()
+    end_process_group()
 
 
 if __name__ == "__main__":
